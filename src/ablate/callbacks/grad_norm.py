@@ -1,0 +1,88 @@
+"""Per-layer gradient norms, logged before clipping.
+
+Names (part of the interface): ``grad_norm/total`` and one value per block and sub-layer,
+``grad_norm/layer_03/attn``, ``grad_norm/layer_03/attn_norm``, ``.../cross_attn``, ``.../ffn``,
+``.../ffn_norm`` (``..._post_norm`` for sandwich), plus ``grad_norm/embed``, ``grad_norm/pos``,
+``grad_norm/final_norm`` and ``grad_norm/head`` (an untied head only: a tied head's gradient
+is part of ``embed``). The zero-padded layer index lets a dashboard sort by depth.
+
+Cost: parameters are grouped once at the start; each logging step runs one fused
+``torch._foreach_norm`` over all gradients and one host sync. Steps that do not log pay nothing.
+"""
+
+from __future__ import annotations
+
+import re
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+
+_BLOCK = re.compile(r"blocks\.(\d+)\.(\w+)\.(sublayer|norm|post_norm)\.")
+_STACKS = {"encoder.": "enc_", "decoder.": "dec_"}
+
+
+def group_name(param_name: str) -> str:
+    """Map a parameter name to its logged group, e.g. ``blocks.3.attn.sublayer.qkv.weight`` ->
+    ``layer_03/attn``, ``blocks.3.ffn.norm.weight`` -> ``layer_03/ffn_norm``, ``tok_emb.weight``
+    -> ``embed``. A translation model's ``encoder.``/``decoder.`` stacks get ``enc_``/``dec_``."""
+    name, stack = param_name.removeprefix("model."), ""
+    for prefix, short in _STACKS.items():
+        if name.startswith(prefix):
+            name, stack = name.removeprefix(prefix), short
+    match = _BLOCK.match(name)
+    if match:
+        index, slot, part = match.groups()
+        suffix = "" if part == "sublayer" else f"_{part}"
+        return f"{stack}layer_{int(index):02d}/{slot}{suffix}"
+    top = name.split(".")[0]
+    return stack + {"tok_emb": "embed"}.get(top, top)
+
+
+class GradNormMonitor(Callback):
+    """Logs gradient norms every ``every_n_steps`` optimiser steps, and at every step of the
+    first ``dense_steps`` (to see warmup in detail)."""
+
+    def __init__(self, every_n_steps: int = 10, dense_steps: int = 0) -> None:
+        self.every_n_steps, self.dense_steps = max(1, every_n_steps), dense_steps
+        self.names: list[str] = []
+        self.params: list[torch.nn.Parameter] = []
+        self.group_index: torch.Tensor | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        seen: dict[int, str] = {}
+        for name, p in pl_module.named_parameters():
+            if p.requires_grad and id(p) not in seen:
+                seen[id(p)] = group_name(name)
+                self.params.append(p)
+        self.names = sorted(set(seen.values()))
+        index = {n: i for i, n in enumerate(self.names)}
+        self.group_index = torch.tensor([index[seen[id(p)]] for p in self.params])
+
+    def should_log(self, step: int) -> bool:
+        return step < self.dense_steps or step % self.every_n_steps == 0
+
+    def compute(self) -> dict[str, float]:
+        """All group norms and the total, with one fused kernel and one host sync."""
+        with_grad = [(i, p.grad) for i, p in enumerate(self.params) if p.grad is not None]
+        if not with_grad:
+            return {}
+        idx, grads = zip(*with_grad)
+        squares = torch.stack(torch._foreach_norm(list(grads))).float().square()
+        groups = torch.zeros(len(self.names), device=squares.device)
+        groups.index_add_(0, self.group_index.to(squares.device)[list(idx)], squares)
+        values = torch.cat((groups.sqrt(), squares.sum().sqrt()[None])).tolist()
+        present = set(self.group_index[list(idx)].tolist())
+        out = {f"grad_norm/{n}": values[i] for i, n in enumerate(self.names) if i in present}
+        out["grad_norm/total"] = values[-1]
+        return out
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer) -> None:
+        if not self.should_log(trainer.global_step):
+            return
+        metrics = self.compute()
+        if metrics and trainer.is_global_zero:
+            # written straight to the loggers so the chosen steps are logged exactly,
+            # independent of Trainer(log_every_n_steps)
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)

@@ -1,0 +1,142 @@
+"""The typed architecture spec and the one place that says which options go together.
+
+``train.py`` composes a Hydra config; :func:`model_spec` turns its architecture groups (``model``,
+``pos``, ``norm``, ``act``, ``init``, ``attn``) into a frozen :class:`ModelSpec` and rejects
+invalid combinations with a message that names the fix, before any tensor is allocated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+from ablate.nn.attention import ATTENTION_IMPLS
+from ablate.nn.block import PLACEMENTS
+from ablate.nn.ffn import activation_names
+from ablate.nn.init import INITS
+from ablate.nn.norms import NORM_LAYERS
+from ablate.nn.positional import POSITIONAL, rotary_dim
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything needed to build a model, validated."""
+
+    vocab_size: int
+    n_layers: int
+    d_model: int
+    n_heads: int
+    d_ff: int
+    max_len: int
+    dropout: float = 0.0
+    bias: bool = True
+    tie_embeddings: bool = True
+    scale_embeddings: bool = False
+    pos: str = "learned"
+    pos_options: Mapping[str, Any] = field(default_factory=dict)
+    norm: str = "pre"
+    norm_layer: str = "layernorm"
+    norm_bias: bool = True
+    norm_eps: float = 1e-5
+    act: str = "gelu"
+    match_params: bool = True
+    init: str = "gpt2"
+    init_std: float = 0.02
+    attn: str = "sdpa"
+    n_kv_heads: int | None = None
+    # encoder-decoder only (0 means a decoder-only LM)
+    encoder_layers: int = 0
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def axes(self) -> dict[str, Any]:
+        """The ablation axes, flat, for grouping runs in W&B and in the summary table."""
+        return {"pos": self.pos, "norm": self.norm, "norm_layer": self.norm_layer, "act": self.act,
+                "init": self.init, "attn": self.attn}
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["pos_options"] = dict(self.pos_options)
+        return d
+
+
+def _choice(value: str, valid: Mapping | tuple | list, key: str) -> str:
+    if value not in valid:
+        raise ConfigError(f"unknown {key}={value!r}; valid options: {', '.join(valid)}")
+    return value
+
+
+def validate(spec: ModelSpec) -> ModelSpec:
+    """Reject invalid combinations with a message that names the fix."""
+    _choice(spec.pos, POSITIONAL, "pos")
+    _choice(spec.norm, PLACEMENTS, "norm")
+    _choice(spec.norm_layer, NORM_LAYERS, "norm.layer")
+    _choice(spec.act, activation_names(), "act")
+    _choice(spec.init, INITS, "init")
+    _choice(spec.attn, ATTENTION_IMPLS, "attn")
+    for key in ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff", "max_len"):
+        if getattr(spec, key) <= 0:
+            raise ConfigError(f"model.{key} must be positive, got {getattr(spec, key)}")
+    if spec.d_model % spec.n_heads:
+        raise ConfigError(
+            f"model.d_model={spec.d_model} is not divisible by model.n_heads={spec.n_heads}: "
+            f"choose n_heads among the divisors of d_model ({', '.join(str(h) for h in range(1, spec.d_model + 1) if spec.d_model % h == 0 and h <= 64)})"
+        )
+    n_kv = spec.n_kv_heads or spec.n_heads
+    if n_kv <= 0 or spec.n_heads % n_kv:
+        raise ConfigError(
+            f"model.n_heads={spec.n_heads} is not divisible by attn.n_kv_heads={n_kv}: grouped-query attention "
+            f"shares each key/value head among n_heads/n_kv_heads query heads; use a divisor of {spec.n_heads} (1 = multi-query)"
+        )
+    if spec.pos == "rope":
+        try:
+            rotary_dim(spec.head_dim, float(spec.pos_options.get("fraction", 1.0)))
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    if (spec.norm == "deepnorm") != (spec.init == "deepnet"):
+        raise ConfigError(
+            f"norm={spec.norm} with init={spec.init}: DeepNorm's residual scale alpha is derived together with the "
+            f"init gain beta (Wang et al. 2022), so use them as a pair: norm=deepnorm init=deepnet"
+        )
+    if not 0.0 <= spec.dropout < 1.0:
+        raise ConfigError(f"model.dropout must be in [0, 1), got {spec.dropout}")
+    return spec
+
+
+def model_spec(cfg: Mapping[str, Any], vocab_size: int, max_len: int | None = None) -> ModelSpec:
+    """Build and validate the spec from a composed config (``cfg.model``, ``cfg.pos``, ...)."""
+    model, pos, norm, act, init, attn = (cfg[k] for k in ("model", "pos", "norm", "act", "init", "attn"))
+    pos_options = {k: v for k, v in dict(pos).items() if k != "name"}
+    d_ff = model.get("d_ff") or 4 * model["d_model"]
+    spec = ModelSpec(
+        vocab_size=vocab_size,
+        n_layers=model.get("n_layers") or model.get("decoder_layers"),
+        encoder_layers=model.get("encoder_layers", 0) or 0,
+        d_model=model["d_model"],
+        n_heads=model["n_heads"],
+        d_ff=d_ff,
+        max_len=model.get("max_len") or max_len or 0,
+        dropout=model.get("dropout", 0.0),
+        bias=model.get("bias", True),
+        tie_embeddings=model.get("tie_embeddings", True),
+        scale_embeddings=model.get("scale_embeddings", False),
+        pos=pos["name"],
+        pos_options=pos_options,
+        norm=norm["placement"],
+        norm_layer=norm.get("layer", "layernorm"),
+        norm_bias=norm.get("bias", True),
+        norm_eps=norm.get("eps", 1e-5),
+        act=act["name"],
+        match_params=act.get("match_params", True),
+        init=init["name"],
+        init_std=init.get("std", 0.02),
+        attn=attn["impl"],
+        n_kv_heads=attn.get("n_kv_heads"),
+    )
+    return validate(spec)

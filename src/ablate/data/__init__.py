@@ -1,0 +1,19 @@
+"""Data: corpus sources, tokenizers and Lightning data modules for language modelling."""
+
+from ablate.data.lm_data import LMDataModule, TextFiles, TinyShakespeare, TokenWindows, WikiText2, WikiText103
+from ablate.data.sources import DataNotFoundError
+from ablate.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, build_tokenizer
+
+__all__ = [
+    "BPETokenizer",
+    "CharTokenizer",
+    "DataNotFoundError",
+    "LMDataModule",
+    "TextFiles",
+    "TinyShakespeare",
+    "TokenWindows",
+    "Tokenizer",
+    "WikiText103",
+    "WikiText2",
+    "build_tokenizer",
+]

@@ -1,0 +1,434 @@
+"""Language-modelling data: corpora tokenised once into memory-mapped token files.
+
+``LMDataModule`` does the caching, windowing and data loading; each corpus subclass only
+says where its text comes from (:meth:`LMDataModule.source_key`, :meth:`LMDataModule.read_splits`).
+
+Cache layout, one folder per corpus/tokenizer/source version::
+
+    {cache_dir}/{corpus}-{tokenizer}[-{vocab_size}]-{hash}/
+        train.bin  val.bin  test.bin   flat token ids (uint16, or uint32 for vocabularies > 65536)
+        char_vocab.json | tokenizer.json
+        meta.json                      written last
+
+The folder is built under a temporary name and renamed into place, so a folder with the
+final name is always complete and a killed run never leaves a half cache that is trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from ablate.data.sources import (
+    DataNotFoundError,
+    default_cache_dir,
+    default_data_dir,
+    download_url,
+    load_hub_dataset,
+    missing_file_message,
+    resolve_local,
+)
+from ablate.data.tokenizers import Tokenizer, build_tokenizer, iter_chunks, tokenizer_class
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test")
+CACHE_FORMAT_VERSION = 1  # bump when the cached files or the split logic change
+_META = "meta.json"
+_WRITE_CHUNK_CHARS = 1 << 24  # tokenise big corpora piecewise so memory stays bounded
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """Smallest unsigned dtype that holds ids ``0 .. vocab_size - 1`` (uint16 or uint32)."""
+    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
+
+
+def file_fingerprint(paths: dict[str, Path], full_paths: bool = False) -> list[list[Any]]:
+    """Cheap identity of source files (name or path, size, mtime): changes when a file is replaced."""
+    return [
+        [key, str(p.absolute()) if full_paths else p.name, p.stat().st_size, p.stat().st_mtime_ns]
+        for key, p in sorted(paths.items())
+    ]
+
+
+class TokenWindows(Dataset):
+    """Non-overlapping windows over a flat token file: item i is ``(x, y)`` with
+    ``x = tokens[i*L : i*L + L]`` and ``y = tokens[i*L + 1 : i*L + L + 1]`` (int64 tensors).
+
+    A trailing piece shorter than a full window is dropped. The file is memory-mapped
+    lazily and the map is not pickled, so DataLoader workers each open their own instead of
+    receiving a copy of the whole array.
+    """
+
+    def __init__(self, path: Path, dtype: np.dtype, seq_len: int) -> None:
+        self.path, self.dtype, self.seq_len = Path(path), np.dtype(dtype), seq_len
+        self.num_tokens = self.path.stat().st_size // self.dtype.itemsize
+        self._tokens: np.ndarray | None = None
+
+    @property
+    def tokens(self) -> np.ndarray:
+        if self._tokens is None:
+            self._tokens = np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.num_tokens,))
+        return self._tokens
+
+    def __len__(self) -> int:
+        # Each window needs seq_len + 1 tokens: the targets reach one token further.
+        return max(0, (self.num_tokens - 1) // self.seq_len)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not 0 <= i < len(self):
+            raise IndexError(f"window {i} out of range for {len(self)} windows")
+        start = i * self.seq_len
+        chunk = torch.from_numpy(self.tokens[start : start + self.seq_len + 1].astype(np.int64))
+        return chunk[:-1], chunk[1:]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_tokens": None}
+
+
+class LMDataModule(L.LightningDataModule):
+    """Base class: tokenise a corpus once, cache it, serve fixed-length windows.
+
+    Args:
+        data_dir: folder with the raw corpora (may be read-only); default ``$ABLATE_DATA_DIR`` or ``./data``.
+        cache_dir: folder for tokenised caches; default ``$ABLATE_CACHE_DIR`` or ``./cache``.
+        tokenizer: ``"char"`` or ``"bpe"``.
+        vocab_size: target BPE vocabulary size (ignored for ``char``). The actual size is
+            :attr:`vocab_size` after :meth:`setup`.
+        seq_len: training context length.
+        eval_seq_len: validation/test context length; ``None`` means ``seq_len``. May be
+            longer than ``seq_len`` (length-extrapolation experiments).
+        batch_size: training batch size.
+        eval_batch_size: validation/test batch size; ``None`` means ``batch_size``.
+        num_workers, pin_memory: passed to every DataLoader.
+
+    After ``prepare_data(); setup("fit")``: :attr:`tokenizer` (a :class:`Tokenizer`),
+    :attr:`vocab_size` (int), :attr:`datasets` (split name -> :class:`TokenWindows`).
+    """
+
+    name: ClassVar[str] = "corpus"
+    """Corpus name, used in cache folder names and messages."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        tokenizer: str = "char",
+        vocab_size: int = 2048,
+        seq_len: int = 256,
+        eval_seq_len: int | None = None,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+    ) -> None:
+        super().__init__()
+        tokenizer_class(tokenizer)  # fail at construction on a typo, not after loading data
+        for arg, value in {"seq_len": seq_len, "eval_seq_len": eval_seq_len, "batch_size": batch_size,
+                           "eval_batch_size": eval_batch_size, "vocab_size": vocab_size}.items():
+            if value is not None and value < 1:
+                raise ValueError(f"{arg} must be positive, got {value}")
+        # No save_hyperparameters(): Lightning refuses to log a datamodule whose hparams share
+        # a key with the model's but differ (here `vocab_size`: requested vs actual).
+        self.data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        self.tokenizer_kind = tokenizer
+        self.bpe_vocab_size = vocab_size
+        self.seq_len = seq_len
+        self.eval_seq_len = eval_seq_len or seq_len
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.tokenizer: Tokenizer | None = None
+        self.vocab_size: int | None = None
+        self.datasets: dict[str, TokenWindows] = {}
+
+    # --- what a corpus provides ------------------------------------------------------
+
+    def source_key(self) -> Any:
+        """JSON-able identity of the raw sources, hashed into the cache folder name.
+
+        Must be cheap (no reading of the text); may download a missing file first.
+        """
+        raise NotImplementedError
+
+    def read_splits(self) -> dict[str, str]:
+        """The raw text of the ``train``, ``val`` and ``test`` splits."""
+        raise NotImplementedError
+
+    # --- caching -------------------------------------------------------------------
+
+    @property
+    def tokens_per_batch(self) -> int:
+        """Training tokens per batch (``batch_size * seq_len``), for throughput logging."""
+        return self.batch_size * self.seq_len
+
+    def cache_path(self) -> Path:
+        """The cache folder for the current sources and tokenizer settings."""
+        key = json.dumps({"format": CACHE_FORMAT_VERSION, "corpus": self.name, "sources": self.source_key()}, sort_keys=True)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+        vocab = f"-{self.bpe_vocab_size}" if self.tokenizer_kind == "bpe" else ""
+        return self.cache_dir / f"{self.name}-{self.tokenizer_kind}{vocab}-{digest}"
+
+    def prepare_data(self) -> None:
+        """Tokenise the corpus into the cache folder unless a complete cache exists."""
+        final = self.cache_path()
+        if (final / _META).is_file():
+            log.info("Using cached %s tokens from %s", self.name, final)
+            return
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=self.cache_dir, prefix=f".{final.name}.tmp-"))
+        tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared between users
+        try:
+            self._build_cache(tmp)
+            if final.exists() and not (final / _META).is_file():
+                shutil.rmtree(final)  # an incomplete folder under the final name is never trusted
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not (final / _META).is_file():  # not a concurrent run finishing first
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _build_cache(self, folder: Path) -> None:
+        texts = self.read_splits()
+        if self.tokenizer_kind == "char":
+            # nanoGPT's convention: the character set of the whole corpus, so no split has
+            # unknown characters. One copy of each character is all the fit needs.
+            fit_text = "".join(sorted(set().union(*map(set, texts.values()))))
+        else:
+            fit_text = texts["train"]  # BPE merges are learned on the training text only
+        cls = tokenizer_class(self.tokenizer_kind)
+        tokenizer = build_tokenizer(self.tokenizer_kind, fit_text, self.bpe_vocab_size, folder / cls.FILENAME)
+        dtype = token_dtype(tokenizer.vocab_size)
+        counts = {split: self._write_tokens(tokenizer, texts[split], folder / f"{split}.bin", dtype) for split in SPLITS}
+        meta = {"format": CACHE_FORMAT_VERSION, "corpus": self.name, "tokenizer": self.tokenizer_kind,
+                "vocab_size": tokenizer.vocab_size, "dtype": dtype.name, "num_tokens": counts,
+                "sources": self.source_key()}
+        (folder / _META).write_text(json.dumps(meta, indent=2))  # last: marks the folder complete
+        log.info("Tokenised %s with %s (vocab %d): %s tokens", self.name, self.tokenizer_kind, tokenizer.vocab_size, counts)
+
+    @staticmethod
+    def _write_tokens(tokenizer: Tokenizer, text: str, path: Path, dtype: np.dtype) -> int:
+        count = 0
+        with open(path, "wb") as f:
+            for piece in iter_chunks(text, _WRITE_CHUNK_CHARS):
+                ids = tokenizer.encode_array(piece)
+                ids.astype(dtype).tofile(f)
+                count += ids.size
+        return count
+
+    # --- Lightning hooks -----------------------------------------------------------
+
+    _STAGE_SPLITS: ClassVar[dict[str | None, tuple[str, ...]]] = {
+        "fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": (), None: SPLITS,
+    }
+
+    def setup(self, stage: str | None = None) -> None:
+        """Memory-map the cached splits needed for ``stage``; set :attr:`tokenizer` and :attr:`vocab_size`."""
+        folder = self.cache_path()
+        if not (folder / _META).is_file():
+            self.prepare_data()  # e.g. used outside a Trainer, or setup() called first
+        meta = json.loads((folder / _META).read_text())
+        cls = tokenizer_class(self.tokenizer_kind)
+        self.tokenizer = cls.load(folder / cls.FILENAME)
+        self.vocab_size = int(meta["vocab_size"])
+        for split in self._STAGE_SPLITS.get(stage, SPLITS):
+            self.datasets[split] = self._windows(folder / f"{split}.bin", np.dtype(meta["dtype"]), split)
+
+    def _windows(self, path: Path, dtype: np.dtype, split: str) -> TokenWindows:
+        arg, seq_len = ("seq_len", self.seq_len) if split == "train" else ("eval_seq_len", self.eval_seq_len)
+        windows = TokenWindows(path, dtype, seq_len)
+        if len(windows) == 0:
+            raise ValueError(
+                f"{arg}={seq_len} is too long for the {split} split of {self.name}: the split has "
+                f"{windows.num_tokens} tokens and one window needs {arg} + 1 = {seq_len + 1}."
+            )
+        if split == "train" and len(windows) < self.batch_size:
+            raise ValueError(
+                f"the train split of {self.name} gives only {len(windows)} windows of seq_len={seq_len} "
+                f"({windows.num_tokens} tokens), fewer than batch_size={self.batch_size}: with "
+                f"drop_last no batch would be left. Lower batch_size or seq_len."
+            )
+        return windows
+
+    def _dataset(self, split: str) -> TokenWindows:
+        if split not in self.datasets:
+            self.setup({"train": "fit", "val": "validate", "test": "test"}[split])
+        return self.datasets[split]
+
+    def _loader(self, split: str, batch_size: int, train: bool) -> DataLoader:
+        return DataLoader(
+            self._dataset(split),
+            batch_size=batch_size,
+            shuffle=train,  # the sampler draws from torch's RNG, which Lightning seeds
+            drop_last=train,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", self.batch_size, train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", self.eval_batch_size, train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", self.eval_batch_size, train=False)
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+class TinyShakespeare(LMDataModule):
+    """Tiny Shakespeare (Karpathy's char-rnn corpus, 1.1 MB): first 90% of the characters
+    train, last 10% validation (as nanoGPT), test = validation.
+
+    Read from ``{data_dir}/tinyshakespeare/input.txt``; downloaded from :attr:`URL` if missing.
+    """
+
+    name = "tinyshakespeare"
+    URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+    RELPATH = "tinyshakespeare/input.txt"
+    TRAIN_FRACTION = 0.9
+
+    def input_file(self) -> Path:
+        """Path of ``input.txt``, downloading it into ``data_dir`` when missing."""
+        return resolve_local(self.data_dir, self.RELPATH) or download_url(self.URL, self.data_dir / self.RELPATH)
+
+    def source_key(self) -> Any:
+        return file_fingerprint({"input": self.input_file()})
+
+    def read_splits(self) -> dict[str, str]:
+        text = _read(self.input_file())
+        n_train = int(len(text) * self.TRAIN_FRACTION)
+        val = text[n_train:]
+        return {"train": text[:n_train], "val": val, "test": val}
+
+
+class WikiText(LMDataModule):
+    """WikiText (Merity et al. 2016): Wikipedia articles with given train/valid/test splits.
+
+    Local files win: ``{data_dir}/{LOCAL_DIR}/`` holding one of the file sets in
+    :attr:`LOCAL_NAMES`. Otherwise the raw version is loaded from the Hugging Face Hub.
+    """
+
+    LOCAL_DIR: ClassVar[str]
+    HUB_PATH: ClassVar[str] = "Salesforce/wikitext"
+    HUB_CONFIG: ClassVar[str]
+    LOCAL_NAMES: ClassVar[tuple[dict[str, str], ...]] = (
+        {"train": "train.txt", "val": "valid.txt", "test": "test.txt"},
+        {"train": "wiki.train.tokens", "val": "wiki.valid.tokens", "test": "wiki.test.tokens"},
+        {"train": "wiki.train.raw", "val": "wiki.valid.raw", "test": "wiki.test.raw"},
+    )
+    _HUB_SPLITS: ClassVar[dict[str, str]] = {"train": "train", "val": "validation", "test": "test"}
+
+    def local_alternative(self) -> str:
+        """Human-readable description of the local files that replace the Hub download."""
+        sets = " or ".join(", ".join(names.values()) for names in self.LOCAL_NAMES)
+        return f"put {sets} in the folder {(self.data_dir / self.LOCAL_DIR).absolute()}"
+
+    def local_files(self) -> dict[str, Path] | None:
+        """The local split files, or ``None`` when there are none (then the Hub is used)."""
+        folder = self.data_dir / self.LOCAL_DIR
+        partial: list[str] = []
+        for names in self.LOCAL_NAMES:
+            found = {split: resolve_local(folder, name) for split, name in names.items()}
+            if all(found.values()):
+                return found  # type: ignore[return-value]
+            partial += [names[s] for s, p in found.items() if p is None and any(found.values())]
+        if partial:
+            # Some files are there: a half-copied folder is a mistake worth reporting rather
+            # than silently downloading the corpus instead.
+            raise DataNotFoundError(
+                missing_file_message(", ".join(partial), folder, reason=f"{self.name} needs all three splits")
+            )
+        return None
+
+    def source_key(self) -> Any:
+        files = self.local_files()
+        return file_fingerprint(files) if files else f"hub:{self.HUB_PATH}/{self.HUB_CONFIG}"
+
+    def read_splits(self) -> dict[str, str]:
+        files = self.local_files()
+        if files:
+            return {split: _read(path) for split, path in files.items()}
+        ds = load_hub_dataset(self.HUB_PATH, self.HUB_CONFIG, local_alternative=self.local_alternative())
+        # One row per line of the original file; blank lines are empty rows.
+        return {
+            split: "".join(row if row.endswith("\n") else row + "\n" for row in ds[hub_split]["text"])
+            for split, hub_split in self._HUB_SPLITS.items()
+        }
+
+
+class WikiText2(WikiText):
+    """WikiText-2 (about 2M training words)."""
+
+    name = "wikitext2"
+    LOCAL_DIR = "wikitext-2"
+    HUB_CONFIG = "wikitext-2-raw-v1"
+
+
+class WikiText103(WikiText):
+    """WikiText-103 (about 103M training words; the Hub download is about 300 MB)."""
+
+    name = "wikitext103"
+    LOCAL_DIR = "wikitext-103"
+    HUB_CONFIG = "wikitext-103-raw-v1"
+
+
+class TextFiles(LMDataModule):
+    """Any UTF-8 plain-text files, one per split.
+
+    Args:
+        train_path, val_path: the training and validation text files.
+        test_path: the test file; ``None`` means test = validation.
+        **kwargs: the arguments of :class:`LMDataModule`.
+
+    Relative paths are looked up under ``data_dir`` first, then the working directory.
+    """
+
+    name = "text"
+
+    def __init__(
+        self,
+        train_path: str | os.PathLike[str],
+        val_path: str | os.PathLike[str],
+        test_path: str | os.PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.paths = {"train": Path(train_path), "val": Path(val_path), "test": Path(test_path or val_path)}
+
+    def files(self) -> dict[str, Path]:
+        """Absolute paths of the split files; :class:`DataNotFoundError` names a missing one."""
+        found = {}
+        for split, path in self.paths.items():
+            hit = resolve_local(self.data_dir, path) or resolve_local(Path.cwd(), path)
+            if hit is None:
+                where = path if path.is_absolute() else self.data_dir / path
+                raise DataNotFoundError(missing_file_message(f"{split} text", where))
+            found[split] = hit.absolute()
+        return found
+
+    def source_key(self) -> Any:
+        # Full paths: two different user files may well share name, size and mtime.
+        return file_fingerprint(self.files(), full_paths=True)
+
+    def read_splits(self) -> dict[str, str]:
+        return {split: _read(path) for split, path in self.files().items()}

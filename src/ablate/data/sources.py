@@ -1,0 +1,154 @@
+"""Where raw corpus files come from: a local folder, a plain URL, or the Hugging Face Hub.
+
+Every failure to obtain data raises :class:`DataNotFoundError` with a message that says
+which file is needed, where it was looked for, where to get it and how to point the
+project at another folder, so that an offline machine fails in seconds with a fix in hand
+instead of hanging on a network timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ENV_DATA_DIR = "ABLATE_DATA_DIR"
+"""Environment variable naming the data folder (the default of ``paths.data_dir``)."""
+ENV_CACHE_DIR = "ABLATE_CACHE_DIR"
+"""Environment variable naming the cache folder (the default of ``paths.cache_dir``)."""
+
+HUB_PROBE_TIMEOUT_S = 3.0
+_TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
+
+_HOW_TO_REDIRECT = (
+    f"To use data from another folder, run with `paths.data_dir=/path/to/data` "
+    f"or set the environment variable {ENV_DATA_DIR}=/path/to/data."
+)
+
+
+class DataNotFoundError(FileNotFoundError):
+    """A corpus file is neither on disk nor obtainable from the network."""
+
+
+def default_data_dir() -> Path:
+    """The data folder used when none is configured: ``$ABLATE_DATA_DIR`` or ``./data``."""
+    return Path(os.environ.get(ENV_DATA_DIR) or "data")
+
+
+def default_cache_dir() -> Path:
+    """The cache folder used when none is configured: ``$ABLATE_CACHE_DIR`` or ``./cache``."""
+    return Path(os.environ.get(ENV_CACHE_DIR) or "cache")
+
+
+def resolve_local(data_dir: str | os.PathLike[str] | None, relpath: str | os.PathLike[str]) -> Path | None:
+    """Return ``data_dir/relpath`` if that file exists, else ``None``.
+
+    An absolute ``relpath`` is used as is, so callers can take user-given paths too.
+    """
+    base = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+    path = base / Path(relpath).expanduser()
+    return path if path.is_file() else None
+
+
+def missing_file_message(name: str, expected: Path, url: str | None = None, reason: str | None = None) -> str:
+    """The standard text of a :class:`DataNotFoundError` for one file."""
+    lines = [f"Data file '{name}' is missing: looked for it at {expected.absolute()}."]
+    if reason:
+        lines.append(f"Reason: {reason}")
+    if url:
+        lines.append(f"Download it from {url} and save it at that path (no network access here?).")
+    lines.append(_HOW_TO_REDIRECT)
+    return "\n".join(lines)
+
+
+def download_url(url: str, dest: str | os.PathLike[str], timeout: float = 10) -> Path:
+    """Download ``url`` to ``dest`` atomically and return ``dest``.
+
+    The bytes go to a temporary file in the destination folder that is renamed into place
+    only once complete, so an interrupted download never looks like a finished one.
+    Network errors become :class:`DataNotFoundError`; ``timeout`` bounds each socket
+    operation so an offline machine fails quickly.
+    """
+    dest = Path(dest)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    except OSError as err:
+        raise DataNotFoundError(
+            missing_file_message(dest.name, dest, url, reason=f"cannot write to {dest.parent} ({err})")
+        ) from err
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+            shutil.copyfileobj(response, out)
+        os.replace(tmp, dest)
+    except (OSError, urllib.error.URLError, ValueError) as err:
+        # URLError covers DNS/refused/HTTP errors; OSError covers timeouts and resets
+        # mid-transfer; ValueError a malformed URL.
+        raise DataNotFoundError(missing_file_message(dest.name, dest, url, reason=f"download failed: {err}")) from err
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest
+
+
+def hub_offline_reason() -> str | None:
+    """Why the Hub cannot be used right now, or ``None`` if it looks reachable.
+
+    Checked before ``datasets.load_dataset`` because that call can otherwise spend minutes
+    in retries before giving up on a machine without network access.
+    """
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").upper() in _TRUE_VALUES:
+            return f"{var}={os.environ[var]} is set"
+    endpoint = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host = endpoint.hostname or "huggingface.co"
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT_S).close()
+    except OSError as err:
+        return f"cannot connect to {host}:{port} ({err})"
+    return None
+
+
+def hub_error_message(path: str, name: str | None, local_alternative: str, reason: str) -> str:
+    """The text of a :class:`DataNotFoundError` for a Hub dataset that cannot be loaded."""
+    config = f" (config '{name}')" if name else ""
+    return (
+        f"Hugging Face dataset '{path}'{config} cannot be loaded: {reason}.\n"
+        f"Local alternative: {local_alternative}\n{_HOW_TO_REDIRECT}"
+    )
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    """Exception types that mean 'the Hub could not be reached' (library-version tolerant)."""
+    errors: list[type[BaseException]] = [OSError]  # includes ConnectionError, HfHubHTTPError
+    try:
+        import httpx
+
+        errors.append(httpx.HTTPError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def load_hub_dataset(path: str, name: str | None = None, *, local_alternative: str, **kwargs: Any) -> Any:
+    """``datasets.load_dataset(path, name, **kwargs)``, failing fast and clearly when offline.
+
+    ``local_alternative`` tells the user which folder and file names would be used instead
+    of the Hub; it is part of every error message.
+    """
+    reason = hub_offline_reason()
+    if reason is not None:
+        raise DataNotFoundError(hub_error_message(path, name, local_alternative, reason))
+    import datasets  # imported lazily: it is slow to import and only needed here
+
+    try:
+        return datasets.load_dataset(path, name, **kwargs)
+    except _network_errors() as err:
+        raise DataNotFoundError(hub_error_message(path, name, local_alternative, f"{type(err).__name__}: {err}")) from err

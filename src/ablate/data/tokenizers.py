@@ -1,0 +1,232 @@
+"""Tokenizers for language modelling behind one small interface.
+
+``char``: one id per character, vocabulary = sorted set of the corpus characters (as in
+nanoGPT's shakespeare_char). ``bpe``: byte-level BPE trained with Hugging Face
+``tokenizers``; byte-level means every string is representable and decodes back exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+log = logging.getLogger(__name__)
+
+_CHUNK_CHARS = 1 << 16
+"""Text is fed to HF tokenizers in chunks of about this size so its Rust code can work on
+several chunks in parallel and a large corpus is never one giant string inside Rust."""
+
+
+def iter_chunks(text: str, size: int = _CHUNK_CHARS) -> Iterator[str]:
+    """Split ``text`` into consecutive pieces of about ``size`` characters, cut after a newline.
+
+    Cutting at line ends keeps the pieces close to what the BPE pre-tokenizer would see in
+    the whole text; ``"".join(iter_chunks(t)) == t`` always holds.
+    """
+    start = 0
+    while start < len(text):
+        cut = text.find("\n", start + size)
+        end = len(text) if cut < 0 else cut + 1
+        yield text[start:end]
+        start = end
+
+
+class Tokenizer(ABC):
+    """Interface shared by all tokenizers."""
+
+    FILENAME: ClassVar[str]
+    """File name used when the tokenizer is stored in a cache folder."""
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """Number of distinct token ids; ids are ``0 .. vocab_size - 1``."""
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``."""
+
+    @abstractmethod
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of token ids."""
+
+    @abstractmethod
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the tokenizer to one file."""
+
+    @classmethod
+    @abstractmethod
+    def load(cls, path: str | os.PathLike[str]) -> Tokenizer:
+        """Read a tokenizer written by :meth:`save`."""
+
+    @classmethod
+    @abstractmethod
+    def fit(cls, text: str, vocab_size: int) -> Tokenizer:
+        """Build the vocabulary from ``text`` (``vocab_size`` is a target where it applies)."""
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """Token ids of ``text`` as an int64 array; subclasses make this fast for big corpora."""
+        return np.asarray(self.encode(text), dtype=np.int64)
+
+
+class CharTokenizer(Tokenizer):
+    """One token per Unicode character of a fixed vocabulary."""
+
+    FILENAME = "char_vocab.json"
+
+    def __init__(self, chars: Sequence[str]) -> None:
+        if len(set(chars)) != len(chars) or any(len(c) != 1 for c in chars):
+            raise ValueError("CharTokenizer needs distinct single characters")
+        self.chars: list[str] = list(chars)
+        self._stoi = {c: i for i, c in enumerate(self.chars)}
+        # Sorted code points + the id of each, for vectorised lookup in encode_array.
+        codes = np.array([ord(c) for c in self.chars], dtype=np.int64)
+        self._order = np.argsort(codes)
+        self._sorted_codes = codes[self._order]
+
+    @classmethod
+    def from_text(cls, text: str) -> CharTokenizer:
+        """Vocabulary = sorted set of the characters of ``text``."""
+        return cls(sorted(set(text)))
+
+    @classmethod
+    def fit(cls, text: str, vocab_size: int) -> CharTokenizer:
+        """Same as :meth:`from_text`; the vocabulary size is set by the text, not a target."""
+        return cls.from_text(text)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            return [self._stoi[c] for c in text]
+        except KeyError as err:
+            raise ValueError(f"character {err.args[0]!r} is not in the vocabulary") from err
+
+    def encode_array(self, text: str) -> np.ndarray:
+        # A Python dict lookup per character is slow for 100+ MB corpora; UTF-32 gives one
+        # code point per element, which a binary search maps to ids in bulk.
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype="<u4").astype(np.int64)
+        if codes.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        pos = np.searchsorted(self._sorted_codes, codes).clip(max=len(self._sorted_codes) - 1)
+        unknown = self._sorted_codes[pos] != codes
+        if unknown.any():
+            raise ValueError(f"character {chr(codes[unknown.argmax()])!r} is not in the vocabulary")
+        return self._order[pos]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(self.chars[int(i)] for i in ids)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        Path(path).write_text(json.dumps({"type": "char", "chars": self.chars}, ensure_ascii=False), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> CharTokenizer:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return cls(data["chars"])
+
+
+class BPETokenizer(Tokenizer):
+    """Byte-level BPE (GPT-2 style) backed by a Hugging Face ``tokenizers.Tokenizer``."""
+
+    FILENAME = "tokenizer.json"
+    MIN_VOCAB_SIZE = 256  # the byte alphabet: every string must stay representable
+
+    def __init__(self, tokenizer: HFTokenizer) -> None:
+        self.hf = tokenizer
+
+    @classmethod
+    def train(cls, text: str, vocab_size: int = 2048) -> BPETokenizer:
+        """Learn merges on ``text`` until the vocabulary has ``vocab_size`` entries (or no pair is left)."""
+        if vocab_size < cls.MIN_VOCAB_SIZE:
+            raise ValueError(f"BPE vocab_size must be at least {cls.MIN_VOCAB_SIZE} (the byte alphabet), got {vocab_size}")
+        tok = HFTokenizer(models.BPE())
+        # No normalizer and no prefix space: decode(encode(text)) must give text back exactly.
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tok.train_from_iterator(iter_chunks(text), trainer=trainer)
+        return cls(tok)
+
+    @classmethod
+    def fit(cls, text: str, vocab_size: int) -> BPETokenizer:
+        return cls.train(text, vocab_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf.encode(text).ids
+
+    def encode_array(self, text: str) -> np.ndarray:
+        chunks = list(iter_chunks(text))
+        if not chunks:
+            return np.zeros(0, dtype=np.int64)
+        encodings = self.hf.encode_batch(chunks)
+        return np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encodings])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.hf.decode([int(i) for i in ids])
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        self.hf.save(str(path))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> BPETokenizer:
+        return cls(HFTokenizer.from_file(str(path)))
+
+
+TOKENIZERS: dict[str, type[Tokenizer]] = {"char": CharTokenizer, "bpe": BPETokenizer}
+
+
+def tokenizer_class(kind: str) -> type[Tokenizer]:
+    """The tokenizer class for ``kind``; a ValueError lists the valid kinds."""
+    try:
+        return TOKENIZERS[kind]
+    except KeyError:
+        raise ValueError(f"unknown tokenizer {kind!r}; valid kinds: {', '.join(TOKENIZERS)}") from None
+
+
+def build_tokenizer(kind: str, train_text: str, vocab_size: int, cache_path: str | os.PathLike[str]) -> Tokenizer:
+    """Load the tokenizer stored at ``cache_path``, or fit it on ``train_text`` and store it there.
+
+    ``train_text`` is the text the vocabulary is fitted on (``LMDataModule`` passes the whole
+    corpus for ``char``, as nanoGPT does, and only the train split for ``bpe``, so no
+    validation text leaks into the merges). ``vocab_size`` is ignored for ``char``.
+    """
+    cls = tokenizer_class(kind)
+    cache_path = Path(cache_path)
+    if cache_path.is_file():
+        log.info("Loaded %s tokenizer from %s", kind, cache_path)
+        return cls.load(cache_path)
+    tokenizer = cls.fit(train_text, vocab_size)
+    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    # Save to a temporary name and rename, so a killed run never leaves a truncated file
+    # that the next run would trust.
+    fd, tmp = tempfile.mkstemp(dir=cache_path.parent, prefix=f".{cache_path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        tokenizer.save(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache may be shared between users
+        os.replace(tmp, cache_path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    log.info("Trained %s tokenizer (vocab %d), saved to %s", kind, tokenizer.vocab_size, cache_path)
+    return tokenizer

@@ -1,0 +1,101 @@
+"""Position-wise feed-forward networks (the ``act`` option).
+
+Plain FFN (Vaswani et al. 2017, eq. 2): ``W2 act(W1 x)``.
+Gated FFN (Shazeer 2020, "GLU Variants Improve Transformer", eqs. 5-6): ``W2 (act(W x) * V x)``.
+Shazeer keeps parameter counts equal by shrinking the hidden width of the three-matrix gated
+FFN to 2/3 of the two-matrix one; ``gated_width_scale`` does the same (turn it off with
+``act.match_params=false``).
+
+Adding an activation: one entry in ``ACTIVATIONS`` (plain) or ``GATES`` (gated), one
+``conf/act/<name>.yaml`` and a test in ``tests/nn/test_ffn.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+Activation = Callable[[Tensor], Tensor]
+
+
+def relu_squared(x: Tensor) -> Tensor:
+    """Squared ReLU (So et al. 2021, "Primer", Sec. 4)."""
+    return F.relu(x).square()
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU with the tanh approximation (Hendrycks & Gimpel 2016, eq. 3), as in GPT-2/BERT."""
+    return F.gelu(x, approximate="tanh")
+
+
+def identity(x: Tensor) -> Tensor:
+    return x
+
+
+ACTIVATIONS: dict[str, Activation] = {
+    "relu": F.relu,  # Vaswani et al. 2017
+    "gelu": F.gelu,  # Hendrycks & Gimpel 2016 (exact erf form)
+    "gelu_tanh": gelu_tanh,
+    "silu": F.silu,  # a.k.a. Swish with beta=1 (Ramachandran et al. 2017)
+    "relu2": relu_squared,
+}
+
+# The gate nonlinearity of each GLU variant (Shazeer 2020, eqs. 5-6; GLU: Dauphin et al. 2017).
+GATES: dict[str, Activation] = {
+    "glu": F.sigmoid,
+    "reglu": F.relu,
+    "geglu": F.gelu,
+    "swiglu": F.silu,
+    "bilinear": identity,
+}
+
+
+def activation_names() -> list[str]:
+    return [*ACTIVATIONS, *GATES]
+
+
+def hidden_width(act: str, d_ff: int, match_params: bool = True) -> int:
+    """The hidden width a gated FFN needs to have the parameters of a plain one of width d_ff."""
+    return round(2 * d_ff / 3) if act in GATES and match_params else d_ff
+
+
+class FeedForward(nn.Module):
+    """Plain two-layer FFN: ``out(act(in(x)))``."""
+
+    def __init__(self, d_model: int, d_ff: int, act: str, bias: bool = True, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.act = ACTIVATIONS[act]
+        self.fc_in = nn.Linear(d_model, d_ff, bias=bias)
+        self.fc_out = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.fc_out(self.act(self.fc_in(x))))
+
+
+class GatedFeedForward(nn.Module):
+    """Gated FFN: ``out(gate(W x) * (V x))``. W and V are one fused matrix (``fc_in``): one
+    matmul instead of two, same function; the first half of its output is the gate."""
+
+    def __init__(self, d_model: int, d_ff: int, act: str, bias: bool = True, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.gate = GATES[act]
+        self.fc_in = nn.Linear(d_model, 2 * d_ff, bias=bias)
+        self.fc_in.fused_sizes = (d_ff, d_ff)  # W and V stacked (read by init)
+        self.fc_out = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, value = self.fc_in(x).chunk(2, dim=-1)
+        return self.dropout(self.fc_out(self.gate(gate) * value))
+
+
+def build_ffn(act: str, d_model: int, d_ff: int, *, match_params: bool = True, bias: bool = True, dropout: float = 0.0) -> nn.Module:
+    """Build the FFN for activation ``act``, shrinking gated variants to match parameters."""
+    if act not in ACTIVATIONS and act not in GATES:
+        raise ValueError(f"unknown act={act!r}; valid options: {', '.join(activation_names())}")
+    width = hidden_width(act, d_ff, match_params)
+    cls = GatedFeedForward if act in GATES else FeedForward
+    return cls(d_model, width, act, bias=bias, dropout=dropout)

@@ -1,0 +1,79 @@
+"""Decoder-only language modelling as a LightningModule.
+
+Metric names are part of the interface (dashboards and ``scripts/`` read them):
+``train/loss``, ``train/ppl``, ``val/loss``, ``val/ppl``, ``test/loss``, ``test/ppl``.
+Validation perplexity is exp of the mean NLL over all tokens of the split, not a mean of
+per-batch perplexities.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torchmetrics import MeanMetric
+
+from ablate.config import ModelSpec
+from ablate.nn.transformer import TransformerLM
+from ablate.optim import build_optimizer, build_schedule
+
+
+class LanguageModelTask(L.LightningModule):
+    """Next-token prediction with cross-entropy (optionally label-smoothed for training)."""
+
+    def __init__(self, spec: Mapping[str, Any], optim: Mapping[str, Any], compile: bool = False) -> None:
+        super().__init__()
+        self.save_hyperparameters()  # spec + optim: enough to rebuild the model from a checkpoint
+        self.spec = ModelSpec(**spec)
+        self.optim_cfg = dict(optim)
+        self.model = TransformerLM(self.spec)
+        self.forward_fn = torch.compile(self.model) if compile else self.model
+        self.eval_nll = MeanMetric()  # token-weighted mean NLL; synced across ranks by torchmetrics
+
+    def forward(self, idx: Tensor) -> Tensor:
+        return self.forward_fn(idx)
+
+    def _nll(self, logits: Tensor, targets: Tensor, label_smoothing: float = 0.0) -> Tensor:
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), label_smoothing=label_smoothing)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        x, y = batch
+        logits = self(x)
+        smoothing = self.optim_cfg.get("label_smoothing", 0.0)
+        loss = self._nll(logits, y, smoothing)
+        # perplexity is defined on the true NLL; with label smoothing the training loss is not it
+        nll = loss.detach() if not smoothing else self._nll(logits.detach(), y)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/ppl", nll.exp())
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"])  # the rate this step uses
+        return loss
+
+    def _eval_step(self, batch: tuple[Tensor, Tensor]) -> None:
+        x, y = batch
+        self.eval_nll.update(self._nll(self(x), y), weight=y.numel())
+
+    def _eval_epoch_end(self, split: str) -> None:
+        loss = self.eval_nll.compute()
+        self.eval_nll.reset()
+        self.log_dict({f"{split}/loss": loss, f"{split}/ppl": loss.exp()}, prog_bar=split == "val", sync_dist=False)
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = build_optimizer(self.model, self.optim_cfg)
+        max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else self.trainer.estimated_stepping_batches
+        scheduler = build_schedule(optimizer, self.optim_cfg, int(max_steps))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,462 @@
+"""Loggers: W&B mode decision, run naming, offline runs read back, multirun safety.
+
+Every test runs with a private HOME/NETRC/W&B config dir and no W&B env vars,
+so the developer's real credentials and settings are never read or written.
+"""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from omegaconf import OmegaConf
+
+from ablate import wandb_reader
+from ablate.logging import (
+    build_loggers,
+    decide_wandb_mode,
+    finish_wandb,
+    multirun_group,
+    run_name_from_overrides,
+    set_wandb_summary,
+)
+from ablate.wandb_reader import find_run_dirs, read_offline_run
+
+REPO = Path(__file__).resolve().parents[1]
+LOGGER_CONF = REPO / "conf" / "logger"
+FAKE_KEY = "0123456789abcdef0123456789abcdef01234567"  # 40 chars, the shape wandb expects
+
+
+# ----------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(autouse=True)
+def isolated_wandb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """No W&B env, no proxies, a fresh HOME; any run left open is finished."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("WANDB_") or name.lower() in {"https_proxy", "http_proxy", "all_proxy", "no_proxy"}:
+            monkeypatch.delenv(name)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("NETRC", str(home / ".netrc"))
+    for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(home / var.lower()))
+    yield home
+    finish_wandb()
+
+
+def closed_port() -> int:
+    """A localhost port with nothing listening on it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def listening_port() -> Iterator[int]:
+    """A localhost port that accepts TCP connections."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def logger_cfg(name: str, **wandb_overrides: object):
+    """A config with ``logger`` loaded from ``conf/logger/<name>.yaml``."""
+    cfg = OmegaConf.create({"logger": OmegaConf.load(LOGGER_CONF / f"{name}.yaml")})
+    for key, value in wandb_overrides.items():
+        cfg.logger.wandb[key] = value
+    return cfg
+
+
+def log_rows(loggers: list, rows: list[tuple[int, dict[str, float]]]) -> None:
+    """Log ``(step, metrics)`` rows through every Lightning logger, then flush."""
+    for step, metrics in rows:
+        for logger in loggers:
+            logger.log_metrics(metrics, step=step)
+    for logger in loggers:
+        logger.save()
+
+
+# ------------------------------------------------------------------ mode decision
+
+
+def test_no_credentials_means_offline() -> None:
+    mode, reason = decide_wandb_mode()
+    assert mode == "offline"
+    assert "credentials" in reason
+
+
+def test_explicit_mode_beats_env_and_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    assert decide_wandb_mode("disabled")[0] == "disabled"
+    assert decide_wandb_mode("offline") == ("offline", "logger.wandb.mode=offline")
+
+
+def test_env_mode_beats_detection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert decide_wandb_mode() == ("disabled", "WANDB_MODE=disabled")
+    monkeypatch.setenv("WANDB_MODE", "dryrun")  # wandb's old spelling of offline
+    assert decide_wandb_mode()[0] == "offline"
+
+
+def test_unknown_mode_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="logger.wandb.mode"):
+        decide_wandb_mode("sometimes")
+    monkeypatch.setenv("WANDB_MODE", "bogus")
+    with pytest.raises(ValueError, match="WANDB_MODE"):
+        decide_wandb_mode()
+
+
+def test_key_but_unreachable_host_is_offline_quickly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port()}")
+    start = time.monotonic()
+    mode, reason = decide_wandb_mode()
+    assert mode == "offline"
+    assert "not reachable" in reason
+    assert time.monotonic() - start < 5
+
+
+def test_silent_host_is_given_up_after_about_3_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 192.0.2.1 (TEST-NET-1) is never routed: a connect either fails at once
+    # or hangs until our deadline, never longer.
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("WANDB_BASE_URL", "https://192.0.2.1")
+    start = time.monotonic()
+    assert decide_wandb_mode()[0] == "offline"
+    assert time.monotonic() - start < 5
+
+
+def test_key_and_reachable_host_is_online(monkeypatch: pytest.MonkeyPatch, listening_port: int) -> None:
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{listening_port}")
+    assert decide_wandb_mode()[0] == "online"
+
+
+def test_netrc_entry_for_the_wandb_host_counts_as_credentials(
+    monkeypatch: pytest.MonkeyPatch, isolated_wandb: Path, listening_port: int
+) -> None:
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{listening_port}")
+    netrc_file = isolated_wandb / "elsewhere.netrc"
+    netrc_file.write_text(f"machine other.host\n  login user\n  password {FAKE_KEY}\n")
+    monkeypatch.setenv("NETRC", str(netrc_file))
+    assert decide_wandb_mode()[0] == "offline"  # entry for another host only
+    netrc_file.write_text(f"machine 127.0.0.1\n  login user\n  password {FAKE_KEY}\n")
+    assert decide_wandb_mode()[0] == "online"
+
+
+def test_default_netrc_is_in_home(
+    monkeypatch: pytest.MonkeyPatch, isolated_wandb: Path, listening_port: int
+) -> None:
+    monkeypatch.delenv("NETRC")
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{listening_port}")
+    (isolated_wandb / ".netrc").write_text(f"machine 127.0.0.1\n  login user\n  password {FAKE_KEY}\n")
+    assert decide_wandb_mode()[0] == "online"
+
+
+def test_https_proxy_is_probed_instead_of_the_host(monkeypatch: pytest.MonkeyPatch, listening_port: int) -> None:
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("WANDB_BASE_URL", "https://192.0.2.1")
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{listening_port}")
+    assert decide_wandb_mode()[0] == "online"
+
+
+# ------------------------------------------------------------------------ naming
+
+
+def test_run_name_is_sorted_and_keeps_trainer_keys() -> None:
+    name = run_name_from_overrides(["pos=rope", "trainer.max_steps=5", "norm=pre"])
+    assert name == "norm=pre,pos=rope,trainer.max_steps=5"
+
+
+def test_run_name_drops_non_variant_keys() -> None:
+    overrides = [
+        "hydra.sweep.dir=/tmp/x",
+        "paths.data=/data",
+        "logger=csv",
+        "logger.wandb.project=p",
+        "+loggers_extra=1",  # only the exact group "logger" is dropped
+        "norm=post",
+        "~hydra.job",
+    ]
+    assert run_name_from_overrides(overrides) == "+loggers_extra=1,norm=post"
+
+
+def test_run_name_default_when_nothing_identifies_the_variant() -> None:
+    assert run_name_from_overrides([]) == "default"
+    assert run_name_from_overrides(["logger=wandb", "hydra.verbose=true"]) == "default"
+
+
+@pytest.fixture
+def fake_hydra(tmp_path: Path) -> Iterator[callable]:
+    """Install a minimal HydraConfig for the duration of a test."""
+    from hydra.conf import HydraConf
+    from hydra.core.hydra_config import HydraConfig
+
+    def install(mode: str, sweep_dir: str, cwd: str) -> None:
+        hydra = OmegaConf.structured(HydraConf)
+        hydra.mode = mode
+        hydra.sweep.dir = sweep_dir
+        hydra.runtime.cwd = cwd
+        HydraConfig.instance().set_config(OmegaConf.create({"hydra": hydra}))
+
+    yield install
+    HydraConfig.instance().cfg = None
+
+
+def test_group_outside_hydra_is_none_unless_configured() -> None:
+    assert multirun_group() is None
+    assert multirun_group("my-group") == "my-group"
+
+
+def test_group_of_a_multirun_comes_from_the_sweep_dir(fake_hydra, tmp_path: Path) -> None:
+    fake_hydra("MULTIRUN", str(tmp_path / "multirun" / "2026-11-21" / "20-41-00"), str(tmp_path))
+    assert multirun_group() == "multirun-2026-11-21-20-41-00"
+    assert multirun_group("chosen") == "chosen"
+
+
+def test_group_is_wandb_safe_and_at_most_128_chars(fake_hydra) -> None:
+    fake_hydra("MULTIRUN", "/" + "deep dir/" * 30 + "sweep:01", "/elsewhere")
+    group = multirun_group()
+    assert group is not None and len(group) <= 128
+    assert group.endswith("sweep-01")
+    assert all(c.isalnum() or c in "._-" for c in group)
+
+
+def test_single_run_has_no_group(fake_hydra, tmp_path: Path) -> None:
+    fake_hydra("RUN", str(tmp_path / "multirun"), str(tmp_path))
+    assert multirun_group() is None
+
+
+# ------------------------------------------------------------ loggers end to end
+
+
+ROWS = [
+    (10, {"train/loss": 4.0, "val/loss": 3.0, "val/ppl": 20.0, "val/bleu": 1.0}),
+    (20, {"train/loss": 3.0, "val/loss": 2.0, "val/ppl": 7.5, "val/bleu": 9.0}),
+    (30, {"train/loss": 2.5, "val/loss": 2.2, "val/ppl": 9.0, "val/bleu": 4.0}),
+]
+
+
+def test_offline_run_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "job"
+    extra = {"model": {"d_model": 64, "norm": "pre"}, "axes": {"norm": "pre"}}
+    loggers = build_loggers(logger_cfg("wandb", tags=["t1"]), out, "norm=pre", "sweep-1", extra)
+    assert [type(lg) for lg in loggers] == [CSVLogger, WandbLogger]
+
+    log_rows(loggers, ROWS)
+    set_wandb_summary(loggers, "diverged", False)
+    finish_wandb()
+
+    printed = [line for line in capsys.readouterr().out.splitlines() if "W&B" in line]
+    assert len(printed) == 1
+    assert printed[0].startswith("W&B offline (no W&B credentials")
+    assert f"wandb sync {out}/wandb/offline-run-" in printed[0]
+
+    run = read_offline_run(out)
+    assert run["name"] == "norm=pre"
+    assert run["group"] == "sweep-1"
+    assert run["project"] == "ablate"
+    assert run["tags"] == ["t1"]
+    assert run["config"] == extra
+    assert run["exit_code"] == 0
+    assert [(r["trainer/global_step"], r["val/ppl"]) for r in run["history"]] == [(10, 20), (20, 7.5), (30, 9)]
+    assert run["summary"]["val/ppl"] == min(m["val/ppl"] for _, m in ROWS)
+    assert run["summary"]["val/loss"] == min(m["val/loss"] for _, m in ROWS)
+    assert run["summary"]["val/bleu"] == max(m["val/bleu"] for _, m in ROWS)
+    assert run["summary"]["train/loss"] == 2.5  # no goal defined: last value
+    assert run["summary"]["diverged"] is False
+
+    csv_text = (out / "csv" / "metrics.csv").read_text().splitlines()
+    assert csv_text[0].split(",")[0] == "step" and len(csv_text) == 1 + len(ROWS)
+
+
+def test_reader_falls_back_to_the_wandb_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "job"
+    log_rows(build_loggers(logger_cfg("wandb"), out, "r", None, {"a": 1}), ROWS)
+    finish_wandb()
+    fast = read_offline_run(out)
+    monkeypatch.setattr(wandb_reader, "_inspect_with_core", lambda run_file: None)
+    slow = read_offline_run(find_run_dirs(out)[0])
+    assert slow == fast
+    assert slow["group"] is None
+
+
+def test_non_finite_metrics_read_back_as_floats(tmp_path: Path) -> None:
+    out = tmp_path / "job"
+    loggers = build_loggers(logger_cfg("wandb"), out, "r", None, {})
+    log_rows(loggers, [(1, {"val/loss": float("nan"), "train/loss": float("inf")})])
+    finish_wandb(exit_code=1)
+    run = read_offline_run(out)
+    assert run["history"][0]["val/loss"] != run["history"][0]["val/loss"]  # NaN
+    assert run["history"][0]["train/loss"] == float("inf")
+    assert run["exit_code"] == 1
+
+
+def test_csv_profile_has_no_wandb(tmp_path: Path) -> None:
+    out = tmp_path / "job"
+    loggers = build_loggers(logger_cfg("csv"), out, "r", None, {})
+    assert [type(lg) for lg in loggers] == [CSVLogger]
+    set_wandb_summary(loggers, "diverged", True)  # no-op without W&B
+    log_rows(loggers, ROWS[:1])
+    finish_wandb()  # no-op: nothing started
+    assert (out / "csv" / "metrics.csv").is_file()
+    assert not (out / "wandb").exists()
+
+
+def test_disabled_mode_gives_csv_only(tmp_path: Path) -> None:
+    loggers = build_loggers(logger_cfg("wandb", mode="disabled"), tmp_path / "job", "r", None, {})
+    assert [type(lg) for lg in loggers] == [CSVLogger]
+
+
+def test_configured_group_wins_over_the_sweep_group(tmp_path: Path) -> None:
+    out = tmp_path / "job"
+    build_loggers(logger_cfg("wandb", group="mine"), out, "r", "sweep-group", {})
+    finish_wandb()
+    assert read_offline_run(out)["group"] == "mine"
+
+
+def test_two_jobs_in_one_process_get_two_runs(tmp_path: Path) -> None:
+    runs = []
+    for job, name in enumerate(["norm=pre", "norm=post"]):
+        out = tmp_path / str(job)
+        try:
+            log_rows(build_loggers(logger_cfg("wandb"), out, name, "g", {"job": job}), [(1, {"val/ppl": 10.0 + job})])
+        finally:
+            finish_wandb()
+        runs.append(out)
+    dirs = [find_run_dirs(out) for out in runs]
+    assert [len(d) for d in dirs] == [1, 1]
+    first, second = (read_offline_run(d[0]) for d in dirs)
+    assert first["run_id"] != second["run_id"]
+    assert (first["name"], second["name"]) == ("norm=pre", "norm=post")
+    assert [r["val/ppl"] for r in first["history"]] == [10]
+    assert [r["val/ppl"] for r in second["history"]] == [11]
+
+
+def test_a_forgotten_finish_does_not_merge_jobs(tmp_path: Path) -> None:
+    build_loggers(logger_cfg("wandb"), tmp_path / "a", "a", None, {})
+    with pytest.warns(RuntimeWarning, match="still active"):
+        build_loggers(logger_cfg("wandb"), tmp_path / "b", "b", None, {})
+    finish_wandb()
+    assert read_offline_run(tmp_path / "a")["name"] == "a"
+    assert read_offline_run(tmp_path / "b")["name"] == "b"
+
+
+class _RejectingWandbServer(http.server.BaseHTTPRequestHandler):
+    """Answers every request with 401, like W&B for a wrong API key."""
+
+    def do_POST(self) -> None:  # noqa: N802 -- http.server's naming
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"errors": [{"message": "invalid api key"}]}')
+
+    do_GET = do_POST
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_failed_online_start_falls_back_to_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RejectingWandbServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.server_port}")
+        out = tmp_path / "job"
+        loggers = build_loggers(logger_cfg("wandb"), out, "r", None, {})
+        log_rows(loggers, ROWS[:1])
+        finish_wandb()
+    finally:
+        server.shutdown()
+    assert "W&B offline (online start failed" in capsys.readouterr().out
+    [run_dir] = find_run_dirs(out)  # the failed online attempt left nothing behind
+    assert run_dir.name.startswith("offline-run-")
+    assert read_offline_run(run_dir)["history"][0]["val/ppl"] == 20
+
+
+# ---------------------------------------------------- a real multirun, no stdin
+
+HYDRA_APP = """
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+from pathlib import Path
+
+from ablate.logging import build_loggers, finish_wandb, multirun_group, run_name_from_overrides
+
+
+@hydra.main(version_base="1.3", config_path=".", config_name="config")
+def main(cfg):
+    hc = HydraConfig.get()
+    loggers = build_loggers(
+        cfg,
+        Path(hc.runtime.output_dir),
+        run_name_from_overrides(list(hc.overrides.task)),
+        multirun_group(cfg.logger.wandb.group),
+        OmegaConf.to_container(cfg, resolve=True),
+    )
+    try:
+        for step in (1, 2):
+            for logger in loggers:
+                logger.log_metrics({"val/ppl": 100.0 / step, "lr": cfg.lr}, step=step)
+    finally:
+        finish_wandb()
+
+
+main()
+"""
+
+HYDRA_CONFIG = f"""
+defaults:
+  - logger: wandb
+  - _self_
+lr: 0.1
+norm: pre
+hydra:
+  searchpath: [file://{REPO / "conf"}]
+  sweep:
+    dir: sweeps/s1
+"""
+
+
+def test_hydra_multirun_with_stdin_closed(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text(textwrap.dedent(HYDRA_APP))
+    (tmp_path / "config.yaml").write_text(HYDRA_CONFIG)
+    result = subprocess.run(
+        [sys.executable, "app.py", "-m", "norm=pre,post", "lr=0.5"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("W&B offline (no W&B credentials") == 2
+
+    runs = [read_offline_run(d) for d in find_run_dirs(tmp_path / "sweeps" / "s1")]
+    assert sorted(r["name"] for r in runs) == ["lr=0.5,norm=post", "lr=0.5,norm=pre"]
+    assert {r["group"] for r in runs} == {"sweeps-s1"}
+    assert len({r["run_id"] for r in runs}) == 2
+    for run in runs:
+        assert [row["val/ppl"] for row in run["history"]] == [100, 50]
+        assert run["summary"]["val/ppl"] == 50
+        assert run["config"]["lr"] == 0.5
+        assert run["config"]["norm"] == run["name"].split("norm=")[1]
