@@ -7,19 +7,22 @@ so the developer's real credentials and settings are never read or written.
 from __future__ import annotations
 
 import http.server
+import os
+import shutil
 import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from omegaconf import OmegaConf
 
+from ablate import logging as ablate_logging
 from ablate import wandb_reader
 from ablate.logging import (
     build_loggers,
@@ -42,8 +45,6 @@ FAKE_KEY = "0123456789abcdef0123456789abcdef01234567"  # 40 chars, the shape wan
 @pytest.fixture(autouse=True)
 def isolated_wandb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """No W&B env, no proxies, a fresh HOME; any run left open is finished."""
-    import os
-
     for name in list(os.environ):
         if name.startswith("WANDB_") or name.lower() in {"https_proxy", "http_proxy", "all_proxy", "no_proxy"}:
             monkeypatch.delenv(name)
@@ -55,6 +56,10 @@ def isolated_wandb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[
         monkeypatch.setenv(var, str(home / var.lower()))
     yield home
     finish_wandb()
+    if "wandb" in sys.modules:
+        # wandb caches env and HOME in a process-wide singleton at its first
+        # run; dropping it lets the next test's environment take effect.
+        sys.modules["wandb"].teardown()
 
 
 def closed_port() -> int:
@@ -168,6 +173,19 @@ def test_default_netrc_is_in_home(
     assert decide_wandb_mode()[0] == "online"
 
 
+def test_old_api_wandb_ai_login_counts_for_the_default_server(
+    monkeypatch: pytest.MonkeyPatch, isolated_wandb: Path
+) -> None:
+    # wandb 0.31 defaults to api.forge.coreweave.com, which accepts the netrc
+    # entry of api.wandb.ai behind it. The probe is stubbed: no real network.
+    probed: list[tuple[str, int]] = []
+    monkeypatch.setattr(ablate_logging, "_tcp_reachable", lambda h, p, t: probed.append((h, p)) or False)
+    (isolated_wandb / ".netrc").write_text(f"machine api.wandb.ai\n  login user\n  password {FAKE_KEY}\n")
+    mode, reason = decide_wandb_mode()
+    assert (mode, probed) == ("offline", [("api.forge.coreweave.com", 443)])
+    assert "not reachable" in reason
+
+
 def test_https_proxy_is_probed_instead_of_the_host(monkeypatch: pytest.MonkeyPatch, listening_port: int) -> None:
     monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
     monkeypatch.setenv("WANDB_BASE_URL", "https://192.0.2.1")
@@ -202,7 +220,7 @@ def test_run_name_default_when_nothing_identifies_the_variant() -> None:
 
 
 @pytest.fixture
-def fake_hydra(tmp_path: Path) -> Iterator[callable]:
+def fake_hydra() -> Iterator[Callable[[str, str, str], None]]:
     """Install a minimal HydraConfig for the duration of a test."""
     from hydra.conf import HydraConf
     from hydra.core.hydra_config import HydraConfig
@@ -223,13 +241,13 @@ def test_group_outside_hydra_is_none_unless_configured() -> None:
     assert multirun_group("my-group") == "my-group"
 
 
-def test_group_of_a_multirun_comes_from_the_sweep_dir(fake_hydra, tmp_path: Path) -> None:
+def test_group_of_a_multirun_comes_from_the_sweep_dir(fake_hydra: Callable[..., None], tmp_path: Path) -> None:
     fake_hydra("MULTIRUN", str(tmp_path / "multirun" / "2026-11-21" / "20-41-00"), str(tmp_path))
     assert multirun_group() == "multirun-2026-11-21-20-41-00"
     assert multirun_group("chosen") == "chosen"
 
 
-def test_group_is_wandb_safe_and_at_most_128_chars(fake_hydra) -> None:
+def test_group_is_wandb_safe_and_at_most_128_chars(fake_hydra: Callable[..., None]) -> None:
     fake_hydra("MULTIRUN", "/" + "deep dir/" * 30 + "sweep:01", "/elsewhere")
     group = multirun_group()
     assert group is not None and len(group) <= 128
@@ -237,7 +255,7 @@ def test_group_is_wandb_safe_and_at_most_128_chars(fake_hydra) -> None:
     assert all(c.isalnum() or c in "._-" for c in group)
 
 
-def test_single_run_has_no_group(fake_hydra, tmp_path: Path) -> None:
+def test_single_run_has_no_group(fake_hydra: Callable[..., None], tmp_path: Path) -> None:
     fake_hydra("RUN", str(tmp_path / "multirun"), str(tmp_path))
     assert multirun_group() is None
 
@@ -424,14 +442,13 @@ def main(cfg):
 main()
 """
 
-HYDRA_CONFIG = f"""
+HYDRA_CONFIG = """
 defaults:
   - logger: wandb
   - _self_
 lr: 0.1
 norm: pre
 hydra:
-  searchpath: [file://{REPO / "conf"}]
   sweep:
     dir: sweeps/s1
 """
@@ -440,6 +457,7 @@ hydra:
 def test_hydra_multirun_with_stdin_closed(tmp_path: Path) -> None:
     (tmp_path / "app.py").write_text(textwrap.dedent(HYDRA_APP))
     (tmp_path / "config.yaml").write_text(HYDRA_CONFIG)
+    shutil.copytree(LOGGER_CONF, tmp_path / "logger")  # the real logger configs, nothing else
     result = subprocess.run(
         [sys.executable, "app.py", "-m", "norm=pre,post", "lr=0.5"],
         cwd=tmp_path,

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 WANDB_MODES = ("online", "offline", "disabled")
 # Spellings wandb itself accepts in WANDB_MODE.
 _MODE_ALIASES = {"dryrun": "offline", "run": "online"}
-DEFAULT_BASE_URL = "https://api.wandb.ai"
 PROBE_TIMEOUT_S = 3.0
 # Lightning's WandbLogger adds this key to every row; it is the x-axis.
 STEP_METRIC = "trainer/global_step"
@@ -71,8 +70,9 @@ def decide_wandb_mode(requested: str | None = None) -> tuple[str, str]:
     env_mode = os.environ.get("WANDB_MODE")
     if env_mode:
         return _normalise_mode(env_mode, "WANDB_MODE"), f"WANDB_MODE={env_mode}"
-    host, port = _wandb_host_port()
-    if not _has_credentials(host):
+    base_url = _wandb_base_url()
+    host, port = _host_port(base_url)
+    if not _has_credentials(base_url):
         return "offline", f"no W&B credentials: WANDB_API_KEY unset and no netrc entry for {host}"
     probe_host, probe_port = _probe_target(host, port)
     if not _tcp_reachable(probe_host, probe_port, PROBE_TIMEOUT_S):
@@ -88,27 +88,56 @@ def _normalise_mode(mode: str, source: str) -> str:
     return canonical
 
 
-def _wandb_host_port() -> tuple[str, int]:
-    """Host and port of the W&B API server (``WANDB_BASE_URL`` or the public one)."""
-    url = urlsplit(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL)
-    default_port = 80 if url.scheme == "http" else 443
-    return url.hostname or "api.wandb.ai", url.port or default_port
+def _wandb_base_url() -> str:
+    """``WANDB_BASE_URL``, else the server wandb itself defaults to.
+
+    Asked of wandb rather than hard-coded: since 0.31 the default is
+    ``https://api.forge.coreweave.com`` (a proxy of api.wandb.ai), no longer
+    ``https://api.wandb.ai``.
+    """
+    if os.environ.get("WANDB_BASE_URL"):
+        return os.environ["WANDB_BASE_URL"]
+    import wandb
+
+    return wandb.Settings().base_url
 
 
-def _has_credentials(host: str) -> bool:
-    """True when an API key is in the env or the netrc has an entry for ``host``.
+def _host_port(url: str) -> tuple[str, int]:
+    """Host and port a URL connects to."""
+    parts = urlsplit(url)
+    return parts.hostname or url, parts.port or (80 if parts.scheme == "http" else 443)
+
+
+def _netrc_hosts(base_url: str) -> list[str]:
+    """Netrc machine names wandb accepts for ``base_url``.
+
+    Like wandb, a Forge address also accepts the entry of the W&B host behind
+    it, so an older ``wandb login`` (``machine api.wandb.ai``) still counts.
+    """
+    hosts = [_host_port(base_url)[0]]
+    try:
+        from wandb.sdk.lib.urls import forge_upstream_url
+    except ImportError:  # internal helper moved: the direct host is enough
+        return hosts
+    upstream = _host_port(forge_upstream_url(base_url))[0]
+    return hosts if upstream in hosts else [*hosts, upstream]
+
+
+def _has_credentials(base_url: str) -> bool:
+    """True when an API key (or identity token) is in the env or the netrc.
 
     Reads the netrc with the stdlib: ``wandb.login`` could prompt.
     """
-    if os.environ.get("WANDB_API_KEY"):
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
-    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc").expanduser()
     try:
         # An explicit path also skips netrc's permission check, which would
         # raise on a group-readable file instead of answering the question.
-        return netrc.netrc(path).authenticators(host) is not None
+        entries = netrc.netrc(path)
     except (OSError, netrc.NetrcParseError):
         return False
+    return any(entries.authenticators(host) is not None for host in _netrc_hosts(base_url))
 
 
 def _probe_target(host: str, port: int) -> tuple[str, int]:

@@ -62,11 +62,12 @@ def linear(step: int, warmup_steps: int, decay_steps: int, min_ratio: float) -> 
 
 
 def inverse_sqrt(step: int, warmup_steps: int, decay_steps: int, min_ratio: float) -> float:
-    """Vaswani et al. 2017, eq. 3 ("Noam"), normalised so the peak (at the end of warmup) is 1:
-    min((step+1)/warmup, sqrt(warmup/(step+1))). With no warmup it decays as 1/sqrt(step+1)."""
+    """Vaswani et al. 2017, eq. 3 ("Noam"): linear warmup, then decay proportional to
+    1/sqrt(step), normalised so the peak (the end of warmup) is exactly 1:
+    sqrt((warmup+1)/(step+1)). With no warmup it decays as 1/sqrt(step+1) from step 0."""
     if step < warmup_steps:
         return warmup(step, warmup_steps)
-    return math.sqrt(max(1, warmup_steps) / (step + 1))
+    return math.sqrt((warmup_steps + 1) / (step + 1))
 
 
 def constant(step: int, warmup_steps: int, decay_steps: int, min_ratio: float) -> float:

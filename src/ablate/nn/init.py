@@ -85,11 +85,14 @@ def init_gpt2(model: nn.Module, std: float) -> None:
 
 def init_small(model: nn.Module, std: float) -> None:
     """SmallInit (Nguyen & Salazar 2019, "Transformers without Tears", Sec. 2.3):
-    N(0, sqrt(2 / (5 d))) for every matrix and embedding, zero biases."""
+    N(0, sqrt(2 / (5 d))) for every matrix and embedding, zero biases. d is d_model (the
+    embedding width) for every matrix, the FFN's output one included, as in GPT-NeoX."""
+    embeddings = list(embedding_weights(model))
+    d = embeddings[0].size(-1) if embeddings else None
     for _, lin in linears(model):
-        nn.init.normal_(lin.weight, std=math.sqrt(2 / (5 * lin.in_features)))
+        nn.init.normal_(lin.weight, std=math.sqrt(2 / (5 * (d or lin.in_features))))
     _zero_biases(model)
-    for weight in embedding_weights(model):
+    for weight in embeddings:
         nn.init.normal_(weight, std=math.sqrt(2 / (5 * weight.size(-1))))
 
 

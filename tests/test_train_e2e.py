@@ -1,0 +1,109 @@
+"""End to end through train.py, as a user runs it: one multirun of four jobs, read back from the
+local CSV and from the offline W&B runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY
+
+pytestmark = pytest.mark.slow
+
+SWEEP = ["-m", "norm=pre,post", "pos=sinusoidal,learned"]
+EXPECTED_JOBS = {("pre", "sinusoidal"), ("pre", "learned"), ("post", "sinusoidal"), ("post", "learned")}
+# every metric name the issue promises, per job (model/params at step 0, the rest during training)
+PROMISED = ["train/loss", "train/ppl", "val/loss", "val/ppl", "train/lr", "train/tokens_per_sec", "grad_norm/total",
+            "grad_norm/layer_00/attn", "grad_norm/layer_01/ffn", "grad_norm/layer_00/attn_norm", "grad_norm/embed",
+            "model/params"]
+
+
+def job_dirs(log_dir: Path) -> dict[tuple[str, str], Path]:
+    """The jobs of the one sweep under log_dir, keyed by their (norm, pos) axes."""
+    sweeps = sorted((log_dir / "multirun").iterdir())
+    assert len(sweeps) == 1, sweeps
+    jobs = {}
+    for d in sweeps[0].iterdir():
+        if (d / "status.json").exists():
+            axes = json.loads((d / "status.json").read_text())["axes"]
+            jobs[(axes["norm"], axes["pos"])] = d
+            # the directory is named by the job's overrides, not by a timestamp or index
+            assert f"norm={axes['norm']}" in d.name and f"pos={axes['pos']}" in d.name
+    return jobs
+
+
+def read_csv(job: Path) -> list[dict[str, str]]:
+    with open(job / "csv" / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def column(rows: list[dict[str, str]], key: str) -> list[float]:
+    return [float(r[key]) for r in rows if r.get(key) not in (None, "")]
+
+
+def test_multirun_csv(run_train, tmp_path):
+    run_train(*SWEEP, *TINY, "logger=csv")
+    jobs = job_dirs(tmp_path / "logs")
+    assert set(jobs) == EXPECTED_JOBS
+    for name, job in jobs.items():
+        status = json.loads((job / "status.json").read_text())
+        assert status["status"] == "completed" and status["steps"] == 6
+        rows = read_csv(job)
+        for key in PROMISED:
+            assert column(rows, key), f"{name}: {key} never logged"
+        # perplexity is exp of the mean NLL, logged together
+        val_loss, val_ppl = column(rows, "val/loss"), column(rows, "val/ppl")
+        assert val_ppl == pytest.approx([math.exp(v) for v in val_loss], rel=1e-5)
+        # warmup is visible: the lr rises over the first steps
+        lrs = column(rows, "train/lr")
+        assert lrs[0] < 1e-3 and not (job / "wandb").exists()
+
+
+def test_multirun_wandb_offline(run_train, tmp_path):
+    from ablate.wandb_reader import read_offline_run
+
+    run_train(*SWEEP, *TINY, "logger=wandb")
+    jobs = job_dirs(tmp_path / "logs")
+    assert set(jobs) == EXPECTED_JOBS
+    groups, ids = set(), set()
+    for name, job in jobs.items():
+        runs = sorted((job / "wandb").glob("offline-run-*"))
+        assert len(runs) == 1, f"{name}: one W&B run per job, found {runs}"
+        record = read_offline_run(runs[0])
+        groups.add(record["group"])
+        ids.add(runs[0].name)
+        assert f"norm={name[0]}" in record["name"] and f"pos={name[1]}" in record["name"]
+        assert record["config"]["axes"]["pos"] == name[1]
+        logged = {k for row in record["history"] for k in row}
+        assert set(PROMISED) <= logged, set(PROMISED) - logged
+        val_ppl = [row["val/ppl"] for row in record["history"] if "val/ppl" in row]
+        assert record["summary"]["val/ppl"] == pytest.approx(min(val_ppl))
+        assert record["summary"]["status"] == "completed"
+    assert len(groups) == 1 and None not in groups, "all jobs of a multirun share one W&B group"
+    assert len(ids) == 4
+
+
+def test_sweep_survives_divergence_and_crash(run_train, tmp_path):
+    """One job diverges (huge lr, no clipping), two crash (d_model=32 with 3 heads): both are
+    recorded and the sweep still finishes its healthy job, with exit code 0."""
+    proc = run_train("-m", "model.n_heads=3,4", "optim.lr=1e-3,1e4", *TINY, "optim.grad_clip=null", "logger=csv")
+    sweep = next((tmp_path / "logs" / "multirun").iterdir())
+    statuses, dirs = {}, {}
+    for job in sweep.iterdir():
+        if (job / "status.json").exists():
+            status = json.loads((job / "status.json").read_text())
+            values = dict(o.split("=", 1) for o in status["overrides"])
+            key = (values["model.n_heads"] == "3", float(values["optim.lr"]) > 1)
+            statuses[key], dirs[key] = status, job
+    assert len(statuses) == 4, proc.stdout[-2000:]
+    assert statuses[(True, False)]["status"] == statuses[(True, True)]["status"] == "crashed"
+    assert "divisible" in statuses[(True, False)]["error"]
+    assert statuses[(False, False)]["status"] == "completed"
+    diverged = statuses[(False, True)]
+    assert diverged["status"] == "diverged" and diverged["steps"] < 6, diverged
+    rows = read_csv(dirs[(False, True)])
+    assert column(rows, "diverged") == [1.0]
