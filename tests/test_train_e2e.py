@@ -107,3 +107,21 @@ def test_sweep_survives_divergence_and_crash(run_train, tmp_path):
     assert diverged["status"] == "diverged" and diverged["steps"] < 6, diverged
     rows = read_csv(dirs[(False, True)])
     assert column(rows, "diverged") == [1.0]
+
+
+def test_checkpoint_generates(run_train, tmp_path):
+    """A checkpoint carries its model and tokenizer: generate.py needs nothing else."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    run_train(*TINY, "logger=csv")
+    ckpt = next((tmp_path / "logs" / "runs").glob("*/checkpoints/last.ckpt"))
+    proc = subprocess.run([sys.executable, str(REPO / "generate.py"), f"ckpt_path={ckpt}", "prompt=ROMEO:",
+                           "max_new_tokens=20", "num_samples=2"], cwd=tmp_path, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    samples = [s for s in proc.stdout.split("\n" + "-" * 40 + "\n") if s]
+    assert len(samples) == 2
+    assert all(s.startswith("ROMEO:") and len(s) == len("ROMEO:") + 20 for s in samples), samples

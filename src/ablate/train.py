@@ -86,6 +86,7 @@ def fit(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     datamodule.setup("fit")
     spec = model_spec(cfg, vocab_size=datamodule.vocab_size, max_len=eval_max_len(cfg))
     task = LanguageModelTask(spec.as_dict(), OmegaConf.to_container(cfg.optim, resolve=True), compile=cfg.model.get("compile", False))
+    task.tokenizer = datamodule.tokenizer
 
     n_params = task.model.num_params()
     estimate = param_estimate(spec.n_layers, spec.d_model, spec.vocab_size)

@@ -230,3 +230,19 @@ def build_tokenizer(kind: str, train_text: str, vocab_size: int, cache_path: str
         Path(tmp).unlink(missing_ok=True)
     log.info("Trained %s tokenizer (vocab %d), saved to %s", kind, tokenizer.vocab_size, cache_path)
     return tokenizer
+
+
+def tokenizer_to_dict(tokenizer: Tokenizer) -> dict[str, str]:
+    """The tokenizer as plain strings, so a checkpoint can carry it and decode on its own."""
+    kind = next(k for k, cls in TOKENIZERS.items() if isinstance(tokenizer, cls))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tokenizer"
+        tokenizer.save(path)
+        return {"kind": kind, "content": path.read_text(encoding="utf-8")}
+
+
+def tokenizer_from_dict(state: dict[str, str]) -> Tokenizer:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tokenizer"
+        path.write_text(state["content"], encoding="utf-8")
+        return tokenizer_class(state["kind"]).load(path)

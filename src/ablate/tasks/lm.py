@@ -17,6 +17,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 
 from ablate.config import ModelSpec
+from ablate.data.tokenizers import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
 from ablate.nn.transformer import TransformerLM
 from ablate.optim import build_optimizer, build_schedule
 
@@ -32,6 +33,16 @@ class LanguageModelTask(L.LightningModule):
         self.model = TransformerLM(self.spec)
         self.forward_fn = torch.compile(self.model) if compile else self.model
         self.eval_nll = MeanMetric()  # token-weighted mean NLL; synced across ranks by torchmetrics
+        self.tokenizer: Tokenizer | None = None  # set by train.py; saved in checkpoints
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # a checkpoint carries its tokenizer, so generate.py needs nothing but the file
+        if self.tokenizer is not None:
+            checkpoint["tokenizer"] = tokenizer_to_dict(self.tokenizer)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "tokenizer" in checkpoint:
+            self.tokenizer = tokenizer_from_dict(checkpoint["tokenizer"])
 
     def forward(self, idx: Tensor) -> Tensor:
         return self.forward_fn(idx)
