@@ -125,3 +125,27 @@ def test_checkpoint_generates(run_train, tmp_path):
     samples = [s for s in proc.stdout.split("\n" + "-" * 40 + "\n") if s]
     assert len(samples) == 2
     assert all(s.startswith("ROMEO:") and len(s) == len("ROMEO:") + 20 for s in samples), samples
+
+
+def test_quick_run_overrides(run_train, tmp_path, data_dir):
+    """Every override the README promises for quick runs is honoured."""
+    sweep_dir = tmp_path / "my_sweep"
+    run_train("-m", "seed=1,2", f"hydra.sweep.dir={sweep_dir}", f"paths.data_dir={data_dir}", "trainer.max_steps=4",
+              "trainer.val_check_interval=2", "trainer.limit_val_batches=1", "model.n_layers=1", "model.d_model=24",
+              "model.n_heads=2", "data.seq_len=8", "data.batch_size=3", "optim.lr=5e-3", "optim.warmup_steps=0",
+              "logger=csv", "+trainer.limit_test_batches=1", "trainer.log_every_n_steps=1", "callbacks.progress_bar=null",
+              "print_config=false")
+    jobs = sorted(d for d in sweep_dir.iterdir() if (d / "status.json").exists())
+    assert [d.name for d in jobs] == ["seed=1", "seed=2"]
+    losses = []
+    for job in jobs:
+        status = json.loads((job / "status.json").read_text())
+        assert status["status"] == "completed" and status["steps"] == 4
+        # 1 layer, d=24 (model=tiny has biases), V=65 chars, 8 learned positions, tied head:
+        # embed 65*24 + pos 8*24 + qkv 24*72+72 + out 24*24+24 + fc_in 24*96+96 + fc_out 96*24+24 + 3 LN * 48
+        assert status["params"] == 1560 + 192 + 1800 + 600 + 2400 + 2328 + 3 * 48
+        rows = read_csv(job)
+        assert len(column(rows, "val/loss")) == 2  # validated at steps 2 and 4
+        assert column(rows, "train/lr")[0] == pytest.approx(5e-3)  # no warmup: the peak from step 0
+        losses.append(column(rows, "train/loss"))
+    assert losses[0] != losses[1]  # the seed changed the run

@@ -88,7 +88,7 @@ def validate(spec: ModelSpec) -> ModelSpec:
             f"model.d_model={spec.d_model} is not divisible by model.n_heads={spec.n_heads}: "
             f"choose n_heads among the divisors of d_model ({', '.join(str(h) for h in range(1, spec.d_model + 1) if spec.d_model % h == 0 and h <= 64)})"
         )
-    n_kv = spec.n_kv_heads or spec.n_heads
+    n_kv = spec.n_heads if spec.n_kv_heads is None else spec.n_kv_heads
     if n_kv <= 0 or spec.n_heads % n_kv:
         raise ConfigError(
             f"model.n_heads={spec.n_heads} is not divisible by attn.n_kv_heads={n_kv}: grouped-query attention "

@@ -63,16 +63,19 @@ def file_fingerprint(paths: dict[str, Path], full_paths: bool = False) -> list[l
 
 
 class TokenWindows(Dataset):
-    """Non-overlapping windows over a flat token file: item i is ``(x, y)`` with
-    ``x = tokens[i*L : i*L + L]`` and ``y = tokens[i*L + 1 : i*L + L + 1]`` (int64 tensors).
+    """Windows over a flat token file: item i is ``(x, y)`` with ``x = tokens[i*S : i*S + L]``
+    and ``y = tokens[i*S + 1 : i*S + L + 1]`` (int64 tensors), for stride S (default L:
+    non-overlapping windows). Stride 1 makes every offset a window, so a shuffled epoch samples
+    random windows as nanoGPT does.
 
     A trailing piece shorter than a full window is dropped. The file is memory-mapped
     lazily and the map is not pickled, so DataLoader workers each open their own instead of
     receiving a copy of the whole array.
     """
 
-    def __init__(self, path: Path, dtype: np.dtype, seq_len: int) -> None:
+    def __init__(self, path: Path, dtype: np.dtype, seq_len: int, stride: int | None = None) -> None:
         self.path, self.dtype, self.seq_len = Path(path), np.dtype(dtype), seq_len
+        self.stride = stride or seq_len
         self.num_tokens = self.path.stat().st_size // self.dtype.itemsize
         self._tokens: np.ndarray | None = None
 
@@ -84,12 +87,12 @@ class TokenWindows(Dataset):
 
     def __len__(self) -> int:
         # Each window needs seq_len + 1 tokens: the targets reach one token further.
-        return max(0, (self.num_tokens - 1) // self.seq_len)
+        return max(0, (self.num_tokens - 1 - self.seq_len) // self.stride + 1)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if not 0 <= i < len(self):
             raise IndexError(f"window {i} out of range for {len(self)} windows")
-        start = i * self.seq_len
+        start = i * self.stride
         chunk = torch.from_numpy(self.tokens[start : start + self.seq_len + 1].astype(np.int64))
         return chunk[:-1], chunk[1:]
 
@@ -112,6 +115,9 @@ class LMDataModule(L.LightningDataModule):
         batch_size: training batch size.
         eval_batch_size: validation/test batch size; ``None`` means ``batch_size``.
         num_workers, pin_memory: passed to every DataLoader.
+        train_stride: distance between the starts of training windows; ``None`` means
+            ``seq_len`` (non-overlapping), 1 makes every offset a window (random windows, as
+            nanoGPT samples them). Evaluation windows never overlap.
 
     After ``prepare_data(); setup("fit")``: :attr:`tokenizer` (a :class:`Tokenizer`),
     :attr:`vocab_size` (int), :attr:`datasets` (split name -> :class:`TokenWindows`).
@@ -132,6 +138,7 @@ class LMDataModule(L.LightningDataModule):
         eval_batch_size: int | None = None,
         num_workers: int = 0,
         pin_memory: bool = False,
+        train_stride: int | None = None,
     ) -> None:
         super().__init__()
         tokenizer_class(tokenizer)  # fail at construction on a typo, not after loading data
@@ -151,6 +158,7 @@ class LMDataModule(L.LightningDataModule):
         self.eval_batch_size = eval_batch_size or batch_size
         self.num_workers = num_workers
         self.pin_memory = pin_memory
+        self.train_stride = train_stride
         self.tokenizer: Tokenizer | None = None
         self.vocab_size: int | None = None
         self.datasets: dict[str, TokenWindows] = {}
@@ -251,7 +259,7 @@ class LMDataModule(L.LightningDataModule):
 
     def _windows(self, path: Path, dtype: np.dtype, split: str) -> TokenWindows:
         arg, seq_len = ("seq_len", self.seq_len) if split == "train" else ("eval_seq_len", self.eval_seq_len)
-        windows = TokenWindows(path, dtype, seq_len)
+        windows = TokenWindows(path, dtype, seq_len, self.train_stride if split == "train" else None)
         if len(windows) == 0:
             raise ValueError(
                 f"{arg}={seq_len} is too long for the {split} split of {self.name}: the split has "
