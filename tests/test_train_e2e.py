@@ -141,9 +141,9 @@ def test_quick_run_overrides(run_train, tmp_path, data_dir):
     for job in jobs:
         status = json.loads((job / "status.json").read_text())
         assert status["status"] == "completed" and status["steps"] == 4
-        # 1 layer, d=24 (model=tiny has biases), V=65 chars, 8 learned positions, tied head:
-        # embed 65*24 + pos 8*24 + qkv 24*72+72 + out 24*24+24 + fc_in 24*96+96 + fc_out 96*24+24 + 3 LN * 48
-        assert status["params"] == 1560 + 192 + 1800 + 600 + 2400 + 2328 + 3 * 48
+        # 1 layer, d=24 (model=small: no linear biases), V=65 chars, 8 learned positions, tied head:
+        # embed 65*24 + pos 8*24 + qkv 24*72 + out 24*24 + fc_in 24*96 + fc_out 96*24 + 3 LN * 48
+        assert status["params"] == 1560 + 192 + 1728 + 576 + 2304 + 2304 + 3 * 48
         rows = read_csv(job)
         assert len(column(rows, "val/loss")) == 2  # validated at steps 2 and 4
         assert column(rows, "train/lr")[0] == pytest.approx(5e-3)  # no warmup: the peak from step 0
