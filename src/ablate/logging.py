@@ -18,6 +18,7 @@ Files of one job, for ``output_dir=OUT``:
 
 from __future__ import annotations
 
+import csv
 import netrc
 import os
 import re
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
@@ -208,8 +210,12 @@ def build_loggers(
     run_name: str,
     group: str | None,
     extra_config: dict[str, Any],
+    resume_id: str | None = None,
+    resuming: bool = False,
 ) -> list[Logger]:
     """Create the job's loggers: always CSV, plus W&B when ``logger.wandb.enabled``.
+
+    W&B is started on global rank 0 only (one run per job, however many processes train it).
 
     Args:
         cfg: the composed config (reads ``logger.wandb``; absent means CSV only).
@@ -220,16 +226,44 @@ def build_loggers(
             ``logger.wandb.group`` in the config wins over it.
         extra_config: stored as the W&B run config (resolved config plus the
             flat ablation axes).
+        resume_id: the id of the W&B run to continue (a resumed job): the run is
+            opened with ``id=resume_id, resume="allow"``, so its history goes on
+            in the same run (created anew if the server does not know it).
+        resuming: the job continues from a checkpoint: the CSV logger appends to the
+            job's ``metrics.csv`` (Lightning's would delete it).
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    loggers: list[Logger] = [CSVLogger(save_dir=output_dir, name="csv", version="")]
+    # flushed at every logging step: a killed job's metrics up to its last checkpoint are on
+    # disk, and the resumed job appends after them (rows it logs again carry the same values)
+    csv_class = AppendingCSVLogger if resuming else CSVLogger
+    loggers: list[Logger] = [csv_class(save_dir=output_dir, name="csv", version="", flush_logs_every_n_steps=1)]
     options = WandbOptions.from_cfg(cfg)
-    if options.enabled:
-        wandb_logger = _build_wandb_logger(options, output_dir, run_name, group, extra_config)
+    if options.enabled and rank_zero_only.rank == 0:
+        wandb_logger = _build_wandb_logger(options, output_dir, run_name, group, extra_config, resume_id)
         if wandb_logger is not None:
             loggers.append(wandb_logger)
     return loggers
+
+
+class AppendingCSVLogger(CSVLogger):
+    """A ``CSVLogger`` that continues an existing ``metrics.csv`` (a resumed job) instead of
+    deleting it, as Lightning 2.6's writer does when it starts. Rows logged between the last
+    checkpoint and the interruption appear again after the resume, with the same values when
+    the resume is exact; readers keep the last row of a step."""
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> Any:
+        if self._experiment is not None:
+            return self._experiment
+        path = Path(self.log_dir) / "metrics.csv"
+        previous = path.read_text(encoding="utf-8") if path.is_file() else ""
+        experiment = super().experiment
+        if previous:
+            path.write_text(previous, encoding="utf-8")
+            experiment.metrics_keys = sorted(next(csv.reader(previous.splitlines())))
+        return experiment
 
 
 def _build_wandb_logger(
@@ -238,6 +272,7 @@ def _build_wandb_logger(
     run_name: str,
     group: str | None,
     extra_config: dict[str, Any],
+    resume_id: str | None = None,
 ) -> WandbLogger | None:
     """Start the W&B run ourselves and wrap it; None when the mode is disabled.
 
@@ -259,10 +294,17 @@ def _build_wandb_logger(
         "tags": list(options.tags),
         "config": extra_config,
     }
+    if resume_id:
+        init_kwargs.update(id=resume_id, resume="allow")
     run, mode, reason = _init_run(mode, reason, init_kwargs)
     _define_metrics(run)
     if mode == "offline":
-        _announce(f"W&B offline ({reason}). Sync later with: wandb sync {Path(run.dir).parent}")
+        # a resumed offline run is one more local folder with the same run id; wandb sync given
+        # all of them uploads them in order of start time into that one run
+        target = Path(run.dir).parent
+        if resume_id:
+            target = target.parent / f"offline-run-*-{resume_id}"
+        _announce(f"W&B offline ({reason}). Sync later with: wandb sync {target}")
     return WandbLogger(experiment=run, save_dir=output_dir, name=run_name, project=options.project)
 
 

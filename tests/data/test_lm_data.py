@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import RandomSampler, SequentialSampler
+from torch.utils.data import SequentialSampler
 
 from ablate.data import lm_data, sources
-from ablate.data.lm_data import TextFiles, TinyShakespeare, WikiText2, token_dtype
+from ablate.data.lm_data import ResumableSampler, TextFiles, TinyShakespeare, WikiText2, token_dtype
 from ablate.data.sources import DataNotFoundError
 from ablate.data.tokenizers import BPETokenizer, CharTokenizer, build_tokenizer
 
@@ -146,7 +146,7 @@ def test_x_y_shift_and_non_overlapping_windows(char_dm: TinyShakespeare, shakesp
 
 def test_dataloaders(char_dm: TinyShakespeare) -> None:
     train = char_dm.train_dataloader()
-    assert isinstance(train.sampler, RandomSampler) and train.drop_last
+    assert isinstance(train.sampler, ResumableSampler) and train.drop_last
     x, y = next(iter(train))
     assert x.shape == y.shape == (8, 64) and x.dtype == torch.int64
     assert char_dm.tokens_per_batch == 8 * 64

@@ -20,7 +20,10 @@ class DivergenceMonitor(Callback):
         self.reason = ""
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
-        loss = float(outputs["loss"] if isinstance(outputs, dict) else outputs)  # one host sync per step
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        # under DDP every rank must decide alike (one stopping alone leaves the others waiting in
+        # the next all-reduce): decide on the mean over ranks
+        loss = float(trainer.strategy.reduce(loss.detach(), reduce_op="mean"))  # one host sync per step
         if self.initial_loss is None and math.isfinite(loss):
             self.initial_loss = loss
         if not math.isfinite(loss):

@@ -1,15 +1,29 @@
-"""Training throughput: ``train/tokens_per_sec`` and, when the device's peak is known, ``train/mfu``.
+"""Training throughput: ``train/tokens_per_sec`` and ``train/mfu`` (model FLOPs utilisation).
 
-The rate is measured over a sliding window of recent optimiser steps (wall clock between batch
-starts), so a slow validation pass or checkpoint write does not pollute it.
+The rate is the tokens of the last ``window`` optimiser steps over their wall time, measured
+between batch starts. Time spent outside training steps is left out: a validation pass (with the
+checkpoint written after it) and any pause announced with :meth:`ThroughputMonitor.pause` (the
+benchmark pauses a training loop while it runs another variant's steps).
+
+``train/mfu`` is ``tokens/s * flops_per_token / peak_flops``. ``peak_flops="auto"`` takes the
+device's peak from :func:`device_peak_flops`: on a GPU the nominal dense bf16 peak of the
+detected card, on a CPU a large fp32 matmul timed at the current thread count
+(:func:`measure_cpu_peak`; once per process, about 2 s on 2 cores).
+
+Cost: two clock reads per step; the rate is computed and handed to ``self.log`` only on the
+steps where Lightning writes its logs (every ``trainer.log_every_n_steps``), because a
+``self.log`` call costs Lightning about 0.1-0.3 ms of Python.
 """
 
 from __future__ import annotations
 
+import re
 import time
+import warnings
 from collections import deque
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback
 
 
@@ -19,24 +33,155 @@ def flops_per_token(n_params: int, n_layers: int, d_model: int, seq_len: int) ->
     return 6 * n_params + 12 * n_layers * d_model * seq_len
 
 
-class ThroughputMonitor(Callback):
-    """Logs tokens/s over the last ``window`` steps; ``train/mfu`` when ``peak_flops`` is given."""
+# Nominal dense (no sparsity) bf16 tensor-core peaks in FLOP/s, from the vendors' data sheets.
+# Matched against torch.cuda.get_device_name() in order, first match wins.
+NOMINAL_BF16_PEAK: tuple[tuple[str, float], ...] = (
+    (r"GH200", 989e12),
+    (r"H200", 989e12),
+    (r"H100.*PCIe", 756e12),
+    (r"H100.*NVL", 835e12),
+    (r"H100|H800", 989e12),  # SXM (name "NVIDIA H100 80GB HBM3")
+    (r"B200", 2250e12),
+    (r"A100|A800", 312e12),
+    (r"L40S", 362e12),
+    (r"L40", 181e12),
+    (r"L4\b", 121e12),
+    (r"A10\b", 125e12),
+    (r"RTX 4090", 165e12),
+    (r"RTX A6000", 155e12),
+    (r"RTX 3090", 71e12),
+)
 
-    def __init__(self, window: int = 10, peak_flops: float | None = None, flops_per_token: float | None = None) -> None:
+MATMUL_SIZE = 2048  # the CPU probe: (n x n) @ (n x n), 17 GFLOP
+_measured: dict[tuple[str, int, int], float] = {}
+
+
+def nominal_peak_flops(device_name: str) -> float | None:
+    """The dense bf16 peak of a known GPU from its name, or None."""
+    for pattern, flops in NOMINAL_BF16_PEAK:
+        if re.search(pattern, device_name):
+            return flops
+    return None
+
+
+def measure_matmul_flops(device: torch.device | str = "cpu", size: int = MATMUL_SIZE, repeats: int = 5,
+                         dtype: torch.dtype = torch.float32) -> float:
+    """FLOP/s of the fastest of ``repeats`` timed ``size``-square matmuls (after one untimed),
+    at the current thread count: what this device can do at best, right now."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    out = torch.empty(size, size, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    best = float("inf")
+    for i in range(repeats + 1):
+        sync()
+        start = time.perf_counter()
+        torch.mm(a, b, out=out)
+        sync()
+        if i:
+            best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def measure_cpu_peak(size: int = MATMUL_SIZE, repeats: int = 5) -> tuple[float, float]:
+    """The CPU's fp32 matmul peak at the current thread count n, as ``(peak, measured at n
+    threads)`` where ``peak = max(measured at n threads, n x measured at 1 thread)``.
+
+    A busy machine hurts the n-thread probe far more than the 1-thread one (an OpenMP team waits
+    for its slowest thread, and another process takes a core from it), so without the second
+    term a loaded machine would report half its peak and twice the MFU. On a quiet machine the
+    two agree within a few percent (the 1-thread term can only make the peak higher: MFU is
+    then, if anything, underestimated)."""
+    threads = torch.get_num_threads()
+    at_n = measure_matmul_flops("cpu", size, repeats)
+    if threads == 1:
+        return at_n, at_n
+    torch.set_num_threads(1)
+    try:
+        at_1 = measure_matmul_flops("cpu", size, repeats)
+    finally:
+        torch.set_num_threads(threads)
+    return max(at_n, threads * at_1), at_n
+
+
+def device_peak_flops(device: torch.device | str) -> tuple[float | None, str]:
+    """``(peak FLOP/s, how it was found)`` for a device: a GPU's nominal bf16 peak (None for an
+    unknown card), a CPU's fp32 matmul peak measured by :func:`measure_cpu_peak` (cached)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        peak = nominal_peak_flops(name)
+        return peak, (f"nominal dense bf16 peak of {name}" if peak else f"unknown GPU {name!r}: no nominal peak")
+    if device.type != "cpu":
+        return None, f"no peak known for device type {device.type!r}"
+    key = ("cpu", torch.get_num_threads(), MATMUL_SIZE)
+    if key not in _measured:
+        _measured[key] = measure_cpu_peak(MATMUL_SIZE)[0]
+    return _measured[key], f"fp32 {MATMUL_SIZE}x{MATMUL_SIZE} matmul at {key[1]} threads (measure_cpu_peak)"
+
+
+def _lightning_logs_now(trainer: L.Trainer) -> bool:
+    """Whether Lightning writes logged values to the loggers after this step. Asks Lightning's
+    own (private) rule; if that moved, logs every step, which is correct, just slower."""
+    return bool(getattr(getattr(trainer, "_logger_connector", None), "should_update_logs", True))
+
+
+class ThroughputMonitor(Callback):
+    """Logs tokens/s over the last ``window`` steps; ``train/mfu`` when the peak is known.
+
+    Args:
+        window: optimiser steps the rate is averaged over.
+        peak_flops: the device's peak FLOP/s, ``"auto"`` (see :func:`device_peak_flops`) or
+            None (no ``train/mfu``).
+        flops_per_token: training FLOPs per token (``train.py`` fills it in from the model).
+    """
+
+    def __init__(self, window: int = 10, peak_flops: float | str | None = None, flops_per_token: float | None = None) -> None:
+        if isinstance(peak_flops, str) and peak_flops != "auto":
+            raise ValueError(f"peak_flops must be a number, 'auto' or null, got {peak_flops!r}")
         self.window = window
         self.peak_flops, self.flops_per_token = peak_flops, flops_per_token
-        self.history: deque[tuple[float, int]] = deque(maxlen=window + 1)
+        self.history: deque[tuple[float, int]] = deque(maxlen=window + 1)  # (batch start time, tokens)
+        self._paused_at: float | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.peak_flops == "auto":
+            self.peak_flops, how = device_peak_flops(trainer.strategy.root_device)
+            if self.peak_flops is None:
+                warnings.warn(f"train/mfu is not logged: {how}; set callbacks.throughput.peak_flops", stacklevel=2)
+
+    def pause(self) -> None:
+        """Leave out the time from now to the next batch start (the step running now ends here)."""
+        if self._paused_at is None:
+            self._paused_at = time.perf_counter()
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "fit":  # validation inside training (not trainer.validate)
+            self.pause()
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
-        tokens = batch[0].numel() * trainer.world_size
-        self.history.append((time.perf_counter(), tokens))
+        now = time.perf_counter()
+        if self._paused_at is not None:
+            # shift the recorded starts by the pause, as if it had not happened
+            skipped = now - self._paused_at
+            self.history = deque(((t + skipped, n) for t, n in self.history), maxlen=self.window + 1)
+            self._paused_at = None
+        self.history.append((now, batch[0].numel() * trainer.world_size))
+
+    def rate(self) -> float | None:
+        """Tokens/s over the completed steps in the window (None before two batch starts)."""
+        if len(self.history) < 2:
+            return None
+        elapsed = self.history[-1][0] - self.history[0][0]
+        tokens = sum(n for _, n in self.history) - self.history[-1][1]  # the last step has not finished
+        return tokens / max(elapsed, 1e-9)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
-        if len(self.history) < 2:
+        if not _lightning_logs_now(trainer):
             return
-        elapsed = self.history[-1][0] - self.history[0][0]
-        tokens = sum(t for _, t in list(self.history)[:-1])  # tokens of the completed steps in the span
-        rate = tokens / max(elapsed, 1e-9)
+        rate = self.rate()
+        if rate is None:
+            return
         pl_module.log("train/tokens_per_sec", rate)
         if self.peak_flops and self.flops_per_token:
             pl_module.log("train/mfu", rate * self.flops_per_token / self.peak_flops)

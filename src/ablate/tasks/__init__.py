@@ -1,0 +1,66 @@
+"""Tasks (LightningModules) and the registry ``train.py`` picks one from by ``task.name``.
+
+* ``lm``: decoder-only language modelling (:mod:`ablate.tasks.lm`), with the LM corpora;
+* ``translation``: encoder-decoder translation (:mod:`ablate.tasks.translation`), with the
+  parallel corpora of :mod:`ablate.data.translation_data`.
+
+Adding a task: a LightningModule, a factory ``(cfg, datamodule, spec) -> module`` in ``TASKS``,
+and ``conf/task/<name>.yaml``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import lightning as L
+from omegaconf import DictConfig, OmegaConf
+
+from ablate.config import ConfigError, ModelSpec
+
+
+def _container(node: Any) -> dict[str, Any]:
+    if node is None:
+        return {}
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+
+
+def _is_translation_data(datamodule: Any) -> bool:
+    from ablate.data.translation_data import TranslationDataModule
+
+    return isinstance(datamodule, TranslationDataModule)
+
+
+def build_lm(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:
+    from ablate.tasks.lm import LanguageModelTask
+
+    if _is_translation_data(datamodule):
+        raise ConfigError(f"data={type(datamodule).__name__} is a parallel corpus: train it with task=translation")
+    return LanguageModelTask(spec.as_dict(), _container(cfg.optim), compile=cfg.model.get("compile", False))
+
+
+def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:
+    from ablate.tasks.translation import TranslationTask
+
+    if not _is_translation_data(datamodule):
+        raise ConfigError(f"task=translation needs a parallel corpus (data=multi30k, iwslt14, iwslt2017, wmt14, parallel), "
+                          f"got {type(datamodule).__name__}")
+    if spec.encoder_layers <= 0:
+        raise ConfigError("task=translation needs an encoder: set model.encoder_layers and model.decoder_layers, or use "
+                          "model=translation_small, transformer_iwslt_de_en or transformer_base")
+    task_cfg = {k: v for k, v in _container(cfg.get("task")).items() if k != "name"}
+    return TranslationTask(spec.as_dict(), _container(cfg.optim), decode=_container(cfg.get("decode")), task=task_cfg,
+                           data=_container(cfg.data), compile=cfg.model.get("compile", False))
+
+
+TASKS: dict[str, Callable[[DictConfig, Any, ModelSpec], L.LightningModule]] = {
+    "lm": build_lm,
+    "translation": build_translation,
+}
+
+
+def build_task(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:
+    """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec."""
+    name = (cfg.get("task") or {}).get("name", "lm")
+    if name not in TASKS:
+        raise ConfigError(f"unknown task={name!r}; valid options: {', '.join(TASKS)}")
+    return TASKS[name](cfg, datamodule, spec)

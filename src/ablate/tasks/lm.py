@@ -57,7 +57,10 @@ class LanguageModelTask(L.LightningModule):
         loss = self._nll(logits, y, smoothing)
         # perplexity is defined on the true NLL; with label smoothing the training loss is not it
         nll = loss.detach() if not smoothing else self._nll(logits.detach(), y)
-        self.log("train/loss", loss, prog_bar=True)
+        # under DDP: the global batch's values (the mean over ranks, which hold equal token
+        # counts), not rank 0's share; one all-reduce of two scalars, nothing on one device
+        loss_value, nll = self.trainer.strategy.reduce(torch.stack([loss.detach(), nll]), reduce_op="mean")
+        self.log("train/loss", loss_value, prog_bar=True)
         self.log("train/ppl", nll.exp())
         self.log("train/lr", self.optimizers().param_groups[0]["lr"])  # the rate this step uses
         return loss

@@ -1,0 +1,185 @@
+"""Checkpoints a killed job can trust, and what an exact resume needs beyond Lightning's own state.
+
+Lightning's checkpoint already holds the model, optimiser, LR scheduler, loop progress and every
+callback's and the datamodule's ``state_dict``. Added here:
+
+- :class:`ResumeState`: the RNG states (torch CPU/CUDA, NumPy, Python) and the W&B run id, so
+  that a resumed run draws the same random numbers (dropout) and logs into the same W&B run.
+  The position in the training data is the datamodule's state (:class:`ablate.data.lm_data.LMDataModule`).
+- :class:`LastCheckpoint`: ``last.ckpt`` every ``every_n_train_steps`` optimiser steps and at the
+  end of training (Lightning's ``save_last`` alone only writes it when a top-k checkpoint is
+  saved, i.e. when the validation loss improved).
+- :class:`AtomicCheckpointIO`: write to a hidden temporary file in the checkpoint's own folder,
+  fsync, then rename over the old file. Lightning 2.6 writes through an fsspec transaction whose
+  temporary file lives in the system temp dir; when that is another file system (``/tmp`` on a
+  node's local disk, checkpoints on NFS/Lustre) the final step is a *copy* onto ``last.ckpt``,
+  and a job killed during it leaves a truncated ``last.ckpt``. A rename within one folder is
+  atomic: a reader sees the old complete file or the new complete file, never a part. The
+  temporary name starts with a dot and does not end in ``.ckpt``, so ``ckpt_path=last`` never
+  picks it up.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_warn
+
+LAST_PATTERN = re.compile(r"^last(-\d+)?\.ckpt$")  # what Lightning's ckpt_path="last" looks for
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """``torch.save`` to ``.<name>.tmp-<pid>`` beside the target, fsync, ``os.replace``, fsync the
+    folder. Remote paths (``s3://``, ...) go through Lightning's own writer."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if storage_options is not None or not _is_local_file_protocol(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename itself durable (a crash right after it keeps the new name)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems do not support fsync on a directory
+    finally:
+        os.close(fd)
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """``last.ckpt`` every ``every_n_train_steps`` optimiser steps and when training ends.
+
+    A job killed at any moment loses at most the steps since the last multiple of
+    ``every_n_train_steps``. ``None`` or 0: only at the end of training.
+    """
+
+    def __init__(self, dirpath: str | os.PathLike[str], every_n_train_steps: int | None = 100) -> None:
+        super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=every_n_train_steps or 0,
+                         every_n_epochs=0, enable_version_counter=False)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Lightning's version saves here only if nothing was ever saved; ours saves the final
+        # state unless the last periodic save was at this very step
+        if self._last_global_step_saved != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+
+class ResumeState(Callback):
+    """Puts the RNG states and the W&B run id into every checkpoint; on resume, restores the RNG
+    states when training starts (after Lightning has built its data loaders), so the first
+    resumed step draws what the uninterrupted run drew.
+
+    The states are those of the process that writes the checkpoint (global rank 0). Every rank
+    is seeded alike and draws alike, so under DDP they are every rank's states.
+    """
+
+    def __init__(self, wandb_run_id: str | None = None) -> None:
+        self.wandb_run_id = wandb_run_id
+        self._rng_to_restore: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": collect_rng_states(), "wandb_run_id": self.wandb_run_id}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._rng_to_restore = state_dict.get("rng")
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._rng_to_restore is not None:
+            set_rng_states(self._rng_to_restore)
+            self._rng_to_restore = None
+
+
+def collect_rng_states() -> dict[str, Any]:
+    """The RNG states as tensors and plain Python values (loadable with ``weights_only=True``)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state()  # this rank's device
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    np_state = states["numpy"]
+    np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
+                         np_state["has_gauss"], np_state["cached_gaussian"]))
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state(states["cuda"])
+
+
+# ------------------------------------------------------------------------------ resume
+
+
+def find_last_checkpoint(dirs: list[str | os.PathLike[str]]) -> Path | None:
+    """The newest ``last.ckpt`` (or ``last-N.ckpt``) in ``dirs``: what Lightning's
+    ``ckpt_path="last"`` picks, found before the Trainer exists (W&B needs the run id first)."""
+    found = [p for d in dirs if Path(d).is_dir() for p in Path(d).iterdir() if LAST_PATTERN.match(p.name) and p.is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
+
+
+def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dirs: list[str | os.PathLike[str]]) -> str | None:
+    """``None`` -> ``None``; ``"last"`` -> the job's last checkpoint, or ``None`` (a fresh start)
+    when there is none yet, so ``ckpt_path=last`` can be set on the first run of a job and on
+    every requeue; a path -> itself, which must exist. Other special values Lightning knows
+    (``"best"``, ``"hpc"``) are passed through."""
+    if ckpt_path is None:
+        return None
+    ckpt_path = str(ckpt_path)
+    if ckpt_path == "last":
+        last = find_last_checkpoint(checkpoint_dirs)
+        if last is None:
+            rank_zero_warn(f"ckpt_path=last: no last checkpoint in {', '.join(map(str, checkpoint_dirs))}; starting from scratch")
+            return None
+        return str(last)
+    if ckpt_path in ("best", "hpc") or "://" in ckpt_path:
+        return ckpt_path
+    if not Path(ckpt_path).is_file():
+        raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint file")
+    return ckpt_path
+
+
+def checkpoint_dirs(callbacks: list[Callback]) -> list[str]:
+    return [str(cb.dirpath) for cb in callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
+
+
+def read_wandb_run_id(ckpt_path: str | None) -> str | None:
+    """The W&B run id stored by :class:`ResumeState` in a local checkpoint, else ``None``.
+    The file is memory-mapped, so the tensors are not read."""
+    if not ckpt_path or not Path(ckpt_path).is_file():
+        return None
+    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True)
+    return (checkpoint.get("callbacks", {}).get(ResumeState.__qualname__) or {}).get("wandb_run_id")

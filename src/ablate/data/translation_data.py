@@ -1,0 +1,584 @@
+"""Parallel corpora for translation: a shared BPE vocabulary, cached token ids and token-based
+batching.
+
+Corpora (``data=`` options, ``conf/data/*.yaml``):
+
+* :class:`ParallelCorpus`: a corpus with named splits, read from local files
+  ``{data_dir}/{local_dir}/{split_file}.{lang}`` (plain or ``.gz``) when they are there, else from
+  the Hugging Face Hub (``hub_path``/``hub_config``). ``multi30k``, ``iwslt14``, ``iwslt2017`` and
+  ``wmt14`` are configurations of it. Offline, a missing corpus fails within seconds with a
+  message that names the local files that would replace the download (:mod:`ablate.data.sources`).
+* :class:`ParallelFiles` (``data=parallel``): any pair of local files per split.
+
+Direction: ``src_lang`` -> ``tgt_lang``; either direction of a pair uses the same cache.
+
+Vocabulary: one byte-level BPE (Hugging Face ``tokenizers``) learned on the source *and* target
+sides of the training split (a joint vocabulary, so the embeddings can be tied three ways), with
+``<pad>`` = 0, ``<s>`` = 1, ``</s>`` = 2. Byte-level means every string is representable and
+decoding gives the text back exactly (sacreBLEU then scores detokenised output). Source sequences
+are ``tokens </s>``; the decoder reads ``<s> tokens`` and predicts ``tokens </s>``.
+
+Cache, one folder per corpus sources / vocabulary size (written under a temporary name, renamed
+when complete)::
+
+    {cache_dir}/{name}-bpe{V}-{hash}/  tokenizer.json  tokens.npz  {val,test}.{lang}.txt  meta.json
+
+Batching (as fairseq's ``--max-tokens``): pairs are sorted by length (target, then source) and cut
+into batches whose padded size ``n_sentences x longest side`` stays within ``max_tokens``; the
+training batches are fixed once and visited in a new random order every epoch. Padding is little
+because neighbours in the sorted order have nearly equal lengths; the fraction is reported
+(:attr:`TranslationDataModule.padding_fraction`, logged as ``data/padding_fraction``).
+
+``batch_size`` is the number of such token batches per optimiser step over all devices (fairseq's
+``update_freq`` x world size; default 1): ``train.py`` derives gradient accumulation from it and
+``micro_batch_size`` exactly as for language modelling.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Sequence
+
+import lightning as L
+import numpy as np
+import torch
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from ablate.data.sources import (
+    DataNotFoundError,
+    default_cache_dir,
+    default_data_dir,
+    load_hub_dataset,
+    missing_file_message,
+)
+from ablate.data.tokenizers import BPETokenizer, Tokenizer
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test")
+SPECIALS = ("<pad>", "<s>", "</s>")
+PAD, BOS, EOS = 0, 1, 2
+CACHE_FORMAT_VERSION = 1
+_META = "meta.json"
+
+
+# ------------------------------------------------------------------------------ tokenizer
+
+
+def train_joint_bpe(lines: Iterable[str], vocab_size: int) -> BPETokenizer:
+    """Byte-level BPE with the three special tokens at ids 0, 1, 2, learned on ``lines``.
+
+    A space is put before every sentence (``add_prefix_space``), so a word is one token whether
+    or not it starts the sentence; :func:`detokenize` removes it again.
+    """
+    if vocab_size < 256 + len(SPECIALS):
+        raise ValueError(f"data.vocab_size={vocab_size} is below the byte alphabet + specials ({256 + len(SPECIALS)})")
+    tok = HFTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(lines, trainer=trainer)
+    for i, name in enumerate(SPECIALS):
+        assert tok.token_to_id(name) == i, f"special token {name} is not id {i}"
+    return BPETokenizer(tok)
+
+
+def special_ids(tokenizer: Tokenizer) -> tuple[int, int, int]:
+    """(pad, bos, eos) of a translation tokenizer (checked, so a wrong tokenizer fails loudly)."""
+    hf = getattr(tokenizer, "hf", None)
+    ids = tuple(hf.token_to_id(name) if hf is not None else None for name in SPECIALS)
+    if ids != (PAD, BOS, EOS):
+        raise ValueError(f"not a translation tokenizer: special tokens {SPECIALS} are at {ids}, expected (0, 1, 2)")
+    return ids  # type: ignore[return-value]
+
+
+def encode_lines(tokenizer: Tokenizer, lines: Sequence[str]) -> list[list[int]]:
+    hf = getattr(tokenizer, "hf", None)
+    if hf is not None:
+        return [e.ids for e in hf.encode_batch(list(lines))]
+    return [tokenizer.encode(line) for line in lines]
+
+
+def detokenize(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
+    """Text of generated ids (special tokens dropped, the prefix space removed)."""
+    return tokenizer.decode([i for i in ids if i > EOS]).strip()
+
+
+# ------------------------------------------------------------------------------ reading files
+
+
+def read_lines(path: Path) -> list[str]:
+    """One sentence per line, plain or gzipped UTF-8; surrounding whitespace removed."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [line.strip() for line in f]
+
+
+def find_file(folder: Path, stem: str) -> Path | None:
+    """``folder/stem`` or ``folder/stem.gz``, whichever exists."""
+    for name in (stem, f"{stem}.gz"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def fingerprint(paths: Mapping[str, Path]) -> list[list[Any]]:
+    return [[k, str(p.absolute()), p.stat().st_size, p.stat().st_mtime_ns] for k, p in sorted(paths.items())]
+
+
+# ------------------------------------------------------------------------------ batches
+
+
+class PairBatch(NamedTuple):
+    """One batch: ``src`` (B, S) ``tokens </s>``, ``tgt_in`` (B, T) ``<s> tokens``, ``tgt_out``
+    (B, T) ``tokens </s>``, all right-padded with 0, and ``index`` (B,) the pairs' positions in
+    their split (to put decoded sentences back in order)."""
+
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+    index: torch.Tensor
+
+
+def make_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, max_sentences: int | None = None) -> list[np.ndarray]:
+    """Cut the pairs, sorted by (target length, source length), into batches whose padded size
+    (sentences x longest side) is at most ``max_tokens`` (a longer single pair gets its own batch)."""
+    order = np.lexsort((src_lens, tgt_lens))  # by target length, then source length; stable
+    longest = np.maximum(src_lens, tgt_lens)
+    batches, start, width = [], 0, 0
+    for pos, i in enumerate(order):
+        new_width = max(width, int(longest[i]))
+        n = pos - start
+        if n and ((n + 1) * new_width > max_tokens or (max_sentences and n >= max_sentences)):
+            batches.append(order[start:pos])
+            start, new_width = pos, int(longest[i])
+        width = new_width
+    if start < len(order):
+        batches.append(order[start:])
+    return batches
+
+
+def padding_fraction(src_lens: np.ndarray, tgt_lens: np.ndarray, batches: Sequence[np.ndarray]) -> float:
+    """Share of padded positions among all positions of the batches (source and target sides)."""
+    real = padded = 0
+    for b in batches:
+        s, t = src_lens[b], tgt_lens[b]
+        real += int(s.sum() + t.sum())
+        padded += len(b) * int(s.max() + t.max())
+    return 1.0 - real / max(1, padded)
+
+
+class PairBatches(Dataset):
+    """Item ``i`` is the collated :class:`PairBatch` of batch ``i`` (a DataLoader with
+    ``batch_size=None`` serves them as they are)."""
+
+    def __init__(self, src: Sequence[np.ndarray], tgt: Sequence[np.ndarray], batches: Sequence[np.ndarray]) -> None:
+        self.src, self.tgt, self.batches = src, tgt, list(batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> PairBatch:
+        idx = self.batches[i]
+        return collate([self.src[j] for j in idx], [self.tgt[j] for j in idx], torch.as_tensor(idx, dtype=torch.long))
+
+
+def collate(src: Sequence[np.ndarray], tgt: Sequence[np.ndarray], index: torch.Tensor) -> PairBatch:
+    """Token id arrays (no specials) -> a right-padded :class:`PairBatch`."""
+    b = len(src)
+    s_len = max(len(x) for x in src) + 1
+    t_len = max(len(y) for y in tgt) + 1
+    src_t = torch.full((b, s_len), PAD, dtype=torch.long)
+    tgt_in = torch.full((b, t_len), PAD, dtype=torch.long)
+    tgt_out = torch.full((b, t_len), PAD, dtype=torch.long)
+    for r, (x, y) in enumerate(zip(src, tgt)):
+        x, y = torch.from_numpy(np.asarray(x, dtype=np.int64)), torch.from_numpy(np.asarray(y, dtype=np.int64))
+        src_t[r, : len(x)] = x
+        src_t[r, len(x)] = EOS
+        tgt_in[r, 0] = BOS
+        tgt_in[r, 1 : len(y) + 1] = y
+        tgt_out[r, : len(y)] = y
+        tgt_out[r, len(y)] = EOS
+    return PairBatch(src_t, tgt_in, tgt_out, index)
+
+
+class ShuffledBatches(DistributedSampler):
+    """The training order of the fixed batches: a permutation per epoch (``seed + epoch``, its own
+    generator), dealt round-robin to the ranks, the tail that does not fill a round dropped. It
+    can start mid-epoch (:meth:`resume_at`). A ``DistributedSampler`` so Lightning keeps it."""
+
+    def __init__(self, dataset: Dataset, num_replicas: int = 1, rank: int = 0, seed: int = 0) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=True)
+        self._resume: tuple[int, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.dataset) // self.num_replicas
+
+    def resume_at(self, epoch: int, start: int) -> None:
+        self._resume = (epoch, start)
+
+    def __iter__(self):
+        start = 0
+        if self._resume is not None:
+            if self._resume[0] == self.epoch:
+                start = self._resume[1]
+            self._resume = None
+        g = torch.Generator()
+        g.manual_seed(self.seed + self.epoch)
+        rounds = len(self)
+        perm = torch.randperm(len(self.dataset), generator=g)[: rounds * self.num_replicas]
+        yield from perm.view(rounds, self.num_replicas)[start:, self.rank].tolist()
+
+
+# ------------------------------------------------------------------------------ the data module
+
+
+class TranslationDataModule(L.LightningDataModule):
+    """Base class: tokenise a parallel corpus once with a joint BPE, cache it, serve token batches.
+
+    Args:
+        data_dir, cache_dir: raw corpora (may be read-only) and the cache; defaults
+            ``$ABLATE_DATA_DIR`` / ``./data`` and ``$ABLATE_CACHE_DIR`` / ``./cache``.
+        src_lang, tgt_lang: the direction.
+        vocab_size: joint BPE vocabulary size (specials included).
+        seq_len: the longest sequence in tokens (end token included): longer training pairs are
+            dropped, longer evaluation sentences truncated; the model's positions cover it.
+        max_tokens: padded tokens per training batch (sentences x longest side), as fairseq.
+        max_sentences: optional cap on sentences per batch.
+        eval_max_tokens: the same for validation/test batches (``None``: ``max_tokens``).
+        batch_size: token batches per optimiser step over all devices (``update_freq`` x world).
+        micro_batch_size: token batches per device and forward pass: 1 (``None`` only with
+            ``batch_size=1``); ``train.py`` then accumulates ``batch_size / world size`` of them.
+        max_train_pairs: use only the first N training pairs (quick runs, overfitting tests).
+        max_eval_pairs: use only the first N validation/test pairs.
+        num_workers, pin_memory: DataLoader options.
+        seed: seed of the training order (``train.py`` passes the run's ``seed``).
+    """
+
+    name: ClassVar[str] = "parallel"
+    languages: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        src_lang: str = "de",
+        tgt_lang: str = "en",
+        vocab_size: int = 8000,
+        seq_len: int = 256,
+        max_tokens: int = 4096,
+        max_sentences: int | None = None,
+        eval_max_tokens: int | None = None,
+        batch_size: int = 1,
+        micro_batch_size: int | None = None,
+        max_train_pairs: int | None = None,
+        max_eval_pairs: int | None = None,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        seed: int = 0,
+        **_: Any,
+    ) -> None:
+        super().__init__()
+        if src_lang == tgt_lang:
+            raise ValueError(f"data.src_lang and data.tgt_lang are both {src_lang!r}")
+        if self.languages and {src_lang, tgt_lang} - set(self.languages):
+            raise ValueError(f"{self.name} has languages {self.languages}; got data.src_lang={src_lang} "
+                             f"data.tgt_lang={tgt_lang}")
+        if max_tokens < seq_len:
+            raise ValueError(f"data.max_tokens={max_tokens} must be at least data.seq_len={seq_len} "
+                             f"(the longest pair must fit in a batch)")
+        if micro_batch_size not in (None, 1) or (micro_batch_size is None and batch_size > 1):
+            raise ValueError("translation batches are sized in tokens (data.max_tokens): data.batch_size counts token "
+                             "batches per optimiser step (all devices), and data.micro_batch_size must be 1 (one token "
+                             f"batch per forward pass); got batch_size={batch_size}, micro_batch_size={micro_batch_size}")
+        self.data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self.bpe_vocab_size, self.seq_len = vocab_size, seq_len
+        self.max_tokens, self.max_sentences = max_tokens, max_sentences
+        self.eval_max_tokens = eval_max_tokens or max_tokens
+        self.batch_size, self.micro_batch_size = batch_size, micro_batch_size
+        self.max_train_pairs, self.max_eval_pairs = max_train_pairs, max_eval_pairs
+        self.num_workers, self.pin_memory, self.seed = num_workers, pin_memory, seed
+        self.tokenizer: Tokenizer | None = None
+        self.vocab_size: int | None = None
+        self.datasets: dict[str, PairBatches] = {}
+        self.raw: dict[str, dict[str, list[str]]] = {}  # split -> {"src": lines, "tgt": lines}
+        self.padding_fraction: dict[str, float] = {}
+        self._train_sampler: ShuffledBatches | None = None
+        self._resume_state: dict[str, int] | None = None
+
+    # --- what a corpus provides ------------------------------------------------------
+
+    def source_key(self) -> Any:
+        """JSON-able identity of the raw sources (cheap: no reading of the text)."""
+        raise NotImplementedError
+
+    def read_pairs(self) -> dict[str, dict[str, list[str]]]:
+        """split -> language -> lines, for ``train``, ``val``, ``test`` and both languages."""
+        raise NotImplementedError
+
+    # --- cache ------------------------------------------------------------------------
+
+    def cache_path(self) -> Path:
+        key = json.dumps({"format": CACHE_FORMAT_VERSION, "corpus": self.name, "sources": self.source_key(),
+                          "langs": sorted((self.src_lang, self.tgt_lang)), "max_train_pairs": self.max_train_pairs},
+                         sort_keys=True)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+        return self.cache_dir / f"{self.name}-bpe{self.bpe_vocab_size}-{digest}"
+
+    def prepare_data(self) -> None:
+        final = self.cache_path()
+        if (final / _META).is_file():
+            log.info("Using cached %s from %s", self.name, final)
+            return
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=self.cache_dir, prefix=f".{final.name}.tmp-"))
+        tmp.chmod(0o755)
+        try:
+            self._build_cache(tmp)
+            if final.exists() and not (final / _META).is_file():
+                shutil.rmtree(final)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not (final / _META).is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _build_cache(self, folder: Path) -> None:
+        pairs = self.read_pairs()
+        langs = (self.src_lang, self.tgt_lang)
+        if self.max_train_pairs:
+            pairs["train"] = {lang: lines[: self.max_train_pairs] for lang, lines in pairs["train"].items()}
+        for split in SPLITS:
+            counts = {lang: len(pairs[split][lang]) for lang in langs}
+            if len(set(counts.values())) != 1:
+                raise ValueError(f"{self.name}: the {split} split has different line counts per language: {counts}")
+        tokenizer = train_joint_bpe((line for lang in langs for line in pairs["train"][lang]), self.bpe_vocab_size)
+        tokenizer.save(folder / BPETokenizer.FILENAME)
+        arrays, counts = {}, {}
+        for split in SPLITS:
+            for lang in langs:
+                ids = encode_lines(tokenizer, pairs[split][lang])
+                lengths = np.array([len(x) for x in ids], dtype=np.int64)
+                arrays[f"{split}.{lang}.ids"] = np.concatenate([np.asarray(x, dtype=np.int32) for x in ids]) if ids else np.zeros(0, np.int32)
+                arrays[f"{split}.{lang}.offsets"] = np.concatenate(([0], np.cumsum(lengths)))
+                counts[f"{split}.{lang}"] = int(lengths.sum())
+                if split != "train":  # the references BLEU is computed against, and sources for display
+                    (folder / f"{split}.{lang}.txt").write_text("\n".join(pairs[split][lang]) + "\n", encoding="utf-8")
+        np.savez(folder / "tokens.npz", **arrays)
+        meta = {"format": CACHE_FORMAT_VERSION, "corpus": self.name, "vocab_size": tokenizer.vocab_size,
+                "pairs": {s: len(pairs[s][langs[0]]) for s in SPLITS}, "tokens": counts, "sources": self.source_key()}
+        (folder / _META).write_text(json.dumps(meta, indent=2))
+        log.info("Tokenised %s with a joint BPE (vocab %d): %s", self.name, tokenizer.vocab_size, meta["pairs"])
+
+    # --- Lightning hooks --------------------------------------------------------------
+
+    def setup(self, stage: str | None = None) -> None:
+        folder = self.cache_path()
+        if not (folder / _META).is_file():
+            self.prepare_data()
+        meta = json.loads((folder / _META).read_text())
+        self.tokenizer = BPETokenizer.load(folder / BPETokenizer.FILENAME)
+        special_ids(self.tokenizer)
+        self.vocab_size = int(meta["vocab_size"])
+        if self.datasets:
+            return
+        with np.load(folder / "tokens.npz") as z:
+            arrays = {k: z[k] for k in z.files}
+
+        def side(split: str, lang: str) -> list[np.ndarray]:
+            ids, off = arrays[f"{split}.{lang}.ids"], arrays[f"{split}.{lang}.offsets"]
+            return [ids[off[i] : off[i + 1]] for i in range(len(off) - 1)]
+
+        limit = self.seq_len - 1  # room for the end token
+        for split in SPLITS:
+            src, tgt = side(split, self.src_lang), side(split, self.tgt_lang)
+            if split == "train":
+                keep = [i for i, (x, y) in enumerate(zip(src, tgt)) if 0 < len(x) <= limit and 0 < len(y) <= limit]
+                dropped = len(src) - len(keep)
+                if dropped:
+                    log.info("%s: dropped %d of %d training pairs (empty, or longer than seq_len=%d)", self.name, dropped,
+                             len(src), self.seq_len)
+                src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
+                if not src:
+                    raise ValueError(f"{self.name}: no training pair is left with data.seq_len={self.seq_len}")
+            else:
+                n = self.max_eval_pairs or len(src)
+                src, tgt = [x[:limit] for x in src[:n]], [y[:limit] for y in tgt[:n]]
+                self.raw[split] = {
+                    "src": (folder / f"{split}.{self.src_lang}.txt").read_text(encoding="utf-8").split("\n")[:n],
+                    "tgt": (folder / f"{split}.{self.tgt_lang}.txt").read_text(encoding="utf-8").split("\n")[:n],
+                }
+            src_lens = np.array([len(x) + 1 for x in src])
+            tgt_lens = np.array([len(y) + 1 for y in tgt])
+            max_tokens = self.max_tokens if split == "train" else self.eval_max_tokens
+            batches = make_batches(src_lens, tgt_lens, max_tokens, self.max_sentences if split == "train" else None)
+            self.padding_fraction[split] = padding_fraction(src_lens, tgt_lens, batches)
+            self.datasets[split] = PairBatches(src, tgt, batches)
+        train = self.datasets["train"]
+        log.info("%s %s->%s: %d training pairs in %d batches of <= %d tokens, padding %.1f%%", self.name, self.src_lang,
+                 self.tgt_lang, len(train.src), len(train), self.max_tokens, 100 * self.padding_fraction["train"])
+
+    @property
+    def tokens_per_batch(self) -> int:
+        return self.max_tokens * self.batch_size
+
+    def special_ids(self) -> tuple[int, int, int]:
+        return PAD, BOS, EOS
+
+    def references(self, split: str) -> list[str]:
+        return self.raw[split]["tgt"]
+
+    def sources(self, split: str) -> list[str]:
+        return self.raw[split]["src"]
+
+    def _dataset(self, split: str) -> PairBatches:
+        if split not in self.datasets:
+            self.setup()
+        return self.datasets[split]
+
+    def _loader(self, dataset: Dataset, sampler: DistributedSampler | None = None) -> DataLoader:
+        return DataLoader(dataset, batch_size=None, sampler=sampler, shuffle=False, num_workers=self.num_workers,
+                          pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0)
+
+    def train_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        sampler = ShuffledBatches(self._dataset("train"), num_replicas=world, rank=rank, seed=self.seed)
+        if self._resume_state:
+            state, self._resume_state = self._resume_state, None
+            sampler.seed = state["seed"]
+            sampler.resume_at(state["epoch"], state["rounds_done"])
+        self._train_sampler = sampler
+        return self._loader(self._dataset("train"), sampler)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self._dataset("val"))
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self._dataset("test"))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position in the training order (saved in checkpoints by Lightning)."""
+        sampler, trainer = self._train_sampler, self.trainer
+        if sampler is None or trainer is None:
+            return {}
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return {"seed": sampler.seed, "epoch": sampler.epoch, "rounds_done": done}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._resume_state = dict(state_dict) or None
+
+
+# ------------------------------------------------------------------------------ corpora
+
+
+class ParallelCorpus(TranslationDataModule):
+    """A corpus with named splits: local files first, the Hugging Face Hub otherwise.
+
+    Args:
+        name: corpus name (cache folders, messages).
+        languages: the two languages of the corpus.
+        local_dir: folder under ``data_dir`` holding ``{split_file}.{lang}`` (or ``.gz``).
+        split_files: split -> file stem, e.g. ``{train: train, val: val, test: test_2016_flickr}``.
+        hub_path, hub_config, hub_revision: the Hub dataset used when the local files are absent
+            (``None`` hub_path: local only).
+        hub_splits: split -> the Hub dataset's split name.
+        **kwargs: the arguments of :class:`TranslationDataModule`.
+
+    Hub records are either ``{"translation": {lang: text, ...}}`` or ``{lang: text, ...}``.
+    """
+
+    def __init__(self, name: str, languages: Sequence[str], local_dir: str, split_files: Mapping[str, str],
+                 hub_path: str | None = None, hub_config: str | None = None, hub_revision: str | None = None,
+                 hub_splits: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        self.name, self.languages = name, tuple(languages)
+        super().__init__(**kwargs)
+        self.local_dir = local_dir
+        self.split_files = dict(split_files)
+        self.hub_path, self.hub_config, self.hub_revision = hub_path, hub_config, hub_revision
+        self.hub_splits = dict(hub_splits or {"train": "train", "val": "validation", "test": "test"})
+
+    def _stems(self) -> dict[str, str]:
+        return {f"{split}.{lang}": f"{self.split_files[split]}.{lang}" for split in SPLITS for lang in self.languages}
+
+    def local_files(self) -> dict[str, Path] | None:
+        folder = self.data_dir / self.local_dir
+        found = {key: find_file(folder, stem) for key, stem in self._stems().items()}
+        if all(found.values()):
+            return found  # type: ignore[return-value]
+        if any(found.values()) or self.hub_path is None:
+            missing = [self._stems()[k] + "[.gz]" for k, p in found.items() if p is None]
+            why = f"{self.name} needs every split in both languages" + ("" if self.hub_path else " (no Hub copy is configured)")
+            raise DataNotFoundError(missing_file_message(", ".join(missing), folder, reason=why))
+        return None
+
+    def local_alternative(self) -> str:
+        names = ", ".join(f"{stem}[.gz]" for stem in self._stems().values())
+        return f"put {names} in the folder {(self.data_dir / self.local_dir).absolute()}"
+
+    def source_key(self) -> Any:
+        files = self.local_files()
+        return fingerprint(files) if files else f"hub:{self.hub_path}/{self.hub_config}@{self.hub_revision}"
+
+    def read_pairs(self) -> dict[str, dict[str, list[str]]]:
+        files = self.local_files()
+        if files:
+            return {split: {lang: read_lines(files[f"{split}.{lang}"]) for lang in self.languages} for split in SPLITS}
+        kwargs = {"revision": self.hub_revision} if self.hub_revision else {}
+        ds = load_hub_dataset(self.hub_path, self.hub_config, local_alternative=self.local_alternative(), **kwargs)
+        out: dict[str, dict[str, list[str]]] = {}
+        for split in SPLITS:
+            rows = ds[self.hub_splits[split]]
+            columns = rows.column_names
+            if "translation" in columns:
+                records = rows["translation"]
+                out[split] = {lang: [" ".join(r[lang].split()) for r in records] for lang in self.languages}
+            else:
+                out[split] = {lang: [" ".join(t.split()) for t in rows[lang]] for lang in self.languages}
+        return out
+
+
+class ParallelFiles(TranslationDataModule):
+    """Your own parallel files (``data=parallel``): one source and one target file per split,
+    plain or gzipped, one sentence per line. Relative paths are looked up under ``data_dir``
+    first, then the working directory. No test files: test = validation."""
+
+    name = "parallel"
+
+    def __init__(self, train_src: str, train_tgt: str, val_src: str, val_tgt: str, test_src: str | None = None,
+                 test_tgt: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.paths = {"train.src": train_src, "train.tgt": train_tgt, "val.src": val_src, "val.tgt": val_tgt,
+                      "test.src": test_src or val_src, "test.tgt": test_tgt or val_tgt}
+
+    def files(self) -> dict[str, Path]:
+        found = {}
+        for key, path in self.paths.items():
+            p = Path(path).expanduser()
+            hit = next((c for c in ((p,) if p.is_absolute() else (self.data_dir / p, Path.cwd() / p)) if c.is_file()), None)
+            if hit is None:
+                raise DataNotFoundError(missing_file_message(f"{key} ({path})", p if p.is_absolute() else self.data_dir / p))
+            found[key] = hit.absolute()
+        return found
+
+    def source_key(self) -> Any:
+        return fingerprint(self.files())
+
+    def read_pairs(self) -> dict[str, dict[str, list[str]]]:
+        files = self.files()
+        return {split: {self.src_lang: read_lines(files[f"{split}.src"]), self.tgt_lang: read_lines(files[f"{split}.tgt"])}
+                for split in SPLITS}

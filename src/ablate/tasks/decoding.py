@@ -1,0 +1,201 @@
+"""Greedy and beam-search decoding for :class:`ablate.nn.seq2seq.EncoderDecoder`, with a KV cache.
+
+Both decode a whole batch at once. The encoder runs once; the decoder runs one position per step
+with its self-attention keys/values cached (``use_cache=False`` recomputes the whole prefix every
+step instead: same tokens, for testing).
+
+* Output length: at most ``max_len_a * source_length + max_len_b`` tokens before the end token
+  (fairseq's ``--max-len-a/--max-len-b``; the source length counts its end token), and never
+  more than the decoder was built for (``spec.max_len - 1``). When a hypothesis reaches its
+  limit, the end token is forced.
+* Beam search keeps ``beam_size`` live hypotheses per sentence. At every step it looks at the
+  ``2 * beam_size`` best extensions: an end token among the first ``beam_size`` of them closes a
+  hypothesis, the best non-end extensions continue (as fairseq's ``SequenceGenerator``). A
+  sentence is done when ``beam_size`` hypotheses are closed or its length limit is reached.
+  Closed hypotheses are ranked by log P(Y|X) / lp(Y) with GNMT's length penalty
+  ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14; ``alpha = decode.length_penalty``,
+  0 = no normalisation; Vaswani et al. 2017 use 0.6), where |Y| counts the end token.
+* ``beam_size=1`` closes the best hypothesis as soon as its best extension is the end token and
+  otherwise extends it by its best token: exactly greedy decoding (tested).
+
+The pad and begin-of-sentence tokens are never generated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor
+
+from ablate.nn.seq2seq import EncoderDecoder, reorder_caches
+
+NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    max_len_a: float = 1.2
+    max_len_b: int = 10
+    use_cache: bool = True
+
+    @classmethod
+    def from_mapping(cls, cfg: Mapping[str, Any] | None, **overrides: Any) -> DecodeConfig:
+        values = {k: v for k, v in dict(cfg or {}).items() if k in cls.__dataclass_fields__}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        out = cls(**values)
+        if out.beam_size < 1:
+            raise ValueError(f"decode.beam_size must be >= 1, got {out.beam_size}")
+        return out
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    pad: int
+    bos: int
+    eos: int
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT (Wu et al. 2016, eq. 14): ((5 + |Y|) / 6) ** alpha."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_lengths(src_mask: Tensor, a: float, b: int, cap: int) -> Tensor:
+    """Per-sentence limit on generated tokens (the end token not counted), (B,) long."""
+    src_len = src_mask.sum(dim=1).double()
+    limit = torch.floor(a * src_len + b).long()
+    return limit.clamp(min=1, max=max(1, cap))
+
+
+class _IncrementalDecoder:
+    """Runs the decoder one step at a time over N rows, with or without the KV cache."""
+
+    def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor, use_cache: bool) -> None:
+        self.model, self.memory, self.src_mask = model, memory, src_mask
+        self.caches = model.new_caches() if use_cache else None
+
+    def log_probs(self, tokens: Tensor) -> Tensor:
+        """tokens (N, t): the prefixes so far -> (N, V) log-probabilities of the next token."""
+        if self.caches is not None:
+            logits = self.model.decode(tokens[:, -1:], self.memory, self.src_mask, self.caches)
+        else:
+            logits = self.model.decode(tokens, self.memory, self.src_mask)
+        return logits[:, -1].float().log_softmax(dim=-1)
+
+    def reorder(self, index: Tensor) -> None:
+        if self.caches is not None:
+            reorder_caches(self.caches, index)
+        # memory rows of one sentence's beams are identical, so ``index`` (which stays within
+        # each sentence) needs no gather of the memory itself
+
+
+def _forbid(lprobs: Tensor, ids: SpecialIds) -> None:
+    lprobs[..., ids.pad] = NEG_INF
+    lprobs[..., ids.bos] = NEG_INF
+
+
+def _force_eos(lprobs: Tensor, rows: Tensor, eos: int) -> None:
+    """Rows whose length limit is reached can only end: all mass on the end token."""
+    if rows.any():
+        lprobs[rows] = NEG_INF
+        lprobs[rows, ..., eos] = 0.0
+
+
+@torch.no_grad()
+def greedy_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor, ids: SpecialIds, *, max_len_a: float = 1.2,
+                  max_len_b: int = 10, use_cache: bool = True) -> list[list[int]]:
+    """The most probable token at every step; returns each sentence's tokens without BOS/EOS."""
+    n = src.size(0)
+    memory = model.encode(src, src_mask)
+    limits = max_lengths(src_mask, max_len_a, max_len_b, model.spec.max_len - 1)
+    decoder = _IncrementalDecoder(model, memory, src_mask, use_cache)
+    tokens = torch.full((n, 1), ids.bos, dtype=torch.long, device=src.device)
+    done = torch.zeros(n, dtype=torch.bool, device=src.device)
+    out: list[list[int]] = [[] for _ in range(n)]
+    for t in range(int(limits.max()) + 1):
+        lprobs = decoder.log_probs(tokens)
+        _forbid(lprobs, ids)
+        _force_eos(lprobs, limits <= t, ids.eos)
+        nxt = lprobs.argmax(dim=-1)
+        nxt = nxt.masked_fill(done, ids.pad)
+        for i in (~done & (nxt != ids.eos)).nonzero().flatten().tolist():
+            out[i].append(int(nxt[i]))
+        done |= nxt == ids.eos
+        if bool(done.all()):
+            break
+        tokens = torch.cat((tokens, nxt[:, None]), dim=1)
+    return out
+
+
+@torch.no_grad()
+def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor, ids: SpecialIds, *, beam_size: int = 4,
+                length_penalty_alpha: float = 0.6, max_len_a: float = 1.2, max_len_b: int = 10,
+                use_cache: bool = True) -> list[list[int]]:
+    """Batched beam search (see the module docstring); returns the best hypothesis per sentence."""
+    b, k = src.size(0), beam_size
+    device = src.device
+    memory = model.encode(src, src_mask)
+    limits = max_lengths(src_mask, max_len_a, max_len_b, model.spec.max_len - 1)
+    decoder = _IncrementalDecoder(model, memory.repeat_interleave(k, dim=0), src_mask.repeat_interleave(k, dim=0), use_cache)
+    tokens = torch.full((b * k, 1), ids.bos, dtype=torch.long, device=device)
+    scores = torch.zeros(b, k, device=device)
+    scores[:, 1:] = NEG_INF  # all beams start identical: expand only the first
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
+    done = [False] * b
+    ranks = torch.arange(2 * k, device=device)
+    row_base = torch.arange(b, device=device)[:, None] * k
+    for t in range(int(limits.max()) + 1):
+        lprobs = decoder.log_probs(tokens)
+        vocab = lprobs.size(-1)
+        lprobs = lprobs.view(b, k, vocab)
+        _forbid(lprobs, ids)
+        _force_eos(lprobs, limits <= t, ids.eos)
+        candidates = (scores[:, :, None] + lprobs).view(b, k * vocab)
+        top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)
+        parent, token = top_index // vocab, top_index % vocab
+        is_eos = token == ids.eos
+        # close hypotheses: end tokens among the first k candidates
+        closing = is_eos[:, :k] & torch.isfinite(top_scores[:, :k])
+        if bool(closing.any()):
+            for s, r in closing.nonzero().tolist():
+                if done[s] or len(finished[s]) >= k:
+                    continue
+                hyp = tokens[s * k + int(parent[s, r]), 1:].tolist()
+                finished[s].append((float(top_scores[s, r]) / length_penalty(t + 1, length_penalty_alpha), hyp))
+        limit_reached = (limits <= t).tolist()
+        for s in range(b):
+            if len(finished[s]) >= k or limit_reached[s]:
+                done[s] = True
+        if all(done):
+            break
+        # continue with the k best non-end candidates (stable order: by rank)
+        order = (is_eos.long() * (2 * k) + ranks[: is_eos.size(1)]).argsort(dim=1)[:, :k]
+        scores = top_scores.gather(1, order).masked_fill(is_eos.gather(1, order), NEG_INF)
+        rows = (row_base + parent.gather(1, order)).view(-1)
+        tokens = torch.cat((tokens.index_select(0, rows), token.gather(1, order).view(-1, 1)), dim=1)
+        decoder.reorder(rows)
+    best: list[list[int]] = []
+    for s in range(b):
+        if finished[s]:
+            best.append(max(finished[s], key=lambda h: h[0])[1])  # max keeps the first of equals
+        else:  # cannot happen with a finite model; kept total
+            best.append([])
+    return best
+
+
+def translate_tokens(model: EncoderDecoder, src: Tensor, src_mask: Tensor, ids: SpecialIds, cfg: DecodeConfig) -> list[list[int]]:
+    """Greedy for ``beam_size == 1`` (same result, less work), beam search otherwise."""
+    was_training = model.training
+    model.eval()
+    try:
+        if cfg.beam_size == 1:
+            return greedy_search(model, src, src_mask, ids, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
+                                 use_cache=cfg.use_cache)
+        return beam_search(model, src, src_mask, ids, beam_size=cfg.beam_size, length_penalty_alpha=cfg.length_penalty,
+                           max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, use_cache=cfg.use_cache)
+    finally:
+        model.train(was_training)
