@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ABLATE_DATA_DIR", REPO.parent / "shared" / "data"))
@@ -17,7 +18,18 @@ TINY = [
     "model=tiny", "data.seq_len=16", "data.batch_size=4", "trainer.max_steps=6",
     "trainer.val_check_interval=3", "+trainer.limit_test_batches=2", "trainer.limit_val_batches=2",
     "callbacks.progress_bar=null", "print_config=false", "optim.warmup_steps=2", "trainer.log_every_n_steps=1",
+    "callbacks.throughput.peak_flops=1e12",  # a fixed peak: train/mfu is logged without the ~2 s CPU probe
 ]
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: one thread is faster, and much faster on a busy machine (no thread spinning).
+    Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

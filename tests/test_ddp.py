@@ -30,7 +30,7 @@ from _rank_report import report_rank
 COMMON = [
     "model=tiny", "data.seq_len=16", "data.eval_seq_len=64", "data.batch_size=8", "trainer.max_steps=6",
     "trainer.val_check_interval=6", "trainer.limit_val_batches=1.0", "eval.test_at_end=false",
-    "optim.warmup_steps=2", "trainer.log_every_n_steps=1", "callbacks.progress_bar=null", "print_config=false",
+    "optim.warmup_steps=2", "trainer.log_every_n_steps=1", "callbacks.progress_bar=null", "print_config=false", "callbacks.throughput.peak_flops=1e12",
 ]
 DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]
 LRS = ("0.004", "0.002")

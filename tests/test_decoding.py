@@ -38,13 +38,7 @@ def sources(seed: int, b: int = 6, s: int = 8) -> tuple[torch.Tensor, torch.Tens
     return src, src != IDS.pad
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is faster, and much faster on a busy machine (no thread spinning)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 SEEDS = range(6)

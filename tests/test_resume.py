@@ -29,7 +29,7 @@ RUN = [
     "model=tiny", "model.dropout=0.1", "data.seq_len=16", "data.batch_size=4", "trainer.max_steps=12",
     "trainer.val_check_interval=3", "trainer.limit_val_batches=2", "+trainer.limit_test_batches=2",
     "optim.warmup_steps=3", "trainer.log_every_n_steps=1", "callbacks.checkpoint_last.every_n_train_steps=3",
-    "callbacks.progress_bar=null", "print_config=false", "logger=wandb",
+    "callbacks.progress_bar=null", "print_config=false", "logger=wandb", "callbacks.throughput.peak_flops=1e12",
 ]
 KILL_AFTER = 7  # the last checkpoint before it is at step 6
 # metrics that are a function of the computation (timing metrics are not)

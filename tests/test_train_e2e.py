@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ablate.callbacks.throughput import flops_per_token
 from conftest import TINY
 
 pytestmark = pytest.mark.slow
@@ -58,6 +59,12 @@ def test_multirun_csv(run_train, tmp_path):
         # perplexity is exp of the mean NLL, logged together
         val_loss, val_ppl = column(rows, "val/loss"), column(rows, "val/ppl")
         assert val_ppl == pytest.approx([math.exp(v) for v in val_loss], rel=1e-5)
+        # train/mfu = tokens/s x model FLOPs per token / peak (TINY fixes the peak at 1e12)
+        fpt = flops_per_token(status["params"], 2, 32, 16)  # model=tiny: 2 layers, d=32; seq_len 16
+        mfu_rows = [r for r in rows if r.get("train/mfu")]
+        assert mfu_rows, f"{name}: train/mfu never logged"
+        for r in mfu_rows:
+            assert float(r["train/mfu"]) == pytest.approx(float(r["train/tokens_per_sec"]) * fpt / 1e12, rel=1e-4)
         # warmup is visible: the lr rises over the first steps
         lrs = column(rows, "train/lr")
         assert lrs[0] < 1e-3 and not (job / "wandb").exists()

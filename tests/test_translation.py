@@ -14,13 +14,13 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from ablate.config import ConfigError, ModelSpec, model_spec, validate
+from ablate.data.samplers import ResumableSampler
 from ablate.data.sources import DataNotFoundError
 from ablate.data.translation_data import (
     BOS,
     EOS,
     PAD,
     ParallelCorpus,
-    ShuffledBatches,
     collate,
     detokenize,
     encode_lines,
@@ -36,12 +36,7 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 MULTI30K = SHARED_DATA / "multi30k"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 # ----------------------------------------------------------------------------------------------
@@ -125,13 +120,13 @@ def test_collate_layout():
 
 def test_training_order_shuffles_per_epoch_splits_ranks_and_resumes():
     data = list(range(10))
-    s = ShuffledBatches(data, seed=3)
+    s = ResumableSampler(data, batch_size=1, seed=3)  # one item = one token batch
     s.set_epoch(0)
     e0 = list(s)
     s.set_epoch(1)
     e1 = list(s)
     assert sorted(e0) == sorted(e1) == data and e0 != e1
-    ranks = [ShuffledBatches(data, num_replicas=2, rank=r, seed=3) for r in (0, 1)]
+    ranks = [ResumableSampler(data, batch_size=1, num_replicas=2, rank=r, seed=3) for r in (0, 1)]
     parts = [list(r) for r in ranks]
     assert len(parts[0]) == len(parts[1]) == 5 and sorted(parts[0] + parts[1]) == data
     s.set_epoch(0)

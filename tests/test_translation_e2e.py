@@ -79,7 +79,7 @@ TINY_MT = [
     "model.n_heads=4", "model.d_ff=64", "data.vocab_size=500", "data.max_train_pairs=3000", "data.max_eval_pairs=60",
     "data.max_tokens=1024", "trainer.max_steps=6", "trainer.val_check_interval=3", "task.val_bleu_samples=40",
     "decode.beam_size=2", "decode.max_len_a=1.0", "decode.max_len_b=4", "optim.warmup_steps=2", "trainer.log_every_n_steps=1",
-    "callbacks.progress_bar=null", "print_config=false",
+    "callbacks.progress_bar=null", "print_config=false", "callbacks.throughput.peak_flops=1e12",
 ]
 PROMISED = ["train/loss", "train/ppl", "train/lr", "train/padding_fraction", "data/padding_fraction", "val/loss", "val/ppl",
             "val/bleu", "test/loss", "test/ppl", "test/bleu", "grad_norm/total", "grad_norm/embed",

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Iterable
 
-from omegaconf import OmegaConf
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import ListConfig, OmegaConf
 
 MAX_DIRNAME = 120
 
@@ -37,6 +41,60 @@ def job_dirname(override_dirname: str) -> str:
     return f"{kept}..{digest}"
 
 
+MAX_SWEEP_PREFIX = 60
+# always run control, never part of a sweep's identity (besides hydra.job...exclude_keys)
+RUN_CONTROL_KEYS = ("sweep_name", "skip_completed")
+
+
+def _canonical_override(override) -> str:  # hydra's Override
+    """``key=value`` with a sweep's values sorted, so ``norm=post,pre`` == ``norm=pre,post``."""
+    key = override.get_key_element()
+    try:
+        if override.is_sweep_override():
+            return f"{key}={','.join(sorted(set(override.sweep_string_iterator())))}"
+        return f"{key}={override.get_value_element_as_str()}"
+    except HydraException:  # interval sweeps, deletions: as typed
+        return override.input_line
+
+
+def sweep_dirname(sweep_name: str | None, overrides: Iterable[str], exclude_keys: Iterable[str] = ()) -> str:
+    """The name of a sweep's directory, the same whenever the same command is run again.
+
+    ``sweep_name`` wins when set. Otherwise ``<experiment>-<hash>`` (or ``<swept keys>-<hash>``
+    without an ``experiment=`` override) where the hash covers the command-line overrides,
+    sweep values included, independent of their order. Run-control overrides (``exclude_keys``,
+    i.e. ``hydra.job.config.override_dirname.exclude_keys``, plus ``sweep_name`` and
+    ``skip_completed``) are left out, like in the job directory names.
+
+    Hydra resolves ``hydra.sweep.dir`` once on the sweep's config, where ``hydra.overrides.task``
+    holds the overrides as typed (``norm=pre,post``), and then copies the resolver cache into
+    every job's config (``ConfigLoader.load_sweep_config``): the resolver is registered with
+    ``use_cache=True`` so each job sees that value, not one computed from its own overrides.
+    """
+    if sweep_name:
+        return _safe_dirname(str(sweep_name)) or "sweep"
+    if isinstance(overrides, ListConfig):  # as typed: an override holding ${...} is not resolved
+        overrides = OmegaConf.to_container(overrides, resolve=False)
+    excluded = set(exclude_keys) | set(RUN_CONTROL_KEYS)
+    parsed = [o for o in OverridesParser.create().parse_overrides([str(o) for o in overrides])
+              if o.key_or_group not in excluded]
+    canonical = sorted(_canonical_override(o) for o in parsed)
+    digest = hashlib.sha1("\n".join(canonical).encode()).hexdigest()[:8]
+    experiments = [o for o in parsed if o.key_or_group == "experiment"]
+    if experiments:
+        prefix = "+".join(_canonical_override(o).split("=", 1)[1] for o in experiments)
+    else:
+        prefix = ",".join(sorted(o.key_or_group for o in parsed if o.is_sweep_override())) or "default"
+    return f"{_safe_dirname(prefix)[:MAX_SWEEP_PREFIX] or 'sweep'}-{digest}"
+
+
+def _safe_dirname(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._,=+-]+", "_", text.replace("/", "_")).strip("._")
+
+
 def register() -> None:
     if not OmegaConf.has_resolver("job_dirname"):
         OmegaConf.register_new_resolver("job_dirname", job_dirname)
+    if not OmegaConf.has_resolver("sweep_dirname"):
+        # cached: computed once on the sweep's config, then the same for every job (see above)
+        OmegaConf.register_new_resolver("sweep_dirname", sweep_dirname, use_cache=True)

@@ -12,14 +12,27 @@ elastic launcher and waits; each rank runs :func:`fit`. Under SLURM with one tas
 Resuming (``ckpt_path=last`` or a path) restores what Lightning restores (model, optimiser, LR
 scheduler, loop progress, callbacks) plus the RNG states, the position in the training data and
 the W&B run (:mod:`ablate.checkpointing`, :class:`ablate.data.lm_data.LMDataModule`).
+
+Re-running a sweep (:func:`previous_outcome`): the sweep directory is the same for the same
+command (``hydra.sweep.dir``, :func:`ablate.resolvers.sweep_dirname`) and a job's directory is
+named by its overrides, so a job finds what an earlier run of it left. With ``skip_completed``
+(default) a job whose ``status.json`` says ``completed`` or ``diverged`` is skipped and returns
+its stored result; a job with a ``last.ckpt`` and no final status (killed, or crashed) resumes
+from it. The decision is taken once, in the Hydra job process, before any rank is started.
+
+Length extrapolation (``eval.seq_lens``, :func:`evaluate_lengths`): after training the test
+split is evaluated at each length, as Press et al. 2022 (ALiBi) evaluate a model trained at L
+at L, 2L, 4L, ...
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,27 +44,66 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
-from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from ablate import distributed
 from ablate.callbacks.divergence import DivergenceMonitor
 from ablate.callbacks.throughput import ThroughputMonitor, flops_per_token
-from ablate.checkpointing import AtomicCheckpointIO, ResumeState, checkpoint_dirs, read_wandb_run_id, resolve_ckpt_path
+from ablate.checkpointing import (
+    AtomicCheckpointIO,
+    ResumeState,
+    checkpoint_dirs,
+    find_last_checkpoint,
+    read_wandb_run_id,
+    resolve_ckpt_path,
+)
 from ablate.config import ModelSpec, model_spec
 from ablate.console import param_estimate, print_config_tree, print_param_count
 from ablate.logging import build_loggers, finish_wandb, multirun_group, run_name_from_overrides, set_wandb_summary
 from ablate.tasks import build_task
 
+log = logging.getLogger(__name__)
+FINISHED = ("completed", "diverged")  # a re-run of the sweep skips these (skip_completed)
+
+# The data modules store their position in the training order in the checkpoint (their
+# state_dict), so a mid-epoch resume is exact; Lightning still warns because the DataLoader itself
+# has no state_dict. Silence that one misleading message.
+warnings.filterwarnings("ignore", message=r".*your dataloader is not resumable.*")
+
 
 def eval_max_len(cfg: DictConfig) -> int:
-    """The longest sequence the model will see: training length or the (longer) eval length."""
+    """The longest sequence the model will see: training length or the (longer) eval length.
+    ``eval.seq_lens`` does not count: evaluating more lengths must not change the trained model
+    (a learned position table's size changes its parameters and its initialisation)."""
     return max(cfg.data.seq_len, cfg.data.get("eval_seq_len") or 0)
+
+
+def apply_eval_seq_len(cfg: DictConfig) -> None:
+    """``eval.seq_len`` is the LM's validation/test length: copied into ``data.eval_seq_len``
+    (which also still works on its own). Checks ``eval.seq_lens``."""
+    evaluation = cfg.get("eval") or {}
+    length, lengths = evaluation.get("seq_len"), evaluation.get("seq_lens")
+    lm_data = "eval_seq_len" in cfg.data
+    if (length or lengths) and not lm_data:
+        raise ValueError("eval.seq_len / eval.seq_lens apply to language models (task=lm with an LM data config); "
+                         "remove them for this task")
+    listed = lengths is not None and not isinstance(lengths, (str, int))
+    if lengths is not None and not (listed and all(isinstance(n, int) and n > 0 for n in lengths)):
+        raise ValueError(f"eval.seq_lens={lengths}: give a list of positive lengths, e.g. eval.seq_lens=[256,512,1024]")
+    if length is None:
+        return
+    current = cfg.data.get("eval_seq_len")
+    if current not in (None, length):
+        raise ValueError(f"eval.seq_len={length} but data.eval_seq_len={current}: set only one of them")
+    with open_dict(cfg):
+        cfg.data.eval_seq_len = length
 
 
 def check_config(cfg: DictConfig) -> None:
     """Fail on an invalid architecture before any data is read or tensor allocated."""
+    apply_eval_seq_len(cfg)
     model_spec(cfg, vocab_size=1, max_len=eval_max_len(cfg))
 
 
@@ -118,6 +170,95 @@ def write_status(output_dir: Path, status: dict[str, Any]) -> None:
     tmp.replace(output_dir / "status.json")
 
 
+def read_status(output_dir: Path) -> dict[str, Any] | None:
+    path = output_dir / "status.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def configured_checkpoint_dirs(cfg: DictConfig) -> list[Path]:
+    """The folders of the configured checkpoint callbacks (``callbacks.*.dirpath``), read from
+    the config, before any callback exists."""
+    nodes = (cfg.get("callbacks") or {}).values()
+    return [Path(str(node.dirpath)) for node in nodes if node is not None and node.get("dirpath")]
+
+
+def previous_outcome(cfg: DictConfig, output_dir: Path) -> dict[str, Any] | None:
+    """What a re-run of a sweep does with this job, decided from its directory (called once per
+    job, in the process that launches its ranks, so every rank gets the same ``ckpt_path``):
+
+    * ``status.json`` says completed or diverged: returns that status (the job is skipped);
+    * a ``last.ckpt`` without such a status (the job was killed, or crashed): sets
+      ``cfg.ckpt_path`` to it, as ``ckpt_path=last`` would, unless a ``ckpt_path`` is given;
+    * ``skip_completed=false``: neither; the job's previous status and checkpoints are removed
+      so that it trains from scratch (and a later re-run does not mistake them for its own).
+    """
+    dirs = configured_checkpoint_dirs(cfg)
+    if not cfg.get("skip_completed", True):
+        if rank_zero_only.rank != 0:  # SLURM tasks / torchrun: rank 0 clears, before any rank trains
+            return None
+        stale = [p for d in dirs if d.is_dir() for p in d.iterdir() if p.suffix == ".ckpt"]
+        if stale or (output_dir / "status.json").exists():
+            log.info(f"skip_completed=false: training {output_dir} from scratch; removing its previous status.json "
+                     f"and {len(stale)} checkpoint(s)")
+        (output_dir / "status.json").unlink(missing_ok=True)
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return None
+    status = read_status(output_dir)
+    if status is not None and status.get("status") in FINISHED:
+        return status
+    last = find_last_checkpoint(dirs)
+    if last is not None and cfg.get("ckpt_path") is None:
+        was = status.get("status") if status else "interrupted"
+        log.info(f"resuming {output_dir} ({was}) from {last}")
+        with open_dict(cfg):
+            cfg.ckpt_path = str(last)
+    return None
+
+
+def optimized_value(cfg: DictConfig, status: dict[str, Any]) -> float:
+    """The job's return value for a sweeper: ``optimized_metric`` from its status, else NaN."""
+    value = (status.get("metrics") or {}).get(cfg.get("optimized_metric", "val/loss"))
+    return value if value is not None else float("nan")
+
+
+def evaluate_lengths(trainer: L.Trainer, task: L.LightningModule, datamodule: Any,
+                     lengths: list[int]) -> tuple[dict[str, float | None], dict[str, Any]]:
+    """``test/loss@L`` and ``test/ppl@L`` for each length L: the test split cut into
+    non-overlapping windows of L tokens (Press et al. 2022's "nonoverlapping inference"; no
+    sliding window, so every token is predicted from the tokens of its own window only).
+
+    Every length covers the same split (up to its last partial window); the tokens per eval
+    batch stay constant (:meth:`ablate.data.lm_data.LMDataModule.use_eval_length`). With
+    ``pos=learned`` a length beyond the position table (``model.max_len``, by default the
+    training/eval length) is skipped with a note: the table has no rows there, and rows added
+    only for evaluation would be untrained. Returns the metrics and, per length, the tokens
+    evaluated or why it was skipped.
+    """
+    metrics: dict[str, float | None] = {}
+    info: dict[str, Any] = {}
+    spec = task.spec
+    for length in lengths:
+        if spec.pos == "learned" and length > spec.max_len:
+            info[str(length)] = {"skipped": f"pos=learned has {spec.max_len} positions (model.max_len)"}
+            rank_zero_info(f"test/ppl@{length} skipped: pos=learned has only {spec.max_len} positions; set "
+                           f"model.max_len={length} to evaluate with untrained positions beyond the training length")
+            continue
+        datamodule.use_eval_length(length)
+        task.eval_tag = f"@{length}"
+        try:
+            trainer.test(task, datamodule=datamodule, verbose=False)
+        finally:
+            task.eval_tag = ""
+        for key in (f"test/loss@{length}", f"test/ppl@{length}"):
+            metrics[key] = _finite_or_none(trainer.callback_metrics.get(key))
+        info[str(length)] = {"tokens": task.eval_tokens_seen}
+    return metrics, info
+
+
 def _finite_or_none(value: Any) -> float | None:
     try:
         value = float(value)
@@ -130,7 +271,7 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
     """Train one configuration in this process (one rank of it, under DDP); returns its status
     record."""
     job = job or Job.current()
-    check_config(cfg)
+    check_config(cfg)  # also copies eval.seq_len into data.eval_seq_len
     world, _, accumulate = training_layout(cfg)
     L.seed_everything(cfg.seed, workers=True)
     if cfg.runtime.flush_denormal:
@@ -173,6 +314,10 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
     if cfg.eval.test_at_end and not diverged:
         trainer.test(task, datamodule=datamodule, verbose=False)
         metrics.update({k: _finite_or_none(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")})
+    length_info = None
+    if cfg.eval.get("seq_lens") and not diverged:
+        length_metrics, length_info = evaluate_lengths(trainer, task, datamodule, list(cfg.eval.seq_lens))
+        metrics.update(length_metrics)
     status = {
         "status": "diverged" if diverged else "completed",
         "diverged_at_step": divergence.diverged_at if diverged else None,
@@ -187,6 +332,8 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
         "resumed_from": ckpt_path,
         "metrics": metrics,
     }
+    if length_info is not None:
+        status["eval_lengths"] = length_info
     for key in ("status", "diverged_at_step", "steps", "wall_time_s"):
         set_wandb_summary(loggers, key, status[key])
     set_wandb_summary(loggers, "diverged", diverged)
@@ -242,6 +389,12 @@ def run(cfg: DictConfig) -> float:
     output_dir.mkdir(parents=True, exist_ok=True)
     job = Job.current()
     writer = rank_zero_only.rank == 0  # several ranks run this only under SLURM tasks / torchrun
+    if job.multirun:  # single runs never skip: their directory is new each time
+        done = previous_outcome(cfg, output_dir)
+        if done is not None:
+            log.info(f"skipped: {output_dir} is already {done['status']} (its status.json); "
+                     "skip_completed=false retrains it")
+            return optimized_value(cfg, done)
     if cfg.get("print_config", True) and writer:
         print_config_tree(cfg)
     exit_code = 0
@@ -261,5 +414,4 @@ def run(cfg: DictConfig) -> float:
         finish_wandb(exit_code)
     if writer:
         write_status(output_dir, status)
-    value = (status.get("metrics") or {}).get(cfg.get("optimized_metric", "val/loss"))
-    return value if value is not None else float("nan")
+    return optimized_value(cfg, status)

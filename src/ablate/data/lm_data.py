@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, default_collate
+from torch.utils.data import DataLoader, Dataset, default_collate
 
 from ablate.data.sources import (
     DataNotFoundError,
@@ -40,6 +40,7 @@ from ablate.data.sources import (
     missing_file_message,
     resolve_local,
 )
+from ablate.data.samplers import ResumableSampler
 from ablate.data.tokenizers import Tokenizer, build_tokenizer, iter_chunks, tokenizer_class
 
 log = logging.getLogger(__name__)
@@ -137,54 +138,6 @@ def collate_windows(batch: Any) -> Any:
     return default_collate(batch)
 
 
-class ResumableSampler(DistributedSampler):
-    """The training order: a seeded permutation per epoch, split into global batches, each
-    global batch split into one contiguous slice per rank; it can start mid-epoch.
-
-    Epoch ``e`` shuffles with ``torch.randperm(n, generator=seed + e)`` (its own generator: the
-    global RNG is neither used nor disturbed). Micro-batch ``m`` of rank ``r`` (``world``
-    ranks, ``batch_size`` each) is ``perm[(m * world + r) * batch_size :][:batch_size]``, so an
-    optimiser step sees the same samples whatever the split into ranks and accumulation steps:
-    one process with batch 8, two ranks with 4 each, or one process with 4 and two
-    accumulation steps all train on ``perm[0:8]``, then ``perm[8:16]``, ... The tail of the
-    permutation that does not fill a global micro-batch round is dropped.
-
-    :meth:`resume_at` makes the next iteration of ``epoch`` skip its first ``start_batch``
-    micro-batches (what a checkpoint taken mid-epoch had consumed). It subclasses
-    ``DistributedSampler`` so that Lightning, seeing a distributed sampler, keeps it instead
-    of wrapping it in its own; Lightning calls :meth:`set_epoch` at every epoch start.
-    """
-
-    def __init__(self, dataset: Dataset, batch_size: int, num_replicas: int = 1, rank: int = 0, seed: int = 0) -> None:
-        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=True)
-        self.batch_size = batch_size
-        self._resume: tuple[int, int] | None = None  # (epoch, micro-batches to skip)
-
-    @property
-    def batches_per_epoch(self) -> int:
-        """Micro-batches per rank and epoch."""
-        return len(self.dataset) // (self.batch_size * self.num_replicas)
-
-    def __len__(self) -> int:
-        # a full epoch, also when resuming: Lightning counts the batches before the restart
-        return self.batches_per_epoch * self.batch_size
-
-    def resume_at(self, epoch: int, start_batch: int) -> None:
-        self._resume = (epoch, start_batch)
-
-    def __iter__(self):
-        start = 0
-        if self._resume is not None:
-            if self._resume[0] == self.epoch:
-                start = self._resume[1]
-            self._resume = None
-        g = torch.Generator()
-        g.manual_seed(self.seed + self.epoch)
-        n_batches, world, size = self.batches_per_epoch, self.num_replicas, self.batch_size
-        perm = torch.randperm(len(self.dataset), generator=g)[: n_batches * world * size]
-        yield from perm.view(n_batches, world, size)[start:, self.rank].reshape(-1).tolist()
-
-
 class LMDataModule(L.LightningDataModule):
     """Base class: tokenise a corpus once, cache it, serve fixed-length windows.
 
@@ -196,7 +149,8 @@ class LMDataModule(L.LightningDataModule):
             :attr:`vocab_size` after :meth:`setup`.
         seq_len: training context length.
         eval_seq_len: validation/test context length; ``None`` means ``seq_len``. May be
-            longer than ``seq_len`` (length-extrapolation experiments).
+            longer than ``seq_len`` (length-extrapolation experiments; ``eval.seq_len`` in
+            ``conf/train.yaml`` sets it, :meth:`use_eval_length` changes it after training).
         batch_size: the global training batch: sequences per optimiser step, over all devices and
             gradient-accumulation steps together. Each training DataLoader batch (one device, one
             micro-batch) is ``batch_size / (world size x accumulate_grad_batches)`` of the Trainer
@@ -263,6 +217,7 @@ class LMDataModule(L.LightningDataModule):
         self.seed = seed
         self._train_sampler: ResumableSampler | None = None
         self._resume_state: dict[str, int] | None = None
+        self._eval_tokens_per_batch: int | None = None  # fixed by the first use_eval_length()
         self.tokenizer: Tokenizer | None = None
         self.vocab_size: int | None = None
         self.datasets: dict[str, TokenWindows] = {}
@@ -308,6 +263,18 @@ class LMDataModule(L.LightningDataModule):
     @property
     def eval_batch_size(self) -> int:
         return self._eval_batch_size or self.device_batch_size()
+
+    def use_eval_length(self, seq_len: int) -> None:
+        """Evaluate at ``seq_len`` from now on (length extrapolation; ``train.py`` does this for
+        ``eval.seq_lens``): validation and test become non-overlapping windows of ``seq_len``
+        tokens, and the per-device eval batch changes so that a batch holds about as many tokens
+        as at the first eval length (at least one window), which keeps memory flat."""
+        if self._eval_tokens_per_batch is None:
+            self._eval_tokens_per_batch = self.eval_batch_size * self.eval_seq_len
+        self.eval_seq_len = seq_len
+        self._eval_batch_size = max(1, self._eval_tokens_per_batch // seq_len)
+        for split in ("val", "test"):
+            self.datasets.pop(split, None)  # rebuilt with the new length on the next setup()
 
     def cache_path(self) -> Path:
         """The cache folder for the current sources and tokenizer settings."""

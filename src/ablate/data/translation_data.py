@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset
 
 from ablate.data.sources import (
     DataNotFoundError,
@@ -60,6 +60,7 @@ from ablate.data.sources import (
     load_hub_dataset,
     missing_file_message,
 )
+from ablate.data.samplers import ResumableSampler
 from ablate.data.tokenizers import BPETokenizer, Tokenizer
 
 log = logging.getLogger(__name__)
@@ -212,34 +213,6 @@ def collate(src: Sequence[np.ndarray], tgt: Sequence[np.ndarray], index: torch.T
     return PairBatch(src_t, tgt_in, tgt_out, index)
 
 
-class ShuffledBatches(DistributedSampler):
-    """The training order of the fixed batches: a permutation per epoch (``seed + epoch``, its own
-    generator), dealt round-robin to the ranks, the tail that does not fill a round dropped. It
-    can start mid-epoch (:meth:`resume_at`). A ``DistributedSampler`` so Lightning keeps it."""
-
-    def __init__(self, dataset: Dataset, num_replicas: int = 1, rank: int = 0, seed: int = 0) -> None:
-        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=True)
-        self._resume: tuple[int, int] | None = None
-
-    def __len__(self) -> int:
-        return len(self.dataset) // self.num_replicas
-
-    def resume_at(self, epoch: int, start: int) -> None:
-        self._resume = (epoch, start)
-
-    def __iter__(self):
-        start = 0
-        if self._resume is not None:
-            if self._resume[0] == self.epoch:
-                start = self._resume[1]
-            self._resume = None
-        g = torch.Generator()
-        g.manual_seed(self.seed + self.epoch)
-        rounds = len(self)
-        perm = torch.randperm(len(self.dataset), generator=g)[: rounds * self.num_replicas]
-        yield from perm.view(rounds, self.num_replicas)[start:, self.rank].tolist()
-
-
 # ------------------------------------------------------------------------------ the data module
 
 
@@ -315,7 +288,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.datasets: dict[str, PairBatches] = {}
         self.raw: dict[str, dict[str, list[str]]] = {}  # split -> {"src": lines, "tgt": lines}
         self.padding_fraction: dict[str, float] = {}
-        self._train_sampler: ShuffledBatches | None = None
+        self._train_sampler: ResumableSampler | None = None
         self._resume_state: dict[str, int] | None = None
 
     # --- what a corpus provides ------------------------------------------------------
@@ -450,14 +423,15 @@ class TranslationDataModule(L.LightningDataModule):
             self.setup()
         return self.datasets[split]
 
-    def _loader(self, dataset: Dataset, sampler: DistributedSampler | None = None) -> DataLoader:
+    def _loader(self, dataset: Dataset, sampler: ResumableSampler | None = None) -> DataLoader:
         return DataLoader(dataset, batch_size=None, sampler=sampler, shuffle=False, num_workers=self.num_workers,
                           pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0)
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
         world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-        sampler = ShuffledBatches(self._dataset("train"), num_replicas=world, rank=rank, seed=self.seed)
+        # an item is a whole token batch, so the sampler deals one item per rank and step
+        sampler = ResumableSampler(self._dataset("train"), batch_size=1, num_replicas=world, rank=rank, seed=self.seed)
         if self._resume_state:
             state, self._resume_state = self._resume_state, None
             sampler.seed = state["seed"]

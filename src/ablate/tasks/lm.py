@@ -3,26 +3,26 @@
 Metric names are part of the interface (dashboards and ``scripts/`` read them):
 ``train/loss``, ``train/ppl``, ``val/loss``, ``val/ppl``, ``test/loss``, ``test/ppl``.
 Validation perplexity is exp of the mean NLL over all tokens of the split, not a mean of
-per-batch perplexities.
+per-batch perplexities. Length extrapolation (``eval.seq_lens``) logs ``test/loss@<len>`` and
+``test/ppl@<len>``: the test metrics with :attr:`LanguageModelTask.eval_tag` appended.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torchmetrics import MeanMetric
+from torchmetrics import MeanMetric, SumMetric
 
 from ablate.config import ModelSpec
-from ablate.data.tokenizers import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
+from ablate.data.tokenizers import Tokenizer
 from ablate.nn.transformer import TransformerLM
-from ablate.optim import build_optimizer, build_schedule
+from ablate.tasks.base import TaskModule
 
 
-class LanguageModelTask(L.LightningModule):
+class LanguageModelTask(TaskModule):
     """Next-token prediction with cross-entropy (optionally label-smoothed for training)."""
 
     def __init__(self, spec: Mapping[str, Any], optim: Mapping[str, Any], compile: bool = False) -> None:
@@ -33,16 +33,10 @@ class LanguageModelTask(L.LightningModule):
         self.model = TransformerLM(self.spec)
         self.forward_fn = torch.compile(self.model) if compile else self.model
         self.eval_nll = MeanMetric()  # token-weighted mean NLL; synced across ranks by torchmetrics
+        self.eval_tokens = SumMetric()  # tokens predicted in the evaluation (all ranks)
+        self.eval_tokens_seen = 0  # ... in the last one
+        self.eval_tag = ""  # appended to the eval metric names: "@512" -> test/ppl@512 (train.py)
         self.tokenizer: Tokenizer | None = None  # set by train.py; saved in checkpoints
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # a checkpoint carries its tokenizer, so generate.py needs nothing but the file
-        if self.tokenizer is not None:
-            checkpoint["tokenizer"] = tokenizer_to_dict(self.tokenizer)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if "tokenizer" in checkpoint:
-            self.tokenizer = tokenizer_from_dict(checkpoint["tokenizer"])
 
     def forward(self, idx: Tensor) -> Tensor:
         return self.forward_fn(idx)
@@ -68,11 +62,16 @@ class LanguageModelTask(L.LightningModule):
     def _eval_step(self, batch: tuple[Tensor, Tensor]) -> None:
         x, y = batch
         self.eval_nll.update(self._nll(self(x), y), weight=y.numel())
+        self.eval_tokens.update(y.numel())
 
     def _eval_epoch_end(self, split: str) -> None:
         loss = self.eval_nll.compute()
+        self.eval_tokens_seen = int(self.eval_tokens.compute())
         self.eval_nll.reset()
-        self.log_dict({f"{split}/loss": loss, f"{split}/ppl": loss.exp()}, prog_bar=split == "val", sync_dist=False)
+        self.eval_tokens.reset()
+        tag = self.eval_tag
+        self.log_dict({f"{split}/loss{tag}": loss, f"{split}/ppl{tag}": loss.exp()}, prog_bar=split == "val",
+                      sync_dist=False)
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._eval_step(batch)
@@ -85,9 +84,3 @@ class LanguageModelTask(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._eval_epoch_end("test")
-
-    def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = build_optimizer(self.model, self.optim_cfg)
-        max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else self.trainer.estimated_stepping_batches
-        scheduler = build_schedule(optimizer, self.optim_cfg, int(max_steps))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

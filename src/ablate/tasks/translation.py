@@ -27,7 +27,6 @@ import random
 from pathlib import Path
 from typing import Any, Mapping
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.loggers import WandbLogger
@@ -36,10 +35,10 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 
 from ablate.config import ModelSpec
-from ablate.data.tokenizers import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
+from ablate.data.tokenizers import Tokenizer
 from ablate.data.translation_data import BOS, EOS, PAD, PairBatch, detokenize
 from ablate.nn.seq2seq import EncoderDecoder
-from ablate.optim import build_optimizer, build_schedule
+from ablate.tasks.base import TaskModule
 from ablate.tasks.decoding import DecodeConfig, SpecialIds, translate_tokens
 
 DEFAULT_TASK = {"val_bleu_samples": 500, "val_beam_size": 1, "log_examples": 5, "bleu_tokenize": "13a",
@@ -67,7 +66,7 @@ def _all_gather_dict(local: dict[int, str]) -> dict[int, str]:
     return merged
 
 
-class TranslationTask(L.LightningModule):
+class TranslationTask(TaskModule):
     """Sequence-to-sequence training with label smoothing; BLEU evaluation with greedy/beam search."""
 
     def __init__(self, spec: Mapping[str, Any], optim: Mapping[str, Any], decode: Mapping[str, Any] | None = None,
@@ -88,16 +87,6 @@ class TranslationTask(L.LightningModule):
         self._bleu_sample: set[int] | None = None
         self._signature_logged = False
         self.last_bleu: dict[str, Any] = {}
-
-    # --- checkpoints carry the tokenizer --------------------------------------------------
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if self.tokenizer is not None:
-            checkpoint["tokenizer"] = tokenizer_to_dict(self.tokenizer)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if "tokenizer" in checkpoint:
-            self.tokenizer = tokenizer_from_dict(checkpoint["tokenizer"])
 
     # --- model ------------------------------------------------------------------------
 
@@ -257,12 +246,6 @@ class TranslationTask(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._finish("test")
-
-    def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = build_optimizer(self.model, self.optim_cfg)
-        max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else self.trainer.estimated_stepping_batches
-        scheduler = build_schedule(optimizer, self.optim_cfg, int(max_steps))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
 # --- checkpoints, for eval.py and translate.py ---------------------------------------------

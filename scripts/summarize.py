@@ -1,0 +1,62 @@
+"""Summarise a sweep: one row per configuration, seeds aggregated (mean ± std), diverged runs counted.
+
+    python scripts/summarize.py logs/multirun/<sweep>                     # writes <sweep>/summary.{csv,md}
+    python scripts/summarize.py logs/multirun/<sweep> --metric val/loss --paper experiments/<name>/paper.yaml
+    python scripts/summarize.py --wandb ENTITY/PROJECT --group <group>    # the same from W&B (online only)
+
+The table and the paper-file format are described in ``src/ablate/analysis/tables.py`` and
+``src/ablate/analysis/paper.py``; README section "Analysing a sweep".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ablate.analysis.paper import load_paper
+from ablate.analysis.runs import load_sweep
+from ablate.analysis.tables import markdown_table, summarize, write_summary
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("sweep_dir", nargs="?", help="a multirun directory (logs/multirun/<timestamp>)")
+    parser.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read the runs of a W&B group instead (needs network)")
+    parser.add_argument("--group", help="the W&B group (with --wandb)")
+    parser.add_argument("--metric", help="the validation metric to compare (default: val/ppl for LM, val/bleu for translation)")
+    parser.add_argument("--paper", metavar="FILE", help="paper.yaml/.csv with the paper's numbers to show beside ours")
+    parser.add_argument("--out", metavar="DIR", help="where summary.csv/.md go (default: the sweep directory; "
+                                                      "with --wandb: logs/summaries/<group>)")
+    args = parser.parse_args(argv)
+    if bool(args.sweep_dir) == bool(args.wandb):
+        parser.error("give either a sweep directory or --wandb ENTITY/PROJECT --group NAME")
+    if args.wandb and not args.group:
+        parser.error("--wandb needs --group NAME (the sweep's W&B group)")
+    return args
+
+
+def load_wandb_sweep(project_path: str, group: str):
+    # imported only here: reading W&B pulls in wandb and Lightning, which a local summary does not need
+    from ablate.analysis.wandb_group import load_wandb_group
+
+    return load_wandb_group(project_path, group)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        sweep = load_wandb_sweep(args.wandb, args.group) if args.wandb else load_sweep(args.sweep_dir)
+        paper = load_paper(args.paper) if args.paper else None
+        frame = summarize(sweep, args.metric, paper)
+    except (OSError, ValueError) as err:  # missing files, bad input, W&B unreachable (ConnectionError)
+        sys.exit(f"summarize.py: {err}")
+    table = markdown_table(frame, sweep)
+    out = args.out or (args.sweep_dir if args.sweep_dir else Path("logs") / "summaries" / args.group)
+    csv_path, md_path = write_summary(frame, table, out)
+    print(table)
+    print(f"wrote {csv_path} and {md_path}")
+
+
+if __name__ == "__main__":
+    main()

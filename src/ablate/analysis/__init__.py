@@ -1,0 +1,13 @@
+"""Turning a sweep (a Hydra multirun directory or a W&B group) into tables and figures.
+
+* :mod:`~ablate.analysis.runs`: load a sweep's jobs (status, overrides, config, metrics) and
+  find the ablation axes, i.e. the overrides that vary across the sweep;
+* :mod:`~ablate.analysis.wandb_group`: the same jobs read from a W&B group through ``wandb.Api``;
+* :mod:`~ablate.analysis.paper`: the ``paper.yaml`` format for a paper's reported numbers;
+* :mod:`~ablate.analysis.tables`: the per-configuration summary table (mean ± std over seeds);
+* :mod:`~ablate.analysis.figures`: validation curves, gradient norms and residual RMS by depth;
+* :mod:`~ablate.analysis.attention`: attention weights of a trained model, and their heat maps.
+
+``scripts/summarize.py``, ``scripts/plot.py`` and ``scripts/attention_maps.py`` are thin
+command-line wrappers around these modules.
+"""

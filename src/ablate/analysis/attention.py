@@ -1,0 +1,232 @@
+"""Attention weights of a trained model for one input, and their heat maps.
+
+The weights are those of eq. 1 of Vaswani et al. 2017, softmax(Q K^T / sqrt(d_k) + bias) with
+the mask applied, as the model itself computes them: every attention module's kernel is asked
+to keep its weights (:attr:`ablate.nn.attention.AttentionKernel.keep_weights`), which routes it
+through the explicit ``math`` path even when the model was trained with ``attn=sdpa``, and the
+model runs its ordinary forward pass. So the queries and keys come from the block's own
+projections after its own norm placement, rotary embeddings rotate them and ALiBi adds its bias
+exactly as in training, and grouped-query models report one map per *query* head (their key/value
+heads repeated, as the math kernel does). Nothing of the attention is re-derived here.
+
+A decoder-only LM gives one (layers, heads, T, T) tensor, causal: zero above the diagonal. A
+translation model gives three: encoder self-attention (source x source), decoder
+self-attention (target x target, causal) and decoder cross-attention (target x source).
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from torch import Tensor, nn
+
+from ablate.nn.attention import AttentionKernel
+
+# how a few invisible characters are drawn on the axes
+VISIBLE = {"\n": "⏎", " ": "␣", "\t": "⇥", "": "∅"}
+MAX_LABEL = 8
+
+
+@contextmanager
+def keep_attention_weights(kernels: Sequence[AttentionKernel]) -> Iterator[None]:
+    """Make ``kernels`` keep their weights for the duration; flags restored and weights dropped after."""
+    before = [k.keep_weights for k in kernels]
+    try:
+        for kernel in kernels:
+            kernel.keep_weights, kernel.weights = True, None
+        yield
+    finally:
+        for kernel, flag in zip(kernels, before):
+            kernel.keep_weights, kernel.weights = flag, None
+
+
+def _run(model: nn.Module, kernels: Sequence[AttentionKernel], forward) -> list[Tensor]:
+    """Run ``forward()`` in eval mode without gradients and return each kernel's weights."""
+    was_training = model.training
+    model.eval()  # no attention dropout: the weights are the ones the model uses at inference
+    try:
+        with keep_attention_weights(kernels), torch.no_grad():
+            forward()
+            weights = [k.weights for k in kernels]
+    finally:
+        model.train(was_training)
+    return weights
+
+
+def lm_attention(model: nn.Module, ids: Tensor) -> Tensor:
+    """Attention weights of a :class:`~ablate.nn.transformer.TransformerLM` for one sequence.
+
+    Args:
+        model: the LM.
+        ids: (T,) token ids.
+
+    Returns:
+        (layers, query heads, T, T); row i is the distribution of query i over keys 0..T-1.
+    """
+    kernels = [block.attn.sublayer.kernel for block in model.blocks]
+    weights = _run(model, kernels, lambda: model(ids[None]))
+    return torch.stack([w[0] for w in weights]).float()
+
+
+def translation_attention(model: nn.Module, src: Tensor, tgt_in: Tensor) -> dict[str, Tensor]:
+    """Attention weights of an :class:`~ablate.nn.seq2seq.EncoderDecoder` for one sentence pair.
+
+    Args:
+        model: the encoder-decoder.
+        src: (S,) source ids (ending with ``</s>``).
+        tgt_in: (T,) decoder input ids (``<s>`` then the target tokens).
+
+    Returns:
+        ``{"encoder self-attention": (L_enc, H, S, S), "decoder self-attention": (L_dec, H, T, T),
+        "decoder cross-attention": (L_dec, H, T, S)}``.
+    """
+    groups = {
+        "encoder self-attention": [b.attn.sublayer.kernel for b in model.encoder.blocks],
+        "decoder self-attention": [b.attn.sublayer.kernel for b in model.decoder.blocks],
+        "decoder cross-attention": [b.cross_attn.sublayer.kernel for b in model.decoder.blocks],
+    }
+    kernels = [k for group in groups.values() for k in group]
+    weights = iter(_run(model, kernels, lambda: model(src[None], tgt_in[None])))
+    return {name: torch.stack([next(weights)[0] for _ in group]).float() for name, group in groups.items()}
+
+
+def token_labels(tokenizer, ids: Sequence[int], specials: dict[int, str] | None = None) -> list[str]:
+    """One readable label per token: the character (char tokenizer) or the piece (BPE), with
+    newlines, spaces and tabs drawn visibly and long pieces shortened."""
+    labels = []
+    for i in ids:
+        if specials and i in specials:
+            labels.append(specials[i])
+            continue
+        text = tokenizer.decode([i])
+        text = VISIBLE.get(text, "".join(_visible(c) for c in text))
+        labels.append(text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…")
+    return labels
+
+
+def _visible(char: str) -> str:
+    """A character as drawn on an axis: control characters (untrained models emit them) as ``\\x0c``."""
+    if char in VISIBLE:
+        return VISIBLE[char]
+    return f"\\x{ord(char):02x}" if unicodedata.category(char).startswith("C") else char
+
+
+def attention_figure(weights: Tensor, query_labels: list[str], key_labels: list[str], title: str) -> Figure:
+    """A grid of heat maps, rows = layers, columns = heads, tokens on both axes (queries down,
+    keys across), one colour scale from 0 to 1 for all panels."""
+    n_layers, n_heads, n_q, n_k = weights.shape
+    # about 0.16 inch per token, so that the labels fit; cross-attention panels are not square
+    width, height = (min(4.0, max(1.8, 0.16 * n)) for n in (n_k, n_q))
+    fig = Figure(figsize=(width * n_heads + 1.4, height * n_layers + 1.0), layout="constrained")
+    axes = fig.subplots(n_layers, n_heads, squeeze=False)
+    image = None
+    tick_step = max(1, math.ceil(max(n_q, n_k) / 48))  # every token while they fit, else every k-th
+    fontsize = 7 if max(n_q, n_k) <= 24 else 5
+    # masked pairs (the future, padding) have weight exactly 0: grey, so the mask stands out from
+    # merely small weights
+    cmap = colormaps["viridis"].with_extremes(bad="#d9d9d9")
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            ax = axes[layer, head]
+            values = weights[layer, head].numpy()
+            image = ax.imshow(np.ma.masked_equal(values, 0.0), vmin=0.0, vmax=1.0, cmap=cmap, interpolation="nearest",
+                              aspect="auto")
+            ax.set_xticks(range(0, n_k, tick_step), key_labels[::tick_step], fontsize=fontsize, rotation=90)
+            ax.set_yticks(range(0, n_q, tick_step), query_labels[::tick_step], fontsize=fontsize)
+            if layer == 0:
+                ax.set_title(f"head {head}", fontsize="medium")
+            if head == 0:
+                ax.set_ylabel(f"layer {layer}\nquery token")
+            if layer == n_layers - 1:
+                ax.set_xlabel("key token (attended to)")
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight (grey: masked, exactly 0)")
+    fig.suptitle(title)
+    return fig
+
+
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    return path
+
+
+# ----------------------------------------------------------------------------- from a checkpoint
+
+
+@dataclass
+class AttentionMap:
+    """One grid to draw: the weights of one kind of attention and the tokens on its axes."""
+
+    name: str  # "self-attention", "encoder self-attention", ...
+    weights: Tensor  # (layers, heads, queries, keys)
+    query_labels: list[str]
+    key_labels: list[str]
+
+
+def is_translation_checkpoint(path: str | Path) -> bool:
+    """A translation checkpoint's model spec has encoder layers; an LM's has none."""
+    hparams = torch.load(str(path), map_location="cpu", weights_only=False).get("hyper_parameters", {})
+    return int((hparams.get("spec") or {}).get("encoder_layers") or 0) > 0
+
+
+def describe(spec) -> str:
+    """``pos=rope, norm=pre, attn=sdpa, 4 heads (2 kv)``: what the maps' title says about the model."""
+    kv = f" ({spec.n_kv_heads} kv)" if spec.n_kv_heads and spec.n_kv_heads != spec.n_heads else ""
+    return f"pos={spec.pos}, norm={spec.norm}, attn={spec.attn}, {spec.n_layers} layers x {spec.n_heads} heads{kv}"
+
+
+def lm_maps(ckpt_path: str | Path, text: str, max_tokens: int) -> tuple[list[AttentionMap], str]:
+    from ablate.tasks.lm import LanguageModelTask
+
+    task = LanguageModelTask.load_from_checkpoint(str(ckpt_path), map_location="cpu")
+    if task.tokenizer is None:
+        raise ValueError(f"{ckpt_path} carries no tokenizer (saved by an older version?); cannot encode the text")
+    ids = task.tokenizer.encode(text)[: min(max_tokens, task.spec.max_len)]
+    if not ids:
+        raise ValueError("text= is empty: give the input to look at, e.g. text='ROMEO: But soft'")
+    labels = token_labels(task.tokenizer, ids)
+    weights = lm_attention(task.model, torch.tensor(ids))
+    return [AttentionMap("self-attention", weights, labels, labels)], describe(task.spec)
+
+
+def translation_maps(ckpt_path: str | Path, text: str, target: str | None, max_tokens: int) -> tuple[list[AttentionMap], str]:
+    """Maps of a translation model for source ``text`` and decoder input ``<s> target`` (the
+    model's own translation of ``text`` when ``target`` is None)."""
+    from ablate.data.translation_data import BOS, EOS, PAD, encode_lines
+    from ablate.tasks.translation import load_translation_checkpoint
+
+    task = load_translation_checkpoint(ckpt_path, "cpu")
+    limit = min(max_tokens, task.spec.max_len) - 1
+    src = encode_lines(task.tokenizer, [text])[0][:limit] + [EOS]
+    if target is None:
+        hyp = task.translate(torch.tensor([src]))[0]
+        tgt = [i for i in hyp if i not in (PAD, EOS)]
+    else:
+        tgt = encode_lines(task.tokenizer, [target])[0]
+    tgt_in = [BOS] + tgt[:limit]
+    specials = {BOS: "<s>", EOS: "</s>", PAD: "<pad>"}
+    src_labels, tgt_labels = token_labels(task.tokenizer, src, specials), token_labels(task.tokenizer, tgt_in, specials)
+    weights = translation_attention(task.model, torch.tensor(src), torch.tensor(tgt_in))
+    labels = {"encoder self-attention": (src_labels, src_labels), "decoder self-attention": (tgt_labels, tgt_labels),
+              "decoder cross-attention": (tgt_labels, src_labels)}
+    return [AttentionMap(name, w, *labels[name]) for name, w in weights.items()], describe(task.spec)
+
+
+def checkpoint_maps(ckpt_path: str | Path, text: str, target: str | None = None,
+                    max_tokens: int = 64) -> tuple[list[AttentionMap], str]:
+    """The attention maps of a checkpoint (LM or translation) for one input, and a model description."""
+    if not Path(ckpt_path).is_file():
+        raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such file (a job's checkpoints/best.ckpt or last.ckpt)")
+    if is_translation_checkpoint(ckpt_path):
+        return translation_maps(ckpt_path, text, target, max_tokens)
+    return lm_maps(ckpt_path, text, max_tokens)

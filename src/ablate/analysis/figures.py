@@ -1,0 +1,299 @@
+"""Figures of a sweep (PNG, matplotlib's Agg canvas; no display needed).
+
+Every figure draws one colour per variant (named by its axes, ``norm=post, lr=0.001``), the same
+colour in every figure, and aggregates seeds: a line for the mean and, with several seeds, a
+band of ± 1 standard deviation. What each figure shows:
+
+* ``val_curves.png``: validation metrics against the optimiser step;
+* ``lr_loss_warmup.png``: learning rate and training loss against the step, the warmup shaded
+  (Post-LN needs the warmup, Xiong et al. 2020, Sec. 3);
+* ``grad_norm_depth.png``: per-layer gradient norm (all the layer's parameters, before clipping)
+  against depth, at the first logged step (initialisation) and at the last one; Xiong et al.
+  2020, Fig. 3, show it growing towards the output for Post-LN and flat for Pre-LN;
+* ``grad_norm_heatmap.png``: the same per layer over all logged steps, one panel per variant,
+  one colour scale for all panels;
+* ``resid_rms_depth.png``: the residual stream's RMS against depth (when ``resid_rms/...`` was
+  logged).
+
+Translation runs log ``grad_norm/enc_layer_XX/...`` and ``grad_norm/dec_layer_XX/...``: each
+stack gets its own row of panels.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+
+from ablate.analysis.runs import Job, Sweep
+
+LAYER_METRIC = re.compile(r"^(?P<prefix>grad_norm|resid_rms)/(?P<stack>enc_|dec_)?layer_(?P<layer>\d+)(?:/(?P<part>.+))?$")
+STACK_NAMES = {"": "decoder-only stack", "enc_": "encoder", "dec_": "decoder"}  # in drawing order
+AXIS_LABELS = {
+    "val/ppl": "perplexity (exp of mean NLL per token)", "val/loss": "cross-entropy (nats per token)",
+    "val/bleu": "BLEU (sacreBLEU)", "train/loss": "training loss (nats per token)", "train/lr": "learning rate",
+}
+METRIC_NAMES = {"ppl": "perplexity", "loss": "loss", "bleu": "BLEU"}
+STEP_LABEL = "optimiser step"
+DPI = 120
+
+
+@dataclass
+class Variant:
+    """The jobs of one configuration, with the name and colour they have in every figure."""
+
+    label: str
+    jobs: list[Job]
+    color: str
+
+    @property
+    def seeds_note(self) -> str:
+        return f"{len(self.jobs)} seeds" if len(self.jobs) > 1 else "1 seed"
+
+
+def variants(sweep: Sweep) -> list[Variant]:
+    palette = [f"C{i}" for i in range(10)]
+    return [Variant(sweep.label(k), jobs, palette[i % 10]) for i, (k, jobs) in enumerate(sweep.variants().items())]
+
+
+def seed_mean(jobs: list[Job], metric: str) -> pd.DataFrame:
+    """``mean``, ``std`` and ``n`` of ``metric`` over the jobs at every step any of them logged
+    (non-finite values, e.g. after a divergence, left out)."""
+    series = [j.series(metric).replace([np.inf, -np.inf], np.nan).dropna() for j in jobs]
+    series = [s for s in series if len(s)]
+    if not series:
+        return pd.DataFrame(columns=["mean", "std", "n"])
+    table = pd.concat(series, axis=1)
+    return pd.DataFrame({"mean": table.mean(axis=1), "std": table.std(axis=1, ddof=1), "n": table.count(axis=1)})
+
+
+def wants_log(values: np.ndarray, ratio: float = 30.0) -> bool:
+    """Log scale when positive values span more than ``ratio`` (e.g. perplexity from 60 to 1.5)."""
+    values = values[np.isfinite(values)]
+    return len(values) > 0 and values.min() > 0 and values.max() / values.min() > ratio
+
+
+def _legend(ax, **kwargs) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", **kwargs)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    return path
+
+
+def plot_curves(ax, group: list[Variant], metric: str) -> None:
+    """Mean over seeds against the step, with a ± 1 std band where there are several seeds."""
+    everything = []
+    for variant in group:
+        stats = seed_mean(variant.jobs, metric)
+        if stats.empty:
+            continue
+        steps = stats.index.to_numpy()
+        ax.plot(steps, stats["mean"], color=variant.color, marker="o" if len(steps) < 30 else None, markersize=3,
+                label=f"{variant.label} ({variant.seeds_note})")
+        if (stats["n"] > 1).any():
+            ax.fill_between(steps, stats["mean"] - stats["std"].fillna(0), stats["mean"] + stats["std"].fillna(0),
+                            color=variant.color, alpha=0.2, linewidth=0)
+        everything.append(stats["mean"].to_numpy())
+    if everything and wants_log(np.concatenate(everything)):
+        ax.set_yscale("log")
+    ax.set_xlabel(STEP_LABEL)
+    ax.set_ylabel(AXIS_LABELS.get(metric, metric))
+    ax.grid(alpha=0.3)
+
+
+def validation_figure(sweep: Sweep, out: Path) -> Path | None:
+    group = variants(sweep)
+    metrics = [m for m in ("val/bleu", "val/ppl", "val/loss") if any(m in j.metrics for j in sweep.jobs)]
+    if not metrics:
+        return None
+    fig = Figure(figsize=(6 * len(metrics), 4.5), layout="constrained")
+    for ax, metric in zip(fig.subplots(1, len(metrics), squeeze=False)[0], metrics):
+        plot_curves(ax, group, metric)
+        ax.set_title("Validation " + METRIC_NAMES.get(metric.split("/", 1)[1], metric))
+        _legend(ax)
+    fig.suptitle("Validation curves (line: mean over seeds; band: ± 1 std)")
+    return _save(fig, out / "val_curves.png")
+
+
+def warmup_steps(jobs: list[Job]) -> int | None:
+    values = {j.value("optim.warmup_steps") for j in jobs} - {None, "null"}
+    return int(float(values.pop())) if len(values) == 1 else None
+
+
+def warmup_figure(sweep: Sweep, out: Path) -> Path | None:
+    group = variants(sweep)
+    metrics = [m for m in ("train/lr", "train/loss") if any(m in j.metrics for j in sweep.jobs)]
+    if not metrics:
+        return None
+    fig = Figure(figsize=(6 * len(metrics), 4.5), layout="constrained")
+    warmup = warmup_steps(sweep.jobs)
+    for ax, metric in zip(fig.subplots(1, len(metrics), squeeze=False)[0], metrics):
+        plot_curves(ax, group, metric)
+        last_step = max((int(j.metrics.index.max()) for j in sweep.jobs if len(j.metrics)), default=0)
+        if warmup:  # shaded up to where training went, so a short run's axis is not stretched to the warmup's end
+            ax.axvspan(0, min(warmup, last_step), color="grey", alpha=0.12, label=f"warmup ({warmup} steps)")
+        if metric == "train/lr" and ax.get_yscale() == "linear":
+            ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
+        ax.set_title({"train/lr": "Learning rate schedule", "train/loss": "Training loss"}[metric])
+        _legend(ax)
+    fig.suptitle("Learning rate and training loss through warmup")
+    return _save(fig, out / "lr_loss_warmup.png")
+
+
+# ----------------------------------------------------------------------------- depth profiles
+
+
+def layer_columns(columns: list[str], prefix: str) -> dict[tuple[str, str | None], dict[int, list[str]]]:
+    """``{(stack, part): {layer: [columns]}}`` for the metrics ``<prefix>/<stack>layer_XX[/part]``."""
+    found: dict[tuple[str, str | None], dict[int, list[str]]] = {}
+    for col in columns:
+        match = LAYER_METRIC.match(col)
+        if match and match["prefix"] == prefix:
+            part = None if prefix == "grad_norm" else match["part"]  # grad norms: all sub-layers of a layer together
+            found.setdefault((match["stack"] or "", part), {}).setdefault(int(match["layer"]), []).append(col)
+    return found
+
+
+def root_sum_square(frame: pd.DataFrame) -> pd.Series:
+    """The norm of a layer's whole gradient from its sub-layers' norms (disjoint parameter sets),
+    NaN where none was logged."""
+    return np.sqrt((frame**2).sum(axis=1, min_count=1))
+
+
+def layer_table(job: Job, layers: dict[int, list[str]], combine: Callable[[pd.DataFrame], pd.Series]) -> pd.DataFrame:
+    """Steps x layers (only the steps where every layer was logged)."""
+    present = {layer: [c for c in cols if c in job.metrics] for layer, cols in layers.items()}
+    table = pd.DataFrame({layer: combine(job.metrics[cols]) for layer, cols in sorted(present.items()) if cols})
+    return table.replace([np.inf, -np.inf], np.nan).dropna(how="any")
+
+
+def depth_profiles(jobs: list[Job], layers: dict[int, list[str]], combine) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-layer values at each job's first and last logged step, one row per job."""
+    tables = [t for t in (layer_table(j, layers, combine) for j in jobs) if len(t)]
+    first = pd.DataFrame([t.iloc[0] for t in tables])
+    last = pd.DataFrame([t.iloc[-1] for t in tables])
+    return first, last
+
+
+def _profile(ax, variant: Variant, rows: pd.DataFrame) -> None:
+    if rows.empty:
+        return
+    mean = rows.mean(axis=0)
+    ax.plot(mean.index, mean.to_numpy(), marker="o", color=variant.color, label=f"{variant.label} ({variant.seeds_note})")
+    if len(rows) > 1:
+        ax.fill_between(mean.index, rows.min(axis=0), rows.max(axis=0), color=variant.color, alpha=0.2, linewidth=0)
+
+
+def depth_figure(sweep: Sweep, out: Path, prefix: str, filename: str, ylabel: str, title: str,
+                 combine: Callable[[pd.DataFrame], pd.Series]) -> Path | None:
+    columns = sorted({c for j in sweep.jobs for c in j.metrics.columns})
+    groups = layer_columns(columns, prefix)
+    if not groups:
+        return None
+    group = variants(sweep)
+    fig = Figure(figsize=(12, 4.2 * len(groups)), layout="constrained")
+    axes = fig.subplots(len(groups), 2, squeeze=False)
+    ordered = sorted(groups.items(), key=lambda g: (list(STACK_NAMES).index(g[0][0]), g[0][1] or ""))
+    for row, ((stack, part), layers) in zip(axes, ordered):
+        where = STACK_NAMES[stack] + (f", {part}" if part else "")
+        profiles = {v.label: depth_profiles(v.jobs, layers, combine) for v in group}
+        panels = ((row[0], 0, "first logged step (initialisation)"), (row[1], 1, "last logged step (end of training)"))
+        for ax, index, when in panels:
+            for variant in group:
+                _profile(ax, variant, profiles[variant.label][index])
+            values = np.concatenate([p[index].to_numpy().ravel() for p in profiles.values()] or [np.array([])])
+            if wants_log(values, ratio=10.0):
+                ax.set_yscale("log")
+            ax.set_title(f"{where}: {when}")
+            ax.set_xlabel("layer (0 = nearest the input)")
+            ax.set_ylabel(ylabel)
+            ax.xaxis.get_major_locator().set_params(integer=True)
+            ax.grid(alpha=0.3)
+            _legend(ax)
+    fig.suptitle(title + " (line: mean over seeds; band: seed range)")
+    return _save(fig, out / filename)
+
+
+def grad_norm_depth_figure(sweep: Sweep, out: Path) -> Path | None:
+    return depth_figure(sweep, out, "grad_norm", "grad_norm_depth.png", "gradient L2 norm of the layer (before clipping)",
+                        "Gradient norm by layer", root_sum_square)
+
+
+def resid_rms_depth_figure(sweep: Sweep, out: Path) -> Path | None:
+    return depth_figure(sweep, out, "resid_rms", "resid_rms_depth.png", "RMS of the residual stream",
+                        "Residual stream RMS by layer", lambda frame: frame.mean(axis=1, skipna=True))
+
+
+def grad_norm_heatmap(sweep: Sweep, out: Path) -> Path | None:
+    """Layer gradient norm over steps x layers, one panel per variant and stack (mean over seeds)."""
+    columns = sorted({c for j in sweep.jobs for c in j.metrics.columns})
+    groups = layer_columns(columns, "grad_norm")
+    if not groups:
+        return None
+    group = variants(sweep)
+    maps = {}
+    for variant in group:
+        for (stack, _), layers in groups.items():
+            tables = [t for t in (layer_table(j, layers, root_sum_square) for j in variant.jobs) if len(t)]
+            if tables:
+                maps[variant.label, stack] = pd.concat(tables).groupby(level=0).mean()
+    values = np.concatenate([m.to_numpy().ravel() for m in maps.values()] or [np.array([])])
+    values = values[np.isfinite(values) & (values > 0)]
+    if not len(values):
+        return None
+    norm = LogNorm(vmin=values.min(), vmax=values.max())
+    stacks = [stack for stack in STACK_NAMES if any(stack == s for s, _ in groups)]
+    cols = len(group) * len(stacks)
+    n_cols = min(cols, 4)
+    n_rows = math.ceil(cols / n_cols)
+    fig = Figure(figsize=(4.5 * n_cols, 3.6 * n_rows), layout="constrained")
+    axes = fig.subplots(n_rows, n_cols, squeeze=False).ravel()
+    mesh = None
+    for ax, (variant, stack) in zip(axes, [(v, s) for v in group for s in stacks]):
+        table = maps.get((variant.label, stack))
+        title = variant.label + (f" ({STACK_NAMES[stack]})" if stack else "")
+        ax.set_title(title, fontsize="medium")
+        if table is None:
+            ax.set_axis_off()
+            continue
+        steps, layers = table.index.to_numpy(), table.columns.to_numpy()
+        mesh = ax.pcolormesh(_edges(steps), _edges(layers), table.to_numpy().T, norm=norm, cmap="viridis")
+        ax.set_xlabel(STEP_LABEL)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_ylabel("layer")
+        ax.yaxis.get_major_locator().set_params(integer=True)
+    for ax in axes[cols:]:
+        ax.set_axis_off()
+    if mesh is not None:
+        fig.colorbar(mesh, ax=axes[:cols].tolist(), label="gradient L2 norm of the layer (log scale)")
+    fig.suptitle("Gradient norm per layer over training (mean over seeds)")
+    return _save(fig, out / "grad_norm_heatmap.png")
+
+
+def _edges(centres: np.ndarray) -> np.ndarray:
+    """Cell edges around sorted centres (unevenly spaced steps: dense during warmup, then sparse)."""
+    centres = centres.astype(float)
+    if len(centres) == 1:
+        return np.array([centres[0] - 0.5, centres[0] + 0.5])
+    mid = (centres[:-1] + centres[1:]) / 2
+    return np.concatenate([[centres[0] - (mid[0] - centres[0])], mid, [centres[-1] + (centres[-1] - mid[-1])]])
+
+
+FIGURES = (validation_figure, warmup_figure, grad_norm_depth_figure, grad_norm_heatmap, resid_rms_depth_figure)
+
+
+def plot_sweep(sweep: Sweep, out: str | Path) -> list[Path]:
+    """Write every figure that the sweep's logged metrics allow; returns the files written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return [path for figure in FIGURES if (path := figure(sweep, out)) is not None]

@@ -1,0 +1,246 @@
+"""Load the jobs of a sweep and find what varies across them.
+
+A Hydra multirun (``python train.py -m norm=pre,post seed=1,2``) writes one directory per job,
+``<sweep dir>/<job dir>/``, holding ``status.json`` (written by :func:`ablate.train.run`),
+``csv/metrics.csv`` (Lightning's CSVLogger: one row per logged metric group, so a step can span
+several rows), ``.hydra/overrides.yaml`` and ``.hydra/config.yaml``/``hydra.yaml``.
+
+The *ablation axes* of a sweep are the override keys whose value differs between jobs, ``seed``
+excluded: jobs that agree on every axis are seeds of one *variant* (one row of the summary, one
+line of a figure). A key that a job does not override still has a value (its config group
+choice, or its config value), so jobs appended to a sweep directory by a second command line,
+e.g. ``norm=post seed=3 optim.lr=1e4``, compare correctly with the jobs that left it at its
+default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+STATUSES = ("completed", "diverged", "crashed", "incomplete")
+# Overrides that choose where or how a job runs, never what it trains.
+_NOT_AXES = re.compile(r"^(seed|ckpt_path|print_config)$|^(hydra|paths|logger)(\.|$)|^callbacks\.progress_bar$")
+_LOWER_IS_BETTER = ("loss", "ppl")
+
+
+def override_key(override: str) -> str:
+    """``+optim.lr=1e-3`` -> ``optim.lr`` (Hydra's ``+``/``++``/``~`` prefixes dropped)."""
+    return override.split("=", 1)[0].lstrip("+~").strip()
+
+
+def canonical(value: Any) -> str:
+    """One spelling per value, so that ``1e-3`` and ``0.001`` name the same variant."""
+    text = str(value).strip()
+    if text.lower() in ("true", "false", "null", "none"):
+        return text.lower().replace("none", "null")
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return f"{number:g}" if math.isfinite(number) else text
+
+
+def parse_overrides(overrides: Iterable[str]) -> dict[str, str]:
+    """Hydra override strings -> ``{key: canonical value}`` (deletions ``~key`` are skipped)."""
+    parsed = {}
+    for item in overrides:
+        if "=" in item and not item.startswith("~"):
+            parsed[override_key(item)] = canonical(item.split("=", 1)[1])
+    return parsed
+
+
+def higher_is_better(metric: str) -> bool:
+    """Loss and perplexity go down; BLEU, accuracy and the rest go up."""
+    return not any(part in metric.rsplit("/", 1)[-1] for part in _LOWER_IS_BETTER)
+
+
+def read_metrics_csv(path: Path) -> pd.DataFrame:
+    """A CSVLogger ``metrics.csv`` as one row per step (index ``step``), columns = metric names.
+
+    Lightning writes a separate row for each group of metrics logged at a step (grad norms,
+    train metrics, validation), and a resumed run repeats the steps since its last checkpoint;
+    both collapse to the last logged value of each metric at each step.
+    """
+    if not path.is_file():
+        return pd.DataFrame(index=pd.Index([], name="step", dtype=int))
+    frame = pd.read_csv(path)
+    frame = frame.drop(columns=[c for c in ("epoch",) if c in frame])
+    return frame.groupby("step").last().sort_index()
+
+
+def _select(config: dict[str, Any], key: str) -> Any:
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+@dataclass
+class Job:
+    """One training job of a sweep: identity, outcome and logged metrics."""
+
+    name: str  # the job directory's name (local) or the run's name (W&B)
+    source: str  # where it was read from: a directory or a W&B run path
+    overrides: dict[str, str]
+    status: str = "incomplete"  # one of STATUSES
+    record: dict[str, Any] = field(default_factory=dict)  # status.json (or the W&B summary)
+    config: dict[str, Any] = field(default_factory=dict)  # the resolved config
+    choices: dict[str, str] = field(default_factory=dict)  # Hydra's config group choices
+    metrics: pd.DataFrame = field(default_factory=pd.DataFrame)
+    started: float = 0.0  # when the job started (Unix time), to list configurations in run order
+
+    def value(self, key: str) -> str | None:
+        """The job's value of config key ``key``: its override, else its config group choice,
+        else the resolved config value (the ``axes`` summary for groups: ``norm`` -> ``pre``)."""
+        if key in self.overrides:
+            return self.overrides[key]
+        if key in self.choices and self.choices[key] is not None:
+            return canonical(self.choices[key])
+        found = _select(self.config, key)
+        if found is None or isinstance(found, dict):  # a config group (norm: {placement: pre, ...}): its option
+            axes = self.record.get("axes") or self.config.get("axes") or {}
+            found = axes.get(key) or (found.get("name") if isinstance(found, dict) else None)
+        return None if found is None else canonical(found)
+
+    @property
+    def seed(self) -> int | None:
+        value = self.value("seed")
+        return int(float(value)) if value not in (None, "null") else None
+
+    @property
+    def task(self) -> str:
+        return self.value("task") or ("translation" if "val/bleu" in self.metrics else "lm")
+
+    def series(self, metric: str) -> pd.Series:
+        """The logged values of ``metric`` by step (empty when never logged)."""
+        if metric not in self.metrics:
+            return pd.Series(dtype=float)
+        return self.metrics[metric].dropna()
+
+    def final(self, metric: str) -> float:
+        """The last logged value of ``metric``, else the one in ``status.json``; NaN if none."""
+        values = self.series(metric)
+        if len(values):
+            return float(values.iloc[-1])
+        recorded = (self.record.get("metrics") or {}).get(metric)
+        return float(recorded) if recorded is not None else math.nan
+
+    def best(self, metric: str) -> float:
+        """The best logged value of ``metric`` (max for BLEU-like metrics, min for loss/ppl)."""
+        values = self.series(metric)
+        if not len(values):
+            return self.final(metric)
+        return float(values.max() if higher_is_better(metric) else values.min())
+
+    def median(self, metric: str) -> float:
+        values = self.series(metric)
+        return float(values.median()) if len(values) else math.nan
+
+
+def load_job(job_dir: Path) -> Job:
+    """Read one job directory (any of its files may be missing: a job killed early)."""
+    status_file, hydra_dir = job_dir / "status.json", job_dir / ".hydra"
+    record = json.loads(status_file.read_text()) if status_file.is_file() else {}
+    overrides_file = hydra_dir / "overrides.yaml"
+    overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else record.get("overrides", [])
+    config = _read_yaml(hydra_dir / "config.yaml")
+    choices = (_read_yaml(hydra_dir / "hydra.yaml").get("hydra") or {}).get("runtime", {}).get("choices") or {}
+    status = record.get("status", "incomplete")
+    started = (hydra_dir / "config.yaml").stat().st_mtime if (hydra_dir / "config.yaml").is_file() else job_dir.stat().st_mtime
+    if status not in STATUSES:
+        status = "incomplete"
+    return Job(name=job_dir.name, source=str(job_dir), overrides=parse_overrides(overrides or []), status=status,
+               record=record, config=config, choices=choices, metrics=read_metrics_csv(job_dir / "csv" / "metrics.csv"),
+               started=started)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    # Hydra writes plain YAML; interpolations (${...}) stay strings, which is all we need
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
+def find_job_dirs(root: Path) -> list[Path]:
+    """The job directories of a multirun (``root/<job>/``), or ``root`` itself if it is one run."""
+    def is_job(path: Path) -> bool:
+        return (path / "status.json").is_file() or (path / ".hydra" / "overrides.yaml").is_file()
+
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} is not a directory: pass a multirun directory such as logs/multirun/<timestamp>")
+    jobs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and is_job(p))
+    if not jobs and is_job(root):
+        return [root]
+    if not jobs:
+        raise FileNotFoundError(
+            f"no jobs under {root}: expected <dir>/<job>/status.json or <dir>/<job>/.hydra/overrides.yaml "
+            "(the directory a `python train.py -m ...` sweep writes, e.g. logs/multirun/<timestamp>)")
+    return jobs
+
+
+@dataclass
+class Sweep:
+    """The jobs of one sweep and the axes along which they differ."""
+
+    source: str
+    jobs: list[Job]
+    axes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_jobs(cls, source: str, jobs: list[Job]) -> Sweep:
+        jobs = sorted(jobs, key=lambda j: (j.started, j.name))  # run order: the sweep's command-line order
+        return cls(source, jobs, varying_axes(jobs))
+
+    def variant_key(self, job: Job) -> tuple[str | None, ...]:
+        return tuple(job.value(axis) for axis in self.axes)
+
+    def variants(self) -> dict[tuple[str | None, ...], list[Job]]:
+        """Jobs grouped by their axis values (seeds of one configuration together), in the order
+        the configurations first ran (a sweep runs its values in command-line order; jobs appended
+        later come last); within a group, by seed."""
+        groups: dict[tuple[str | None, ...], list[Job]] = {}
+        for job in self.jobs:
+            groups.setdefault(self.variant_key(job), []).append(job)
+        return {k: sorted(v, key=lambda j: (j.seed is None, j.seed or 0)) for k, v in groups.items()}
+
+    def short_names(self) -> dict[str, str]:
+        """Axis key -> the name shown in labels: its last component where that is unambiguous
+        (``optim.lr`` -> ``lr``), the full key otherwise."""
+        last = [axis.rsplit(".", 1)[-1] for axis in self.axes]
+        return {axis: short if last.count(short) == 1 else axis for axis, short in zip(self.axes, last)}
+
+    def label(self, key: tuple[str | None, ...]) -> str:
+        """A variant's name from its axes, e.g. ``norm=post, lr=0.001``."""
+        if not self.axes:
+            return "all jobs"
+        names = self.short_names()
+        return ", ".join(f"{names[axis]}={value}" for axis, value in zip(self.axes, key))
+
+    @property
+    def task(self) -> str:
+        tasks = {job.task for job in self.jobs}
+        return "translation" if "translation" in tasks else "lm"
+
+
+def varying_axes(jobs: list[Job]) -> list[str]:
+    """Override keys (in command-line order) whose value is not the same in every job, ``seed``
+    and run-control keys (``hydra.*``, ``paths.*``, ``logger``, ...) excluded."""
+    keys: list[str] = []
+    for job in jobs:
+        keys += [k for k in job.overrides if k not in keys and not _NOT_AXES.search(k)]
+    return [k for k in keys if len({job.value(k) for job in jobs}) > 1]
+
+
+def load_sweep(root: str | Path) -> Sweep:
+    """All jobs of the multirun directory ``root`` (see the module docstring)."""
+    root = Path(root)
+    return Sweep.from_jobs(str(root), [load_job(d) for d in find_job_dirs(root)])

@@ -1,0 +1,163 @@
+"""The RMS of the residual stream after every block, logged on the grad-norm steps.
+
+Why: Pre-LN (``x + f(LN(x))``) never normalises the stream, so its magnitude grows with depth
+(Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture", Lemma 2: at
+initialisation the expected squared norm grows linearly with the layer index, which is what
+scales Pre-LN's gradients down), while Post-LN (``LN(x + f(x))``) renormalises after every
+sub-layer, so its stream stays at the norm's scale (1 at init). Logged next to the
+gradient norms, the two placements' behaviour is visible in the same dashboard.
+
+Names (part of the interface): ``resid_rms/layer_03`` for block 3 of the LM,
+``resid_rms/enc_layer_03`` / ``resid_rms/dec_layer_03`` for the translation model's stacks (the
+naming of :mod:`ablate.callbacks.grad_norm`). The value is
+``sqrt(mean(x ** 2))`` over every feature of every non-padding position of the block's output
+``x`` in that step's training batch (all micro-batches of it with gradient accumulation).
+Non-padding: LM windows have no padding, so every position counts; an encoder block uses the
+source mask it receives (``key_padding``); a decoder block uses the target ids' mask, taken from
+the target embedding's input just before the decoder runs. For Pre-LN/sandwich the last block's
+output is the stream before the final norm.
+
+Cost: hooks exist only during the forward of a logging step (the grad-norm cadence:
+``log.grad_norm_every_n_steps``, every step during ``log.grad_norm_dense_steps``): they are
+registered in ``on_train_batch_start`` and removed once the values are logged, so any other
+step runs the model with no hook at all. A hooked block adds one square-and-sum of its output;
+values stay on the device until one host sync reads them all. Only global rank 0 measures (its
+own shard of the batch under DDP). Not under ``torch.compile``: hooks added and removed around
+a compiled forward recompile it, so the callback disables itself there with a warning.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
+
+_BLOCK = re.compile(r"^(?:model\.)?(?:(encoder|decoder)\.)?blocks\.(\d+)$")
+_STACKS = {None: "", "encoder": "enc_", "decoder": "dec_"}
+
+
+def block_name(module_name: str) -> str | None:
+    """``model.blocks.3`` -> ``layer_03``, ``model.decoder.blocks.0`` -> ``dec_layer_00``;
+    ``None`` for modules that are not Transformer blocks."""
+    match = _BLOCK.match(module_name)
+    if match is None:
+        return None
+    stack, index = match.groups()
+    return f"{_STACKS[stack]}layer_{int(index):02d}"
+
+
+class ResidualRMSMonitor(Callback):
+    """Logs ``resid_rms/<layer>`` every ``every_n_steps`` optimiser steps and at each of the
+    first ``dense_steps`` (the same steps as :class:`ablate.callbacks.grad_norm.GradNormMonitor`)."""
+
+    def __init__(self, every_n_steps: int = 10, dense_steps: int = 0) -> None:
+        self.every_n_steps, self.dense_steps = max(1, every_n_steps), dense_steps
+        self.handles: list[RemovableHandle] = []
+        self._sums: dict[str, Tensor] = {}  # layer -> sum of squares (on the device)
+        self._counts: dict[str, Tensor] = {}  # layer -> number of summed elements
+        self._target_mask: Tensor | None = None
+        self._disabled = False
+
+    def should_log(self, step: int) -> bool:
+        return step < self.dense_steps or step % self.every_n_steps == 0
+
+    # ------------------------------------------------------------------ measuring
+
+    def attach(self, module: nn.Module) -> None:
+        """Hook every block of ``module`` (and, for an encoder-decoder, its target embedding)."""
+        if self.handles:
+            return
+        model = getattr(module, "model", module)
+        pad_id = getattr(model, "pad_id", None)
+        target_embedding = getattr(model, "target_embedding", None)
+        if pad_id is not None and target_embedding is not None:
+            # the decoder's blocks get no target mask: record it from the ids the target
+            # embedding sees (the last call before the decoder blocks is the target's)
+            self.handles.append(target_embedding.register_forward_pre_hook(self._record_mask(pad_id)))
+        for name, sub in module.named_modules():
+            layer = block_name(name)
+            if layer is not None:
+                self.handles.append(sub.register_forward_hook(self._measure(layer), with_kwargs=True))
+
+    def detach(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+        self._target_mask = None
+
+    def _record_mask(self, pad_id: int):
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            self._target_mask = args[0] != pad_id
+
+        return hook
+
+    def _measure(self, layer: str):
+        decoder = layer.startswith("dec_")
+
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Tensor) -> None:
+            x = out.detach().float()
+            mask = self._target_mask if decoder else kwargs.get("key_padding")
+            if mask is not None and mask.shape == x.shape[:2]:
+                square_sum = (x.square().sum(-1) * mask).sum()
+                count = mask.sum() * x.size(-1)
+            else:  # no padding (LM windows): every position
+                square_sum = x.square().sum()
+                count = torch.tensor(x.numel(), device=x.device)
+            if layer in self._sums:
+                self._sums[layer] += square_sum
+                self._counts[layer] += count
+            else:
+                self._sums[layer], self._counts[layer] = square_sum, count
+
+        return hook
+
+    def compute(self) -> dict[str, float]:
+        """The RMS per layer since the last call, with one host sync; clears the sums."""
+        if not self._sums:
+            return {}
+        layers = sorted(self._sums)
+        sums = torch.stack([self._sums[k] for k in layers])
+        counts = torch.stack([self._counts[k] for k in layers]).to(sums.dtype)
+        values = (sums / counts.clamp_min(1)).sqrt().tolist()  # the one host sync
+        self._sums, self._counts = {}, {}
+        return {f"resid_rms/{layer}": value for layer, value in zip(layers, values)}
+
+    # ------------------------------------------------------------------ Lightning hooks
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # torch.compile's wrapper, by name: importing torch._dynamo just to check costs seconds
+        compiled = any(type(m).__name__ == "OptimizedModule" for m in pl_module.modules())
+        if compiled and not self._disabled:
+            rank_zero_warn("callbacks.residual_rms is off under model.compile=true: its hooks would recompile "
+                           "the model")
+        self._disabled = compiled
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # every micro-batch of a logging step is measured (attach() is a no-op once hooked)
+        if not self._disabled and trainer.is_global_zero and self.should_log(trainer.global_step):
+            self.attach(pl_module)
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                                 optimizer: torch.optim.Optimizer) -> None:
+        if not self.handles:
+            return
+        self.detach()  # before validation or the next step's forward
+        metrics = self.compute()
+        if metrics:
+            # straight to the loggers, at the step the grad norms of this batch are logged at
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.detach()
+        self._sums, self._counts = {}, {}
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self.on_train_end(trainer, pl_module)

@@ -1,0 +1,59 @@
+"""The training order of both tasks: a seeded, resumable, rank-aware permutation per epoch.
+
+The LM samples fixed-length windows (``batch_size`` windows per micro-batch); translation samples
+whole pre-built token batches (one item = one batch, ``batch_size=1``). Both use the same sampler
+so that a mid-epoch checkpoint resumes either task at the exact next batch.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import Dataset, DistributedSampler
+
+
+class ResumableSampler(DistributedSampler):
+    """The training order: a seeded permutation per epoch, split into global batches, each
+    global batch split into one contiguous slice per rank; it can start mid-epoch.
+
+    Epoch ``e`` shuffles with ``torch.randperm(n, generator=seed + e)`` (its own generator: the
+    global RNG is neither used nor disturbed). Micro-batch ``m`` of rank ``r`` (``world``
+    ranks, ``batch_size`` each) is ``perm[(m * world + r) * batch_size :][:batch_size]``, so an
+    optimiser step sees the same samples whatever the split into ranks and accumulation steps:
+    one process with batch 8, two ranks with 4 each, or one process with 4 and two
+    accumulation steps all train on ``perm[0:8]``, then ``perm[8:16]``, ... The tail of the
+    permutation that does not fill a global micro-batch round is dropped.
+
+    :meth:`resume_at` makes the next iteration of ``epoch`` skip its first ``start_batch``
+    micro-batches (what a checkpoint taken mid-epoch had consumed). It subclasses
+    ``DistributedSampler`` so that Lightning, seeing a distributed sampler, keeps it instead
+    of wrapping it in its own; Lightning calls :meth:`set_epoch` at every epoch start.
+    """
+
+    def __init__(self, dataset: Dataset, batch_size: int, num_replicas: int = 1, rank: int = 0, seed: int = 0) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=True)
+        self.batch_size = batch_size
+        self._resume: tuple[int, int] | None = None  # (epoch, micro-batches to skip)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """Micro-batches per rank and epoch."""
+        return len(self.dataset) // (self.batch_size * self.num_replicas)
+
+    def __len__(self) -> int:
+        # a full epoch, also when resuming: Lightning counts the batches before the restart
+        return self.batches_per_epoch * self.batch_size
+
+    def resume_at(self, epoch: int, start_batch: int) -> None:
+        self._resume = (epoch, start_batch)
+
+    def __iter__(self):
+        start = 0
+        if self._resume is not None:
+            if self._resume[0] == self.epoch:
+                start = self._resume[1]
+            self._resume = None
+        g = torch.Generator()
+        g.manual_seed(self.seed + self.epoch)
+        n_batches, world, size = self.batches_per_epoch, self.num_replicas, self.batch_size
+        perm = torch.randperm(len(self.dataset), generator=g)[: n_batches * world * size]
+        yield from perm.view(n_batches, world, size)[start:, self.rank].reshape(-1).tolist()

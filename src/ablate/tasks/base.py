@@ -1,0 +1,34 @@
+"""What every task shares: its checkpoints carry the tokenizer, and it trains with the configured
+optimiser and per-step learning-rate schedule (:mod:`ablate.optim`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+
+from ablate.data.tokenizers import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
+from ablate.optim import build_optimizer, build_schedule
+
+
+class TaskModule(L.LightningModule):
+    """Base of the task modules. A subclass sets ``self.model`` (the network) and ``self.optim_cfg``
+    (the ``optim`` config as a dict); ``train.py`` sets :attr:`tokenizer`."""
+
+    tokenizer: Tokenizer | None = None
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # a checkpoint carries its tokenizer, so generate.py / eval.py need nothing but the file
+        if self.tokenizer is not None:
+            checkpoint["tokenizer"] = tokenizer_to_dict(self.tokenizer)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "tokenizer" in checkpoint:
+            self.tokenizer = tokenizer_from_dict(checkpoint["tokenizer"])
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = build_optimizer(self.model, self.optim_cfg)
+        # the schedule's horizon: max_steps, or what the epochs amount to when only they bound training
+        max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else self.trainer.estimated_stepping_batches
+        scheduler = build_schedule(optimizer, self.optim_cfg, int(max_steps))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
