@@ -1,9 +1,11 @@
 """Sweep analysis: summary table, figures and attention maps, on one real (tiny) multirun.
 
 The session's sweep: ``norm=pre,post`` x ``seed=1,2`` (4 jobs, pos=rope, grouped-query attention
-trained with ``attn=sdpa``), plus one job appended to the same directory with ``optim.lr=1e4``,
-which diverges. The table's numbers are checked against a hand computation from the jobs' own
-``metrics.csv`` files, read here with the ``csv`` module, not with the code under test.
+trained with ``attn=sdpa``, scored at two evaluation lengths with ``eval.seq_lens=[16,32]``), plus
+one job appended to the same directory with ``optim.lr=1e4``, which diverges (so ``optim.lr`` is a
+numeric axis with a diverged point). The table's and the figures' numbers are checked against a
+hand computation from the jobs' own ``metrics.csv`` files, read here with the ``csv`` module, not
+with the code under test.
 """
 
 from __future__ import annotations
@@ -18,13 +20,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 import yaml
+from PIL import Image
 
 from ablate.analysis.attention import lm_attention, translation_attention
 from ablate.analysis.paper import load_paper
-from ablate.analysis.runs import canonical, load_sweep, read_metrics_csv
+from ablate.analysis.runs import Job, canonical, load_sweep, read_metrics_csv
+from ablate.analysis.series import (axis_series, is_stuck, length_series, numeric_axes, paper_rank_correlation,
+                                    paper_series, spearman, training_length)
 from ablate.analysis.tables import markdown_table, summarize
 from ablate.analysis.wandb_group import WandbUnavailable, overrides_from_name, require_online
 from ablate.config import ModelSpec, validate
@@ -34,7 +41,7 @@ from ablate.nn.transformer import TransformerLM
 from conftest import REPO, TINY
 
 pytestmark = pytest.mark.slow
-ARCH = ["pos=rope", "attn=sdpa", "attn.n_kv_heads=2", "logger=csv"]
+ARCH = ["pos=rope", "attn=sdpa", "attn.n_kv_heads=2", "logger=csv", "eval.seq_lens=[16,32]"]
 
 
 def _train(args: list[str], cwd: Path, data_dir: Path) -> None:
@@ -47,7 +54,8 @@ def _train(args: list[str], cwd: Path, data_dir: Path) -> None:
 
 @pytest.fixture(scope="session")
 def sweep_dir(tmp_path_factory, data_dir: Path) -> Path:
-    """A 2 variants x 2 seeds sweep plus one diverging job in the same directory."""
+    """A 2 variants x 2 seeds sweep plus one diverging job in the same directory; test/ppl@16 and
+    test/ppl@32 for the jobs that complete."""
     root = tmp_path_factory.mktemp("analysis")
     sweep = root / "sweep"
     common = ["-m", f"paths.log_dir={root / 'logs'}", f"hydra.sweep.dir={sweep}", *TINY, *ARCH]
@@ -195,17 +203,108 @@ def test_metrics_csv_collapses_rows_of_one_step(tmp_path: Path):
 # ----------------------------------------------------------------------------- figures
 
 
+def _paper_file(tmp_path: Path) -> Path:
+    paper = tmp_path / "paper.yaml"
+    paper.write_text(yaml.safe_dump({"source": "A et al. 2020, Table 1", "metric": "val/ppl", "rows": [
+        {"axes": {"norm": "post"}, "value": 13.0},  # matches both post variants (lr=0.002 and the diverged lr=1e4)
+        {"axes": {"norm": "pre"}, "value": 12.5},
+    ]}))
+    return paper
+
+
 def test_plot_script_writes_the_figures(sweep_dir: Path, tmp_path: Path, capsys):
-    _load_script("plot").main([str(sweep_dir), "--out", str(tmp_path)])
-    expected = {"val_curves.png", "lr_loss_warmup.png", "grad_norm_depth.png", "grad_norm_heatmap.png"}
+    out = tmp_path / "figures"
+    _load_script("plot").main([str(sweep_dir), "--out", str(out), "--paper", str(_paper_file(tmp_path))])
+    expected = {"val_curves.png", "lr_loss_warmup.png", "grad_norm_depth.png", "grad_norm_heatmap.png",
+                "ppl_vs_length.png", "metric_vs_lr.png", "train_loss_by_lr.png", "paper_vs_ours.png"}
     if any(c.startswith("resid_rms/") for job in load_sweep(sweep_dir).jobs for c in job.metrics.columns):
         expected.add("resid_rms_depth.png")
-    written = {p.name for p in tmp_path.glob("*.png")}
+    written = {p.name for p in out.iterdir()}
     assert expected <= written, written
+    assert {"ppl_vs_length.csv", "metric_vs_lr.csv", "paper_vs_ours.csv"} <= written  # the numbers drawn
     for name in expected:
-        data = (tmp_path / name).read_bytes()
-        assert data.startswith(b"\x89PNG") and len(data) > 10_000
-    assert sorted(capsys.readouterr().out.split()) == sorted(str(tmp_path / n) for n in written)
+        with Image.open(out / name) as image:  # a real picture, not an empty canvas
+            assert image.format == "PNG" and image.width >= 500 and image.height >= 300
+            assert len(image.convert("RGB").getcolors(maxcolors=1 << 16) or ()) > 8
+    assert sorted(capsys.readouterr().out.split()) == sorted(str(out / n) for n in written)
+    plotted = pd.read_csv(out / "ppl_vs_length.csv")
+    assert set(plotted["length"]) == {16, 32} and (plotted["n"] == 2).all()
+
+
+def test_plot_script_rejects_a_paper_file_without_numbers(sweep_dir: Path, tmp_path: Path):
+    paper = tmp_path / "paper.yaml"
+    paper.write_text(yaml.safe_dump({"metric": "outcome", "rows": [{"axes": {"norm": "post"}, "value": "diverged"}]}))
+    with pytest.raises(SystemExit, match="numeric value"):
+        _load_script("plot").main([str(sweep_dir), "--out", str(tmp_path / "figs"), "--paper", str(paper)])
+
+
+def _hand_seeds(sweep: Path, norm: str, metric: str) -> list[float]:
+    return [_hand_final(job, metric) for job in _job_dirs(sweep, norm=norm)]
+
+
+def test_ppl_vs_length_series_is_the_seed_mean_and_range(sweep_dir: Path):
+    sweep = load_sweep(sweep_dir)
+    table = length_series(sweep)
+    assert training_length(sweep) == 16
+    assert set(table["variant"]) == {"norm=pre, lr=0.002", "norm=post, lr=0.002"}  # the diverged job was not scored
+    for norm in ("pre", "post"):
+        for length in (16, 32):
+            row = table[(table["variant"] == f"norm={norm}, lr=0.002") & (table["length"] == length)].iloc[0]
+            seeds = _hand_seeds(sweep_dir, norm, f"test/ppl@{length}")
+            assert row["n"] == 2 and row["mean"] == pytest.approx(statistics.mean(seeds), rel=1e-9)
+            assert (row["min"], row["max"]) == pytest.approx((min(seeds), max(seeds)), rel=1e-9)
+            assert row["std"] == pytest.approx(statistics.stdev(seeds), rel=1e-9)
+
+
+def test_metric_vs_axis_series_counts_the_diverged_job(sweep_dir: Path):
+    sweep = load_sweep(sweep_dir)
+    assert numeric_axes(sweep) == ["optim.lr"]  # norm is not a number
+    table = axis_series(sweep, "optim.lr", "val/ppl")
+    assert list(zip(table["line"], table["x"])) == [("norm=pre", 0.002), ("norm=post", 0.002), ("norm=post", 10000.0)]
+    for norm in ("pre", "post"):
+        row = table[(table["line"] == f"norm={norm}") & (table["x"] == 0.002)].iloc[0]
+        assert row["mean"] == pytest.approx(statistics.mean(_hand_seeds(sweep_dir, norm, "val/ppl")), rel=1e-9)
+        assert row["n"] == 2 and row["failed"] == 0
+    diverged = table[table["x"] == 10000.0].iloc[0]
+    assert diverged["n"] == 0 and np.isnan(diverged["mean"]) and diverged["failed"] == 1
+    assert diverged["failed_status"] == "diverged"
+    with pytest.raises(ValueError, match="axes are norm, optim.lr"):
+        axis_series(sweep, "model.n_layers", "val/ppl")
+
+
+def test_paper_series_order_and_rank_correlation(sweep_dir: Path, tmp_path: Path):
+    sweep = load_sweep(sweep_dir)
+    table = paper_series(sweep, load_paper(_paper_file(tmp_path)), "val/ppl")
+    # lower perplexity is better: the paper's best (pre, 12.5) first; both post variants share 13.0
+    assert list(table["variant"]) == ["norm=pre, lr=0.002", "norm=post, lr=0.002", "norm=post, lr=10000"]
+    assert list(table["paper"]) == [12.5, 13.0, 13.0]
+    pre, post = (statistics.mean(_hand_seeds(sweep_dir, n, "val/ppl")) for n in ("pre", "post"))
+    assert table["mean"].iloc[0] == pytest.approx(pre) and table["mean"].iloc[1] == pytest.approx(post)
+    assert np.isnan(table["mean"].iloc[2])  # diverged: no value, left out of the correlation
+    # two variants with values: the ranks agree (+1) when our pre beats our post, as the paper's does
+    assert paper_rank_correlation(table) == pytest.approx(1.0 if pre < post else -1.0)
+
+
+def test_spearman_against_hand_computations():
+    # untied: 1 - 6 sum d^2 / (n (n^2 - 1)); ranks (1,2,3,4,5) vs (2,1,4,3,5): sum d^2 = 4
+    assert spearman([10, 20, 30, 40, 50], [0.2, 0.1, 0.4, 0.3, 0.5]) == pytest.approx(1 - 6 * 4 / (5 * 24))
+    assert spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+    # ties share the average rank: x ranks (1, 2.5, 2.5, 4), y ranks (1, 3, 2, 4); Pearson of ranks = 4.5 / sqrt(4.5 * 5)
+    assert spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(0.9**0.5)
+    assert np.isnan(spearman([1, 1, 1], [1, 2, 3]))
+    with pytest.raises(ValueError, match="3 values against 2"):
+        spearman([1, 2, 3], [1, 2])
+
+
+def test_stuck_means_the_validation_loss_did_not_fall(tmp_path: Path):
+    def job(values: list[float], status: str = "completed") -> Job:
+        frame = pd.DataFrame({"val/loss": values}, index=pd.Index([100 * (i + 1) for i in range(len(values))], name="step"))
+        return Job(name="j", source=str(tmp_path), overrides={}, status=status, metrics=frame)
+
+    assert is_stuck(job([3.353, 3.350]))  # a deep Post-LN model at the unigram loss all run
+    assert not is_stuck(job([2.49, 2.369]))  # trained: 5% lower
+    assert not is_stuck(job([3.35]))  # one validation: cannot tell
+    assert not is_stuck(job([3.353, 3.350], status="diverged"))  # diverged is its own outcome
 
 
 # ----------------------------------------------------------------------------- attention

@@ -5,7 +5,10 @@
 * :mod:`~ablate.analysis.wandb_group`: the same jobs read from a W&B group through ``wandb.Api``;
 * :mod:`~ablate.analysis.paper`: the ``paper.yaml`` format for a paper's reported numbers;
 * :mod:`~ablate.analysis.tables`: the per-configuration summary table (mean ± std over seeds);
-* :mod:`~ablate.analysis.figures`: validation curves, gradient norms and residual RMS by depth;
+* :mod:`~ablate.analysis.series`: the numbers behind the comparison figures (perplexity against
+  evaluation length, a metric against a numeric axis, ours against a paper, Spearman's rho);
+* :mod:`~ablate.analysis.figures`: validation curves, gradient norms and residual RMS by depth,
+  and the comparison figures;
 * :mod:`~ablate.analysis.attention`: attention weights of a trained model, and their heat maps.
 
 ``scripts/summarize.py``, ``scripts/plot.py`` and ``scripts/attention_maps.py`` are thin

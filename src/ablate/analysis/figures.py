@@ -13,7 +13,17 @@ band of ± 1 standard deviation. What each figure shows:
 * ``grad_norm_heatmap.png``: the same per layer over all logged steps, one panel per variant,
   one colour scale for all panels;
 * ``resid_rms_depth.png``: the residual stream's RMS against depth (when ``resid_rms/...`` was
-  logged).
+  logged);
+* ``ppl_vs_length.png``: test perplexity against the evaluation length, the training length
+  marked (when ``eval.seq_lens`` logged ``test/ppl@<len>``; Press et al. 2022, Fig. 1);
+* ``metric_vs_<axis>.png`` and ``train_loss_by_<axis>.png``, for each numeric axis
+  (``model.n_layers``, ``optim.lr``): the final metric against the axis, one line per value of
+  the other axes, diverged and stuck jobs marked; and the training loss, one panel per axis value;
+* ``paper_vs_ours.png`` (with a paper file): our metric per variant beside the paper's, in the
+  paper's order, with Spearman's rank correlation.
+
+``ppl_vs_length``, ``metric_vs_<axis>`` and ``paper_vs_ours`` also write the numbers they draw
+(:mod:`~ablate.analysis.series`) beside the PNG as ``<name>.csv``.
 
 Translation runs log ``grad_norm/enc_layer_XX/...`` and ``grad_norm/dec_layer_XX/...``: each
 stack gets its own row of panels.
@@ -21,6 +31,7 @@ stack gets its own row of panels.
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from collections.abc import Callable
@@ -31,18 +42,25 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
+from PIL import Image
 
+from ablate.analysis.paper import PaperResults
 from ablate.analysis.runs import Job, Sweep
+from ablate.analysis.series import (STUCK_METRIC, STUCK_TOLERANCE, axis_series, is_stuck, length_series, numeric_axes,
+                                    paper_rank_correlation, paper_series, training_length)
+from ablate.analysis.tables import pick_metric
 
 LAYER_METRIC = re.compile(r"^(?P<prefix>grad_norm|resid_rms)/(?P<stack>enc_|dec_)?layer_(?P<layer>\d+)(?:/(?P<part>.+))?$")
 STACK_NAMES = {"": "decoder-only stack", "enc_": "encoder", "dec_": "decoder"}  # in drawing order
 AXIS_LABELS = {
     "val/ppl": "perplexity (exp of mean NLL per token)", "val/loss": "cross-entropy (nats per token)",
-    "val/bleu": "BLEU (sacreBLEU)", "train/loss": "training loss (nats per token)", "train/lr": "learning rate",
+    "val/bleu": "BLEU (sacreBLEU)", "test/ppl": "test perplexity", "test/loss": "test cross-entropy (nats per token)",
+    "train/loss": "training loss (nats per token)", "train/lr": "learning rate",
 }
 METRIC_NAMES = {"ppl": "perplexity", "loss": "loss", "bleu": "BLEU"}
 STEP_LABEL = "optimiser step"
-DPI = 120
+DPI = 100  # small files: some figures are kept in the repository's experiment folders
 
 
 @dataclass
@@ -86,7 +104,12 @@ def _legend(ax, **kwargs) -> None:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    """PNG with a 256-colour palette: a third of the size of matplotlib's RGBA file and, for line
+    plots and viridis heat maps (256 colours themselves), indistinguishable from it."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    image = Image.open(buffer).convert("RGB")
+    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(path, optimize=True)
     return path
 
 
@@ -289,11 +312,185 @@ def _edges(centres: np.ndarray) -> np.ndarray:
     return np.concatenate([[centres[0] - (mid[0] - centres[0])], mid, [centres[-1] + (centres[-1] - mid[-1])]])
 
 
+# ----------------------------------------------------------------------------- comparisons
+
+
+def _save_with_table(fig: Figure, table: pd.DataFrame, path: Path) -> list[Path]:
+    """The figure and, beside it, the numbers it draws (``<name>.csv``)."""
+    table.to_csv(path.with_suffix(".csv"), index=False)
+    return [_save(fig, path), path.with_suffix(".csv")]
+
+
+def _band(ax, x, rows: pd.DataFrame, color: str) -> None:
+    """The seed range (min..max) behind a mean line, where some point has several seeds."""
+    if (rows["n"] > 1).any():
+        ax.fill_between(x, rows["min"], rows["max"], color=color, alpha=0.2, linewidth=0)
+
+
+def _seeds(rows: pd.DataFrame) -> str:
+    n = int(rows["n"].max()) if len(rows) else 0
+    return f"{n} seeds" if n != 1 else "1 seed"
+
+
+def ppl_vs_length_figure(sweep: Sweep, out: Path) -> list[Path] | None:
+    """Test perplexity against the evaluation length, one line per variant (Press et al. 2022, Fig. 1)."""
+    table = length_series(sweep)
+    if table.empty:
+        return None
+    colors = {v.label: v.color for v in variants(sweep)}
+    fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+    ax = fig.subplots()
+    for label, rows in table.groupby("variant", sort=False):
+        ax.plot(rows["length"], rows["mean"], marker="o", color=colors[label], label=f"{label} ({_seeds(rows)})")
+        _band(ax, rows["length"], rows, colors[label])
+    train_len = training_length(sweep)
+    if train_len:
+        ax.axvline(train_len, color="grey", linestyle=":", label=f"training length L = {train_len}")
+    lengths = sorted(table["length"].unique())
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.minorticks_off()
+    ax.set_yscale("log")  # one blown-up curve must not flatten the others
+    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+        axis(LogFormatter(labelOnlyBase=False))  # plain numbers (8, 20), not 2 x 10^1, on a range under a decade
+    ax.set_xlabel("evaluation length (tokens; non-overlapping windows of the test split)")
+    ax.set_ylabel("test perplexity (log scale)")
+    ax.set_title("Perplexity against evaluation length (line: mean over seeds; band: seed range)", fontsize="medium")
+    ax.grid(alpha=0.3, which="both")
+    _legend(ax)
+    return _save_with_table(fig, table, out / "ppl_vs_length.png")
+
+
+def _axis_name(axis: str) -> str:
+    return axis.rsplit(".", 1)[-1]
+
+
+def _set_numeric_xaxis(ax, values: list[float]) -> None:
+    """Log scale for values spanning 10x or more (base 2 for integers: layers, heads), ticks at the values."""
+    values = sorted(set(values))
+    if values[0] > 0 and values[-1] / values[0] >= 10:
+        ax.set_xscale("log", base=2 if all(v == int(v) for v in values) else 10)
+        ax.minorticks_off()
+    if all(v == int(v) for v in values):
+        ax.set_xticks(values, [str(int(v)) for v in values])
+
+
+def metric_vs_axis_figure(sweep: Sweep, out: Path, axis: str, metric: str) -> list[Path] | None:
+    """The final ``metric`` against the numeric ``axis``, one line per value of the other axes.
+    Stuck jobs (:func:`~ablate.analysis.series.is_stuck`) are circled at their value; diverged or
+    crashed ones have no final value and are drawn as crosses along the top edge."""
+    table = axis_series(sweep, axis, metric)
+    if table["x"].nunique() < 2:
+        return None
+    fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+    ax = fig.subplots()
+    top = ax.get_xaxis_transform()  # x in data, y in axes fraction: the top edge whatever the y scale
+    marked = set()
+    for i, (line, rows) in enumerate(table.groupby("line", sort=False)):
+        color, ok = f"C{i % 10}", rows[rows["n"] > 0]
+        low, high = (ok["mean"] - ok["min"]).fillna(0), (ok["max"] - ok["mean"]).fillna(0)
+        ax.errorbar(ok["x"], ok["mean"], yerr=[low, high], marker="o", color=color, capsize=3,
+                    label=f"{line} ({_seeds(rows)})")  # a bar, not a band: a line may be a single point
+        stuck = ok[ok["stuck"] > 0]
+        if len(stuck):
+            label = None if "stuck" in marked else f"stuck ({STUCK_METRIC} fell < {STUCK_TOLERANCE:.0%} over training)"
+            ax.plot(stuck["x"], stuck["mean"], "o", markersize=13, markerfacecolor="none", markeredgecolor="black",
+                    label=label)
+            marked.add("stuck")
+        failed = rows[rows["failed"] > 0]
+        if len(failed):
+            label = None if "failed" in marked else "diverged / crashed (no final value)"
+            ax.plot(failed["x"], [0.96] * len(failed), "x", markersize=10, markeredgewidth=2, color=color,
+                    transform=top, label=label, clip_on=False)
+            marked.add("failed")
+    if wants_log(table["mean"].to_numpy(dtype=float)):
+        ax.set_yscale("log")
+    _set_numeric_xaxis(ax, table["x"].tolist())
+    ax.set_xlabel(axis)
+    ax.set_ylabel(f"final {AXIS_LABELS.get(metric, metric)}")
+    ax.set_title(f"Final {metric} against {_axis_name(axis)} (mean over seeds; bar: seed range)",
+                 fontsize="medium")
+    ax.grid(alpha=0.3)
+    _legend(ax)
+    return _save_with_table(fig, table, out / f"metric_vs_{_axis_name(axis)}.png")
+
+
+def train_loss_by_axis_figure(sweep: Sweep, out: Path, axis: str) -> Path | None:
+    """Training loss against the step, one panel per value of ``axis``, one line per value of the
+    other axes (the colours of ``metric_vs_<axis>.png``), stuck and diverged jobs named."""
+    if not any("train/loss" in job.metrics for job in sweep.jobs):
+        return None
+    others, names = [a for a in sweep.axes if a != axis], sweep.short_names()
+    panels: dict[float, list[Variant]] = {}
+    colors: dict[str, str] = {}
+    for key, jobs in sweep.variants().items():
+        values = dict(zip(sweep.axes, key))
+        line = ", ".join(f"{names[a]}={values[a]}" for a in others) or "all jobs"
+        colors.setdefault(line, f"C{len(colors) % 10}")
+        notes = [s for s, hit in (("stuck", any(is_stuck(j) for j in jobs)),
+                                  ("diverged", any(j.status == "diverged" for j in jobs))) if hit]
+        label = line + (f": {', '.join(notes)}" if notes else "")
+        panels.setdefault(float(values[axis]), []).append(Variant(label, jobs, colors[line]))
+    if len(panels) < 2:
+        return None
+    fig = Figure(figsize=(4.2 * len(panels), 3.8), layout="constrained")
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for ax, (value, group) in zip(axes, sorted(panels.items())):
+        plot_curves(ax, group, "train/loss")
+        ax.set_title(f"{_axis_name(axis)} = {value:g}")
+        ax.label_outer()
+        _legend(ax)
+    fig.suptitle(f"Training loss by {axis} (line: mean over seeds; band: ± 1 std)")
+    return _save(fig, out / f"train_loss_by_{_axis_name(axis)}.png")
+
+
+def paper_figure(sweep: Sweep, out: Path, paper: PaperResults, metric: str, kind: str = "final") -> list[Path]:
+    """Ours (left) and the paper's numbers (right) per variant, best paper value first, so the
+    same order on both sides means the ranking is reproduced; Spearman's rho in the title."""
+    table = paper_series(sweep, paper, metric, kind)
+    rho = paper_rank_correlation(table)
+    x = np.arange(len(table))
+    names = [label.replace(", ", "\n") for label in table["variant"]]
+    fig = Figure(figsize=(min(16.0, max(8.0, 1.6 * len(table))), 4.4), layout="constrained")
+    ours, theirs = fig.subplots(1, 2)
+    low, high = table["mean"] - table["min"], table["max"] - table["mean"]
+    ours.errorbar(x, table["mean"], yerr=[low.fillna(0), high.fillna(0)], fmt="o", color="C0", capsize=4,
+                  label="mean (bar: seed range)")
+    for i, seeds in enumerate(table["seeds"]):
+        ours.plot([i] * len(seeds), seeds, ".", color="black", markersize=4, label="seeds" if i == 0 else None)
+    missing = x[table["n"].to_numpy() == 0]
+    if len(missing):  # diverged or crashed everywhere: no value, but the paper's row is not silently dropped
+        ours.plot(missing, [0.96] * len(missing), "x", color="C3", markersize=10, markeredgewidth=2,
+                  transform=ours.get_xaxis_transform(), label="no completed seed (diverged / crashed)")
+    ours.set_title(f"ours: {kind} {metric}")
+    ours.set_ylabel(AXIS_LABELS.get(metric, metric))
+    theirs.plot(x, table["paper"], "s", color="C1")
+    theirs.set_title(f"paper: {paper.metric}")
+    theirs.set_ylabel(paper.metric)
+    for ax in (ours, theirs):
+        ax.set_xticks(x, names, rotation=45 if len(table) > 4 else 0, fontsize="small")
+        ax.set_xlabel("variant, in the paper's order (best first)")
+        ax.grid(alpha=0.3)
+    _legend(ours)
+    rho_text = "n/a" if math.isnan(rho) else f"{rho:.2f}"
+    fig.suptitle(f"{paper.source or 'paper'} vs ours: Spearman rank correlation ρ = {rho_text} "
+                 f"({int(table['mean'].notna().sum())} variants)", fontsize="medium")
+    return _save_with_table(fig, table, out / "paper_vs_ours.png")
+
+
 FIGURES = (validation_figure, warmup_figure, grad_norm_depth_figure, grad_norm_heatmap, resid_rms_depth_figure)
 
 
-def plot_sweep(sweep: Sweep, out: str | Path) -> list[Path]:
-    """Write every figure that the sweep's logged metrics allow; returns the files written."""
+def plot_sweep(sweep: Sweep, out: str | Path, metric: str | None = None) -> list[Path]:
+    """Write every figure that the sweep's logged metrics allow; returns the files written (PNGs
+    and the CSVs of the comparison figures). ``metric``: the one ``metric_vs_<axis>.png`` shows
+    (default: ``val/ppl`` for LMs, ``val/bleu`` for translation)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    return [path for figure in FIGURES if (path := figure(sweep, out)) is not None]
+    paths = [path for figure in FIGURES if (path := figure(sweep, out)) is not None]
+    paths += ppl_vs_length_figure(sweep, out) or []
+    for axis in numeric_axes(sweep):
+        paths += metric_vs_axis_figure(sweep, out, axis, pick_metric(sweep, metric)) or []
+        if (curves := train_loss_by_axis_figure(sweep, out, axis)) is not None:
+            paths.append(curves)
+    return paths
