@@ -110,17 +110,6 @@ def compose_config(overrides: list[str], norm: str | None) -> DictConfig:
 # --------------------------------------------------------------------------- measurement
 
 
-def batch_loss(task: L.LightningModule, batch: Any) -> torch.Tensor:
-    """The training loss of one batch, computed as the task's ``training_step`` does (that
-    method needs a Trainer for logging; this is the same loss without it)."""
-    smoothing = task.optim_cfg.get("label_smoothing", 0.0) or 0.0
-    if hasattr(task, "token_nll"):  # translation: (src, tgt_in, tgt_out, ...)
-        src, tgt_in, tgt_out = batch[0], batch[1], batch[2]
-        return task.token_nll(task(src, tgt_in), tgt_out, smoothing)
-    x, y = batch  # language model
-    return task._nll(task(x), y, smoothing)
-
-
 def grad_norms_at_init(task: L.LightningModule, batches: Iterable[Any]) -> list[dict[str, float]]:
     """Per-group gradient norms (without the ``grad_norm/`` prefix) of each batch, each from
     zeroed gradients: the expectation over batches is taken afterwards, on the norms."""
@@ -130,7 +119,7 @@ def grad_norms_at_init(task: L.LightningModule, batches: Iterable[Any]) -> list[
     out = []
     for batch in batches:
         task.zero_grad(set_to_none=True)
-        batch_loss(task, batch).backward()
+        task.train_loss(batch)[0].backward()  # the loss training_step minimises
         out.append({k.removeprefix("grad_norm/"): v for k, v in monitor.compute().items()})
     task.zero_grad(set_to_none=True)
     return out

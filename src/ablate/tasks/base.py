@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+from torch import Tensor
 
 from ablate.data.tokenizers import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
 from ablate.optim import build_optimizer, build_schedule
@@ -25,6 +26,12 @@ class TaskModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if "tokenizer" in checkpoint:
             self.tokenizer = tokenizer_from_dict(checkpoint["tokenizer"])
+
+    def train_loss(self, batch: Any) -> tuple[Tensor, Tensor]:
+        """``(loss, nll)`` of one training batch: the loss to minimise (label-smoothed per
+        ``optim.label_smoothing``) and the plain NLL, detached, for ``train/ppl``.
+        ``training_step`` and ``scripts/grad_norm_at_init.py`` both use it."""
+        raise NotImplementedError
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = build_optimizer(self.model, self.optim_cfg)

@@ -44,13 +44,16 @@ class LanguageModelTask(TaskModule):
     def _nll(self, logits: Tensor, targets: Tensor, label_smoothing: float = 0.0) -> Tensor:
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), label_smoothing=label_smoothing)
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    def train_loss(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         x, y = batch
         logits = self(x)
         smoothing = self.optim_cfg.get("label_smoothing", 0.0)
         loss = self._nll(logits, y, smoothing)
         # perplexity is defined on the true NLL; with label smoothing the training loss is not it
-        nll = loss.detach() if not smoothing else self._nll(logits.detach(), y)
+        return loss, loss.detach() if not smoothing else self._nll(logits.detach(), y)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        loss, nll = self.train_loss(batch)
         # under DDP: the global batch's values (the mean over ranks, which hold equal token
         # counts), not rank 0's share; one all-reduce of two scalars, nothing on one device
         loss_value, nll = self.trainer.strategy.reduce(torch.stack([loss.detach(), nll]), reduce_op="mean")

@@ -133,12 +133,16 @@ class TranslationTask(TaskModule):
 
     # --- training ---------------------------------------------------------------------
 
-    def training_step(self, batch: PairBatch, batch_idx: int) -> Tensor:
+    def train_loss(self, batch: PairBatch) -> tuple[Tensor, Tensor]:
         src, tgt_in, tgt_out = batch[0], batch[1], batch[2]
         logits = self(src, tgt_in)
         smoothing = self.optim_cfg.get("label_smoothing", 0.0) or 0.0
         loss = self.token_nll(logits, tgt_out, smoothing)
-        nll = loss.detach() if not smoothing else self.token_nll(logits.detach(), tgt_out)
+        return loss, loss.detach() if not smoothing else self.token_nll(logits.detach(), tgt_out)
+
+    def training_step(self, batch: PairBatch, batch_idx: int) -> Tensor:
+        src, tgt_out = batch[0], batch[2]
+        loss, nll = self.train_loss(batch)
         src_real, tgt_real = (src != PAD).sum(), (tgt_out != PAD).sum()
         pad_frac = 1 - (src_real + tgt_real).float() / (src.numel() + tgt_out.numel())
         loss_value, nll, pad_frac = self.trainer.strategy.reduce(torch.stack([loss.detach(), nll, pad_frac]), reduce_op="mean")
