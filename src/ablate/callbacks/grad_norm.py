@@ -25,19 +25,32 @@ _BLOCK = re.compile(r"blocks\.(\d+)\.(\w+)\.(sublayer|norm|post_norm)\.")
 _STACKS = {"encoder.": "enc_", "decoder.": "dec_"}
 
 
+def split_stack(name: str) -> tuple[str, str]:
+    """``(stack prefix, rest)`` of a parameter or module name: ``model.decoder.blocks.2.ffn`` ->
+    ``("dec_", "blocks.2.ffn")``; ``("", ...)`` for a decoder-only LM."""
+    name = name.removeprefix("model.")
+    for prefix, short in _STACKS.items():
+        if name.startswith(prefix):
+            return short, name.removeprefix(prefix)
+    return "", name
+
+
+def layer_label(stack: str, index: int | str) -> str:
+    """The logged name of a block: ``layer_03``, ``enc_layer_03``, ``dec_layer_03`` (zero-padded so
+    a dashboard sorts by depth); shared with :mod:`ablate.callbacks.residual_rms`."""
+    return f"{stack}layer_{int(index):02d}"
+
+
 def group_name(param_name: str) -> str:
     """Map a parameter name to its logged group, e.g. ``blocks.3.attn.sublayer.qkv.weight`` ->
     ``layer_03/attn``, ``blocks.3.ffn.norm.weight`` -> ``layer_03/ffn_norm``, ``tok_emb.weight``
     -> ``embed``. A translation model's ``encoder.``/``decoder.`` stacks get ``enc_``/``dec_``."""
-    name, stack = param_name.removeprefix("model."), ""
-    for prefix, short in _STACKS.items():
-        if name.startswith(prefix):
-            name, stack = name.removeprefix(prefix), short
+    stack, name = split_stack(param_name)
     match = _BLOCK.match(name)
     if match:
         index, slot, part = match.groups()
         suffix = "" if part == "sublayer" else f"_{part}"
-        return f"{stack}layer_{int(index):02d}/{slot}{suffix}"
+        return f"{layer_label(stack, index)}/{slot}{suffix}"
     top = name.split(".")[0]
     return stack + {"tok_emb": "embed"}.get(top, top)
 

@@ -38,18 +38,17 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-_BLOCK = re.compile(r"^(?:model\.)?(?:(encoder|decoder)\.)?blocks\.(\d+)$")
-_STACKS = {None: "", "encoder": "enc_", "decoder": "dec_"}
+from ablate.callbacks.grad_norm import layer_label, split_stack
+
+_BLOCK = re.compile(r"blocks\.(\d+)")
 
 
 def block_name(module_name: str) -> str | None:
-    """``model.blocks.3`` -> ``layer_03``, ``model.decoder.blocks.0`` -> ``dec_layer_00``;
-    ``None`` for modules that are not Transformer blocks."""
-    match = _BLOCK.match(module_name)
-    if match is None:
-        return None
-    stack, index = match.groups()
-    return f"{_STACKS[stack]}layer_{int(index):02d}"
+    """``model.blocks.3`` -> ``layer_03``, ``model.decoder.blocks.0`` -> ``dec_layer_00`` (the
+    grad-norm naming); ``None`` for modules that are not Transformer blocks."""
+    stack, name = split_stack(module_name)
+    match = _BLOCK.fullmatch(name)
+    return layer_label(stack, match.group(1)) if match else None
 
 
 class ResidualRMSMonitor(Callback):
