@@ -8,11 +8,11 @@ import torch
 from torch import nn
 
 from ablate.callbacks.grad_norm import group_name
-from ablate.config import ModelSpec, validate
+from ablate.config import ModelSpec
 from ablate.nn.block import DeepNormResidual, deepnorm_constants
 from ablate.nn.seq2seq import EncoderDecoder
 
-from ._models import ATTN, PLACEMENTS, POS
+from ._models import ATTN, PLACEMENTS, POS, tiny_spec
 
 V, PAD = 40, 0
 TINY_S2S = dict(vocab_size=V, n_layers=2, encoder_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=32)
@@ -22,10 +22,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def s2s_spec(**overrides) -> ModelSpec:
-    kw = {**TINY_S2S, **overrides}
-    if kw.get("norm") == "deepnorm":
-        kw.setdefault("init", "deepnet")
-    return validate(ModelSpec(**kw))
+    return tiny_spec(**{**TINY_S2S, **overrides})  # TINY_S2S replaces every key of the LM's TINY
 
 
 def tiny_s2s(seed: int = 0, **overrides) -> EncoderDecoder:
