@@ -7,16 +7,24 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
+from ablate.tasks import require_checkpoint_task
 from ablate.tasks.generation import generate
 from ablate.tasks.lm import LanguageModelTask
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="generate")
 def main(cfg: DictConfig) -> None:
+    require_checkpoint_task(cfg.ckpt_path, "lm", "generate.py")
     task = LanguageModelTask.load_from_checkpoint(cfg.ckpt_path, map_location="cpu")
     if task.tokenizer is None:
         raise SystemExit(f"{cfg.ckpt_path} carries no tokenizer (saved by an older version?); cannot decode")
-    prompt = torch.tensor([task.tokenizer.encode(cfg.prompt)] * cfg.num_samples)
+    try:
+        ids = task.tokenizer.encode(cfg.prompt or "")
+    except ValueError as err:  # a character the model's vocabulary does not have
+        raise SystemExit(f"prompt={cfg.prompt!r}: {err}") from None
+    if not ids:
+        raise SystemExit("prompt is empty: the model needs at least one token to continue, e.g. prompt='ROMEO:'")
+    prompt = torch.tensor([ids] * cfg.num_samples)
     out = generate(task.model, prompt, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
                    use_cache=cfg.use_cache, generator=torch.Generator().manual_seed(cfg.seed))
     for row in out.tolist():

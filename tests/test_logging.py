@@ -46,7 +46,7 @@ FAKE_KEY = "0123456789abcdef0123456789abcdef01234567"  # 40 chars, the shape wan
 def isolated_wandb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """No W&B env, no proxies, a fresh HOME; any run left open is finished."""
     for name in list(os.environ):
-        if name.startswith("WANDB_") or name.lower() in {"https_proxy", "http_proxy", "all_proxy", "no_proxy"}:
+        if name.startswith(("WANDB_", "ABLATE_WANDB_")) or name.lower() in {"https_proxy", "http_proxy", "all_proxy", "no_proxy"}:
             monkeypatch.delenv(name)
     home = tmp_path / "home"
     home.mkdir()
@@ -134,6 +134,30 @@ def test_key_but_unreachable_host_is_offline_quickly(monkeypatch: pytest.MonkeyP
     assert mode == "offline"
     assert "not reachable" in reason
     assert time.monotonic() - start < 5
+
+
+def test_online_mode_asked_for_still_probes_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WANDB_MODE=online with a key and no network used to cost ~80 s of wandb's retries per job:
+    the probe runs in this mode too, once per process (and its children, through the env)."""
+    import ablate.logging as ablate_logging
+
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port()}")
+    probes: list[tuple[str, int]] = []
+    real_probe = ablate_logging._tcp_reachable
+
+    def counting_probe(host: str, port: int, timeout_s: float) -> bool:
+        probes.append((host, port))
+        return real_probe(host, port, timeout_s)
+
+    monkeypatch.setattr(ablate_logging, "_tcp_reachable", counting_probe)
+    for _ in range(3):  # three jobs of one sweep
+        mode, reason = decide_wandb_mode()
+        assert mode == "offline" and "WANDB_MODE=online" in reason and "not reachable" in reason
+    assert len(probes) == 1
+    assert decide_wandb_mode("online")[0] == "offline"  # logger.wandb.mode=online alike, still no new probe
+    assert len(probes) == 1
 
 
 def test_silent_host_is_given_up_after_about_3_seconds(monkeypatch: pytest.MonkeyPatch) -> None:

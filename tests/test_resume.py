@@ -118,6 +118,34 @@ def test_kill_and_resume_is_exact(workdir: Path, data_dir: Path, uninterrupted: 
 
 
 @pytest.mark.slow
+def test_ctrl_c_saves_the_step_and_resumes_exactly(workdir: Path, data_dir: Path, uninterrupted: Path) -> None:
+    """Ctrl-C after step 7 (checkpoints every 3 steps): training stops at the end of that step,
+    last.ckpt holds step 7 (nothing lost), status.json says interrupted, the process exits 130 and
+    W&B records a failed exit; resuming gives exactly the uninterrupted run."""
+    run_dir = workdir / "logs" / "ctrl_c"
+    proc = train(workdir, data_dir, run_dir, "+callbacks.ctrl_c._target_=_signal_at_step.SignalAtStep",
+                 f"+callbacks.ctrl_c.step={KILL_AFTER}", check=False)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert "interrupted at step 7" in proc.stderr and "ckpt_path=last" in proc.stderr
+    assert checkpoint(run_dir)["global_step"] == KILL_AFTER  # saved at the interrupt, not at step 6
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "interrupted" and status["steps"] == KILL_AFTER
+    assert "test/loss" not in status["metrics"]  # no post-fit evaluation of an unfinished run
+    from ablate.wandb_reader import read_offline_run
+
+    offline = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert read_offline_run(offline[-1])["exit_code"] not in (None, 0)
+
+    train(workdir, data_dir, run_dir, "ckpt_path=last")
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "completed" and status["steps"] == 12
+    expected, resumed = metrics_by_step(uninterrupted), metrics_by_step(run_dir)
+    for key in COMPARED:
+        assert resumed[key] == expected[key], key
+    assert_same_state(checkpoint(run_dir), checkpoint(uninterrupted))
+
+
+@pytest.mark.slow
 def test_same_seed_same_metrics(workdir: Path, data_dir: Path, uninterrupted: Path) -> None:
     """Determinism on CPU: the same config and seed give identical metrics and weights."""
     run_dir = workdir / "logs" / "again"
@@ -152,7 +180,9 @@ def test_atomic_save_replaces_or_keeps_the_old_file(tmp_path: Path, monkeypatch:
         io.save_checkpoint({"step": 3}, path)
     monkeypatch.undo()
     assert torch.load(path, weights_only=True)["step"] == 2  # the old checkpoint, whole
-    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]  # nothing half-written left
+    # nothing half-written left; the checkpoint before it is kept for when last.ckpt is damaged later
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt", "last.previous.ckpt"]
+    assert torch.load(path.parent / "last.previous.ckpt", weights_only=True)["step"] == 1
 
 
 def test_killed_writer_leaves_no_checkpoint_to_mistake(tmp_path: Path) -> None:

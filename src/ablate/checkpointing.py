@@ -16,7 +16,10 @@ callback's and the datamodule's ``state_dict``. Added here:
   and a job killed during it leaves a truncated ``last.ckpt``. A rename within one folder is
   atomic: a reader sees the old complete file or the new complete file, never a part. The
   temporary name starts with a dot and does not end in ``.ckpt``, so ``ckpt_path=last`` never
-  picks it up.
+  picks it up. Before a new ``last.ckpt`` replaces the old one, the old one is kept as
+  ``last.previous.ckpt`` (a hard link, so no copy), so that a ``last.ckpt`` damaged later (a full
+  disk, a bad copy) still leaves the checkpoint before it to resume from
+  (:func:`previous_checkpoint`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +57,31 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 torch.save(checkpoint, f)
                 f.flush()
                 os.fsync(f.fileno())
+            if LAST_PATTERN.match(path.name) and path.is_file():
+                keep_previous(path)
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
         _fsync_dir(path.parent)
+
+
+def previous_checkpoint(path: str | os.PathLike[str]) -> Path:
+    """Where the checkpoint before ``path`` is kept: ``last.ckpt`` -> ``last.previous.ckpt``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.previous{path.suffix}")
+
+
+def keep_previous(path: Path) -> None:
+    """Keep the current ``path`` as :func:`previous_checkpoint` before it is replaced: a hard link
+    (no copy) made under a temporary name and renamed, so ``path`` itself exists throughout."""
+    previous, tmp = previous_checkpoint(path), path.parent / f".{path.name}.previous-{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(path, tmp)
+    except OSError:  # a file system without hard links
+        shutil.copy2(path, tmp)
+    os.replace(tmp, previous)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -85,6 +109,17 @@ class LastCheckpoint(ModelCheckpoint):
         super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=every_n_train_steps or 0,
                          every_n_epochs=0, enable_version_counter=False)
 
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        # A callback stopped training at this step (Ctrl-C: GracefulInterrupt; divergence): save it
+        # now, while the loops are mid-epoch. That checkpoint resumes exactly, like the periodic
+        # ones; one written in on_train_end is taken after Lightning has closed the epoch, and a
+        # resume from it would start the next epoch's data order. (Checkpoint callbacks run
+        # after all others, so every callback's state for this step is in it.)
+        if trainer.should_stop and self._last_global_step_saved != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Lightning's version saves here only if nothing was ever saved; ours saves the final
         # state unless the last periodic save was at this very step
@@ -101,12 +136,13 @@ class ResumeState(Callback):
     is seeded alike and draws alike, so under DDP they are every rank's states.
     """
 
-    def __init__(self, wandb_run_id: str | None = None) -> None:
+    def __init__(self, wandb_run_id: str | None = None, run_identity: dict[str, Any] | None = None) -> None:
         self.wandb_run_id = wandb_run_id
+        self.run_identity = run_identity  # ablate.resume.run_identity: checked before a resume
         self._rng_to_restore: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": collect_rng_states(), "wandb_run_id": self.wandb_run_id}
+        return {"rng": collect_rng_states(), "wandb_run_id": self.wandb_run_id, "run_identity": self.run_identity}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._rng_to_restore = state_dict.get("rng")
@@ -176,10 +212,6 @@ def checkpoint_dirs(callbacks: list[Callback]) -> list[str]:
     return [str(cb.dirpath) for cb in callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
 
 
-def read_wandb_run_id(ckpt_path: str | None) -> str | None:
-    """The W&B run id stored by :class:`ResumeState` in a local checkpoint, else ``None``.
-    The file is memory-mapped, so the tensors are not read."""
-    if not ckpt_path or not Path(ckpt_path).is_file():
-        return None
-    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True)
-    return (checkpoint.get("callbacks", {}).get(ResumeState.__qualname__) or {}).get("wandb_run_id")
+def resume_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """What :class:`ResumeState` stored in a loaded checkpoint (W&B run id, run identity)."""
+    return checkpoint.get("callbacks", {}).get(ResumeState.__qualname__) or {}

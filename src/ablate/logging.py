@@ -68,18 +68,39 @@ def decide_wandb_mode(requested: str | None = None) -> tuple[str, str]:
         ``(mode, reason)`` with mode in ``WANDB_MODES`` and a human reason.
     """
     if requested:
-        return _normalise_mode(requested, "logger.wandb.mode"), f"logger.wandb.mode={requested}"
-    env_mode = os.environ.get("WANDB_MODE")
-    if env_mode:
-        return _normalise_mode(env_mode, "WANDB_MODE"), f"WANDB_MODE={env_mode}"
-    base_url = _wandb_base_url()
-    host, port = _host_port(base_url)
-    if not _has_credentials(base_url):
-        return "offline", f"no W&B credentials: WANDB_API_KEY unset and no netrc entry for {host}"
-    probe_host, probe_port = _probe_target(host, port)
-    if not _tcp_reachable(probe_host, probe_port, PROBE_TIMEOUT_S):
-        return "offline", f"{probe_host}:{probe_port} not reachable within {PROBE_TIMEOUT_S:g} s"
-    return "online", f"credentials found and {host}:{port} reachable"
+        mode, reason = _normalise_mode(requested, "logger.wandb.mode"), f"logger.wandb.mode={requested}"
+    elif os.environ.get("WANDB_MODE"):
+        env_mode = os.environ["WANDB_MODE"]
+        mode, reason = _normalise_mode(env_mode, "WANDB_MODE"), f"WANDB_MODE={env_mode}"
+    else:
+        base_url = _wandb_base_url()
+        if not _has_credentials(base_url):
+            host = _host_port(base_url)[0]
+            return "offline", f"no W&B credentials: WANDB_API_KEY unset and no netrc entry for {host}"
+        mode, reason = "online", "credentials found"
+    if mode != "online":
+        return mode, reason
+    # online, whether asked for or detected: without network wandb retries for about 80 s per
+    # run before it falls back by itself, so probe first (once per process and its children)
+    target = "%s:%d" % _probe_target(*_host_port(_wandb_base_url()))
+    if not _reachable_once(target):
+        return "offline", f"{reason}, but {target} is not reachable within {PROBE_TIMEOUT_S:g} s"
+    return "online", f"{reason} and {target} reachable"
+
+
+_PROBE_ENV = "ABLATE_WANDB_PROBE"  # "host:port=0|1": the probe's answer, inherited by the jobs of a sweep
+
+
+def _reachable_once(target: str) -> bool:
+    """The TCP probe of ``target``, made once: its answer is kept in the environment, so later
+    jobs of the same sweep (in this process, joblib workers, DDP ranks) do not wait again."""
+    cached = os.environ.get(_PROBE_ENV, "")
+    if cached.rpartition("=")[0] == target:
+        return cached.endswith("=1")
+    host, _, port = target.rpartition(":")
+    reachable = _tcp_reachable(host, int(port), PROBE_TIMEOUT_S)
+    os.environ[_PROBE_ENV] = f"{target}={int(reachable)}"
+    return reachable
 
 
 def _normalise_mode(mode: str, source: str) -> str:

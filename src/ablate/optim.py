@@ -1,6 +1,12 @@
 """Optimiser and learning-rate schedules (the ``optim`` config group).
 
-AdamW (Loshchilov & Hutter 2019) with weight decay on matrices only: biases, norm gains and
+``optim.name`` picks the optimiser from :data:`OPTIMIZERS`: ``adamw`` (Loshchilov & Hutter 2019,
+the default), ``adam`` (Kingma & Ba 2015; its ``weight_decay`` is an L2 term in the gradient) or
+``sgd`` (with ``optim.momentum``). Each declares the ``optim`` keys it reads; the others do not
+apply to it (:func:`used_optim_config` drops them from what a run records, and one given
+explicitly for the wrong optimiser, ``optim.momentum`` with Adam, is refused).
+
+Weight decay on matrices only: biases, norm gains and
 other vectors are not decayed (as in GPT-2/nanoGPT; decaying a LayerNorm gain towards zero
 fights the normalisation). Embedding matrices are matrices and are decayed, as nanoGPT does.
 
@@ -11,6 +17,7 @@ of ``warmup_steps`` (0 allowed) in front of every one of them.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Mapping
 
@@ -26,14 +33,55 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+@dataclass(frozen=True)
+class OptimizerKind:
+    """A torch optimiser and the ``optim`` keys it takes (besides ``lr`` and ``weight_decay``)."""
+
+    cls: type[torch.optim.Optimizer]
+    keys: tuple[str, ...]
+
+
+OPTIMIZERS: dict[str, OptimizerKind] = {
+    "adamw": OptimizerKind(torch.optim.AdamW, ("betas", "eps", "fused")),
+    "adam": OptimizerKind(torch.optim.Adam, ("betas", "eps", "fused")),
+    "sgd": OptimizerKind(torch.optim.SGD, ("momentum",)),
+}
+# keys that belong to some optimiser; the rest of `optim` (lr, schedule, ...) applies to all
+_OPTIMIZER_KEYS = {key for kind in OPTIMIZERS.values() for key in kind.keys}
+
+
+def optimizer_kind(cfg: Mapping[str, Any]) -> OptimizerKind:
+    name = cfg.get("name", "adamw")
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optim.name={name!r}; valid options: {', '.join(OPTIMIZERS)}")
+    kind = OPTIMIZERS[name]
+    if "momentum" not in kind.keys and cfg.get("momentum") is not None:
+        raise ValueError(f"optim.momentum={cfg['momentum']} does not apply to optim.name={name} "
+                         f"(it takes {', '.join(kind.keys)}); use optim.name=sgd or remove optim.momentum")
+    return kind
+
+
+def used_optim_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``cfg`` without the keys the chosen optimiser does not read: what a run records (W&B,
+    hparams, status), so that ``optim.name=sgd`` does not report Adam's betas as if used."""
+    kind = optimizer_kind(cfg)
+    return {k: v for k, v in cfg.items() if k not in _OPTIMIZER_KEYS or k in kind.keys}
+
+
 def build_optimizer(model: nn.Module, cfg: Mapping[str, Any]) -> torch.optim.Optimizer:
-    fused = cfg.get("fused")
-    if fused is None:  # fused AdamW is a GPU kernel; on CPU the foreach path is the fast one
-        fused = next(model.parameters()).is_cuda
-    return torch.optim.AdamW(
-        param_groups(model, cfg["weight_decay"]),
-        lr=cfg["lr"], betas=tuple(cfg["betas"]), eps=cfg.get("eps", 1e-8), fused=fused or None,
-    )
+    """The optimiser ``optim.name`` over :func:`param_groups`, with the keys that kind takes."""
+    kind = optimizer_kind(cfg)
+    options: dict[str, Any] = {"lr": cfg["lr"]}
+    if "betas" in kind.keys:
+        options.update(betas=tuple(cfg["betas"]), eps=cfg.get("eps", 1e-8))
+    if "fused" in kind.keys:
+        fused = cfg.get("fused")
+        if fused is None:  # fused Adam(W) is a GPU kernel; on CPU the foreach path is the fast one
+            fused = next(model.parameters()).is_cuda
+        options["fused"] = fused or None
+    if "momentum" in kind.keys:
+        options["momentum"] = cfg.get("momentum") or 0.0
+    return kind.cls(param_groups(model, cfg["weight_decay"]), **options)
 
 
 def warmup(step: int, warmup_steps: int) -> float:

@@ -30,6 +30,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import sys
 import time
 import traceback
 import warnings
@@ -45,27 +47,36 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from ablate import distributed
 from ablate.callbacks.divergence import DivergenceMonitor
 from ablate.callbacks.throughput import ThroughputMonitor, flops_per_token
-from ablate.checkpointing import (
-    AtomicCheckpointIO,
-    ResumeState,
-    checkpoint_dirs,
-    find_last_checkpoint,
-    read_wandb_run_id,
-    resolve_ckpt_path,
+from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
+from ablate.checkpointing import AtomicCheckpointIO, ResumeState, find_last_checkpoint, resolve_ckpt_path, resume_state
+from ablate.config import ConfigError, ModelSpec, model_spec
+from ablate.optim import optimizer_kind, used_optim_config
+from ablate.resume import (
+    CheckpointError,
+    ResumeMismatchError,
+    check_same_run,
+    earlier_run_with_checkpoint,
+    inspect_checkpoint,
+    run_identity,
 )
-from ablate.config import ModelSpec, model_spec
+from ablate.run_checks import check_run_numbers
 from ablate.console import param_estimate, print_config_tree, print_param_count
 from ablate.logging import build_loggers, finish_wandb, multirun_group, run_name_from_overrides, set_wandb_summary
 from ablate.tasks import build_task
 
 log = logging.getLogger(__name__)
 FINISHED = ("completed", "diverged")  # a re-run of the sweep skips these (skip_completed)
+# exit codes of train.py (a single run, or a whole sweep): see README "When things go wrong"
+EXIT_CRASHED, EXIT_USER_ERROR, EXIT_INTERRUPTED = 1, 2, 130
+# errors that are the user's to fix: their message says how, a traceback adds nothing
+USER_ERRORS = (ConfigError, ResumeMismatchError, CheckpointError)
 
 # The data modules store their position in the training order in the checkpoint (their
 # state_dict), so a mid-epoch resume is exact; Lightning still warns because the DataLoader itself
@@ -102,8 +113,14 @@ def apply_eval_seq_len(cfg: DictConfig) -> None:
 
 
 def check_config(cfg: DictConfig) -> None:
-    """Fail on an invalid architecture before any data is read or tensor allocated."""
+    """Fail on an invalid architecture or run-control number before any data is read or tensor
+    allocated."""
     apply_eval_seq_len(cfg)
+    check_run_numbers(cfg)
+    try:
+        optimizer_kind(cfg.optim)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     model_spec(cfg, vocab_size=1, max_len=eval_max_len(cfg))
 
 
@@ -157,6 +174,7 @@ def trainer_overrides(cfg: DictConfig, accumulate: int) -> dict[str, Any]:
 
 def build_callbacks(cfg: DictConfig, spec: ModelSpec, n_params: int) -> list[Callback]:
     callbacks = [instantiate(c) for c in cfg.get("callbacks", {}).values() if c is not None]
+    callbacks.append(GracefulInterrupt())  # Ctrl-C: stop after the step, save last.ckpt
     fpt = flops_per_token(n_params, spec.n_layers + spec.encoder_layers, spec.d_model, cfg.data.seq_len)
     for cb in callbacks:
         if isinstance(cb, ThroughputMonitor) and cb.flops_per_token is None:
@@ -183,6 +201,45 @@ def configured_checkpoint_dirs(cfg: DictConfig) -> list[Path]:
     the config, before any callback exists."""
     nodes = (cfg.get("callbacks") or {}).values()
     return [Path(str(node.dirpath)) for node in nodes if node is not None and node.get("dirpath")]
+
+
+def resume_point(cfg: DictConfig, output_dir: Path, job: Job) -> tuple[str | None, str | None]:
+    """The checkpoint this job resumes from (``ckpt_path``: ``last`` or a path) and the W&B run id
+    stored in it, checked before any data is read: the file must be a readable checkpoint
+    (:class:`CheckpointError` otherwise) trained with the same run-defining settings
+    (:func:`ablate.resume.check_same_run`; ``resume_allow_changes`` lists deliberate changes)."""
+    requested = cfg.get("ckpt_path")
+    ckpt_path = resolve_ckpt_path(requested, configured_checkpoint_dirs(cfg))
+    if requested == "last" and ckpt_path is None and not job.multirun:
+        refuse_new_directory_for_last(cfg, output_dir, job)
+    if ckpt_path is None or not Path(ckpt_path).is_file():
+        return ckpt_path, None
+    state = resume_state(inspect_checkpoint(ckpt_path))
+    saved = state.get("run_identity")
+    if saved is None:
+        rank_zero_info(f"{ckpt_path} predates the resume check: its settings cannot be compared with this config")
+    else:
+        changes = check_same_run(saved, run_identity(cfg), cfg.get("resume_allow_changes") or [], ckpt_path)
+        if changes:
+            rank_zero_info(f"resuming {ckpt_path} with allowed changes: {'; '.join(changes)}")
+    return ckpt_path, state.get("wandb_run_id")
+
+
+def refuse_new_directory_for_last(cfg: DictConfig, output_dir: Path, job: Job) -> None:
+    """``ckpt_path=last`` in a single run without ``hydra.run.dir`` gets a new timestamped
+    directory, which has no checkpoint: when an earlier run of the same overrides has one, the
+    user meant that run, so say how to resume it instead of silently starting from scratch."""
+    runs_dir = Path(str(cfg.paths.log_dir)) / "runs"
+    if output_dir.resolve().parent != runs_dir.resolve():
+        return  # hydra.run.dir was given: a first run (or a requeue scheme) starts there
+    earlier = earlier_run_with_checkpoint(runs_dir, job.overrides, output_dir)
+    if earlier is not None:
+        args = " ".join(o for o in job.overrides if not o.startswith("ckpt_path="))
+        raise ConfigError(
+            f"ckpt_path=last: this run's new directory {output_dir} has no checkpoint, but the earlier run {earlier} "
+            f"of the same overrides has one. To resume it:\n  python train.py {args} ckpt_path=last "
+            f"hydra.run.dir='{earlier}'\n(or ckpt_path=null to start a new run)"
+        )
 
 
 def previous_outcome(cfg: DictConfig, output_dir: Path) -> dict[str, Any] | None:
@@ -273,6 +330,7 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
     job = job or Job.current()
     check_config(cfg)  # also copies eval.seq_len into data.eval_seq_len
     world, _, accumulate = training_layout(cfg)
+    ckpt_path, wandb_resume_id = resume_point(cfg, output_dir, job)  # before any data is read
     L.seed_everything(cfg.seed, workers=True)
     if cfg.runtime.flush_denormal:
         # Post-LN's normalised outputs feed tiny gradients that go denormal on CPU and run
@@ -293,33 +351,39 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
         print_param_count(n_params, estimate)
 
     callbacks = build_callbacks(cfg, spec, n_params)
-    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), checkpoint_dirs(callbacks))
     run_config = {**OmegaConf.to_container(cfg, resolve=True), "axes": spec.axes(), "params": n_params,
                   "params_estimate": estimate, "world_size": world, "accumulate_grad_batches": accumulate}
-    loggers = build_loggers(cfg, output_dir, job.name, job.group, run_config, resume_id=read_wandb_run_id(ckpt_path),
+    run_config["optim"] = used_optim_config(run_config["optim"])  # never record a key the optimiser ignores
+    loggers = build_loggers(cfg, output_dir, job.name, job.group, run_config, resume_id=wandb_resume_id,
                             resuming=ckpt_path is not None)
     if ckpt_path is None:  # a resumed run logged these already
         for logger in loggers:
             logger.log_metrics({"model/params": n_params, "model/params_estimate": estimate}, step=0)
     wandb_id = next((lg.experiment.id for lg in loggers if isinstance(lg, WandbLogger)), None)
-    callbacks.append(ResumeState(wandb_run_id=wandb_id))
+    callbacks.append(ResumeState(wandb_run_id=wandb_id, run_identity=run_identity(cfg)))
     trainer: L.Trainer = instantiate(cfg.trainer, logger=loggers, callbacks=callbacks, default_root_dir=str(output_dir),
                                      **trainer_overrides(cfg, accumulate))
 
     start = time.perf_counter()
-    trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
+    try:
+        trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
+    except TrainingInterrupted:  # Ctrl-C: the step's checkpoint is saved (GracefulInterrupt)
+        pass
     divergence = next((cb for cb in trainer.callbacks if isinstance(cb, DivergenceMonitor)), None)
     diverged = divergence is not None and divergence.diverged_at is not None
+    interrupt = next(cb for cb in trainer.callbacks if isinstance(cb, GracefulInterrupt))
+    interrupted = interrupt.interrupted_at is not None and not diverged
     metrics = {k: _finite_or_none(v) for k, v in trainer.callback_metrics.items()}
-    if cfg.eval.test_at_end and not diverged:
+    # Ctrl-C (interrupted): last.ckpt was saved at this step; no post-fit evaluation
+    if cfg.eval.test_at_end and not diverged and not interrupted:
         trainer.test(task, datamodule=datamodule, verbose=False)
         metrics.update({k: _finite_or_none(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")})
     length_info = None
-    if cfg.eval.get("seq_lens") and not diverged:
+    if cfg.eval.get("seq_lens") and not diverged and not interrupted:
         length_metrics, length_info = evaluate_lengths(trainer, task, datamodule, list(cfg.eval.seq_lens))
         metrics.update(length_metrics)
     status = {
-        "status": "diverged" if diverged else "completed",
+        "status": "interrupted" if interrupted else "diverged" if diverged else "completed",
         "diverged_at_step": divergence.diverged_at if diverged else None,
         "divergence_reason": divergence.reason if diverged else None,
         "steps": trainer.global_step,
@@ -384,7 +448,9 @@ def fit_job(cfg: DictConfig, output_dir: Path, job: Job) -> dict[str, Any]:
 
 def run(cfg: DictConfig) -> float:
     """Run one job and always leave a status record. In a multirun a crash is recorded and the
-    sweep goes on; in a single run it is raised. Returns the value for sweepers to optimise."""
+    sweep goes on; in a single run it is raised. Ctrl-C (or SIGTERM) records ``interrupted`` and
+    ends the process (a sweep stops too) with exit code 130. A failed resume never overwrites the
+    record of a finished run. Returns the value for sweepers to optimise."""
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     job = Job.current()
@@ -400,18 +466,50 @@ def run(cfg: DictConfig) -> float:
     exit_code = 0
     try:
         status = fit_job(cfg, output_dir, job)
+        if status.get("status") == "interrupted":
+            exit_code = EXIT_INTERRUPTED
+    except (KeyboardInterrupt, SystemExit, SIGTERMException) as err:  # a second Ctrl-C, SIGTERM, Lightning's exit
+        exit_code = EXIT_INTERRUPTED
+        status = {"status": "interrupted", "error": f"{type(err).__name__} before the end of a training step",
+                  "overrides": job.overrides}
     except Exception as err:  # noqa: BLE001 - recorded, then re-raised unless in a sweep
-        exit_code = 1
+        exit_code = EXIT_CRASHED
         message, rank_trace = distributed.failure_message(err)
         status = {"status": "crashed", "error": message, "traceback": rank_trace or traceback.format_exc(),
                   "overrides": job.overrides}
-        if writer:
-            write_status(output_dir, status)
         if not job.multirun:
+            if writer:
+                record_status(output_dir, status)
+            if isinstance(err, USER_ERRORS) and not os.environ.get("HYDRA_FULL_ERROR"):
+                print(f"error: {err}\n(HYDRA_FULL_ERROR=1 shows the traceback)", file=sys.stderr)
+                raise SystemExit(EXIT_USER_ERROR) from None
             raise
         print(f"job crashed ({status['error']}); recorded in {output_dir / 'status.json'}; the sweep continues")
     finally:
         finish_wandb(exit_code)
     if writer:
-        write_status(output_dir, status)
+        record_status(output_dir, status)
+    if exit_code == EXIT_INTERRUPTED:
+        report_interrupt(cfg, output_dir, status)
+        raise SystemExit(EXIT_INTERRUPTED)  # a sweep stops too: the user asked to stop
     return optimized_value(cfg, status)
+
+
+def record_status(output_dir: Path, status: dict[str, Any]) -> None:
+    """Write ``status.json``, unless it records a finished run and ``status`` is a failed or
+    interrupted attempt to resume it: that record stays, the attempt goes to ``status.failed.json``."""
+    previous = read_status(output_dir)
+    if status["status"] not in FINISHED and previous is not None and previous.get("status") in FINISHED:
+        (output_dir / "status.failed.json").write_text(json.dumps(status, indent=2, default=str))
+        print(f"{output_dir / 'status.json'} still records the finished run ({previous['status']}); this attempt's "
+              f"{status['status']} record is in status.failed.json", file=sys.stderr)
+        return
+    write_status(output_dir, status)
+
+
+def report_interrupt(cfg: DictConfig, output_dir: Path, status: dict[str, Any]) -> None:
+    last = find_last_checkpoint(configured_checkpoint_dirs(cfg))
+    where = f"step {status['steps']}" if "steps" in status else "mid-step"
+    resume = (f"resume with: python train.py {' '.join(job_overrides())} ckpt_path=last hydra.run.dir='{output_dir}'"
+              if not is_multirun() else "re-run the same sweep command to resume it")
+    print(f"interrupted at {where}; last checkpoint: {last or 'none'}; {resume}", file=sys.stderr, flush=True)

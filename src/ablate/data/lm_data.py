@@ -8,10 +8,11 @@ Cache layout, one folder per corpus/tokenizer/source version::
     {cache_dir}/{corpus}-{tokenizer}[-{vocab_size}]-{hash}/
         train.bin  val.bin  test.bin   flat token ids (uint16, or uint32 for vocabularies > 65536)
         char_vocab.json | tokenizer.json
-        meta.json                      written last
+        meta.json                      written last; sizes and SHA-256 of the other files
 
 The folder is built under a temporary name and renamed into place, so a folder with the
-final name is always complete and a killed run never leaves a half cache that is trusted.
+final name is always complete and a killed run never leaves a half cache that is trusted; a
+damaged file is detected and the cache rebuilt (:mod:`ablate.data.cache`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -38,16 +37,17 @@ from ablate.data.sources import (
     download_url,
     load_hub_dataset,
     missing_file_message,
+    read_utf8,
     resolve_local,
 )
+from ablate.data.cache import CacheCorruptError, ensure_cache, read_meta, write_meta
 from ablate.data.samplers import ResumableSampler
 from ablate.data.tokenizers import Tokenizer, build_tokenizer, iter_chunks, tokenizer_class
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
-CACHE_FORMAT_VERSION = 1  # bump when the cached files or the split logic change
-_META = "meta.json"
+CACHE_FORMAT_VERSION = 2  # bump when the cached files or the split logic change (2: checksums in meta.json)
 _WRITE_CHUNK_CHARS = 1 << 24  # tokenise big corpora piecewise so memory stays bounded
 
 
@@ -284,25 +284,9 @@ class LMDataModule(L.LightningDataModule):
         return self.cache_dir / f"{self.name}-{self.tokenizer_kind}{vocab}-{digest}"
 
     def prepare_data(self) -> None:
-        """Tokenise the corpus into the cache folder unless a complete cache exists."""
-        final = self.cache_path()
-        if (final / _META).is_file():
-            log.info("Using cached %s tokens from %s", self.name, final)
-            return
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=self.cache_dir, prefix=f".{final.name}.tmp-"))
-        tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared between users
-        try:
-            self._build_cache(tmp)
-            if final.exists() and not (final / _META).is_file():
-                shutil.rmtree(final)  # an incomplete folder under the final name is never trusted
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                if not (final / _META).is_file():  # not a concurrent run finishing first
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        """Tokenise the corpus into the cache folder unless an intact cache exists (a damaged one
+        is rebuilt: :func:`ablate.data.cache.ensure_cache`)."""
+        ensure_cache(self.cache_path(), self._build_cache)
 
     def _build_cache(self, folder: Path) -> None:
         texts = self.read_splits()
@@ -319,7 +303,7 @@ class LMDataModule(L.LightningDataModule):
         meta = {"format": CACHE_FORMAT_VERSION, "corpus": self.name, "tokenizer": self.tokenizer_kind,
                 "vocab_size": tokenizer.vocab_size, "dtype": dtype.name, "num_tokens": counts,
                 "sources": self.source_key()}
-        (folder / _META).write_text(json.dumps(meta, indent=2))  # last: marks the folder complete
+        write_meta(folder, meta)  # last: marks the folder complete
         log.info("Tokenised %s with %s (vocab %d): %s tokens", self.name, self.tokenizer_kind, tokenizer.vocab_size, counts)
 
     @staticmethod
@@ -341,9 +325,11 @@ class LMDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Memory-map the cached splits needed for ``stage``; set :attr:`tokenizer` and :attr:`vocab_size`."""
         folder = self.cache_path()
-        if not (folder / _META).is_file():
-            self.prepare_data()  # e.g. used outside a Trainer, or setup() called first
-        meta = json.loads((folder / _META).read_text())
+        try:
+            meta = read_meta(folder)  # sizes checked: a truncated token file is not trained on
+        except CacheCorruptError:  # none yet (setup() called first, no Trainer) or damaged since
+            self.prepare_data()  # builds it, or verifies it and rebuilds it saying why
+            meta = read_meta(folder)
         cls = tokenizer_class(self.tokenizer_kind)
         self.tokenizer = cls.load(folder / cls.FILENAME)
         self.vocab_size = int(meta["vocab_size"])
@@ -431,7 +417,7 @@ class LMDataModule(L.LightningDataModule):
 
 
 def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8")
+    return read_utf8(path)  # a non-UTF-8 file is named in the error
 
 
 class TinyShakespeare(LMDataModule):

@@ -36,6 +36,34 @@ class DataNotFoundError(FileNotFoundError):
     """A corpus file is neither on disk nor obtainable from the network."""
 
 
+class DataFormatError(ValueError):
+    """A data file that exists but cannot be read as text; the message names the file."""
+
+
+def read_utf8_lines(path: str | os.PathLike[str]) -> list[str]:
+    """The lines of a plain or gzipped (``.gz``) UTF-8 file, line ends kept; a file that is not
+    UTF-8 raises :class:`DataFormatError` naming it and the first bad byte (not a pathless
+    ``UnicodeDecodeError``)."""
+    import gzip
+
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            return f.readlines()
+    except UnicodeDecodeError as err:
+        bad = err.object[err.start : err.start + 4]
+        raise DataFormatError(
+            f"{path} is not valid UTF-8 (byte {bad!r} near offset {err.start:,} of the decoded chunk): convert it, "
+            f"e.g. `iconv -f latin1 -t utf-8 {path} > fixed.txt`"
+        ) from None
+
+
+def read_utf8(path: str | os.PathLike[str]) -> str:
+    """The whole text of a UTF-8 file (see :func:`read_utf8_lines`)."""
+    return "".join(read_utf8_lines(path))
+
+
 def default_data_dir() -> Path:
     """The data folder used when none is configured: ``$ABLATE_DATA_DIR`` or ``./data``."""
     return Path(os.environ.get(ENV_DATA_DIR) or "data")

@@ -36,13 +36,10 @@ because neighbours in the sorted order have nearly equal lengths; the fraction i
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Sequence
 
@@ -59,7 +56,9 @@ from ablate.data.sources import (
     default_data_dir,
     load_hub_dataset,
     missing_file_message,
+    read_utf8_lines,
 )
+from ablate.data.cache import CacheCorruptError, ensure_cache, read_meta, write_meta
 from ablate.data.samplers import ResumableSampler
 from ablate.data.tokenizers import BPETokenizer, Tokenizer
 
@@ -68,8 +67,7 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
 SPECIALS = ("<pad>", "<s>", "</s>")
 PAD, BOS, EOS = 0, 1, 2
-CACHE_FORMAT_VERSION = 1
-_META = "meta.json"
+CACHE_FORMAT_VERSION = 2  # 2: checksums in meta.json (ablate.data.cache)
 
 
 # ------------------------------------------------------------------------------ tokenizer
@@ -120,9 +118,7 @@ def detokenize(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
 
 def read_lines(path: Path) -> list[str]:
     """One sentence per line, plain or gzipped UTF-8; surrounding whitespace removed."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.strip() for line in f]
+    return [line.strip() for line in read_utf8_lines(path)]
 
 
 def find_file(folder: Path, stem: str) -> Path | None:
@@ -311,34 +307,18 @@ class TranslationDataModule(L.LightningDataModule):
         return self.cache_dir / f"{self.name}-bpe{self.bpe_vocab_size}-{digest}"
 
     def prepare_data(self) -> None:
-        final = self.cache_path()
-        if (final / _META).is_file():
-            log.info("Using cached %s from %s", self.name, final)
-            return
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=self.cache_dir, prefix=f".{final.name}.tmp-"))
-        tmp.chmod(0o755)
-        try:
-            self._build_cache(tmp)
-            if final.exists() and not (final / _META).is_file():
-                shutil.rmtree(final)
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                if not (final / _META).is_file():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        """Tokenise into the cache folder unless an intact cache exists (a damaged one is rebuilt)."""
+        ensure_cache(self.cache_path(), self._build_cache)
 
     def _build_cache(self, folder: Path) -> None:
         pairs = self.read_pairs()
         langs = (self.src_lang, self.tgt_lang)
-        if self.max_train_pairs:
-            pairs["train"] = {lang: lines[: self.max_train_pairs] for lang, lines in pairs["train"].items()}
-        for split in SPLITS:
+        for split in SPLITS:  # before any truncation: misaligned files must not pass as a prefix
             counts = {lang: len(pairs[split][lang]) for lang in langs}
             if len(set(counts.values())) != 1:
                 raise ValueError(f"{self.name}: the {split} split has different line counts per language: {counts}")
+        if self.max_train_pairs:
+            pairs["train"] = {lang: lines[: self.max_train_pairs] for lang, lines in pairs["train"].items()}
         tokenizer = train_joint_bpe((line for lang in langs for line in pairs["train"][lang]), self.bpe_vocab_size)
         tokenizer.save(folder / BPETokenizer.FILENAME)
         arrays, counts = {}, {}
@@ -354,16 +334,18 @@ class TranslationDataModule(L.LightningDataModule):
         np.savez(folder / "tokens.npz", **arrays)
         meta = {"format": CACHE_FORMAT_VERSION, "corpus": self.name, "vocab_size": tokenizer.vocab_size,
                 "pairs": {s: len(pairs[s][langs[0]]) for s in SPLITS}, "tokens": counts, "sources": self.source_key()}
-        (folder / _META).write_text(json.dumps(meta, indent=2))
+        write_meta(folder, meta)  # last: marks the folder complete
         log.info("Tokenised %s with a joint BPE (vocab %d): %s", self.name, tokenizer.vocab_size, meta["pairs"])
 
     # --- Lightning hooks --------------------------------------------------------------
 
     def setup(self, stage: str | None = None) -> None:
         folder = self.cache_path()
-        if not (folder / _META).is_file():
-            self.prepare_data()
-        meta = json.loads((folder / _META).read_text())
+        try:
+            meta = read_meta(folder)  # sizes checked: a truncated token file is not trained on
+        except CacheCorruptError:  # none yet (setup() called first, no Trainer) or damaged since
+            self.prepare_data()  # builds it, or verifies it and rebuilds it saying why
+            meta = read_meta(folder)
         self.tokenizer = BPETokenizer.load(folder / BPETokenizer.FILENAME)
         special_ids(self.tokenizer)
         self.vocab_size = int(meta["vocab_size"])

@@ -10,12 +10,14 @@ and ``conf/task/<name>.yaml``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import ConfigError, ModelSpec
+from ablate.optim import used_optim_config
 
 
 def _container(node: Any) -> dict[str, Any]:
@@ -35,7 +37,7 @@ def build_lm(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningMo
 
     if _is_translation_data(datamodule):
         raise ConfigError(f"data={type(datamodule).__name__} is a parallel corpus: train it with task=translation")
-    return LanguageModelTask(spec.as_dict(), _container(cfg.optim), compile=cfg.model.get("compile", False))
+    return LanguageModelTask(spec.as_dict(), used_optim_config(_container(cfg.optim)), compile=cfg.model.get("compile", False))
 
 
 def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:
@@ -48,7 +50,7 @@ def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.Li
         raise ConfigError("task=translation needs an encoder: set model.encoder_layers and model.decoder_layers, or use "
                           "model=translation_small, transformer_iwslt_de_en or transformer_base")
     task_cfg = {k: v for k, v in _container(cfg.get("task")).items() if k != "name"}
-    return TranslationTask(spec.as_dict(), _container(cfg.optim), decode=_container(cfg.get("decode")), task=task_cfg,
+    return TranslationTask(spec.as_dict(), used_optim_config(_container(cfg.optim)), decode=_container(cfg.get("decode")), task=task_cfg,
                            data=_container(cfg.data), compile=cfg.model.get("compile", False))
 
 
@@ -56,6 +58,39 @@ TASKS: dict[str, Callable[[DictConfig, Any, ModelSpec], L.LightningModule]] = {
     "lm": build_lm,
     "translation": build_translation,
 }
+
+
+# the scripts that take each task's checkpoints (named in the error for a checkpoint of the wrong kind)
+TASK_SCRIPTS = {"lm": "generate.py", "translation": "eval.py or translate.py"}
+
+
+def checkpoint_task(path: str | Path) -> str:
+    """The task a checkpoint was trained for: stored by :class:`~ablate.tasks.base.TaskModule`,
+    or (older checkpoints) ``translation`` when its model has an encoder, else ``lm``. A file
+    that is not a readable checkpoint raises :class:`ablate.resume.CheckpointError`."""
+    from ablate.resume import inspect_checkpoint
+
+    checkpoint = inspect_checkpoint(path)
+    if checkpoint.get("task"):
+        return str(checkpoint["task"])
+    spec = (checkpoint.get("hyper_parameters") or {}).get("spec") or {}
+    return "translation" if (spec.get("encoder_layers") or 0) > 0 else "lm"
+
+
+def require_checkpoint_task(path: str | Path, expected: str, script: str) -> None:
+    """Stop with a message naming the checkpoint's task and the script that takes it when
+    ``path`` holds a checkpoint of another task than ``expected`` (or is not a readable checkpoint)."""
+    from ablate.resume import CheckpointError
+
+    if not Path(path).is_file():
+        raise SystemExit(f"ckpt_path={path}: no such checkpoint file")
+    try:
+        found = checkpoint_task(path)
+    except CheckpointError as err:
+        raise SystemExit(str(err)) from None
+    if found != expected:
+        raise SystemExit(f"{path} holds a task={found} checkpoint; {script} takes task={expected} checkpoints. "
+                         f"Use {TASK_SCRIPTS.get(found, 'the script of that task')} for this one.")
 
 
 def build_task(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:

@@ -17,8 +17,10 @@ class TaskModule(L.LightningModule):
     (the ``optim`` config as a dict); ``train.py`` sets :attr:`tokenizer`."""
 
     tokenizer: Tokenizer | None = None
+    task_name: str = ""  # the ``task.name`` it implements; stored in checkpoints (ablate.tasks.checkpoint_task)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["task"] = self.task_name
         # a checkpoint carries its tokenizer, so generate.py / eval.py need nothing but the file
         if self.tokenizer is not None:
             checkpoint["tokenizer"] = tokenizer_to_dict(self.tokenizer)

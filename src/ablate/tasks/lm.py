@@ -25,6 +25,8 @@ from ablate.tasks.base import TaskModule
 class LanguageModelTask(TaskModule):
     """Next-token prediction with cross-entropy (optionally label-smoothed for training)."""
 
+    task_name = "lm"
+
     def __init__(self, spec: Mapping[str, Any], optim: Mapping[str, Any], compile: bool = False) -> None:
         super().__init__()
         self.save_hyperparameters()  # spec + optim: enough to rebuild the model from a checkpoint

@@ -69,6 +69,8 @@ def _all_gather_dict(local: dict[int, str]) -> dict[int, str]:
 class TranslationTask(TaskModule):
     """Sequence-to-sequence training with label smoothing; BLEU evaluation with greedy/beam search."""
 
+    task_name = "translation"
+
     def __init__(self, spec: Mapping[str, Any], optim: Mapping[str, Any], decode: Mapping[str, Any] | None = None,
                  task: Mapping[str, Any] | None = None, data: Mapping[str, Any] | None = None, compile: bool = False) -> None:
         super().__init__()
@@ -263,6 +265,9 @@ def pick_device(name: str = "auto") -> torch.device:
 
 def load_translation_checkpoint(path: str | Path, device: str = "auto") -> TranslationTask:
     """A trained :class:`TranslationTask` with its tokenizer, in eval mode on ``device``."""
+    from ablate.tasks import require_checkpoint_task
+
+    require_checkpoint_task(path, "translation", "eval.py / translate.py")
     dev = pick_device(device)
     task = TranslationTask.load_from_checkpoint(str(path), map_location=dev)
     if task.tokenizer is None:

@@ -1,0 +1,81 @@
+"""Ctrl-C that loses nothing: stop at the end of the current optimiser step and save a checkpoint.
+
+Lightning's own handling of ``KeyboardInterrupt`` (``trainer/call.py``) can only react where the
+exception lands -- possibly halfway through ``optimizer.step()`` -- so it saves nothing, ignores
+SIGINT from then on and calls ``sys.exit(1)``, which an ``except Exception`` does not catch. This
+callback installs its own SIGINT handler while training runs: the first Ctrl-C only sets a flag;
+at the end of that step (parameters, optimiser, schedule and data position consistent) training
+stops (``trainer.should_stop``), :class:`~ablate.checkpointing.LastCheckpoint` saves ``last.ckpt``
+at that step (a mid-epoch checkpoint, which resumes exactly), the validation Lightning would run
+before stopping is skipped (:class:`TrainingInterrupted` is raised at its start: the user asked
+to stop, not to wait for a validation pass) and ``train.py`` records the job as ``interrupted``. A second Ctrl-C
+raises ``KeyboardInterrupt`` at once (the last periodic checkpoint is then the one to resume).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+
+class TrainingInterrupted(BaseException):
+    """Raised after the interrupted step's checkpoint is saved, to end ``trainer.fit`` without
+    the validation Lightning runs when training stops early. A ``BaseException`` (as
+    ``KeyboardInterrupt``) so that no ``except Exception`` records it as a crash; not a
+    ``KeyboardInterrupt``, which Lightning turns into ``sys.exit(1)``."""
+
+
+class GracefulInterrupt(Callback):
+    """Turns the first SIGINT during training into a clean stop after the current step.
+
+    Attributes:
+        interrupted_at: the optimiser step training stopped at because of Ctrl-C, else ``None``.
+    """
+
+    def __init__(self) -> None:
+        self.interrupted_at: int | None = None
+        self._requested = False
+        self._previous: Any = None
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        if self._requested:  # the second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self._requested = True
+        print("\nCtrl-C: stopping after this step and saving a checkpoint (press Ctrl-C again to stop at once)",
+              file=sys.stderr, flush=True)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if (batch_idx + 1) % trainer.accumulate_grad_batches:
+            return  # mid-accumulation: stop only where an optimiser step has just been taken
+        requested = self._requested
+        if trainer.world_size > 1:  # every rank must stop at the same step, or DDP deadlocks
+            requested = trainer.strategy.reduce_boolean_decision(requested, all=False)
+        if requested and self.interrupted_at is None:
+            self.interrupted_at = trainer.global_step
+            trainer.should_stop = True
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.interrupted_at is not None:  # the validation Lightning runs on should_stop
+            raise TrainingInterrupted(f"Ctrl-C at step {self.interrupted_at}")
+
+    def _restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._restore()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._restore()

@@ -1,0 +1,99 @@
+"""Token caches that are complete and intact, or rebuilt: shared by the LM and translation data.
+
+A cache is one folder per corpus, tokenizer and source version. :func:`ensure_cache` builds it
+under a temporary name and renames it into place, so a folder with the final name is always
+complete; ``meta.json`` is written last and lists every other file of the folder with its size
+and SHA-256 (:func:`write_meta`). Before a cache is used, :func:`ensure_cache` checks the sizes
+and checksums against that list: a truncated token file, garbage bytes, a damaged vocabulary or a
+``meta.json`` that does not parse is reported by name and the cache is rebuilt, instead of
+training on a fraction of the corpus or failing later with an ``IndexError`` or a pathless
+``JSONDecodeError``. :func:`read_meta` does the cheap part of the check (sizes) where a data
+module opens the files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+META = "meta.json"
+_HASH_CHUNK = 1 << 22
+
+
+class CacheCorruptError(RuntimeError):
+    """A cache file does not match its ``meta.json``; the message names the file."""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(_HASH_CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_meta(folder: Path, meta: dict[str, Any]) -> None:
+    """Write ``meta.json`` (last: it marks the folder complete) with the size and checksum of
+    every other file in ``folder``."""
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+             for p in sorted(folder.iterdir()) if p.is_file() and p.name != META}
+    (folder / META).write_text(json.dumps({**meta, "files": files}, indent=2))
+
+
+def read_meta(folder: Path, checksums: bool = False) -> dict[str, Any]:
+    """``meta.json`` of a complete cache, after checking that every listed file has its recorded
+    size (and, with ``checksums``, its SHA-256). :class:`CacheCorruptError` names the first bad file."""
+    meta_path = folder / META
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as err:
+        raise CacheCorruptError(f"{meta_path} cannot be read ({type(err).__name__}: {err})") from None
+    files = meta.get("files") if isinstance(meta, dict) else None
+    if not isinstance(files, dict):
+        raise CacheCorruptError(f"{meta_path} lists no files (written by an older version or damaged)")
+    for name, expected in files.items():
+        path = folder / name
+        size = path.stat().st_size if path.is_file() else None
+        if size != expected["bytes"]:
+            found = "missing" if size is None else f"{size:,} bytes"
+            raise CacheCorruptError(f"{path} is damaged: {found}, {meta_path} records {expected['bytes']:,} bytes")
+        if checksums and sha256_file(path) != expected["sha256"]:
+            raise CacheCorruptError(f"{path} is damaged: its SHA-256 differs from the one {meta_path} records")
+    return meta
+
+
+def ensure_cache(final: Path, build: Callable[[Path], None]) -> Path:
+    """A complete, intact cache at ``final``: verified (sizes and checksums) when it exists,
+    else (or when damaged, saying so) built by ``build(folder)`` in a temporary folder beside it
+    and renamed into place. ``build`` must end with :func:`write_meta`."""
+    if (final / META).exists():
+        try:
+            read_meta(final, checksums=True)
+            log.info("Using cached tokens from %s", final)
+            return final
+        except CacheCorruptError as err:
+            log.warning("%s; rebuilding the cache %s", err, final)
+            shutil.rmtree(final, ignore_errors=True)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared between users
+    try:
+        build(tmp)
+        if final.exists() and not (final / META).is_file():
+            shutil.rmtree(final)  # an incomplete folder under the final name is never trusted
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / META).is_file():  # not a concurrent run finishing first
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

@@ -1,0 +1,147 @@
+"""A resumed run is the run it claims to be: checks made before a checkpoint is resumed.
+
+* :func:`run_identity` -- the settings that define a run (architecture, task, data and tokenizer,
+  global batch, optimiser and schedule, seed, training length), flattened to dotted keys. Every
+  checkpoint carries it (:class:`ablate.checkpointing.ResumeState`); :func:`check_same_run`
+  refuses to resume under a config whose identity differs, listing the differing keys, unless
+  each is named in ``resume_allow_changes`` (e.g. ``[trainer.max_steps]`` to train longer).
+  Settings that do not change what is trained (where data and logs live, loader workers, the
+  per-device micro-batch at the same global batch, ``model.compile``, logging, evaluation after
+  training) are not part of it.
+* :func:`inspect_checkpoint` -- opens a checkpoint once (memory-mapped, tensors not read) and turns
+  a truncated, empty or foreign file into :class:`CheckpointError` naming the file and the intact
+  checkpoint before it, when there is one.
+* :func:`earlier_run_with_checkpoint` -- ``ckpt_path=last`` in a single run whose (timestamped)
+  directory is new: the earlier run of the same overrides that has a checkpoint, so the user is
+  told the command that resumes it instead of silently starting from scratch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import torch
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from ablate.checkpointing import previous_checkpoint
+from ablate.optim import used_optim_config
+
+IDENTITY_GROUPS = ("task", "model", "pos", "norm", "act", "init", "attn", "data", "optim")
+IDENTITY_KEYS = ("seed", "trainer.max_steps", "trainer.max_epochs", "trainer.precision")
+# within those groups: where things live and how fast they load, not what is trained
+NOT_IDENTITY = ("data.data_dir", "data.cache_dir", "data.num_workers", "data.pin_memory", "data.micro_batch_size",
+                "data.eval_batch_size", "model.compile", "optim.fused")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be resumed; the message names the file and what to do."""
+
+
+class ResumeMismatchError(ValueError):
+    """The checkpoint was trained with other settings than the current config."""
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: list(node) if isinstance(node, (list, tuple)) else node}
+
+
+def run_identity(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """The run-defining settings of a composed config, flat (``{"optim.lr": 0.002, ...}``)."""
+    container = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    groups = {g: container.get(g) for g in IDENTITY_GROUPS if container.get(g) is not None}
+    if "optim" in groups:
+        groups["optim"] = used_optim_config(groups["optim"])
+    flat = _flatten(groups)
+    everything = _flatten(container)
+    flat.update({key: everything.get(key) for key in IDENTITY_KEYS})
+    return {k: v for k, v in flat.items() if not k.startswith(NOT_IDENTITY)}
+
+
+def _allowed(key: str, allow: Iterable[str]) -> bool:
+    return any(key == a or key.startswith(f"{a}.") for a in allow)
+
+
+def identity_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``key -> (checkpoint value, current value)`` for every key that differs or exists on one side only."""
+    missing = object()
+    diffs = {}
+    for key in sorted(set(saved) | set(current)):
+        old, new = saved.get(key, missing), current.get(key, missing)
+        if old != new:
+            diffs[key] = ("<unset>" if old is missing else old, "<unset>" if new is missing else new)
+    return diffs
+
+
+def check_same_run(saved: Mapping[str, Any] | None, current: Mapping[str, Any], allow: Iterable[str],
+                   ckpt_path: str) -> list[str]:
+    """Refuse to resume ``ckpt_path`` when its identity differs from ``current`` in a key not in
+    ``allow``; returns the allowed differences (to be reported). A checkpoint without an identity
+    (written before this check existed) is accepted with a warning by the caller (returns ``["?"]``)."""
+    if saved is None:
+        return ["?"]
+    allow = list(allow)
+    diffs = identity_differences(saved, current)
+    refused = {k: v for k, v in diffs.items() if not _allowed(k, allow)}
+    if refused:
+        lines = "\n".join(f"  {k}: checkpoint {old!r}, now {new!r}" for k, (old, new) in refused.items())
+        keys = ",".join(refused)
+        raise ResumeMismatchError(
+            f"refusing to resume {ckpt_path}: it was trained with different settings, so the result would be "
+            f"neither run:\n{lines}\nResume with the checkpoint's settings, start a new run (another directory, or "
+            f"ckpt_path=null), or, if the change is deliberate and safe (e.g. training longer), allow it "
+            f"explicitly: '+resume_allow_changes=[{keys}]'"
+        )
+    return [f"{k}: {old!r} -> {new!r}" for k, (old, new) in diffs.items()]
+
+
+def inspect_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The checkpoint's contents, memory-mapped (tensors are not read); :class:`CheckpointError`
+    when the file is empty, truncated or not a checkpoint."""
+    path = Path(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except Exception as err:  # noqa: BLE001 - zip, pickle and OS errors all mean "cannot be read"
+        size = path.stat().st_size if path.exists() else 0
+        previous = previous_checkpoint(path)
+        offer = (f" The checkpoint before it is intact: resume with ckpt_path={previous}"
+                 if previous.is_file() and _readable(previous) else " No earlier checkpoint of this run is kept.")
+        raise CheckpointError(
+            f"{path} is corrupt or truncated ({size:,} bytes; {type(err).__name__}: {str(err)[:200]}).{offer}"
+        ) from None
+
+
+def _readable(path: Path) -> bool:
+    try:
+        torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def earlier_run_with_checkpoint(runs_dir: Path, overrides: list[str], this_run: Path) -> Path | None:
+    """The newest run directory under ``runs_dir`` (other than ``this_run``) made by the same
+    overrides (its ``.hydra/overrides.yaml``, ``ckpt_path`` aside) that holds a checkpoint."""
+    def key(items: Iterable[str]) -> list[str]:
+        return sorted(o for o in items if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.", "resume_allow_changes")))
+
+    wanted = key(overrides)
+    candidates = []
+    for run in runs_dir.glob("*/"):
+        if run.resolve() == this_run.resolve():
+            continue
+        saved = run / ".hydra" / "overrides.yaml"
+        try:
+            same = key(yaml.safe_load(saved.read_text()) or []) == wanted
+        except (OSError, yaml.YAMLError):
+            continue
+        if same and any((run / "checkpoints").glob("last*.ckpt")):
+            candidates.append(run)
+    return max(candidates, key=lambda p: p.stat().st_mtime_ns) if candidates else None

@@ -1,0 +1,63 @@
+"""The end of a sweep: which of this command's jobs failed, and the exit code that says so.
+
+A Hydra callback (``hydra.callbacks.sweep_report`` in ``conf/hydra/default.yaml``). Each job
+records its outcome in its own ``status.json`` (:mod:`ablate.train`); at the end of the multirun
+this reads the records that *this* command wrote (those modified since it started: jobs skipped
+as already finished keep their old record and count as finished), prints one line per job that
+did not finish, and ends the process with exit code 1 when any job crashed, so that scripts and
+schedulers see the failure. Diverged is a result, not a failure (exit code 0). The callback
+works with any launcher: the records are files, wherever the jobs ran.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+EXIT_CRASHED = 1
+
+
+def job_records(sweep_dir: Path, since: float) -> dict[Path, dict[str, Any]]:
+    """``job dir -> status`` for the jobs under ``sweep_dir`` whose ``status.json`` changed at or
+    after ``since`` (a Unix time). An unreadable record is reported as crashed."""
+    records = {}
+    for path in sorted(sweep_dir.glob("*/status.json")):
+        if path.stat().st_mtime < since:
+            continue
+        try:
+            records[path.parent] = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            records[path.parent] = {"status": "crashed", "error": f"unreadable {path}: {err}"}
+    return records
+
+
+class SweepReport(Callback):
+    """Prints the jobs of this sweep that crashed and exits with code 1 if there are any."""
+
+    def __init__(self) -> None:
+        self._start = time.time()
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._start = time.time() - 1  # file systems with 1 s mtime resolution
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        records = job_records(sweep_dir, self._start)
+        crashed = {d: r for d, r in records.items() if r.get("status") == "crashed"}
+        counts: dict[str, int] = {}
+        for record in records.values():
+            counts[record.get("status", "?")] = counts.get(record.get("status", "?"), 0) + 1
+        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no job ran (all skipped)"
+        print(f"sweep {sweep_dir}: {summary}", flush=True)
+        for job_dir, record in crashed.items():
+            print(f"  crashed: {job_dir.name}: {record.get('error', '?')}", flush=True)
+        if crashed:
+            print(f"{len(crashed)} job(s) crashed (exit code {EXIT_CRASHED}); fix the cause and re-run the same command: "
+                  "finished jobs are skipped", file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_CRASHED)
