@@ -96,8 +96,12 @@ def test_multirun_wandb_offline(run_train, tmp_path):
 
 def test_sweep_survives_divergence_and_crash(run_train, tmp_path):
     """One job diverges (huge lr, no clipping), two crash (d_model=32 with 3 heads): both are
-    recorded and the sweep still finishes its healthy job, with exit code 0."""
-    proc = run_train("-m", "model.n_heads=3,4", "optim.lr=1e-3,1e4", *TINY, "optim.grad_clip=null", "logger=csv")
+    recorded and the sweep still finishes its healthy job; it ends listing the crashed jobs, with
+    exit code 1 (a divergence alone would be 0: it is a result, not a failure)."""
+    proc = run_train("-m", "model.n_heads=3,4", "optim.lr=1e-3,1e4", *TINY, "optim.grad_clip=null", "logger=csv",
+                     check=False)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "1 completed, 2 crashed, 1 diverged" in proc.stdout and proc.stdout.count("  crashed: ") == 2
     sweep = next((tmp_path / "logs" / "multirun").iterdir())
     statuses, dirs = {}, {}
     for job in sweep.iterdir():

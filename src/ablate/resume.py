@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ablate.checkpointing import previous_checkpoint
 from ablate.optim import used_optim_config
@@ -55,14 +55,26 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 def run_identity(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     """The run-defining settings of a composed config, flat (``{"optim.lr": 0.002, ...}``)."""
-    container = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    groups = {g: container.get(g) for g in IDENTITY_GROUPS if container.get(g) is not None}
-    if "optim" in groups:
-        groups["optim"] = used_optim_config(groups["optim"])
-    flat = _flatten(groups)
-    everything = _flatten(container)
-    flat.update({key: everything.get(key) for key in IDENTITY_KEYS})
-    return {k: v for k, v in flat.items() if not k.startswith(NOT_IDENTITY)}
+    def wanted(key: str) -> bool:
+        return (key.split(".", 1)[0] in IDENTITY_GROUPS or key in IDENTITY_KEYS) and not key.startswith(NOT_IDENTITY)
+
+    if isinstance(cfg, DictConfig):
+        # resolve key by key: the keys left out (data.data_dir -> ${paths...} -> ${hydra:...})
+        # need not resolve, e.g. outside a Hydra job
+        raw = _flatten(OmegaConf.to_container(cfg, resolve=False))
+        flat = {k: _plain(OmegaConf.select(cfg, k)) for k in raw if wanted(k)}
+    else:
+        flat = {k: v for k, v in _flatten(cfg).items() if wanted(k)}
+    flat.update({key: flat.get(key) for key in IDENTITY_KEYS})
+    optim = {k.split(".", 1)[1]: v for k, v in flat.items() if k.startswith("optim.")}
+    if optim:  # only the keys the chosen optimiser reads
+        used = used_optim_config(optim)
+        flat = {k: v for k, v in flat.items() if not k.startswith("optim.") or k.split(".", 1)[1] in used}
+    return flat
+
+
+def _plain(value: Any) -> Any:
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
 
 
 def _allowed(key: str, allow: Iterable[str]) -> bool:

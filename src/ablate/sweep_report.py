@@ -3,8 +3,8 @@
 A Hydra callback (``hydra.callbacks.sweep_report`` in ``conf/hydra/default.yaml``). Each job
 records its outcome in its own ``status.json`` (:mod:`ablate.train`); at the end of the multirun
 this reads the records that *this* command wrote (those modified since it started: jobs skipped
-as already finished keep their old record and count as finished), prints one line per job that
-did not finish, and ends the process with exit code 1 when any job crashed, so that scripts and
+as already finished keep their old record and count as finished), prints a table of those jobs
+and the command that uploads their offline W&B runs, and ends the process with exit code 1 when any job crashed, so that scripts and
 schedulers see the failure. Diverged is a result, not a failure (exit code 0). The callback
 works with any launcher: the records are files, wherever the jobs ran.
 """
@@ -19,6 +19,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+
+from ablate.console import format_sweep_summary
 
 EXIT_CRASHED = 1
 
@@ -54,7 +56,13 @@ class SweepReport(Callback):
         for record in records.values():
             counts[record.get("status", "?")] = counts.get(record.get("status", "?"), 0) + 1
         summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no job ran (all skipped)"
+        if records:
+            print(format_sweep_summary([{**record, "job": job_dir} for job_dir, record in records.items()]), flush=True)
         print(f"sweep {sweep_dir}: {summary}", flush=True)
+        offline = sorted(str(p.parent) for p in sweep_dir.glob("*/wandb/offline-run-*/run-*.wandb"))
+        if offline:
+            print(f"W&B runs of this sweep are offline; to upload them: wandb sync {sweep_dir}/*/wandb/offline-run-*",
+                  flush=True)
         for job_dir, record in crashed.items():
             print(f"  crashed: {job_dir.name}: {record.get('error', '?')}", flush=True)
         if crashed:

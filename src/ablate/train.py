@@ -54,6 +54,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from ablate import distributed
 from ablate.callbacks.divergence import DivergenceMonitor
 from ablate.callbacks.throughput import ThroughputMonitor, flops_per_token
+from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.checkpointing import AtomicCheckpointIO, ResumeState, find_last_checkpoint, resolve_ckpt_path, resume_state
 from ablate.config import ConfigError, ModelSpec, model_spec
@@ -67,7 +68,7 @@ from ablate.resume import (
     run_identity,
 )
 from ablate.run_checks import check_run_numbers
-from ablate.console import param_estimate, print_config_tree, print_param_count
+from ablate.console import format_run_summary, param_estimate, print_config_tree, print_param_count
 from ablate.logging import build_loggers, finish_wandb, multirun_group, run_name_from_overrides, set_wandb_summary
 from ablate.tasks import build_task
 
@@ -362,6 +363,7 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
     wandb_id = next((lg.experiment.id for lg in loggers if isinstance(lg, WandbLogger)), None)
     callbacks.append(ResumeState(wandb_run_id=wandb_id, run_identity=run_identity(cfg)))
     trainer: L.Trainer = instantiate(cfg.trainer, logger=loggers, callbacks=callbacks, default_root_dir=str(output_dir),
+                                     enable_progress_bar=wants_progress_bar(callbacks),  # null: none at all
                                      **trainer_overrides(cfg, accumulate))
 
     start = time.perf_counter()
@@ -489,6 +491,7 @@ def run(cfg: DictConfig) -> float:
         finish_wandb(exit_code)
     if writer:
         record_status(output_dir, status)
+        print(format_run_summary(status, output_dir), flush=True)
     if exit_code == EXIT_INTERRUPTED:
         report_interrupt(cfg, output_dir, status)
         raise SystemExit(EXIT_INTERRUPTED)  # a sweep stops too: the user asked to stop

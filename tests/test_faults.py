@@ -1,0 +1,197 @@
+"""Fault injection end to end: what a user gets after a changed config, a corrupt checkpoint or
+cache, a wrong checkpoint, Ctrl-C in a sweep, or a sweep with a crashed job (issue 13).
+
+Exact resumes after SIGKILL and Ctrl-C are in tests/test_resume.py; here every fault must end in
+either the right result or a clear error naming the key or file, and no record may be lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO, TINY
+
+pytestmark = pytest.mark.slow
+
+
+def run(tmp: Path, data_dir: Path, *args: str, script: str = "train.py") -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true",
+           "ABLATE_DATA_DIR": str(data_dir), "ABLATE_CACHE_DIR": str(tmp / "cache"), "PYTHONUNBUFFERED": "1",
+           "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
+    flags = [a for a in args if a.startswith("-")]
+    overrides = [a for a in args if not a.startswith("-")]
+    log_dir = [f"paths.log_dir={tmp / 'logs'}"] if script == "train.py" else []
+    cmd = [sys.executable, str(REPO / script), *flags, *log_dir, *overrides]
+    return subprocess.run(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+
+
+RUN = [*TINY, "logger=csv", "callbacks.checkpoint_last.every_n_train_steps=3"]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("faults")
+
+
+@pytest.fixture(scope="module")
+def finished(workdir: Path, data_dir: Path) -> Path:
+    """A completed 6-step run with checkpoints at steps 3 and 6 (last.previous.ckpt = step 3)."""
+    run_dir = workdir / "logs" / "finished"
+    proc = run(workdir, data_dir, *RUN, f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+def status(run_dir: Path) -> dict:
+    return json.loads((run_dir / "status.json").read_text())
+
+
+# ------------------------------------------------------------------ resume guard
+
+
+@pytest.mark.parametrize(("change", "key"), [("act=relu", "act.name"), ("data.batch_size=8", "data.batch_size"),
+                                             ("optim.lr=0.01", "optim.lr"), ("seed=7", "seed")])
+def test_resume_with_changed_settings_is_refused(workdir: Path, data_dir: Path, finished: Path, change: str,
+                                                 key: str) -> None:
+    proc = run(workdir, data_dir, *RUN, f"hydra.run.dir={finished}", "ckpt_path=last", change)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "refusing to resume" in proc.stderr and f"  {key}: checkpoint" in proc.stderr
+    assert f"resume_allow_changes=[{key}]" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert status(finished)["status"] == "completed"  # the finished record is untouched
+
+
+def test_allowed_change_resumes(workdir: Path, data_dir: Path, finished: Path, tmp_path: Path) -> None:
+    import shutil
+
+    run_dir = workdir / "logs" / "longer"
+    shutil.copytree(finished, run_dir)
+    proc = run(workdir, data_dir, *RUN, f"hydra.run.dir={run_dir}", "ckpt_path=last", "trainer.max_steps=9",
+               "+resume_allow_changes=[trainer.max_steps]")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "allowed changes: trainer.max_steps: 6 -> 9" in proc.stdout + proc.stderr
+    assert status(run_dir)["status"] == "completed" and status(run_dir)["steps"] == 9
+
+
+def test_micro_batch_is_not_part_of_the_run(workdir: Path, data_dir: Path, finished: Path) -> None:
+    """The same global batch in smaller micro-batches is the same run: accepted."""
+    from ablate.resume import identity_differences, run_identity
+    from test_run_checks import composed
+
+    a = run_identity(composed("data.batch_size=8"))
+    b = run_identity(composed("data.batch_size=8", "data.micro_batch_size=4", "data.num_workers=2"))
+    assert identity_differences(a, b) == {}
+    assert "data.batch_size" in identity_differences(a, run_identity(composed("data.batch_size=16")))
+
+
+# ------------------------------------------------------------------ corrupt checkpoints
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_corrupt_checkpoint_is_named_and_the_previous_offered(workdir: Path, data_dir: Path, finished: Path,
+                                                              damage: str) -> None:
+    import shutil
+
+    run_dir = workdir / "logs" / f"corrupt_{damage}"
+    shutil.copytree(finished, run_dir)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:5000] if damage == "truncated" else b"")
+    proc = run(workdir, data_dir, *RUN, f"hydra.run.dir={run_dir}", "ckpt_path=last")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"{last} is corrupt or truncated" in proc.stderr
+    previous = run_dir / "checkpoints" / "last.previous.ckpt"
+    assert f"resume with ckpt_path={previous}" in proc.stderr
+    assert torch.load(previous, map_location="cpu", weights_only=False)["global_step"] == 3
+    assert status(run_dir)["status"] == "completed"  # the failed resume did not overwrite the record
+    assert "corrupt" in json.loads((run_dir / "status.failed.json").read_text())["error"]
+
+
+def test_ckpt_path_last_in_a_new_directory_names_the_earlier_run(workdir: Path, data_dir: Path) -> None:
+    first = run(workdir, data_dir, *RUN, "trainer.max_steps=3")
+    assert first.returncode == 0, first.stderr[-2000:]
+    proc = run(workdir, data_dir, *RUN, "trainer.max_steps=3", "ckpt_path=last")
+    assert proc.returncode == 2
+    assert "ckpt_path=last: this run's new directory" in proc.stderr and "hydra.run.dir=" in proc.stderr
+
+
+# ------------------------------------------------------------------ checkpoint kinds
+
+
+def test_wrong_checkpoint_kind_names_the_task_and_script(workdir: Path, finished: Path, tmp_path: Path) -> None:
+    from ablate.tasks import require_checkpoint_task
+
+    lm = finished / "checkpoints" / "last.ckpt"
+    with pytest.raises(SystemExit, match=r"holds a task=lm checkpoint; eval.py takes task=translation .*generate.py"):
+        require_checkpoint_task(lm, "translation", "eval.py")
+    old_translation = tmp_path / "old.ckpt"  # written before checkpoints named their task
+    torch.save({"hyper_parameters": {"spec": {"encoder_layers": 3}}}, old_translation)
+    with pytest.raises(SystemExit, match=r"task=translation checkpoint; generate.py .* eval.py or translate.py"):
+        require_checkpoint_task(old_translation, "lm", "generate.py")
+
+
+def test_scripts_refuse_a_checkpoint_of_the_other_task(workdir: Path, data_dir: Path, finished: Path) -> None:
+    lm = finished / "checkpoints" / "last.ckpt"
+    proc = run(workdir, data_dir, f"ckpt_path={lm}", script="translate.py")
+    assert proc.returncode != 0 and "holds a task=lm checkpoint" in proc.stderr
+    assert "encoder_layers" not in proc.stderr
+
+
+def test_generate_with_an_empty_prompt_says_so(workdir: Path, data_dir: Path, finished: Path) -> None:
+    proc = run(workdir, data_dir, f"ckpt_path={finished / 'checkpoints' / 'last.ckpt'}", "prompt=", script="generate.py")
+    assert proc.returncode != 0 and "prompt is empty" in proc.stderr
+
+
+# ------------------------------------------------------------------ caches and sweeps
+
+
+def test_truncated_cache_is_rebuilt_by_train(workdir: Path, data_dir: Path, finished: Path) -> None:
+    (train_bin,) = (workdir / "cache").glob("tinyshakespeare-char-*/train.bin")
+    train_bin.write_bytes(train_bin.read_bytes()[:1000])
+    proc = run(workdir, data_dir, *RUN, "trainer.max_steps=3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"{train_bin} is damaged" in proc.stdout + proc.stderr and "rebuilding the cache" in proc.stdout + proc.stderr
+    assert train_bin.stat().st_size > 1_000_000
+
+
+def test_sweep_with_a_crashed_job_exits_non_zero(workdir: Path, data_dir: Path) -> None:
+    sweep = workdir / "logs" / "sweep_crash"
+    args = ["-m", *RUN, "trainer.max_steps=3", f"hydra.sweep.dir={sweep}", "model.d_model=32,30"]
+    proc = run(workdir, data_dir, *args)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "1 completed, 1 crashed" in proc.stdout and "crashed: " in proc.stdout
+    again = run(workdir, data_dir, *args)  # the finished job is skipped; the crash happens again
+    assert again.returncode == 1 and f"sweep {sweep}: 1 crashed\n" in again.stdout
+
+
+def test_ctrl_c_in_a_sweep_stops_it_and_a_rerun_resumes(workdir: Path, data_dir: Path) -> None:
+    sweep = workdir / "logs" / "sweep_ctrl_c"
+    args = ["-m", *RUN, "trainer.max_steps=6", f"hydra.sweep.dir={sweep}", "seed=1,2",
+            "+callbacks.ctrl_c._target_=_signal_at_step.SignalAtStep", "+callbacks.ctrl_c.step=4",
+            f"+callbacks.ctrl_c.once_file={workdir / 'ctrl_c_sent'}"]  # the re-run is not interrupted
+    proc = run(workdir, data_dir, *args)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    records = {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/status.json")}
+    assert [r["status"] for r in records.values()] == ["interrupted"]  # the second job never started
+    rerun = run(workdir, data_dir, *args)  # the same command
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    records = {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/status.json")}
+    assert sorted(r["status"] for r in records.values()) == ["completed", "completed"]
+    resumed = [r for r in records.values() if r["resumed_from"]]
+    assert len(resumed) == 1 and resumed[0]["steps"] == 6
+
+
+def test_sigterm_is_recorded_as_interrupted(workdir: Path, data_dir: Path) -> None:
+    run_dir = workdir / "logs" / "sigterm"
+    proc = run(workdir, data_dir, *RUN, f"hydra.run.dir={run_dir}", "+callbacks.term._target_=_signal_at_step.SignalAtStep",
+               "+callbacks.term.step=4", "+callbacks.term.signum=15")
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert status(run_dir)["status"] == "interrupted"
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == 3
