@@ -1,6 +1,10 @@
-"""What a run prints on the console at start: the resolved config as a tree, and the model size."""
+"""What a run prints on the console: at start the resolved config as a tree and the model size; at the
+end a summary of the run (:func:`format_run_summary`) or of a sweep's jobs (:func:`format_sweep_summary`)."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import rich
 import rich.syntax
@@ -29,3 +33,117 @@ def param_estimate(n_layers: int, d_model: int, vocab_size: int) -> int:
 
 def print_param_count(n_params: int, estimate: int) -> None:
     rich.print(f"[bold]parameters:[/bold] {n_params:,} (12·L·d² + V·d estimate: {estimate:,}; ratio {n_params / estimate:.3f})")
+
+
+# --- What a run and a sweep print at the end ---------------------------------------------------
+
+# The metrics a run summary shows when the status has them, in this order.
+HEADLINE_METRICS = ("val/loss", "val/ppl", "val/bleu", "test/loss", "test/ppl", "test/bleu")
+# The one metric a sweep table shows: the first of these that any job has.
+SWEEP_METRICS = ("val/bleu", "val/loss", "test/bleu", "test/loss")
+
+
+def format_wall_time(seconds: float | None) -> str:
+    """``h:mm:ss`` (hours may pass 24); ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    try:
+        seconds = int(round(float(seconds)))
+    except (TypeError, ValueError, OverflowError):
+        return "-"
+    hours, rest = divmod(max(seconds, 0), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
+
+
+def format_metric(name: str, value: float | None) -> str:
+    """A metric at the precision its kind deserves: loss 4 decimals, perplexity and BLEU 2
+    (a huge perplexity in scientific notation); ``-`` when missing (non-finite values are stored
+    as null in ``status.json``)."""
+    if value is None:
+        return "-"
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    kind = name.split("/")[-1].split("@")[0]
+    if kind == "loss":
+        return f"{value:.4f}"
+    if kind == "ppl":
+        return f"{value:.2f}" if abs(value) < 1e5 else f"{value:.3e}"
+    if kind == "bleu":
+        return f"{value:.2f}"
+    return f"{value:.4g}"
+
+
+def _first_line(text: Any, limit: int = 160) -> str:
+    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def format_run_summary(status: dict[str, Any], output_dir: Path | str) -> str:
+    """The block a run prints at its end, from its status record (what
+    :func:`ablate.train.fit` returns / ``status.json`` holds)::
+
+        run completed
+          steps      1500
+          wall time  0:07:52
+          val/loss   1.4712
+          val/ppl    4.35
+          test/loss  1.4821
+          test/ppl   4.40
+          output     logs/runs/2026-01-02/10-11-12
+    """
+    state = status.get("status") or "unknown"
+    rows: list[tuple[str, str]] = []
+    if state == "diverged":
+        at = status.get("diverged_at_step")
+        reason = status.get("divergence_reason")
+        rows.append(("diverged", f"at step {at if at is not None else '?'}" + (f": {_first_line(reason)}" if reason else "")))
+    if status.get("error"):  # crashed: the exception; interrupted: what stopped it
+        rows.append(("error" if state == "crashed" else "reason", _first_line(status["error"])))
+    steps = status.get("steps")
+    rows.append(("steps", str(steps) if steps is not None else "-"))
+    rows.append(("wall time", format_wall_time(status.get("wall_time_s"))))
+    metrics = status.get("metrics") or {}
+    rows += [(name, format_metric(name, metrics[name])) for name in HEADLINE_METRICS if name in metrics]
+    rows.append(("output", str(output_dir)))
+    width = max(len(label) for label, _ in rows)
+    return "\n".join([f"run {state}"] + [f"  {label:<{width}}  {value}" for label, value in rows])
+
+
+def _job_name(row: dict[str, Any]) -> str:
+    for key in ("job", "output_dir", "dir"):
+        if row.get(key):
+            return Path(str(row[key])).name
+    return ",".join(row.get("overrides") or []) or "-"
+
+
+def format_sweep_summary(rows: list[dict[str, Any]], metric: str | None = None) -> str:
+    """A table of a sweep's jobs, one line each: job directory name, status, steps, one headline
+    metric, wall time; then the count of jobs per status.
+
+    Each row is a job's status record (as in ``status.json``) with its directory under ``job``
+    (or ``output_dir``/``dir``; a path or its name). ``metric``: the metric column; None takes
+    the first of :data:`SWEEP_METRICS` that any job has (val/loss for a language model).
+    """
+    if metric is None:
+        present = {name for row in rows for name in (row.get("metrics") or {})}
+        metric = next((name for name in SWEEP_METRICS if name in present), "val/loss")
+    header = ("job", "status", "steps", metric, "wall time")
+    table = [header]
+    for row in rows:
+        steps = row.get("steps")
+        table.append((_job_name(row), str(row.get("status") or "unknown"), str(steps) if steps is not None else "-",
+                      format_metric(metric, (row.get("metrics") or {}).get(metric)),
+                      format_wall_time(row.get("wall_time_s"))))
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    align = ("<", "<", ">", ">", ">")  # names left, numbers right
+    lines = ["  ".join(f"{cell:{a}{w}}" for cell, a, w in zip(r, align, widths)).rstrip() for r in table]
+    counts: dict[str, int] = {}
+    for row in rows:
+        state = str(row.get("status") or "unknown")
+        counts[state] = counts.get(state, 0) + 1
+    jobs = f"{len(rows)} job" + ("" if len(rows) == 1 else "s")
+    lines.append(f"{jobs}: " + ", ".join(f"{n} {state}" for state, n in counts.items()) if rows else "0 jobs")
+    return "\n".join(lines)

@@ -1,0 +1,272 @@
+"""Training progress on the console: the Rich bar on a terminal, plain-text lines elsewhere.
+
+Under SLURM, ``nohup`` or any redirect of stdout to a file, Rich's live bar cannot redraw: it
+prints nothing until the end of the run and then one final bar. :class:`TextProgress` prints
+instead one short line every so many optimiser steps (rank zero only, flushed)::
+
+    step     1/1500 (  0%)  loss 4.210  val     -  lr 6.0e-06      - tok/s  elapsed 0:02  eta 9:41
+    step   120/1500 (  8%)  loss 2.314  val     -  lr 1.9e-03  17.1k tok/s  elapsed 0:41  eta 7:52
+    val    500/1500 ( 33%)  loss 2.401  ppl   11.03  elapsed 2:51
+
+:func:`progress_callback` (the ``callbacks.progress_bar`` entry of the config) picks one:
+``mode=auto`` the Rich bar when stdout is a terminal, else the text lines; ``bar`` / ``text``
+force either. Both are Lightning :class:`~lightning.pytorch.callbacks.progress.ProgressBar`
+instances, so Lightning adds no bar of its own; with no progress callback at all the Trainer
+must get ``enable_progress_bar=False`` (:func:`wants_progress_bar`), or Lightning adds its
+default bar.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch.callbacks.progress import ProgressBar
+
+MODES = ("auto", "bar", "text")
+# the validation metrics a val line shows, in this order, when logged: (metric, label)
+VAL_METRICS = (("val/loss", "loss"), ("val/ppl", "ppl"), ("val/bleu", "bleu"))
+
+
+def format_duration(seconds: float) -> str:
+    """``m:ss`` below an hour, ``h:mm:ss`` above."""
+    seconds = max(int(round(seconds)), 0)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def format_rate(value: float) -> str:
+    """A rate in 4-5 characters: ``950``, ``17.1k``, ``2.35M``."""
+    if value < 1e3:
+        return f"{value:.0f}"
+    if value < 1e6:
+        return f"{value / 1e3:.1f}k"
+    return f"{value / 1e6:.2f}M"
+
+
+def _float(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _metric_value(value: Any) -> float | None:
+    """A metric as a float (non-finite too: a NaN loss must show as nan), or None."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _fmt_metric(label: str, value: float | None) -> str:
+    if value is None:
+        return f"{label}     -"
+    if label == "bleu":
+        return f"{label} {value:5.2f}"
+    if label == "ppl":
+        return f"{label} {value:7.2f}" if value < 1e4 else f"{label} {value:.2e}"
+    return f"{label} {value:5.3f}"
+
+
+class TextProgress(ProgressBar):
+    """One plain line every ``every_n_steps`` optimiser steps, but no more often than every
+    ``every_n_seconds`` (whichever is rarer), plus the first and the last step of the run and
+    one line after each validation. Rank zero only; written to stdout and flushed.
+
+    A step line is printed at a step that is a multiple of ``every_n_steps`` when at least
+    ``every_n_seconds`` have passed since the previous step line. ``every_n_steps=None`` takes the
+    Trainer's ``log_every_n_steps``.
+
+    Args:
+        every_n_steps: optimiser steps between lines (None: ``trainer.log_every_n_steps``).
+        every_n_seconds: the least time between two step lines (0: none).
+        stream: where the lines go (None: ``sys.stdout`` at the time of printing).
+        clock: seconds, for the cadence, elapsed time and ETA (tests give a fake one).
+    """
+
+    def __init__(self, every_n_steps: int | None = None, every_n_seconds: float = 30.0, stream: Any = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        super().__init__()
+        if every_n_steps is not None and (not isinstance(every_n_steps, int) or every_n_steps < 1):
+            raise ValueError(f"every_n_steps must be a positive integer or null, got {every_n_steps!r}")
+        if every_n_seconds is None or every_n_seconds < 0:
+            raise ValueError(f"every_n_seconds must be >= 0, got {every_n_seconds!r}")
+        self.every_n_steps = every_n_steps
+        self.every_n_seconds = float(every_n_seconds)
+        self.stream = stream
+        self.clock = clock
+        self._enabled = True
+        self._start_time: float | None = None
+        self._start_step = 0
+        self._seen_step: int | None = None  # global_step at the last train batch end (accumulation: many batches)
+        self._printed_step: int | None = None  # the step of the last step line
+        self._printed_time: float | None = None
+
+    # ProgressBar's interface (the tuner disables the bar while it runs trial steps)
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    @property
+    def is_disabled(self) -> bool:
+        return not self._enabled
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        print(*args, file=self.stream or sys.stdout, flush=True, **kwargs)
+
+    # what is printed
+    def total_steps(self, trainer: L.Trainer) -> int | None:
+        """The optimiser steps of the run: ``max_steps``, else Lightning's estimate (None if unknown)."""
+        if trainer.max_steps and trainer.max_steps > 0:
+            return int(trainer.max_steps)
+        try:
+            total = trainer.estimated_stepping_batches
+        except Exception:  # noqa: BLE001 - an estimate only; no dataloader yet, infinite, ...
+            return None
+        return int(total) if total and math.isfinite(total) else None
+
+    def _position(self, trainer: L.Trainer, step: int) -> str:
+        total = self.total_steps(trainer)
+        if total is None:
+            return f"{step:>5}"
+        width = len(str(total))
+        return f"{step:>{width}}/{total} ({100 * step / total:3.0f}%)"
+
+    def _elapsed(self) -> float:
+        return self.clock() - self._start_time if self._start_time is not None else 0.0
+
+    def _eta(self, trainer: L.Trainer, step: int) -> str:
+        total = self.total_steps(trainer)
+        done = step - self._start_step
+        elapsed = self._elapsed()
+        if total is None or done <= 0 or elapsed <= 0:
+            return "-"
+        return format_duration((total - step) * elapsed / done)
+
+    def step_line(self, trainer: L.Trainer, step: int) -> str:
+        metrics = trainer.callback_metrics
+        loss = _metric_value(metrics.get("train/loss"))
+        val = _metric_value(metrics.get("val/loss"))
+        lr = self._lr(trainer)
+        rate = _float(metrics.get("train/tokens_per_sec"))
+        if rate is None:
+            rate = _float(trainer.logged_metrics.get("train/tokens_per_sec"))
+        parts = [
+            f"step  {self._position(trainer, step)}",
+            _fmt_metric("loss", loss),
+            _fmt_metric("val", val),
+            f"lr {lr:.1e}" if lr is not None else "lr       -",
+            f"{format_rate(rate) if rate is not None else '-':>5} tok/s",
+            f"elapsed {format_duration(self._elapsed())}",
+            f"eta {self._eta(trainer, step):>4}",
+        ]
+        return "  ".join(parts)
+
+    def val_line(self, trainer: L.Trainer, step: int) -> str:
+        metrics = trainer.callback_metrics
+        parts = [f"val   {self._position(trainer, step)}"]
+        parts += [_fmt_metric(label, _metric_value(metrics[key])) for key, label in VAL_METRICS if key in metrics]
+        parts.append(f"elapsed {format_duration(self._elapsed())}")
+        return "  ".join(parts)
+
+    @staticmethod
+    def _lr(trainer: L.Trainer) -> float | None:
+        """The rate the last step used (``train/lr``), else the optimiser's current one."""
+        lr = _float(trainer.callback_metrics.get("train/lr"))
+        if lr is None and trainer.optimizers:
+            lr = _float(trainer.optimizers[0].param_groups[0].get("lr"))
+        return lr
+
+    # when it is printed
+    def due(self, step: int, now: float, total: int | None, every_n_steps: int) -> bool:
+        """Whether a step line is due at ``step``: the first step of this process, the last step,
+        or a multiple of ``every_n_steps`` at least ``every_n_seconds`` after the previous line."""
+        if self._printed_step is None or (total is not None and step >= total):
+            return True
+        if step % every_n_steps:
+            return False
+        return self._printed_time is None or now - self._printed_time >= self.every_n_seconds
+
+    def _emit_step(self, trainer: L.Trainer, step: int, now: float) -> None:
+        self._printed_step, self._printed_time = step, now
+        self.print(self.step_line(trainer, step))
+
+    def _should_write(self, trainer: L.Trainer) -> bool:
+        return self._enabled and trainer.is_global_zero
+
+    # Lightning hooks
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start_time = self.clock()
+        self._start_step = trainer.global_step  # a resumed run starts here; its ETA counts from here
+        self._seen_step = trainer.global_step
+        self._printed_step = self._printed_time = None
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        step = trainer.global_step
+        if step == self._seen_step:  # gradient accumulation: no optimiser step at this batch
+            return
+        self._seen_step = step
+        if not self._should_write(trainer):
+            return
+        now = self.clock()
+        every = self.every_n_steps or max(int(trainer.log_every_n_steps or 1), 1)
+        if self.due(step, now, self.total_steps(trainer), every):
+            self._emit_step(trainer, step, now)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit" or not self._should_write(trainer):
+            return
+        self.print(self.val_line(trainer, trainer.global_step))
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # stopped before max_steps (divergence, max_epochs, ...): the last step still gets its line
+        step = trainer.global_step
+        if self._should_write(trainer) and step > self._start_step and self._printed_step != step:
+            self._emit_step(trainer, step, self.clock())
+
+
+def stdout_is_terminal() -> bool:
+    try:
+        return bool(sys.stdout and sys.stdout.isatty())
+    except (AttributeError, ValueError):  # replaced or closed stdout
+        return False
+
+
+def progress_callback(mode: str = "auto", every_n_steps: int | None = None, every_n_seconds: float = 30.0) -> ProgressBar:
+    """The progress display of a run (``callbacks.progress_bar`` in the config).
+
+    Args:
+        mode: ``auto`` (the Rich bar when stdout is a terminal, else :class:`TextProgress`),
+            ``bar`` (Rich) or ``text``.
+        every_n_steps, every_n_seconds: the text lines' cadence (:class:`TextProgress`).
+    """
+    if mode not in MODES:
+        raise ValueError(f"callbacks.progress_bar.mode must be one of {', '.join(MODES)}, got {mode!r} "
+                         "(callbacks.progress_bar=null: no progress output)")
+    if mode == "auto":
+        mode = "bar" if stdout_is_terminal() else "text"
+    if mode == "bar":
+        return RichProgressBar()
+    return TextProgress(every_n_steps=every_n_steps, every_n_seconds=every_n_seconds)
+
+
+def wants_progress_bar(callbacks: Iterable[Any]) -> bool:
+    """Whether the Trainer should get ``enable_progress_bar=True``: a progress callback is among
+    ``callbacks``. Without one Lightning would add its own bar unless the flag is False; with one
+    and the flag False, Lightning raises."""
+    return any(isinstance(cb, ProgressBar) for cb in callbacks)
