@@ -3,9 +3,11 @@
     python scripts/summarize.py logs/multirun/<sweep>                     # writes <sweep>/summary.{csv,md}
     python scripts/summarize.py logs/multirun/<sweep> --metric val/loss --paper experiments/<name>/paper.yaml
     python scripts/summarize.py --wandb ENTITY/PROJECT --group <group>    # the same from W&B (online only)
+    python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre  # + 95% CIs, tests and verdicts vs norm=pre
 
 The table and the paper-file format are described in ``src/ablate/analysis/tables.py`` and
-``src/ablate/analysis/paper.py``; README section "Analysing a sweep".
+``src/ablate/analysis/paper.py``, the statistics against a baseline in
+``src/ablate/analysis/stats.py``; README section "Analysing a sweep".
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--group", help="the W&B group (with --wandb)")
     parser.add_argument("--metric", help="the validation metric to compare (default: val/ppl for LM, val/bleu for translation)")
     parser.add_argument("--paper", metavar="FILE", help="paper.yaml/.csv with the paper's numbers to show beside ours")
+    parser.add_argument("--baseline", metavar="AXIS=VALUE,...",
+                        help="the configuration to compare every other one with (e.g. norm=pre or norm=pre,lr=0.001): "
+                             "adds per-row 95%% CIs and, against it, the difference, p-value (paired/Welch t-test, "
+                             "Holm-corrected), minimum detectable effect and a verdict")
     parser.add_argument("--out", metavar="DIR", help="where summary.csv/.md go (default: the sweep directory; "
                                                       "with --wandb: logs/summaries/<group>)")
     args = parser.parse_args(argv)
@@ -48,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         sweep = load_wandb_sweep(args.wandb, args.group) if args.wandb else load_sweep(args.sweep_dir)
         paper = load_paper(args.paper) if args.paper else None
-        frame = summarize(sweep, args.metric, paper)
+        frame = summarize(sweep, args.metric, paper, args.baseline)
     except (OSError, ValueError) as err:  # missing files, bad input, W&B unreachable (ConnectionError)
         sys.exit(f"summarize.py: {err}")
     table = markdown_table(frame, sweep)

@@ -20,7 +20,10 @@ band of ± 1 standard deviation. What each figure shows:
   (``model.n_layers``, ``optim.lr``): the final metric against the axis, one line per value of
   the other axes, diverged and stuck jobs marked; and the training loss, one panel per axis value;
 * ``paper_vs_ours.png`` (with a paper file): our metric per variant beside the paper's, in the
-  paper's order, with Spearman's rank correlation.
+  paper's order, with Spearman's rank correlation;
+* ``compute_multiplier.png`` (``scripts/compute_multiplier.py``): final loss against training
+  compute per variant with its power-law fit and asymptote, and each variant's effective compute
+  multiplier over the baseline drawn as the horizontal step to the baseline's curve.
 
 ``ppl_vs_length``, ``metric_vs_<axis>`` and ``paper_vs_ours`` also write the numbers they draw
 (:mod:`~ablate.analysis.series`) beside the PNG as ``<name>.csv``.
@@ -47,6 +50,7 @@ from PIL import Image
 
 from ablate.analysis.paper import PaperResults
 from ablate.analysis.runs import Job, Sweep
+from ablate.analysis.scaling import Curve, Multiplier, PowerLaw
 from ablate.analysis.series import (STUCK_METRIC, STUCK_TOLERANCE, axis_series, is_stuck, length_series, numeric_axes,
                                     paper_rank_correlation, paper_series, training_length)
 from ablate.analysis.tables import pick_metric
@@ -476,6 +480,45 @@ def paper_figure(sweep: Sweep, out: Path, paper: PaperResults, metric: str, kind
     fig.suptitle(f"{paper.source or 'paper'} vs ours: Spearman rank correlation ρ = {rho_text} "
                  f"({int(table['mean'].notna().sum())} variants)", fontsize="medium")
     return _save_with_table(fig, table, out / "paper_vs_ours.png")
+
+
+def compute_multiplier_figure(curves: list[Curve], fits: dict[str, PowerLaw], results: list[Multiplier],
+                              metric: str, compute_note: str, path: Path) -> Path:
+    """Final ``metric`` against training compute (log x): each seed as a dot, the fit of each
+    curve as a line (dashed beyond the measured range) with its asymptote E dotted, and for each
+    :class:`~ablate.analysis.scaling.Multiplier` a horizontal arrow from the variant's fitted loss
+    at its largest compute to the compute the baseline needs for it."""
+    fig = Figure(figsize=(7.2, 4.8), layout="constrained")
+    ax = fig.subplots()
+    colors = {c.label: f"C{i % 10}" for i, c in enumerate(curves)}
+    reach = [r.compute * r.value for r in results if math.isfinite(r.value)]
+    span = np.array([x for c in curves for x in c.compute] + reach, dtype=float)
+    grid = np.geomspace(span.min() / 1.5, span.max() * 1.5, 200)
+    for curve in curves:
+        color, fit = colors[curve.label], fits.get(curve.label)
+        ax.plot(curve.compute, curve.loss, ".", color=color, alpha=0.6)
+        if fit is None:
+            continue
+        inside = (grid >= min(curve.compute)) & (grid <= max(curve.compute))
+        ax.plot(grid[inside], fit.loss(grid[inside]), color=color,
+                label=f"{curve.label}: E={fit.E:.3g}, A={fit.A:.3g}, α={fit.alpha:.3g}")
+        ax.plot(grid, fit.loss(grid), color=color, linestyle="--", linewidth=0.8)
+        ax.axhline(fit.E, color=color, linestyle=":", linewidth=0.8)
+    for r in results:
+        end = r.compute * r.value if math.isfinite(r.value) else grid[-1]
+        text = f"×{r.value:.3g}" if math.isfinite(r.value) else "×∞ (below the baseline's E)"
+        ax.annotate("", xy=(end, r.loss), xytext=(r.compute, r.loss),
+                    arrowprops={"arrowstyle": "->", "color": colors.get(r.variant, "black")})
+        ax.text(max(end, r.compute), r.loss, f" {r.variant}: {text}", fontsize="small", va="center",
+                color=colors.get(r.variant, "black"))
+    ax.set_xscale("log")
+    ax.set_xlabel(f"training compute (FLOPs: {compute_note})")
+    ax.set_ylabel(f"final {AXIS_LABELS.get(metric, metric)}")
+    ax.set_title("Loss against compute: L = E + A C^-α per variant (dots: seeds; dotted: E; "
+                 "arrow: compute multiplier at the largest measured compute)", fontsize="small")
+    ax.grid(alpha=0.3)
+    _legend(ax)
+    return _save(fig, path)
 
 
 FIGURES = (validation_figure, warmup_figure, grad_norm_depth_figure, grad_norm_heatmap, resid_rms_depth_figure)

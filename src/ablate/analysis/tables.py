@@ -6,18 +6,30 @@ translation) and the matching test metric as mean ± sample standard deviation (
 seeds that *completed* (a diverged seed's last validation predates its divergence, a crashed
 one has none, so neither enters the mean: they are counted instead); the paper's number when a
 paper file is given; steps, wall time and the median training throughput (tokens/s).
+
+With a baseline (``summarize(..., baseline="norm=pre")``, ``scripts/summarize.py --baseline``)
+each row also gets, for the *final* value of the metric (the best one is a maximum over
+validations, biased by the selection): ``n``, the 95% t interval of the mean, and against the
+baseline the difference with its 95% interval, the p-value (paired t-test on shared seeds, else
+Welch), its Holm-adjusted value over all comparisons, the test used, the minimum detectable
+effect at 80% power, and a verdict (better / worse / no detectable difference; a variant that
+diverged on more of its seeds than the baseline is ``worse (diverged k/n)``): see
+:mod:`~ablate.analysis.stats`. :func:`markdown_table` then adds a second table, "against the
+baseline", with these columns.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ablate.analysis import stats
 from ablate.analysis.paper import PaperResults
-from ablate.analysis.runs import Job, Sweep
+from ablate.analysis.runs import Job, Sweep, canonical, higher_is_better
 
 DEFAULT_METRIC = {"lm": "val/ppl", "translation": "val/bleu"}
 THROUGHPUT = "train/tokens_per_sec"
@@ -79,14 +91,86 @@ def variant_row(sweep: Sweep, key: tuple, jobs: list[Job], metric: str, test: st
     return row
 
 
-def summarize(sweep: Sweep, metric: str | None = None, paper: PaperResults | None = None) -> pd.DataFrame:
-    """The summary table as numbers: one row per variant (see the module docstring)."""
+def summarize(sweep: Sweep, metric: str | None = None, paper: PaperResults | None = None,
+              baseline: str | None = None) -> pd.DataFrame:
+    """The summary table as numbers: one row per variant (see the module docstring); with
+    ``baseline`` (``"axis=value,..."``) the statistics against that row as well."""
     metric = pick_metric(sweep, metric)
     test = test_metric(sweep, metric)
     rows = [variant_row(sweep, key, jobs, metric, test, paper) for key, jobs in sweep.variants().items()]
     frame = pd.DataFrame(rows)
-    frame.attrs.update(metric=metric, test=test, paper=paper)
+    frame.attrs.update(metric=metric, test=test, paper=paper, baseline=None)
+    if baseline is not None:
+        frame = compare_to_baseline(frame, sweep, baseline)
     return frame
+
+
+# ----------------------------------------------------------------------------- against a baseline
+
+
+def parse_baseline(spec: str) -> dict[str, str]:
+    """``"norm=pre,optim.lr=1e-3"`` -> ``{"norm": "pre", "optim.lr": "0.001"}`` (a comma splits
+    only before ``key=``, so a value may hold commas: ``model.layers=[1,2]``)."""
+    items = [item for item in re.split(r",(?=\s*[\w.+~-]+=)", spec.strip()) if item.strip()]
+    if not items or any("=" not in item for item in items):
+        raise ValueError(f"--baseline {spec!r}: expected axis=value[,axis=value...], e.g. norm=pre")
+    return {key.strip(): canonical(value) for key, value in (item.split("=", 1) for item in items)}
+
+
+def find_baseline(sweep: Sweep, spec: str) -> tuple:
+    """The variant key of the one configuration that ``spec`` names (axes by full or short name;
+    keys that are not axes are compared with the jobs' config values)."""
+    wanted = parse_baseline(spec)
+    full = {short: axis for axis, short in sweep.short_names().items()}
+    variants = sweep.variants()
+    matches = [key for key, jobs in variants.items()
+               if all(jobs[0].value(full.get(k, k)) == v for k, v in wanted.items())]
+    rows = "; ".join(sweep.label(key) for key in variants)
+    if not matches:
+        raise ValueError(f"--baseline {spec}: matches no configuration of {sweep.source}; its rows are: {rows}")
+    if len(matches) > 1:
+        raise ValueError(f"--baseline {spec}: matches {len(matches)} configurations "
+                         f"({'; '.join(sweep.label(k) for k in matches)}): name more axes to pick one of: {rows}")
+    return matches[0]
+
+
+def _finals(jobs: list[Job], metric: str) -> tuple[list[float], list[int | None]]:
+    """The final ``metric`` of the completed seeds (a diverged seed has no valid final value), and their seeds."""
+    done = [job for job in jobs if job.status == "completed"]
+    return [job.final(metric) for job in done], [job.seed for job in done]
+
+
+def compare_to_baseline(frame: pd.DataFrame, sweep: Sweep, spec: str, alpha: float = stats.ALPHA) -> pd.DataFrame:
+    """``frame`` with the statistics of the final metric per row and against the baseline row
+    (column names in the module docstring; :mod:`~ablate.analysis.stats` for the methods)."""
+    metric = frame.attrs["metric"]
+    base_key = find_baseline(sweep, spec)
+    variants = sweep.variants()
+    base_values, base_seeds = _finals(variants[base_key], metric)
+    base_counts = _counts(variants[base_key])
+    cells, comparisons = [], []
+    for key, jobs in variants.items():
+        values, seeds = _finals(jobs, metric)
+        ci = stats.interval(values)
+        comparison = None if key == base_key else stats.compare(values, base_values, seeds, base_seeds)
+        comparisons.append(comparison)
+        cells.append({f"{metric} final n": ci.n, f"{metric} final ci_low": ci.low, f"{metric} final ci_high": ci.high})
+    adjusted = stats.holm([c.p if c else math.nan for c in comparisons])
+    better_up = higher_is_better(metric)
+    for (key, jobs), cell, comparison, p_holm in zip(variants.items(), cells, comparisons, adjusted):
+        if comparison is None:
+            cell.update(verdict="baseline")
+            continue
+        counts = _counts(jobs)
+        cell.update(diff=comparison.diff, diff_ci_low=comparison.low, diff_ci_high=comparison.high, p=comparison.p,
+                    p_holm=p_holm, test=comparison.test, pairs=comparison.n_pairs, mde=comparison.mde,
+                    verdict=stats.verdict(comparison, p_holm, better_up, counts["diverged"], len(jobs),
+                                          base_counts["diverged"], len(variants[base_key]), alpha))
+    columns = [f"{metric} final {name}" for name in ("n", "ci_low", "ci_high")] + ["diff", "diff_ci_low", "diff_ci_high", "p", "p_holm", "test", "pairs", "mde", "verdict"]
+    out = pd.concat([frame, pd.DataFrame(cells, index=frame.index, columns=columns)], axis=1)
+    out.attrs.update(frame.attrs, baseline=sweep.label(base_key), alpha=alpha,
+                     tested=int(sum(c is not None and c.tested for c in comparisons)))
+    return out
 
 
 # ----------------------------------------------------------------------------- Markdown
@@ -138,7 +222,57 @@ def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
         rate = "—" if pd.isna(row["tokens_per_sec"]) else f"{row['tokens_per_sec']:.0f}"
         cells += [_steps(row), fmt(row["wall_time_s"]), rate]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\n" + legend(frame, sweep)
+    table = "\n".join(lines) + "\n\n" + legend(frame, sweep)
+    return table + "\n" + baseline_table(frame, sweep) if frame.attrs.get("baseline") else table
+
+
+def _ci(low: float, high: float) -> str:
+    return "—" if pd.isna(low) else f"[{low:.4g}, {high:.4g}]"
+
+
+def _p(value: float) -> str:
+    return "—" if pd.isna(value) else (f"{value:.2g}" if value >= 1e-4 else "<1e-4")
+
+
+def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
+    """The statistics against the baseline (:func:`compare_to_baseline`) as a Markdown table with its notes."""
+    metric, names = frame.attrs["metric"], sweep.short_names()
+    header = [names[a] for a in sweep.axes] + [
+        "n", f"{metric} final", "95% CI", "Δ vs baseline", "Δ 95% CI", "p", "p (Holm)", "test", "MDE (80%)", "verdict"]
+    align = [" --- " if i < len(sweep.axes) or name in ("test", "verdict") else " ---: " for i, name in enumerate(header)]
+    lines = [f"Against the baseline {frame.attrs['baseline']} (final {metric}):", "",
+             "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    for _, row in frame.iterrows():
+        base = row["verdict"] == "baseline"
+        cells = [str(row[a]) for a in sweep.axes] + [str(int(row[f"{metric} final n"]))]
+        cells += [fmt(row[f"{metric} final mean"], row[f"{metric} final std"]),
+                  _ci(row[f"{metric} final ci_low"], row[f"{metric} final ci_high"])]
+        if base:
+            cells += ["—"] * 6
+        else:
+            test = f"paired ({int(row['pairs'])} seeds)" if row["test"] == "paired" else (row["test"] or "—")
+            cells += [fmt(row["diff"]), _ci(row["diff_ci_low"], row["diff_ci_high"]), _p(row["p"]), _p(row["p_holm"]),
+                      test, fmt(row["mde"])]
+        cells.append(str(row["verdict"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + baseline_legend(frame, sweep)
+
+
+def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
+    metric, alpha = frame.attrs["metric"], frame.attrs["alpha"]
+    way = "higher" if higher_is_better(metric) else "lower"
+    notes = [f"Δ = variant - baseline of the final {metric} over completed seeds ({way} is better). 95% CI: Student t. "
+             "Test: paired t-test on the seeds both share when they share >= 2, else Welch's t-test; "
+             f"p (Holm): corrected for the {frame.attrs['tested']} comparisons (Holm 1979); verdict at alpha = {alpha:g}.",
+             f"MDE (80%): the smallest true |Δ| this test detects with 80% power at alpha = {alpha:g} given the observed "
+             "seed spread: \"no detectable difference\" means |Δ| is probably below it, not that it is zero.",
+             "Diverged seeds have no final value: a variant that diverged on a larger share of its seeds than the "
+             "baseline is \"worse (diverged k/n)\" whatever its other seeds scored."]
+    few = [sweep.label(key) for key, n in zip(sweep.variants(), frame[f"{metric} final n"]) if n < 2]
+    if few:
+        notes.append(f"No CI or test for {'; '.join(few)}: fewer than 2 completed seeds (a t interval and a t-test "
+                     "need the seed spread, which one value does not give); run more seeds (seed=1,2,3).")
+    return "\n".join(notes) + "\n"
 
 
 def legend(frame: pd.DataFrame, sweep: Sweep) -> str:

@@ -1,0 +1,140 @@
+"""Effective compute multiplier of each variant over a baseline, from a sweep over model sizes.
+
+    python train.py -m model=tiny,small,gpt2_small act=gelu,swiglu seed=1,2,3 ...     # the sweep
+    python scripts/compute_multiplier.py logs/multirun/<sweep> --baseline act=gelu --scale-key model
+    python scripts/compute_multiplier.py logs/multirun/<sweep> --baseline act=gelu --scale-key model.d_model \
+        --metric val/loss --flops 6N --bootstrap 2000 --out figs/
+
+Per variant (the axes other than ``--scale-key``), fits L(C) = E + A C^-alpha to the final
+``--metric`` against training compute, and reports the compute the baseline needs to reach the
+variant's loss at the variant's largest measured compute, divided by that compute, with a 95%
+bootstrap interval over seeds. Prints the points and the fits as Markdown, and writes
+``compute_multiplier.png`` and ``compute_multiplier.csv`` to ``--out`` (default ``<sweep>/figures``).
+Method, compute count and edge cases: ``src/ablate/analysis/scaling.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from ablate.analysis.figures import compute_multiplier_figure  # noqa: E402
+from ablate.analysis.runs import load_sweep  # noqa: E402
+from ablate.analysis.scaling import (FLOPS, Curve, Multiplier, compute_multiplier, find_curve,  # noqa: E402
+                                     scaling_curves)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("sweep_dir", help="a multirun directory (logs/multirun/<timestamp>)")
+    parser.add_argument("--baseline", required=True, metavar="AXIS=VALUE,...", help="the reference curve, e.g. act=gelu")
+    parser.add_argument("--scale-key", required=True, help="the axis that sets the size, e.g. model or model.d_model")
+    parser.add_argument("--metric", default="val/loss", help="the loss to fit (default: val/loss)")
+    parser.add_argument("--flops", choices=FLOPS, default="6N+attn",
+                        help="FLOPs per token: 6N+attn = 6N + 12 L d T (as train/mfu; default) or 6N (Kaplan et al.)")
+    parser.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (0: no interval)")
+    parser.add_argument("--seed", type=int, default=0, help="the bootstrap's random seed")
+    parser.add_argument("--out", metavar="DIR", help="where the PNG and CSV go (default: <sweep_dir>/figures)")
+    return parser.parse_args(argv)
+
+
+def points_table(curves: list[Curve]) -> str:
+    lines = ["| variant | scale | compute (FLOPs) | n | loss | left out |", "| --- | --- | ---: | ---: | ---: | --- |"]
+    for curve in curves:
+        scale = np.array(curve.scale)
+        for name in dict.fromkeys([*curve.scales(), *curve.failed]):
+            loss = np.array(curve.loss)[scale == name]
+            compute = np.array(curve.compute)[scale == name]
+            mean = f"{loss.mean():.4g}" + (f" ± {loss.std(ddof=1):.2g}" if len(loss) > 1 else "") if len(loss) else "—"
+            flops = f"{compute.mean():.3g}" if len(compute) else "—"
+            failed = curve.failed.get(name, [])
+            left = ", ".join(f"{s} {failed.count(s)}" for s in dict.fromkeys(failed)) or ""
+            lines.append(f"| {curve.label} | {name} | {flops} | {len(loss)} | {mean} | {left} |")
+    return "\n".join(lines)
+
+
+def _multiplier(value: float) -> str:
+    return "∞" if math.isinf(value) else ("—" if math.isnan(value) else f"{value:.3g}")
+
+
+def result_row(result: Multiplier) -> dict[str, object]:
+    return {"variant": result.variant, "baseline": result.baseline, "compute": result.compute,
+            "variant_loss": result.loss, "multiplier": result.value, "ci_low": result.low, "ci_high": result.high,
+            "E": result.variant_fit.E, "A": result.variant_fit.A, "alpha": result.variant_fit.alpha,
+            "baseline_E": result.baseline_fit.E, "baseline_A": result.baseline_fit.A,
+            "baseline_alpha": result.baseline_fit.alpha, "bootstrap": result.n_boot, "failed_fits": result.failed_fits}
+
+
+def results_table(base: Curve, results: list[Multiplier], refused: dict[str, str], fits: dict) -> str:
+    lines = ["| variant | E | A | α | compute C* | loss at C* | multiplier at C* | 95% CI |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    b = fits[base.label]
+    lines.append(f"| {base.label} (baseline) | {b.E:.4g} | {b.A:.4g} | {b.alpha:.3g} | — | — | 1 | — |")
+    for r in results:
+        f = r.variant_fit
+        value = _multiplier(r.value) + (" (below the baseline's E)" if math.isinf(r.value) else "")
+        ci = "—" if math.isnan(r.low) else f"[{_multiplier(r.low)}, {_multiplier(r.high)}]"
+        lines.append(f"| {r.variant} | {f.E:.4g} | {f.A:.4g} | {f.alpha:.3g} | {r.compute:.3g} | {r.loss:.4g} | "
+                     f"{value} | {ci} |")
+    for label, why in refused.items():
+        lines.append(f"| {label} | — | — | — | — | — | refused: {why} | — |")
+    return "\n".join(lines)
+
+
+def notes(args: argparse.Namespace, results: list[Multiplier]) -> str:
+    failed = sum(r.failed_fits for r in results)
+    compute = {"6N+attn": "(6N + 12 L d T) FLOPs/token", "6N": "6N FLOPs/token"}[args.flops]
+    return "\n".join([
+        f"Fit: final {args.metric} = E + A C^-α per variant over every (scale, seed) point (scipy curve_fit in log-compute).",
+        f"Compute C = {compute} x steps x data.batch_size x data.seq_len (translation: x data.max_tokens), "
+        "N = status.json params.",
+        "Multiplier at C* (the variant's largest measured compute): the compute the baseline's fit needs to reach the "
+        "variant's fitted loss at C*, over C*; ∞ when that loss is below the baseline's asymptote E.",
+        f"95% CI: percentile bootstrap, {args.bootstrap} resamples of the seeds within each scale, both curves refitted "
+        f"(numpy rng seed {args.seed}); {failed} resampled fits failed and are left out." if args.bootstrap else
+        "No bootstrap (--bootstrap 0): no interval.",
+        "Left out: jobs without a final value (diverged, crashed, unfinished), counted per scale above."])
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    out = Path(args.out or Path(args.sweep_dir) / "figures")
+    try:
+        sweep = load_sweep(args.sweep_dir)
+        curves = scaling_curves(sweep, args.scale_key, args.metric, args.flops)
+        base = find_curve(curves, args.baseline, sweep.short_names())
+        base.check()  # the baseline must have a fit; another variant with too few scales is refused in its row
+        fits, results, refused = {base.label: base.fit()}, [], {}
+        for curve in curves:
+            if curve is base:
+                continue
+            try:
+                result = compute_multiplier(curve, base, args.bootstrap, args.seed)
+            except ValueError as err:
+                refused[curve.label] = str(err).split(": ", 1)[-1]
+                continue
+            results.append(result)
+            fits[curve.label] = result.variant_fit
+    except (OSError, ValueError, RuntimeError) as err:
+        sys.exit(f"compute_multiplier.py: {err}")
+    print(points_table(curves) + "\n")
+    print(results_table(base, results, refused, fits) + "\n")
+    print(notes(args, results))
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = out / "compute_multiplier.csv"
+    pd.DataFrame([result_row(r) for r in results]).to_csv(csv_path, index=False)
+    png = compute_multiplier_figure(curves, fits, results, args.metric, args.flops, out / "compute_multiplier.png")
+    print(f"wrote {png} and {csv_path}")
+
+
+if __name__ == "__main__":
+    main()
