@@ -186,3 +186,29 @@ def test_misaligned_parallel_files_fail_even_with_max_train_pairs(tmp_path: Path
                        max_train_pairs=10)
     with pytest.raises(ValueError, match="different line counts"):
         dm.prepare_data()
+
+
+def test_optimized_metric_that_can_never_be_logged_is_named() -> None:
+    from ablate.run_checks import optimized_metric_problem
+
+    assert optimized_metric_problem(composed()) is None
+    assert optimized_metric_problem(composed("task=translation", "optimized_metric=val/bleu")) is None
+    assert "not logged by task=lm" in optimized_metric_problem(composed("optimized_metric=val/bleu"))
+    assert "validation is off" in optimized_metric_problem(composed("trainer.limit_val_batches=0"))
+    assert "eval.test_at_end=false" in optimized_metric_problem(composed("optimized_metric=test/loss",
+                                                                          "eval.test_at_end=false"))
+
+
+@pytest.mark.parametrize("preset", ["default", "fdr", "limit", "overfit", "profiler"])
+def test_debug_presets_compose_and_validate(preset: str) -> None:
+    cfg = composed(f"debug={preset}")
+    check_config(cfg)
+    assert cfg.logger.wandb.enabled is False and cfg.print_config is True
+
+
+def test_debug_fdr_runs_one_step(run_train, tmp_path: Path) -> None:
+    proc = run_train("debug=fdr", "model=tiny", "data.seq_len=16", "data.batch_size=4")
+    (status_file,) = (tmp_path / "logs" / "debug" / "runs").glob("*/status.json")
+    status = json.loads(status_file.read_text())
+    assert status["status"] == "completed" and status["steps"] == 1
+    assert "run completed" in proc.stdout

@@ -35,6 +35,65 @@ def print_param_count(n_params: int, estimate: int) -> None:
     rich.print(f"[bold]parameters:[/bold] {n_params:,} (12·L·d² + V·d estimate: {estimate:,}; ratio {n_params / estimate:.3f})")
 
 
+def format_run_header(experiment: str | None, task: str, data: str, axes: dict[str, Any], model: str, n_params: int,
+                      estimate: int, output_dir: Path | str) -> str:
+    """The few lines a run prints at its start instead of the whole config (which is in
+    ``<output_dir>/.hydra/config.yaml``; ``print_config=true`` prints it)::
+
+        run     experiment=default  task=lm  data=tinyshakespeare
+        axes    pos=learned norm=pre norm_layer=layernorm act=gelu init=gpt2 attn=sdpa
+        model   4 layers, d=128, 4 heads: 807,489 parameters (12·L·d² + V·d: 794,880)
+        output  logs/runs/2026-11-23_15-00-00  (config: .hydra/config.yaml)
+    """
+    return "\n".join([
+        f"run     experiment={experiment or 'default'}  task={task}  data={data}",
+        "axes    " + " ".join(f"{k}={v}" for k, v in axes.items()),
+        f"model   {model}: {n_params:,} parameters (12·L·d² + V·d: {estimate:,})",
+        f"output  {output_dir}  (config: .hydra/config.yaml)",
+    ])
+
+
+# --- Known console noise, each checked harmless, filtered by its exact text ----------------------
+
+# rank_zero_info lines of Lightning 2.6 that say nothing about this run
+_LIGHTNING_NOISE = (
+    "💡 Tip: For seamless cloud logging",  # an advertisement, on every Trainer
+    "TPU available:",  # on every CPU/GPU machine; "GPU available" is kept (it says whether the GPU is used)
+    "was configured so 100% of the batches",  # `limit_val_batches: 1.0` in conf/trainer/*.yaml is the default
+)
+# warnings.filterwarnings message patterns
+_WARNING_NOISE = (
+    # Lightning 2.6's copy of torch's pytree code calls LeafSpec(), which torch 2.13 deprecates;
+    # nothing to change on our side, and flattening works the same
+    r".*isinstance\(treespec, LeafSpec\)",
+)
+
+
+class _DropLines:
+    """A logging filter that drops records starting with (or containing) known noise."""
+
+    def __init__(self, needles: tuple[str, ...]) -> None:
+        self.needles = needles
+
+    def filter(self, record: Any) -> bool:
+        message = record.getMessage()
+        return not any(needle in message for needle in self.needles)
+
+
+def quiet_known_noise() -> None:
+    """Filter the console noise listed above (idempotent). Only these exact texts: every other
+    warning and message still reaches the console."""
+    import logging
+    import warnings
+
+    for pattern in _WARNING_NOISE:
+        warnings.filterwarnings("ignore", message=pattern)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropLines) for f in logger.filters):
+            logger.addFilter(_DropLines(_LIGHTNING_NOISE))
+
+
 # --- What a run and a sweep print at the end ---------------------------------------------------
 
 # The metrics a run summary shows when the status has them, in this order.

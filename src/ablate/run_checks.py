@@ -105,3 +105,25 @@ def check_run_numbers(cfg: Mapping[str, Any]) -> None:
     if "seed" in cfg:
         _require(_integer(cfg["seed"]), "seed", cfg["seed"], "an integer")
     check_validation_cadence(trainer)
+
+
+# what each task logs that a sweeper could optimise (prefixes; test/* exists after training only)
+TASK_METRICS = {"lm": ("train/", "val/loss", "val/ppl", "test/"), "translation": ("train/", "val/", "test/")}
+
+
+def optimized_metric_problem(cfg: Mapping[str, Any]) -> str | None:
+    """Why ``optimized_metric`` (what ``train.py`` returns to a sweeper such as Optuna) can never
+    be logged by this run, or None. A warning at start, not an error: a plain run or grid sweep
+    does not use the value."""
+    metric = cfg.get("optimized_metric")
+    if not metric:
+        return None
+    task = (cfg.get("task") or {}).get("name", "lm")
+    trainer = cfg.get("trainer") or {}
+    if not str(metric).startswith(TASK_METRICS.get(task, ("",))):
+        return f"optimized_metric={metric} is not logged by task={task} (it logs {', '.join(TASK_METRICS[task])}...)"
+    if str(metric).startswith("val/") and trainer.get("limit_val_batches", 1.0) == 0:
+        return f"optimized_metric={metric} is never logged: validation is off (trainer.limit_val_batches=0)"
+    if str(metric).startswith("test/") and not (cfg.get("eval") or {}).get("test_at_end", True):
+        return f"optimized_metric={metric} is never logged: eval.test_at_end=false"
+    return None

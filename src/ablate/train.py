@@ -67,8 +67,8 @@ from ablate.resume import (
     inspect_checkpoint,
     run_identity,
 )
-from ablate.run_checks import check_run_numbers
-from ablate.console import format_run_summary, param_estimate, print_config_tree, print_param_count
+from ablate.run_checks import check_run_numbers, optimized_metric_problem
+from ablate.console import format_run_header, format_run_summary, param_estimate, print_config_tree, quiet_known_noise
 from ablate.logging import build_loggers, finish_wandb, multirun_group, run_name_from_overrides, set_wandb_summary
 from ablate.tasks import build_task
 
@@ -123,6 +123,18 @@ def check_config(cfg: DictConfig) -> None:
     except ValueError as err:
         raise ConfigError(str(err)) from None
     model_spec(cfg, vocab_size=1, max_len=eval_max_len(cfg))
+
+
+def experiment_name() -> str | None:
+    """The ``experiment=`` option this job was composed with (None: the defaults)."""
+    if not HydraConfig.initialized():
+        return None
+    return HydraConfig.get().runtime.choices.get("experiment")
+
+
+def describe_model(spec: ModelSpec) -> str:
+    layers = (f"{spec.encoder_layers}+{spec.n_layers} layers" if spec.encoder_layers else f"{spec.n_layers} layers")
+    return f"{layers}, d={spec.d_model}, {spec.n_heads} heads, FFN {spec.d_ff}"
 
 
 def is_multirun() -> bool:
@@ -332,6 +344,9 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
     check_config(cfg)  # also copies eval.seq_len into data.eval_seq_len
     world, _, accumulate = training_layout(cfg)
     ckpt_path, wandb_resume_id = resume_point(cfg, output_dir, job)  # before any data is read
+    problem = optimized_metric_problem(cfg)
+    if problem and rank_zero_only.rank == 0:
+        log.warning(f"{problem}: a sweeper optimising it would get NaN from every job")
     L.seed_everything(cfg.seed, workers=True)
     if cfg.runtime.flush_denormal:
         # Post-LN's normalised outputs feed tiny gradients that go denormal on CPU and run
@@ -349,7 +364,8 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
     n_params = task.model.num_params()
     estimate = param_estimate(spec.n_layers, spec.d_model, spec.vocab_size)
     if rank_zero_only.rank == 0:
-        print_param_count(n_params, estimate)
+        print(format_run_header(experiment_name(), (cfg.get("task") or {}).get("name", "lm"), datamodule.name,
+                                spec.axes(), describe_model(spec), n_params, estimate, output_dir), flush=True)
 
     callbacks = build_callbacks(cfg, spec, n_params)
     run_config = {**OmegaConf.to_container(cfg, resolve=True), "axes": spec.axes(), "params": n_params,
@@ -453,6 +469,7 @@ def run(cfg: DictConfig) -> float:
     sweep goes on; in a single run it is raised. Ctrl-C (or SIGTERM) records ``interrupted`` and
     ends the process (a sweep stops too) with exit code 130. A failed resume never overwrites the
     record of a finished run. Returns the value for sweepers to optimise."""
+    quiet_known_noise()
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     job = Job.current()
@@ -463,7 +480,7 @@ def run(cfg: DictConfig) -> float:
             log.info(f"skipped: {output_dir} is already {done['status']} (its status.json); "
                      "skip_completed=false retrains it")
             return optimized_value(cfg, done)
-    if cfg.get("print_config", True) and writer:
+    if cfg.get("print_config", False) and writer:
         print_config_tree(cfg)
     exit_code = 0
     try:

@@ -247,6 +247,19 @@ def stdout_is_terminal() -> bool:
         return False
 
 
+class StepsRichProgressBar(RichProgressBar):
+    """Lightning's Rich bar, labelled by optimiser steps. Lightning 2.6 labels the training bar
+    ``Epoch {epoch}/{max_epochs - 1}``, which reads ``Epoch 0/-2`` whenever training is bounded by
+    ``max_steps`` (then ``max_epochs`` is -1): every run here. No release fixes it (2.6.6 is the
+    newest); overriding the description is the smallest fix, and the one private method touched."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        trainer = self.trainer
+        if trainer.max_steps and trainer.max_steps > 0:
+            return f"train (max_steps={trainer.max_steps})"  # set once per epoch: no live step count
+        return super()._get_train_description(current_epoch)
+
+
 def progress_callback(mode: str = "auto", every_n_steps: int | None = None, every_n_seconds: float = 30.0) -> ProgressBar:
     """The progress display of a run (``callbacks.progress_bar`` in the config).
 
@@ -261,7 +274,7 @@ def progress_callback(mode: str = "auto", every_n_steps: int | None = None, ever
     if mode == "auto":
         mode = "bar" if stdout_is_terminal() else "text"
     if mode == "bar":
-        return RichProgressBar()
+        return StepsRichProgressBar()
     return TextProgress(every_n_steps=every_n_steps, every_n_seconds=every_n_seconds)
 
 

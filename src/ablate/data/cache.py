@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 META = "meta.json"
 _HASH_CHUNK = 1 << 22
+_ANNOUNCED: set[Path] = set()
 
 
 class CacheCorruptError(RuntimeError):
@@ -77,7 +78,9 @@ def ensure_cache(final: Path, build: Callable[[Path], None]) -> Path:
     if (final / META).exists():
         try:
             read_meta(final, checksums=True)
-            log.info("Using cached tokens from %s", final)
+            if final not in _ANNOUNCED:  # once per process: fit, test and eval each call prepare_data
+                _ANNOUNCED.add(final)
+                log.info("Using cached tokens from %s", final)
             return final
         except CacheCorruptError as err:
             log.warning("%s; rebuilding the cache %s", err, final)
