@@ -43,7 +43,7 @@ def job_dirname(override_dirname: str) -> str:
 
 MAX_SWEEP_PREFIX = 60
 # always run control, never part of a sweep's identity (besides hydra.job...exclude_keys)
-RUN_CONTROL_KEYS = ("sweep_name", "skip_completed", "resume_allow_changes")
+RUN_CONTROL_KEYS = ("sweep_name", "skip_completed", "resume_allow_changes", "tags")
 
 
 def _canonical_override(override) -> str:  # hydra's Override

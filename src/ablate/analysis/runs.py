@@ -28,7 +28,7 @@ import yaml
 
 STATUSES = ("completed", "diverged", "crashed", "incomplete")
 # Overrides that choose where or how a job runs, never what it trains.
-_NOT_AXES = re.compile(r"^(seed|ckpt_path|print_config)$|^(hydra|paths|logger)(\.|$)|^callbacks\.progress_bar(\.|$)")
+_NOT_AXES = re.compile(r"^(seed|ckpt_path|print_config|tags|resume_allow_changes|sweep_name|skip_completed)$|^(hydra|paths|logger)(\.|$)|^callbacks\.progress_bar(\.|$)")
 _LOWER_IS_BETTER = ("loss", "ppl")
 
 
