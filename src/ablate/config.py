@@ -16,10 +16,7 @@ from ablate.nn.ffn import activation_names
 from ablate.nn.init import INITS
 from ablate.nn.norms import NORM_LAYERS
 from ablate.nn.positional import POSITIONAL, rotary_dim
-
-
-class ConfigError(ValueError):
-    """An invalid configuration; the message says what to change."""
+from ablate.options import NORM_KEYS, ConfigError, check_option_keys
 
 
 @dataclass(frozen=True)
@@ -42,6 +39,7 @@ class ModelSpec:
     norm_layer: str = "layernorm"
     norm_bias: bool = True
     norm_eps: float = 1e-5
+    norm_options: Mapping[str, Any] = field(default_factory=dict)  # the layer's own, e.g. DyT's alpha_init
     act: str = "gelu"
     match_params: bool = True
     init: str = "gpt2"
@@ -63,6 +61,7 @@ class ModelSpec:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["pos_options"] = dict(self.pos_options)
+        d["norm_options"] = dict(self.norm_options)
         return d
 
 
@@ -111,6 +110,7 @@ def validate(spec: ModelSpec) -> ModelSpec:
 
 def model_spec(cfg: Mapping[str, Any], vocab_size: int, max_len: int | None = None) -> ModelSpec:
     """Build and validate the spec from a composed config (``cfg.model``, ``cfg.pos``, ...)."""
+    check_option_keys(cfg)  # every key of pos/norm/act/init/attn applies to the chosen option
     model, pos, norm, act, init, attn = (cfg[k] for k in ("model", "pos", "norm", "act", "init", "attn"))
     pos_options = {k: v for k, v in dict(pos).items() if k != "name"}
     d_ff = model.get("d_ff") or 4 * model["d_model"]
@@ -130,12 +130,13 @@ def model_spec(cfg: Mapping[str, Any], vocab_size: int, max_len: int | None = No
         pos_options=pos_options,
         norm=norm["placement"],
         norm_layer=norm.get("layer", "layernorm"),
-        norm_bias=norm.get("bias", True),
-        norm_eps=norm.get("eps", 1e-5),
+        norm_bias=True if norm.get("bias") is None else norm["bias"],  # null: the layer's default
+        norm_eps=1e-5 if norm.get("eps") is None else norm["eps"],
+        norm_options={k: v for k, v in dict(norm).items() if k not in NORM_KEYS},
         act=act["name"],
         match_params=act.get("match_params", True),
         init=init["name"],
-        init_std=init.get("std", 0.02),
+        init_std=0.02 if init.get("std") is None else init["std"],
         attn=attn["impl"],
         n_kv_heads=attn.get("n_kv_heads"),
     )

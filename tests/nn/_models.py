@@ -8,11 +8,22 @@ from __future__ import annotations
 import torch
 
 from ablate.config import ModelSpec, validate
+from ablate.nn.attention import ATTENTION_IMPLS
+from ablate.nn.block import PLACEMENTS as PLACEMENT_REGISTRY
+from ablate.nn.ffn import activation_names
+from ablate.nn.init import INITS as INIT_REGISTRY
+from ablate.nn.norms import NORM_LAYERS as NORM_LAYER_REGISTRY
+from ablate.nn.positional import POSITIONAL
 from ablate.nn.transformer import TransformerLM
 
-POS = ("none", "sinusoidal", "learned", "rope", "alibi")
-ATTN = ("math", "sdpa")
-PLACEMENTS = ("pre", "post", "sandwich", "deepnorm")
+# Every registered option, read from the registries: an option added there is covered by every
+# test that iterates these, with no edit here.
+POS = tuple(POSITIONAL)
+ATTN = tuple(ATTENTION_IMPLS)
+PLACEMENTS = tuple(PLACEMENT_REGISTRY)
+NORM_LAYERS = tuple(NORM_LAYER_REGISTRY)
+ACTS = tuple(activation_names())
+INITS = tuple(INIT_REGISTRY)
 
 TINY = dict(vocab_size=50, n_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=32)
 

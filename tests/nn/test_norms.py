@@ -79,3 +79,22 @@ def test_norm_layer_option_reaches_every_norm_in_the_model(layer, cls):
 def test_unknown_norm_layer_lists_the_valid_ones():
     with pytest.raises(ValueError, match="layernorm, rmsnorm, scalenorm"):
         build_norm("batchnorm", D)
+
+
+def test_dyt_matches_gamma_tanh_alpha_x_plus_beta():
+    """Zhu et al. 2025, eq. 1: DyT(x) = gamma * tanh(alpha * x) + beta, alpha a learned scalar
+    initialised to alpha_init; no statistics over the features (each element on its own)."""
+    torch.manual_seed(0)
+    norm = build_norm("dyt", D, alpha_init=0.8)
+    assert norm.alpha.item() == pytest.approx(0.8) and norm.alpha.shape == ()
+    assert torch.equal(norm.weight, torch.ones(D)) and torch.equal(norm.bias, torch.zeros(D))
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+    x = 3 * torch.randn(4, 5, D) + 1
+    torch.testing.assert_close(norm(x), norm.weight * torch.tanh(0.8 * x) + norm.bias)
+    # element-wise: changing one feature changes only that feature's output
+    y = x.clone()
+    y[..., 0] += 5
+    torch.testing.assert_close(norm(y)[..., 1:], norm(x)[..., 1:])
+    assert build_norm("dyt", D).alpha.item() == pytest.approx(0.5)  # the paper's default

@@ -1,13 +1,20 @@
 """Normalisation layers (the ``norm.layer`` option). Where they sit is the block's business
 (``block.py``); this module only says how a vector is normalised.
 
-Adding a layer: one class or factory, one ``NORM_LAYERS`` entry, a value documented in
-``conf/norm/*.yaml`` and a test in ``tests/nn/test_norms.py``.
+Each layer is a factory ``(d_model, **options)`` in ``NORM_LAYERS``; its keyword arguments with
+defaults *are* its options (:func:`layer_options`): ``norm.eps`` and ``norm.bias`` where the
+layer takes them, any other as ``+norm.<option>=...``. ``ablate.options`` refuses a key the
+chosen layer does not take, so nothing is set without being used.
+
+Adding a layer: one class or factory with its registry entry here, its name in the comment of
+``conf/norm/*.yaml``'s ``layer`` key (optional), and a test of its maths in ``tests/nn/test_norms.py``;
+the generic suites (``tests/test_options.py``, ``tests/nn/test_registry_suites.py``) cover it.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import inspect
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -29,29 +36,58 @@ class ScaleNorm(nn.Module):
         return self.scale * x / x.norm(dim=-1, keepdim=True).clamp_min(self.eps)
 
 
-def layer_norm(d_model: int, eps: float, bias: bool) -> nn.Module:
+class DyT(nn.Module):
+    """Dynamic Tanh (Zhu et al. 2025, "Transformers without Normalization", eq. 1):
+    DyT(x) = gamma * tanh(alpha * x) + beta, with one learned scalar alpha (initialised to
+    ``alpha_init``, 0.5 in the paper's default) and per-channel gamma = 1, beta = 0. An
+    element-wise squashing in place of a norm: no statistics over the features.
+
+    Written here because neither PyTorch nor a maintained library ships it.
+    """
+
+    def __init__(self, d_model: int, alpha_init: float = 0.5) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.tensor(float(alpha_init)))
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.weight * torch.tanh(self.alpha * x) + self.bias
+
+
+def layer_norm(d_model: int, eps: float = 1e-5, bias: bool = True) -> nn.Module:
     """LayerNorm (Ba et al. 2016): centre and scale each vector, then a gain and an optional bias."""
     return nn.LayerNorm(d_model, eps=eps, bias=bias)
 
 
-def rms_norm(d_model: int, eps: float, bias: bool) -> nn.Module:
+def rms_norm(d_model: int, eps: float = 1e-5) -> nn.Module:
     """RMSNorm (Zhang & Sennrich 2019, eq. 4): x / RMS(x) * g; no centring and, by definition, no bias."""
     return nn.RMSNorm(d_model, eps=eps)
 
 
-def scale_norm(d_model: int, eps: float, bias: bool) -> nn.Module:
+def scale_norm(d_model: int, eps: float = 1e-5) -> nn.Module:
     return ScaleNorm(d_model, eps=eps)
 
 
-NORM_LAYERS: dict[str, Callable[[int, float, bool], nn.Module]] = {
+NORM_LAYERS: dict[str, Callable[..., nn.Module]] = {
     "layernorm": layer_norm,
     "rmsnorm": rms_norm,
     "scalenorm": scale_norm,
+    "dyt": DyT,
 }
 
 
-def build_norm(layer: str, d_model: int, eps: float = 1e-5, bias: bool = True) -> nn.Module:
-    """Build the norm layer registered as ``layer``. ``bias`` applies to LayerNorm only."""
+def layer_options(layer: str) -> dict[str, Any]:
+    """``option -> default`` of a registered layer: its keyword arguments after ``d_model``."""
+    params = list(inspect.signature(NORM_LAYERS[layer]).parameters.values())[1:]
+    return {p.name: p.default for p in params}
+
+
+def build_norm(layer: str, d_model: int, **options: Any) -> nn.Module:
+    """Build the norm layer registered as ``layer`` with the ``options`` it takes; options it
+    does not take (``bias`` for RMSNorm: the spec carries every layer's defaults) are dropped
+    here, and refused at the config boundary when set explicitly (``ablate.options``)."""
     if layer not in NORM_LAYERS:
         raise ValueError(f"unknown norm.layer={layer!r}; valid options: {', '.join(NORM_LAYERS)}")
-    return NORM_LAYERS[layer](d_model, eps, bias)
+    taken = layer_options(layer)
+    return NORM_LAYERS[layer](d_model, **{k: v for k, v in options.items() if k in taken and v is not None})

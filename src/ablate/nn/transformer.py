@@ -22,7 +22,7 @@ from ablate.nn.positional import PositionalEncoding, build_positional
 
 
 def norm_factory(spec: ModelSpec):
-    return partial(build_norm, spec.norm_layer, spec.d_model, spec.norm_eps, spec.norm_bias)
+    return partial(build_norm, spec.norm_layer, spec.d_model, eps=spec.norm_eps, bias=spec.norm_bias, **spec.norm_options)
 
 
 def build_stack(spec: ModelSpec, n_layers: int, *, causal: bool, cross: bool, deepnorm: tuple[float, float] = (1.0, 1.0)) -> nn.ModuleList:
