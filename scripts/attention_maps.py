@@ -5,7 +5,8 @@
 
 Works whatever ``attn=`` the model was trained with (the weights come from the model's own
 forward pass through the explicit softmax kernel; ``src/ablate/analysis/attention.py``). Config:
-``conf/attention_maps.yaml``. Prints the path of each PNG written.
+``conf/attention_maps.yaml``. Prints the path of each PNG written. The title names the model,
+the run directory and the checkpoint file (not their full path).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ matplotlib.use("Agg")  # files only, never a window
 
 from omegaconf import DictConfig  # noqa: E402
 
-from ablate.analysis.attention import attention_figure, checkpoint_maps, save_figure  # noqa: E402
+from ablate.analysis.attention import attention_figure, checkpoint_maps, map_title, save_figure  # noqa: E402
 
 
 def output_paths(ckpt_path: str, out: str | None, names: list[str]) -> list[Path]:
@@ -45,7 +46,7 @@ def main(cfg: DictConfig) -> None:
     except (OSError, ValueError) as err:  # a missing file, a character the tokenizer does not know, ...
         raise SystemExit(f"attention_maps.py: {err}") from None
     for amap, path in zip(maps, output_paths(cfg.ckpt_path, cfg.out, [m.name for m in maps])):
-        title = f"Attention weights ({amap.name}): {model}\n{cfg.ckpt_path}"
+        title = map_title(amap.name, model, cfg.ckpt_path)  # run and checkpoint names, not the full path
         print(save_figure(attention_figure(amap.weights, amap.query_labels, amap.key_labels, title), path))
 
 

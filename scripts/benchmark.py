@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar
+from lightning.pytorch.callbacks import Callback, Checkpoint, ProgressBar
 from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, RandomSampler
@@ -383,7 +383,7 @@ class LightningLoop(Runner):
         task = self.build_task()
         task.tokenizer = self.datamodule.tokenizer
         callbacks = [cb for cb in build_callbacks(cfg, self.spec, self.n_params)
-                     if not isinstance(cb, (ProgressBar, ModelCheckpoint))]
+                     if not isinstance(cb, (ProgressBar, Checkpoint))]
         for cb in callbacks:
             if isinstance(cb, ThroughputMonitor):
                 self.window = cb.window

@@ -13,7 +13,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from ablate.data.lm_data import TinyShakespeare
-from ablate.train import apply_eval_seq_len
+from ablate.tasks.lm import LanguageModelTask
+
+apply_eval_seq_len = LanguageModelTask.check_config  # task=lm's own config check
 from conftest import TINY
 
 LENGTHS = (16, 32, 64)
@@ -31,7 +33,7 @@ def test_eval_seq_len_is_the_data_eval_length():
         apply_eval_seq_len(cfg)
     with pytest.raises(ValueError, match="list of positive lengths"):
         apply_eval_seq_len(OmegaConf.create({"eval": {"seq_lens": 64}, "data": {"seq_len": 16, "eval_seq_len": None}}))
-    with pytest.raises(ValueError, match="language models"):  # translation data has no eval_seq_len
+    with pytest.raises(ValueError, match="need an LM data config"):  # translation data has no eval_seq_len
         apply_eval_seq_len(OmegaConf.create({"eval": {"seq_lens": [64]}, "data": {"seq_len": 16}}))
 
 

@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from ablate.train import apply_eval_seq_len, check_config, training_layout
+from ablate.train import check_config, training_layout
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -46,7 +46,6 @@ def test_experiment_jobs_are_valid(hydra_init, name):
     jobs = sweep_values(name)
     for extra in jobs:
         cfg = compose(config_name="train", overrides=[f"experiment={name}", *extra])
-        apply_eval_seq_len(cfg)
         check_config(cfg)  # raises ConfigError naming the fix
         training_layout(cfg)
     if name.endswith("_cpu"):

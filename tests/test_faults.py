@@ -69,6 +69,19 @@ def test_resume_with_changed_settings_is_refused(workdir: Path, data_dir: Path, 
     assert status(finished)["status"] == "completed"  # the finished record is untouched
 
 
+def test_training_longer_is_the_same_run_when_the_schedule_allows(workdir: Path, data_dir: Path) -> None:
+    """inverse_sqrt's LR at a step does not depend on max_steps: extending such a run needs no
+    permission; a cosine run's does (its decay horizon is max_steps)."""
+    from ablate.resume import identity_differences, run_identity
+    from test_run_checks import composed
+
+    cosine = [run_identity(composed(f"trainer.max_steps={n}", "trainer.val_check_interval=3")) for n in (3, 6)]
+    assert identity_differences(*cosine) == {"trainer.max_steps": (3, 6)}
+    noam = [run_identity(composed("task=translation", f"trainer.max_steps={n}", "trainer.val_check_interval=3"))
+            for n in (3, 6)]
+    assert identity_differences(*noam) == {}
+
+
 def test_allowed_change_resumes(workdir: Path, data_dir: Path, finished: Path, tmp_path: Path) -> None:
     import shutil
 
@@ -163,7 +176,9 @@ def test_truncated_cache_is_rebuilt_by_train(workdir: Path, data_dir: Path, fini
 
 def test_sweep_with_a_crashed_job_exits_non_zero(workdir: Path, data_dir: Path) -> None:
     sweep = workdir / "logs" / "sweep_crash"
-    args = ["-m", *RUN, "trainer.max_steps=3", f"hydra.sweep.dir={sweep}", "model.d_model=32,30"]
+    # a job that crashes while running (its corpus is too short for its seq_len: found at data
+    # setup); an invalid config would stop the whole sweep before it starts (test_options.py)
+    args = ["-m", *RUN, "trainer.max_steps=3", f"hydra.sweep.dir={sweep}", "data.seq_len=16,2000000"]
     proc = run(workdir, data_dir, *args)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "1 completed, 1 crashed" in proc.stdout and "crashed: " in proc.stdout

@@ -17,9 +17,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
 from ablate import logging as ablate_logging
@@ -220,9 +221,20 @@ def test_https_proxy_is_probed_instead_of_the_host(monkeypatch: pytest.MonkeyPat
 # ------------------------------------------------------------------------ naming
 
 
-def test_run_name_is_sorted_and_keeps_trainer_keys() -> None:
-    name = run_name_from_overrides(["pos=rope", "trainer.max_steps=5", "norm=pre"])
-    assert name == "norm=pre,pos=rope,trainer.max_steps=5"
+def test_single_run_name_is_short_architecture_first() -> None:
+    name = run_name_from_overrides(["trainer.max_steps=5", "pos=rope", "norm=pre"])
+    assert name == "pos=rope,norm=pre,max_steps=5"  # keys shortened to their last part
+
+
+def test_single_run_name_starts_with_the_experiment_and_keeps_ambiguous_keys_whole() -> None:
+    overrides = ["experiment=shazeer2020_glu_cpu", "seed=3", "model.dropout=0.1", "attn.dropout=0.2", "act=swiglu"]
+    assert run_name_from_overrides(overrides) == "shazeer2020_glu_cpu,act=swiglu,attn.dropout=0.2,model.dropout=0.1,seed=3"
+    assert run_name_from_overrides(["experiment=shazeer2020_glu_cpu", "tags=[a]", "logger=csv"]) == "shazeer2020_glu_cpu"
+
+
+def test_run_name_is_at_most_120_characters() -> None:
+    name = run_name_from_overrides([f"model.key{i}={'x' * 20}" for i in range(10)])
+    assert len(name) <= 120 and ".." in name  # ends with a hash of the whole (ablate.resolvers.job_dirname)
 
 
 def test_run_name_drops_non_variant_keys() -> None:
@@ -234,8 +246,13 @@ def test_run_name_drops_non_variant_keys() -> None:
         "+loggers_extra=1",  # only the exact group "logger" is dropped
         "norm=post",
         "~hydra.job",
+        "tags=[a,b]",
+        "ckpt_path=last",
+        "print_config=false",
+        "callbacks.progress_bar=null",
+        "skip_completed=false",
     ]
-    assert run_name_from_overrides(overrides) == "+loggers_extra=1,norm=post"
+    assert run_name_from_overrides(overrides) == "norm=post,loggers_extra=1"
 
 
 def test_run_name_default_when_nothing_identifies_the_variant() -> None:
@@ -298,7 +315,7 @@ def test_offline_run_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = tmp_path / "job"
     extra = {"model": {"d_model": 64, "norm": "pre"}, "axes": {"norm": "pre"}}
     loggers = build_loggers(logger_cfg("wandb", tags=["t1"]), out, "norm=pre", "sweep-1", extra)
-    assert [type(lg) for lg in loggers] == [CSVLogger, WandbLogger]
+    assert [type(lg) for lg in loggers] == [CSVLogger, ablate_logging.AblateWandbLogger]
 
     log_rows(loggers, ROWS)
     set_wandb_summary(loggers, "diverged", False)
@@ -313,8 +330,8 @@ def test_offline_run_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert run["name"] == "norm=pre"
     assert run["group"] == "sweep-1"
     assert run["project"] == "ablate"
-    assert run["tags"] == ["t1"]
-    assert run["config"] == extra
+    assert run["tags"] == ["t1", "norm:pre"]  # logger.wandb.tags, then one tag per axis
+    assert run["config"] == {**extra, "axis_norm": "pre"}  # + the axes as flat keys
     assert run["exit_code"] == 0
     assert [(r["trainer/global_step"], r["val/ppl"]) for r in run["history"]] == [(10, 20), (20, 7.5), (30, 9)]
     assert run["summary"]["val/ppl"] == min(m["val/ppl"] for _, m in ROWS)
@@ -494,7 +511,7 @@ def test_hydra_multirun_with_stdin_closed(tmp_path: Path) -> None:
     assert result.stdout.count("W&B offline (no W&B credentials") == 2
 
     runs = [read_offline_run(d) for d in find_run_dirs(tmp_path / "sweeps" / "s1")]
-    assert sorted(r["name"] for r in runs) == ["lr=0.5,norm=post", "lr=0.5,norm=pre"]
+    assert sorted(r["name"] for r in runs) == ["norm=post", "norm=pre"]  # the swept key only: lr is not swept
     assert {r["group"] for r in runs} == {"sweeps-s1"}
     assert len({r["run_id"] for r in runs}) == 2
     for run in runs:
@@ -502,3 +519,281 @@ def test_hydra_multirun_with_stdin_closed(tmp_path: Path) -> None:
         assert run["summary"]["val/ppl"] == 50
         assert run["config"]["lr"] == 0.5
         assert run["config"]["norm"] == run["name"].split("norm=")[1]
+
+
+# ------------------------------------------- sweeps: names, flat axes, tags, job type
+
+
+def install_multirun(tmp_path: Path, command_line: list[str], sweeper_params: dict[str, str] | None = None,
+                     job_overrides: list[str] | None = None, exclude_keys: list[str] | None = None) -> None:
+    """A HydraConfig of one job of a multirun whose sweep command line was ``command_line``
+    (kept in ``<sweep dir>/multirun.yaml``, as Hydra's BasicSweeper does)."""
+    from hydra.conf import HydraConf
+    from hydra.core.hydra_config import HydraConfig
+
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir(exist_ok=True)
+    (sweep_dir / "multirun.yaml").write_text(OmegaConf.to_yaml({"hydra": {"overrides": {"task": command_line}}}))
+    hydra = OmegaConf.structured(HydraConf)
+    hydra.mode = "MULTIRUN"
+    hydra.sweep.dir = str(sweep_dir)
+    hydra.runtime.cwd = str(tmp_path)
+    hydra.sweeper = OmegaConf.create({"_target_": "basic", "params": sweeper_params or {}})
+    hydra.overrides.task = job_overrides or []
+    hydra.job.config.override_dirname.exclude_keys = exclude_keys or []
+    HydraConfig.instance().set_config(OmegaConf.create({"hydra": hydra}))
+
+
+@pytest.fixture
+def multirun(tmp_path: Path) -> Iterator[Callable[..., None]]:
+    from hydra.core.hydra_config import HydraConfig
+
+    yield lambda *args, **kwargs: install_multirun(tmp_path, *args, **kwargs)
+    HydraConfig.instance().cfg = None
+
+
+def test_multirun_name_is_the_swept_keys_and_the_seed(multirun: Callable[..., None]) -> None:
+    # an experiment sweeps act (8 values) and seed; the command line narrows both: act is still swept, seed is not
+    multirun(["experiment=glu", "act=gelu,swiglu", "seed=1", "trainer.max_steps=6", "optim.lr=1e-3,2e-3"],
+             sweeper_params={"act": "relu,gelu,silu", "seed": "1,2"})
+    assert ablate_logging.swept_keys() == {"act", "optim.lr"}
+    job = ["experiment=glu", "act=swiglu", "seed=1", "trainer.max_steps=6", "optim.lr=2e-3"]
+    assert run_name_from_overrides(job) == "act=swiglu,optim.lr=2e-3,seed=1"  # full keys, as in job directory names
+    labels = ablate_logging.RunLabels.current(job)
+    assert labels == ablate_logging.RunLabels(name="act=swiglu,optim.lr=2e-3,seed=1", job_type="sweep",
+                                              experiment="glu", swept=(("act", "swiglu"), ("optim.lr", "2e-3")))
+
+
+def test_multirun_sweeping_only_the_experiment_params(multirun: Callable[..., None]) -> None:
+    multirun(["experiment=glu", "trainer.max_steps=6"], sweeper_params={"act": "relu,gelu", "seed": "1,2"})
+    assert ablate_logging.swept_keys() == {"act", "seed"}
+    assert run_name_from_overrides(["experiment=glu", "trainer.max_steps=6", "act=relu", "seed=2"]) == "act=relu,seed=2"
+
+
+def test_multirun_without_swept_keys_names_like_a_single_run(multirun: Callable[..., None]) -> None:
+    multirun(["norm=post", "trainer.max_steps=6"], exclude_keys=["trainer.max_steps"])
+    assert ablate_logging.swept_keys() == frozenset()
+    assert run_name_from_overrides(["norm=post", "trainer.max_steps=6"]) == "norm=post"  # exclude_keys left out too
+    assert ablate_logging.RunLabels.current(["norm=post"]).job_type == "sweep"
+
+
+def test_single_run_labels_outside_hydra() -> None:
+    labels = ablate_logging.RunLabels.current(["experiment=glu", "act=swiglu"])
+    assert labels == ablate_logging.RunLabels(name="glu,act=swiglu", job_type="train", experiment="glu", swept=())
+
+
+def test_flat_axes_and_tags() -> None:
+    config = {"axes": {"pos": "rope", "act": "gelu"}, "optim": {"lr": 0.001}, "model": {"n_layers": 2, "dropout": 0.1},
+              "norm": {"placement": "post"}}
+    axes = ablate_logging.flat_axes(config, [("optim.lr", "1e-3"), ("model", "tiny"), ("norm", "post")])
+    assert axes == {"axis_pos": "rope", "axis_act": "gelu", "axis_lr": 0.001, "axis_model": "tiny", "axis_norm": "post"}
+    assert ablate_logging.run_tags(["baseline"], "glu", axes) == [
+        "baseline", "experiment:glu", "pos:rope", "act:gelu", "lr:0.001", "model:tiny", "norm:post"]
+    assert all(len(t) <= 64 for t in ablate_logging.run_tags(["x" * 100], None, {}))
+
+
+def raw_run_record(out: Path) -> dict:
+    """The ``run`` record of the one W&B run under ``out`` (name, group, job_type, tags, ...)."""
+    records = wandb_reader._read_records(wandb_reader._run_file(find_run_dirs(out)[0]))
+    return next(r["run"] for r in records if r.get("type") == "run")
+
+
+def test_wandb_run_gets_flat_axes_tags_job_type_and_no_spec_block(tmp_path: Path) -> None:
+    out = tmp_path / "job"
+    cfg = logger_cfg("wandb", tags=["wb"])
+    cfg.tags = ["baseline"]
+    labels = ablate_logging.RunLabels(name="optim.lr=1e-3,seed=1", job_type="sweep", experiment="glu",
+                                      swept=(("optim.lr", "1e-3"),))
+    extra = {"axes": {"norm": "pre"}, "optim": {"lr": 0.001}, "seed": 1, "act": {"name": "gelu"}}
+    loggers = build_loggers(cfg, out, labels.name, "g", extra, labels=labels)
+    wandb_logger = loggers[1]
+    # what Lightning logs at fit start (the task's constructor arguments), then the translation task's signature
+    wandb_logger.log_hyperparams({"spec": {"d_model": 64}, "optim": {"lr": 0.001}, "data": {}, "compile": False})
+    wandb_logger.log_hyperparams({"bleu_signature": "nrefs:1|tok:13a"})
+    finish_wandb()
+    run = read_offline_run(out)
+    assert run["name"] == "optim.lr=1e-3,seed=1"
+    assert run["config"]["axis_lr"] == 0.001 and run["config"]["axis_norm"] == "pre"
+    assert run["config"]["act"] == {"name": "gelu"}  # the nested resolved config is still there
+    assert "spec" not in run["config"] and "compile" not in run["config"]
+    assert run["config"]["bleu_signature"] == "nrefs:1|tok:13a"
+    assert run["tags"] == ["wb", "baseline", "experiment:glu", "norm:pre", "lr:0.001"]
+    assert raw_run_record(out)["job_type"] == "sweep"
+
+
+def test_tokens_and_time_are_declared_as_x_axes(tmp_path: Path) -> None:
+    out = tmp_path / "job"
+    loggers = build_loggers(logger_cfg("wandb"), out, "r", None, {})
+    log_rows(loggers, [(1, {"train/loss": 3.0, "train/tokens_seen": 64.0, "train/time_s": 0.5}),
+                       (2, {"val/loss": 2.5, "train/tokens_seen": 128.0, "train/time_s": 1.0})])
+    finish_wandb()
+    records = wandb_reader._read_records(wandb_reader._run_file(find_run_dirs(out)[0]))
+    defined = {}
+    for record in records:
+        for metric in (record.get("metric") or {},) if record.get("type") == "metric" else ():
+            defined[metric.get("name")] = metric
+    assert {"train/tokens_seen", "train/time_s"} <= set(defined)
+    assert read_offline_run(out)["summary"]["train/tokens_seen"] == 128
+
+
+# ------------------------------------------------------------ TensorBoard, MLflow
+
+
+def multi_cfg(tmp_path: Path, *names: str, tags: list[str] | None = None):
+    """A config with the logger files ``names`` merged (as ``logger=[a,b]`` composes them)."""
+    logger = OmegaConf.merge(*(OmegaConf.load(LOGGER_CONF / f"{n}.yaml") for n in names))
+    return OmegaConf.create({"logger": logger, "paths": {"log_dir": str(tmp_path / "logs")}, "tags": tags or []})
+
+
+@pytest.fixture
+def no_mlflow_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+def test_logger_files_compose_as_a_list() -> None:
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        both = compose("train", overrides=["logger=[wandb,tensorboard,mlflow]", "tags=[a]"])
+        tb_only = compose("train", overrides=["logger=tensorboard"])
+    assert both.logger.wandb.enabled and both.logger.tensorboard.enabled and both.logger.mlflow.enabled
+    assert list(both.tags) == ["a"]
+    assert ablate_logging.TensorBoardOptions.from_cfg(tb_only).enabled
+    assert not ablate_logging.WandbOptions.from_cfg(tb_only).enabled  # not selected: no W&B at all
+    assert not ablate_logging.MLflowOptions.from_cfg(tb_only).enabled
+
+
+def read_tensorboard(log_dir: Path) -> tuple[dict[str, list[tuple[int, float]]], str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir), size_guidance={"tensors": 0, "scalars": 0})
+    events.Reload()
+    scalars = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    texts = " ".join(e.tensor_proto.string_val[0].decode() for tag in events.Tags()["tensors"]
+                     if tag.startswith("run/tags") for e in events.Tensors(tag))
+    return scalars, texts
+
+
+def test_tensorboard_logger_writes_metrics_tags_and_axes(tmp_path: Path, no_mlflow_env: None) -> None:
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "job"
+    loggers = build_loggers(multi_cfg(tmp_path, "csv", "tensorboard", tags=["baseline"]), out, "norm=pre", "g",
+                            {"axes": {"norm": "pre"}, "seed": 3})
+    assert [type(lg) for lg in loggers] == [CSVLogger, ablate_logging.AblateTensorBoardLogger]
+    loggers[1].log_hyperparams({"spec": {"d_model": 64}, "bleu_signature": "sig"})
+    log_rows(loggers, ROWS)
+    for logger in loggers:
+        logger.finalize("success")
+    scalars, text = read_tensorboard(out / "tensorboard")
+    assert scalars["val/ppl"] == [(10, 20.0), (20, 7.5), (30, 9.0)]
+    assert "baseline" in text and "norm:pre" in text
+    hparams = OmegaConf.load(out / "tensorboard" / "hparams.yaml")
+    assert hparams.tags == "baseline, norm:pre" and hparams.axis_norm == "pre" and hparams.seed == 3
+    assert hparams.run_name == "norm=pre" and hparams.job_type == "train" and hparams.bleu_signature == "sig"
+    assert "spec" not in hparams
+
+
+def read_mlflow(store: Path) -> tuple[Any, list[Any]]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"file:{store}")
+    experiment = client.get_experiment_by_name("ablate")
+    return client, client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
+
+
+def test_mlflow_logger_writes_metrics_params_and_tags(tmp_path: Path, no_mlflow_env: None) -> None:
+    pytest.importorskip("mlflow")
+    out = tmp_path / "logs" / "sweep" / "job"
+    cfg = multi_cfg(tmp_path, "mlflow", tags=["baseline"])
+    labels = ablate_logging.RunLabels(name="norm=pre", job_type="sweep")
+    loggers = build_loggers(cfg, out, "norm=pre", "g1", {"axes": {"norm": "pre"}, "optim": {"lr": 0.5}}, labels=labels)
+    assert [type(lg) for lg in loggers] == [CSVLogger, ablate_logging.AblateMLFlowLogger]
+    loggers[1].log_hyperparams({"spec": {"d_model": 64}})
+    log_rows(loggers, [*ROWS, (30, {"test/ppl@32": 5.0})])
+    loggers[1].finalize("success")
+    client, runs = read_mlflow(tmp_path / "logs" / "mlruns")  # the shared store under paths.log_dir
+    [run] = runs
+    assert run.info.run_name == "norm=pre" and run.info.status == "FINISHED"
+    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "val/ppl")] == [(10, 20), (20, 7.5), (30, 9)]
+    assert client.get_metric_history(run.info.run_id, "test/ppl_at_32")[0].value == 5
+    tags = run.data.tags
+    assert (tags["baseline"], tags["norm"], tags["group"], tags["job_type"]) == ("", "pre", "g1", "sweep")
+    assert run.data.params["axis_norm"] == "pre" and run.data.params["optim/lr"] == "0.5"
+    assert not any(k.startswith("spec") for k in run.data.params)
+
+    # the job resumes: the same MLflow run goes on (params already there are not logged again)
+    resumed = build_loggers(cfg, out, "norm=pre", "g1", {"axes": {"norm": "pre"}, "optim": {"lr": 0.5}, "ckpt_path": "last"},
+                            resuming=True, labels=labels)
+    log_rows(resumed, [(40, {"val/ppl": 6.0})])
+    resumed[1].finalize("success")
+    _, runs = read_mlflow(tmp_path / "logs" / "mlruns")
+    assert [r.info.run_id for r in runs] == [run.info.run_id]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val/ppl")] == [10, 20, 30, 40]
+    assert runs[0].data.params["ckpt_path"] == "last"
+
+
+def test_a_selected_logger_that_is_not_installed_names_the_pip_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_mlflow_env: None
+) -> None:
+    installed = {"tensorboard": True, "tensorboardX": False, "mlflow": False}
+    monkeypatch.setattr(ablate_logging, "_installed", lambda module: installed[module])
+    ablate_logging.check_loggers(multi_cfg(tmp_path, "csv", "tensorboard"))  # installed: fine
+    with pytest.raises(ablate_logging.LoggerUnavailable, match=r"pip install -c requirements/constraints.txt -e '\.\[mlflow\]'"):
+        build_loggers(multi_cfg(tmp_path, "tensorboard", "mlflow"), tmp_path / "job", "r", None, {})
+    installed["tensorboard"] = False
+    with pytest.raises(ablate_logging.LoggerUnavailable, match=r"'\.\[tensorboard\]'"):
+        ablate_logging.check_loggers(multi_cfg(tmp_path, "tensorboard"))
+    from ablate.config import ConfigError
+
+    assert issubclass(ablate_logging.LoggerUnavailable, ConfigError)  # train.py prints it as a user error
+
+
+def test_train_with_tensorboard_and_mlflow(run_train, tmp_path: Path, no_mlflow_env: None) -> None:
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("mlflow")
+    from conftest import TINY
+
+    run_train(*TINY, "logger=[tensorboard,mlflow]", "tags=[smoke]", "pos=rope", "hydra.run.dir=" + str(tmp_path / "run"))
+    scalars, text = read_tensorboard(tmp_path / "run" / "tensorboard")
+    for name in ("train/loss", "val/loss", "test/loss", "grad_norm/total", "train/tokens_seen", "train/time_s"):
+        assert scalars.get(name), name
+    assert [v for _, v in scalars["train/tokens_seen"]][:3] == [64, 128, 192]  # batch 4 x 16 tokens a step
+    assert "smoke" in text and "pos:rope" in text
+    _, [run] = read_mlflow(tmp_path / "logs" / "mlruns")
+    assert run.info.run_name.startswith("pos=rope,model=tiny,batch_size=4,seq_len=16,") and len(run.info.run_name) <= 120
+    assert {"val/loss", "test/loss", "train/tokens_seen"} <= set(run.data.metrics)
+    assert run.data.tags["smoke"] == "" and run.data.tags["pos"] == "rope" and run.data.tags["job_type"] == "train"
+    assert not (tmp_path / "run" / "wandb").exists()
+
+
+# -------------------------------------------------------- cumulative tokens and time
+
+
+def test_tokens_seen_and_training_time_leave_out_pauses_and_survive_a_resume(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    import torch
+
+    from ablate.callbacks import throughput
+    from ablate.callbacks.throughput import ThroughputMonitor
+
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(throughput, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+    monitor = ThroughputMonitor(window=4)
+    trainer = SimpleNamespace(world_size=2)
+    batch = (torch.zeros(2, 8), torch.zeros(2, 8))  # 16 tokens a rank and step
+    for step in range(4):
+        monitor.on_train_batch_start(trainer, None, batch, step)
+        clock.now += 0.5
+        if step == 1:
+            monitor.pause()  # a validation pass: 100 s not counted
+            clock.now += 100.0
+    assert monitor.tokens_seen == 4 * 16 * 2
+    assert monitor.elapsed() == pytest.approx(4 * 0.5)
+    state = monitor.state_dict()
+    restored = ThroughputMonitor(window=4)
+    restored.load_state_dict(state)
+    clock.now += 7.0  # the restart
+    restored.on_train_batch_start(trainer, None, batch, 4)
+    clock.now += 0.5
+    assert restored.tokens_seen == 5 * 32 and restored.elapsed() == pytest.approx(2.5)

@@ -106,3 +106,13 @@ def test_pos_yaml_declares_exactly_the_class_options(option: str) -> None:
     declared = {p.name: p.default for p in params if p.kind is not p.VAR_KEYWORD and p.name not in MODEL_DIMENSIONS
                 and p.default is not inspect.Parameter.empty}
     assert {k: v for k, v in node.items() if k != "name"} == declared
+
+
+def test_a_sweep_with_an_inapplicable_key_fails_before_the_first_job(run_train, tmp_path: Path) -> None:
+    """Hydra alone would train the rope jobs and fail the sinusoidal ones later (or, with '++',
+    train them ignoring the key): every job's config is checked before any starts."""
+    proc = run_train("-m", "model=tiny", "pos=rope,sinusoidal", "++pos.fraction=0.5", check=False)
+    assert proc.returncode == 1
+    assert "pos=sinusoidal ++pos.fraction=0.5' is invalid, so no job was started" in proc.stderr
+    assert "pos.fraction does not apply to pos=sinusoidal" in proc.stderr
+    assert not list((tmp_path / "logs").rglob("status.json"))

@@ -232,9 +232,10 @@ def test_last_checkpoint_saves_the_final_step(tmp_path: Path) -> None:
     saved: list[int] = []
 
     class Recording(LastCheckpoint):
-        def _save_checkpoint(self, trainer, filepath):
-            saved.append(trainer.global_step)
-            super()._save_checkpoint(trainer, filepath)
+        def save(self, trainer):
+            if self._saved_at != trainer.global_step:
+                saved.append(trainer.global_step)
+            super().save(trainer)
 
     trainer = L.Trainer(max_steps=7, callbacks=[Recording(tmp_path, every_n_train_steps=3)], logger=False,
                         enable_progress_bar=False, enable_model_summary=False, plugins=[AtomicCheckpointIO()])

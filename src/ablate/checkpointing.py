@@ -35,7 +35,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, Checkpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
@@ -98,33 +98,46 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-class LastCheckpoint(ModelCheckpoint):
-    """``last.ckpt`` every ``every_n_train_steps`` optimiser steps and when training ends.
+class LastCheckpoint(Checkpoint):
+    """``last.ckpt`` every ``every_n_train_steps`` optimiser steps, at the step where a callback
+    stops training (Ctrl-C, divergence), and when training ends; ``None`` or 0: only the last two.
 
     A job killed at any moment loses at most the steps since the last multiple of
-    ``every_n_train_steps``. ``None`` or 0: only at the end of training.
+    ``every_n_train_steps``. Saved through the public ``trainer.save_checkpoint`` (so through
+    :class:`AtomicCheckpointIO`); a subclass of Lightning's ``Checkpoint`` base so that Lightning
+    runs it after every other callback and a checkpoint holds every callback's state for its step.
+    (Lightning's ``ModelCheckpoint(save_last=True)`` writes ``last.ckpt`` only when a top-k
+    checkpoint is saved, and at the end only when nothing was ever saved.)
     """
 
+    FILENAME = "last.ckpt"
+
     def __init__(self, dirpath: str | os.PathLike[str], every_n_train_steps: int | None = 100) -> None:
-        super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=every_n_train_steps or 0,
-                         every_n_epochs=0, enable_version_counter=False)
+        self.dirpath = Path(dirpath)
+        self.every_n_train_steps = every_n_train_steps or 0
+        self._saved_at: int | None = None
+
+    def save(self, trainer: L.Trainer) -> None:
+        """Save ``last.ckpt`` for the current step, once (every rank calls it: a collective)."""
+        if self._saved_at == trainer.global_step or trainer.sanity_checking:
+            return
+        trainer.save_checkpoint(self.dirpath / self.FILENAME, weights_only=False)  # full: resumable
+        self._saved_at = trainer.global_step
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if (batch_idx + 1) % trainer.accumulate_grad_batches:
+            return  # mid-accumulation: no optimiser step was taken
+        periodic = self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0
         # A callback stopped training at this step (Ctrl-C: GracefulInterrupt; divergence): save it
         # now, while the loops are mid-epoch. That checkpoint resumes exactly, like the periodic
         # ones; one written in on_train_end is taken after Lightning has closed the epoch, and a
-        # resume from it would start the next epoch's data order. (Checkpoint callbacks run
-        # after all others, so every callback's state for this step is in it.)
-        if trainer.should_stop and self._last_global_step_saved != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        # resume from it would start the next epoch's data order.
+        if periodic or trainer.should_stop:
+            self.save(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Lightning's version saves here only if nothing was ever saved; ours saves the final
-        # state unless the last periodic save was at this very step
-        if self._last_global_step_saved != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        self.save(trainer)  # the final state, unless the last save was at this very step
 
 
 class ResumeState(Callback):
@@ -206,10 +219,6 @@ def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dirs: list[str | os.Path
     if not Path(ckpt_path).is_file():
         raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint file")
     return ckpt_path
-
-
-def checkpoint_dirs(callbacks: list[Callback]) -> list[str]:
-    return [str(cb.dirpath) for cb in callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
 
 
 def resume_state(checkpoint: dict[str, Any]) -> dict[str, Any]:

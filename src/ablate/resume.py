@@ -1,7 +1,8 @@
 """A resumed run is the run it claims to be: checks made before a checkpoint is resumed.
 
 * :func:`run_identity` -- the settings that define a run (architecture, task, data and tokenizer,
-  global batch, optimiser and schedule, seed, training length), flattened to dotted keys. Every
+  global batch, optimiser and schedule, seed, and the training length where the LR schedule
+  depends on it), flattened to dotted keys. Every
   checkpoint carries it (:class:`ablate.checkpointing.ResumeState`); :func:`check_same_run`
   refuses to resume under a config whose identity differs, listing the differing keys, unless
   each is named in ``resume_allow_changes`` (e.g. ``[trainer.max_steps]`` to train longer).
@@ -31,6 +32,7 @@ from ablate.optim import used_optim_config
 
 IDENTITY_GROUPS = ("task", "model", "pos", "norm", "act", "init", "attn", "data", "optim")
 IDENTITY_KEYS = ("seed", "trainer.max_steps", "trainer.max_epochs", "trainer.precision")
+HORIZON_FREE_SCHEDULES = ("inverse_sqrt", "constant")  # their LR at a step does not depend on max_steps
 # within those groups: where things live and how fast they load, not what is trained
 NOT_IDENTITY = ("data.data_dir", "data.cache_dir", "data.num_workers", "data.pin_memory", "data.micro_batch_size",
                 "data.eval_batch_size", "model.compile", "optim.fused")
@@ -66,6 +68,11 @@ def run_identity(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     else:
         flat = {k: v for k, v in _flatten(cfg).items() if wanted(k)}
     flat.update({key: flat.get(key) for key in IDENTITY_KEYS})
+    # The training length defines the run only through the LR schedule: training an
+    # inverse-sqrt or constant schedule longer continues the same run, a cosine/linear one with
+    # the horizon max_steps does not (the decay would be stretched from the resumed step on).
+    if flat.get("optim.schedule") in HORIZON_FREE_SCHEDULES or flat.get("optim.decay_steps") is not None:
+        flat.pop("trainer.max_steps", None)
     optim = {k.split(".", 1)[1]: v for k, v in flat.items() if k.startswith("optim.")}
     if optim:  # only the keys the chosen optimiser reads
         used = used_optim_config(optim)

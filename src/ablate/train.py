@@ -11,7 +11,7 @@ elastic launcher and waits; each rank runs :func:`fit`. Under SLURM with one tas
 
 Resuming (``ckpt_path=last`` or a path) restores what Lightning restores (model, optimiser, LR
 scheduler, loop progress, callbacks) plus the RNG states, the position in the training data and
-the W&B run (:mod:`ablate.checkpointing`, :class:`ablate.data.lm_data.LMDataModule`).
+the W&B run (:mod:`ablate.checkpointing`; the data modules' own ``state_dict``).
 
 Re-running a sweep (:func:`previous_outcome`): the sweep directory is the same for the same
 command (``hydra.sweep.dir``, :func:`ablate.resolvers.sweep_dirname`) and a job's directory is
@@ -20,16 +20,15 @@ named by its overrides, so a job finds what an earlier run of it left. With ``sk
 its stored result; a job with a ``last.ckpt`` and no final status (killed, or crashed) resumes
 from it. The decision is taken once, in the Hydra job process, before any rank is started.
 
-Length extrapolation (``eval.seq_lens``, :func:`evaluate_lengths`): after training the test
-split is evaluated at each length, as Press et al. 2022 (ALiBi) evaluate a model trained at L
-at L, 2L, 4L, ...
+Nothing here is specific to a task: the task (``task.name``, :mod:`ablate.tasks`) checks its own
+config keys (``TaskModule.check_config``), builds its module, and evaluates a finished run
+(``TaskModule.evaluate_after_fit``: the test split, the LM's lengths of ``eval.seq_lens``, ...).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import sys
 import time
@@ -58,6 +57,7 @@ from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.checkpointing import AtomicCheckpointIO, ResumeState, find_last_checkpoint, resolve_ckpt_path, resume_state
 from ablate.config import ConfigError, ModelSpec, model_spec
+from ablate.objective import MetricNotLoggedError, best_metric_value
 from ablate.optim import optimizer_kind, used_optim_config
 from ablate.resume import (
     CheckpointError,
@@ -69,8 +69,9 @@ from ablate.resume import (
 )
 from ablate.run_checks import check_run_numbers, optimized_metric_problem
 from ablate.console import format_run_header, format_run_summary, param_estimate, print_config_tree, quiet_known_noise
-from ablate.logging import build_loggers, finish_wandb, multirun_group, run_name_from_overrides, set_wandb_summary
-from ablate.tasks import build_task
+from ablate.logging import RunLabels, build_loggers, check_loggers, finish_wandb, multirun_group, set_wandb_summary
+from ablate.tasks import build_task, check_task_config
+from ablate.tasks.base import finite_or_none
 
 log = logging.getLogger(__name__)
 FINISHED = ("completed", "diverged")  # a re-run of the sweep skips these (skip_completed)
@@ -92,31 +93,11 @@ def eval_max_len(cfg: DictConfig) -> int:
     return max(cfg.data.seq_len, cfg.data.get("eval_seq_len") or 0)
 
 
-def apply_eval_seq_len(cfg: DictConfig) -> None:
-    """``eval.seq_len`` is the LM's validation/test length: copied into ``data.eval_seq_len``
-    (which also still works on its own). Checks ``eval.seq_lens``."""
-    evaluation = cfg.get("eval") or {}
-    length, lengths = evaluation.get("seq_len"), evaluation.get("seq_lens")
-    lm_data = "eval_seq_len" in cfg.data
-    if (length or lengths) and not lm_data:
-        raise ValueError("eval.seq_len / eval.seq_lens apply to language models (task=lm with an LM data config); "
-                         "remove them for this task")
-    listed = lengths is not None and not isinstance(lengths, (str, int))
-    if lengths is not None and not (listed and all(isinstance(n, int) and n > 0 for n in lengths)):
-        raise ValueError(f"eval.seq_lens={lengths}: give a list of positive lengths, e.g. eval.seq_lens=[256,512,1024]")
-    if length is None:
-        return
-    current = cfg.data.get("eval_seq_len")
-    if current not in (None, length):
-        raise ValueError(f"eval.seq_len={length} but data.eval_seq_len={current}: set only one of them")
-    with open_dict(cfg):
-        cfg.data.eval_seq_len = length
-
-
 def check_config(cfg: DictConfig) -> None:
     """Fail on an invalid architecture or run-control number before any data is read or tensor
     allocated."""
-    apply_eval_seq_len(cfg)
+    check_loggers(cfg)  # a selected tensorboard/mlflow that is not installed fails before data is read
+    check_task_config(cfg)  # the task's own checks (task=lm: copies eval.seq_len into data.eval_seq_len)
     check_run_numbers(cfg)
     try:
         optimizer_kind(cfg.optim)
@@ -153,11 +134,13 @@ class Job:
     name: str = "default"  # W&B run name
     group: str | None = None  # W&B group (the sweep)
     multirun: bool = False
+    labels: RunLabels = field(default_factory=RunLabels)  # name, job_type, swept keys, experiment
 
     @classmethod
     def current(cls) -> Job:
         overrides = job_overrides()
-        return cls(overrides, run_name_from_overrides(overrides), multirun_group(), is_multirun())
+        labels = RunLabels.current(overrides)
+        return cls(overrides, labels.name, multirun_group(), is_multirun(), labels)
 
 
 def training_layout(cfg: DictConfig) -> tuple[int, int, int]:
@@ -290,58 +273,32 @@ def previous_outcome(cfg: DictConfig, output_dir: Path) -> dict[str, Any] | None
 
 
 def optimized_value(cfg: DictConfig, status: dict[str, Any]) -> float:
-    """The job's return value for a sweeper: ``optimized_metric`` from its status, else NaN."""
-    value = (status.get("metrics") or {}).get(cfg.get("optimized_metric", "val/loss"))
-    return value if value is not None else float("nan")
-
-
-def evaluate_lengths(trainer: L.Trainer, task: L.LightningModule, datamodule: Any,
-                     lengths: list[int]) -> tuple[dict[str, float | None], dict[str, Any]]:
-    """``test/loss@L`` and ``test/ppl@L`` for each length L: the test split cut into
-    non-overlapping windows of L tokens (Press et al. 2022's "nonoverlapping inference"; no
-    sliding window, so every token is predicted from the tokens of its own window only).
-
-    Every length covers the same split (up to its last partial window); the tokens per eval
-    batch stay constant (:meth:`ablate.data.lm_data.LMDataModule.use_eval_length`). With
-    ``pos=learned`` a length beyond the position table (``model.max_len``, by default the
-    training/eval length) is skipped with a note: the table has no rows there, and rows added
-    only for evaluation would be untrained. Returns the metrics and, per length, the tokens
-    evaluated or why it was skipped.
-    """
-    metrics: dict[str, float | None] = {}
-    info: dict[str, Any] = {}
-    spec = task.spec
-    for length in lengths:
-        if spec.pos == "learned" and length > spec.max_len:
-            info[str(length)] = {"skipped": f"pos=learned has {spec.max_len} positions (model.max_len)"}
-            rank_zero_info(f"test/ppl@{length} skipped: pos=learned has only {spec.max_len} positions; set "
-                           f"model.max_len={length} to evaluate with untrained positions beyond the training length")
-            continue
-        datamodule.use_eval_length(length)
-        task.eval_tag = f"@{length}"
-        try:
-            trainer.test(task, datamodule=datamodule, verbose=False)
-        finally:
-            task.eval_tag = ""
-        for key in (f"test/loss@{length}", f"test/ppl@{length}"):
-            metrics[key] = _finite_or_none(trainer.callback_metrics.get(key))
-        info[str(length)] = {"tokens": task.eval_tokens_seen}
-    return metrics, info
-
-
-def _finite_or_none(value: Any) -> float | None:
+    """The job's return value for a sweeper (``optimized_metric``): in a sweep, the best value the
+    run logged (diverged and crashed jobs rank last; a metric never logged stops the sweep with
+    its name: :func:`ablate.objective.best_metric_value`); NaN for a single run, which nothing
+    optimises."""
+    if not is_multirun():
+        return float("nan")
     try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
+        return best_metric_value(Path(cfg.paths.output_dir), status, cfg.get("optimized_metric", "val/loss"))
+    except MetricNotLoggedError:
+        if sweeper_optimises():
+            raise
+        return float("nan")  # a grid sweep does not use the value
+
+
+def sweeper_optimises() -> bool:
+    """The sweep's sweeper chooses jobs by their return value (Optuna, the tuned-LR sweeper), as
+    opposed to Hydra's basic grid sweeper, which ignores it."""
+    target = str(HydraConfig.get().sweeper.get("_target_", "")) if HydraConfig.initialized() else ""
+    return bool(target) and not target.endswith("BasicSweeper")
 
 
 def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, Any]:
     """Train one configuration in this process (one rank of it, under DDP); returns its status
     record."""
     job = job or Job.current()
-    check_config(cfg)  # also copies eval.seq_len into data.eval_seq_len
+    check_config(cfg)
     world, _, accumulate = training_layout(cfg)
     ckpt_path, wandb_resume_id = resume_point(cfg, output_dir, job)  # before any data is read
     problem = optimized_metric_problem(cfg)
@@ -358,7 +315,7 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
     datamodule.prepare_data()
     datamodule.setup("fit")
     spec = model_spec(cfg, vocab_size=datamodule.vocab_size, max_len=eval_max_len(cfg))
-    task = build_task(cfg, datamodule, spec)  # cfg.task.name: lm | translation (ablate.tasks.TASKS)
+    task = build_task(cfg, datamodule, spec)  # cfg.task.name (ablate.tasks.TASKS)
     task.tokenizer = datamodule.tokenizer
 
     n_params = task.model.num_params()
@@ -372,7 +329,7 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
                   "params_estimate": estimate, "world_size": world, "accumulate_grad_batches": accumulate}
     run_config["optim"] = used_optim_config(run_config["optim"])  # never record a key the optimiser ignores
     loggers = build_loggers(cfg, output_dir, job.name, job.group, run_config, resume_id=wandb_resume_id,
-                            resuming=ckpt_path is not None)
+                            resuming=ckpt_path is not None, labels=job.labels)
     if ckpt_path is None:  # a resumed run logged these already
         for logger in loggers:
             logger.log_metrics({"model/params": n_params, "model/params_estimate": estimate}, step=0)
@@ -391,15 +348,11 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
     diverged = divergence is not None and divergence.diverged_at is not None
     interrupt = next(cb for cb in trainer.callbacks if isinstance(cb, GracefulInterrupt))
     interrupted = interrupt.interrupted_at is not None and not diverged
-    metrics = {k: _finite_or_none(v) for k, v in trainer.callback_metrics.items()}
-    # Ctrl-C (interrupted): last.ckpt was saved at this step; no post-fit evaluation
-    if cfg.eval.test_at_end and not diverged and not interrupted:
-        trainer.test(task, datamodule=datamodule, verbose=False)
-        metrics.update({k: _finite_or_none(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")})
-    length_info = None
-    if cfg.eval.get("seq_lens") and not diverged and not interrupted:
-        length_metrics, length_info = evaluate_lengths(trainer, task, datamodule, list(cfg.eval.seq_lens))
-        metrics.update(length_metrics)
+    metrics = {k: finite_or_none(v) for k, v in trainer.callback_metrics.items()}
+    extra: dict[str, Any] = {}
+    if not diverged and not interrupted:  # Ctrl-C: last.ckpt was saved at this step; no evaluation
+        evaluated, extra = task.evaluate_after_fit(trainer, datamodule, cfg)  # the task's own (test split, ...)
+        metrics.update(evaluated)
     status = {
         "status": "interrupted" if interrupted else "diverged" if diverged else "completed",
         "diverged_at_step": divergence.diverged_at if diverged else None,
@@ -414,8 +367,7 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
         "resumed_from": ckpt_path,
         "metrics": metrics,
     }
-    if length_info is not None:
-        status["eval_lengths"] = length_info
+    status.update(extra)
     for key in ("status", "diverged_at_step", "steps", "wall_time_s"):
         set_wandb_summary(loggers, key, status[key])
     set_wandb_summary(loggers, "diverged", diverged)

@@ -7,44 +7,12 @@ import pytest
 import torch
 
 from ablate.config import ModelSpec, validate
+from ablate.export.hf import load_gpt2_weights
 from ablate.nn.transformer import TransformerLM
 
 transformers = pytest.importorskip("transformers")
 
 N_LAYER, N_EMBD, N_HEAD, N_POS, VOCAB = 2, 32, 4, 32, 50
-
-
-def load_hf_gpt2(model: TransformerLM, hf) -> None:
-    """Copy a ``transformers.GPT2LMHeadModel``'s weights into ``model``.
-
-    HF's ``Conv1D`` stores its weight as (in, out), the transpose of ``nn.Linear``'s (out, in)."""
-    sd = hf.transformer.state_dict()
-    ours = {
-        "tok_emb.weight": sd["wte.weight"],
-        "pos.weight": sd["wpe.weight"],
-        "final_norm.weight": sd["ln_f.weight"],
-        "final_norm.bias": sd["ln_f.bias"],
-    }
-    for i in range(len(model.blocks)):
-        h, b = f"h.{i}.", f"blocks.{i}."
-        ours |= {
-            b + "attn.norm.weight": sd[h + "ln_1.weight"],
-            b + "attn.norm.bias": sd[h + "ln_1.bias"],
-            b + "attn.sublayer.qkv.weight": sd[h + "attn.c_attn.weight"].T,
-            b + "attn.sublayer.qkv.bias": sd[h + "attn.c_attn.bias"],
-            b + "attn.sublayer.out_proj.weight": sd[h + "attn.c_proj.weight"].T,
-            b + "attn.sublayer.out_proj.bias": sd[h + "attn.c_proj.bias"],
-            b + "ffn.norm.weight": sd[h + "ln_2.weight"],
-            b + "ffn.norm.bias": sd[h + "ln_2.bias"],
-            b + "ffn.sublayer.fc_in.weight": sd[h + "mlp.c_fc.weight"].T,
-            b + "ffn.sublayer.fc_in.bias": sd[h + "mlp.c_fc.bias"],
-            b + "ffn.sublayer.fc_out.weight": sd[h + "mlp.c_proj.weight"].T,
-            b + "ffn.sublayer.fc_out.bias": sd[h + "mlp.c_proj.bias"],
-        }
-    # head.weight is tok_emb.weight (tied), so strict loading accounts for every tensor
-    missing, unexpected = model.load_state_dict({k: v.clone() for k, v in ours.items()}, strict=False)
-    assert missing == ["head.weight"] and not unexpected, (missing, unexpected)
-    assert model.head.weight is model.tok_emb.weight
 
 
 def tiny_hf_gpt2():
@@ -75,7 +43,8 @@ def test_logits_match_hf_gpt2(attn):
         norm_bias=True, attn=attn,
     ))
     model = TransformerLM(spec).eval()
-    load_hf_gpt2(model, hf)
+    load_gpt2_weights(model, hf.state_dict())  # the GPT-2 mapping scripts/export_hf.py uses, reversed
+    assert model.head.weight is model.tok_emb.weight
     torch.manual_seed(1)
     idx = torch.randint(0, VOCAB, (3, N_POS))
     with torch.no_grad():

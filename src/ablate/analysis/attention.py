@@ -17,6 +17,7 @@ self-attention (target x target, causal) and decoder cross-attention (target x s
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -151,6 +152,29 @@ def attention_figure(weights: Tensor, query_labels: list[str], key_labels: list[
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight (grey: masked, exactly 0)")
     fig.suptitle(title)
     return fig
+
+
+def checkpoint_label(ckpt_path: str | Path) -> str:
+    """A checkpoint as a figure names it, without the directories above its run:
+    ``<run dir>/best.ckpt`` for ``.../<run dir>/checkpoints/best.ckpt``, else the parent folder
+    and the file name."""
+    ckpt = Path(ckpt_path)
+    run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    return f"{run.name}/{ckpt.name}" if run.name else ckpt.name
+
+
+def map_title(kind: str, model: str, ckpt_path: str | Path, width: int = 90) -> str:
+    """``Attention weights (<kind>): <model>`` over the run and checkpoint names (no full path:
+    a sweep directory's path would be wider than the figure); a long run name (a sweep job's,
+    ``seed=1,norm=pre,...``) is broken after its commas into lines of about ``width`` characters."""
+    run, _, name = checkpoint_label(ckpt_path).rpartition("/")
+    where = f"run {run}, checkpoint {name}" if run else f"checkpoint {name}"
+    lines = [""]
+    for piece in re.split(r"(?<=,)", where):
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines.append("")
+        lines[-1] += piece
+    return f"Attention weights ({kind}): {model}\n" + "\n".join(line.strip() for line in lines)
 
 
 def save_figure(fig: Figure, path: str | Path) -> Path:

@@ -6,7 +6,10 @@
 * :func:`axis_series`: a final metric against a numeric axis (``model.n_layers``, ``optim.lr``),
   one line per value of the other axes, with diverged and stuck jobs counted;
 * :func:`paper_series` and :func:`spearman`: our metric per variant beside a paper's number, in
-  the paper's order, and the rank correlation of the two.
+  the paper's order, and the rank correlation of the two;
+* :func:`lr_schedule`: the learning rate of every optimiser step, recomputed from the job's
+  ``optim`` config (``train/lr`` is logged only every ``trainer.log_every_n_steps``);
+* :func:`job_x`: a job's logged steps as training tokens or training time (``--x``).
 
 Every table has ``mean``, ``std`` (sample, n - 1), ``min``, ``max`` and ``n`` over the seeds
 that completed (a diverged seed's last value predates its divergence); ``figures.py`` draws the
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -169,3 +173,148 @@ def paper_rank_correlation(frame: pd.DataFrame) -> float:
     rows = frame[frame["mean"].notna()]
     return spearman(rows["paper"].to_numpy(), rows["mean"].to_numpy())
 
+
+
+# ----------------------------------------------------------------------------- config values
+
+
+_REFERENCE = re.compile(r"^\$\{([\w.]+)\}$")
+
+
+def config_value(job: Job, key: str) -> Any:
+    """The job's value of ``key`` as :meth:`Job.value` gives it, with a plain reference such as
+    ``${trainer.max_steps}`` (Hydra writes ``.hydra/config.yaml`` unresolved) followed."""
+    value = job.value(key)
+    for _ in range(10):  # a chain of references, not a loop
+        match = _REFERENCE.match(value) if isinstance(value, str) else None
+        if match is None:
+            return value
+        value = job.value(match[1])
+    return value
+
+
+def config_number(job: Job, key: str) -> float | None:
+    """``key``'s value as a number; None when unset (``null``) or not a number."""
+    return _number(config_value(job, key))
+
+
+# ----------------------------------------------------------------------------- learning rate
+
+
+LR_METRIC = "train/lr"
+LR_TOLERANCE = 1e-5  # relative: train/lr is logged as float32
+
+
+def trained_steps(job: Job) -> int:
+    """How many optimiser steps the job took: ``status.json``'s ``steps``, else one past the last
+    logged step (a job killed before it wrote its status)."""
+    steps = _number(job.record.get("steps"))
+    if steps is not None:
+        return int(steps)
+    return int(job.metrics.index.max()) + 1 if len(job.metrics) else 0
+
+
+def lr_schedule(job: Job) -> pd.Series:
+    """The learning rate of every optimiser step 0 .. :func:`trained_steps` - 1, recomputed as
+    :func:`ablate.optim.build_schedule` computes it: ``optim.lr`` times
+    ``SCHEDULES[optim.schedule](step, optim.warmup_steps, optim.decay_steps or trainer.max_steps,
+    optim.min_lr_ratio)``. Indexed like ``metrics.csv``: its step ``s`` logs the rate that the
+    ``s``-th optimiser step (from 0) used. Raises ValueError naming the missing config value."""
+    from ablate.optim import SCHEDULES  # imports torch: only when a figure needs it
+
+    name = config_value(job, "optim.schedule")
+    if name not in SCHEDULES:
+        raise ValueError(f"{job.name}: optim.schedule={name!r} is not one of {', '.join(SCHEDULES)}")
+    lr = config_number(job, "optim.lr")
+    if lr is None:
+        raise ValueError(f"{job.name}: optim.lr is not a number in its config")
+    horizon = config_number(job, "optim.decay_steps") or config_number(job, "trainer.max_steps")
+    if horizon is None or horizon <= 0:  # training bounded by epochs: the horizon was computed at run time
+        raise ValueError(f"{job.name}: neither optim.decay_steps nor trainer.max_steps fixes the schedule's horizon")
+    warmup = int(config_number(job, "optim.warmup_steps") or 0)
+    min_ratio = config_number(job, "optim.min_lr_ratio") or 0.0
+    steps = np.arange(trained_steps(job))
+    fn = SCHEDULES[name]
+    return pd.Series([lr * fn(int(s), warmup, int(horizon), min_ratio) for s in steps], index=pd.Index(steps, name="step"),
+                     dtype=float, name=LR_METRIC)
+
+
+def lr_matches_log(job: Job, schedule: pd.Series, tolerance: float = LR_TOLERANCE) -> bool:
+    """Whether ``schedule`` equals the job's logged ``train/lr`` at every step both have (False
+    when the config no longer describes the run, e.g. ``trainer.max_steps`` raised on a resume)."""
+    logged = job.series(LR_METRIC)
+    common = logged.index.intersection(schedule.index)
+    if len(common) < len(logged):  # logged steps beyond the recomputed range
+        return False
+    expected = schedule.loc[common].to_numpy()
+    return bool(np.all(np.abs(logged.loc[common].to_numpy() - expected) <= tolerance * np.abs(expected) + 1e-30))
+
+
+# ----------------------------------------------------------------------------- x axis of the curves
+
+
+X_AXES = ("steps", "tokens", "time")
+TOKENS_METRIC, TIME_METRIC, RATE_METRIC = "train/tokens_seen", "train/time_s", "train/tokens_per_sec"
+
+
+def tokens_per_step(job: Job) -> int | None:
+    """Training tokens per optimiser step fixed by the config: ``data.batch_size`` (the global
+    batch, in sequences) x ``data.seq_len`` for a language model; None for translation (batches
+    hold a token budget, not a fixed count) or when either is missing."""
+    if job.task != "lm":
+        return None
+    batch, length = config_number(job, "data.batch_size"), config_number(job, "data.seq_len")
+    return int(batch * length) if batch and length else None
+
+
+def _cumulative(job: Job, metric: str, steps: np.ndarray) -> np.ndarray:
+    """A cumulative quantity logged every few steps (``train/tokens_seen``, ``train/time_s``; its
+    value at step ``s`` counts steps 0..s) at ``steps``: linear between logged steps from 0 before
+    step 0, and at its mean rate per step beyond the last one."""
+    values = job.series(metric).astype(float)
+    xp, fp = np.concatenate([[-1.0], values.index.to_numpy(float)]), np.concatenate([[0.0], values.to_numpy()])
+    out = np.interp(steps, xp, fp)
+    beyond = steps > xp[-1]
+    out[beyond] = fp[-1] / (xp[-1] + 1) * (steps[beyond] + 1)
+    return out
+
+
+def job_x(job: Job, steps, x: str = "steps") -> tuple[np.ndarray, str]:
+    """The job's ``metrics.csv`` steps as the x of a curve, and where the numbers come from.
+
+    * ``steps``: the steps themselves;
+    * ``tokens``: the training tokens seen by the end of step ``s`` (it is the ``s + 1``-th
+      optimiser step): ``(s + 1) x`` :func:`tokens_per_step` where the config fixes it, else the
+      logged ``train/tokens_seen`` (interpolated between the steps that logged it);
+    * ``time``: the training time in seconds by the end of step ``s`` (validation left out): the
+      logged ``train/time_s``, else summed from ``train/tokens_per_sec`` (each logged rate for the
+      steps since the previous one), else ``status.json``'s ``wall_time_s`` spread evenly over the
+      steps (which includes validation and start-up: approximate).
+
+    Raises ValueError when the job has none of these."""
+    steps = np.asarray(steps, dtype=float)
+    if x == "steps":
+        return steps, "step"
+    if x == "tokens":
+        if (per_step := tokens_per_step(job)) is not None:
+            return (steps + 1) * per_step, f"(step + 1) x {per_step} tokens per step"
+        if len(job.series(TOKENS_METRIC)):
+            return _cumulative(job, TOKENS_METRIC, steps), TOKENS_METRIC
+        raise ValueError(f"{job.name}: no tokens per step in its config (data.batch_size x data.seq_len, LM only) "
+                         f"and no {TOKENS_METRIC} logged")
+    if x == "time":
+        if len(job.series(TIME_METRIC)):
+            return _cumulative(job, TIME_METRIC, steps), TIME_METRIC
+        rate = job.series(RATE_METRIC).astype(float)
+        rate = rate[rate > 0]
+        per_step = tokens_per_step(job)
+        if len(rate) and per_step is not None:
+            last = int(max(steps.max(initial=0), rate.index.max()))
+            held = rate.reindex(np.arange(last + 1)).bfill().ffill()  # a rate covers the steps up to where it was logged
+            elapsed = np.cumsum(per_step / held.to_numpy())
+            return np.interp(steps, np.arange(last + 1), elapsed), f"summed from {RATE_METRIC}"
+        wall, total = _number(job.record.get("wall_time_s")), trained_steps(job)
+        if wall is not None and total > 0:
+            return wall * (steps + 1) / total, "status.json wall_time_s spread evenly (includes validation)"
+        raise ValueError(f"{job.name}: neither {TIME_METRIC} nor {RATE_METRIC} logged, and no wall_time_s in status.json")
+    raise ValueError(f"x={x!r}: use one of {', '.join(X_AXES)}")

@@ -1,9 +1,16 @@
-"""Training throughput: ``train/tokens_per_sec`` and ``train/mfu`` (model FLOPs utilisation).
+"""Training throughput: ``train/tokens_per_sec``, ``train/mfu`` (model FLOPs utilisation) and the
+cumulative ``train/tokens_seen`` and ``train/time_s``.
 
 The rate is the tokens of the last ``window`` optimiser steps over their wall time, measured
 between batch starts. Time spent outside training steps is left out: a validation pass (with the
 checkpoint written after it) and any pause announced with :meth:`ThroughputMonitor.pause` (the
 benchmark pauses a training loop while it runs another variant's steps).
+
+``train/tokens_seen`` counts the tokens of every training batch so far (all ranks), ``train/time_s``
+the training time so far on the same clock as the rate (validation and pauses left out); both are
+kept in checkpoints, so a resumed run goes on counting, and both are also logged with every
+validation, so validation metrics can be plotted against tokens or time (W&B: ``define_metric``
+in :mod:`ablate.logging`).
 
 ``train/mfu`` is ``tokens/s * flops_per_token / peak_flops``. ``peak_flops="auto"`` takes the
 device's peak from :func:`device_peak_flops`: on a GPU the nominal dense bf16 peak of the
@@ -143,6 +150,9 @@ class ThroughputMonitor(Callback):
         self.peak_flops, self.flops_per_token = peak_flops, flops_per_token
         self.history: deque[tuple[float, int]] = deque(maxlen=window + 1)  # (batch start time, tokens)
         self._paused_at: float | None = None
+        self.tokens_seen = 0  # tokens of every training batch so far, all ranks (kept in checkpoints)
+        self.time_s = 0.0  # training time up to the last batch start, pauses left out (kept in checkpoints)
+        self._last_start: float | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.peak_flops == "auto":
@@ -161,12 +171,24 @@ class ThroughputMonitor(Callback):
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
         now = time.perf_counter()
+        if self._last_start is not None:  # the previous step's time, up to a pause if there was one
+            self.time_s += (self._paused_at if self._paused_at is not None else now) - self._last_start
+        self._last_start = now
         if self._paused_at is not None:
             # shift the recorded starts by the pause, as if it had not happened
             skipped = now - self._paused_at
             self.history = deque(((t + skipped, n) for t, n in self.history), maxlen=self.window + 1)
             self._paused_at = None
-        self.history.append((now, batch[0].numel() * trainer.world_size))
+        tokens = batch[0].numel() * trainer.world_size
+        self.tokens_seen += tokens
+        self.history.append((now, tokens))
+
+    def elapsed(self) -> float:
+        """Training time so far: up to now, or up to the pause if one is running."""
+        if self._last_start is None:
+            return self.time_s
+        until = self._paused_at if self._paused_at is not None else time.perf_counter()
+        return self.time_s + until - self._last_start
 
     def rate(self) -> float | None:
         """Tokens/s over the completed steps in the window (None before two batch starts)."""
@@ -179,9 +201,29 @@ class ThroughputMonitor(Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
         if not _lightning_logs_now(trainer):
             return
+        self._log_progress(pl_module)
         rate = self.rate()
         if rate is None:
             return
         pl_module.log("train/tokens_per_sec", rate)
         if self.peak_flops and self.flops_per_token:
             pl_module.log("train/mfu", rate * self.flops_per_token / self.peak_flops)
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # in the validation row too: W&B plots a metric against another only within one row
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and self._last_start is not None:
+            self._log_progress(pl_module, epoch_level=True)
+
+    def _log_progress(self, pl_module: L.LightningModule, epoch_level: bool = False) -> None:
+        # float64: Lightning would store a plain number as float32, exact only up to 2**24 tokens.
+        # At epoch level (validation) Lightning asks for sync_dist under DDP: every rank has the same count
+        for name, value in (("train/tokens_seen", self.tokens_seen), ("train/time_s", self.elapsed())):
+            pl_module.log(name, torch.tensor(value, dtype=torch.float64), batch_size=1, sync_dist=epoch_level)
+
+    def state_dict(self) -> dict[str, float]:
+        return {"tokens_seen": self.tokens_seen, "time_s": self.elapsed()}
+
+    def load_state_dict(self, state_dict: dict[str, float]) -> None:
+        self.tokens_seen = int(state_dict.get("tokens_seen", 0))
+        self.time_s = float(state_dict.get("time_s", 0.0))
+        self._last_start = None

@@ -37,7 +37,8 @@ def build_lm(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningMo
 
     if _is_translation_data(datamodule):
         raise ConfigError(f"data={type(datamodule).__name__} is a parallel corpus: train it with task=translation")
-    return LanguageModelTask(spec.as_dict(), used_optim_config(_container(cfg.optim)), compile=cfg.model.get("compile", False))
+    return LanguageModelTask(spec.as_dict(), used_optim_config(_container(cfg.optim)), data=_container(cfg.data),
+                             compile=cfg.model.get("compile", False))
 
 
 def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:
@@ -93,9 +94,30 @@ def require_checkpoint_task(path: str | Path, expected: str, script: str) -> Non
                          f"Use {TASK_SCRIPTS.get(found, 'the script of that task')} for this one.")
 
 
-def build_task(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:
-    """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec."""
+# the LightningModule of each task (imported when asked for: translation pulls in sacreBLEU)
+TASK_CLASSES = {"lm": "ablate.tasks.lm:LanguageModelTask", "translation": "ablate.tasks.translation:TranslationTask"}
+
+
+def task_name(cfg: DictConfig) -> str:
     name = (cfg.get("task") or {}).get("name", "lm")
     if name not in TASKS:
         raise ConfigError(f"unknown task={name!r}; valid options: {', '.join(TASKS)}")
-    return TASKS[name](cfg, datamodule, spec)
+    return name
+
+
+def task_class(cfg: DictConfig) -> type:
+    """The :class:`~ablate.tasks.base.TaskModule` subclass of ``cfg.task.name``."""
+    import importlib
+
+    module, cls = TASK_CLASSES[task_name(cfg)].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def check_task_config(cfg: DictConfig) -> None:
+    """The chosen task's own config checks (``TaskModule.check_config``), before any data is read."""
+    task_class(cfg).check_config(cfg)
+
+
+def build_task(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:
+    """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec."""
+    return TASKS[task_name(cfg)](cfg, datamodule, spec)

@@ -3,10 +3,14 @@ optimiser and per-step learning-rate schedule (:mod:`ablate.optim`)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import lightning as L
+from omegaconf import DictConfig
 from torch import Tensor
+
+from ablate.options import ConfigError
 
 from ablate.data.tokenizers import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
 from ablate.optim import build_optimizer, build_schedule
@@ -29,6 +33,24 @@ class TaskModule(L.LightningModule):
         if "tokenizer" in checkpoint:
             self.tokenizer = tokenizer_from_dict(checkpoint["tokenizer"])
 
+    # --- the task interface train.py uses (it names no task) ---------------------------------
+
+    @classmethod
+    def check_config(cls, cfg: DictConfig) -> None:
+        """Task-specific checks of a composed config before any data is read (may fill derived
+        keys, e.g. the LM's ``data.eval_seq_len`` from ``eval.seq_len``). Default: none."""
+        evaluation = cfg.get("eval") or {}
+        if evaluation.get("seq_len") or evaluation.get("seq_lens"):
+            raise ConfigError(f"eval.seq_len / eval.seq_lens apply to task=lm; remove them for task={cls.task_name}")
+
+    def evaluate_after_fit(self, trainer: L.Trainer, datamodule: Any, cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What a finished run evaluates after training: ``(metrics, extra status entries)``.
+        Default: the test split when ``eval.test_at_end`` (its ``test/*`` metrics)."""
+        if not cfg.eval.get("test_at_end", True):
+            return {}, {}
+        trainer.test(self, datamodule=datamodule, verbose=False)
+        return {k: finite_or_none(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}, {}
+
     def train_loss(self, batch: Any) -> tuple[Tensor, Tensor]:
         """``(loss, nll)`` of one training batch: the loss to minimise (label-smoothed per
         ``optim.label_smoothing``) and the plain NLL, detached, for ``train/ppl``.
@@ -41,3 +63,12 @@ class TaskModule(L.LightningModule):
         max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else self.trainer.estimated_stepping_batches
         scheduler = build_schedule(optimizer, self.optim_cfg, int(max_steps))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def finite_or_none(value: Any) -> float | None:
+    """``value`` as a float, or None when it is not a finite number (what status records hold)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None

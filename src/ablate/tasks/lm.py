@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import lightning as L
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from omegaconf import DictConfig, open_dict
 from torchmetrics import MeanMetric, SumMetric
 
-from ablate.config import ModelSpec
+from ablate.config import ConfigError, ModelSpec
 from ablate.data.tokenizers import Tokenizer
 from ablate.nn.transformer import TransformerLM
 from ablate.tasks.base import TaskModule
@@ -27,9 +30,11 @@ class LanguageModelTask(TaskModule):
 
     task_name = "lm"
 
-    def __init__(self, spec: Mapping[str, Any], optim: Mapping[str, Any], compile: bool = False) -> None:
+    def __init__(self, spec: Mapping[str, Any], optim: Mapping[str, Any], data: Mapping[str, Any] | None = None,
+                 compile: bool = False) -> None:
         super().__init__()
-        self.save_hyperparameters()  # spec + optim: enough to rebuild the model from a checkpoint
+        # spec + optim rebuild the model from a checkpoint; data finds its corpus again (eval.py)
+        self.save_hyperparameters()
         self.spec = ModelSpec(**spec)
         self.optim_cfg = dict(optim)
         self.model = TransformerLM(self.spec)
@@ -39,6 +44,37 @@ class LanguageModelTask(TaskModule):
         self.eval_tokens_seen = 0  # ... in the last one
         self.eval_tag = ""  # appended to the eval metric names: "@512" -> test/ppl@512 (train.py)
         self.tokenizer: Tokenizer | None = None  # set by train.py; saved in checkpoints
+
+    @classmethod
+    def check_config(cls, cfg: DictConfig) -> None:
+        """``eval.seq_len`` is the validation/test length: copied into ``data.eval_seq_len`` (which
+        also still works on its own); ``eval.seq_lens`` must be a list of positive lengths."""
+        evaluation = cfg.get("eval") or {}
+        length, lengths = evaluation.get("seq_len"), evaluation.get("seq_lens")
+        if (length or lengths) and "eval_seq_len" not in cfg.data:
+            raise ConfigError("eval.seq_len / eval.seq_lens need an LM data config (data.eval_seq_len); "
+                              f"data={cfg.data.get('_target_')} has none")
+        listed = lengths is not None and not isinstance(lengths, (str, int))
+        if lengths is not None and not (listed and all(isinstance(n, int) and n > 0 for n in lengths)):
+            raise ConfigError(f"eval.seq_lens={lengths}: give a list of positive lengths, e.g. eval.seq_lens=[256,512,1024]")
+        if length is None:
+            return
+        current = cfg.data.get("eval_seq_len")
+        if current not in (None, length):
+            raise ConfigError(f"eval.seq_len={length} but data.eval_seq_len={current}: set only one of them")
+        with open_dict(cfg):
+            cfg.data.eval_seq_len = length
+
+    def evaluate_after_fit(self, trainer: L.Trainer, datamodule: Any, cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The test split (``eval.test_at_end``), then ``test/loss@L``, ``test/ppl@L`` at each
+        length of ``eval.seq_lens`` (:func:`ablate.tasks.lm_eval.evaluate_lengths`)."""
+        from ablate.tasks.lm_eval import evaluate_lengths
+
+        metrics, extra = super().evaluate_after_fit(trainer, datamodule, cfg)
+        if cfg.eval.get("seq_lens"):
+            length_metrics, extra["eval_lengths"] = evaluate_lengths(trainer, self, datamodule, list(cfg.eval.seq_lens))
+            metrics.update(length_metrics)
+        return metrics, extra
 
     def forward(self, idx: Tensor) -> Tensor:
         return self.forward_fn(idx)

@@ -32,9 +32,10 @@ import torch.nn.functional as F
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
+from omegaconf import DictConfig
 from torchmetrics import MeanMetric
 
-from ablate.config import ModelSpec
+from ablate.config import ConfigError, ModelSpec
 from ablate.data.tokenizers import Tokenizer
 from ablate.data.translation_data import BOS, EOS, PAD, PairBatch, detokenize
 from ablate.nn.seq2seq import EncoderDecoder
@@ -70,6 +71,13 @@ class TranslationTask(TaskModule):
     """Sequence-to-sequence training with label smoothing; BLEU evaluation with greedy/beam search."""
 
     task_name = "translation"
+
+    @classmethod
+    def check_config(cls, cfg: DictConfig) -> None:
+        super().check_config(cfg)
+        if not (cfg.model.get("encoder_layers") or 0) > 0:
+            raise ConfigError("task=translation needs an encoder: set model.encoder_layers and model.decoder_layers, or "
+                              "use model=translation_small, transformer_iwslt_de_en or transformer_base")
 
     def __init__(self, spec: Mapping[str, Any], optim: Mapping[str, Any], decode: Mapping[str, Any] | None = None,
                  task: Mapping[str, Any] | None = None, data: Mapping[str, Any] | None = None, compile: bool = False) -> None:

@@ -1,0 +1,1 @@
+"""Exports of trained models to other libraries' formats (:mod:`ablate.export.hf`: Hugging Face)."""

@@ -1,0 +1,310 @@
+"""Our decoder-only LM as a Hugging Face ``transformers`` model, where the architecture is one.
+
+Two targets, each an exact re-parametrisation (same function, same logits up to float rounding):
+
+* **GPT-2** (``GPT2LMHeadModel``): ``pos=learned norm=pre norm.layer=layernorm`` with a plain FFN
+  (``act=gelu`` -> ``activation_function: gelu`` (erf), ``gelu_tanh`` -> ``gelu_pytorch_tanh``
+  (PyTorch's tanh GELU, ours; ``gelu_new`` is the same formula written out, not bit-equal),
+  ``relu``, ``silu``, ``relu2``). GPT-2 always has biases: ``model.bias=false`` /
+  ``norm.bias=false`` are exported as zero biases. Grouped-query attention (``attn.n_kv_heads``)
+  is exported with each key/value head repeated for the query heads it serves.
+* **Llama** (``LlamaForCausalLM``): ``pos=rope norm=pre norm.layer=rmsnorm`` with a gated FFN
+  (``act=swiglu`` -> ``hidden_act: silu``; also ``geglu`` -> ``gelu``, ``reglu`` -> ``relu``,
+  ``glu`` -> ``sigmoid``, ``bilinear`` -> ``linear``, which transformers runs but other Llama
+  runtimes may not), ``attn.n_kv_heads`` -> ``num_key_value_heads``, ``pos.base`` ->
+  ``rope_theta``, ``model.bias`` -> ``attention_bias`` and ``mlp_bias``. Our RoPE rotates
+  interleaved feature pairs (2i, 2i+1) (:class:`ablate.nn.positional.Rotary`), HF Llama the pairs
+  (i, i + head_dim/2) (``rotate_half``), with the same frequency for pair i: the rows of W_q and
+  W_k (and their biases) are permuted within each head, [0, 2, 4, ..., 1, 3, 5, ...], which leaves
+  every score q.k unchanged.
+
+Both: ``norm.eps``, ``model.tie_embeddings``, ``model.max_len``, ``model.dropout`` carry over.
+``init`` and ``attn`` (math/sdpa) do not matter. Everything else is refused by name
+(:func:`hf_architecture`). :func:`load_gpt2_weights` is the reverse GPT-2 mapping (HF -> ours),
+which ``tests/nn/test_gpt2_equivalence.py`` uses.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ablate.config import ModelSpec
+from ablate.nn.ffn import hidden_width
+from ablate.nn.transformer import TransformerLM
+
+# our act -> transformers' ACT2FN name of the same function
+GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu", "relu2": "relu2"}
+LLAMA_GATES = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu", "glu": "sigmoid", "bilinear": "linear"}
+TARGETS = {"learned": "gpt2", "rope": "llama"}  # decided by the position scheme
+
+
+class ExportError(ValueError):
+    """The checkpoint has no Hugging Face equivalent; the message names the options."""
+
+
+def hf_architecture(spec: ModelSpec) -> str:
+    """``gpt2`` or ``llama``: the HF architecture ``spec`` maps onto exactly. Raises
+    :class:`ExportError` naming every option that prevents it."""
+    if spec.encoder_layers:
+        raise ExportError("task=translation (an encoder-decoder) has no GPT-2/Llama equivalent; only decoder-only "
+                          "task=lm checkpoints export")
+    target = TARGETS.get(spec.pos)
+    if target is None:
+        raise ExportError(f"pos={spec.pos} has no GPT-2/Llama equivalent (GPT-2: pos=learned, Llama: pos=rope)")
+    name = {"gpt2": "GPT-2", "llama": "Llama"}[target]
+    problems = []
+    if spec.norm != "pre":
+        problems.append(f"norm={spec.norm}: {name} is pre-norm (norm=pre)")
+    wanted_norm = {"gpt2": "layernorm", "llama": "rmsnorm"}[target]
+    if spec.norm_layer != wanted_norm:
+        problems.append(f"norm.layer={spec.norm_layer}: {name} uses norm.layer={wanted_norm}")
+    if target == "gpt2" and spec.act not in GPT2_ACTIVATIONS:
+        problems.append(f"act={spec.act}: GPT-2's MLP has no gate (act={', '.join(GPT2_ACTIVATIONS)})")
+    if target == "llama" and spec.act not in LLAMA_GATES:
+        problems.append(f"act={spec.act}: Llama's MLP is gated (act={', '.join(LLAMA_GATES)})")
+    if target == "llama" and float(spec.pos_options.get("fraction", 1.0)) != 1.0:
+        problems.append(f"pos.fraction={spec.pos_options['fraction']}: Llama rotates every feature of a head "
+                        "(pos.fraction=1.0)")
+    if spec.scale_embeddings:
+        problems.append(f"model.scale_embeddings=true: {name} does not scale embeddings by sqrt(d_model)")
+    if problems:
+        raise ExportError(f"no {name} equivalent (chosen by pos={spec.pos}): " + "; ".join(problems))
+    return target
+
+
+def _ffn_width(spec: ModelSpec) -> int:
+    return hidden_width(spec.act, spec.d_ff, spec.match_params)
+
+
+def hf_config(spec: ModelSpec) -> Any:
+    """The ``transformers`` config of the architecture ``spec`` maps onto."""
+    import transformers
+
+    common = dict(vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_embeddings, bos_token_id=None,
+                  eos_token_id=None, pad_token_id=None)
+    if hf_architecture(spec) == "gpt2":
+        return transformers.GPT2Config(
+            n_layer=spec.n_layers, n_embd=spec.d_model, n_head=spec.n_heads, n_inner=_ffn_width(spec),
+            n_positions=spec.max_len, activation_function=GPT2_ACTIVATIONS[spec.act],
+            layer_norm_epsilon=spec.norm_eps, resid_pdrop=spec.dropout, embd_pdrop=spec.dropout,
+            attn_pdrop=spec.dropout, **common)
+    theta = float(spec.pos_options.get("base", 10000.0))
+    if "rope_parameters" in inspect.signature(transformers.LlamaConfig.__init__).parameters:  # transformers >= 5
+        rope = {"rope_parameters": {"rope_type": "default", "rope_theta": theta}}
+    else:
+        rope = {"rope_theta": theta}
+    return transformers.LlamaConfig(
+        num_hidden_layers=spec.n_layers, hidden_size=spec.d_model, num_attention_heads=spec.n_heads,
+        num_key_value_heads=spec.n_kv_heads or spec.n_heads, head_dim=spec.head_dim,
+        intermediate_size=_ffn_width(spec), hidden_act=LLAMA_GATES[spec.act], max_position_embeddings=spec.max_len,
+        rms_norm_eps=spec.norm_eps, attention_bias=spec.bias, mlp_bias=spec.bias, attention_dropout=spec.dropout,
+        **rope, **common)
+
+
+# --- GPT-2 -------------------------------------------------------------------------------------
+
+def gpt2_key_pairs(n_layers: int) -> list[tuple[str, str, bool]]:
+    """``(our key, HF key, transposed)`` of every GPT-2 tensor. HF's ``Conv1D`` stores its weight
+    as (in, out), the transpose of ``nn.Linear``'s (out, in)."""
+    pairs = [("tok_emb.weight", "transformer.wte.weight", False), ("pos.weight", "transformer.wpe.weight", False)]
+    for i in range(n_layers):
+        b, h = f"blocks.{i}.", f"transformer.h.{i}."
+        for ours, theirs, transposed in (
+            ("attn.norm", "ln_1", False), ("attn.sublayer.qkv", "attn.c_attn", True),
+            ("attn.sublayer.out_proj", "attn.c_proj", True), ("ffn.norm", "ln_2", False),
+            ("ffn.sublayer.fc_in", "mlp.c_fc", True), ("ffn.sublayer.fc_out", "mlp.c_proj", True),
+        ):
+            pairs += [(f"{b}{ours}.weight", f"{h}{theirs}.weight", transposed),
+                      (f"{b}{ours}.bias", f"{h}{theirs}.bias", False)]
+    pairs += [("final_norm.weight", "transformer.ln_f.weight", False),
+              ("final_norm.bias", "transformer.ln_f.bias", False), ("head.weight", "lm_head.weight", False)]
+    return pairs
+
+
+def _repeat_kv(rows: Tensor, n_kv: int, groups: int) -> Tensor:
+    """Key or value rows of ``n_kv`` heads (or their bias) with each head repeated ``groups``
+    times: query head h reads kv head h // groups, as in :func:`ablate.nn.attention.math_attention`."""
+    return rows.reshape(n_kv, -1, *rows.shape[1:]).repeat_interleave(groups, dim=0).flatten(0, 1)
+
+
+def _gpt2_tensors(model: TransformerLM) -> dict[str, Tensor]:
+    """Our state dict in GPT-2's layout: zero biases where we have none, full K/V heads."""
+    spec = model.spec
+    sd = {k: v.detach() for k, v in model.state_dict().items()}
+    n_kv = spec.n_kv_heads or spec.n_heads
+    for i, block in enumerate(model.blocks):
+        for sub in ("attn", "ffn"):
+            for name, lin in ((n, m) for n, m in block.get_submodule(f"{sub}.sublayer").named_children()
+                              if isinstance(m, torch.nn.Linear)):
+                key = f"blocks.{i}.{sub}.sublayer.{name}.bias"
+                sd.setdefault(key, torch.zeros(lin.out_features))
+            sd.setdefault(f"blocks.{i}.{sub}.norm.bias", torch.zeros(spec.d_model))
+        if n_kv != spec.n_heads:
+            kv_dim = n_kv * spec.head_dim
+            for suffix in ("weight", "bias"):
+                key = f"blocks.{i}.attn.sublayer.qkv.{suffix}"
+                q, k, v = sd[key].split((spec.d_model, kv_dim, kv_dim))
+                groups = spec.n_heads // n_kv
+                sd[key] = torch.cat((q, _repeat_kv(k, n_kv, groups), _repeat_kv(v, n_kv, groups)))
+    sd.setdefault("final_norm.bias", torch.zeros(spec.d_model))
+    return sd
+
+
+def gpt2_state_dict(model: TransformerLM) -> dict[str, Tensor]:
+    """``GPT2LMHeadModel``'s state dict of our ``model`` (see :func:`hf_architecture`)."""
+    sd = _gpt2_tensors(model)
+    return {theirs: (sd[ours].T if transposed else sd[ours]).contiguous()
+            for ours, theirs, transposed in gpt2_key_pairs(model.spec.n_layers)}
+
+
+def load_gpt2_weights(model: TransformerLM, hf_state: dict[str, Tensor]) -> None:
+    """Copy a ``GPT2LMHeadModel``'s state dict into our ``model`` (same layout: pre-LN, learned
+    positions, biases, full multi-head attention), strictly: every tensor of ours is set."""
+    ours = {}
+    for key, theirs, transposed in gpt2_key_pairs(model.spec.n_layers):
+        if key == "head.weight" and model.spec.tie_embeddings:
+            continue  # it is tok_emb.weight
+        ours[key] = (hf_state[theirs].T if transposed else hf_state[theirs]).clone()
+    missing, unexpected = model.load_state_dict(ours, strict=False)
+    expected_missing = ["head.weight"] if model.spec.tie_embeddings else []
+    if missing != expected_missing or unexpected:
+        raise ExportError(f"GPT-2 weights do not fit this model: missing {missing}, unexpected {unexpected}")
+
+
+# --- Llama -------------------------------------------------------------------------------------
+
+def rope_to_half_split(rows: Tensor, n_heads: int) -> Tensor:
+    """Query/key projection rows (or biases) of ``n_heads`` heads, reordered within each head
+    from our interleaved RoPE pairs (2i, 2i+1) to HF's half split (i, i + head_dim/2)."""
+    per_head = rows.reshape(n_heads, -1, *rows.shape[1:])
+    head_dim = per_head.size(1)
+    order = torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
+    return per_head[:, order].flatten(0, 1)
+
+
+def llama_state_dict(model: TransformerLM) -> dict[str, Tensor]:
+    """``LlamaForCausalLM``'s state dict of our ``model`` (see :func:`hf_architecture`)."""
+    spec = model.spec
+    sd = {k: v.detach() for k, v in model.state_dict().items()}
+    n_kv = spec.n_kv_heads or spec.n_heads
+    kv_dim = n_kv * spec.head_dim
+    out = {"model.embed_tokens.weight": sd["tok_emb.weight"], "model.norm.weight": sd["final_norm.weight"],
+           "lm_head.weight": sd["head.weight"]}
+    for i in range(spec.n_layers):
+        b, h = f"blocks.{i}.", f"model.layers.{i}."
+        out[h + "input_layernorm.weight"] = sd[b + "attn.norm.weight"]
+        out[h + "post_attention_layernorm.weight"] = sd[b + "ffn.norm.weight"]
+        for suffix in ("weight", "bias") if spec.bias else ("weight",):
+            q, k, v = sd[f"{b}attn.sublayer.qkv.{suffix}"].split((spec.d_model, kv_dim, kv_dim))
+            out[f"{h}self_attn.q_proj.{suffix}"] = rope_to_half_split(q, spec.n_heads)
+            out[f"{h}self_attn.k_proj.{suffix}"] = rope_to_half_split(k, n_kv)
+            out[f"{h}self_attn.v_proj.{suffix}"] = v
+            out[f"{h}self_attn.o_proj.{suffix}"] = sd[f"{b}attn.sublayer.out_proj.{suffix}"]
+            gate, up = sd[f"{b}ffn.sublayer.fc_in.{suffix}"].chunk(2)  # first half is the gate
+            out[f"{h}mlp.gate_proj.{suffix}"], out[f"{h}mlp.up_proj.{suffix}"] = gate, up
+            out[f"{h}mlp.down_proj.{suffix}"] = sd[f"{b}ffn.sublayer.fc_out.{suffix}"]
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+# --- export ------------------------------------------------------------------------------------
+
+def to_hf(model: TransformerLM) -> Any:
+    """A ``transformers`` model (GPT-2 or Llama, fp32, eval mode) computing what ``model`` computes."""
+    import transformers
+
+    config = hf_config(model.spec)  # refuses what does not map
+    if isinstance(config, transformers.GPT2Config):
+        cls, state = transformers.GPT2LMHeadModel, gpt2_state_dict(model)
+    else:
+        cls, state = transformers.LlamaForCausalLM, llama_state_dict(model)
+    hf = cls(config).float().eval()
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    if missing or unexpected:  # a layout this module does not know (another transformers version?)
+        raise ExportError(f"{cls.__name__} does not take the mapped weights: missing {missing}, "
+                          f"unexpected {unexpected}")
+    return hf
+
+
+@torch.no_grad()
+def max_logit_difference(model: TransformerLM, hf: Any, batch: int = 2, length: int = 64,
+                         seed: int = 0) -> tuple[float, float]:
+    """Largest |logit difference| between ``model`` and ``hf`` on random tokens, and the largest
+    |logit| of ``model`` (the scale the difference is judged against)."""
+    spec = model.spec
+    generator = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, spec.vocab_size, (batch, min(length, spec.max_len)), generator=generator)
+    was_training = model.training
+    model.eval()
+    try:
+        ours = model(idx)
+        return (hf(idx).logits - ours).abs().max().item(), ours.abs().max().item()
+    finally:
+        model.train(was_training)
+
+
+def export_model(model: TransformerLM, out: str | os.PathLike[str], verify: bool = True,
+                 tolerance: float = 1e-5) -> dict[str, Any]:
+    """Write ``model`` as a Hugging Face model directory (``config.json``, ``model.safetensors``,
+    ``generation_config.json``). With ``verify`` the exported model's logits are compared with
+    ours first, on random tokens: refused when they differ by more than ``tolerance`` times the
+    largest |logit| (at least 1; float rounding, e.g. of RoPE's angles, stays ~1e-7 of it).
+    Returns what was written."""
+    hf = to_hf(model)
+    info: dict[str, Any] = {"architecture": type(hf).__name__, "out": str(out)}
+    if verify:
+        diff, scale = max_logit_difference(model, hf)
+        if not diff <= tolerance * max(1.0, scale):
+            raise ExportError(f"the exported {type(hf).__name__} differs from the model: max |logit difference| "
+                              f"{diff:.3g} with logits up to {scale:.3g} (tolerance {tolerance:g} of that)")
+        info["max_logit_difference"] = diff
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    hf.save_pretrained(out)
+    return info
+
+
+def export_checkpoint(ckpt_path: str | os.PathLike[str], out: str | os.PathLike[str],
+                      verify: bool = True) -> dict[str, Any]:
+    """Export the model of a ``task=lm`` checkpoint (see :func:`export_model`); the architecture
+    options that do not map are refused by name before anything is written."""
+    from ablate.resume import CheckpointError, inspect_checkpoint
+    from ablate.tasks import checkpoint_task
+    from ablate.tasks.lm_eval import load_lm_checkpoint
+
+    if not Path(ckpt_path).is_file():
+        raise ExportError(f"ckpt_path={ckpt_path}: no such checkpoint file")
+    try:
+        task_name = checkpoint_task(ckpt_path)
+        spec = ModelSpec(**inspect_checkpoint(ckpt_path)["hyper_parameters"]["spec"])
+    except CheckpointError as err:
+        raise ExportError(str(err)) from None
+    if task_name != "lm":
+        raise ExportError(f"task={task_name}: {ckpt_path} is not a decoder-only language model; only task=lm "
+                          "checkpoints have a GPT-2/Llama equivalent")
+    hf_architecture(spec)  # refuse before loading the weights
+    task = load_lm_checkpoint(ckpt_path, map_location="cpu", script="scripts/export_hf.py")
+    info = export_model(task.model, out, verify=verify)
+    (Path(out) / "ablate_export.json").write_text(json.dumps(
+        {"checkpoint": str(Path(ckpt_path).resolve()), "spec": task.spec.as_dict(), **info}, indent=2) + "\n")
+    return info
+
+
+__all__ = [
+    "ExportError",
+    "export_checkpoint",
+    "export_model",
+    "gpt2_state_dict",
+    "hf_architecture",
+    "hf_config",
+    "llama_state_dict",
+    "load_gpt2_weights",
+    "max_logit_difference",
+    "to_hf",
+]

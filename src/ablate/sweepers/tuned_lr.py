@@ -1,0 +1,436 @@
+"""Each variant at its own tuned learning rate, in one command (``tune=lr``).
+
+    python train.py -m experiment=shazeer2020_glu_cpu act=relu,gelu,swiglu tune=lr
+
+A Hydra sweeper (:class:`TunedLRSweeper`, Hydra's ``BasicSweeper`` with two stages) that runs two
+launcher batches:
+
+1. **Stage 1, the grid**: every variant (each combination of the sweep's other values) at each
+   learning rate of a log-spaced grid, with one seed (the first of the seeds). The grid is the
+   sweep's own ``optim.lr=a,b,c`` when it gives one, else ``hydra.sweeper.num_lrs`` values
+   (default 5) a factor ``hydra.sweeper.lr_factor`` (default 2) apart, centred on the variant's
+   configured ``optim.lr``.
+2. **Stage 2, the seeds**: every variant at its best learning rate -- the best final ``metric``
+   (``optimized_metric``, default ``val/loss``: lowest; BLEU-like metrics: highest) recorded in
+   the job's ``status.json``; a diverged or crashed job ranks last -- with every seed. The seeds
+   are the sweep's own ``seed=1,2,3`` when it gives them (command line, or an experiment's
+   ``hydra.sweeper.params``), else ``hydra.sweeper.seeds`` (default ``[1, 2, 3]``). The stage-1
+   job at the chosen learning rate *is* the first seed's job (same overrides, same directory), so
+   stage 2 trains the other seeds only.
+
+Both stages go through ``self.launcher.launch``: any launcher works (basic, joblib, submitit), and
+the jobs are ordinary jobs of the sweep directory named by their overrides (``optim.lr=...``,
+``seed=...``), so re-running the same command skips the finished jobs of both stages
+(:func:`ablate.train.previous_outcome`) and ``scripts/summarize.py`` shows the learning rate of each
+variant as an axis. The selection goes to ``<sweep dir>/lr_tuning.json`` and is printed as a table.
+A chosen learning rate at the edge of the grid is flagged, with the override that extends the
+grid; a variant whose every learning rate diverged or crashed is reported and gets no stage 2 (the
+sweep goes on: the sweep-end report, :mod:`ablate.sweep_report`, owns crashes and exit codes).
+
+Hydra only instantiates sweepers from the ``hydra_plugins`` namespace: ``_target_`` in
+``conf/hydra/sweeper/tuned_lr.yaml`` is the subclass in ``hydra_plugins/ablate_sweepers/tuned_lr.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+
+from ablate.sweepers.validating import ValidatingSweeperMixin
+
+log = logging.getLogger(__name__)
+
+LR_KEY, SEED_KEY = "optim.lr", "seed"
+RESULT_FILE = "lr_tuning.json"
+FAILED_STATUSES = ("diverged", "crashed")
+
+
+# --------------------------------------------------------------------------- selection (pure)
+
+@dataclass
+class LRResult:
+    """One variant's stage-1 job at one learning rate."""
+
+    lr: float
+    text: str  # the value as the job's override spells it (part of its directory name)
+    status: str  # completed | diverged | crashed | incomplete
+    value: float | None = None  # the final metric; None when absent or not finite
+    job: str | None = None  # the job directory's name
+
+    @property
+    def usable(self) -> bool:
+        return self.status == "completed" and self.value is not None and math.isfinite(self.value)
+
+
+@dataclass
+class Selection:
+    """The learning rate chosen for one variant, and what to say about it."""
+
+    chosen: LRResult | None  # None: every learning rate diverged or crashed
+    edge: str | None = None  # "lowest" / "highest": the chosen LR is at that end of the grid; "only": one LR
+    note: str | None = None  # the warning to print (edge, or nothing usable)
+    extend_with: str | None = None  # the optim.lr override of a grid extended past the edge
+
+
+def format_lr(value: float) -> str:
+    """A grid value as an override spells it: 3 significant digits (``0.0005``, ``7.5e-05``)."""
+    return f"{value:.3g}"
+
+
+def log_grid(center: float, num: int, factor: float) -> list[str]:
+    """``num`` learning rates a factor ``factor`` apart, centred on ``center`` (ascending)."""
+    if not (center > 0 and math.isfinite(center)):
+        raise ValueError(f"the grid is centred on optim.lr={center}: it must be a positive number")
+    values = [format_lr(center * factor ** (k - (num - 1) / 2)) for k in range(num)]
+    return list(dict.fromkeys(values))
+
+
+def select_lr(results: Sequence[LRResult], *, higher_is_better: bool = False, factor: float = 2.0,
+              lr_key: str = LR_KEY, also: str = "") -> Selection:
+    """The best usable learning rate of one variant's stage-1 jobs (lowest metric, or highest when
+    ``higher_is_better``; ties go to the smaller learning rate). Diverged, crashed and unfinished
+    jobs, and jobs without a finite metric, are never chosen. A choice at either end of the grid
+    is flagged with the ``lr_key`` override of the grid extended by two rates ``factor`` apart on
+    that side (``also`` is appended to it, e.g. ``hydra.sweep.dir=...`` to reuse the jobs already
+    run); no usable job at all gives ``chosen=None`` and, when every job diverged, as many rates
+    below the grid to try."""
+    if not results:
+        raise ValueError("select_lr: no stage-1 results")
+    ordered = sorted(results, key=lambda r: r.lr)
+    usable = [r for r in ordered if r.usable]
+
+    def override(texts: Iterable[str]) -> str:
+        return f"{lr_key}={','.join(texts)}" + (f" {also}" if also else "")
+
+    if not usable:
+        outcomes = ", ".join(sorted({r.status for r in ordered}))
+        if all(r.status == "diverged" for r in ordered):
+            lower = override(format_lr(ordered[0].lr / factor ** k) for k in range(len(ordered), 0, -1))
+            return Selection(None, note=f"every learning rate diverged: no stage 2 for this variant; lower ones: "
+                                        f"{lower}", extend_with=lower)
+        return Selection(None, note=f"no learning rate finished with a finite value ({outcomes}; see the jobs' "
+                                    "status.json): no stage 2 for this variant")
+    pick = max if higher_is_better else min
+    best = pick(usable, key=lambda r: r.value)  # the first of equal values: the smaller learning rate
+    texts = [r.text for r in ordered]
+    low, high = ordered[0], ordered[-1]
+    if len(ordered) == 1:
+        edge, extended = "only", [format_lr(low.lr / factor), *texts, format_lr(high.lr * factor)]
+    elif best is low:
+        edge, extended = "lowest", [format_lr(low.lr / factor ** 2), format_lr(low.lr / factor), *texts]
+    elif best is high:
+        edge, extended = "highest", [*texts, format_lr(high.lr * factor), format_lr(high.lr * factor ** 2)]
+    else:
+        return Selection(best)
+    extend = override(extended)
+    where = "the only one in the grid" if edge == "only" else f"the {edge} of the grid"
+    note = (f"the best learning rate {best.text} is {where}: the optimum may be outside the grid: "
+            f"extend it with {extend}")
+    return Selection(best, edge=edge, note=note, extend_with=extend)
+
+
+# --------------------------------------------------------------------------- job outcomes
+
+def job_dir_of(ret: JobReturn) -> Path | None:
+    """Where a launched job ran (``hydra.runtime.output_dir`` of its Hydra config)."""
+    try:
+        return Path(str(ret.hydra_cfg.hydra.runtime.output_dir))
+    except Exception:  # noqa: BLE001 - a launcher that returned no Hydra config
+        return None
+
+
+def read_outcome(job_dir: Path | None, metric: str, failed: bool = False) -> tuple[str, float | None]:
+    """``(status, final metric)`` of a job from its ``status.json`` (the metric falls back to the
+    last value in ``csv/metrics.csv``). ``failed``: Hydra reported the job as failed (an exception
+    escaped the task), which counts as crashed unless the job recorded a finished status."""
+    record: dict[str, Any] = {}
+    if job_dir is not None:
+        try:
+            record = json.loads((job_dir / "status.json").read_text())
+        except (OSError, ValueError):
+            record = {}
+    status = str(record.get("status") or ("crashed" if failed else "incomplete"))
+    if failed and status not in ("completed", "diverged"):
+        status = "crashed"
+    if status != "completed":
+        return status, None
+    value = (record.get("metrics") or {}).get(metric)
+    if value is None and job_dir is not None:
+        from ablate.analysis.runs import read_metrics_csv  # pandas: imported when a sweep runs, not at plugin scan
+
+        frame = read_metrics_csv(job_dir / "csv" / "metrics.csv")
+        if metric in frame:
+            logged = frame[metric].dropna()
+            value = float(logged.iloc[-1]) if len(logged) else None
+    try:
+        value = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        value = None
+    return status, value if value is not None and math.isfinite(value) else None
+
+
+# --------------------------------------------------------------------------- the sweeper
+
+def _dedupe(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def _number(text: str) -> Any:
+    """A seed or value for JSON: ``"3"`` -> 3, anything else as it is."""
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return text
+
+
+def _cell(value: float | None, status: str) -> str:
+    return f"{value:.4f}" if value is not None else status
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+
+
+@dataclass
+class _Variant:
+    overrides: list[str]
+    label: str
+    grid: list[str]  # learning rates as their overrides spell them, ascending
+    results: list[LRResult] | None = None
+    selection: Selection | None = None
+    seeds: list[dict[str, Any]] | None = None  # stage 2: one record per seed
+
+
+class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
+    """Stage 1: each variant over a learning-rate grid (one seed); stage 2: each variant at its
+    best learning rate with every seed. See the module docstring."""
+
+    def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None, num_lrs: int = 5,
+                 lr_factor: float = 2.0, seeds: Sequence[Any] = (1, 2, 3), metric: str | None = None) -> None:
+        super().__init__(max_batch_size=max_batch_size, params=params)
+        if not (isinstance(num_lrs, int) and num_lrs >= 1):
+            raise ValueError(f"hydra.sweeper.num_lrs={num_lrs!r}: give a number of learning rates >= 1")
+        if not (isinstance(lr_factor, (int, float)) and lr_factor > 1):
+            raise ValueError(f"hydra.sweeper.lr_factor={lr_factor!r}: give the ratio of neighbouring learning rates, > 1")
+        if seeds is None or isinstance(seeds, (str, int)) or not list(seeds):
+            raise ValueError(f"hydra.sweeper.seeds={seeds!r}: give a list of seeds, e.g. [1,2,3]")
+        self.num_lrs, self.lr_factor = num_lrs, float(lr_factor)
+        self.default_seeds = _dedupe(str(s) for s in seeds)
+        self.metric = metric
+        self.job_idx = 0
+
+    # -- what to run
+
+    def _grid(self, lr: Override | None, variant: list[str]) -> list[str]:
+        if lr is not None and lr.is_sweep_override():
+            if not lr.is_discrete_sweep():
+                raise HydraException(f"tuned_lr: {lr.input_line}: give the grid as a list of learning rates, "
+                                     "e.g. optim.lr=1e-4,3e-4,1e-3")
+            texts = _dedupe(lr.sweep_string_iterator())
+            try:
+                return sorted(texts, key=float)
+            except ValueError:
+                raise HydraException(f"tuned_lr: {lr.input_line}: the learning rates must be numbers") from None
+        if lr is not None:
+            center = float(lr.get_value_element_as_str())
+        else:
+            assert self.hydra_context is not None and self.config is not None
+            composed = self.hydra_context.config_loader.load_sweep_config(self.config, list(variant))
+            center = float(OmegaConf.select(composed, LR_KEY))
+        return log_grid(center, self.num_lrs, self.lr_factor)
+
+    def _seeds(self, seed: Override | None) -> list[str]:
+        if seed is None:
+            return list(self.default_seeds)
+        if seed.is_sweep_override():
+            if not seed.is_discrete_sweep():
+                raise HydraException(f"tuned_lr: {seed.input_line}: give the seeds as a list, e.g. seed=1,2,3")
+            return _dedupe(seed.sweep_string_iterator())
+        return [seed.get_value_element_as_str()]
+
+    def _launch(self, batch: list[list[str]]) -> list[JobReturn]:
+        returns: list[JobReturn] = []
+        if not batch:
+            return returns
+        assert self.launcher is not None
+        for chunk in self.split_overrides_to_chunks(batch, self.max_batch_size):
+            self.validate_batch_is_legal(chunk)
+            returns.extend(self.launcher.launch(chunk, initial_job_idx=self.job_idx))
+            self.job_idx += len(chunk)
+        return returns
+
+    # -- the sweep
+
+    def sweep(self, arguments: list[str]) -> Any:
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        from ablate.analysis.runs import higher_is_better  # pandas: imported when a sweep runs, not at plugin scan
+
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        overrides = parser.parse_overrides([*self._parse_config(), *arguments])
+        last = {o.key_or_group: o for o in overrides}  # a later override of a key wins (command line over params)
+        lr, seed = last.get(LR_KEY), last.get(SEED_KEY)
+        for special in (lr, seed):
+            if special is not None and special.is_delete():
+                raise HydraException(f"tuned_lr sets {special.key_or_group} itself: remove {special.input_line}")
+        lr_name = lr.get_key_element() if lr is not None else LR_KEY
+        seed_name = seed.get_key_element() if seed is not None else SEED_KEY
+        rest = [o for o in overrides if o.key_or_group not in (LR_KEY, SEED_KEY)]
+        swept = {o.get_key_element() for o in rest if o.is_sweep_override()}
+        seeds = self._seeds(seed)
+        metric = str(self.metric or self.config.get("optimized_metric") or "val/loss")
+        higher = higher_is_better(metric)
+
+        variants = []
+        for items in self.split_arguments(rest, None)[0]:
+            label = ",".join(i for i in items if i.split("=", 1)[0] in swept) or "all"
+            variants.append(_Variant(list(items), label, self._grid(lr, list(items))))
+
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        extend_also = f"hydra.sweep.dir={sweep_dir}"
+
+        # stage 1: every variant at every learning rate of its grid, the first seed
+        plan = [(v, text) for v in variants for text in v.grid]
+        print(f"LR tuning, stage 1: {len(variants)} variant(s) x {len(variants[0].grid)} learning rates, "
+              f"{seed_name}={seeds[0]}", flush=True)
+        stage1 = self._launch([[*v.overrides, f"{lr_name}={text}", f"{seed_name}={seeds[0]}"] for v, text in plan])
+        for v in variants:
+            v.results = []
+        for (v, text), ret in zip(plan, stage1):
+            job_dir = job_dir_of(ret)
+            status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
+            v.results.append(LRResult(float(text), text, status, value, job_dir.name if job_dir else None))
+        for v in variants:
+            v.selection = select_lr(v.results, higher_is_better=higher, factor=self.lr_factor, lr_key=lr_name,
+                                    also=extend_also)
+        print(self._stage1_table(variants, metric, higher, seed_name, seeds[0]), flush=True)
+        self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=False)
+
+        # stage 2: every variant with a usable learning rate at that rate, the other seeds
+        plan2 = [(v, s) for v in variants if v.selection.chosen is not None for s in seeds[1:]]
+        if plan2:
+            print(f"LR tuning, stage 2: {len({id(v) for v, _ in plan2})} variant(s) at their chosen learning rate, "
+                  f"{seed_name}={','.join(seeds[1:])} ({seed_name}={seeds[0]} is the stage-1 job)", flush=True)
+        stage2 = self._launch([[*v.overrides, f"{lr_name}={v.selection.chosen.text}", f"{seed_name}={s}"]
+                               for v, s in plan2])
+        for v in variants:
+            chosen = v.selection.chosen
+            v.seeds = [] if chosen is None else [
+                {"seed": _number(seeds[0]), "status": chosen.status, "value": chosen.value, "job": chosen.job}]
+        for (v, s), ret in zip(plan2, stage2):
+            job_dir = job_dir_of(ret)
+            status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
+            v.seeds.append({"seed": _number(s), "status": status, "value": value,
+                            "job": job_dir.name if job_dir else None})
+        path = self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=True)
+        print(self._stage2_table(variants, metric, lr_name, seed_name, seeds), flush=True)
+        print(f"LR tuning: {path}", flush=True)
+
+        for ret in [*stage1, *stage2]:
+            _ = ret.return_value  # as BasicSweeper: a job that failed inside Hydra raises here, once all have run
+        return [stage1, stage2]
+
+    # -- output
+
+    @staticmethod
+    def _stage1_table(variants: list[_Variant], metric: str, higher: bool, seed_name: str, seed: str) -> str:
+        lrs = sorted({r.lr for v in variants for r in v.results})
+        header = ["variant", *(format_lr(lr) for lr in lrs), "chosen"]
+        rows = [header]
+        for v in variants:
+            by_lr = {r.lr: r for r in v.results}
+            cells = [_cell(by_lr[lr].value, by_lr[lr].status) if lr in by_lr else "" for lr in lrs]
+            sel = v.selection
+            chosen = "none" if sel.chosen is None else sel.chosen.text + (" (edge)" if sel.edge else "")
+            rows.append([v.label, *cells, chosen])
+        title = (f"LR tuning, stage 1: final {metric} at each learning rate ({seed_name}={seed}; "
+                 f"{'highest' if higher else 'lowest'} wins, diverged/crashed rank last)")
+        lines = [title, _table(rows)]
+        lines += [f"  {v.label}: {v.selection.note}" for v in variants if v.selection.note]
+        return "\n".join(lines)
+
+    @staticmethod
+    def _stage2_table(variants: list[_Variant], metric: str, lr_name: str, seed_name: str, seeds: list[str]) -> str:
+        rows = [["variant", lr_name, *(f"{seed_name}={s}" for s in seeds), f"{metric} mean ± std"]]
+        for v in variants:
+            if v.selection.chosen is None:
+                rows.append([v.label, "none", *("" for _ in seeds), "no stage 2"])
+                continue
+            by_seed = {str(r["seed"]): r for r in v.seeds}
+            cells = [_cell(by_seed[s]["value"], by_seed[s]["status"]) if s in by_seed else "" for s in seeds]
+            mean, std, n = _mean_std(v.seeds)
+            summary = "n/a" if n == 0 else f"{mean:.4f}" + (f" ± {std:.4f}" if n > 1 else "") + f" (n={n})"
+            rows.append([v.label, v.selection.chosen.text, *cells, summary])
+        return f"LR tuning, stage 2: final {metric} at each variant's chosen learning rate\n{_table(rows)}"
+
+    def _write(self, sweep_dir: Path, variants: list[_Variant], metric: str, higher: bool, seeds: list[str],
+               lr: Override | None, stage2_done: bool) -> Path:
+        lr_name = lr.get_key_element() if lr is not None else LR_KEY
+        if lr is not None and lr.is_sweep_override():
+            grid = f"the sweep's {lr.input_line}"
+        else:
+            grid = (f"hydra.sweeper.num_lrs={self.num_lrs} values hydra.sweeper.lr_factor={self.lr_factor:g} apart, "
+                    f"centred on each variant's {LR_KEY}")
+        out: dict[str, Any] = {
+            "metric": metric,
+            "direction": "max" if higher else "min",
+            "ranking": "the final value in each stage-1 job's status.json; diverged or crashed jobs rank last",
+            "grid": grid,
+            "tuning_seed": _number(seeds[0]),
+            "seeds": [_number(s) for s in seeds],
+            "stage2": "done" if stage2_done else "pending",
+            "variants": [],
+        }
+        for v in variants:
+            sel = v.selection
+            record: dict[str, Any] = {
+                "variant": v.label,
+                "overrides": v.overrides,
+                "grid": [float(t) for t in v.grid],
+                "stage1": [{"lr": r.lr, "override": f"{lr_name}={r.text}", "status": r.status, "value": r.value,
+                            "job": r.job} for r in sorted(v.results, key=lambda r: r.lr)],
+                "chosen_lr": sel.chosen.lr if sel.chosen else None,
+                "chosen_override": f"{lr_name}={sel.chosen.text}" if sel.chosen else None,
+                "edge": sel.edge,
+                "warning": sel.note,
+                "extend_with": sel.extend_with,
+            }
+            if stage2_done and sel.chosen is not None:
+                mean, std, n = _mean_std(v.seeds)
+                record["seeds"] = v.seeds
+                record["mean"], record["std"], record["completed_seeds"] = mean, std, n
+            out["variants"].append(record)
+        path = sweep_dir / RESULT_FILE
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(out, indent=2, default=_jsonable) + "\n")
+        tmp.replace(path)
+        return path
+
+
+def _mean_std(records: list[dict[str, Any]]) -> tuple[float | None, float | None, int]:
+    values = [r["value"] for r in records if r["status"] == "completed" and r["value"] is not None]
+    if not values:
+        return None, None, 0
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((x - mean) ** 2 for x in values) / (len(values) - 1)) if len(values) > 1 else None
+    return mean, std, len(values)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, DictConfig):
+        return OmegaConf.to_container(value)
+    return str(value)

@@ -1,0 +1,38 @@
+"""Sweeps fail fast: every job's config is checked before the first job starts.
+
+Hydra's sweepers compose each job's config before launching a batch (``validate_batch_is_legal``),
+which catches a key Hydra does not know; :class:`ValidatingSweeperMixin` also runs ablate's own
+checks on it (:func:`ablate.train.check_config`: option keys that do not apply, run-control numbers,
+architecture combinations), so that ``pos=rope,sinusoidal +pos.fraction=0.5`` stops before any job
+trains instead of failing half of them later. :class:`ValidatingSweeper` is Hydra's basic grid
+sweeper with it (the default, ``conf/hydra/sweeper/validating.yaml``); the tuned-LR sweeper uses it too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+from ablate.options import ConfigError
+
+
+class ValidatingSweeperMixin:
+    """``validate_batch_is_legal`` that also runs :func:`ablate.train.check_config` on each job."""
+
+    hydra_context: Any
+    config: Any
+
+    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        from ablate.train import check_config  # the whole training stack: only when a sweep runs
+
+        for overrides in batch:
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            try:
+                check_config(cfg)
+            except (ConfigError, ValueError) as err:
+                raise ConfigError(f"the sweep's job '{' '.join(overrides)}' is invalid, so no job was started: {err}") from None
+
+
+class ValidatingSweeper(ValidatingSweeperMixin, BasicSweeper):
+    """Hydra's basic (grid) sweeper, checking every job's config before the first one starts."""

@@ -1,0 +1,6 @@
+"""Hydra plugins of the ablate package.
+
+Hydra 1.3 instantiates sweepers and launchers only from classes in the ``hydra_plugins`` namespace
+(``hydra.core.plugins.Plugins._instantiate``), which it scans at start-up. The code lives in
+:mod:`ablate.sweepers`; each module here only gives a class its ``hydra_plugins.`` name.
+"""
