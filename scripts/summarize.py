@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ablate.analysis.paper import load_paper
-from ablate.analysis.runs import load_sweep
+from ablate.analysis.runs import at_tuned_rates, load_sweep
 from ablate.analysis.tables import markdown_table, summarize, write_summary
 
 
@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the configuration to compare every other one with (e.g. norm=pre or norm=pre,lr=0.001): "
                              "adds per-row 95%% CIs and, against it, the difference, p-value (paired/Welch t-test, "
                              "Holm-corrected), minimum detectable effect and a verdict")
+    parser.add_argument("--all-lrs", action="store_true",
+                        help="a tune=lr sweep: every rate of the grid (default: each variant at its tuned rate only)")
     parser.add_argument("--out", metavar="DIR", help="where summary.csv/.md go (default: the sweep directory; "
                                                       "with --wandb: logs/summaries/<group>)")
     args = parser.parse_args(argv)
@@ -53,6 +55,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
         sweep = load_wandb_sweep(args.wandb, args.group) if args.wandb else load_sweep(args.sweep_dir)
+        note = None
+        if args.sweep_dir and not args.all_lrs:
+            sweep, note = at_tuned_rates(sweep, args.sweep_dir)
         paper = load_paper(args.paper) if args.paper else None
         frame = summarize(sweep, args.metric, paper, args.baseline)
     except (OSError, ValueError) as err:  # missing files, bad input, W&B unreachable (ConnectionError)
@@ -61,6 +66,8 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or (args.sweep_dir if args.sweep_dir else Path("logs") / "summaries" / args.group)
     csv_path, md_path = write_summary(frame, table, out)
     print(table)
+    if note:
+        print(note)
     print(f"wrote {csv_path} and {md_path}")
 
 

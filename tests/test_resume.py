@@ -136,7 +136,8 @@ def test_ctrl_c_saves_the_step_and_resumes_exactly(workdir: Path, data_dir: Path
     offline = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert read_offline_run(offline[-1])["exit_code"] not in (None, 0)
 
-    train(workdir, data_dir, run_dir, "ckpt_path=last")
+    resumed_proc = train(workdir, data_dir, run_dir, "ckpt_path=last")
+    assert "Previous log files" not in resumed_proc.stderr  # Lightning's false warning: metrics.csv is kept
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "completed" and status["steps"] == 12
     expected, resumed = metrics_by_step(uninterrupted), metrics_by_step(run_dir)

@@ -245,6 +245,18 @@ def test_tuned_sweep_end_to_end(run_train, tmp_path):
     from ablate.analysis.runs import load_sweep
     assert set(load_sweep(sweep).axes) == {"act", "optim.lr"}
 
+    # summarize.py on a tuned sweep: each variant at its tuned rate, so --baseline names a variant
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "summarize.py"), str(sweep), "--baseline", "act=gelu",
+                           "--metric", "val/loss", "--out", str(tmp_path / "summary")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "each variant at its tuned learning rate (4 job(s) of the other grid rates left out" in proc.stdout
+    rows = (tmp_path / "summary" / "summary.csv").read_text().splitlines()
+    assert len(rows) == 3  # header + relu + gelu, each at its chosen rate with 2 seeds
+
     before = {job: (job / "status.json").read_bytes() for job in jobs.values()}
     tuning_before = (sweep / "lr_tuning.json").read_bytes()
     again = run_train(*command)

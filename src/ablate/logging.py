@@ -555,7 +555,10 @@ class AppendingCSVLogger(CSVLogger):
             return self._experiment
         path = Path(self.log_dir) / "metrics.csv"
         previous = path.read_text(encoding="utf-8") if path.is_file() else ""
-        experiment = super().experiment
+        with warnings.catch_warnings():
+            # Lightning warns that the previous log files "will be deleted": not here, they are kept
+            warnings.filterwarnings("ignore", message=".*Previous log files in this directory will be deleted")
+            experiment = super().experiment
         if previous:
             path.write_text(previous, encoding="utf-8")
             experiment.metrics_keys = sorted(next(csv.reader(previous.splitlines())))

@@ -244,3 +244,26 @@ def load_sweep(root: str | Path) -> Sweep:
     """All jobs of the multirun directory ``root`` (see the module docstring)."""
     root = Path(root)
     return Sweep.from_jobs(str(root), [load_job(d) for d in find_job_dirs(root)])
+
+
+TUNING_FILE = "lr_tuning.json"  # written by the tuned-LR sweeper (ablate.sweepers.tuned_lr)
+
+
+def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
+    """The jobs of a ``tune=lr`` sweep at each variant's chosen learning rate (stage 2, every
+    seed), without the other rates of the grid, and a note saying so; the sweep unchanged (and
+    None) when ``root`` has no ``lr_tuning.json``. Each variant is then one row, with the rate it
+    was tuned to as an axis."""
+    path = Path(root) / TUNING_FILE
+    if not path.is_file():
+        return sweep, None
+    tuning = json.loads(path.read_text())
+    wanted = []
+    for variant in tuning.get("variants", []):
+        if variant.get("chosen_override"):
+            wanted.append(parse_overrides([*variant["overrides"], variant["chosen_override"]]))
+    kept = [job for job in sweep.jobs if any(all(job.overrides.get(k) == v for k, v in want.items()) for want in wanted)]
+    dropped = len(sweep.jobs) - len(kept)
+    note = (f"{TUNING_FILE}: each variant at its tuned learning rate ({dropped} job(s) of the other grid rates "
+            "left out; --all-lrs shows them)")
+    return Sweep.from_jobs(sweep.source, kept), note
