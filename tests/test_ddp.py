@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import pickle
 from pathlib import Path
 

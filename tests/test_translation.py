@@ -244,3 +244,16 @@ def test_parallel_files_plain_and_gzipped(tmp_path):
     cfg.train_src = "missing.src"
     with pytest.raises(DataNotFoundError, match="missing.src"):
         instantiate(cfg).prepare_data()
+
+
+def test_throughput_counts_source_and_target_tokens():
+    """train/tokens_per_sec and train/tokens_seen count what both stacks process (issue 11)."""
+    from ablate.callbacks.throughput import batch_tokens
+    from ablate.data.translation_data import PairBatch
+    from ablate.tasks.translation import TranslationTask
+
+    batch = PairBatch(src=torch.zeros(4, 7, dtype=torch.long), tgt_in=torch.zeros(4, 5, dtype=torch.long),
+                      tgt_out=torch.zeros(4, 5, dtype=torch.long), index=torch.arange(4))
+    task = TranslationTask.__new__(TranslationTask)  # no model needed to count
+    assert batch_tokens(task, batch) == 4 * 7 + 4 * 5
+    assert batch_tokens(object(), (torch.zeros(4, 16), torch.zeros(4, 16))) == 64  # a task without its own count

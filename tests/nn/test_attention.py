@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from ablate.nn.attention import AttentionKernel, CrossAttention, KVCache, SelfAttention
 from ablate.nn.positional import build_positional

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 import time
 import warnings
+from typing import Any
 from collections import deque
 
 import lightning as L
@@ -128,9 +129,17 @@ def device_peak_flops(device: torch.device | str) -> tuple[float | None, str]:
 
 
 def _lightning_logs_now(trainer: L.Trainer) -> bool:
-    """Whether Lightning writes logged values to the loggers after this step. Asks Lightning's
-    own (private) rule; if that moved, logs every step, which is correct, just slower."""
-    return bool(getattr(getattr(trainer, "_logger_connector", None), "should_update_logs", True))
+    """Whether Lightning writes logged values to the loggers after this step: its rule (every
+    ``log_every_n_steps`` optimiser steps, and when training stops), from public attributes.
+    At ``on_train_batch_end`` the step's ``global_step`` is already counted."""
+    return trainer.global_step % max(1, trainer.log_every_n_steps) == 0 or trainer.should_stop
+
+
+def batch_tokens(pl_module: L.LightningModule, batch: Any) -> int:
+    """Tokens one training batch puts through the model, padding included: the task's own count
+    (``tokens_in_batch``: translation counts source and target), else the first tensor's size."""
+    count = getattr(pl_module, "tokens_in_batch", None)
+    return int(count(batch)) if callable(count) else int(batch[0].numel())
 
 
 class ThroughputMonitor(Callback):
@@ -179,7 +188,7 @@ class ThroughputMonitor(Callback):
             skipped = now - self._paused_at
             self.history = deque(((t + skipped, n) for t, n in self.history), maxlen=self.window + 1)
             self._paused_at = None
-        tokens = batch[0].numel() * trainer.world_size
+        tokens = batch_tokens(pl_module, batch) * trainer.world_size
         self.tokens_seen += tokens
         self.history.append((now, tokens))
 

@@ -391,9 +391,6 @@ class TranslationDataModule(L.LightningDataModule):
     def tokens_per_batch(self) -> int:
         return self.max_tokens * self.batch_size
 
-    def special_ids(self) -> tuple[int, int, int]:
-        return PAD, BOS, EOS
-
     def references(self, split: str) -> list[str]:
         return self.raw[split]["tgt"]
 

@@ -121,13 +121,9 @@ class EncoderDecoder(nn.Module):
     def new_caches(self) -> list[LayerCache]:
         return [LayerCache() for _ in self.decoder.blocks]
 
-    def num_params(self, exclude_embeddings: bool = False) -> int:
+    def num_params(self) -> int:
         params = {id(p): p for p in self.parameters()}  # tied weights count once
-        n = sum(p.numel() for p in params.values())
-        if exclude_embeddings:
-            embeddings = {id(e.weight): e.weight for e in (self.tok_emb, self.tgt_emb) if e is not None}
-            n -= sum(p.numel() for p in embeddings.values())
-        return n
+        return sum(p.numel() for p in params.values())
 
 
 def reorder_caches(caches: list[LayerCache], index: Tensor) -> None:

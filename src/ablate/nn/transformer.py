@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from functools import partial
 
-import torch
 from torch import Tensor, nn
 
 from ablate.config import ModelSpec
@@ -81,9 +80,6 @@ class TransformerLM(nn.Module):
     def new_caches(self) -> list[LayerCache]:
         return [LayerCache() for _ in self.blocks]
 
-    def num_params(self, exclude_embeddings: bool = False) -> int:
+    def num_params(self) -> int:
         params = {id(p): p for p in self.parameters()}  # tied weights count once
-        n = sum(p.numel() for p in params.values())
-        if exclude_embeddings:
-            n -= self.tok_emb.weight.numel()
-        return n
+        return sum(p.numel() for p in params.values())

@@ -51,6 +51,11 @@ class TaskModule(L.LightningModule):
         trainer.test(self, datamodule=datamodule, verbose=False)
         return {k: finite_or_none(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}, {}
 
+    def tokens_in_batch(self, batch: Any) -> int:
+        """Tokens a training batch puts through the model (padding included), for
+        ``train/tokens_per_sec`` and ``train/tokens_seen``. Default: the input ids' size."""
+        return int(batch[0].numel())
+
     def train_loss(self, batch: Any) -> tuple[Tensor, Tensor]:
         """``(loss, nll)`` of one training batch: the loss to minimise (label-smoothed per
         ``optim.label_smoothing``) and the plain NLL, detached, for ``train/ppl``.

@@ -72,6 +72,10 @@ class TranslationTask(TaskModule):
 
     task_name = "translation"
 
+    def tokens_in_batch(self, batch: PairBatch) -> int:
+        """Source and target positions, padding included: the encoder reads one, the decoder the other."""
+        return int(batch.src.numel() + batch.tgt_in.numel())
+
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
         super().check_config(cfg)
@@ -96,7 +100,6 @@ class TranslationTask(TaskModule):
         self._hyps: dict[int, str] = {}
         self._bleu_sample: set[int] | None = None
         self._signature_logged = False
-        self.last_bleu: dict[str, Any] = {}
 
     # --- model ------------------------------------------------------------------------
 
@@ -212,7 +215,6 @@ class TranslationTask(TaskModule):
             hyp_list, refs = [hyps[i] for i in order], [refs_all[i] for i in order]
             score, signature = corpus_bleu(hyp_list, refs, self.task_cfg.get("bleu_tokenize", "13a"))
             metrics[f"{split}/bleu"] = torch.tensor(score)
-            self.last_bleu[split] = {"bleu": score, "signature": signature, "sentences": len(order)}
             if not self._signature_logged:
                 for logger in self.loggers:
                     logger.log_hyperparams({"bleu_signature": signature})
