@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,15 @@ _ANNOUNCED: set[Path] = set()
 
 class CacheCorruptError(RuntimeError):
     """A cache file does not match its ``meta.json``; the message names the file."""
+
+
+def file_fingerprint(paths: Mapping[str, Path], full_paths: bool = False) -> list[list[Any]]:
+    """Cheap identity of source files (name or path, size, mtime), hashed into a cache folder's name:
+    it changes when a file is replaced. ``full_paths``: two user files may share name, size and mtime."""
+    return [
+        [key, str(p.absolute()) if full_paths else p.name, p.stat().st_size, p.stat().st_mtime_ns]
+        for key, p in sorted(paths.items())
+    ]
 
 
 def sha256_file(path: Path) -> str:

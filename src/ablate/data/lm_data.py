@@ -40,7 +40,7 @@ from ablate.data.sources import (
     read_utf8,
     resolve_local,
 )
-from ablate.data.cache import CacheCorruptError, ensure_cache, read_meta, write_meta
+from ablate.data.cache import CacheCorruptError, ensure_cache, file_fingerprint, read_meta, write_meta
 from ablate.data.samplers import ResumableSampler
 from ablate.data.tokenizers import Tokenizer, build_tokenizer, iter_chunks, tokenizer_class
 
@@ -54,14 +54,6 @@ _WRITE_CHUNK_CHARS = 1 << 24  # tokenise big corpora piecewise so memory stays b
 def token_dtype(vocab_size: int) -> np.dtype:
     """Smallest unsigned dtype that holds ids ``0 .. vocab_size - 1`` (uint16 or uint32)."""
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
-
-
-def file_fingerprint(paths: dict[str, Path], full_paths: bool = False) -> list[list[Any]]:
-    """Cheap identity of source files (name or path, size, mtime): changes when a file is replaced."""
-    return [
-        [key, str(p.absolute()) if full_paths else p.name, p.stat().st_size, p.stat().st_mtime_ns]
-        for key, p in sorted(paths.items())
-    ]
 
 
 class TokenWindows(Dataset):

@@ -58,7 +58,7 @@ from ablate.data.sources import (
     missing_file_message,
     read_utf8_lines,
 )
-from ablate.data.cache import CacheCorruptError, ensure_cache, read_meta, write_meta
+from ablate.data.cache import CacheCorruptError, ensure_cache, file_fingerprint, read_meta, write_meta
 from ablate.data.samplers import ResumableSampler
 from ablate.data.tokenizers import BPETokenizer, Tokenizer
 
@@ -127,10 +127,6 @@ def find_file(folder: Path, stem: str) -> Path | None:
         if (folder / name).is_file():
             return folder / name
     return None
-
-
-def fingerprint(paths: Mapping[str, Path]) -> list[list[Any]]:
-    return [[k, str(p.absolute()), p.stat().st_size, p.stat().st_mtime_ns] for k, p in sorted(paths.items())]
 
 
 # ------------------------------------------------------------------------------ batches
@@ -485,7 +481,7 @@ class ParallelCorpus(TranslationDataModule):
 
     def source_key(self) -> Any:
         files = self.local_files()
-        return fingerprint(files) if files else f"hub:{self.hub_path}/{self.hub_config}@{self.hub_revision}"
+        return file_fingerprint(files, full_paths=True) if files else f"hub:{self.hub_path}/{self.hub_config}@{self.hub_revision}"
 
     def read_pairs(self) -> dict[str, dict[str, list[str]]]:
         files = self.local_files()
@@ -529,7 +525,7 @@ class ParallelFiles(TranslationDataModule):
         return found
 
     def source_key(self) -> Any:
-        return fingerprint(self.files())
+        return file_fingerprint(self.files(), full_paths=True)
 
     def read_pairs(self) -> dict[str, dict[str, list[str]]]:
         files = self.files()
