@@ -118,6 +118,28 @@ def test_kill_and_resume_is_exact(workdir: Path, data_dir: Path, uninterrupted: 
 
 
 @pytest.mark.slow
+def test_kill_at_a_random_step_loses_nothing(workdir: Path, data_dir: Path, uninterrupted: Path) -> None:
+    """SIGKILL after a random step (printed; ABLATE_FAULT_STEP fixes it to reproduce a failure):
+    the resumed run ends exactly as the uninterrupted one, whatever the step."""
+    import random
+
+    step = int(os.environ.get("ABLATE_FAULT_STEP") or random.randint(1, 11))
+    print(f"killing after step {step}")
+    run_dir = workdir / "logs" / f"random_kill_{step}"
+    killed = train(workdir, data_dir, run_dir, "+callbacks.kill._target_=_kill_at_step.KillAtStep",
+                   f"+callbacks.kill.step={step}", check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    last = find_last_checkpoint([run_dir / "checkpoints"])
+    assert (last is None) if step < 3 else checkpoint(run_dir)["global_step"] == step // 3 * 3  # every 3 steps
+    train(workdir, data_dir, run_dir, "ckpt_path=last")
+    assert json.loads((run_dir / "status.json").read_text())["steps"] == 12
+    expected, resumed = metrics_by_step(uninterrupted), metrics_by_step(run_dir)
+    for key in COMPARED:
+        assert resumed[key] == expected[key], (key, step)
+    assert_same_state(checkpoint(run_dir), checkpoint(uninterrupted))
+
+
+@pytest.mark.slow
 def test_ctrl_c_saves_the_step_and_resumes_exactly(workdir: Path, data_dir: Path, uninterrupted: Path) -> None:
     """Ctrl-C after step 7 (checkpoints every 3 steps): training stops at the end of that step,
     last.ckpt holds step 7 (nothing lost), status.json says interrupted, the process exits 130 and
