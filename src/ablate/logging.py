@@ -59,6 +59,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ablate.config import ConfigError
+from ablate.dotted import select as select_key
 from ablate.resolvers import ARCHITECTURE_FIRST, RUN_CONTROL_KEYS, job_dirname
 
 if TYPE_CHECKING:
@@ -887,7 +888,7 @@ def flat_axes(run_config: Mapping[str, Any], swept: Iterable[tuple[str, str]] = 
     swept = list(swept)
     names = axis_config_keys([key for key, _ in swept])
     for key, typed in swept:
-        value = _select(run_config, key)
+        value = select_key(run_config, key)
         if value is None or isinstance(value, (Mapping, list)):  # a config group: the option chosen
             value = _typed(typed)
         axes[names[key]] = value
@@ -931,15 +932,6 @@ def _typed(text: str) -> Any:
         except ValueError:
             pass
     return text
-
-
-def _select(config: Mapping[str, Any], key: str) -> Any:
-    node: Any = config
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def multirun_group(configured: str | None = None) -> str | None:

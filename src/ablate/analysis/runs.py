@@ -26,6 +26,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from ablate.dotted import select as select_key
+
 STATUSES = ("completed", "diverged", "crashed", "incomplete")
 # Overrides that choose where or how a job runs, never what it trains.
 _NOT_AXES = re.compile(r"^(seed|ckpt_path|print_config|tags|resume_allow_changes|sweep_name|skip_completed)$|^(hydra|paths|logger)(\.|$)|^callbacks\.progress_bar(\.|$)")
@@ -77,15 +79,6 @@ def read_metrics_csv(path: Path) -> pd.DataFrame:
     return frame.groupby("step").last().sort_index()
 
 
-def _select(config: dict[str, Any], key: str) -> Any:
-    node: Any = config
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 @dataclass
 class Job:
     """One training job of a sweep: identity, outcome and logged metrics."""
@@ -107,7 +100,7 @@ class Job:
             return self.overrides[key]
         if key in self.choices and self.choices[key] is not None:
             return canonical(self.choices[key])
-        found = _select(self.config, key)
+        found = select_key(self.config, key)
         if found is None or isinstance(found, dict):  # a config group (norm: {placement: pre, ...}): its option
             axes = self.record.get("axes") or self.config.get("axes") or {}
             found = axes.get(key) or (found.get("name") if isinstance(found, dict) else None)

@@ -28,6 +28,8 @@ import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.callbacks.progress import ProgressBar
 
+from ablate.tasks.base import finite_or_none
+
 MODES = ("auto", "bar", "text")
 # the validation metrics a val line shows, in this order, when logged: (metric, label)
 VAL_METRICS = (("val/loss", "loss"), ("val/ppl", "ppl"), ("val/bleu", "bleu"))
@@ -48,14 +50,6 @@ def format_rate(value: float) -> str:
     if value < 1e6:
         return f"{value / 1e3:.1f}k"
     return f"{value / 1e6:.2f}M"
-
-
-def _float(value: Any) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def _metric_value(value: Any) -> float | None:
@@ -162,9 +156,9 @@ class TextProgress(ProgressBar):
         loss = _metric_value(metrics.get("train/loss"))
         val = _metric_value(metrics.get("val/loss"))
         lr = self._lr(trainer)
-        rate = _float(metrics.get("train/tokens_per_sec"))
+        rate = finite_or_none(metrics.get("train/tokens_per_sec"))
         if rate is None:
-            rate = _float(trainer.logged_metrics.get("train/tokens_per_sec"))
+            rate = finite_or_none(trainer.logged_metrics.get("train/tokens_per_sec"))
         parts = [
             f"step  {self._position(trainer, step)}",
             _fmt_metric("loss", loss),
@@ -186,9 +180,9 @@ class TextProgress(ProgressBar):
     @staticmethod
     def _lr(trainer: L.Trainer) -> float | None:
         """The rate the last step used (``train/lr``), else the optimiser's current one."""
-        lr = _float(trainer.callback_metrics.get("train/lr"))
+        lr = finite_or_none(trainer.callback_metrics.get("train/lr"))
         if lr is None and trainer.optimizers:
-            lr = _float(trainer.optimizers[0].param_groups[0].get("lr"))
+            lr = finite_or_none(trainer.optimizers[0].param_groups[0].get("lr"))
         return lr
 
     # when it is printed

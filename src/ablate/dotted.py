@@ -1,0 +1,15 @@
+"""Dotted keys (``optim.lr``) in plain nested mappings: the resolved configs that runs record."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+
+def select(config: Mapping[str, Any], key: str) -> Any:
+    """The value at the dotted ``key`` of a nested mapping, or None when any part is missing."""
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
