@@ -74,7 +74,7 @@ def test_headline(report: dict) -> None:
     assert head["tokens_per_sec"] == pytest.approx(16 * 4 / head["step_time_mean_s"])
     assert 0 <= head["data_wait_median_ms"] <= head["data_wait_max_ms"] and 0 <= head["data_wait_fraction"] < 1
     assert set(head["callback_ms_per_step"]) == {"GradNormMonitor", "ResidualRMSMonitor", "ThroughputMonitor", "DivergenceMonitor",
-                                                 "GracefulInterrupt"}
+                                                 "GracefulInterrupt", "EMA"}
 
 
 def test_groups_and_ratios(report: dict) -> None:

@@ -31,7 +31,9 @@ from ablate.checkpointing import previous_checkpoint
 from ablate.optim import used_optim_config
 
 IDENTITY_GROUPS = ("task", "model", "pos", "norm", "act", "init", "attn", "data", "optim")
-IDENTITY_KEYS = ("seed", "trainer.max_steps", "trainer.max_epochs", "trainer.precision")
+IDENTITY_KEYS = ("seed", "trainer.max_steps", "trainer.max_epochs", "trainer.precision",
+                 # the EMA decides which weights are validated and checkpointed
+                 "callbacks.ema.decay", "callbacks.ema.update_every_n_steps", "callbacks.ema.update_starting_at_step")
 HORIZON_FREE_SCHEDULES = ("inverse_sqrt", "constant")  # their LR at a step does not depend on max_steps
 # within those groups: where things live and how fast they load, not what is trained
 NOT_IDENTITY = ("data.data_dir", "data.cache_dir", "data.num_workers", "data.pin_memory", "data.micro_batch_size",
