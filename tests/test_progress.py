@@ -244,6 +244,12 @@ def test_text_progress_when_stdout_is_a_file(run_train):
                      r"eta 0:00$", last), last
     for stream in (proc.stdout, proc.stderr):
         assert RICH_BAR not in stream and ANSI not in stream and "Epoch 0" not in stream
+    # the log starts with the run's header (no config tree) and ends with the summary block
+    assert re.search(r"^run     experiment=default  task=lm  data=tinyshakespeare$", out, re.M)
+    assert "├──" not in out  # print_config=false: no config tree
+    tail = out.rstrip().splitlines()[-8:]
+    assert tail[0] == "run completed" and tail[1].split() == ["steps", "60"]
+    assert tail[-1].startswith("  output     ") and re.search(r"^  val/loss   \d\.\d{4}$", "\n".join(tail), re.M)
 
 
 @pytest.mark.slow
@@ -278,3 +284,19 @@ def test_mode_bar_forces_rich(run_train):
     assert RICH_BAR in proc.stdout and "train (max_steps=" in proc.stdout  # Rich's final bar, by steps
     assert "Epoch 0/-2" not in proc.stdout  # Lightning's own label when max_steps bounds training
     assert not STEP.search(proc.stdout) and not VAL.search(proc.stdout)
+
+
+NOISE = ("litlogger", "LeafSpec", "was configured so 100%", "Epoch 0/-2", "Previous log files", "Traceback",
+         "TPU available", "weights_only", "sync_dist")
+
+
+@pytest.mark.slow
+def test_console_carries_none_of_the_known_noise(run_train):
+    """Issue 12's noise list, on a run with the defaults that produced it (limit_val_batches: 1.0
+    from conf/trainer/cpu.yaml, the Rich bar forced, a W&B offline run)."""
+    proc = run_train("model=tiny", "data.seq_len=16", "data.batch_size=4", "trainer.max_steps=4",
+                     "trainer.val_check_interval=2", "+trainer.limit_test_batches=2", "callbacks.progress_bar.mode=bar",
+                     "callbacks.throughput.peak_flops=1e12")
+    console = proc.stdout + proc.stderr
+    assert [n for n in NOISE if n in console] == []
+    assert "run completed" in console
