@@ -7,15 +7,13 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from ablate.tasks import require_checkpoint_task
+from ablate.tasks import load_task_checkpoint
 from ablate.tasks.generation import generate
-from ablate.tasks.lm import LanguageModelTask
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="generate")
 def main(cfg: DictConfig) -> None:
-    require_checkpoint_task(cfg.ckpt_path, "lm", "generate.py")
-    task = LanguageModelTask.load_from_checkpoint(cfg.ckpt_path, map_location="cpu")
+    task = load_task_checkpoint(cfg.ckpt_path, "lm", "generate.py")
     if task.tokenizer is None:
         raise SystemExit(f"{cfg.ckpt_path} carries no tokenizer (saved by an older version?); cannot decode")
     try:

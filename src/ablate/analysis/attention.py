@@ -198,9 +198,10 @@ class AttentionMap:
 
 
 def is_translation_checkpoint(path: str | Path) -> bool:
-    """A translation checkpoint's model spec has encoder layers; an LM's has none."""
-    hparams = torch.load(str(path), map_location="cpu", weights_only=False).get("hyper_parameters", {})
-    return int((hparams.get("spec") or {}).get("encoder_layers") or 0) > 0
+    """The checkpoint holds a translation model (:func:`ablate.tasks.checkpoint_task`)."""
+    from ablate.tasks import checkpoint_task
+
+    return checkpoint_task(path) == "translation"
 
 
 def describe(spec) -> str:
@@ -210,9 +211,9 @@ def describe(spec) -> str:
 
 
 def lm_maps(ckpt_path: str | Path, text: str, max_tokens: int) -> tuple[list[AttentionMap], str]:
-    from ablate.tasks.lm import LanguageModelTask
+    from ablate.tasks import load_task_checkpoint
 
-    task = LanguageModelTask.load_from_checkpoint(str(ckpt_path), map_location="cpu")
+    task = load_task_checkpoint(ckpt_path, "lm", "attention_maps.py")
     if task.tokenizer is None:
         raise ValueError(f"{ckpt_path} carries no tokenizer (saved by an older version?); cannot encode the text")
     ids = task.tokenizer.encode(text)[: min(max_tokens, task.spec.max_len)]

@@ -118,6 +118,21 @@ def check_task_config(cfg: DictConfig) -> None:
     task_class(cfg).check_config(cfg)
 
 
+def load_task_checkpoint(path: str | Path, expected: str | None = None, script: str = "this script",
+                         map_location: Any = "cpu", **kwargs: Any) -> L.LightningModule:
+    """The task module a checkpoint holds, rebuilt by its own class (:data:`TASK_CLASSES`, by
+    :func:`checkpoint_task`): the one way every script loads a checkpoint. With ``expected``, a
+    checkpoint of another task stops with a message naming the script that takes it; a file that
+    is not a readable checkpoint stops naming the file."""
+    import importlib
+
+    if expected is not None:
+        require_checkpoint_task(path, expected, script)
+    module, cls = TASK_CLASSES[checkpoint_task(path)].split(":")
+    return getattr(importlib.import_module(module), cls).load_from_checkpoint(str(path), map_location=map_location,
+                                                                             **kwargs)
+
+
 def build_task(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:
     """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec."""
     return TASKS[task_name(cfg)](cfg, datamodule, spec)

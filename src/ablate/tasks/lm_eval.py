@@ -104,11 +104,9 @@ def load_lm_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", 
     """The :class:`~ablate.tasks.lm.LanguageModelTask` of a ``task=lm`` checkpoint, in eval mode and
     never compiled (``model.compile`` is a training setting); a checkpoint of another task stops
     with a message naming the script that takes it."""
-    from ablate.tasks import require_checkpoint_task
-    from ablate.tasks.lm import LanguageModelTask
+    from ablate.tasks import load_task_checkpoint
 
-    require_checkpoint_task(path, "lm", script)
-    return LanguageModelTask.load_from_checkpoint(str(path), map_location=map_location, compile=False).eval()
+    return load_task_checkpoint(path, "lm", script, map_location=map_location, compile=False).eval()
 
 
 def tokenizer_mismatch(model_tokenizer: Tokenizer | None, data_tokenizer: Tokenizer, vocab_size: int) -> str | None:

@@ -275,11 +275,10 @@ def pick_device(name: str = "auto") -> torch.device:
 
 def load_translation_checkpoint(path: str | Path, device: str = "auto") -> TranslationTask:
     """A trained :class:`TranslationTask` with its tokenizer, in eval mode on ``device``."""
-    from ablate.tasks import require_checkpoint_task
+    from ablate.tasks import load_task_checkpoint
 
-    require_checkpoint_task(path, "translation", "eval.py / translate.py")
     dev = pick_device(device)
-    task = TranslationTask.load_from_checkpoint(str(path), map_location=dev)
+    task = load_task_checkpoint(path, "translation", "eval.py / translate.py", map_location=dev)
     if task.tokenizer is None:
         raise SystemExit(f"{path} carries no tokenizer; cannot translate text with it")
     return task.to(dev).eval()
