@@ -1,6 +1,8 @@
 """Effective compute multiplier of each variant over a baseline, from a sweep over model sizes.
 
-    python train.py -m model=tiny,small,gpt2_small act=gelu,swiglu seed=1,2,3 ...     # the sweep
+    python train.py -m scale=xs,s,m act=gelu,swiglu seed=1,2,3          # the size ladder (conf/scale)
+    python scripts/compute_multiplier.py logs/multirun/<sweep> --baseline act=gelu   # --scale-key scale
+    python train.py -m model=tiny,small,gpt2_small act=gelu,swiglu seed=1,2,3 ...     # any other size axis
     python scripts/compute_multiplier.py logs/multirun/<sweep> --baseline act=gelu --scale-key model
     python scripts/compute_multiplier.py logs/multirun/<sweep> --baseline act=gelu --scale-key model.d_model \
         --metric val/loss --flops 6N --bootstrap 2000 --out figs/
@@ -37,7 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir", help="a multirun directory (logs/multirun/<timestamp>)")
     parser.add_argument("--baseline", required=True, metavar="AXIS=VALUE,...", help="the reference curve, e.g. act=gelu")
-    parser.add_argument("--scale-key", required=True, help="the axis that sets the size, e.g. model or model.d_model")
+    parser.add_argument("--scale-key", help="the axis that sets the size, e.g. model or model.d_model (default: "
+                                            "scale, when the sweep has that axis: the size ladder conf/scale)")
     parser.add_argument("--metric", default="val/loss", help="the loss to fit (default: val/loss)")
     parser.add_argument("--flops", choices=FLOPS, default="6N+attn",
                         help="FLOPs per token: 6N+attn = 6N + 12 L d T (as train/mfu; default) or 6N (Kaplan et al.)")
@@ -45,6 +48,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="the bootstrap's random seed")
     parser.add_argument("--out", metavar="DIR", help="where the PNG and CSV go (default: <sweep_dir>/figures)")
     return parser.parse_args(argv)
+
+
+def default_scale_key(sweep) -> str:
+    """``scale`` when the sweep varies it (``python train.py -m scale=xs,s,m ...``), else an error
+    asking for ``--scale-key``."""
+    if "scale" in sweep.axes:
+        return "scale"
+    raise ValueError(f"--scale-key not given and {sweep.source} has no `scale` axis (the size ladder, "
+                     f"scale=xs,s,m): name the axis that sets the size; its axes are {', '.join(sweep.axes) or 'none'}")
 
 
 def points_table(curves: list[Curve]) -> str:
@@ -110,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out or Path(args.sweep_dir) / "figures")
     try:
         sweep = load_sweep(args.sweep_dir)
+        args.scale_key = args.scale_key or default_scale_key(sweep)
         curves = scaling_curves(sweep, args.scale_key, args.metric, args.flops)
         base = find_curve(curves, args.baseline, sweep.short_names())
         base.check()  # the baseline must have a fit; another variant with too few scales is refused in its row

@@ -4,6 +4,10 @@
     python scripts/summarize.py logs/multirun/<sweep> --metric val/loss --paper experiments/<name>/paper.yaml
     python scripts/summarize.py --wandb ENTITY/PROJECT --group <group>    # the same from W&B (online only)
     python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre  # + 95% CIs, tests and verdicts vs norm=pre
+    python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre --basis flops   # verdicts at equal FLOPs
+
+Every summary also shows each variant's cost (params, FLOPs/token, tokens seen, training time)
+and its metric at matched steps, FLOPs and training time (``src/ablate/analysis/budget.py``).
 
 The table and the paper-file format are described in ``src/ablate/analysis/tables.py`` and
 ``src/ablate/analysis/paper.py``, the statistics against a baseline in
@@ -16,6 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ablate.analysis.budget import BASES, DEFAULT_BASIS
 from ablate.analysis.paper import load_paper
 from ablate.analysis.runs import at_tuned_rates, load_sweep
 from ablate.analysis.tables import markdown_table, summarize, write_summary
@@ -32,11 +37,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the configuration to compare every other one with (e.g. norm=pre or norm=pre,lr=0.001): "
                              "adds per-row 95%% CIs and, against it, the difference, p-value (paired/Welch t-test, "
                              "Holm-corrected), minimum detectable effect and a verdict")
+    parser.add_argument("--basis", choices=BASES, default=DEFAULT_BASIS,
+                        help="what the --baseline statistics compare: steps = each job's final value (default: equal "
+                             "steps, the protocol of the sweep, each run at the end of its schedule), flops / time = the "
+                             "value at the matched training FLOPs / training time (the largest budget every completed "
+                             "job reached, interpolated on each job's validation curve)")
     parser.add_argument("--all-lrs", action="store_true",
                         help="a tune=lr sweep: every rate of the grid (default: each variant at its tuned rate only)")
     parser.add_argument("--out", metavar="DIR", help="where summary.csv/.md go (default: the sweep directory; "
                                                       "with --wandb: logs/summaries/<group>)")
     args = parser.parse_args(argv)
+    if args.basis != DEFAULT_BASIS and not args.baseline:
+        parser.error(f"--basis {args.basis} chooses what --baseline compares: give --baseline AXIS=VALUE too "
+                     "(the table at equal cost is printed without it)")
     if bool(args.sweep_dir) == bool(args.wandb):
         parser.error("give either a sweep directory or --wandb ENTITY/PROJECT --group NAME")
     if args.wandb and not args.group:
@@ -59,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.sweep_dir and not args.all_lrs:
             sweep, note = at_tuned_rates(sweep, args.sweep_dir)
         paper = load_paper(args.paper) if args.paper else None
-        frame = summarize(sweep, args.metric, paper, args.baseline)
+        frame = summarize(sweep, args.metric, paper, args.baseline, args.basis)
     except (OSError, ValueError) as err:  # missing files, bad input, W&B unreachable (ConnectionError)
         sys.exit(f"summarize.py: {err}")
     table = markdown_table(frame, sweep)

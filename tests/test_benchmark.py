@@ -17,7 +17,8 @@ import torch
 
 from ablate.callbacks import throughput
 from ablate.callbacks.grad_norm import GradNormMonitor
-from ablate.callbacks.throughput import ThroughputMonitor, flops_per_token, nominal_peak_flops
+from ablate.callbacks.throughput import ThroughputMonitor, nominal_peak_flops
+from ablate.flops import flops_per_token
 from ablate.data.lm_data import TokenWindows, WindowBatch, collate_windows
 
 REPO = Path(__file__).resolve().parents[1]

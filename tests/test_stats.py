@@ -146,8 +146,10 @@ def test_null_effect_is_flagged_at_the_nominal_rate_and_holm_holds_the_family():
 
 
 def write_job(root: Path, index: int, overrides: list[str], metric: str, value: float | None, status: str = "completed",
-              params: int = 1000, steps: int = 100, config: dict | None = None) -> Path:
-    """One job directory as train.py leaves it (the files the loader reads)."""
+              params: int = 1000, steps: int = 100, config: dict | None = None, metrics: pd.DataFrame | None = None) -> Path:
+    """One job directory as train.py leaves it (the files the loader reads). ``metrics``: the
+    whole ``metrics.csv`` (a ``step`` column and one per metric) instead of two rows of ``metric``
+    (``value`` + 1 half-way, ``value`` at the end)."""
     job = root / f"{index:03d}"
     (job / ".hydra").mkdir(parents=True)
     (job / "csv").mkdir()
@@ -157,6 +159,9 @@ def write_job(root: Path, index: int, overrides: list[str], metric: str, value: 
     os.utime(config_file, (1e9 + index, 1e9 + index))  # run order = index
     (job / "status.json").write_text(json.dumps({"status": status, "steps": steps, "params": params,
                                                  "wall_time_s": 1.0, "metrics": {}}))
+    if metrics is not None:
+        metrics.to_csv(job / "csv" / "metrics.csv", index=False)
+        return job
     rows = [f"{steps // 2},{(value if value is not None else math.nan) + 1}"]
     rows += [f"{steps},{value}"] if value is not None else []
     (job / "csv" / "metrics.csv").write_text(f"step,{metric}\n" + "\n".join(rows) + "\n")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ablate.callbacks.throughput import flops_per_token
+from ablate.flops import flops_per_token
 from conftest import TINY
 
 pytestmark = pytest.mark.slow

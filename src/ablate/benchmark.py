@@ -53,7 +53,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, RandomSampler
 
 import ablate  # noqa: F401  (registers the config resolvers)
-from ablate.callbacks.throughput import ThroughputMonitor, device_peak_flops, flops_per_token, measure_cpu_peak
+from ablate.callbacks.throughput import ThroughputMonitor, device_peak_flops, measure_cpu_peak
+from ablate.flops import flops_per_token
 from ablate.config import model_spec
 from ablate.logging import build_loggers
 from ablate.optim import build_optimizer, build_schedule

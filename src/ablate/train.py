@@ -52,7 +52,8 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from ablate import distributed
 from ablate.callbacks.divergence import DivergenceMonitor
-from ablate.callbacks.throughput import ThroughputMonitor, flops_per_token
+from ablate.callbacks.throughput import ThroughputMonitor
+from ablate.flops import flops_per_token
 from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.checkpointing import AtomicCheckpointIO, ResumeState, find_last_checkpoint, resolve_ckpt_path, resume_state

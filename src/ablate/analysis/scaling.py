@@ -35,7 +35,7 @@ Compute per job (:func:`job_compute`): training FLOPs per token times tokens see
 optimiser steps x ``data.batch_size`` (sequences per step, all devices) x ``data.seq_len`` for a
 language model; for translation ``data.batch_size`` x ``data.max_tokens`` (the padded token
 budget of a batch, an upper bound). FLOPs per token: ``6N+attn`` (default) is
-:func:`ablate.callbacks.throughput.flops_per_token`, 6 N + 12 L d T (the same count as
+:func:`ablate.flops.flops_per_token`, 6 N + 12 L d T (the same count as
 ``train/mfu``), ``6N`` is Kaplan et al.'s C = 6 N D; N = ``params`` of ``status.json`` (all
 parameters, embeddings included).
 """
@@ -233,10 +233,11 @@ def job_compute(job: Job, flops: str = "6N+attn") -> float:
     if flops == "6N":
         per_token = 6 * params
     elif flops == "6N+attn":
-        # imported here: the throughput callback pulls in Lightning, which the rest of the analysis does not need
-        from ablate.callbacks.throughput import flops_per_token
+        from ablate.analysis.budget import (
+            job_flops_per_token,  # budget imports this module
+        )
 
-        per_token = flops_per_token(params, _layers(job), _number(job, "model.d_model"), _number(job, "data.seq_len"))
+        per_token = job_flops_per_token(job)
     else:
         raise ValueError(f"flops={flops!r}: use one of {', '.join(FLOPS)}")
     return per_token * tokens_seen(job)

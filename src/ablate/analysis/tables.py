@@ -15,7 +15,12 @@ Welch), its Holm-adjusted value over all comparisons, the test used, the minimum
 effect at 80% power, and a verdict (better / worse / no detectable difference; a variant that
 diverged on more of its seeds than the baseline is ``worse (diverged k/n)``): see
 :mod:`~ablate.analysis.stats`. :func:`markdown_table` then adds a second table, "against the
-baseline", with these columns.
+baseline", with these columns. ``basis="flops"`` or ``"time"`` (``--basis``) computes them on the
+metric at the matched FLOPs or training-time budget instead of the final value.
+
+Every summary also gets each variant's cost and its metric at matched steps, FLOPs and training
+time (:func:`ablate.analysis.budget.add_cost_columns`), shown by :func:`markdown_table` as a table
+"at equal cost".
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ablate.analysis import stats
+from ablate.analysis import budget, stats
 from ablate.analysis.paper import PaperResults
 from ablate.analysis.runs import Job, Sweep, canonical, higher_is_better
 
@@ -92,16 +97,20 @@ def variant_row(sweep: Sweep, key: tuple, jobs: list[Job], metric: str, test: st
 
 
 def summarize(sweep: Sweep, metric: str | None = None, paper: PaperResults | None = None,
-              baseline: str | None = None) -> pd.DataFrame:
-    """The summary table as numbers: one row per variant (see the module docstring); with
-    ``baseline`` (``"axis=value,..."``) the statistics against that row as well."""
+              baseline: str | None = None, basis: str = budget.DEFAULT_BASIS) -> pd.DataFrame:
+    """The summary table as numbers: one row per variant (see the module docstring), with its
+    cost and metric at equal cost; with ``baseline`` (``"axis=value,..."``) the statistics
+    against that row as well, on the final metric (``basis="steps"``) or the metric at the
+    matched FLOPs (``"flops"``) or training time (``"time"``)."""
+    budget.check_basis(basis)
     metric = pick_metric(sweep, metric)
     test = test_metric(sweep, metric)
     rows = [variant_row(sweep, key, jobs, metric, test, paper) for key, jobs in sweep.variants().items()]
     frame = pd.DataFrame(rows)
     frame.attrs.update(metric=metric, test=test, paper=paper, baseline=None)
+    frame = budget.add_cost_columns(frame, sweep, metric)
     if baseline is not None:
-        frame = compare_to_baseline(frame, sweep, baseline)
+        frame = compare_to_baseline(frame, sweep, baseline, basis=basis)
     return frame
 
 
@@ -134,27 +143,35 @@ def find_baseline(sweep: Sweep, spec: str) -> tuple:
     return matches[0]
 
 
-def _finals(jobs: list[Job], metric: str) -> tuple[list[float], list[int | None]]:
-    """The final ``metric`` of the completed seeds (a diverged seed has no valid final value), and their seeds."""
+def _finals(jobs: list[Job], metric: str, value=None) -> tuple[list[float], list[int | None]]:
+    """The final ``metric`` (or ``value(job)``) of the completed seeds (a diverged seed has no
+    valid final value), and their seeds."""
     done = [job for job in jobs if job.status == "completed"]
-    return [job.final(metric) for job in done], [job.seed for job in done]
+    return [value(job) if value else job.final(metric) for job in done], [job.seed for job in done]
 
 
-def compare_to_baseline(frame: pd.DataFrame, sweep: Sweep, spec: str, alpha: float = stats.ALPHA) -> pd.DataFrame:
-    """``frame`` with the statistics of the final metric per row and against the baseline row
-    (column names in the module docstring; :mod:`~ablate.analysis.stats` for the methods)."""
+def compare_to_baseline(frame: pd.DataFrame, sweep: Sweep, spec: str, alpha: float = stats.ALPHA,
+                        basis: str = budget.DEFAULT_BASIS) -> pd.DataFrame:
+    """``frame`` with the statistics of the final metric (``basis="steps"``), or of the metric at
+    the matched FLOPs/time budget (``frame.attrs["matched"]``), per row and against the baseline
+    row (column names in the module docstring; :mod:`~ablate.analysis.stats` for the methods)."""
     metric = frame.attrs["metric"]
+    name, matched = budget.basis_column(metric, basis), frame.attrs.get("matched", {}).get(basis)
+    value = None if basis == "steps" else matched.value
+    if value is not None and not math.isfinite(matched.budget):
+        why = "; ".join(dict.fromkeys(matched.problems.values())) or "no completed job"
+        raise ValueError(f"--basis {basis}: no completed job has a {basis} budget ({why})")
     base_key = find_baseline(sweep, spec)
     variants = sweep.variants()
-    base_values, base_seeds = _finals(variants[base_key], metric)
+    base_values, base_seeds = _finals(variants[base_key], metric, value)
     base_counts = _counts(variants[base_key])
     cells, comparisons = [], []
     for key, jobs in variants.items():
-        values, seeds = _finals(jobs, metric)
+        values, seeds = _finals(jobs, metric, value)
         ci = stats.interval(values)
         comparison = None if key == base_key else stats.compare(values, base_values, seeds, base_seeds)
         comparisons.append(comparison)
-        cells.append({f"{metric} final n": ci.n, f"{metric} final ci_low": ci.low, f"{metric} final ci_high": ci.high})
+        cells.append({f"{name} n": ci.n, f"{name} ci_low": ci.low, f"{name} ci_high": ci.high, "basis": basis})
     adjusted = stats.holm([c.p if c else math.nan for c in comparisons])
     better_up = higher_is_better(metric)
     for (key, jobs), cell, comparison, p_holm in zip(variants.items(), cells, comparisons, adjusted):
@@ -166,9 +183,10 @@ def compare_to_baseline(frame: pd.DataFrame, sweep: Sweep, spec: str, alpha: flo
                     p_holm=p_holm, test=comparison.test, pairs=comparison.n_pairs, mde=comparison.mde,
                     verdict=stats.verdict(comparison, p_holm, better_up, counts["diverged"], len(jobs),
                                           base_counts["diverged"], len(variants[base_key]), alpha))
-    columns = [f"{metric} final {name}" for name in ("n", "ci_low", "ci_high")] + ["diff", "diff_ci_low", "diff_ci_high", "p", "p_holm", "test", "pairs", "mde", "verdict"]
+    columns = [f"{name} {stat}" for stat in ("n", "ci_low", "ci_high")] + ["diff", "diff_ci_low", "diff_ci_high", "p", "p_holm", "test", "pairs", "mde", "verdict", "basis"]
     out = pd.concat([frame, pd.DataFrame(cells, index=frame.index, columns=columns)], axis=1)
-    out.attrs.update(frame.attrs, baseline=sweep.label(base_key), alpha=alpha,
+    out.attrs.update(frame.attrs, baseline=sweep.label(base_key), alpha=alpha, basis=basis, basis_column=name,
+                     basis_text=budget.describe_basis(metric, basis, matched),
                      tested=int(sum(c is not None and c.tested for c in comparisons)))
     return out
 
@@ -223,6 +241,7 @@ def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
         cells += [_steps(row), fmt(row["wall_time_s"]), rate]
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n\n" + legend(frame, sweep)
+    table += "\n" + budget.cost_table(frame, sweep) if "matched" in frame.attrs else ""
     return table + "\n" + baseline_table(frame, sweep) if frame.attrs.get("baseline") else table
 
 
@@ -236,17 +255,16 @@ def _p(value: float) -> str:
 
 def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     """The statistics against the baseline (:func:`compare_to_baseline`) as a Markdown table with its notes."""
-    metric, names = frame.attrs["metric"], sweep.short_names()
+    names, column = sweep.short_names(), frame.attrs["basis_column"]
     header = [names[a] for a in sweep.axes] + [
-        "n", f"{metric} final", "95% CI", "Δ vs baseline", "Δ 95% CI", "p", "p (Holm)", "test", "MDE (80%)", "verdict"]
+        "n", column, "95% CI", "Δ vs baseline", "Δ 95% CI", "p", "p (Holm)", "test", "MDE (80%)", "verdict"]
     align = [" --- " if i < len(sweep.axes) or name in ("test", "verdict") else " ---: " for i, name in enumerate(header)]
-    lines = [f"Against the baseline {frame.attrs['baseline']} (final {metric}):", "",
+    lines = [f"Against the baseline {frame.attrs['baseline']} ({frame.attrs['basis_text']}):", "",
              "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     for _, row in frame.iterrows():
         base = row["verdict"] == "baseline"
-        cells = [str(row[a]) for a in sweep.axes] + [str(int(row[f"{metric} final n"]))]
-        cells += [fmt(row[f"{metric} final mean"], row[f"{metric} final std"]),
-                  _ci(row[f"{metric} final ci_low"], row[f"{metric} final ci_high"])]
+        cells = [str(row[a]) for a in sweep.axes] + [str(int(row[f"{column} n"]))]
+        cells += [fmt(row[f"{column} mean"], row[f"{column} std"]), _ci(row[f"{column} ci_low"], row[f"{column} ci_high"])]
         if base:
             cells += ["—"] * 6
         else:
@@ -261,14 +279,14 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
 def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
     metric, alpha = frame.attrs["metric"], frame.attrs["alpha"]
     way = "higher" if higher_is_better(metric) else "lower"
-    notes = [f"Δ = variant - baseline of the final {metric} over completed seeds ({way} is better). 95% CI: Student t. "
+    notes = [f"Δ = variant - baseline of the {frame.attrs['basis_text']}; over completed seeds ({way} is better). 95% CI: Student t. "
              "Test: paired t-test on the seeds both share when they share >= 2, else Welch's t-test; "
              f"p (Holm): corrected for the {frame.attrs['tested']} comparisons (Holm 1979); verdict at alpha = {alpha:g}.",
              f"MDE (80%): the smallest true |Δ| this test detects with 80% power at alpha = {alpha:g} given the observed "
              "seed spread: \"no detectable difference\" means |Δ| is probably below it, not that it is zero.",
              "Diverged seeds have no final value: a variant that diverged on a larger share of its seeds than the "
              "baseline is \"worse (diverged k/n)\" whatever its other seeds scored."]
-    few = [sweep.label(key) for key, n in zip(sweep.variants(), frame[f"{metric} final n"]) if n < 2]
+    few = [sweep.label(key) for key, n in zip(sweep.variants(), frame[f"{frame.attrs['basis_column']} n"]) if n < 2]
     if few:
         notes.append(f"No CI or test for {'; '.join(few)}: fewer than 2 completed seeds (a t interval and a t-test "
                      "need the seed spread, which one value does not give); run more seeds (seed=1,2,3).")

@@ -27,19 +27,12 @@ from __future__ import annotations
 import re
 import time
 import warnings
-from typing import Any
 from collections import deque
+from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
-
-
-def flops_per_token(n_params: int, n_layers: int, d_model: int, seq_len: int) -> float:
-    """Training FLOPs per token: 6N for the matmuls of forward + backward, plus the attention
-    scores and weighted sum, 12 L d T (Kaplan et al. 2020; PaLM, Chowdhery et al. 2022, App. B)."""
-    return 6 * n_params + 12 * n_layers * d_model * seq_len
-
 
 # Nominal dense (no sparsity) bf16 tensor-core peaks in FLOP/s, from the vendors' data sheets.
 # Matched against torch.cuda.get_device_name() in order, first match wins.

@@ -1,0 +1,282 @@
+"""Compare variants at equal cost: the validation metric at matched steps, FLOPs or training time.
+
+Variants of an ablation differ in what a step costs: parameters, FLOPs per token, and wall time
+per step (on a CPU, rotary positions cost ~20% and a GLU feed-forward 6-13% per step). Equal
+steps is the protocol of most ablation papers; equal FLOPs or equal training time asks whether a
+change is worth its cost. For each *basis* a job's validation curve is the logged validation
+values of the metric against a cumulative budget at each validation:
+
+* ``steps``: optimiser steps done, ``metrics.csv`` step + 1 (its step ``s`` is logged after the
+  ``s + 1``-th optimiser step);
+* ``flops``: training FLOPs, ``flops_per_token x train/tokens_seen``, FLOPs per token from
+  :func:`ablate.flops.flops_per_token` (6 N + 12 L d T, the count behind
+  ``train/mfu``) with N = ``status.json``'s ``params`` and L (decoder + encoder layers), d and T =
+  ``data.seq_len`` from the job's resolved config (:func:`job_flops_per_token`);
+* ``time``: training seconds, ``train/time_s`` (validation and pauses left out).
+
+``train/tokens_seen`` and ``train/time_s`` are logged by the throughput callback on training and
+validation rows (:mod:`ablate.callbacks.throughput`); a validation row that lacks one is given the
+value interpolated between the rows that have it (:func:`cumulative_at`).
+
+The **matched budget** of a basis is the largest budget that every compared job reached: the
+minimum over the completed jobs of their final budget (the budget at their last validation,
+normally the end of training). Each job's metric there is linearly interpolated on its validation
+curve (:func:`value_at`); a job that had not validated yet by then (its first validation comes
+later) has no value there, never an extrapolated one. The cheapest job of the sweep is thus
+compared at its end of training, the others part-way through theirs: before their learning-rate
+schedule has decayed, which favours the cheap job beyond its cost (see docs/analysis.md).
+
+The functions on plain arrays and metrics frames (:func:`validation_curve`, :func:`value_at`,
+:func:`matched_budget`, :func:`cumulative_at`) are pure; :func:`job_curve`, :func:`match` and
+:func:`add_cost_columns` apply them to the jobs of a sweep for :mod:`~ablate.analysis.tables`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ablate.analysis.runs import Job, Sweep
+
+BASES = ("steps", "flops", "time")
+DEFAULT_BASIS = "steps"  # the final value, as before: see docs/analysis.md for why
+TOKENS_METRIC, TIME_METRIC = "train/tokens_seen", "train/time_s"
+UNITS = {"steps": "steps", "flops": "FLOPs", "time": "s"}
+MATCHED_COLUMN = {"steps": "matched_steps", "flops": "matched_flops", "time": "matched_time_s"}
+
+
+def check_basis(basis: str) -> str:
+    if basis not in BASES:
+        raise ValueError(f"--basis {basis}: use one of {', '.join(BASES)}")
+    return basis
+
+
+def basis_column(metric: str, basis: str) -> str:
+    """The column prefix of the metric the verdict is computed on: ``val/ppl final`` for
+    ``steps`` (the final value), ``val/ppl @flops`` / ``val/ppl @time`` at the matched budget."""
+    return f"{metric} final" if check_basis(basis) == "steps" else f"{metric} @{basis}"
+
+
+def format_budget(value: float, basis: str) -> str:
+    """``600 steps``, ``1.23e+13 FLOPs``, ``45.2 s``; ``—`` when there is none."""
+    if value is None or not math.isfinite(value):
+        return "—"
+    if basis == "steps":
+        return f"{value:.0f} steps" if float(value).is_integer() else f"{value:.4g} steps"
+    return f"{value:.3g} FLOPs" if basis == "flops" else f"{value:.4g} s"
+
+
+# ----------------------------------------------------------------------------- pure functions
+
+
+def cumulative_at(logged: pd.Series, steps: np.ndarray) -> np.ndarray:
+    """A cumulative quantity logged at some steps (``train/tokens_seen``, ``train/time_s``:
+    its value at step ``s`` counts steps 0..s) at ``steps``: the logged value where there is one,
+    linear between logged steps (from 0 before step 0), NaN beyond the last logged step."""
+    logged = logged.dropna().astype(float).sort_index()
+    steps = np.asarray(steps, dtype=float)
+    if not len(logged):
+        return np.full(steps.shape, math.nan)
+    xp = np.concatenate([[-1.0], logged.index.to_numpy(float)])
+    fp = np.concatenate([[0.0], logged.to_numpy()])
+    return np.where(steps <= xp[-1], np.interp(steps, xp, fp), math.nan)
+
+
+def validation_curve(metrics: pd.DataFrame, metric: str, basis: str, flops_per_token: float | None = None) -> pd.Series:
+    """The logged values of ``metric`` (index: ``metrics.csv`` step) as a curve against the
+    cumulative budget of ``basis`` at each of its steps (module docstring): a Series of the metric
+    values indexed by budget, increasing. Raises ValueError when the budget cannot be counted:
+    ``flops`` without ``flops_per_token`` or ``train/tokens_seen``, ``time`` without ``train/time_s``."""
+    values = metrics[metric].dropna().astype(float) if metric in metrics else pd.Series(dtype=float)
+    steps = values.index.to_numpy(float)
+    if check_basis(basis) == "steps":
+        budget = steps + 1
+    else:
+        name = TOKENS_METRIC if basis == "flops" else TIME_METRIC
+        if basis == "flops" and not (flops_per_token and math.isfinite(flops_per_token)):
+            raise ValueError("no FLOPs per token")
+        if name not in metrics or not metrics[name].notna().any():
+            raise ValueError(f"no {name} logged")
+        budget = cumulative_at(metrics[name], steps) * (flops_per_token if basis == "flops" else 1.0)
+    curve = pd.Series(values.to_numpy(), index=pd.Index(budget, name=basis), name=metric)
+    return curve[np.isfinite(curve.index.to_numpy(float))].sort_index(kind="stable")
+
+
+def value_at(curve: pd.Series, budget: float) -> float:
+    """The curve's value at ``budget``, linear between the two validations around it; NaN
+    outside the curve (before its first validation, after its last: no extrapolation)."""
+    x, y = curve.index.to_numpy(float), curve.to_numpy(float)
+    if not len(x) or not math.isfinite(budget) or budget < x[0] or budget > x[-1]:
+        return math.nan
+    return float(np.interp(budget, x, y))
+
+
+def final_budget(curve: pd.Series) -> float:
+    """The budget at the curve's last validation (NaN for an empty curve)."""
+    return float(curve.index[-1]) if len(curve) else math.nan
+
+
+def matched_budget(final_budgets: Iterable[float]) -> float:
+    """The largest budget every job reached: the minimum of their final budgets (NaN ones,
+    jobs whose budget is unknown, left out; NaN when none is known)."""
+    known = [b for b in final_budgets if b is not None and math.isfinite(b)]
+    return min(known) if known else math.nan
+
+
+# ----------------------------------------------------------------------------- jobs of a sweep
+
+
+def job_flops_per_token(job: Job) -> float:
+    """Training FLOPs per token of ``job``: :func:`ablate.flops.flops_per_token`
+    with ``status.json``'s ``params`` and the config's layers (decoder + encoder), ``model.d_model``
+    and ``data.seq_len``, exactly as ``scripts/compute_multiplier.py`` counts them
+    (:func:`ablate.analysis.scaling.job_compute`). Raises ValueError naming what is missing."""
+    # imported here: scaling imports tables, which imports this module; the throughput callback
+    # pulls in Lightning, which the rest of the analysis does not need
+    from ablate.analysis.scaling import _layers, _number
+    from ablate.flops import flops_per_token
+
+    if job.record.get("params") is None:
+        raise ValueError("status.json has no `params`")
+    return float(flops_per_token(float(job.record["params"]), _layers(job), _number(job, "model.d_model"),
+                                 _number(job, "data.seq_len")))
+
+
+def job_curve(job: Job, metric: str, basis: str) -> pd.Series:
+    """:func:`validation_curve` of one job (raises ValueError saying why it has none)."""
+    fpt = job_flops_per_token(job) if basis == "flops" else None
+    return validation_curve(job.metrics, metric, basis, fpt)
+
+
+def last_logged(job: Job, name: str) -> float:
+    """The last logged value of a cumulative metric (``train/tokens_seen``, ``train/time_s``), NaN if none."""
+    values = job.series(name)
+    return float(values.iloc[-1]) if len(values) else math.nan
+
+
+@dataclass
+class Matched:
+    """One basis over the compared (completed) jobs: the matched budget, each job's final budget
+    and value there (by ``job.source``), and why a job has no curve."""
+
+    basis: str
+    budget: float
+    final: dict[str, float] = field(default_factory=dict)
+    values: dict[str, float] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+
+    def value(self, job: Job) -> float:
+        return self.values.get(job.source, math.nan)
+
+    def late(self) -> list[str]:
+        """Jobs with a curve but no value at the budget: their first validation came after it."""
+        return [source for source, value in self.values.items() if math.isnan(value) and source not in self.problems]
+
+
+def match(jobs: list[Job], metric: str, basis: str) -> Matched:
+    """The matched budget of ``basis`` over the completed ``jobs`` and every one's ``metric`` there."""
+    curves, problems = {}, {}
+    for job in jobs:
+        if job.status != "completed":
+            continue
+        try:
+            curves[job.source] = job_curve(job, metric, basis)
+        except ValueError as err:
+            problems[job.source] = str(err)
+    final = {source: final_budget(curve) for source, curve in curves.items()}
+    budget = matched_budget(final.values())
+    values = {source: value_at(curve, budget) for source, curve in curves.items()}
+    values.update({source: math.nan for source in problems})
+    return Matched(basis, budget, final, values, problems)
+
+
+def add_cost_columns(frame: pd.DataFrame, sweep: Sweep, metric: str) -> pd.DataFrame:
+    """``frame`` (one row per variant, in :meth:`Sweep.variants` order) with what each variant
+    costs and its metric at equal cost, means over its completed seeds: ``params``,
+    ``flops_per_token``, ``tokens_seen`` (final ``train/tokens_seen``), ``train_time_s`` (final
+    ``train/time_s``), ``<metric> @<basis> mean`` / ``std`` for each basis and the matched budgets
+    ``matched_steps``, ``matched_flops``, ``matched_time_s`` (the same in every row). The
+    :class:`Matched` of each basis goes to ``frame.attrs["matched"]``."""
+    from ablate.analysis.tables import mean_std  # tables imports this module
+
+    matched = {basis: match(sweep.jobs, metric, basis) for basis in BASES}
+    rows = []
+    for jobs in sweep.variants().values():
+        done = [job for job in jobs if job.status == "completed"]
+        fpt = []
+        for job in done:
+            try:
+                fpt.append(job_flops_per_token(job))
+            except ValueError:
+                fpt.append(math.nan)
+        row = {"params": mean_std([float(j.record.get("params") or math.nan) for j in done])[0],
+               "flops_per_token": mean_std(fpt)[0],
+               "tokens_seen": mean_std([last_logged(j, TOKENS_METRIC) for j in done])[0],
+               "train_time_s": mean_std([last_logged(j, TIME_METRIC) for j in done])[0]}
+        for basis, m in matched.items():
+            row[f"{metric} @{basis} mean"], row[f"{metric} @{basis} std"] = mean_std([m.value(j) for j in done])
+        rows.append(row)
+    costs = pd.DataFrame(rows, index=frame.index)
+    for basis, m in matched.items():
+        costs[MATCHED_COLUMN[basis]] = m.budget
+    out = pd.concat([frame, costs], axis=1)
+    out.attrs.update(frame.attrs, matched=matched)
+    return out
+
+
+def describe_basis(metric: str, basis: str, matched: Matched | None = None) -> str:
+    """What the verdict compares, for headings: ``final val/ppl`` (``steps``), ``val/ppl at the
+    matched budget of 1.2e+13 FLOPs, --basis flops``."""
+    if basis == "steps":
+        return f"final {metric}"
+    return f"{metric} at the matched budget of {format_budget(matched.budget, basis)}, --basis {basis}"
+
+
+# ----------------------------------------------------------------------------- Markdown
+
+
+def cost_table(frame: pd.DataFrame, sweep: Sweep) -> str:
+    """The cost of each variant and its metric at matched steps, FLOPs and training time as a
+    Markdown table, the matched budgets in its header, with notes."""
+    from ablate.analysis.tables import fmt  # tables imports this module
+
+    metric, matched, names = frame.attrs["metric"], frame.attrs["matched"], sweep.short_names()
+    header = [names[a] for a in sweep.axes] + ["params", "FLOPs/token", "tokens seen", "train time (s)"]
+    header += [f"{metric} @ {format_budget(matched[b].budget, b)}" for b in BASES]
+    align = [" --- " if i < len(sweep.axes) else " ---: " for i in range(len(header))]
+    lines = ["At equal cost (matched budget = the largest that every completed job reached):", "",
+             "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    for _, row in frame.iterrows():
+        cells = [str(row[a]) for a in sweep.axes]
+        cells += ["—" if pd.isna(row["params"]) else f"{row['params']:,.0f}", fmt(row["flops_per_token"]),
+                  "—" if pd.isna(row["tokens_seen"]) else f"{row['tokens_seen']:,.0f}", fmt(row["train_time_s"])]
+        cells += [fmt(row[f"{metric} @{b} mean"], row[f"{metric} @{b} std"]) for b in BASES]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + cost_legend(frame)
+
+
+def cost_legend(frame: pd.DataFrame) -> str:
+    metric, matched = frame.attrs["metric"], frame.attrs["matched"]
+    notes = [("Cost: params = status.json params; FLOPs/token = 6N + 12 L d T (as train/mfu); tokens seen and train "
+              "time = the final train/tokens_seen and train/time_s (validation left out); means over completed seeds."),
+             (f"{metric} @ budget: each completed job's validation curve (against optimiser steps, FLOPs = FLOPs/token x "
+              "train/tokens_seen, or train/time_s) interpolated linearly at the matched budget = the minimum over the "
+              "completed jobs of their budget at their last validation (no extrapolation); mean ± std over seeds. "
+              "The cheapest job is then at its end of training, the others part-way (learning rate not yet decayed).")]
+    for basis, m in matched.items():
+        if m.problems:
+            why = "; ".join(f"{_job_name(s)}: {p}" for s, p in m.problems.items())
+            notes.append(f"No {basis} budget for {len(m.problems)} job(s) ({why}): left out of @ {UNITS[basis]}.")
+        if m.late():
+            notes.append(f"No value @ {format_budget(m.budget, basis)} for {len(m.late())} job(s) whose first "
+                         f"validation came later: {', '.join(_job_name(s) for s in m.late())}.")
+    return "\n".join(notes) + "\n"
+
+
+def _job_name(source: str) -> str:
+    """A job's directory name from its source path (for notes)."""
+    return source.rstrip("/").rsplit("/", 1)[-1]
