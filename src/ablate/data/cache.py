@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 META = "meta.json"
 _HASH_CHUNK = 1 << 22
-_ANNOUNCED: set[Path] = set()
+_VERIFIED: set[Path] = set()  # folders whose checksums this process has checked
 
 
 class CacheCorruptError(RuntimeError):
@@ -86,9 +86,10 @@ def ensure_cache(final: Path, build: Callable[[Path], None]) -> Path:
     and renamed into place. ``build`` must end with :func:`write_meta`."""
     if (final / META).exists():
         try:
-            read_meta(final, checksums=True)
-            if final not in _ANNOUNCED:  # once per process: fit, test and eval each call prepare_data
-                _ANNOUNCED.add(final)
+            # the checksums once per process (fit, test and eval each call prepare_data); sizes every time
+            read_meta(final, checksums=final not in _VERIFIED)
+            if final not in _VERIFIED:
+                _VERIFIED.add(final)
                 log.info("Using cached tokens from %s", final)
             return final
         except CacheCorruptError as err:
