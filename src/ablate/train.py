@@ -71,7 +71,7 @@ from ablate.resume import (
 from ablate.run_checks import check_run_numbers, optimized_metric_problem
 from ablate.console import format_run_header, format_run_summary, param_estimate, print_config_tree, quiet_known_noise
 from ablate.logging import RunLabels, build_loggers, check_loggers, finish_wandb, multirun_group, set_wandb_summary
-from ablate.tasks import build_task, check_task_config
+from ablate.tasks import build_task, check_task_config, task_name
 from ablate.tasks.base import finite_or_none
 
 log = logging.getLogger(__name__)
@@ -322,7 +322,7 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
     n_params = task.model.num_params()
     estimate = param_estimate(spec.n_layers, spec.d_model, spec.vocab_size)
     if rank_zero_only.rank == 0:
-        print(format_run_header(experiment_name(), (cfg.get("task") or {}).get("name", "lm"), datamodule.name,
+        print(format_run_header(experiment_name(), task_name(cfg), datamodule.name,
                                 spec.axes(), describe_model(spec), n_params, estimate, output_dir), flush=True)
 
     callbacks = build_callbacks(cfg, spec, n_params)
