@@ -543,9 +543,11 @@ def summarize_sweep(jobs: list[dict[str, Any]], wall: float, n_jobs: int) -> dic
         "jobs_run": len(jobs),
         "jobs_completed": sum(j["status"] == "completed" for j in jobs),
         "jobs_at_a_time": n_jobs,
-        "wall_s": round(wall, 2),
-        "sum_train_time_s": round(sum_train, 2),
-        "sum_fit_and_eval_s": round(sum(fit_eval), 2),
+        # 4 decimals: a few-step test sweep trains for ~0.2 s, and a ratio of values
+        # rounded to 2 decimals would be off by several per cent
+        "wall_s": round(wall, 4),
+        "sum_train_time_s": round(sum_train, 4),
+        "sum_fit_and_eval_s": round(sum(fit_eval), 4),
         "wall_over_sum_train": round(wall / sum_train, 3) if sum_train else None,
         # parallel: what the jobs' training would take if the n slots were always busy
         "wall_over_sum_train_per_slot": round(wall * n_jobs / sum_train, 3) if sum_train else None,
