@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ablate.analysis.figures import compute_multiplier_figure  # noqa: E402
-from ablate.analysis.runs import load_sweep  # noqa: E402
+from ablate.analysis.runs import at_tuned_rates, load_sweep, tuned_key  # noqa: E402
 from ablate.analysis.scaling import (FLOPS, Curve, Multiplier, compute_multiplier, find_curve,  # noqa: E402
                                      scaling_curves)
 
@@ -121,9 +121,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = Path(args.out or Path(args.sweep_dir) / "figures")
     try:
-        sweep = load_sweep(args.sweep_dir)
+        # a tune=lr sweep: each variant at its own tuned rate at each scale (the other grid rates left
+        # out), and the rate is a property of a point, not a variant of its own
+        sweep, tuned = at_tuned_rates(load_sweep(args.sweep_dir), args.sweep_dir)
         args.scale_key = args.scale_key or default_scale_key(sweep)
-        curves = scaling_curves(sweep, args.scale_key, args.metric, args.flops)
+        curves = scaling_curves(sweep, args.scale_key, args.metric, args.flops, 
+                                per_point=[tuned_key(args.sweep_dir)] if tuned else [])
         base = find_curve(curves, args.baseline, sweep.short_names())
         base.check()  # the baseline must have a fit; another variant with too few scales is refused in its row
         fits, results, refused = {base.label: base.fit()}, [], {}
@@ -142,6 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     print(points_table(curves) + "\n")
     print(results_table(base, results, refused, fits) + "\n")
     print(notes(args, results))
+    if tuned:
+        print(tuned)
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "compute_multiplier.csv"
     pd.DataFrame([result_row(r) for r in results]).to_csv(csv_path, index=False)

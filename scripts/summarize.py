@@ -5,6 +5,7 @@
     python scripts/summarize.py --wandb ENTITY/PROJECT --group <group>    # the same from W&B (online only)
     python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre  # + 95% CIs, tests and verdicts vs norm=pre
     python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre --basis flops   # verdicts at equal FLOPs
+    python scripts/summarize.py logs/multirun/<sweep> --where scale=m --baseline act=gelu --out <dir>  # one size
 
 Every summary also shows each variant's cost (params, FLOPs/token, tokens seen, training time)
 and its metric at matched steps, FLOPs and training time (``src/ablate/analysis/budget.py``).
@@ -23,7 +24,7 @@ from pathlib import Path
 from ablate.analysis.budget import BASES, DEFAULT_BASIS
 from ablate.analysis.paper import load_paper
 from ablate.analysis.runs import at_tuned_rates, load_sweep
-from ablate.analysis.tables import markdown_table, summarize, write_summary
+from ablate.analysis.tables import markdown_table, summarize, where, write_summary
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -42,6 +43,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "steps, the protocol of the sweep, each run at the end of its schedule), flops / time = the "
                              "value at the matched training FLOPs / training time (the largest budget every completed "
                              "job reached, interpolated on each job's validation curve)")
+    parser.add_argument("--where", metavar="AXIS=VALUE,...",
+                        help="only the jobs with these values, e.g. scale=m: compare the variants within one size "
+                             "of a size ladder (or one depth, one dataset, ...)")
     parser.add_argument("--all-lrs", action="store_true",
                         help="a tune=lr sweep: every rate of the grid (default: each variant at its tuned rate only)")
     parser.add_argument("--out", metavar="DIR", help="where summary.csv/.md go (default: the sweep directory; "
@@ -71,11 +75,15 @@ def main(argv: list[str] | None = None) -> None:
         note = None
         if args.sweep_dir and not args.all_lrs:
             sweep, note = at_tuned_rates(sweep, args.sweep_dir)
+        if args.where:
+            sweep = where(sweep, args.where)
         paper = load_paper(args.paper) if args.paper else None
         frame = summarize(sweep, args.metric, paper, args.baseline, args.basis)
     except (OSError, ValueError) as err:  # missing files, bad input, W&B unreachable (ConnectionError)
         sys.exit(f"summarize.py: {err}")
     table = markdown_table(frame, sweep)
+    if args.where:
+        table = f"Only the jobs with {args.where}.\n\n" + table
     out = args.out or (args.sweep_dir if args.sweep_dir else Path("logs") / "summaries" / args.group)
     csv_path, md_path = write_summary(frame, table, out)
     print(table)

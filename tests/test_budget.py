@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import math
 import os
 import subprocess
@@ -281,3 +282,52 @@ def test_compute_multiplier_defaults_to_the_scale_axis(tmp_path: Path, capsys):
     other = load_sweep(write_cost_sweep(tmp_path / "no_scale", seeds=(1,)))
     with pytest.raises(ValueError, match="--scale-key not given .* no `scale` axis"):
         script.default_scale_key(other)
+
+
+def write_tuned_ladder_sweep(root: Path) -> Path:
+    """The ladder of :func:`write_ladder_sweep` as a ``tune=lr`` sweep: each (act, scale) at two
+    rates, the better one (lower at larger scales) chosen in ``lr_tuning.json``, the other 0.3
+    nats worse; swiglu is worth 2x compute at the chosen rates."""
+    index, variants = 0, []
+    for act, factor in (("gelu", 1.0), ("swiglu", 2.0)):
+        for i, scale in enumerate(("xs", "s", "m")):
+            params, compute = 1e5 * 4**i, 6 * 1e5 * 4**i * 1000 * 8 * 64
+            best, other = ("0.004", "0.002") if i == 0 else ("0.002", "0.004")
+            for lr, seeds in ((other, (1,)), (best, (1, 2, 3))):
+                for seed in seeds:
+                    loss = 1.5 + 0.5 * (6 * 1.6e6 * 1000 * 8 * 64 / (factor * compute)) ** 0.3 + 0.001 * seed
+                    write_job(root, index, [f"scale={scale}", f"act={act}", f"optim.lr={lr}", f"seed={seed}"],
+                              "val/loss", loss + (0.3 if lr == other else 0.0), params=int(params), steps=1000,
+                              config={"model": {"n_layers": 2, "d_model": 16}, "data": {"batch_size": 8, "seq_len": 64}})
+                    index += 1
+            variants.append({"variant": f"scale={scale}, act={act}", "overrides": [f"scale={scale}", f"act={act}"],
+                             "chosen_override": f"optim.lr={best}"})
+    (root / "lr_tuning.json").write_text(json.dumps({"key": "optim.lr", "variants": variants}))
+    return root
+
+
+def test_compute_multiplier_of_a_tuned_sweep_joins_each_variants_tuned_rates(tmp_path: Path, capsys):
+    """The tuned rate differs between scales: a curve per act through its chosen rates, the other
+    rates of the grid left out (with them, or with the rate as a variant, the factor is lost)."""
+    sweep = write_tuned_ladder_sweep(tmp_path / "tuned")
+    _script("compute_multiplier").main([str(sweep), "--baseline", "act=gelu", "--flops", "6N", "--bootstrap", "0",
+                                        "--out", str(tmp_path / "o")])
+    out = capsys.readouterr().out
+    assert "each variant at its tuned learning rate (6 job(s)" in out
+    assert "| act=swiglu | m | " in out and "lr=" not in out.split("\n\n")[0]
+    result = pd.read_csv(tmp_path / "o" / "compute_multiplier.csv").iloc[0]
+    assert result["variant"] == "act=swiglu" and result["multiplier"] == pytest.approx(2.0, rel=0.05)
+
+
+def test_where_compares_the_variants_within_one_scale(tmp_path: Path):
+    sweep = write_tuned_ladder_sweep(tmp_path / "tuned")
+    with pytest.raises(SystemExit, match="matches 3 configurations"):
+        _script("summarize").main([str(sweep), "--metric", "val/loss", "--baseline", "act=gelu", "--out", str(tmp_path / "all")])
+    _script("summarize").main([str(sweep), "--metric", "val/loss", "--where", "scale=m", "--baseline", "act=gelu", "--out", str(tmp_path / "m")])
+    frame = pd.read_csv(tmp_path / "m" / "summary.csv")
+    assert "scale" not in frame and sorted(frame["act"]) == ["gelu", "swiglu"]  # one scale: not an axis any more
+    assert (tmp_path / "m" / "summary.md").read_text().startswith("Only the jobs with scale=m.")
+    assert frame["params"].tolist() == [1.6e6, 1.6e6]
+    assert set(frame["seeds"]) == {3}  # the tuned rate (0.002 for both: not an axis) with its 3 seeds
+    with pytest.raises(SystemExit, match=r"--where scale=xl: no job .* scale: m, s, xs"):
+        _script("summarize").main([str(sweep), "--where", "scale=xl", "--out", str(tmp_path / "x")])

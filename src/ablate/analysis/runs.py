@@ -242,6 +242,12 @@ def load_sweep(root: str | Path) -> Sweep:
 TUNING_FILE = "lr_tuning.json"  # written by the tuned-LR sweeper (ablate.sweepers.tuned_lr)
 
 
+def tuned_key(root: str | Path) -> str | None:
+    """The key a ``tune=lr`` sweep tuned (``optim.lr``), or None when ``root`` is not one."""
+    path = Path(root) / TUNING_FILE
+    return json.loads(path.read_text()).get("key", "optim.lr") if path.is_file() else None
+
+
 def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
     """The jobs of a ``tune=lr`` sweep at each variant's chosen learning rate (stage 2, every
     seed), without the other rates of the grid, and a note saying so; the sweep unchanged (and

@@ -43,6 +43,7 @@ parameters, embeddings included).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -243,9 +244,12 @@ def job_compute(job: Job, flops: str = "6N+attn") -> float:
     return per_token * tokens_seen(job)
 
 
-def scaling_curves(sweep: Sweep, scale_key: str, metric: str = "val/loss", flops: str = "6N+attn") -> list[Curve]:
+def scaling_curves(sweep: Sweep, scale_key: str, metric: str = "val/loss", flops: str = "6N+attn",
+                   per_point: Sequence[str] = ()) -> list[Curve]:
     """One :class:`Curve` per combination of the sweep's other axes (a variant), in run order, its
-    points the completed jobs' final ``metric`` against :func:`job_compute`."""
+    points the completed jobs' final ``metric`` against :func:`job_compute`. Axes in ``per_point``
+    belong to a point, not to a variant: a ``tune=lr`` sweep's ``optim.lr``, tuned at each scale,
+    so one variant's curve joins its best rate at every size."""
     if higher_is_better(metric):
         raise ValueError(f"--metric {metric}: the fit L = E + A C^-alpha is for a loss that falls with compute "
                          "(val/loss, val/ppl), not a metric that rises")
@@ -254,7 +258,7 @@ def scaling_curves(sweep: Sweep, scale_key: str, metric: str = "val/loss", flops
     if scale_key not in sweep.axes:
         raise ValueError(f"--scale-key {scale_key} is not an axis of {sweep.source}; "
                          f"its axes are {', '.join(sweep.axes) or 'none'}")
-    others = [a for a in sweep.axes if a != scale_key]
+    others = [a for a in sweep.axes if a != scale_key and a not in per_point]
     names = sweep.short_names()
     curves: dict[tuple, Curve] = {}
     for job in sweep.jobs:

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.analysis import budget, stats
+from ablate.analysis.convergence import LATE_FRACTION, LATE_METRIC, late_change
 from ablate.analysis.paper import PaperResults
 from ablate.analysis.runs import Job, Sweep, canonical, higher_is_better
 
@@ -93,6 +94,7 @@ def variant_row(sweep: Sweep, key: tuple, jobs: list[Job], metric: str, test: st
     row["steps_min"], row["steps_max"] = (min(steps), max(steps)) if steps else (None, None)
     row["wall_time_s"] = mean_std([float(j.record.get("wall_time_s", math.nan)) for j in jobs])[0]
     row["tokens_per_sec"] = mean_std([j.median(THROUGHPUT) for j in jobs])[0]
+    row["late_change"] = mean_std([late_change(j) for j in done])[0]
     return row
 
 
@@ -124,6 +126,19 @@ def parse_baseline(spec: str) -> dict[str, str]:
     if not items or any("=" not in item for item in items):
         raise ValueError(f"--baseline {spec!r}: expected axis=value[,axis=value...], e.g. norm=pre")
     return {key.strip(): canonical(value) for key, value in (item.split("=", 1) for item in items)}
+
+
+def where(sweep: Sweep, spec: str) -> Sweep:
+    """The jobs of ``sweep`` with the values ``spec`` names (``"scale=m"``: one size of a ladder,
+    so that variants are compared within it), as a sweep of their own."""
+    wanted = parse_baseline(spec)
+    full = {short: axis for axis, short in sweep.short_names().items()}
+    kept = [job for job in sweep.jobs if all(job.value(full.get(k, k)) == v for k, v in wanted.items())]
+    if not kept:
+        values = {k: sorted({str(job.value(full.get(k, k))) for job in sweep.jobs}) for k in wanted}
+        raise ValueError(f"--where {spec}: no job of {sweep.source} has these values; the jobs have "
+                         + "; ".join(f"{k}: {', '.join(v)}" for k, v in values.items()))
+    return Sweep.from_jobs(sweep.source, kept)
 
 
 def find_baseline(sweep: Sweep, spec: str) -> tuple:
@@ -227,7 +242,8 @@ def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     header = [names[a] for a in sweep.axes] + ["seeds", f"{metric} final", f"{metric} best"]
     header += [test] if test else []
     header += [f"paper {paper.metric}"] if paper else []
-    header += ["diverged"] + (["crashed"] if failed else []) + ["steps", "wall time (s)", "tokens/s"]
+    header += ["diverged"] + (["crashed"] if failed else []) + ["steps", f"Δ {LATE_METRIC}, last {LATE_FRACTION:.0%}"]
+    header += ["wall time (s)", "tokens/s"]
     align = [" --- " if i < len(sweep.axes) else " ---: " for i in range(len(header))]  # axes left, numbers right
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     for _, row in frame.iterrows():
@@ -238,7 +254,7 @@ def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
         cells += [_diverged(row)]
         cells += [f"{int(row['crashed'] + row['incomplete'])}/{int(row['seeds'])}"] if failed else []
         rate = "—" if pd.isna(row["tokens_per_sec"]) else f"{row['tokens_per_sec']:.0f}"
-        cells += [_steps(row), fmt(row["wall_time_s"]), rate]
+        cells += [_steps(row), fmt(row["late_change"]), fmt(row["wall_time_s"]), rate]
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n\n" + legend(frame, sweep)
     table += "\n" + budget.cost_table(frame, sweep) if "matched" in frame.attrs else ""
@@ -298,7 +314,10 @@ def legend(frame: pd.DataFrame, sweep: Sweep) -> str:
     best = "maximum" if metric.endswith(("bleu", "acc", "accuracy")) else "minimum"
     notes = [f"Sweep: {sweep.source} ({len(sweep.jobs)} jobs; axes: {', '.join(sweep.axes) or 'none'}).",
              f"Metrics: mean ± sample std (n-1) over the seeds that completed; final = last validation, best = its {best}. "
-             "Diverged and crashed seeds are counted, not averaged. Wall time: mean per job; tokens/s: median over training."]
+             "Diverged and crashed seeds are counted, not averaged. Wall time: mean per job; tokens/s: median over training.",
+             f"Δ {LATE_METRIC}, last {LATE_FRACTION:.0%}: what the run still gained over its last {LATE_FRACTION:.0%} of steps "
+             "(least-squares line, mean over completed seeds; negative: still falling). A gap between rows much "
+             "smaller than it may close or reverse with more steps."]
     if paper is not None:
         notes.append(f"Paper: {paper.metric} from {paper.source or 'the paper file'}.")
     failed = [job for job in sweep.jobs if job.status in ("crashed", "incomplete")]

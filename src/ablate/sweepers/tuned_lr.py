@@ -387,6 +387,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                     f"centred on each variant's {LR_KEY}")
         out: dict[str, Any] = {
             "metric": metric,
+            "key": lr_name,  # the tuned key: a property of each job, not of a variant (compute_multiplier.py)
             "direction": "max" if higher else "min",
             "ranking": "the final value in each stage-1 job's status.json; diverged or crashed jobs rank last",
             "grid": grid,
