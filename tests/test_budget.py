@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
 
 from ablate.analysis import budget
@@ -331,3 +332,16 @@ def test_where_compares_the_variants_within_one_scale(tmp_path: Path):
     assert set(frame["seeds"]) == {3}  # the tuned rate (0.002 for both: not an axis) with its 3 seeds
     with pytest.raises(SystemExit, match=r"--where scale=xl: no job .* scale: m, s, xs"):
         _script("summarize").main([str(sweep), "--where", "scale=xl", "--out", str(tmp_path / "x")])
+
+
+def test_a_job_added_without_tune_lr_joins_its_variant(tmp_path: Path):
+    """`tune=lr` says how a job was launched, not what it trained: a rate run later by hand
+    (without it) in the same sweep directory is one more rate of the same variant."""
+    sweep = write_tuned_ladder_sweep(tmp_path / "tuned")
+    for i, job in enumerate(sorted(p for p in sweep.iterdir() if p.is_dir())):
+        overrides = yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text())
+        if i == 0:
+            overrides.append("tune=lr")  # the others as if added by hand
+        (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    loaded = load_sweep(sweep)
+    assert loaded.axes == ["scale", "act", "optim.lr"]

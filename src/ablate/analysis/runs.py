@@ -30,7 +30,7 @@ from ablate.dotted import select as select_key
 
 STATUSES = ("completed", "diverged", "crashed", "incomplete")
 # Overrides that choose where or how a job runs, never what it trains.
-_NOT_AXES = re.compile(r"^(seed|ckpt_path|print_config|tags|resume_allow_changes|sweep_name|skip_completed)$|^(hydra|paths|logger)(\.|$)|^callbacks\.progress_bar(\.|$)")
+_NOT_AXES = re.compile(r"^(seed|ckpt_path|print_config|tags|resume_allow_changes|sweep_name|skip_completed|tune|hparams_search)$|^(hydra|paths|logger)(\.|$)|^callbacks\.progress_bar(\.|$)")
 _LOWER_IS_BETTER = ("loss", "ppl")
 
 
@@ -226,7 +226,7 @@ class Sweep:
 
 def varying_axes(jobs: list[Job]) -> list[str]:
     """Override keys (in command-line order) whose value is not the same in every job, ``seed``
-    and run-control keys (``hydra.*``, ``paths.*``, ``logger``, ...) excluded."""
+    and run-control keys (``hydra.*``, ``paths.*``, ``logger``, ``tune``, ...) excluded."""
     keys: list[str] = []
     for job in jobs:
         keys += [k for k in job.overrides if k not in keys and not _NOT_AXES.search(k)]
