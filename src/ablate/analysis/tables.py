@@ -94,7 +94,7 @@ def variant_row(sweep: Sweep, key: tuple, jobs: list[Job], metric: str, test: st
     row["steps_min"], row["steps_max"] = (min(steps), max(steps)) if steps else (None, None)
     row["wall_time_s"] = mean_std([float(j.record.get("wall_time_s", math.nan)) for j in jobs])[0]
     row["tokens_per_sec"] = mean_std([j.median(THROUGHPUT) for j in jobs])[0]
-    row["late_change"] = mean_std([late_change(j) for j in done])[0]
+    row["late_change"], row["late_change_std"] = mean_std([late_change(j) for j in done])
     return row
 
 
@@ -254,7 +254,7 @@ def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
         cells += [_diverged(row)]
         cells += [f"{int(row['crashed'] + row['incomplete'])}/{int(row['seeds'])}"] if failed else []
         rate = "—" if pd.isna(row["tokens_per_sec"]) else f"{row['tokens_per_sec']:.0f}"
-        cells += [_steps(row), fmt(row["late_change"]), fmt(row["wall_time_s"]), rate]
+        cells += [_steps(row), fmt(row["late_change"], row["late_change_std"]), fmt(row["wall_time_s"]), rate]
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n\n" + legend(frame, sweep)
     table += "\n" + budget.cost_table(frame, sweep) if "matched" in frame.attrs else ""
@@ -316,8 +316,9 @@ def legend(frame: pd.DataFrame, sweep: Sweep) -> str:
              f"Metrics: mean ± sample std (n-1) over the seeds that completed; final = last validation, best = its {best}. "
              "Diverged and crashed seeds are counted, not averaged. Wall time: mean per job; tokens/s: median over training.",
              f"Δ {LATE_METRIC}, last {LATE_FRACTION:.0%}: what the run still gained over its last {LATE_FRACTION:.0%} of steps "
-             "(least-squares line, mean over completed seeds; negative: still falling). A gap between rows much "
-             "smaller than it may close or reverse with more steps."]
+             "(least-squares line through the logged values, mean ± std over completed seeds; negative: still falling; "
+             "single-batch losses are noisy, so read it against its std). A gap between rows much smaller than it "
+             "may close or reverse with more steps."]
     if paper is not None:
         notes.append(f"Paper: {paper.metric} from {paper.source or 'the paper file'}.")
     failed = [job for job in sweep.jobs if job.status in ("crashed", "incomplete")]
