@@ -26,7 +26,7 @@ matplotlib.use("Agg")  # files only, never a window (also on machines without a 
 
 from ablate.analysis.figures import Plot, paper_figure, plot_sweep  # noqa: E402
 from ablate.analysis.paper import load_paper  # noqa: E402
-from ablate.analysis.runs import Sweep, load_sweep  # noqa: E402
+from ablate.analysis.runs import Sweep, at_tuned_rates, load_sweep  # noqa: E402
 from ablate.analysis.series import X_AXES, paper_rank_correlation  # noqa: E402
 from ablate.analysis.tables import available_metrics, pick_metric  # noqa: E402
 
@@ -63,14 +63,20 @@ def main(argv: list[str] | None = None) -> None:
                              "steps (default), training tokens ((step + 1) x data.batch_size x data.seq_len for an LM, "
                              "else the logged train/tokens_seen) or training time in seconds (the logged train/time_s, "
                              "else summed from train/tokens_per_sec, else status.json's wall time spread evenly)")
+    parser.add_argument("--all-lrs", action="store_true",
+                        help="a tune=lr sweep: every rate of the grid in every figure (default: each variant at its "
+                             "tuned rate, except loss_vs_lr.png, the tuning curve, which shows the whole grid)")
     args = parser.parse_args(argv)
     out = Path(args.out or Path(args.sweep_dir) / "figures")
     try:
-        sweep = load_sweep(args.sweep_dir)
+        grid = load_sweep(args.sweep_dir)
+        sweep, note = (grid, None) if args.all_lrs else at_tuned_rates(grid, args.sweep_dir)
     except (OSError, ValueError) as err:
         sys.exit(f"plot.py: {err}")
+    if note:
+        print(note.replace("--all-lrs shows them", "loss_vs_lr.png and --all-lrs show them"))
     extra = [paper_plot(sweep, args.paper, args.metric, "best" if args.best else "final")] if args.paper else []
-    written = plot_sweep(sweep, out, args.metric, args.x, extra=extra, report=report)
+    written = plot_sweep(sweep, out, args.metric, args.x, extra=extra, report=report, grid=grid if note else None)
     for path in written.paths:
         print(path)
     failed = ", ".join(name for name, _ in written.failures)

@@ -345,3 +345,13 @@ def test_a_job_added_without_tune_lr_joins_its_variant(tmp_path: Path):
         (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     loaded = load_sweep(sweep)
     assert loaded.axes == ["scale", "act", "optim.lr"]
+
+
+def test_plot_of_a_tuned_sweep_draws_the_tuned_rates_and_the_whole_tuning_curve(tmp_path: Path, capsys):
+    sweep = write_tuned_ladder_sweep(tmp_path / "tuned")
+    _script("plot").main([str(sweep), "--metric", "val/loss", "--out", str(tmp_path / "figs")])
+    assert "6 job(s) of the other grid rates left out; loss_vs_lr.png and --all-lrs show them" in capsys.readouterr().out
+    tuning = pd.read_csv(tmp_path / "figs" / "loss_vs_lr.csv")
+    assert len(tuning) == 12 and tuning["x"].nunique() == 2  # 6 variants x both rates of the grid, not only the chosen
+    assert not (tmp_path / "figs" / "metric_vs_lr.png").exists()  # the tuned rate is not an axis of its own
+    assert (tmp_path / "figs" / "val_curves.png").exists()

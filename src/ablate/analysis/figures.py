@@ -726,10 +726,12 @@ class Written:
     failures: list[tuple[str, str]] = field(default_factory=list)  # (file name, reason)
 
 
-def sweep_plots(sweep: Sweep, metric: str | None = None, x: str = "steps") -> list[Plot]:
+def sweep_plots(sweep: Sweep, metric: str | None = None, x: str = "steps", grid: Sweep | None = None) -> list[Plot]:
     """Every figure of a sweep, not yet drawn. ``metric``: the one ``metric_vs_<axis>.png`` shows
     (default: ``val/ppl`` for LMs, ``val/bleu`` for translation); ``x``: the x of the curves
-    (``steps``, ``tokens``, ``time``; :func:`~ablate.analysis.series.job_x`)."""
+    (``steps``, ``tokens``, ``time``; :func:`~ablate.analysis.series.job_x`). ``grid``: a
+    ``tune=lr`` sweep's every job, when ``sweep`` holds each variant at its tuned rate only: the
+    tuning curve is drawn from it, and the tuned rate is not an axis of its own."""
     if x not in X_AXES:
         raise ValueError(f"x={x!r}: use one of {', '.join(X_AXES)}")
     plots = [Plot("val_curves.png", lambda: validation_figure(sweep, x)),
@@ -740,11 +742,14 @@ def sweep_plots(sweep: Sweep, metric: str | None = None, x: str = "steps") -> li
              Plot("ppl_vs_length.png", lambda: ppl_vs_length_figure(sweep))]
     for axis in numeric_axes(sweep):
         name = _axis_name(axis)
+        if grid is not None and name == LR_AXIS:
+            continue
         plots.append(Plot(f"metric_vs_{name}.png",
                           lambda axis=axis: metric_vs_axis_figure(sweep, axis, pick_metric(sweep, metric))))
         plots.append(Plot(f"train_loss_by_{name}.png", lambda axis=axis: train_loss_by_axis_figure(sweep, axis, x)))
-    if (axis := lr_axis(sweep)) is not None:
-        plots.append(Plot("loss_vs_lr.png", lambda: loss_vs_lr_figure(sweep, axis)))
+    tuning = grid or sweep
+    if (axis := lr_axis(tuning)) is not None:
+        plots.append(Plot("loss_vs_lr.png", lambda: loss_vs_lr_figure(tuning, axis)))
     return plots
 
 
@@ -783,8 +788,10 @@ def write_plots(plots: list[Plot], out: str | Path,
 
 
 def plot_sweep(sweep: Sweep, out: str | Path, metric: str | None = None, x: str = "steps",
-               extra: list[Plot] | None = None, report: Callable[[str, str], None] | None = None) -> Written:
+               extra: list[Plot] | None = None, report: Callable[[str, str], None] | None = None,
+               grid: Sweep | None = None) -> Written:
     """Write every figure that the sweep's logged metrics allow (and ``extra`` plots, e.g. the
     paper comparison), each independently (:func:`write_plots`); returns the files written (PNGs
-    and the CSVs of the comparison figures) and the figures that failed."""
-    return write_plots([*(extra or []), *sweep_plots(sweep, metric, x)], out, report)
+    and the CSVs of the comparison figures) and the figures that failed. ``grid``: see
+    :func:`sweep_plots`."""
+    return write_plots([*(extra or []), *sweep_plots(sweep, metric, x, grid)], out, report)
