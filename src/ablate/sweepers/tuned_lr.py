@@ -33,10 +33,12 @@ Hydra only instantiates sweepers from the ``hydra_plugins`` namespace: ``_target
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -416,10 +418,38 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 record["mean"], record["std"], record["completed_seeds"] = mean, std, n
             out["variants"].append(record)
         path = sweep_dir / RESULT_FILE
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(out, indent=2, default=_jsonable) + "\n")
-        tmp.replace(path)
+        with _locked(path):
+            out["variants"] = _earlier_variants(path, out["variants"]) + out["variants"]
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps(out, indent=2, default=_jsonable) + "\n")
+            tmp.replace(path)
         return path
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``<path>.lock``: two tune=lr commands may share a sweep directory."""
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _earlier_variants(path: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The variants that ``path`` (an earlier command's selection in the same sweep directory)
+    holds and this command does not: a variant added later, or one scale of a size ladder tuned
+    over a grid of its own, keeps the others' selections."""
+    if not path.is_file():
+        return []
+    try:
+        earlier = json.loads(path.read_text()).get("variants", [])
+    except (OSError, ValueError):
+        log.warning("tuned_lr: %s is unreadable: its earlier selections are replaced by this command's", path)
+        return []
+    ours = {frozenset(r["overrides"]) for r in records}
+    return [r for r in earlier if frozenset(r.get("overrides", [])) not in ours]
 
 
 def _mean_std(records: list[dict[str, Any]]) -> tuple[float | None, float | None, int]:
