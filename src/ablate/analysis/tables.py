@@ -242,7 +242,7 @@ def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     header = [names[a] for a in sweep.axes] + ["seeds", f"{metric} final", f"{metric} best"]
     header += [test] if test else []
     header += [f"paper {paper.metric}"] if paper else []
-    header += ["diverged"] + (["crashed"] if failed else []) + ["steps", f"Δ {LATE_METRIC}, last {LATE_FRACTION:.0%}"]
+    header += ["diverged"] + (["crashed"] if failed else []) + ["steps", f"Δ {LATE_METRIC} per last {LATE_FRACTION:.0%}"]
     header += ["wall time (s)", "tokens/s"]
     align = [" --- " if i < len(sweep.axes) else " ---: " for i in range(len(header))]  # axes left, numbers right
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
@@ -315,10 +315,10 @@ def legend(frame: pd.DataFrame, sweep: Sweep) -> str:
     notes = [f"Sweep: {sweep.source} ({len(sweep.jobs)} jobs; axes: {', '.join(sweep.axes) or 'none'}).",
              f"Metrics: mean ± sample std (n-1) over the seeds that completed; final = last validation, best = its {best}. "
              "Diverged and crashed seeds are counted, not averaged. Wall time: mean per job; tokens/s: median over training.",
-             f"Δ {LATE_METRIC}, last {LATE_FRACTION:.0%}: what the run still gained over its last {LATE_FRACTION:.0%} of steps "
-             "(least-squares line through the logged values, mean ± std over completed seeds; negative: still falling; "
-             "single-batch losses are noisy, so read it against its std). A gap between rows much smaller than it "
-             "may close or reverse with more steps."]
+             f"Δ {LATE_METRIC} per last {LATE_FRACTION:.0%}: the slope of {LATE_METRIC} between the last two validations, per "
+             f"{LATE_FRACTION:.0%} of the run's steps (mean ± std over completed seeds; negative: still falling; a secant, so "
+             "steeper than the very end of a flattening curve). A gap between rows much smaller than it may close or "
+             "reverse with more steps."]
     if paper is not None:
         notes.append(f"Paper: {paper.metric} from {paper.source or 'the paper file'}.")
     failed = [job for job in sweep.jobs if job.status in ("crashed", "incomplete")]
