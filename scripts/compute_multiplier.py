@@ -63,7 +63,8 @@ def points_table(curves: list[Curve]) -> str:
     lines = ["| variant | scale | compute (FLOPs) | n | loss | left out |", "| --- | --- | ---: | ---: | ---: | --- |"]
     for curve in curves:
         scale = np.array(curve.scale)
-        for name in dict.fromkeys([*curve.scales(), *curve.failed]):
+        by_compute = sorted(curve.scales(), key=lambda n: np.array(curve.compute)[scale == n].mean())
+        for name in dict.fromkeys([*by_compute, *curve.failed]):  # smallest model first
             loss = np.array(curve.loss)[scale == name]
             compute = np.array(curve.compute)[scale == name]
             mean = f"{loss.mean():.4g}" + (f" ± {loss.std(ddof=1):.2g}" if len(loss) > 1 else "") if len(loss) else "—"

@@ -43,6 +43,7 @@ parameters, embeddings included).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -106,8 +107,11 @@ def fit_power_law(compute: np.ndarray, loss: np.ndarray) -> PowerLaw:
     start = _initial(x, loss)
     low, high = (0.0, 1e-12, _ALPHA_BOUNDS[0]), (float(loss.min()), np.inf, _ALPHA_BOUNDS[1])
     start = tuple(float(np.clip(s, lo, hi)) for s, lo, hi in zip(start, low, high))
-    params, _ = optimize.curve_fit(lambda x, E, a, alpha: E + a * np.exp(-alpha * x), x, loss, p0=start,
-                                   bounds=(low, high), method="trf", maxfev=10000)
+    with warnings.catch_warnings():
+        # three scales and three parameters: an exact fit, whose covariance is undefined; it is not used
+        warnings.simplefilter("ignore", optimize.OptimizeWarning)
+        params, _ = optimize.curve_fit(lambda x, E, a, alpha: E + a * np.exp(-alpha * x), x, loss, p0=start,
+                                       bounds=(low, high), method="trf", maxfev=10000)
     return PowerLaw(float(params[0]), float(params[1]), float(params[2]), c0)
 
 
