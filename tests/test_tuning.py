@@ -18,7 +18,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from ablate.objective import MetricNotLoggedError, best_metric_value
-from ablate.sweepers.tuned_lr import LRResult, TunedLRSweeper, _Variant, log_grid, read_outcome, select_lr
+from ablate.sweepers.tuned_lr import LRResult, log_grid, read_outcome, save_selection, select_lr
 from conftest import REPO, TINY
 
 HAS_OPTUNA = importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None
@@ -73,19 +73,19 @@ def test_select_lr_reports_a_variant_with_nothing_usable():
 def test_a_second_command_in_the_sweep_dir_keeps_the_others_selections(tmp_path):
     """One size of a ladder re-tuned over a grid of its own (or a variant added later) replaces
     that variant's selection in lr_tuning.json and keeps the others'."""
-    def variant(scale: str, best: float) -> _Variant:
-        results = [r(best / 2, value=2.0), r(best, value=1.0), r(best * 2, value=2.0)]
-        return _Variant([f"scale={scale}", "act=relu"], f"scale={scale},act=relu", [x.text for x in results],
-                        results, select_lr(results))
+    def record(scale: str, best: float) -> dict:
+        return {"variant": f"scale={scale},act=relu", "overrides": [f"scale={scale}", "act=relu"], "chosen_lr": best}
 
     def chosen() -> dict[str, float]:
         records = json.loads((tmp_path / "lr_tuning.json").read_text())["variants"]
         return {v["variant"]: v["chosen_lr"] for v in records}
 
-    sweeper = TunedLRSweeper()
-    sweeper._write(tmp_path, [variant("xs", 4e-3), variant("m", 2e-3)], "val/loss", False, ["1"], None, False)
-    sweeper._write(tmp_path, [variant("xs", 1.6e-2)], "val/loss", False, ["1"], None, False)
+    save_selection(tmp_path / "lr_tuning.json", {"variants": [record("xs", 4e-3), record("m", 2e-3)]})
+    save_selection(tmp_path / "lr_tuning.json", {"variants": [record("xs", 1.6e-2)]})
     assert chosen() == {"scale=m,act=relu": 2e-3, "scale=xs,act=relu": 1.6e-2}
+    # the same variant spelled in another order is the same variant
+    save_selection(tmp_path / "lr_tuning.json", {"variants": [{**record("m", 1e-3), "overrides": ["act=relu", "scale=m"]}]})
+    assert chosen() == {"scale=xs,act=relu": 1.6e-2, "scale=m,act=relu": 1e-3}
 
 
 def test_log_grid():

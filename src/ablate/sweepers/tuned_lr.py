@@ -418,12 +418,18 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 record["mean"], record["std"], record["completed_seeds"] = mean, std, n
             out["variants"].append(record)
         path = sweep_dir / RESULT_FILE
-        with _locked(path):
-            out["variants"] = _earlier_variants(path, out["variants"]) + out["variants"]
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(out, indent=2, default=_jsonable) + "\n")
-            tmp.replace(path)
+        save_selection(path, out)
         return path
+
+
+def save_selection(path: Path, out: dict[str, Any]) -> None:
+    """Write the selection ``out`` to ``path`` (atomically), after the variants an earlier command
+    in the same sweep directory left there and this one does not have (:func:`_earlier_variants`)."""
+    with _locked(path):
+        out["variants"] = _earlier_variants(path, out["variants"]) + out["variants"]
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(out, indent=2, default=_jsonable) + "\n")
+        tmp.replace(path)
 
 
 @contextmanager
