@@ -5,7 +5,8 @@ crashed; the final and best validation metric (``val/ppl`` for language models, 
 translation) and the matching test metric as mean ± sample standard deviation (n - 1) over the
 seeds that *completed* (a diverged seed's last validation predates its divergence, a crashed
 one has none, so neither enters the mean: they are counted instead); the paper's number when a
-paper file is given; steps, wall time and the median training throughput (tokens/s).
+paper file is given; steps; the late slope of ``val/loss`` (is the curve still falling?
+:mod:`~ablate.analysis.convergence`); wall time and the median training throughput (tokens/s).
 
 With a baseline (``summarize(..., baseline="norm=pre")``, ``scripts/summarize.py --baseline``)
 each row also gets, for the *final* value of the metric (the best one is a maximum over
