@@ -5,8 +5,6 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup_env.sh"
 export PATH="$root/.venv/bin:$PATH"
-# the shared corpora beside the checkout, when present and nothing else was chosen
-if [ -z "${ABLATE_DATA_DIR:-}" ] && [ -d "$root/../shared/data" ]; then
-  export ABLATE_DATA_DIR="$(cd "$root/../shared/data" && pwd)"
-fi
+# the data, cache and log folders are found by the package itself (src/ablate/locations.py), the
+# same with or without this script
 exec "$@"

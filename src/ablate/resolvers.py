@@ -93,6 +93,16 @@ def _safe_dirname(text: str) -> str:
 
 
 def register() -> None:
+    from ablate import locations
+
+    # conf/paths: the folders, by one rule that needs no Hydra runtime config (ablate.locations)
+    if not OmegaConf.has_resolver("ablate_root"):
+        OmegaConf.register_new_resolver("ablate_root", lambda: str(locations.project_root()))
+    # each takes the root (paths.root_dir), so that overriding the root moves the folders under it
+    for name, where in (("ablate_data_dir", locations.data_dir), ("ablate_cache_dir", locations.cache_dir),
+                        ("ablate_log_dir", locations.log_dir)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, lambda root=None, where=where: str(where(root)))
     if not OmegaConf.has_resolver("job_dirname"):
         OmegaConf.register_new_resolver("job_dirname", job_dirname)
     if not OmegaConf.has_resolver("sweep_dirname"):

@@ -65,13 +65,17 @@ def read_utf8(path: str | os.PathLike[str]) -> str:
 
 
 def default_data_dir() -> Path:
-    """The data folder used when none is configured: ``$ABLATE_DATA_DIR`` or ``./data``."""
-    return Path(os.environ.get(ENV_DATA_DIR) or "data")
+    """The data folder used when none is configured (:func:`ablate.locations.data_dir`)."""
+    from ablate import locations
+
+    return locations.data_dir()
 
 
 def default_cache_dir() -> Path:
-    """The cache folder used when none is configured: ``$ABLATE_CACHE_DIR`` or ``./cache``."""
-    return Path(os.environ.get(ENV_CACHE_DIR) or "cache")
+    """The cache folder used when none is configured (:func:`ablate.locations.cache_dir`)."""
+    from ablate import locations
+
+    return locations.cache_dir()
 
 
 def resolve_local(data_dir: str | os.PathLike[str] | None, relpath: str | os.PathLike[str]) -> Path | None:
