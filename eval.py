@@ -27,6 +27,7 @@ import lightning as L
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from ablate import cli
 from ablate.data.translation_data import read_lines
 from ablate.resume import CheckpointError
 from ablate.tasks import checkpoint_task
@@ -184,6 +185,7 @@ def refuse_other_task_options(cfg: DictConfig, options: tuple[str, ...], task: s
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
+@cli.task
 def main(cfg: DictConfig) -> None:
     if not Path(cfg.ckpt_path).is_file():
         raise SystemExit(f"ckpt_path={cfg.ckpt_path}: no such checkpoint file")
@@ -202,4 +204,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.entry_point(main)

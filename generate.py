@@ -7,11 +7,13 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
+from ablate import cli
 from ablate.tasks import load_task_checkpoint
 from ablate.tasks.generation import generate
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="generate")
+@cli.task
 def main(cfg: DictConfig) -> None:
     task = load_task_checkpoint(cfg.ckpt_path, "lm", "generate.py")
     if task.tokenizer is None:
@@ -31,4 +33,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.entry_point(main)

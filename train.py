@@ -8,13 +8,15 @@
 import hydra
 from omegaconf import DictConfig
 
+from ablate import cli
 from ablate.train import run
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
+@cli.task
 def main(cfg: DictConfig) -> float:
     return run(cfg)
 
 
 if __name__ == "__main__":
-    main()
+    cli.entry_point(main)

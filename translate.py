@@ -9,6 +9,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from ablate import cli
 from ablate.tasks.translation import decode_config, load_translation_checkpoint
 
 
@@ -24,6 +25,7 @@ def batches(stream, size: int):
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="translate")
+@cli.task
 def main(cfg: DictConfig) -> None:
     task = load_translation_checkpoint(cfg.ckpt_path, cfg.device)
     decode = decode_config(task, cfg)
@@ -34,4 +36,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.entry_point(main)

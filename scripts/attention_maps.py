@@ -20,6 +20,7 @@ matplotlib.use("Agg")  # files only, never a window
 
 from omegaconf import DictConfig  # noqa: E402
 
+from ablate import cli
 from ablate.analysis.attention import attention_figure, checkpoint_maps, map_title, save_figure  # noqa: E402
 
 
@@ -40,6 +41,7 @@ def unescape(text: str | None) -> str | None:
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="attention_maps")
+@cli.task
 def main(cfg: DictConfig) -> None:
     try:
         maps, model = checkpoint_maps(cfg.ckpt_path, unescape(cfg.text), unescape(cfg.target), cfg.max_tokens)
@@ -51,4 +53,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.entry_point(main)

@@ -23,6 +23,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from ablate import cli
 from ablate.averaging import (
     AveragingError,
     average_checkpoints,
@@ -32,6 +33,7 @@ from ablate.averaging import (
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="average_checkpoints")
+@cli.task
 def main(cfg: DictConfig) -> None:
     if (cfg.ckpt_dir is None) == (cfg.ckpts is None):
         raise SystemExit("give either ckpt_dir=<checkpoints folder> (with last_n=N) or ckpts=[file,...]")
@@ -56,4 +58,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.entry_point(main)

@@ -12,13 +12,15 @@ explains every number.
 import hydra
 from omegaconf import DictConfig
 
+from ablate import cli
 from ablate.benchmark import main as run_benchmark
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="benchmark")
+@cli.task
 def main(cfg: DictConfig) -> None:
     run_benchmark(cfg)
 
 
 if __name__ == "__main__":
-    main()
+    cli.entry_point(main)

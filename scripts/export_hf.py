@@ -19,10 +19,12 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from ablate import cli
 from ablate.export.hf import ExportError, export_checkpoint
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="export_hf")
+@cli.task
 def main(cfg: DictConfig) -> None:
     out = Path(cfg.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not cfg.overwrite:
@@ -36,4 +38,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.entry_point(main)

@@ -38,7 +38,7 @@ from ablate.config import ModelSpec, validate
 from ablate.nn.seq2seq import EncoderDecoder
 from ablate.nn.transformer import TransformerLM
 
-from conftest import REPO, TINY
+from conftest import HANG_TIMEOUT, REPO, TINY
 
 pytestmark = pytest.mark.slow
 ARCH = ["pos=rope", "attn=sdpa", "attn.n_kv_heads=2", "logger=csv", "eval.seq_lens=[16,32]"]
@@ -48,7 +48,7 @@ def _train(args: list[str], cwd: Path, data_dir: Path) -> None:
     env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "ABLATE_DATA_DIR": str(data_dir),
            "ABLATE_CACHE_DIR": str(cwd / "cache"), "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert proc.returncode == 0, f"train.py failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
 
 
@@ -145,7 +145,7 @@ def test_summarize_script_writes_table_and_paper_column(sweep_dir: Path, tmp_pat
     ]}))
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "summarize.py"), str(sweep_dir), "--paper", str(paper),
-                           "--out", str(out)], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+                           "--out", str(out)], capture_output=True, text=True, timeout=HANG_TIMEOUT, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("| ") and "paper val/ppl" in lines[0] and "val/ppl final" in lines[0]
@@ -432,7 +432,7 @@ def test_attention_maps_script_on_a_sweep_checkpoint(sweep_dir: Path, tmp_path: 
     out = tmp_path / "maps.png"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "attention_maps.py"), f"ckpt_path='{ckpt}'",
-                           "text='ROMEO:\\nBut soft'", f"out={out}"], capture_output=True, text=True, timeout=180,
+                           "text='ROMEO:\\nBut soft'", f"out={out}"], capture_output=True, text=True, timeout=HANG_TIMEOUT,
                           stdin=subprocess.DEVNULL, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == str(out)

@@ -20,6 +20,10 @@ from ablate.callbacks.grad_norm import GradNormMonitor
 from ablate.callbacks.throughput import ThroughputMonitor, nominal_peak_flops
 from ablate.flops import flops_per_token
 from ablate.data.lm_data import TokenWindows, WindowBatch, collate_windows
+from conftest import HANG_TIMEOUT
+
+pytestmark = pytest.mark.integration  # every test reads one benchmark run (a subprocess)
+
 
 REPO = Path(__file__).resolve().parents[1]
 ROUNDS = 2
@@ -43,7 +47,7 @@ def report(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequ
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "benchmark.py"), *TINY, f"benchmark.json_path={json_path}",
          f"paths.log_dir={tmp / 'logs'}"],
-        cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+        cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT,
     )
     assert proc.returncode == 0, f"benchmark failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     for title in ("Training speed", "Side-by-side ratios", "Budgets"):

@@ -32,7 +32,7 @@ from ablate.config import model_spec
 from ablate.nn.transformer import TransformerLM
 from ablate.train import check_config
 
-from conftest import REPO
+from conftest import HANG_TIMEOUT, REPO
 from test_stats import write_job
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -163,7 +163,7 @@ def test_cheaper_per_step_loses_at_equal_steps_and_wins_at_equal_flops(tmp_path:
 
 def _summarize_script(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "scripts" / "summarize.py"), *args], capture_output=True,
-                          check=False, text=True, timeout=120, stdin=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          check=False, text=True, timeout=HANG_TIMEOUT, stdin=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def _script(name: str):
@@ -173,6 +173,7 @@ def _script(name: str):
     return module
 
 
+@pytest.mark.integration
 def test_summarize_script_basis_flops(tmp_path: Path):
     sweep = write_cost_sweep(tmp_path / "sweep")
     out = tmp_path / "out"

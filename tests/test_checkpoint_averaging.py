@@ -25,6 +25,7 @@ from ablate.averaging import (
 )
 from ablate.checkpointing import AtomicCheckpointIO, LastCheckpoint
 from tests.conftest import REPO, TINY
+from conftest import HANG_TIMEOUT
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -114,6 +115,7 @@ def raw_weight(step: int) -> torch.Tensor:
     return torch.tensor([[1.0, -1.0]]) - 0.1 * step * torch.tensor([[1.0, 2.0]])
 
 
+@pytest.mark.integration
 def test_keep_last_n_leaves_exactly_n_step_checkpoints(tmp_path: Path) -> None:
     (tmp_path / step_checkpoint_name(50)).write_bytes(b"another trajectory's")  # beyond step 0: removed at start
     toy_fit([StepCheckpoints(tmp_path, every_n_train_steps=2, keep_last_n=3)], max_steps=9)
@@ -129,6 +131,7 @@ def test_keep_last_n_leaves_exactly_n_step_checkpoints(tmp_path: Path) -> None:
     assert sorted(p.name for p in off.iterdir()) == ["last.ckpt", "last.previous.ckpt"]  # the default: no more files
 
 
+@pytest.mark.integration
 def test_ema_is_validated_saved_and_resumed(tmp_path: Path) -> None:
     """decay 0.5 from the first step: ema_1 = w_1, ema_k = (ema_{k-1} + w_k) / 2."""
     ema = [raw_weight(1)]
@@ -162,6 +165,7 @@ def test_ema_is_validated_saved_and_resumed(tmp_path: Path) -> None:
     assert torch.allclose(resumed["current_model_state"]["layer.weight"], raw_weight(5))
 
 
+@pytest.mark.integration
 def test_ema_off_changes_nothing(tmp_path: Path) -> None:
     model = toy_fit([EMA(decay=None), StepCheckpoints(tmp_path, every_n_train_steps=2, keep_last_n=1)], max_steps=2)
     assert torch.allclose(model.validated[0], raw_weight(2))
@@ -175,10 +179,11 @@ def test_ema_off_changes_nothing(tmp_path: Path) -> None:
 
 def script(name: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, str(REPO / name), *args], capture_output=True, text=True, timeout=240,
+    return subprocess.run([sys.executable, str(REPO / name), *args], capture_output=True, text=True, timeout=HANG_TIMEOUT,
                           stdin=subprocess.DEVNULL, env=env, check=False)
 
 
+@pytest.mark.integration
 def test_tiny_run_keeps_the_last_two_averages_them_and_generate_loads_it(run_train, tmp_path: Path) -> None:
     run = tmp_path / "run"
     run_train(*TINY, f"hydra.run.dir={run}", "logger=[]", "callbacks.checkpoint_last.every_n_train_steps=2",
@@ -201,6 +206,7 @@ def test_tiny_run_keeps_the_last_two_averages_them_and_generate_loads_it(run_tra
     assert proc.returncode != 0 and "holds 2 step-*.ckpt" in proc.stderr
 
 
+@pytest.mark.integration
 def test_tiny_run_with_ema(run_train, tmp_path: Path) -> None:
     run = tmp_path / "run"
     run_train(*TINY, f"hydra.run.dir={run}", "logger=[]", "callbacks.ema.decay=0.5")

@@ -21,6 +21,7 @@ def test_unknown_option_lists_valid_ones(group):
         assert option in message
 
 
+@pytest.mark.integration
 def test_unknown_norm_layer_lists_valid_ones(run_train, tmp_path):
     proc = run_train("norm.layer=batchnorm", check=False)
     assert proc.returncode != 0
@@ -39,6 +40,7 @@ def test_invalid_architecture_fails_before_data_or_model(run_train, tmp_path):
     assert '"crashed"' in status and "not divisible" in status
 
 
+@pytest.mark.integration
 def test_deepnorm_requires_deepnet(run_train):
     proc = run_train("norm=deepnorm", check=False)
     assert proc.returncode != 0 and "norm=deepnorm init=deepnet" in proc.stderr

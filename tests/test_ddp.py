@@ -25,6 +25,7 @@ from ablate.data.lm_data import ResumableSampler
 from ablate.train import Job, _rank_main
 from ablate.wandb_reader import read_offline_run
 from _rank_report import report_rank
+from conftest import HANG_TIMEOUT
 
 COMMON = [
     "model=tiny", "data.seq_len=16", "data.eval_seq_len=64", "data.batch_size=8", "trainer.max_steps=6",
@@ -54,7 +55,7 @@ def weights(job: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 def test_ddp_multirun_runs_each_job_once_on_two_ranks(run_train, tmp_path: Path) -> None:
-    proc = run_train("-m", f"optim.lr={','.join(LRS)}", *COMMON, *DDP, "logger=wandb", timeout=600)
+    proc = run_train("-m", f"optim.lr={','.join(LRS)}", *COMMON, *DDP, "logger=wandb", timeout=HANG_TIMEOUT)
     logs = tmp_path / "logs"
     # one sweep directory and nothing else: no runs/ of a re-run command, no second multirun
     assert [p.name for p in logs.iterdir()] == ["multirun"]

@@ -15,7 +15,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO, TINY
+from conftest import HANG_TIMEOUT, REPO, TINY
 from nn._models import tiny_spec
 
 from ablate.data.tokenizers import CharTokenizer
@@ -120,7 +120,7 @@ def test_eval_py_gives_train_py_numbers(run_train, tmp_path, data_dir):
     def eval_py(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
         proc = subprocess.run([sys.executable, str(REPO / "eval.py"), f"ckpt_path={ckpt}", *args], check=False,
                               cwd=tmp_path, env=env,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT)
         assert (proc.returncode == 0) == ok, proc.stdout[-2000:] + proc.stderr[-3000:]
         return proc
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from conftest import REPO, TINY
+from conftest import HANG_TIMEOUT, REPO, TINY
 from nn._models import tiny_spec
 
 from ablate.config import ModelSpec
@@ -156,7 +156,7 @@ def run_export(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, str(REPO / "scripts" / "export_hf.py"), *args], check=False, cwd=tmp_path,
                           env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT)
 
 
 @pytest.mark.slow

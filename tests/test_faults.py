@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, TINY
+from conftest import HANG_TIMEOUT, REPO, TINY
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def run(tmp: Path, data_dir: Path, *args: str, script: str = "train.py") -> subp
     overrides = [a for a in args if not a.startswith("-")]
     log_dir = [f"paths.log_dir={tmp / 'logs'}"] if script == "train.py" else []
     cmd = [sys.executable, str(REPO / script), *flags, *log_dir, *overrides]
-    return subprocess.run(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT)
 
 
 RUN = [*TINY, "logger=csv", "callbacks.checkpoint_last.every_n_train_steps=3"]

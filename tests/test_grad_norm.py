@@ -52,6 +52,7 @@ def test_group_names():
 
 
 @pytest.mark.parametrize("tie", [False, True])
+@pytest.mark.integration
 def test_logged_grad_norms_equal_hand_computed(tmp_path, tie):
     torch.manual_seed(0)
     task = make_task(tie=tie)

@@ -14,7 +14,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import REPO, TINY
+from conftest import HANG_TIMEOUT, REPO, TINY
 
 
 def statuses(sweep: Path) -> dict[str, dict]:
@@ -27,7 +27,7 @@ def statuses(sweep: Path) -> dict[str, dict]:
 def test_submitit_local_runs_a_sweep(run_train, tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     run_train("-m", "hydra/launcher=submitit_local", "seed=1,2", f"hydra.sweep.dir={sweep}", *TINY, "logger=csv",
-              timeout=400)
+              timeout=HANG_TIMEOUT)
     jobs = statuses(sweep)
     assert sorted(jobs) == ["seed=1", "seed=2"], sorted(p.name for p in sweep.iterdir())
     assert all(s["status"] == "completed" and s["steps"] == 6 for s in jobs.values())
@@ -39,7 +39,7 @@ def test_joblib_runs_jobs_in_parallel_processes(run_train, tmp_path: Path, monke
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # one thread per job: two jobs on two cores
     sweep = tmp_path / "sweep"
     run_train("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2", f"hydra.sweep.dir={sweep}",
-              *TINY, "logger=csv", timeout=400)
+              *TINY, "logger=csv", timeout=HANG_TIMEOUT)
     jobs = statuses(sweep)
     assert sorted(jobs) == ["seed=1", "seed=2"]
     assert all(s["status"] == "completed" and s["steps"] == 6 for s in jobs.values())
@@ -56,7 +56,7 @@ def test_ranks_started_by_torchrun(tmp_path: Path, data_dir: Path) -> None:
            f"hydra.run.dir={out}", *TINY, "data.batch_size=8", "trainer=ddp", "trainer.accelerator=cpu",
            "trainer.devices=2", "trainer.precision=32-true", "logger=wandb"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=400)
+                          timeout=HANG_TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     status = json.loads((out / "status.json").read_text())
     assert status["status"] == "completed" and status["world_size"] == 2 and status["steps"] == 6

@@ -34,6 +34,7 @@ from ablate.logging import (
     set_wandb_summary,
 )
 from ablate.wandb_reader import find_run_dirs, read_offline_run
+from conftest import HANG_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[1]
 LOGGER_CONF = REPO / "conf" / "logger"
@@ -311,6 +312,7 @@ ROWS = [
 ]
 
 
+@pytest.mark.integration
 def test_offline_run_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "job"
     extra = {"model": {"d_model": 64, "norm": "pre"}, "axes": {"norm": "pre"}}
@@ -344,6 +346,7 @@ def test_offline_run_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert csv_text[0].split(",")[0] == "step" and len(csv_text) == 1 + len(ROWS)
 
 
+@pytest.mark.integration
 def test_reader_falls_back_to_the_wandb_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "job"
     log_rows(build_loggers(logger_cfg("wandb"), out, "r", None, {"a": 1}), ROWS)
@@ -355,6 +358,7 @@ def test_reader_falls_back_to_the_wandb_cli(tmp_path: Path, monkeypatch: pytest.
     assert slow["group"] is None
 
 
+@pytest.mark.integration
 def test_non_finite_metrics_read_back_as_floats(tmp_path: Path) -> None:
     out = tmp_path / "job"
     loggers = build_loggers(logger_cfg("wandb"), out, "r", None, {})
@@ -382,6 +386,7 @@ def test_disabled_mode_gives_csv_only(tmp_path: Path) -> None:
     assert [type(lg) for lg in loggers] == [CSVLogger]
 
 
+@pytest.mark.integration
 def test_configured_group_wins_over_the_sweep_group(tmp_path: Path) -> None:
     out = tmp_path / "job"
     build_loggers(logger_cfg("wandb", group="mine"), out, "r", "sweep-group", {})
@@ -389,6 +394,7 @@ def test_configured_group_wins_over_the_sweep_group(tmp_path: Path) -> None:
     assert read_offline_run(out)["group"] == "mine"
 
 
+@pytest.mark.integration
 def test_two_jobs_in_one_process_get_two_runs(tmp_path: Path) -> None:
     runs = []
     for job, name in enumerate(["norm=pre", "norm=post"]):
@@ -407,6 +413,7 @@ def test_two_jobs_in_one_process_get_two_runs(tmp_path: Path) -> None:
     assert [r["val/ppl"] for r in second["history"]] == [11]
 
 
+@pytest.mark.integration
 def test_a_forgotten_finish_does_not_merge_jobs(tmp_path: Path) -> None:
     build_loggers(logger_cfg("wandb"), tmp_path / "a", "a", None, {})
     with pytest.warns(RuntimeWarning, match="still active"):
@@ -431,6 +438,7 @@ class _RejectingWandbServer(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.integration
 def test_failed_online_start_falls_back_to_offline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -495,6 +503,7 @@ hydra:
 """
 
 
+@pytest.mark.integration
 def test_hydra_multirun_with_stdin_closed(tmp_path: Path) -> None:
     (tmp_path / "app.py").write_text(textwrap.dedent(HYDRA_APP))
     (tmp_path / "config.yaml").write_text(HYDRA_CONFIG)
@@ -505,7 +514,7 @@ def test_hydra_multirun_with_stdin_closed(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=HANG_TIMEOUT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("W&B offline (no W&B credentials") == 2
@@ -598,6 +607,7 @@ def raw_run_record(out: Path) -> dict:
     return next(r["run"] for r in records if r.get("type") == "run")
 
 
+@pytest.mark.integration
 def test_wandb_run_gets_flat_axes_tags_job_type_and_no_spec_block(tmp_path: Path) -> None:
     out = tmp_path / "job"
     cfg = logger_cfg("wandb", tags=["wb"])
@@ -621,6 +631,7 @@ def test_wandb_run_gets_flat_axes_tags_job_type_and_no_spec_block(tmp_path: Path
     assert raw_run_record(out)["job_type"] == "sweep"
 
 
+@pytest.mark.integration
 def test_tokens_and_time_are_declared_as_x_axes(tmp_path: Path) -> None:
     out = tmp_path / "job"
     loggers = build_loggers(logger_cfg("wandb"), out, "r", None, {})
@@ -701,6 +712,7 @@ def read_mlflow(store: Path) -> tuple[Any, list[Any]]:
     return client, client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
 
 
+@pytest.mark.integration
 def test_mlflow_logger_writes_metrics_params_and_tags(tmp_path: Path, no_mlflow_env: None) -> None:
     pytest.importorskip("mlflow")
     out = tmp_path / "logs" / "sweep" / "job"
@@ -748,6 +760,7 @@ def test_a_selected_logger_that_is_not_installed_names_the_pip_command(
     assert issubclass(ablate_logging.LoggerUnavailable, ConfigError)  # train.py prints it as a user error
 
 
+@pytest.mark.integration
 def test_train_with_tensorboard_and_mlflow(run_train, tmp_path: Path, no_mlflow_env: None) -> None:
     pytest.importorskip("tensorboard")
     pytest.importorskip("mlflow")

@@ -108,6 +108,7 @@ def test_pos_yaml_declares_exactly_the_class_options(option: str) -> None:
     assert {k: v for k, v in node.items() if k != "name"} == declared
 
 
+@pytest.mark.integration
 def test_a_sweep_with_an_inapplicable_key_fails_before_the_first_job(run_train, tmp_path: Path) -> None:
     """Hydra alone would train the rope jobs and fail the sinusoidal ones later (or, with '++',
     train them ignoring the key): every job's config is checked before any starts."""

@@ -108,6 +108,7 @@ def test_post_ln_is_flat_and_pre_ln_grows_with_depth():
     assert pre[-1] > 2 * pre[0], pre
 
 
+@pytest.mark.integration
 def test_hooks_only_on_logging_steps(tmp_path):
     """Through a Trainer: hooks exist during the forward of logging steps only, are gone on
     every other step and after training, and the values land in the logger at those steps."""

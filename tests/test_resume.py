@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from ablate.checkpointing import AtomicCheckpointIO, LastCheckpoint, find_last_checkpoint, resolve_ckpt_path
-from conftest import REPO
+from conftest import HANG_TIMEOUT, REPO
 
 RUN = [
     "model=tiny", "model.dropout=0.1", "data.seq_len=16", "data.batch_size=4", "trainer.max_steps=12",
@@ -41,7 +41,7 @@ def train(tmp: Path, data_dir: Path, run_dir: Path, *args: str, check: bool = Tr
            "ABLATE_DATA_DIR": str(data_dir), "ABLATE_CACHE_DIR": str(tmp / "cache"), "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, str(REPO / "train.py"), f"paths.log_dir={tmp / 'logs'}", f"hydra.run.dir={run_dir}", *RUN, *args]
-    proc = subprocess.run(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT)
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
@@ -129,8 +129,11 @@ def test_kill_at_a_random_step_loses_nothing(workdir: Path, data_dir: Path, unin
     killed = train(workdir, data_dir, run_dir, "+callbacks.kill._target_=_kill_at_step.KillAtStep",
                    f"+callbacks.kill.step={step}", check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    # what the checkpoint says, not what the timing implies: a complete checkpoint of a save step (every 3),
+    # at most one interval behind the kill (the kill may land before or after that step's save)
     last = find_last_checkpoint([run_dir / "checkpoints"])
-    assert (last is None) if step < 3 else checkpoint(run_dir)["global_step"] == step // 3 * 3  # every 3 steps
+    saved = 0 if last is None else checkpoint(run_dir)["global_step"]
+    assert saved % 3 == 0 and step - 3 <= saved <= step, (saved, step)
     train(workdir, data_dir, run_dir, "ckpt_path=last")
     assert json.loads((run_dir / "status.json").read_text())["steps"] == 12
     expected, resumed = metrics_by_step(uninterrupted), metrics_by_step(run_dir)
@@ -208,13 +211,14 @@ def test_atomic_save_replaces_or_keeps_the_old_file(tmp_path: Path, monkeypatch:
     assert torch.load(path.parent / "last.previous.ckpt", weights_only=True)["step"] == 1
 
 
+@pytest.mark.integration
 def test_killed_writer_leaves_no_checkpoint_to_mistake(tmp_path: Path) -> None:
     """A process SIGKILLed in the middle of writing: last.ckpt is still the previous, complete
     checkpoint, and the partial file (under its temporary name) is not what ckpt_path=last picks."""
     folder = tmp_path / "checkpoints"
     AtomicCheckpointIO().save_checkpoint({"step": 1}, folder / "last.ckpt")
     writer = textwrap_script(folder / "last.ckpt")
-    proc = subprocess.run([sys.executable, "-c", writer], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", writer], capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     leftovers = [p.name for p in folder.iterdir() if p.name != "last.ckpt"]
     assert leftovers and all(name.startswith(".last.ckpt.tmp-") for name in leftovers)
@@ -235,6 +239,7 @@ def textwrap_script(target: Path) -> str:
     )
 
 
+@pytest.mark.integration
 def test_last_checkpoint_saves_the_final_step(tmp_path: Path) -> None:
     """every_n_train_steps plus the end of training (Lightning alone would skip a final step
     that is not a multiple of the interval)."""

@@ -66,6 +66,7 @@ def test_good_config_passes_and_validation_can_be_switched_off() -> None:
         check_run_numbers({"trainer": {"max_steps": -1, "max_epochs": None}})
 
 
+@pytest.mark.integration
 def test_bad_number_fails_before_any_data_is_read(run_train, tmp_path: Path) -> None:
     proc = run_train("optim.min_lr_ratio=5", check=False)
     assert proc.returncode == 2
@@ -100,6 +101,7 @@ def test_momentum_with_adam_is_refused() -> None:
         check_config(composed("optim.momentum=0.9"))
 
 
+@pytest.mark.integration
 def test_sgd_run_records_and_trains_sgd(run_train, tmp_path: Path) -> None:
     from conftest import TINY
 
@@ -206,6 +208,7 @@ def test_debug_presets_compose_and_validate(preset: str) -> None:
     assert cfg.logger.wandb.enabled is False and cfg.print_config is True
 
 
+@pytest.mark.integration
 def test_debug_fdr_runs_one_step(run_train, tmp_path: Path) -> None:
     proc = run_train("debug=fdr", "model=tiny", "data.seq_len=16", "data.batch_size=4")
     (status_file,) = (tmp_path / "logs" / "debug" / "runs").glob("*/status.json")

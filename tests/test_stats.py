@@ -28,7 +28,7 @@ from ablate.analysis.runs import load_sweep
 from ablate.analysis.scaling import Curve, PowerLaw, compute_multiplier, fit_power_law, multiplier, scaling_curves
 from ablate.analysis.tables import find_baseline, markdown_table, summarize
 
-from conftest import REPO
+from conftest import HANG_TIMEOUT, REPO
 
 A = np.array([3.02, 2.95, 3.10, 3.04, 2.99])
 B = np.array([3.11, 3.05, 3.12, 3.20, 3.08, 3.15])
@@ -245,9 +245,10 @@ def test_bad_baseline_lists_the_rows(tmp_path: Path):
 
 def _summarize_script(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "scripts" / "summarize.py"), *args], capture_output=True,
-                          text=True, timeout=120, stdin=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          text=True, timeout=HANG_TIMEOUT, stdin=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+@pytest.mark.integration
 def test_summarize_script_with_a_baseline(tmp_path: Path):
     sweep = write_sweep(tmp_path / "sweep", {"gelu": [3.0, 3.1, 2.9], "relu": [3.6, 3.75, 3.45], "swiglu": [2.8]})
     proc = _summarize_script(str(sweep), "--metric", "val/loss", "--baseline", "act=gelu", "--out", str(tmp_path / "out"))
@@ -363,9 +364,10 @@ def test_scaling_curves_count_compute_and_failures(tmp_path: Path):
 
 def _multiplier_script(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "scripts" / "compute_multiplier.py"), *args], capture_output=True,
-                          text=True, timeout=180, stdin=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          text=True, timeout=HANG_TIMEOUT, stdin=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+@pytest.mark.integration
 def test_compute_multiplier_script(tmp_path: Path):
     sweep = write_scaling_sweep(tmp_path / "sweep", np.random.default_rng(7))
     out = tmp_path / "out"

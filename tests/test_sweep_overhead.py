@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import HANG_TIMEOUT, REPO
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ def test_sweep_overhead_report(tmp_path: Path, data_dir: Path) -> None:
            "--steps", "3", "--probe-runs", "1", "--modes", "sequential,parallel", "--out", str(out),
            "--json", str(report_path), "--extra", *SMALL]
     proc = subprocess.run(cmd, check=False, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=900)
+                          timeout=HANG_TIMEOUT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "wall / sum train" in proc.stdout and "launch to first training step" in proc.stdout
     report = json.loads(report_path.read_text())

@@ -92,6 +92,7 @@ def test_train_py_names_no_task() -> None:
     assert not re.search(r"translation|lm_data|evaluate_lengths|LanguageModel", source)
 
 
+@pytest.mark.integration
 def test_a_third_task_trains_through_train_py(copy_task, tmp_path: Path, data_dir: Path, one_thread) -> None:
     from ablate.train import Job, fit
 

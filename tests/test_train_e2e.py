@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ablate.flops import flops_per_token
-from conftest import TINY
+from conftest import HANG_TIMEOUT, TINY
 
 pytestmark = pytest.mark.slow
 
@@ -131,7 +131,7 @@ def test_checkpoint_generates(run_train, tmp_path):
     ckpt = next((tmp_path / "logs" / "runs").glob("*/checkpoints/last.ckpt"))
     proc = subprocess.run([sys.executable, str(REPO / "generate.py"), f"ckpt_path={ckpt}", "prompt=ROMEO:",
                            "max_new_tokens=20", "num_samples=2"], cwd=tmp_path, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=120)
+                          stdin=subprocess.DEVNULL, timeout=HANG_TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     samples = [s for s in proc.stdout.split("\n" + "-" * 40 + "\n") if s]
     assert len(samples) == 2

@@ -18,7 +18,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import REPO, SHARED_DATA
+from conftest import HANG_TIMEOUT, REPO, SHARED_DATA
 
 pytestmark = pytest.mark.slow
 MULTI30K = SHARED_DATA / "multi30k"
@@ -142,19 +142,19 @@ def test_wandb_table_eval_and_translate_from_checkpoint(run_train, tmp_path, mon
     ref.write_text("\n".join(first_lines(MULTI30K / "val.en.gz", 5)) + "\n")
     proc = subprocess.run([sys.executable, str(REPO / "eval.py"), f"ckpt_path={ckpt}", f"src_file={src}", f"ref_file={ref}",
                            "beam_size=2"], cwd=tmp_path, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=180)
+                          timeout=HANG_TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["sentences"] == 5 and "tok:13a" in result["signature"] and 0 <= result["bleu"] <= 100
     assert len(Path(result["hypotheses"]).read_text().splitlines()) == 5
     # the configured corpus' test split (found again under the current data dir)
     proc = subprocess.run([sys.executable, str(REPO / "eval.py"), f"ckpt_path={ckpt}", "beam_size=1", "+data.max_eval_pairs=20"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=180)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=HANG_TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["sentences"] == 20
     assert (job / "translations" / "test.hyp").exists()
     proc = subprocess.run([sys.executable, str(REPO / "translate.py"), f"ckpt_path={ckpt}"], cwd=tmp_path, env=env,
-                          input="Ein Hund rennt.\nZwei Männer spielen Fußball.\n\n", capture_output=True, text=True, timeout=180)
+                          input="Ein Hund rennt.\nZwei Männer spielen Fußball.\n\n", capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(proc.stdout.split("\n")) == 4  # three lines out (the empty one too), trailing newline
     assert not list(tmp_path.glob("*.log")), "eval.py / translate.py left log files in the working directory"

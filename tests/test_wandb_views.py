@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, TINY
+from conftest import HANG_TIMEOUT, REPO, TINY
 
 from ablate import wandb_reader
 from ablate.wandb_reader import find_run_dirs, read_offline_run
@@ -51,7 +51,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict[str,
     cmd = [sys.executable, str(REPO / "train.py"), "-m", f"experiment={EXPERIMENT}", *TINY, "act=gelu,swiglu",
            "seed=1", "logger=wandb", "tags=[smoke]", f"paths.log_dir={root / 'logs'}", f"hydra.sweep.dir={sweep_dir}"]
     proc = subprocess.run(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=600, check=False)
+                          timeout=HANG_TIMEOUT, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     run_dirs = find_run_dirs(sweep_dir)
     return {"root": root, "env": env, "dir": sweep_dir, "run_dirs": run_dirs,
@@ -125,7 +125,7 @@ def workspace(sweep: dict[str, Any]) -> dict[str, Any]:
     plt.close()
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "wandb_workspace.py"), str(sweep_dir)],
                           cwd=sweep["root"], env=sweep["env"], stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=300, check=False)
+                          text=True, timeout=HANG_TIMEOUT, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     spec = json.loads((sweep_dir / "wandb_workspace.json").read_text())
     return {"spec": spec, "stdout": proc.stdout, "sections": {s["name"]: s for s in spec["sections"]}}
@@ -188,7 +188,7 @@ def test_summary_and_figures_go_to_an_analysis_run_in_the_group(workspace: dict[
 def test_push_refuses_offline(workspace: dict[str, Any], sweep: dict[str, Any]) -> None:
     spec_file = sweep["dir"] / "wandb_workspace.json"
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "wandb_workspace.py"), "--push", str(spec_file)],
-                          env=sweep["env"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                          env=sweep["env"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT,
                           check=False)
     assert proc.returncode == 1 and "W&B is offline" in proc.stderr and "--push" in proc.stderr
 

@@ -26,6 +26,8 @@
 
 from __future__ import annotations
 
+from ablate.errors import UserError
+
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -44,7 +46,7 @@ STEP_PATTERN = re.compile(r"^step-(\d+)\.ckpt$")
 TRAINING_STATE = ("optimizer_states", "lr_schedulers", "current_model_state", "averaging_state")
 
 
-class AveragingError(ValueError):
+class AveragingError(UserError, ValueError):
     """Checkpoints that cannot be averaged; the message names the files and the differences."""
 
 

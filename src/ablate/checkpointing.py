@@ -39,7 +39,13 @@ from lightning.pytorch.callbacks import Callback, Checkpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
+from ablate.errors import UserError
+
 LAST_PATTERN = re.compile(r"^last(-\d+)?\.ckpt$")  # what Lightning's ckpt_path="last" looks for
+
+
+class CheckpointFileMissing(UserError, FileNotFoundError):
+    """``ckpt_path=`` names no file."""
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -217,7 +223,7 @@ def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dirs: list[str | os.Path
     if ckpt_path in ("best", "hpc") or "://" in ckpt_path:
         return ckpt_path
     if not Path(ckpt_path).is_file():
-        raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint file")
+        raise CheckpointFileMissing(f"ckpt_path={ckpt_path}: no such checkpoint file")
     return ckpt_path
 
 

@@ -20,11 +20,13 @@ and is accepted for any key. The messages name the key, the option and its valid
 
 from __future__ import annotations
 
+from ablate.errors import UserError
+
 import inspect
 from typing import Any, Mapping
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """An invalid configuration; the message says what to change."""
 
 

@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+from ablate.errors import UserError
+
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -40,11 +42,11 @@ NOT_IDENTITY = ("data.data_dir", "data.cache_dir", "data.num_workers", "data.pin
                 "data.eval_batch_size", "model.compile", "optim.fused")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be resumed; the message names the file and what to do."""
 
 
-class ResumeMismatchError(ValueError):
+class ResumeMismatchError(UserError, ValueError):
     """The checkpoint was trained with other settings than the current config."""
 
 

@@ -20,9 +20,10 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from ablate import cli
 from ablate.console import format_sweep_summary
 
-EXIT_CRASHED = 1
+EXIT_CRASHED = cli.EXIT_CRASHED
 
 
 def job_records(sweep_dir: Path, since: float) -> dict[Path, dict[str, Any]]:
@@ -47,6 +48,7 @@ class SweepReport(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._start = time.time() - 1  # file systems with 1 s mtime resolution
+        cli.mark_started()  # the sweep composed: its exit code 1 from here on means a crashed job
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))

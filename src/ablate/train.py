@@ -57,7 +57,9 @@ from ablate.flops import flops_per_token
 from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.checkpointing import AtomicCheckpointIO, ResumeState, find_last_checkpoint, resolve_ckpt_path, resume_state
+from ablate import cli
 from ablate.config import ConfigError, ModelSpec, model_spec
+from ablate.errors import UserError
 from ablate.objective import MetricNotLoggedError, best_metric_value
 from ablate.optim import optimizer_kind, used_optim_config
 from ablate.resume import (
@@ -76,10 +78,8 @@ from ablate.tasks.base import finite_or_none
 
 log = logging.getLogger(__name__)
 FINISHED = ("completed", "diverged")  # a re-run of the sweep skips these (skip_completed)
-# exit codes of train.py (a single run, or a whole sweep): see README "When things go wrong"
-EXIT_CRASHED, EXIT_USER_ERROR, EXIT_INTERRUPTED = 1, 2, 130
-# errors that are the user's to fix: their message says how, a traceback adds nothing
-USER_ERRORS = (ConfigError, ResumeMismatchError, CheckpointError)
+# exit codes of train.py (a single run, or a whole sweep): ablate.cli, README "When things go wrong"
+EXIT_CRASHED, EXIT_USER_ERROR, EXIT_INTERRUPTED = cli.EXIT_CRASHED, cli.EXIT_USER_ERROR, cli.EXIT_INTERRUPTED
 
 # The data modules store their position in the training order in the checkpoint (their
 # state_dict), so a mid-epoch resume is exact; Lightning still warns because the DataLoader itself
@@ -452,9 +452,8 @@ def run(cfg: DictConfig) -> float:
         if not job.multirun:
             if writer:
                 record_status(output_dir, status)
-            if isinstance(err, USER_ERRORS) and not os.environ.get("HYDRA_FULL_ERROR"):
-                print(f"error: {err}\n(HYDRA_FULL_ERROR=1 shows the traceback)", file=sys.stderr)
-                raise SystemExit(EXIT_USER_ERROR) from None
+            if isinstance(err, UserError):  # its message says what to fix: exit 2, no traceback
+                cli.report_user_error(err)
             raise
         print(f"job crashed ({status['error']}); recorded in {output_dir / 'status.json'}; the sweep continues")
     finally:

@@ -8,6 +8,8 @@ instead of hanging on a network timeout.
 
 from __future__ import annotations
 
+from ablate.errors import UserError
+
 import os
 import shutil
 import socket
@@ -32,11 +34,11 @@ _HOW_TO_REDIRECT = (
 )
 
 
-class DataNotFoundError(FileNotFoundError):
+class DataNotFoundError(UserError, FileNotFoundError):
     """A corpus file is neither on disk nor obtainable from the network."""
 
 
-class DataFormatError(ValueError):
+class DataFormatError(UserError, ValueError):
     """A data file that exists but cannot be read as text; the message names the file."""
 
 

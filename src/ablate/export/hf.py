@@ -26,6 +26,8 @@ which ``tests/nn/test_gpt2_equivalence.py`` uses.
 
 from __future__ import annotations
 
+from ablate.errors import UserError
+
 import inspect
 import json
 import os
@@ -45,7 +47,7 @@ LLAMA_GATES = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu", "glu": "sigmo
 TARGETS = {"learned": "gpt2", "rope": "llama"}  # decided by the position scheme
 
 
-class ExportError(ValueError):
+class ExportError(UserError, ValueError):
     """The checkpoint has no Hugging Face equivalent; the message names the options."""
 
 

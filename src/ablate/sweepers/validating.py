@@ -14,6 +14,9 @@ from typing import Any, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
+from hydra.errors import HydraException
+
+from ablate import cli
 from ablate.options import ConfigError
 
 
@@ -27,11 +30,17 @@ class ValidatingSweeperMixin:
         from ablate.train import check_config  # the whole training stack: only when a sweep runs
 
         for overrides in batch:
-            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            try:
+                cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            except HydraException as err:  # an unknown option or key: Hydra's message names the choices
+                cli.report_user_error(ConfigError(f"the sweep's job '{' '.join(overrides)}' cannot be composed, "
+                                                  f"so no job was started: {err}"))
             try:
                 check_config(cfg)
             except (ConfigError, ValueError) as err:
-                raise ConfigError(f"the sweep's job '{' '.join(overrides)}' is invalid, so no job was started: {err}") from None
+                # printed and exit 2 (ablate.cli), not a traceback through Hydra's error report
+                cli.report_user_error(
+                    ConfigError(f"the sweep's job '{' '.join(overrides)}' is invalid, so no job was started: {err}"))
 
 
 class ValidatingSweeper(ValidatingSweeperMixin, BasicSweeper):
