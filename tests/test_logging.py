@@ -284,8 +284,8 @@ def test_group_outside_hydra_is_none_unless_configured() -> None:
 
 
 def test_group_of_a_multirun_comes_from_the_sweep_dir(fake_hydra: Callable[..., None], tmp_path: Path) -> None:
-    fake_hydra("MULTIRUN", str(tmp_path / "multirun" / "2026-11-21" / "20-41-00"), str(tmp_path))
-    assert multirun_group() == "multirun-2026-11-21-20-41-00"
+    fake_hydra("MULTIRUN", str(tmp_path / "logs" / "multirun" / "norm-pos"), str(tmp_path / "elsewhere"))
+    assert multirun_group() == "norm-pos"  # the sweep's name, not its path
     assert multirun_group("chosen") == "chosen"
 
 

@@ -215,3 +215,17 @@ def test_debug_fdr_runs_one_step(run_train, tmp_path: Path) -> None:
     status = json.loads(status_file.read_text())
     assert status["status"] == "completed" and status["steps"] == 1
     assert "run completed" in proc.stdout
+    assert "test/loss" in status["metrics"]  # one batch of train, validation *and test*, as conf/debug/fdr.yaml says
+
+
+def test_warmup_as_long_as_the_run_is_warned_about() -> None:
+    from ablate.run_checks import start_warnings, warmup_problem
+
+    assert warmup_problem(composed()) is None
+    problem = warmup_problem(composed("trainer.max_steps=80", "trainer.val_check_interval=40"))
+    assert problem is not None and "optim.warmup_steps=100 >= trainer.max_steps=80" in problem
+    assert problem in start_warnings(composed("trainer.max_steps=80", "trainer.val_check_interval=40"))
+    assert warmup_problem(composed("trainer.max_steps=80", "trainer.val_check_interval=40", "optim.warmup_steps=0")) is None
+    # the debugging presets are short on purpose: they warm up over a few steps, so they say nothing
+    for preset in ("default", "fdr", "limit", "overfit", "profiler"):
+        assert warmup_problem(composed(f"debug={preset}")) is None, preset

@@ -938,15 +938,21 @@ def multirun_group(configured: str | None = None) -> str | None:
     """The W&B group for this job.
 
     ``configured`` (``logger.wandb.group``) wins when set. Otherwise, under a
-    Hydra multirun, every job of the sweep gets the same name, derived from
-    ``hydra.sweep.dir``; in a single run (or outside Hydra) it is None.
+    Hydra multirun, every job of the sweep gets the sweep's name (:func:`sweep_group`);
+    in a single run (or outside Hydra) it is None.
     """
     if configured:
         return configured
     hydra_cfg = _hydra_config()
     if not _is_multirun(hydra_cfg):
         return None
-    return _wandb_safe_name(_relative_to_cwd(str(hydra_cfg.sweep.dir), hydra_cfg.runtime.cwd))
+    return sweep_group(str(hydra_cfg.sweep.dir))
+
+
+def sweep_group(sweep_dir: str | Path) -> str:
+    """A sweep's W&B group: the name of its directory (``sweep_name``, or the name derived from the
+    command), not its path, which depends on where the checkout and the working directory are."""
+    return _wandb_safe_name(Path(sweep_dir).name)
 
 
 def _hydra_config() -> Any | None:
@@ -954,14 +960,6 @@ def _hydra_config() -> Any | None:
     from hydra.core.hydra_config import HydraConfig
 
     return HydraConfig.get() if HydraConfig.initialized() else None
-
-
-def _relative_to_cwd(sweep_dir: str, cwd: str | None) -> str:
-    """``sweep_dir`` relative to the launch directory when it lies below it."""
-    path = Path(sweep_dir)
-    if cwd and path.is_absolute() and path.is_relative_to(cwd):
-        return str(path.relative_to(cwd))
-    return sweep_dir
 
 
 def _wandb_safe_name(text: str) -> str:

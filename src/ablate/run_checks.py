@@ -107,6 +107,26 @@ def check_run_numbers(cfg: Mapping[str, Any]) -> None:
     check_validation_cadence(trainer)
 
 
+def warmup_problem(cfg: Mapping[str, Any]) -> str | None:
+    """Why the LR warmup would take the whole run (or more), or None. A warning, not an error: a
+    short debugging run may mean it; a real run whose LR never leaves warmup measures warmup only."""
+    optim, trainer = cfg.get("optim") or {}, cfg.get("trainer") or {}
+    warmup, max_steps = optim.get("warmup_steps") or 0, trainer.get("max_steps", -1)
+    if not (_integer(warmup) and _integer(max_steps)) or warmup <= 0 or max_steps <= 0 or warmup < max_steps:
+        return None
+    if trainer.get("fast_dev_run"):  # one step through every code path: no schedule to speak of
+        return None
+    return (f"optim.warmup_steps={warmup} >= trainer.max_steps={max_steps}: the learning rate never reaches "
+            f"optim.lr (the whole run is warmup); lower optim.warmup_steps (e.g. {max(1, max_steps // 10)})")
+
+
+def start_warnings(cfg: Mapping[str, Any]) -> list[str]:
+    """What a run warns about at its start: settings that are valid but probably not meant."""
+    problem = optimized_metric_problem(cfg)
+    found = [f"{problem}: a sweeper optimising it would get NaN from every job"] if problem else []
+    return found + [w for w in (warmup_problem(cfg),) if w]
+
+
 # what each task logs that a sweeper could optimise (prefixes; test/* exists after training only)
 TASK_METRICS = {"lm": ("train/", "val/loss", "val/ppl", "test/"), "translation": ("train/", "val/", "test/")}
 

@@ -70,7 +70,7 @@ from ablate.resume import (
     inspect_checkpoint,
     run_identity,
 )
-from ablate.run_checks import check_run_numbers, optimized_metric_problem
+from ablate.run_checks import check_run_numbers, start_warnings
 from ablate.console import format_run_header, format_run_summary, param_estimate, print_config_tree, quiet_known_noise
 from ablate.logging import RunLabels, build_loggers, check_loggers, finish_wandb, multirun_group, set_wandb_summary
 from ablate.tasks import build_task, check_task_config, task_name
@@ -302,9 +302,8 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
     check_config(cfg)
     world, _, accumulate = training_layout(cfg)
     ckpt_path, wandb_resume_id = resume_point(cfg, output_dir, job)  # before any data is read
-    problem = optimized_metric_problem(cfg)
-    if problem and rank_zero_only.rank == 0:
-        log.warning(f"{problem}: a sweeper optimising it would get NaN from every job")
+    for warning in start_warnings(cfg) if rank_zero_only.rank == 0 else []:
+        log.warning(warning)
     L.seed_everything(cfg.seed, workers=True)
     if cfg.runtime.flush_denormal:
         # Post-LN's normalised outputs feed tiny gradients that go denormal on CPU and run

@@ -77,7 +77,7 @@ def facts_from_sweep_dir(sweep_dir: Path, group: str | None = None, project: str
                          entity: str | None = None) -> SweepFacts:
     """Read a multirun directory: its axes (:func:`ablate.analysis.runs.load_sweep`), task,
     warmup, logged metrics, W&B group/project (a job's W&B run, else its config, else the
-    directory relative to here, as :func:`ablate.logging.multirun_group` names it) and the
+    directory's name, as :func:`ablate.logging.multirun_group` names it) and the
     ``summary.csv`` / ``figures/*.png`` of the analysis scripts."""
     from ablate.analysis.runs import load_sweep
 
@@ -122,10 +122,10 @@ def _logged_run(sweep_dir: Path) -> dict[str, Any]:
 
 
 def _group_from_path(sweep_dir: Path) -> str:
-    """The group train.py gives a sweep started from here (its directory relative to here)."""
-    from ablate.logging import _relative_to_cwd, _wandb_safe_name
+    """The group train.py gives a sweep (:func:`ablate.logging.sweep_group`)."""
+    from ablate.logging import sweep_group
 
-    return _wandb_safe_name(_relative_to_cwd(str(sweep_dir.resolve()), str(Path.cwd())))
+    return sweep_group(sweep_dir.resolve())
 
 
 def facts_from_wandb(project_path: str, group: str) -> SweepFacts:
