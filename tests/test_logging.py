@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
@@ -659,6 +660,8 @@ def multi_cfg(tmp_path: Path, *names: str, tags: list[str] | None = None):
 @pytest.fixture
 def no_mlflow_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # reading the store back here: MLflow 3 opens a file store only when asked to (the loggers ask)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
 
 
 def test_logger_files_compose_as_a_list() -> None:
@@ -766,7 +769,13 @@ def test_train_with_tensorboard_and_mlflow(run_train, tmp_path: Path, no_mlflow_
     pytest.importorskip("mlflow")
     from conftest import TINY
 
-    run_train(*TINY, "logger=[tensorboard,mlflow]", "tags=[smoke]", "pos=rope", "hydra.run.dir=" + str(tmp_path / "run"))
+    proc = run_train(*TINY, "logger=[tensorboard,mlflow]", "tags=[smoke]", "pos=rope",
+                     "hydra.run.dir=" + str(tmp_path / "run"))
+    # each says where it wrote, and TensorBoard's hyper-parameters are the real ones, not only names
+    assert f"tensorboard  {tmp_path / 'run' / 'tensorboard'}" in proc.stdout
+    assert f"mlflow       file:{tmp_path / 'logs' / 'mlruns'}" in proc.stdout
+    hparams = yaml.safe_load((tmp_path / "run" / "tensorboard" / "hparams.yaml").read_text())
+    assert hparams["optim.lr"] == 2e-3 and hparams["model.d_model"] == 32 and hparams["pos.name"] == "rope"
     scalars, text = read_tensorboard(tmp_path / "run" / "tensorboard")
     for name in ("train/loss", "val/loss", "test/loss", "grad_norm/total", "train/tokens_seen", "train/time_s"):
         assert scalars.get(name), name

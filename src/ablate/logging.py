@@ -400,13 +400,40 @@ def build_loggers(
             loggers.append(wandb_logger)
     if TensorBoardOptions.from_cfg(cfg).enabled:
         summary = {"run_name": run_name, "group": group or "", "job_type": labels.job_type, "tags": ", ".join(tags),
-                   **({"seed": extra_config["seed"]} if "seed" in extra_config else {}), **axes}
+                   **scalar_hparams(extra_config), **axes}
         loggers.append(_build_tensorboard_logger(output_dir, summary, tags, config_keys))
+        if rank_zero_only.rank == 0:
+            print(f"tensorboard  {output_dir / 'tensorboard'}  (view: tensorboard --logdir {output_dir.parent})")
     mlflow_options = MLflowOptions.from_cfg(cfg)
     if mlflow_options.enabled and rank_zero_only.rank == 0:  # other ranks would race to create the store
         loggers.append(_build_mlflow_logger(mlflow_options, output_dir, run_name, group, labels.job_type,
                                             {**extra_config, **axes}, tags, resuming, config_keys))
     return loggers
+
+
+# The run-config groups whose scalar values are a run's hyper-parameters (TensorBoard's HPARAMS tab)
+HPARAM_GROUPS = ("task", "model", "pos", "norm", "act", "init", "attn", "optim", "data")
+_NOT_HPARAMS = ("_target_", "data_dir", "cache_dir")
+
+
+def scalar_hparams(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's hyper-parameters as flat ``group.key -> scalar`` (``optim.lr``, ``model.d_model``, ...)
+    plus ``seed`` and ``params``: what TensorBoard's HPARAMS tab can filter and sort on."""
+    flat: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if str(key) not in _NOT_HPARAMS:
+                    walk(value, f"{prefix}.{key}")
+        elif isinstance(node, (bool, int, float, str)):
+            flat[prefix] = node
+
+    for group in HPARAM_GROUPS:
+        if isinstance(config.get(group), Mapping):
+            walk(config[group], group)
+    flat.update({key: config[key] for key in ("seed", "params") if isinstance(config.get(key), (int, float))})
+    return flat
 
 
 # Constructor arguments of the task modules (ablate.tasks): Lightning logs them as hyper-parameters
@@ -518,6 +545,8 @@ def _build_mlflow_logger(options: MLflowOptions, output_dir: Path, run_name: str
     logger = AblateMLFlowLogger(experiment_name=options.experiment_name, run_name=run_name, tracking_uri=uri,
                                 tags=mlflow_tags, run_id=run_id, config_keys=config_keys)
     logger.log_params(params)
+    print(f"mlflow       {uri}  experiment {options.experiment_name}, run {logger.run_id}  (view: mlflow ui "
+          f"--backend-store-uri {uri})")
     return logger
 
 
