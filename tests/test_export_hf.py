@@ -172,6 +172,14 @@ def test_train_then_export_a_llama(run_train, tmp_path):
     assert info["architecture"] == "LlamaForCausalLM" and info["max_logit_difference"] <= ATOL
     compare_with_transformers(ckpt, tmp_path / "hf", "LlamaForCausalLM")
     assert not list(tmp_path.glob("*.log"))
+    # the tokenizer comes along: AutoTokenizer gives the ids the model was trained on
+    from transformers import AutoTokenizer
+
+    from ablate.tasks.lm_eval import load_lm_checkpoint
+
+    ours = load_lm_checkpoint(ckpt, map_location="cpu").tokenizer
+    text = "ROMEO:\nBut soft, what light through yonder window breaks?\n\n"
+    assert AutoTokenizer.from_pretrained(tmp_path / "hf")(text)["input_ids"] == ours.encode(text)
 
     proc = run_export(tmp_path, f"ckpt_path={ckpt}", f"out={tmp_path / 'hf'}")  # a non-empty folder
     assert proc.returncode != 0 and "overwrite=true" in proc.stderr
@@ -179,3 +187,20 @@ def test_train_then_export_a_llama(run_train, tmp_path):
     proc = run_export(tmp_path, f"ckpt_path={alibi}", f"out={tmp_path / 'hf_alibi'}")
     assert proc.returncode != 0 and "pos=alibi has no GPT-2/Llama equivalent" in proc.stderr
     assert not (tmp_path / "hf_alibi").exists()
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_exported_tokenizer_gives_our_ids_and_text_back(kind, tmp_path):
+    from transformers import AutoTokenizer
+
+    from ablate.data.tokenizers import BPETokenizer, CharTokenizer
+    from ablate.export.tokenizer import save_hf_tokenizer
+
+    corpus = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 20
+    ours = CharTokenizer.from_text(corpus) if kind == "char" else BPETokenizer.train(corpus, 300)
+    save_hf_tokenizer(ours, tmp_path, max_len=64)
+    theirs = AutoTokenizer.from_pretrained(tmp_path)
+    text = "Speak, speak.\n\n  First Citizen:\nAll"
+    ids = theirs(text)["input_ids"]
+    assert ids == ours.encode(text)
+    assert theirs.decode(ids) == text

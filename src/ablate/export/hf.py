@@ -293,6 +293,11 @@ def export_checkpoint(ckpt_path: str | os.PathLike[str], out: str | os.PathLike[
     hf_architecture(spec)  # refuse before loading the weights
     task = load_lm_checkpoint(ckpt_path, map_location="cpu", script="scripts/export_hf.py")
     info = export_model(task.model, out, verify=verify)
+    if task.tokenizer is not None:  # AutoTokenizer.from_pretrained(out) gives the ids the model was trained on
+        from ablate.export.tokenizer import save_hf_tokenizer
+
+        save_hf_tokenizer(task.tokenizer, out, max_len=task.spec.max_len)
+        info["tokenizer"] = type(task.tokenizer).__name__
     (Path(out) / "ablate_export.json").write_text(json.dumps(
         {"checkpoint": str(Path(ckpt_path).resolve()), "spec": task.spec.as_dict(), **info}, indent=2) + "\n")
     return info
