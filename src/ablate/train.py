@@ -59,6 +59,7 @@ from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.checkpointing import AtomicCheckpointIO, ResumeState, find_last_checkpoint, resolve_ckpt_path, resume_state
 from ablate import cli
 from ablate.config import ConfigError, ModelSpec, model_spec
+from ablate.config_schema import check_config_keys
 from ablate.errors import UserError
 from ablate.objective import MetricNotLoggedError, best_metric_value
 from ablate.optim import optimizer_kind, used_optim_config
@@ -97,6 +98,7 @@ def eval_max_len(cfg: DictConfig) -> int:
 def check_config(cfg: DictConfig) -> None:
     """Fail on an invalid architecture or run-control number before any data is read or tensor
     allocated."""
+    check_config_keys(cfg)  # a key no code reads (a typo, a key of another option) in any group
     check_loggers(cfg)  # a selected tensorboard/mlflow that is not installed fails before data is read
     check_task_config(cfg)  # the task's own checks (task=lm: copies eval.seq_len into data.eval_seq_len)
     check_run_numbers(cfg)

@@ -4,7 +4,7 @@ optimiser and per-step learning-rate schedule (:mod:`ablate.optim`)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 from omegaconf import DictConfig
@@ -34,6 +34,9 @@ class TaskModule(L.LightningModule):
             self.tokenizer = tokenizer_from_dict(checkpoint["tokenizer"])
 
     # --- the task interface train.py uses (it names no task) ---------------------------------
+
+    config_keys: ClassVar[frozenset[str]] = frozenset({"name"})
+    """The keys of the ``task`` config group this task reads (``task.name`` selects the task)."""
 
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:

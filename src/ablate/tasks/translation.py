@@ -71,6 +71,7 @@ class TranslationTask(TaskModule):
     """Sequence-to-sequence training with label smoothing; BLEU evaluation with greedy/beam search."""
 
     task_name = "translation"
+    config_keys = frozenset({"name", *DEFAULT_TASK})
 
     def tokens_in_batch(self, batch: PairBatch) -> int:
         """Source and target positions, padding included: the encoder reads one, the decoder the other."""
