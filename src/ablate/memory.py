@@ -109,8 +109,8 @@ def check_fits(est: MemoryEstimate, available: tuple[float, str] | None, batch_k
         return
     room, where = available
     fits = est.largest_micro_batch(room) * per_unit
-    fix = (f"set {batch_key} to at most {fits} (gradient accumulation keeps the global batch: "
-           "data.micro_batch_size)" if fits else "use a smaller model or a shorter sequence")
+    keeps = " (gradient accumulation keeps the global batch data.batch_size)" if per_unit == 1 else ""
+    fix = f"set {batch_key} to at most {fits}{keeps}" if fits else "use a smaller model or a shorter sequence"
     raise ConfigError(
         f"a training step needs about {gib(est.total)} (weights and gradients {gib(est.weights_and_grads)}, optimiser "
         f"state {gib(est.optimizer)}, activations {gib(est.activations_per_sequence * est.micro_batch)} for a "
