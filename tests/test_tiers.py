@@ -9,6 +9,9 @@ import lightning.pytorch as lp
 import pytest
 from conftest import TierError, _tier_guard
 
+# integration: so that the guard under test is the only one in place (a unit test runs under its own)
+pytestmark = pytest.mark.integration
+
 
 class _Item:
     def __init__(self, *markers: str) -> None:
