@@ -29,6 +29,7 @@ class CopyTask(TaskModule):
     """Predict the current token (not the next): trivially learnable, so the loss must fall."""
 
     task_name = "copy"
+    config_keys = frozenset({"name", "refuse"})  # the keys of the task group it reads
 
     def __init__(self, spec: dict[str, Any], optim: dict[str, Any]) -> None:
         super().__init__()

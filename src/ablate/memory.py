@@ -23,9 +23,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ablate.options import ConfigError
+
+if TYPE_CHECKING:
+    from ablate.config import ModelSpec
 
 MARGIN = 1.25
 OPTIMIZER_STATE_FLOATS = {"adamw": 2, "adam": 2, "sgd": 1}
@@ -115,3 +119,27 @@ def check_fits(est: MemoryEstimate, available: tuple[float, str] | None, batch_k
         f"a training step needs about {gib(est.total)} (weights and gradients {gib(est.weights_and_grads)}, optimiser "
         f"state {gib(est.optimizer)}, activations {gib(est.activations_per_sequence * est.micro_batch)} for a "
         f"micro-batch of {est.micro_batch}, +25% margin), more than the {gib(room)} of {where}: {fix}")
+
+
+def check_training_step(cfg: Mapping[str, Any], spec: ModelSpec) -> None:
+    """Refuse a training step of this config that cannot fit in the machine's memory, before
+    any data is read: the vocabulary is the configured one for BPE, at most 256 characters otherwise."""
+    from ablate.distributed import batch_layout, world_size
+
+    data = cfg["data"]
+    vocab = int(data.get("vocab_size") or 256) if data.get("tokenizer", "bpe") != "char" else 256
+    layers = spec.n_layers + spec.encoder_layers
+    n_params = layers * (4 * spec.d_model**2 + 3 * spec.d_model * spec.d_ff) + 2 * vocab * spec.d_model
+    if data.get("max_tokens"):  # token batches (seq2seq tasks): sentences of about model.max_len or 128 tokens
+        seq_len = int(spec.max_len or 128)
+        micro, batch_key, per_unit = max(1, int(data["max_tokens"]) // seq_len), "data.max_tokens", seq_len
+    else:
+        try:
+            micro = batch_layout(data["batch_size"], data.get("micro_batch_size"), world_size(cfg["trainer"]))[0]
+        except ValueError:
+            return  # an impossible layout is reported by training_layout, with its own message
+        seq_len, batch_key, per_unit = int(data["seq_len"]), "data.micro_batch_size", 1
+    est = estimate(n_params, layers, spec.d_model, spec.d_ff, spec.n_heads, seq_len, vocab, micro,
+                   optimizer=str(cfg["optim"].get("name", "adamw")), precision=cfg["trainer"].get("precision"),
+                   materialised_attention=spec.attn == "math")
+    check_fits(est, available_bytes(str(cfg["trainer"].get("accelerator", "cpu"))), batch_key, per_unit)

@@ -107,30 +107,7 @@ def check_config(cfg: DictConfig) -> None:
     except ValueError as err:
         raise ConfigError(str(err)) from None
     spec = model_spec(cfg, vocab_size=1, max_len=eval_max_len(cfg))
-    check_memory(cfg, spec)
-
-
-def check_memory(cfg: DictConfig, spec: ModelSpec) -> None:
-    """Refuse a training step that cannot fit in the machine's memory (:mod:`ablate.memory`), before
-    any data is read: the vocabulary is the configured one for BPE, at most 256 characters otherwise."""
-    data = cfg.data
-    vocab = int(data.get("vocab_size") or 256) if data.get("tokenizer", "bpe") != "char" else 256
-    layers = spec.n_layers + spec.encoder_layers
-    n_params = layers * (4 * spec.d_model**2 + 3 * spec.d_model * spec.d_ff) + 2 * vocab * spec.d_model
-    if data.get("max_tokens"):  # token batches (translation): sentences of about model.max_len or 128 tokens
-        seq_len = int(spec.max_len or 128)
-        micro, batch_key, per_unit = max(1, int(data.max_tokens) // seq_len), "data.max_tokens", seq_len
-    else:
-        try:
-            micro = distributed.batch_layout(data.batch_size, data.get("micro_batch_size"),
-                                             distributed.world_size(cfg.trainer))[0]
-        except ValueError:
-            return  # an impossible layout is reported by training_layout, with its own message
-        seq_len, batch_key, per_unit = int(data.seq_len), "data.micro_batch_size", 1
-    est = memory.estimate(n_params, layers, spec.d_model, spec.d_ff, spec.n_heads, seq_len, vocab, micro,
-                          optimizer=str(cfg.optim.get("name", "adamw")), precision=cfg.trainer.get("precision"),
-                          materialised_attention=spec.attn == "math")
-    memory.check_fits(est, memory.available_bytes(str(cfg.trainer.get("accelerator", "cpu"))), batch_key, per_unit)
+    memory.check_training_step(cfg, spec)  # before any data is read or tensor allocated
 
 
 def experiment_name() -> str | None:
