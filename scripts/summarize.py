@@ -6,6 +6,8 @@
     python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre  # + 95% CIs, tests and verdicts vs norm=pre
     python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre --basis flops   # verdicts at equal FLOPs
     python scripts/summarize.py logs/multirun/<sweep> --where scale=m --baseline act=gelu --out <dir>  # one size
+    python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre --metric val/loss --margin 0.02   # + equivalence
+    python scripts/summarize.py logs/multirun/<sweep> --baseline act=gelu --where scale=xs --where scale=m  # one Holm family
 
 Every summary also shows each variant's cost (params, FLOPs/token, tokens seen, training time)
 and its metric at matched steps, FLOPs and training time (``src/ablate/analysis/budget.py``).
@@ -24,7 +26,7 @@ from pathlib import Path
 from ablate.analysis.budget import BASES, DEFAULT_BASIS
 from ablate.analysis.paper import load_paper
 from ablate.analysis.runs import at_tuned_rates, load_sweep
-from ablate.analysis.tables import markdown_table, summarize, where, write_summary
+from ablate.analysis.tables import adjust_family, markdown_table, summarize, where, write_summary
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,20 +34,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("sweep_dir", nargs="?", help="a multirun directory (logs/multirun/<timestamp>)")
     parser.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read the runs of a W&B group instead (needs network)")
     parser.add_argument("--group", help="the W&B group (with --wandb)")
-    parser.add_argument("--metric", help="the validation metric to compare (default: val/ppl for LM, val/bleu for translation)")
+    parser.add_argument("--metric", action="append",
+                        help="the validation metric to compare (default: val/ppl for LM, val/bleu for translation); "
+                             "repeat it for several metrics: with --baseline their comparisons form one Holm family")
     parser.add_argument("--paper", metavar="FILE", help="paper.yaml/.csv with the paper's numbers to show beside ours")
     parser.add_argument("--baseline", metavar="AXIS=VALUE,...",
                         help="the configuration to compare every other one with (e.g. norm=pre or norm=pre,lr=0.001): "
                              "adds per-row 95%% CIs and, against it, the difference, p-value (paired/Welch t-test, "
-                             "Holm-corrected), minimum detectable effect and a verdict")
+                             "Holm-corrected), the divergence rates (Boschloo's test), minimum detectable effect and a "
+                             "verdict: better / worse / equivalent (with --margin) / inconclusive")
+    parser.add_argument("--margin", type=float, metavar="DELTA",
+                        help="with --baseline: the smallest difference of interest, in the metric's units (e.g. 0.02 "
+                             "nats of val/loss): adds the equivalence test (TOST), so that a result can be "
+                             "'equivalent (±DELTA)'; default: analysis.margin from the jobs' config, else none")
+    parser.add_argument("--family", choices=("call", "table"), default="call",
+                        help="with --baseline and several --where slices or --metric values: Holm over every "
+                             "comparison of the call (default: the write-up is one family), or per table")
     parser.add_argument("--basis", choices=BASES, default=DEFAULT_BASIS,
                         help="what the --baseline statistics compare: steps = each job's final value (default: equal "
                              "steps, the protocol of the sweep, each run at the end of its schedule), flops / time = the "
                              "value at the matched training FLOPs / training time (the largest budget every completed "
                              "job reached, interpolated on each job's validation curve)")
-    parser.add_argument("--where", metavar="AXIS=VALUE,...",
+    parser.add_argument("--where", metavar="AXIS=VALUE,...", action="append",
                         help="only the jobs with these values, e.g. scale=m: compare the variants within one size "
-                             "of a size ladder (or one depth, one dataset, ...)")
+                             "of a size ladder (or one depth, one dataset, ...); repeat it for several slices "
+                             "(one table each, written to <out>/<slice>/)")
     parser.add_argument("--all-lrs", action="store_true",
                         help="a tune=lr sweep: every rate of the grid (default: each variant at its tuned rate only)")
     parser.add_argument("--out", metavar="DIR", help="where summary.csv/.md go (default: the sweep directory; "
@@ -54,6 +67,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.basis != DEFAULT_BASIS and not args.baseline:
         parser.error(f"--basis {args.basis} chooses what --baseline compares: give --baseline AXIS=VALUE too "
                      "(the table at equal cost is printed without it)")
+    if args.margin is not None and not args.baseline:
+        parser.error("--margin is the equivalence margin of the comparison with --baseline: give --baseline AXIS=VALUE too")
+    if args.margin is not None and not args.margin > 0:
+        parser.error(f"--margin {args.margin}: the smallest difference of interest must be > 0")
     if bool(args.sweep_dir) == bool(args.wandb):
         parser.error("give either a sweep directory or --wandb ENTITY/PROJECT --group NAME")
     if args.wandb and not args.group:
@@ -68,28 +85,42 @@ def load_wandb_sweep(project_path: str, group: str):
     return load_wandb_group(project_path, group)
 
 
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "=.-" else "_" for c in text)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    slices, metrics = args.where or [None], args.metric or [None]
+    tables = []  # (slice, metric, frame, sweep)
     try:
-        sweep = load_wandb_sweep(args.wandb, args.group) if args.wandb else load_sweep(args.sweep_dir)
+        full = load_wandb_sweep(args.wandb, args.group) if args.wandb else load_sweep(args.sweep_dir)
         note = None
         if args.sweep_dir and not args.all_lrs:
-            sweep, note = at_tuned_rates(sweep, args.sweep_dir)
-        if args.where:
-            sweep = where(sweep, args.where)
+            full, note = at_tuned_rates(full, args.sweep_dir)
         paper = load_paper(args.paper) if args.paper else None
-        frame = summarize(sweep, args.metric, paper, args.baseline, args.basis)
+        for spec in slices:
+            sweep = where(full, spec) if spec else full
+            for metric in metrics:
+                frame = summarize(sweep, metric, paper, args.baseline, args.basis, args.margin)
+                tables.append((spec, metric, frame, sweep))
     except (OSError, ValueError) as err:  # missing files, bad input, W&B unreachable (ConnectionError)
         sys.exit(f"summarize.py: {err}")
-    table = markdown_table(frame, sweep)
-    if args.where:
-        table = f"Only the jobs with {args.where}.\n\n" + table
-    out = args.out or (args.sweep_dir if args.sweep_dir else Path("logs") / "summaries" / args.group)
-    csv_path, md_path = write_summary(frame, table, out)
-    print(table)
-    if note:
-        print(note)
-    print(f"wrote {csv_path} and {md_path}")
+    if args.baseline and args.family == "call" and len(tables) > 1:
+        frames = adjust_family([frame for _, _, frame, _ in tables])
+        tables = [(spec, metric, frame, sweep) for (spec, metric, _, sweep), frame in zip(tables, frames, strict=True)]
+    out = Path(args.out or (args.sweep_dir if args.sweep_dir else Path("logs") / "summaries" / args.group))
+    several = len(tables) > 1
+    for spec, metric, frame, sweep in tables:
+        table = markdown_table(frame, sweep)
+        if spec:
+            table = f"Only the jobs with {spec}.\n\n" + table
+        parts = ([_slug(spec)] if spec and len(slices) > 1 else []) + ([_slug(metric)] if metric and len(metrics) > 1 else [])
+        csv_path, md_path = write_summary(frame, table, out.joinpath(*parts) if several else out)
+        print(table)
+        if note:
+            print(note)
+        print(f"wrote {csv_path} and {md_path}")
 
 
 if __name__ == "__main__":

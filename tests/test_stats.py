@@ -201,12 +201,20 @@ def test_planted_effect_gets_the_right_verdict(tmp_path: Path, metric: str):
     assert _row(frame, "gelu")["verdict"] == "baseline"
     assert _row(frame, "up")["verdict"] == ("better" if higher else "worse")
     assert _row(frame, "down")["verdict"] == ("worse" if higher else "better")
-    assert _row(frame, "same")["verdict"] == "no detectable difference"
-    assert set(frame["test"].dropna()) == {"paired"} and (frame["pairs"].dropna() == 5).all()
+    assert _row(frame, "same")["verdict"] == "inconclusive"  # without a margin: never "no difference"
+    assert set(frame["test"].replace("", np.nan).dropna()) == {"paired"} and (frame["pairs"].dropna() == 5).all()
     up = _row(frame, "up")
     assert up["diff_ci_low"] < up["diff"] < up["diff_ci_high"] and up["diff"] > 0
     same = _row(frame, "same")
-    assert same["mde"] > abs(same["diff"]) and same["mde"] > 0
+    assert same["mde"] > 0
+    # with a margin of 2 (units of the metric): the null variant is shown equivalent, the planted
+    # effects (3.4 apart) are not, and keep their direction
+    sweep = load_sweep(tmp_path)
+    frame = summarize(sweep, metric, baseline="act=gelu", margin=2.0)
+    assert _row(frame, "same")["verdict"] == "equivalent (±2)"
+    assert _row(frame, "up")["verdict"] == ("better" if higher else "worse")
+    assert _row(frame, "same")["p_tost_holm"] < 0.05 <= _row(frame, "up")["p_tost_holm"]
+    assert "p equiv ±2 (Holm)" in markdown_table(frame, sweep)
 
 
 def test_holm_turns_two_borderline_results_into_no_difference(tmp_path: Path):
@@ -220,19 +228,30 @@ def test_holm_turns_two_borderline_results_into_no_difference(tmp_path: Path):
     for act in ("a", "b"):
         row = _row(frame, act)
         assert row["p"] == pytest.approx(0.03) and row["p_holm"] == pytest.approx(0.06)
-        assert row["verdict"] == "no detectable difference"
+        assert row["verdict"] == "inconclusive"
 
 
-def test_divergence_counts_as_failure(tmp_path: Path):
-    values = {"gelu": [3.0, 3.1, 2.9], "silu": [2.0, 2.1, 1.9], "tanh": [None, None, None]}
-    frame = summarize(load_sweep(write_sweep(tmp_path, values, diverged={"silu": [2], "tanh": [1, 2, 3]})),
+def test_divergence_is_a_rate_with_an_exact_test(tmp_path: Path):
+    """1/3 against 0/3 is no evidence of anything (Boschloo p = 0.55): the surviving seeds decide;
+    3/3 against 0/3 is p = 0.031 alone, 0.062 after Holm with a second divergence test."""
+    values = {"gelu": [3.0, 3.1, 2.9], "silu": [2.0, 2.1, 1.95], "tanh": [None, None, None]}
+    frame = summarize(load_sweep(write_sweep(tmp_path / "a", values, diverged={"silu": [2], "tanh": [1, 2, 3]})),
                       "val/loss", baseline="act=gelu")
-    silu = _row(frame, "silu")
-    assert silu["verdict"] == "worse (diverged 1/3)"  # better on its 2 surviving seeds, but it diverged
-    assert silu["val/loss final n"] == 2 and silu["diff"] < 0  # the surviving seeds are still compared
-    assert _row(frame, "tanh")["verdict"] == "worse (diverged 3/3)"
-    sweep = load_sweep(tmp_path)
-    assert "worse (diverged 1/3)" in markdown_table(frame, sweep)
+    silu, tanh = _row(frame, "silu"), _row(frame, "tanh")
+    assert silu["verdict"] == "better (diverged 1/3)"  # better on its 2 surviving seeds; 1/3 diverging proves nothing
+    assert silu["val/loss final n"] == 2 and silu["diff"] < 0 and silu["diff_seeds"] == "1,3"
+    assert silu["p_diverged"] == pytest.approx(scipy_stats.boschloo_exact([[1, 2], [0, 3]]).pvalue)
+    low, high = scipy_stats.binomtest(1, 3).proportion_ci(0.95, method="exact")
+    assert (silu["diverged_ci_low"], silu["diverged_ci_high"]) == (pytest.approx(low), pytest.approx(high))
+    assert tanh["p_diverged"] == pytest.approx(0.03125) and tanh["p_diverged_holm"] == pytest.approx(0.0625)
+    assert tanh["verdict"] == "inconclusive (n < 2; diverged 3/3)"
+    sweep = load_sweep(tmp_path / "a")
+    table = markdown_table(frame, sweep)
+    assert "better (diverged 1/3)" in table and "1/3 [0.01, 0.91]" in table and "p diverged (Holm)" in table
+    # alone in its family, 3/3 against 0/3 is significant
+    frame = summarize(load_sweep(write_sweep(tmp_path / "b", {"gelu": [3.0, 3.1, 2.9], "tanh": [None, None, None]},
+                                             diverged={"tanh": [1, 2, 3]})), "val/loss", baseline="act=gelu")
+    assert _row(frame, "tanh")["verdict"] == "worse (diverges more: 3/3 vs 0/3)"
 
 
 def test_bad_baseline_lists_the_rows(tmp_path: Path):
@@ -256,12 +275,12 @@ def test_summarize_script_with_a_baseline(tmp_path: Path):
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("| act | seeds |")  # the summary table as before ...
     header = next(line for line in lines if "Δ vs baseline" in line)  # ... then the comparison
-    for column in ("95% CI", "p (Holm)", "test", "MDE (80%)", "verdict"):
+    for column in ("95% CI", "p (Holm)", "Δ on", "MDE (80%, α/m)", "verdict"):
         assert column in header
-    relu = next(line for line in lines if line.startswith("| relu |") and "paired" in line)
+    relu = next(line for line in lines if line.startswith("| relu |") and "paired, seeds 1,2,3" in line)
     assert relu.rstrip(" |").endswith("worse")
     swiglu = next(line for line in lines if line.startswith("| swiglu |") and "not tested" in line)
-    assert swiglu.split(" | ")[3] == "—"  # 1 seed: no CI ...
+    assert swiglu.split(" | ")[4] == "—"  # 1 seed: no CI ...
     assert "No CI or test for act=swiglu: fewer than 2 completed seeds" in proc.stdout  # ... and why
     summary = pd.read_csv(tmp_path / "out" / "summary.csv")
     assert {"verdict", "p_holm", "mde", "val/loss final ci_low"} <= set(summary.columns) and len(summary) == 3
@@ -385,3 +404,128 @@ def test_compute_multiplier_script(tmp_path: Path):
     assert proc.returncode != 0 and "needs >= 3 scales" in proc.stderr
     proc = _multiplier_script(str(sweep), "--baseline", "act=relu", "--scale-key", "model", "--out", str(tmp_path / "o3"))
     assert proc.returncode != 0 and "act=gelu; act=swiglu" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- equivalence, families, outcomes (issue 18)
+
+
+def test_tost_is_the_larger_one_sided_t_test():
+    delta = 0.2
+    for paired, seeds_b in ((True, [1, 2, 3, 4, 5]), (False, [6, 7, 8, 9, 10, 11])):
+        b = B[: len(seeds_b)]
+        result = stats.compare(list(A), list(b), [1, 2, 3, 4, 5], seeds_b, margin=delta)
+        assert result.test == ("paired" if paired else "welch")
+        if paired:
+            d = A - b
+            se, df = d.std(ddof=1) / math.sqrt(len(d)), len(d) - 1
+        else:
+            va, vb = A.var(ddof=1) / len(A), b.var(ddof=1) / len(b)
+            se, df = math.sqrt(va + vb), (va + vb) ** 2 / (va**2 / (len(A) - 1) + vb**2 / (len(b) - 1))
+        diff = A.mean() - b.mean()
+        lower = scipy_stats.t.sf((diff + delta) / se, df)  # H0: diff <= -delta
+        upper = scipy_stats.t.cdf((diff - delta) / se, df)  # H0: diff >= +delta
+        assert result.p_tost == pytest.approx(max(lower, upper), rel=1e-9)
+        # TOST at alpha <=> the 90% interval inside (-delta, +delta)
+        ci = stats.t_test(A, b, paired).confidence_interval(0.90)
+        assert (result.p_tost < 0.05) == (-delta < ci.low and ci.high < delta)
+    with pytest.raises(ValueError, match="positive"):
+        stats.compare(list(A), list(B), margin=0.0)
+
+
+def test_tost_error_rates_by_simulation():
+    """4000 draws, 5 paired seeds: at a true |Δ| = δ (the boundary) equivalence is claimed at most
+    alpha of the time; at Δ = 0 with δ = 2 seed-sd it is found most of the time."""
+    rng = np.random.default_rng(11)
+    draws, n, delta = 4000, 5, 1.0
+    base = rng.normal(0, 1, (draws, n))
+    for true in (delta, -delta):
+        variant = base + true + rng.normal(0, 1, (draws, n))
+        false_equivalent = (stats.tost(variant, base, delta, paired=True) < 0.05).mean()
+        assert false_equivalent <= 0.055
+    found = (stats.tost(base + rng.normal(0, 0.5, (draws, n)), base, delta, paired=True) < 0.05).mean()
+    assert found > 0.5
+
+
+def test_mde_is_at_the_holm_alpha(tmp_path: Path):
+    rng = np.random.default_rng(12)
+    values = {"gelu": list(3 + rng.normal(0, 0.1, 4)), **{a: list(3 + rng.normal(0, 0.1, 4)) for a in ("a", "b", "c")}}
+    frame = summarize(load_sweep(write_sweep(tmp_path, values)), "val/loss", baseline="act=gelu")
+    row = _row(frame, "a")
+    assert frame.attrs["family"] == 3
+    assert row["mde"] == pytest.approx(stats.mde(row["se"], row["df"], 0.05 / 3))
+    assert row["mde"] > stats.mde(row["se"], row["df"], 0.05)
+
+
+@pytest.mark.integration
+def test_holm_family_across_slices(tmp_path: Path):
+    """Two slices (scale=xs, scale=m), each with one comparison at p = 0.03: significant per table,
+    not as one family of two (p (Holm) = 0.06), which is what summarize.py does by default."""
+    spread = np.array([-1.0, -0.5, 0.0, 0.5, 1.0])
+    shift = scipy_stats.t.ppf(1 - 0.03 / 2, 4) * spread.std(ddof=1) / math.sqrt(5)
+    base = np.array([3.0, 3.4, 2.8, 3.1, 2.9])
+    index = 0
+    for scale in ("xs", "m"):
+        for act, vals in (("gelu", base), ("relu", base + shift + spread)):
+            for seed, value in enumerate(vals, start=1):
+                write_job(tmp_path / "sweep", index, [f"act={act}", f"scale={scale}", f"seed={seed}"], "val/loss", value)
+                index += 1
+    from ablate.analysis.tables import adjust_family, where
+
+    sweep = load_sweep(tmp_path / "sweep")
+    frames = [summarize(where(sweep, f"scale={s}"), "val/loss", baseline="act=gelu") for s in ("xs", "m")]
+    assert [_row(f, "relu")["verdict"] for f in frames] == ["worse", "worse"]
+    family = adjust_family(frames)
+    assert [_row(f, "relu")["p_holm"] for f in family] == [pytest.approx(0.06)] * 2
+    assert [_row(f, "relu")["verdict"] for f in family] == ["inconclusive"] * 2
+    proc = _summarize_script(str(tmp_path / "sweep"), "--metric", "val/loss", "--baseline", "act=gelu", "--where",
+                             "scale=xs", "--where", "scale=m", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("the 2 comparisons of all 2 tables of this call") == 2
+    for s in ("xs", "m"):
+        summary = pd.read_csv(tmp_path / "out" / f"scale={s}" / "summary.csv")
+        assert summary.loc[summary["act"] == "relu", "p_holm"].iloc[0] == pytest.approx(0.06)
+    per_table = _summarize_script(str(tmp_path / "sweep"), "--metric", "val/loss", "--baseline", "act=gelu", "--where",
+                                  "scale=xs", "--where", "scale=m", "--family", "table", "--out", str(tmp_path / "o2"))
+    assert per_table.returncode == 0 and "| worse |" in per_table.stdout
+
+
+def test_margin_from_the_experiment_config(tmp_path: Path):
+    rng = np.random.default_rng(13)
+    for index, (act, seed) in enumerate((a, s) for a in ("gelu", "relu") for s in (1, 2, 3, 4)):
+        value = 3.0 + 0.01 * seed + rng.normal(0, 0.002)
+        write_job(tmp_path / "s", index, [f"act={act}", f"seed={seed}"], "val/loss", value,
+                  config={"data": {"batch_size": 4, "seq_len": 16}, "analysis": {"margin": {"val/loss": 0.05}}})
+    sweep = load_sweep(tmp_path / "s")
+    frame = summarize(sweep, "val/loss", baseline="act=gelu")
+    assert frame.attrs["margin"] == 0.05 and _row(frame, "relu")["verdict"] == "equivalent (±0.05)"
+    assert _row(summarize(sweep, "val/loss", baseline="act=gelu", margin=0.001), "relu")["verdict"] == "inconclusive"
+
+
+def test_stalled_is_its_own_outcome(tmp_path: Path):
+    """A completed run whose val/loss fell by < 1% from its first validation is stalled: counted
+    in its own column and in the verdict, its value still in the test."""
+    index = 0
+    for act, curve in (("pre", (4.2, 2.5, 2.3)), ("post", (3.35, 3.352, 3.351))):
+        for seed in (1, 2, 3):
+            metrics = pd.DataFrame({"step": [0, 99, 199], "val/loss": [v + 0.01 * seed for v in curve]})
+            write_job(tmp_path, index, [f"norm={act}", f"seed={seed}"], "val/loss", None, metrics=metrics)
+            index += 1
+    sweep = load_sweep(tmp_path)
+    frame = summarize(sweep, "val/loss", baseline="norm=pre")
+    post = frame[frame["norm"] == "post"].iloc[0]
+    assert post["stalled"] == 3 and frame[frame["norm"] == "pre"].iloc[0]["stalled"] == 0
+    assert post["verdict"].startswith("inconclusive (stalled 3/3)") or post["verdict"] == "not tested (no seed spread; stalled 3/3)"
+    table = markdown_table(frame, sweep)
+    assert "| stalled |" in table and "3/3" in table and "never left the starting plateau" in table
+    diverged = write_job(tmp_path / "d", 0, ["norm=post", "seed=1"], "val/loss", 3.35, status="diverged")
+    from ablate.analysis.convergence import is_stalled
+    from ablate.analysis.runs import load_job
+
+    assert not is_stalled(load_job(diverged))
+
+
+def test_no_detectable_difference_is_gone():
+    """The phrase invited the reading "no difference"; verdicts say "inconclusive" now."""
+    paths = [*(REPO / "src" / "ablate" / "analysis").glob("*.py"), REPO / "scripts" / "summarize.py",
+             REPO / "docs" / "analysis.md", REPO / "README.md"]
+    assert [p.name for p in paths if "no detectable difference" in p.read_text()] == []

@@ -31,3 +31,26 @@ def late_change(job: Job, metric: str = LATE_METRIC, fraction: float = LATE_FRAC
     (s0, s1), (v0, v1) = series.index[-2:], series.iloc[-2:]
     last = float(job.record.get("steps") or s1)
     return float((v1 - v0) / (s1 - s0) * fraction * last) if s1 > s0 else math.nan
+
+
+STALL_TOLERANCE = 0.01
+STALL_METRIC = "val/loss"
+
+
+def is_stalled(job: Job, tolerance: float = STALL_TOLERANCE, metric: str = STALL_METRIC) -> bool:
+    """A *completed* job that never left its starting plateau: its final ``val/loss`` is within
+    ``tolerance`` (1%, relative) of its first validation's, i.e. it fell by less than 1% over the
+    run (a deep Post-LN model that sits at the unigram loss throughout). Diverged and crashed jobs
+    are never stalled (they have their own outcome); with fewer than two validations it is
+    undecidable, hence False. The first validation is the reference because it is what every
+    job logs; on a run whose first validation comes late (after the model already left the
+    plateau) and whose curve is flat from then on this would flag a converged run: validate
+    early (``trainer.val_check_interval``) when that matters."""
+    if job.status != "completed":
+        return False
+    values = job.series(metric)
+    values = values[values.map(lambda v: math.isfinite(v))]
+    if len(values) < 2:
+        return False
+    first, last = float(values.iloc[0]), float(values.iloc[-1])
+    return first - last < tolerance * abs(first)

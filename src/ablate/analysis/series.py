@@ -98,11 +98,9 @@ def is_stuck(job: Job, tolerance: float = STUCK_TOLERANCE) -> bool:
     """A completed job that did not learn: its ``val/loss`` fell by less than ``tolerance``
     (relative) from its first validation to its last, e.g. a deep Post-LN model that sits at the
     unigram loss for the whole run. Undecidable, hence False, with fewer than two validations."""
-    values = job.series(STUCK_METRIC).replace([np.inf, -np.inf], np.nan).dropna()
-    if job.status != "completed" or len(values) < 2:
-        return False
-    first, last = float(values.iloc[0]), float(values.iloc[-1])
-    return first - last < tolerance * abs(first)
+    from ablate.analysis.convergence import is_stalled  # one definition: the summary's `stalled` outcome
+
+    return is_stalled(job, tolerance, STUCK_METRIC)
 
 
 def axis_series(sweep: Sweep, axis: str, metric: str) -> pd.DataFrame:

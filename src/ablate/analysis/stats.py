@@ -1,5 +1,5 @@
-"""Seed statistics for comparing a variant with a baseline: is the difference real, and how large
-a difference could the sweep have seen?
+"""Seed statistics for comparing a variant with a baseline: is the difference real, is it too
+small to matter, and how large a difference could the sweep have seen?
 
 * :func:`interval`: mean, sample std, n and the Student t confidence interval of the mean
   (``scipy.stats.t``);
@@ -7,16 +7,24 @@ a difference could the sweep have seen?
   p-value: a **paired** t-test on the seeds both share when they share at least two (same seed =
   same data order and initialisation, so pairing removes that part of the seed noise;
   ``scipy.stats.ttest_rel``), else **Welch's** t-test, which does not assume equal variances
-  (Welch 1947; ``scipy.stats.ttest_ind(equal_var=False)``);
-* :func:`holm`: Holm's step-down correction of the p-values of all comparisons against the
-  baseline, which keeps the family-wise error rate at alpha (Holm 1979);
-* :func:`mde`: the minimum detectable effect: the smallest true difference that the same test,
-  with the same standard error and degrees of freedom, detects with probability ``power``
-  (default 80%) at level alpha (two-sided; power from the noncentral t, ``scipy.stats.nct``;
-  Cohen 1988, ch. 2). Computed at the unadjusted alpha: with Holm over m comparisons the
-  threshold is alpha/m .. alpha, so the MDE of a corrected comparison is somewhat larger;
-* :func:`verdict`: better / worse / no detectable difference from the Holm-adjusted p-value
-  and the metric's direction, where divergence counts as failure (see :func:`verdict`).
+  (Welch 1947; ``scipy.stats.ttest_ind(equal_var=False)``); with a ``margin`` δ (the smallest
+  difference of interest, in the metric's units) also the **TOST** p-value of equivalence, the
+  larger of the two one-sided tests of H0: Δ <= -δ and H0: Δ >= +δ on the same pairing
+  (Schuirmann 1987; equivalent to the 1 - 2·alpha interval lying inside (-δ, +δ));
+* :func:`holm`: Holm's step-down correction of a family of p-values, which keeps the family-wise
+  error rate at alpha (Holm 1979); the difference tests, the equivalence tests and the divergence
+  tests of a write-up are each corrected as one family;
+* :func:`mde`: the minimum detectable effect, a *design* quantity: the true difference that the
+  same test, with this standard error and degrees of freedom, would detect with probability
+  ``power`` (default 80%) at level alpha (two-sided; power from the noncentral t,
+  ``scipy.stats.nct``; Cohen 1988, ch. 2). The tables compute it at alpha/m, the threshold Holm
+  applies to the first of m comparisons. It plans the next sweep; it says nothing about the size
+  of the true effect of this one (a non-significant result with a small MDE is not evidence of a
+  small effect: that is the post-hoc power fallacy, Hoenig & Heisey 2001; only TOST is);
+* :func:`divergence_test`: the divergence rates of variant and baseline, each with its
+  Clopper-Pearson interval, compared by Boschloo's exact test (two-sided; an unconditional exact
+  test, uniformly more powerful than Fisher's; ``scipy.stats.boschloo_exact``);
+* :func:`verdict`: ``better`` / ``worse`` / ``equivalent (±δ)`` / ``inconclusive`` (see there).
 
 The functions take plain values (one per seed); :mod:`~ablate.analysis.tables` applies them to a
 sweep's final metric.
@@ -35,7 +43,7 @@ ALPHA = 0.05
 CONFIDENCE = 0.95
 POWER = 0.8
 
-BETTER, WORSE, SAME = "better", "worse", "no detectable difference"
+BETTER, WORSE, EQUIVALENT, INCONCLUSIVE = "better", "worse", "equivalent", "inconclusive"
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,9 @@ class Comparison:
     n_variant: int
     n_baseline: int
     n_pairs: int = 0
+    margin: float = math.nan  # δ of the equivalence test (NaN: none)
+    p_tost: float = math.nan  # TOST p-value of |Δ| < δ (unadjusted; NaN without a margin or a test)
+    seeds: tuple = ()  # the paired seeds (empty for Welch)
 
     @property
     def tested(self) -> bool:
@@ -99,21 +110,26 @@ def shared_seeds(variant_seeds: Sequence[int | None], baseline_seeds: Sequence[i
 
 def compare(variant: Sequence[float], baseline: Sequence[float], variant_seeds: Sequence[int | None] | None = None,
             baseline_seeds: Sequence[int | None] | None = None, confidence: float = CONFIDENCE,
-            power: float = POWER) -> Comparison:
+            power: float = POWER, margin: float | None = None) -> Comparison:
     """Paired t-test on the shared seeds when there are at least two, else Welch's t-test on all
     values (non-finite values, e.g. of a diverged seed, are left out before pairing). Untested
-    (``test=""``, NaN p) when a side has fewer than two values or the seeds show no spread."""
+    (``test=""``, NaN p) when a side has fewer than two values or the seeds show no spread.
+    ``margin`` (δ > 0): also the TOST p-value of equivalence within ±δ, with the same test."""
+    if margin is not None and not (math.isfinite(margin) and margin > 0):
+        raise ValueError(f"margin {margin!r}: the smallest difference of interest must be a positive number")
     pairs = _finite_pairs(variant, baseline, variant_seeds, baseline_seeds)
     if len(pairs) >= 2:
-        v, b = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+        v, b = np.array([p[1] for p in pairs]), np.array([p[2] for p in pairs])
         se = float(np.std(v - b, ddof=1) / math.sqrt(len(v)))
-        return _test("paired", v, b, se, confidence, power, n_pairs=len(v))
+        return _test("paired", v, b, se, confidence, power, n_pairs=len(v), margin=margin,
+                     seeds=tuple(p[0] for p in pairs))
     v, b = finite(variant), finite(baseline)
     if len(v) < 2 or len(b) < 2:
         diff = float(v.mean() - b.mean()) if len(v) and len(b) else math.nan
-        return Comparison(diff, math.nan, math.nan, math.nan, "", math.nan, math.nan, math.nan, len(v), len(b))
+        return Comparison(diff, math.nan, math.nan, math.nan, "", math.nan, math.nan, math.nan, len(v), len(b),
+                          margin=math.nan if margin is None else margin)
     se = math.sqrt(v.var(ddof=1) / len(v) + b.var(ddof=1) / len(b))
-    return _test("welch", v, b, se, confidence, power)
+    return _test("welch", v, b, se, confidence, power, margin=margin)
 
 
 def t_test(variant: np.ndarray, baseline: np.ndarray, paired: bool):
@@ -125,25 +141,42 @@ def t_test(variant: np.ndarray, baseline: np.ndarray, paired: bool):
     return stats.ttest_ind(variant, baseline, equal_var=False, axis=-1)
 
 
-def _finite_pairs(variant, baseline, variant_seeds, baseline_seeds) -> list[tuple[float, float]]:
+def _finite_pairs(variant, baseline, variant_seeds, baseline_seeds) -> list[tuple[int, float, float]]:
     if variant_seeds is None or baseline_seeds is None:
         return []
     v = {s: x for s, x in zip(variant_seeds, variant) if s is not None and x is not None and math.isfinite(x)}
     b = {s: x for s, x in zip(baseline_seeds, baseline) if s is not None and x is not None and math.isfinite(x)}
     seeds = shared_seeds([s for s in variant_seeds if s in v], [s for s in baseline_seeds if s in b])
-    return [(v[s], b[s]) for s in seeds]
+    return [(s, v[s], b[s]) for s in seeds]
 
 
 def _test(name: str, v: np.ndarray, b: np.ndarray, se: float, confidence: float, power: float,
-          n_pairs: int = 0) -> Comparison:
+          n_pairs: int = 0, margin: float | None = None, seeds: tuple = ()) -> Comparison:
     diff = float(v.mean() - b.mean())
+    delta = math.nan if margin is None else float(margin)
     if not se > 1e-12 * max(np.abs(v).max(), np.abs(b).max()):  # no spread beyond rounding: t is undefined
-        return Comparison(diff, math.nan, math.nan, math.nan, "", 0.0, math.nan, math.nan, len(v), len(b), n_pairs)
-    result = t_test(v, b, paired=name == "paired")
+        return Comparison(diff, math.nan, math.nan, math.nan, "", 0.0, math.nan, math.nan, len(v), len(b), n_pairs,
+                          delta, math.nan, seeds)
+    paired = name == "paired"
+    result = t_test(v, b, paired=paired)
     ci = result.confidence_interval(confidence)
     df = float(result.df)
+    p_tost = tost(v, b, delta, paired) if margin is not None else math.nan
     return Comparison(diff, float(ci.low), float(ci.high), float(result.pvalue), name, se, df,
-                      mde(se, df, 1 - confidence, power), len(v), len(b), n_pairs)
+                      mde(se, df, 1 - confidence, power), len(v), len(b), n_pairs, delta, p_tost, seeds)
+
+
+def tost(variant: np.ndarray, baseline: np.ndarray, margin: float, paired: bool) -> np.ndarray | float:
+    """The TOST p-value of equivalence within ±``margin`` (Schuirmann 1987) along the last axis:
+    the larger of the one-sided p-values of H0: Δ <= -δ (scipy's test of variant + δ against the
+    baseline, alternative ``greater``) and H0: Δ >= +δ (variant - δ, alternative ``less``), with
+    the paired or Welch t-test. Small p: |Δ| < δ."""
+    test = (lambda a, b, alt: stats.ttest_rel(a, b, axis=-1, alternative=alt)) if paired else \
+        (lambda a, b, alt: stats.ttest_ind(a, b, equal_var=False, axis=-1, alternative=alt))
+    lower = test(variant + margin, baseline, "greater").pvalue
+    upper = test(variant - margin, baseline, "less").pvalue
+    p = np.maximum(lower, upper)
+    return float(p) if np.ndim(p) == 0 else p
 
 
 def power_t(effect_se: float, df: float, alpha: float = ALPHA) -> float:
@@ -186,23 +219,85 @@ def direction(diff: float, higher_is_better: bool) -> str:
     return BETTER if (diff > 0) == higher_is_better else WORSE
 
 
-def verdict(comparison: Comparison, p_adjusted: float, higher_is_better: bool, diverged: int = 0, seeds: int = 0,
-            baseline_diverged: int = 0, baseline_seeds: int = 0, alpha: float = ALPHA) -> str:
-    """The verdict against the baseline.
+@dataclass(frozen=True)
+class Rates:
+    """Divergence of variant and baseline: k of n seeds each, each rate's Clopper-Pearson interval,
+    and the two-sided p-value of Boschloo's exact test of equal rates (NaN when neither diverged)."""
 
-    Divergence is a failure, not a missing value: a variant that diverged on a larger fraction of
-    its seeds than the baseline is ``worse (diverged k/n)`` whatever its surviving seeds scored
-    (those still get their difference and p-value in the other columns); otherwise the t-test
-    decides (``better``/``worse`` when the Holm-adjusted p < alpha, else ``no detectable
-    difference``), with ``(diverged k/n)`` appended when some seed diverged. Too few values
-    for a test: ``not tested (...)``.
-    """
-    note = f" (diverged {diverged}/{seeds})" if diverged else ""
-    if diverged and diverged / max(seeds, 1) > baseline_diverged / max(baseline_seeds, 1):
-        return WORSE + note
+    k: int
+    n: int
+    low: float
+    high: float
+    k_baseline: int
+    n_baseline: int
+    p: float
+
+    @property
+    def rate(self) -> float:
+        return self.k / self.n if self.n else math.nan
+
+    @property
+    def baseline_rate(self) -> float:
+        return self.k_baseline / self.n_baseline if self.n_baseline else math.nan
+
+
+def rate_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Clopper-Pearson (exact) interval of a rate k/n (``scipy.stats.binomtest``); NaN for n = 0."""
+    if n <= 0:
+        return math.nan, math.nan
+    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def divergence_test(k: int, n: int, k_baseline: int, n_baseline: int, confidence: float = CONFIDENCE) -> Rates:
+    """k of n variant seeds diverged, ``k_baseline`` of ``n_baseline`` baseline seeds: the variant's
+    rate with its Clopper-Pearson interval, and Boschloo's exact two-sided test of equal rates
+    (``scipy.stats.boschloo_exact``; 1/3 against 0/3 gives p = 0.55, 3/3 against 0/3 p = 0.031).
+    Untested (NaN p) when neither side diverged or a side has no seeds."""
+    low, high = rate_interval(k, n, confidence)
+    p = math.nan
+    if n > 0 and n_baseline > 0 and (k or k_baseline):
+        table = [[int(k), int(n - k)], [int(k_baseline), int(n_baseline - k_baseline)]]
+        p = min(1.0, float(stats.boschloo_exact(table, alternative="two-sided").pvalue))
+    return Rates(int(k), int(n), low, high, int(k_baseline), int(n_baseline), p)
+
+
+def verdict(comparison: Comparison, p_adjusted: float, higher_is_better: bool, diverged: int = 0, seeds: int = 0,
+            baseline_diverged: int = 0, baseline_seeds: int = 0, alpha: float = ALPHA,
+            p_tost_adjusted: float = math.nan, divergence_p_adjusted: float = math.nan, stalled: int = 0,
+            completed: int | None = None) -> str:
+    """The verdict against the baseline, from the family-adjusted p-values (Holm):
+
+    1. divergence: when Boschloo's test of the divergence rates is significant
+       (``divergence_p_adjusted`` < alpha), ``worse`` (``better``) ``(diverges more (less): k/n vs
+       k/n)`` whatever the surviving seeds scored (their Δ and p stay in the other columns);
+    2. too few values for a test: ``not tested (...)``;
+    3. ``equivalent (±δ)`` when the TOST p-value is below alpha: |Δ| < δ, the smallest
+       difference of interest (even when the t-test also finds a difference: it is smaller
+       than anything that matters);
+    4. ``better`` / ``worse`` when the t-test's p-value is below alpha;
+    5. else ``inconclusive``: neither a difference nor (without a margin: not asked) equivalence
+       was shown. Never "no difference".
+
+    Notes in brackets: diverged seeds (``diverged k/n``: those not in the test) and stalled ones
+    (``stalled k/n``: completed without leaving the plateau; their values are in the test)."""
+    notes = []
+    if diverged:
+        notes.append(f"diverged {diverged}/{seeds}")
+    if stalled:
+        notes.append(f"stalled {stalled}/{completed if completed is not None else seeds}")
+    note = f" ({'; '.join(notes)})" if notes else ""
+    if divergence_p_adjusted < alpha:
+        more = diverged / max(seeds, 1) > baseline_diverged / max(baseline_seeds, 1)
+        word = WORSE if more else BETTER
+        rest = f"; stalled {stalled}/{completed if completed is not None else seeds}" if stalled else ""
+        return f"{word} (diverges {'more' if more else 'less'}: {diverged}/{seeds} vs " \
+               f"{baseline_diverged}/{baseline_seeds}{rest})"
     if not comparison.tested:
         why = "no seed spread" if comparison.se == 0 else "n < 2"
-        return f"not tested ({why})" + note
+        return (INCONCLUSIVE if diverged else "not tested") + f" ({why}" + (f"; {note[2:]}" if note else ")")
+    if p_tost_adjusted < alpha:
+        return f"{EQUIVALENT} (±{comparison.margin:g})" + note
     if p_adjusted < alpha:
         return direction(comparison.diff, higher_is_better) + note
-    return SAME + note
+    return INCONCLUSIVE + note

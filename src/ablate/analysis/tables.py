@@ -12,9 +12,11 @@ With a baseline (``summarize(..., baseline="norm=pre")``, ``scripts/summarize.py
 each row also gets, for the *final* value of the metric (the best one is a maximum over
 validations, biased by the selection): ``n``, the 95% t interval of the mean, and against the
 baseline the difference with its 95% interval, the p-value (paired t-test on shared seeds, else
-Welch), its Holm-adjusted value over all comparisons, the test used, the minimum detectable
-effect at 80% power, and a verdict (better / worse / no detectable difference; a variant that
-diverged on more of its seeds than the baseline is ``worse (diverged k/n)``): see
+Welch), its Holm-adjusted value over the family (every comparison of the call: all rows, all
+``--where`` slices and metrics, :func:`adjust_family`), with a margin δ the TOST p-value of
+equivalence (Holm-adjusted likewise), the divergence rate with its Clopper-Pearson interval and
+Boschloo's test against the baseline's, the minimum detectable effect at 80% power and alpha/m
+(design information), and a verdict (better / worse / equivalent (±δ) / inconclusive): see
 :mod:`~ablate.analysis.stats`. :func:`markdown_table` then adds a second table, "against the
 baseline", with these columns. ``basis="flops"`` or ``"time"`` (``--basis``) computes them on the
 metric at the matched FLOPs or training-time budget instead of the final value.
@@ -34,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.analysis import budget, stats
-from ablate.analysis.convergence import LATE_FRACTION, LATE_METRIC, late_change
+from ablate.analysis.convergence import LATE_FRACTION, LATE_METRIC, STALL_TOLERANCE, is_stalled, late_change
 from ablate.analysis.paper import PaperResults
 from ablate.analysis.runs import Job, Sweep, canonical, higher_is_better
 
@@ -83,6 +85,7 @@ def variant_row(sweep: Sweep, key: tuple, jobs: list[Job], metric: str, test: st
     done = [job for job in jobs if job.status == "completed"]
     row: dict[str, object] = dict(zip(sweep.axes, key))
     row.update(seeds=len(jobs), seed_values=",".join(str(j.seed) for j in jobs if j.seed is not None), **_counts(jobs))
+    row["stalled"] = sum(is_stalled(job) for job in done)
     for name, values in ((f"{metric} final", [j.final(metric) for j in done]),
                          (f"{metric} best", [j.best(metric) for j in done]),
                          *(((f"{test}", [j.final(test) for j in done]),) if test else ())):
@@ -100,11 +103,13 @@ def variant_row(sweep: Sweep, key: tuple, jobs: list[Job], metric: str, test: st
 
 
 def summarize(sweep: Sweep, metric: str | None = None, paper: PaperResults | None = None,
-              baseline: str | None = None, basis: str = budget.DEFAULT_BASIS) -> pd.DataFrame:
+              baseline: str | None = None, basis: str = budget.DEFAULT_BASIS,
+              margin: float | None = None) -> pd.DataFrame:
     """The summary table as numbers: one row per variant (see the module docstring), with its
     cost and metric at equal cost; with ``baseline`` (``"axis=value,..."``) the statistics
     against that row as well, on the final metric (``basis="steps"``) or the metric at the
-    matched FLOPs (``"flops"``) or training time (``"time"``)."""
+    matched FLOPs (``"flops"``) or training time (``"time"``); ``margin``: the smallest difference of
+    interest δ for the equivalence test (default: the jobs' ``analysis.margin``, :func:`margin_for`)."""
     budget.check_basis(basis)
     metric = pick_metric(sweep, metric)
     test = test_metric(sweep, metric)
@@ -113,7 +118,7 @@ def summarize(sweep: Sweep, metric: str | None = None, paper: PaperResults | Non
     frame.attrs.update(metric=metric, test=test, paper=paper, baseline=None)
     frame = budget.add_cost_columns(frame, sweep, metric)
     if baseline is not None:
-        frame = compare_to_baseline(frame, sweep, baseline, basis=basis)
+        frame = compare_to_baseline(frame, sweep, baseline, basis=basis, margin=margin_for(sweep, metric, margin))
     return frame
 
 
@@ -166,11 +171,33 @@ def _finals(jobs: list[Job], metric: str, value=None) -> tuple[list[float], list
     return [value(job) if value else job.final(metric) for job in done], [job.seed for job in done]
 
 
+def margin_for(sweep: Sweep, metric: str, margin: float | None = None) -> float | None:
+    """The equivalence margin δ for ``metric``: ``margin`` when given (``--margin``), else the
+    jobs' ``analysis.margin`` (an experiment config may declare it: a number in the units of the
+    metric compared, or a mapping ``{metric: number}``), else None (no equivalence test). Jobs
+    that declare different margins are refused."""
+    if margin is not None:
+        return float(margin)
+    found = set()
+    for job in sweep.jobs:
+        declared = (job.config.get("analysis") or {}).get("margin") if isinstance(job.config, dict) else None
+        if isinstance(declared, dict):
+            declared = declared.get(metric)
+        if declared is not None:
+            found.add(float(declared))
+    if len(found) > 1:
+        raise ValueError(f"the jobs of {sweep.source} declare different analysis.margin values for {metric} "
+                         f"({', '.join(f'{m:g}' for m in sorted(found))}): give --margin")
+    return found.pop() if found else None
+
+
 def compare_to_baseline(frame: pd.DataFrame, sweep: Sweep, spec: str, alpha: float = stats.ALPHA,
-                        basis: str = budget.DEFAULT_BASIS) -> pd.DataFrame:
+                        basis: str = budget.DEFAULT_BASIS, margin: float | None = None) -> pd.DataFrame:
     """``frame`` with the statistics of the final metric (``basis="steps"``), or of the metric at
     the matched FLOPs/time budget (``frame.attrs["matched"]``), per row and against the baseline
-    row (column names in the module docstring; :mod:`~ablate.analysis.stats` for the methods)."""
+    row (column names in the module docstring; :mod:`~ablate.analysis.stats` for the methods).
+    The p-values are Holm-adjusted within this frame; :func:`adjust_family` re-adjusts several
+    frames (slices, metrics) as one family."""
     metric = frame.attrs["metric"]
     name, matched = budget.basis_column(metric, basis), frame.attrs.get("matched", {}).get(basis)
     value = None if basis == "steps" else matched.value
@@ -181,29 +208,74 @@ def compare_to_baseline(frame: pd.DataFrame, sweep: Sweep, spec: str, alpha: flo
     variants = sweep.variants()
     base_values, base_seeds = _finals(variants[base_key], metric, value)
     base_counts = _counts(variants[base_key])
-    cells, comparisons = [], []
+    cells = []
     for key, jobs in variants.items():
         values, seeds = _finals(jobs, metric, value)
         ci = stats.interval(values)
-        comparison = None if key == base_key else stats.compare(values, base_values, seeds, base_seeds)
-        comparisons.append(comparison)
-        cells.append({f"{name} n": ci.n, f"{name} ci_low": ci.low, f"{name} ci_high": ci.high, "basis": basis})
-    adjusted = stats.holm([c.p if c else math.nan for c in comparisons])
-    better_up = higher_is_better(metric)
-    for (key, jobs), cell, comparison, p_holm in zip(variants.items(), cells, comparisons, adjusted):
-        if comparison is None:
-            cell.update(verdict="baseline")
-            continue
+        used = [s for s, v in zip(seeds, values, strict=True) if v is not None and math.isfinite(v)]
+        cell = {f"{name} n": ci.n, f"{name} ci_low": ci.low, f"{name} ci_high": ci.high, "basis": basis,
+                "mean_seeds": ",".join(str(s) for s in used), "margin": math.nan if margin is None else margin}
         counts = _counts(jobs)
-        cell.update(diff=comparison.diff, diff_ci_low=comparison.low, diff_ci_high=comparison.high, p=comparison.p,
-                    p_holm=p_holm, test=comparison.test, pairs=comparison.n_pairs, mde=comparison.mde,
-                    verdict=stats.verdict(comparison, p_holm, better_up, counts["diverged"], len(jobs),
-                                          base_counts["diverged"], len(variants[base_key]), alpha))
-    columns = [f"{name} {stat}" for stat in ("n", "ci_low", "ci_high")] + ["diff", "diff_ci_low", "diff_ci_high", "p", "p_holm", "test", "pairs", "mde", "verdict", "basis"]
+        rates = stats.divergence_test(counts["diverged"], len(jobs), base_counts["diverged"], len(variants[base_key]))
+        cell.update(diverged_rate=rates.rate, diverged_ci_low=rates.low, diverged_ci_high=rates.high)
+        if key != base_key:
+            c = stats.compare(values, base_values, seeds, base_seeds, margin=margin)
+            cell.update(diff=c.diff, diff_ci_low=c.low, diff_ci_high=c.high, p=c.p, test=c.test, pairs=c.n_pairs,
+                        diff_seeds=",".join(str(x) for x in c.seeds), n_variant=c.n_variant, n_baseline=c.n_baseline,
+                        se=c.se, df=c.df, p_tost=c.p_tost, p_diverged=rates.p,
+                        baseline_diverged=base_counts["diverged"], baseline_seeds=len(variants[base_key]))
+        cells.append(cell)
+    columns = [f"{name} {stat}" for stat in ("n", "ci_low", "ci_high")] + [
+        "mean_seeds", "diff", "diff_ci_low", "diff_ci_high", "diff_seeds", "n_variant", "n_baseline", "p", "p_holm",
+        "test", "pairs", "se", "df", "mde", "margin", "p_tost", "p_tost_holm", "diverged_rate", "diverged_ci_low",
+        "diverged_ci_high", "p_diverged", "p_diverged_holm", "baseline_diverged", "baseline_seeds", "verdict", "basis"]
+    for cell, key in zip(cells, variants, strict=True):
+        cell["verdict"] = "baseline" if key == base_key else ""
     out = pd.concat([frame, pd.DataFrame(cells, index=frame.index, columns=columns)], axis=1)
     out.attrs.update(frame.attrs, baseline=sweep.label(base_key), alpha=alpha, basis=basis, basis_column=name,
-                     basis_text=budget.describe_basis(metric, basis, matched),
-                     tested=int(sum(c is not None and c.tested for c in comparisons)))
+                     basis_text=budget.describe_basis(metric, basis, matched), margin=margin)
+    return adjust_family([out], alpha)[0]
+
+
+def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> list[pd.DataFrame]:
+    """Holm over every comparison of ``frames`` (the rows against their baseline, in every frame:
+    the ``--where`` slices and metrics of one write-up), separately for the three kinds of test
+    (difference, equivalence, divergence), each keeping its family-wise error rate at ``alpha``;
+    then the MDE at alpha/m (m: the difference tests of the family, the threshold Holm applies to
+    the first of them) and each row's verdict (:func:`ablate.analysis.stats.verdict`)."""
+    compared = [f["verdict"].ne("baseline").to_numpy() for f in frames]
+    adjusted = {}
+    for column in ("p", "p_tost", "p_diverged"):
+        flat = np.concatenate([f[column].to_numpy(dtype=float)[mask] for f, mask in zip(frames, compared, strict=True)])
+        adjusted[column] = np.split(stats.holm(flat), np.cumsum([mask.sum() for mask in compared])[:-1])
+    m = int(np.isfinite(np.concatenate([f["p"].to_numpy(dtype=float) for f in frames])).sum())
+    out = []
+    for index, (frame, mask) in enumerate(zip(frames, compared, strict=True)):
+        frame = frame.copy()
+        for column in ("p", "p_tost", "p_diverged"):
+            values = np.full(len(frame), np.nan)
+            values[mask] = adjusted[column][index]
+            frame[f"{column}_holm"] = values
+        metric, better_up = frame.attrs["metric"], higher_is_better(frame.attrs["metric"])
+        verdicts, mdes = [], []
+        for _, row in frame.iterrows():
+            if row["verdict"] == "baseline":
+                verdicts.append("baseline"), mdes.append(math.nan)
+                continue
+            comparison = stats.Comparison(row["diff"], row["diff_ci_low"], row["diff_ci_high"], row["p"],
+                                          row["test"] if isinstance(row["test"], str) else "", row["se"], row["df"],
+                                          math.nan, int(row["n_variant"]), int(row["n_baseline"]), int(row["pairs"]),
+                                          row["margin"], row["p_tost"])
+            mdes.append(stats.mde(row["se"], row["df"], alpha / max(m, 1)) if comparison.tested else math.nan)
+            verdicts.append(stats.verdict(comparison, row["p_holm"], better_up, int(row["diverged"]), int(row["seeds"]),
+                                          int(row["baseline_diverged"]), int(row["baseline_seeds"]), alpha,
+                                          p_tost_adjusted=row["p_tost_holm"],
+                                          divergence_p_adjusted=row["p_diverged_holm"], stalled=int(row["stalled"]),
+                                          completed=int(row["completed"])))
+        frame["verdict"], frame["mde"] = verdicts, mdes
+        frame.attrs.update(alpha=alpha, family=m, family_frames=len(frames), metric=metric,
+                           tested=int(np.isfinite(frame["p"].to_numpy(dtype=float)).sum()))
+        out.append(frame)
     return out
 
 
@@ -243,7 +315,8 @@ def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     header = [names[a] for a in sweep.axes] + ["seeds", f"{metric} final", f"{metric} best"]
     header += [test] if test else []
     header += [f"paper {paper.metric}"] if paper else []
-    header += ["diverged"] + (["crashed"] if failed else []) + ["steps", f"Δ {LATE_METRIC} per last {LATE_FRACTION:.0%}"]
+    stalled = bool(frame["stalled"].sum())
+    header += ["diverged"] + (["stalled"] if stalled else []) + (["crashed"] if failed else []) + ["steps", f"Δ {LATE_METRIC} per last {LATE_FRACTION:.0%}"]
     header += ["wall time (s)", "tokens/s"]
     align = [" --- " if i < len(sweep.axes) else " ---: " for i in range(len(header))]  # axes left, numbers right
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
@@ -253,6 +326,7 @@ def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
         cells += [fmt(row[f"{test} mean"], row[f"{test} std"])] if test else []
         cells += [_paper(row[f"paper {paper.metric}"], row["paper note"])] if paper else []
         cells += [_diverged(row)]
+        cells += [f"{int(row['stalled'])}/{int(row['completed'])}" if row["stalled"] else "no"] if stalled else []
         cells += [f"{int(row['crashed'] + row['incomplete'])}/{int(row['seeds'])}"] if failed else []
         rate = "—" if pd.isna(row["tokens_per_sec"]) else f"{row['tokens_per_sec']:.0f}"
         cells += [_steps(row), fmt(row["late_change"], row["late_change_std"]), fmt(row["wall_time_s"]), rate]
@@ -270,44 +344,92 @@ def _p(value: float) -> str:
     return "—" if pd.isna(value) else (f"{value:.2g}" if value >= 1e-4 else "<1e-4")
 
 
+def _rate(row: pd.Series) -> str:
+    k, n = int(row["diverged"]), int(row["seeds"])
+    return f"{k}/{n} [{row['diverged_ci_low']:.2f}, {row['diverged_ci_high']:.2f}]"
+
+
+def _delta_on(row: pd.Series) -> str:
+    """Which seeds the Δ rests on: the pairs' seeds, or the two sample sizes (Welch)."""
+    if row["test"] == "paired":
+        return f"paired, seeds {row['diff_seeds']}"
+    if row["test"] == "welch":
+        return f"welch, {int(row['n_variant'])} vs {int(row['n_baseline'])} seeds"
+    return "—"
+
+
 def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     """The statistics against the baseline (:func:`compare_to_baseline`) as a Markdown table with its notes."""
     names, column = sweep.short_names(), frame.attrs["basis_column"]
+    margin = frame.attrs.get("margin")
+    diverging = bool(frame["diverged"].sum())
     header = [names[a] for a in sweep.axes] + [
-        "n", column, "95% CI", "Δ vs baseline", "Δ 95% CI", "p", "p (Holm)", "test", "MDE (80%)", "verdict"]
-    align = [" --- " if i < len(sweep.axes) or name in ("test", "verdict") else " ---: " for i, name in enumerate(header)]
+        "seeds", "n", column, "95% CI", "Δ vs baseline", "Δ 95% CI", "Δ on", "p", "p (Holm)"]
+    header += [f"p equiv ±{margin:g} (Holm)"] if margin is not None else []
+    header += ["diverged (95% CI)", "p diverged (Holm)"] if diverging else []
+    header += ["MDE (80%, α/m)", "verdict"]
+    left = ("seeds", "Δ on", "verdict", "diverged (95% CI)")
+    align = [" --- " if i < len(sweep.axes) or name in left else " ---: " for i, name in enumerate(header)]
     lines = [f"Against the baseline {frame.attrs['baseline']} ({frame.attrs['basis_text']}):", "",
              "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     for _, row in frame.iterrows():
         base = row["verdict"] == "baseline"
-        cells = [str(row[a]) for a in sweep.axes] + [str(int(row[f"{column} n"]))]
+        cells = [str(row[a]) for a in sweep.axes] + [row["mean_seeds"] or "—", str(int(row[f"{column} n"]))]
         cells += [fmt(row[f"{column} mean"], row[f"{column} std"]), _ci(row[f"{column} ci_low"], row[f"{column} ci_high"])]
         if base:
-            cells += ["—"] * 6
+            cells += ["—"] * (5 + (margin is not None))
+            cells += [_rate(row), "—"] if diverging else []
+            cells += ["—"]
         else:
-            test = f"paired ({int(row['pairs'])} seeds)" if row["test"] == "paired" else (row["test"] or "—")
-            cells += [fmt(row["diff"]), _ci(row["diff_ci_low"], row["diff_ci_high"]), _p(row["p"]), _p(row["p_holm"]),
-                      test, fmt(row["mde"])]
+            cells += [fmt(row["diff"]), _ci(row["diff_ci_low"], row["diff_ci_high"]), _delta_on(row), _p(row["p"]),
+                      _p(row["p_holm"])]
+            cells += [_p(row["p_tost_holm"])] if margin is not None else []
+            cells += [_rate(row), _p(row["p_diverged_holm"])] if diverging else []
+            cells += [fmt(row["mde"])]
         cells.append(str(row["verdict"]))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + baseline_legend(frame, sweep)
 
 
 def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
-    metric, alpha = frame.attrs["metric"], frame.attrs["alpha"]
+    metric, alpha, margin = frame.attrs["metric"], frame.attrs["alpha"], frame.attrs.get("margin")
+    m, slices = frame.attrs.get("family", frame.attrs.get("tested", 0)), frame.attrs.get("family_frames", 1)
     way = "higher" if higher_is_better(metric) else "lower"
-    notes = [f"Δ = variant - baseline of the {frame.attrs['basis_text']}; over completed seeds ({way} is better). 95% CI: Student t. "
-             "Test: paired t-test on the seeds both share when they share >= 2, else Welch's t-test; "
-             f"p (Holm): corrected for the {frame.attrs['tested']} comparisons (Holm 1979); verdict at alpha = {alpha:g}.",
-             f"MDE (80%): the smallest true |Δ| this test detects with 80% power at alpha = {alpha:g} given the observed "
-             "seed spread: \"no detectable difference\" means |Δ| is probably below it, not that it is zero.",
-             "Diverged seeds have no final value: a variant that diverged on a larger share of its seeds than the "
-             "baseline is \"worse (diverged k/n)\" whatever its other seeds scored."]
+    family = f"the {m} comparisons of this table" if slices == 1 else f"the {m} comparisons of all {slices} tables of this call"
+    notes = [f"Δ = variant - baseline of the {frame.attrs['basis_text']}; over completed seeds ({way} is better). "
+             "seeds / n: the seeds the mean and its 95% CI (Student t) rest on; Δ on: the seeds Δ, its CI and p rest on "
+             "(paired t-test on the seeds both share when they share >= 2, else Welch's t-test on all of them). "
+             f"p (Holm): corrected over {family} (Holm 1979); verdicts at alpha = {alpha:g}."]
+    if margin is not None:
+        notes.append(f"Equivalence: TOST (two one-sided t-tests, same pairing) of |Δ| < {margin:g}, the smallest "
+                     "difference of interest; Holm over the same family. \"equivalent (±δ)\" when it holds, whatever "
+                     "the difference test says (any difference is then smaller than δ).")
+    verdicts = ("better / worse: p (Holm) < alpha; " + (f"equivalent (±{margin:g}): p equiv (Holm) < alpha; "
+                if margin is not None else "") + "inconclusive: neither"
+                + ("" if margin is not None else " (no equivalence margin given: --margin δ, or analysis.margin in "
+                   "the experiment config, adds the equivalence test)")
+                + ". Inconclusive is not \"no difference\": the data are compatible with the whole Δ 95% CI.")
+    notes.append(verdicts)
+    notes.append(f"MDE (80%, α/m): design information for the next sweep: the true |Δ| this test, at this n and this "
+                 f"seed spread, would detect with 80% power at alpha/m = {alpha:g}/{max(m, 1)}. It is not a bound on "
+                 "the true effect of an inconclusive row (that reading is the post-hoc power fallacy); only the "
+                 "equivalence test bounds it.")
+    if bool(frame["diverged"].sum()):
+        notes.append("Diverged seeds have no final value; the rate is shown with its Clopper-Pearson 95% interval and "
+                     "compared with the baseline's by Boschloo's exact test (two-sided, Holm over the family): a "
+                     "significant excess is \"worse (diverges more: k/n vs k/n)\" whatever the surviving seeds scored; "
+                     "otherwise the surviving seeds decide and \"(diverged k/n)\" is noted.")
+    if bool(frame["stalled"].sum()):
+        notes.append(f"stalled k/n: completed seeds whose final {STALL_METRIC_TEXT} is within {STALL_TOLERANCE:.0%} of "
+                     "their first validation's (they never left the starting plateau); their values are in the test.")
     few = [sweep.label(key) for key, n in zip(sweep.variants(), frame[f"{frame.attrs['basis_column']} n"]) if n < 2]
     if few:
         notes.append(f"No CI or test for {'; '.join(few)}: fewer than 2 completed seeds (a t interval and a t-test "
                      "need the seed spread, which one value does not give); run more seeds (seed=1,2,3).")
     return "\n".join(notes) + "\n"
+
+
+STALL_METRIC_TEXT = "val/loss"
 
 
 def legend(frame: pd.DataFrame, sweep: Sweep) -> str:
@@ -316,6 +438,8 @@ def legend(frame: pd.DataFrame, sweep: Sweep) -> str:
     notes = [f"Sweep: {sweep.source} ({len(sweep.jobs)} jobs; axes: {', '.join(sweep.axes) or 'none'}).",
              f"Metrics: mean ± sample std (n-1) over the seeds that completed; final = last validation, best = its {best}. "
              "Diverged and crashed seeds are counted, not averaged. Wall time: mean per job; tokens/s: median over training.",
+             *([f"stalled: completed seeds whose final val/loss is within {STALL_TOLERANCE:.0%} of their first "
+                "validation's (never left the starting plateau); they are in the means."] if frame["stalled"].sum() else []),
              f"Δ {LATE_METRIC} per last {LATE_FRACTION:.0%}: the slope of {LATE_METRIC} between the last two validations, per "
              f"{LATE_FRACTION:.0%} of the run's steps (mean ± std over completed seeds; negative: still falling; a secant, so "
              "steeper than the very end of a flattening curve). A gap between rows much smaller than it may close or "
