@@ -250,9 +250,12 @@ def tuned_key(root: str | Path) -> str | None:
 
 def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
     """The jobs of a ``tune=lr`` sweep at each variant's chosen learning rate (stage 2, every
-    seed), without the other rates of the grid, and a note saying so; the sweep unchanged (and
-    None) when ``root`` has no ``lr_tuning.json``. Each variant is then one row, with the rate it
-    was tuned to as an axis."""
+    verdict seed), without the other rates of the grid and without the selection seed's jobs
+    (stage 1 ran on ``selection_seed``, held out from the verdicts), and a note saying so; the
+    sweep unchanged (and None) when ``root`` has no ``lr_tuning.json``. Each variant is then one
+    row, with the rate it was tuned to as an axis. A selection written before the selection seed
+    existed (stage 1 on the first verdict seed) is kept as it was, and the note says its first
+    seed won the selection."""
     path = Path(root) / TUNING_FILE
     if not path.is_file():
         return sweep, None
@@ -261,8 +264,17 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
     for variant in tuning.get("variants", []):
         if variant.get("chosen_override"):
             wanted.append(parse_overrides([*variant["overrides"], variant["chosen_override"]]))
-    kept = [job for job in sweep.jobs if any(all(job.overrides.get(k) == v for k, v in want.items()) for want in wanted)]
-    dropped = len(sweep.jobs) - len(kept)
-    note = (f"{TUNING_FILE}: each variant at its tuned learning rate ({dropped} job(s) of the other grid rates "
+    at_rate = [job for job in sweep.jobs if any(all(job.overrides.get(k) == v for k, v in want.items()) for want in wanted)]
+    held_out = tuning.get("selection_seed")
+    kept = [job for job in at_rate if held_out is None or job.seed is None or str(job.seed) != str(held_out)]
+    dropped, selection = len(sweep.jobs) - len(at_rate), len(at_rate) - len(kept)
+    seeds = ",".join(str(s) for s in tuning.get("seeds", []))
+    if held_out is not None:
+        how = (f"seeds {seeds}, each trained at that rate after the selection; the selection ran on seed {held_out}, "
+               f"whose {selection} job(s) at the chosen rates are left out with the grid")
+    else:
+        how = (f"seeds {seeds}; written before held-out selection: seed {tuning.get('tuning_seed')}'s job at the "
+               "chosen rate is the one that won the selection (optimistic)")
+    note = (f"{TUNING_FILE}: each variant at its tuned learning rate, {how} ({dropped} job(s) of the other grid rates "
             "left out; --all-lrs shows them)")
     return Sweep.from_jobs(sweep.source, kept), note

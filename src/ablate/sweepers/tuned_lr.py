@@ -6,7 +6,9 @@ A Hydra sweeper (:class:`TunedLRSweeper`, Hydra's ``BasicSweeper`` with two stag
 launcher batches:
 
 1. **Stage 1, the grid**: every variant (each combination of the sweep's other values) at each
-   learning rate of a log-spaced grid, with one seed (the first of the seeds). The grid is the
+   learning rate of a log-spaced grid, with one seed: the *selection seed*
+   ``hydra.sweeper.selection_seed`` (default 0), which must not be one of the verdict seeds (a
+   collision is refused), so that the rate is chosen on a run that no verdict rests on. The grid is the
    sweep's own ``optim.lr=a,b,c`` when it gives one, else ``hydra.sweeper.num_lrs`` values
    (default 5) a factor ``hydra.sweeper.lr_factor`` (default 2) apart, centred on the variant's
    configured ``optim.lr``.
@@ -14,9 +16,10 @@ launcher batches:
    (``optimized_metric``, default ``val/loss``: lowest; BLEU-like metrics: highest) recorded in
    the job's ``status.json``; a diverged or crashed job ranks last -- with every seed. The seeds
    are the sweep's own ``seed=1,2,3`` when it gives them (command line, or an experiment's
-   ``hydra.sweeper.params``), else ``hydra.sweeper.seeds`` (default ``[1, 2, 3]``). The stage-1
-   job at the chosen learning rate *is* the first seed's job (same overrides, same directory), so
-   stage 2 trains the other seeds only.
+   ``hydra.sweeper.params``), else ``hydra.sweeper.seeds`` (default ``[1, 2, 3]``). Stage 2 trains
+   every one of them fresh: the selection job is not reused, so no verdict seed is the run that
+   won the selection (which would bias it by the selection's winner's curse); summaries and
+   figures (:func:`ablate.analysis.runs.at_tuned_rates`) leave the selection seed's jobs out.
 
 Both stages go through ``self.launcher.launch``: any launcher works (basic, joblib, submitit), and
 the jobs are ordinary jobs of the sweep directory named by their overrides (``optim.lr=...``,
@@ -221,7 +224,8 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
     best learning rate with every seed. See the module docstring."""
 
     def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None, num_lrs: int = 5,
-                 lr_factor: float = 2.0, seeds: Sequence[Any] = (1, 2, 3), metric: str | None = None) -> None:
+                 lr_factor: float = 2.0, seeds: Sequence[Any] = (1, 2, 3), metric: str | None = None,
+                 selection_seed: Any = 0) -> None:
         super().__init__(max_batch_size=max_batch_size, params=params)
         if not (isinstance(num_lrs, int) and num_lrs >= 1):
             raise ValueError(f"hydra.sweeper.num_lrs={num_lrs!r}: give a number of learning rates >= 1")
@@ -232,6 +236,10 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         self.num_lrs, self.lr_factor = num_lrs, float(lr_factor)
         self.default_seeds = _dedupe(str(s) for s in seeds)
         self.metric = metric
+        if selection_seed is None or isinstance(selection_seed, bool) or not str(selection_seed).strip():
+            raise ValueError(f"hydra.sweeper.selection_seed={selection_seed!r}: give the seed of the stage-1 runs, "
+                             "one that is not among the verdict seeds (default 0)")
+        self.selection_seed = str(selection_seed)
         self.job_idx = 0
 
     # -- what to run
@@ -292,6 +300,13 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         rest = [o for o in overrides if o.key_or_group not in (LR_KEY, SEED_KEY)]
         swept = {o.get_key_element() for o in rest if o.is_sweep_override()}
         seeds = self._seeds(seed)
+        if self.selection_seed in seeds:
+            raise HydraException(
+                f"tuned_lr: hydra.sweeper.selection_seed={self.selection_seed} is one of the verdict seeds "
+                f"({seed_name}={','.join(seeds)}): the learning rate would be chosen on a run a verdict rests on, "
+                "which biases it towards that variant. Choose a selection seed outside them, e.g. "
+                f"hydra.sweeper.selection_seed={_free_seed(seeds)}")
+        select = self.selection_seed
         metric = str(self.metric or self.config.get("optimized_metric") or "val/loss")
         higher = higher_is_better(metric)
 
@@ -305,11 +320,11 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         extend_also = f"hydra.sweep.dir={sweep_dir}"
 
-        # stage 1: every variant at every learning rate of its grid, the first seed
+        # stage 1: every variant at every learning rate of its grid, the selection seed
         plan = [(v, text) for v in variants for text in v.grid]
         print(f"LR tuning, stage 1: {len(variants)} variant(s) x {len(variants[0].grid)} learning rates, "
-              f"{seed_name}={seeds[0]}", flush=True)
-        stage1 = self._launch([[*v.overrides, f"{lr_name}={text}", f"{seed_name}={seeds[0]}"] for v, text in plan])
+              f"{seed_name}={select} (the selection seed, no verdict rests on it)", flush=True)
+        stage1 = self._launch([[*v.overrides, f"{lr_name}={text}", f"{seed_name}={select}"] for v, text in plan])
         for v in variants:
             v.results = []
         for (v, text), ret in zip(plan, stage1):
@@ -319,20 +334,18 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         for v in variants:
             v.selection = select_lr(v.results, higher_is_better=higher, factor=self.lr_factor, lr_key=lr_name,
                                     also=extend_also)
-        print(self._stage1_table(variants, metric, higher, seed_name, seeds[0]), flush=True)
+        print(self._stage1_table(variants, metric, higher, seed_name, select), flush=True)
         self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=False)
 
-        # stage 2: every variant with a usable learning rate at that rate, the other seeds
-        plan2 = [(v, s) for v in variants if v.selection.chosen is not None for s in seeds[1:]]
+        # stage 2: every variant with a usable learning rate at that rate, every verdict seed, fresh
+        plan2 = [(v, s) for v in variants if v.selection.chosen is not None for s in seeds]
         if plan2:
             print(f"LR tuning, stage 2: {len({id(v) for v, _ in plan2})} variant(s) at their chosen learning rate, "
-                  f"{seed_name}={','.join(seeds[1:])} ({seed_name}={seeds[0]} is the stage-1 job)", flush=True)
+                  f"{seed_name}={','.join(seeds)}", flush=True)
         stage2 = self._launch([[*v.overrides, f"{lr_name}={v.selection.chosen.text}", f"{seed_name}={s}"]
                                for v, s in plan2])
         for v in variants:
-            chosen = v.selection.chosen
-            v.seeds = [] if chosen is None else [
-                {"seed": _number(seeds[0]), "status": chosen.status, "value": chosen.value, "job": chosen.job}]
+            v.seeds = []
         for (v, s), ret in zip(plan2, stage2):
             job_dir = job_dir_of(ret)
             status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
@@ -393,8 +406,9 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             "direction": "max" if higher else "min",
             "ranking": "the final value in each stage-1 job's status.json; diverged or crashed jobs rank last",
             "grid": grid,
-            "tuning_seed": _number(seeds[0]),
-            "seeds": [_number(s) for s in seeds],
+            "selection_seed": _number(self.selection_seed),  # stage 1 only: no verdict rests on it
+            "tuning_seed": _number(self.selection_seed),
+            "seeds": [_number(s) for s in seeds],  # stage 2: the verdict seeds, each trained fresh
             "stage2": "done" if stage2_done else "pending",
             "variants": [],
         }
@@ -456,6 +470,12 @@ def _earlier_variants(path: Path, records: list[dict[str, Any]]) -> list[dict[st
         return []
     ours = {frozenset(r["overrides"]) for r in records}
     return [r for r in earlier if frozenset(r.get("overrides", [])) not in ours]
+
+
+def _free_seed(seeds: Sequence[str]) -> int:
+    """A seed that is not among ``seeds``: 0 if free, else one above the largest integer seed."""
+    numbers = [int(s) for s in seeds if s.lstrip("-").isdigit()]
+    return 0 if "0" not in seeds else max(numbers) + 1
 
 
 def _mean_std(records: list[dict[str, Any]]) -> tuple[float | None, float | None, int]:
