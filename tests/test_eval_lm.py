@@ -164,3 +164,67 @@ def test_eval_py_gives_train_py_numbers(run_train, tmp_path, data_dir):
     proc = eval_py("src_file=x.de", ok=False)
     assert "holds a task=lm checkpoint; src_file apply to task=translation" in proc.stderr
     assert not list(tmp_path.glob("*.log"))
+
+
+# ----------------------------------------------------------------------------- bits per byte (issue 18.4)
+
+
+def _bpb_of(task, tokenizer, ids: torch.Tensor) -> dict:
+    task.tokenizer = tokenizer
+    x, y = ids[:-1].view(1, -1), ids[1:].view(1, -1)
+    with torch.no_grad():
+        task._eval_step((x, y))
+    return {k: float(v) for k, v in task.eval_metrics("val").items()}
+
+
+def test_bpb_of_the_char_tokenizer_on_ascii_is_loss_over_ln2():
+    torch.manual_seed(0)
+    tokenizer = CharTokenizer.from_text(TEXT)
+    task = LanguageModelTask(tiny_spec(vocab_size=tokenizer.vocab_size).as_dict(), {"name": "adamw"}).eval()
+    metrics = _bpb_of(task, tokenizer, torch.tensor(tokenizer.encode(TEXT[:33])))
+    assert metrics["val/bpb"] == pytest.approx(metrics["val/loss"] / math.log(2), rel=1e-6)
+    task.tokenizer = None  # no tokenizer (a bare task): loss and ppl only
+    task._eval_step((torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long)))
+    assert set(task.eval_metrics("test")) == {"test/loss", "test/ppl"}
+
+
+def test_bpb_of_bpe_is_nats_over_the_bytes_of_the_text():
+    """Byte-level BPE on text with multi-byte characters: a hand computation from the model's
+    per-token NLL and the UTF-8 bytes of the text the predicted tokens decode to."""
+    from ablate.data.tokenizers import BPETokenizer
+    from ablate.tasks.lm import token_byte_lengths
+
+    text = ("Café naïve — “quoted” €5, ça va? " * 40) + TEXT
+    tokenizer = BPETokenizer.train(text, vocab_size=300)
+    lengths = token_byte_lengths(tokenizer)
+    assert lengths.min() >= 1 and lengths.max() > 1
+    sample = "Un café naïve — “€5”, ça va?\n"
+    ids = tokenizer.encode(sample)
+    assert sum(int(lengths[i]) for i in ids) == len(sample.encode("utf-8"))  # every byte counted once
+    torch.manual_seed(0)
+    task = LanguageModelTask(tiny_spec(vocab_size=tokenizer.vocab_size).as_dict(), {"name": "adamw"}).eval()
+    ids_t = torch.tensor(ids)
+    metrics = _bpb_of(task, tokenizer, ids_t)
+    with torch.no_grad():
+        nll = F.cross_entropy(task.model(ids_t[:-1].view(1, -1)).flatten(0, 1), ids_t[1:], reduction="sum").item()
+    covered = len(tokenizer.decode(ids[1:]).encode("utf-8"))  # the text the predicted tokens cover
+    assert metrics["val/bpb"] == pytest.approx(nll / (math.log(2) * covered), rel=1e-5)
+    assert metrics["val/bpb"] != pytest.approx(metrics["val/loss"] / math.log(2), rel=1e-2)  # tokens are not bytes
+
+
+def test_bpb_at_each_eval_length(tmp_path):
+    torch.manual_seed(0)
+    tokenizer = CharTokenizer.from_text(TEXT)
+    task = LanguageModelTask(tiny_spec(vocab_size=tokenizer.vocab_size, pos="rope").as_dict(), {"name": "adamw"}).eval()
+    task.tokenizer = tokenizer
+    (tmp_path / "t.txt").write_text(TEXT)
+    dm = TextFileData(tmp_path / "t.txt", tokenizer, tmp_path, seq_len=16, eval_batch_size=3)
+    metrics, _ = evaluate_lengths(trainer(), task, dm, [16, 32])
+    for length in (16, 32):
+        assert metrics[f"test/bpb@{length}"] == pytest.approx(metrics[f"test/loss@{length}"] / math.log(2), rel=1e-5)
+
+
+def test_bpb_is_lower_is_better():
+    from ablate.analysis.runs import higher_is_better
+
+    assert not higher_is_better("val/bpb") and not higher_is_better("test/bpb@512") and higher_is_better("val/bleu")

@@ -31,7 +31,7 @@ from ablate.dotted import select as select_key
 STATUSES = ("completed", "diverged", "crashed", "incomplete")
 # Overrides that choose where or how a job runs, never what it trains.
 _NOT_AXES = re.compile(r"^(seed|ckpt_path|print_config|tags|resume_allow_changes|sweep_name|skip_completed|tune|hparams_search)$|^(hydra|paths|logger)(\.|$)|^callbacks\.progress_bar(\.|$)")
-_LOWER_IS_BETTER = ("loss", "ppl")
+_LOWER_IS_BETTER = ("loss", "ppl", "bpb")
 
 
 def override_key(override: str) -> str:
@@ -61,7 +61,7 @@ def parse_overrides(overrides: Iterable[str]) -> dict[str, str]:
 
 
 def higher_is_better(metric: str) -> bool:
-    """Loss and perplexity go down; BLEU, accuracy and the rest go up."""
+    """Loss, perplexity and bits per byte go down; BLEU, accuracy and the rest go up."""
     return not any(part in metric.rsplit("/", 1)[-1] for part in _LOWER_IS_BETTER)
 
 

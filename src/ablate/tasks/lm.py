@@ -5,13 +5,21 @@ Metric names are part of the interface (dashboards and ``scripts/`` read them):
 Validation perplexity is exp of the mean NLL over all tokens of the split, not a mean of
 per-batch perplexities. Length extrapolation (``eval.seq_lens``) logs ``test/loss@<len>`` and
 ``test/ppl@<len>``: the test metrics with :attr:`LanguageModelTask.eval_tag` appended.
+
+``val/bpb``, ``test/bpb`` (and ``test/bpb@<len>``): bits per byte of the underlying UTF-8 text,
+comparable across tokenizers (a loss per token is not: a BPE token covers several characters):
+the sum of the NLL (nats) over the predicted tokens divided by ln 2 times the UTF-8 bytes those
+tokens' text covers (:func:`token_byte_lengths`; the char tokenizer on ASCII: 1 byte per token,
+so bpb = loss / ln 2). Logged when the task knows its tokenizer (train.py and eval.py set it).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import lightning as L
+import numpy as np
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +31,32 @@ from ablate.config import ConfigError, ModelSpec
 from ablate.data.tokenizers import Tokenizer
 from ablate.nn.transformer import TransformerLM
 from ablate.tasks.base import TaskModule
+
+
+def token_byte_lengths(tokenizer: Tokenizer) -> np.ndarray:
+    """UTF-8 bytes of the text each token id stands for (an int array over the vocabulary).
+
+    Char tokenizer: the bytes of the character. Byte-level BPE: a token's string spells its bytes
+    in the 256-character byte alphabet (one character per byte, GPT-2's ``bytes_to_unicode``), so
+    its length is its byte count, also for a token that is only part of a multi-byte character
+    (whose decoded text alone would be a replacement character); a token outside that alphabet
+    (an added special token) counts the bytes of its decoded text. Other tokenizers: the bytes of
+    each token decoded alone."""
+    from ablate.data.tokenizers import BPETokenizer, CharTokenizer
+
+    if isinstance(tokenizer, CharTokenizer):
+        return np.array([len(c.encode("utf-8")) for c in tokenizer.chars], dtype=np.int64)
+    if isinstance(tokenizer, BPETokenizer):
+        from tokenizers import pre_tokenizers
+
+        alphabet = set(pre_tokenizers.ByteLevel.alphabet())
+        lengths = []
+        for i in range(tokenizer.vocab_size):
+            token = tokenizer.hf.id_to_token(i) or ""
+            lengths.append(len(token) if token and set(token) <= alphabet
+                           else len(tokenizer.decode([i]).encode("utf-8")))
+        return np.array(lengths, dtype=np.int64)
+    return np.array([len(tokenizer.decode([i]).encode("utf-8")) for i in range(tokenizer.vocab_size)], dtype=np.int64)
 
 
 class LanguageModelTask(TaskModule):
@@ -41,6 +75,9 @@ class LanguageModelTask(TaskModule):
         self.forward_fn = torch.compile(self.model) if compile else self.model
         self.eval_nll = MeanMetric()  # token-weighted mean NLL; synced across ranks by torchmetrics
         self.eval_tokens = SumMetric()  # tokens predicted in the evaluation (all ranks)
+        self.eval_nats = SumMetric()  # summed NLL of those tokens, and the UTF-8 bytes they cover (bpb)
+        self.eval_bytes = SumMetric()
+        self._byte_table: tuple[int, Tensor] | None = None  # (id of the tokenizer, bytes per token id)
         self.eval_tokens_seen = 0  # ... in the last one
         self.eval_tag = ""  # appended to the eval metric names: "@512" -> test/ppl@512 (train.py)
         self.tokenizer: Tokenizer | None = None  # set by train.py; saved in checkpoints
@@ -100,19 +137,44 @@ class LanguageModelTask(TaskModule):
         self.log("train/lr", self.optimizers().param_groups[0]["lr"])  # the rate this step uses
         return loss
 
+    def token_bytes(self) -> Tensor | None:
+        """Bytes per token id (:func:`token_byte_lengths`) on the model's device, or None without a tokenizer."""
+        if self.tokenizer is None:
+            return None
+        if self._byte_table is None or self._byte_table[0] != id(self.tokenizer):
+            self._byte_table = (id(self.tokenizer), torch.as_tensor(token_byte_lengths(self.tokenizer)))
+        table = self._byte_table[1]
+        if table.device != self.device:
+            table = table.to(self.device)
+            self._byte_table = (self._byte_table[0], table)
+        return table
+
     def _eval_step(self, batch: tuple[Tensor, Tensor]) -> None:
         x, y = batch
-        self.eval_nll.update(self._nll(self(x), y), weight=y.numel())
+        nll = self._nll(self(x), y)
+        self.eval_nll.update(nll, weight=y.numel())
         self.eval_tokens.update(y.numel())
+        table = self.token_bytes()
+        if table is not None:
+            self.eval_nats.update(nll.detach().double() * y.numel())
+            self.eval_bytes.update(table[y].sum())
 
     def _eval_epoch_end(self, split: str) -> None:
+        self.log_dict(self.eval_metrics(split), prog_bar=split == "val", sync_dist=False)
+
+    def eval_metrics(self, split: str) -> dict[str, Tensor]:
+        """The evaluation's ``<split>/loss``, ``/ppl`` and ``/bpb`` (tagged), its accumulators reset."""
         loss = self.eval_nll.compute()
         self.eval_tokens_seen = int(self.eval_tokens.compute())
-        self.eval_nll.reset()
-        self.eval_tokens.reset()
         tag = self.eval_tag
-        self.log_dict({f"{split}/loss{tag}": loss, f"{split}/ppl{tag}": loss.exp()}, prog_bar=split == "val",
-                      sync_dist=False)
+        metrics = {f"{split}/loss{tag}": loss, f"{split}/ppl{tag}": loss.exp()}
+        if self.token_bytes() is not None:
+            nbytes = self.eval_bytes.compute()
+            if nbytes > 0:  # bits per byte: summed nats / (ln 2 x bytes of the predicted tokens' text)
+                metrics[f"{split}/bpb{tag}"] = (self.eval_nats.compute() / (math.log(2) * nbytes)).float()
+        for metric in (self.eval_nll, self.eval_tokens, self.eval_nats, self.eval_bytes):
+            metric.reset()
+        return metrics
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._eval_step(batch)

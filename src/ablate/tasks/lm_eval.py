@@ -28,7 +28,8 @@ EVAL_SPLITS = ("val", "test")
 
 def evaluate_lengths(trainer: L.Trainer, task: L.LightningModule, datamodule: Any, lengths: list[int],
                      split: str = "test") -> tuple[dict[str, float | None], dict[str, Any]]:
-    """``<split>/loss@L`` and ``<split>/ppl@L`` for each length L: the split (``test``, or ``val``)
+    """``<split>/loss@L``, ``<split>/ppl@L`` (and ``<split>/bpb@L`` when the task knows its
+    tokenizer: bits per UTF-8 byte) for each length L: the split (``test``, or ``val``)
     cut into non-overlapping windows of L tokens (Press et al. 2022's "nonoverlapping inference";
     no sliding window, so every token is predicted from the tokens of its own window only).
 
@@ -57,8 +58,9 @@ def evaluate_lengths(trainer: L.Trainer, task: L.LightningModule, datamodule: An
             run(task, datamodule=datamodule, verbose=False)
         finally:
             task.eval_tag = ""
-        for key in (f"{split}/loss@{length}", f"{split}/ppl@{length}"):
-            metrics[key] = finite_or_none(trainer.callback_metrics.get(key))
+        for key in (f"{split}/loss@{length}", f"{split}/ppl@{length}", f"{split}/bpb@{length}"):
+            if key in trainer.callback_metrics or not key.startswith(f"{split}/bpb"):
+                metrics[key] = finite_or_none(trainer.callback_metrics.get(key))
         info[str(length)] = {"tokens": task.eval_tokens_seen}
     return metrics, info
 
