@@ -315,7 +315,7 @@ def test_compute_multiplier_of_a_tuned_sweep_joins_each_variants_tuned_rates(tmp
     _script("compute_multiplier").main([str(sweep), "--baseline", "act=gelu", "--flops", "6N", "--bootstrap", "0",
                                         "--out", str(tmp_path / "o")])
     out = capsys.readouterr().out
-    assert "each variant at its tuned learning rate (6 job(s)" in out
+    assert "each variant at its tuned learning rate, its seeds there (6 job(s)" in out
     assert "| act=swiglu | m | " in out and "lr=" not in out.split("\n\n")[0]
     result = pd.read_csv(tmp_path / "o" / "compute_multiplier.csv").iloc[0]
     assert result["variant"] == "act=swiglu" and result["multiplier"] == pytest.approx(2.0, rel=0.05)

@@ -272,9 +272,11 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
     if held_out is not None:
         how = (f"seeds {seeds}, each trained at that rate after the selection; the selection ran on seed {held_out}, "
                f"whose {selection} job(s) at the chosen rates are left out with the grid")
-    else:
+    elif tuning.get("tuning_seed") is not None:
         how = (f"seeds {seeds}; written before held-out selection: seed {tuning.get('tuning_seed')}'s job at the "
                "chosen rate is the one that won the selection (optimistic)")
+    else:
+        how = "its seeds there"
     note = (f"{TUNING_FILE}: each variant at its tuned learning rate, {how} ({dropped} job(s) of the other grid rates "
             "left out; --all-lrs shows them)")
     return Sweep.from_jobs(sweep.source, kept), note
