@@ -10,7 +10,10 @@
 Per variant (the axes other than ``--scale-key``), fits L(C) = E + A C^-alpha to the final
 ``--metric`` against training compute, and reports the compute the baseline needs to reach the
 variant's loss at the variant's largest measured compute, divided by that compute, with a 95%
-bootstrap interval over seeds. Prints the points and the fits as Markdown, and writes
+bootstrap interval of the whole pipeline (``--ci parametric``, default: noise at the seed-to-seed
+sd; ``--ci seeds``: the seeds resampled jointly), optionally with one asymptote shared by the two
+curves (``--shared-asymptote``), and a flag when the answer extrapolates the baseline's law past
+its measured computes (``--no-extrapolation`` refuses such rows). Prints the points and the fits as Markdown, and writes
 ``compute_multiplier.png`` and ``compute_multiplier.csv`` to ``--out`` (default ``<sweep>/figures``).
 Method, compute count and edge cases: ``src/ablate/analysis/scaling.py``.
 """
@@ -31,8 +34,8 @@ import pandas as pd  # noqa: E402
 
 from ablate.analysis.figures import compute_multiplier_figure  # noqa: E402
 from ablate.analysis.runs import at_tuned_rates, load_sweep, tuned_key  # noqa: E402
-from ablate.analysis.scaling import (FLOPS, Curve, Multiplier, compute_multiplier, find_curve,  # noqa: E402
-                                     scaling_curves)
+from ablate.analysis.scaling import (FLOPS, METHODS, Curve, Multiplier, compute_multiplier,  # noqa: E402
+                                     find_curve, scaling_curves)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -46,6 +49,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="FLOPs per token: 6N+attn = 6N + 12 L d T (as train/mfu; default) or 6N (Kaplan et al.)")
     parser.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (0: no interval)")
     parser.add_argument("--seed", type=int, default=0, help="the bootstrap's random seed")
+    parser.add_argument("--ci", choices=METHODS, default="parametric",
+                        help="the bootstrap: parametric = refit curves drawn around the fits with the seed-to-seed "
+                             "noise (pooled over scales, its own uncertainty included; calibrated at 3 sizes x 3 "
+                             "seeds), seeds = resample the seeds jointly across scales and curves (needs many seeds)")
+    parser.add_argument("--shared-asymptote", action="store_true",
+                        help="fit one irreducible loss E for the variant and the baseline (each its own A, alpha): "
+                             "for ladders too short to pin E per curve")
+    parser.add_argument("--no-extrapolation", action="store_true",
+                        help="refuse a multiplier whose answer (or interval) needs the baseline's law beyond its "
+                             "largest measured compute, instead of flagging it")
     parser.add_argument("--out", metavar="DIR", help="where the PNG and CSV go (default: <sweep_dir>/figures)")
     return parser.parse_args(argv)
 
@@ -84,22 +97,24 @@ def result_row(result: Multiplier) -> dict[str, object]:
             "variant_loss": result.loss, "multiplier": result.value, "ci_low": result.low, "ci_high": result.high,
             "E": result.variant_fit.E, "A": result.variant_fit.A, "alpha": result.variant_fit.alpha,
             "baseline_E": result.baseline_fit.E, "baseline_A": result.baseline_fit.A,
-            "baseline_alpha": result.baseline_fit.alpha, "bootstrap": result.n_boot, "failed_fits": result.failed_fits}
+            "baseline_alpha": result.baseline_fit.alpha, "bootstrap": result.n_boot, "failed_fits": result.failed_fits,
+            "ci_method": result.method, "shared_asymptote": result.shared_E, "extrapolation": result.extrapolation}
 
 
 def results_table(base: Curve, results: list[Multiplier], refused: dict[str, str], fits: dict) -> str:
-    lines = ["| variant | E | A | α | compute C* | loss at C* | multiplier at C* | 95% CI |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| variant | E | A | α | compute C* | loss at C* | multiplier at C* | 95% CI | extrapolates |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     b = fits[base.label]
-    lines.append(f"| {base.label} (baseline) | {b.E:.4g} | {b.A:.4g} | {b.alpha:.3g} | — | — | 1 | — |")
+    lines.append(f"| {base.label} (baseline) | {b.E:.4g} | {b.A:.4g} | {b.alpha:.3g} | — | — | 1 | — | — |")
     for r in results:
         f = r.variant_fit
         value = _multiplier(r.value) + (" (below the baseline's E)" if math.isinf(r.value) else "")
         ci = "—" if math.isnan(r.low) else f"[{_multiplier(r.low)}, {_multiplier(r.high)}]"
+        flag = f"**yes**: {r.extrapolation}" if r.extrapolation else "no"
         lines.append(f"| {r.variant} | {f.E:.4g} | {f.A:.4g} | {f.alpha:.3g} | {r.compute:.3g} | {r.loss:.4g} | "
-                     f"{value} | {ci} |")
+                     f"{value} | {ci} | {flag} |")
     for label, why in refused.items():
-        lines.append(f"| {label} | — | — | — | — | — | refused: {why} | — |")
+        lines.append(f"| {label} | — | — | — | — | — | refused: {why} | — | — |")
     return "\n".join(lines)
 
 
@@ -112,9 +127,17 @@ def notes(args: argparse.Namespace, results: list[Multiplier]) -> str:
         "N = status.json params.",
         "Multiplier at C* (the variant's largest measured compute): the compute the baseline's fit needs to reach the "
         "variant's fitted loss at C*, over C*; ∞ when that loss is below the baseline's asymptote E.",
-        f"95% CI: percentile bootstrap, {args.bootstrap} resamples of the seeds within each scale, both curves refitted "
-        f"(numpy rng seed {args.seed}); {failed} resampled fits failed and are left out." if args.bootstrap else
-        "No bootstrap (--bootstrap 0): no interval.",
+        (f"95% CI: percentile bootstrap of the whole pipeline, {args.bootstrap} replicates, both curves refitted each "
+         "time, " + ("parametric (curves drawn around the fits with each curve's seed-to-seed sd pooled over its "
+                     "scales, the sd itself redrawn from its chi-square distribution)" if args.ci == "parametric" else
+                     "the seeds resampled jointly (one draw of seeds for every scale and both curves)")
+         + f" (numpy rng seed {args.seed}); {failed} replicate fits failed and are left out." if args.bootstrap else
+         "No bootstrap (--bootstrap 0): no interval."),
+        "Asymptote: one E shared by the variant and the baseline (--shared-asymptote)." if args.shared_asymptote else
+        "Asymptote: each curve its own E.",
+        "Extrapolates: the multiplier (or the interval's upper end) needs the baseline's fitted law beyond its largest "
+        "measured compute, where the data do not check it" + (" (such rows refused: --no-extrapolation)."
+                                                              if args.no_extrapolation else "."),
         "Left out: jobs without a final value (diverged, crashed, unfinished), counted per scale above."])
 
 
@@ -135,10 +158,16 @@ def main(argv: list[str] | None = None) -> None:
             if curve is base:
                 continue
             try:
-                result = compute_multiplier(curve, base, args.bootstrap, args.seed)
+                result = compute_multiplier(curve, base, args.bootstrap, args.seed, method=args.ci,
+                                            shared_E=args.shared_asymptote)
             except ValueError as err:
                 refused[curve.label] = str(err).split(": ", 1)[-1]
                 continue
+            if args.no_extrapolation and result.extrapolation:
+                refused[curve.label] = f"extrapolates ({result.extrapolation}; --no-extrapolation)"
+                continue
+            if args.shared_asymptote:  # the baseline's fit with the E it shares with this variant (drawn: the last)
+                fits[base.label] = result.baseline_fit
             results.append(result)
             fits[curve.label] = result.variant_fit
     except (OSError, ValueError, RuntimeError) as err:

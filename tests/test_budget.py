@@ -217,7 +217,7 @@ def test_missing_counters_are_noted_not_fatal(tmp_path: Path):
 # ----------------------------------------------------------------------------- the size ladder
 
 CONF = REPO / "conf"
-SCALES = ["xs", "s", "m", "l"]
+SCALES = ["xxs", "xs", "s", "m", "l"]
 TOKENS_PER_PARAM, TOLERANCE = 10.0, 0.05  # docs/analysis.md: 10 tokens per non-embedding parameter, within 5%
 
 
