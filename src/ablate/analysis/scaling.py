@@ -142,14 +142,12 @@ def _linear_part(x: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: np.ndarray,
         candidates.append((edge, a_given(edge), np.ones_like(feasible)))
     e_low = np.clip(ybar - _AMIN * zbar, 0.0, ymin)
     candidates.append((e_low, np.full_like(e_low, _AMIN), np.ones_like(feasible)))
-    best_E, best_a, best = None, None, None
-    for E, a, ok in candidates:
+    best_E, best_a, ok0 = candidates[0]
+    best = np.where(ok0, sse(best_E, best_a), np.inf)
+    for E, a, ok in candidates[1:]:
         value = np.where(ok, sse(E, a), np.inf)
-        if best is None:
-            best_E, best_a, best = E, a, value
-        else:
-            better = value < best
-            best_E, best_a, best = np.where(better, E, best_E), np.where(better, a, best_a), np.minimum(value, best)
+        better = value < best
+        best_E, best_a, best = np.where(better, E, best_E), np.where(better, a, best_a), np.minimum(value, best)
     return best_E, best_a, best
 
 
@@ -329,7 +327,8 @@ METHODS = ("parametric", "seeds")
 
 def fit_pair(variant: Curve, baseline: Curve, shared_E: bool = False) -> tuple[PowerLaw, PowerLaw]:
     """The two curves' fits, each its own (E, A, alpha), or with one shared E."""
-    variant.check(), baseline.check()
+    variant.check()
+    baseline.check()
     if not shared_E:
         return variant.fit(), baseline.fit()
     fits = fit_shared_asymptote([(np.array(variant.compute), np.array([variant.loss])),
@@ -355,8 +354,8 @@ def _replicate_fits(variant: Curve, baseline: Curve, ys: list[np.ndarray], ws: l
     if shared_E:
         fits = fit_shared_asymptote(list(zip(computes, ys, strict=True)), ws)
         return fits[0], fits[1]
-    return tuple(fit_power_laws(c, y, None if ws is None else w)  # type: ignore[return-value]
-                 for c, y, w in zip(computes, ys, ws or [None, None], strict=True))
+    weights: list[np.ndarray | None] = list(ws) if ws is not None else [None, None]
+    return (fit_power_laws(computes[0], ys[0], weights[0]), fit_power_laws(computes[1], ys[1], weights[1]))
 
 
 def bootstrap(variant: Curve, baseline: Curve, compute: float, n_boot: int = 1000, seed: int = 0,
@@ -373,8 +372,8 @@ def bootstrap(variant: Curve, baseline: Curve, compute: float, n_boot: int = 100
         ys = []
         for curve, fit in ((variant, variant_fit), (baseline, baseline_fit)):
             sd, df = _noise(curve, fit)
-            sigma = sd * np.sqrt(df / rng.chisquare(df, n_boot))  # the sd's own uncertainty (a t, in effect)
-            mean = fit.loss(np.array(curve.compute))
+            sigma = sd * np.sqrt(df / np.asarray(rng.chisquare(df, n_boot)))  # the sd's own uncertainty (a t, in effect)
+            mean = np.asarray(fit.loss(np.array(curve.compute)))
             ys.append(mean[None, :] + sigma[:, None] * rng.standard_normal((n_boot, len(curve.loss))))
         ws = None
     else:
@@ -382,9 +381,9 @@ def bootstrap(variant: Curve, baseline: Curve, compute: float, n_boot: int = 100
         if len(ids) < 2 or len(variant.seed) != len(variant.loss) or len(baseline.seed) != len(baseline.loss):
             raise ValueError("the seed bootstrap needs each point's seed and >= 2 seeds")
         counts = rng.multinomial(len(ids), [1 / len(ids)] * len(ids), size=n_boot)
-        column = {s: k for k, s in enumerate(ids)}
+        column: dict[int | None, int] = {s: k for k, s in enumerate(ids)}
         ys = [np.broadcast_to(np.array(c.loss, dtype=float), (n_boot, len(c.loss))) for c in (variant, baseline)]
-        ws = [counts[:, [column[s] for s in c.seed]].astype(float) for c in (variant, baseline)]
+        ws = [np.asarray(counts)[:, np.array([column[s] for s in c.seed])].astype(float) for c in (variant, baseline)]
     variants, baselines = _replicate_fits(variant, baseline, ys, ws, shared_E)
     values, failed = [], 0
     for k, (v, b) in enumerate(zip(variants, baselines, strict=True)):

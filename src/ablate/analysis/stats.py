@@ -161,7 +161,7 @@ def _test(name: str, v: np.ndarray, b: np.ndarray, se: float, confidence: float,
     result = t_test(v, b, paired=paired)
     ci = result.confidence_interval(confidence)
     df = float(result.df)
-    p_tost = tost(v, b, delta, paired) if margin is not None else math.nan
+    p_tost = float(tost(v, b, delta, paired)) if margin is not None else math.nan
     return Comparison(diff, float(ci.low), float(ci.high), float(result.pvalue), name, se, df,
                       mde(se, df, 1 - confidence, power), len(v), len(b), n_pairs, delta, p_tost, seeds)
 

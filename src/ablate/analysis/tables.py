@@ -260,7 +260,8 @@ def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> lis
         verdicts, mdes = [], []
         for _, row in frame.iterrows():
             if row["verdict"] == "baseline":
-                verdicts.append("baseline"), mdes.append(math.nan)
+                verdicts.append("baseline")
+                mdes.append(math.nan)
                 continue
             comparison = stats.Comparison(row["diff"], row["diff_ci_low"], row["diff_ci_high"], row["p"],
                                           row["test"] if isinstance(row["test"], str) else "", row["se"], row["df"],
