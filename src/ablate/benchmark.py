@@ -37,9 +37,10 @@ import threading
 import time
 import traceback
 import warnings
+from collections.abc import Sized
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import hydra
 import lightning as L
@@ -60,6 +61,13 @@ from ablate.logging import build_loggers
 from ablate.optim import build_optimizer, build_schedule
 from ablate.tasks import build_task
 from ablate.train import build_callbacks, check_config, eval_max_len
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
+    from ablate.config import ModelSpec
+    from ablate.nn.seq2seq import EncoderDecoder
+    from ablate.nn.transformer import TransformerLM
 
 BUDGET_TEXT = {
     "framework_overhead": "Lightning loop overhead vs a hand-written loop",
@@ -169,7 +177,7 @@ def timed_copy(loader: DataLoader, seed: int) -> TimedLoader:
     from the global RNG) is replaced by one with its own seeded generator."""
     sampler = loader.sampler
     if isinstance(sampler, RandomSampler) and sampler.generator is None:
-        sampler = RandomSampler(loader.dataset, generator=torch.Generator().manual_seed(seed))
+        sampler = RandomSampler(cast(Sized, loader.dataset), generator=torch.Generator().manual_seed(seed))
     return TimedLoader(
         loader.dataset, batch_size=loader.batch_size, sampler=sampler, drop_last=loader.drop_last,
         num_workers=loader.num_workers, pin_memory=loader.pin_memory, collate_fn=loader.collate_fn,
@@ -197,10 +205,11 @@ class Runner:
     boundary (:meth:`boundary`) and waits there while its turn is over.
     """
 
-    def __init__(self, variant: Variant, datamodule: L.LightningDataModule, device: torch.device, max_steps: int) -> None:
+    # datamodule: an ablate data module (a LightningDataModule with vocab_size and tokenizer after setup)
+    def __init__(self, variant: Variant, datamodule: Any, device: torch.device, max_steps: int) -> None:
         self.variant, self.datamodule, self.device, self.max_steps = variant, datamodule, device, max_steps
         self.loader = timed_copy(datamodule.train_dataloader(), variant.cfg.seed)
-        self.spec = None
+        self.spec: ModelSpec | None = None
         self.step = 0  # index of the step about to start (set by the loop before each boundary)
         self.step_times: dict[int, float] = {}  # step index -> duration
         self.times: list[float] = []
@@ -285,7 +294,7 @@ class Runner:
         cfg = self.variant.cfg
         spec = model_spec(cfg, vocab_size=self.datamodule.vocab_size, max_len=eval_max_len(cfg))
         task = build_task(cfg, self.datamodule, spec)
-        self.spec, self.n_params = spec, task.model.num_params()
+        self.spec, self.n_params = spec, cast("TransformerLM | EncoderDecoder", task.model).num_params()
         return task
 
     def train(self) -> None:
@@ -300,8 +309,8 @@ class HandLoop(Runner):
         cfg = self.variant.cfg
         task = self.build_task().to(self.device)
         task.train()
-        optim_cfg = OmegaConf.to_container(cfg.optim, resolve=True)
-        optimizer = build_optimizer(task.model, optim_cfg)
+        optim_cfg = cast(dict[str, Any], OmegaConf.to_container(cfg.optim, resolve=True))
+        optimizer = build_optimizer(cast(torch.nn.Module, task.model), optim_cfg)
         schedule = build_schedule(optimizer, optim_cfg, self.max_steps)
         clip, smoothing = cfg.optim.get("grad_clip"), cfg.optim.get("label_smoothing", 0.0)
         precision = str(cfg.trainer.get("precision", "32-true"))
@@ -385,6 +394,7 @@ class LightningLoop(Runner):
         cfg, variant = self.variant.cfg, self.variant
         task = self.build_task()
         task.tokenizer = self.datamodule.tokenizer
+        assert self.spec is not None  # set by build_task
         callbacks = [cb for cb in build_callbacks(cfg, self.spec, self.n_params)
                      if not isinstance(cb, (ProgressBar, Checkpoint))]
         for cb in callbacks:
@@ -478,6 +488,8 @@ def summarise(values: list[float]) -> dict[str, float]:
 
 
 class Benchmark:
+    peak_flops: float | None  # set by run()
+
     def __init__(self, cfg: DictConfig) -> None:
         self.cfg, self.bench = cfg, cfg.benchmark
         self.device = torch.device("cuda" if str(cfg.trainer.get("accelerator")) in ("gpu", "cuda") else "cpu")
@@ -556,7 +568,7 @@ class Benchmark:
         finally:
             for runner in runners:
                 runner.close()
-        out = {
+        out: dict[str, Any] = {
             "steps_per_round": steps, "steps_per_turn": turn, "rounds": rounds, "warmup_steps": warmup,
             "wall_s": round(time.perf_counter() - start, 1),
             "load_avg_1min": os.getloadavg()[0],
@@ -723,7 +735,7 @@ class Benchmark:
             if key in ("framework_overhead", "grad_norm_default_interval", "grad_norm_every_step"):
                 out[key]["aa_control"] = resolution  # |hand_again / hand - 1|: what noise alone gives
                 # a miss no larger than the A/A control's deviation is not distinguishable from noise
-                out[key]["within_noise"] = bool(not met and resolution is not None and value - limit <= resolution)
+                out[key]["within_noise"] = bool(not met and resolution is not None and cast(float, value) - limit <= resolution)
             if key in direct:
                 out[key]["direct"] = direct[key]
         return out
@@ -780,7 +792,7 @@ def print_report(report: dict[str, Any]) -> None:
     t = Table(title="Side-by-side ratios (median over rounds of per-round mean step time ratios)")
     for col, just in (("group", "left"), ("ratio", "left"), ("of", "left"), ("median", "right"), ("min-max", "right"),
                       ("rounds", "right"), ("load", "right"), ("others' CPU", "right")):
-        t.add_column(col, justify=just)
+        t.add_column(col, justify=cast("JustifyMethod", just))
     for gname, g in report["groups"].items():
         for i, (rname, r) in enumerate(g["ratios"].items()):
             t.add_row(gname if i == 0 else "", rname, r["of"], f"{r['median']:.3f}", f"{r['min']:.3f}-{r['max']:.3f}",

@@ -4,7 +4,7 @@ end a summary of the run (:func:`format_run_summary`) or of a sweep's jobs (:fun
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import rich
 import rich.syntax
@@ -17,7 +17,7 @@ FIRST = ("task", "data", "model", "pos", "norm", "act", "init", "attn", "optim",
 
 def print_config_tree(cfg: DictConfig) -> None:
     tree = rich.tree.Tree("config", guide_style="dim")
-    keys = [k for k in FIRST if k in cfg] + [k for k in cfg if k not in FIRST]
+    keys = [k for k in FIRST if k in cfg] + [cast(str, k) for k in cfg if k not in FIRST]  # config keys are strings
     for key in keys:
         branch = tree.add(f"[bold]{key}[/bold]")
         value = cfg[key]

@@ -44,7 +44,7 @@ import warnings
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import urlsplit
 
 from lightning.pytorch.loggers import (
@@ -63,6 +63,7 @@ from ablate.dotted import select as select_key
 from ablate.resolvers import ARCHITECTURE_FIRST, RUN_CONTROL_KEYS, job_dirname
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
     from wandb.sdk.wandb_run import Run
 
 WANDB_MODES = ("online", "offline", "disabled")
@@ -281,7 +282,7 @@ class MLflowOptions:
         return cls(**_options_node(cfg, "mlflow", cls))
 
 
-def _options_node(cfg: Any, name: str, options: type) -> dict[str, Any]:
+def _options_node(cfg: Any, name: str, options: type[DataclassInstance]) -> dict[str, Any]:
     """The known keys of ``cfg.logger.<name>``, resolved (``{}`` when the node is absent)."""
     if cfg is None:
         return {}
@@ -290,7 +291,7 @@ def _options_node(cfg: Any, name: str, options: type) -> dict[str, Any]:
     node = OmegaConf.select(cfg, f"logger.{name}", default=None)
     if node is None:
         return {}
-    values = OmegaConf.to_container(node, resolve=True)
+    values = cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))  # a mapping node
     known = {k: v for k, v in values.items() if k in options.__dataclass_fields__}
     if "tags" in known:
         known["tags"] = tuple(_as_list(known["tags"]))
@@ -392,7 +393,7 @@ def build_loggers(
     config_keys = frozenset(extra_config)
     options = WandbOptions.from_cfg(cfg)
     group = options.group or group  # a configured logger.wandb.group names the group in every logger
-    if options.enabled and rank_zero_only.rank == 0:
+    if options.enabled and rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
         wandb_tags = _unique([*options.tags, *tags])
         wandb_logger = _build_wandb_logger(options, output_dir, run_name, group, {**extra_config, **axes}, resume_id,
                                            tags=wandb_tags, job_type=labels.job_type)
@@ -402,10 +403,10 @@ def build_loggers(
         summary = {"run_name": run_name, "group": group or "", "job_type": labels.job_type, "tags": ", ".join(tags),
                    **scalar_hparams(extra_config), **axes}
         loggers.append(_build_tensorboard_logger(output_dir, summary, tags, config_keys))
-        if rank_zero_only.rank == 0:
+        if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
             print(f"tensorboard  {output_dir / 'tensorboard'}  (view: tensorboard --logdir {output_dir.parent})")
     mlflow_options = MLflowOptions.from_cfg(cfg)
-    if mlflow_options.enabled and rank_zero_only.rank == 0:  # other ranks would race to create the store
+    if mlflow_options.enabled and rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # other ranks would race to create the store
         loggers.append(_build_mlflow_logger(mlflow_options, output_dir, run_name, group, labels.job_type,
                                             {**extra_config, **axes}, tags, resuming, config_keys))
     return loggers
@@ -485,7 +486,7 @@ def _build_tensorboard_logger(output_dir: Path, summary: dict[str, Any], tags: l
     hyper-parameters (TensorBoard's HPARAMS tab) and the tags as text."""
     logger = AblateTensorBoardLogger(save_dir=output_dir, name="tensorboard", version="", default_hp_metric=False,
                                      config_keys=config_keys)
-    if rank_zero_only.rank == 0:
+    if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
         TensorBoardLogger.log_hyperparams(logger, summary)
         logger.experiment.add_text("run/tags", "\n".join(f"- {t}" for t in tags) or "(none)", 0)
     return logger
@@ -652,7 +653,8 @@ def _init_run(mode: str, reason: str, init_kwargs: dict[str, Any]) -> tuple[Run,
     run_root = Path(init_kwargs["dir"]) / "wandb"
     before = set(run_root.glob("run-*"))
     try:
-        return wandb.init(mode=mode, settings=_quiet_settings(), **init_kwargs), mode, reason
+        wandb_mode = cast(Literal["online", "offline", "disabled", "shared"], mode)  # decide_wandb_mode's modes
+        return wandb.init(mode=wandb_mode, settings=_quiet_settings(), **init_kwargs), mode, reason
     except wandb.errors.Error as err:
         if mode != "online":
             raise
@@ -973,7 +975,7 @@ def multirun_group(configured: str | None = None) -> str | None:
     if configured:
         return configured
     hydra_cfg = _hydra_config()
-    if not _is_multirun(hydra_cfg):
+    if hydra_cfg is None or not _is_multirun(hydra_cfg):
         return None
     return sweep_group(str(hydra_cfg.sweep.dir))
 

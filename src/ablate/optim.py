@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping, Protocol
 
 import torch
 from torch import nn
@@ -122,7 +122,13 @@ def constant(step: int, warmup_steps: int, decay_steps: int, min_ratio: float) -
     return warmup(step, warmup_steps) if step < warmup_steps else 1.0
 
 
-SCHEDULES: dict[str, Callable[[int, int, int, float], float]] = {
+class Schedule(Protocol):
+    """A schedule's signature: called positionally, or by keyword through ``partial``."""
+
+    def __call__(self, step: int, warmup_steps: int, decay_steps: int, min_ratio: float) -> float: ...
+
+
+SCHEDULES: dict[str, Schedule] = {
     "cosine": cosine,
     "linear": linear,
     "inverse_sqrt": inverse_sqrt,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
+from typing import Any, cast
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -74,7 +75,7 @@ def sweep_dirname(sweep_name: str | None, overrides: Iterable[str], exclude_keys
     if sweep_name:
         return _safe_dirname(str(sweep_name)) or "sweep"
     if isinstance(overrides, ListConfig):  # as typed: an override holding ${...} is not resolved
-        overrides = OmegaConf.to_container(overrides, resolve=False)
+        overrides = cast(list[Any], OmegaConf.to_container(overrides, resolve=False))
     excluded = set(exclude_keys) | set(RUN_CONTROL_KEYS)
     parsed = [o for o in OverridesParser.create().parse_overrides([str(o) for o in overrides])
               if o.key_or_group not in excluded]

@@ -347,6 +347,7 @@ def log_analysis_run(facts: SweepFacts, mode: str, reason: str) -> tuple[Any, st
                    "id": analysis_run_id(facts.project, facts.group), "resume": "allow",
                    "config": {"sweep_dir": str(facts.sweep_dir), "axes": list(facts.axes)}}
     run, mode, reason = _init_run(mode, reason, init_kwargs)
+    row: dict[str, Any]  # a table and images
     table, images, row = None, [], {}
     try:
         if facts.summary_csv is not None:

@@ -19,10 +19,11 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -31,6 +32,12 @@ from matplotlib.figure import Figure
 from torch import Tensor, nn
 
 from ablate.nn.attention import AttentionKernel
+
+if TYPE_CHECKING:
+    from ablate.nn.block import Block, Residual
+    from ablate.nn.seq2seq import EncoderDecoder
+    from ablate.nn.transformer import TransformerLM
+    from ablate.tasks.lm import LanguageModelTask
 
 # how a few invisible characters are drawn on the axes
 VISIBLE = {"\n": "⏎", " ": "␣", "\t": "⇥", "": "∅"}
@@ -57,13 +64,19 @@ def _run(model: nn.Module, kernels: Sequence[AttentionKernel], forward) -> list[
     try:
         with keep_attention_weights(kernels), torch.no_grad():
             forward()
-            weights = [k.weights for k in kernels]
+            weights = cast("list[Tensor]", [k.weights for k in kernels])  # kept by the forward pass
     finally:
         model.train(was_training)
     return weights
 
 
-def lm_attention(model: nn.Module, ids: Tensor) -> Tensor:
+def _kernel(residual: Residual | None) -> AttentionKernel:
+    """The kernel of the attention module that a block's residual wraps."""
+    assert residual is not None
+    return cast(AttentionKernel, residual.sublayer.kernel)
+
+
+def lm_attention(model: TransformerLM, ids: Tensor) -> Tensor:
     """Attention weights of a :class:`~ablate.nn.transformer.TransformerLM` for one sequence.
 
     Args:
@@ -73,12 +86,12 @@ def lm_attention(model: nn.Module, ids: Tensor) -> Tensor:
     Returns:
         (layers, query heads, T, T); row i is the distribution of query i over keys 0..T-1.
     """
-    kernels = [block.attn.sublayer.kernel for block in model.blocks]
+    kernels = [_kernel(block.attn) for block in cast("Iterable[Block]", model.blocks)]
     weights = _run(model, kernels, lambda: model(ids[None]))
     return torch.stack([w[0] for w in weights]).float()
 
 
-def translation_attention(model: nn.Module, src: Tensor, tgt_in: Tensor) -> dict[str, Tensor]:
+def translation_attention(model: EncoderDecoder, src: Tensor, tgt_in: Tensor) -> dict[str, Tensor]:
     """Attention weights of an :class:`~ablate.nn.seq2seq.EncoderDecoder` for one sentence pair.
 
     Args:
@@ -90,10 +103,11 @@ def translation_attention(model: nn.Module, src: Tensor, tgt_in: Tensor) -> dict
         ``{"encoder self-attention": (L_enc, H, S, S), "decoder self-attention": (L_dec, H, T, T),
         "decoder cross-attention": (L_dec, H, T, S)}``.
     """
+    encoder, decoder = cast("Iterable[Block]", model.encoder.blocks), cast("Iterable[Block]", model.decoder.blocks)
     groups = {
-        "encoder self-attention": [b.attn.sublayer.kernel for b in model.encoder.blocks],
-        "decoder self-attention": [b.attn.sublayer.kernel for b in model.decoder.blocks],
-        "decoder cross-attention": [b.cross_attn.sublayer.kernel for b in model.decoder.blocks],
+        "encoder self-attention": [_kernel(b.attn) for b in encoder],
+        "decoder self-attention": [_kernel(b.attn) for b in decoder],
+        "decoder cross-attention": [_kernel(b.cross_attn) for b in decoder],
     }
     kernels = [k for group in groups.values() for k in group]
     weights = iter(_run(model, kernels, lambda: model(src[None], tgt_in[None])))
@@ -149,6 +163,7 @@ def attention_figure(weights: Tensor, query_labels: list[str], key_labels: list[
                 ax.set_ylabel(f"layer {layer}\nquery token")
             if layer == n_layers - 1:
                 ax.set_xlabel("key token (attended to)")
+    assert image is not None  # at least one panel
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight (grey: masked, exactly 0)")
     fig.suptitle(title)
     return fig
@@ -213,7 +228,7 @@ def describe(spec) -> str:
 def lm_maps(ckpt_path: str | Path, text: str, max_tokens: int) -> tuple[list[AttentionMap], str]:
     from ablate.tasks import load_task_checkpoint
 
-    task = load_task_checkpoint(ckpt_path, "lm", "attention_maps.py")
+    task = cast("LanguageModelTask", load_task_checkpoint(ckpt_path, "lm", "attention_maps.py"))
     if task.tokenizer is None:
         raise ValueError(f"{ckpt_path} carries no tokenizer (saved by an older version?); cannot encode the text")
     ids = task.tokenizer.encode(text)[: min(max_tokens, task.spec.max_len)]
@@ -231,6 +246,7 @@ def translation_maps(ckpt_path: str | Path, text: str, target: str | None, max_t
     from ablate.tasks.translation import load_translation_checkpoint
 
     task = load_translation_checkpoint(ckpt_path, "cpu")
+    assert task.tokenizer is not None  # load_translation_checkpoint refuses a checkpoint without one
     limit = min(max_tokens, task.spec.max_len) - 1
     src = encode_lines(task.tokenizer, [text])[0][:limit] + [EOS]
     if target is None:

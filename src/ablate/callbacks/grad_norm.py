@@ -86,8 +86,10 @@ class GradNormMonitor(Callback):
         grads = [p.grad for p in self.params if p.grad is not None]
         if not grads:
             return {}
+        assert self.group_index is not None  # set with self.params
         device = grads[0].device
         squares = torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float32)).square()
+        present: range | list[int]
         if len(grads) == len(self.params):  # the usual case: every parameter has a gradient
             if device not in self._device_index:
                 self._device_index[device] = self.group_index.to(device)

@@ -218,7 +218,8 @@ class TextProgress(ProgressBar):
         if not self._should_write(trainer):
             return
         now = self.clock()
-        every = self.every_n_steps or max(int(trainer.log_every_n_steps or 1), 1)
+        # log_every_n_steps: set on the Trainer at runtime by Lightning, not declared in its types
+        every = self.every_n_steps or max(int(trainer.log_every_n_steps or 1), 1)  # type: ignore[attr-defined]
         if self.due(step, now, self.total_steps(trainer), every):
             self._emit_step(trainer, step, now)
 

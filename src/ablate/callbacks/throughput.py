@@ -125,7 +125,8 @@ def _lightning_logs_now(trainer: L.Trainer) -> bool:
     """Whether Lightning writes logged values to the loggers after this step: its rule (every
     ``log_every_n_steps`` optimiser steps, and when training stops), from public attributes.
     At ``on_train_batch_end`` the step's ``global_step`` is already counted."""
-    return trainer.global_step % max(1, trainer.log_every_n_steps) == 0 or trainer.should_stop
+    # log_every_n_steps: set on the Trainer at runtime by Lightning's logger connector, not declared in its types
+    return trainer.global_step % max(1, trainer.log_every_n_steps) == 0 or trainer.should_stop  # type: ignore[attr-defined]
 
 
 def batch_tokens(pl_module: L.LightningModule, batch: Any) -> int:
@@ -209,6 +210,7 @@ class ThroughputMonitor(Callback):
             return
         pl_module.log("train/tokens_per_sec", rate)
         if self.peak_flops and self.flops_per_token:
+            assert not isinstance(self.peak_flops, str)  # setup resolved "auto"
             pl_module.log("train/mfu", rate * self.flops_per_token / self.peak_flops)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

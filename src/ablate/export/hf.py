@@ -89,15 +89,15 @@ def hf_config(spec: ModelSpec) -> Any:
     """The ``transformers`` config of the architecture ``spec`` maps onto."""
     import transformers
 
-    common = dict(vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_embeddings, bos_token_id=None,
-                  eos_token_id=None, pad_token_id=None)
     if hf_architecture(spec) == "gpt2":
         return transformers.GPT2Config(
             n_layer=spec.n_layers, n_embd=spec.d_model, n_head=spec.n_heads, n_inner=_ffn_width(spec),
             n_positions=spec.max_len, activation_function=GPT2_ACTIVATIONS[spec.act],
             layer_norm_epsilon=spec.norm_eps, resid_pdrop=spec.dropout, embd_pdrop=spec.dropout,
-            attn_pdrop=spec.dropout, **common)
+            attn_pdrop=spec.dropout, vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_embeddings,
+            bos_token_id=None, eos_token_id=None, pad_token_id=None)
     theta = float(spec.pos_options.get("base", 10000.0))
+    rope: dict[str, Any]  # the keyword depends on the transformers version
     if "rope_parameters" in inspect.signature(transformers.LlamaConfig.__init__).parameters:  # transformers >= 5
         rope = {"rope_parameters": {"rope_type": "default", "rope_theta": theta}}
     else:
@@ -107,7 +107,8 @@ def hf_config(spec: ModelSpec) -> Any:
         num_key_value_heads=spec.n_kv_heads or spec.n_heads, head_dim=spec.head_dim,
         intermediate_size=_ffn_width(spec), hidden_act=LLAMA_GATES[spec.act], max_position_embeddings=spec.max_len,
         rms_norm_eps=spec.norm_eps, attention_bias=spec.bias, mlp_bias=spec.bias, attention_dropout=spec.dropout,
-        **rope, **common)
+        vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_embeddings, bos_token_id=None,
+        eos_token_id=None, pad_token_id=None, **rope)
 
 
 # --- GPT-2 -------------------------------------------------------------------------------------
@@ -222,6 +223,7 @@ def to_hf(model: TransformerLM) -> Any:
     import transformers
 
     config = hf_config(model.spec)  # refuses what does not map
+    cls: type[transformers.PreTrainedModel]
     if isinstance(config, transformers.GPT2Config):
         cls, state = transformers.GPT2LMHeadModel, gpt2_state_dict(model)
     else:
@@ -283,7 +285,7 @@ def export_checkpoint(ckpt_path: str | os.PathLike[str], out: str | os.PathLike[
     if not Path(ckpt_path).is_file():
         raise ExportError(f"ckpt_path={ckpt_path}: no such checkpoint file")
     try:
-        task_name = checkpoint_task(ckpt_path)
+        task_name = checkpoint_task(Path(ckpt_path))  # it reads Path(path) anyway
         spec = ModelSpec(**inspect_checkpoint(ckpt_path)["hyper_parameters"]["spec"])
     except CheckpointError as err:
         raise ExportError(str(err)) from None

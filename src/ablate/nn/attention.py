@@ -139,7 +139,8 @@ class SelfAttention(nn.Module):
         self.head_dim, self.causal = d_model // n_heads, causal
         kv_dim = self.n_kv_heads * self.head_dim
         self.qkv = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)
-        self.qkv.fused_sizes = (d_model, kv_dim, kv_dim)  # three matrices in one (read by init)
+        # ignore: torch types Module.__setattr__'s value as Tensor | Module, but any value is accepted
+        self.qkv.fused_sizes = (d_model, kv_dim, kv_dim)  # type: ignore[assignment]  # three matrices in one (read by init)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.kernel = AttentionKernel(impl, dropout)
         self.resid_dropout = nn.Dropout(dropout)
@@ -168,7 +169,7 @@ class CrossAttention(nn.Module):
         self.head_dim = d_model // n_heads
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.kv = nn.Linear(d_model, 2 * self.n_kv_heads * self.head_dim, bias=bias)
-        self.kv.fused_sizes = (self.n_kv_heads * self.head_dim,) * 2
+        self.kv.fused_sizes = (self.n_kv_heads * self.head_dim,) * 2  # type: ignore[assignment]  # as qkv's
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.kernel = AttentionKernel(impl, dropout)
         self.resid_dropout = nn.Dropout(dropout)

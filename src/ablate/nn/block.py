@@ -20,7 +20,7 @@ one test in ``tests/nn/test_block.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from torch import Tensor, nn
 
@@ -46,14 +46,14 @@ class PreNormResidual(Residual):
 
     needs_final_norm = True
 
-    def forward(self, x: Tensor, *args, **kwargs) -> Tensor:
+    def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         return x + self.sublayer(self.norm(x), *args, **kwargs)
 
 
 class PostNormResidual(Residual):
     """LN(x + f(x)): the output of every sub-layer is normalised after the residual add."""
 
-    def forward(self, x: Tensor, *args, **kwargs) -> Tensor:
+    def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         return self.norm(x + self.sublayer(x, *args, **kwargs))
 
 
@@ -66,7 +66,7 @@ class SandwichResidual(Residual):
         super().__init__(sublayer, make_norm)
         self.post_norm = make_norm()
 
-    def forward(self, x: Tensor, *args, **kwargs) -> Tensor:
+    def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         return x + self.post_norm(self.sublayer(self.norm(x), *args, **kwargs))
 
 
@@ -77,7 +77,7 @@ class DeepNormResidual(Residual):
         super().__init__(sublayer, make_norm)
         self.alpha, self.beta = alpha, beta
 
-    def forward(self, x: Tensor, *args, **kwargs) -> Tensor:
+    def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         return self.norm(self.alpha * x + self.sublayer(x, *args, **kwargs))
 
 

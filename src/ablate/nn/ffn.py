@@ -83,7 +83,8 @@ class GatedFeedForward(nn.Module):
         super().__init__()
         self.gate = GATES[act]
         self.fc_in = nn.Linear(d_model, 2 * d_ff, bias=bias)
-        self.fc_in.fused_sizes = (d_ff, d_ff)  # W and V stacked (read by init)
+        # ignore: torch types Module.__setattr__'s value as Tensor | Module, but any value is accepted
+        self.fc_in.fused_sizes = (d_ff, d_ff)  # type: ignore[assignment]  # W and V stacked (read by init)
         self.fc_out = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 

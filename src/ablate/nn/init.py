@@ -16,7 +16,7 @@ import math
 from typing import Callable, Iterator
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ablate.nn.attention import CrossAttention, SelfAttention
 from ablate.nn.block import DeepNormResidual
@@ -30,7 +30,7 @@ def linears(model: nn.Module) -> Iterator[tuple[str, nn.Linear]]:
     return ((n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear))
 
 
-def embedding_weights(model: nn.Module) -> Iterator[nn.Parameter]:
+def embedding_weights(model: nn.Module) -> Iterator[Tensor]:
     for module in model.modules():
         if isinstance(module, (nn.Embedding, TokenEmbedding, Learned)):
             yield module.weight

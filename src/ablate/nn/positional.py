@@ -106,6 +106,8 @@ class Rotary(PositionalEncoding):
     leaving the rest position-free.
     """
 
+    inv_freq: Tensor  # a buffer (registered in __init__)
+
     def __init__(self, head_dim: int, base: float = 10000.0, fraction: float = 1.0, **_: object) -> None:
         super().__init__()
         self.rot_dim = rotary_dim(head_dim, fraction)
@@ -160,6 +162,8 @@ class ALiBi(PositionalEncoding):
     Only the past is visible to a causal model, so the bias there is -slope * (i - j); for a
     bidirectional encoder the symmetric distance is used (as in the paper's encoder variant).
     """
+
+    slopes: Tensor  # a buffer (registered in __init__)
 
     def __init__(self, n_heads: int, **_: object) -> None:
         super().__init__()

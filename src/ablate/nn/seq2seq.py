@@ -133,6 +133,7 @@ def reorder_caches(caches: list[LayerCache], index: Tensor) -> None:
     for cache in caches:
         for kv in (cache.self_attn, cache.cross_attn):
             if kv.k is not None:
+                assert kv.v is not None  # KVCache.append sets both
                 kv.k, kv.v = kv.k.index_select(0, index), kv.v.index_select(0, index)
 
 

@@ -6,6 +6,7 @@ encoder and decoder of the translation model); :class:`TransformerLM` is the dec
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 from torch import Tensor, nn
@@ -13,14 +14,14 @@ from torch import Tensor, nn
 from ablate.config import ModelSpec
 from ablate.nn.attention import CrossAttention, SelfAttention
 from ablate.nn.embedding import TokenEmbedding
-from ablate.nn.block import PLACEMENTS, Block, LayerCache, deepnorm_constants
+from ablate.nn.block import PLACEMENTS, Block, DeepNormResidual, LayerCache, NormFactory, Residual, deepnorm_constants
 from ablate.nn.ffn import build_ffn
 from ablate.nn.init import initialise
 from ablate.nn.norms import build_norm
 from ablate.nn.positional import PositionalEncoding, build_positional
 
 
-def norm_factory(spec: ModelSpec):
+def norm_factory(spec: ModelSpec) -> NormFactory:
     return partial(build_norm, spec.norm_layer, spec.d_model, eps=spec.norm_eps, bias=spec.norm_bias, **spec.norm_options)
 
 
@@ -28,18 +29,21 @@ def build_stack(spec: ModelSpec, n_layers: int, *, causal: bool, cross: bool, de
     """``n_layers`` blocks of the spec's placement; ``causal`` for decoders, ``cross`` adds
     encoder-decoder attention. ``deepnorm`` is (alpha, beta) for ``norm=deepnorm``."""
     residual, make_norm = PLACEMENTS[spec.norm], norm_factory(spec)
+    wrap: Callable[[nn.Module], Residual]
     if spec.norm == "deepnorm":
+        assert issubclass(residual, DeepNormResidual)  # PLACEMENTS["deepnorm"]
         wrap = partial(residual, make_norm=make_norm, alpha=deepnorm[0], beta=deepnorm[1])
     else:
         wrap = partial(residual, make_norm=make_norm)
-    attn_args = dict(impl=spec.attn, bias=spec.bias, dropout=spec.dropout)
 
     def block() -> Block:
         return Block(
-            SelfAttention(spec.d_model, spec.n_heads, spec.n_kv_heads, causal=causal, **attn_args),
+            SelfAttention(spec.d_model, spec.n_heads, spec.n_kv_heads, causal=causal,
+                          impl=spec.attn, bias=spec.bias, dropout=spec.dropout),
             build_ffn(spec.act, spec.d_model, spec.d_ff, match_params=spec.match_params, bias=spec.bias, dropout=spec.dropout),
             wrap,
-            CrossAttention(spec.d_model, spec.n_heads, spec.n_kv_heads, **attn_args) if cross else None,
+            CrossAttention(spec.d_model, spec.n_heads, spec.n_kv_heads,
+                           impl=spec.attn, bias=spec.bias, dropout=spec.dropout) if cross else None,
         )
 
     return nn.ModuleList(block() for _ in range(n_layers))
