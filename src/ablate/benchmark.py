@@ -735,7 +735,8 @@ class Benchmark:
             if key in ("framework_overhead", "grad_norm_default_interval", "grad_norm_every_step"):
                 out[key]["aa_control"] = resolution  # |hand_again / hand - 1|: what noise alone gives
                 # a miss no larger than the A/A control's deviation is not distinguishable from noise
-                out[key]["within_noise"] = bool(not met and resolution is not None and cast(float, value) - limit <= resolution)
+                out[key]["within_noise"] = bool(not met and resolution is not None and value is not None
+                                                and value - limit <= resolution)
             if key in direct:
                 out[key]["direct"] = direct[key]
         return out
