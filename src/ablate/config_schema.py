@@ -41,7 +41,7 @@ def target_keys(target: str) -> frozenset[str] | None:
     from hydra.utils import get_object
 
     obj = get_object(target)
-    functions: list[Callable[..., Any]] = [c.__init__ for c in obj.__mro__ if "__init__" in vars(c)] \
+    functions: list[Callable[..., Any]] = [vars(c)["__init__"] for c in obj.__mro__ if "__init__" in vars(c)] \
         if inspect.isclass(obj) else [obj]
     keys: set[str] = set()
     for function in functions:
@@ -69,7 +69,7 @@ def group_keys(cfg: Mapping[str, Any]) -> dict[str, frozenset[str] | None]:
     keys: dict[str, frozenset[str] | None] = {
         "model": MODEL_KEYS, "optim": optim_keys | {"fused"}, "eval": EVAL_KEYS, "log": LOG_KEYS,
         "runtime": RUNTIME_KEYS, "paths": PATHS_KEYS, "decode": _dataclass_keys(DecodeConfig),
-        "task": task_class(cfg).config_keys,  # type: ignore[arg-type]
+        "task": frozenset(getattr(task_class(cfg), "config_keys", {"name"})),
         "logger.wandb": _dataclass_keys(ablate_logging.WandbOptions),
         "logger.tensorboard": _dataclass_keys(ablate_logging.TensorBoardOptions),
         "logger.mlflow": _dataclass_keys(ablate_logging.MLflowOptions),
