@@ -56,7 +56,7 @@ def _dataclass_keys(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
 
-def group_keys(cfg: Mapping[str, Any]) -> dict[str, frozenset[str] | None]:
+def group_keys(cfg: DictConfig) -> dict[str, frozenset[str] | None]:
     """``config path -> the keys valid there`` for the groups of this composed config."""
     from ablate import logging as ablate_logging
     from ablate.config import MODEL_KEYS
@@ -96,7 +96,7 @@ def unknown_key_message(path: str, key: str, valid: Iterable[str]) -> str:
     return f"{path}.{key} is not a key of {path}{hint}; valid keys: {', '.join(valid)}"
 
 
-def check_config_keys(cfg: Mapping[str, Any]) -> None:
+def check_config_keys(cfg: DictConfig) -> None:
     """Refuse the first key that no code reads, naming it and the valid keys of its group."""
     for path, valid in group_keys(cfg).items():
         node = OmegaConf.select(cfg, path) if isinstance(cfg, DictConfig) else _select(cfg, path)
