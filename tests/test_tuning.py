@@ -374,3 +374,43 @@ def test_a_selection_seed_among_the_verdict_seeds_is_refused(run_train, tmp_path
     assert "hydra.sweeper.selection_seed=0 is one of the verdict seeds (seed=0,1)" in proc.stderr + proc.stdout
     assert "hydra.sweeper.selection_seed=2" in proc.stderr + proc.stdout
     assert not list((tmp_path / "logs").rglob("status.json"))  # refused before any job ran
+
+
+# --------------------------------------------------------------------------- seeds=auto (issue 18.6)
+
+def test_seeds_auto_needs_a_baseline_and_a_margin():
+    from ablate.sweepers.tuned_lr import auto_settings
+
+    sweeper = compose_train(["tune=lr", "hydra.sweeper.seeds=auto", "hydra.sweeper.baseline='act=gelu'",
+                             "hydra.sweeper.margin=0.02"]).hydra.sweeper
+    assert sweeper.seeds == "auto" and sweeper.baseline == "act=gelu" and list(sweeper.looks) == [3, 5, 7, 10]
+    assert auto_settings(sweeper.seeds, sweeper.baseline, sweeper.margin, sweeper.looks, sweeper.spending) == (
+        "act=gelu", 0.02, [3, 5, 7, 10], "obrien-fleming")
+    assert auto_settings([1, 2, 3], None, None, [3, 5], "pocock") is None
+    with pytest.raises(ValueError, match="hydra.sweeper.baseline=AXIS=VALUE and hydra.sweeper.margin"):
+        auto_settings("auto", None, None, [3, 5], "pocock")
+    with pytest.raises(ValueError, match="increasing"):
+        auto_settings("auto", "act=gelu", 0.02, [5, 3], "pocock")
+
+
+@pytest.mark.slow
+def test_seeds_auto_stops_when_decided(run_train, tmp_path):
+    """seeds=auto, looks at 2 and 3 seeds, a margin of 10 nats (every tiny model is within it):
+    act=relu is decided equivalent to act=gelu at the first look, so it gets seeds 1-2 only; the
+    recorded verdict is the one recomputed here from the jobs' own status.json."""
+    from ablate.analysis.sequential import sequential_verdict
+
+    run_train("act=relu,gelu", "tune=lr", "hydra.sweeper.num_lrs=2", "hydra.sweeper.seeds=auto",
+              "hydra.sweeper.baseline='act=gelu'", "hydra.sweeper.margin=10", "hydra.sweeper.looks=[2,3]", *TINY,
+              "logger=csv")
+    sweep = the_sweep(tmp_path / "logs")
+    jobs = jobs_by_overrides(sweep)
+    tuning = json.loads((sweep / "lr_tuning.json").read_text())
+    by_variant = {v["variant"]: v for v in tuning["variants"]}
+    relu, gelu = by_variant["act=relu"], by_variant["act=gelu"]
+    assert relu["sequential"]["verdict"] == "equivalent (±10)" and relu["sequential"]["seeds"] == 2
+    assert [s["seed"] for s in relu["seeds"]] == [1, 2] and [s["seed"] for s in gelu["seeds"]] == [1, 2]
+    lr_r, lr_g = relu["chosen_override"].split("=")[1], gelu["chosen_override"].split("=")[1]
+    diffs = [final_loss(jobs[("relu", lr_r, s)]) - final_loss(jobs[("gelu", lr_g, s)]) for s in ("1", "2")]
+    assert sequential_verdict(diffs, 10.0, [2, 3]).verdict == relu["sequential"]["verdict"]
+    assert not any(seed == "3" for _, _, seed in jobs)  # no third seed: decided at the first look

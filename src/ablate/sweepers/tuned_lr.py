@@ -20,6 +20,11 @@ launcher batches:
    every one of them fresh: the selection job is not reused, so no verdict seed is the run that
    won the selection (which would bias it by the selection's winner's curse); summaries and
    figures (:func:`ablate.analysis.runs.at_tuned_rates`) leave the selection seed's jobs out.
+   ``hydra.sweeper.seeds=auto`` (with ``hydra.sweeper.baseline=<axis=value>`` and
+   ``hydra.sweeper.margin=<δ>``) adds the seeds in batches instead, up to each of
+   ``hydra.sweeper.looks`` (default 3, 5, 7, 10 seeds), and stops a comparison once the
+   group-sequential verdict (:mod:`ablate.analysis.sequential`, alpha spent over the looks,
+   Bonferroni over the variants) is ``better``, ``worse`` or ``equivalent``.
 
 Both stages go through ``self.launcher.launch``: any launcher works (basic, joblib, submitit), and
 the jobs are ordinary jobs of the sweep directory named by their overrides (``optim.lr=...``,
@@ -209,6 +214,25 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
 
 
+def auto_settings(seeds: Any, baseline: str | None, margin: float | None, looks: Sequence[int],
+                  spending: str) -> tuple[str, float, list[int], str] | None:
+    """``hydra.sweeper.seeds=auto``'s settings, checked: (baseline, margin, looks, spending), or
+    None when the seeds are a list."""
+    if not (isinstance(seeds, str) and seeds.strip().lower() == "auto"):
+        return None
+    from ablate.analysis.sequential import look_levels
+
+    if not baseline or margin is None or not float(margin) > 0:
+        raise ValueError("hydra.sweeper.seeds=auto adds seeds until each variant is decided against a "
+                         "baseline: give hydra.sweeper.baseline=AXIS=VALUE and hydra.sweeper.margin=DELTA "
+                         "(the smallest difference of interest, > 0)")
+    try:
+        look_levels(list(looks), kind=spending)
+    except ValueError as err:
+        raise ValueError(f"hydra.sweeper.looks / spending: {err}") from None
+    return str(baseline), float(margin), [int(n) for n in looks], spending
+
+
 @dataclass
 class _Variant:
     overrides: list[str]
@@ -217,6 +241,7 @@ class _Variant:
     results: list[LRResult] | None = None
     selection: Selection | None = None
     seeds: list[dict[str, Any]] | None = None  # stage 2: one record per seed
+    decision: Any = None  # seeds=auto: the sequential verdict against the baseline
 
 
 class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
@@ -224,13 +249,19 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
     best learning rate with every seed. See the module docstring."""
 
     def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None, num_lrs: int = 5,
-                 lr_factor: float = 2.0, seeds: Sequence[Any] = (1, 2, 3), metric: str | None = None,
-                 selection_seed: Any = 0) -> None:
+                 lr_factor: float = 2.0, seeds: Sequence[Any] | str = (1, 2, 3), metric: str | None = None,
+                 selection_seed: Any = 0, baseline: str | None = None, margin: float | None = None,
+                 looks: Sequence[int] = (3, 5, 7, 10), spending: str = "obrien-fleming") -> None:
         super().__init__(max_batch_size=max_batch_size, params=params)
         if not (isinstance(num_lrs, int) and num_lrs >= 1):
             raise ValueError(f"hydra.sweeper.num_lrs={num_lrs!r}: give a number of learning rates >= 1")
         if not (isinstance(lr_factor, (int, float)) and lr_factor > 1):
             raise ValueError(f"hydra.sweeper.lr_factor={lr_factor!r}: give the ratio of neighbouring learning rates, > 1")
+        auto = auto_settings(seeds, baseline, margin, looks, spending)
+        self.auto = auto is not None
+        if auto is not None:
+            self.baseline, self.margin, self.looks, self.spending = auto
+            seeds = list(range(1, self.looks[-1] + 1))
         if seeds is None or isinstance(seeds, (str, int)) or not list(seeds):
             raise ValueError(f"hydra.sweeper.seeds={seeds!r}: give a list of seeds, e.g. [1,2,3]")
         self.num_lrs, self.lr_factor = num_lrs, float(lr_factor)
@@ -263,6 +294,11 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         return log_grid(center, self.num_lrs, self.lr_factor)
 
     def _seeds(self, seed: Override | None) -> list[str]:
+        if self.auto:
+            if seed is not None:
+                log.warning("tuned_lr: hydra.sweeper.seeds=auto chooses the seeds (1..%d): %s is ignored",
+                            self.looks[-1], seed.input_line)
+            return list(self.default_seeds)
         if seed is None:
             return list(self.default_seeds)
         if seed.is_sweep_override():
@@ -337,6 +373,14 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         print(self._stage1_table(variants, metric, higher, seed_name, select), flush=True)
         self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=False)
 
+        if self.auto:  # stage 2 in batches of seeds, until every comparison is decided
+            stage2 = self._sequential_stage2(variants, metric, higher, lr_name, seed_name, seeds)
+            path = self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=True)
+            print(f"LR tuning: {path}", flush=True)
+            for ret in [*stage1, *stage2]:
+                _ = ret.return_value
+            return [stage1, stage2]
+
         # stage 2: every variant with a usable learning rate at that rate, every verdict seed, fresh
         plan2 = [(v, s) for v in variants if v.selection.chosen is not None for s in seeds]
         if plan2:
@@ -358,6 +402,63 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         for ret in [*stage1, *stage2]:
             _ = ret.return_value  # as BasicSweeper: a job that failed inside Hydra raises here, once all have run
         return [stage1, stage2]
+
+    def _sequential_stage2(self, variants: list[_Variant], metric: str, higher: bool, lr_name: str, seed_name: str,
+                           seeds: list[str]) -> list[JobReturn]:
+        """``seeds=auto``: the baseline and every undecided variant at their chosen rates, seeds
+        added up to each look; after each look every undecided variant gets the sequential verdict
+        on its paired differences (seeds both have a finite value for, in seed order); decided
+        variants get no more seeds. A diverged seed has no difference: it delays the decision, and
+        a variant still undecided after the last look is ``inconclusive``."""
+        from ablate.analysis.runs import parse_overrides
+        from ablate.analysis.sequential import ALPHA, sequential_verdict
+        from ablate.analysis.tables import parse_baseline
+
+        wanted = parse_baseline(self.baseline)
+        matches = [v for v in variants if all(parse_overrides(v.overrides).get(k) == x for k, x in wanted.items())]
+        if len(matches) != 1:
+            raise HydraException(f"tuned_lr: hydra.sweeper.baseline={self.baseline} matches {len(matches)} variants "
+                                 f"of {', '.join(v.label for v in variants)}: name exactly one")
+        base = matches[0]
+        for v in variants:
+            v.seeds = []
+        if base.selection.chosen is None:
+            log.warning("tuned_lr: the baseline %s has no usable learning rate: no stage 2", base.label)
+            return []
+        others = [v for v in variants if v is not base and v.selection.chosen is not None]
+        alpha = ALPHA / max(len(others), 1)
+        undecided, returns, done = list(others), [], 0
+        for n in self.looks:
+            batch = seeds[done:n]
+            plan = [(v, s) for v in [base, *undecided] for s in batch]
+            print(f"LR tuning, stage 2 (seeds=auto): {seed_name}={','.join(batch)} for {base.label} (baseline) and "
+                  f"{len(undecided)} undecided variant(s)", flush=True)
+            rets = self._launch([[*v.overrides, f"{lr_name}={v.selection.chosen.text}", f"{seed_name}={s}"]
+                                 for v, s in plan])
+            returns += rets
+            for (v, s), ret in zip(plan, rets, strict=True):
+                job_dir = job_dir_of(ret)
+                status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
+                v.seeds.append({"seed": _number(s), "status": status, "value": value,
+                                "job": job_dir.name if job_dir else None})
+            done = n
+            base_values = {str(r["seed"]): r["value"] for r in base.seeds if r["value"] is not None}
+            for v in list(undecided):
+                mine = {str(r["seed"]): r["value"] for r in v.seeds if r["value"] is not None}
+                diffs = [mine[s] - base_values[s] for s in seeds[:n] if s in mine and s in base_values]
+                v.decision = sequential_verdict(diffs, self.margin, self.looks, alpha, self.spending, higher)
+                if v.decision.verdict != "continue":
+                    undecided.remove(v)
+            if not undecided:
+                break
+        rows = [["variant", f"verdict vs {base.label}", "seeds", "look"]]
+        for v in others:
+            verdict = v.decision.verdict if v.decision.verdict != "continue" else "inconclusive (diverged seeds)"
+            rows.append([v.label, verdict, str(len(v.seeds)), str(v.decision.look + 1 if v.decision.look >= 0 else "-")])
+        print(f"LR tuning, stage 2 (seeds=auto): group-sequential verdicts on {metric}, margin ±{self.margin:g}, looks "
+              f"at {','.join(map(str, self.looks))} seeds, {self.spending} spending, alpha {alpha:.3g} per variant\n"
+              + _table(rows), flush=True)
+        return returns
 
     # -- output
 
@@ -408,7 +509,8 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             "grid": grid,
             "selection_seed": _number(self.selection_seed),  # stage 1 only: no verdict rests on it
             "tuning_seed": _number(self.selection_seed),
-            "seeds": [_number(s) for s in seeds],  # stage 2: the verdict seeds, each trained fresh
+            "seeds": [_number(s) for s in seeds if not self.auto or any(  # stage 2: the verdict seeds, each fresh
+                str(r["seed"]) == s for v in variants for r in (v.seeds or []))],
             "stage2": "done" if stage2_done else "pending",
             "variants": [],
         }
@@ -426,6 +528,11 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 "warning": sel.note,
                 "extend_with": sel.extend_with,
             }
+            if v.decision is not None:
+                verdict = v.decision.verdict if v.decision.verdict != "continue" else "inconclusive (diverged seeds)"
+                record["sequential"] = {"verdict": verdict, "seeds": len(v.seeds), "look": v.decision.look,
+                                        "baseline": self.baseline, "margin": self.margin, "looks": self.looks,
+                                        "spending": self.spending}
             if stage2_done and sel.chosen is not None:
                 mean, std, n = _mean_std(v.seeds)
                 record["seeds"] = v.seeds
