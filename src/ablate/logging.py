@@ -73,7 +73,7 @@ PROBE_TIMEOUT_S = 3.0
 # Lightning's WandbLogger adds this key to every row; it is the x-axis.
 STEP_METRIC = "trainer/global_step"
 # Which aggregate the run summary keeps per metric (what sweeps compare on).
-SUMMARY_GOALS = {"val/ppl": "min", "val/loss": "min", "val/bleu": "max"}
+SUMMARY_GOALS = {"val/ppl": "min", "val/loss": "min", "val/bpb": "min", "val/bleu": "max"}
 # Cumulative training tokens and time (ablate.callbacks.throughput): alternative x-axes.
 TOKENS_METRIC = "train/tokens_seen"
 TIME_METRIC = "train/time_s"
