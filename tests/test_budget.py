@@ -181,13 +181,13 @@ def test_summarize_script_basis_flops(tmp_path: Path):
                              "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("| act | seeds |")  # the summary table as before ...
+    heading = "Against the baseline act=gelu (val/loss at the matched budget of 4.23e+09 FLOPs, --basis flops):"
+    assert lines[0] == heading  # the answer first: the verdicts at equal FLOPs, their notes, then ...
+    assert lines[lines.index("Per variant:") + 2].startswith("| act | seeds |")  # ... the summary table ...
     cost = lines.index(next(line for line in lines if line.startswith("At equal cost")))  # ... the costs ...
     assert lines[cost + 2] == ("| act | params | FLOPs/token | tokens seen | train time (s) | val/loss @ 1000 steps | "
                                "val/loss @ 4.23e+09 FLOPs | val/loss @ 100 s |")
     assert lines[cost + 5].startswith(f"| relu | 10,000 | {FPT['relu']:.4g} | 64,000 | 100 |")
-    heading = "Against the baseline act=gelu (val/loss at the matched budget of 4.23e+09 FLOPs, --basis flops):"
-    assert heading in lines  # ... and the verdicts at equal FLOPs
     header = lines[lines.index(heading) + 2]
     assert "| val/loss @flops |" in header and header.endswith("| verdict |")
     assert next(line for line in lines[lines.index(heading):] if line.startswith("| relu |")).endswith("| better |")

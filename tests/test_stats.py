@@ -273,8 +273,9 @@ def test_summarize_script_with_a_baseline(tmp_path: Path):
     proc = _summarize_script(str(sweep), "--metric", "val/loss", "--baseline", "act=gelu", "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("| act | seeds |")  # the summary table as before ...
-    header = next(line for line in lines if "Δ vs baseline" in line)  # ... then the comparison
+    assert lines[0] == "Against the baseline act=gelu (final val/loss):"  # the answer first ...
+    assert lines[lines.index("Per variant:") + 2].startswith("| act | seeds |")  # ... then the summary table
+    header = next(line for line in lines if "Δ vs baseline" in line)
     for column in ("95% CI", "p (Holm)", "Δ on", "MDE (80%, α/m)", "verdict"):
         assert column in header
     relu = next(line for line in lines if line.startswith("| relu |") and "paired, seeds 1,2,3" in line)

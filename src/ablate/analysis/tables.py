@@ -309,7 +309,8 @@ def _paper(value: object, note: str) -> str:
 
 
 def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
-    """The summary as a Markdown table with a legend underneath."""
+    """The summary as Markdown tables, each with its notes underneath; with a baseline, the
+    verdicts against it come first."""
     metric, test, paper = frame.attrs["metric"], frame.attrs["test"], frame.attrs["paper"]
     names = sweep.short_names()
     failed = bool((frame["crashed"] + frame["incomplete"]).sum())
@@ -334,7 +335,10 @@ def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n\n" + legend(frame, sweep)
     table += "\n" + budget.cost_table(frame, sweep) if "matched" in frame.attrs else ""
-    return table + "\n" + baseline_table(frame, sweep) if frame.attrs.get("baseline") else table
+    if not frame.attrs.get("baseline"):
+        return table
+    # the answer first (the verdicts, each table followed by its notes), then the tables it rests on
+    return baseline_table(frame, sweep) + "\nPer variant:\n\n" + table
 
 
 def _ci(low: float, high: float) -> str:
