@@ -299,7 +299,10 @@ def test_tuned_sweep_edge_and_all_diverged(run_train, tmp_path):
     the first one counts as diverged): every rate diverges, so it gets no stage 2. The sweep ends
     normally (exit code 0: diverged is a result, not a crash)."""
     proc = run_train("tune=lr", "callbacks.divergence.max_ratio=10,0.5", "optim.lr=1e-3,1e4", "optim.grad_clip=null",
-                     "hydra.sweeper.seeds=[1,2]", *TINY, "logger=csv")
+                     "hydra.sweeper.seeds=[1,2]", "hydra.sweeper.num_lrs=7", *TINY, "logger=csv")
+    # an explicit grid makes num_lrs moot: said, not silently dropped
+    assert ("tuned_lr: hydra.sweeper.num_lrs=7 ignored: the grid is the command line's optim.lr=1e-3,1e4"
+            in proc.stdout + proc.stderr)
     sweep = the_sweep(tmp_path / "logs")
     found = {}
     for job in sweep.iterdir():

@@ -293,6 +293,22 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             center = float(OmegaConf.select(composed, LR_KEY))
         return log_grid(center, self.num_lrs, self.lr_factor)
 
+    def _say_what_the_grid_ignores(self, lr: Override | None, arguments: list[str]) -> None:
+        """An explicit grid (``optim.lr=a,b,c``, the command line's or an experiment's
+        ``hydra.sweeper.params``) makes ``num_lrs``/``lr_factor`` moot: say so when they were typed,
+        and name where the grid came from, so a command-line setting is never silently dropped."""
+        if lr is None or not lr.is_sweep_override():
+            return
+        assert self.config is not None
+        typed = [str(o) for o in OmegaConf.select(self.config, "hydra.overrides.hydra", default=[]) or []]
+        moot = [o for o in typed if o.split("=", 1)[0].lstrip("+") in ("hydra.sweeper.num_lrs", "hydra.sweeper.lr_factor")]
+        if not moot:
+            return
+        source = ("the command line's" if any(a.split("=", 1)[0].lstrip("+") == LR_KEY for a in arguments)
+                  else "the config's (hydra.sweeper.params of an experiment or preset)")
+        log.warning("tuned_lr: %s ignored: the grid is %s %s; give optim.lr=a,b,c on the command line to change it",
+                    " and ".join(moot), source, lr.input_line)
+
     def _seeds(self, seed: Override | None) -> list[str]:
         if self.auto:
             if seed is not None:
@@ -333,6 +349,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 raise HydraException(f"tuned_lr sets {special.key_or_group} itself: remove {special.input_line}")
         lr_name = lr.get_key_element() if lr is not None else LR_KEY
         seed_name = seed.get_key_element() if seed is not None else SEED_KEY
+        self._say_what_the_grid_ignores(lr, arguments)
         rest = [o for o in overrides if o.key_or_group not in (LR_KEY, SEED_KEY)]
         swept = {o.get_key_element() for o in rest if o.is_sweep_override()}
         seeds = self._seeds(seed)
