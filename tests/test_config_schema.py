@@ -48,3 +48,13 @@ def test_the_keys_the_code_reads_are_accepted(overrides):
 def test_target_keys_follow_kwargs_to_the_base_class():
     keys = target_keys("ablate.data.lm_data.TextFiles")  # TextFiles(train_path, ..., **kwargs) -> LMDataModule
     assert keys is not None and {"train_path", "val_path", "seq_len", "batch_size"} <= keys
+
+
+@pytest.mark.parametrize("override", ["debug=smok", "tune=lrr", "scale=xxl", "hparams_search=optuna"])
+def test_a_misspelt_preset_is_refused_not_ignored(override):
+    """scale/tune/hparams_search/debug default to none; as `optional` groups a misspelt option was
+    silently skipped (debug=smok ran the whole experiment)."""
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException, match="Could not find"):
+        composed(override)
