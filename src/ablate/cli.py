@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ablate import safe_load
 from ablate.errors import UserError
 
 EXIT_OK, EXIT_CRASHED, EXIT_USER_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -52,6 +53,9 @@ def task(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         mark_started()
+        cfg = args[0] if args else None
+        if hasattr(cfg, "get"):  # trust_checkpoint=true: this script may load checkpoints that run code
+            safe_load.trust_checkpoints(bool(cfg.get("trust_checkpoint", False)))
         try:
             return fn(*args, **kwargs)
         except UserError as err:

@@ -19,13 +19,13 @@
 
 from __future__ import annotations
 
+from ablate import safe_load
 from ablate.errors import UserError
 
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import torch
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -130,7 +130,9 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     when the file is empty, truncated or not a checkpoint."""
     path = Path(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        return safe_load.load(path)  # never runs code from the file (ablate.safe_load)
+    except safe_load.UnsafeCheckpointError:
+        raise
     except Exception as err:  # noqa: BLE001 - zip, pickle and OS errors all mean "cannot be read"
         size = path.stat().st_size if path.exists() else 0
         previous = previous_checkpoint(path)
@@ -143,7 +145,7 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _readable(path: Path) -> bool:
     try:
-        torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        safe_load.load(path)
         return True
     except Exception:  # noqa: BLE001
         return False

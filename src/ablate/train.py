@@ -57,7 +57,7 @@ from ablate.flops import flops_per_token
 from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.checkpointing import AtomicCheckpointIO, ResumeState, find_last_checkpoint, resolve_ckpt_path, resume_state
-from ablate import cli, memory
+from ablate import cli, memory, safe_load
 from ablate.config import ConfigError, ModelSpec, model_spec
 from ablate.config_schema import check_config_keys
 from ablate.errors import UserError
@@ -344,7 +344,8 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
 
     start = time.perf_counter()
     try:
-        trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
+        # the checkpoint was read with the restricted unpickler (resume_point); Lightning reads it the same way
+        trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=safe_load.lightning_weights_only())
     except TrainingInterrupted:  # Ctrl-C: the step's checkpoint is saved (GracefulInterrupt)
         pass
     divergence = next((cb for cb in trainer.callbacks if isinstance(cb, DivergenceMonitor)), None)

@@ -129,8 +129,11 @@ def load_task_checkpoint(path: str | Path, expected: str | None = None, script: 
     if expected is not None:
         require_checkpoint_task(path, expected, script)
     module, cls = TASK_CLASSES[checkpoint_task(path)].split(":")
-    return getattr(importlib.import_module(module), cls).load_from_checkpoint(str(path), map_location=map_location,
-                                                                             **kwargs)
+    from ablate import safe_load
+
+    # checkpoint_task read the file with the restricted unpickler already; Lightning reads it the same way
+    return getattr(importlib.import_module(module), cls).load_from_checkpoint(
+        str(path), map_location=map_location, weights_only=safe_load.lightning_weights_only(), **kwargs)
 
 
 def build_task(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:

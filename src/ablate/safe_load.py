@@ -1,0 +1,60 @@
+"""Loading a checkpoint never runs code from it.
+
+A ``.ckpt`` is a pickle: loaded the default way, a crafted file runs any command it names
+(``os.system``) the moment it is opened. Every checkpoint a user passes (``train.py ckpt_path=``,
+``eval.py``, ``generate.py``, ``translate.py``, ``scripts/export_hf.py``,
+``scripts/average_checkpoints.py``, ``scripts/attention_maps.py``) is opened with PyTorch's
+restricted unpickler (``torch.load(weights_only=True)``), which builds tensors, containers and
+plain values only. Our own checkpoints hold nothing else (the tokenizer, RNG states, W&B id and
+run identity are stored as plain values), so they load everywhere; a file that needs any other
+type is refused, naming the file and the type, unless the user says ``trust_checkpoint=true``
+(for a file from a source they trust, e.g. written by an older version). Lightning then reads the
+same file with ``weights_only=True`` too (:func:`lightning_weights_only`).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ablate.errors import UserError
+
+_trusted = False
+
+
+class UnsafeCheckpointError(UserError):
+    """The checkpoint needs a type the restricted unpickler does not build."""
+
+
+def trust_checkpoints(trust: bool) -> None:
+    """``trust_checkpoint=true`` of the running script: load files that need other types (runs their code)."""
+    global _trusted
+    _trusted = bool(trust)
+
+
+def lightning_weights_only() -> bool:
+    """What to pass as ``weights_only`` to Lightning's loads (``Trainer.fit``, ``load_from_checkpoint``)."""
+    return not _trusted
+
+
+def load(path: str | os.PathLike[str], mmap: bool = True) -> Any:
+    """``torch.load`` of a user's checkpoint on the CPU, restricted unless the user trusts it.
+
+    Raises :class:`UnsafeCheckpointError` for a file that needs a type outside the restricted set;
+    any other failure (truncated, not a checkpoint) propagates for the caller to describe."""
+    path = Path(path)
+    if _trusted:
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"GLOBAL ([\w.]+)", str(err))
+        needs = f"the type {found.group(1)}" if found else "a type outside tensors, containers and plain values"
+        raise UnsafeCheckpointError(
+            f"{path} needs {needs} to be loaded, which would run code from the file: refused. Our checkpoints never "
+            "need it. If you trust the file's source, load it with trust_checkpoint=true") from None
