@@ -242,6 +242,17 @@ def refuse_new_directory_for_last(cfg: DictConfig, output_dir: Path, job: Job) -
         )
 
 
+def finished_with_nothing_to_add(cfg: DictConfig, output_dir: Path) -> dict[str, Any] | None:
+    """The record of a finished run (completed or diverged) that a resume would not train further
+    (``trainer.max_steps`` not raised), or None."""
+    status = read_status(output_dir)
+    if status is None or status.get("status") not in FINISHED:
+        return None
+    max_steps = cfg.trainer.get("max_steps", -1)
+    more = isinstance(max_steps, int) and max_steps > int(status.get("steps") or 0)
+    return None if more and status["status"] == "completed" else status
+
+
 def previous_outcome(cfg: DictConfig, output_dir: Path) -> dict[str, Any] | None:
     """What a re-run of a sweep does with this job, decided from its directory (called once per
     job, in the process that launches its ranks, so every rank gets the same ``ckpt_path``):
@@ -435,6 +446,15 @@ def run(cfg: DictConfig) -> float:
         if done is not None:
             log.info(f"skipped: {output_dir} is already {done['status']} (its status.json); "
                      "skip_completed=false retrains it")
+            return optimized_value(cfg, done)
+    elif cfg.get("ckpt_path") is not None:
+        done = finished_with_nothing_to_add(cfg, output_dir)
+        if done is not None:  # completed is final: no record is rewritten
+            if writer:
+                print(f"already {done['status']}: {output_dir} (its status.json: {done.get('steps')} steps of "
+                      f"trainer.max_steps={cfg.trainer.max_steps}); nothing was trained or rewritten. To train it "
+                      "longer: trainer.max_steps=<more> '+resume_allow_changes=[trainer.max_steps]'", flush=True)
+                print(format_run_summary(done, output_dir), flush=True)
             return optimized_value(cfg, done)
     if cfg.get("print_config", False) and writer:
         print_config_tree(cfg)
