@@ -17,3 +17,12 @@ def test_long_names_keep_architecture_first_and_stay_unique():
     assert len(a) <= MAX_DIRNAME and len(b) <= MAX_DIRNAME
     assert a.startswith("pos=rope,norm=post") or a.startswith("norm=post,pos=rope"), a
     assert job_dirname(f"{noise},norm=post,pos=rope") == a  # stable across re-runs
+
+
+def test_distinct_sweep_names_never_share_a_directory():
+    from ablate.resolvers import sweep_dirname
+
+    assert sweep_dirname("norm-study", []) == "norm-study"  # a safe name stays as typed
+    names = ["α", "β", "my sweep", "my_sweep", "a/b", "a_b"]
+    dirs = [sweep_dirname(n, []) for n in names]
+    assert len(set(dirs)) == len(names), dirs

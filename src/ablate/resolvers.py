@@ -73,7 +73,13 @@ def sweep_dirname(sweep_name: str | None, overrides: Iterable[str], exclude_keys
     ``use_cache=True`` so each job sees that value, not one computed from its own overrides.
     """
     if sweep_name:
-        return _safe_dirname(str(sweep_name)) or "sweep"
+        name = str(sweep_name)
+        safe = _safe_dirname(name)
+        if safe == name:
+            return safe
+        # sanitising changed it: two names that differ only in what was replaced (sweep_name=α vs β)
+        # must not share a directory, so the exact name's hash is appended
+        return f"{safe or 'sweep'}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
     if isinstance(overrides, ListConfig):  # as typed: an override holding ${...} is not resolved
         overrides = cast(list[Any], OmegaConf.to_container(overrides, resolve=False))
     excluded = set(exclude_keys) | set(RUN_CONTROL_KEYS)

@@ -10,6 +10,11 @@ at that step (a mid-epoch checkpoint, which resumes exactly), the validation Lig
 before stopping is skipped (:class:`TrainingInterrupted` is raised at its start: the user asked
 to stop, not to wait for a validation pass) and ``train.py`` records the job as ``interrupted``. A second Ctrl-C
 raises ``KeyboardInterrupt`` at once (the last periodic checkpoint is then the one to resume).
+
+SIGTERM, what a scheduler (SLURM before a kill or a requeue, Kubernetes, ``kill``) sends, is handled
+the same way: a preempted job stops after its step with that step saved and its status recorded.
+(SLURM's requeue signal, ``--signal=USR1@90``, stays Lightning's: its SLURM environment saves an
+``hpc`` checkpoint and requeues the job.)
 """
 
 from __future__ import annotations
@@ -38,21 +43,24 @@ class GracefulInterrupt(Callback):
         interrupted_at: the optimiser step training stopped at because of Ctrl-C, else ``None``.
     """
 
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
     def __init__(self) -> None:
         self.interrupted_at: int | None = None
         self._requested = False
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
-        if self._requested:  # the second Ctrl-C: stop now
+        if self._requested:  # the second Ctrl-C (or SIGTERM): stop now
             raise KeyboardInterrupt
         self._requested = True
-        print("\nCtrl-C: stopping after this step and saving a checkpoint (press Ctrl-C again to stop at once)",
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        print(f"\n{name}: stopping after this step and saving a checkpoint (press Ctrl-C again to stop at once)",
               file=sys.stderr, flush=True)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
-            self._previous = signal.signal(signal.SIGINT, self._handler)
+            self._previous = {signum: signal.signal(signum, self._handler) for signum in self.SIGNALS}
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -70,9 +78,9 @@ class GracefulInterrupt(Callback):
             raise TrainingInterrupted(f"Ctrl-C at step {self.interrupted_at}")
 
     def _restore(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._restore()
