@@ -100,8 +100,10 @@ def lm_data_config(cfg: DictConfig, task) -> dict:
         path = CONF / "data" / f"{cfg.default_data}.yaml"
         if not path.is_file():
             raise SystemExit(f"default_data={cfg.default_data}: no {path}")
-        print(f"{cfg.ckpt_path} carries no data config (an older checkpoint): evaluating on data={cfg.default_data} "
-              f"(conf/data/{cfg.default_data}.yaml; another corpus: default_data=<name>, or text_file=...)")
+        print(
+            f"{cfg.ckpt_path} carries no data config (an older checkpoint): evaluating on data={cfg.default_data} "
+            f"(conf/data/{cfg.default_data}.yaml; another corpus: default_data=<name>, or text_file=...)"
+        )
         data_cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     data_cfg.update(data_dir=cfg.paths.data_dir, cache_dir=cfg.paths.cache_dir)
     data_cfg.update(OmegaConf.to_container(cfg.data, resolve=True))
@@ -118,8 +120,10 @@ def lm_datamodule(cfg: DictConfig, task, work_dir: str):
     length = overrides.get("eval_seq_len") or stored.get("eval_seq_len") or stored.get("seq_len") or task.spec.max_len
     if cfg.text_file:
         if task.tokenizer is None:
-            raise SystemExit(f"{cfg.ckpt_path} carries no tokenizer (saved by an older version?): cannot tokenise "
-                             f"text_file={cfg.text_file}")
+            raise SystemExit(
+                f"{cfg.ckpt_path} carries no tokenizer (saved by an older version?): cannot tokenise "
+                f"text_file={cfg.text_file}"
+            )
         if not Path(cfg.text_file).is_file():
             raise SystemExit(f"text_file={cfg.text_file}: no such file")
         batch = overrides.get("eval_batch_size") or max(1, cfg.batch_tokens // length)
@@ -131,7 +135,7 @@ def lm_datamodule(cfg: DictConfig, task, work_dir: str):
         data_cfg["eval_batch_size"] = max(1, cfg.batch_tokens // data_cfg["eval_seq_len"])
     try:
         dm = instantiate(OmegaConf.create(data_cfg))
-    except Exception as err:  # noqa: BLE001 - a bad override (unknown key, ...): say which config
+    except Exception as err:
         raise SystemExit(f"cannot build the data module of {data_cfg.get('_target_')}: {err}") from None
     if not hasattr(dm, "use_eval_length"):
         raise SystemExit(f"{data_cfg.get('_target_')} is not a language-modelling corpus")
@@ -139,8 +143,10 @@ def lm_datamodule(cfg: DictConfig, task, work_dir: str):
     dm.setup("validate" if cfg.split == "val" else "test")
     problem = tokenizer_mismatch(task.tokenizer, dm.tokenizer, task.spec.vocab_size)
     if problem:
-        raise SystemExit(f"{cfg.ckpt_path}: {problem}; the token ids would not mean what the model learned. "
-                         "Evaluate on the checkpoint's own corpus and tokenizer settings, or give text_file=...")
+        raise SystemExit(
+            f"{cfg.ckpt_path}: {problem}; the token ids would not mean what the model learned. "
+            "Evaluate on the checkpoint's own corpus and tokenizer settings, or give text_file=..."
+        )
     return dm, {"split": cfg.split, "corpus": dm.name}
 
 
@@ -157,9 +163,14 @@ def evaluate_lm(cfg: DictConfig) -> None:
         try:
             dm, source = lm_datamodule(cfg, task, work_dir)
             lengths = lengths or [dm.eval_seq_len]
-            trainer = L.Trainer(accelerator="gpu" if device.type == "cuda" else "cpu",
-                                devices=[device.index] if device.index is not None else 1, logger=False,
-                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+            trainer = L.Trainer(
+                accelerator="gpu" if device.type == "cuda" else "cpu",
+                devices=[device.index] if device.index is not None else 1,
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+            )
             start = time.perf_counter()
             metrics, info = evaluate_lengths(trainer, task, dm, lengths, split)
         except (OSError, ValueError) as err:  # a missing corpus, an unknown character, a too long window, ...
@@ -180,8 +191,9 @@ def evaluate_lm(cfg: DictConfig) -> None:
 def refuse_other_task_options(cfg: DictConfig, options: tuple[str, ...], task: str, other: str) -> None:
     given = [k for k in options if cfg.get(k) is not None]
     if given:
-        raise SystemExit(f"{cfg.ckpt_path} holds a task={task} checkpoint; {', '.join(given)} apply to task={other} "
-                         "checkpoints only")
+        raise SystemExit(
+            f"{cfg.ckpt_path} holds a task={task} checkpoint; {', '.join(given)} apply to task={other} checkpoints only"
+        )
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")

@@ -1,6 +1,6 @@
 """Sample text from a trained language model checkpoint (with a KV cache).
 
-    python generate.py ckpt_path=logs/runs/<run>/checkpoints/last.ckpt prompt="ROMEO:" max_new_tokens=300
+python generate.py ckpt_path=logs/runs/<run>/checkpoints/last.ckpt prompt="ROMEO:" max_new_tokens=300
 """
 
 import hydra
@@ -25,8 +25,15 @@ def main(cfg: DictConfig) -> None:
     if not ids:
         raise SystemExit("prompt is empty: the model needs at least one token to continue, e.g. prompt='ROMEO:'")
     prompt = torch.tensor([ids] * cfg.num_samples)
-    out = generate(task.model, prompt, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
-                   use_cache=cfg.use_cache, generator=torch.Generator().manual_seed(cfg.seed))
+    out = generate(
+        task.model,
+        prompt,
+        cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_k=cfg.top_k,
+        use_cache=cfg.use_cache,
+        generator=torch.Generator().manual_seed(cfg.seed),
+    )
     for row in out.tolist():
         print(task.tokenizer.decode(row))
         print("-" * 40)

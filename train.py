@@ -1,8 +1,8 @@
 """Train one configuration, or sweep many with -m.
 
-    python train.py                                   # the default experiment
-    python train.py -m norm=pre,post pos=sinusoidal,learned
-    python train.py experiment=nanogpt_shakespeare_char
+python train.py                                   # the default experiment
+python train.py -m norm=pre,post pos=sinusoidal,learned
+python train.py experiment=nanogpt_shakespeare_char
 """
 
 import hydra

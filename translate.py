@@ -1,7 +1,7 @@
 """Translate lines from stdin with a translation checkpoint (one output line per input line).
 
-    echo "Ein Hund rennt durch den Schnee." | python translate.py ckpt_path=logs/runs/<run>/checkpoints/best.ckpt
-    python translate.py ckpt_path=... beam_size=1 < input.de > output.en
+echo "Ein Hund rennt durch den Schnee." | python translate.py ckpt_path=logs/runs/<run>/checkpoints/best.ckpt
+python translate.py ckpt_path=... beam_size=1 < input.de > output.en
 """
 
 import sys

@@ -18,10 +18,10 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, never a window
 
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig
 
 from ablate import cli
-from ablate.analysis.attention import attention_figure, checkpoint_maps, map_title, save_figure  # noqa: E402
+from ablate.analysis.attention import attention_figure, checkpoint_maps, map_title, save_figure
 
 
 def output_paths(ckpt_path: str, out: str | None, names: list[str]) -> list[Path]:

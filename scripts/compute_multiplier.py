@@ -29,36 +29,54 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, never a window
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
 
-from ablate.analysis.figures import compute_multiplier_figure  # noqa: E402
-from ablate.analysis.runs import at_tuned_rates, load_sweep, tuned_key  # noqa: E402
-from ablate.analysis.scaling import (FLOPS, METHODS, Curve, Multiplier, compute_multiplier,  # noqa: E402
-                                     find_curve, scaling_curves)
+from ablate.analysis.figures import compute_multiplier_figure
+from ablate.analysis.runs import at_tuned_rates, load_sweep, tuned_key
+from ablate.analysis.scaling import FLOPS, METHODS, Curve, Multiplier, compute_multiplier, find_curve, scaling_curves
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir", help="a multirun directory (logs/multirun/<timestamp>)")
-    parser.add_argument("--baseline", required=True, metavar="AXIS=VALUE,...", help="the reference curve, e.g. act=gelu")
-    parser.add_argument("--scale-key", help="the axis that sets the size, e.g. model or model.d_model (default: "
-                                            "scale, when the sweep has that axis: the size ladder conf/scale)")
+    parser.add_argument(
+        "--baseline", required=True, metavar="AXIS=VALUE,...", help="the reference curve, e.g. act=gelu"
+    )
+    parser.add_argument(
+        "--scale-key",
+        help="the axis that sets the size, e.g. model or model.d_model (default: "
+        "scale, when the sweep has that axis: the size ladder conf/scale)",
+    )
     parser.add_argument("--metric", default="val/loss", help="the loss to fit (default: val/loss)")
-    parser.add_argument("--flops", choices=FLOPS, default="6N+attn",
-                        help="FLOPs per token: 6N+attn = 6N + 12 L d T (as train/mfu; default) or 6N (Kaplan et al.)")
+    parser.add_argument(
+        "--flops",
+        choices=FLOPS,
+        default="6N+attn",
+        help="FLOPs per token: 6N+attn = 6N + 12 L d T (as train/mfu; default) or 6N (Kaplan et al.)",
+    )
     parser.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (0: no interval)")
     parser.add_argument("--seed", type=int, default=0, help="the bootstrap's random seed")
-    parser.add_argument("--ci", choices=METHODS, default="parametric",
-                        help="the bootstrap: parametric = refit curves drawn around the fits with the seed-to-seed "
-                             "noise (pooled over scales, its own uncertainty included; calibrated at 3 sizes x 3 "
-                             "seeds), seeds = resample the seeds jointly across scales and curves (needs many seeds)")
-    parser.add_argument("--shared-asymptote", action="store_true",
-                        help="fit one irreducible loss E for the variant and the baseline (each its own A, alpha): "
-                             "for ladders too short to pin E per curve")
-    parser.add_argument("--no-extrapolation", action="store_true",
-                        help="refuse a multiplier whose answer (or interval) needs the baseline's law beyond its "
-                             "largest measured compute, instead of flagging it")
+    parser.add_argument(
+        "--ci",
+        choices=METHODS,
+        default="parametric",
+        help="the bootstrap: parametric = refit curves drawn around the fits with the seed-to-seed "
+        "noise (pooled over scales, its own uncertainty included; calibrated at 3 sizes x 3 "
+        "seeds), seeds = resample the seeds jointly across scales and curves (needs many seeds)",
+    )
+    parser.add_argument(
+        "--shared-asymptote",
+        action="store_true",
+        help="fit one irreducible loss E for the variant and the baseline (each its own A, alpha): "
+        "for ladders too short to pin E per curve",
+    )
+    parser.add_argument(
+        "--no-extrapolation",
+        action="store_true",
+        help="refuse a multiplier whose answer (or interval) needs the baseline's law beyond its "
+        "largest measured compute, instead of flagging it",
+    )
     parser.add_argument("--out", metavar="DIR", help="where the PNG and CSV go (default: <sweep_dir>/figures)")
     return parser.parse_args(argv)
 
@@ -68,8 +86,10 @@ def default_scale_key(sweep) -> str:
     asking for ``--scale-key``."""
     if "scale" in sweep.axes:
         return "scale"
-    raise ValueError(f"--scale-key not given and {sweep.source} has no `scale` axis (the size ladder, "
-                     f"scale=xs,s,m): name the axis that sets the size; its axes are {', '.join(sweep.axes) or 'none'}")
+    raise ValueError(
+        f"--scale-key not given and {sweep.source} has no `scale` axis (the size ladder, "
+        f"scale=xs,s,m): name the axis that sets the size; its axes are {', '.join(sweep.axes) or 'none'}"
+    )
 
 
 def points_table(curves: list[Curve]) -> str:
@@ -93,17 +113,33 @@ def _multiplier(value: float) -> str:
 
 
 def result_row(result: Multiplier) -> dict[str, object]:
-    return {"variant": result.variant, "baseline": result.baseline, "compute": result.compute,
-            "variant_loss": result.loss, "multiplier": result.value, "ci_low": result.low, "ci_high": result.high,
-            "E": result.variant_fit.E, "A": result.variant_fit.A, "alpha": result.variant_fit.alpha,
-            "baseline_E": result.baseline_fit.E, "baseline_A": result.baseline_fit.A,
-            "baseline_alpha": result.baseline_fit.alpha, "bootstrap": result.n_boot, "failed_fits": result.failed_fits,
-            "ci_method": result.method, "shared_asymptote": result.shared_E, "extrapolation": result.extrapolation}
+    return {
+        "variant": result.variant,
+        "baseline": result.baseline,
+        "compute": result.compute,
+        "variant_loss": result.loss,
+        "multiplier": result.value,
+        "ci_low": result.low,
+        "ci_high": result.high,
+        "E": result.variant_fit.E,
+        "A": result.variant_fit.A,
+        "alpha": result.variant_fit.alpha,
+        "baseline_E": result.baseline_fit.E,
+        "baseline_A": result.baseline_fit.A,
+        "baseline_alpha": result.baseline_fit.alpha,
+        "bootstrap": result.n_boot,
+        "failed_fits": result.failed_fits,
+        "ci_method": result.method,
+        "shared_asymptote": result.shared_E,
+        "extrapolation": result.extrapolation,
+    }
 
 
 def results_table(base: Curve, results: list[Multiplier], refused: dict[str, str], fits: dict) -> str:
-    lines = ["| variant | E | A | α | compute C* | loss at C* | multiplier at C* | 95% CI | extrapolates |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = [
+        "| variant | E | A | α | compute C* | loss at C* | multiplier at C* | 95% CI | extrapolates |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
     b = fits[base.label]
     lines.append(f"| {base.label} (baseline) | {b.E:.4g} | {b.A:.4g} | {b.alpha:.3g} | — | — | 1 | — | — |")
     for r in results:
@@ -111,8 +147,10 @@ def results_table(base: Curve, results: list[Multiplier], refused: dict[str, str
         value = _multiplier(r.value) + (" (below the baseline's E)" if math.isinf(r.value) else "")
         ci = "—" if math.isnan(r.low) else f"[{_multiplier(r.low)}, {_multiplier(r.high)}]"
         flag = f"**yes**: {r.extrapolation}" if r.extrapolation else "no"
-        lines.append(f"| {r.variant} | {f.E:.4g} | {f.A:.4g} | {f.alpha:.3g} | {r.compute:.3g} | {r.loss:.4g} | "
-                     f"{value} | {ci} | {flag} |")
+        lines.append(
+            f"| {r.variant} | {f.E:.4g} | {f.A:.4g} | {f.alpha:.3g} | {r.compute:.3g} | {r.loss:.4g} | "
+            f"{value} | {ci} | {flag} |"
+        )
     for label, why in refused.items():
         lines.append(f"| {label} | — | — | — | — | — | refused: {why} | — | — |")
     return "\n".join(lines)
@@ -121,24 +159,35 @@ def results_table(base: Curve, results: list[Multiplier], refused: dict[str, str
 def notes(args: argparse.Namespace, results: list[Multiplier]) -> str:
     failed = sum(r.failed_fits for r in results)
     compute = {"6N+attn": "(6N + 12 L d T) FLOPs/token", "6N": "6N FLOPs/token"}[args.flops]
-    return "\n".join([
-        f"Fit: final {args.metric} = E + A C^-α per variant over every (scale, seed) point (scipy curve_fit in log-compute).",
-        f"Compute C = {compute} x steps x data.batch_size x data.seq_len (translation: x data.max_tokens), "
-        "N = status.json params.",
-        "Multiplier at C* (the variant's largest measured compute): the compute the baseline's fit needs to reach the "
-        "variant's fitted loss at C*, over C*; ∞ when that loss is below the baseline's asymptote E.",
-        (f"95% CI: percentile bootstrap of the whole pipeline, {args.bootstrap} replicates, both curves refitted each "
-         "time, " + ("parametric (curves drawn around the fits with each curve's seed-to-seed sd pooled over its "
-                     "scales, the sd itself redrawn from its chi-square distribution)" if args.ci == "parametric" else
-                     "the seeds resampled jointly (one draw of seeds for every scale and both curves)")
-         + f" (numpy rng seed {args.seed}); {failed} replicate fits failed and are left out." if args.bootstrap else
-         "No bootstrap (--bootstrap 0): no interval."),
-        "Asymptote: one E shared by the variant and the baseline (--shared-asymptote)." if args.shared_asymptote else
-        "Asymptote: each curve its own E.",
-        "Extrapolates: the multiplier (or the interval's upper end) needs the baseline's fitted law beyond its largest "
-        "measured compute, where the data do not check it" + (" (such rows refused: --no-extrapolation)."
-                                                              if args.no_extrapolation else "."),
-        "Left out: jobs without a final value (diverged, crashed, unfinished), counted per scale above."])
+    return "\n".join(
+        [
+            f"Fit: final {args.metric} = E + A C^-α per variant over every (scale, seed) point (scipy curve_fit in log-compute).",
+            f"Compute C = {compute} x steps x data.batch_size x data.seq_len (translation: x data.max_tokens), "
+            "N = status.json params.",
+            "Multiplier at C* (the variant's largest measured compute): the compute the baseline's fit needs to reach the "
+            "variant's fitted loss at C*, over C*; ∞ when that loss is below the baseline's asymptote E.",
+            (
+                f"95% CI: percentile bootstrap of the whole pipeline, {args.bootstrap} replicates, both curves refitted each "
+                "time, "
+                + (
+                    "parametric (curves drawn around the fits with each curve's seed-to-seed sd pooled over its "
+                    "scales, the sd itself redrawn from its chi-square distribution)"
+                    if args.ci == "parametric"
+                    else "the seeds resampled jointly (one draw of seeds for every scale and both curves)"
+                )
+                + f" (numpy rng seed {args.seed}); {failed} replicate fits failed and are left out."
+                if args.bootstrap
+                else "No bootstrap (--bootstrap 0): no interval."
+            ),
+            "Asymptote: one E shared by the variant and the baseline (--shared-asymptote)."
+            if args.shared_asymptote
+            else "Asymptote: each curve its own E.",
+            "Extrapolates: the multiplier (or the interval's upper end) needs the baseline's fitted law beyond its largest "
+            "measured compute, where the data do not check it"
+            + (" (such rows refused: --no-extrapolation)." if args.no_extrapolation else "."),
+            "Left out: jobs without a final value (diverged, crashed, unfinished), counted per scale above.",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,8 +198,9 @@ def main(argv: list[str] | None = None) -> None:
         # out), and the rate is a property of a point, not a variant of its own
         sweep, tuned = at_tuned_rates(load_sweep(args.sweep_dir), args.sweep_dir)
         args.scale_key = args.scale_key or default_scale_key(sweep)
-        curves = scaling_curves(sweep, args.scale_key, args.metric, args.flops, 
-                                per_point=[tuned_key(args.sweep_dir)] if tuned else [])
+        curves = scaling_curves(
+            sweep, args.scale_key, args.metric, args.flops, per_point=[tuned_key(args.sweep_dir)] if tuned else []
+        )
         base = find_curve(curves, args.baseline, sweep.short_names())
         base.check()  # the baseline must have a fit; another variant with too few scales is refused in its row
         fits, results, refused = {base.label: base.fit()}, [], {}
@@ -158,8 +208,9 @@ def main(argv: list[str] | None = None) -> None:
             if curve is base:
                 continue
             try:
-                result = compute_multiplier(curve, base, args.bootstrap, args.seed, method=args.ci,
-                                            shared_E=args.shared_asymptote)
+                result = compute_multiplier(
+                    curve, base, args.bootstrap, args.seed, method=args.ci, shared_E=args.shared_asymptote
+                )
             except ValueError as err:
                 refused[curve.label] = str(err).split(": ", 1)[-1]
                 continue

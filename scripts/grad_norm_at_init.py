@@ -36,8 +36,9 @@ import json
 import re
 import statistics
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import lightning as L
 import torch
@@ -63,13 +64,25 @@ Records = list[list[dict[str, float]]]  # [repeat][batch] -> {group: norm}
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     """Script options (``--...``) and Hydra overrides (``key=value``, as for ``train.py``)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--norms", nargs="+", default=None,
-                        help="norm placements to compare (conf/norm/*); also accepted as the override norm=post,pre")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--norms",
+        nargs="+",
+        default=None,
+        help="norm placements to compare (conf/norm/*); also accepted as the override norm=post,pre",
+    )
     parser.add_argument("--batches", type=int, default=20, help="training batches per model (default 20)")
-    parser.add_argument("--repeats", type=int, default=1, help="fresh initialisations per norm: seed, seed+1, ... (default 1)")
-    parser.add_argument("--slots", nargs="+", default=["ffn"],
-                        help="sub-layers to plot: ffn, attn, cross_attn, ffn_norm, ... (default ffn)")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="fresh initialisations per norm: seed, seed+1, ... (default 1)"
+    )
+    parser.add_argument(
+        "--slots",
+        nargs="+",
+        default=["ffn"],
+        help="sub-layers to plot: ffn, attn, cross_attn, ffn_norm, ... (default ffn)",
+    )
     parser.add_argument("--out", type=Path, default=Path("logs/grad_norm_at_init"), help="output folder")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. task=translation model.d_model=64")
     args = parser.parse_intermixed_args(argv)
@@ -156,11 +169,15 @@ def summarize(records: Records) -> dict[str, dict[str, float]]:
         for batch in run:
             for group, value in batch.items():
                 values.setdefault(group, []).append(value)
-    return {g: {"mean": statistics.fmean(v), "std": statistics.stdev(v) if len(v) > 1 else 0.0, "n": len(v)}
-            for g, v in sorted(values.items())}
+    return {
+        g: {"mean": statistics.fmean(v), "std": statistics.stdev(v) if len(v) > 1 else 0.0, "n": len(v)}
+        for g, v in sorted(values.items())
+    }
 
 
-def layer_curve(summary: dict[str, dict[str, float]], stack: str, slot: str) -> tuple[list[int], list[float], list[float]]:
+def layer_curve(
+    summary: dict[str, dict[str, float]], stack: str, slot: str
+) -> tuple[list[int], list[float], list[float]]:
     """(layer index from 1, mean, std) of one stack's (``enc``, ``dec`` or ``""``) sub-layer ``slot``."""
     points = []
     for group, stats in summary.items():
@@ -222,16 +239,25 @@ def run(norms: list[str] | None, overrides: list[str], batches: int, repeats: in
     datamodule.prepare_data()
     datamodule.setup("fit")
     data = first_batches(datamodule, batches)
-    result: dict[str, Any] = {"overrides": overrides, "norms": norms, "batches": len(data), "repeats": repeats,
-                              "seeds": [base.seed + r for r in range(repeats)],
-                              "model": OmegaConf.to_container(base.model, resolve=True), "summary": {}, "per_batch": {}}
+    result: dict[str, Any] = {
+        "overrides": overrides,
+        "norms": norms,
+        "batches": len(data),
+        "repeats": repeats,
+        "seeds": [base.seed + r for r in range(repeats)],
+        "model": OmegaConf.to_container(base.model, resolve=True),
+        "summary": {},
+        "per_batch": {},
+    }
     for norm in norms:
         cfg = compose_config(overrides, norm)
         records = measure(cfg, data, datamodule, repeats)
         result["summary"][norm] = summarize(records)
         result["per_batch"][norm] = records
-        print(f"{norm}: " + ", ".join(f"{g}={s['mean']:.3g}" for g, s in result["summary"][norm].items()
-                                     if g.endswith("/ffn")))
+        print(
+            f"{norm}: "
+            + ", ".join(f"{g}={s['mean']:.3g}" for g, s in result["summary"][norm].items() if g.endswith("/ffn"))
+        )
     return result
 
 
@@ -242,8 +268,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     (args.out / "grad_norm_at_init.json").write_text(json.dumps(result, indent=1))
     model = result["model"]
     layers = f"{model.get('encoder_layers') or ''}+{model.get('decoder_layers') or model.get('n_layers')}".lstrip("+")
-    title = (f"gradient norm at init, {layers} layers, d={model['d_model']}; "
-             f"{result['batches']} batches x {args.repeats} seed(s)")
+    title = (
+        f"gradient norm at init, {layers} layers, d={model['d_model']}; "
+        f"{result['batches']} batches x {args.repeats} seed(s)"
+    )
     plot(result["summary"], args.slots, args.out / "grad_norm_at_init.png", title)
     print(f"wrote {args.out / 'grad_norm_at_init.json'} and {args.out / 'grad_norm_at_init.png'}")
     return result

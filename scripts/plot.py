@@ -24,11 +24,11 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, never a window (also on machines without a display)
 
-from ablate.analysis.figures import Plot, paper_figure, plot_sweep  # noqa: E402
-from ablate.analysis.paper import load_paper  # noqa: E402
-from ablate.analysis.runs import Sweep, at_tuned_rates, load_sweep  # noqa: E402
-from ablate.analysis.series import X_AXES, paper_rank_correlation  # noqa: E402
-from ablate.analysis.tables import available_metrics, pick_metric  # noqa: E402
+from ablate.analysis.figures import Plot, paper_figure, plot_sweep
+from ablate.analysis.paper import load_paper
+from ablate.analysis.runs import Sweep, at_tuned_rates, load_sweep
+from ablate.analysis.series import X_AXES, paper_rank_correlation
+from ablate.analysis.tables import available_metrics, pick_metric
 
 
 def paper_plot(sweep: Sweep, paper_file: str, metric: str | None, kind: str) -> Plot:
@@ -54,18 +54,28 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir", help="a multirun directory (logs/multirun/<timestamp>)")
     parser.add_argument("--out", metavar="DIR", help="where the PNG files go (default: <sweep_dir>/figures)")
-    parser.add_argument("--metric", help="the metric of metric_vs_<axis>.png and paper_vs_ours.png (default: the "
-                                         "paper's metric where logged, else val/ppl for LM, val/bleu for translation)")
+    parser.add_argument(
+        "--metric",
+        help="the metric of metric_vs_<axis>.png and paper_vs_ours.png (default: the "
+        "paper's metric where logged, else val/ppl for LM, val/bleu for translation)",
+    )
     parser.add_argument("--paper", metavar="FILE", help="paper.yaml/.csv: also write paper_vs_ours.png")
     parser.add_argument("--best", action="store_true", help="paper_vs_ours.png: our best value, not the final one")
-    parser.add_argument("--x", choices=X_AXES, default="steps",
-                        help="the x axis of the curves (val_curves, lr_loss_warmup, train_loss_by_<axis>): optimiser "
-                             "steps (default), training tokens ((step + 1) x data.batch_size x data.seq_len for an LM, "
-                             "else the logged train/tokens_seen) or training time in seconds (the logged train/time_s, "
-                             "else summed from train/tokens_per_sec, else status.json's wall time spread evenly)")
-    parser.add_argument("--all-lrs", action="store_true",
-                        help="a tune=lr sweep: every rate of the grid in every figure (default: each variant at its "
-                             "tuned rate, except loss_vs_lr.png, the tuning curve, which shows the whole grid)")
+    parser.add_argument(
+        "--x",
+        choices=X_AXES,
+        default="steps",
+        help="the x axis of the curves (val_curves, lr_loss_warmup, train_loss_by_<axis>): optimiser "
+        "steps (default), training tokens ((step + 1) x data.batch_size x data.seq_len for an LM, "
+        "else the logged train/tokens_seen) or training time in seconds (the logged train/time_s, "
+        "else summed from train/tokens_per_sec, else status.json's wall time spread evenly)",
+    )
+    parser.add_argument(
+        "--all-lrs",
+        action="store_true",
+        help="a tune=lr sweep: every rate of the grid in every figure (default: each variant at its "
+        "tuned rate, except loss_vs_lr.png, the tuning curve, which shows the whole grid)",
+    )
     args = parser.parse_args(argv)
     out = Path(args.out or Path(args.sweep_dir) / "figures")
     try:
@@ -85,8 +95,11 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"plot.py: no figure written; failed: {failed} (reasons above)")
         sys.exit(f"plot.py: nothing to plot: no job of {args.sweep_dir} logged metrics (csv/metrics.csv)")
     if written.failures:
-        print(f"plot.py: wrote {sum(p.suffix == '.png' for p in written.paths)} figures; "
-              f"{len(written.failures)} failed: {failed}", file=sys.stderr)
+        print(
+            f"plot.py: wrote {sum(p.suffix == '.png' for p in written.paths)} figures; "
+            f"{len(written.failures)} failed: {failed}",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

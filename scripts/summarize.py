@@ -32,43 +32,77 @@ from ablate.analysis.tables import adjust_family, markdown_table, summarize, whe
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir", nargs="?", help="a multirun directory (logs/multirun/<timestamp>)")
-    parser.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read the runs of a W&B group instead (needs network)")
+    parser.add_argument(
+        "--wandb", metavar="ENTITY/PROJECT", help="read the runs of a W&B group instead (needs network)"
+    )
     parser.add_argument("--group", help="the W&B group (with --wandb)")
-    parser.add_argument("--metric", action="append",
-                        help="the validation metric to compare (default: val/ppl for LM, val/bleu for translation); "
-                             "repeat it for several metrics: with --baseline their comparisons form one Holm family")
+    parser.add_argument(
+        "--metric",
+        action="append",
+        help="the validation metric to compare (default: val/ppl for LM, val/bleu for translation); "
+        "repeat it for several metrics: with --baseline their comparisons form one Holm family",
+    )
     parser.add_argument("--paper", metavar="FILE", help="paper.yaml/.csv with the paper's numbers to show beside ours")
-    parser.add_argument("--baseline", metavar="AXIS=VALUE,...",
-                        help="the configuration to compare every other one with (e.g. norm=pre or norm=pre,lr=0.001): "
-                             "adds per-row 95%% CIs and, against it, the difference, p-value (paired/Welch t-test, "
-                             "Holm-corrected), the divergence rates (Boschloo's test), minimum detectable effect and a "
-                             "verdict: better / worse / equivalent (with --margin) / inconclusive")
-    parser.add_argument("--margin", type=float, metavar="DELTA",
-                        help="with --baseline: the smallest difference of interest, in the metric's units (e.g. 0.02 "
-                             "nats of val/loss): adds the equivalence test (TOST), so that a result can be "
-                             "'equivalent (±DELTA)'; default: analysis.margin from the jobs' config, else none")
-    parser.add_argument("--family", choices=("call", "table"), default="call",
-                        help="with --baseline and several --where slices or --metric values: Holm over every "
-                             "comparison of the call (default: the write-up is one family), or per table")
-    parser.add_argument("--basis", choices=BASES, default=DEFAULT_BASIS,
-                        help="what the --baseline statistics compare: steps = each job's final value (default: equal "
-                             "steps, the protocol of the sweep, each run at the end of its schedule), flops / time = the "
-                             "value at the matched training FLOPs / training time (the largest budget every completed "
-                             "job reached, interpolated on each job's validation curve)")
-    parser.add_argument("--where", metavar="AXIS=VALUE,...", action="append",
-                        help="only the jobs with these values, e.g. scale=m: compare the variants within one size "
-                             "of a size ladder (or one depth, one dataset, ...); repeat it for several slices "
-                             "(one table each, written to <out>/<slice>/)")
-    parser.add_argument("--all-lrs", action="store_true",
-                        help="a tune=lr sweep: every rate of the grid (default: each variant at its tuned rate only)")
-    parser.add_argument("--out", metavar="DIR", help="where summary.csv/.md go (default: the sweep directory; "
-                                                      "with --wandb: logs/summaries/<group>)")
+    parser.add_argument(
+        "--baseline",
+        metavar="AXIS=VALUE,...",
+        help="the configuration to compare every other one with (e.g. norm=pre or norm=pre,lr=0.001): "
+        "adds per-row 95%% CIs and, against it, the difference, p-value (paired/Welch t-test, "
+        "Holm-corrected), the divergence rates (Boschloo's test), minimum detectable effect and a "
+        "verdict: better / worse / equivalent (with --margin) / inconclusive",
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        metavar="DELTA",
+        help="with --baseline: the smallest difference of interest, in the metric's units (e.g. 0.02 "
+        "nats of val/loss): adds the equivalence test (TOST), so that a result can be "
+        "'equivalent (±DELTA)'; default: analysis.margin from the jobs' config, else none",
+    )
+    parser.add_argument(
+        "--family",
+        choices=("call", "table"),
+        default="call",
+        help="with --baseline and several --where slices or --metric values: Holm over every "
+        "comparison of the call (default: the write-up is one family), or per table",
+    )
+    parser.add_argument(
+        "--basis",
+        choices=BASES,
+        default=DEFAULT_BASIS,
+        help="what the --baseline statistics compare: steps = each job's final value (default: equal "
+        "steps, the protocol of the sweep, each run at the end of its schedule), flops / time = the "
+        "value at the matched training FLOPs / training time (the largest budget every completed "
+        "job reached, interpolated on each job's validation curve)",
+    )
+    parser.add_argument(
+        "--where",
+        metavar="AXIS=VALUE,...",
+        action="append",
+        help="only the jobs with these values, e.g. scale=m: compare the variants within one size "
+        "of a size ladder (or one depth, one dataset, ...); repeat it for several slices "
+        "(one table each, written to <out>/<slice>/)",
+    )
+    parser.add_argument(
+        "--all-lrs",
+        action="store_true",
+        help="a tune=lr sweep: every rate of the grid (default: each variant at its tuned rate only)",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where summary.csv/.md go (default: the sweep directory; with --wandb: logs/summaries/<group>)",
+    )
     args = parser.parse_args(argv)
     if args.basis != DEFAULT_BASIS and not args.baseline:
-        parser.error(f"--basis {args.basis} chooses what --baseline compares: give --baseline AXIS=VALUE too "
-                     "(the table at equal cost is printed without it)")
+        parser.error(
+            f"--basis {args.basis} chooses what --baseline compares: give --baseline AXIS=VALUE too "
+            "(the table at equal cost is printed without it)"
+        )
     if args.margin is not None and not args.baseline:
-        parser.error("--margin is the equivalence margin of the comparison with --baseline: give --baseline AXIS=VALUE too")
+        parser.error(
+            "--margin is the equivalence margin of the comparison with --baseline: give --baseline AXIS=VALUE too"
+        )
     if args.margin is not None and not args.margin > 0:
         parser.error(f"--margin {args.margin}: the smallest difference of interest must be > 0")
     if bool(args.sweep_dir) == bool(args.wandb):
@@ -115,7 +149,9 @@ def main(argv: list[str] | None = None) -> None:
         table = markdown_table(frame, sweep)
         if spec:
             table = f"Only the jobs with {spec}.\n\n" + table
-        parts = ([_slug(spec)] if spec and len(slices) > 1 else []) + ([_slug(metric)] if metric and len(metrics) > 1 else [])
+        parts = ([_slug(spec)] if spec and len(slices) > 1 else []) + (
+            [_slug(metric)] if metric and len(metrics) > 1 else []
+        )
         csv_path, md_path = write_summary(frame, table, out.joinpath(*parts) if several else out)
         print(table)
         if note:

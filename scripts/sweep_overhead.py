@@ -71,6 +71,7 @@ MODES = ("sequential", "parallel", "joblib")
 
 # --------------------------------------------------------------------------- the per-job probe callback
 
+
 def job_probe(path: str | None = None) -> Any:
     """A Lightning callback that records when its hooks run (wall clock, ``time.time()``) and the
     thread count of the job, into ``<trainer.default_root_dir>/overhead_probe.json`` (or ``path``).
@@ -81,9 +82,13 @@ def job_probe(path: str | None = None) -> Any:
 
     class JobProbe(L.Callback):
         def __init__(self) -> None:
-            self.record: dict[str, Any] = {"pid": os.getpid(), "torch_threads": torch.get_num_threads(),
-                                           "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
-                                           "callbacks_built": time.time(), "validation_s": 0.0}
+            self.record: dict[str, Any] = {
+                "pid": os.getpid(),
+                "torch_threads": torch.get_num_threads(),
+                "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+                "callbacks_built": time.time(),
+                "validation_s": 0.0,
+            }
             self._val_start: float | None = None
 
         def _mark(self, key: str, overwrite: bool = True) -> None:
@@ -130,6 +135,7 @@ def job_probe(path: str | None = None) -> Any:
 
 # --------------------------------------------------------------------------- load
 
+
 def cpu_times() -> tuple[float, float]:
     """``(busy, total)`` CPU seconds of the whole machine since boot (/proc/stat)."""
     fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -150,11 +156,12 @@ def loadavg() -> float:
 def top_processes(n: int = 5) -> list[str]:
     """The busiest processes now (``ps aux --sort=-%cpu``), for the record."""
     try:
-        out = subprocess.run(["ps", "-eo", "pcpu,etime,args", "--sort=-pcpu"], check=False, capture_output=True, text=True,
-                             timeout=10).stdout.splitlines()
+        out = subprocess.run(
+            ["ps", "-eo", "pcpu,etime,args", "--sort=-pcpu"], check=False, capture_output=True, text=True, timeout=10
+        ).stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
         return []
-    return [line[:160] for line in out[1:n + 1]]
+    return [line[:160] for line in out[1 : n + 1]]
 
 
 class LoadWindow:
@@ -178,12 +185,17 @@ class LoadWindow:
         self.own_cpu_s = own
 
     def as_dict(self) -> dict[str, Any]:
-        return {"load_start": self.load_start, "load_end": self.load_end,
-                "others_cpu_share": round(self.others_cpu_share, 4), "children_cpu_s": round(self.own_cpu_s, 2),
-                "top_processes_at_start": self.top_start}
+        return {
+            "load_start": self.load_start,
+            "load_end": self.load_end,
+            "others_cpu_share": round(self.others_cpu_share, 4),
+            "children_cpu_s": round(self.own_cpu_s, 2),
+            "top_processes_at_start": self.top_start,
+        }
 
 
 # --------------------------------------------------------------------------- the start-up probe (child side)
+
 
 def probe_child(out_path: Path, overrides: list[str]) -> None:
     """Run ``train.py overrides`` (a single run) in this process with timestamps around its parts;
@@ -208,19 +220,25 @@ def probe_child(out_path: Path, overrides: list[str]) -> None:
             finally:
                 calls.setdefault(name, []).append(time.perf_counter() - start)
                 marks[f"{name}:end"] = now()
+
         return wrapper
 
     mark("python_started")
     import torch
+
     mark("imported_torch")
     import lightning
+
     mark("imported_lightning")
     import hydra  # noqa: F401
     import omegaconf  # noqa: F401
+
     mark("imported_hydra")
     import wandb  # noqa: F401
+
     mark("imported_wandb")
     import ablate.train as T
+
     mark("imported_ablate")
 
     from lightning.pytorch import LightningDataModule
@@ -272,7 +290,12 @@ def probe_child(out_path: Path, overrides: list[str]) -> None:
     original_build_task, original_build_callbacks = T.build_task, T.build_callbacks
     original_build_loggers = T.build_loggers
     T.run = timed("task_function", T.run)
-    T.instantiate, T.build_task, T.build_callbacks, T.build_loggers = instantiate, build_task, build_callbacks, build_loggers
+    T.instantiate, T.build_task, T.build_callbacks, T.build_loggers = (
+        instantiate,
+        build_task,
+        build_callbacks,
+        build_loggers,
+    )
     T.check_config = timed("config_checks", T.check_config)
     T.finish_wandb = timed("wandb_finish", T.finish_wandb)
     T.write_status = timed("write_status", T.write_status)
@@ -321,13 +344,19 @@ def probe_child(out_path: Path, overrides: list[str]) -> None:
     finally:
         mark("hydra_main_returned")
         cache_dir = Path(info["cache_dir"]) if "cache_dir" in info else None
-        record = {"marks": marks, "calls": calls, "torch_threads": torch.get_num_threads(), **info,
-                  "cache_built": "data_build_cache" in calls,
-                  "cache_bytes": sum(f.stat().st_size for f in cache_dir.iterdir() if f.is_file()) if cache_dir else None}
+        record = {
+            "marks": marks,
+            "calls": calls,
+            "torch_threads": torch.get_num_threads(),
+            **info,
+            "cache_built": "data_build_cache" in calls,
+            "cache_bytes": sum(f.stat().st_size for f in cache_dir.iterdir() if f.is_file()) if cache_dir else None,
+        }
         out_path.write_text(json.dumps(record, indent=2))
 
 
 # --------------------------------------------------------------------------- the start-up probe (parent side)
+
 
 def child_env(threads: int | None) -> dict[str, str]:
     env = dict(os.environ)
@@ -347,14 +376,27 @@ def run_logged(cmd: list[str], env: dict[str, str], log_path: Path, timeout: flo
     """Run ``cmd`` with its output to ``log_path``; ``(exit code, wall seconds)``."""
     start = time.time()
     with open(log_path, "w") as log:
-        proc = subprocess.run(cmd, check=False, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                              timeout=timeout)
+        proc = subprocess.run(
+            cmd,
+            check=False,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+        )
     return proc.returncode, time.time() - start
 
 
 def common_overrides(args: argparse.Namespace, out: Path) -> list[str]:
-    return [f"model={args.model}", f"trainer.max_steps={args.steps}", f"trainer.val_check_interval={args.steps}",
-            f"paths.log_dir={out / 'logs'}", *args.extra]
+    return [
+        f"model={args.model}",
+        f"trainer.max_steps={args.steps}",
+        f"trainer.val_check_interval={args.steps}",
+        f"paths.log_dir={out / 'logs'}",
+        *args.extra,
+    ]
 
 
 def startup_probe(args: argparse.Namespace, out: Path, index: int) -> dict[str, Any]:
@@ -362,9 +404,14 @@ def startup_probe(args: argparse.Namespace, out: Path, index: int) -> dict[str, 
     run_dir = out / "probe" / f"run{index}"
     marks_path = out / "probe" / f"run{index}.marks.json"
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    overrides = [*common_overrides(args, out), f"trainer.max_steps={args.probe_steps}",
-                 f"trainer.val_check_interval={args.probe_steps}", f"{args.axis}={args.variants[0]}",
-                 f"seed={args.seeds[0]}", f"hydra.run.dir={run_dir}"]
+    overrides = [
+        *common_overrides(args, out),
+        f"trainer.max_steps={args.probe_steps}",
+        f"trainer.val_check_interval={args.probe_steps}",
+        f"{args.axis}={args.variants[0]}",
+        f"seed={args.seeds[0]}",
+        f"hydra.run.dir={run_dir}",
+    ]
     env = child_env(args.threads_sequential)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--probe-child", str(marks_path), "--", *overrides]
     with LoadWindow() as load:
@@ -373,12 +420,19 @@ def startup_probe(args: argparse.Namespace, out: Path, index: int) -> dict[str, 
     if code != 0:
         raise SystemExit(f"the start-up probe failed ({code}): see {out / 'probe' / f'run{index}.log'}")
     record = json.loads(marks_path.read_text())
-    return {"run_dir": str(run_dir), "process_wall_s": round(wall, 3), "steps": args.probe_steps,
-            "parts": startup_parts(record, wall), "torch_threads": record["torch_threads"],
-            "cache_built": record["cache_built"], "cache_bytes": record["cache_bytes"],
-            "prepare_data_calls": len(record["calls"].get("data_prepare", [])),
-            "sha256_calls": len(record["calls"].get("sha256_verify", [])),
-            "load": load.as_dict(), "raw": record}
+    return {
+        "run_dir": str(run_dir),
+        "process_wall_s": round(wall, 3),
+        "steps": args.probe_steps,
+        "parts": startup_parts(record, wall),
+        "torch_threads": record["torch_threads"],
+        "cache_built": record["cache_built"],
+        "cache_bytes": record["cache_bytes"],
+        "prepare_data_calls": len(record["calls"].get("data_prepare", [])),
+        "sha256_calls": len(record["calls"].get("sha256_verify", [])),
+        "load": load.as_dict(),
+        "raw": record,
+    }
 
 
 def startup_parts(record: dict[str, Any], wall: float) -> dict[str, float]:
@@ -386,8 +440,13 @@ def startup_parts(record: dict[str, Any], wall: float) -> dict[str, float]:
     are consecutive intervals of the same process (they add up to its wall time); indented lines
     break the line above them down; lines starting with "=" are cumulative."""
     m, c = record["marks"], record["calls"]
-    first = lambda name: (c.get(name) or [0.0])[0]
-    total = lambda name: sum(c.get(name) or [0.0])
+
+    def first(name: str) -> float:
+        return (c.get(name) or [0.0])[0]
+
+    def total(name: str) -> float:
+        return sum(c.get(name) or [0.0])
+
     p: dict[str, float] = {}
     p["interpreter start"] = m["python_started"]
     p["import torch"] = m["imported_torch"] - m["python_started"]
@@ -397,7 +456,9 @@ def startup_parts(record: dict[str, Any], wall: float) -> dict[str, float]:
     p["import ablate (the rest)"] = m["imported_ablate"] - m["imported_wandb"]
     p["probe's own set-up"] = m["hydra_main_called"] - m["imported_ablate"]
     p["hydra: compose, job dir, logging"] = m["task_function:start"] - m["hydra_main_called"]
-    p["job: before data (config checks, resume check, seeding)"] = m["data_instantiate:start"] - m["task_function:start"]
+    p["job: before data (config checks, resume check, seeding)"] = (
+        m["data_instantiate:start"] - m["task_function:start"]
+    )
     p["  of which config checks"] = first("config_checks")
     p["data: instantiate, prepare_data, setup"] = m["model_build:start"] - m["data_instantiate:start"]
     p["  of which prepare_data (cache verify, or build)"] = first("data_prepare")
@@ -410,18 +471,25 @@ def startup_parts(record: dict[str, Any], wall: float) -> dict[str, float]:
     p["W&B init not done by the loggers build"] = first("wandb_init")
     p["trainer build"] = first("trainer_build")
     p["job: the rest before fit (header, run config, gaps)"] = (
-        m["trainer_fit:start"] - m["model_build:end"]
-        - sum(first(k) for k in ("callbacks_build", "loggers_build", "wandb_init", "trainer_build")))
-    p["fit: Lightning set-up to callbacks' setup (prepare_data, setup again)"] = m["setup_fit_first"] - m["trainer_fit:start"]
+        m["trainer_fit:start"]
+        - m["model_build:end"]
+        - sum(first(k) for k in ("callbacks_build", "loggers_build", "wandb_init", "trainer_build"))
+    )
+    p["fit: Lightning set-up to callbacks' setup (prepare_data, setup again)"] = (
+        m["setup_fit_first"] - m["trainer_fit:start"]
+    )
     p["fit: callbacks' setup"] = m["setup_fit_last"] - m["setup_fit_first"]
     p["  of which CPU peak probe (peak_flops=auto)"] = first("cpu_peak_probe")
-    p["fit: callbacks' setup to first batch (optimiser, dataloader)"] = m["first_batch_start_first"] - m["setup_fit_last"]
+    p["fit: callbacks' setup to first batch (optimiser, dataloader)"] = (
+        m["first_batch_start_first"] - m["setup_fit_last"]
+    )
     p["= launch to first training step"] = m["first_batch_start_first"]
     p["first training step"] = m["first_batch_end_last"] - m["first_batch_start_first"]
     p["rest of fit: later steps, validation, checkpoints, teardown"] = m["trainer_fit:end"] - m["first_batch_end_last"]
     p["  of which validation (full split at the last step)"] = total("validation_in_fit")
     p["  of which after the last step (validation, last checkpoint, teardown)"] = (
-        m["trainer_fit:end"] - m["last_batch_end_last"])
+        m["trainer_fit:end"] - m["last_batch_end_last"]
+    )
     eval_start = m.get("evaluate_after_fit:start", m["trainer_fit:end"])
     eval_end = m.get("evaluate_after_fit:end", eval_start)
     p["between fit and evaluation"] = eval_start - m["trainer_fit:end"]
@@ -441,13 +509,21 @@ def startup_parts(record: dict[str, Any], wall: float) -> dict[str, float]:
 
 # --------------------------------------------------------------------------- imports (-X importtime)
 
+
 def import_times(env: dict[str, str]) -> dict[str, float]:
     """Cumulative import time (s) of each top-level package that ``train.py`` imports, from
     ``python -X importtime``; a package's imports count for the first package that imports them,
     so the big ones are imported first, one by one."""
     code = "import torch, lightning, hydra, omegaconf, wandb, ablate.train"
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code], check=False, cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code],
+        check=False,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     totals: dict[str, float] = {}
     for line in proc.stderr.splitlines():
         match = re.match(r"import time:\s+(\d+) \|\s+(\d+) \| (\s*)(\S+)", line)
@@ -461,13 +537,21 @@ def import_times(env: dict[str, str]) -> dict[str, float]:
 
 # --------------------------------------------------------------------------- sweeps
 
+
 def sweep_command(args: argparse.Namespace, out: Path, mode: str) -> tuple[list[str], int | None, int]:
     """``(command, OMP_NUM_THREADS or None for unset, jobs at a time)`` of one mode."""
     sweep_dir = out / "sweeps" / mode
-    cmd = [sys.executable, str(REPO / "train.py"), "-m", f"hydra.sweep.dir={sweep_dir}",
-           *common_overrides(args, out), f"{args.axis}={','.join(args.variants)}",
-           f"seed={','.join(str(s) for s in args.seeds)}", "skip_completed=false",
-           "+callbacks.overhead_probe._target_=sweep_overhead.job_probe"]
+    cmd = [
+        sys.executable,
+        str(REPO / "train.py"),
+        "-m",
+        f"hydra.sweep.dir={sweep_dir}",
+        *common_overrides(args, out),
+        f"{args.axis}={','.join(args.variants)}",
+        f"seed={','.join(str(s) for s in args.seeds)}",
+        "skip_completed=false",
+        "+callbacks.overhead_probe._target_=sweep_overhead.job_probe",
+    ]
     if mode == "sequential":
         return cmd, args.threads_sequential, 1
     if mode == "parallel":  # cpu_parallel's own n_jobs (one job per core) unless --n-jobs is given
@@ -509,13 +593,17 @@ def read_job(job_dir: Path) -> dict[str, Any]:
     finished = (job_dir / "status.json").stat().st_mtime
     train_s = last_value(job_dir / "csv" / "metrics.csv", "train/time_s")
     job: dict[str, Any] = {
-        "job": job_dir.name, "status": status.get("status"), "steps": status.get("steps"),
+        "job": job_dir.name,
+        "status": status.get("status"),
+        "steps": status.get("steps"),
         "train_time_s": round(train_s, 3) if train_s is not None else None,
         "wall_time_s": status.get("wall_time_s"),
         "val_loss": (status.get("metrics") or {}).get("val/loss"),
-        "pid": probe.get("pid"), "torch_threads": probe.get("torch_threads"),
+        "pid": probe.get("pid"),
+        "torch_threads": probe.get("torch_threads"),
         "omp_num_threads_env": probe.get("omp_num_threads_env"),
-        "started": started, "status_written": finished,
+        "started": started,
+        "status_written": finished,
     }
     if probe.get("first_batch_start") and status.get("wall_time_s") is not None:
         fit_start = finished - status["wall_time_s"]  # wall_time_s: from trainer.fit to the end of the evaluation
@@ -562,7 +650,8 @@ def summarize_sweep(jobs: list[dict[str, Any]], wall: float, n_jobs: int) -> dic
         "mean_post_fit_eval_s": mean("post_fit_eval_s"),
         "torch_threads": sorted({j["torch_threads"] for j in jobs if j.get("torch_threads") is not None}),
         "worker_pids": len({j["pid"] for j in jobs if j.get("pid") is not None}),
-        "_first_start": first_start, "_last_status": last_status,
+        "_first_start": first_start,
+        "_last_status": last_status,
     }
 
 
@@ -571,27 +660,38 @@ def run_sweep(args: argparse.Namespace, out: Path, mode: str) -> dict[str, Any]:
     sweep_dir = out / "sweeps" / mode
     if sweep_dir.exists():
         shutil.rmtree(sweep_dir)
-    print(f"[{mode}] {'OMP_NUM_THREADS=' + str(threads) if threads is not None else '(OMP_NUM_THREADS unset)'} "
-          f"{' '.join(cmd[1:])}", flush=True)
+    print(
+        f"[{mode}] {'OMP_NUM_THREADS=' + str(threads) if threads is not None else '(OMP_NUM_THREADS unset)'} "
+        f"{' '.join(cmd[1:])}",
+        flush=True,
+    )
     with LoadWindow() as load:
         launched = time.time()
         code, wall = run_logged(cmd, child_env(threads), out / f"sweep_{mode}.log", args.timeout)
     jobs = sorted((read_job(d) for d in sweep_dir.iterdir() if (d / "status.json").exists()), key=lambda j: j["job"])
     expected = len(args.variants) * len(args.seeds)
     if code != 0 or len(jobs) != expected:
-        raise SystemExit(f"the {mode} sweep failed (exit {code}, {len(jobs)}/{expected} jobs): see "
-                         f"{out / f'sweep_{mode}.log'}")
+        raise SystemExit(
+            f"the {mode} sweep failed (exit {code}, {len(jobs)}/{expected} jobs): see {out / f'sweep_{mode}.log'}"
+        )
     summary = summarize_sweep(jobs, wall, n_jobs)
     summary["sweep_start_to_first_job_s"] = round(summary.pop("_first_start") - launched, 2)
     summary["last_status_to_exit_s"] = round(launched + wall - summary.pop("_last_status"), 2)
     for j in jobs:  # times relative to the sweep's launch, for the record
         j["started"], j["status_written"] = round(j["started"] - launched, 3), round(j["status_written"] - launched, 3)
     env_text = f"OMP_NUM_THREADS={threads}" if threads is not None else "OMP_NUM_THREADS unset"
-    return {"mode": mode, "command": f"{env_text} python {' '.join(Path(c).name if c.endswith('.py') else c for c in cmd[1:])}",
-            "exit_code": code, **summary, "load": load.as_dict(), "jobs": jobs}
+    return {
+        "mode": mode,
+        "command": f"{env_text} python {' '.join(Path(c).name if c.endswith('.py') else c for c in cmd[1:])}",
+        "exit_code": code,
+        **summary,
+        "load": load.as_dict(),
+        "jobs": jobs,
+    }
 
 
 # --------------------------------------------------------------------------- report
+
 
 def table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -616,32 +716,51 @@ def render(report: dict[str, Any]) -> str:
         rows = [["part (s)", *(f"run {i + 1}" for i in range(len(probes)))]]
         rows += [[n, *(fmt(p["parts"].get(n)) for p in probes)] for n in names]
         out.append("Start-up probe: one single run, seconds per part\n" + table(rows))
-        out.append("loads: " + "; ".join(f"run {i + 1}: {p['load']['load_start']:.2f}->{p['load']['load_end']:.2f}, "
-                                          f"others {p['load']['others_cpu_share']:.0%}" for i, p in enumerate(probes)))
+        out.append(
+            "loads: "
+            + "; ".join(
+                f"run {i + 1}: {p['load']['load_start']:.2f}->{p['load']['load_end']:.2f}, "
+                f"others {p['load']['others_cpu_share']:.0%}"
+                for i, p in enumerate(probes)
+            )
+        )
     if report.get("imports"):
         rows = [["package (-X importtime, cumulative)", "s"]]
         rows += [[k, fmt(v)] for k, v in report["imports"].items()]
         out.append(table(rows))
     sweeps = report.get("sweeps", {})
     if sweeps:
-        keys = [("jobs", "jobs_completed"), ("jobs at a time", "jobs_at_a_time"), ("torch threads per job", "torch_threads"),
-                ("wall time (s)", "wall_s"), ("sum of train/time_s (s)", "sum_train_time_s"),
-                ("sum of status wall_time_s (fit+eval) (s)", "sum_fit_and_eval_s"),
-                ("wall / sum train", "wall_over_sum_train"), ("wall x jobs at a time / sum train", "wall_over_sum_train_per_slot"),
-                ("mean train/time_s per job (s)", "mean_train_time_s"),
-                ("mean job start -> first step (s)", "mean_start_to_first_step_s"),
-                ("mean job start -> trainer.fit (s)", "mean_before_fit_s"),
-                ("mean fit set-up -> first step (s)", "mean_fit_setup_s"),
-                ("mean validation in fit (s)", "mean_validation_s"),
-                ("mean post-fit eval (s)", "mean_post_fit_eval_s"),
-                ("sweep launch -> first job (s)", "sweep_start_to_first_job_s"),
-                ("last status -> sweep exit (s)", "last_status_to_exit_s"),
-                ("load avg start -> end", None), ("others' CPU share", None)]
+        keys = [
+            ("jobs", "jobs_completed"),
+            ("jobs at a time", "jobs_at_a_time"),
+            ("torch threads per job", "torch_threads"),
+            ("wall time (s)", "wall_s"),
+            ("sum of train/time_s (s)", "sum_train_time_s"),
+            ("sum of status wall_time_s (fit+eval) (s)", "sum_fit_and_eval_s"),
+            ("wall / sum train", "wall_over_sum_train"),
+            ("wall x jobs at a time / sum train", "wall_over_sum_train_per_slot"),
+            ("mean train/time_s per job (s)", "mean_train_time_s"),
+            ("mean job start -> first step (s)", "mean_start_to_first_step_s"),
+            ("mean job start -> trainer.fit (s)", "mean_before_fit_s"),
+            ("mean fit set-up -> first step (s)", "mean_fit_setup_s"),
+            ("mean validation in fit (s)", "mean_validation_s"),
+            ("mean post-fit eval (s)", "mean_post_fit_eval_s"),
+            ("sweep launch -> first job (s)", "sweep_start_to_first_job_s"),
+            ("last status -> sweep exit (s)", "last_status_to_exit_s"),
+            ("load avg start -> end", None),
+            ("others' CPU share", None),
+        ]
         rows = [["", *sweeps]]
         for label, key in keys:
             if key is None:
-                cells = [(f"{s['load']['load_start']:.2f} -> {s['load']['load_end']:.2f}" if label.startswith("load")
-                          else f"{s['load']['others_cpu_share']:.0%}") for s in sweeps.values()]
+                cells = [
+                    (
+                        f"{s['load']['load_start']:.2f} -> {s['load']['load_end']:.2f}"
+                        if label.startswith("load")
+                        else f"{s['load']['others_cpu_share']:.0%}"
+                    )
+                    for s in sweeps.values()
+                ]
             else:
                 cells = [fmt(s.get(key), 3 if "/" in label and "(s)" not in label else 2) for s in sweeps.values()]
             rows.append([label, *cells])
@@ -653,24 +772,50 @@ def render(report: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     cores = os.cpu_count() or 1
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--axis", default="pos", help="the swept config key (default: pos)")
-    p.add_argument("--variants", default="learned,rope,alibi,sinusoidal", type=lambda s: s.split(","),
-                   help="the values of --axis, comma-separated")
-    p.add_argument("--seeds", default="1,2,3", type=lambda s: [int(x) for x in s.split(",")],
-                   help="seeds of every variant, comma-separated")
+    p.add_argument(
+        "--variants",
+        default="learned,rope,alibi,sinusoidal",
+        type=lambda s: s.split(","),
+        help="the values of --axis, comma-separated",
+    )
+    p.add_argument(
+        "--seeds",
+        default="1,2,3",
+        type=lambda s: [int(x) for x in s.split(",")],
+        help="seeds of every variant, comma-separated",
+    )
     p.add_argument("--model", default="tiny", help="model= of every run")
-    p.add_argument("--steps", type=int, default=500, help="trainer.max_steps of every sweep job (validated once, at the end)")
-    p.add_argument("--modes", default="sequential,parallel", type=lambda s: s.split(","),
-                   help=f"sweeps to run, back to back, in this order: {', '.join(MODES)}, or none")
-    p.add_argument("--n-jobs", type=int, default=None,
-                   help="jobs at a time of the parallel and joblib modes (default: one per core)")
-    p.add_argument("--threads-sequential", type=int, default=cores,
-                   help="OMP_NUM_THREADS of the sequential sweep and the start-up probe (default: cores)")
+    p.add_argument(
+        "--steps", type=int, default=500, help="trainer.max_steps of every sweep job (validated once, at the end)"
+    )
+    p.add_argument(
+        "--modes",
+        default="sequential,parallel",
+        type=lambda s: s.split(","),
+        help=f"sweeps to run, back to back, in this order: {', '.join(MODES)}, or none",
+    )
+    p.add_argument(
+        "--n-jobs",
+        type=int,
+        default=None,
+        help="jobs at a time of the parallel and joblib modes (default: one per core)",
+    )
+    p.add_argument(
+        "--threads-sequential",
+        type=int,
+        default=cores,
+        help="OMP_NUM_THREADS of the sequential sweep and the start-up probe (default: cores)",
+    )
     p.add_argument("--probe-runs", type=int, default=2, help="single runs of the start-up probe (0: none)")
     p.add_argument("--probe-steps", type=int, default=1, help="trainer.max_steps of a probe run")
     p.add_argument("--no-importtime", action="store_true", help="skip python -X importtime")
-    p.add_argument("--extra", nargs="*", default=[], help="more train.py overrides for every run (e.g. data.seq_len=64)")
+    p.add_argument(
+        "--extra", nargs="*", default=[], help="more train.py overrides for every run (e.g. data.seq_len=64)"
+    )
     p.add_argument("--out", type=Path, default=None, help="output folder (default: logs/sweep_overhead/<time>)")
     p.add_argument("--json", type=Path, default=None, help="the report (default: <out>/sweep_overhead.json)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per subprocess")
@@ -686,18 +831,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--probe-child"]:
         sep = argv.index("--")
-        probe_child(Path(argv[1]), argv[sep + 1:])
+        probe_child(Path(argv[1]), argv[sep + 1 :])
         return {}
     args = parse_args(argv)
     out = (args.out or REPO / "logs" / "sweep_overhead" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    sweep_text = (f"model={args.model} {args.axis}={','.join(args.variants)} seed={','.join(map(str, args.seeds))} "
-                  f"trainer.max_steps={args.steps} trainer.val_check_interval={args.steps} {' '.join(args.extra)}").strip()
+    sweep_text = (
+        f"model={args.model} {args.axis}={','.join(args.variants)} seed={','.join(map(str, args.seeds))} "
+        f"trainer.max_steps={args.steps} trainer.val_check_interval={args.steps} {' '.join(args.extra)}"
+    ).strip()
     report: dict[str, Any] = {
         "machine": {"cpu_count": os.cpu_count(), "python": sys.version.split()[0], "platform": sys.platform},
-        "settings": {"axis": args.axis, "variants": args.variants, "seeds": args.seeds, "model": args.model,
-                     "steps": args.steps, "probe_steps": args.probe_steps, "extra": args.extra, "modes": args.modes,
-                     "n_jobs": args.n_jobs, "threads_sequential": args.threads_sequential, "sweep": sweep_text},
+        "settings": {
+            "axis": args.axis,
+            "variants": args.variants,
+            "seeds": args.seeds,
+            "model": args.model,
+            "steps": args.steps,
+            "probe_steps": args.probe_steps,
+            "extra": args.extra,
+            "modes": args.modes,
+            "n_jobs": args.n_jobs,
+            "threads_sequential": args.threads_sequential,
+            "sweep": sweep_text,
+        },
         "started": datetime.now().isoformat(timespec="seconds"),
     }
     json_path = args.json or out / "sweep_overhead.json"
@@ -711,8 +868,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for i in range(args.probe_runs):
             print(f"[probe] start-up probe run {i + 1}/{args.probe_runs}", flush=True)
             runs.append(startup_probe(args, out, i + 1))
-        report["startup"] = {"runs": runs, "command": f"python train.py {args.axis}={args.variants[0]} "
-                             f"model={args.model} trainer.max_steps={args.probe_steps} (timestamped in-process)"}
+        report["startup"] = {
+            "runs": runs,
+            "command": f"python train.py {args.axis}={args.variants[0]} "
+            f"model={args.model} trainer.max_steps={args.probe_steps} (timestamped in-process)",
+        }
         save()
     if not args.no_importtime:
         report["imports"] = import_times(child_env(args.threads_sequential))

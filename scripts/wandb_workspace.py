@@ -43,8 +43,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--entity", help="W&B entity (default: the sweep's logger.wandb.entity, else your default)")
     parser.add_argument("--axes", help="with --group offline: the swept keys, comma-separated (e.g. act,optim.lr)")
     parser.add_argument("--name", help="the workspace's name (default: 'sweep <group>')")
-    parser.add_argument("--out", metavar="FILE", help=f"where the spec goes (default: <sweep_dir>/{SPEC_FILE}, "
-                                                      f"with --group only: logs/workspaces/<group>/{SPEC_FILE})")
+    parser.add_argument(
+        "--out",
+        metavar="FILE",
+        help=f"where the spec goes (default: <sweep_dir>/{SPEC_FILE}, "
+        f"with --group only: logs/workspaces/<group>/{SPEC_FILE})",
+    )
     parser.add_argument("--no-analysis-run", action="store_true", help="do not log summary.csv and the figures")
     parser.add_argument("--push", metavar="SPEC", help="save a spec written earlier (offline) to W&B")
     args = parser.parse_args(argv)
@@ -56,8 +60,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def push(spec_path: Path) -> int:
     mode, reason = decide_wandb_mode()
     if mode != "online":
-        print(f"error: W&B is {mode} here ({reason}); run this where W&B is reachable (wandb login):\n"
-              f"  python scripts/wandb_workspace.py --push {spec_path}", file=sys.stderr)
+        print(
+            f"error: W&B is {mode} here ({reason}); run this where W&B is reachable (wandb login):\n"
+            f"  python scripts/wandb_workspace.py --push {spec_path}",
+            file=sys.stderr,
+        )
         return 1
     require_workspaces()
     print(f"W&B workspace saved: {save_workspace(read_spec(spec_path))}")
@@ -88,8 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     table, images, analysis_dir = None, [], None
-    if facts.sweep_dir is not None and (facts.summary_csv or facts.figures) and not args.no_analysis_run \
-            and mode != "disabled":
+    if (
+        facts.sweep_dir is not None
+        and (facts.summary_csv or facts.figures)
+        and not args.no_analysis_run
+        and mode != "disabled"
+    ):
         analysis_dir, mode, reason, table, images = log_analysis_run(facts, mode, reason)
     spec = workspace_spec(facts, args.name, table, images)
     default_out = (facts.sweep_dir or Path("logs") / "workspaces" / facts.group) / SPEC_FILE

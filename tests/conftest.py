@@ -21,9 +21,17 @@ HANG_TIMEOUT = 1800
 
 # A model and a run small enough for a test, still the real code path.
 TINY = [
-    "model=tiny", "data.seq_len=16", "data.batch_size=4", "trainer.max_steps=6",
-    "trainer.val_check_interval=3", "+trainer.limit_test_batches=2", "trainer.limit_val_batches=2",
-    "callbacks.progress_bar=null", "print_config=false", "optim.warmup_steps=2", "trainer.log_every_n_steps=1",
+    "model=tiny",
+    "data.seq_len=16",
+    "data.batch_size=4",
+    "trainer.max_steps=6",
+    "trainer.val_check_interval=3",
+    "+trainer.limit_test_batches=2",
+    "trainer.limit_val_batches=2",
+    "callbacks.progress_bar=null",
+    "print_config=false",
+    "optim.warmup_steps=2",
+    "trainer.log_every_n_steps=1",
     "callbacks.throughput.peak_flops=1e12",  # a fixed peak: train/mfu is logged without the ~2 s CPU probe
 ]
 
@@ -63,6 +71,7 @@ def _tier_guard(item) -> Iterator[None]:
     def refuse(what: str):
         def refused(*args, **kwargs):
             raise TierError(f"{item.nodeid} {what}: mark it @pytest.mark.integration (tests/conftest.py: test tiers)")
+
         return refused
 
     popen_init, fit = subprocess.Popen.__init__, lp.Trainer.fit
@@ -108,14 +117,21 @@ def run_train(tmp_path: Path, data_dir: Path):
     """Run ``python train.py ARGS`` in a subprocess with no stdin, offline, in a tmp log dir."""
 
     def run(*args: str, timeout: float = HANG_TIMEOUT, check: bool = True) -> subprocess.CompletedProcess:
-        env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"), "HF_HUB_OFFLINE": "1",
-               "ABLATE_DATA_DIR": str(data_dir), "ABLATE_CACHE_DIR": str(tmp_path.parent / "cache"),
-               "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"),
+            "HF_HUB_OFFLINE": "1",
+            "ABLATE_DATA_DIR": str(data_dir),
+            "ABLATE_CACHE_DIR": str(tmp_path.parent / "cache"),
+            "WANDB_SILENT": "true",
+            "PYTHONUNBUFFERED": "1",
+        }
         flags = [a for a in args if a.startswith("-")]  # Hydra wants -m before the overrides
         overrides = [a for a in args if not a.startswith("-")]
         cmd = [sys.executable, str(REPO / "train.py"), *flags, f"paths.log_dir={tmp_path / 'logs'}", *overrides]
-        proc = subprocess.run(cmd, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run(
+            cmd, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+        )
         if check and proc.returncode != 0:
             raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
         return proc

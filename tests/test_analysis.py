@@ -30,14 +30,21 @@ from PIL import Image
 from ablate.analysis.attention import lm_attention, translation_attention
 from ablate.analysis.paper import load_paper
 from ablate.analysis.runs import Job, canonical, load_sweep, read_metrics_csv
-from ablate.analysis.series import (axis_series, is_stuck, length_series, numeric_axes, paper_rank_correlation,
-                                    paper_series, spearman, training_length)
+from ablate.analysis.series import (
+    axis_series,
+    is_stuck,
+    length_series,
+    numeric_axes,
+    paper_rank_correlation,
+    paper_series,
+    spearman,
+    training_length,
+)
 from ablate.analysis.tables import markdown_table, summarize
 from ablate.analysis.wandb_group import WandbUnavailable, overrides_from_name, require_online
 from ablate.config import ModelSpec, validate
 from ablate.nn.seq2seq import EncoderDecoder
 from ablate.nn.transformer import TransformerLM
-
 from conftest import HANG_TIMEOUT, REPO, TINY
 
 pytestmark = pytest.mark.slow
@@ -45,10 +52,24 @@ ARCH = ["pos=rope", "attn=sdpa", "attn.n_kv_heads=2", "logger=csv", "eval.seq_le
 
 
 def _train(args: list[str], cwd: Path, data_dir: Path) -> None:
-    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "ABLATE_DATA_DIR": str(data_dir),
-           "ABLATE_CACHE_DIR": str(cwd / "cache"), "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "HF_HUB_OFFLINE": "1",
+        "ABLATE_DATA_DIR": str(data_dir),
+        "ABLATE_CACHE_DIR": str(cwd / "cache"),
+        "WANDB_SILENT": "true",
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+    )
     assert proc.returncode == 0, f"train.py failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
 
 
@@ -74,7 +95,9 @@ def _job_dirs(sweep: Path, **axes: str) -> list[Path]:
     found = []
     for job in sweep.iterdir():
         overrides = yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text()) if (job / ".hydra").is_dir() else []
-        if all(f"{k}={v}" in overrides for k, v in axes.items()) and not any(o.startswith("optim.lr=") for o in overrides):
+        if all(f"{k}={v}" in overrides for k, v in axes.items()) and not any(
+            o.startswith("optim.lr=") for o in overrides
+        ):
             found.append(job)
     return found
 
@@ -92,7 +115,11 @@ def _load_script(name: str):
 def test_summary_rows_match_a_hand_computation(sweep_dir: Path):
     sweep = load_sweep(sweep_dir)
     assert sweep.axes == ["norm", "optim.lr"]  # seed is not an axis; the appended job's lr is
-    assert [sweep.label(k) for k in sweep.variants()] == ["norm=pre, lr=0.002", "norm=post, lr=0.002", "norm=post, lr=10000"]
+    assert [sweep.label(k) for k in sweep.variants()] == [
+        "norm=pre, lr=0.002",
+        "norm=post, lr=0.002",
+        "norm=post, lr=10000",
+    ]
     frame = summarize(sweep)
     assert frame.attrs["metric"] == "val/ppl" and frame.attrs["test"] == "test/ppl"
     assert len(frame) == 3  # pre, post, post with lr=1e4
@@ -103,7 +130,9 @@ def test_summary_rows_match_a_hand_computation(sweep_dir: Path):
         assert row["seeds"] == 2 and row["completed"] == 2 and row["diverged"] == 0 and row["seed_values"] == "1,2"
         assert row["val/ppl final mean"] == pytest.approx(statistics.mean(finals), rel=1e-9)
         assert row["val/ppl final std"] == pytest.approx(statistics.stdev(finals), rel=1e-9)
-        assert row["test/ppl mean"] == pytest.approx(statistics.mean(_hand_final(j, "test/ppl") for j in jobs), rel=1e-9)
+        assert row["test/ppl mean"] == pytest.approx(
+            statistics.mean(_hand_final(j, "test/ppl") for j in jobs), rel=1e-9
+        )
         assert row["steps_min"] == row["steps_max"] == 6
         walls = [json.loads((j / "status.json").read_text())["wall_time_s"] for j in jobs]
         assert row["wall_time_s"] == pytest.approx(statistics.mean(walls))
@@ -127,8 +156,9 @@ def test_crashed_job_is_shown_not_dropped(sweep_dir: Path, tmp_path: Path):
     crashed = copy / "norm=pre,seed=3"  # what Hydra leaves of a job that crashed: its .hydra/ and status.json
     shutil.copytree(_job_dirs(sweep_dir, norm="pre", seed="1")[0] / ".hydra", crashed / ".hydra")
     (crashed / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["norm=pre", "seed=3", *TINY, *ARCH]))
-    (crashed / "status.json").write_text(json.dumps({"status": "crashed", "error": "RuntimeError: out of memory",
-                                                     "overrides": ["norm=pre", "seed=3"]}))
+    (crashed / "status.json").write_text(
+        json.dumps({"status": "crashed", "error": "RuntimeError: out of memory", "overrides": ["norm=pre", "seed=3"]})
+    )
     sweep = load_sweep(copy)
     frame = summarize(sweep)
     row = frame[(frame["norm"] == "pre") & (frame["optim.lr"] != "10000")].iloc[0]
@@ -139,13 +169,34 @@ def test_crashed_job_is_shown_not_dropped(sweep_dir: Path, tmp_path: Path):
 
 def test_summarize_script_writes_table_and_paper_column(sweep_dir: Path, tmp_path: Path):
     paper = tmp_path / "paper.yaml"
-    paper.write_text(yaml.safe_dump({"source": "A et al. 2020, Table 1", "metric": "val/ppl", "rows": [
-        {"axes": {"norm": "pre"}, "value": 12.5},
-        {"axes": {"norm": "post", "optim.lr": "1e4"}, "value": "diverged"},
-    ]}))
+    paper.write_text(
+        yaml.safe_dump(
+            {
+                "source": "A et al. 2020, Table 1",
+                "metric": "val/ppl",
+                "rows": [
+                    {"axes": {"norm": "pre"}, "value": 12.5},
+                    {"axes": {"norm": "post", "optim.lr": "1e4"}, "value": "diverged"},
+                ],
+            }
+        )
+    )
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "summarize.py"), str(sweep_dir), "--paper", str(paper),
-                           "--out", str(out)], capture_output=True, text=True, timeout=HANG_TIMEOUT, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "summarize.py"),
+            str(sweep_dir),
+            "--paper",
+            str(paper),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("| ") and "paper val/ppl" in lines[0] and "val/ppl final" in lines[0]
@@ -189,7 +240,11 @@ def test_wandb_offline_fails_fast_with_a_clear_message(monkeypatch, capsys):
 
 def test_helpers():
     assert canonical("1e-3") == canonical("0.001") == "0.001" and canonical("True") == "true"
-    assert overrides_from_name("norm=pre,model.layers=[1,2],seed=1") == {"norm": "pre", "model.layers": "[1,2]", "seed": "1"}
+    assert overrides_from_name("norm=pre,model.layers=[1,2],seed=1") == {
+        "norm": "pre",
+        "model.layers": "[1,2]",
+        "seed": "1",
+    }
 
 
 def test_metrics_csv_collapses_rows_of_one_step(tmp_path: Path):
@@ -205,23 +260,48 @@ def test_metrics_csv_collapses_rows_of_one_step(tmp_path: Path):
 
 def _paper_file(tmp_path: Path) -> Path:
     paper = tmp_path / "paper.yaml"
-    paper.write_text(yaml.safe_dump({"source": "A et al. 2020, Table 1", "metric": "val/ppl", "rows": [
-        {"axes": {"norm": "post"}, "value": 13.0},  # matches both post variants (lr=0.002 and the diverged lr=1e4)
-        {"axes": {"norm": "pre"}, "value": 12.5},
-    ]}))
+    paper.write_text(
+        yaml.safe_dump(
+            {
+                "source": "A et al. 2020, Table 1",
+                "metric": "val/ppl",
+                "rows": [
+                    {
+                        "axes": {"norm": "post"},
+                        "value": 13.0,
+                    },  # matches both post variants (lr=0.002 and the diverged lr=1e4)
+                    {"axes": {"norm": "pre"}, "value": 12.5},
+                ],
+            }
+        )
+    )
     return paper
 
 
 def test_plot_script_writes_the_figures(sweep_dir: Path, tmp_path: Path, capsys):
     out = tmp_path / "figures"
     _load_script("plot").main([str(sweep_dir), "--out", str(out), "--paper", str(_paper_file(tmp_path))])
-    expected = {"val_curves.png", "lr_loss_warmup.png", "grad_norm_depth.png", "grad_norm_heatmap.png",
-                "ppl_vs_length.png", "metric_vs_lr.png", "train_loss_by_lr.png", "paper_vs_ours.png", "loss_vs_lr.png"}
+    expected = {
+        "val_curves.png",
+        "lr_loss_warmup.png",
+        "grad_norm_depth.png",
+        "grad_norm_heatmap.png",
+        "ppl_vs_length.png",
+        "metric_vs_lr.png",
+        "train_loss_by_lr.png",
+        "paper_vs_ours.png",
+        "loss_vs_lr.png",
+    }
     if any(c.startswith("resid_rms/") for job in load_sweep(sweep_dir).jobs for c in job.metrics.columns):
         expected.add("resid_rms_depth.png")
     written = {p.name for p in out.iterdir()}
     assert expected <= written, written
-    assert {"ppl_vs_length.csv", "metric_vs_lr.csv", "paper_vs_ours.csv", "loss_vs_lr.csv"} <= written  # the numbers drawn
+    assert {
+        "ppl_vs_length.csv",
+        "metric_vs_lr.csv",
+        "paper_vs_ours.csv",
+        "loss_vs_lr.csv",
+    } <= written  # the numbers drawn
     for name in expected:
         with Image.open(out / name) as image:  # a real picture, not an empty canvas
             assert image.format == "PNG" and image.width >= 500 and image.height >= 300
@@ -241,7 +321,13 @@ def test_plot_script_writes_the_other_figures_when_the_paper_has_no_numbers(swee
     assert "paper_vs_ours.png not written" in err and "numeric value" in err
     written = {p.name for p in out.iterdir()}
     assert "paper_vs_ours.png" not in written
-    assert {"val_curves.png", "lr_loss_warmup.png", "grad_norm_heatmap.png", "metric_vs_lr.png", "loss_vs_lr.png"} <= written
+    assert {
+        "val_curves.png",
+        "lr_loss_warmup.png",
+        "grad_norm_heatmap.png",
+        "metric_vs_lr.png",
+        "loss_vs_lr.png",
+    } <= written
 
 
 def test_a_failing_figure_does_not_stop_the_others(sweep_dir: Path, tmp_path: Path, capsys, monkeypatch):
@@ -258,7 +344,13 @@ def test_a_failing_figure_does_not_stop_the_others(sweep_dir: Path, tmp_path: Pa
     written = {p.name for p in out.iterdir()}
     assert "grad_norm_heatmap.png" not in written
     # the figures listed after the failing one too
-    assert {"val_curves.png", "grad_norm_depth.png", "ppl_vs_length.png", "metric_vs_lr.png", "loss_vs_lr.png"} <= written
+    assert {
+        "val_curves.png",
+        "grad_norm_depth.png",
+        "ppl_vs_length.png",
+        "metric_vs_lr.png",
+        "loss_vs_lr.png",
+    } <= written
     # nothing can be written: a non-zero exit status that names the failures
     monkeypatch.setattr(figures, "_save", boom)
     with pytest.raises(SystemExit) as exit_info:
@@ -378,7 +470,9 @@ def test_spearman_against_hand_computations():
 
 def test_stuck_means_the_validation_loss_did_not_fall(tmp_path: Path):
     def job(values: list[float], status: str = "completed") -> Job:
-        frame = pd.DataFrame({"val/loss": values}, index=pd.Index([100 * (i + 1) for i in range(len(values))], name="step"))
+        frame = pd.DataFrame(
+            {"val/loss": values}, index=pd.Index([100 * (i + 1) for i in range(len(values))], name="step")
+        )
         return Job(name="j", source=str(tmp_path), overrides={}, status=status, metrics=frame)
 
     assert is_stuck(job([3.353, 3.350]))  # a deep Post-LN model at the unigram loss all run
@@ -398,8 +492,20 @@ def _assert_distributions(weights: torch.Tensor) -> None:
 @pytest.mark.parametrize("pos", ["rope", "alibi", "learned"])
 def test_lm_attention_is_causal_normalised_and_leaves_the_model_alone(pos: str):
     torch.manual_seed(0)
-    spec = validate(ModelSpec(vocab_size=30, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, max_len=16,
-                              pos=pos, attn="sdpa", dropout=0.1))
+    spec = validate(
+        ModelSpec(
+            vocab_size=30,
+            n_layers=2,
+            d_model=32,
+            n_heads=4,
+            n_kv_heads=2,
+            d_ff=64,
+            max_len=16,
+            pos=pos,
+            attn="sdpa",
+            dropout=0.1,
+        )
+    )
     model = TransformerLM(spec).eval()
     ids = torch.randint(0, 30, (12,))
     before = model(ids[None])
@@ -415,12 +521,29 @@ def test_lm_attention_is_causal_normalised_and_leaves_the_model_alone(pos: str):
 
 def test_translation_attention_kinds():
     torch.manual_seed(0)
-    spec = validate(ModelSpec(vocab_size=30, n_layers=2, encoder_layers=1, d_model=32, n_heads=4, d_ff=64, max_len=16,
-                              pos="sinusoidal", norm="post", attn="sdpa"))
+    spec = validate(
+        ModelSpec(
+            vocab_size=30,
+            n_layers=2,
+            encoder_layers=1,
+            d_model=32,
+            n_heads=4,
+            d_ff=64,
+            max_len=16,
+            pos="sinusoidal",
+            norm="post",
+            attn="sdpa",
+        )
+    )
     model = EncoderDecoder(spec)
     maps = translation_attention(model, torch.tensor([5, 6, 7, 8, 2]), torch.tensor([1, 9, 10]))
     assert maps["encoder self-attention"].shape == (1, 4, 5, 5)
-    assert maps["decoder self-attention"].shape == (2, 4, 3, 3) and maps["decoder cross-attention"].shape == (2, 4, 3, 5)
+    assert maps["decoder self-attention"].shape == (2, 4, 3, 3) and maps["decoder cross-attention"].shape == (
+        2,
+        4,
+        3,
+        5,
+    )
     assert torch.triu(maps["encoder self-attention"], diagonal=1).sum() > 0  # the encoder sees the whole source
     assert torch.equal(torch.triu(maps["decoder self-attention"], 1), torch.zeros_like(maps["decoder self-attention"]))
     for weights in maps.values():
@@ -431,9 +554,20 @@ def test_attention_maps_script_on_a_sweep_checkpoint(sweep_dir: Path, tmp_path: 
     ckpt = _job_dirs(sweep_dir, norm="pre", seed="1")[0] / "checkpoints" / "best.ckpt"
     out = tmp_path / "maps.png"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "attention_maps.py"), f"ckpt_path='{ckpt}'",
-                           "text='ROMEO:\\nBut soft'", f"out={out}"], capture_output=True, text=True, timeout=HANG_TIMEOUT,
-                          stdin=subprocess.DEVNULL, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "attention_maps.py"),
+            f"ckpt_path='{ckpt}'",
+            "text='ROMEO:\\nBut soft'",
+            f"out={out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == str(out)
     assert out.read_bytes().startswith(b"\x89PNG") and out.stat().st_size > 10_000

@@ -31,7 +31,6 @@ from ablate.analysis.tables import markdown_table, summarize
 from ablate.config import model_spec
 from ablate.nn.transformer import TransformerLM
 from ablate.train import check_config
-
 from conftest import HANG_TIMEOUT, REPO
 from test_stats import write_job
 
@@ -46,12 +45,16 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["step", "train/tokens_seen", "train/time_s", "val/loss"]).set_index("step")
 
 
-METRICS = _frame([(49, 5000, 6.0, None),  # a training row: no validation value, not a point of the curve
-                  (99, 10000, 11.0, 3.0),
-                  (149, 15000, 17.0, None),
-                  (199, None, None, 2.5),  # a validation row without the counters: interpolated
-                  (249, 25000, 29.0, None),
-                  (299, 30000, 35.0, 2.0)])
+METRICS = _frame(
+    [
+        (49, 5000, 6.0, None),  # a training row: no validation value, not a point of the curve
+        (99, 10000, 11.0, 3.0),
+        (149, 15000, 17.0, None),
+        (199, None, None, 2.5),  # a validation row without the counters: interpolated
+        (249, 25000, 29.0, None),
+        (299, 30000, 35.0, 2.0),
+    ]
+)
 
 
 def test_interpolation_at_matched_flops_and_time_by_hand():
@@ -82,9 +85,15 @@ def _job(name: str, params: int, validations: list[tuple[int, float, float]], st
     """A job with 64 tokens per step (validation rows: step + 1, time_s, val/loss) and a config
     that gives 6 params + 12 x 2 x 8 x 16 FLOPs per token."""
     rows = [(n - 1, 64 * n, t, v) for n, t, v in validations]
-    return Job(name, f"/sweep/{name}", {"act": name}, status, record={"params": params, "steps": validations[-1][0]},
-               config={"model": {"n_layers": 2, "d_model": 8}, "data": {"seq_len": 16, "batch_size": 4}},
-               metrics=_frame(rows))
+    return Job(
+        name,
+        f"/sweep/{name}",
+        {"act": name},
+        status,
+        record={"params": params, "steps": validations[-1][0]},
+        config={"model": {"n_layers": 2, "d_model": 8}, "data": {"seq_len": 16, "batch_size": 4}},
+        metrics=_frame(rows),
+    )
 
 
 def test_matched_budget_is_the_minimum_final_budget():
@@ -129,11 +138,26 @@ def write_cost_sweep(root: Path, seeds=(1, 2, 3)) -> Path:
     index = 0
     for act, params, seconds, offset in (("gelu", GELU_PARAMS, 0.2, 0.0), ("relu", RELU_PARAMS, 0.1, 0.05)):
         for seed in seeds:
-            rows = [{"step": n - 1, "train/tokens_seen": n * BATCH * SEQ, "train/time_s": n * seconds,
-                     "val/loss": 1.5 + 4 / math.sqrt(n / 100) + offset + 0.03 * seed + rng.normal(0, 0.005)}
-                    for n in range(200, 1001, 200)]
-            write_job(root, index, [f"act={act}", f"seed={seed}"], "val/loss", None, params=params, steps=1000,
-                      config=config, metrics=pd.DataFrame(rows))
+            rows = [
+                {
+                    "step": n - 1,
+                    "train/tokens_seen": n * BATCH * SEQ,
+                    "train/time_s": n * seconds,
+                    "val/loss": 1.5 + 4 / math.sqrt(n / 100) + offset + 0.03 * seed + rng.normal(0, 0.005),
+                }
+                for n in range(200, 1001, 200)
+            ]
+            write_job(
+                root,
+                index,
+                [f"act={act}", f"seed={seed}"],
+                "val/loss",
+                None,
+                params=params,
+                steps=1000,
+                config=config,
+                metrics=pd.DataFrame(rows),
+            )
             index += 1
     return root
 
@@ -144,14 +168,20 @@ def _row(frame: pd.DataFrame, act: str) -> pd.Series:
 
 def test_cheaper_per_step_loses_at_equal_steps_and_wins_at_equal_flops(tmp_path: Path):
     sweep = load_sweep(write_cost_sweep(tmp_path))
-    verdicts = {basis: _row(summarize(sweep, "val/loss", baseline="act=gelu", basis=basis), "relu")["verdict"]
-                for basis in budget.BASES}
+    verdicts = {
+        basis: _row(summarize(sweep, "val/loss", baseline="act=gelu", basis=basis), "relu")["verdict"]
+        for basis in budget.BASES
+    }
     assert verdicts == {"steps": "worse", "flops": "better", "time": "better"}
 
     frame = summarize(sweep, "val/loss", baseline="act=gelu", basis="flops")
     relu, gelu = _row(frame, "relu"), _row(frame, "gelu")
     assert (relu["params"], relu["flops_per_token"], relu["tokens_seen"], relu["train_time_s"]) == (
-        RELU_PARAMS, FPT["relu"], 1000 * BATCH * SEQ, 100.0)
+        RELU_PARAMS,
+        FPT["relu"],
+        1000 * BATCH * SEQ,
+        100.0,
+    )
     assert frame["matched_flops"].unique().tolist() == [FPT["relu"] * 1000 * BATCH * SEQ]  # relu's end: the cheaper
     assert frame["matched_steps"].unique().tolist() == [1000] and frame["matched_time_s"].unique().tolist() == [100.0]
     assert relu["val/loss @flops mean"] == pytest.approx(relu["val/loss final mean"])  # relu at its end ...
@@ -162,8 +192,15 @@ def test_cheaper_per_step_loses_at_equal_steps_and_wins_at_equal_flops(tmp_path:
 
 
 def _summarize_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "summarize.py"), *args], capture_output=True,
-                          check=False, text=True, timeout=HANG_TIMEOUT, stdin=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "summarize.py"), *args],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=HANG_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def _script(name: str):
@@ -177,24 +214,36 @@ def _script(name: str):
 def test_summarize_script_basis_flops(tmp_path: Path):
     sweep = write_cost_sweep(tmp_path / "sweep")
     out = tmp_path / "out"
-    proc = _summarize_script(str(sweep), "--metric", "val/loss", "--baseline", "act=gelu", "--basis", "flops",
-                             "--out", str(out))
+    proc = _summarize_script(
+        str(sweep), "--metric", "val/loss", "--baseline", "act=gelu", "--basis", "flops", "--out", str(out)
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     heading = "Against the baseline act=gelu (val/loss at the matched budget of 4.23e+09 FLOPs, --basis flops):"
     assert lines[0] == heading  # the answer first: the verdicts at equal FLOPs, their notes, then ...
     assert lines[lines.index("Per variant:") + 2].startswith("| act | seeds |")  # ... the summary table ...
     cost = lines.index(next(line for line in lines if line.startswith("At equal cost")))  # ... the costs ...
-    assert lines[cost + 2] == ("| act | params | FLOPs/token | tokens seen | train time (s) | val/loss @ 1000 steps | "
-                               "val/loss @ 4.23e+09 FLOPs | val/loss @ 100 s |")
+    assert lines[cost + 2] == (
+        "| act | params | FLOPs/token | tokens seen | train time (s) | val/loss @ 1000 steps | "
+        "val/loss @ 4.23e+09 FLOPs | val/loss @ 100 s |"
+    )
     assert lines[cost + 5].startswith(f"| relu | 10,000 | {FPT['relu']:.4g} | 64,000 | 100 |")
     header = lines[lines.index(heading) + 2]
     assert "| val/loss @flops |" in header and header.endswith("| verdict |")
-    assert next(line for line in lines[lines.index(heading):] if line.startswith("| relu |")).endswith("| better |")
+    assert next(line for line in lines[lines.index(heading) :] if line.startswith("| relu |")).endswith("| better |")
     summary = pd.read_csv(out / "summary.csv")
     assert (summary["basis"] == "flops").all() and (summary["matched_flops"] == FPT["relu"] * 64000).all()
-    assert {"params", "flops_per_token", "tokens_seen", "train_time_s", "matched_steps", "matched_time_s",
-            "val/loss @flops n", "val/loss @time mean", "val/loss @steps std"} <= set(summary.columns)
+    assert {
+        "params",
+        "flops_per_token",
+        "tokens_seen",
+        "train_time_s",
+        "matched_steps",
+        "matched_time_s",
+        "val/loss @flops n",
+        "val/loss @time mean",
+        "val/loss @steps std",
+    } <= set(summary.columns)
 
     with pytest.raises(SystemExit):  # --basis without --baseline: nothing to compare
         _script("summarize").parse_args([str(sweep), "--basis", "flops"])
@@ -265,9 +314,16 @@ def write_ladder_sweep(root: Path) -> Path:
             params, compute = 1e5 * 4**i, 6 * 1e5 * 4**i * 1000 * 8 * 64
             for seed in (1, 2):
                 loss = 1.5 + 0.5 * (6 * 1.6e6 * 1000 * 8 * 64 / (factor * compute)) ** 0.3 + 0.001 * seed
-                write_job(root, index, [f"scale={scale}", f"act={act}", f"seed={seed}"], "val/loss", loss,
-                          params=int(params), steps=1000,
-                          config={"model": {"n_layers": 2, "d_model": 16}, "data": {"batch_size": 8, "seq_len": 64}})
+                write_job(
+                    root,
+                    index,
+                    [f"scale={scale}", f"act={act}", f"seed={seed}"],
+                    "val/loss",
+                    loss,
+                    params=int(params),
+                    steps=1000,
+                    config={"model": {"n_layers": 2, "d_model": 16}, "data": {"batch_size": 8, "seq_len": 64}},
+                )
                 index += 1
     return root
 
@@ -276,7 +332,9 @@ def test_compute_multiplier_defaults_to_the_scale_axis(tmp_path: Path, capsys):
     script = _script("compute_multiplier")
     ladder = load_sweep(write_ladder_sweep(tmp_path / "ladder"))
     assert script.default_scale_key(ladder) == "scale"
-    script.main([ladder.source, "--baseline", "act=gelu", "--flops", "6N", "--bootstrap", "0", "--out", str(tmp_path / "o")])
+    script.main(
+        [ladder.source, "--baseline", "act=gelu", "--flops", "6N", "--bootstrap", "0", "--out", str(tmp_path / "o")]
+    )
     assert "| act=swiglu | m |" in capsys.readouterr().out
     result = pd.read_csv(tmp_path / "o" / "compute_multiplier.csv").iloc[0]
     assert result["variant"] == "act=swiglu" and result["multiplier"] == pytest.approx(2.0, rel=0.05)
@@ -298,12 +356,24 @@ def write_tuned_ladder_sweep(root: Path) -> Path:
             for lr, seeds in ((other, (1,)), (best, (1, 2, 3))):
                 for seed in seeds:
                     loss = 1.5 + 0.5 * (6 * 1.6e6 * 1000 * 8 * 64 / (factor * compute)) ** 0.3 + 0.001 * seed
-                    write_job(root, index, [f"scale={scale}", f"act={act}", f"optim.lr={lr}", f"seed={seed}"],
-                              "val/loss", loss + (0.3 if lr == other else 0.0), params=int(params), steps=1000,
-                              config={"model": {"n_layers": 2, "d_model": 16}, "data": {"batch_size": 8, "seq_len": 64}})
+                    write_job(
+                        root,
+                        index,
+                        [f"scale={scale}", f"act={act}", f"optim.lr={lr}", f"seed={seed}"],
+                        "val/loss",
+                        loss + (0.3 if lr == other else 0.0),
+                        params=int(params),
+                        steps=1000,
+                        config={"model": {"n_layers": 2, "d_model": 16}, "data": {"batch_size": 8, "seq_len": 64}},
+                    )
                     index += 1
-            variants.append({"variant": f"scale={scale}, act={act}", "overrides": [f"scale={scale}", f"act={act}"],
-                             "chosen_override": f"optim.lr={best}"})
+            variants.append(
+                {
+                    "variant": f"scale={scale}, act={act}",
+                    "overrides": [f"scale={scale}", f"act={act}"],
+                    "chosen_override": f"optim.lr={best}",
+                }
+            )
     (root / "lr_tuning.json").write_text(json.dumps({"key": "optim.lr", "variants": variants}))
     return root
 
@@ -312,8 +382,9 @@ def test_compute_multiplier_of_a_tuned_sweep_joins_each_variants_tuned_rates(tmp
     """The tuned rate differs between scales: a curve per act through its chosen rates, the other
     rates of the grid left out (with them, or with the rate as a variant, the factor is lost)."""
     sweep = write_tuned_ladder_sweep(tmp_path / "tuned")
-    _script("compute_multiplier").main([str(sweep), "--baseline", "act=gelu", "--flops", "6N", "--bootstrap", "0",
-                                        "--out", str(tmp_path / "o")])
+    _script("compute_multiplier").main(
+        [str(sweep), "--baseline", "act=gelu", "--flops", "6N", "--bootstrap", "0", "--out", str(tmp_path / "o")]
+    )
     out = capsys.readouterr().out
     assert "each variant at its tuned learning rate, its seeds there (6 job(s)" in out
     assert "| act=swiglu | m | " in out and "lr=" not in out.split("\n\n")[0]
@@ -324,8 +395,22 @@ def test_compute_multiplier_of_a_tuned_sweep_joins_each_variants_tuned_rates(tmp
 def test_where_compares_the_variants_within_one_scale(tmp_path: Path):
     sweep = write_tuned_ladder_sweep(tmp_path / "tuned")
     with pytest.raises(SystemExit, match="matches 3 configurations"):
-        _script("summarize").main([str(sweep), "--metric", "val/loss", "--baseline", "act=gelu", "--out", str(tmp_path / "all")])
-    _script("summarize").main([str(sweep), "--metric", "val/loss", "--where", "scale=m", "--baseline", "act=gelu", "--out", str(tmp_path / "m")])
+        _script("summarize").main(
+            [str(sweep), "--metric", "val/loss", "--baseline", "act=gelu", "--out", str(tmp_path / "all")]
+        )
+    _script("summarize").main(
+        [
+            str(sweep),
+            "--metric",
+            "val/loss",
+            "--where",
+            "scale=m",
+            "--baseline",
+            "act=gelu",
+            "--out",
+            str(tmp_path / "m"),
+        ]
+    )
     frame = pd.read_csv(tmp_path / "m" / "summary.csv")
     assert "scale" not in frame and sorted(frame["act"]) == ["gelu", "swiglu"]  # one scale: not an axis any more
     assert (tmp_path / "m" / "summary.md").read_text().startswith("Only the jobs with scale=m.")
@@ -351,7 +436,9 @@ def test_a_job_added_without_tune_lr_joins_its_variant(tmp_path: Path):
 def test_plot_of_a_tuned_sweep_draws_the_tuned_rates_and_the_whole_tuning_curve(tmp_path: Path, capsys):
     sweep = write_tuned_ladder_sweep(tmp_path / "tuned")
     _script("plot").main([str(sweep), "--metric", "val/loss", "--out", str(tmp_path / "figs")])
-    assert "6 job(s) of the other grid rates left out; loss_vs_lr.png and --all-lrs show them" in capsys.readouterr().out
+    assert (
+        "6 job(s) of the other grid rates left out; loss_vs_lr.png and --all-lrs show them" in capsys.readouterr().out
+    )
     tuning = pd.read_csv(tmp_path / "figs" / "loss_vs_lr.csv")
     assert len(tuning) == 12 and tuning["x"].nunique() == 2  # 6 variants x both rates of the grid, not only the chosen
     assert not (tmp_path / "figs" / "metric_vs_lr.png").exists()  # the tuned rate is not an axis of its own

@@ -24,8 +24,8 @@ from ablate.averaging import (
     write_averaged,
 )
 from ablate.checkpointing import AtomicCheckpointIO, LastCheckpoint
-from tests.conftest import REPO, TINY
 from conftest import HANG_TIMEOUT
+from tests.conftest import REPO, TINY
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -35,12 +35,19 @@ IDENTITY = {"model.d_model": 32, "model.n_layers": 2, "optim.lr": 0.001, "seed":
 def handmade(path: Path, weight: torch.Tensor, count: int, identity: dict | None = None, step: int = 1) -> Path:
     """A checkpoint as train.py writes one, reduced to what averaging reads."""
     ckpt = {
-        "global_step": step, "task": "lm",
-        "state_dict": {"model.w": weight, "model.half": weight.half(), "model.count": torch.tensor([count, 7]),
-                       "alias.w": weight},  # one tensor under two names, like tied embeddings
-        "hyper_parameters": {"spec": {"d_model": 32}}, "tokenizer": {"kind": "char"},
+        "global_step": step,
+        "task": "lm",
+        "state_dict": {
+            "model.w": weight,
+            "model.half": weight.half(),
+            "model.count": torch.tensor([count, 7]),
+            "alias.w": weight,
+        },  # one tensor under two names, like tied embeddings
+        "hyper_parameters": {"spec": {"d_model": 32}},
+        "tokenizer": {"kind": "char"},
         "callbacks": {"ResumeState": {"run_identity": dict(identity or IDENTITY)}},
-        "optimizer_states": [{"state": {}}], "lr_schedulers": [{}],
+        "optimizer_states": [{"state": {}}],
+        "lr_schedulers": [{}],
     }
     torch.save(ckpt, path)
     return path
@@ -59,14 +66,18 @@ def test_average_of_two_checkpoints_is_the_elementwise_mean(tmp_path: Path) -> N
     assert "optimizer_states" not in out and "lr_schedulers" not in out
     assert out["averaged_checkpoints"]["global_steps"] == [100, 200]
     write_averaged(out, tmp_path / "averaged.ckpt")
-    assert torch.equal(torch.load(tmp_path / "averaged.ckpt", weights_only=False)["state_dict"]["model.w"], sd["model.w"])
+    assert torch.equal(
+        torch.load(tmp_path / "averaged.ckpt", weights_only=False)["state_dict"]["model.w"], sd["model.w"]
+    )
     with pytest.raises(AveragingError, match="last.ckpt"):
         write_averaged(out, tmp_path / "last.ckpt")  # ckpt_path=last would resume from it
 
 
 def test_checkpoints_of_different_runs_are_refused_naming_the_keys(tmp_path: Path) -> None:
     a = handmade(tmp_path / "a.ckpt", torch.ones(2, 2), 1)
-    b = handmade(tmp_path / "b.ckpt", torch.ones(2, 2), 1, identity={**IDENTITY, "model.d_model": 64, "optim.lr": 0.002})
+    b = handmade(
+        tmp_path / "b.ckpt", torch.ones(2, 2), 1, identity={**IDENTITY, "model.d_model": 64, "optim.lr": 0.002}
+    )
     with pytest.raises(AveragingError) as err:
         average_checkpoints([a, b])
     assert "model.d_model" in str(err.value) and "optim.lr" in str(err.value) and "seed" not in str(err.value)
@@ -103,9 +114,17 @@ class Toy(L.LightningModule):
 
 def toy_fit(callbacks: list, max_steps: int, ckpt_path: str | None = None, val_every: int = 2) -> Toy:
     data = DataLoader(TensorDataset(torch.tensor([[1.0, 2.0]] * 16)), batch_size=1)
-    trainer = L.Trainer(max_steps=max_steps, callbacks=callbacks, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=0, val_check_interval=val_every,
-                        limit_val_batches=1, plugins=[AtomicCheckpointIO()])
+    trainer = L.Trainer(
+        max_steps=max_steps,
+        callbacks=callbacks,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        val_check_interval=val_every,
+        limit_val_batches=1,
+        plugins=[AtomicCheckpointIO()],
+    )
     model = Toy()
     trainer.fit(model, data, data, ckpt_path=ckpt_path)
     return model
@@ -138,8 +157,14 @@ def test_ema_is_validated_saved_and_resumed(tmp_path: Path) -> None:
     for step in range(2, 6):
         ema.append((ema[-1] + raw_weight(step)) / 2)
     run = tmp_path / "run"
-    model = toy_fit([EMA(decay=0.5), StepCheckpoints(run, every_n_train_steps=1, keep_last_n=5),
-                     LastCheckpoint(run, every_n_train_steps=2)], max_steps=5)
+    model = toy_fit(
+        [
+            EMA(decay=0.5),
+            StepCheckpoints(run, every_n_train_steps=1, keep_last_n=5),
+            LastCheckpoint(run, every_n_train_steps=2),
+        ],
+        max_steps=5,
+    )
     # validation (after steps 2 and 4) saw the EMA, not the trained weights
     assert torch.allclose(model.validated[0], ema[1]) and torch.allclose(model.validated[1], ema[3])
     assert not torch.allclose(ema[1], raw_weight(2))
@@ -154,12 +179,16 @@ def test_ema_is_validated_saved_and_resumed(tmp_path: Path) -> None:
     assert torch.allclose(model.layer.weight.detach(), ema[4])  # after training: the EMA (the test uses it)
     # averaging: the EMA weights by default, the trained ones with weights=raw
     assert torch.allclose(average_checkpoints([run / "last.ckpt"])["state_dict"]["layer.weight"], ema[4])
-    assert torch.allclose(average_checkpoints([run / "last.ckpt"], weights="raw")["state_dict"]["layer.weight"],
-                          raw_weight(5))
+    assert torch.allclose(
+        average_checkpoints([run / "last.ckpt"], weights="raw")["state_dict"]["layer.weight"], raw_weight(5)
+    )
     # a resume from step 2 continues both the trained weights and the EMA
     resumed_dir = tmp_path / "resumed"
-    toy_fit([EMA(decay=0.5), StepCheckpoints(resumed_dir, 1, keep_last_n=1)], max_steps=5,
-            ckpt_path=str(run / step_checkpoint_name(2)))
+    toy_fit(
+        [EMA(decay=0.5), StepCheckpoints(resumed_dir, 1, keep_last_n=1)],
+        max_steps=5,
+        ckpt_path=str(run / step_checkpoint_name(2)),
+    )
     resumed = torch.load(resumed_dir / step_checkpoint_name(5), weights_only=False)
     assert torch.allclose(resumed["state_dict"]["layer.weight"], ema[4])
     assert torch.allclose(resumed["current_model_state"]["layer.weight"], raw_weight(5))
@@ -179,15 +208,27 @@ def test_ema_off_changes_nothing(tmp_path: Path) -> None:
 
 def script(name: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, str(REPO / name), *args], capture_output=True, text=True, timeout=HANG_TIMEOUT,
-                          stdin=subprocess.DEVNULL, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, str(REPO / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        check=False,
+    )
 
 
 @pytest.mark.integration
 def test_tiny_run_keeps_the_last_two_averages_them_and_generate_loads_it(run_train, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    run_train(*TINY, f"hydra.run.dir={run}", "logger=[]", "callbacks.checkpoint_last.every_n_train_steps=2",
-              "callbacks.checkpoint_keep.keep_last_n=2")
+    run_train(
+        *TINY,
+        f"hydra.run.dir={run}",
+        "logger=[]",
+        "callbacks.checkpoint_last.every_n_train_steps=2",
+        "callbacks.checkpoint_keep.keep_last_n=2",
+    )
     ckpts = run / "checkpoints"
     assert [p.name for _, p in step_checkpoints(ckpts)] == ["step-0000004.ckpt", "step-0000006.ckpt"]
     out = ckpts / "averaged.ckpt"

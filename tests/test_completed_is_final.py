@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from conftest import TINY
 
 pytestmark = pytest.mark.integration
@@ -23,7 +24,13 @@ def test_resuming_a_completed_run_says_so_and_rewrites_nothing(run_train, tmp_pa
     assert {p: p.read_bytes() for p in records} == before  # not one byte of any record changed
 
     # allowed to train longer, it does, and the record says so
-    run_train(*TINY, "logger=csv", f"hydra.run.dir={run_dir}", "ckpt_path=last", "trainer.max_steps=9",
-              "+resume_allow_changes=[trainer.max_steps]")
+    run_train(
+        *TINY,
+        "logger=csv",
+        f"hydra.run.dir={run_dir}",
+        "ckpt_path=last",
+        "trainer.max_steps=9",
+        "+resume_allow_changes=[trainer.max_steps]",
+    )
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "completed" and status["steps"] == 9

@@ -35,8 +35,13 @@ def allowed(cfg: dict[str, object]) -> bool:
 def all_pairs(axes: dict[str, list]) -> list[dict[str, object]]:
     """A greedy covering array: every allowed pair of values of two axes appears in some row."""
     names = list(axes)
-    uncovered = {((a, va), (b, vb)) for a, b in itertools.combinations(names, 2)
-                 for va in axes[a] for vb in axes[b] if allowed({a: va, b: vb})}
+    uncovered = {
+        ((a, va), (b, vb))
+        for a, b in itertools.combinations(names, 2)
+        for va in axes[a]
+        for vb in axes[b]
+        if allowed({a: va, b: vb})
+    }
     rows = []
     while uncovered:
         (a, va), (b, vb) = min(uncovered, key=repr)
@@ -44,9 +49,17 @@ def all_pairs(axes: dict[str, list]) -> list[dict[str, object]]:
         for name in names:  # fill the other axes with the value covering most new pairs
             if name in row:
                 continue
-            def gain(v):
+
+            def gain(v, row=row, name=name, uncovered=uncovered):  # bound now: used in this iteration only
                 trial = {**row, name: v}
-                return -1 if not allowed(trial) else sum(((n, trial[n]), (name, v)) in uncovered or ((name, v), (n, trial[n])) in uncovered for n in row)
+                return (
+                    -1
+                    if not allowed(trial)
+                    else sum(
+                        ((n, trial[n]), (name, v)) in uncovered or ((name, v), (n, trial[n])) in uncovered for n in row
+                    )
+                )
+
             row[name] = max(axes[name], key=gain)
         uncovered -= {((x, row[x]), (y, row[y])) for x, y in itertools.combinations(names, 2)}
         rows.append(row)

@@ -13,9 +13,11 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 
 @pytest.mark.parametrize("group", ["pos", "norm", "act", "init", "attn"])
 def test_unknown_option_lists_valid_ones(group):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        with pytest.raises(MissingConfigException) as err:
-            compose(config_name="train", overrides=[f"{group}=nonsense"])
+    with (
+        initialize_config_dir(config_dir=str(CONF), version_base="1.3"),
+        pytest.raises(MissingConfigException) as err,
+    ):
+        compose(config_name="train", overrides=[f"{group}=nonsense"])
     message = str(err.value)
     for option in (p.stem for p in (CONF / group).glob("*.yaml")):
         assert option in message

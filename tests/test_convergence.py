@@ -12,7 +12,9 @@ from ablate.analysis.convergence import late_change
 from ablate.analysis.runs import Job
 
 
-def _job(steps: list[int], val_loss: list[float], train_loss: float | None = None, recorded_steps: int | None = None) -> Job:
+def _job(
+    steps: list[int], val_loss: list[float], train_loss: float | None = None, recorded_steps: int | None = None
+) -> Job:
     frame = {"val/loss": val_loss}
     if train_loss is not None:  # a noisy training loss at every step: must not be what is measured
         frame["train/loss"] = [train_loss] * len(steps)

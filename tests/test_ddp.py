@@ -20,17 +20,27 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from _rank_report import report_rank
 from ablate import distributed
 from ablate.data.lm_data import ResumableSampler
 from ablate.train import Job, _rank_main
 from ablate.wandb_reader import read_offline_run
-from _rank_report import report_rank
 from conftest import HANG_TIMEOUT
 
 COMMON = [
-    "model=tiny", "data.seq_len=16", "data.eval_seq_len=64", "data.batch_size=8", "trainer.max_steps=6",
-    "trainer.val_check_interval=6", "trainer.limit_val_batches=1.0", "eval.test_at_end=false",
-    "optim.warmup_steps=2", "trainer.log_every_n_steps=1", "callbacks.progress_bar=null", "print_config=false", "callbacks.throughput.peak_flops=1e12",
+    "model=tiny",
+    "data.seq_len=16",
+    "data.eval_seq_len=64",
+    "data.batch_size=8",
+    "trainer.max_steps=6",
+    "trainer.val_check_interval=6",
+    "trainer.limit_val_batches=1.0",
+    "eval.test_at_end=false",
+    "optim.warmup_steps=2",
+    "trainer.log_every_n_steps=1",
+    "callbacks.progress_bar=null",
+    "print_config=false",
+    "callbacks.throughput.peak_flops=1e12",
 ]
 DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]
 LRS = ("0.004", "0.002")
@@ -101,7 +111,9 @@ def test_global_batch_must_divide(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     with initialize_config_dir(config_dir=str(Path(__file__).parents[1] / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[*COMMON, *DDP, "data.batch_size=7", f"paths.data_dir={tmp_path / 'none'}"])
     monkeypatch.setattr(distributed, "launch", lambda *a, **k: pytest.fail("a process was started"))
-    with pytest.raises(ValueError, match=r"data.batch_size=7 \(the global batch\) is not divisible by the world size 2"):
+    with pytest.raises(
+        ValueError, match=r"data.batch_size=7 \(the global batch\) is not divisible by the world size 2"
+    ):
         fit_job(cfg, tmp_path, Job())
 
 
@@ -132,9 +144,16 @@ def test_sampler_resumes_mid_epoch_and_reshuffles_per_epoch() -> None:
     assert len(list(sampler)) == 50
 
 
-@pytest.mark.parametrize(("devices", "accelerator", "expected"), [
-    (2, "cpu", 2), ("2", "cpu", 2), ("0,1,3", "gpu", 3), ([0, 1], "gpu", 2), ("auto", "cpu", 1),
-])
+@pytest.mark.parametrize(
+    ("devices", "accelerator", "expected"),
+    [
+        (2, "cpu", 2),
+        ("2", "cpu", 2),
+        ("0,1,3", "gpu", 3),
+        ([0, 1], "gpu", 2),
+        ("auto", "cpu", 1),
+    ],
+)
 def test_devices_per_node(devices, accelerator, expected) -> None:
     assert distributed.devices_per_node({"devices": devices, "accelerator": accelerator}) == expected
 

@@ -18,8 +18,23 @@ def random_model(seed: int, pos: str = "sinusoidal", attn: str = "sdpa") -> Enco
     """A random model with peaked, source-dependent output distributions (so beams differ and
     sentences end): untied head scaled up, end token made likely."""
     torch.manual_seed(seed)
-    spec = validate(ModelSpec(vocab_size=V, n_layers=2, encoder_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=40,
-                              pos=pos, attn=attn, norm="pre", act="relu", init="pytorch", tie_embeddings=False))
+    spec = validate(
+        ModelSpec(
+            vocab_size=V,
+            n_layers=2,
+            encoder_layers=2,
+            d_model=32,
+            n_heads=4,
+            d_ff=64,
+            max_len=40,
+            pos=pos,
+            attn=attn,
+            norm="pre",
+            act="relu",
+            init="pytorch",
+            tie_embeddings=False,
+        )
+    )
     model = EncoderDecoder(spec, pad_id=0).eval()
     with torch.no_grad():
         model.head.weight.mul_(2.0)
@@ -60,9 +75,12 @@ def test_cached_equals_uncached(pos, attn):
     for seed in range(3):
         model = random_model(seed, pos=pos, attn=attn)
         src, mask = sources(seed)
-        assert greedy_search(model, src, mask, IDS, use_cache=True, **KW) == greedy_search(model, src, mask, IDS, use_cache=False, **KW)
-        assert (beam_search(model, src, mask, IDS, beam_size=4, use_cache=True, **KW)
-                == beam_search(model, src, mask, IDS, beam_size=4, use_cache=False, **KW))
+        assert greedy_search(model, src, mask, IDS, use_cache=True, **KW) == greedy_search(
+            model, src, mask, IDS, use_cache=False, **KW
+        )
+        assert beam_search(model, src, mask, IDS, beam_size=4, use_cache=True, **KW) == beam_search(
+            model, src, mask, IDS, beam_size=4, use_cache=False, **KW
+        )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -72,7 +90,9 @@ def test_batched_beam_equals_one_at_a_time(seed):
     batched = beam_search(model, src, mask, IDS, beam_size=4, length_penalty_alpha=0.6, **KW)
     for i in range(src.size(0)):
         n = int(mask[i].sum())
-        alone = beam_search(model, src[i : i + 1, :n], mask[i : i + 1, :n], IDS, beam_size=4, length_penalty_alpha=0.6, **KW)
+        alone = beam_search(
+            model, src[i : i + 1, :n], mask[i : i + 1, :n], IDS, beam_size=4, length_penalty_alpha=0.6, **KW
+        )
         assert alone[0] == batched[i], f"sentence {i}"
 
 
@@ -93,8 +113,10 @@ def test_lengths_respect_limits_and_no_special_tokens():
     model = random_model(0)
     src, mask = sources(0)
     for a, b in ((0.0, 3), (1.0, 2), (2.0, 0)):
-        for out in (greedy_search(model, src, mask, IDS, max_len_a=a, max_len_b=b),
-                    beam_search(model, src, mask, IDS, beam_size=3, max_len_a=a, max_len_b=b)):
+        for out in (
+            greedy_search(model, src, mask, IDS, max_len_a=a, max_len_b=b),
+            beam_search(model, src, mask, IDS, beam_size=3, max_len_a=a, max_len_b=b),
+        ):
             for i, hyp in enumerate(out):
                 assert len(hyp) <= max(1, int(a * int(mask[i].sum()) + b))
                 assert not {IDS.pad, IDS.bos, IDS.eos} & set(hyp)

@@ -14,9 +14,9 @@ from omegaconf import OmegaConf
 
 from ablate.data.lm_data import TinyShakespeare
 from ablate.tasks.lm import LanguageModelTask
+from conftest import TINY
 
 apply_eval_seq_len = LanguageModelTask.check_config  # task=lm's own config check
-from conftest import TINY
 
 LENGTHS = (16, 32, 64)
 
@@ -55,8 +55,14 @@ def test_every_length_covers_the_same_split(data_dir: Path, tmp_path: Path):
 @pytest.mark.slow
 def test_lm_logs_ppl_at_each_length(run_train, tmp_path: Path, data_dir: Path):
     args = [o for o in TINY if not o.startswith("+trainer.limit_test_batches")]  # the whole test split
-    run_train("-m", "pos=alibi,rope,learned", *args, "logger=csv", "data.eval_batch_size=64",
-              f"eval.seq_lens=[{','.join(map(str, LENGTHS))}]")
+    run_train(
+        "-m",
+        "pos=alibi,rope,learned",
+        *args,
+        "logger=csv",
+        "data.eval_batch_size=64",
+        f"eval.seq_lens=[{','.join(map(str, LENGTHS))}]",
+    )
     sweep = next((tmp_path / "logs" / "multirun").iterdir())
     found = {}
     for job in sweep.iterdir():

@@ -15,12 +15,12 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import HANG_TIMEOUT, REPO, TINY
-from nn._models import tiny_spec
 
 from ablate.data.tokenizers import CharTokenizer
 from ablate.tasks.lm import LanguageModelTask
 from ablate.tasks.lm_eval import TextFileData, evaluate_lengths
+from conftest import HANG_TIMEOUT, REPO, TINY
+from nn._models import tiny_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -37,8 +37,14 @@ def direct_loss(model, tokenizer, text: str, length: int) -> tuple[float, int]:
 
 
 def trainer() -> L.Trainer:
-    return L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False)
+    return L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
 
 
 @pytest.mark.parametrize("split", ["test", "val"])
@@ -109,18 +115,38 @@ def test_eval_py_gives_train_py_numbers(run_train, tmp_path, data_dir):
         (tmp_path / f"{split}.txt").write_text(part)
     data = [f"data.{s}_path={tmp_path / f'{s}.txt'}" for s in files]
     tiny = [a for a in TINY if not a.startswith(("+trainer.limit_test_batches", "trainer.limit_val_batches"))]
-    run_train(*tiny, "data=text", *data, "pos=rope", "logger=csv", "data.eval_batch_size=64", "eval.seq_lens=[16,32]",
-              "optim.lr=0.03")  # away from the uniform prediction, where every split has the same loss
+    run_train(
+        *tiny,
+        "data=text",
+        *data,
+        "pos=rope",
+        "logger=csv",
+        "data.eval_batch_size=64",
+        "eval.seq_lens=[16,32]",
+        "optim.lr=0.03",
+    )  # away from the uniform prediction, where every split has the same loss
     job = next((tmp_path / "logs" / "runs").iterdir())
     status = json.loads((job / "status.json").read_text())
     ckpt = job / "checkpoints" / "last.ckpt"
-    env = {**os.environ, "ABLATE_DATA_DIR": str(data_dir), "ABLATE_CACHE_DIR": str(tmp_path.parent / "cache"),
-           "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "ABLATE_DATA_DIR": str(data_dir),
+        "ABLATE_CACHE_DIR": str(tmp_path.parent / "cache"),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
 
     def eval_py(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, str(REPO / "eval.py"), f"ckpt_path={ckpt}", *args], check=False,
-                              cwd=tmp_path, env=env,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "eval.py"), f"ckpt_path={ckpt}", *args],
+            check=False,
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=HANG_TIMEOUT,
+        )
         assert (proc.returncode == 0) == ok, proc.stdout[-2000:] + proc.stderr[-3000:]
         return proc
 

@@ -74,22 +74,41 @@ def test_hydra_composition_error_exits_2_but_a_crashed_sweep_exits_1():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize(("script", "args", "message"), [
-    ("train.py", ["pos=bogus"], "Available options in 'pos'"),
-    ("train.py", ["-m", "pos=rope,bogus"], "Available options in 'pos'"),
-    ("train.py", ["-m", "model.n_heads=3,4"], "not divisible by model.n_heads=3"),
-    ("train.py", ["data=text", "data.train_path=/nonexistent/train.txt", "data.val_path=/nonexistent/val.txt"],
-     "looked for it at /nonexistent/train.txt"),
-    ("train.py", ["ckpt_path=/nonexistent/last.ckpt"], "no such checkpoint file"),
-    ("eval.py", ["ckpt_path=/nonexistent/best.ckpt"], "no such checkpoint file"),
-])
+@pytest.mark.parametrize(
+    ("script", "args", "message"),
+    [
+        ("train.py", ["pos=bogus"], "Available options in 'pos'"),
+        ("train.py", ["-m", "pos=rope,bogus"], "Available options in 'pos'"),
+        ("train.py", ["-m", "model.n_heads=3,4"], "not divisible by model.n_heads=3"),
+        (
+            "train.py",
+            ["data=text", "data.train_path=/nonexistent/train.txt", "data.val_path=/nonexistent/val.txt"],
+            "looked for it at /nonexistent/train.txt",
+        ),
+        ("train.py", ["ckpt_path=/nonexistent/last.ckpt"], "no such checkpoint file"),
+        ("eval.py", ["ckpt_path=/nonexistent/best.ckpt"], "no such checkpoint file"),
+    ],
+)
 def test_user_errors_of_the_entry_points_exit_2_without_traceback(tmp_path, script, args, message):
-    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "ABLATE_LOG_DIR": str(tmp_path / "logs"),
-           "ABLATE_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "HF_HUB_OFFLINE": "1",
+        "ABLATE_LOG_DIR": str(tmp_path / "logs"),
+        "ABLATE_CACHE_DIR": str(tmp_path / "cache"),
+        "OMP_NUM_THREADS": "1",
+    }
     env.pop("HYDRA_FULL_ERROR", None)
     extra = ["debug=fdr", "logger=csv"] if script == "train.py" else []
-    proc = subprocess.run([sys.executable, str(REPO / script), *args, *extra], cwd=tmp_path, env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / script), *args, *extra],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+    )
     assert proc.returncode == cli.EXIT_USER_ERROR, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert message in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr

@@ -13,13 +13,13 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from conftest import HANG_TIMEOUT, REPO, TINY
-from nn._models import tiny_spec
 
 from ablate.config import ModelSpec
 from ablate.data.tokenizers import CharTokenizer
 from ablate.export.hf import ExportError, export_checkpoint, hf_architecture
 from ablate.tasks.lm import LanguageModelTask
+from conftest import HANG_TIMEOUT, REPO, TINY
+from nn._models import tiny_spec
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -38,8 +38,14 @@ def save_checkpoint(path: Path, spec: ModelSpec, seed: int = 0) -> Path:
         for p in task.model.parameters():
             p.add_(0.2 * torch.randn_like(p))
     task.tokenizer = CharTokenizer([chr(ord("!") + i) for i in range(spec.vocab_size)])
-    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.strategy.connect(task)
     trainer.save_checkpoint(path)
     return path
@@ -47,8 +53,9 @@ def save_checkpoint(path: Path, spec: ModelSpec, seed: int = 0) -> Path:
 
 def compare_with_transformers(ckpt: Path, out: Path, expected_class: str) -> object:
     """Load the export with transformers' own loader and compare its logits with the checkpoint's."""
-    hf, loading = transformers.AutoModelForCausalLM.from_pretrained(out, local_files_only=True,
-                                                                    output_loading_info=True)
+    hf, loading = transformers.AutoModelForCausalLM.from_pretrained(
+        out, local_files_only=True, output_loading_info=True
+    )
     assert type(hf).__name__ == expected_class
     assert not any(loading.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), loading
     hf = hf.float().eval()
@@ -65,21 +72,38 @@ def compare_with_transformers(ckpt: Path, out: Path, expected_class: str) -> obj
 ROPE = dict(pos="rope", norm_layer="rmsnorm", act="swiglu")
 CASES = {
     # name: (spec overrides, HF class, expected config entries)
-    "gpt2_gelu_erf": (dict(act="gelu"), "GPT2LMHeadModel",
-                      {"activation_function": "gelu", "tie_word_embeddings": True}),
-    "gpt2_gelu_tanh": (dict(act="gelu_tanh", init="xavier"), "GPT2LMHeadModel",
-                       {"activation_function": "gelu_pytorch_tanh"}),
-    "gpt2_gqa_nobias_untied": (dict(act="relu", bias=False, norm_bias=False, n_kv_heads=2, tie_embeddings=False,
-                                    norm_eps=1e-6), "GPT2LMHeadModel",
-                               {"activation_function": "relu", "tie_word_embeddings": False,
-                                "layer_norm_epsilon": 1e-6}),
-    "llama_gqa": (dict(**ROPE, bias=False, n_kv_heads=2), "LlamaForCausalLM",
-                  {"hidden_act": "silu", "num_key_value_heads": 2, "tie_word_embeddings": True,
-                   "attention_bias": False}),
-    "llama_bias_untied_theta": (dict(**ROPE, bias=True, n_kv_heads=1, tie_embeddings=False, norm_eps=1e-6,
-                                     pos_options={"base": 500000.0}), "LlamaForCausalLM",
-                                {"num_key_value_heads": 1, "tie_word_embeddings": False, "attention_bias": True,
-                                 "mlp_bias": True, "rms_norm_eps": 1e-6, "intermediate_size": 43}),
+    "gpt2_gelu_erf": (
+        dict(act="gelu"),
+        "GPT2LMHeadModel",
+        {"activation_function": "gelu", "tie_word_embeddings": True},
+    ),
+    "gpt2_gelu_tanh": (
+        dict(act="gelu_tanh", init="xavier"),
+        "GPT2LMHeadModel",
+        {"activation_function": "gelu_pytorch_tanh"},
+    ),
+    "gpt2_gqa_nobias_untied": (
+        dict(act="relu", bias=False, norm_bias=False, n_kv_heads=2, tie_embeddings=False, norm_eps=1e-6),
+        "GPT2LMHeadModel",
+        {"activation_function": "relu", "tie_word_embeddings": False, "layer_norm_epsilon": 1e-6},
+    ),
+    "llama_gqa": (
+        dict(**ROPE, bias=False, n_kv_heads=2),
+        "LlamaForCausalLM",
+        {"hidden_act": "silu", "num_key_value_heads": 2, "tie_word_embeddings": True, "attention_bias": False},
+    ),
+    "llama_bias_untied_theta": (
+        dict(**ROPE, bias=True, n_kv_heads=1, tie_embeddings=False, norm_eps=1e-6, pos_options={"base": 500000.0}),
+        "LlamaForCausalLM",
+        {
+            "num_key_value_heads": 1,
+            "tie_word_embeddings": False,
+            "attention_bias": True,
+            "mlp_bias": True,
+            "rms_norm_eps": 1e-6,
+            "intermediate_size": 43,
+        },
+    ),
 }
 
 
@@ -154,17 +178,32 @@ def test_translation_checkpoints_are_refused(tmp_path):
 
 def run_export(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "export_hf.py"), *args], check=False, cwd=tmp_path,
-                          env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "export_hf.py"), *args],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+    )
 
 
 @pytest.mark.slow
 def test_train_then_export_a_llama(run_train, tmp_path):
     """A real train.py run (pos=rope with the YAML's base, RMSNorm, SwiGLU, GQA, no biases) exported
     by the script, loaded by transformers; an ALiBi checkpoint is refused by the script by name."""
-    run_train(*TINY, "logger=csv", "pos=rope", "norm.layer=rmsnorm", "act=swiglu", "model.bias=false",
-              "attn.n_kv_heads=2", "eval.test_at_end=false")
+    run_train(
+        *TINY,
+        "logger=csv",
+        "pos=rope",
+        "norm.layer=rmsnorm",
+        "act=swiglu",
+        "model.bias=false",
+        "attn.n_kv_heads=2",
+        "eval.test_at_end=false",
+    )
     ckpt = next((tmp_path / "logs" / "runs").iterdir()) / "checkpoints" / "last.ckpt"
     proc = run_export(tmp_path, f"ckpt_path={ckpt}", f"out={tmp_path / 'hf'}")
     assert proc.returncode == 0, proc.stderr[-3000:]

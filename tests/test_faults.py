@@ -22,15 +22,24 @@ pytestmark = pytest.mark.slow
 
 
 def run(tmp: Path, data_dir: Path, *args: str, script: str = "train.py") -> subprocess.CompletedProcess:
-    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true",
-           "ABLATE_DATA_DIR": str(data_dir), "ABLATE_CACHE_DIR": str(tmp / "cache"), "PYTHONUNBUFFERED": "1",
-           "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "HF_HUB_OFFLINE": "1",
+        "WANDB_SILENT": "true",
+        "ABLATE_DATA_DIR": str(data_dir),
+        "ABLATE_CACHE_DIR": str(tmp / "cache"),
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+    }
     flags = [a for a in args if a.startswith("-")]
     overrides = [a for a in args if not a.startswith("-")]
     log_dir = [f"paths.log_dir={tmp / 'logs'}"] if script == "train.py" else []
     cmd = [sys.executable, str(REPO / script), *flags, *log_dir, *overrides]
-    return subprocess.run(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    return subprocess.run(
+        cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT
+    )
 
 
 RUN = [*TINY, "logger=csv", "callbacks.checkpoint_last.every_n_train_steps=3"]
@@ -57,10 +66,18 @@ def status(run_dir: Path) -> dict:
 # ------------------------------------------------------------------ resume guard
 
 
-@pytest.mark.parametrize(("change", "key"), [("act=relu", "act.name"), ("data.batch_size=8", "data.batch_size"),
-                                             ("optim.lr=0.01", "optim.lr"), ("seed=7", "seed")])
-def test_resume_with_changed_settings_is_refused(workdir: Path, data_dir: Path, finished: Path, change: str,
-                                                 key: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ("act=relu", "act.name"),
+        ("data.batch_size=8", "data.batch_size"),
+        ("optim.lr=0.01", "optim.lr"),
+        ("seed=7", "seed"),
+    ],
+)
+def test_resume_with_changed_settings_is_refused(
+    workdir: Path, data_dir: Path, finished: Path, change: str, key: str
+) -> None:
     proc = run(workdir, data_dir, *RUN, f"hydra.run.dir={finished}", "ckpt_path=last", change)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "refusing to resume" in proc.stderr and f"  {key}: checkpoint" in proc.stderr
@@ -77,8 +94,10 @@ def test_training_longer_is_the_same_run_when_the_schedule_allows(workdir: Path,
 
     cosine = [run_identity(composed(f"trainer.max_steps={n}", "trainer.val_check_interval=3")) for n in (3, 6)]
     assert identity_differences(*cosine) == {"trainer.max_steps": (3, 6)}
-    noam = [run_identity(composed("task=translation", f"trainer.max_steps={n}", "trainer.val_check_interval=3"))
-            for n in (3, 6)]
+    noam = [
+        run_identity(composed("task=translation", f"trainer.max_steps={n}", "trainer.val_check_interval=3"))
+        for n in (3, 6)
+    ]
     assert identity_differences(*noam) == {}
 
 
@@ -87,8 +106,15 @@ def test_allowed_change_resumes(workdir: Path, data_dir: Path, finished: Path, t
 
     run_dir = workdir / "logs" / "longer"
     shutil.copytree(finished, run_dir)
-    proc = run(workdir, data_dir, *RUN, f"hydra.run.dir={run_dir}", "ckpt_path=last", "trainer.max_steps=9",
-               "+resume_allow_changes=[trainer.max_steps]")
+    proc = run(
+        workdir,
+        data_dir,
+        *RUN,
+        f"hydra.run.dir={run_dir}",
+        "ckpt_path=last",
+        "trainer.max_steps=9",
+        "+resume_allow_changes=[trainer.max_steps]",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "allowed changes: trainer.max_steps: 6 -> 9" in proc.stdout + proc.stderr
     assert status(run_dir)["status"] == "completed" and status(run_dir)["steps"] == 9
@@ -109,8 +135,9 @@ def test_micro_batch_is_not_part_of_the_run(workdir: Path, data_dir: Path, finis
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty"])
-def test_corrupt_checkpoint_is_named_and_the_previous_offered(workdir: Path, data_dir: Path, finished: Path,
-                                                              damage: str) -> None:
+def test_corrupt_checkpoint_is_named_and_the_previous_offered(
+    workdir: Path, data_dir: Path, finished: Path, damage: str
+) -> None:
     import shutil
 
     run_dir = workdir / "logs" / f"corrupt_{damage}"
@@ -158,7 +185,9 @@ def test_scripts_refuse_a_checkpoint_of_the_other_task(workdir: Path, data_dir: 
 
 
 def test_generate_with_an_empty_prompt_says_so(workdir: Path, data_dir: Path, finished: Path) -> None:
-    proc = run(workdir, data_dir, f"ckpt_path={finished / 'checkpoints' / 'last.ckpt'}", "prompt=", script="generate.py")
+    proc = run(
+        workdir, data_dir, f"ckpt_path={finished / 'checkpoints' / 'last.ckpt'}", "prompt=", script="generate.py"
+    )
     assert proc.returncode != 0 and "prompt is empty" in proc.stderr
 
 
@@ -170,7 +199,9 @@ def test_truncated_cache_is_rebuilt_by_train(workdir: Path, data_dir: Path, fini
     train_bin.write_bytes(train_bin.read_bytes()[:1000])
     proc = run(workdir, data_dir, *RUN, "trainer.max_steps=3")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"{train_bin} is damaged" in proc.stdout + proc.stderr and "rebuilding the cache" in proc.stdout + proc.stderr
+    assert (
+        f"{train_bin} is damaged" in proc.stdout + proc.stderr and "rebuilding the cache" in proc.stdout + proc.stderr
+    )
     assert train_bin.stat().st_size > 1_000_000
 
 
@@ -188,9 +219,16 @@ def test_sweep_with_a_crashed_job_exits_non_zero(workdir: Path, data_dir: Path) 
 
 def test_ctrl_c_in_a_sweep_stops_it_and_a_rerun_resumes(workdir: Path, data_dir: Path) -> None:
     sweep = workdir / "logs" / "sweep_ctrl_c"
-    args = ["-m", *RUN, "trainer.max_steps=6", f"hydra.sweep.dir={sweep}", "seed=1,2",
-            "+callbacks.ctrl_c._target_=_signal_at_step.SignalAtStep", "+callbacks.ctrl_c.step=4",
-            f"+callbacks.ctrl_c.once_file={workdir / 'ctrl_c_sent'}"]  # the re-run is not interrupted
+    args = [
+        "-m",
+        *RUN,
+        "trainer.max_steps=6",
+        f"hydra.sweep.dir={sweep}",
+        "seed=1,2",
+        "+callbacks.ctrl_c._target_=_signal_at_step.SignalAtStep",
+        "+callbacks.ctrl_c.step=4",
+        f"+callbacks.ctrl_c.once_file={workdir / 'ctrl_c_sent'}",
+    ]  # the re-run is not interrupted
     proc = run(workdir, data_dir, *args)
     assert proc.returncode == 130, proc.stderr[-3000:]
     records = {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/status.json")}
@@ -205,8 +243,15 @@ def test_ctrl_c_in_a_sweep_stops_it_and_a_rerun_resumes(workdir: Path, data_dir:
 
 def test_sigterm_is_recorded_as_interrupted(workdir: Path, data_dir: Path) -> None:
     run_dir = workdir / "logs" / "sigterm"
-    proc = run(workdir, data_dir, *RUN, f"hydra.run.dir={run_dir}", "+callbacks.term._target_=_signal_at_step.SignalAtStep",
-               "+callbacks.term.step=4", "+callbacks.term.signum=15")
+    proc = run(
+        workdir,
+        data_dir,
+        *RUN,
+        f"hydra.run.dir={run_dir}",
+        "+callbacks.term._target_=_signal_at_step.SignalAtStep",
+        "+callbacks.term.step=4",
+        "+callbacks.term.signum=15",
+    )
     assert proc.returncode == 130, proc.stderr[-3000:]
     # preemption loses nothing: like the first Ctrl-C, the step is saved and recorded with its metrics
     record = status(run_dir)

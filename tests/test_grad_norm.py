@@ -20,8 +20,19 @@ OPTIM = {"lr": 1e-3, "betas": [0.9, 0.99], "weight_decay": 0.1, "schedule": "con
 
 
 def make_task(norm: str = "sandwich", tie: bool = False) -> LanguageModelTask:
-    spec = validate(ModelSpec(vocab_size=40, n_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=16, norm=norm,
-                              tie_embeddings=tie, pos="learned"))
+    spec = validate(
+        ModelSpec(
+            vocab_size=40,
+            n_layers=2,
+            d_model=32,
+            n_heads=4,
+            d_ff=64,
+            max_len=16,
+            norm=norm,
+            tie_embeddings=tie,
+            pos="learned",
+        )
+    )
     return LanguageModelTask(spec.as_dict(), OPTIM)
 
 
@@ -62,10 +73,17 @@ def test_logged_grad_norms_equal_hand_computed(tmp_path, tie):
     expected = by_hand(reference, x, y)
 
     logger = CSVLogger(tmp_path, name="csv", version="")
-    trainer = L.Trainer(max_steps=1, logger=logger, callbacks=[GradNormMonitor(every_n_steps=1)],
-                        gradient_clip_val=1e-3,  # clipping happens after logging: must not show
-                        enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False,
-                        limit_val_batches=0, accelerator="cpu")
+    trainer = L.Trainer(
+        max_steps=1,
+        logger=logger,
+        callbacks=[GradNormMonitor(every_n_steps=1)],
+        gradient_clip_val=1e-3,  # clipping happens after logging: must not show
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        accelerator="cpu",
+    )
     trainer.fit(task, DataLoader(TensorDataset(x, y), batch_size=4))
     logger.finalize("success")
     with open(tmp_path / "csv" / "metrics.csv") as f:

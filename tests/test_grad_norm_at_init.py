@@ -36,10 +36,22 @@ gn = load_script()
 
 
 def overrides(cache: Path) -> list[str]:
-    return ["task=translation", "data=multi30k", f"model.encoder_layers={LAYERS}", f"model.decoder_layers={LAYERS}",
-            "model.d_model=32", "model.n_heads=4", "model.d_ff=64", "model.dropout=0", "data.vocab_size=500",
-            "data.max_train_pairs=2000", "data.max_eval_pairs=50", "data.max_tokens=512", f"paths.data_dir={SHARED_DATA}",
-            f"paths.cache_dir={cache}"]
+    return [
+        "task=translation",
+        "data=multi30k",
+        f"model.encoder_layers={LAYERS}",
+        f"model.decoder_layers={LAYERS}",
+        "model.d_model=32",
+        "model.n_heads=4",
+        "model.d_ff=64",
+        "model.dropout=0",
+        "data.vocab_size=500",
+        "data.max_train_pairs=2000",
+        "data.max_eval_pairs=50",
+        "data.max_tokens=512",
+        f"paths.data_dir={SHARED_DATA}",
+        f"paths.cache_dir={cache}",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +63,21 @@ def measured(tmp_path_factory) -> tuple[dict, Path, list[str]]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        result = gn.main([*args, "norm=post,pre", "--batches", "4", "--repeats", "2", "--slots", "ffn", "attn",
-                          "--out", str(tmp / "out")])
+        result = gn.main(
+            [
+                *args,
+                "norm=post,pre",
+                "--batches",
+                "4",
+                "--repeats",
+                "2",
+                "--slots",
+                "ffn",
+                "attn",
+                "--out",
+                str(tmp / "out"),
+            ]
+        )
     finally:
         torch.set_num_threads(threads)
     return result, tmp / "out", args
@@ -128,8 +153,14 @@ def test_norm_list_from_override_or_flag():
 
 def test_language_model_has_one_stack(data_dir, tmp_path):
     """task=lm: groups layer_XX/..., one curve per norm (the decoder-only panel)."""
-    overrides = ["model=tiny", "model.n_layers=3", "data.seq_len=16", "data.batch_size=2", f"paths.data_dir={data_dir}",
-                 f"paths.cache_dir={tmp_path / 'cache'}"]
+    overrides = [
+        "model=tiny",
+        "model.n_layers=3",
+        "data.seq_len=16",
+        "data.batch_size=2",
+        f"paths.data_dir={data_dir}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+    ]
     result = gn.run(["post", "pre"], overrides, batches=1, repeats=1)
     for norm in ("post", "pre"):
         assert gn.stacks_of(result["summary"][norm]) == [""]

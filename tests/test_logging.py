@@ -49,7 +49,12 @@ FAKE_KEY = "0123456789abcdef0123456789abcdef01234567"  # 40 chars, the shape wan
 def isolated_wandb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """No W&B env, no proxies, a fresh HOME; any run left open is finished."""
     for name in list(os.environ):
-        if name.startswith(("WANDB_", "ABLATE_WANDB_")) or name.lower() in {"https_proxy", "http_proxy", "all_proxy", "no_proxy"}:
+        if name.startswith(("WANDB_", "ABLATE_WANDB_")) or name.lower() in {
+            "https_proxy",
+            "http_proxy",
+            "all_proxy",
+            "no_proxy",
+        }:
             monkeypatch.delenv(name)
     home = tmp_path / "home"
     home.mkdir()
@@ -191,9 +196,7 @@ def test_netrc_entry_for_the_wandb_host_counts_as_credentials(
     assert decide_wandb_mode()[0] == "online"
 
 
-def test_default_netrc_is_in_home(
-    monkeypatch: pytest.MonkeyPatch, isolated_wandb: Path, listening_port: int
-) -> None:
+def test_default_netrc_is_in_home(monkeypatch: pytest.MonkeyPatch, isolated_wandb: Path, listening_port: int) -> None:
     monkeypatch.delenv("NETRC")
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{listening_port}")
     (isolated_wandb / ".netrc").write_text(f"machine 127.0.0.1\n  login user\n  password {FAKE_KEY}\n")
@@ -230,8 +233,12 @@ def test_single_run_name_is_short_architecture_first() -> None:
 
 def test_single_run_name_starts_with_the_experiment_and_keeps_ambiguous_keys_whole() -> None:
     overrides = ["experiment=shazeer2020_glu_cpu", "seed=3", "model.dropout=0.1", "attn.dropout=0.2", "act=swiglu"]
-    assert run_name_from_overrides(overrides) == "shazeer2020_glu_cpu,act=swiglu,attn.dropout=0.2,model.dropout=0.1,seed=3"
-    assert run_name_from_overrides(["experiment=shazeer2020_glu_cpu", "tags=[a]", "logger=csv"]) == "shazeer2020_glu_cpu"
+    assert (
+        run_name_from_overrides(overrides) == "shazeer2020_glu_cpu,act=swiglu,attn.dropout=0.2,model.dropout=0.1,seed=3"
+    )
+    assert (
+        run_name_from_overrides(["experiment=shazeer2020_glu_cpu", "tags=[a]", "logger=csv"]) == "shazeer2020_glu_cpu"
+    )
 
 
 def test_run_name_is_at_most_120_characters() -> None:
@@ -427,7 +434,7 @@ def test_a_forgotten_finish_does_not_merge_jobs(tmp_path: Path) -> None:
 class _RejectingWandbServer(http.server.BaseHTTPRequestHandler):
     """Answers every request with 401, like W&B for a wrong API key."""
 
-    def do_POST(self) -> None:  # noqa: N802 -- http.server's naming
+    def do_POST(self) -> None:
         self.send_response(401)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -534,8 +541,13 @@ def test_hydra_multirun_with_stdin_closed(tmp_path: Path) -> None:
 # ------------------------------------------- sweeps: names, flat axes, tags, job type
 
 
-def install_multirun(tmp_path: Path, command_line: list[str], sweeper_params: dict[str, str] | None = None,
-                     job_overrides: list[str] | None = None, exclude_keys: list[str] | None = None) -> None:
+def install_multirun(
+    tmp_path: Path,
+    command_line: list[str],
+    sweeper_params: dict[str, str] | None = None,
+    job_overrides: list[str] | None = None,
+    exclude_keys: list[str] | None = None,
+) -> None:
     """A HydraConfig of one job of a multirun whose sweep command line was ``command_line``
     (kept in ``<sweep dir>/multirun.yaml``, as Hydra's BasicSweeper does)."""
     from hydra.conf import HydraConf
@@ -564,14 +576,20 @@ def multirun(tmp_path: Path) -> Iterator[Callable[..., None]]:
 
 def test_multirun_name_is_the_swept_keys_and_the_seed(multirun: Callable[..., None]) -> None:
     # an experiment sweeps act (8 values) and seed; the command line narrows both: act is still swept, seed is not
-    multirun(["experiment=glu", "act=gelu,swiglu", "seed=1", "trainer.max_steps=6", "optim.lr=1e-3,2e-3"],
-             sweeper_params={"act": "relu,gelu,silu", "seed": "1,2"})
+    multirun(
+        ["experiment=glu", "act=gelu,swiglu", "seed=1", "trainer.max_steps=6", "optim.lr=1e-3,2e-3"],
+        sweeper_params={"act": "relu,gelu,silu", "seed": "1,2"},
+    )
     assert ablate_logging.swept_keys() == {"act", "optim.lr"}
     job = ["experiment=glu", "act=swiglu", "seed=1", "trainer.max_steps=6", "optim.lr=2e-3"]
     assert run_name_from_overrides(job) == "act=swiglu,optim.lr=2e-3,seed=1"  # full keys, as in job directory names
     labels = ablate_logging.RunLabels.current(job)
-    assert labels == ablate_logging.RunLabels(name="act=swiglu,optim.lr=2e-3,seed=1", job_type="sweep",
-                                              experiment="glu", swept=(("act", "swiglu"), ("optim.lr", "2e-3")))
+    assert labels == ablate_logging.RunLabels(
+        name="act=swiglu,optim.lr=2e-3,seed=1",
+        job_type="sweep",
+        experiment="glu",
+        swept=(("act", "swiglu"), ("optim.lr", "2e-3")),
+    )
 
 
 def test_multirun_sweeping_only_the_experiment_params(multirun: Callable[..., None]) -> None:
@@ -593,12 +611,23 @@ def test_single_run_labels_outside_hydra() -> None:
 
 
 def test_flat_axes_and_tags() -> None:
-    config = {"axes": {"pos": "rope", "act": "gelu"}, "optim": {"lr": 0.001}, "model": {"n_layers": 2, "dropout": 0.1},
-              "norm": {"placement": "post"}}
+    config = {
+        "axes": {"pos": "rope", "act": "gelu"},
+        "optim": {"lr": 0.001},
+        "model": {"n_layers": 2, "dropout": 0.1},
+        "norm": {"placement": "post"},
+    }
     axes = ablate_logging.flat_axes(config, [("optim.lr", "1e-3"), ("model", "tiny"), ("norm", "post")])
     assert axes == {"axis_pos": "rope", "axis_act": "gelu", "axis_lr": 0.001, "axis_model": "tiny", "axis_norm": "post"}
     assert ablate_logging.run_tags(["baseline"], "glu", axes) == [
-        "baseline", "experiment:glu", "pos:rope", "act:gelu", "lr:0.001", "model:tiny", "norm:post"]
+        "baseline",
+        "experiment:glu",
+        "pos:rope",
+        "act:gelu",
+        "lr:0.001",
+        "model:tiny",
+        "norm:post",
+    ]
     assert all(len(t) <= 64 for t in ablate_logging.run_tags(["x" * 100], None, {}))
 
 
@@ -613,8 +642,9 @@ def test_wandb_run_gets_flat_axes_tags_job_type_and_no_spec_block(tmp_path: Path
     out = tmp_path / "job"
     cfg = logger_cfg("wandb", tags=["wb"])
     cfg.tags = ["baseline"]
-    labels = ablate_logging.RunLabels(name="optim.lr=1e-3,seed=1", job_type="sweep", experiment="glu",
-                                      swept=(("optim.lr", "1e-3"),))
+    labels = ablate_logging.RunLabels(
+        name="optim.lr=1e-3,seed=1", job_type="sweep", experiment="glu", swept=(("optim.lr", "1e-3"),)
+    )
     extra = {"axes": {"norm": "pre"}, "optim": {"lr": 0.001}, "seed": 1, "act": {"name": "gelu"}}
     loggers = build_loggers(cfg, out, labels.name, "g", extra, labels=labels)
     wandb_logger = loggers[1]
@@ -636,8 +666,13 @@ def test_wandb_run_gets_flat_axes_tags_job_type_and_no_spec_block(tmp_path: Path
 def test_tokens_and_time_are_declared_as_x_axes(tmp_path: Path) -> None:
     out = tmp_path / "job"
     loggers = build_loggers(logger_cfg("wandb"), out, "r", None, {})
-    log_rows(loggers, [(1, {"train/loss": 3.0, "train/tokens_seen": 64.0, "train/time_s": 0.5}),
-                       (2, {"val/loss": 2.5, "train/tokens_seen": 128.0, "train/time_s": 1.0})])
+    log_rows(
+        loggers,
+        [
+            (1, {"train/loss": 3.0, "train/tokens_seen": 64.0, "train/time_s": 0.5}),
+            (2, {"val/loss": 2.5, "train/tokens_seen": 128.0, "train/time_s": 1.0}),
+        ],
+    )
     finish_wandb()
     records = wandb_reader._read_records(wandb_reader._run_file(find_run_dirs(out)[0]))
     defined = {}
@@ -683,16 +718,25 @@ def read_tensorboard(log_dir: Path) -> tuple[dict[str, list[tuple[int, float]]],
     events = EventAccumulator(str(log_dir), size_guidance={"tensors": 0, "scalars": 0})
     events.Reload()
     scalars = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
-    texts = " ".join(e.tensor_proto.string_val[0].decode() for tag in events.Tags()["tensors"]
-                     if tag.startswith("run/tags") for e in events.Tensors(tag))
+    texts = " ".join(
+        e.tensor_proto.string_val[0].decode()
+        for tag in events.Tags()["tensors"]
+        if tag.startswith("run/tags")
+        for e in events.Tensors(tag)
+    )
     return scalars, texts
 
 
 def test_tensorboard_logger_writes_metrics_tags_and_axes(tmp_path: Path, no_mlflow_env: None) -> None:
     pytest.importorskip("tensorboard")
     out = tmp_path / "job"
-    loggers = build_loggers(multi_cfg(tmp_path, "csv", "tensorboard", tags=["baseline"]), out, "norm=pre", "g",
-                            {"axes": {"norm": "pre"}, "seed": 3})
+    loggers = build_loggers(
+        multi_cfg(tmp_path, "csv", "tensorboard", tags=["baseline"]),
+        out,
+        "norm=pre",
+        "g",
+        {"axes": {"norm": "pre"}, "seed": 3},
+    )
     assert [type(lg) for lg in loggers] == [CSVLogger, ablate_logging.AblateTensorBoardLogger]
     loggers[1].log_hyperparams({"spec": {"d_model": 64}, "bleu_signature": "sig"})
     log_rows(loggers, ROWS)
@@ -729,7 +773,11 @@ def test_mlflow_logger_writes_metrics_params_and_tags(tmp_path: Path, no_mlflow_
     client, runs = read_mlflow(tmp_path / "logs" / "mlruns")  # the shared store under paths.log_dir
     [run] = runs
     assert run.info.run_name == "norm=pre" and run.info.status == "FINISHED"
-    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "val/ppl")] == [(10, 20), (20, 7.5), (30, 9)]
+    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "val/ppl")] == [
+        (10, 20),
+        (20, 7.5),
+        (30, 9),
+    ]
     assert client.get_metric_history(run.info.run_id, "test/ppl_at_32")[0].value == 5
     tags = run.data.tags
     assert (tags["baseline"], tags["norm"], tags["group"], tags["job_type"]) == ("", "pre", "g1", "sweep")
@@ -737,8 +785,15 @@ def test_mlflow_logger_writes_metrics_params_and_tags(tmp_path: Path, no_mlflow_
     assert not any(k.startswith("spec") for k in run.data.params)
 
     # the job resumes: the same MLflow run goes on (params already there are not logged again)
-    resumed = build_loggers(cfg, out, "norm=pre", "g1", {"axes": {"norm": "pre"}, "optim": {"lr": 0.5}, "ckpt_path": "last"},
-                            resuming=True, labels=labels)
+    resumed = build_loggers(
+        cfg,
+        out,
+        "norm=pre",
+        "g1",
+        {"axes": {"norm": "pre"}, "optim": {"lr": 0.5}, "ckpt_path": "last"},
+        resuming=True,
+        labels=labels,
+    )
     log_rows(resumed, [(40, {"val/ppl": 6.0})])
     resumed[1].finalize("success")
     _, runs = read_mlflow(tmp_path / "logs" / "mlruns")
@@ -753,7 +808,9 @@ def test_a_selected_logger_that_is_not_installed_names_the_pip_command(
     installed = {"tensorboard": True, "tensorboardX": False, "mlflow": False}
     monkeypatch.setattr(ablate_logging, "_installed", lambda module: installed[module])
     ablate_logging.check_loggers(multi_cfg(tmp_path, "csv", "tensorboard"))  # installed: fine
-    with pytest.raises(ablate_logging.LoggerUnavailable, match=r"pip install -c requirements/constraints.txt -e '\.\[mlflow\]'"):
+    with pytest.raises(
+        ablate_logging.LoggerUnavailable, match=r"pip install -c requirements/constraints.txt -e '\.\[mlflow\]'"
+    ):
         build_loggers(multi_cfg(tmp_path, "tensorboard", "mlflow"), tmp_path / "job", "r", None, {})
     installed["tensorboard"] = False
     with pytest.raises(ablate_logging.LoggerUnavailable, match=r"'\.\[tensorboard\]'"):
@@ -769,8 +826,9 @@ def test_train_with_tensorboard_and_mlflow(run_train, tmp_path: Path, no_mlflow_
     pytest.importorskip("mlflow")
     from conftest import TINY
 
-    proc = run_train(*TINY, "logger=[tensorboard,mlflow]", "tags=[smoke]", "pos=rope",
-                     "hydra.run.dir=" + str(tmp_path / "run"))
+    proc = run_train(
+        *TINY, "logger=[tensorboard,mlflow]", "tags=[smoke]", "pos=rope", "hydra.run.dir=" + str(tmp_path / "run")
+    )
     # each says where it wrote, and TensorBoard's hyper-parameters are the real ones, not only names
     assert f"tensorboard  {tmp_path / 'run' / 'tensorboard'}" in proc.stdout
     assert f"mlflow       file:{tmp_path / 'logs' / 'mlruns'}" in proc.stdout
@@ -782,7 +840,9 @@ def test_train_with_tensorboard_and_mlflow(run_train, tmp_path: Path, no_mlflow_
     assert [v for _, v in scalars["train/tokens_seen"]][:3] == [64, 128, 192]  # batch 4 x 16 tokens a step
     assert "smoke" in text and "pos:rope" in text
     _, [run] = read_mlflow(tmp_path / "logs" / "mlruns")
-    assert run.info.run_name.startswith("pos=rope,model=tiny,batch_size=4,seq_len=16,") and len(run.info.run_name) <= 120
+    assert (
+        run.info.run_name.startswith("pos=rope,model=tiny,batch_size=4,seq_len=16,") and len(run.info.run_name) <= 120
+    )
     assert {"val/loss", "test/loss", "train/tokens_seen"} <= set(run.data.metrics)
     assert run.data.tags["smoke"] == "" and run.data.tags["pos"] == "rope" and run.data.tags["job_type"] == "train"
     assert not (tmp_path / "run" / "wandb").exists()

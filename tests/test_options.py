@@ -46,12 +46,16 @@ def every_key(group: str) -> dict[str, object]:
 
 
 SELECTORS = ("name", "impl", "placement", "layer")  # keys that choose the option itself
-CASES = [(group, option, key, value) for group in GROUPS for option in options(group)
-         for key, value in every_key(group).items() if key not in SELECTORS]
+CASES = [
+    (group, option, key, value)
+    for group in GROUPS
+    for option in options(group)
+    for key, value in every_key(group).items()
+    if key not in SELECTORS
+]
 
 
-@pytest.mark.parametrize(("group", "option", "key", "value"), CASES,
-                         ids=[f"{g}={o}+{k}" for g, o, k, _ in CASES])
+@pytest.mark.parametrize(("group", "option", "key", "value"), CASES, ids=[f"{g}={o}+{k}" for g, o, k, _ in CASES])
 def test_a_key_applies_to_the_option_or_is_refused_by_name(group: str, option: str, key: str, value: object) -> None:
     node = yaml.safe_load((CONF / group / f"{option}.yaml").read_text())
     valid = valid_keys(group, node)
@@ -74,15 +78,18 @@ def test_the_issue_example_is_refused() -> None:
         check("pos=sinusoidal", "+pos.fraction=0.5")
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    (("norm.layer=rmsnorm", "norm.bias=true"), "norm.bias=True does not apply to norm.layer=rmsnorm"),
-    (("norm.layer=dyt", "norm.eps=1e-6"), "norm.eps=1e-06 does not apply to norm.layer=dyt"),
-    (("+norm.alpha_init=0.5",), "norm.alpha_init does not apply to norm.layer=layernorm"),
-    (("act=relu", "+act.match_params=false"), "act.match_params does not apply to act=relu"),
-    (("init=xavier", "+init.std=0.01"), "init.std does not apply to init=xavier"),
-    (("pos=rope", "pos.fraction=half"), "pos.fraction='half' has the wrong type: expected float"),
-    (("act=swiglu", "act.match_params=3"), "act.match_params=3 has the wrong type: expected bool"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("norm.layer=rmsnorm", "norm.bias=true"), "norm.bias=True does not apply to norm.layer=rmsnorm"),
+        (("norm.layer=dyt", "norm.eps=1e-6"), "norm.eps=1e-06 does not apply to norm.layer=dyt"),
+        (("+norm.alpha_init=0.5",), "norm.alpha_init does not apply to norm.layer=layernorm"),
+        (("act=relu", "+act.match_params=false"), "act.match_params does not apply to act=relu"),
+        (("init=xavier", "+init.std=0.01"), "init.std does not apply to init=xavier"),
+        (("pos=rope", "pos.fraction=half"), "pos.fraction='half' has the wrong type: expected float"),
+        (("act=swiglu", "act.match_params=3"), "act.match_params=3 has the wrong type: expected bool"),
+    ],
+)
 def test_inapplicable_or_mistyped_values_are_refused(overrides: tuple[str, ...], message: str) -> None:
     with pytest.raises(ConfigError) as err:
         check(*overrides)
@@ -103,8 +110,11 @@ def test_pos_yaml_declares_exactly_the_class_options(option: str) -> None:
     the class signature; the YAML repeats it so `pos.base=...` works without a '+')."""
     node = yaml.safe_load((CONF / "pos" / f"{option}.yaml").read_text())
     params = inspect.signature(POSITIONAL[node["name"]]).parameters.values()
-    declared = {p.name: p.default for p in params if p.kind is not p.VAR_KEYWORD and p.name not in MODEL_DIMENSIONS
-                and p.default is not inspect.Parameter.empty}
+    declared = {
+        p.name: p.default
+        for p in params
+        if p.kind is not p.VAR_KEYWORD and p.name not in MODEL_DIMENSIONS and p.default is not inspect.Parameter.empty
+    }
     assert {k: v for k, v in node.items() if k != "name"} == declared
 
 

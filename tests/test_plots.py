@@ -15,8 +15,14 @@ import pytest
 from matplotlib.collections import QuadMesh
 
 from ablate.analysis.attention import checkpoint_label, map_title
-from ablate.analysis.figures import (grad_norm_heatmap, loss_vs_lr_figure, metric_vs_axis_figure, uniform_steps,
-                                     validation_figure, warmup_figure)
+from ablate.analysis.figures import (
+    grad_norm_heatmap,
+    loss_vs_lr_figure,
+    metric_vs_axis_figure,
+    uniform_steps,
+    validation_figure,
+    warmup_figure,
+)
 from ablate.analysis.runs import Job, Sweep
 from ablate.analysis.series import job_x, lr_schedule
 
@@ -33,18 +39,39 @@ def hand_cosine(step: int, lr: float = LR) -> float:
     return lr * (MIN_RATIO + 0.5 * (1 - MIN_RATIO) * (1 + math.cos(math.pi * progress)))
 
 
-def make_job(name: str, metrics: dict[str, dict[int, float]], overrides: dict[str, str] | None = None,
-             lr: float = LR, status: str = "completed", steps: int = MAX_STEPS, **record) -> Job:
-    config = {"task": {"name": "lm"},
-              "optim": {"lr": lr, "schedule": "cosine", "warmup_steps": WARMUP, "decay_steps": None,
-                        "min_lr_ratio": MIN_RATIO},
-              "trainer": {"max_steps": MAX_STEPS, "log_every_n_steps": LOG_EVERY},
-              "data": {"batch_size": BATCH, "seq_len": SEQ_LEN}}
+def make_job(
+    name: str,
+    metrics: dict[str, dict[int, float]],
+    overrides: dict[str, str] | None = None,
+    lr: float = LR,
+    status: str = "completed",
+    steps: int = MAX_STEPS,
+    **record,
+) -> Job:
+    config = {
+        "task": {"name": "lm"},
+        "optim": {
+            "lr": lr,
+            "schedule": "cosine",
+            "warmup_steps": WARMUP,
+            "decay_steps": None,
+            "min_lr_ratio": MIN_RATIO,
+        },
+        "trainer": {"max_steps": MAX_STEPS, "log_every_n_steps": LOG_EVERY},
+        "data": {"batch_size": BATCH, "seq_len": SEQ_LEN},
+    }
     frame = pd.DataFrame(metrics).sort_index()
     frame.index.name = "step"
-    return Job(name=name, source=name, overrides=dict(overrides or {}), status=status,
-               record={"status": status, "steps": steps, **record}, config=config, choices={"task": "lm"},
-               metrics=frame)
+    return Job(
+        name=name,
+        source=name,
+        overrides=dict(overrides or {}),
+        status=status,
+        record={"status": status, "steps": steps, **record},
+        config=config,
+        choices={"task": "lm"},
+        metrics=frame,
+    )
 
 
 def logged_every(n: int, fn, last: int = MAX_STEPS) -> dict[int, float]:
@@ -67,8 +94,13 @@ def test_lr_schedule_has_every_step_of_the_warmup():
 
 
 def test_lr_panel_draws_every_step_with_the_logged_points_on_it():
-    job = make_job("a", {"train/lr": logged_every(LOG_EVERY, hand_cosine),
-                         "train/loss": logged_every(LOG_EVERY, lambda s: 4.0 - s / 100)})
+    job = make_job(
+        "a",
+        {
+            "train/lr": logged_every(LOG_EVERY, hand_cosine),
+            "train/loss": logged_every(LOG_EVERY, lambda s: 4.0 - s / 100),
+        },
+    )
     fig = warmup_figure(Sweep.from_jobs("synthetic", [job]))
     ax = fig.axes[0]
     lines = [ln for ln in ax.get_lines() if len(ln.get_xdata())]
@@ -98,10 +130,24 @@ def _lr_sweep(rates: list[float]) -> Sweep:
         for lr in rates:
             for seed in (1, 2):
                 loss = {s: 3.0 + offset + abs(math.log10(lr) + 3) / 2 + seed / 100 for s in (99, 199)}
-                jobs.append(make_job(f"{norm}-{lr}-{seed}", {"val/loss": loss, "val/ppl": {s: math.exp(v) for s, v in loss.items()}},
-                                     {"norm": norm, "optim.lr": f"{lr:g}", "seed": str(seed)}, lr=lr))
-    jobs.append(make_job("post-1-1", {"val/loss": {99: float("nan")}}, {"norm": "post", "optim.lr": "1", "seed": "1"},
-                         lr=1.0, status="diverged", steps=120))
+                jobs.append(
+                    make_job(
+                        f"{norm}-{lr}-{seed}",
+                        {"val/loss": loss, "val/ppl": {s: math.exp(v) for s, v in loss.items()}},
+                        {"norm": norm, "optim.lr": f"{lr:g}", "seed": str(seed)},
+                        lr=lr,
+                    )
+                )
+    jobs.append(
+        make_job(
+            "post-1-1",
+            {"val/loss": {99: float("nan")}},
+            {"norm": "post", "optim.lr": "1", "seed": "1"},
+            lr=1.0,
+            status="diverged",
+            steps=120,
+        )
+    )
     return Sweep.from_jobs("synthetic", jobs)
 
 
@@ -134,7 +180,9 @@ def test_grad_norm_heatmap_columns_are_evenly_spaced():
     steps = list(range(20)) + list(range(20, 80, 10))  # dense during warmup, then every 10 steps
     jobs = []
     for norm in ("pre", "post"):
-        metrics = {f"grad_norm/layer_{layer:02d}/attn": {s: (layer + 1) * 10.0 + s for s in steps} for layer in range(3)}
+        metrics = {
+            f"grad_norm/layer_{layer:02d}/attn": {s: (layer + 1) * 10.0 + s for s in steps} for layer in range(3)
+        }
         jobs.append(make_job(norm, metrics, {"norm": norm}))
     assert list(uniform_steps(np.array(steps))) == list(range(0, 80, 10))
     fig = grad_norm_heatmap(Sweep.from_jobs("synthetic", jobs))
@@ -147,7 +195,9 @@ def test_grad_norm_heatmap_columns_are_evenly_spaced():
         values = np.ma.getdata(mesh.get_array()).reshape(3, 8)  # layers x columns
         centres = (edges[:-1] + edges[1:]) / 2
         assert list(centres) == list(range(0, 80, 10))
-        assert list(values[1]) == pytest.approx([20.0 + s for s in range(0, 80, 10)])  # the values logged at those steps
+        assert list(values[1]) == pytest.approx(
+            [20.0 + s for s in range(0, 80, 10)]
+        )  # the values logged at those steps
 
 
 # ----------------------------------------------------------------------------- x axis
@@ -176,8 +226,12 @@ def test_x_tokens_of_a_translation_job_uses_tokens_seen():
 
 
 def test_x_time_from_time_s_else_from_the_rate_else_the_wall_time():
-    job = make_job("a", {"train/time_s": {9: 2.0, 19: 5.0}, "train/tokens_per_sec": {9: 100.0, 19: 50.0}},
-                   steps=20, wall_time_s=60.0)
+    job = make_job(
+        "a",
+        {"train/time_s": {9: 2.0, 19: 5.0}, "train/tokens_per_sec": {9: 100.0, 19: 50.0}},
+        steps=20,
+        wall_time_s=60.0,
+    )
     assert list(job_x(job, [9, 19], "time")[0]) == pytest.approx([2.0, 5.0])
     job.metrics = job.metrics.drop(columns="train/time_s")
     # 256 tokens per step: steps 0-9 at 100 tokens/s (2.56 s each), steps 10-19 at 50 (5.12 s each)

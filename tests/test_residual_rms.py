@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 
 import lightning as L
 import pytest
@@ -104,7 +105,7 @@ def test_post_ln_is_flat_and_pre_ln_grows_with_depth():
         values[norm] = [logged[f"resid_rms/layer_{i:02d}"] for i in range(8)]
     assert values["post"] == pytest.approx([1.0] * 8, abs=1e-3)
     pre = values["pre"]
-    assert all(b > a for a, b in zip(pre, pre[1:])), pre  # strictly increasing with depth
+    assert all(b > a for a, b in itertools.pairwise(pre)), pre  # strictly increasing with depth
     assert pre[-1] > 2 * pre[0], pre
 
 
@@ -123,9 +124,17 @@ def test_hooks_only_on_logging_steps(tmp_path):
     monitor = ResidualRMSMonitor(every_n_steps=3, dense_steps=2)
     logger = CSVLogger(tmp_path, name="csv", version="")
     data = TensorDataset(torch.randint(0, 50, (32, 16)), torch.randint(0, 50, (32, 16)))
-    trainer = L.Trainer(max_steps=7, logger=logger, callbacks=[monitor, Spy()], enable_progress_bar=False,
-                        enable_checkpointing=False, enable_model_summary=False, limit_val_batches=0,
-                        accelerator="cpu", log_every_n_steps=1)
+    trainer = L.Trainer(
+        max_steps=7,
+        logger=logger,
+        callbacks=[monitor, Spy()],
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        accelerator="cpu",
+        log_every_n_steps=1,
+    )
     trainer.fit(task, DataLoader(data, batch_size=4))
     logger.finalize("success")
     logging_steps = [0, 1, 3, 6]

@@ -26,10 +26,21 @@ from ablate.checkpointing import AtomicCheckpointIO, LastCheckpoint, find_last_c
 from conftest import HANG_TIMEOUT, REPO
 
 RUN = [
-    "model=tiny", "model.dropout=0.1", "data.seq_len=16", "data.batch_size=4", "trainer.max_steps=12",
-    "trainer.val_check_interval=3", "trainer.limit_val_batches=2", "+trainer.limit_test_batches=2",
-    "optim.warmup_steps=3", "trainer.log_every_n_steps=1", "callbacks.checkpoint_last.every_n_train_steps=3",
-    "callbacks.progress_bar=null", "print_config=false", "logger=wandb", "callbacks.throughput.peak_flops=1e12",
+    "model=tiny",
+    "model.dropout=0.1",
+    "data.seq_len=16",
+    "data.batch_size=4",
+    "trainer.max_steps=12",
+    "trainer.val_check_interval=3",
+    "trainer.limit_val_batches=2",
+    "+trainer.limit_test_batches=2",
+    "optim.warmup_steps=3",
+    "trainer.log_every_n_steps=1",
+    "callbacks.checkpoint_last.every_n_train_steps=3",
+    "callbacks.progress_bar=null",
+    "print_config=false",
+    "logger=wandb",
+    "callbacks.throughput.peak_flops=1e12",
 ]
 KILL_AFTER = 7  # the last checkpoint before it is at step 6
 # metrics that are a function of the computation (timing metrics are not)
@@ -37,11 +48,27 @@ COMPARED = ("train/loss", "train/ppl", "train/lr", "val/loss", "val/ppl", "test/
 
 
 def train(tmp: Path, data_dir: Path, run_dir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true",
-           "ABLATE_DATA_DIR": str(data_dir), "ABLATE_CACHE_DIR": str(tmp / "cache"), "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, str(REPO / "train.py"), f"paths.log_dir={tmp / 'logs'}", f"hydra.run.dir={run_dir}", *RUN, *args]
-    proc = subprocess.run(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "HF_HUB_OFFLINE": "1",
+        "WANDB_SILENT": "true",
+        "ABLATE_DATA_DIR": str(data_dir),
+        "ABLATE_CACHE_DIR": str(tmp / "cache"),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+    }
+    cmd = [
+        sys.executable,
+        str(REPO / "train.py"),
+        f"paths.log_dir={tmp / 'logs'}",
+        f"hydra.run.dir={run_dir}",
+        *RUN,
+        *args,
+    ]
+    proc = subprocess.run(
+        cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
@@ -93,8 +120,14 @@ def uninterrupted(workdir: Path, data_dir: Path) -> Path:
 @pytest.mark.slow
 def test_kill_and_resume_is_exact(workdir: Path, data_dir: Path, uninterrupted: Path) -> None:
     run_dir = workdir / "logs" / "interrupted"
-    killed = train(workdir, data_dir, run_dir, "+callbacks.kill._target_=_kill_at_step.KillAtStep",
-                   f"+callbacks.kill.step={KILL_AFTER}", check=False)
+    killed = train(
+        workdir,
+        data_dir,
+        run_dir,
+        "+callbacks.kill._target_=_kill_at_step.KillAtStep",
+        f"+callbacks.kill.step={KILL_AFTER}",
+        check=False,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     # what survives the kill: the checkpoint of step 6, complete; the step after it is lost
     assert checkpoint(run_dir)["global_step"] == 6
@@ -126,8 +159,14 @@ def test_kill_at_a_random_step_loses_nothing(workdir: Path, data_dir: Path, unin
     step = int(os.environ.get("ABLATE_FAULT_STEP") or random.randint(1, 11))
     print(f"killing after step {step}")
     run_dir = workdir / "logs" / f"random_kill_{step}"
-    killed = train(workdir, data_dir, run_dir, "+callbacks.kill._target_=_kill_at_step.KillAtStep",
-                   f"+callbacks.kill.step={step}", check=False)
+    killed = train(
+        workdir,
+        data_dir,
+        run_dir,
+        "+callbacks.kill._target_=_kill_at_step.KillAtStep",
+        f"+callbacks.kill.step={step}",
+        check=False,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     # what the checkpoint says, not what the timing implies: a complete checkpoint of a save step (every 3),
     # at most one interval behind the kill (the kill may land before or after that step's save)
@@ -148,8 +187,14 @@ def test_ctrl_c_saves_the_step_and_resumes_exactly(workdir: Path, data_dir: Path
     last.ckpt holds step 7 (nothing lost), status.json says interrupted, the process exits 130 and
     W&B records a failed exit; resuming gives exactly the uninterrupted run."""
     run_dir = workdir / "logs" / "ctrl_c"
-    proc = train(workdir, data_dir, run_dir, "+callbacks.ctrl_c._target_=_signal_at_step.SignalAtStep",
-                 f"+callbacks.ctrl_c.step={KILL_AFTER}", check=False)
+    proc = train(
+        workdir,
+        data_dir,
+        run_dir,
+        "+callbacks.ctrl_c._target_=_signal_at_step.SignalAtStep",
+        f"+callbacks.ctrl_c.step={KILL_AFTER}",
+        check=False,
+    )
     assert proc.returncode == 130, proc.stderr[-3000:]
     assert "interrupted at step 7" in proc.stderr and "ckpt_path=last" in proc.stderr
     assert checkpoint(run_dir)["global_step"] == KILL_AFTER  # saved at the interrupt, not at step 6
@@ -265,8 +310,14 @@ def test_last_checkpoint_saves_the_final_step(tmp_path: Path) -> None:
                 saved.append(trainer.global_step)
             super().save(trainer)
 
-    trainer = L.Trainer(max_steps=7, callbacks=[Recording(tmp_path, every_n_train_steps=3)], logger=False,
-                        enable_progress_bar=False, enable_model_summary=False, plugins=[AtomicCheckpointIO()])
+    trainer = L.Trainer(
+        max_steps=7,
+        callbacks=[Recording(tmp_path, every_n_train_steps=3)],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        plugins=[AtomicCheckpointIO()],
+    )
     trainer.fit(Tiny(), DataLoader(TensorDataset(torch.randn(64, 2)), batch_size=4))
     assert saved == [3, 6, 7]
     assert torch.load(tmp_path / "last.ckpt", weights_only=False)["global_step"] == 7

@@ -89,10 +89,23 @@ def test_optim_name_builds_the_named_optimiser() -> None:
 
 
 def test_recorded_optim_config_has_only_the_keys_the_optimiser_reads() -> None:
-    cfg = {"name": "sgd", "lr": 0.1, "weight_decay": 0.0, "betas": [0.9, 0.99], "eps": 1e-8, "momentum": 0.9,
-           "fused": None, "schedule": "cosine"}
-    assert used_optim_config(cfg) == {"name": "sgd", "lr": 0.1, "weight_decay": 0.0, "momentum": 0.9,
-                                      "schedule": "cosine"}
+    cfg = {
+        "name": "sgd",
+        "lr": 0.1,
+        "weight_decay": 0.0,
+        "betas": [0.9, 0.99],
+        "eps": 1e-8,
+        "momentum": 0.9,
+        "fused": None,
+        "schedule": "cosine",
+    }
+    assert used_optim_config(cfg) == {
+        "name": "sgd",
+        "lr": 0.1,
+        "weight_decay": 0.0,
+        "momentum": 0.9,
+        "schedule": "cosine",
+    }
     assert "momentum" not in used_optim_config({**cfg, "name": "adamw", "momentum": None})
 
 
@@ -183,9 +196,16 @@ def test_misaligned_parallel_files_fail_even_with_max_train_pairs(tmp_path: Path
     for lang, n in (("de", 50), ("en", 49)):
         (tmp_path / f"train.{lang}").write_text("".join(f"satz {i}\n" for i in range(n)))
         (tmp_path / f"val.{lang}").write_text("a\nb\n")
-    dm = ParallelFiles(train_src=str(tmp_path / "train.de"), train_tgt=str(tmp_path / "train.en"), val_src=str(tmp_path / "val.de"),
-                       val_tgt=str(tmp_path / "val.en"), data_dir=tmp_path, cache_dir=tmp_path / "cache", vocab_size=300,
-                       max_train_pairs=10)
+    dm = ParallelFiles(
+        train_src=str(tmp_path / "train.de"),
+        train_tgt=str(tmp_path / "train.en"),
+        val_src=str(tmp_path / "val.de"),
+        val_tgt=str(tmp_path / "val.en"),
+        data_dir=tmp_path,
+        cache_dir=tmp_path / "cache",
+        vocab_size=300,
+        max_train_pairs=10,
+    )
     with pytest.raises(ValueError, match="different line counts"):
         dm.prepare_data()
 
@@ -197,8 +217,9 @@ def test_optimized_metric_that_can_never_be_logged_is_named() -> None:
     assert optimized_metric_problem(composed("task=translation", "optimized_metric=val/bleu")) is None
     assert "not logged by task=lm" in optimized_metric_problem(composed("optimized_metric=val/bleu"))
     assert "validation is off" in optimized_metric_problem(composed("trainer.limit_val_batches=0"))
-    assert "eval.test_at_end=false" in optimized_metric_problem(composed("optimized_metric=test/loss",
-                                                                          "eval.test_at_end=false"))
+    assert "eval.test_at_end=false" in optimized_metric_problem(
+        composed("optimized_metric=test/loss", "eval.test_at_end=false")
+    )
 
 
 @pytest.mark.parametrize("preset", ["default", "fdr", "limit", "overfit", "profiler"])
@@ -225,7 +246,10 @@ def test_warmup_as_long_as_the_run_is_warned_about() -> None:
     problem = warmup_problem(composed("trainer.max_steps=80", "trainer.val_check_interval=40"))
     assert problem is not None and "optim.warmup_steps=100 >= trainer.max_steps=80" in problem
     assert problem in start_warnings(composed("trainer.max_steps=80", "trainer.val_check_interval=40"))
-    assert warmup_problem(composed("trainer.max_steps=80", "trainer.val_check_interval=40", "optim.warmup_steps=0")) is None
+    assert (
+        warmup_problem(composed("trainer.max_steps=80", "trainer.val_check_interval=40", "optim.warmup_steps=0"))
+        is None
+    )
     # the debugging presets are short on purpose: they warm up over a few steps, so they say nothing
     for preset in ("default", "fdr", "limit", "overfit", "profiler"):
         assert warmup_problem(composed(f"debug={preset}")) is None, preset

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import HANG_TIMEOUT, REPO
 
 from ablate import safe_load
 from ablate.resume import inspect_checkpoint
 from ablate.tasks import load_task_checkpoint
+from conftest import HANG_TIMEOUT, REPO
 
 
 class _RunsCode:
@@ -60,16 +60,41 @@ def test_trust_checkpoint_loads_other_types(tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("script", ["train.py", "eval.py", "generate.py", "translate.py", "scripts/export_hf.py",
-                                    "scripts/average_checkpoints.py", "scripts/attention_maps.py"])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "train.py",
+        "eval.py",
+        "generate.py",
+        "translate.py",
+        "scripts/export_hf.py",
+        "scripts/average_checkpoints.py",
+        "scripts/attention_maps.py",
+    ],
+)
 def test_no_script_runs_a_crafted_checkpoints_code(script, tmp_path):
     path, marker = crafted(tmp_path)
-    args = {"scripts/export_hf.py": [f"out={tmp_path / 'hf'}"], "scripts/attention_maps.py": ["text=ROMEO"],
-            "train.py": ["debug=fdr"]}.get(script, [])
+    args = {
+        "scripts/export_hf.py": [f"out={tmp_path / 'hf'}"],
+        "scripts/attention_maps.py": ["text=ROMEO"],
+        "train.py": ["debug=fdr"],
+    }.get(script, [])
     given = [f"ckpts=[{path}]", f"out={tmp_path / 'avg.ckpt'}"] if "average" in script else [f"ckpt_path={path}"]
-    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "ABLATE_LOG_DIR": str(tmp_path / "logs"),
-           "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(REPO / script), *given, *args], cwd=tmp_path, env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "HF_HUB_OFFLINE": "1",
+        "ABLATE_LOG_DIR": str(tmp_path / "logs"),
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, str(REPO / script), *given, *args],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "needs the type posix.system" in proc.stderr and not marker.exists()

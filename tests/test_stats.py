@@ -27,7 +27,6 @@ from ablate.analysis import stats
 from ablate.analysis.runs import load_sweep
 from ablate.analysis.scaling import Curve, PowerLaw, compute_multiplier, fit_power_law, multiplier, scaling_curves
 from ablate.analysis.tables import find_baseline, markdown_table, summarize
-
 from conftest import HANG_TIMEOUT, REPO
 
 A = np.array([3.02, 2.95, 3.10, 3.04, 2.99])
@@ -108,7 +107,9 @@ def test_mde_is_the_effect_found_with_80_percent_power():
     assert stats.mde(1.0, 1e6) == pytest.approx(scipy_stats.norm.ppf(0.975) + scipy_stats.norm.ppf(0.8), rel=1e-3)
     # Welch, 5 vs 5: at the nominal df 8 (the observed Welch df is at most 8, so a little less power)
     effect = stats.mde(math.sqrt(2 / n), 2 * n - 2)
-    found = stats.t_test(rng.normal(effect, 1.0, (draws, n)), rng.normal(0, 1.0, (draws, n)), paired=False).pvalue < 0.05
+    found = (
+        stats.t_test(rng.normal(effect, 1.0, (draws, n)), rng.normal(0, 1.0, (draws, n)), paired=False).pvalue < 0.05
+    )
     assert 0.74 <= found.mean() <= 0.82
 
 
@@ -145,8 +146,18 @@ def test_null_effect_is_flagged_at_the_nominal_rate_and_holm_holds_the_family():
 # ----------------------------------------------------------------------------- synthetic sweeps
 
 
-def write_job(root: Path, index: int, overrides: list[str], metric: str, value: float | None, status: str = "completed",
-              params: int = 1000, steps: int = 100, config: dict | None = None, metrics: pd.DataFrame | None = None) -> Path:
+def write_job(
+    root: Path,
+    index: int,
+    overrides: list[str],
+    metric: str,
+    value: float | None,
+    status: str = "completed",
+    params: int = 1000,
+    steps: int = 100,
+    config: dict | None = None,
+    metrics: pd.DataFrame | None = None,
+) -> Path:
     """One job directory as train.py leaves it (the files the loader reads). ``metrics``: the
     whole ``metrics.csv`` (a ``step`` column and one per metric) instead of two rows of ``metric``
     (``value`` + 1 half-way, ``value`` at the end)."""
@@ -157,8 +168,9 @@ def write_job(root: Path, index: int, overrides: list[str], metric: str, value: 
     config_file = job / ".hydra" / "config.yaml"
     config_file.write_text(yaml.safe_dump(config or {"data": {"batch_size": 4, "seq_len": 16}}))
     os.utime(config_file, (1e9 + index, 1e9 + index))  # run order = index
-    (job / "status.json").write_text(json.dumps({"status": status, "steps": steps, "params": params,
-                                                 "wall_time_s": 1.0, "metrics": {}}))
+    (job / "status.json").write_text(
+        json.dumps({"status": status, "steps": steps, "params": params, "wall_time_s": 1.0, "metrics": {}})
+    )
     if metrics is not None:
         metrics.to_csv(job / "csv" / "metrics.csv", index=False)
         return job
@@ -168,15 +180,25 @@ def write_job(root: Path, index: int, overrides: list[str], metric: str, value: 
     return job
 
 
-def write_sweep(root: Path, values: dict[str, list[float | None]], metric: str = "val/loss",
-                diverged: dict[str, list[int]] | None = None) -> Path:
+def write_sweep(
+    root: Path,
+    values: dict[str, list[float | None]],
+    metric: str = "val/loss",
+    diverged: dict[str, list[int]] | None = None,
+) -> Path:
     """``{act: [value per seed]}``; seeds 1..n; ``diverged``: ``{act: [seed, ...]}`` (no final value)."""
     index = 0
     for act, seeds in values.items():
         for seed, value in enumerate(seeds, start=1):
             bad = seed in (diverged or {}).get(act, [])
-            write_job(root, index, [f"act={act}", f"seed={seed}"], metric, None if bad else value,
-                      "diverged" if bad else "completed")
+            write_job(
+                root,
+                index,
+                [f"act={act}", f"seed={seed}"],
+                metric,
+                None if bad else value,
+                "diverged" if bad else "completed",
+            )
             index += 1
     return root
 
@@ -195,8 +217,9 @@ def test_planted_effect_gets_the_right_verdict(tmp_path: Path, metric: str):
 
     sd = math.sqrt(1.0**2 + 0.5**2)  # the seed-to-seed std of one variant
     values = {"gelu": 30 + noise(), "up": 30 + 3 * sd + noise(), "down": 30 - 3 * sd + noise(), "same": 30 + noise()}
-    frame = summarize(load_sweep(write_sweep(tmp_path, {k: list(v) for k, v in values.items()}, metric)),
-                      metric, baseline="act=gelu")
+    frame = summarize(
+        load_sweep(write_sweep(tmp_path, {k: list(v) for k, v in values.items()}, metric)), metric, baseline="act=gelu"
+    )
     higher = metric.endswith("bleu")
     assert _row(frame, "gelu")["verdict"] == "baseline"
     assert _row(frame, "up")["verdict"] == ("better" if higher else "worse")
@@ -222,9 +245,15 @@ def test_holm_turns_two_borderline_results_into_no_difference(tmp_path: Path):
     spread = np.array([-1.0, -0.5, 0.0, 0.5, 1.0])
     shift = scipy_stats.t.ppf(1 - 0.03 / 2, 4) * spread.std(ddof=1) / math.sqrt(5)  # paired t for p = 0.03
     base = np.array([3.0, 3.4, 2.8, 3.1, 2.9])
-    frame = summarize(load_sweep(write_sweep(tmp_path, {"gelu": list(base), "a": list(base + shift + spread),
-                                                        "b": list(base + shift + spread[::-1])})),
-                      "val/loss", baseline="act=gelu")
+    frame = summarize(
+        load_sweep(
+            write_sweep(
+                tmp_path, {"gelu": list(base), "a": list(base + shift + spread), "b": list(base + shift + spread[::-1])}
+            )
+        ),
+        "val/loss",
+        baseline="act=gelu",
+    )
     for act in ("a", "b"):
         row = _row(frame, act)
         assert row["p"] == pytest.approx(0.03) and row["p_holm"] == pytest.approx(0.06)
@@ -235,8 +264,11 @@ def test_divergence_is_a_rate_with_an_exact_test(tmp_path: Path):
     """1/3 against 0/3 is no evidence of anything (Boschloo p = 0.55): the surviving seeds decide;
     3/3 against 0/3 is p = 0.031 alone, 0.062 after Holm with a second divergence test."""
     values = {"gelu": [3.0, 3.1, 2.9], "silu": [2.0, 2.1, 1.95], "tanh": [None, None, None]}
-    frame = summarize(load_sweep(write_sweep(tmp_path / "a", values, diverged={"silu": [2], "tanh": [1, 2, 3]})),
-                      "val/loss", baseline="act=gelu")
+    frame = summarize(
+        load_sweep(write_sweep(tmp_path / "a", values, diverged={"silu": [2], "tanh": [1, 2, 3]})),
+        "val/loss",
+        baseline="act=gelu",
+    )
     silu, tanh = _row(frame, "silu"), _row(frame, "tanh")
     assert silu["verdict"] == "better (diverged 1/3)"  # better on its 2 surviving seeds; 1/3 diverging proves nothing
     assert silu["val/loss final n"] == 2 and silu["diff"] < 0 and silu["diff_seeds"] == "1,3"
@@ -249,8 +281,15 @@ def test_divergence_is_a_rate_with_an_exact_test(tmp_path: Path):
     table = markdown_table(frame, sweep)
     assert "better (diverged 1/3)" in table and "1/3 [0.01, 0.91]" in table and "p diverged (Holm)" in table
     # alone in its family, 3/3 against 0/3 is significant
-    frame = summarize(load_sweep(write_sweep(tmp_path / "b", {"gelu": [3.0, 3.1, 2.9], "tanh": [None, None, None]},
-                                             diverged={"tanh": [1, 2, 3]})), "val/loss", baseline="act=gelu")
+    frame = summarize(
+        load_sweep(
+            write_sweep(
+                tmp_path / "b", {"gelu": [3.0, 3.1, 2.9], "tanh": [None, None, None]}, diverged={"tanh": [1, 2, 3]}
+            )
+        ),
+        "val/loss",
+        baseline="act=gelu",
+    )
     assert _row(frame, "tanh")["verdict"] == "worse (diverges more: 3/3 vs 0/3)"
 
 
@@ -263,14 +302,22 @@ def test_bad_baseline_lists_the_rows(tmp_path: Path):
 
 
 def _summarize_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "summarize.py"), *args], capture_output=True,
-                          text=True, timeout=HANG_TIMEOUT, stdin=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "summarize.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 @pytest.mark.integration
 def test_summarize_script_with_a_baseline(tmp_path: Path):
     sweep = write_sweep(tmp_path / "sweep", {"gelu": [3.0, 3.1, 2.9], "relu": [3.6, 3.75, 3.45], "swiglu": [2.8]})
-    proc = _summarize_script(str(sweep), "--metric", "val/loss", "--baseline", "act=gelu", "--out", str(tmp_path / "out"))
+    proc = _summarize_script(
+        str(sweep), "--metric", "val/loss", "--baseline", "act=gelu", "--out", str(tmp_path / "out")
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "Against the baseline act=gelu (final val/loss):"  # the answer first ...
@@ -286,7 +333,9 @@ def test_summarize_script_with_a_baseline(tmp_path: Path):
     summary = pd.read_csv(tmp_path / "out" / "summary.csv")
     assert {"verdict", "p_holm", "mde", "val/loss final ci_low"} <= set(summary.columns) and len(summary) == 3
 
-    bad = _summarize_script(str(sweep), "--metric", "val/loss", "--baseline", "act=swish", "--out", str(tmp_path / "o2"))
+    bad = _summarize_script(
+        str(sweep), "--metric", "val/loss", "--baseline", "act=swish", "--out", str(tmp_path / "o2")
+    )
     assert bad.returncode != 0
     assert "act=swish" in bad.stderr and "act=gelu; act=relu; act=swiglu" in bad.stderr
 
@@ -310,10 +359,13 @@ def synthetic_curve(label: str, factor: float, rng: np.random.Generator, seeds: 
 
 def test_power_law_fit_recovers_its_parameters():
     law = PowerLaw(E_TRUE, A_TRUE * 1e16**-ALPHA_TRUE, ALPHA_TRUE, 1e16)
-    assert law.A == pytest.approx(A_TRUE)
+    assert pytest.approx(A_TRUE) == law.A
     fit = fit_power_law(COMPUTES, law.loss(COMPUTES))
-    assert (fit.E, fit.A, fit.alpha) == (pytest.approx(E_TRUE, rel=1e-4), pytest.approx(A_TRUE, rel=1e-3),
-                                         pytest.approx(ALPHA_TRUE, rel=1e-4))
+    assert (fit.E, fit.A, fit.alpha) == (
+        pytest.approx(E_TRUE, rel=1e-4),
+        pytest.approx(A_TRUE, rel=1e-3),
+        pytest.approx(ALPHA_TRUE, rel=1e-4),
+    )
     assert law.compute_for(float(law.loss(3e17))) == pytest.approx(3e17) and law.compute_for(E_TRUE) == math.inf
 
 
@@ -340,8 +392,9 @@ def test_compute_multiplier_refuses_fewer_than_three_scales():
     rng = np.random.default_rng(5)
     curve = synthetic_curve("base", 1.0, rng)
     keep = [i for i, s in enumerate(curve.scale) if s in ("s0", "s1")]
-    short = Curve("short", {}, [curve.scale[i] for i in keep], [curve.compute[i] for i in keep],
-                  [curve.loss[i] for i in keep])
+    short = Curve(
+        "short", {}, [curve.scale[i] for i in keep], [curve.compute[i] for i in keep], [curve.loss[i] for i in keep]
+    )
     with pytest.raises(ValueError, match="needs >= 3 scales"):
         compute_multiplier(short, curve, n_boot=0)
     with pytest.raises(ValueError, match=">= 3 compute scales"):
@@ -360,10 +413,20 @@ def write_scaling_sweep(root: Path, rng: np.random.Generator, scales: int = 4) -
             for seed in (1, 2, 3):
                 loss = E_TRUE + 0.5 * (6 * 1e5 * 4 ** (scales - 1) * steps * batch * seq / (factor * compute)) ** 0.3
                 bad = act == "swiglu" and i == scales - 1 and seed == 3
-                write_job(root, index, [f"act={act}", f"model=s{i}", f"seed={seed}"], "val/loss",
-                          None if bad else loss + rng.normal(0, 0.002), "diverged" if bad else "completed",
-                          params=int(params), steps=steps, config={"model": {"n_layers": layers, "d_model": d_model},
-                                                                   "data": {"batch_size": batch, "seq_len": seq}})
+                write_job(
+                    root,
+                    index,
+                    [f"act={act}", f"model=s{i}", f"seed={seed}"],
+                    "val/loss",
+                    None if bad else loss + rng.normal(0, 0.002),
+                    "diverged" if bad else "completed",
+                    params=int(params),
+                    steps=steps,
+                    config={
+                        "model": {"n_layers": layers, "d_model": d_model},
+                        "data": {"batch_size": batch, "seq_len": seq},
+                    },
+                )
                 index += 1
     return root
 
@@ -383,16 +446,33 @@ def test_scaling_curves_count_compute_and_failures(tmp_path: Path):
 
 
 def _multiplier_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "compute_multiplier.py"), *args], capture_output=True,
-                          text=True, timeout=HANG_TIMEOUT, stdin=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "compute_multiplier.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 @pytest.mark.integration
 def test_compute_multiplier_script(tmp_path: Path):
     sweep = write_scaling_sweep(tmp_path / "sweep", np.random.default_rng(7))
     out = tmp_path / "out"
-    proc = _multiplier_script(str(sweep), "--baseline", "act=gelu", "--scale-key", "model", "--flops", "6N",
-                              "--bootstrap", "50", "--out", str(out))
+    proc = _multiplier_script(
+        str(sweep),
+        "--baseline",
+        "act=gelu",
+        "--scale-key",
+        "model",
+        "--flops",
+        "6N",
+        "--bootstrap",
+        "50",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "diverged 1" in proc.stdout and "largest measured compute" in proc.stdout
     result = pd.read_csv(out / "compute_multiplier.csv").iloc[0]
@@ -400,10 +480,13 @@ def test_compute_multiplier_script(tmp_path: Path):
     assert (out / "compute_multiplier.png").stat().st_size > 0
 
     short = write_scaling_sweep(tmp_path / "short", np.random.default_rng(8), scales=2)
-    proc = _multiplier_script(str(short), "--baseline", "act=gelu", "--scale-key", "model", "--bootstrap", "0",
-                              "--out", str(tmp_path / "o2"))
+    proc = _multiplier_script(
+        str(short), "--baseline", "act=gelu", "--scale-key", "model", "--bootstrap", "0", "--out", str(tmp_path / "o2")
+    )
     assert proc.returncode != 0 and "needs >= 3 scales" in proc.stderr
-    proc = _multiplier_script(str(sweep), "--baseline", "act=relu", "--scale-key", "model", "--out", str(tmp_path / "o3"))
+    proc = _multiplier_script(
+        str(sweep), "--baseline", "act=relu", "--scale-key", "model", "--out", str(tmp_path / "o3")
+    )
     assert proc.returncode != 0 and "act=gelu; act=swiglu" in proc.stderr
 
 
@@ -468,7 +551,9 @@ def test_holm_family_across_slices(tmp_path: Path):
     for scale in ("xs", "m"):
         for act, vals in (("gelu", base), ("relu", base + shift + spread)):
             for seed, value in enumerate(vals, start=1):
-                write_job(tmp_path / "sweep", index, [f"act={act}", f"scale={scale}", f"seed={seed}"], "val/loss", value)
+                write_job(
+                    tmp_path / "sweep", index, [f"act={act}", f"scale={scale}", f"seed={seed}"], "val/loss", value
+                )
                 index += 1
     from ablate.analysis.tables import adjust_family, where
 
@@ -478,15 +563,39 @@ def test_holm_family_across_slices(tmp_path: Path):
     family = adjust_family(frames)
     assert [_row(f, "relu")["p_holm"] for f in family] == [pytest.approx(0.06)] * 2
     assert [_row(f, "relu")["verdict"] for f in family] == ["inconclusive"] * 2
-    proc = _summarize_script(str(tmp_path / "sweep"), "--metric", "val/loss", "--baseline", "act=gelu", "--where",
-                             "scale=xs", "--where", "scale=m", "--out", str(tmp_path / "out"))
+    proc = _summarize_script(
+        str(tmp_path / "sweep"),
+        "--metric",
+        "val/loss",
+        "--baseline",
+        "act=gelu",
+        "--where",
+        "scale=xs",
+        "--where",
+        "scale=m",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("the 2 comparisons of all 2 tables of this call") == 2
     for s in ("xs", "m"):
         summary = pd.read_csv(tmp_path / "out" / f"scale={s}" / "summary.csv")
         assert summary.loc[summary["act"] == "relu", "p_holm"].iloc[0] == pytest.approx(0.06)
-    per_table = _summarize_script(str(tmp_path / "sweep"), "--metric", "val/loss", "--baseline", "act=gelu", "--where",
-                                  "scale=xs", "--where", "scale=m", "--family", "table", "--out", str(tmp_path / "o2"))
+    per_table = _summarize_script(
+        str(tmp_path / "sweep"),
+        "--metric",
+        "val/loss",
+        "--baseline",
+        "act=gelu",
+        "--where",
+        "scale=xs",
+        "--where",
+        "scale=m",
+        "--family",
+        "table",
+        "--out",
+        str(tmp_path / "o2"),
+    )
     assert per_table.returncode == 0 and "| worse |" in per_table.stdout
 
 
@@ -494,8 +603,14 @@ def test_margin_from_the_experiment_config(tmp_path: Path):
     rng = np.random.default_rng(13)
     for index, (act, seed) in enumerate((a, s) for a in ("gelu", "relu") for s in (1, 2, 3, 4)):
         value = 3.0 + 0.01 * seed + rng.normal(0, 0.002)
-        write_job(tmp_path / "s", index, [f"act={act}", f"seed={seed}"], "val/loss", value,
-                  config={"data": {"batch_size": 4, "seq_len": 16}, "analysis": {"margin": {"val/loss": 0.05}}})
+        write_job(
+            tmp_path / "s",
+            index,
+            [f"act={act}", f"seed={seed}"],
+            "val/loss",
+            value,
+            config={"data": {"batch_size": 4, "seq_len": 16}, "analysis": {"margin": {"val/loss": 0.05}}},
+        )
     sweep = load_sweep(tmp_path / "s")
     frame = summarize(sweep, "val/loss", baseline="act=gelu")
     assert frame.attrs["margin"] == 0.05 and _row(frame, "relu")["verdict"] == "equivalent (±0.05)"
@@ -515,7 +630,10 @@ def test_stalled_is_its_own_outcome(tmp_path: Path):
     frame = summarize(sweep, "val/loss", baseline="norm=pre")
     post = frame[frame["norm"] == "post"].iloc[0]
     assert post["stalled"] == 3 and frame[frame["norm"] == "pre"].iloc[0]["stalled"] == 0
-    assert post["verdict"].startswith("inconclusive (stalled 3/3)") or post["verdict"] == "not tested (no seed spread; stalled 3/3)"
+    assert (
+        post["verdict"].startswith("inconclusive (stalled 3/3)")
+        or post["verdict"] == "not tested (no seed spread; stalled 3/3)"
+    )
     table = markdown_table(frame, sweep)
     assert "| stalled |" in table and "3/3" in table and "never left the starting plateau" in table
     diverged = write_job(tmp_path / "d", 0, ["norm=post", "seed=1"], "val/loss", 3.35, status="diverged")
@@ -527,8 +645,12 @@ def test_stalled_is_its_own_outcome(tmp_path: Path):
 
 def test_no_detectable_difference_is_gone():
     """The phrase invited the reading "no difference"; verdicts say "inconclusive" now."""
-    paths = [*(REPO / "src" / "ablate" / "analysis").glob("*.py"), REPO / "scripts" / "summarize.py",
-             REPO / "docs" / "analysis.md", REPO / "README.md"]
+    paths = [
+        *(REPO / "src" / "ablate" / "analysis").glob("*.py"),
+        REPO / "scripts" / "summarize.py",
+        REPO / "docs" / "analysis.md",
+        REPO / "README.md",
+    ]
     assert [p.name for p in paths if "no detectable difference" in p.read_text()] == []
 
 
@@ -610,13 +732,37 @@ def test_extrapolation_is_flagged():
 @pytest.mark.integration
 def test_compute_multiplier_script_flags_or_refuses_extrapolation(tmp_path: Path):
     sweep = write_scaling_sweep(tmp_path / "sweep", np.random.default_rng(22))
-    proc = _multiplier_script(str(sweep), "--baseline", "act=gelu", "--scale-key", "model", "--flops", "6N",
-                              "--bootstrap", "100", "--shared-asymptote", "--out", str(tmp_path / "o"))
+    proc = _multiplier_script(
+        str(sweep),
+        "--baseline",
+        "act=gelu",
+        "--scale-key",
+        "model",
+        "--flops",
+        "6N",
+        "--bootstrap",
+        "100",
+        "--shared-asymptote",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "| extrapolates |" in proc.stdout and "**yes**: the baseline would need" in proc.stdout
     assert "one E shared by the variant and the baseline" in proc.stdout
     row = pd.read_csv(tmp_path / "o" / "compute_multiplier.csv").iloc[0]
     assert row["shared_asymptote"] and row["ci_method"] == "parametric" and "beyond" in row["extrapolation"]
-    refused = _multiplier_script(str(sweep), "--baseline", "act=gelu", "--scale-key", "model", "--flops", "6N",
-                                 "--bootstrap", "50", "--no-extrapolation", "--out", str(tmp_path / "o2"))
+    refused = _multiplier_script(
+        str(sweep),
+        "--baseline",
+        "act=gelu",
+        "--scale-key",
+        "model",
+        "--flops",
+        "6N",
+        "--bootstrap",
+        "50",
+        "--no-extrapolation",
+        "--out",
+        str(tmp_path / "o2"),
+    )
     assert refused.returncode == 0 and "refused: extrapolates (" in refused.stdout

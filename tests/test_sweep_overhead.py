@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import HANG_TIMEOUT, REPO
 
 pytestmark = pytest.mark.slow
@@ -20,15 +21,46 @@ SMALL = ["data.seq_len=16", "data.batch_size=4", "trainer.limit_val_batches=2", 
 
 
 def test_sweep_overhead_report(tmp_path: Path, data_dir: Path) -> None:
-    env = {**os.environ, "ABLATE_DATA_DIR": str(data_dir), "ABLATE_CACHE_DIR": str(tmp_path.parent / "cache"),
-           "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "ABLATE_DATA_DIR": str(data_dir),
+        "ABLATE_CACHE_DIR": str(tmp_path.parent / "cache"),
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "HF_HUB_OFFLINE": "1",
+    }
     env.pop("OMP_NUM_THREADS", None)  # the parallel mode relies on loky setting it per worker
     out, report_path = tmp_path / "out", tmp_path / "report.json"
-    cmd = [sys.executable, str(REPO / "scripts" / "sweep_overhead.py"), "--variants", "learned,rope", "--seeds", "1",
-           "--steps", "3", "--probe-runs", "1", "--modes", "sequential,parallel", "--out", str(out),
-           "--json", str(report_path), "--extra", *SMALL]
-    proc = subprocess.run(cmd, check=False, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=HANG_TIMEOUT)
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "sweep_overhead.py"),
+        "--variants",
+        "learned,rope",
+        "--seeds",
+        "1",
+        "--steps",
+        "3",
+        "--probe-runs",
+        "1",
+        "--modes",
+        "sequential,parallel",
+        "--out",
+        str(out),
+        "--json",
+        str(report_path),
+        "--extra",
+        *SMALL,
+    ]
+    proc = subprocess.run(
+        cmd,
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "wall / sum train" in proc.stdout and "launch to first training step" in proc.stdout
     report = json.loads(report_path.read_text())
@@ -39,10 +71,20 @@ def test_sweep_overhead_report(tmp_path: Path, data_dir: Path) -> None:
     # the start-up probe: its consecutive parts add up to the process' wall time
     (probe,) = report["startup"]["runs"]
     parts = probe["parts"]
-    for key in ("import torch", "import lightning", "import wandb", "hydra: compose, job dir, logging",
-                "data: instantiate, prepare_data, setup", "  of which SHA-256 of the cache files", "model build (task, init)",
-                "loggers build (CSV; W&B: wandb.init, offline)", "trainer build", "= launch to first training step",
-                "post-fit evaluation (evaluate_after_fit)", "= process wall time"):
+    for key in (
+        "import torch",
+        "import lightning",
+        "import wandb",
+        "hydra: compose, job dir, logging",
+        "data: instantiate, prepare_data, setup",
+        "  of which SHA-256 of the cache files",
+        "model build (task, init)",
+        "loggers build (CSV; W&B: wandb.init, offline)",
+        "trainer build",
+        "= launch to first training step",
+        "post-fit evaluation (evaluate_after_fit)",
+        "= process wall time",
+    ):
         assert key in parts and parts[key] >= 0, key
     consecutive = sum(v for k, v in parts.items() if not k.startswith((" ", "=")))
     assert math.isclose(consecutive, parts["= process wall time"], abs_tol=0.05)

@@ -29,8 +29,9 @@ def sweep_dir_of(overrides: list[str]) -> str:
     """``hydra.sweep.dir`` as Hydra resolves it for ``train.py -m OVERRIDES`` (the sweep's own
     config, before any job runs)."""
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = GlobalHydra.instance().hydra.compose_config("train", overrides, run_mode=RunMode.MULTIRUN,
-                                                         with_log_configuration=False)
+        cfg = GlobalHydra.instance().hydra.compose_config(
+            "train", overrides, run_mode=RunMode.MULTIRUN, with_log_configuration=False
+        )
         previous = HydraConfig.instance().cfg
         HydraConfig.instance().set_config(cfg)  # for ${hydra:...}
         try:
@@ -101,8 +102,9 @@ def test_rerun_skips_completed_and_diverged_jobs(run_train, tmp_path):
     for job in first.values():
         assert len(list((job / "wandb").glob("offline-run-*"))) == 1  # no W&B run for a skipped job
     # the real directory is what the resolver gives for this command, whatever the order of its values
-    assert (tmp_path / "logs" / "multirun" / Path(sweep_dir_of(
-        [*command[1:], f"paths.log_dir={tmp_path / 'logs'}"])).name).is_dir()
+    assert (
+        tmp_path / "logs" / "multirun" / Path(sweep_dir_of([*command[1:], f"paths.log_dir={tmp_path / 'logs'}"])).name
+    ).is_dir()
 
 
 # SIGKILL after optimiser step $KILL_AT, as tests/_kill_at_step.py does after a fixed step: read
@@ -124,8 +126,14 @@ def test_interrupted_job_resumes_and_finished_sibling_is_skipped(run_train, tmp_
     skip_completed=false both are trained again from scratch."""
     (tmp_path / "_kill_from_env.py").write_text(KILLER)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    command = ["-m", "trainer.max_steps=3,6", *tiny(), "logger=csv", "callbacks.checkpoint_last.every_n_train_steps=3",
-               "+callbacks.kill._target_=_kill_from_env.KillAtEnvStep"]
+    command = [
+        "-m",
+        "trainer.max_steps=3,6",
+        *tiny(),
+        "logger=csv",
+        "callbacks.checkpoint_last.every_n_train_steps=3",
+        "+callbacks.kill._target_=_kill_from_env.KillAtEnvStep",
+    ]
     monkeypatch.setenv("KILL_AT", "4")
     killed = run_train(*command, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
@@ -173,7 +181,8 @@ def test_sweep_directory_identity(tmp_path):
     assert a != sweep_dir_of(["norm=pre,post", "pos=rope,learned", log, "optim.lr=1e-3"])
     assert Path(a).parent == tmp_path / "multirun" and Path(a).name.startswith("norm,pos-")
     assert Path(sweep_dir_of(["experiment=nanogpt_shakespeare_char", "seed=1,2", log])).name.startswith(
-        "nanogpt_shakespeare_char-")
+        "nanogpt_shakespeare_char-"
+    )
     assert sweep_dir_of(["norm=pre,post", log, "sweep_name=my/ablation"]) == str(tmp_path / "multirun" / "my_ablation")
     assert sweep_dirname(None, ["seed=interval(0,1)"]) != sweep_dirname(None, ["seed=interval(0,2)"])
 

@@ -75,9 +75,19 @@ def copy_task(monkeypatch: pytest.MonkeyPatch):
 
 def composed(tmp_path: Path, data_dir: Path, *overrides: str) -> DictConfig:
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[*TINY, "logger=csv", "task.name=copy", "trainer.max_steps=30",
-                                                       "trainer.val_check_interval=15", "optim.lr=3e-3", *overrides],
-                      return_hydra_config=False)
+        cfg = compose(
+            config_name="train",
+            overrides=[
+                *TINY,
+                "logger=csv",
+                "task.name=copy",
+                "trainer.max_steps=30",
+                "trainer.val_check_interval=15",
+                "optim.lr=3e-3",
+                *overrides,
+            ],
+            return_hydra_config=False,
+        )
     with open_dict(cfg):
         cfg.paths.root_dir = str(tmp_path)
         cfg.paths.data_dir, cfg.paths.cache_dir = str(data_dir), str(tmp_path / "cache")

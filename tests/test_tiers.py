@@ -7,6 +7,7 @@ import sys
 
 import lightning.pytorch as lp
 import pytest
+
 from conftest import TierError, _tier_guard
 
 # integration: so that the guard under test is the only one in place (a unit test runs under its own)

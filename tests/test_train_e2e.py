@@ -18,9 +18,20 @@ pytestmark = pytest.mark.slow
 SWEEP = ["-m", "norm=pre,post", "pos=sinusoidal,learned"]
 EXPECTED_JOBS = {("pre", "sinusoidal"), ("pre", "learned"), ("post", "sinusoidal"), ("post", "learned")}
 # every metric name the issue promises, per job (model/params at step 0, the rest during training)
-PROMISED = ["train/loss", "train/ppl", "val/loss", "val/ppl", "train/lr", "train/tokens_per_sec", "grad_norm/total",
-            "grad_norm/layer_00/attn", "grad_norm/layer_01/ffn", "grad_norm/layer_00/attn_norm", "grad_norm/embed",
-            "model/params"]
+PROMISED = [
+    "train/loss",
+    "train/ppl",
+    "val/loss",
+    "val/ppl",
+    "train/lr",
+    "train/tokens_per_sec",
+    "grad_norm/total",
+    "grad_norm/layer_00/attn",
+    "grad_norm/layer_01/ffn",
+    "grad_norm/layer_00/attn_norm",
+    "grad_norm/embed",
+    "model/params",
+]
 
 
 def job_dirs(log_dir: Path) -> dict[tuple[str, str], Path]:
@@ -98,8 +109,9 @@ def test_sweep_survives_divergence_and_crash(run_train, tmp_path):
     """One job diverges (huge lr, no clipping), two crash (a seq_len longer than the corpus, found
     at data setup): both are recorded and the sweep still finishes its healthy job; it ends listing
     the crashed jobs, with exit code 1 (a divergence alone would be 0: it is a result, not a failure)."""
-    proc = run_train("-m", *TINY, "data.seq_len=2000000,16", "optim.lr=1e-3,1e4", "optim.grad_clip=null", "logger=csv",
-                     check=False)
+    proc = run_train(
+        "-m", *TINY, "data.seq_len=2000000,16", "optim.lr=1e-3,1e4", "optim.grad_clip=null", "logger=csv", check=False
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "1 completed, 2 crashed, 1 diverged" in proc.stdout and proc.stdout.count("  crashed: ") == 2
     sweep = next((tmp_path / "logs" / "multirun").iterdir())
@@ -129,9 +141,21 @@ def test_checkpoint_generates(run_train, tmp_path):
 
     run_train(*TINY, "logger=csv")
     ckpt = next((tmp_path / "logs" / "runs").glob("*/checkpoints/last.ckpt"))
-    proc = subprocess.run([sys.executable, str(REPO / "generate.py"), f"ckpt_path={ckpt}", "prompt=ROMEO:",
-                           "max_new_tokens=20", "num_samples=2"], cwd=tmp_path, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=HANG_TIMEOUT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "generate.py"),
+            f"ckpt_path={ckpt}",
+            "prompt=ROMEO:",
+            "max_new_tokens=20",
+            "num_samples=2",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=HANG_TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     samples = [s for s in proc.stdout.split("\n" + "-" * 40 + "\n") if s]
     assert len(samples) == 2
@@ -141,11 +165,27 @@ def test_checkpoint_generates(run_train, tmp_path):
 def test_quick_run_overrides(run_train, tmp_path, data_dir):
     """Every override the README promises for quick runs is honoured."""
     sweep_dir = tmp_path / "my_sweep"
-    run_train("-m", "seed=1,2", f"hydra.sweep.dir={sweep_dir}", f"paths.data_dir={data_dir}", "trainer.max_steps=4",
-              "trainer.val_check_interval=2", "trainer.limit_val_batches=1", "model.n_layers=1", "model.d_model=24",
-              "model.n_heads=2", "data.seq_len=8", "data.batch_size=3", "optim.lr=5e-3", "optim.warmup_steps=0",
-              "logger=csv", "+trainer.limit_test_batches=1", "trainer.log_every_n_steps=1", "callbacks.progress_bar=null",
-              "print_config=false")
+    run_train(
+        "-m",
+        "seed=1,2",
+        f"hydra.sweep.dir={sweep_dir}",
+        f"paths.data_dir={data_dir}",
+        "trainer.max_steps=4",
+        "trainer.val_check_interval=2",
+        "trainer.limit_val_batches=1",
+        "model.n_layers=1",
+        "model.d_model=24",
+        "model.n_heads=2",
+        "data.seq_len=8",
+        "data.batch_size=3",
+        "optim.lr=5e-3",
+        "optim.warmup_steps=0",
+        "logger=csv",
+        "+trainer.limit_test_batches=1",
+        "trainer.log_every_n_steps=1",
+        "callbacks.progress_bar=null",
+        "print_config=false",
+    )
     jobs = sorted(d for d in sweep_dir.iterdir() if (d / "status.json").exists())
     assert [d.name.split(",")[0] for d in jobs] == ["seed=1", "seed=2"]  # seeds lead long names
     losses = []

@@ -29,7 +29,6 @@ from ablate.data.translation_data import (
 )
 from ablate.tasks import build_task
 from ablate.tasks.translation import TranslationTask, corpus_bleu
-
 from conftest import SHARED_DATA
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -64,8 +63,16 @@ def test_task_translation_selects_translation_defaults(hydra_init):
 
 
 def test_command_line_and_experiment_override_the_task_defaults(hydra_init):
-    cfg = compose(config_name="train", overrides=["task=translation", "data=iwslt14", "norm=pre", "model=transformer_iwslt_de_en",
-                                                  "model.encoder_layers=2"])
+    cfg = compose(
+        config_name="train",
+        overrides=[
+            "task=translation",
+            "data=iwslt14",
+            "norm=pre",
+            "model=transformer_iwslt_de_en",
+            "model.encoder_layers=2",
+        ],
+    )
     assert cfg.data.name == "iwslt14" and cfg.norm.placement == "pre"
     spec = model_spec(cfg, vocab_size=100, max_len=256)
     assert (spec.encoder_layers, spec.n_layers, spec.d_model, spec.n_heads, spec.d_ff) == (2, 6, 512, 4, 1024)
@@ -149,7 +156,9 @@ def test_loss_ignores_padding_and_smooths_as_documented():
     smooth = -lp.mean(-1)[real].mean()
     eps = 0.1
     assert TranslationTask.token_nll(logits, target) == pytest.approx(float(nll), rel=1e-5)
-    assert TranslationTask.token_nll(logits, target, eps) == pytest.approx(float((1 - eps) * nll + eps * smooth), rel=1e-5)
+    assert TranslationTask.token_nll(logits, target, eps) == pytest.approx(
+        float((1 - eps) * nll + eps * smooth), rel=1e-5
+    )
     # what the padded position holds does not matter
     other = logits.clone()
     other[0, 4] = 100 * torch.randn(11)
@@ -187,7 +196,9 @@ def test_multi30k_local_files_both_directions_one_cache(m30k_cache):
     de_en.setup()
     assert de_en.vocab_size == 1000
     assert [len(de_en.datasets[s].src) for s in ("train", "val", "test")] == [29000, 1014, 1000]
-    assert len(de_en.references("test")) == 1000 and de_en.sources("test")[0].startswith("Ein Mann mit einem orangefarbenen Hut")
+    assert len(de_en.references("test")) == 1000 and de_en.sources("test")[0].startswith(
+        "Ein Mann mit einem orangefarbenen Hut"
+    )
     assert de_en.padding_fraction["train"] < 0.1
     train = de_en.datasets["train"]
     for i in range(0, len(train), 7):
@@ -235,8 +246,16 @@ def test_parallel_files_plain_and_gzipped(tmp_path):
     with gzip.open(tmp_path / "tr.tgt.gz", "wt") as f:
         f.write("\n".join(lines_tgt) + "\n")
     cfg = OmegaConf.load(CONF / "data" / "parallel.yaml")
-    cfg.update(data_dir=str(tmp_path), cache_dir=str(tmp_path / "cache"), train_src="tr.src", train_tgt="tr.tgt.gz",
-               val_src=str(tmp_path / "tr.src"), val_tgt="tr.tgt.gz", vocab_size=300, max_tokens=256)
+    cfg.update(
+        data_dir=str(tmp_path),
+        cache_dir=str(tmp_path / "cache"),
+        train_src="tr.src",
+        train_tgt="tr.tgt.gz",
+        val_src=str(tmp_path / "tr.src"),
+        val_tgt="tr.tgt.gz",
+        vocab_size=300,
+        max_tokens=256,
+    )
     dm = instantiate(cfg)
     dm.setup()
     assert dm.references("test") == lines_tgt and dm.sources("val") == lines_src
@@ -252,8 +271,12 @@ def test_throughput_counts_source_and_target_tokens():
     from ablate.data.translation_data import PairBatch
     from ablate.tasks.translation import TranslationTask
 
-    batch = PairBatch(src=torch.zeros(4, 7, dtype=torch.long), tgt_in=torch.zeros(4, 5, dtype=torch.long),
-                      tgt_out=torch.zeros(4, 5, dtype=torch.long), index=torch.arange(4))
+    batch = PairBatch(
+        src=torch.zeros(4, 7, dtype=torch.long),
+        tgt_in=torch.zeros(4, 5, dtype=torch.long),
+        tgt_out=torch.zeros(4, 5, dtype=torch.long),
+        index=torch.arange(4),
+    )
     task = TranslationTask.__new__(TranslationTask)  # no model needed to count
     assert batch_tokens(task, batch) == 4 * 7 + 4 * 5
     assert batch_tokens(object(), (torch.zeros(4, 16), torch.zeros(4, 16))) == 64  # a task without its own count

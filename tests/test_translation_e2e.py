@@ -48,18 +48,59 @@ def test_tiny_model_overfits_to_near_perfect_bleu(tmp_path):
     start = time.perf_counter()
     try:
         L.seed_everything(0)
-        dm = ParallelFiles(train_src=str(tmp_path / "pairs.de"), train_tgt=str(tmp_path / "pairs.en"),
-                           val_src=str(tmp_path / "pairs.de"), val_tgt=str(tmp_path / "pairs.en"), cache_dir=str(tmp_path / "cache"),
-                           src_lang="de", tgt_lang="en", vocab_size=1000, seq_len=64, max_tokens=1024)
+        dm = ParallelFiles(
+            train_src=str(tmp_path / "pairs.de"),
+            train_tgt=str(tmp_path / "pairs.en"),
+            val_src=str(tmp_path / "pairs.de"),
+            val_tgt=str(tmp_path / "pairs.en"),
+            cache_dir=str(tmp_path / "cache"),
+            src_lang="de",
+            tgt_lang="en",
+            vocab_size=1000,
+            seq_len=64,
+            max_tokens=1024,
+        )
         dm.setup()
-        spec = validate(ModelSpec(vocab_size=dm.vocab_size, n_layers=2, encoder_layers=2, d_model=64, n_heads=4, d_ff=256,
-                                  max_len=64, pos="sinusoidal", norm="pre", act="relu", init="xavier", scale_embeddings=True))
-        task = TranslationTask(spec.as_dict(), {"lr": 5e-3, "betas": [0.9, 0.98], "weight_decay": 0.0, "schedule": "constant",
-                                                "warmup_steps": 30, "label_smoothing": 0.0},
-                               decode={"beam_size": 1, "max_len_a": 1.5, "max_len_b": 5}, task={"val_bleu_samples": 0})
+        spec = validate(
+            ModelSpec(
+                vocab_size=dm.vocab_size,
+                n_layers=2,
+                encoder_layers=2,
+                d_model=64,
+                n_heads=4,
+                d_ff=256,
+                max_len=64,
+                pos="sinusoidal",
+                norm="pre",
+                act="relu",
+                init="xavier",
+                scale_embeddings=True,
+            )
+        )
+        task = TranslationTask(
+            spec.as_dict(),
+            {
+                "lr": 5e-3,
+                "betas": [0.9, 0.98],
+                "weight_decay": 0.0,
+                "schedule": "constant",
+                "warmup_steps": 30,
+                "label_smoothing": 0.0,
+            },
+            decode={"beam_size": 1, "max_len_a": 1.5, "max_len_b": 5},
+            task={"val_bleu_samples": 0},
+        )
         task.tokenizer = dm.tokenizer
-        trainer = L.Trainer(accelerator="cpu", max_steps=250, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                            enable_model_summary=False, limit_val_batches=0, gradient_clip_val=1.0)
+        trainer = L.Trainer(
+            accelerator="cpu",
+            max_steps=250,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            gradient_clip_val=1.0,
+        )
         trainer.fit(task, datamodule=dm)
         trainer.test(task, datamodule=dm, verbose=False)
         greedy_bleu = float(trainer.callback_metrics["test/bleu"])
@@ -75,15 +116,48 @@ def test_tiny_model_overfits_to_near_perfect_bleu(tmp_path):
 
 
 TINY_MT = [
-    "task=translation", "data=multi30k", "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32",
-    "model.n_heads=4", "model.d_ff=64", "data.vocab_size=500", "data.max_train_pairs=3000", "data.max_eval_pairs=60",
-    "data.max_tokens=1024", "trainer.max_steps=6", "trainer.val_check_interval=3", "task.val_bleu_samples=40",
-    "decode.beam_size=2", "decode.max_len_a=1.0", "decode.max_len_b=4", "optim.warmup_steps=2", "trainer.log_every_n_steps=1",
-    "callbacks.progress_bar=null", "print_config=false", "callbacks.throughput.peak_flops=1e12",
+    "task=translation",
+    "data=multi30k",
+    "model.encoder_layers=1",
+    "model.decoder_layers=1",
+    "model.d_model=32",
+    "model.n_heads=4",
+    "model.d_ff=64",
+    "data.vocab_size=500",
+    "data.max_train_pairs=3000",
+    "data.max_eval_pairs=60",
+    "data.max_tokens=1024",
+    "trainer.max_steps=6",
+    "trainer.val_check_interval=3",
+    "task.val_bleu_samples=40",
+    "decode.beam_size=2",
+    "decode.max_len_a=1.0",
+    "decode.max_len_b=4",
+    "optim.warmup_steps=2",
+    "trainer.log_every_n_steps=1",
+    "callbacks.progress_bar=null",
+    "print_config=false",
+    "callbacks.throughput.peak_flops=1e12",
 ]
-PROMISED = ["train/loss", "train/ppl", "train/lr", "train/padding_fraction", "data/padding_fraction", "val/loss", "val/ppl",
-            "val/bleu", "test/loss", "test/ppl", "test/bleu", "grad_norm/total", "grad_norm/embed",
-            "grad_norm/enc_layer_00/attn", "grad_norm/dec_layer_00/cross_attn", "grad_norm/dec_layer_00/attn", "model/params"]
+PROMISED = [
+    "train/loss",
+    "train/ppl",
+    "train/lr",
+    "train/padding_fraction",
+    "data/padding_fraction",
+    "val/loss",
+    "val/ppl",
+    "val/bleu",
+    "test/loss",
+    "test/ppl",
+    "test/bleu",
+    "grad_norm/total",
+    "grad_norm/embed",
+    "grad_norm/enc_layer_00/attn",
+    "grad_norm/dec_layer_00/cross_attn",
+    "grad_norm/dec_layer_00/attn",
+    "model/params",
+]
 
 
 def read_csv(job: Path) -> list[dict[str, str]]:
@@ -99,7 +173,11 @@ def test_multirun_norm_pre_post_logs_bleu(run_train, tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # tiny tensors: no thread spinning on a busy machine
     run_train("-m", "norm=pre,post", *TINY_MT, "logger=csv")
     sweep = next((tmp_path / "logs" / "multirun").iterdir())
-    jobs = {json.loads((d / "status.json").read_text())["axes"]["norm"]: d for d in sweep.iterdir() if (d / "status.json").exists()}
+    jobs = {
+        json.loads((d / "status.json").read_text())["axes"]["norm"]: d
+        for d in sweep.iterdir()
+        if (d / "status.json").exists()
+    }
     assert set(jobs) == {"pre", "post"}
     for norm, job in jobs.items():
         status = json.loads((job / "status.json").read_text())
@@ -128,33 +206,67 @@ def test_wandb_table_eval_and_translate_from_checkpoint(run_train, tmp_path, mon
     record = read_offline_run(next((job / "wandb").glob("offline-run-*")))
     assert "tok:13a" in record["config"]["bleu_signature"]
     assert record["config"]["axes"]["norm"] == "post"  # task=translation's default placement
-    assert sum(row.get("val/examples._type") == "table-file" for row in record["history"]) == 2, "no W&B table per validation"
+    assert sum(row.get("val/examples._type") == "table-file" for row in record["history"]) == 2, (
+        "no W&B table per validation"
+    )
     tables = sorted((job / "wandb").glob("offline-run-*/files/media/table/val/examples_*.table.json"))
     table = json.loads(tables[-1].read_text())
     assert table["columns"] == ["source", "reference", "hypothesis"] and len(table["data"]) == 5
     assert any("val/bleu" in row for row in record["history"])
 
     ckpt = job / "checkpoints" / "last.ckpt"
-    env = {"ABLATE_DATA_DIR": str(SHARED_DATA), "ABLATE_CACHE_DIR": str(tmp_path.parent / "cache"), "HF_HUB_OFFLINE": "1",
-           "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    env = {
+        "ABLATE_DATA_DIR": str(SHARED_DATA),
+        "ABLATE_CACHE_DIR": str(tmp_path.parent / "cache"),
+        "HF_HUB_OFFLINE": "1",
+        "PATH": "/usr/bin:/bin",
+        "OMP_NUM_THREADS": "1",
+    }
     src, ref = tmp_path / "in.de", tmp_path / "in.en"
     src.write_text("\n".join(first_lines(MULTI30K / "val.de.gz", 5)) + "\n")
     ref.write_text("\n".join(first_lines(MULTI30K / "val.en.gz", 5)) + "\n")
-    proc = subprocess.run([sys.executable, str(REPO / "eval.py"), f"ckpt_path={ckpt}", f"src_file={src}", f"ref_file={ref}",
-                           "beam_size=2"], cwd=tmp_path, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=HANG_TIMEOUT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "eval.py"),
+            f"ckpt_path={ckpt}",
+            f"src_file={src}",
+            f"ref_file={ref}",
+            "beam_size=2",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=HANG_TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["sentences"] == 5 and "tok:13a" in result["signature"] and 0 <= result["bleu"] <= 100
     assert len(Path(result["hypotheses"]).read_text().splitlines()) == 5
     # the configured corpus' test split (found again under the current data dir)
-    proc = subprocess.run([sys.executable, str(REPO / "eval.py"), f"ckpt_path={ckpt}", "beam_size=1", "+data.max_eval_pairs=20"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=HANG_TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "eval.py"), f"ckpt_path={ckpt}", "beam_size=1", "+data.max_eval_pairs=20"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=HANG_TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["sentences"] == 20
     assert (job / "translations" / "test.hyp").exists()
-    proc = subprocess.run([sys.executable, str(REPO / "translate.py"), f"ckpt_path={ckpt}"], cwd=tmp_path, env=env,
-                          input="Ein Hund rennt.\nZwei Männer spielen Fußball.\n\n", capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "translate.py"), f"ckpt_path={ckpt}"],
+        cwd=tmp_path,
+        env=env,
+        input="Ein Hund rennt.\nZwei Männer spielen Fußball.\n\n",
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(proc.stdout.split("\n")) == 4  # three lines out (the empty one too), trailing newline
     assert not list(tmp_path.glob("*.log")), "eval.py / translate.py left log files in the working directory"

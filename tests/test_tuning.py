@@ -30,16 +30,25 @@ def r(lr: float, status: str = "completed", value: float | None = None) -> LRRes
 
 # --------------------------------------------------------------------------- selection (pure)
 
+
 def test_select_lr_picks_the_best_finished_rate():
     """Lowest final loss among completed jobs; a diverged job never wins, even with a low value
     recorded before it diverged, and neither does a crashed one or one without a finite value."""
-    results = [r(1e-3, value=2.5), r(2e-3, value=2.3), r(4e-3, "diverged", 1.0), r(8e-3, "crashed"),
-               r(1.6e-2, value=float("nan")), r(5e-4, value=2.9)]
+    results = [
+        r(1e-3, value=2.5),
+        r(2e-3, value=2.3),
+        r(4e-3, "diverged", 1.0),
+        r(8e-3, "crashed"),
+        r(1.6e-2, value=float("nan")),
+        r(5e-4, value=2.9),
+    ]
     sel = select_lr(results)
     assert sel.chosen.lr == 2e-3 and sel.edge is None and sel.note is None and sel.extend_with is None
     # the same grid for a metric where higher is better (BLEU): the highest completed value
-    bleu = select_lr([r(1e-3, value=20.0), r(2e-3, value=25.0), r(4e-3, value=22.0), r(8e-3, "diverged", 99.0)],
-                     higher_is_better=True)
+    bleu = select_lr(
+        [r(1e-3, value=20.0), r(2e-3, value=25.0), r(4e-3, value=22.0), r(8e-3, "diverged", 99.0)],
+        higher_is_better=True,
+    )
     assert bleu.chosen.lr == 2e-3 and bleu.edge is None
 
 
@@ -73,6 +82,7 @@ def test_select_lr_reports_a_variant_with_nothing_usable():
 def test_a_second_command_in_the_sweep_dir_keeps_the_others_selections(tmp_path):
     """One size of a ladder re-tuned over a grid of its own (or a variant added later) replaces
     that variant's selection in lr_tuning.json and keeps the others'."""
+
     def record(scale: str, best: float) -> dict:
         return {"variant": f"scale={scale},act=relu", "overrides": [f"scale={scale}", "act=relu"], "chosen_lr": best}
 
@@ -84,7 +94,9 @@ def test_a_second_command_in_the_sweep_dir_keeps_the_others_selections(tmp_path)
     save_selection(tmp_path / "lr_tuning.json", {"variants": [record("xs", 1.6e-2)]})
     assert chosen() == {"scale=m,act=relu": 2e-3, "scale=xs,act=relu": 1.6e-2}
     # the same variant spelled in another order is the same variant
-    save_selection(tmp_path / "lr_tuning.json", {"variants": [{**record("m", 1e-3), "overrides": ["act=relu", "scale=m"]}]})
+    save_selection(
+        tmp_path / "lr_tuning.json", {"variants": [{**record("m", 1e-3), "overrides": ["act=relu", "scale=m"]}]}
+    )
     assert chosen() == {"scale=xs,act=relu": 1.6e-2, "scale=m,act=relu": 1e-3}
 
 
@@ -103,8 +115,14 @@ def test_read_outcome(tmp_path):
             (path / "status.json").write_text(json.dumps(record))
         return path
 
-    assert read_outcome(job("done", {"status": "completed", "metrics": {"val/loss": 2.5}}), "val/loss") == ("completed", 2.5)
-    assert read_outcome(job("div", {"status": "diverged", "metrics": {"val/loss": 1.0}}), "val/loss") == ("diverged", None)
+    assert read_outcome(job("done", {"status": "completed", "metrics": {"val/loss": 2.5}}), "val/loss") == (
+        "completed",
+        2.5,
+    )
+    assert read_outcome(job("div", {"status": "diverged", "metrics": {"val/loss": 1.0}}), "val/loss") == (
+        "diverged",
+        None,
+    )
     assert read_outcome(job("none", None), "val/loss") == ("incomplete", None)
     assert read_outcome(job("failed", None), "val/loss", failed=True) == ("crashed", None)
     # Hydra says the job failed, and its record is an earlier, unfinished attempt's
@@ -121,6 +139,7 @@ def test_read_outcome(tmp_path):
 
 # --------------------------------------------------------------------------- the objective
 
+
 def write_metrics(job: Path, rows: list[dict[str, object]]) -> None:
     """A Lightning-style metrics.csv: one row per group of metrics logged at a step, empty cells
     for the metrics of other groups."""
@@ -134,17 +153,26 @@ def write_metrics(job: Path, rows: list[dict[str, object]]) -> None:
 
 
 def test_best_metric_value(tmp_path):
-    write_metrics(tmp_path, [
-        {"step": 1, "train/loss": 4.0}, {"step": 2, "val/loss": 3.0, "val/bleu": 10.0},
-        {"step": 3, "train/loss": 1.0}, {"step": 5, "val/loss": 2.5, "val/bleu": 14.0},
-        {"step": 8, "val/loss": 2.7, "val/bleu": 12.0}, {"step": 9, "grad_norm/total": 0.5},
-    ])
+    write_metrics(
+        tmp_path,
+        [
+            {"step": 1, "train/loss": 4.0},
+            {"step": 2, "val/loss": 3.0, "val/bleu": 10.0},
+            {"step": 3, "train/loss": 1.0},
+            {"step": 5, "val/loss": 2.5, "val/bleu": 14.0},
+            {"step": 8, "val/loss": 2.7, "val/bleu": 12.0},
+            {"step": 9, "grad_norm/total": 0.5},
+        ],
+    )
     done = {"status": "completed", "metrics": {"val/loss": 2.7, "test/loss": 2.6}}
     assert best_metric_value(tmp_path, done, "val/loss") == 2.5  # the best over the run, not the final 2.7
     assert best_metric_value(tmp_path, done, "val/bleu") == 14.0  # higher is better
     assert best_metric_value(tmp_path, done, "test/loss") == 2.6  # only in status.json
-    for status, metric, worst in (("diverged", "val/loss", math.inf), ("diverged", "val/bleu", -math.inf),
-                                  ("crashed", "val/loss", math.inf)):
+    for status, metric, worst in (
+        ("diverged", "val/loss", math.inf),
+        ("diverged", "val/bleu", -math.inf),
+        ("crashed", "val/loss", math.inf),
+    ):
         assert best_metric_value(tmp_path, {"status": status, "metrics": {}}, metric) == worst
     with pytest.raises(MetricNotLoggedError) as err:
         best_metric_value(tmp_path, done, "val/los")
@@ -159,6 +187,7 @@ def test_best_metric_value_never_finite(tmp_path):
 
 
 # --------------------------------------------------------------------------- configs
+
 
 def compose_train(overrides: list[str]):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
@@ -179,22 +208,26 @@ def test_tune_lr_selects_the_sweeper():
 @pytest.mark.skipif(not HAS_OPTUNA, reason="hydra-optuna-sweeper not installed (pip install -e '.[optuna]')")
 def test_hparams_search_lr_optuna_search_space():
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra_plugins.hydra_optuna_sweeper._impl import create_optuna_distribution_from_override
     from optuna.distributions import IntUniformDistribution, LogUniformDistribution, UniformDistribution
+
+    from hydra_plugins.hydra_optuna_sweeper._impl import create_optuna_distribution_from_override
 
     cfg = compose_train(["hparams_search=lr_optuna"])
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "minimize"
     assert cfg.optimized_metric == "val/loss" and str(cfg.hydra.mode) == "RunMode.MULTIRUN"
     parser = OverridesParser.create()
-    space = {k: create_optuna_distribution_from_override(parser.parse_override(f"{k}={v}"))
-             for k, v in sweeper.params.items()}
+    space = {
+        k: create_optuna_distribution_from_override(parser.parse_override(f"{k}={v}"))
+        for k, v in sweeper.params.items()
+    }
     assert space["optim.lr"] == LogUniformDistribution(1e-4, 1e-2)
     assert isinstance(space["optim.warmup_steps"], IntUniformDistribution)  # warmup_steps must be an integer
     assert isinstance(space["optim.weight_decay"], UniformDistribution)
 
 
 # --------------------------------------------------------------------------- end to end
+
 
 def jobs_by_overrides(sweep: Path) -> dict[tuple[str, str, str], Path]:
     """``(act, optim.lr, seed) -> job dir`` from the overrides Hydra saved in each job."""
@@ -227,8 +260,15 @@ def test_tuned_sweep_end_to_end(run_train, tmp_path):
     selection seed 0, then each variant at its best rate with seeds 1 and 2, both trained fresh
     (no verdict seed is the run that won the selection); lr_tuning.json matches the jobs' own records;
     the same command again skips every job of both stages and changes nothing."""
-    command = ["act=relu,gelu", "tune=lr", "hydra.sweeper.num_lrs=3", "hydra.sweeper.lr_factor=30",
-               "hydra.sweeper.seeds=[1,2]", *TINY, "logger=csv"]
+    command = [
+        "act=relu,gelu",
+        "tune=lr",
+        "hydra.sweeper.num_lrs=3",
+        "hydra.sweeper.lr_factor=30",
+        "hydra.sweeper.seeds=[1,2]",
+        *TINY,
+        "logger=csv",
+    ]
     first = run_train(*command)
     sweep = the_sweep(tmp_path / "logs")
     jobs = jobs_by_overrides(sweep)
@@ -243,7 +283,8 @@ def test_tuned_sweep_end_to_end(run_train, tmp_path):
         expected[act] = min(usable, key=usable.get)
     # (which rate wins at 6 steps depends on the seed of the selection runs: the test takes it from them)
     assert set(jobs) == {(act, lr, "0") for act in ("relu", "gelu") for lr in grid} | {
-        (act, lr, s) for act, lr in expected.items() for s in ("1", "2")}
+        (act, lr, s) for act, lr in expected.items() for s in ("1", "2")
+    }
 
     tuning = json.loads((sweep / "lr_tuning.json").read_text())
     assert tuning["metric"] == "val/loss" and tuning["seeds"] == [1, 2] and tuning["stage2"] == "done"
@@ -258,12 +299,15 @@ def test_tuned_sweep_end_to_end(run_train, tmp_path):
         assert record["edge"] == edge and (record["warning"] is None) == (edge is None)
         assert [s["value"] for s in record["stage1"]] == [final_loss(jobs[(act, x, "0")]) for x in grid]
         assert [(s["seed"], s["value"]) for s in record["seeds"]] == [
-            (1, final_loss(jobs[(act, lr, "1")])), (2, final_loss(jobs[(act, lr, "2")]))]
+            (1, final_loss(jobs[(act, lr, "1")])),
+            (2, final_loss(jobs[(act, lr, "2")])),
+        ]
         assert record["completed_seeds"] == 2
     assert "LR tuning, stage 1" in first.stdout and "LR tuning, stage 2" in first.stdout
 
     # scripts/summarize.py's view: the learning rate is an axis, each variant has its rate
     from ablate.analysis.runs import load_sweep
+
     assert set(load_sweep(sweep).axes) == {"act", "optim.lr"}
 
     # summarize.py on a tuned sweep: each variant at its tuned rate, so --baseline names a variant
@@ -271,11 +315,27 @@ def test_tuned_sweep_end_to_end(run_train, tmp_path):
     import sys
 
     from conftest import REPO
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "summarize.py"), str(sweep), "--baseline", "act=gelu",
-                           "--metric", "val/loss", "--out", str(tmp_path / "summary")], capture_output=True, text=True)
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "summarize.py"),
+            str(sweep),
+            "--baseline",
+            "act=gelu",
+            "--metric",
+            "val/loss",
+            "--out",
+            str(tmp_path / "summary"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
-    assert "each variant at its tuned learning rate, seeds 1,2, each trained at that rate after the selection; " \
-           "the selection ran on seed 0, whose 2 job(s)" in proc.stdout
+    assert (
+        "each variant at its tuned learning rate, seeds 1,2, each trained at that rate after the selection; "
+        "the selection ran on seed 0, whose 2 job(s)" in proc.stdout
+    )
     assert "(4 job(s) of the other grid rates left out" in proc.stdout
     import pandas as pd
 
@@ -298,22 +358,43 @@ def test_tuned_sweep_edge_and_all_diverged(run_train, tmp_path):
     edge of the grid, with the override that extends it. Variant max_ratio=0.5 (a loss above half
     the first one counts as diverged): every rate diverges, so it gets no stage 2. The sweep ends
     normally (exit code 0: diverged is a result, not a crash)."""
-    proc = run_train("tune=lr", "callbacks.divergence.max_ratio=10,0.5", "optim.lr=1e-3,1e4", "optim.grad_clip=null",
-                     "hydra.sweeper.seeds=[1,2]", "hydra.sweeper.num_lrs=7", *TINY, "logger=csv")
+    proc = run_train(
+        "tune=lr",
+        "callbacks.divergence.max_ratio=10,0.5",
+        "optim.lr=1e-3,1e4",
+        "optim.grad_clip=null",
+        "hydra.sweeper.seeds=[1,2]",
+        "hydra.sweeper.num_lrs=7",
+        *TINY,
+        "logger=csv",
+    )
     # an explicit grid makes num_lrs moot: said, not silently dropped
-    assert ("tuned_lr: hydra.sweeper.num_lrs=7 ignored: the grid is the command line's optim.lr=1e-3,1e4"
-            in proc.stdout + proc.stderr)
+    assert (
+        "tuned_lr: hydra.sweeper.num_lrs=7 ignored: the grid is the command line's optim.lr=1e-3,1e4"
+        in proc.stdout + proc.stderr
+    )
     sweep = the_sweep(tmp_path / "logs")
     found = {}
     for job in sweep.iterdir():
         if (job / ".hydra" / "overrides.yaml").is_file():
             items = dict(o.split("=", 1) for o in yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text()))
             found[(items["callbacks.divergence.max_ratio"], items["optim.lr"], items["seed"])] = job
-    assert set(found) == {("10", "0.001", "0"), ("10", "10000.0", "0"), ("0.5", "0.001", "0"),
-                          ("0.5", "10000.0", "0"), ("10", "0.001", "1"), ("10", "0.001", "2")}
+    assert set(found) == {
+        ("10", "0.001", "0"),
+        ("10", "10000.0", "0"),
+        ("0.5", "0.001", "0"),
+        ("0.5", "10000.0", "0"),
+        ("10", "0.001", "1"),
+        ("10", "0.001", "2"),
+    }
     assert {k: json.loads((j / "status.json").read_text())["status"] for k, j in found.items()} == {
-        ("10", "0.001", "0"): "completed", ("10", "10000.0", "0"): "diverged", ("0.5", "0.001", "0"): "diverged",
-        ("0.5", "10000.0", "0"): "diverged", ("10", "0.001", "1"): "completed", ("10", "0.001", "2"): "completed"}
+        ("10", "0.001", "0"): "completed",
+        ("10", "10000.0", "0"): "diverged",
+        ("0.5", "0.001", "0"): "diverged",
+        ("0.5", "10000.0", "0"): "diverged",
+        ("10", "0.001", "1"): "completed",
+        ("10", "0.001", "2"): "completed",
+    }
     variants = {v["variant"]: v for v in json.loads((sweep / "lr_tuning.json").read_text())["variants"]}
     edge, dead = variants["callbacks.divergence.max_ratio=10"], variants["callbacks.divergence.max_ratio=0.5"]
     assert edge["chosen_lr"] == 0.001 and edge["edge"] == "lowest"
@@ -329,8 +410,13 @@ def test_tuned_sweep_edge_and_all_diverged(run_train, tmp_path):
 def test_hparams_search_lr_optuna_runs_and_resumes(run_train, tmp_path):
     """Two Optuna trials through train.py; the seeded sampler proposes the same trials again, so
     the same command skips them."""
-    command = ["hparams_search=lr_optuna", "hydra.sweeper.n_trials=2", "optim.warmup_steps=int(interval(0,4))",
-               *[o for o in TINY if not o.startswith("optim.warmup_steps")], "logger=csv"]
+    command = [
+        "hparams_search=lr_optuna",
+        "hydra.sweeper.n_trials=2",
+        "optim.warmup_steps=int(interval(0,4))",
+        *[o for o in TINY if not o.startswith("optim.warmup_steps")],
+        "logger=csv",
+    ]
     run_train(*command)
     sweep = the_sweep(tmp_path / "logs")
     trials = sorted(p.name for p in sweep.iterdir() if (p / "status.json").is_file())
@@ -345,6 +431,7 @@ def test_hparams_search_lr_optuna_runs_and_resumes(run_train, tmp_path):
 
 # --------------------------------------------------------------------------- held-out selection (issue 18)
 
+
 def test_summaries_leave_the_selection_seed_out(tmp_path):
     """A tune=lr sweep directory (written here): stage 1 on seed 0 at two rates, stage 2 on seeds
     1, 2 at the chosen one. The verdict view keeps seeds 1 and 2 only; a selection written before
@@ -358,7 +445,9 @@ def test_summaries_leave_the_selection_seed_out(tmp_path):
         (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"seed": seed}))
         (d / "status.json").write_text(json.dumps({"status": "completed", "metrics": {"val/loss": value}}))
 
-    for i, (lr, seed, value) in enumerate([("0.001", 0, 2.5), ("0.002", 0, 2.3), ("0.002", 1, 2.31), ("0.002", 2, 2.32)]):
+    for i, (lr, seed, value) in enumerate(
+        [("0.001", 0, 2.5), ("0.002", 0, 2.3), ("0.002", 1, 2.31), ("0.002", 2, 2.32)]
+    ):
         job(i, lr, seed, value)
     record = {"variant": "act=gelu", "overrides": ["act=gelu"], "chosen_override": "optim.lr=0.002"}
     (tmp_path / "lr_tuning.json").write_text(json.dumps({"selection_seed": 0, "seeds": [1, 2], "variants": [record]}))
@@ -381,14 +470,20 @@ def test_a_selection_seed_among_the_verdict_seeds_is_refused(run_train, tmp_path
 
 # --------------------------------------------------------------------------- seeds=auto (issue 18.6)
 
+
 def test_seeds_auto_needs_a_baseline_and_a_margin():
     from ablate.sweepers.tuned_lr import auto_settings
 
-    sweeper = compose_train(["tune=lr", "hydra.sweeper.seeds=auto", "hydra.sweeper.baseline='act=gelu'",
-                             "hydra.sweeper.margin=0.02"]).hydra.sweeper
+    sweeper = compose_train(
+        ["tune=lr", "hydra.sweeper.seeds=auto", "hydra.sweeper.baseline='act=gelu'", "hydra.sweeper.margin=0.02"]
+    ).hydra.sweeper
     assert sweeper.seeds == "auto" and sweeper.baseline == "act=gelu" and list(sweeper.looks) == [3, 5, 7, 10]
     assert auto_settings(sweeper.seeds, sweeper.baseline, sweeper.margin, sweeper.looks, sweeper.spending) == (
-        "act=gelu", 0.02, [3, 5, 7, 10], "obrien-fleming")
+        "act=gelu",
+        0.02,
+        [3, 5, 7, 10],
+        "obrien-fleming",
+    )
     assert auto_settings([1, 2, 3], None, None, [3, 5], "pocock") is None
     with pytest.raises(ValueError, match="hydra.sweeper.baseline=AXIS=VALUE and hydra.sweeper.margin"):
         auto_settings("auto", None, None, [3, 5], "pocock")
@@ -403,9 +498,17 @@ def test_seeds_auto_stops_when_decided(run_train, tmp_path):
     recorded verdict is the one recomputed here from the jobs' own status.json."""
     from ablate.analysis.sequential import sequential_verdict
 
-    run_train("act=relu,gelu", "tune=lr", "hydra.sweeper.num_lrs=2", "hydra.sweeper.seeds=auto",
-              "hydra.sweeper.baseline='act=gelu'", "hydra.sweeper.margin=10", "hydra.sweeper.looks=[2,3]", *TINY,
-              "logger=csv")
+    run_train(
+        "act=relu,gelu",
+        "tune=lr",
+        "hydra.sweeper.num_lrs=2",
+        "hydra.sweeper.seeds=auto",
+        "hydra.sweeper.baseline='act=gelu'",
+        "hydra.sweeper.margin=10",
+        "hydra.sweeper.looks=[2,3]",
+        *TINY,
+        "logger=csv",
+    )
     sweep = the_sweep(tmp_path / "logs")
     jobs = jobs_by_overrides(sweep)
     tuning = json.loads((sweep / "lr_tuning.json").read_text())

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HANG_TIMEOUT, REPO, TINY
 
 from ablate import wandb_reader
 from ablate.wandb_reader import find_run_dirs, read_offline_run
@@ -28,6 +27,7 @@ from ablate.wandb_views import (
     to_workspace,
     workspace_spec,
 )
+from conftest import HANG_TIMEOUT, REPO, TINY
 
 pytestmark = pytest.mark.slow
 
@@ -37,9 +37,19 @@ EXPERIMENT = "shazeer2020_glu_cpu"
 def clean_env(home: Path, data_dir: Path, cache: Path) -> dict[str, str]:
     """The environment of a user without W&B credentials or settings, offline."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "ABLATE_WANDB_", "MLFLOW_"))}
-    return {**env, "HOME": str(home), "NETRC": str(home / ".netrc"), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
-            "WANDB_CONFIG_DIR": str(home / "wandb-config"), "HF_HUB_OFFLINE": "1", "ABLATE_DATA_DIR": str(data_dir),
-            "ABLATE_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    return {
+        **env,
+        "HOME": str(home),
+        "NETRC": str(home / ".netrc"),
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "WANDB_CONFIG_DIR": str(home / "wandb-config"),
+        "HF_HUB_OFFLINE": "1",
+        "ABLATE_DATA_DIR": str(data_dir),
+        "ABLATE_CACHE_DIR": str(cache),
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "1",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +58,38 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict[str,
     (root / "home").mkdir()
     env = clean_env(root / "home", data_dir, root / "cache")
     sweep_dir = root / "logs" / "multirun" / "glu"
-    cmd = [sys.executable, str(REPO / "train.py"), "-m", f"experiment={EXPERIMENT}", *TINY, "act=gelu,swiglu",
-           "seed=1", "logger=wandb", "tags=[smoke]", f"paths.log_dir={root / 'logs'}", f"hydra.sweep.dir={sweep_dir}"]
-    proc = subprocess.run(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=HANG_TIMEOUT, check=False)
+    cmd = [
+        sys.executable,
+        str(REPO / "train.py"),
+        "-m",
+        f"experiment={EXPERIMENT}",
+        *TINY,
+        "act=gelu,swiglu",
+        "seed=1",
+        "logger=wandb",
+        "tags=[smoke]",
+        f"paths.log_dir={root / 'logs'}",
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
+    proc = subprocess.run(
+        cmd,
+        cwd=root,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     run_dirs = find_run_dirs(sweep_dir)
-    return {"root": root, "env": env, "dir": sweep_dir, "run_dirs": run_dirs,
-            "runs": {(run := read_offline_run(d))["name"]: run for d in run_dirs}}
+    return {
+        "root": root,
+        "env": env,
+        "dir": sweep_dir,
+        "run_dirs": run_dirs,
+        "runs": {(run := read_offline_run(d))["name"]: run for d in run_dirs},
+    }
 
 
 def run_record(run_dir: Path) -> dict[str, Any]:
@@ -95,7 +129,9 @@ def test_runs_have_flat_axis_keys_tags_and_job_type(sweep: dict[str, Any]) -> No
 def test_tokens_and_time_are_logged_in_training_and_validation_rows(sweep: dict[str, Any]) -> None:
     run = sweep["runs"]["act=gelu,seed=1"]
     train_rows = [r for r in run["history"] if "train/loss" in r]
-    assert [r["train/tokens_seen"] for r in train_rows] == [64 * (i + 1) for i in range(len(train_rows))]  # 4 x 16 a step
+    assert [r["train/tokens_seen"] for r in train_rows] == [
+        64 * (i + 1) for i in range(len(train_rows))
+    ]  # 4 x 16 a step
     times = [r["train/time_s"] for r in train_rows]
     assert times == sorted(times) and times[0] > 0
     val_rows = [r for r in run["history"] if "val/loss" in r]
@@ -123,9 +159,16 @@ def workspace(sweep: dict[str, Any]) -> dict[str, Any]:
     plt.plot([1, 2, 3])
     plt.savefig(sweep_dir / "figures" / "val_curves.png")
     plt.close()
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "wandb_workspace.py"), str(sweep_dir)],
-                          cwd=sweep["root"], env=sweep["env"], stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=HANG_TIMEOUT, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "wandb_workspace.py"), str(sweep_dir)],
+        cwd=sweep["root"],
+        env=sweep["env"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     spec = json.loads((sweep_dir / "wandb_workspace.json").read_text())
     return {"spec": spec, "stdout": proc.stdout, "sections": {s["name"]: s for s in spec["sections"]}}
@@ -133,8 +176,14 @@ def workspace(sweep: dict[str, Any]) -> dict[str, Any]:
 
 def test_spec_has_the_expected_sections(workspace: dict[str, Any], sweep: dict[str, Any]) -> None:
     spec = workspace["spec"]
-    assert list(workspace["sections"]) == ["Compare by act", "LR and warmup", "Gradient norms per layer",
-                                           "Residual stream RMS", "Throughput", "Analysis"]
+    assert list(workspace["sections"]) == [
+        "Compare by act",
+        "LR and warmup",
+        "Gradient norms per layer",
+        "Residual stream RMS",
+        "Throughput",
+        "Analysis",
+    ]
     assert spec["group"] == next(iter(sweep["runs"].values()))["group"]  # the runs' group, read from them
     assert spec["axes"] == {"act": "axis_act"}
     assert spec["x_axis"] == "trainer/global_step"
@@ -156,8 +205,11 @@ def test_layer_panels_match_every_logged_layer_metric(workspace: dict[str, Any],
     logged = {k for row in history for k in row}
     grad_layers = {k for k in logged if re.match(r"^grad_norm/layer_\d+/", k)}
     assert len(grad_layers) == 4 * 4  # 4 layers (the experiment's model) x attn, attn_norm, ffn, ffn_norm
-    regexes = [p["metric_regex"] for p in workspace["sections"]["Gradient norms per layer"]["panels"]
-               if "metric_regex" in p and "layer_" in p["metric_regex"]]
+    regexes = [
+        p["metric_regex"]
+        for p in workspace["sections"]["Gradient norms per layer"]["panels"]
+        if "metric_regex" in p and "layer_" in p["metric_regex"]
+    ]
     assert r"^grad_norm/layer_\d+/attn$" in regexes
     for metric in grad_layers:  # one panel per layer group: every per-layer metric in exactly one
         assert sum(bool(re.match(rx, metric)) for rx in regexes) == 1, metric
@@ -169,7 +221,9 @@ def test_layer_panels_match_every_logged_layer_metric(workspace: dict[str, Any],
     assert all(metric in logged for metric in throughput if "/" in metric and " " not in metric)
 
 
-def test_summary_and_figures_go_to_an_analysis_run_in_the_group(workspace: dict[str, Any], sweep: dict[str, Any]) -> None:
+def test_summary_and_figures_go_to_an_analysis_run_in_the_group(
+    workspace: dict[str, Any], sweep: dict[str, Any]
+) -> None:
     panels = workspace["sections"]["Analysis"]["panels"]
     assert {"type": "table", "title": "summary.csv", "table": "summary"} in panels
     assert {"type": "media", "title": "figures", "keys": ["figures/val_curves"]} in panels
@@ -187,9 +241,15 @@ def test_summary_and_figures_go_to_an_analysis_run_in_the_group(workspace: dict[
 
 def test_push_refuses_offline(workspace: dict[str, Any], sweep: dict[str, Any]) -> None:
     spec_file = sweep["dir"] / "wandb_workspace.json"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "wandb_workspace.py"), "--push", str(spec_file)],
-                          env=sweep["env"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "wandb_workspace.py"), "--push", str(spec_file)],
+        env=sweep["env"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+        check=False,
+    )
     assert proc.returncode == 1 and "W&B is offline" in proc.stderr and "--push" in proc.stderr
 
 
@@ -210,8 +270,14 @@ def test_spec_converts_to_a_wandb_workspace(workspace: dict[str, Any]) -> None:
 
 
 def test_translation_spec_has_bleu_and_per_stack_panels() -> None:
-    metrics = {"grad_norm/enc_layer_00/attn", "grad_norm/dec_layer_00/cross_attn", "grad_norm/dec_layer_01/ffn",
-               "resid_rms/enc_layer_00", "resid_rms/dec_layer_00", "val/bleu"}
+    metrics = {
+        "grad_norm/enc_layer_00/attn",
+        "grad_norm/dec_layer_00/cross_attn",
+        "grad_norm/dec_layer_01/ffn",
+        "resid_rms/enc_layer_00",
+        "resid_rms/dec_layer_00",
+        "val/bleu",
+    }
     facts = SweepFacts(group="g", axes={"norm": "axis_norm"}, task="translation", metrics=metrics, n_runs=30)
     spec = workspace_spec(facts)
     compare = [p["title"] for p in spec["sections"][0]["panels"]]
@@ -224,8 +290,10 @@ def test_translation_spec_has_bleu_and_per_stack_panels() -> None:
 
 
 def test_axes_from_the_runs_of_a_group() -> None:
-    runs = [({"axis_act": "gelu", "axis_pos": "rope", "axis_lr": 0.001, "optim": {"warmup_steps": 5}}, {"val/loss"}),
-            ({"axis_act": "relu", "axis_pos": "rope", "axis_lr": 0.002}, {"val/loss", "grad_norm/layer_00/ffn"})]
+    runs = [
+        ({"axis_act": "gelu", "axis_pos": "rope", "axis_lr": 0.001, "optim": {"warmup_steps": 5}}, {"val/loss"}),
+        ({"axis_act": "relu", "axis_pos": "rope", "axis_lr": 0.002}, {"val/loss", "grad_norm/layer_00/ffn"}),
+    ]
     facts = facts_from_runs("g", "ablate", None, runs)
     assert facts.axes == {"act": "axis_act", "lr": "axis_lr"}  # pos is the same in every run: no axis
     assert facts.warmup_steps == 5 and facts.task == "lm" and facts.n_runs == 2

@@ -1,6 +1,6 @@
 """Print the learning curve of a translation run as a Markdown table (from its CSV metrics).
 
-    python experiments/multi30k_small/summarize.py logs/runs/multi30k_small
+python experiments/multi30k_small/summarize.py logs/runs/multi30k_small
 """
 
 import csv
@@ -26,7 +26,9 @@ def main(run_dir: str) -> None:
         print(f"| {step + 1} | {mean_train:.3f} | {float(r['val/loss']):.3f} | {float(r['val/ppl']):.2f} | {bleu} |")
     for r in rows:
         if r.get("test/bleu"):
-            print(f"\ntest/bleu {float(r['test/bleu']):.2f}, test/loss {float(r['test/loss']):.3f}, test/ppl {float(r['test/ppl']):.2f}")
+            print(
+                f"\ntest/bleu {float(r['test/bleu']):.2f}, test/loss {float(r['test/loss']):.3f}, test/ppl {float(r['test/ppl']):.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,6 @@
 
 from __future__ import annotations
 
-from ablate.errors import UserError
-
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -40,6 +38,7 @@ from lightning.pytorch.callbacks import Checkpoint, EMAWeightAveraging
 from lightning.pytorch.utilities import rank_zero_info
 
 from ablate.checkpointing import LAST_PATTERN, AtomicCheckpointIO, resume_state
+from ablate.errors import UserError
 
 STEP_PATTERN = re.compile(r"^step-(\d+)\.ckpt$")
 # what an averaged checkpoint leaves out: training state that belongs to the newest file's weights only
@@ -78,8 +77,10 @@ class StepCheckpoints(Checkpoint):
 
     def __init__(self, dirpath: str | os.PathLike[str], every_n_train_steps: int = 100, keep_last_n: int = 0) -> None:
         if keep_last_n < 0 or (keep_last_n and not (every_n_train_steps or 0) > 0):
-            raise ValueError(f"callbacks.checkpoint_keep: keep_last_n={keep_last_n} (>= 0) and every_n_train_steps="
-                             f"{every_n_train_steps} (> 0) expected")
+            raise ValueError(
+                f"callbacks.checkpoint_keep: keep_last_n={keep_last_n} (>= 0) and every_n_train_steps="
+                f"{every_n_train_steps} (> 0) expected"
+            )
         self.dirpath = Path(dirpath)
         self.every_n_train_steps = every_n_train_steps
         self.keep_last_n = keep_last_n
@@ -90,8 +91,10 @@ class StepCheckpoints(Checkpoint):
             return
         stale = [p for step, p in step_checkpoints(self.dirpath) if step > trainer.global_step]
         if stale:
-            rank_zero_info(f"removing {len(stale)} step checkpoint(s) beyond step {trainer.global_step} in {self.dirpath} "
-                           "(another trajectory)")
+            rank_zero_info(
+                f"removing {len(stale)} step checkpoint(s) beyond step {trainer.global_step} in {self.dirpath} "
+                "(another trajectory)"
+            )
         for path in stale:
             path.unlink(missing_ok=True)
 
@@ -107,8 +110,9 @@ class StepCheckpoints(Checkpoint):
             for _, path in step_checkpoints(self.dirpath)[: -self.keep_last_n]:
                 path.unlink(missing_ok=True)
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if not self.keep_last_n or (batch_idx + 1) % trainer.accumulate_grad_batches:
             return  # off, or mid-accumulation (no optimiser step was taken)
         if trainer.global_step % self.every_n_train_steps == 0:
@@ -147,8 +151,9 @@ def _differences(reference: dict[str, Any], other: dict[str, Any]) -> dict[str, 
     return identity_differences(reference, other)
 
 
-def check_compatible(paths: Sequence[Path], checkpoints: Sequence[dict[str, Any]], weights: str,
-                     allow_changes: Iterable[str] = ()) -> None:
+def check_compatible(
+    paths: Sequence[Path], checkpoints: Sequence[dict[str, Any]], weights: str, allow_changes: Iterable[str] = ()
+) -> None:
     """Refuse checkpoints of different runs or architectures, naming the files and the keys."""
     from ablate.resume import _allowed
 
@@ -157,38 +162,48 @@ def check_compatible(paths: Sequence[Path], checkpoints: Sequence[dict[str, Any]
     identities = [resume_state(c).get("run_identity") for c in checkpoints]
     if any(i is None for i in identities) and not all(i is None for i in identities):
         missing = [str(p) for p, i in zip(paths, identities) if i is None]
-        raise AveragingError(f"cannot tell whether these are one run's checkpoints: {', '.join(missing)} carry no run "
-                             f"identity (ResumeState) and the others do")
+        raise AveragingError(
+            f"cannot tell whether these are one run's checkpoints: {', '.join(missing)} carry no run "
+            f"identity (ResumeState) and the others do"
+        )
     for path, ckpt, identity in zip(paths, checkpoints, identities):
         if path is ref_path:
             continue
         if identity is not None:
             diffs = {k: v for k, v in _differences(identity, identities[-1]).items() if not _allowed(k, allow)}
             if diffs:
-                lines = "\n".join(f"  {k}: {old!r} in {path.name}, {new!r} in {ref_path.name}" for k, (old, new) in diffs.items())
+                lines = "\n".join(
+                    f"  {k}: {old!r} in {path.name}, {new!r} in {ref_path.name}" for k, (old, new) in diffs.items()
+                )
                 raise AveragingError(
                     f"refusing to average checkpoints of different runs: {path} and {ref_path} differ in "
                     f"{', '.join(diffs)}:\n{lines}\nAverage one run's checkpoints; if the difference is harmless "
-                    f"(e.g. a resume that trained longer) allow it: 'allow_changes=[{','.join(diffs)}]'")
+                    f"(e.g. a resume that trained longer) allow it: 'allow_changes=[{','.join(diffs)}]'"
+                )
         if ckpt.get("task") != ref.get("task"):
             raise AveragingError(f"{path} is a task={ckpt.get('task')} checkpoint, {ref_path} task={ref.get('task')}")
         spec, ref_spec = ((c.get("hyper_parameters") or {}).get("spec") for c in (ckpt, ref))
         if identity is None and spec != ref_spec:
             diffs = _differences(dict(spec or {}), dict(ref_spec or {}))
-            raise AveragingError(f"refusing to average models of different architectures: {path} and {ref_path} "
-                                 f"differ in spec.{', spec.'.join(diffs)}")
+            raise AveragingError(
+                f"refusing to average models of different architectures: {path} and {ref_path} "
+                f"differ in spec.{', spec.'.join(diffs)}"
+            )
         sd, ref_sd = model_weights(ckpt, weights), model_weights(ref, weights)
         if set(sd) != set(ref_sd):
             only = sorted(set(sd) ^ set(ref_sd))
-            raise AveragingError(f"{path} and {ref_path} hold different weights: {', '.join(only[:10])}"
-                                 f"{' ...' if len(only) > 10 else ''} in one only")
+            raise AveragingError(
+                f"{path} and {ref_path} hold different weights: {', '.join(only[:10])}"
+                f"{' ...' if len(only) > 10 else ''} in one only"
+            )
         bad = [k for k in ref_sd if sd[k].shape != ref_sd[k].shape or sd[k].dtype != ref_sd[k].dtype]
         if bad:
             raise AveragingError(f"{path} and {ref_path} differ in the shape or dtype of {', '.join(bad[:10])}")
 
 
-def average_checkpoints(paths: Sequence[str | os.PathLike[str]], weights: str = "state_dict",
-                        allow_changes: Iterable[str] = ()) -> dict[str, Any]:
+def average_checkpoints(
+    paths: Sequence[str | os.PathLike[str]], weights: str = "state_dict", allow_changes: Iterable[str] = ()
+) -> dict[str, Any]:
     """The newest of ``paths`` (the last one) with its weights replaced by the mean of all of
     theirs (floating tensors; the others from the newest), without optimiser/scheduler states."""
     paths = [Path(p) for p in paths]
@@ -201,18 +216,26 @@ def average_checkpoints(paths: Sequence[str | os.PathLike[str]], weights: str = 
     # alias of ``model``): average each tensor once and keep the keys sharing it, as torch.save did
     owner: dict[tuple, str] = {}
     first = {key: owner.setdefault(_tensor_id(value), key) for key, value in newest.items()}  # key -> first alias
-    sums = {k: torch.zeros(v.shape, dtype=torch.float64) for k, v in newest.items()
-            if v.is_floating_point() and first[k] == k}
+    sums = {
+        k: torch.zeros(v.shape, dtype=torch.float64)
+        for k, v in newest.items()
+        if v.is_floating_point() and first[k] == k
+    }
     for ckpt in checkpoints:
         sd = model_weights(ckpt, weights)
         for k, total in sums.items():
             total += sd[k].to(torch.float64)
-    unique = {k: (sums[k] / len(paths)).to(v.dtype) if k in sums else v.clone() for k, v in newest.items() if first[k] == k}
+    unique = {
+        k: (sums[k] / len(paths)).to(v.dtype) if k in sums else v.clone() for k, v in newest.items() if first[k] == k
+    }
     averaged = {k: unique[first[k]] for k in newest}
     out = {k: v for k, v in checkpoints[-1].items() if k not in TRAINING_STATE}
     out["state_dict"] = averaged
-    out["averaged_checkpoints"] = {"files": [p.name for p in paths],
-                                   "global_steps": [c.get("global_step") for c in checkpoints], "weights": weights}
+    out["averaged_checkpoints"] = {
+        "files": [p.name for p in paths],
+        "global_steps": [c.get("global_step") for c in checkpoints],
+        "weights": weights,
+    }
     return out
 
 
@@ -226,7 +249,7 @@ def last_step_checkpoints(ckpt_dir: str | os.PathLike[str], last_n: int) -> list
         raise AveragingError(f"last_n={last_n}: give at least 1")
     found = step_checkpoints(ckpt_dir)
     if len(found) < last_n:
-        hint = ("" if found else " (train with callbacks.checkpoint_keep.keep_last_n=N to keep them)")
+        hint = "" if found else " (train with callbacks.checkpoint_keep.keep_last_n=N to keep them)"
         raise AveragingError(f"last_n={last_n}, but {ckpt_dir} holds {len(found)} step-*.ckpt file(s){hint}")
     return [p for _, p in found[-last_n:]]
 
@@ -235,8 +258,10 @@ def write_averaged(checkpoint: dict[str, Any], out: str | os.PathLike[str]) -> P
     """Write atomically; names that ``ckpt_path=last`` or the step rotation would pick up are refused."""
     out = Path(out)
     if LAST_PATTERN.match(out.name) or STEP_PATTERN.match(out.name):
-        raise AveragingError(f"out={out}: {out.name} is a name resuming or the step-checkpoint rotation uses; "
-                             "choose another one (e.g. averaged.ckpt)")
+        raise AveragingError(
+            f"out={out}: {out.name} is a name resuming or the step-checkpoint rotation uses; "
+            "choose another one (e.g. averaged.ckpt)"
+        )
     AtomicCheckpointIO().save_checkpoint(checkpoint, out)
     return out
 
@@ -249,14 +274,25 @@ class EMA(EMAWeightAveraging):
     updated after every ``update_every_n_steps``-th optimiser step from ``update_starting_at_step``
     (0-based step index) on. See the module docstring for what it changes."""
 
-    def __init__(self, decay: float | None = None, update_every_n_steps: int = 1,
-                 update_starting_at_step: int | None = None, device: str | None = None, use_buffers: bool = True) -> None:
+    def __init__(
+        self,
+        decay: float | None = None,
+        update_every_n_steps: int = 1,
+        update_starting_at_step: int | None = None,
+        device: str | None = None,
+        use_buffers: bool = True,
+    ) -> None:
         if decay is not None and not 0.0 < decay < 1.0:
             raise ValueError(f"callbacks.ema.decay={decay}: give a value in (0, 1), e.g. 0.999, or null (off)")
         self.enabled = decay is not None
         self.decay = decay
-        super().__init__(device=device, use_buffers=use_buffers, decay=decay if self.enabled else 0.999,
-                         update_every_n_steps=update_every_n_steps, update_starting_at_step=update_starting_at_step)
+        super().__init__(
+            device=device,
+            use_buffers=use_buffers,
+            decay=decay if self.enabled else 0.999,
+            update_every_n_steps=update_every_n_steps,
+            update_starting_at_step=update_starting_at_step,
+        )
         self._trained_state: dict[str, torch.Tensor] | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

@@ -37,10 +37,10 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Sized
+from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import hydra
 import lightning as L
@@ -55,8 +55,8 @@ from torch.utils.data import DataLoader, RandomSampler
 
 import ablate  # noqa: F401  (registers the config resolvers)
 from ablate.callbacks.throughput import ThroughputMonitor, device_peak_flops, measure_cpu_peak
-from ablate.flops import flops_per_token
 from ablate.config import model_spec
+from ablate.flops import flops_per_token
 from ablate.logging import build_loggers
 from ablate.optim import build_optimizer, build_schedule
 from ablate.tasks import build_task
@@ -179,9 +179,15 @@ def timed_copy(loader: DataLoader, seed: int) -> TimedLoader:
     if isinstance(sampler, RandomSampler) and sampler.generator is None:
         sampler = RandomSampler(cast(Sized, loader.dataset), generator=torch.Generator().manual_seed(seed))
     return TimedLoader(
-        loader.dataset, batch_size=loader.batch_size, sampler=sampler, drop_last=loader.drop_last,
-        num_workers=loader.num_workers, pin_memory=loader.pin_memory, collate_fn=loader.collate_fn,
-        persistent_workers=loader.persistent_workers, generator=loader.generator,
+        loader.dataset,
+        batch_size=loader.batch_size,
+        sampler=sampler,
+        drop_last=loader.drop_last,
+        num_workers=loader.num_workers,
+        pin_memory=loader.pin_memory,
+        collate_fn=loader.collate_fn,
+        persistent_workers=loader.persistent_workers,
+        generator=loader.generator,
     )
 
 
@@ -260,7 +266,7 @@ class Runner:
             torch.set_flush_denormal(bool(self.variant.cfg.runtime.flush_denormal))  # this thread and its OpenMP team
             torch.manual_seed(self.variant.cfg.seed)  # the same initial weights in every variant of a model
             self.train()
-        except BaseException as err:  # noqa: BLE001 - reported by the main thread
+        except BaseException as err:
             self.error = err
             traceback.print_exc()
         finally:
@@ -314,8 +320,11 @@ class HandLoop(Runner):
         schedule = build_schedule(optimizer, optim_cfg, self.max_steps)
         clip, smoothing = cfg.optim.get("grad_clip"), cfg.optim.get("label_smoothing", 0.0)
         precision = str(cfg.trainer.get("precision", "32-true"))
-        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16 if precision.startswith("bf16") else torch.float16,
-                                  enabled=precision.endswith("-mixed"))
+        autocast = torch.autocast(
+            self.device.type,
+            dtype=torch.bfloat16 if precision.startswith("bf16") else torch.float16,
+            enabled=precision.endswith("-mixed"),
+        )
         batches = iter(self.loader)
         while self.boundary():
             self.step += 1
@@ -395,8 +404,9 @@ class LightningLoop(Runner):
         task = self.build_task()
         task.tokenizer = self.datamodule.tokenizer
         assert self.spec is not None  # set by build_task
-        callbacks = [cb for cb in build_callbacks(cfg, self.spec, self.n_params)
-                     if not isinstance(cb, (ProgressBar, Checkpoint))]
+        callbacks = [
+            cb for cb in build_callbacks(cfg, self.spec, self.n_params) if not isinstance(cb, (ProgressBar, Checkpoint))
+        ]
         for cb in callbacks:
             if isinstance(cb, ThroughputMonitor):
                 self.window = cb.window
@@ -408,9 +418,15 @@ class LightningLoop(Runner):
         # CSV only (a config without logger.wandb): W&B allows one run per process
         loggers = [*build_loggers(None, output_dir, f"{variant.group}.{variant.name}", None, {}), self.recorder]
         trainer: L.Trainer = instantiate(
-            cfg.trainer, logger=loggers, callbacks=[_Boundary(self), *callbacks], default_root_dir=str(output_dir),
-            max_steps=self.max_steps, enable_progress_bar=False, enable_checkpointing=False,
-            limit_val_batches=0, num_sanity_val_steps=0,
+            cfg.trainer,
+            logger=loggers,
+            callbacks=[_Boundary(self), *callbacks],
+            default_root_dir=str(output_dir),
+            max_steps=self.max_steps,
+            enable_progress_bar=False,
+            enable_checkpointing=False,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
         )
         trainer.fit(task, train_dataloaders=self.loader)
 
@@ -478,7 +494,9 @@ def parse_ratios(name: str, spec: DictConfig, names: list[str]) -> dict[str, tup
     for rname, text in (spec.get("ratios") or {}).items():
         parts = [p.strip() for p in str(text).split("/")]
         if len(parts) != 2 or not set(parts) <= set(names):
-            raise ValueError(f"benchmark.groups.{name}.ratios.{rname}: expected 'variant / variant' of {names}, got {text!r}")
+            raise ValueError(
+                f"benchmark.groups.{name}.ratios.{rname}: expected 'variant / variant' of {names}, got {text!r}"
+            )
         ratios[str(rname)] = (parts[0], parts[1])
     return ratios
 
@@ -500,7 +518,8 @@ class Benchmark:
         if devices not in (1, "1", [0]) or nodes not in (None, 1) or micro not in (None, cfg.data.batch_size):
             raise ValueError(
                 f"the benchmark measures one device without gradient accumulation (trainer.devices={devices}, "
-                f"trainer.num_nodes={nodes}, data.micro_batch_size={micro}): use trainer=cpu or trainer=gpu")
+                f"trainer.num_nodes={nodes}, data.micro_batch_size={micro}): use trainer=cpu or trainer=gpu"
+            )
         self.steps_needed = 0
 
     def setup_data(self) -> None:
@@ -514,7 +533,9 @@ class Benchmark:
         cls = LightningLoop if variant.loop == "lightning" else HandLoop
         return cls(variant, self.datamodule, self.device, self.max_steps)
 
-    def run_group(self, name: str, spec: DictConfig, on_built: Callable[[Runner], None] | None = None) -> dict[str, Any]:
+    def run_group(
+        self, name: str, spec: DictConfig, on_built: Callable[[Runner], None] | None = None
+    ) -> dict[str, Any]:
         variants = parse_variants(name, spec)
         ratios = parse_ratios(name, spec, [v.name for v in variants])
         steps, rounds = int(spec.get("steps", 4)), int(spec.get("rounds") or self.bench.rounds)
@@ -544,7 +565,7 @@ class Benchmark:
             turn = max(1, min(steps, int(spec.get("turn_steps") or self.bench.turn_steps)))
             turns = [turn] * (steps // turn) + ([steps % turn] if steps % turn else [])
             for rnd in range(rounds):
-                order = runners[rnd % len(runners):] + runners[: rnd % len(runners)]
+                order = runners[rnd % len(runners) :] + runners[: rnd % len(runners)]
                 in_round: dict[str, list[float]] = {r.variant.name: [] for r in runners}
                 for k in turns:  # A B C A B C ...: the steps compared are close in time
                     for runner in order:
@@ -552,14 +573,18 @@ class Benchmark:
                 for vname, times in in_round.items():
                     results[vname].steps += times
                     results[vname].round_means.append(sum(times) / len(times))
-                print(f"[{name}] round {rnd + 1}/{rounds}: " + ", ".join(
-                    f"{n} {1e3 * r.round_means[-1]:.1f} ms" for n, r in results.items()), flush=True)
+                print(
+                    f"[{name}] round {rnd + 1}/{rounds}: "
+                    + ", ".join(f"{n} {1e3 * r.round_means[-1]:.1f} ms" for n, r in results.items()),
+                    flush=True,
+                )
             for runner in runners:
                 res = results[runner.variant.name]
                 res.waits = list(runner.loader.waits)
                 if isinstance(runner, LightningLoop):
                     res.extra["logged_tokens_per_sec"] = runner.logged_tokens_per_sec(
-                        first_timed_step[runner.variant.name], self.tokens_per_step)
+                        first_timed_step[runner.variant.name], self.tokens_per_step
+                    )
                     if runner.hook_time:
                         n = rounds * steps
                         res.extra["callback_ms_per_step"] = {k: 1e3 * v / n for k, v in runner.hook_time.items()}
@@ -569,16 +594,21 @@ class Benchmark:
             for runner in runners:
                 runner.close()
         out: dict[str, Any] = {
-            "steps_per_round": steps, "steps_per_turn": turn, "rounds": rounds, "warmup_steps": warmup,
+            "steps_per_round": steps,
+            "steps_per_turn": turn,
+            "rounds": rounds,
+            "warmup_steps": warmup,
             "wall_s": round(time.perf_counter() - start, 1),
             "load_avg_1min": os.getloadavg()[0],
             "other_processes_cpu_share": share.others(),
-            "variants": {}, "ratios": {},
+            "variants": {},
+            "ratios": {},
         }
         for vname, res in results.items():
             mean_step = statistics.median(res.round_means)
             out["variants"][vname] = {
-                "loop": res.variant.loop, "overrides": res.variant.overrides,
+                "loop": res.variant.loop,
+                "overrides": res.variant.overrides,
                 "params": res.extra["n_params"],
                 "step_time_median_s": statistics.median(res.steps),
                 "round_mean_step_s": summarise(res.round_means),
@@ -606,9 +636,17 @@ class Benchmark:
         warnings.filterwarnings("ignore", ".*defined a `validation_step` but have no `val_dataloader`.*")
         report: dict[str, Any] = {"machine": machine_info(self.device)}
         self.setup_data()
-        groups = {k: v for k, v in bench.groups.items() if v.get("enabled", True) and (not bench.only or k in bench.only)}
-        longest = max((int(g.get("warmup_steps") or bench.warmup_steps) + int(g.get("rounds") or bench.rounds) * int(g.get("steps", 4))
-                       for g in groups.values()), default=0)
+        groups = {
+            k: v for k, v in bench.groups.items() if v.get("enabled", True) and (not bench.only or k in bench.only)
+        }
+        longest = max(
+            (
+                int(g.get("warmup_steps") or bench.warmup_steps)
+                + int(g.get("rounds") or bench.rounds) * int(g.get("steps", 4))
+                for g in groups.values()
+            ),
+            default=0,
+        )
         self.max_steps = max(int(cfg.trainer.max_steps), longest + 10)
         self.results: dict[str, dict[str, Result]] = {}
 
@@ -622,7 +660,9 @@ class Benchmark:
             if runner.variant.name != head_variant or "peak_mb" in memory:
                 return
             if self.device.type == "cuda":
-                memory.update(kind="max CUDA memory allocated", peak_mb=torch.cuda.max_memory_allocated(self.device) / 2**20)
+                memory.update(
+                    kind="max CUDA memory allocated", peak_mb=torch.cuda.max_memory_allocated(self.device) / 2**20
+                )
             else:
                 memory.update(kind="peak RSS of the process", peak_mb=peak_rss_mb())
 
@@ -635,8 +675,10 @@ class Benchmark:
         elif self.device.type == "cpu":
             size = int(bench.peak_matmul_size)
             self.probe_peak(int(bench.peak_matmul_repeats))
-            how = (f"fp32 {size}x{size} matmul at {torch.get_num_threads()} threads (or {torch.get_num_threads()} x 1 thread "
-                   f"if higher), best of {bench.peak_matmul_repeats} at start and 3 after each group")
+            how = (
+                f"fp32 {size}x{size} matmul at {torch.get_num_threads()} threads (or {torch.get_num_threads()} x 1 thread "
+                f"if higher), best of {bench.peak_matmul_repeats} at start and 3 after each group"
+            )
         else:
             self.peak_flops, how = device_peak_flops(self.device)
         memory["rss_before_model_mb"] = rss_mb()
@@ -654,7 +696,9 @@ class Benchmark:
             "overrides": list(HydraConfig.get().overrides.task),
             "model": OmegaConf.to_container(cfg.model, resolve=True),
             "axes": self.headline_spec.axes() if self.headline_spec else None,
-            "seq_len": cfg.data.seq_len, "batch_size": cfg.data.batch_size, "tokens_per_step": self.tokens_per_step,
+            "seq_len": cfg.data.seq_len,
+            "batch_size": cfg.data.batch_size,
+            "tokens_per_step": self.tokens_per_step,
             "trainer": {k: cfg.trainer.get(k) for k in ("accelerator", "precision", "log_every_n_steps")},
         }
         report["machine"]["load_avg_end"] = list(os.getloadavg())
@@ -672,7 +716,9 @@ class Benchmark:
             return {"variant": f"{group}.{name}", "note": "headline variant not run"}
         res = self.results[group][name]
         spec = self.headline_spec = res.extra["spec"]
-        fpt = flops_per_token(res.extra["n_params"], spec.n_layers + spec.encoder_layers, spec.d_model, self.cfg.data.seq_len)
+        fpt = flops_per_token(
+            res.extra["n_params"], spec.n_layers + spec.encoder_layers, spec.d_model, self.cfg.data.seq_len
+        )
         mean_step = statistics.median(res.round_means)
         tps = self.tokens_per_step / mean_step
         out: dict[str, Any] = {
@@ -716,7 +762,10 @@ class Benchmark:
         # per step over the step time of the same variant
         direct: dict[str, float | None] = {}
         loop = report["groups"].get("loop", {}).get("variants", {})
-        for key, vname in (("grad_norm_default_interval", "lightning"), ("grad_norm_every_step", "grad_norm_every_step")):
+        for key, vname in (
+            ("grad_norm_default_interval", "lightning"),
+            ("grad_norm_every_step", "grad_norm_every_step"),
+        ):
             v = loop.get(vname) or {}
             ms = (v.get("callback_ms_per_step") or {}).get("GradNormMonitor")
             direct[key] = ms / 1e3 / v["round_mean_step_s"]["median"] if ms is not None else None
@@ -730,13 +779,19 @@ class Benchmark:
         for key, value in measured.items():
             limit = float(limits[key])
             met = None if value is None else value <= limit
-            out[key] = {"what": BUDGET_TEXT[key], "measured": value, "limit": limit, "met": met,
-                        "missed_by": None if value is None or met else value - limit}
+            out[key] = {
+                "what": BUDGET_TEXT[key],
+                "measured": value,
+                "limit": limit,
+                "met": met,
+                "missed_by": None if value is None or met else value - limit,
+            }
             if key in ("framework_overhead", "grad_norm_default_interval", "grad_norm_every_step"):
                 out[key]["aa_control"] = resolution  # |hand_again / hand - 1|: what noise alone gives
                 # a miss no larger than the A/A control's deviation is not distinguishable from noise
-                out[key]["within_noise"] = bool(not met and resolution is not None and value is not None
-                                                and value - limit <= resolution)
+                out[key]["within_noise"] = bool(
+                    not met and resolution is not None and value is not None and value - limit <= resolution
+                )
             if key in direct:
                 out[key]["direct"] = direct[key]
         return out
@@ -758,14 +813,21 @@ def print_report(report: dict[str, Any]) -> None:
 
     console = Console(width=max(150, Console().width))
     m, head = report["machine"], report["headline"]
-    console.print(f"[bold]machine[/bold] {m['cpu']}, {m['logical_cpus']} logical CPUs, torch {m['torch']} at "
-                  f"{m['torch_threads']} threads, device {m.get('gpu', m['device'])}; load average "
-                  f"{m['load_avg_start'][0]:.2f} at start, {m['load_avg_end'][0]:.2f} at end")
-    console.print(f"[bold]config[/bold] {escape(' '.join(report['config']['overrides'])) or '(defaults)'}; "
-                  f"{report['config']['tokens_per_step']} tokens per step")
+    console.print(
+        f"[bold]machine[/bold] {m['cpu']}, {m['logical_cpus']} logical CPUs, torch {m['torch']} at "
+        f"{m['torch_threads']} threads, device {m.get('gpu', m['device'])}; load average "
+        f"{m['load_avg_start'][0]:.2f} at start, {m['load_avg_end'][0]:.2f} at end"
+    )
+    console.print(
+        f"[bold]config[/bold] {escape(' '.join(report['config']['overrides'])) or '(defaults)'}; "
+        f"{report['config']['tokens_per_step']} tokens per step"
+    )
     peak = report["peak_flops"]
-    console.print(f"[bold]peak[/bold] {peak / 1e9:.1f} GFLOP/s ({report['peak_flops_source']})" if peak else
-                  f"[bold]peak[/bold] unknown ({report['peak_flops_source']})")
+    console.print(
+        f"[bold]peak[/bold] {peak / 1e9:.1f} GFLOP/s ({report['peak_flops_source']})"
+        if peak
+        else f"[bold]peak[/bold] unknown ({report['peak_flops_source']})"
+    )
 
     t = Table(title=f"Training speed ({head.get('variant')})")
     t.add_column("metric")
@@ -773,16 +835,32 @@ def print_report(report: dict[str, Any]) -> None:
     if "tokens_per_sec" in head:
         rows = [
             ("tokens/s (our loop)", f"{head['tokens_per_sec']:,.0f}"),
-            ("tokens/s (hand-written loop)", f"{head['hand_loop_tokens_per_sec']:,.0f}" if head.get("hand_loop_tokens_per_sec") else "n/a"),
+            (
+                "tokens/s (hand-written loop)",
+                f"{head['hand_loop_tokens_per_sec']:,.0f}" if head.get("hand_loop_tokens_per_sec") else "n/a",
+            ),
             ("median step time", f"{1e3 * head['step_time_median_s']:.2f} ms"),
             ("model FLOPs per token", f"{head['flops_per_token'] / 1e6:.2f} M"),
             ("achieved", f"{head['achieved_flops'] / 1e9:.1f} GFLOP/s"),
             ("MFU (our loop / hand loop)", f"{pct(head['mfu'], False)} / {pct(head.get('hand_loop_mfu'), False)}"),
-            (f"peak memory ({head['memory_kind']})", f"{head['peak_memory_mb']:,.0f} MB" if head["peak_memory_mb"] else "n/a"),
+            (
+                f"peak memory ({head['memory_kind']})",
+                f"{head['peak_memory_mb']:,.0f} MB" if head["peak_memory_mb"] else "n/a",
+            ),
             ("  of which before the model", f"{head['rss_before_model_mb']:,.0f} MB"),
-            ("data wait per step (median / max)", f"{head['data_wait_median_ms']:.3f} / {head['data_wait_max_ms']:.2f} ms" if head["data_wait_median_ms"] is not None else "n/a"),
-            ("logged train/tokens_per_sec (median)", f"{head['logged_tokens_per_sec']:,.0f} ({pct(head['logged_vs_headline'])} vs "
-             f"tokens/s above, {pct(head['logged_vs_timed_same_steps'])} vs timed over the same steps)" if head["logged_tokens_per_sec"] else "n/a"),
+            (
+                "data wait per step (median / max)",
+                f"{head['data_wait_median_ms']:.3f} / {head['data_wait_max_ms']:.2f} ms"
+                if head["data_wait_median_ms"] is not None
+                else "n/a",
+            ),
+            (
+                "logged train/tokens_per_sec (median)",
+                f"{head['logged_tokens_per_sec']:,.0f} ({pct(head['logged_vs_headline'])} vs "
+                f"tokens/s above, {pct(head['logged_vs_timed_same_steps'])} vs timed over the same steps)"
+                if head["logged_tokens_per_sec"]
+                else "n/a",
+            ),
         ]
         for cb, ms in (head.get("callback_ms_per_step") or {}).items():
             rows.append((f"  {cb} hooks per step", f"{ms:.3f} ms"))
@@ -791,23 +869,44 @@ def print_report(report: dict[str, Any]) -> None:
     console.print(t)
 
     t = Table(title="Side-by-side ratios (median over rounds of per-round mean step time ratios)")
-    for col, just in (("group", "left"), ("ratio", "left"), ("of", "left"), ("median", "right"), ("min-max", "right"),
-                      ("rounds", "right"), ("load", "right"), ("others' CPU", "right")):
+    for col, just in (
+        ("group", "left"),
+        ("ratio", "left"),
+        ("of", "left"),
+        ("median", "right"),
+        ("min-max", "right"),
+        ("rounds", "right"),
+        ("load", "right"),
+        ("others' CPU", "right"),
+    ):
         t.add_column(col, justify=cast("JustifyMethod", just))
     for gname, g in report["groups"].items():
         for i, (rname, r) in enumerate(g["ratios"].items()):
-            t.add_row(gname if i == 0 else "", rname, r["of"], f"{r['median']:.3f}", f"{r['min']:.3f}-{r['max']:.3f}",
-                      str(len(r["per_round"])), f"{g['load_avg_1min']:.2f}" if i == 0 else "",
-                      pct(g["other_processes_cpu_share"], False) if i == 0 else "")
+            t.add_row(
+                gname if i == 0 else "",
+                rname,
+                r["of"],
+                f"{r['median']:.3f}",
+                f"{r['min']:.3f}-{r['max']:.3f}",
+                str(len(r["per_round"])),
+                f"{g['load_avg_1min']:.2f}" if i == 0 else "",
+                pct(g["other_processes_cpu_share"], False) if i == 0 else "",
+            )
     console.print(t)
 
-    busy = [g["other_processes_cpu_share"] for g in report["groups"].values() if g["other_processes_cpu_share"] is not None]
+    busy = [
+        g["other_processes_cpu_share"] for g in report["groups"].values() if g["other_processes_cpu_share"] is not None
+    ]
     if busy and max(busy) > 0.1:
-        console.print(f"[yellow]other processes used up to {pct(max(busy), False)} of the machine's CPU during the run: "
-                      f"ratios are less precise than on a quiet machine (see the min-max column)[/yellow]")
+        console.print(
+            f"[yellow]other processes used up to {pct(max(busy), False)} of the machine's CPU during the run: "
+            f"ratios are less precise than on a quiet machine (see the min-max column)[/yellow]"
+        )
 
-    t = Table(title="Budgets (measured: the median ratio minus 1; A/A: the same for two identical hand loops, "
-                    "i.e. the noise; direct: time inside the callback / step time)")
+    t = Table(
+        title="Budgets (measured: the median ratio minus 1; A/A: the same for two identical hand loops, "
+        "i.e. the noise; direct: time inside the callback / step time)"
+    )
     for col in ("budget", "measured", "A/A", "direct", "limit", "verdict"):
         t.add_column(col)
     for key, b in report["budgets"].items():
@@ -819,9 +918,14 @@ def print_report(report: dict[str, Any]) -> None:
             verdict = f"[yellow]missed by {100 * b['missed_by']:.1f} points, within this run's noise (A/A)[/yellow]"
         else:
             verdict = f"[red]missed by {100 * b['missed_by']:.1f} points[/red]"
-        t.add_row(f"{b['what']} ({key})", pct(b["measured"], key != "data_wait"),
-                  pct(b["aa_control"], False) if "aa_control" in b else "", pct(b["direct"]) if "direct" in b else "",
-                  f"<= {pct(b['limit'], False)}", verdict)
+        t.add_row(
+            f"{b['what']} ({key})",
+            pct(b["measured"], key != "data_wait"),
+            pct(b["aa_control"], False) if "aa_control" in b else "",
+            pct(b["direct"]) if "direct" in b else "",
+            f"<= {pct(b['limit'], False)}",
+            verdict,
+        )
     console.print(t)
 
 
@@ -832,10 +936,17 @@ def markdown_report(report: dict[str, Any], command: str) -> str:
         f"Machine: {m['cpu']} (`lscpu` model name), {m['logical_cpus']} logical CPUs, torch {m['torch']} at "
         f"{m['torch_threads']} threads, Lightning {m['lightning']}, device {m.get('gpu', m['device'])}. Load average "
         f"{m['load_avg_start'][0]:.2f} at start, {m['load_avg_end'][0]:.2f} at end; wall time {report['wall_time_s']:.0f} s.",
-        "", f"Command: `{command}`", "",
-        f"Peak: {report['peak_flops'] / 1e9:.1f} GFLOP/s ({report['peak_flops_source']})." if report["peak_flops"] else "Peak: unknown.",
-        "", f"**Training speed** (`{head['variant']}`, {cfg['tokens_per_step']} tokens per step)", "",
-        "| metric | value |", "| --- | --- |",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Peak: {report['peak_flops'] / 1e9:.1f} GFLOP/s ({report['peak_flops_source']})."
+        if report["peak_flops"]
+        else "Peak: unknown.",
+        "",
+        f"**Training speed** (`{head['variant']}`, {cfg['tokens_per_step']} tokens per step)",
+        "",
+        "| metric | value |",
+        "| --- | --- |",
         f"| tokens/s, our loop / hand-written loop | {head['tokens_per_sec']:,.0f} / {head.get('hand_loop_tokens_per_sec') or float('nan'):,.0f} |",
         f"| median step time | {1e3 * head['step_time_median_s']:.1f} ms |",
         f"| model FLOPs per token | {head['flops_per_token'] / 1e6:.2f} M ({head['params']:,} parameters) |",
@@ -849,21 +960,45 @@ def markdown_report(report: dict[str, Any], command: str) -> str:
     ]
     for cb, ms in (head.get("callback_ms_per_step") or {}).items():
         lines.append(f"| {cb} hooks per step | {ms:.3f} ms |")
-    lines += ["", "**Ratios** (median over rounds of per-round mean step-time ratios; min–max over rounds)", "",
-              "| group | ratio | of | median | min–max | rounds | load | others' CPU |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [
+        "",
+        "**Ratios** (median over rounds of per-round mean step-time ratios; min–max over rounds)",
+        "",
+        "| group | ratio | of | median | min–max | rounds | load | others' CPU |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for gname, g in report["groups"].items():
         for i, (rname, r) in enumerate(g["ratios"].items()):
-            group, load, others = ((gname, f"{g['load_avg_1min']:.2f}", pct(g["other_processes_cpu_share"], False))
-                                   if i == 0 else ("", "", ""))
-            lines.append(f"| {group} | `{rname}` | {r['of']} | {r['median']:.3f} | {r['min']:.3f}–{r['max']:.3f} | "
-                         f"{len(r['per_round'])} | {load} | {others} |")
-    lines += ["", "**Budgets**", "", "| budget | measured | A/A control | direct | limit | verdict |", "| --- | ---: | ---: | ---: | ---: | --- |"]
+            group, load, others = (
+                (gname, f"{g['load_avg_1min']:.2f}", pct(g["other_processes_cpu_share"], False))
+                if i == 0
+                else ("", "", "")
+            )
+            lines.append(
+                f"| {group} | `{rname}` | {r['of']} | {r['median']:.3f} | {r['min']:.3f}–{r['max']:.3f} | "
+                f"{len(r['per_round'])} | {load} | {others} |"
+            )
+    lines += [
+        "",
+        "**Budgets**",
+        "",
+        "| budget | measured | A/A control | direct | limit | verdict |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
     for key, b in report["budgets"].items():
-        verdict = ("not measured" if b["met"] is None else "met" if b["met"] else
-                   f"missed by {100 * b['missed_by']:.1f} points" + (", within this run's noise (A/A)" if b.get("within_noise") else ""))
-        lines.append(f"| {b['what']} | {pct(b['measured'], key != 'data_wait')} | "
-                     f"{pct(b['aa_control'], False) if 'aa_control' in b else ''} | {pct(b['direct']) if 'direct' in b else ''} | "
-                     f"≤ {pct(b['limit'], False)} | {verdict} |")
+        verdict = (
+            "not measured"
+            if b["met"] is None
+            else "met"
+            if b["met"]
+            else f"missed by {100 * b['missed_by']:.1f} points"
+            + (", within this run's noise (A/A)" if b.get("within_noise") else "")
+        )
+        lines.append(
+            f"| {b['what']} | {pct(b['measured'], key != 'data_wait')} | "
+            f"{pct(b['aa_control'], False) if 'aa_control' in b else ''} | {pct(b['direct']) if 'direct' in b else ''} | "
+            f"≤ {pct(b['limit'], False)} | {verdict} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -130,8 +130,9 @@ class LastCheckpoint(Checkpoint):
         trainer.save_checkpoint(self.dirpath / self.FILENAME, weights_only=False)  # full: resumable
         self._saved_at = trainer.global_step
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if (batch_idx + 1) % trainer.accumulate_grad_batches:
             return  # mid-accumulation: no optimiser step was taken
         periodic = self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0
@@ -177,8 +178,13 @@ def collect_rng_states() -> dict[str, Any]:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     states: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -189,8 +195,15 @@ def collect_rng_states() -> dict[str, Any]:
 def set_rng_states(states: dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
     np_state = states["numpy"]
-    np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
-                         np_state["has_gauss"], np_state["cached_gaussian"]))
+    np.random.set_state(
+        (
+            np_state["kind"],
+            np_state["keys"].numpy().astype(np.uint32),
+            np_state["pos"],
+            np_state["has_gauss"],
+            np_state["cached_gaussian"],
+        )
+    )
     random.setstate(states["python"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state(states["cuda"])
@@ -202,7 +215,9 @@ def set_rng_states(states: dict[str, Any]) -> None:
 def find_last_checkpoint(dirs: list[str | os.PathLike[str]]) -> Path | None:
     """The newest ``last.ckpt`` (or ``last-N.ckpt``) in ``dirs``: what Lightning's
     ``ckpt_path="last"`` picks, found before the Trainer exists (W&B needs the run id first)."""
-    found = [p for d in dirs if Path(d).is_dir() for p in Path(d).iterdir() if LAST_PATTERN.match(p.name) and p.is_file()]
+    found = [
+        p for d in dirs if Path(d).is_dir() for p in Path(d).iterdir() if LAST_PATTERN.match(p.name) and p.is_file()
+    ]
     return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
 
 
@@ -217,7 +232,9 @@ def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dirs: list[str | os.Path
     if ckpt_path == "last":
         last = find_last_checkpoint(checkpoint_dirs)
         if last is None:
-            rank_zero_warn(f"ckpt_path=last: no last checkpoint in {', '.join(map(str, checkpoint_dirs))}; starting from scratch")
+            rank_zero_warn(
+                f"ckpt_path=last: no last checkpoint in {', '.join(map(str, checkpoint_dirs))}; starting from scratch"
+            )
             return None
         return str(last)
     if ckpt_path in ("best", "hpc") or "://" in ckpt_path:

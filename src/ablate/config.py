@@ -7,8 +7,9 @@ invalid combinations with a message that names the fix, before any tensor is all
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from ablate.nn.attention import ATTENTION_IMPLS
 from ablate.nn.block import PLACEMENTS
@@ -55,8 +56,14 @@ class ModelSpec:
 
     def axes(self) -> dict[str, Any]:
         """The ablation axes, flat, for grouping runs in W&B and in the summary table."""
-        return {"pos": self.pos, "norm": self.norm, "norm_layer": self.norm_layer, "act": self.act,
-                "init": self.init, "attn": self.attn}
+        return {
+            "pos": self.pos,
+            "norm": self.norm,
+            "norm_layer": self.norm_layer,
+            "act": self.act,
+            "init": self.init,
+            "attn": self.attn,
+        }
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -109,8 +116,22 @@ def validate(spec: ModelSpec) -> ModelSpec:
 
 
 # the keys of the ``model`` group: what :func:`model_spec` reads, and ``compile`` (the task's)
-MODEL_KEYS = frozenset({"n_layers", "encoder_layers", "decoder_layers", "d_model", "n_heads", "d_ff", "max_len",
-                        "dropout", "bias", "tie_embeddings", "scale_embeddings", "compile"})
+MODEL_KEYS = frozenset(
+    {
+        "n_layers",
+        "encoder_layers",
+        "decoder_layers",
+        "d_model",
+        "n_heads",
+        "d_ff",
+        "max_len",
+        "dropout",
+        "bias",
+        "tie_embeddings",
+        "scale_embeddings",
+        "compile",
+    }
+)
 
 
 def model_spec(cfg: Mapping[str, Any], vocab_size: int, max_len: int | None = None) -> ModelSpec:

@@ -41,8 +41,9 @@ def target_keys(target: str) -> frozenset[str] | None:
     from hydra.utils import get_object
 
     obj = get_object(target)
-    functions: list[Callable[..., Any]] = [vars(c)["__init__"] for c in obj.__mro__ if "__init__" in vars(c)] \
-        if inspect.isclass(obj) else [obj]
+    functions: list[Callable[..., Any]] = (
+        [vars(c)["__init__"] for c in obj.__mro__ if "__init__" in vars(c)] if inspect.isclass(obj) else [obj]
+    )
     keys: set[str] = set()
     for function in functions:
         params = inspect.signature(function).parameters.values()
@@ -67,8 +68,13 @@ def group_keys(cfg: DictConfig) -> dict[str, frozenset[str] | None]:
 
     optim_keys = frozenset(OPTIM_RULES) | {k for kind in OPTIMIZERS.values() for k in kind.keys}
     keys: dict[str, frozenset[str] | None] = {
-        "model": MODEL_KEYS, "optim": optim_keys | {"fused"}, "eval": EVAL_KEYS, "log": LOG_KEYS,
-        "runtime": RUNTIME_KEYS, "paths": PATHS_KEYS, "decode": _dataclass_keys(DecodeConfig),
+        "model": MODEL_KEYS,
+        "optim": optim_keys | {"fused"},
+        "eval": EVAL_KEYS,
+        "log": LOG_KEYS,
+        "runtime": RUNTIME_KEYS,
+        "paths": PATHS_KEYS,
+        "decode": _dataclass_keys(DecodeConfig),
         "task": frozenset(getattr(task_class(cfg), "config_keys", {"name"})),
         "logger.wandb": _dataclass_keys(ablate_logging.WandbOptions),
         "logger.tensorboard": _dataclass_keys(ablate_logging.TensorBoardOptions),

@@ -32,11 +32,21 @@ def param_estimate(n_layers: int, d_model: int, vocab_size: int) -> int:
 
 
 def print_param_count(n_params: int, estimate: int) -> None:
-    rich.print(f"[bold]parameters:[/bold] {n_params:,} (12·L·d² + V·d estimate: {estimate:,}; ratio {n_params / estimate:.3f})")
+    rich.print(
+        f"[bold]parameters:[/bold] {n_params:,} (12·L·d² + V·d estimate: {estimate:,}; ratio {n_params / estimate:.3f})"
+    )
 
 
-def format_run_header(experiment: str | None, task: str, data: str, axes: dict[str, Any], model: str, n_params: int,
-                      estimate: int, output_dir: Path | str) -> str:
+def format_run_header(
+    experiment: str | None,
+    task: str,
+    data: str,
+    axes: dict[str, Any],
+    model: str,
+    n_params: int,
+    estimate: int,
+    output_dir: Path | str,
+) -> str:
     """The few lines a run prints at its start instead of the whole config (which is in
     ``<output_dir>/.hydra/config.yaml``; ``print_config=true`` prints it)::
 
@@ -45,12 +55,14 @@ def format_run_header(experiment: str | None, task: str, data: str, axes: dict[s
         model   4 layers, d=128, 4 heads: 807,489 parameters (12·L·d² + V·d: 794,880)
         output  logs/runs/2026-11-23_15-00-00  (config: .hydra/config.yaml)
     """
-    return "\n".join([
-        f"run     experiment={experiment or 'default'}  task={task}  data={data}",
-        "axes    " + " ".join(f"{k}={v}" for k, v in axes.items()),
-        f"model   {model}: {n_params:,} parameters (12·L·d² + V·d: {estimate:,})",
-        f"output  {output_dir}  (config: .hydra/config.yaml)",
-    ])
+    return "\n".join(
+        [
+            f"run     experiment={experiment or 'default'}  task={task}  data={data}",
+            "axes    " + " ".join(f"{k}={v}" for k, v in axes.items()),
+            f"model   {model}: {n_params:,} parameters (12·L·d² + V·d: {estimate:,})",
+            f"output  {output_dir}  (config: .hydra/config.yaml)",
+        ]
+    )
 
 
 # --- Known console noise, each checked harmless, filtered by its exact text ----------------------
@@ -107,7 +119,7 @@ def format_wall_time(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     try:
-        seconds = int(round(float(seconds)))
+        seconds = round(float(seconds))
     except (TypeError, ValueError, OverflowError):
         return "-"
     hours, rest = divmod(max(seconds, 0), 3600)
@@ -158,7 +170,9 @@ def format_run_summary(status: dict[str, Any], output_dir: Path | str) -> str:
     if state == "diverged":
         at = status.get("diverged_at_step")
         reason = status.get("divergence_reason")
-        rows.append(("diverged", f"at step {at if at is not None else '?'}" + (f": {_first_line(reason)}" if reason else "")))
+        rows.append(
+            ("diverged", f"at step {at if at is not None else '?'}" + (f": {_first_line(reason)}" if reason else ""))
+        )
     if status.get("error"):  # crashed: the exception; interrupted: what stopped it
         rows.append(("error" if state == "crashed" else "reason", _first_line(status["error"])))
     steps = status.get("steps")
@@ -193,9 +207,15 @@ def format_sweep_summary(rows: list[dict[str, Any]], metric: str | None = None) 
     table = [header]
     for row in rows:
         steps = row.get("steps")
-        table.append((_job_name(row), str(row.get("status") or "unknown"), str(steps) if steps is not None else "-",
-                      format_metric(metric, (row.get("metrics") or {}).get(metric)),
-                      format_wall_time(row.get("wall_time_s"))))
+        table.append(
+            (
+                _job_name(row),
+                str(row.get("status") or "unknown"),
+                str(steps) if steps is not None else "-",
+                format_metric(metric, (row.get("metrics") or {}).get(metric)),
+                format_wall_time(row.get("wall_time_s")),
+            )
+        )
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     align = ("<", "<", ">", ">", ">")  # names left, numbers right
     lines = ["  ".join(f"{cell:{a}{w}}" for cell, a, w in zip(r, align, widths)).rstrip() for r in table]

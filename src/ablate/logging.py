@@ -87,8 +87,14 @@ _NON_VARIANT_KEYS = re.compile(
     rf"|^({'|'.join(RUN_CONTROL_KEYS)})$"
 )
 # An override key that names a ModelSpec axis (spec.axes()) maps to that axis' flat name.
-_SPEC_AXIS_OF_KEY = {"norm.placement": "norm", "norm.layer": "norm_layer", "attn.impl": "attn", "act.name": "act",
-                     "pos.name": "pos", "init.name": "init"}
+_SPEC_AXIS_OF_KEY = {
+    "norm.placement": "norm",
+    "norm.layer": "norm_layer",
+    "attn.impl": "attn",
+    "act.name": "act",
+    "pos.name": "pos",
+    "init.name": "init",
+}
 _WANDB_GROUP_MAX = 128
 _TAG_MAX = 64  # W&B's limit on the length of a tag
 PIP_EXTRA = "pip install -c requirements/constraints.txt -e '.[{extra}]'"
@@ -122,7 +128,8 @@ def decide_wandb_mode(requested: str | None = None) -> tuple[str, str]:
         return mode, reason
     # online, whether asked for or detected: without network wandb retries for about 80 s per
     # run before it falls back by itself, so probe first (once per process and its children)
-    target = "%s:%d" % _probe_target(*_host_port(_wandb_base_url()))
+    host, port = _probe_target(*_host_port(_wandb_base_url()))
+    target = f"{host}:{port}"
     if not _reachable_once(target):
         return "offline", f"{reason}, but {target} is not reachable within {PROBE_TIMEOUT_S:g} s"
     return "online", f"{reason} and {target} reachable"
@@ -323,7 +330,8 @@ def check_loggers(cfg: Any) -> None:
             raise LoggerUnavailable(
                 f"logger {name} is selected (logger.{name}.enabled=true) but the {modules[0]} package is not "
                 f"installed. Install it with:\n  {PIP_EXTRA.format(extra=extra)}\n"
-                f"(from the repository root), or drop {name} from the logger list")
+                f"(from the repository root), or drop {name} from the logger list"
+            )
 
 
 def user_tags(cfg: Any) -> list[str]:
@@ -395,20 +403,45 @@ def build_loggers(
     group = options.group or group  # a configured logger.wandb.group names the group in every logger
     if options.enabled and rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
         wandb_tags = _unique([*options.tags, *tags])
-        wandb_logger = _build_wandb_logger(options, output_dir, run_name, group, {**extra_config, **axes}, resume_id,
-                                           tags=wandb_tags, job_type=labels.job_type)
+        wandb_logger = _build_wandb_logger(
+            options,
+            output_dir,
+            run_name,
+            group,
+            {**extra_config, **axes},
+            resume_id,
+            tags=wandb_tags,
+            job_type=labels.job_type,
+        )
         if wandb_logger is not None:
             loggers.append(wandb_logger)
     if TensorBoardOptions.from_cfg(cfg).enabled:
-        summary = {"run_name": run_name, "group": group or "", "job_type": labels.job_type, "tags": ", ".join(tags),
-                   **scalar_hparams(extra_config), **axes}
+        summary = {
+            "run_name": run_name,
+            "group": group or "",
+            "job_type": labels.job_type,
+            "tags": ", ".join(tags),
+            **scalar_hparams(extra_config),
+            **axes,
+        }
         loggers.append(_build_tensorboard_logger(output_dir, summary, tags, config_keys))
         if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
             print(f"tensorboard  {output_dir / 'tensorboard'}  (view: tensorboard --logdir {output_dir.parent})")
     mlflow_options = MLflowOptions.from_cfg(cfg)
     if mlflow_options.enabled and rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # other ranks would race to create the store
-        loggers.append(_build_mlflow_logger(mlflow_options, output_dir, run_name, group, labels.job_type,
-                                            {**extra_config, **axes}, tags, resuming, config_keys))
+        loggers.append(
+            _build_mlflow_logger(
+                mlflow_options,
+                output_dir,
+                run_name,
+                group,
+                labels.job_type,
+                {**extra_config, **axes},
+                tags,
+                resuming,
+                config_keys,
+            )
+        )
     return loggers
 
 
@@ -480,12 +513,14 @@ class AblateTensorBoardLogger(TensorBoardLogger):
             super().log_hyperparams(params, metrics=metrics, step=step)
 
 
-def _build_tensorboard_logger(output_dir: Path, summary: dict[str, Any], tags: list[str],
-                              config_keys: Collection[str]) -> TensorBoardLogger:
+def _build_tensorboard_logger(
+    output_dir: Path, summary: dict[str, Any], tags: list[str], config_keys: Collection[str]
+) -> TensorBoardLogger:
     """``output_dir/tensorboard/`` with the run's name, group, job type, tags and axes as
     hyper-parameters (TensorBoard's HPARAMS tab) and the tags as text."""
-    logger = AblateTensorBoardLogger(save_dir=output_dir, name="tensorboard", version="", default_hp_metric=False,
-                                     config_keys=config_keys)
+    logger = AblateTensorBoardLogger(
+        save_dir=output_dir, name="tensorboard", version="", default_hp_metric=False, config_keys=config_keys
+    )
     if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
         TensorBoardLogger.log_hyperparams(logger, summary)
         logger.experiment.add_text("run/tags", "\n".join(f"- {t}" for t in tags) or "(none)", 0)
@@ -526,9 +561,17 @@ class AblateMLFlowLogger(MLFlowLogger):
 OUTPUT_DIR_TAG = "ablate.output_dir"
 
 
-def _build_mlflow_logger(options: MLflowOptions, output_dir: Path, run_name: str, group: str | None, job_type: str,
-                         params: dict[str, Any], tags: list[str], resuming: bool,
-                         config_keys: Collection[str]) -> MLFlowLogger:
+def _build_mlflow_logger(
+    options: MLflowOptions,
+    output_dir: Path,
+    run_name: str,
+    group: str | None,
+    job_type: str,
+    params: dict[str, Any],
+    tags: list[str],
+    resuming: bool,
+    config_keys: Collection[str],
+) -> MLFlowLogger:
     """An MLflow run in ``options.tracking_uri`` named ``run_name``, tagged with the group, job
     type, output directory and the run's tags (``key:value`` -> tag ``key=value``; a plain tag
     ``t`` -> ``t=""``); the resolved config and flat axes as params. A resumed job reopens the
@@ -543,11 +586,19 @@ def _build_mlflow_logger(options: MLflowOptions, output_dir: Path, run_name: str
         key, _, value = tag.partition(":")
         mlflow_tags.setdefault(key, value)
     run_id = _prepare_mlflow(uri, options.experiment_name, output_dir if resuming else None)
-    logger = AblateMLFlowLogger(experiment_name=options.experiment_name, run_name=run_name, tracking_uri=uri,
-                                tags=mlflow_tags, run_id=run_id, config_keys=config_keys)
+    logger = AblateMLFlowLogger(
+        experiment_name=options.experiment_name,
+        run_name=run_name,
+        tracking_uri=uri,
+        tags=mlflow_tags,
+        run_id=run_id,
+        config_keys=config_keys,
+    )
     logger.log_params(params)
-    print(f"mlflow       {uri}  experiment {options.experiment_name}, run {logger.run_id}  (view: mlflow ui "
-          f"--backend-store-uri {uri})")
+    print(
+        f"mlflow       {uri}  experiment {options.experiment_name}, run {logger.run_id}  (view: mlflow ui "
+        f"--backend-store-uri {uri})"
+    )
     return logger
 
 
@@ -568,8 +619,12 @@ def _prepare_mlflow(uri: str, experiment_name: str, resume_dir: Path | None) -> 
     if resume_dir is None or experiment is None:
         return None
     value = str(resume_dir.resolve()).replace("'", "\\'")
-    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{OUTPUT_DIR_TAG}` = '{value}'",
-                              order_by=["attributes.start_time DESC"], max_results=1)
+    runs = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"tags.`{OUTPUT_DIR_TAG}` = '{value}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     return runs[0].info.run_id if runs else None
 
 
@@ -638,8 +693,9 @@ def _build_wandb_logger(
         if resume_id:
             target = target.parent / f"offline-run-*-{resume_id}"
         _announce(f"W&B offline ({reason}). Sync later with: wandb sync {target}")
-    return AblateWandbLogger(experiment=run, save_dir=output_dir, name=run_name, project=options.project,
-                             config_keys=extra_config)
+    return AblateWandbLogger(
+        experiment=run, save_dir=output_dir, name=run_name, project=options.project, config_keys=extra_config
+    )
 
 
 def _init_run(mode: str, reason: str, init_kwargs: dict[str, Any]) -> tuple[Run, str, str]:
@@ -774,13 +830,23 @@ class RunLabels:
             overrides = list(hydra_cfg.overrides.task) if hydra_cfg is not None else []
         swept = swept_keys(hydra_cfg) if _is_multirun(hydra_cfg) else None
         excluded = _excluded_keys(hydra_cfg)
-        pairs = tuple((_override_key(o), o.split("=", 1)[1]) for o in overrides
-                      if "=" in o and swept is not None and _override_key(o) in swept
-                      and _override_key(o) not in excluded and _override_key(o) != "seed")
+        pairs = tuple(
+            (_override_key(o), o.split("=", 1)[1])
+            for o in overrides
+            if "=" in o
+            and swept is not None
+            and _override_key(o) in swept
+            and _override_key(o) not in excluded
+            and _override_key(o) != "seed"
+        )
         choices = dict(hydra_cfg.runtime.choices) if hydra_cfg is not None else {}
         experiment = choices.get("experiment") or _override_values(overrides).get("experiment")
-        return cls(name=run_name_from_overrides(overrides, swept), job_type="train" if swept is None else "sweep",
-                   experiment=experiment, swept=pairs)
+        return cls(
+            name=run_name_from_overrides(overrides, swept),
+            job_type="train" if swept is None else "sweep",
+            experiment=experiment,
+            swept=pairs,
+        )
 
 
 _FROM_HYDRA: Any = object()
@@ -805,9 +871,13 @@ def run_name_from_overrides(overrides: list[str], swept: Collection[str] | None 
     if swept is _FROM_HYDRA:
         swept = swept_keys(hydra_cfg) if _is_multirun(hydra_cfg) else None
     excluded = _excluded_keys(hydra_cfg)
-    kept = [o.lstrip("+") for o in overrides
-            if ("=" in o or o.startswith("~")) and _override_key(o) not in excluded
-            and not _NON_VARIANT_KEYS.match(_override_key(o))]
+    kept = [
+        o.lstrip("+")
+        for o in overrides
+        if ("=" in o or o.startswith("~"))
+        and _override_key(o) not in excluded
+        and not _NON_VARIANT_KEYS.match(_override_key(o))
+    ]
     if swept is not None:
         chosen = [o for o in kept if _override_key(o) in swept or _override_key(o) == "seed"]
         if chosen:

@@ -22,8 +22,8 @@ CPU, free device memory on a GPU), so only a configuration far beyond the machin
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ablate.options import ConfigError
@@ -63,18 +63,31 @@ def bytes_per_element(precision: Any) -> int:
     return 2 if text.startswith(("16", "bf16")) else 8 if text.startswith("64") else 4
 
 
-def estimate(n_params: int, n_layers: int, d_model: int, d_ff: int, n_heads: int, seq_len: int, vocab_size: int,
-             micro_batch: int, optimizer: str = "adamw", precision: Any = "32-true",
-             materialised_attention: bool = False) -> MemoryEstimate:
+def estimate(
+    n_params: int,
+    n_layers: int,
+    d_model: int,
+    d_ff: int,
+    n_heads: int,
+    seq_len: int,
+    vocab_size: int,
+    micro_batch: int,
+    optimizer: str = "adamw",
+    precision: Any = "32-true",
+    materialised_attention: bool = False,
+) -> MemoryEstimate:
     """The training-step estimate of the module docstring."""
     e = bytes_per_element(precision)
     per_layer = e / 2 * seq_len * (18 * d_model + 4 * d_ff)
     if materialised_attention:
         per_layer += e / 2 * 5 * n_heads * seq_len**2
     per_sequence = n_layers * per_layer + 3 * e * seq_len * vocab_size
-    return MemoryEstimate(weights_and_grads=8.0 * n_params,
-                          optimizer=4.0 * OPTIMIZER_STATE_FLOATS.get(optimizer, 2) * n_params,
-                          activations_per_sequence=per_sequence, micro_batch=micro_batch)
+    return MemoryEstimate(
+        weights_and_grads=8.0 * n_params,
+        optimizer=4.0 * OPTIMIZER_STATE_FLOATS.get(optimizer, 2) * n_params,
+        activations_per_sequence=per_sequence,
+        micro_batch=micro_batch,
+    )
 
 
 def available_bytes(accelerator: str) -> tuple[float, str] | None:
@@ -118,7 +131,8 @@ def check_fits(est: MemoryEstimate, available: tuple[float, str] | None, batch_k
     raise ConfigError(
         f"a training step needs about {gib(est.total)} (weights and gradients {gib(est.weights_and_grads)}, optimiser "
         f"state {gib(est.optimizer)}, activations {gib(est.activations_per_sequence * est.micro_batch)} for a "
-        f"micro-batch of {est.micro_batch}, +25% margin), more than the {gib(room)} of {where}: {fix}")
+        f"micro-batch of {est.micro_batch}, +25% margin), more than the {gib(room)} of {where}: {fix}"
+    )
 
 
 def check_training_step(cfg: Mapping[str, Any], spec: ModelSpec) -> None:
@@ -139,7 +153,17 @@ def check_training_step(cfg: Mapping[str, Any], spec: ModelSpec) -> None:
         except ValueError:
             return  # an impossible layout is reported by training_layout, with its own message
         seq_len, batch_key, per_unit = int(data["seq_len"]), "data.micro_batch_size", 1
-    est = estimate(n_params, layers, spec.d_model, spec.d_ff, spec.n_heads, seq_len, vocab, micro,
-                   optimizer=str(cfg["optim"].get("name", "adamw")), precision=cfg["trainer"].get("precision"),
-                   materialised_attention=spec.attn == "math")
+    est = estimate(
+        n_params,
+        layers,
+        spec.d_model,
+        spec.d_ff,
+        spec.n_heads,
+        seq_len,
+        vocab,
+        micro,
+        optimizer=str(cfg["optim"].get("name", "adamw")),
+        precision=cfg["trainer"].get("precision"),
+        materialised_attention=spec.attn == "math",
+    )
     check_fits(est, available_bytes(str(cfg["trainer"].get("accelerator", "cpu"))), batch_key, per_unit)

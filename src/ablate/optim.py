@@ -17,9 +17,10 @@ of ``warmup_steps`` (0 allowed) in front of every one of them.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -56,8 +57,10 @@ def optimizer_kind(cfg: Mapping[str, Any]) -> OptimizerKind:
         raise ValueError(f"unknown optim.name={name!r}; valid options: {', '.join(OPTIMIZERS)}")
     kind = OPTIMIZERS[name]
     if "momentum" not in kind.keys and cfg.get("momentum") is not None:
-        raise ValueError(f"optim.momentum={cfg['momentum']} does not apply to optim.name={name} "
-                         f"(it takes {', '.join(kind.keys)}); use optim.name=sgd or remove optim.momentum")
+        raise ValueError(
+            f"optim.momentum={cfg['momentum']} does not apply to optim.name={name} "
+            f"(it takes {', '.join(kind.keys)}); use optim.name=sgd or remove optim.momentum"
+        )
     return kind
 
 
@@ -136,11 +139,17 @@ SCHEDULES: dict[str, Schedule] = {
 }
 
 
-def build_schedule(optimizer: torch.optim.Optimizer, cfg: Mapping[str, Any], max_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+def build_schedule(
+    optimizer: torch.optim.Optimizer, cfg: Mapping[str, Any], max_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     name = cfg["schedule"]
     if name not in SCHEDULES:
         raise ValueError(f"unknown optim.schedule={name!r}; valid options: {', '.join(SCHEDULES)}")
     decay_steps = cfg.get("decay_steps") or max_steps
-    fn = partial(SCHEDULES[name], warmup_steps=cfg.get("warmup_steps", 0), decay_steps=decay_steps,
-                 min_ratio=cfg.get("min_lr_ratio", 0.0))
+    fn = partial(
+        SCHEDULES[name],
+        warmup_steps=cfg.get("warmup_steps", 0),
+        decay_steps=decay_steps,
+        min_ratio=cfg.get("min_lr_ratio", 0.0),
+    )
     return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)

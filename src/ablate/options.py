@@ -20,10 +20,11 @@ and is accepted for any key. The messages name the key, the option and its valid
 
 from __future__ import annotations
 
-from ablate.errors import UserError
-
 import inspect
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
+
+from ablate.errors import UserError
 
 
 class ConfigError(UserError, ValueError):
@@ -38,8 +39,9 @@ INIT_WITH_STD = ("gpt2",)  # the schemes whose formula has a free standard devia
 def _class_options(factory: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """``option -> default`` from a factory's keyword arguments (``**kwargs`` and ``skip`` left out)."""
     params = inspect.signature(factory).parameters.values()
-    return {p.name: p.default for p in params
-            if p.kind is not p.VAR_KEYWORD and p.name not in skip and p.name != "self"}
+    return {
+        p.name: p.default for p in params if p.kind is not p.VAR_KEYWORD and p.name not in skip and p.name != "self"
+    }
 
 
 def valid_keys(group: str, node: Mapping[str, Any]) -> dict[str, Any]:
@@ -106,11 +108,15 @@ def check_option_keys(cfg: Mapping[str, Any]) -> None:
                     f"{', '.join(keys)}. Remove {group}.{key} (in a sweep: sweep it only with the options that take it)"
                 )
             if key in ("eps", "bias") and group == "norm" and value is not None and key not in _layer_keys(node):
-                raise ConfigError(f"norm.{key}={value} does not apply to {option_name(group, node)} (it has no {key}); "
-                                  f"leave norm.{key}=null")
+                raise ConfigError(
+                    f"norm.{key}={value} does not apply to {option_name(group, node)} (it has no {key}); "
+                    f"leave norm.{key}=null"
+                )
             if not _type_ok(value, keys[key]):
-                raise ConfigError(f"{group}.{key}={value!r} has the wrong type: expected {type(keys[key]).__name__} "
-                                  f"(default {keys[key]!r})")
+                raise ConfigError(
+                    f"{group}.{key}={value!r} has the wrong type: expected {type(keys[key]).__name__} "
+                    f"(default {keys[key]!r})"
+                )
 
 
 def _layer_keys(node: Mapping[str, Any]) -> dict[str, Any]:

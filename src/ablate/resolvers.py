@@ -83,8 +83,11 @@ def sweep_dirname(sweep_name: str | None, overrides: Iterable[str], exclude_keys
     if isinstance(overrides, ListConfig):  # as typed: an override holding ${...} is not resolved
         overrides = cast(list[Any], OmegaConf.to_container(overrides, resolve=False))
     excluded = set(exclude_keys) | set(RUN_CONTROL_KEYS)
-    parsed = [o for o in OverridesParser.create().parse_overrides([str(o) for o in overrides])
-              if o.key_or_group not in excluded]
+    parsed = [
+        o
+        for o in OverridesParser.create().parse_overrides([str(o) for o in overrides])
+        if o.key_or_group not in excluded
+    ]
     canonical = sorted(_canonical_override(o) for o in parsed)
     digest = hashlib.sha1("\n".join(canonical).encode()).hexdigest()[:8]
     experiments = [o for o in parsed if o.key_or_group == "experiment"]
@@ -106,8 +109,11 @@ def register() -> None:
     if not OmegaConf.has_resolver("ablate_root"):
         OmegaConf.register_new_resolver("ablate_root", lambda: str(locations.project_root()))
     # each takes the root (paths.root_dir), so that overriding the root moves the folders under it
-    for name, where in (("ablate_data_dir", locations.data_dir), ("ablate_cache_dir", locations.cache_dir),
-                        ("ablate_log_dir", locations.log_dir)):
+    for name, where in (
+        ("ablate_data_dir", locations.data_dir),
+        ("ablate_cache_dir", locations.cache_dir),
+        ("ablate_log_dir", locations.log_dir),
+    ):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, lambda root=None, where=where: str(where(root)))
     if not OmegaConf.has_resolver("job_dirname"):

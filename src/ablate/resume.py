@@ -19,27 +19,42 @@
 
 from __future__ import annotations
 
-from ablate import safe_load
-from ablate.errors import UserError
-
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from ablate import safe_load
 from ablate.checkpointing import previous_checkpoint
+from ablate.errors import UserError
 from ablate.optim import used_optim_config
 
 IDENTITY_GROUPS = ("task", "model", "pos", "norm", "act", "init", "attn", "data", "optim")
-IDENTITY_KEYS = ("seed", "trainer.max_steps", "trainer.max_epochs", "trainer.precision",
-                 # the EMA decides which weights are validated and checkpointed
-                 "callbacks.ema.decay", "callbacks.ema.update_every_n_steps", "callbacks.ema.update_starting_at_step")
+IDENTITY_KEYS = (
+    "seed",
+    "trainer.max_steps",
+    "trainer.max_epochs",
+    "trainer.precision",
+    # the EMA decides which weights are validated and checkpointed
+    "callbacks.ema.decay",
+    "callbacks.ema.update_every_n_steps",
+    "callbacks.ema.update_starting_at_step",
+)
 HORIZON_FREE_SCHEDULES = ("inverse_sqrt", "constant")  # their LR at a step does not depend on max_steps
 # within those groups: where things live and how fast they load, not what is trained
-NOT_IDENTITY = ("data.data_dir", "data.cache_dir", "data.num_workers", "data.pin_memory", "data.micro_batch_size",
-                "data.eval_batch_size", "model.compile", "optim.fused")
+NOT_IDENTITY = (
+    "data.data_dir",
+    "data.cache_dir",
+    "data.num_workers",
+    "data.pin_memory",
+    "data.micro_batch_size",
+    "data.eval_batch_size",
+    "model.compile",
+    "optim.fused",
+)
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -61,6 +76,7 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 def run_identity(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     """The run-defining settings of a composed config, flat (``{"optim.lr": 0.002, ...}``)."""
+
     def wanted(key: str) -> bool:
         return (key.split(".", 1)[0] in IDENTITY_GROUPS or key in IDENTITY_KEYS) and not key.startswith(NOT_IDENTITY)
 
@@ -103,8 +119,9 @@ def identity_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -
     return diffs
 
 
-def check_same_run(saved: Mapping[str, Any] | None, current: Mapping[str, Any], allow: Iterable[str],
-                   ckpt_path: str) -> list[str]:
+def check_same_run(
+    saved: Mapping[str, Any] | None, current: Mapping[str, Any], allow: Iterable[str], ckpt_path: str
+) -> list[str]:
     """Refuse to resume ``ckpt_path`` when its identity differs from ``current`` in a key not in
     ``allow``; returns the allowed differences (to be reported). A checkpoint without an identity
     (written before this check existed) is accepted with a warning by the caller (returns ``["?"]``)."""
@@ -133,11 +150,14 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         return safe_load.load(path)  # never runs code from the file (ablate.safe_load)
     except safe_load.UnsafeCheckpointError:
         raise
-    except Exception as err:  # noqa: BLE001 - zip, pickle and OS errors all mean "cannot be read"
+    except Exception as err:
         size = path.stat().st_size if path.exists() else 0
         previous = previous_checkpoint(path)
-        offer = (f" The checkpoint before it is intact: resume with ckpt_path={previous}"
-                 if previous.is_file() and _readable(previous) else " No earlier checkpoint of this run is kept.")
+        offer = (
+            f" The checkpoint before it is intact: resume with ckpt_path={previous}"
+            if previous.is_file() and _readable(previous)
+            else " No earlier checkpoint of this run is kept."
+        )
         raise CheckpointError(
             f"{path} is corrupt or truncated ({size:,} bytes; {type(err).__name__}: {str(err)[:200]}).{offer}"
         ) from None
@@ -147,15 +167,18 @@ def _readable(path: Path) -> bool:
     try:
         safe_load.load(path)
         return True
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
 
 
 def earlier_run_with_checkpoint(runs_dir: Path, overrides: list[str], this_run: Path) -> Path | None:
     """The newest run directory under ``runs_dir`` (other than ``this_run``) made by the same
     overrides (its ``.hydra/overrides.yaml``, ``ckpt_path`` aside) that holds a checkpoint."""
+
     def key(items: Iterable[str]) -> list[str]:
-        return sorted(o for o in items if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.", "resume_allow_changes")))
+        return sorted(
+            o for o in items if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.", "resume_allow_changes"))
+        )
 
     wanted = key(overrides)
     candidates = []

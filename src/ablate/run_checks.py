@@ -12,7 +12,8 @@ that "completes" having done something else (``optim.min_lr_ratio=5`` raising th
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ablate.config import ConfigError
 from ablate.optim import OPTIMIZERS, SCHEDULES
@@ -47,13 +48,20 @@ def _optional(predicate: Callable[[Any], bool]) -> Callable[[Any], bool]:
 
 
 TRAINER_RULES = {
-    "max_steps": (lambda v: _integer(v) and (v >= 1 or v == -1), "a positive number of optimiser steps (-1: bounded by trainer.max_epochs)"),
+    "max_steps": (
+        lambda v: _integer(v) and (v >= 1 or v == -1),
+        "a positive number of optimiser steps (-1: bounded by trainer.max_epochs)",
+    ),
     "max_epochs": (_optional(lambda v: _integer(v) and (v >= 1 or v == -1)), "null or a positive number of epochs"),
-    "val_check_interval": (_optional(lambda v: (_integer(v) and v >= 1) or (isinstance(v, float) and 0 < v <= 1)),
-                           "a positive number of optimiser steps, or a fraction of an epoch in (0, 1]"),
+    "val_check_interval": (
+        _optional(lambda v: (_integer(v) and v >= 1) or (isinstance(v, float) and 0 < v <= 1)),
+        "a positive number of optimiser steps, or a fraction of an epoch in (0, 1]",
+    ),
     "log_every_n_steps": (_positive_int, "a positive number of steps"),
-    "limit_val_batches": (lambda v: (_integer(v) and v >= 0) or (isinstance(v, float) and 0 <= v <= 1),
-                          "a number of batches >= 0, or a fraction in [0, 1]"),
+    "limit_val_batches": (
+        lambda v: (_integer(v) and v >= 0) or (isinstance(v, float) and 0 <= v <= 1),
+        "a number of batches >= 0, or a fraction in [0, 1]",
+    ),
 }
 DATA_RULES = {
     "batch_size": (_positive_int, "a positive number of sequences (token batches for translation) per optimiser step"),
@@ -75,8 +83,10 @@ OPTIM_RULES = {
     "weight_decay": (lambda v: _number(v) and v >= 0, "a weight decay >= 0"),
     "label_smoothing": (lambda v: _number(v) and 0 <= v < 1, "a value in [0, 1)"),
     "eps": (lambda v: _number(v) and v > 0, "a positive epsilon"),
-    "betas": (lambda v: v is not None and len(v) == 2 and all(_number(b) and 0 <= b < 1 for b in v),
-              "two coefficients in [0, 1), e.g. [0.9, 0.99]"),
+    "betas": (
+        lambda v: v is not None and len(v) == 2 and all(_number(b) and 0 <= b < 1 for b in v),
+        "two coefficients in [0, 1), e.g. [0.9, 0.99]",
+    ),
     "momentum": (_optional(lambda v: _number(v) and 0 <= v < 1), "null or a momentum in [0, 1)"),
 }
 
@@ -99,7 +109,9 @@ def check_run_numbers(cfg: Mapping[str, Any]) -> None:
     trainer, data, optim = (cfg.get(k) or {} for k in ("trainer", "data", "optim"))
     _check(trainer, "trainer", TRAINER_RULES)
     if trainer.get("max_steps", -1) == -1 and trainer.get("max_epochs") in (None, -1):
-        raise ConfigError("trainer.max_steps=-1 and trainer.max_epochs unset: training would never end; set one of them")
+        raise ConfigError(
+            "trainer.max_steps=-1 and trainer.max_epochs unset: training would never end; set one of them"
+        )
     _check(data, "data", DATA_RULES)
     _check(optim, "optim", OPTIM_RULES)
     if "seed" in cfg:
@@ -116,8 +128,10 @@ def warmup_problem(cfg: Mapping[str, Any]) -> str | None:
         return None
     if trainer.get("fast_dev_run"):  # one step through every code path: no schedule to speak of
         return None
-    return (f"optim.warmup_steps={warmup} >= trainer.max_steps={max_steps}: the learning rate never reaches "
-            f"optim.lr (the whole run is warmup); lower optim.warmup_steps (e.g. {max(1, max_steps // 10)})")
+    return (
+        f"optim.warmup_steps={warmup} >= trainer.max_steps={max_steps}: the learning rate never reaches "
+        f"optim.lr (the whole run is warmup); lower optim.warmup_steps (e.g. {max(1, max_steps // 10)})"
+    )
 
 
 def start_warnings(cfg: Mapping[str, Any]) -> list[str]:

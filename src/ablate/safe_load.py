@@ -57,4 +57,5 @@ def load(path: str | os.PathLike[str], mmap: bool = True) -> Any:
         needs = f"the type {found.group(1)}" if found else "a type outside tensors, containers and plain values"
         raise UnsafeCheckpointError(
             f"{path} needs {needs} to be loaded, which would run code from the file: refused. Our checkpoints never "
-            "need it. If you trust the file's source, load it with trust_checkpoint=true") from None
+            "need it. If you trust the file's source, load it with trust_checkpoint=true"
+        ) from None

@@ -63,11 +63,17 @@ class SweepReport(Callback):
         print(f"sweep {sweep_dir}: {summary}", flush=True)
         offline = sorted(str(p.parent) for p in sweep_dir.glob("*/wandb/offline-run-*/run-*.wandb"))
         if offline:
-            print(f"W&B runs of this sweep are offline; to upload them: wandb sync {sweep_dir}/*/wandb/offline-run-*",
-                  flush=True)
+            print(
+                f"W&B runs of this sweep are offline; to upload them: wandb sync {sweep_dir}/*/wandb/offline-run-*",
+                flush=True,
+            )
         for job_dir, record in crashed.items():
             print(f"  crashed: {job_dir.name}: {record.get('error', '?')}", flush=True)
         if crashed:
-            print(f"{len(crashed)} job(s) crashed (exit code {EXIT_CRASHED}); fix the cause and re-run the same command: "
-                  "finished jobs are skipped", file=sys.stderr, flush=True)
+            print(
+                f"{len(crashed)} job(s) crashed (exit code {EXIT_CRASHED}); fix the cause and re-run the same command: "
+                "finished jobs are skipped",
+                file=sys.stderr,
+                flush=True,
+            )
             raise SystemExit(EXIT_CRASHED)

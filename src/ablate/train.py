@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 import traceback
@@ -50,30 +49,27 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from ablate import distributed
+from ablate import cli, distributed, memory, safe_load
 from ablate.callbacks.divergence import DivergenceMonitor
-from ablate.callbacks.throughput import ThroughputMonitor
-from ablate.flops import flops_per_token
-from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
+from ablate.callbacks.progress import wants_progress_bar
+from ablate.callbacks.throughput import ThroughputMonitor
 from ablate.checkpointing import AtomicCheckpointIO, ResumeState, find_last_checkpoint, resolve_ckpt_path, resume_state
-from ablate import cli, memory, safe_load
 from ablate.config import ConfigError, ModelSpec, model_spec
 from ablate.config_schema import check_config_keys
+from ablate.console import format_run_header, format_run_summary, param_estimate, print_config_tree, quiet_known_noise
 from ablate.errors import UserError
+from ablate.flops import flops_per_token
+from ablate.logging import RunLabels, build_loggers, check_loggers, finish_wandb, multirun_group, set_wandb_summary
 from ablate.objective import MetricNotLoggedError, best_metric_value
 from ablate.optim import optimizer_kind, used_optim_config
 from ablate.resume import (
-    CheckpointError,
-    ResumeMismatchError,
     check_same_run,
     earlier_run_with_checkpoint,
     inspect_checkpoint,
     run_identity,
 )
 from ablate.run_checks import check_run_numbers, start_warnings
-from ablate.console import format_run_header, format_run_summary, param_estimate, print_config_tree, quiet_known_noise
-from ablate.logging import RunLabels, build_loggers, check_loggers, finish_wandb, multirun_group, set_wandb_summary
 from ablate.tasks import build_task, check_task_config, task_name
 from ablate.tasks.base import finite_or_none
 
@@ -118,7 +114,7 @@ def experiment_name() -> str | None:
 
 
 def describe_model(spec: ModelSpec) -> str:
-    layers = (f"{spec.encoder_layers}+{spec.n_layers} layers" if spec.encoder_layers else f"{spec.n_layers} layers")
+    layers = f"{spec.encoder_layers}+{spec.n_layers} layers" if spec.encoder_layers else f"{spec.n_layers} layers"
     return f"{layers}, d={spec.d_model}, {spec.n_heads} heads, FFN {spec.d_ff}"
 
 
@@ -269,8 +265,10 @@ def previous_outcome(cfg: DictConfig, output_dir: Path) -> dict[str, Any] | None
             return None
         stale = [p for d in dirs if d.is_dir() for p in d.iterdir() if p.suffix == ".ckpt"]
         if stale or (output_dir / "status.json").exists():
-            log.info(f"skip_completed=false: training {output_dir} from scratch; removing its previous status.json "
-                     f"and {len(stale)} checkpoint(s)")
+            log.info(
+                f"skip_completed=false: training {output_dir} from scratch; removing its previous status.json "
+                f"and {len(stale)} checkpoint(s)"
+            )
         (output_dir / "status.json").unlink(missing_ok=True)
         for path in stale:
             path.unlink(missing_ok=True)
@@ -335,23 +333,53 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
     n_params = task.model.num_params()
     estimate = param_estimate(spec.n_layers, spec.d_model, spec.vocab_size)
     if rank_zero_only.rank == 0:
-        print(format_run_header(experiment_name(), task_name(cfg), datamodule.name,
-                                spec.axes(), describe_model(spec), n_params, estimate, output_dir), flush=True)
+        print(
+            format_run_header(
+                experiment_name(),
+                task_name(cfg),
+                datamodule.name,
+                spec.axes(),
+                describe_model(spec),
+                n_params,
+                estimate,
+                output_dir,
+            ),
+            flush=True,
+        )
 
     callbacks = build_callbacks(cfg, spec, n_params)
-    run_config = {**OmegaConf.to_container(cfg, resolve=True), "axes": spec.axes(), "params": n_params,
-                  "params_estimate": estimate, "world_size": world, "accumulate_grad_batches": accumulate}
+    run_config = {
+        **OmegaConf.to_container(cfg, resolve=True),
+        "axes": spec.axes(),
+        "params": n_params,
+        "params_estimate": estimate,
+        "world_size": world,
+        "accumulate_grad_batches": accumulate,
+    }
     run_config["optim"] = used_optim_config(run_config["optim"])  # never record a key the optimiser ignores
-    loggers = build_loggers(cfg, output_dir, job.name, job.group, run_config, resume_id=wandb_resume_id,
-                            resuming=ckpt_path is not None, labels=job.labels)
+    loggers = build_loggers(
+        cfg,
+        output_dir,
+        job.name,
+        job.group,
+        run_config,
+        resume_id=wandb_resume_id,
+        resuming=ckpt_path is not None,
+        labels=job.labels,
+    )
     if ckpt_path is None:  # a resumed run logged these already
         for logger in loggers:
             logger.log_metrics({"model/params": n_params, "model/params_estimate": estimate}, step=0)
     wandb_id = next((lg.experiment.id for lg in loggers if isinstance(lg, WandbLogger)), None)
     callbacks.append(ResumeState(wandb_run_id=wandb_id, run_identity=run_identity(cfg)))
-    trainer: L.Trainer = instantiate(cfg.trainer, logger=loggers, callbacks=callbacks, default_root_dir=str(output_dir),
-                                     enable_progress_bar=wants_progress_bar(callbacks),  # null: none at all
-                                     **trainer_overrides(cfg, accumulate))
+    trainer: L.Trainer = instantiate(
+        cfg.trainer,
+        logger=loggers,
+        callbacks=callbacks,
+        default_root_dir=str(output_dir),
+        enable_progress_bar=wants_progress_bar(callbacks),  # null: none at all
+        **trainer_overrides(cfg, accumulate),
+    )
 
     start = time.perf_counter()
     try:
@@ -444,16 +472,20 @@ def run(cfg: DictConfig) -> float:
     if job.multirun:  # single runs never skip: their directory is new each time
         done = previous_outcome(cfg, output_dir)
         if done is not None:
-            log.info(f"skipped: {output_dir} is already {done['status']} (its status.json); "
-                     "skip_completed=false retrains it")
+            log.info(
+                f"skipped: {output_dir} is already {done['status']} (its status.json); skip_completed=false retrains it"
+            )
             return optimized_value(cfg, done)
     elif cfg.get("ckpt_path") is not None:
         done = finished_with_nothing_to_add(cfg, output_dir)
         if done is not None:  # completed is final: no record is rewritten
             if writer:
-                print(f"already {done['status']}: {output_dir} (its status.json: {done.get('steps')} steps of "
-                      f"trainer.max_steps={cfg.trainer.max_steps}); nothing was trained or rewritten. To train it "
-                      "longer: trainer.max_steps=<more> '+resume_allow_changes=[trainer.max_steps]'", flush=True)
+                print(
+                    f"already {done['status']}: {output_dir} (its status.json: {done.get('steps')} steps of "
+                    f"trainer.max_steps={cfg.trainer.max_steps}); nothing was trained or rewritten. To train it "
+                    "longer: trainer.max_steps=<more> '+resume_allow_changes=[trainer.max_steps]'",
+                    flush=True,
+                )
                 print(format_run_summary(done, output_dir), flush=True)
             return optimized_value(cfg, done)
     if cfg.get("print_config", False) and writer:
@@ -465,13 +497,20 @@ def run(cfg: DictConfig) -> float:
             exit_code = EXIT_INTERRUPTED
     except (KeyboardInterrupt, SystemExit, SIGTERMException) as err:  # a second Ctrl-C, SIGTERM, Lightning's exit
         exit_code = EXIT_INTERRUPTED
-        status = {"status": "interrupted", "error": f"{type(err).__name__} before the end of a training step",
-                  "overrides": job.overrides}
-    except Exception as err:  # noqa: BLE001 - recorded, then re-raised unless in a sweep
+        status = {
+            "status": "interrupted",
+            "error": f"{type(err).__name__} before the end of a training step",
+            "overrides": job.overrides,
+        }
+    except Exception as err:
         exit_code = EXIT_CRASHED
         message, rank_trace = distributed.failure_message(err)
-        status = {"status": "crashed", "error": message, "traceback": rank_trace or traceback.format_exc(),
-                  "overrides": job.overrides}
+        status = {
+            "status": "crashed",
+            "error": message,
+            "traceback": rank_trace or traceback.format_exc(),
+            "overrides": job.overrides,
+        }
         if not job.multirun:
             if writer:
                 record_status(output_dir, status)
@@ -496,8 +535,11 @@ def record_status(output_dir: Path, status: dict[str, Any]) -> None:
     previous = read_status(output_dir)
     if status["status"] not in FINISHED and previous is not None and previous.get("status") in FINISHED:
         (output_dir / "status.failed.json").write_text(json.dumps(status, indent=2, default=str))
-        print(f"{output_dir / 'status.json'} still records the finished run ({previous['status']}); this attempt's "
-              f"{status['status']} record is in status.failed.json", file=sys.stderr)
+        print(
+            f"{output_dir / 'status.json'} still records the finished run ({previous['status']}); this attempt's "
+            f"{status['status']} record is in status.failed.json",
+            file=sys.stderr,
+        )
         return
     write_status(output_dir, status)
 
@@ -505,6 +547,9 @@ def record_status(output_dir: Path, status: dict[str, Any]) -> None:
 def report_interrupt(cfg: DictConfig, output_dir: Path, status: dict[str, Any]) -> None:
     last = find_last_checkpoint(configured_checkpoint_dirs(cfg))
     where = f"step {status['steps']}" if "steps" in status else "mid-step"
-    resume = (f"resume with: python train.py {' '.join(job_overrides())} ckpt_path=last hydra.run.dir='{output_dir}'"
-              if not is_multirun() else "re-run the same sweep command to resume it")
+    resume = (
+        f"resume with: python train.py {' '.join(job_overrides())} ckpt_path=last hydra.run.dir='{output_dir}'"
+        if not is_multirun()
+        else "re-run the same sweep command to resume it"
+    )
     print(f"interrupted at {where}; last checkpoint: {last or 'none'}; {resume}", file=sys.stderr, flush=True)

@@ -63,9 +63,7 @@ def _run_file(path: Path) -> Path:
     """The single ``run-*.wandb`` file that ``path`` designates."""
     if path.is_file():
         return path
-    candidates = sorted(path.glob("run-*.wandb")) or [
-        next(d.glob("run-*.wandb")) for d in find_run_dirs(path)
-    ]
+    candidates = sorted(path.glob("run-*.wandb")) or [next(d.glob("run-*.wandb")) for d in find_run_dirs(path)]
     if len(candidates) != 1:
         raise FileNotFoundError(f"expected exactly one W&B run under {path}, found {len(candidates)}")
     return candidates[0]
@@ -86,7 +84,7 @@ def _inspect_with_core(run_file: Path) -> str | None:
 
         command = [get_core_path(), "leet", "inspect", "--no-observability", "--json"]
         return _run_inspect([*command, "--run-file", str(run_file)])
-    except Exception:  # noqa: BLE001 -- any failure here just selects the fallback
+    except Exception:
         return None
 
 

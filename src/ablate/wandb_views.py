@@ -46,11 +46,22 @@ MAX_RUNS_SHOWN = 100
 
 _GRAD_LAYER = re.compile(r"^grad_norm/((?:enc_|dec_)?)layer_\d+/(\w+)$")
 _RESID_LAYER = re.compile(r"^resid_rms/((?:enc_|dec_)?)layer_\d+$")
-_PART_ORDER = ("attn_norm", "attn", "attn_post_norm", "cross_attn_norm", "cross_attn", "cross_attn_post_norm",
-               "ffn_norm", "ffn", "ffn_post_norm")
-_DEFAULT_PARTS = {"lm": [("", p) for p in ("attn_norm", "attn", "ffn_norm", "ffn")],
-                  "translation": [(s, p) for s in ("enc_", "dec_") for p in ("attn_norm", "attn", "ffn_norm", "ffn")]
-                  + [("dec_", "cross_attn_norm"), ("dec_", "cross_attn")]}
+_PART_ORDER = (
+    "attn_norm",
+    "attn",
+    "attn_post_norm",
+    "cross_attn_norm",
+    "cross_attn",
+    "cross_attn_post_norm",
+    "ffn_norm",
+    "ffn",
+    "ffn_post_norm",
+)
+_DEFAULT_PARTS = {
+    "lm": [("", p) for p in ("attn_norm", "attn", "ffn_norm", "ffn")],
+    "translation": [(s, p) for s in ("enc_", "dec_") for p in ("attn_norm", "attn", "ffn_norm", "ffn")]
+    + [("dec_", "cross_attn_norm"), ("dec_", "cross_attn")],
+}
 
 
 @dataclass
@@ -73,8 +84,9 @@ class SweepFacts:
 # ------------------------------------------------------------------------- facts
 
 
-def facts_from_sweep_dir(sweep_dir: Path, group: str | None = None, project: str | None = None,
-                         entity: str | None = None) -> SweepFacts:
+def facts_from_sweep_dir(
+    sweep_dir: Path, group: str | None = None, project: str | None = None, entity: str | None = None
+) -> SweepFacts:
     """Read a multirun directory: its axes (:func:`ablate.analysis.runs.load_sweep`), task,
     warmup, logged metrics, W&B group/project (a job's W&B run, else its config, else the
     directory's name, as :func:`ablate.logging.multirun_group` names it) and the
@@ -137,13 +149,17 @@ def facts_from_wandb(project_path: str, group: str) -> SweepFacts:
     import wandb
 
     entity, _, project = project_path.partition("/")
-    runs = [r for r in wandb.Api(timeout=API_TIMEOUT_S).runs(project_path, filters={"group": group})
-            if r.job_type != ANALYSIS_JOB_TYPE]
+    runs = [
+        r
+        for r in wandb.Api(timeout=API_TIMEOUT_S).runs(project_path, filters={"group": group})
+        if r.job_type != ANALYSIS_JOB_TYPE
+    ]
     return facts_from_runs(group, project, entity, [(dict(r.config), set(r.summary.keys())) for r in runs])
 
 
-def facts_from_runs(group: str, project: str, entity: str | None,
-                    runs: list[tuple[dict[str, Any], set[str]]]) -> SweepFacts:
+def facts_from_runs(
+    group: str, project: str, entity: str | None, runs: list[tuple[dict[str, Any], set[str]]]
+) -> SweepFacts:
     """Facts from ``(config, metric names)`` of a group's runs (see :func:`facts_from_wandb`)."""
     values: dict[str, set[str]] = {}
     metrics: set[str] = set()
@@ -156,15 +172,30 @@ def facts_from_runs(group: str, project: str, entity: str | None,
     warmups = [((c.get("optim") or {}).get("warmup_steps")) for c, _ in runs]
     warmup = next((w for w in warmups if isinstance(w, int)), None)
     task = "translation" if any("bleu" in m for m in metrics) else "lm"
-    return SweepFacts(group=group, project=project, entity=entity or None, axes=axes, task=task, warmup_steps=warmup,
-                      metrics=metrics, n_runs=len(runs))
+    return SweepFacts(
+        group=group,
+        project=project,
+        entity=entity or None,
+        axes=axes,
+        task=task,
+        warmup_steps=warmup,
+        metrics=metrics,
+        n_runs=len(runs),
+    )
 
 
 # -------------------------------------------------------------------------- spec
 
 
-def line(title: str, y: list[str] | None = None, *, regex: str | None = None, x: str = STEP_METRIC,
-         groupby: str | None = None, range_x: tuple[float | None, float | None] | None = None) -> dict[str, Any]:
+def line(
+    title: str,
+    y: list[str] | None = None,
+    *,
+    regex: str | None = None,
+    x: str = STEP_METRIC,
+    groupby: str | None = None,
+    range_x: tuple[float | None, float | None] | None = None,
+) -> dict[str, Any]:
     """One line-plot panel of the spec: named metrics ``y`` or every metric matching ``regex``."""
     panel: dict[str, Any] = {"type": "line", "title": title, "x": x}
     if regex is not None:
@@ -178,8 +209,9 @@ def line(title: str, y: list[str] | None = None, *, regex: str | None = None, x:
     return panel
 
 
-def workspace_spec(facts: SweepFacts, name: str | None = None, table: str | None = None,
-                   images: Iterable[str] = ()) -> dict[str, Any]:
+def workspace_spec(
+    facts: SweepFacts, name: str | None = None, table: str | None = None, images: Iterable[str] = ()
+) -> dict[str, Any]:
     """The workspace of a sweep as plain JSON-able data (see the module docstring for the
     sections); ``table``/``images``: the keys of the analysis run's summary table and figures."""
     val_metrics = ["val/loss", "val/bleu"] if facts.task == "translation" else ["val/loss", "val/ppl"]
@@ -188,36 +220,55 @@ def workspace_spec(facts: SweepFacts, name: str | None = None, table: str | None
     for axis, key in comparisons:
         suffix = f" by {axis}" if axis else ""
         panels = [line(f"{m}{suffix}", [m], groupby=key) for m in val_metrics]
-        panels += [line(f"train/loss{suffix}", ["train/loss"], groupby=key),
-                   line(f"val/loss vs tokens{suffix}", ["val/loss"], x=TOKENS_METRIC, groupby=key)]
+        panels += [
+            line(f"train/loss{suffix}", ["train/loss"], groupby=key),
+            line(f"val/loss vs tokens{suffix}", ["val/loss"], x=TOKENS_METRIC, groupby=key),
+        ]
         sections.append({"name": f"Compare by {axis}" if axis else "Compare runs", "is_open": True, "panels": panels})
     warmup_range = (0, 3 * facts.warmup_steps) if facts.warmup_steps else None
-    sections.append({"name": "LR and warmup", "is_open": True, "panels": [
-        line("train/lr", ["train/lr"]),
-        line("train/loss during warmup", ["train/loss"], range_x=warmup_range),
-        line("grad_norm/total during warmup", ["grad_norm/total"], range_x=warmup_range),
-    ]})
-    grad_panels = [line("grad_norm/total", ["grad_norm/total"]),
-                   line("grad_norm of embeddings, head, final norm",
-                        regex=r"^grad_norm/((enc_|dec_)?(embed|pos|final_norm)|head)$")]
-    grad_panels += [line(f"grad_norm/{stack}layer_*/{part}", regex=rf"^grad_norm/{stack}layer_\d+/{part}$")
-                    for stack, part in layer_parts(facts.metrics, facts.task)]
+    sections.append(
+        {
+            "name": "LR and warmup",
+            "is_open": True,
+            "panels": [
+                line("train/lr", ["train/lr"]),
+                line("train/loss during warmup", ["train/loss"], range_x=warmup_range),
+                line("grad_norm/total during warmup", ["grad_norm/total"], range_x=warmup_range),
+            ],
+        }
+    )
+    grad_panels = [
+        line("grad_norm/total", ["grad_norm/total"]),
+        line(
+            "grad_norm of embeddings, head, final norm", regex=r"^grad_norm/((enc_|dec_)?(embed|pos|final_norm)|head)$"
+        ),
+    ]
+    grad_panels += [
+        line(f"grad_norm/{stack}layer_*/{part}", regex=rf"^grad_norm/{stack}layer_\d+/{part}$")
+        for stack, part in layer_parts(facts.metrics, facts.task)
+    ]
     sections.append({"name": "Gradient norms per layer", "is_open": False, "panels": grad_panels})
     resid_panels = [line("resid_rms (every layer)", regex=r"^resid_rms/.*$")]
     stacks = sorted({m.group(1) for m in map(_RESID_LAYER.match, facts.metrics) if m and m.group(1)})
     resid_panels += [line(f"resid_rms/{stack}layer_*", regex=rf"^resid_rms/{stack}layer_\d+$") for stack in stacks]
     sections.append({"name": "Residual stream RMS", "is_open": False, "panels": resid_panels})
-    sections.append({"name": "Throughput", "is_open": False, "panels": [
-        line("train/tokens_per_sec", ["train/tokens_per_sec"]),
-        line("train/mfu", ["train/mfu"]),
-        line(TOKENS_METRIC, [TOKENS_METRIC]),
-        line(TIME_METRIC, [TIME_METRIC]),
-        line("val/loss vs training time", ["val/loss"], x=TIME_METRIC),
-    ]})
+    sections.append(
+        {
+            "name": "Throughput",
+            "is_open": False,
+            "panels": [
+                line("train/tokens_per_sec", ["train/tokens_per_sec"]),
+                line("train/mfu", ["train/mfu"]),
+                line(TOKENS_METRIC, [TOKENS_METRIC]),
+                line(TIME_METRIC, [TIME_METRIC]),
+                line("val/loss vs training time", ["val/loss"], x=TIME_METRIC),
+            ],
+        }
+    )
     images = list(images)
     if table or images:
-        panels = ([{"type": "table", "title": "summary.csv", "table": table}] if table else [])
-        panels += ([{"type": "media", "title": "figures", "keys": images}] if images else [])
+        panels = [{"type": "table", "title": "summary.csv", "table": table}] if table else []
+        panels += [{"type": "media", "title": "figures", "keys": images}] if images else []
         sections.append({"name": "Analysis", "is_open": True, "panels": panels})
     pinned = [f"config:{key}" for key in facts.axes.values()] + [f"summary:{m}" for m in val_metrics]
     return {
@@ -269,7 +320,8 @@ def require_workspaces() -> None:
     if importlib.util.find_spec("wandb_workspaces") is None:
         raise ModuleNotFoundError(
             "saving a W&B workspace needs the wandb-workspaces package: "
-            "pip install -c requirements/constraints.txt -e '.[wandb-views]'")
+            "pip install -c requirements/constraints.txt -e '.[wandb-views]'"
+        )
 
 
 def to_workspace(spec: Mapping[str, Any], entity: str | None = None) -> Any:
@@ -289,8 +341,11 @@ def to_workspace(spec: Mapping[str, Any], entity: str | None = None) -> Any:
         else:
             kwargs["y"] = list(p["y"])
         if p.get("groupby"):
-            kwargs.update(groupby=wr.Config(p["groupby"]), groupby_aggfunc=p.get("group_agg", "mean"),
-                          groupby_rangefunc=p.get("group_range", "minmax"))
+            kwargs.update(
+                groupby=wr.Config(p["groupby"]),
+                groupby_aggfunc=p.get("group_agg", "mean"),
+                groupby_rangefunc=p.get("group_range", "minmax"),
+            )
         if p.get("range_x"):
             kwargs["range_x"] = tuple(p["range_x"])
         return wr.LinePlot(**kwargs)
@@ -300,11 +355,14 @@ def to_workspace(spec: Mapping[str, Any], entity: str | None = None) -> Any:
         entity=entity or spec.get("entity") or "",
         project=spec["project"],
         name=spec["name"],
-        sections=[ws.Section(name=s["name"], is_open=bool(s.get("is_open")), panels=[panel(p) for p in s["panels"]])
-                  for s in spec["sections"]],
+        sections=[
+            ws.Section(name=s["name"], is_open=bool(s.get("is_open")), panels=[panel(p) for p in s["panels"]])
+            for s in spec["sections"]
+        ],
         settings=ws.WorkspaceSettings(x_axis=spec.get("x_axis", STEP_METRIC), max_runs=int(spec.get("max_runs", 10))),
-        runset_settings=ws.RunsetSettings(filters=f"Metric('Group') = '{group}'",
-                                          pinned_columns=list(spec.get("pinned_columns") or [])),
+        runset_settings=ws.RunsetSettings(
+            filters=f"Metric('Group') = '{group}'", pinned_columns=list(spec.get("pinned_columns") or [])
+        ),
     )
 
 
@@ -342,10 +400,17 @@ def log_analysis_run(facts: SweepFacts, mode: str, reason: str) -> tuple[Any, st
     out = facts.sweep_dir / "analysis"
     out.mkdir(parents=True, exist_ok=True)
     _finish_stale_run()
-    init_kwargs = {"dir": str(out), "project": facts.project, "entity": facts.entity, "group": facts.group,
-                   "job_type": ANALYSIS_JOB_TYPE, "name": f"analysis {facts.group}"[:128],
-                   "id": analysis_run_id(facts.project, facts.group), "resume": "allow",
-                   "config": {"sweep_dir": str(facts.sweep_dir), "axes": list(facts.axes)}}
+    init_kwargs = {
+        "dir": str(out),
+        "project": facts.project,
+        "entity": facts.entity,
+        "group": facts.group,
+        "job_type": ANALYSIS_JOB_TYPE,
+        "name": f"analysis {facts.group}"[:128],
+        "id": analysis_run_id(facts.project, facts.group),
+        "resume": "allow",
+        "config": {"sweep_dir": str(facts.sweep_dir), "axes": list(facts.axes)},
+    }
     run, mode, reason = _init_run(mode, reason, init_kwargs)
     row: dict[str, Any]  # a table and images
     table, images, row = None, [], {}

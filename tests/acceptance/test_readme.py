@@ -51,6 +51,7 @@ HANG_TIMEOUT = 1800  # a guard against a hung command, not a speed expectation
 
 # --- the README's commands ---------------------------------------------------------------------
 
+
 def strip_comment(line: str) -> str:
     """``line`` without a shell comment: an unquoted ``#`` at the start or after whitespace."""
     quote = None
@@ -87,6 +88,7 @@ def readme_commands(text: str) -> list[str]:
 
 # --- the fresh clone -----------------------------------------------------------------------------
 
+
 def _git(*args: str, cwd: Path = REPO) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
@@ -115,8 +117,9 @@ def _clone_venv(clone: Path) -> None:
                 (mine / entry.name).symlink_to(entry)
     if (real / "lib64").exists():
         (venv / "lib64").symlink_to("lib")
-    stamp = hashlib.sha256((clone / "pyproject.toml").read_bytes()
-                           + (clone / "requirements" / "constraints.txt").read_bytes()).hexdigest()[:16]
+    stamp = hashlib.sha256(
+        (clone / "pyproject.toml").read_bytes() + (clone / "requirements" / "constraints.txt").read_bytes()
+    ).hexdigest()[:16]
     (venv / f".installed-{stamp}").touch()
 
 
@@ -140,11 +143,21 @@ def make_clone(parent: Path) -> Path:
 
 
 def user_env(clone: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ABLATE_", "PYTEST_", "WANDB_", "HYDRA_")) and k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env.update(PATH=f"{clone / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(clone / "src"),
-               VIRTUAL_ENV=str(clone / ".venv"), WANDB_MODE="offline", HF_HUB_OFFLINE="1", CI="true",
-               OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ABLATE_", "PYTEST_", "WANDB_", "HYDRA_")) and k not in ("VIRTUAL_ENV", "PYTHONPATH")
+    }
+    env.update(
+        PATH=f"{clone / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONPATH=str(clone / "src"),
+        VIRTUAL_ENV=str(clone / ".venv"),
+        WANDB_MODE="offline",
+        HF_HUB_OFFLINE="1",
+        CI="true",
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+    )
     return env
 
 
@@ -167,8 +180,16 @@ class Session:
         self.results: dict[str, Result] = {}  # kept for later commands (the composition of those that cannot run)
 
     def run(self, command: str, expect: int = 0) -> Result:
-        proc = subprocess.run(["bash", "-c", command], cwd=self.clone, env=self.env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=HANG_TIMEOUT)
+        proc = subprocess.run(
+            ["bash", "-c", command],
+            cwd=self.clone,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=HANG_TIMEOUT,
+        )
         result = Result(command, proc.returncode, proc.stdout)
         assert result.returncode == expect, f"expected exit {expect}:\n{result.tail()}"
         return result
@@ -189,12 +210,15 @@ def session(tmp_path_factory) -> Session:
         pytest.skip(f"the shared corpora are not at {SHARED / 'data'}")
     s = Session(make_clone(tmp_path_factory.mktemp("acceptance")))
     where = s.run('python -c "import ablate, hydra_plugins.ablate_sweepers as p; print(ablate.__file__, p.__file__)"')
-    assert where.output.split() == [str(s.clone / "src/ablate/__init__.py"),
-                                    str(s.clone / "src/hydra_plugins/ablate_sweepers/__init__.py")], where.tail()
+    assert where.output.split() == [
+        str(s.clone / "src/ablate/__init__.py"),
+        str(s.clone / "src/hydra_plugins/ablate_sweepers/__init__.py"),
+    ], where.tail()
     return s
 
 
 # --- what a run or sweep promises ---------------------------------------------------------------
+
 
 def status(job: Path) -> dict:
     path = job / "status.json"
@@ -401,14 +425,17 @@ with initialize_config_dir(config_dir=sys.argv[2], version_base="1.3"):
 
 def train_overrides(command: str) -> list[str]:
     words = command.split()
-    return [w for w in words[words.index("train.py") + 1:] if not w.startswith("-")]
+    return [w for w in words[words.index("train.py") + 1 :] if not w.startswith("-")]
 
 
 def composed(s: Session, command: str) -> list[dict]:
     """The jobs of ``command``, composed and validated; all the commands that need it at once, in one
     process (on the first call)."""
-    todo = [c for c in COMMANDS_IN_README if c in COMMANDS and "train.py" in c.split()
-            and COMMANDS[c].how.startswith(("compose", "run + compose"))]
+    todo = [
+        c
+        for c in COMMANDS_IN_README
+        if c in COMMANDS and "train.py" in c.split() and COMMANDS[c].how.startswith(("compose", "run + compose"))
+    ]
     if "composed" not in s.results:
         arg = json.dumps([train_overrides(c) for c in todo])
         s.results["composed"] = s.run(f"python -c {_quote(COMPOSE)} {_quote(arg)} {s.clone / 'conf'}")
@@ -468,8 +495,12 @@ def translation_run(s: Session) -> Path:
     pairs, 20 validation/test pairs (eval.py reads the data config from the checkpoint), no val/bleu."""
     if "<translation run>" not in s.made:
         before = s.dirs("logs/runs/*")
-        s.run(smoke("python train.py task=translation model.encoder_layers=1 model.decoder_layers=1 model.d_model=64 "
-                    "model.d_ff=128 data.max_train_pairs=1000 data.max_eval_pairs=20 task.val_bleu_samples=0"))
+        s.run(
+            smoke(
+                "python train.py task=translation model.encoder_layers=1 model.decoder_layers=1 model.d_model=64 "
+                "model.d_ff=128 data.max_train_pairs=1000 data.max_eval_pairs=20 task.val_bleu_samples=0"
+            )
+        )
         s.made["<translation run>"] = s.new_dir("logs/runs/*", before)
     return s.made["<translation run>"]
 
@@ -495,8 +526,12 @@ def average_checkpoints(s: Session, command: str) -> None:
     """<run>: a run that kept its last checkpoints, as the README's next sentence requires
     (callbacks.checkpoint_keep.keep_last_n=5), a step checkpoint every step so that 6 steps leave 5."""
     before = s.dirs("logs/runs/*")
-    s.run(smoke("python train.py callbacks.checkpoint_keep.keep_last_n=5 callbacks.checkpoint_last.every_n_train_steps=1 "
-                "trainer.max_steps=6"))
+    s.run(
+        smoke(
+            "python train.py callbacks.checkpoint_keep.keep_last_n=5 callbacks.checkpoint_last.every_n_train_steps=1 "
+            "trainer.max_steps=6"
+        )
+    )
     run = s.new_dir("logs/runs/*", before)
     result = s.run(with_run(command, run, s))
     assert (run / "checkpoints" / "averaged.ckpt").is_file(), result.tail()
@@ -519,44 +554,62 @@ COMMANDS: dict[str, Entry] = {
     "python train.py -m norm=pre,post pos=sinusoidal,learned": Entry(sweep(4, prefix="norm,pos-"), "run"),
     # quickstart
     "bash scripts/run.sh python train.py": Entry(
-        check_default_run, "run + compose: the default experiment takes ~6 min; run with the preset, composed as typed"),
+        check_default_run, "run + compose: the default experiment takes ~6 min; run with the preset, composed as typed"
+    ),
     "bash scripts/test.sh": Entry(
-        check_test_script, "compose: it would run this tier again; the script runs and collects the tests"),
+        check_test_script, "compose: it would run this tier again; the script runs and collects the tests"
+    ),
     # one ablation
     "python train.py pos=rope": Entry(single_run(pos="rope"), "run"),
-    "python train.py model.n_layers=2 trainer.max_steps=200 trainer.val_check_interval=100 logger=csv seed=2":
-        Entry(single_run(wandb=False, best=False), "run (the preset's 6 s cap ends it before step 100's validation)"),
+    "python train.py model.n_layers=2 trainer.max_steps=200 trainer.val_check_interval=100 logger=csv seed=2": Entry(
+        single_run(wandb=False, best=False), "run (the preset's 6 s cap ends it before step 100's validation)"
+    ),
     "python train.py experiment=nanogpt_shakespeare_char": Entry(single_run(), "run"),
     "python train.py debug=fdr": Entry(verbatim("run completed", made="logs/debug/runs"), "verbatim (a debug preset)"),
     # a sweep and its table
-    "python train.py -m norm=pre,post pos=rope,learned seed=1,2,3 sweep_name=norm-pos": Entry(sweep(12, "norm-pos"), "run"),
-    "python scripts/summarize.py logs/multirun/norm-pos": Entry(analysis("norm-pos", "summary.csv", "summary.md"), "verbatim"),
+    "python train.py -m norm=pre,post pos=rope,learned seed=1,2,3 sweep_name=norm-pos": Entry(
+        sweep(12, "norm-pos"), "run"
+    ),
+    "python scripts/summarize.py logs/multirun/norm-pos": Entry(
+        analysis("norm-pos", "summary.csv", "summary.md"), "verbatim"
+    ),
     "python scripts/plot.py logs/multirun/norm-pos": Entry(analysis("norm-pos", "figures"), "verbatim"),
-    "OMP_NUM_THREADS=1 python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=2 norm=pre,post seed=1,2":
-        Entry(sweep(4, prefix="norm,seed-"), "run"),
+    "OMP_NUM_THREADS=1 python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=2 norm=pre,post seed=1,2": Entry(
+        sweep(4, prefix="norm,seed-"), "run"
+    ),
     # a tuned, multi-seed comparison
     "python train.py experiment=depth_stability_cpu model.n_layers=12 norm=post,pre,deepnorm seed=1,2,3 tune=lr "
     "hydra.sweep.dir=logs/multirun/depth12": Entry(tuned_sweep("depth12", variants=3, seeds=3), "run"),
-    "python scripts/summarize.py logs/multirun/depth12 --metric val/loss --baseline norm=pre":
-        Entry(analysis("depth12", "summary.csv", "summary.md", says=("baseline", "p (Holm)")), "verbatim"),
-    "python scripts/summarize.py logs/multirun/depth12 --metric val/loss --baseline norm=pre --margin 0.02":
-        Entry(analysis("depth12", "summary.csv", says=("baseline",)), "verbatim"),
-    "python scripts/summarize.py logs/multirun/depth12 --metric val/loss --baseline norm=pre --basis flops":
-        Entry(analysis("depth12", "summary.csv", says=("baseline",)), "verbatim"),
-    "python train.py experiment=shazeer2020_glu_ladder_cpu tune=lr hydra.sweep.dir=logs/multirun/glu":
-        Entry(tuned_sweep("glu", variants=6, seeds=2), "run"),
-    "python scripts/compute_multiplier.py logs/multirun/glu --baseline act=relu":
-        Entry(analysis("glu", says=("multiplier",)), "verbatim"),
+    "python scripts/summarize.py logs/multirun/depth12 --metric val/loss --baseline norm=pre": Entry(
+        analysis("depth12", "summary.csv", "summary.md", says=("baseline", "p (Holm)")), "verbatim"
+    ),
+    "python scripts/summarize.py logs/multirun/depth12 --metric val/loss --baseline norm=pre --margin 0.02": Entry(
+        analysis("depth12", "summary.csv", says=("baseline",)), "verbatim"
+    ),
+    "python scripts/summarize.py logs/multirun/depth12 --metric val/loss --baseline norm=pre --basis flops": Entry(
+        analysis("depth12", "summary.csv", says=("baseline",)), "verbatim"
+    ),
+    "python train.py experiment=shazeer2020_glu_ladder_cpu tune=lr hydra.sweep.dir=logs/multirun/glu": Entry(
+        tuned_sweep("glu", variants=6, seeds=2), "run"
+    ),
+    "python scripts/compute_multiplier.py logs/multirun/glu --baseline act=relu": Entry(
+        analysis("glu", says=("multiplier",)), "verbatim"
+    ),
     # checkpoints and resuming
-    "python train.py hydra.run.dir=logs/runs/2026-11-21_21-19-25 ckpt_path=last": Entry(resume(more_steps=False), "run"),
+    "python train.py hydra.run.dir=logs/runs/2026-11-21_21-19-25 ckpt_path=last": Entry(
+        resume(more_steps=False), "run"
+    ),
     "python train.py hydra.run.dir=logs/runs/2026-11-21_21-19-25 ckpt_path=last trainer.max_steps=3000 "
-    "'+resume_allow_changes=[trainer.max_steps]'": Entry(resume(more_steps=True), "run (the preset's 6 s cap, not 3,000 steps)"),
+    "'+resume_allow_changes=[trainer.max_steps]'": Entry(
+        resume(more_steps=True), "run (the preset's 6 s cap, not 3,000 steps)"
+    ),
     # re-running a sweep (the same command twice: the second skips every finished job)
     "python train.py -m norm=pre,post pos=rope,learned": Entry(first_or_rerun, "run"),
     "python train.py -m norm=pre,post sweep_name=norm-study": Entry(sweep(2, "norm-study"), "run"),
     # multi-GPU and SLURM
-    "python train.py trainer=gpu model=gpt2_small data.seq_len=1024 data.batch_size=16 model.compile=true":
-        Entry(composes(accelerator="gpu"), "compose: needs a GPU"),
+    "python train.py trainer=gpu model=gpt2_small data.seq_len=1024 data.batch_size=16 model.compile=true": Entry(
+        composes(accelerator="gpu"), "compose: needs a GPU"
+    ),
     "python train.py trainer=ddp trainer.devices=4": Entry(composes(world=4), "compose: needs 4 GPUs"),
     "python train.py -m hydra/launcher=slurm hydra.launcher.partition=gpu norm=pre,post trainer=ddp trainer.devices=4 "
     "ckpt_path=last": Entry(composes(launcher="SlurmLauncher", world=4), "compose: needs SLURM and GPUs"),
@@ -568,12 +621,15 @@ COMMANDS: dict[str, Entry] = {
     "python scripts/wandb_workspace.py logs/multirun/<sweep>": Entry(wandb_workspace, "verbatim"),
     # evaluate, sample, export
     "python eval.py ckpt_path=logs/runs/<run>/checkpoints/best.ckpt seq_lens=[128,256]": Entry(eval_lm, "verbatim"),
-    "python eval.py ckpt_path=logs/runs/<translation run>/checkpoints/best.ckpt beam_size=5":
-        Entry(eval_translation, "verbatim"),
-    'python generate.py ckpt_path=logs/runs/<run>/checkpoints/last.ckpt prompt="ROMEO:" max_new_tokens=300':
-        Entry(generate, "verbatim"),
-    "python scripts/export_hf.py ckpt_path=logs/runs/<run>/checkpoints/last.ckpt out=exports/my_model":
-        Entry(export_hf, "verbatim"),
+    "python eval.py ckpt_path=logs/runs/<translation run>/checkpoints/best.ckpt beam_size=5": Entry(
+        eval_translation, "verbatim"
+    ),
+    'python generate.py ckpt_path=logs/runs/<run>/checkpoints/last.ckpt prompt="ROMEO:" max_new_tokens=300': Entry(
+        generate, "verbatim"
+    ),
+    "python scripts/export_hf.py ckpt_path=logs/runs/<run>/checkpoints/last.ckpt out=exports/my_model": Entry(
+        export_hf, "verbatim"
+    ),
     "python scripts/average_checkpoints.py ckpt_dir=logs/runs/<run>/checkpoints last_n=5 "
     "out=logs/runs/<run>/checkpoints/averaged.ckpt": Entry(average_checkpoints, "verbatim"),
 }
@@ -582,8 +638,10 @@ COMMANDS_IN_README = readme_commands(README.read_text())
 
 
 def test_the_parser():
-    text = ("```bash\npython a.py x=1 \\\n    y='#2'   # note\n# only a comment\n\npython b.py  # c\n```\n"
-            "```python\nnot_bash()\n```\n```bash\nOMP=1 python c.py '+k=[a,b]' \\\n  z=3\n```\n")
+    text = (
+        "```bash\npython a.py x=1 \\\n    y='#2'   # note\n# only a comment\n\npython b.py  # c\n```\n"
+        "```python\nnot_bash()\n```\n```bash\nOMP=1 python c.py '+k=[a,b]' \\\n  z=3\n```\n"
+    )
     assert readme_commands(text) == ["python a.py x=1 y='#2'", "python b.py", "OMP=1 python c.py '+k=[a,b]' z=3"]
 
 
@@ -597,5 +655,6 @@ def test_readme_command(session: Session, command: str):
     entry = COMMANDS.get(command)
     assert entry is not None, (
         f"README.md has a command the acceptance tier does not cover: {command!r}. Add it to COMMANDS in "
-        "tests/acceptance/test_readme.py (run it, or compose it with the reason it cannot run here).")
+        "tests/acceptance/test_readme.py (run it, or compose it with the reason it cannot run here)."
+    )
     entry.check(session, command)

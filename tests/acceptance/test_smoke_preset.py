@@ -16,12 +16,23 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 
 # everything debug=smoke may change (with tune=lr: the grid and seeds; task=lm: the batch)
 ALLOWED = {
-    "trainer.max_steps", "trainer.max_time", "trainer.val_check_interval", "trainer.limit_val_batches",
-    "trainer.limit_test_batches", "optim.warmup_steps", "callbacks.throughput.peak_flops",
-    "data.batch_size", "data.micro_batch_size",
-    "hydra.sweeper.num_lrs", "hydra.sweeper.seeds", "hydra.sweeper.params.optim.lr", "hydra.sweeper.params.seed",
+    "trainer.max_steps",
+    "trainer.max_time",
+    "trainer.val_check_interval",
+    "trainer.limit_val_batches",
+    "trainer.limit_test_batches",
+    "optim.warmup_steps",
+    "callbacks.throughput.peak_flops",
+    "data.batch_size",
+    "data.micro_batch_size",
+    "hydra.sweeper.num_lrs",
+    "hydra.sweeper.seeds",
+    "hydra.sweeper.params.optim.lr",
+    "hydra.sweeper.params.seed",
     # the record of the command line and of the chosen options
-    "hydra.overrides.task", "hydra.runtime.choices.debug", "hydra.runtime.choices.debug/task@_global_",
+    "hydra.overrides.task",
+    "hydra.runtime.choices.debug",
+    "hydra.runtime.choices.debug/task@_global_",
     "hydra.runtime.choices.debug/tune@_global_",
     # a sweep job's directory is named by its overrides, debug=smoke included: on purpose, so that a smoke
     # sweep and the real one never share a directory (a re-run would skip the real jobs as completed)
@@ -38,11 +49,16 @@ def flat(node, prefix: str = "") -> dict[str, object]:
     return {prefix[:-1]: node}
 
 
-@pytest.mark.parametrize("command", [
-    [], ["task=translation"], ["experiment=nanogpt_shakespeare_char", "logger=csv"],
-    ["experiment=shazeer2020_glu_ladder_cpu", "tune=lr"],
-    ["experiment=depth_stability_cpu", "tune=lr", "model.n_layers=12", "hydra.sweep.dir=logs/multirun/depth12"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        [],
+        ["task=translation"],
+        ["experiment=nanogpt_shakespeare_char", "logger=csv"],
+        ["experiment=shazeer2020_glu_ladder_cpu", "tune=lr"],
+        ["experiment=depth_stability_cpu", "tune=lr", "model.n_layers=12", "hydra.sweep.dir=logs/multirun/depth12"],
+    ],
+)
 def test_debug_smoke_changes_only_the_amount_of_work(command: list[str]) -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         plain = compose(config_name="train", overrides=command, return_hydra_config=True)

@@ -38,8 +38,13 @@ def shakespeare_text() -> str:
 def char_dm(tmp_path_factory: pytest.TempPathFactory, shakespeare_text: str) -> TinyShakespeare:
     """Tiny Shakespeare, char-level, prepared once for the module."""
     dm = TinyShakespeare(
-        data_dir=SHARED_DATA, cache_dir=tmp_path_factory.mktemp("cache"), tokenizer="char",
-        seq_len=64, eval_seq_len=512, batch_size=8, eval_batch_size=4,
+        data_dir=SHARED_DATA,
+        cache_dir=tmp_path_factory.mktemp("cache"),
+        tokenizer="char",
+        seq_len=64,
+        eval_seq_len=512,
+        batch_size=8,
+        eval_batch_size=4,
     )
     dm.prepare_data()
     dm.setup("fit")
@@ -83,7 +88,7 @@ def test_bpe_trained_on_train_round_trips_and_is_cached(
     tmp_path: Path, shakespeare_text: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     train = shakespeare_text[: int(len(shakespeare_text) * 0.9)]
-    val = shakespeare_text[len(train):]
+    val = shakespeare_text[len(train) :]
     path = tmp_path / "tokenizer.json"
     tok = build_tokenizer("bpe", train, 512, path)
     assert isinstance(tok, BPETokenizer) and tok.vocab_size == 512
@@ -216,7 +221,7 @@ def test_bpe_datamodule_fits_tokenizer_on_train_split_only(
     assert dm.vocab_size == dm.tokenizer.vocab_size == 300
     assert dm.cache_path().name.startswith("tinyshakespeare-bpe-300-")
     val = dm.datasets["val"]
-    assert dm.tokenizer.decode(val.tokens) == shakespeare_text[int(len(shakespeare_text) * 0.9):]
+    assert dm.tokenizer.decode(val.tokens) == shakespeare_text[int(len(shakespeare_text) * 0.9) :]
 
 
 def test_killed_build_leaves_no_trusted_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -297,8 +302,15 @@ def test_wikitext_hf_offline_fails_fast_naming_local_alternative(
         dm.prepare_data()
     assert time.monotonic() - start < 10
     msg = str(info.value)
-    for needle in ("Salesforce/wikitext", "wikitext-2-raw-v1", "HF_HUB_OFFLINE", str(tmp_path / "wikitext-2"),
-                   "train.txt, valid.txt, test.txt", "wiki.train.tokens", "paths.data_dir="):
+    for needle in (
+        "Salesforce/wikitext",
+        "wikitext-2-raw-v1",
+        "HF_HUB_OFFLINE",
+        str(tmp_path / "wikitext-2"),
+        "train.txt, valid.txt, test.txt",
+        "wiki.train.tokens",
+        "paths.data_dir=",
+    ):
         assert needle in msg
 
 
@@ -340,8 +352,15 @@ def test_wikitext_prefers_local_files(tmp_path: Path) -> None:
 
 def test_text_files_loads_wikitext_sample(tmp_path: Path) -> None:
     valid, test = _require(WIKI_SAMPLE / "valid.txt"), _require(WIKI_SAMPLE / "test.txt")
-    dm = TextFiles(train_path=valid, val_path=valid, test_path=test, cache_dir=tmp_path, tokenizer="char",
-                   seq_len=128, batch_size=4)
+    dm = TextFiles(
+        train_path=valid,
+        val_path=valid,
+        test_path=test,
+        cache_dir=tmp_path,
+        tokenizer="char",
+        seq_len=128,
+        batch_size=4,
+    )
     dm.setup(None)
     valid_text, test_text = valid.read_text(encoding="utf-8"), test.read_text(encoding="utf-8")
     assert dm.vocab_size == len(set(valid_text) | set(test_text))
@@ -353,8 +372,9 @@ def test_text_files_loads_wikitext_sample(tmp_path: Path) -> None:
 
 def test_text_files_relative_to_data_dir_and_missing_file(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("abcdefgh" * 100)
-    dm = TextFiles(train_path="a.txt", val_path="a.txt", data_dir=tmp_path, cache_dir=tmp_path / "c",
-                   seq_len=16, batch_size=2)
+    dm = TextFiles(
+        train_path="a.txt", val_path="a.txt", data_dir=tmp_path, cache_dir=tmp_path / "c", seq_len=16, batch_size=2
+    )
     dm.setup("test")
     assert dm.vocab_size == 8 and dm.datasets["test"].num_tokens == 800  # test defaults to val
     missing = TextFiles(train_path="a.txt", val_path="nope.txt", data_dir=tmp_path, cache_dir=tmp_path / "c")

@@ -36,8 +36,13 @@ def test_no_position_attends_to_the_future(pos, attn):
             perturbed = idx.clone()
             perturbed[:, t + 1 :] = (idx[:, t + 1 :] + 1 + torch.randint(0, 48, idx[:, t + 1 :].shape)) % 50
             out = model(perturbed)
-            torch.testing.assert_close(out[:, : t + 1], base[:, : t + 1], atol=1e-6, rtol=0,
-                                       msg=f"pos={pos} attn={attn}: logits at <= {t} changed when tokens after {t} did")
+            torch.testing.assert_close(
+                out[:, : t + 1],
+                base[:, : t + 1],
+                atol=1e-6,
+                rtol=0,
+                msg=f"pos={pos} attn={attn}: logits at <= {t} changed when tokens after {t} did",
+            )
             # the perturbation is visible where it should be, so the check above is not vacuous
             assert (out[:, t + 1 :] - base[:, t + 1 :]).abs().max() > 1e-3
 
@@ -145,8 +150,9 @@ def test_mqa_equals_math_kernel_with_repeated_kv_heads():
     for impl in ATTN:
         kernel = AttentionKernel(impl, 0.0)
         shared = kernel(q, k, v, causal=True, key_padding=None, bias=None)
-        repeated = AttentionKernel("math", 0.0)(q, k.expand(-1, H, -1, -1), v.expand(-1, H, -1, -1),
-                                                causal=True, key_padding=None, bias=None)
+        repeated = AttentionKernel("math", 0.0)(
+            q, k.expand(-1, H, -1, -1), v.expand(-1, H, -1, -1), causal=True, key_padding=None, bias=None
+        )
         torch.testing.assert_close(shared, repeated)
 
 

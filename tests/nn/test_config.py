@@ -50,7 +50,9 @@ def test_odd_head_dim_is_fine_without_rope():
     validate(spec(d_model=24, n_heads=4, pos="rope", pos_options={"fraction": 1.0}))
 
 
-@pytest.mark.parametrize(("norm", "init"), [("deepnorm", "gpt2"), ("deepnorm", "xavier"), ("pre", "deepnet"), ("post", "deepnet")])
+@pytest.mark.parametrize(
+    ("norm", "init"), [("deepnorm", "gpt2"), ("deepnorm", "xavier"), ("pre", "deepnet"), ("post", "deepnet")]
+)
 def test_deepnorm_and_deepnet_go_together(norm, init):
     with pytest.raises(ConfigError, match="norm=deepnorm init=deepnet"):
         validate(spec(norm=norm, init=init))
@@ -101,7 +103,20 @@ def test_model_spec_from_config_groups():
         "attn": {"impl": "math", "n_kv_heads": 2},
     }
     s = model_spec(cfg, vocab_size=50)
-    assert (s.d_ff, s.pos, dict(s.pos_options), s.norm, s.norm_layer) == (128, "rope", {"fraction": 0.5, "base": 500}, "post", "rmsnorm")
-    assert (s.act, s.match_params, s.init, s.attn, s.n_kv_heads, s.vocab_size) == ("swiglu", False, "small", "math", 2, 50)
+    assert (s.d_ff, s.pos, dict(s.pos_options), s.norm, s.norm_layer) == (
+        128,
+        "rope",
+        {"fraction": 0.5, "base": 500},
+        "post",
+        "rmsnorm",
+    )
+    assert (s.act, s.match_params, s.init, s.attn, s.n_kv_heads, s.vocab_size) == (
+        "swiglu",
+        False,
+        "small",
+        "math",
+        2,
+        50,
+    )
     with pytest.raises(ConfigError, match="n_kv_heads"):
         model_spec({**cfg, "attn": {"impl": "math", "n_kv_heads": 3}}, vocab_size=50)

@@ -17,8 +17,16 @@ N_LAYER, N_EMBD, N_HEAD, N_POS, VOCAB = 2, 32, 4, 32, 50
 
 def tiny_hf_gpt2():
     config = transformers.GPT2Config(
-        n_layer=N_LAYER, n_embd=N_EMBD, n_head=N_HEAD, n_positions=N_POS, vocab_size=VOCAB,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None,
+        n_layer=N_LAYER,
+        n_embd=N_EMBD,
+        n_head=N_HEAD,
+        n_positions=N_POS,
+        vocab_size=VOCAB,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=None,
+        eos_token_id=None,
         attn_implementation="eager",
     )
     torch.manual_seed(0)
@@ -37,11 +45,24 @@ def tiny_hf_gpt2():
 @pytest.mark.parametrize("attn", ["math", "sdpa"])
 def test_logits_match_hf_gpt2(attn):
     hf = tiny_hf_gpt2()
-    spec = validate(ModelSpec(
-        vocab_size=VOCAB, n_layers=N_LAYER, d_model=N_EMBD, n_heads=N_HEAD, d_ff=4 * N_EMBD, max_len=N_POS,
-        pos="learned", norm="pre", act="gelu_tanh", init="gpt2", tie_embeddings=True, bias=True,
-        norm_bias=True, attn=attn,
-    ))
+    spec = validate(
+        ModelSpec(
+            vocab_size=VOCAB,
+            n_layers=N_LAYER,
+            d_model=N_EMBD,
+            n_heads=N_HEAD,
+            d_ff=4 * N_EMBD,
+            max_len=N_POS,
+            pos="learned",
+            norm="pre",
+            act="gelu_tanh",
+            init="gpt2",
+            tie_embeddings=True,
+            bias=True,
+            norm_bias=True,
+            attn=attn,
+        )
+    )
     model = TransformerLM(spec).eval()
     load_gpt2_weights(model, hf.state_dict())  # the GPT-2 mapping scripts/export_hf.py uses, reversed
     assert model.head.weight is model.tok_emb.weight

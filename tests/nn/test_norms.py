@@ -68,7 +68,9 @@ def test_norm_bias_false_in_the_model_leaves_no_norm_bias(norm):
     assert any(n.endswith("bias") for n in with_bias)
 
 
-@pytest.mark.parametrize(("layer", "cls"), [("layernorm", nn.LayerNorm), ("rmsnorm", nn.RMSNorm), ("scalenorm", ScaleNorm)])
+@pytest.mark.parametrize(
+    ("layer", "cls"), [("layernorm", nn.LayerNorm), ("rmsnorm", nn.RMSNorm), ("scalenorm", ScaleNorm)]
+)
 def test_norm_layer_option_reaches_every_norm_in_the_model(layer, cls):
     model = tiny_lm(norm="sandwich", norm_layer=layer)
     norms = [m for n, m in model.named_modules() if n.endswith("norm")]

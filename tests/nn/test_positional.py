@@ -11,7 +11,6 @@ from ablate.nn.positional import ALiBi, Learned, Rotary, Sinusoidal, alibi_slope
 
 from ._models import ATTN, tiny_lm
 
-
 # ----------------------------------------------------------------------------------------------
 # sinusoidal
 
@@ -30,8 +29,15 @@ def test_sinusoidal_embed_adds_the_table_at_the_offset():
     enc = Sinusoidal(d_model=d)
     x = torch.randn(2, 5, d)
     out = enc.embed(x, offset=3)
-    expected = torch.tensor([[math.sin(p / 10000 ** (2 * (j // 2) / d)) if j % 2 == 0 else math.cos(p / 10000 ** (2 * (j // 2) / d))
-                              for j in range(d)] for p in range(3, 8)])
+    expected = torch.tensor(
+        [
+            [
+                math.sin(p / 10000 ** (2 * (j // 2) / d)) if j % 2 == 0 else math.cos(p / 10000 ** (2 * (j // 2) / d))
+                for j in range(d)
+            ]
+            for p in range(3, 8)
+        ]
+    )
     torch.testing.assert_close(out - x, expected.expand(2, -1, -1), atol=1e-5, rtol=0)
 
 
@@ -116,7 +122,9 @@ def test_rope_at_position_zero_is_identity_and_preserves_norms():
 def test_alibi_slopes_power_of_two():
     expected = torch.tensor([2 ** (-8 * i / 8) for i in range(1, 9)])
     torch.testing.assert_close(alibi_slopes(8), expected)
-    torch.testing.assert_close(alibi_slopes(8), torch.tensor([1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, 1 / 128, 1 / 256]))
+    torch.testing.assert_close(
+        alibi_slopes(8), torch.tensor([1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, 1 / 128, 1 / 256])
+    )
 
 
 def test_alibi_slopes_non_power_of_two_uses_the_papers_fallback():

@@ -16,8 +16,14 @@ import torch
 
 from ._models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, tiny_lm
 
-VARIANTS = ([("pos", v) for v in POS] + [("norm", v) for v in PLACEMENTS] + [("norm_layer", v) for v in NORM_LAYERS]
-            + [("act", v) for v in ACTS] + [("init", v) for v in INITS] + [("attn", v) for v in ATTN])
+VARIANTS = (
+    [("pos", v) for v in POS]
+    + [("norm", v) for v in PLACEMENTS]
+    + [("norm_layer", v) for v in NORM_LAYERS]
+    + [("act", v) for v in ACTS]
+    + [("init", v) for v in INITS]
+    + [("attn", v) for v in ATTN]
+)
 IDS = [f"{axis}={value}" for axis, value in VARIANTS]
 
 
@@ -36,7 +42,9 @@ def test_one_training_step_has_finite_gradients_everywhere(axis: str, value: str
     assert logits.shape == (2, 11, 50)
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 50), tokens[:, 1:].reshape(-1))
     loss.backward()
-    missing = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.isfinite().all())]
+    missing = [
+        n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.isfinite().all())
+    ]
     assert not missing, missing
     assert torch.isfinite(loss) and loss.item() > 0
 

@@ -55,8 +55,13 @@ def test_decoder_never_sees_future_targets(pos, attn):
             perturbed = tgt.clone()
             perturbed[:, t + 1 :] = (tgt[:, t + 1 :] + 1 + torch.randint(0, V - 4, tgt[:, t + 1 :].shape)) % (V - 3) + 3
             out = model(src, perturbed, mask)
-            torch.testing.assert_close(out[:, : t + 1], base[:, : t + 1], atol=1e-6, rtol=0,
-                                       msg=f"pos={pos} attn={attn}: target logits at <= {t} saw later targets")
+            torch.testing.assert_close(
+                out[:, : t + 1],
+                base[:, : t + 1],
+                atol=1e-6,
+                rtol=0,
+                msg=f"pos={pos} attn={attn}: target logits at <= {t} saw later targets",
+            )
             assert (out[:, t + 1 :] - base[:, t + 1 :]).abs().max() > 1e-3
 
 
@@ -73,8 +78,12 @@ def test_cross_attention_sees_every_source_position(pos, attn):
             perturbed = src.clone()
             perturbed[0, j] = 3 + (src[0, j] - 3 + 7) % (V - 3)
             diff = (model(src=perturbed, tgt=tgt, src_mask=mask) - base).abs().amax(dim=-1)
-            assert (diff[0] > 1e-5).all(), f"pos={pos} attn={attn}: source position {j} invisible at some target position"
-            torch.testing.assert_close(diff[1:], torch.zeros_like(diff[1:]), atol=1e-6, rtol=0)  # other sentences untouched
+            assert (diff[0] > 1e-5).all(), (
+                f"pos={pos} attn={attn}: source position {j} invisible at some target position"
+            )
+            torch.testing.assert_close(
+                diff[1:], torch.zeros_like(diff[1:]), atol=1e-6, rtol=0
+            )  # other sentences untouched
         # the same at the encoder output itself: one memory position, every target position
         memory = model.encode(src, mask)
         base = model.decode(tgt, memory, mask)
@@ -179,8 +188,16 @@ def test_embeddings_scaled_by_sqrt_d():
 def test_grad_norm_groups_name_both_stacks():
     model = tiny_s2s(tie_embeddings=False)
     names = {group_name("model." + n) for n, _ in model.named_parameters()}
-    for expected in ("embed", "tgt_emb", "head", "enc_layer_00/attn", "enc_layer_01/ffn_norm", "dec_layer_01/cross_attn",
-                     "dec_layer_00/cross_attn_norm", "dec_layer_00/attn"):
+    for expected in (
+        "embed",
+        "tgt_emb",
+        "head",
+        "enc_layer_00/attn",
+        "enc_layer_01/ffn_norm",
+        "dec_layer_01/cross_attn",
+        "dec_layer_00/cross_attn_norm",
+        "dec_layer_00/attn",
+    ):
         assert expected in names, (expected, sorted(names))
 
 
@@ -219,13 +236,21 @@ def _load_decoder_layer(ours, ref: nn.TransformerDecoderLayer) -> None:
 
 
 def _reference(spec: ModelSpec, norm_first: bool) -> tuple[nn.TransformerEncoder, nn.TransformerDecoder]:
-    kw = dict(d_model=spec.d_model, nhead=spec.n_heads, dim_feedforward=spec.d_ff, dropout=0.0, activation="relu",
-              batch_first=True, norm_first=norm_first)
+    kw = dict(
+        d_model=spec.d_model,
+        nhead=spec.n_heads,
+        dim_feedforward=spec.d_ff,
+        dropout=0.0,
+        activation="relu",
+        batch_first=True,
+        norm_first=norm_first,
+    )
     enc_norm = nn.LayerNorm(spec.d_model) if norm_first else None
     dec_norm = nn.LayerNorm(spec.d_model) if norm_first else None
     torch.manual_seed(123)
-    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**kw), spec.encoder_layers, norm=enc_norm,
-                                    enable_nested_tensor=False)
+    encoder = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(**kw), spec.encoder_layers, norm=enc_norm, enable_nested_tensor=False
+    )
     decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**kw), spec.n_layers, norm=dec_norm)
     for p in [*encoder.parameters(), *decoder.parameters()]:  # non-trivial norms and biases too
         with torch.no_grad():
@@ -271,11 +296,14 @@ def test_matches_torch_transformer_layers(norm):
         torch.testing.assert_close(ours_dec, ref_dec, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("option", [("act", a) for a in ("relu", "gelu", "gelu_tanh", "silu", "relu2", "glu", "reglu", "geglu",
-                                                          "swiglu", "bilinear")]
-                         + [("init", i) for i in ("pytorch", "xavier", "gpt2", "small")]
-                         + [("norm_layer", n) for n in ("layernorm", "rmsnorm", "scalenorm")] + [("n_kv_heads", 1), ("n_kv_heads", 2)],
-                         ids=lambda o: f"{o[0]}={o[1]}")
+@pytest.mark.parametrize(
+    "option",
+    [("act", a) for a in ("relu", "gelu", "gelu_tanh", "silu", "relu2", "glu", "reglu", "geglu", "swiglu", "bilinear")]
+    + [("init", i) for i in ("pytorch", "xavier", "gpt2", "small")]
+    + [("norm_layer", n) for n in ("layernorm", "rmsnorm", "scalenorm")]
+    + [("n_kv_heads", 1), ("n_kv_heads", 2)],
+    ids=lambda o: f"{o[0]}={o[1]}",
+)
 def test_every_option_reaches_both_stacks_and_trains(option):
     """The option is built into the encoder and the decoder alike; a few steps lower the loss."""
     key, value = option

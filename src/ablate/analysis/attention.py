@@ -153,8 +153,9 @@ def attention_figure(weights: Tensor, query_labels: list[str], key_labels: list[
         for head in range(n_heads):
             ax = axes[layer, head]
             values = weights[layer, head].numpy()
-            image = ax.imshow(np.ma.masked_equal(values, 0.0), vmin=0.0, vmax=1.0, cmap=cmap, interpolation="nearest",
-                              aspect="auto")
+            image = ax.imshow(
+                np.ma.masked_equal(values, 0.0), vmin=0.0, vmax=1.0, cmap=cmap, interpolation="nearest", aspect="auto"
+            )
             ax.set_xticks(range(0, n_k, tick_step), key_labels[::tick_step], fontsize=fontsize, rotation=90)
             ax.set_yticks(range(0, n_q, tick_step), query_labels[::tick_step], fontsize=fontsize)
             if layer == 0:
@@ -239,7 +240,9 @@ def lm_maps(ckpt_path: str | Path, text: str, max_tokens: int) -> tuple[list[Att
     return [AttentionMap("self-attention", weights, labels, labels)], describe(task.spec)
 
 
-def translation_maps(ckpt_path: str | Path, text: str, target: str | None, max_tokens: int) -> tuple[list[AttentionMap], str]:
+def translation_maps(
+    ckpt_path: str | Path, text: str, target: str | None, max_tokens: int
+) -> tuple[list[AttentionMap], str]:
     """Maps of a translation model for source ``text`` and decoder input ``<s> target`` (the
     model's own translation of ``text`` when ``target`` is None)."""
     from ablate.data.translation_data import BOS, EOS, PAD, encode_lines
@@ -258,13 +261,17 @@ def translation_maps(ckpt_path: str | Path, text: str, target: str | None, max_t
     specials = {BOS: "<s>", EOS: "</s>", PAD: "<pad>"}
     src_labels, tgt_labels = token_labels(task.tokenizer, src, specials), token_labels(task.tokenizer, tgt_in, specials)
     weights = translation_attention(task.model, torch.tensor(src), torch.tensor(tgt_in))
-    labels = {"encoder self-attention": (src_labels, src_labels), "decoder self-attention": (tgt_labels, tgt_labels),
-              "decoder cross-attention": (tgt_labels, src_labels)}
+    labels = {
+        "encoder self-attention": (src_labels, src_labels),
+        "decoder self-attention": (tgt_labels, tgt_labels),
+        "decoder cross-attention": (tgt_labels, src_labels),
+    }
     return [AttentionMap(name, w, *labels[name]) for name, w in weights.items()], describe(task.spec)
 
 
-def checkpoint_maps(ckpt_path: str | Path, text: str, target: str | None = None,
-                    max_tokens: int = 64) -> tuple[list[AttentionMap], str]:
+def checkpoint_maps(
+    ckpt_path: str | Path, text: str, target: str | None = None, max_tokens: int = 64
+) -> tuple[list[AttentionMap], str]:
     """The attention maps of a checkpoint (LM or translation) for one input, and a model description."""
     if not Path(ckpt_path).is_file():
         raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such file (a job's checkpoints/best.ckpt or last.ckpt)")

@@ -142,8 +142,11 @@ def job_flops_per_token(job: Job) -> float:
 
     if job.record.get("params") is None:
         raise ValueError("status.json has no `params`")
-    return float(flops_per_token(float(job.record["params"]), _layers(job), _number(job, "model.d_model"),
-                                 _number(job, "data.seq_len")))
+    return float(
+        flops_per_token(
+            float(job.record["params"]), _layers(job), _number(job, "model.d_model"), _number(job, "data.seq_len")
+        )
+    )
 
 
 def job_curve(job: Job, metric: str, basis: str) -> pd.Series:
@@ -213,10 +216,12 @@ def add_cost_columns(frame: pd.DataFrame, sweep: Sweep, metric: str) -> pd.DataF
                 fpt.append(job_flops_per_token(job))
             except ValueError:
                 fpt.append(math.nan)
-        row = {"params": mean_std([float(j.record.get("params") or math.nan) for j in done])[0],
-               "flops_per_token": mean_std(fpt)[0],
-               "tokens_seen": mean_std([last_logged(j, TOKENS_METRIC) for j in done])[0],
-               "train_time_s": mean_std([last_logged(j, TIME_METRIC) for j in done])[0]}
+        row = {
+            "params": mean_std([float(j.record.get("params") or math.nan) for j in done])[0],
+            "flops_per_token": mean_std(fpt)[0],
+            "tokens_seen": mean_std([last_logged(j, TOKENS_METRIC) for j in done])[0],
+            "train_time_s": mean_std([last_logged(j, TIME_METRIC) for j in done])[0],
+        }
         for basis, m in matched.items():
             row[f"{metric} @{basis} mean"], row[f"{metric} @{basis} std"] = mean_std([m.value(j) for j in done])
         rows.append(row)
@@ -248,12 +253,20 @@ def cost_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     header = [names[a] for a in sweep.axes] + ["params", "FLOPs/token", "tokens seen", "train time (s)"]
     header += [f"{metric} @ {format_budget(matched[b].budget, b)}" for b in BASES]
     align = [" --- " if i < len(sweep.axes) else " ---: " for i in range(len(header))]
-    lines = ["At equal cost (matched budget = the largest that every completed job reached):", "",
-             "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines = [
+        "At equal cost (matched budget = the largest that every completed job reached):",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(align) + "|",
+    ]
     for _, row in frame.iterrows():
         cells = [str(row[a]) for a in sweep.axes]
-        cells += ["—" if pd.isna(row["params"]) else f"{row['params']:,.0f}", fmt(row["flops_per_token"]),
-                  "—" if pd.isna(row["tokens_seen"]) else f"{row['tokens_seen']:,.0f}", fmt(row["train_time_s"])]
+        cells += [
+            "—" if pd.isna(row["params"]) else f"{row['params']:,.0f}",
+            fmt(row["flops_per_token"]),
+            "—" if pd.isna(row["tokens_seen"]) else f"{row['tokens_seen']:,.0f}",
+            fmt(row["train_time_s"]),
+        ]
         cells += [fmt(row[f"{metric} @{b} mean"], row[f"{metric} @{b} std"]) for b in BASES]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + cost_legend(frame)
@@ -261,19 +274,27 @@ def cost_table(frame: pd.DataFrame, sweep: Sweep) -> str:
 
 def cost_legend(frame: pd.DataFrame) -> str:
     metric, matched = frame.attrs["metric"], frame.attrs["matched"]
-    notes = [("Cost: params = status.json params; FLOPs/token = 6N + 12 L d T (as train/mfu); tokens seen and train "
-              "time = the final train/tokens_seen and train/time_s (validation left out); means over completed seeds."),
-             (f"{metric} @ budget: each completed job's validation curve (against optimiser steps, FLOPs = FLOPs/token x "
-              "train/tokens_seen, or train/time_s) interpolated linearly at the matched budget = the minimum over the "
-              "completed jobs of their budget at their last validation (no extrapolation); mean ± std over seeds. "
-              "The cheapest job is then at its end of training, the others part-way (learning rate not yet decayed).")]
+    notes = [
+        (
+            "Cost: params = status.json params; FLOPs/token = 6N + 12 L d T (as train/mfu); tokens seen and train "
+            "time = the final train/tokens_seen and train/time_s (validation left out); means over completed seeds."
+        ),
+        (
+            f"{metric} @ budget: each completed job's validation curve (against optimiser steps, FLOPs = FLOPs/token x "
+            "train/tokens_seen, or train/time_s) interpolated linearly at the matched budget = the minimum over the "
+            "completed jobs of their budget at their last validation (no extrapolation); mean ± std over seeds. "
+            "The cheapest job is then at its end of training, the others part-way (learning rate not yet decayed)."
+        ),
+    ]
     for basis, m in matched.items():
         if m.problems:
             why = "; ".join(f"{_job_name(s)}: {p}" for s, p in m.problems.items())
             notes.append(f"No {basis} budget for {len(m.problems)} job(s) ({why}): left out of @ {UNITS[basis]}.")
         if m.late():
-            notes.append(f"No value @ {format_budget(m.budget, basis)} for {len(m.late())} job(s) whose first "
-                         f"validation came later: {', '.join(_job_name(s) for s in m.late())}.")
+            notes.append(
+                f"No value @ {format_budget(m.budget, basis)} for {len(m.late())} job(s) whose first "
+                f"validation came later: {', '.join(_job_name(s) for s in m.late())}."
+            )
     return "\n".join(notes) + "\n"
 
 

@@ -65,17 +65,37 @@ from PIL import Image
 from ablate.analysis.paper import PaperResults
 from ablate.analysis.runs import Job, Sweep
 from ablate.analysis.scaling import Curve, Multiplier, PowerLaw
-from ablate.analysis.series import (LR_METRIC, STUCK_METRIC, STUCK_TOLERANCE, X_AXES, axis_series, is_stuck, job_x,
-                                    length_series, lr_matches_log, lr_schedule, numeric_axes, paper_rank_correlation,
-                                    paper_series, trained_steps, training_length)
+from ablate.analysis.series import (
+    LR_METRIC,
+    STUCK_METRIC,
+    STUCK_TOLERANCE,
+    X_AXES,
+    axis_series,
+    is_stuck,
+    job_x,
+    length_series,
+    lr_matches_log,
+    lr_schedule,
+    numeric_axes,
+    paper_rank_correlation,
+    paper_series,
+    trained_steps,
+    training_length,
+)
 from ablate.analysis.tables import pick_metric
 
-LAYER_METRIC = re.compile(r"^(?P<prefix>grad_norm|resid_rms)/(?P<stack>enc_|dec_)?layer_(?P<layer>\d+)(?:/(?P<part>.+))?$")
+LAYER_METRIC = re.compile(
+    r"^(?P<prefix>grad_norm|resid_rms)/(?P<stack>enc_|dec_)?layer_(?P<layer>\d+)(?:/(?P<part>.+))?$"
+)
 STACK_NAMES = {"": "decoder-only stack", "enc_": "encoder", "dec_": "decoder"}  # in drawing order
 AXIS_LABELS = {
-    "val/ppl": "perplexity (exp of mean NLL per token)", "val/loss": "cross-entropy (nats per token)",
-    "val/bleu": "BLEU (sacreBLEU)", "test/ppl": "test perplexity", "test/loss": "test cross-entropy (nats per token)",
-    "train/loss": "training loss (nats per token)", "train/lr": "learning rate",
+    "val/ppl": "perplexity (exp of mean NLL per token)",
+    "val/loss": "cross-entropy (nats per token)",
+    "val/bleu": "BLEU (sacreBLEU)",
+    "test/ppl": "test perplexity",
+    "test/loss": "test cross-entropy (nats per token)",
+    "train/loss": "training loss (nats per token)",
+    "train/lr": "learning rate",
 }
 METRIC_NAMES = {"ppl": "perplexity", "loss": "loss", "bleu": "BLEU"}
 STEP_LABEL = "optimiser step"
@@ -165,11 +185,23 @@ def plot_curves(ax, group: list[Variant], metric: str, x: str = "steps") -> set[
             continue
         xs, found = variant_x(variant.jobs, stats.index.to_numpy(), x)
         sources |= found
-        ax.plot(xs, stats["mean"], color=variant.color, marker="o" if len(xs) < 30 else None, markersize=3,
-                label=f"{variant.label} ({variant.seeds_note})")
+        ax.plot(
+            xs,
+            stats["mean"],
+            color=variant.color,
+            marker="o" if len(xs) < 30 else None,
+            markersize=3,
+            label=f"{variant.label} ({variant.seeds_note})",
+        )
         if (stats["n"] > 1).any():
-            ax.fill_between(xs, stats["mean"] - stats["std"].fillna(0), stats["mean"] + stats["std"].fillna(0),
-                            color=variant.color, alpha=0.2, linewidth=0)
+            ax.fill_between(
+                xs,
+                stats["mean"] - stats["std"].fillna(0),
+                stats["mean"] + stats["std"].fillna(0),
+                color=variant.color,
+                alpha=0.2,
+                linewidth=0,
+            )
         everything.append(stats["mean"].to_numpy())
     if everything and wants_log(np.concatenate(everything)):
         ax.set_yscale("log")
@@ -208,10 +240,17 @@ def lr_curves(group: list[Variant], x: str = "steps") -> tuple[list[dict], set[s
     for variant in group:
         logged = [j for j in variant.jobs if len(j.series(LR_METRIC))]
         # at the variant's x of each step (the seeds' mean time), so that the points sit on the line
-        points = [(variant_x(variant.jobs, j.series(LR_METRIC).index, x), j.series(LR_METRIC).to_numpy()) for j in logged]
+        points = [
+            (variant_x(variant.jobs, j.series(LR_METRIC).index, x), j.series(LR_METRIC).to_numpy()) for j in logged
+        ]
         sources |= {source for (_, found), _ in points for source in found}
-        curve = {"variant": variant, "x": np.array([]), "lr": np.array([]), "note": None,
-                 "logged": [(xs, values) for (xs, _), values in points]}
+        curve = {
+            "variant": variant,
+            "x": np.array([]),
+            "lr": np.array([]),
+            "note": None,
+            "logged": [(xs, values) for (xs, _), values in points],
+        }
         try:
             longest = max(variant.jobs, key=trained_steps)
             schedule = lr_schedule(longest)
@@ -241,8 +280,16 @@ def _plot_lr(ax, group: list[Variant], x: str) -> None:
         else:
             notes.append(f"{variant.label}: {curve['note']}")
         for xs, values in curve["logged"]:  # the logged values on the recomputed line
-            ax.plot(xs, values, "o", color=variant.color, markersize=3.5, markeredgecolor="black",
-                    markeredgewidth=0.4, label=label)
+            ax.plot(
+                xs,
+                values,
+                "o",
+                color=variant.color,
+                markersize=3.5,
+                markeredgecolor="black",
+                markeredgewidth=0.4,
+                label=label,
+            )
             label = None
             peaks.append(values.max())
     ax.plot([], [], "o", color="white", markeredgecolor="black", markersize=3.5, label=f"dots: logged {LR_METRIC}")
@@ -252,8 +299,15 @@ def _plot_lr(ax, group: list[Variant], x: str) -> None:
     else:
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
     if notes:
-        ax.text(0.01, 0.01, "logged points only:\n" + "\n".join(notes), transform=ax.transAxes, fontsize="x-small",
-                va="bottom", color="dimgrey")
+        ax.text(
+            0.01,
+            0.01,
+            "logged points only:\n" + "\n".join(notes),
+            transform=ax.transAxes,
+            fontsize="x-small",
+            va="bottom",
+            color="dimgrey",
+        )
     ax.set_xlabel(x_label(x, sources))
     ax.set_ylabel(AXIS_LABELS[LR_METRIC])
     ax.grid(alpha=0.3)
@@ -278,8 +332,12 @@ def warmup_figure(sweep: Sweep, x: str = "steps") -> Figure | None:
             end = min(warmup, last_step + 1)
             left, right = (0.0, float(end)) if x == "steps" else (0.0, float(variant_x(sweep.jobs, [end - 1], x)[0][0]))
             ax.axvspan(left, right, color="grey", alpha=0.12, label=f"warmup ({warmup} steps)")
-        ax.set_title({LR_METRIC: "Learning rate schedule (line: every step, from the config)",
-                      "train/loss": "Training loss"}[metric], fontsize="medium")
+        ax.set_title(
+            {LR_METRIC: "Learning rate schedule (line: every step, from the config)", "train/loss": "Training loss"}[
+                metric
+            ],
+            fontsize="medium",
+        )
         _legend(ax)
     fig.suptitle("Learning rate and training loss through warmup")
     return fig
@@ -324,13 +382,16 @@ def _profile(ax, variant: Variant, rows: pd.DataFrame) -> None:
     if rows.empty:
         return
     mean = rows.mean(axis=0)
-    ax.plot(mean.index, mean.to_numpy(), marker="o", color=variant.color, label=f"{variant.label} ({variant.seeds_note})")
+    ax.plot(
+        mean.index, mean.to_numpy(), marker="o", color=variant.color, label=f"{variant.label} ({variant.seeds_note})"
+    )
     if len(rows) > 1:
         ax.fill_between(mean.index, rows.min(axis=0), rows.max(axis=0), color=variant.color, alpha=0.2, linewidth=0)
 
 
-def depth_figure(sweep: Sweep, prefix: str, ylabel: str, title: str,
-                 combine: Callable[[pd.DataFrame], pd.Series]) -> Figure | None:
+def depth_figure(
+    sweep: Sweep, prefix: str, ylabel: str, title: str, combine: Callable[[pd.DataFrame], pd.Series]
+) -> Figure | None:
     columns = sorted({c for j in sweep.jobs for c in j.metrics.columns})
     groups = layer_columns(columns, prefix)
     if not groups:
@@ -360,13 +421,19 @@ def depth_figure(sweep: Sweep, prefix: str, ylabel: str, title: str,
 
 
 def grad_norm_depth_figure(sweep: Sweep) -> Figure | None:
-    return depth_figure(sweep, "grad_norm", "gradient L2 norm of the layer (before clipping)", "Gradient norm by layer",
-                        root_sum_square)
+    return depth_figure(
+        sweep, "grad_norm", "gradient L2 norm of the layer (before clipping)", "Gradient norm by layer", root_sum_square
+    )
 
 
 def resid_rms_depth_figure(sweep: Sweep) -> Figure | None:
-    return depth_figure(sweep, "resid_rms", "RMS of the residual stream", "Residual stream RMS by layer",
-                        lambda frame: frame.mean(axis=1, skipna=True))
+    return depth_figure(
+        sweep,
+        "resid_rms",
+        "RMS of the residual stream",
+        "Residual stream RMS by layer",
+        lambda frame: frame.mean(axis=1, skipna=True),
+    )
 
 
 def uniform_steps(steps: np.ndarray) -> np.ndarray:
@@ -432,8 +499,15 @@ def grad_norm_heatmap(sweep: Sweep) -> Figure | None:
         ax.set_facecolor("#e6e6e6")
         end = edges[variant.label, stack][-1]
         if (right - end) > 0.15 * (right - left):
-            ax.text((end + right) / 2, layers.mean(), f"no steps\nafter {int(steps[-1])}", ha="center", va="center",
-                    fontsize="small", color="dimgrey")
+            ax.text(
+                (end + right) / 2,
+                layers.mean(),
+                f"no steps\nafter {int(steps[-1])}",
+                ha="center",
+                va="center",
+                fontsize="small",
+                color="dimgrey",
+            )
         gap = int(steps[1] - steps[0]) if len(steps) > 1 else 1
         ax.set_xlabel(STEP_LABEL + (f" (a column every {gap} steps)" if gap > 1 else ""))
         ax.xaxis.get_major_locator().set_params(integer=True)
@@ -525,8 +599,17 @@ def _mark_failed(ax, rows: pd.DataFrame, color: str, marked: set[str], line: int
     failed = rows[rows["failed"] > 0]
     if len(failed):
         label = None if "failed" in marked else "diverged / crashed (no final value)"
-        ax.plot(failed["x"], [0.96 - 0.045 * (line % 6)] * len(failed), "x", markersize=10, markeredgewidth=2, color=color,
-                transform=ax.get_xaxis_transform(), label=label, clip_on=False)
+        ax.plot(
+            failed["x"],
+            [0.96 - 0.045 * (line % 6)] * len(failed),
+            "x",
+            markersize=10,
+            markeredgewidth=2,
+            color=color,
+            transform=ax.get_xaxis_transform(),
+            label=label,
+            clip_on=False,
+        )
         marked.add("failed")
 
 
@@ -543,13 +626,21 @@ def metric_vs_axis_figure(sweep: Sweep, axis: str, metric: str) -> TableFigure |
     for i, (line, rows) in enumerate(table.groupby("line", sort=False)):
         color, ok = f"C{i % 10}", rows[rows["n"] > 0]
         low, high = (ok["mean"] - ok["min"]).fillna(0), (ok["max"] - ok["mean"]).fillna(0)
-        ax.errorbar(ok["x"], ok["mean"], yerr=[low, high], marker="o", color=color, capsize=3,
-                    label=f"{line} ({_seeds(rows)})")  # a bar, not a band: a line may be a single point
+        ax.errorbar(
+            ok["x"], ok["mean"], yerr=[low, high], marker="o", color=color, capsize=3, label=f"{line} ({_seeds(rows)})"
+        )  # a bar, not a band: a line may be a single point
         stuck = ok[ok["stuck"] > 0]
         if len(stuck):
             label = None if "stuck" in marked else f"stuck ({STUCK_METRIC} fell < {STUCK_TOLERANCE:.0%} over training)"
-            ax.plot(stuck["x"], stuck["mean"], "o", markersize=13, markerfacecolor="none", markeredgecolor="black",
-                    label=label)
+            ax.plot(
+                stuck["x"],
+                stuck["mean"],
+                "o",
+                markersize=13,
+                markerfacecolor="none",
+                markeredgecolor="black",
+                label=label,
+            )
             marked.add("stuck")
         _mark_failed(ax, rows, color, marked, i)
     if wants_log(table["mean"].to_numpy(dtype=float)):
@@ -557,8 +648,7 @@ def metric_vs_axis_figure(sweep: Sweep, axis: str, metric: str) -> TableFigure |
     _set_numeric_xaxis(ax, table["x"].tolist())
     ax.set_xlabel(axis)
     ax.set_ylabel(f"final {AXIS_LABELS.get(metric, metric)}")
-    ax.set_title(f"Final {metric} against {_axis_name(axis)} (mean over seeds; bar: seed range)",
-                 fontsize="medium")
+    ax.set_title(f"Final {metric} against {_axis_name(axis)} (mean over seeds; bar: seed range)", fontsize="medium")
     ax.grid(alpha=0.3)
     _legend(ax)
     return fig
@@ -575,7 +665,9 @@ def loss_vs_lr_figure(sweep: Sweep, axis: str | None = None, metric: str = "val/
     of the architecture), mean ± 1 std over the completed seeds, diverged points as crosses along
     the top, each line's best rate starred."""
     axis = axis or lr_axis(sweep)
-    if axis is None or not any(metric in job.metrics or metric in (job.record.get("metrics") or {}) for job in sweep.jobs):
+    if axis is None or not any(
+        metric in job.metrics or metric in (job.record.get("metrics") or {}) for job in sweep.jobs
+    ):
         return None
     table = axis_series(sweep, axis, metric)
     if table["x"].nunique() < 2:
@@ -585,12 +677,26 @@ def loss_vs_lr_figure(sweep: Sweep, axis: str | None = None, metric: str = "val/
     marked: set[str] = set()
     for i, (line, rows) in enumerate(table.groupby("line", sort=False)):
         color, ok = f"C{i % 10}", rows[rows["n"] > 0]
-        ax.errorbar(ok["x"], ok["mean"], yerr=ok["std"].fillna(0), marker="o", color=color, capsize=3,
-                    label=f"{line} ({_seeds(rows)})")
+        ax.errorbar(
+            ok["x"],
+            ok["mean"],
+            yerr=ok["std"].fillna(0),
+            marker="o",
+            color=color,
+            capsize=3,
+            label=f"{line} ({_seeds(rows)})",
+        )
         if len(ok) > 1:  # a line with one completed rate has no "best"
             best = ok.loc[ok["mean"].idxmin()]
-            ax.plot([best["x"]], [best["mean"]], "*", markersize=15, color=color, markeredgecolor="black",
-                    label=None if "best" in marked else "best rate of each line")
+            ax.plot(
+                [best["x"]],
+                [best["mean"]],
+                "*",
+                markersize=15,
+                color=color,
+                markeredgecolor="black",
+                label=None if "best" in marked else "best rate of each line",
+            )
             marked.add("best")
         _mark_failed(ax, rows, color, marked, i)
     if wants_log(table["mean"].to_numpy(dtype=float)):
@@ -616,8 +722,14 @@ def train_loss_by_axis_figure(sweep: Sweep, axis: str, x: str = "steps") -> Figu
         values = dict(zip(sweep.axes, key))
         line = ", ".join(f"{names[a]}={values[a]}" for a in others) or "all jobs"
         colors.setdefault(line, f"C{len(colors) % 10}")
-        notes = [s for s, hit in (("stuck", any(is_stuck(j) for j in jobs)),
-                                  ("diverged", any(j.status == "diverged" for j in jobs))) if hit]
+        notes = [
+            s
+            for s, hit in (
+                ("stuck", any(is_stuck(j) for j in jobs)),
+                ("diverged", any(j.status == "diverged" for j in jobs)),
+            )
+            if hit
+        ]
         label = line + (f": {', '.join(notes)}" if notes else "")
         panels.setdefault(float(values[axis]), []).append(Variant(label, jobs, colors[line]))
     if len(panels) < 2:
@@ -640,18 +752,32 @@ def paper_figure(sweep: Sweep, paper: PaperResults, metric: str, kind: str = "fi
     rho = paper_rank_correlation(table)
     x = np.arange(len(table))
     names = [label.replace(", ", "\n") for label in table["variant"]]
-    fig = TableFigure(figsize=(min(16.0, max(8.0, 1.6 * len(table))), 4.4), layout="constrained",
-                      table=table)
+    fig = TableFigure(figsize=(min(16.0, max(8.0, 1.6 * len(table))), 4.4), layout="constrained", table=table)
     ours, theirs = fig.subplots(1, 2)
     low, high = table["mean"] - table["min"], table["max"] - table["mean"]
-    ours.errorbar(x, table["mean"], yerr=[low.fillna(0), high.fillna(0)], fmt="o", color="C0", capsize=4,
-                  label="mean (bar: seed range)")
+    ours.errorbar(
+        x,
+        table["mean"],
+        yerr=[low.fillna(0), high.fillna(0)],
+        fmt="o",
+        color="C0",
+        capsize=4,
+        label="mean (bar: seed range)",
+    )
     for i, seeds in enumerate(table["seeds"]):
         ours.plot([i] * len(seeds), seeds, ".", color="black", markersize=4, label="seeds" if i == 0 else None)
     missing = x[table["n"].to_numpy() == 0]
     if len(missing):  # diverged or crashed everywhere: no value, but the paper's row is not silently dropped
-        ours.plot(missing, [0.96] * len(missing), "x", color="C3", markersize=10, markeredgewidth=2,
-                  transform=ours.get_xaxis_transform(), label="no completed seed (diverged / crashed)")
+        ours.plot(
+            missing,
+            [0.96] * len(missing),
+            "x",
+            color="C3",
+            markersize=10,
+            markeredgewidth=2,
+            transform=ours.get_xaxis_transform(),
+            label="no completed seed (diverged / crashed)",
+        )
     ours.set_title(f"ours: {kind} {metric}")
     ours.set_ylabel(AXIS_LABELS.get(metric, metric))
     theirs.plot(x, table["paper"], "s", color="C1")
@@ -663,13 +789,22 @@ def paper_figure(sweep: Sweep, paper: PaperResults, metric: str, kind: str = "fi
         ax.grid(alpha=0.3)
     _legend(ours)
     rho_text = "n/a" if math.isnan(rho) else f"{rho:.2f}"
-    fig.suptitle(f"{paper.source or 'paper'} vs ours: Spearman rank correlation ρ = {rho_text} "
-                 f"({int(table['mean'].notna().sum())} variants)", fontsize="medium")
+    fig.suptitle(
+        f"{paper.source or 'paper'} vs ours: Spearman rank correlation ρ = {rho_text} "
+        f"({int(table['mean'].notna().sum())} variants)",
+        fontsize="medium",
+    )
     return fig
 
 
-def compute_multiplier_figure(curves: list[Curve], fits: dict[str, PowerLaw], results: list[Multiplier],
-                              metric: str, compute_note: str, path: Path) -> Path:
+def compute_multiplier_figure(
+    curves: list[Curve],
+    fits: dict[str, PowerLaw],
+    results: list[Multiplier],
+    metric: str,
+    compute_note: str,
+    path: Path,
+) -> Path:
     """Final ``metric`` against training compute (log x): each seed as a dot, the fit of each
     curve as a line (dashed beyond the measured range) with its asymptote E dotted, and for each
     :class:`~ablate.analysis.scaling.Multiplier` a horizontal arrow from the variant's fitted loss
@@ -686,22 +821,39 @@ def compute_multiplier_figure(curves: list[Curve], fits: dict[str, PowerLaw], re
         if fit is None:
             continue
         inside = (grid >= min(curve.compute)) & (grid <= max(curve.compute))
-        ax.plot(grid[inside], fit.loss(grid[inside]), color=color,
-                label=f"{curve.label}: E={fit.E:.3g}, A={fit.A:.3g}, α={fit.alpha:.3g}")
+        ax.plot(
+            grid[inside],
+            fit.loss(grid[inside]),
+            color=color,
+            label=f"{curve.label}: E={fit.E:.3g}, A={fit.A:.3g}, α={fit.alpha:.3g}",
+        )
         ax.plot(grid, fit.loss(grid), color=color, linestyle="--", linewidth=0.8)
         ax.axhline(fit.E, color=color, linestyle=":", linewidth=0.8)
     for r in results:
         end = r.compute * r.value if math.isfinite(r.value) else grid[-1]
         text = f"×{r.value:.3g}" if math.isfinite(r.value) else "×∞ (below the baseline's E)"
-        ax.annotate("", xy=(end, r.loss), xytext=(r.compute, r.loss),
-                    arrowprops={"arrowstyle": "->", "color": colors.get(r.variant, "black")})
-        ax.text(max(end, r.compute), r.loss, f" {r.variant}: {text}", fontsize="small", va="center",
-                color=colors.get(r.variant, "black"))
+        ax.annotate(
+            "",
+            xy=(end, r.loss),
+            xytext=(r.compute, r.loss),
+            arrowprops={"arrowstyle": "->", "color": colors.get(r.variant, "black")},
+        )
+        ax.text(
+            max(end, r.compute),
+            r.loss,
+            f" {r.variant}: {text}",
+            fontsize="small",
+            va="center",
+            color=colors.get(r.variant, "black"),
+        )
     ax.set_xscale("log")
     ax.set_xlabel(f"training compute (FLOPs: {compute_note})")
     ax.set_ylabel(f"final {AXIS_LABELS.get(metric, metric)}")
-    ax.set_title("Loss against compute: L = E + A C^-α per variant (dots: seeds; dotted: E; "
-                 "arrow: compute multiplier at the largest measured compute)", fontsize="small")
+    ax.set_title(
+        "Loss against compute: L = E + A C^-α per variant (dots: seeds; dotted: E; "
+        "arrow: compute multiplier at the largest measured compute)",
+        fontsize="small",
+    )
     ax.grid(alpha=0.3)
     _legend(ax)
     return _save(fig, path)
@@ -734,18 +886,24 @@ def sweep_plots(sweep: Sweep, metric: str | None = None, x: str = "steps", grid:
     tuning curve is drawn from it, and the tuned rate is not an axis of its own."""
     if x not in X_AXES:
         raise ValueError(f"x={x!r}: use one of {', '.join(X_AXES)}")
-    plots = [Plot("val_curves.png", lambda: validation_figure(sweep, x)),
-             Plot("lr_loss_warmup.png", lambda: warmup_figure(sweep, x)),
-             Plot("grad_norm_depth.png", lambda: grad_norm_depth_figure(sweep)),
-             Plot("grad_norm_heatmap.png", lambda: grad_norm_heatmap(sweep)),
-             Plot("resid_rms_depth.png", lambda: resid_rms_depth_figure(sweep)),
-             Plot("ppl_vs_length.png", lambda: ppl_vs_length_figure(sweep))]
+    plots = [
+        Plot("val_curves.png", lambda: validation_figure(sweep, x)),
+        Plot("lr_loss_warmup.png", lambda: warmup_figure(sweep, x)),
+        Plot("grad_norm_depth.png", lambda: grad_norm_depth_figure(sweep)),
+        Plot("grad_norm_heatmap.png", lambda: grad_norm_heatmap(sweep)),
+        Plot("resid_rms_depth.png", lambda: resid_rms_depth_figure(sweep)),
+        Plot("ppl_vs_length.png", lambda: ppl_vs_length_figure(sweep)),
+    ]
     for axis in numeric_axes(sweep):
         name = _axis_name(axis)
         if grid is not None and name == LR_AXIS:
             continue
-        plots.append(Plot(f"metric_vs_{name}.png",
-                          lambda axis=axis: metric_vs_axis_figure(sweep, axis, pick_metric(sweep, metric))))
+        plots.append(
+            Plot(
+                f"metric_vs_{name}.png",
+                lambda axis=axis: metric_vs_axis_figure(sweep, axis, pick_metric(sweep, metric)),
+            )
+        )
         plots.append(Plot(f"train_loss_by_{name}.png", lambda axis=axis: train_loss_by_axis_figure(sweep, axis, x)))
     tuning = grid or sweep
     if (axis := lr_axis(tuning)) is not None:
@@ -762,8 +920,7 @@ def _reason(err: Exception) -> str:
     return reason
 
 
-def write_plots(plots: list[Plot], out: str | Path,
-                report: Callable[[str, str], None] | None = None) -> Written:
+def write_plots(plots: list[Plot], out: str | Path, report: Callable[[str, str], None] | None = None) -> Written:
     """Draw and write each plot on its own: one that raises is recorded (and passed to
     ``report(filename, reason)``) and the next one is still drawn. A :class:`TableFigure` also
     writes its numbers as ``<name>.csv``."""
@@ -780,16 +937,22 @@ def write_plots(plots: list[Plot], out: str | Path,
             if isinstance(fig, TableFigure):
                 fig.table.to_csv(path.with_suffix(".csv"), index=False)
                 written.paths.append(path.with_suffix(".csv"))
-        except Exception as err:  # noqa: BLE001 -- one figure's failure must not cost the others
+        except Exception as err:
             written.failures.append((plot.filename, _reason(err)))
             if report is not None:
                 report(plot.filename, _reason(err))
     return written
 
 
-def plot_sweep(sweep: Sweep, out: str | Path, metric: str | None = None, x: str = "steps",
-               extra: list[Plot] | None = None, report: Callable[[str, str], None] | None = None,
-               grid: Sweep | None = None) -> Written:
+def plot_sweep(
+    sweep: Sweep,
+    out: str | Path,
+    metric: str | None = None,
+    x: str = "steps",
+    extra: list[Plot] | None = None,
+    report: Callable[[str, str], None] | None = None,
+    grid: Sweep | None = None,
+) -> Written:
     """Write every figure that the sweep's logged metrics allow (and ``extra`` plots, e.g. the
     paper comparison), each independently (:func:`write_plots`); returns the files written (PNGs
     and the CSVs of the comparison figures) and the figures that failed. ``grid``: see

@@ -78,14 +78,20 @@ def _from_yaml(path: Path) -> PaperResults:
     doc = yaml.safe_load(path.read_text()) or {}
     missing = [k for k in ("metric", "rows") if k not in doc]
     if missing or not isinstance(doc.get("rows"), list):
-        raise ValueError(f"{path}: a paper file needs `metric: <name>` and "
-                         "`rows: [{axes: {key: value}, value: number}, ...]` "
-                         f"(missing: {', '.join(missing) or 'rows as a list'}); see ablate/analysis/paper.py")
+        raise ValueError(
+            f"{path}: a paper file needs `metric: <name>` and "
+            "`rows: [{axes: {key: value}, value: number}, ...]` "
+            f"(missing: {', '.join(missing) or 'rows as a list'}); see ablate/analysis/paper.py"
+        )
     rows = []
     for i, row in enumerate(doc["rows"]):
         if not isinstance(row, dict) or not isinstance(row.get("axes"), dict) or "value" not in row:
             raise ValueError(f"{path}: row {i} is {row!r}; each row needs `axes: {{key: value}}` and `value`")
-        rows.append(PaperRow({k: canonical(v) for k, v in row["axes"].items()}, _value(row["value"]), str(row.get("note") or "")))
+        rows.append(
+            PaperRow(
+                {k: canonical(v) for k, v in row["axes"].items()}, _value(row["value"]), str(row.get("note") or "")
+            )
+        )
     return PaperResults(str(doc["metric"]), str(doc.get("source") or ""), rows)
 
 
@@ -97,7 +103,9 @@ def _from_csv(path: Path) -> PaperResults:
     if len(metrics) != 1:
         raise ValueError(f"{path}: one metric per paper file, found {sorted(metrics)}")
     axes = [c for c in frame.columns if c not in _RESERVED_CSV]
-    rows = [PaperRow({a: canonical(r[a]) for a in axes if r[a] != ""}, _value(r["value"]), r.get("note", ""))
-            for _, r in frame.iterrows()]
+    rows = [
+        PaperRow({a: canonical(r[a]) for a in axes if r[a] != ""}, _value(r["value"]), r.get("note", ""))
+        for _, r in frame.iterrows()
+    ]
     source = next(iter(set(frame["source"])), "") if "source" in frame else ""
     return PaperResults(metrics.pop(), source, rows)

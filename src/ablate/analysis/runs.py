@@ -30,7 +30,9 @@ from ablate.dotted import select as select_key
 
 STATUSES = ("completed", "diverged", "crashed", "incomplete")
 # Overrides that choose where or how a job runs, never what it trains.
-_NOT_AXES = re.compile(r"^(seed|ckpt_path|print_config|tags|resume_allow_changes|sweep_name|skip_completed|tune|hparams_search)$|^(hydra|paths|logger)(\.|$)|^callbacks\.progress_bar(\.|$)")
+_NOT_AXES = re.compile(
+    r"^(seed|ckpt_path|print_config|tags|resume_allow_changes|sweep_name|skip_completed|tune|hparams_search)$|^(hydra|paths|logger)(\.|$)|^callbacks\.progress_bar(\.|$)"
+)
 _LOWER_IS_BETTER = ("loss", "ppl", "bpb")
 
 
@@ -150,12 +152,24 @@ def load_job(job_dir: Path) -> Job:
     config = _read_yaml(hydra_dir / "config.yaml")
     choices = (_read_yaml(hydra_dir / "hydra.yaml").get("hydra") or {}).get("runtime", {}).get("choices") or {}
     status = record.get("status", "incomplete")
-    started = (hydra_dir / "config.yaml").stat().st_mtime if (hydra_dir / "config.yaml").is_file() else job_dir.stat().st_mtime
+    started = (
+        (hydra_dir / "config.yaml").stat().st_mtime
+        if (hydra_dir / "config.yaml").is_file()
+        else job_dir.stat().st_mtime
+    )
     if status not in STATUSES:
         status = "incomplete"
-    return Job(name=job_dir.name, source=str(job_dir), overrides=parse_overrides(overrides or []), status=status,
-               record=record, config=config, choices=choices, metrics=read_metrics_csv(job_dir / "csv" / "metrics.csv"),
-               started=started)
+    return Job(
+        name=job_dir.name,
+        source=str(job_dir),
+        overrides=parse_overrides(overrides or []),
+        status=status,
+        record=record,
+        config=config,
+        choices=choices,
+        metrics=read_metrics_csv(job_dir / "csv" / "metrics.csv"),
+        started=started,
+    )
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -165,18 +179,22 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def find_job_dirs(root: Path) -> list[Path]:
     """The job directories of a multirun (``root/<job>/``), or ``root`` itself if it is one run."""
+
     def is_job(path: Path) -> bool:
         return (path / "status.json").is_file() or (path / ".hydra" / "overrides.yaml").is_file()
 
     if not root.is_dir():
-        raise FileNotFoundError(f"{root} is not a directory: pass a multirun directory such as logs/multirun/<timestamp>")
+        raise FileNotFoundError(
+            f"{root} is not a directory: pass a multirun directory such as logs/multirun/<timestamp>"
+        )
     jobs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and is_job(p))
     if not jobs and is_job(root):
         return [root]
     if not jobs:
         raise FileNotFoundError(
             f"no jobs under {root}: expected <dir>/<job>/status.json or <dir>/<job>/.hydra/overrides.yaml "
-            "(the directory a `python train.py -m ...` sweep writes, e.g. logs/multirun/<timestamp>)")
+            "(the directory a `python train.py -m ...` sweep writes, e.g. logs/multirun/<timestamp>)"
+        )
     return jobs
 
 
@@ -264,19 +282,27 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
     for variant in tuning.get("variants", []):
         if variant.get("chosen_override"):
             wanted.append(parse_overrides([*variant["overrides"], variant["chosen_override"]]))
-    at_rate = [job for job in sweep.jobs if any(all(job.overrides.get(k) == v for k, v in want.items()) for want in wanted)]
+    at_rate = [
+        job for job in sweep.jobs if any(all(job.overrides.get(k) == v for k, v in want.items()) for want in wanted)
+    ]
     held_out = tuning.get("selection_seed")
     kept = [job for job in at_rate if held_out is None or job.seed is None or str(job.seed) != str(held_out)]
     dropped, selection = len(sweep.jobs) - len(at_rate), len(at_rate) - len(kept)
     seeds = ",".join(str(s) for s in tuning.get("seeds", []))
     if held_out is not None:
-        how = (f"seeds {seeds}, each trained at that rate after the selection; the selection ran on seed {held_out}, "
-               f"whose {selection} job(s) at the chosen rates are left out with the grid")
+        how = (
+            f"seeds {seeds}, each trained at that rate after the selection; the selection ran on seed {held_out}, "
+            f"whose {selection} job(s) at the chosen rates are left out with the grid"
+        )
     elif tuning.get("tuning_seed") is not None:
-        how = (f"seeds {seeds}; written before held-out selection: seed {tuning.get('tuning_seed')}'s job at the "
-               "chosen rate is the one that won the selection (optimistic)")
+        how = (
+            f"seeds {seeds}; written before held-out selection: seed {tuning.get('tuning_seed')}'s job at the "
+            "chosen rate is the one that won the selection (optimistic)"
+        )
     else:
         how = "its seeds there"
-    note = (f"{TUNING_FILE}: each variant at its tuned learning rate, {how} ({dropped} job(s) of the other grid rates "
-            "left out; --all-lrs shows them)")
+    note = (
+        f"{TUNING_FILE}: each variant at its tuned learning rate, {how} ({dropped} job(s) of the other grid rates "
+        "left out; --all-lrs shows them)"
+    )
     return Sweep.from_jobs(sweep.source, kept), note

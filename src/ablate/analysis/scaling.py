@@ -110,8 +110,9 @@ _GRID = np.geomspace(_ALPHA_BOUNDS[0], _ALPHA_BOUNDS[1], 81)
 _GOLDEN = (math.sqrt(5) - 1) / 2
 
 
-def _linear_part(x: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: np.ndarray, e_fixed: np.ndarray | None = None
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _linear_part(
+    x: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: np.ndarray, e_fixed: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each alpha (shape ``S``, broadcast with the leading shape of ``y``/``w``: ``S + (n,)``),
     the weighted least-squares (E, a) of y = E + a exp(-alpha x) within 0 <= E <= min y,
     a >= 1e-12 (a convex quadratic in two variables: the interior solution if feasible, else the
@@ -151,8 +152,9 @@ def _linear_part(x: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: np.ndarray,
     return best_E, best_a, best
 
 
-def _profile(x: np.ndarray, y: np.ndarray, w: np.ndarray, e_fixed: np.ndarray | None = None,
-             iterations: int = 34) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _profile(
+    x: np.ndarray, y: np.ndarray, w: np.ndarray, e_fixed: np.ndarray | None = None, iterations: int = 34
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(E, a, alpha, SSE) minimising the SSE over alpha in [0.001, 5]: the grid, then golden
     section in log alpha between the best grid point's neighbours. ``y``, ``w``: shape (R, n)."""
     grid = np.log(_GRID)
@@ -181,8 +183,9 @@ def _profile(x: np.ndarray, y: np.ndarray, w: np.ndarray, e_fixed: np.ndarray | 
     return E, a, np.exp(t), value
 
 
-def fit_power_laws(compute: np.ndarray, losses: np.ndarray, weights: np.ndarray | None = None,
-                   c0: float | None = None) -> list[PowerLaw]:
+def fit_power_laws(
+    compute: np.ndarray, losses: np.ndarray, weights: np.ndarray | None = None, c0: float | None = None
+) -> list[PowerLaw]:
     """Weighted least-squares fits of L = E + A C^(-alpha), one per row of ``losses`` (R x n, at
     the common ``compute`` points; ``weights`` R x n, e.g. bootstrap counts), vectorised: the
     fit of :func:`fit_power_law` for many data sets at once."""
@@ -194,8 +197,9 @@ def fit_power_laws(compute: np.ndarray, losses: np.ndarray, weights: np.ndarray 
     return [PowerLaw(float(e), float(b), float(al), c0) for e, b, al in zip(E, a, alpha, strict=True)]
 
 
-def fit_shared_asymptote(curves: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[np.ndarray] | None = None,
-                         iterations: int = 40) -> list[list[PowerLaw]]:
+def fit_shared_asymptote(
+    curves: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[np.ndarray] | None = None, iterations: int = 40
+) -> list[list[PowerLaw]]:
     """Curves that share their asymptote E (each its own A, alpha): per curve ``(compute, losses
     R x n)``; returns, per curve, its R fits. E is searched on a grid between 0 and the smallest
     loss of all curves, then by golden section, each step refitting every curve's (a, alpha)."""
@@ -238,8 +242,10 @@ def fit_power_law(compute: np.ndarray, loss: np.ndarray) -> PowerLaw:
     """Least-squares fit of L = E + A C^(-alpha) (module docstring). Needs >= 3 distinct computes."""
     compute, loss = np.asarray(compute, dtype=float), np.asarray(loss, dtype=float)
     if len(np.unique(compute)) < MIN_SCALES:
-        raise ValueError(f"a saturating power law has 3 parameters (E, A, alpha): it needs >= {MIN_SCALES} "
-                         f"compute scales, got {len(np.unique(compute))}")
+        raise ValueError(
+            f"a saturating power law has 3 parameters (E, A, alpha): it needs >= {MIN_SCALES} "
+            f"compute scales, got {len(np.unique(compute))}"
+        )
     return fit_power_laws(compute, loss[None, :])[0]
 
 
@@ -270,9 +276,11 @@ class Curve:
 
     def check(self) -> None:
         if len(self.scales()) < MIN_SCALES:
-            raise ValueError(f"{self.label}: {len(self.scales())} scale(s) with a final loss "
-                             f"({', '.join(self.scales()) or 'none'}); a saturating power law L = E + A C^-alpha "
-                             f"has 3 parameters, so it needs >= {MIN_SCALES} scales")
+            raise ValueError(
+                f"{self.label}: {len(self.scales())} scale(s) with a final loss "
+                f"({', '.join(self.scales()) or 'none'}); a saturating power law L = E + A C^-alpha "
+                f"has 3 parameters, so it needs >= {MIN_SCALES} scales"
+            )
 
     def fit(self) -> PowerLaw:
         self.check()
@@ -331,8 +339,9 @@ def fit_pair(variant: Curve, baseline: Curve, shared_E: bool = False) -> tuple[P
     baseline.check()
     if not shared_E:
         return variant.fit(), baseline.fit()
-    fits = fit_shared_asymptote([(np.array(variant.compute), np.array([variant.loss])),
-                                 (np.array(baseline.compute), np.array([baseline.loss]))])
+    fits = fit_shared_asymptote(
+        [(np.array(variant.compute), np.array([variant.loss])), (np.array(baseline.compute), np.array([baseline.loss]))]
+    )
     return fits[0][0], fits[1][0]
 
 
@@ -344,12 +353,15 @@ def _noise(curve: Curve, fit: PowerLaw) -> tuple[float, int]:
     if n > 3:  # one seed per scale, more scales than parameters: the fit's residual sd
         resid = np.array(curve.loss) - fit.loss(np.array(curve.compute))
         return float(math.sqrt((resid**2).sum() / (n - 3))), n - 3
-    raise ValueError(f"{curve.label}: one seed per scale and {len(curve.scales())} scales: no estimate of the "
-                     "noise for a parametric interval (run >= 2 seeds per scale, or --ci seeds)")
+    raise ValueError(
+        f"{curve.label}: one seed per scale and {len(curve.scales())} scales: no estimate of the "
+        "noise for a parametric interval (run >= 2 seeds per scale, or --ci seeds)"
+    )
 
 
-def _replicate_fits(variant: Curve, baseline: Curve, ys: list[np.ndarray], ws: list[np.ndarray] | None,
-                    shared_E: bool) -> tuple[list[PowerLaw], list[PowerLaw]]:
+def _replicate_fits(
+    variant: Curve, baseline: Curve, ys: list[np.ndarray], ws: list[np.ndarray] | None, shared_E: bool
+) -> tuple[list[PowerLaw], list[PowerLaw]]:
     computes = [np.array(variant.compute), np.array(baseline.compute)]
     if shared_E:
         fits = fit_shared_asymptote(list(zip(computes, ys, strict=True)), ws)
@@ -358,9 +370,17 @@ def _replicate_fits(variant: Curve, baseline: Curve, ys: list[np.ndarray], ws: l
     return (fit_power_laws(computes[0], ys[0], weights[0]), fit_power_laws(computes[1], ys[1], weights[1]))
 
 
-def bootstrap(variant: Curve, baseline: Curve, compute: float, n_boot: int = 1000, seed: int = 0,
-              confidence: float = 0.95, method: str = "parametric", shared_E: bool = False,
-              fits: tuple[PowerLaw, PowerLaw] | None = None) -> tuple[float, float, int]:
+def bootstrap(
+    variant: Curve,
+    baseline: Curve,
+    compute: float,
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    method: str = "parametric",
+    shared_E: bool = False,
+    fits: tuple[PowerLaw, PowerLaw] | None = None,
+) -> tuple[float, float, int]:
     """Percentile bootstrap interval of the multiplier at ``compute`` (module docstring: the
     ``parametric`` and the joint ``seeds`` bootstrap), and the number of replicates whose fit
     failed (left out of the quantiles). Reproducible: ``numpy.random.default_rng(seed)``."""
@@ -372,7 +392,9 @@ def bootstrap(variant: Curve, baseline: Curve, compute: float, n_boot: int = 100
         ys = []
         for curve, fit in ((variant, variant_fit), (baseline, baseline_fit)):
             sd, df = _noise(curve, fit)
-            sigma = sd * np.sqrt(df / np.asarray(rng.chisquare(df, n_boot)))  # the sd's own uncertainty (a t, in effect)
+            sigma = sd * np.sqrt(
+                df / np.asarray(rng.chisquare(df, n_boot))
+            )  # the sd's own uncertainty (a t, in effect)
             mean = np.asarray(fit.loss(np.array(curve.compute)))
             ys.append(mean[None, :] + sigma[:, None] * rng.standard_normal((n_boot, len(curve.loss))))
         ws = None
@@ -387,8 +409,9 @@ def bootstrap(variant: Curve, baseline: Curve, compute: float, n_boot: int = 100
     variants, baselines = _replicate_fits(variant, baseline, ys, ws, shared_E)
     values, failed = [], 0
     for k, (v, b) in enumerate(zip(variants, baselines, strict=True)):
-        enough = ws is None or all(len(set(np.array(c.scale)[w[k] > 0])) >= MIN_SCALES
-                                   for c, w in zip((variant, baseline), ws, strict=True))
+        enough = ws is None or all(
+            len(set(np.array(c.scale)[w[k] > 0])) >= MIN_SCALES for c, w in zip((variant, baseline), ws, strict=True)
+        )
         value = multiplier(v, b, compute) if enough else math.nan
         if math.isnan(value):
             failed += 1
@@ -411,8 +434,10 @@ def extrapolation(value: float, high: float, compute: float, baseline: Curve) ->
     if math.isinf(value):
         return "the variant's loss is below the baseline's fitted asymptote: no measured compute reaches it"
     if value * compute > top * (1 + 1e-6):
-        return (f"the baseline would need {value * compute:.3g} FLOPs, beyond its largest measured {top:.3g} "
-                f"(x{value * compute / top:.2g})")
+        return (
+            f"the baseline would need {value * compute:.3g} FLOPs, beyond its largest measured {top:.3g} "
+            f"(x{value * compute / top:.2g})"
+        )
     if value * compute < bottom * (1 - 1e-6):
         return f"the baseline would need {value * compute:.3g} FLOPs, below its smallest measured {bottom:.3g}"
     if math.isfinite(high) and high * compute > top * (1 + 1e-6):
@@ -422,17 +447,41 @@ def extrapolation(value: float, high: float, compute: float, baseline: Curve) ->
     return ""
 
 
-def compute_multiplier(variant: Curve, baseline: Curve, n_boot: int = 1000, seed: int = 0,
-                       confidence: float = 0.95, method: str = "parametric", shared_E: bool = False) -> Multiplier:
+def compute_multiplier(
+    variant: Curve,
+    baseline: Curve,
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    method: str = "parametric",
+    shared_E: bool = False,
+) -> Multiplier:
     """The multiplier at the variant's largest measured compute, with its bootstrap interval and
     its extrapolation flag."""
     variant_fit, baseline_fit = fit_pair(variant, baseline, shared_E)
     at = float(max(variant.compute))
-    low, high, failed = (bootstrap(variant, baseline, at, n_boot, seed, confidence, method, shared_E,
-                                   (variant_fit, baseline_fit)) if n_boot else (math.nan, math.nan, 0))
+    low, high, failed = (
+        bootstrap(variant, baseline, at, n_boot, seed, confidence, method, shared_E, (variant_fit, baseline_fit))
+        if n_boot
+        else (math.nan, math.nan, 0)
+    )
     value = multiplier(variant_fit, baseline_fit, at)
-    return Multiplier(variant.label, baseline.label, at, float(variant_fit.loss(at)), value, low, high, n_boot,
-                      failed, variant_fit, baseline_fit, method, shared_E, extrapolation(value, high, at, baseline))
+    return Multiplier(
+        variant.label,
+        baseline.label,
+        at,
+        float(variant_fit.loss(at)),
+        value,
+        low,
+        high,
+        n_boot,
+        failed,
+        variant_fit,
+        baseline_fit,
+        method,
+        shared_E,
+        extrapolation(value, high, at, baseline),
+    )
 
 
 # ----------------------------------------------------------------------------- from a sweep
@@ -443,8 +492,9 @@ def _number(job: Job, key: str) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{job.source}: {key} = {value!r} in its config, not a number: cannot count its "
-                         "training compute") from None
+        raise ValueError(
+            f"{job.source}: {key} = {value!r} in its config, not a number: cannot count its training compute"
+        ) from None
 
 
 def tokens_seen(job: Job) -> float:
@@ -478,20 +528,24 @@ def job_compute(job: Job, flops: str = "6N+attn") -> float:
     return per_token * tokens_seen(job)
 
 
-def scaling_curves(sweep: Sweep, scale_key: str, metric: str = "val/loss", flops: str = "6N+attn",
-                   per_point: Sequence[str] = ()) -> list[Curve]:
+def scaling_curves(
+    sweep: Sweep, scale_key: str, metric: str = "val/loss", flops: str = "6N+attn", per_point: Sequence[str] = ()
+) -> list[Curve]:
     """One :class:`Curve` per combination of the sweep's other axes (a variant), in run order, its
     points the completed jobs' final ``metric`` against :func:`job_compute`. Axes in ``per_point``
     belong to a point, not to a variant: a ``tune=lr`` sweep's ``optim.lr``, tuned at each scale,
     so one variant's curve joins its best rate at every size."""
     if higher_is_better(metric):
-        raise ValueError(f"--metric {metric}: the fit L = E + A C^-alpha is for a loss that falls with compute "
-                         "(val/loss, val/ppl), not a metric that rises")
+        raise ValueError(
+            f"--metric {metric}: the fit L = E + A C^-alpha is for a loss that falls with compute "
+            "(val/loss, val/ppl), not a metric that rises"
+        )
     full = {short: axis for axis, short in sweep.short_names().items()}
     scale_key = full.get(scale_key, scale_key)
     if scale_key not in sweep.axes:
-        raise ValueError(f"--scale-key {scale_key} is not an axis of {sweep.source}; "
-                         f"its axes are {', '.join(sweep.axes) or 'none'}")
+        raise ValueError(
+            f"--scale-key {scale_key} is not an axis of {sweep.source}; its axes are {', '.join(sweep.axes) or 'none'}"
+        )
     others = [a for a in sweep.axes if a != scale_key and a not in per_point]
     names = sweep.short_names()
     curves: dict[tuple, Curve] = {}
@@ -515,6 +569,8 @@ def find_curve(curves: list[Curve], spec: str, short_names: dict[str, str]) -> C
     matches = [c for c in curves if all(c.axes.get(full.get(k, k), "\0") == v for k, v in wanted.items())]
     if len(matches) != 1:
         found = "no curve" if not matches else f"{len(matches)} curves"
-        raise ValueError(f"--baseline {spec}: matches {found}; the curves (the axes other than the scale key) are: "
-                         + "; ".join(c.label for c in curves))
+        raise ValueError(
+            f"--baseline {spec}: matches {found}; the curves (the axes other than the scale key) are: "
+            + "; ".join(c.label for c in curves)
+        )
     return matches[0]

@@ -88,8 +88,14 @@ def _p_values(d: np.ndarray, margin: float) -> tuple[np.ndarray, np.ndarray, np.
     return np.where(bad, np.nan, p), np.where(bad, np.nan, np.maximum(lower, upper)), mean
 
 
-def decide(diffs: np.ndarray, margin: float, looks: Sequence[int], alpha: float = ALPHA,
-           kind: str = "obrien-fleming", higher_is_better: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def decide(
+    diffs: np.ndarray,
+    margin: float,
+    looks: Sequence[int],
+    alpha: float = ALPHA,
+    kind: str = "obrien-fleming",
+    higher_is_better: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """The group-sequential verdict of paired differences ``diffs`` (variant - baseline per seed,
     in seed order, along the last axis; any leading shape). Returns ``(code, seeds)`` arrays: the
     verdict code (:data:`NAMES`) and the seeds it used. At each look with enough seeds: TOST at
@@ -118,8 +124,14 @@ def decide(diffs: np.ndarray, margin: float, looks: Sequence[int], alpha: float 
     return code, used
 
 
-def sequential_verdict(diffs: Sequence[float], margin: float, looks: Sequence[int], alpha: float = ALPHA,
-                       kind: str = "obrien-fleming", higher_is_better: bool = False) -> Decision:
+def sequential_verdict(
+    diffs: Sequence[float],
+    margin: float,
+    looks: Sequence[int],
+    alpha: float = ALPHA,
+    kind: str = "obrien-fleming",
+    higher_is_better: bool = False,
+) -> Decision:
     """:func:`decide` for one comparison, as a :class:`Decision` (``equivalent (±δ)`` spelled out)."""
     code, seeds = decide(np.asarray(diffs, dtype=float)[None, :], margin, looks, alpha, kind, higher_is_better)
     c, n = int(code[0]), int(seeds[0])

@@ -41,8 +41,13 @@ def seed_stats(values: list[float]) -> dict[str, float]:
     if not len(finite):
         return {"mean": math.nan, "std": math.nan, "min": math.nan, "max": math.nan, "n": 0}
     std = float(np.std(finite, ddof=1)) if len(finite) > 1 else math.nan
-    return {"mean": float(finite.mean()), "std": std, "min": float(finite.min()), "max": float(finite.max()),
-            "n": len(finite)}
+    return {
+        "mean": float(finite.mean()),
+        "std": std,
+        "min": float(finite.min()),
+        "max": float(finite.max()),
+        "n": len(finite),
+    }
 
 
 def completed(jobs: list[Job]) -> list[Job]:
@@ -117,13 +122,21 @@ def axis_series(sweep: Sweep, axis: str, metric: str) -> pd.DataFrame:
         values = dict(zip(sweep.axes, key))
         line = ", ".join(f"{names[a]}={values[a]}" for a in others) or "all jobs"
         failed = [job for job in jobs if job.status != "completed"]
-        rows.append({"line": line, "x": _number(values[axis]),
-                     **seed_stats([job.final(metric) for job in completed(jobs)]),
-                     "stuck": sum(is_stuck(job) for job in jobs), "failed": len(failed),
-                     "failed_status": ",".join(sorted({job.status for job in failed}))})
+        rows.append(
+            {
+                "line": line,
+                "x": _number(values[axis]),
+                **seed_stats([job.final(metric) for job in completed(jobs)]),
+                "stuck": sum(is_stuck(job) for job in jobs),
+                "failed": len(failed),
+                "failed_status": ",".join(sorted({job.status for job in failed})),
+            }
+        )
     frame = pd.DataFrame(rows, columns=["line", "x", *_STATS, "stuck", "failed", "failed_status"])
     order = {line: i for i, line in enumerate(dict.fromkeys(frame["line"]))}  # lines in run order
-    return frame.sort_values(["line", "x"], key=lambda c: c.map(order) if c.name == "line" else c).reset_index(drop=True)
+    return frame.sort_values(["line", "x"], key=lambda c: c.map(order) if c.name == "line" else c).reset_index(
+        drop=True
+    )
 
 
 # ----------------------------------------------------------------------------- paper comparison
@@ -155,13 +168,21 @@ def paper_series(sweep: Sweep, paper: PaperResults, metric: str, kind: str = "fi
         if match is None or not isinstance(match.value, float):
             continue
         values = [getattr(job, kind)(metric) for job in completed(jobs)]
-        rows.append({"variant": sweep.label(key), "paper": match.value, **seed_stats(values),
-                     "seeds": [v for v in values if math.isfinite(v)]})
+        rows.append(
+            {
+                "variant": sweep.label(key),
+                "paper": match.value,
+                **seed_stats(values),
+                "seeds": [v for v in values if math.isfinite(v)],
+            }
+        )
     frame = pd.DataFrame(rows, columns=["variant", "paper", *_STATS, "seeds"])
     if frame.empty:
-        raise ValueError(f"no variant of {sweep.source} matches a paper row with a numeric value "
-                         f"({paper.source or 'the paper file'}): rows whose value is text cannot be plotted, and each "
-                         "row's `axes` must name the sweep's keys and values (its axes: " + ", ".join(sweep.axes) + ")")
+        raise ValueError(
+            f"no variant of {sweep.source} matches a paper row with a numeric value "
+            f"({paper.source or 'the paper file'}): rows whose value is text cannot be plotted, and each "
+            "row's `axes` must name the sweep's keys and values (its axes: " + ", ".join(sweep.axes) + ")"
+        )
     ascending = not higher_is_better(paper.metric)
     return frame.sort_values("paper", ascending=ascending, kind="stable").reset_index(drop=True)
 
@@ -170,7 +191,6 @@ def paper_rank_correlation(frame: pd.DataFrame) -> float:
     """Spearman's rho between the paper's numbers and our means (variants without a mean left out)."""
     rows = frame[frame["mean"].notna()]
     return spearman(rows["paper"].to_numpy(), rows["mean"].to_numpy())
-
 
 
 # ----------------------------------------------------------------------------- config values
@@ -233,8 +253,12 @@ def lr_schedule(job: Job) -> pd.Series:
     min_ratio = config_number(job, "optim.min_lr_ratio") or 0.0
     steps = np.arange(trained_steps(job))
     fn = SCHEDULES[name]
-    return pd.Series([lr * fn(int(s), warmup, int(horizon), min_ratio) for s in steps], index=pd.Index(steps, name="step"),
-                     dtype=float, name=LR_METRIC)
+    return pd.Series(
+        [lr * fn(int(s), warmup, int(horizon), min_ratio) for s in steps],
+        index=pd.Index(steps, name="step"),
+        dtype=float,
+        name=LR_METRIC,
+    )
 
 
 def lr_matches_log(job: Job, schedule: pd.Series, tolerance: float = LR_TOLERANCE) -> bool:
@@ -298,8 +322,10 @@ def job_x(job: Job, steps, x: str = "steps") -> tuple[np.ndarray, str]:
             return (steps + 1) * per_step, f"(step + 1) x {per_step} tokens per step"
         if len(job.series(TOKENS_METRIC)):
             return _cumulative(job, TOKENS_METRIC, steps), TOKENS_METRIC
-        raise ValueError(f"{job.name}: no tokens per step in its config (data.batch_size x data.seq_len, LM only) "
-                         f"and no {TOKENS_METRIC} logged")
+        raise ValueError(
+            f"{job.name}: no tokens per step in its config (data.batch_size x data.seq_len, LM only) "
+            f"and no {TOKENS_METRIC} logged"
+        )
     if x == "time":
         if len(job.series(TIME_METRIC)):
             return _cumulative(job, TIME_METRIC, steps), TIME_METRIC
@@ -308,11 +334,15 @@ def job_x(job: Job, steps, x: str = "steps") -> tuple[np.ndarray, str]:
         per_step = tokens_per_step(job)
         if len(rate) and per_step is not None:
             last = int(max(steps.max(initial=0), rate.index.max()))
-            held = rate.reindex(np.arange(last + 1)).bfill().ffill()  # a rate covers the steps up to where it was logged
+            held = (
+                rate.reindex(np.arange(last + 1)).bfill().ffill()
+            )  # a rate covers the steps up to where it was logged
             elapsed = np.cumsum(per_step / held.to_numpy())
             return np.interp(steps, np.arange(last + 1), elapsed), f"summed from {RATE_METRIC}"
         wall, total = _number(job.record.get("wall_time_s")), trained_steps(job)
         if wall is not None and total > 0:
             return wall * (steps + 1) / total, "status.json wall_time_s spread evenly (includes validation)"
-        raise ValueError(f"{job.name}: neither {TIME_METRIC} nor {RATE_METRIC} logged, and no wall_time_s in status.json")
+        raise ValueError(
+            f"{job.name}: neither {TIME_METRIC} nor {RATE_METRIC} logged, and no wall_time_s in status.json"
+        )
     raise ValueError(f"x={x!r}: use one of {', '.join(X_AXES)}")

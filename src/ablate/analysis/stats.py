@@ -108,9 +108,15 @@ def shared_seeds(variant_seeds: Sequence[int | None], baseline_seeds: Sequence[i
     return [s for s in once if list(baseline_seeds).count(s) == 1]
 
 
-def compare(variant: Sequence[float], baseline: Sequence[float], variant_seeds: Sequence[int | None] | None = None,
-            baseline_seeds: Sequence[int | None] | None = None, confidence: float = CONFIDENCE,
-            power: float = POWER, margin: float | None = None) -> Comparison:
+def compare(
+    variant: Sequence[float],
+    baseline: Sequence[float],
+    variant_seeds: Sequence[int | None] | None = None,
+    baseline_seeds: Sequence[int | None] | None = None,
+    confidence: float = CONFIDENCE,
+    power: float = POWER,
+    margin: float | None = None,
+) -> Comparison:
     """Paired t-test on the shared seeds when there are at least two, else Welch's t-test on all
     values (non-finite values, e.g. of a diverged seed, are left out before pairing). Untested
     (``test=""``, NaN p) when a side has fewer than two values or the seeds show no spread.
@@ -121,13 +127,25 @@ def compare(variant: Sequence[float], baseline: Sequence[float], variant_seeds: 
     if len(pairs) >= 2:
         v, b = np.array([p[1] for p in pairs]), np.array([p[2] for p in pairs])
         se = float(np.std(v - b, ddof=1) / math.sqrt(len(v)))
-        return _test("paired", v, b, se, confidence, power, n_pairs=len(v), margin=margin,
-                     seeds=tuple(p[0] for p in pairs))
+        return _test(
+            "paired", v, b, se, confidence, power, n_pairs=len(v), margin=margin, seeds=tuple(p[0] for p in pairs)
+        )
     v, b = finite(variant), finite(baseline)
     if len(v) < 2 or len(b) < 2:
         diff = float(v.mean() - b.mean()) if len(v) and len(b) else math.nan
-        return Comparison(diff, math.nan, math.nan, math.nan, "", math.nan, math.nan, math.nan, len(v), len(b),
-                          margin=math.nan if margin is None else margin)
+        return Comparison(
+            diff,
+            math.nan,
+            math.nan,
+            math.nan,
+            "",
+            math.nan,
+            math.nan,
+            math.nan,
+            len(v),
+            len(b),
+            margin=math.nan if margin is None else margin,
+        )
     se = math.sqrt(v.var(ddof=1) / len(v) + b.var(ddof=1) / len(b))
     return _test("welch", v, b, se, confidence, power, margin=margin)
 
@@ -150,20 +168,57 @@ def _finite_pairs(variant, baseline, variant_seeds, baseline_seeds) -> list[tupl
     return [(s, v[s], b[s]) for s in seeds]
 
 
-def _test(name: str, v: np.ndarray, b: np.ndarray, se: float, confidence: float, power: float,
-          n_pairs: int = 0, margin: float | None = None, seeds: tuple = ()) -> Comparison:
+def _test(
+    name: str,
+    v: np.ndarray,
+    b: np.ndarray,
+    se: float,
+    confidence: float,
+    power: float,
+    n_pairs: int = 0,
+    margin: float | None = None,
+    seeds: tuple = (),
+) -> Comparison:
     diff = float(v.mean() - b.mean())
     delta = math.nan if margin is None else float(margin)
     if not se > 1e-12 * max(np.abs(v).max(), np.abs(b).max()):  # no spread beyond rounding: t is undefined
-        return Comparison(diff, math.nan, math.nan, math.nan, "", 0.0, math.nan, math.nan, len(v), len(b), n_pairs,
-                          delta, math.nan, seeds)
+        return Comparison(
+            diff,
+            math.nan,
+            math.nan,
+            math.nan,
+            "",
+            0.0,
+            math.nan,
+            math.nan,
+            len(v),
+            len(b),
+            n_pairs,
+            delta,
+            math.nan,
+            seeds,
+        )
     paired = name == "paired"
     result = t_test(v, b, paired=paired)
     ci = result.confidence_interval(confidence)
     df = float(result.df)
     p_tost = float(tost(v, b, delta, paired)) if margin is not None else math.nan
-    return Comparison(diff, float(ci.low), float(ci.high), float(result.pvalue), name, se, df,
-                      mde(se, df, 1 - confidence, power), len(v), len(b), n_pairs, delta, p_tost, seeds)
+    return Comparison(
+        diff,
+        float(ci.low),
+        float(ci.high),
+        float(result.pvalue),
+        name,
+        se,
+        df,
+        mde(se, df, 1 - confidence, power),
+        len(v),
+        len(b),
+        n_pairs,
+        delta,
+        p_tost,
+        seeds,
+    )
 
 
 def tost(variant: np.ndarray, baseline: np.ndarray, margin: float, paired: bool) -> np.ndarray | float:
@@ -171,8 +226,11 @@ def tost(variant: np.ndarray, baseline: np.ndarray, margin: float, paired: bool)
     the larger of the one-sided p-values of H0: Δ <= -δ (scipy's test of variant + δ against the
     baseline, alternative ``greater``) and H0: Δ >= +δ (variant - δ, alternative ``less``), with
     the paired or Welch t-test. Small p: |Δ| < δ."""
-    test = (lambda a, b, alt: stats.ttest_rel(a, b, axis=-1, alternative=alt)) if paired else \
-        (lambda a, b, alt: stats.ttest_ind(a, b, equal_var=False, axis=-1, alternative=alt))
+    test = (
+        (lambda a, b, alt: stats.ttest_rel(a, b, axis=-1, alternative=alt))
+        if paired
+        else (lambda a, b, alt: stats.ttest_ind(a, b, equal_var=False, axis=-1, alternative=alt))
+    )
     lower = test(variant + margin, baseline, "greater").pvalue
     upper = test(variant - margin, baseline, "less").pvalue
     p = np.maximum(lower, upper)
@@ -262,10 +320,20 @@ def divergence_test(k: int, n: int, k_baseline: int, n_baseline: int, confidence
     return Rates(int(k), int(n), low, high, int(k_baseline), int(n_baseline), p)
 
 
-def verdict(comparison: Comparison, p_adjusted: float, higher_is_better: bool, diverged: int = 0, seeds: int = 0,
-            baseline_diverged: int = 0, baseline_seeds: int = 0, alpha: float = ALPHA,
-            p_tost_adjusted: float = math.nan, divergence_p_adjusted: float = math.nan, stalled: int = 0,
-            completed: int | None = None) -> str:
+def verdict(
+    comparison: Comparison,
+    p_adjusted: float,
+    higher_is_better: bool,
+    diverged: int = 0,
+    seeds: int = 0,
+    baseline_diverged: int = 0,
+    baseline_seeds: int = 0,
+    alpha: float = ALPHA,
+    p_tost_adjusted: float = math.nan,
+    divergence_p_adjusted: float = math.nan,
+    stalled: int = 0,
+    completed: int | None = None,
+) -> str:
     """The verdict against the baseline, from the family-adjusted p-values (Holm):
 
     1. divergence: when Boschloo's test of the divergence rates is significant
@@ -291,8 +359,10 @@ def verdict(comparison: Comparison, p_adjusted: float, higher_is_better: bool, d
         more = diverged / max(seeds, 1) > baseline_diverged / max(baseline_seeds, 1)
         word = WORSE if more else BETTER
         rest = f"; stalled {stalled}/{completed if completed is not None else seeds}" if stalled else ""
-        return f"{word} (diverges {'more' if more else 'less'}: {diverged}/{seeds} vs " \
-               f"{baseline_diverged}/{baseline_seeds}{rest})"
+        return (
+            f"{word} (diverges {'more' if more else 'less'}: {diverged}/{seeds} vs "
+            f"{baseline_diverged}/{baseline_seeds}{rest})"
+        )
     if not comparison.tested:
         why = "no seed spread" if comparison.se == 0 else "n < 2"
         return (INCONCLUSIVE if diverged else "not tested") + f" ({why}" + (f"; {note[2:]}" if note else ")")

@@ -47,7 +47,7 @@ THROUGHPUT = "train/tokens_per_sec"
 def available_metrics(sweep: Sweep) -> list[str]:
     names: set[str] = set()
     for job in sweep.jobs:
-        names |= set(job.metrics.columns) | set((job.record.get("metrics") or {}))
+        names |= set(job.metrics.columns) | set(job.record.get("metrics") or {})
     return sorted(names)
 
 
@@ -76,19 +76,25 @@ def mean_std(values: list[float]) -> tuple[float, float]:
 
 
 def _counts(jobs: list[Job]) -> dict[str, int]:
-    return {status: sum(job.status == status for job in jobs) for status in ("completed", "diverged", "crashed", "incomplete")}
+    return {
+        status: sum(job.status == status for job in jobs)
+        for status in ("completed", "diverged", "crashed", "incomplete")
+    }
 
 
-def variant_row(sweep: Sweep, key: tuple, jobs: list[Job], metric: str, test: str | None,
-                paper: PaperResults | None) -> dict[str, object]:
+def variant_row(
+    sweep: Sweep, key: tuple, jobs: list[Job], metric: str, test: str | None, paper: PaperResults | None
+) -> dict[str, object]:
     """One summary row (numbers, not formatted) for the ``jobs`` of one variant."""
     done = [job for job in jobs if job.status == "completed"]
     row: dict[str, object] = dict(zip(sweep.axes, key))
     row.update(seeds=len(jobs), seed_values=",".join(str(j.seed) for j in jobs if j.seed is not None), **_counts(jobs))
     row["stalled"] = sum(is_stalled(job) for job in done)
-    for name, values in ((f"{metric} final", [j.final(metric) for j in done]),
-                         (f"{metric} best", [j.best(metric) for j in done]),
-                         *(((f"{test}", [j.final(test) for j in done]),) if test else ())):
+    for name, values in (
+        (f"{metric} final", [j.final(metric) for j in done]),
+        (f"{metric} best", [j.best(metric) for j in done]),
+        *(((f"{test}", [j.final(test) for j in done]),) if test else ()),
+    ):
         row[f"{name} mean"], row[f"{name} std"] = mean_std(values)
     if paper is not None:
         match = paper.lookup(jobs[0])
@@ -102,9 +108,14 @@ def variant_row(sweep: Sweep, key: tuple, jobs: list[Job], metric: str, test: st
     return row
 
 
-def summarize(sweep: Sweep, metric: str | None = None, paper: PaperResults | None = None,
-              baseline: str | None = None, basis: str = budget.DEFAULT_BASIS,
-              margin: float | None = None) -> pd.DataFrame:
+def summarize(
+    sweep: Sweep,
+    metric: str | None = None,
+    paper: PaperResults | None = None,
+    baseline: str | None = None,
+    basis: str = budget.DEFAULT_BASIS,
+    margin: float | None = None,
+) -> pd.DataFrame:
     """The summary table as numbers: one row per variant (see the module docstring), with its
     cost and metric at equal cost; with ``baseline`` (``"axis=value,..."``) the statistics
     against that row as well, on the final metric (``basis="steps"``) or the metric at the
@@ -142,8 +153,10 @@ def where(sweep: Sweep, spec: str) -> Sweep:
     kept = [job for job in sweep.jobs if all(job.value(full.get(k, k)) == v for k, v in wanted.items())]
     if not kept:
         values = {k: sorted({str(job.value(full.get(k, k))) for job in sweep.jobs}) for k in wanted}
-        raise ValueError(f"--where {spec}: no job of {sweep.source} has these values; the jobs have "
-                         + "; ".join(f"{k}: {', '.join(v)}" for k, v in values.items()))
+        raise ValueError(
+            f"--where {spec}: no job of {sweep.source} has these values; the jobs have "
+            + "; ".join(f"{k}: {', '.join(v)}" for k, v in values.items())
+        )
     return Sweep.from_jobs(sweep.source, kept)
 
 
@@ -153,14 +166,17 @@ def find_baseline(sweep: Sweep, spec: str) -> tuple:
     wanted = parse_baseline(spec)
     full = {short: axis for axis, short in sweep.short_names().items()}
     variants = sweep.variants()
-    matches = [key for key, jobs in variants.items()
-               if all(jobs[0].value(full.get(k, k)) == v for k, v in wanted.items())]
+    matches = [
+        key for key, jobs in variants.items() if all(jobs[0].value(full.get(k, k)) == v for k, v in wanted.items())
+    ]
     rows = "; ".join(sweep.label(key) for key in variants)
     if not matches:
         raise ValueError(f"--baseline {spec}: matches no configuration of {sweep.source}; its rows are: {rows}")
     if len(matches) > 1:
-        raise ValueError(f"--baseline {spec}: matches {len(matches)} configurations "
-                         f"({'; '.join(sweep.label(k) for k in matches)}): name more axes to pick one of: {rows}")
+        raise ValueError(
+            f"--baseline {spec}: matches {len(matches)} configurations "
+            f"({'; '.join(sweep.label(k) for k in matches)}): name more axes to pick one of: {rows}"
+        )
     return matches[0]
 
 
@@ -186,13 +202,21 @@ def margin_for(sweep: Sweep, metric: str, margin: float | None = None) -> float 
         if declared is not None:
             found.add(float(declared))
     if len(found) > 1:
-        raise ValueError(f"the jobs of {sweep.source} declare different analysis.margin values for {metric} "
-                         f"({', '.join(f'{m:g}' for m in sorted(found))}): give --margin")
+        raise ValueError(
+            f"the jobs of {sweep.source} declare different analysis.margin values for {metric} "
+            f"({', '.join(f'{m:g}' for m in sorted(found))}): give --margin"
+        )
     return found.pop() if found else None
 
 
-def compare_to_baseline(frame: pd.DataFrame, sweep: Sweep, spec: str, alpha: float = stats.ALPHA,
-                        basis: str = budget.DEFAULT_BASIS, margin: float | None = None) -> pd.DataFrame:
+def compare_to_baseline(
+    frame: pd.DataFrame,
+    sweep: Sweep,
+    spec: str,
+    alpha: float = stats.ALPHA,
+    basis: str = budget.DEFAULT_BASIS,
+    margin: float | None = None,
+) -> pd.DataFrame:
     """``frame`` with the statistics of the final metric (``basis="steps"``), or of the metric at
     the matched FLOPs/time budget (``frame.attrs["matched"]``), per row and against the baseline
     row (column names in the module docstring; :mod:`~ablate.analysis.stats` for the methods).
@@ -213,27 +237,77 @@ def compare_to_baseline(frame: pd.DataFrame, sweep: Sweep, spec: str, alpha: flo
         values, seeds = _finals(jobs, metric, value)
         ci = stats.interval(values)
         used = [s for s, v in zip(seeds, values, strict=True) if v is not None and math.isfinite(v)]
-        cell = {f"{name} n": ci.n, f"{name} ci_low": ci.low, f"{name} ci_high": ci.high, "basis": basis,
-                "mean_seeds": ",".join(str(s) for s in used), "margin": math.nan if margin is None else margin}
+        cell = {
+            f"{name} n": ci.n,
+            f"{name} ci_low": ci.low,
+            f"{name} ci_high": ci.high,
+            "basis": basis,
+            "mean_seeds": ",".join(str(s) for s in used),
+            "margin": math.nan if margin is None else margin,
+        }
         counts = _counts(jobs)
         rates = stats.divergence_test(counts["diverged"], len(jobs), base_counts["diverged"], len(variants[base_key]))
         cell.update(diverged_rate=rates.rate, diverged_ci_low=rates.low, diverged_ci_high=rates.high)
         if key != base_key:
             c = stats.compare(values, base_values, seeds, base_seeds, margin=margin)
-            cell.update(diff=c.diff, diff_ci_low=c.low, diff_ci_high=c.high, p=c.p, test=c.test, pairs=c.n_pairs,
-                        diff_seeds=",".join(str(x) for x in c.seeds), n_variant=c.n_variant, n_baseline=c.n_baseline,
-                        se=c.se, df=c.df, p_tost=c.p_tost, p_diverged=rates.p,
-                        baseline_diverged=base_counts["diverged"], baseline_seeds=len(variants[base_key]))
+            cell.update(
+                diff=c.diff,
+                diff_ci_low=c.low,
+                diff_ci_high=c.high,
+                p=c.p,
+                test=c.test,
+                pairs=c.n_pairs,
+                diff_seeds=",".join(str(x) for x in c.seeds),
+                n_variant=c.n_variant,
+                n_baseline=c.n_baseline,
+                se=c.se,
+                df=c.df,
+                p_tost=c.p_tost,
+                p_diverged=rates.p,
+                baseline_diverged=base_counts["diverged"],
+                baseline_seeds=len(variants[base_key]),
+            )
         cells.append(cell)
     columns = [f"{name} {stat}" for stat in ("n", "ci_low", "ci_high")] + [
-        "mean_seeds", "diff", "diff_ci_low", "diff_ci_high", "diff_seeds", "n_variant", "n_baseline", "p", "p_holm",
-        "test", "pairs", "se", "df", "mde", "margin", "p_tost", "p_tost_holm", "diverged_rate", "diverged_ci_low",
-        "diverged_ci_high", "p_diverged", "p_diverged_holm", "baseline_diverged", "baseline_seeds", "verdict", "basis"]
+        "mean_seeds",
+        "diff",
+        "diff_ci_low",
+        "diff_ci_high",
+        "diff_seeds",
+        "n_variant",
+        "n_baseline",
+        "p",
+        "p_holm",
+        "test",
+        "pairs",
+        "se",
+        "df",
+        "mde",
+        "margin",
+        "p_tost",
+        "p_tost_holm",
+        "diverged_rate",
+        "diverged_ci_low",
+        "diverged_ci_high",
+        "p_diverged",
+        "p_diverged_holm",
+        "baseline_diverged",
+        "baseline_seeds",
+        "verdict",
+        "basis",
+    ]
     for cell, key in zip(cells, variants, strict=True):
         cell["verdict"] = "baseline" if key == base_key else ""
     out = pd.concat([frame, pd.DataFrame(cells, index=frame.index, columns=columns)], axis=1)
-    out.attrs.update(frame.attrs, baseline=sweep.label(base_key), alpha=alpha, basis=basis, basis_column=name,
-                     basis_text=budget.describe_basis(metric, basis, matched), margin=margin)
+    out.attrs.update(
+        frame.attrs,
+        baseline=sweep.label(base_key),
+        alpha=alpha,
+        basis=basis,
+        basis_column=name,
+        basis_text=budget.describe_basis(metric, basis, matched),
+        margin=margin,
+    )
     return adjust_family([out], alpha)[0]
 
 
@@ -263,19 +337,46 @@ def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> lis
                 verdicts.append("baseline")
                 mdes.append(math.nan)
                 continue
-            comparison = stats.Comparison(row["diff"], row["diff_ci_low"], row["diff_ci_high"], row["p"],
-                                          row["test"] if isinstance(row["test"], str) else "", row["se"], row["df"],
-                                          math.nan, int(row["n_variant"]), int(row["n_baseline"]), int(row["pairs"]),
-                                          row["margin"], row["p_tost"])
+            comparison = stats.Comparison(
+                row["diff"],
+                row["diff_ci_low"],
+                row["diff_ci_high"],
+                row["p"],
+                row["test"] if isinstance(row["test"], str) else "",
+                row["se"],
+                row["df"],
+                math.nan,
+                int(row["n_variant"]),
+                int(row["n_baseline"]),
+                int(row["pairs"]),
+                row["margin"],
+                row["p_tost"],
+            )
             mdes.append(stats.mde(row["se"], row["df"], alpha / max(m, 1)) if comparison.tested else math.nan)
-            verdicts.append(stats.verdict(comparison, row["p_holm"], better_up, int(row["diverged"]), int(row["seeds"]),
-                                          int(row["baseline_diverged"]), int(row["baseline_seeds"]), alpha,
-                                          p_tost_adjusted=row["p_tost_holm"],
-                                          divergence_p_adjusted=row["p_diverged_holm"], stalled=int(row["stalled"]),
-                                          completed=int(row["completed"])))
+            verdicts.append(
+                stats.verdict(
+                    comparison,
+                    row["p_holm"],
+                    better_up,
+                    int(row["diverged"]),
+                    int(row["seeds"]),
+                    int(row["baseline_diverged"]),
+                    int(row["baseline_seeds"]),
+                    alpha,
+                    p_tost_adjusted=row["p_tost_holm"],
+                    divergence_p_adjusted=row["p_diverged_holm"],
+                    stalled=int(row["stalled"]),
+                    completed=int(row["completed"]),
+                )
+            )
         frame["verdict"], frame["mde"] = verdicts, mdes
-        frame.attrs.update(alpha=alpha, family=m, family_frames=len(frames), metric=metric,
-                           tested=int(np.isfinite(frame["p"].to_numpy(dtype=float)).sum()))
+        frame.attrs.update(
+            alpha=alpha,
+            family=m,
+            family_frames=len(frames),
+            metric=metric,
+            tested=int(np.isfinite(frame["p"].to_numpy(dtype=float)).sum()),
+        )
         out.append(frame)
     return out
 
@@ -318,7 +419,12 @@ def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     header += [test] if test else []
     header += [f"paper {paper.metric}"] if paper else []
     stalled = bool(frame["stalled"].sum())
-    header += ["diverged"] + (["stalled"] if stalled else []) + (["crashed"] if failed else []) + ["steps", f"Δ {LATE_METRIC} per last {LATE_FRACTION:.0%}"]
+    header += (
+        ["diverged"]
+        + (["stalled"] if stalled else [])
+        + (["crashed"] if failed else [])
+        + ["steps", f"Δ {LATE_METRIC} per last {LATE_FRACTION:.0%}"]
+    )
     header += ["wall time (s)", "tokens/s"]
     align = [" --- " if i < len(sweep.axes) else " ---: " for i in range(len(header))]  # axes left, numbers right
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
@@ -369,25 +475,46 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     margin = frame.attrs.get("margin")
     diverging = bool(frame["diverged"].sum())
     header = [names[a] for a in sweep.axes] + [
-        "seeds", "n", column, "95% CI", "Δ vs baseline", "Δ 95% CI", "Δ on", "p", "p (Holm)"]
+        "seeds",
+        "n",
+        column,
+        "95% CI",
+        "Δ vs baseline",
+        "Δ 95% CI",
+        "Δ on",
+        "p",
+        "p (Holm)",
+    ]
     header += [f"p equiv ±{margin:g} (Holm)"] if margin is not None else []
     header += ["diverged (95% CI)", "p diverged (Holm)"] if diverging else []
     header += ["MDE (80%, α/m)", "verdict"]
     left = ("seeds", "Δ on", "verdict", "diverged (95% CI)")
     align = [" --- " if i < len(sweep.axes) or name in left else " ---: " for i, name in enumerate(header)]
-    lines = [f"Against the baseline {frame.attrs['baseline']} ({frame.attrs['basis_text']}):", "",
-             "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines = [
+        f"Against the baseline {frame.attrs['baseline']} ({frame.attrs['basis_text']}):",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(align) + "|",
+    ]
     for _, row in frame.iterrows():
         base = row["verdict"] == "baseline"
         cells = [str(row[a]) for a in sweep.axes] + [row["mean_seeds"] or "—", str(int(row[f"{column} n"]))]
-        cells += [fmt(row[f"{column} mean"], row[f"{column} std"]), _ci(row[f"{column} ci_low"], row[f"{column} ci_high"])]
+        cells += [
+            fmt(row[f"{column} mean"], row[f"{column} std"]),
+            _ci(row[f"{column} ci_low"], row[f"{column} ci_high"]),
+        ]
         if base:
             cells += ["—"] * (5 + (margin is not None))
             cells += [_rate(row), "—"] if diverging else []
             cells += ["—"]
         else:
-            cells += [fmt(row["diff"]), _ci(row["diff_ci_low"], row["diff_ci_high"]), _delta_on(row), _p(row["p"]),
-                      _p(row["p_holm"])]
+            cells += [
+                fmt(row["diff"]),
+                _ci(row["diff_ci_low"], row["diff_ci_high"]),
+                _delta_on(row),
+                _p(row["p"]),
+                _p(row["p_holm"]),
+            ]
             cells += [_p(row["p_tost_holm"])] if margin is not None else []
             cells += [_rate(row), _p(row["p_diverged_holm"])] if diverging else []
             cells += [fmt(row["mde"])]
@@ -400,37 +527,60 @@ def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
     metric, alpha, margin = frame.attrs["metric"], frame.attrs["alpha"], frame.attrs.get("margin")
     m, slices = frame.attrs.get("family", frame.attrs.get("tested", 0)), frame.attrs.get("family_frames", 1)
     way = "higher" if higher_is_better(metric) else "lower"
-    family = f"the {m} comparisons of this table" if slices == 1 else f"the {m} comparisons of all {slices} tables of this call"
-    notes = [f"Δ = variant - baseline of the {frame.attrs['basis_text']}; over completed seeds ({way} is better). "
-             "seeds / n: the seeds the mean and its 95% CI (Student t) rest on; Δ on: the seeds Δ, its CI and p rest on "
-             "(paired t-test on the seeds both share when they share >= 2, else Welch's t-test on all of them). "
-             f"p (Holm): corrected over {family} (Holm 1979); verdicts at alpha = {alpha:g}."]
+    family = (
+        f"the {m} comparisons of this table"
+        if slices == 1
+        else f"the {m} comparisons of all {slices} tables of this call"
+    )
+    notes = [
+        f"Δ = variant - baseline of the {frame.attrs['basis_text']}; over completed seeds ({way} is better). "
+        "seeds / n: the seeds the mean and its 95% CI (Student t) rest on; Δ on: the seeds Δ, its CI and p rest on "
+        "(paired t-test on the seeds both share when they share >= 2, else Welch's t-test on all of them). "
+        f"p (Holm): corrected over {family} (Holm 1979); verdicts at alpha = {alpha:g}."
+    ]
     if margin is not None:
-        notes.append(f"Equivalence: TOST (two one-sided t-tests, same pairing) of |Δ| < {margin:g}, the smallest "
-                     "difference of interest; Holm over the same family. \"equivalent (±δ)\" when it holds, whatever "
-                     "the difference test says (any difference is then smaller than δ).")
-    verdicts = ("better / worse: p (Holm) < alpha; " + (f"equivalent (±{margin:g}): p equiv (Holm) < alpha; "
-                if margin is not None else "") + "inconclusive: neither"
-                + ("" if margin is not None else " (no equivalence margin given: --margin δ, or analysis.margin in "
-                   "the experiment config, adds the equivalence test)")
-                + ". Inconclusive is not \"no difference\": the data are compatible with the whole Δ 95% CI.")
+        notes.append(
+            f"Equivalence: TOST (two one-sided t-tests, same pairing) of |Δ| < {margin:g}, the smallest "
+            'difference of interest; Holm over the same family. "equivalent (±δ)" when it holds, whatever '
+            "the difference test says (any difference is then smaller than δ)."
+        )
+    verdicts = (
+        "better / worse: p (Holm) < alpha; "
+        + (f"equivalent (±{margin:g}): p equiv (Holm) < alpha; " if margin is not None else "")
+        + "inconclusive: neither"
+        + (
+            ""
+            if margin is not None
+            else " (no equivalence margin given: --margin δ, or analysis.margin in "
+            "the experiment config, adds the equivalence test)"
+        )
+        + '. Inconclusive is not "no difference": the data are compatible with the whole Δ 95% CI.'
+    )
     notes.append(verdicts)
-    notes.append(f"MDE (80%, α/m): design information for the next sweep: the true |Δ| this test, at this n and this "
-                 f"seed spread, would detect with 80% power at alpha/m = {alpha:g}/{max(m, 1)}. It is not a bound on "
-                 "the true effect of an inconclusive row (that reading is the post-hoc power fallacy); only the "
-                 "equivalence test bounds it.")
+    notes.append(
+        f"MDE (80%, α/m): design information for the next sweep: the true |Δ| this test, at this n and this "
+        f"seed spread, would detect with 80% power at alpha/m = {alpha:g}/{max(m, 1)}. It is not a bound on "
+        "the true effect of an inconclusive row (that reading is the post-hoc power fallacy); only the "
+        "equivalence test bounds it."
+    )
     if bool(frame["diverged"].sum()):
-        notes.append("Diverged seeds have no final value; the rate is shown with its Clopper-Pearson 95% interval and "
-                     "compared with the baseline's by Boschloo's exact test (two-sided, Holm over the family): a "
-                     "significant excess is \"worse (diverges more: k/n vs k/n)\" whatever the surviving seeds scored; "
-                     "otherwise the surviving seeds decide and \"(diverged k/n)\" is noted.")
+        notes.append(
+            "Diverged seeds have no final value; the rate is shown with its Clopper-Pearson 95% interval and "
+            "compared with the baseline's by Boschloo's exact test (two-sided, Holm over the family): a "
+            'significant excess is "worse (diverges more: k/n vs k/n)" whatever the surviving seeds scored; '
+            'otherwise the surviving seeds decide and "(diverged k/n)" is noted.'
+        )
     if bool(frame["stalled"].sum()):
-        notes.append(f"stalled k/n: completed seeds whose final {STALL_METRIC_TEXT} is within {STALL_TOLERANCE:.0%} of "
-                     "their first validation's (they never left the starting plateau); their values are in the test.")
+        notes.append(
+            f"stalled k/n: completed seeds whose final {STALL_METRIC_TEXT} is within {STALL_TOLERANCE:.0%} of "
+            "their first validation's (they never left the starting plateau); their values are in the test."
+        )
     few = [sweep.label(key) for key, n in zip(sweep.variants(), frame[f"{frame.attrs['basis_column']} n"]) if n < 2]
     if few:
-        notes.append(f"No CI or test for {'; '.join(few)}: fewer than 2 completed seeds (a t interval and a t-test "
-                     "need the seed spread, which one value does not give); run more seeds (seed=1,2,3).")
+        notes.append(
+            f"No CI or test for {'; '.join(few)}: fewer than 2 completed seeds (a t interval and a t-test "
+            "need the seed spread, which one value does not give); run more seeds (seed=1,2,3)."
+        )
     return "\n".join(notes) + "\n"
 
 
@@ -440,15 +590,23 @@ STALL_METRIC_TEXT = "val/loss"
 def legend(frame: pd.DataFrame, sweep: Sweep) -> str:
     metric, paper = frame.attrs["metric"], frame.attrs["paper"]
     best = "maximum" if metric.endswith(("bleu", "acc", "accuracy")) else "minimum"
-    notes = [f"Sweep: {sweep.source} ({len(sweep.jobs)} jobs; axes: {', '.join(sweep.axes) or 'none'}).",
-             f"Metrics: mean ± sample std (n-1) over the seeds that completed; final = last validation, best = its {best}. "
-             "Diverged and crashed seeds are counted, not averaged. Wall time: mean per job; tokens/s: median over training.",
-             *([f"stalled: completed seeds whose final val/loss is within {STALL_TOLERANCE:.0%} of their first "
-                "validation's (never left the starting plateau); they are in the means."] if frame["stalled"].sum() else []),
-             f"Δ {LATE_METRIC} per last {LATE_FRACTION:.0%}: the slope of {LATE_METRIC} between the last two validations, per "
-             f"{LATE_FRACTION:.0%} of the run's steps (mean ± std over completed seeds; negative: still falling; a secant, so "
-             "steeper than the very end of a flattening curve). A gap between rows much smaller than it may close or "
-             "reverse with more steps."]
+    notes = [
+        f"Sweep: {sweep.source} ({len(sweep.jobs)} jobs; axes: {', '.join(sweep.axes) or 'none'}).",
+        f"Metrics: mean ± sample std (n-1) over the seeds that completed; final = last validation, best = its {best}. "
+        "Diverged and crashed seeds are counted, not averaged. Wall time: mean per job; tokens/s: median over training.",
+        *(
+            [
+                f"stalled: completed seeds whose final val/loss is within {STALL_TOLERANCE:.0%} of their first "
+                "validation's (never left the starting plateau); they are in the means."
+            ]
+            if frame["stalled"].sum()
+            else []
+        ),
+        f"Δ {LATE_METRIC} per last {LATE_FRACTION:.0%}: the slope of {LATE_METRIC} between the last two validations, per "
+        f"{LATE_FRACTION:.0%} of the run's steps (mean ± std over completed seeds; negative: still falling; a secant, so "
+        "steeper than the very end of a flattening curve). A gap between rows much smaller than it may close or "
+        "reverse with more steps.",
+    ]
     if paper is not None:
         notes.append(f"Paper: {paper.metric} from {paper.source or 'the paper file'}.")
     failed = [job for job in sweep.jobs if job.status in ("crashed", "incomplete")]

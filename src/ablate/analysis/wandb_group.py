@@ -43,7 +43,8 @@ def require_online() -> None:
         raise WandbUnavailable(
             f"cannot read from W&B: it is {mode} here ({reason}). Summarise the local sweep directory instead "
             "(python scripts/summarize.py logs/multirun/<sweep>), or sync the offline runs with `wandb sync` from a "
-            "machine with network and credentials (wandb login), then retry there.")
+            "machine with network and credentials (wandb login), then retry there."
+        )
 
 
 def overrides_from_name(name: str) -> dict[str, str]:
@@ -67,12 +68,25 @@ def job_from_run(run: Any) -> Job:
     summary = dict(run.summary._json_dict) if hasattr(run.summary, "_json_dict") else dict(run.summary)
     config = dict(run.config)
     status = summary.get("status") or _STATE_TO_STATUS.get(run.state, "incomplete")
-    record = {"status": status, "steps": summary.get("steps"), "wall_time_s": summary.get("wall_time_s"),
-              "axes": config.get("axes"), "error": f"W&B run state: {run.state}",
-              "metrics": {k: v for k, v in summary.items() if isinstance(v, (int, float)) and "/" in k}}
+    record = {
+        "status": status,
+        "steps": summary.get("steps"),
+        "wall_time_s": summary.get("wall_time_s"),
+        "axes": config.get("axes"),
+        "error": f"W&B run state: {run.state}",
+        "metrics": {k: v for k, v in summary.items() if isinstance(v, (int, float)) and "/" in k},
+    }
     started = pd.Timestamp(run.created_at).timestamp() if getattr(run, "created_at", None) else 0.0
-    return Job(name=run.name, source="/".join(run.path), overrides=overrides_from_name(run.name), status=status,
-               record=record, config=config, metrics=history_frame(run), started=started)
+    return Job(
+        name=run.name,
+        source="/".join(run.path),
+        overrides=overrides_from_name(run.name),
+        status=status,
+        record=record,
+        config=config,
+        metrics=history_frame(run),
+        started=started,
+    )
 
 
 def load_wandb_group(project_path: str, group: str) -> Sweep:
@@ -84,6 +98,8 @@ def load_wandb_group(project_path: str, group: str) -> Sweep:
 
     runs = list(wandb.Api(timeout=API_TIMEOUT_S).runs(project_path, filters={"group": group}))
     if not runs:
-        raise ValueError(f"no runs in W&B group {group!r} of {project_path}: check the group name (the run page's "
-                         "'Group' field; train.py -m names it after the sweep directory)")
+        raise ValueError(
+            f"no runs in W&B group {group!r} of {project_path}: check the group name (the run page's "
+            "'Group' field; train.py -m names it after the sweep directory)"
+        )
     return Sweep.from_jobs(f"wandb:{project_path}/{group}", [job_from_run(r) for r in runs])

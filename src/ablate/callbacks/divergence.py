@@ -19,7 +19,9 @@ class DivergenceMonitor(Callback):
         self.diverged_at: int | None = None
         self.reason = ""
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         # under DDP every rank must decide alike (one stopping alone leaves the others waiting in
         # the next all-reduce): decide on the mean over ranks

@@ -106,7 +106,9 @@ class GradNormMonitor(Callback):
         out["grad_norm/total"] = values[-1]
         return out
 
-    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer) -> None:
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
         if not self.should_log(trainer.global_step) or not trainer.is_global_zero:
             return
         metrics = self.compute()

@@ -55,15 +55,19 @@ class GracefulInterrupt(Callback):
             raise KeyboardInterrupt
         self._requested = True
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        print(f"\n{name}: stopping after this step and saving a checkpoint (press Ctrl-C again to stop at once)",
-              file=sys.stderr, flush=True)
+        print(
+            f"\n{name}: stopping after this step and saving a checkpoint (press Ctrl-C again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
             self._previous = {signum: signal.signal(signum, self._handler) for signum in self.SIGNALS}
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if (batch_idx + 1) % trainer.accumulate_grad_batches:
             return  # mid-accumulation: stop only where an optimiser step has just been taken
         requested = self._requested

@@ -37,7 +37,7 @@ VAL_METRICS = (("val/loss", "loss"), ("val/ppl", "ppl"), ("val/bleu", "bleu"))
 
 def format_duration(seconds: float) -> str:
     """``m:ss`` below an hour, ``h:mm:ss`` above."""
-    seconds = max(int(round(seconds)), 0)
+    seconds = max(round(seconds), 0)
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
@@ -86,8 +86,13 @@ class TextProgress(ProgressBar):
         clock: seconds, for the cadence, elapsed time and ETA (tests give a fake one).
     """
 
-    def __init__(self, every_n_steps: int | None = None, every_n_seconds: float = 30.0, stream: Any = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        every_n_steps: int | None = None,
+        every_n_seconds: float = 30.0,
+        stream: Any = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         super().__init__()
         if every_n_steps is not None and (not isinstance(every_n_steps, int) or every_n_steps < 1):
             raise ValueError(f"every_n_steps must be a positive integer or null, got {every_n_steps!r}")
@@ -129,7 +134,7 @@ class TextProgress(ProgressBar):
             return int(trainer.max_steps)
         try:
             total = trainer.estimated_stepping_batches
-        except Exception:  # noqa: BLE001 - an estimate only; no dataloader yet, infinite, ...
+        except Exception:
             return None
         return int(total) if total and math.isfinite(total) else None
 
@@ -209,8 +214,9 @@ class TextProgress(ProgressBar):
         self._seen_step = trainer.global_step
         self._printed_step = self._printed_time = None
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         step = trainer.global_step
         if step == self._seen_step:  # gradient accumulation: no optimiser step at this batch
             return
@@ -255,7 +261,9 @@ class StepsRichProgressBar(RichProgressBar):
         return super()._get_train_description(current_epoch)
 
 
-def progress_callback(mode: str = "auto", every_n_steps: int | None = None, every_n_seconds: float = 30.0) -> ProgressBar:
+def progress_callback(
+    mode: str = "auto", every_n_steps: int | None = None, every_n_seconds: float = 30.0
+) -> ProgressBar:
     """The progress display of a run (``callbacks.progress_bar`` in the config).
 
     Args:
@@ -264,8 +272,10 @@ def progress_callback(mode: str = "auto", every_n_steps: int | None = None, ever
         every_n_steps, every_n_seconds: the text lines' cadence (:class:`TextProgress`).
     """
     if mode not in MODES:
-        raise ValueError(f"callbacks.progress_bar.mode must be one of {', '.join(MODES)}, got {mode!r} "
-                         "(callbacks.progress_bar=null: no progress output)")
+        raise ValueError(
+            f"callbacks.progress_bar.mode must be one of {', '.join(MODES)}, got {mode!r} "
+            "(callbacks.progress_bar=null: no progress output)"
+        )
     if mode == "auto":
         mode = "bar" if stdout_is_terminal() else "text"
     if mode == "bar":

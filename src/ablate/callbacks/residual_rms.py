@@ -133,18 +133,21 @@ class ResidualRMSMonitor(Callback):
         # torch.compile's wrapper, by name: importing torch._dynamo just to check costs seconds
         compiled = any(type(m).__name__ == "OptimizedModule" for m in pl_module.modules())
         if compiled and not self._disabled:
-            rank_zero_warn("callbacks.residual_rms is off under model.compile=true: its hooks would recompile "
-                           "the model")
+            rank_zero_warn(
+                "callbacks.residual_rms is off under model.compile=true: its hooks would recompile the model"
+            )
         self._disabled = compiled
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         # every micro-batch of a logging step is measured (attach() is a no-op once hooked)
         if not self._disabled and trainer.is_global_zero and self.should_log(trainer.global_step):
             self.attach(pl_module)
 
-    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                                 optimizer: torch.optim.Optimizer) -> None:
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
         if not self.handles:
             return
         self.detach()  # before validation or the next step's forward

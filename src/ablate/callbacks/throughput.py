@@ -65,8 +65,9 @@ def nominal_peak_flops(device_name: str) -> float | None:
     return None
 
 
-def measure_matmul_flops(device: torch.device | str = "cpu", size: int = MATMUL_SIZE, repeats: int = 5,
-                         dtype: torch.dtype = torch.float32) -> float:
+def measure_matmul_flops(
+    device: torch.device | str = "cpu", size: int = MATMUL_SIZE, repeats: int = 5, dtype: torch.dtype = torch.float32
+) -> float:
     """FLOP/s of the fastest of ``repeats`` timed ``size``-square matmuls (after one untimed),
     at the current thread count: what this device can do at best, right now."""
     a = torch.randn(size, size, device=device, dtype=dtype)
@@ -146,7 +147,9 @@ class ThroughputMonitor(Callback):
         flops_per_token: training FLOPs per token (``train.py`` fills it in from the model).
     """
 
-    def __init__(self, window: int = 10, peak_flops: float | str | None = None, flops_per_token: float | None = None) -> None:
+    def __init__(
+        self, window: int = 10, peak_flops: float | str | None = None, flops_per_token: float | None = None
+    ) -> None:
         if isinstance(peak_flops, str) and peak_flops != "auto":
             raise ValueError(f"peak_flops must be a number, 'auto' or null, got {peak_flops!r}")
         self.window = window
@@ -201,7 +204,9 @@ class ThroughputMonitor(Callback):
         tokens = sum(n for _, n in self.history) - self.history[-1][1]  # the last step has not finished
         return tokens / max(elapsed, 1e-9)
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
         if not _lightning_logs_now(trainer):
             return
         self._log_progress(pl_module)

@@ -13,7 +13,7 @@ __all__ = [
     "TinyShakespeare",
     "TokenWindows",
     "Tokenizer",
-    "WikiText103",
     "WikiText2",
+    "WikiText103",
     "build_tokenizer",
 ]

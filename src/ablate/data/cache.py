@@ -19,8 +19,9 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,11 @@ def sha256_file(path: Path) -> str:
 def write_meta(folder: Path, meta: dict[str, Any]) -> None:
     """Write ``meta.json`` (last: it marks the folder complete) with the size and checksum of
     every other file in ``folder``."""
-    files = {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
-             for p in sorted(folder.iterdir()) if p.is_file() and p.name != META}
+    files = {
+        p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.name != META
+    }
     (folder / META).write_text(json.dumps({**meta, "files": files}, indent=2))
 
 

@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from ablate.data.cache import CacheCorruptError, ensure_cache, file_fingerprint, read_meta, write_meta
+from ablate.data.samplers import ResumableSampler
 from ablate.data.sources import (
     DataNotFoundError,
     default_cache_dir,
@@ -40,8 +42,6 @@ from ablate.data.sources import (
     read_utf8,
     resolve_local,
 )
-from ablate.data.cache import CacheCorruptError, ensure_cache, file_fingerprint, read_meta, write_meta
-from ablate.data.samplers import ResumableSampler
 from ablate.data.tokenizers import Tokenizer, build_tokenizer, iter_chunks, tokenizer_class
 
 log = logging.getLogger(__name__)
@@ -187,9 +187,14 @@ class LMDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         tokenizer_class(tokenizer)  # fail at construction on a typo, not after loading data
-        for arg, value in {"seq_len": seq_len, "eval_seq_len": eval_seq_len, "batch_size": batch_size,
-                           "micro_batch_size": micro_batch_size, "eval_batch_size": eval_batch_size,
-                           "vocab_size": vocab_size}.items():
+        for arg, value in {
+            "seq_len": seq_len,
+            "eval_seq_len": eval_seq_len,
+            "batch_size": batch_size,
+            "micro_batch_size": micro_batch_size,
+            "eval_batch_size": eval_batch_size,
+            "vocab_size": vocab_size,
+        }.items():
             if value is not None and value < 1:
                 raise ValueError(f"{arg} must be positive, got {value}")
         # No save_hyperparameters(): Lightning refuses to log a datamodule whose hparams share
@@ -270,7 +275,9 @@ class LMDataModule(L.LightningDataModule):
 
     def cache_path(self) -> Path:
         """The cache folder for the current sources and tokenizer settings."""
-        key = json.dumps({"format": CACHE_FORMAT_VERSION, "corpus": self.name, "sources": self.source_key()}, sort_keys=True)
+        key = json.dumps(
+            {"format": CACHE_FORMAT_VERSION, "corpus": self.name, "sources": self.source_key()}, sort_keys=True
+        )
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
         vocab = f"-{self.bpe_vocab_size}" if self.tokenizer_kind == "bpe" else ""
         return self.cache_dir / f"{self.name}-{self.tokenizer_kind}{vocab}-{digest}"
@@ -291,12 +298,22 @@ class LMDataModule(L.LightningDataModule):
         cls = tokenizer_class(self.tokenizer_kind)
         tokenizer = build_tokenizer(self.tokenizer_kind, fit_text, self.bpe_vocab_size, folder / cls.FILENAME)
         dtype = token_dtype(tokenizer.vocab_size)
-        counts = {split: self._write_tokens(tokenizer, texts[split], folder / f"{split}.bin", dtype) for split in SPLITS}
-        meta = {"format": CACHE_FORMAT_VERSION, "corpus": self.name, "tokenizer": self.tokenizer_kind,
-                "vocab_size": tokenizer.vocab_size, "dtype": dtype.name, "num_tokens": counts,
-                "sources": self.source_key()}
+        counts = {
+            split: self._write_tokens(tokenizer, texts[split], folder / f"{split}.bin", dtype) for split in SPLITS
+        }
+        meta = {
+            "format": CACHE_FORMAT_VERSION,
+            "corpus": self.name,
+            "tokenizer": self.tokenizer_kind,
+            "vocab_size": tokenizer.vocab_size,
+            "dtype": dtype.name,
+            "num_tokens": counts,
+            "sources": self.source_key(),
+        }
         write_meta(folder, meta)  # last: marks the folder complete
-        log.info("Tokenised %s with %s (vocab %d): %s tokens", self.name, self.tokenizer_kind, tokenizer.vocab_size, counts)
+        log.info(
+            "Tokenised %s with %s (vocab %d): %s tokens", self.name, self.tokenizer_kind, tokenizer.vocab_size, counts
+        )
 
     @staticmethod
     def _write_tokens(tokenizer: Tokenizer, text: str, path: Path, dtype: np.dtype) -> int:
@@ -311,7 +328,11 @@ class LMDataModule(L.LightningDataModule):
     # --- Lightning hooks -----------------------------------------------------------
 
     _STAGE_SPLITS: ClassVar[dict[str | None, tuple[str, ...]]] = {
-        "fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": (), None: SPLITS,
+        "fit": ("train", "val"),
+        "validate": ("val",),
+        "test": ("test",),
+        "predict": (),
+        None: SPLITS,
     }
 
     def setup(self, stage: str | None = None) -> None:
@@ -394,8 +415,11 @@ class LMDataModule(L.LightningDataModule):
         if sampler is None or trainer is None:
             return {}
         done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-        return {"seed": sampler.seed, "epoch": sampler.epoch,
-                "samples_done": done * sampler.batch_size * sampler.num_replicas}
+        return {
+            "seed": sampler.seed,
+            "epoch": sampler.epoch,
+            "samples_done": done * sampler.batch_size * sampler.num_replicas,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Remember the position; the next :meth:`train_dataloader` starts there."""

@@ -8,8 +8,6 @@ instead of hanging on a network timeout.
 
 from __future__ import annotations
 
-from ablate.errors import UserError
-
 import os
 import shutil
 import socket
@@ -19,6 +17,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from ablate.errors import UserError
 
 ENV_DATA_DIR = "ABLATE_DATA_DIR"
 """Environment variable naming the data folder (the default of ``paths.data_dir``)."""
@@ -185,4 +185,6 @@ def load_hub_dataset(path: str, name: str | None = None, *, local_alternative: s
     try:
         return datasets.load_dataset(path, name, **kwargs)
     except _network_errors() as err:
-        raise DataNotFoundError(hub_error_message(path, name, local_alternative, f"{type(err).__name__}: {err}")) from err
+        raise DataNotFoundError(
+            hub_error_message(path, name, local_alternative, f"{type(err).__name__}: {err}")
+        ) from err

@@ -151,7 +151,9 @@ class BPETokenizer(Tokenizer):
     def train(cls, text: str, vocab_size: int = 2048) -> BPETokenizer:
         """Learn merges on ``text`` until the vocabulary has ``vocab_size`` entries (or no pair is left)."""
         if vocab_size < cls.MIN_VOCAB_SIZE:
-            raise ValueError(f"BPE vocab_size must be at least {cls.MIN_VOCAB_SIZE} (the byte alphabet), got {vocab_size}")
+            raise ValueError(
+                f"BPE vocab_size must be at least {cls.MIN_VOCAB_SIZE} (the byte alphabet), got {vocab_size}"
+            )
         tok = HFTokenizer(models.BPE())
         # No normalizer and no prefix space: decode(encode(text)) must give text back exactly.
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -40,8 +40,9 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, ClassVar, NamedTuple
 
 import lightning as L
 import numpy as np
@@ -50,6 +51,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 from torch.utils.data import DataLoader, Dataset
 
+from ablate.data.cache import CacheCorruptError, ensure_cache, file_fingerprint, read_meta, write_meta
+from ablate.data.samplers import ResumableSampler
 from ablate.data.sources import (
     DataNotFoundError,
     default_cache_dir,
@@ -58,8 +61,6 @@ from ablate.data.sources import (
     missing_file_message,
     read_utf8_lines,
 )
-from ablate.data.cache import CacheCorruptError, ensure_cache, file_fingerprint, read_meta, write_meta
-from ablate.data.samplers import ResumableSampler
 from ablate.data.tokenizers import BPETokenizer, Tokenizer
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,12 @@ def train_joint_bpe(lines: Iterable[str], vocab_size: int) -> BPETokenizer:
     tok = HFTokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(lines, trainer=trainer)
     for i, name in enumerate(SPECIALS):
         assert tok.token_to_id(name) == i, f"special token {name} is not id {i}"
@@ -143,7 +148,9 @@ class PairBatch(NamedTuple):
     index: torch.Tensor
 
 
-def make_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, max_sentences: int | None = None) -> list[np.ndarray]:
+def make_batches(
+    src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, max_sentences: int | None = None
+) -> list[np.ndarray]:
     """Cut the pairs, sorted by (target length, source length), into batches whose padded size
     (sentences x longest side) is at most ``max_tokens`` (a longer single pair gets its own batch)."""
     order = np.lexsort((src_lens, tgt_lens))  # by target length, then source length; stable
@@ -257,15 +264,20 @@ class TranslationDataModule(L.LightningDataModule):
         if src_lang == tgt_lang:
             raise ValueError(f"data.src_lang and data.tgt_lang are both {src_lang!r}")
         if self.languages and {src_lang, tgt_lang} - set(self.languages):
-            raise ValueError(f"{self.name} has languages {self.languages}; got data.src_lang={src_lang} "
-                             f"data.tgt_lang={tgt_lang}")
+            raise ValueError(
+                f"{self.name} has languages {self.languages}; got data.src_lang={src_lang} data.tgt_lang={tgt_lang}"
+            )
         if max_tokens < seq_len:
-            raise ValueError(f"data.max_tokens={max_tokens} must be at least data.seq_len={seq_len} "
-                             f"(the longest pair must fit in a batch)")
+            raise ValueError(
+                f"data.max_tokens={max_tokens} must be at least data.seq_len={seq_len} "
+                f"(the longest pair must fit in a batch)"
+            )
         if micro_batch_size not in (None, 1) or (micro_batch_size is None and batch_size > 1):
-            raise ValueError("translation batches are sized in tokens (data.max_tokens): data.batch_size counts token "
-                             "batches per optimiser step (all devices), and data.micro_batch_size must be 1 (one token "
-                             f"batch per forward pass); got batch_size={batch_size}, micro_batch_size={micro_batch_size}")
+            raise ValueError(
+                "translation batches are sized in tokens (data.max_tokens): data.batch_size counts token "
+                "batches per optimiser step (all devices), and data.micro_batch_size must be 1 (one token "
+                f"batch per forward pass); got batch_size={batch_size}, micro_batch_size={micro_batch_size}"
+            )
         self.data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
@@ -296,9 +308,16 @@ class TranslationDataModule(L.LightningDataModule):
     # --- cache ------------------------------------------------------------------------
 
     def cache_path(self) -> Path:
-        key = json.dumps({"format": CACHE_FORMAT_VERSION, "corpus": self.name, "sources": self.source_key(),
-                          "langs": sorted((self.src_lang, self.tgt_lang)), "max_train_pairs": self.max_train_pairs},
-                         sort_keys=True)
+        key = json.dumps(
+            {
+                "format": CACHE_FORMAT_VERSION,
+                "corpus": self.name,
+                "sources": self.source_key(),
+                "langs": sorted((self.src_lang, self.tgt_lang)),
+                "max_train_pairs": self.max_train_pairs,
+            },
+            sort_keys=True,
+        )
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
         return self.cache_dir / f"{self.name}-bpe{self.bpe_vocab_size}-{digest}"
 
@@ -322,14 +341,22 @@ class TranslationDataModule(L.LightningDataModule):
             for lang in langs:
                 ids = encode_lines(tokenizer, pairs[split][lang])
                 lengths = np.array([len(x) for x in ids], dtype=np.int64)
-                arrays[f"{split}.{lang}.ids"] = np.concatenate([np.asarray(x, dtype=np.int32) for x in ids]) if ids else np.zeros(0, np.int32)
+                arrays[f"{split}.{lang}.ids"] = (
+                    np.concatenate([np.asarray(x, dtype=np.int32) for x in ids]) if ids else np.zeros(0, np.int32)
+                )
                 arrays[f"{split}.{lang}.offsets"] = np.concatenate(([0], np.cumsum(lengths)))
                 counts[f"{split}.{lang}"] = int(lengths.sum())
                 if split != "train":  # the references BLEU is computed against, and sources for display
                     (folder / f"{split}.{lang}.txt").write_text("\n".join(pairs[split][lang]) + "\n", encoding="utf-8")
         np.savez(folder / "tokens.npz", **arrays)
-        meta = {"format": CACHE_FORMAT_VERSION, "corpus": self.name, "vocab_size": tokenizer.vocab_size,
-                "pairs": {s: len(pairs[s][langs[0]]) for s in SPLITS}, "tokens": counts, "sources": self.source_key()}
+        meta = {
+            "format": CACHE_FORMAT_VERSION,
+            "corpus": self.name,
+            "vocab_size": tokenizer.vocab_size,
+            "pairs": {s: len(pairs[s][langs[0]]) for s in SPLITS},
+            "tokens": counts,
+            "sources": self.source_key(),
+        }
         write_meta(folder, meta)  # last: marks the folder complete
         log.info("Tokenised %s with a joint BPE (vocab %d): %s", self.name, tokenizer.vocab_size, meta["pairs"])
 
@@ -361,8 +388,13 @@ class TranslationDataModule(L.LightningDataModule):
                 keep = [i for i, (x, y) in enumerate(zip(src, tgt)) if 0 < len(x) <= limit and 0 < len(y) <= limit]
                 dropped = len(src) - len(keep)
                 if dropped:
-                    log.info("%s: dropped %d of %d training pairs (empty, or longer than seq_len=%d)", self.name, dropped,
-                             len(src), self.seq_len)
+                    log.info(
+                        "%s: dropped %d of %d training pairs (empty, or longer than seq_len=%d)",
+                        self.name,
+                        dropped,
+                        len(src),
+                        self.seq_len,
+                    )
                 src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
                 if not src:
                     raise ValueError(f"{self.name}: no training pair is left with data.seq_len={self.seq_len}")
@@ -380,8 +412,16 @@ class TranslationDataModule(L.LightningDataModule):
             self.padding_fraction[split] = padding_fraction(src_lens, tgt_lens, batches)
             self.datasets[split] = PairBatches(src, tgt, batches)
         train = self.datasets["train"]
-        log.info("%s %s->%s: %d training pairs in %d batches of <= %d tokens, padding %.1f%%", self.name, self.src_lang,
-                 self.tgt_lang, len(train.src), len(train), self.max_tokens, 100 * self.padding_fraction["train"])
+        log.info(
+            "%s %s->%s: %d training pairs in %d batches of <= %d tokens, padding %.1f%%",
+            self.name,
+            self.src_lang,
+            self.tgt_lang,
+            len(train.src),
+            len(train),
+            self.max_tokens,
+            100 * self.padding_fraction["train"],
+        )
 
     @property
     def tokens_per_batch(self) -> int:
@@ -399,8 +439,15 @@ class TranslationDataModule(L.LightningDataModule):
         return self.datasets[split]
 
     def _loader(self, dataset: Dataset, sampler: ResumableSampler | None = None) -> DataLoader:
-        return DataLoader(dataset, batch_size=None, sampler=sampler, shuffle=False, num_workers=self.num_workers,
-                          pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0)
+        return DataLoader(
+            dataset,
+            batch_size=None,
+            sampler=sampler,
+            shuffle=False,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.num_workers > 0,
+        )
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
@@ -451,9 +498,18 @@ class ParallelCorpus(TranslationDataModule):
     Hub records are either ``{"translation": {lang: text, ...}}`` or ``{lang: text, ...}``.
     """
 
-    def __init__(self, name: str, languages: Sequence[str], local_dir: str, split_files: Mapping[str, str],
-                 hub_path: str | None = None, hub_config: str | None = None, hub_revision: str | None = None,
-                 hub_splits: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        languages: Sequence[str],
+        local_dir: str,
+        split_files: Mapping[str, str],
+        hub_path: str | None = None,
+        hub_config: str | None = None,
+        hub_revision: str | None = None,
+        hub_splits: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.name, self.languages = name, tuple(languages)
         super().__init__(**kwargs)
         self.local_dir = local_dir
@@ -471,7 +527,9 @@ class ParallelCorpus(TranslationDataModule):
             return found  # type: ignore[return-value]
         if any(found.values()) or self.hub_path is None:
             missing = [self._stems()[k] + "[.gz]" for k, p in found.items() if p is None]
-            why = f"{self.name} needs every split in both languages" + ("" if self.hub_path else " (no Hub copy is configured)")
+            why = f"{self.name} needs every split in both languages" + (
+                "" if self.hub_path else " (no Hub copy is configured)"
+            )
             raise DataNotFoundError(missing_file_message(", ".join(missing), folder, reason=why))
         return None
 
@@ -481,7 +539,11 @@ class ParallelCorpus(TranslationDataModule):
 
     def source_key(self) -> Any:
         files = self.local_files()
-        return file_fingerprint(files, full_paths=True) if files else f"hub:{self.hub_path}/{self.hub_config}@{self.hub_revision}"
+        return (
+            file_fingerprint(files, full_paths=True)
+            if files
+            else f"hub:{self.hub_path}/{self.hub_config}@{self.hub_revision}"
+        )
 
     def read_pairs(self) -> dict[str, dict[str, list[str]]]:
         files = self.local_files()
@@ -508,19 +570,37 @@ class ParallelFiles(TranslationDataModule):
 
     name = "parallel"
 
-    def __init__(self, train_src: str, train_tgt: str, val_src: str, val_tgt: str, test_src: str | None = None,
-                 test_tgt: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        train_src: str,
+        train_tgt: str,
+        val_src: str,
+        val_tgt: str,
+        test_src: str | None = None,
+        test_tgt: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
-        self.paths = {"train.src": train_src, "train.tgt": train_tgt, "val.src": val_src, "val.tgt": val_tgt,
-                      "test.src": test_src or val_src, "test.tgt": test_tgt or val_tgt}
+        self.paths = {
+            "train.src": train_src,
+            "train.tgt": train_tgt,
+            "val.src": val_src,
+            "val.tgt": val_tgt,
+            "test.src": test_src or val_src,
+            "test.tgt": test_tgt or val_tgt,
+        }
 
     def files(self) -> dict[str, Path]:
         found = {}
         for key, path in self.paths.items():
             p = Path(path).expanduser()
-            hit = next((c for c in ((p,) if p.is_absolute() else (self.data_dir / p, Path.cwd() / p)) if c.is_file()), None)
+            hit = next(
+                (c for c in ((p,) if p.is_absolute() else (self.data_dir / p, Path.cwd() / p)) if c.is_file()), None
+            )
             if hit is None:
-                raise DataNotFoundError(missing_file_message(f"{key} ({path})", p if p.is_absolute() else self.data_dir / p))
+                raise DataNotFoundError(
+                    missing_file_message(f"{key} ({path})", p if p.is_absolute() else self.data_dir / p)
+                )
             found[key] = hit.absolute()
         return found
 
@@ -529,5 +609,7 @@ class ParallelFiles(TranslationDataModule):
 
     def read_pairs(self) -> dict[str, dict[str, list[str]]]:
         files = self.files()
-        return {split: {self.src_lang: read_lines(files[f"{split}.src"]), self.tgt_lang: read_lines(files[f"{split}.tgt"])}
-                for split in SPLITS}
+        return {
+            split: {self.src_lang: read_lines(files[f"{split}.src"]), self.tgt_lang: read_lines(files[f"{split}.tgt"])}
+            for split in SPLITS
+        }

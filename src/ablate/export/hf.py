@@ -26,8 +26,6 @@ which ``tests/nn/test_gpt2_equivalence.py`` uses.
 
 from __future__ import annotations
 
-from ablate.errors import UserError
-
 import inspect
 import json
 import os
@@ -38,6 +36,7 @@ import torch
 from torch import Tensor
 
 from ablate.config import ModelSpec
+from ablate.errors import UserError
 from ablate.nn.ffn import hidden_width
 from ablate.nn.transformer import TransformerLM
 
@@ -55,8 +54,10 @@ def hf_architecture(spec: ModelSpec) -> str:
     """``gpt2`` or ``llama``: the HF architecture ``spec`` maps onto exactly. Raises
     :class:`ExportError` naming every option that prevents it."""
     if spec.encoder_layers:
-        raise ExportError("task=translation (an encoder-decoder) has no GPT-2/Llama equivalent; only decoder-only "
-                          "task=lm checkpoints export")
+        raise ExportError(
+            "task=translation (an encoder-decoder) has no GPT-2/Llama equivalent; only decoder-only "
+            "task=lm checkpoints export"
+        )
     target = TARGETS.get(spec.pos)
     if target is None:
         raise ExportError(f"pos={spec.pos} has no GPT-2/Llama equivalent (GPT-2: pos=learned, Llama: pos=rope)")
@@ -72,8 +73,9 @@ def hf_architecture(spec: ModelSpec) -> str:
     if target == "llama" and spec.act not in LLAMA_GATES:
         problems.append(f"act={spec.act}: Llama's MLP is gated (act={', '.join(LLAMA_GATES)})")
     if target == "llama" and float(spec.pos_options.get("fraction", 1.0)) != 1.0:
-        problems.append(f"pos.fraction={spec.pos_options['fraction']}: Llama rotates every feature of a head "
-                        "(pos.fraction=1.0)")
+        problems.append(
+            f"pos.fraction={spec.pos_options['fraction']}: Llama rotates every feature of a head (pos.fraction=1.0)"
+        )
     if spec.scale_embeddings:
         problems.append(f"model.scale_embeddings=true: {name} does not scale embeddings by sqrt(d_model)")
     if problems:
@@ -91,11 +93,22 @@ def hf_config(spec: ModelSpec) -> Any:
 
     if hf_architecture(spec) == "gpt2":
         return transformers.GPT2Config(
-            n_layer=spec.n_layers, n_embd=spec.d_model, n_head=spec.n_heads, n_inner=_ffn_width(spec),
-            n_positions=spec.max_len, activation_function=GPT2_ACTIVATIONS[spec.act],
-            layer_norm_epsilon=spec.norm_eps, resid_pdrop=spec.dropout, embd_pdrop=spec.dropout,
-            attn_pdrop=spec.dropout, vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_embeddings,
-            bos_token_id=None, eos_token_id=None, pad_token_id=None)
+            n_layer=spec.n_layers,
+            n_embd=spec.d_model,
+            n_head=spec.n_heads,
+            n_inner=_ffn_width(spec),
+            n_positions=spec.max_len,
+            activation_function=GPT2_ACTIVATIONS[spec.act],
+            layer_norm_epsilon=spec.norm_eps,
+            resid_pdrop=spec.dropout,
+            embd_pdrop=spec.dropout,
+            attn_pdrop=spec.dropout,
+            vocab_size=spec.vocab_size,
+            tie_word_embeddings=spec.tie_embeddings,
+            bos_token_id=None,
+            eos_token_id=None,
+            pad_token_id=None,
+        )
     theta = float(spec.pos_options.get("base", 10000.0))
     rope: dict[str, Any]  # the keyword depends on the transformers version
     if "rope_parameters" in inspect.signature(transformers.LlamaConfig.__init__).parameters:  # transformers >= 5
@@ -103,15 +116,29 @@ def hf_config(spec: ModelSpec) -> Any:
     else:
         rope = {"rope_theta": theta}
     return transformers.LlamaConfig(
-        num_hidden_layers=spec.n_layers, hidden_size=spec.d_model, num_attention_heads=spec.n_heads,
-        num_key_value_heads=spec.n_kv_heads or spec.n_heads, head_dim=spec.head_dim,
-        intermediate_size=_ffn_width(spec), hidden_act=LLAMA_GATES[spec.act], max_position_embeddings=spec.max_len,
-        rms_norm_eps=spec.norm_eps, attention_bias=spec.bias, mlp_bias=spec.bias, attention_dropout=spec.dropout,
-        vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_embeddings, bos_token_id=None,
-        eos_token_id=None, pad_token_id=None, **rope)
+        num_hidden_layers=spec.n_layers,
+        hidden_size=spec.d_model,
+        num_attention_heads=spec.n_heads,
+        num_key_value_heads=spec.n_kv_heads or spec.n_heads,
+        head_dim=spec.head_dim,
+        intermediate_size=_ffn_width(spec),
+        hidden_act=LLAMA_GATES[spec.act],
+        max_position_embeddings=spec.max_len,
+        rms_norm_eps=spec.norm_eps,
+        attention_bias=spec.bias,
+        mlp_bias=spec.bias,
+        attention_dropout=spec.dropout,
+        vocab_size=spec.vocab_size,
+        tie_word_embeddings=spec.tie_embeddings,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        **rope,
+    )
 
 
 # --- GPT-2 -------------------------------------------------------------------------------------
+
 
 def gpt2_key_pairs(n_layers: int) -> list[tuple[str, str, bool]]:
     """``(our key, HF key, transposed)`` of every GPT-2 tensor. HF's ``Conv1D`` stores its weight
@@ -120,14 +147,22 @@ def gpt2_key_pairs(n_layers: int) -> list[tuple[str, str, bool]]:
     for i in range(n_layers):
         b, h = f"blocks.{i}.", f"transformer.h.{i}."
         for ours, theirs, transposed in (
-            ("attn.norm", "ln_1", False), ("attn.sublayer.qkv", "attn.c_attn", True),
-            ("attn.sublayer.out_proj", "attn.c_proj", True), ("ffn.norm", "ln_2", False),
-            ("ffn.sublayer.fc_in", "mlp.c_fc", True), ("ffn.sublayer.fc_out", "mlp.c_proj", True),
+            ("attn.norm", "ln_1", False),
+            ("attn.sublayer.qkv", "attn.c_attn", True),
+            ("attn.sublayer.out_proj", "attn.c_proj", True),
+            ("ffn.norm", "ln_2", False),
+            ("ffn.sublayer.fc_in", "mlp.c_fc", True),
+            ("ffn.sublayer.fc_out", "mlp.c_proj", True),
         ):
-            pairs += [(f"{b}{ours}.weight", f"{h}{theirs}.weight", transposed),
-                      (f"{b}{ours}.bias", f"{h}{theirs}.bias", False)]
-    pairs += [("final_norm.weight", "transformer.ln_f.weight", False),
-              ("final_norm.bias", "transformer.ln_f.bias", False), ("head.weight", "lm_head.weight", False)]
+            pairs += [
+                (f"{b}{ours}.weight", f"{h}{theirs}.weight", transposed),
+                (f"{b}{ours}.bias", f"{h}{theirs}.bias", False),
+            ]
+    pairs += [
+        ("final_norm.weight", "transformer.ln_f.weight", False),
+        ("final_norm.bias", "transformer.ln_f.bias", False),
+        ("head.weight", "lm_head.weight", False),
+    ]
     return pairs
 
 
@@ -144,8 +179,11 @@ def _gpt2_tensors(model: TransformerLM) -> dict[str, Tensor]:
     n_kv = spec.n_kv_heads or spec.n_heads
     for i, block in enumerate(model.blocks):
         for sub in ("attn", "ffn"):
-            for name, lin in ((n, m) for n, m in block.get_submodule(f"{sub}.sublayer").named_children()
-                              if isinstance(m, torch.nn.Linear)):
+            for name, lin in (
+                (n, m)
+                for n, m in block.get_submodule(f"{sub}.sublayer").named_children()
+                if isinstance(m, torch.nn.Linear)
+            ):
                 key = f"blocks.{i}.{sub}.sublayer.{name}.bias"
                 sd.setdefault(key, torch.zeros(lin.out_features))
             sd.setdefault(f"blocks.{i}.{sub}.norm.bias", torch.zeros(spec.d_model))
@@ -163,8 +201,10 @@ def _gpt2_tensors(model: TransformerLM) -> dict[str, Tensor]:
 def gpt2_state_dict(model: TransformerLM) -> dict[str, Tensor]:
     """``GPT2LMHeadModel``'s state dict of our ``model`` (see :func:`hf_architecture`)."""
     sd = _gpt2_tensors(model)
-    return {theirs: (sd[ours].T if transposed else sd[ours]).contiguous()
-            for ours, theirs, transposed in gpt2_key_pairs(model.spec.n_layers)}
+    return {
+        theirs: (sd[ours].T if transposed else sd[ours]).contiguous()
+        for ours, theirs, transposed in gpt2_key_pairs(model.spec.n_layers)
+    }
 
 
 def load_gpt2_weights(model: TransformerLM, hf_state: dict[str, Tensor]) -> None:
@@ -183,6 +223,7 @@ def load_gpt2_weights(model: TransformerLM, hf_state: dict[str, Tensor]) -> None
 
 # --- Llama -------------------------------------------------------------------------------------
 
+
 def rope_to_half_split(rows: Tensor, n_heads: int) -> Tensor:
     """Query/key projection rows (or biases) of ``n_heads`` heads, reordered within each head
     from our interleaved RoPE pairs (2i, 2i+1) to HF's half split (i, i + head_dim/2)."""
@@ -198,8 +239,11 @@ def llama_state_dict(model: TransformerLM) -> dict[str, Tensor]:
     sd = {k: v.detach() for k, v in model.state_dict().items()}
     n_kv = spec.n_kv_heads or spec.n_heads
     kv_dim = n_kv * spec.head_dim
-    out = {"model.embed_tokens.weight": sd["tok_emb.weight"], "model.norm.weight": sd["final_norm.weight"],
-           "lm_head.weight": sd["head.weight"]}
+    out = {
+        "model.embed_tokens.weight": sd["tok_emb.weight"],
+        "model.norm.weight": sd["final_norm.weight"],
+        "lm_head.weight": sd["head.weight"],
+    }
     for i in range(spec.n_layers):
         b, h = f"blocks.{i}.", f"model.layers.{i}."
         out[h + "input_layernorm.weight"] = sd[b + "attn.norm.weight"]
@@ -218,6 +262,7 @@ def llama_state_dict(model: TransformerLM) -> dict[str, Tensor]:
 
 # --- export ------------------------------------------------------------------------------------
 
+
 def to_hf(model: TransformerLM) -> Any:
     """A ``transformers`` model (GPT-2 or Llama, fp32, eval mode) computing what ``model`` computes."""
     import transformers
@@ -231,14 +276,16 @@ def to_hf(model: TransformerLM) -> Any:
     hf = cls(config).float().eval()
     missing, unexpected = hf.load_state_dict(state, strict=False)
     if missing or unexpected:  # a layout this module does not know (another transformers version?)
-        raise ExportError(f"{cls.__name__} does not take the mapped weights: missing {missing}, "
-                          f"unexpected {unexpected}")
+        raise ExportError(
+            f"{cls.__name__} does not take the mapped weights: missing {missing}, unexpected {unexpected}"
+        )
     return hf
 
 
 @torch.no_grad()
-def max_logit_difference(model: TransformerLM, hf: Any, batch: int = 2, length: int = 64,
-                         seed: int = 0) -> tuple[float, float]:
+def max_logit_difference(
+    model: TransformerLM, hf: Any, batch: int = 2, length: int = 64, seed: int = 0
+) -> tuple[float, float]:
     """Largest |logit difference| between ``model`` and ``hf`` on random tokens, and the largest
     |logit| of ``model`` (the scale the difference is judged against)."""
     spec = model.spec
@@ -253,8 +300,9 @@ def max_logit_difference(model: TransformerLM, hf: Any, batch: int = 2, length: 
         model.train(was_training)
 
 
-def export_model(model: TransformerLM, out: str | os.PathLike[str], verify: bool = True,
-                 tolerance: float = 1e-5) -> dict[str, Any]:
+def export_model(
+    model: TransformerLM, out: str | os.PathLike[str], verify: bool = True, tolerance: float = 1e-5
+) -> dict[str, Any]:
     """Write ``model`` as a Hugging Face model directory (``config.json``, ``model.safetensors``,
     ``generation_config.json``). With ``verify`` the exported model's logits are compared with
     ours first, on random tokens: refused when they differ by more than ``tolerance`` times the
@@ -265,8 +313,10 @@ def export_model(model: TransformerLM, out: str | os.PathLike[str], verify: bool
     if verify:
         diff, scale = max_logit_difference(model, hf)
         if not diff <= tolerance * max(1.0, scale):
-            raise ExportError(f"the exported {type(hf).__name__} differs from the model: max |logit difference| "
-                              f"{diff:.3g} with logits up to {scale:.3g} (tolerance {tolerance:g} of that)")
+            raise ExportError(
+                f"the exported {type(hf).__name__} differs from the model: max |logit difference| "
+                f"{diff:.3g} with logits up to {scale:.3g} (tolerance {tolerance:g} of that)"
+            )
         info["max_logit_difference"] = diff
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -274,8 +324,9 @@ def export_model(model: TransformerLM, out: str | os.PathLike[str], verify: bool
     return info
 
 
-def export_checkpoint(ckpt_path: str | os.PathLike[str], out: str | os.PathLike[str],
-                      verify: bool = True) -> dict[str, Any]:
+def export_checkpoint(
+    ckpt_path: str | os.PathLike[str], out: str | os.PathLike[str], verify: bool = True
+) -> dict[str, Any]:
     """Export the model of a ``task=lm`` checkpoint (see :func:`export_model`); the architecture
     options that do not map are refused by name before anything is written."""
     from ablate.resume import CheckpointError, inspect_checkpoint
@@ -290,8 +341,10 @@ def export_checkpoint(ckpt_path: str | os.PathLike[str], out: str | os.PathLike[
     except CheckpointError as err:
         raise ExportError(str(err)) from None
     if task_name != "lm":
-        raise ExportError(f"task={task_name}: {ckpt_path} is not a decoder-only language model; only task=lm "
-                          "checkpoints have a GPT-2/Llama equivalent")
+        raise ExportError(
+            f"task={task_name}: {ckpt_path} is not a decoder-only language model; only task=lm "
+            "checkpoints have a GPT-2/Llama equivalent"
+        )
     hf_architecture(spec)  # refuse before loading the weights
     task = load_lm_checkpoint(ckpt_path, map_location="cpu", script="scripts/export_hf.py")
     info = export_model(task.model, out, verify=verify)
@@ -300,8 +353,9 @@ def export_checkpoint(ckpt_path: str | os.PathLike[str], out: str | os.PathLike[
 
         save_hf_tokenizer(task.tokenizer, out, max_len=task.spec.max_len)
         info["tokenizer"] = type(task.tokenizer).__name__
-    (Path(out) / "ablate_export.json").write_text(json.dumps(
-        {"checkpoint": str(Path(ckpt_path).resolve()), "spec": task.spec.as_dict(), **info}, indent=2) + "\n")
+    (Path(out) / "ablate_export.json").write_text(
+        json.dumps({"checkpoint": str(Path(ckpt_path).resolve()), "spec": task.spec.as_dict(), **info}, indent=2) + "\n"
+    )
     return info
 
 

@@ -35,6 +35,9 @@ def save_hf_tokenizer(tokenizer: Tokenizer, out: str | os.PathLike[str], max_len
     our models were trained without any)."""
     from transformers import PreTrainedTokenizerFast
 
-    fast = PreTrainedTokenizerFast(tokenizer_object=hf_tokenizer(tokenizer), clean_up_tokenization_spaces=False,
-                                   **({"model_max_length": max_len} if max_len else {}))
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=hf_tokenizer(tokenizer),
+        clean_up_tokenization_spaces=False,
+        **({"model_max_length": max_len} if max_len else {}),
+    )
     fast.save_pretrained(str(Path(out)))

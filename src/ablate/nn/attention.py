@@ -51,7 +51,9 @@ def causal_allowed(q_len: int, k_len: int, device: torch.device) -> Tensor:
     return q_pos[:, None] >= torch.arange(k_len, device=device)[None, :]
 
 
-def combine_mask(causal: bool, key_padding: Tensor | None, q_len: int, k_len: int, device: torch.device) -> Tensor | None:
+def combine_mask(
+    causal: bool, key_padding: Tensor | None, q_len: int, k_len: int, device: torch.device
+) -> Tensor | None:
     """One boolean mask broadcastable to (B, H, Tq, Tk), True = may attend; None if all allowed.
 
     ``key_padding`` is (B, Tk) with True at real tokens and False at padding.
@@ -63,7 +65,9 @@ def combine_mask(causal: bool, key_padding: Tensor | None, q_len: int, k_len: in
     return mask
 
 
-def math_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None, dropout_p: float) -> tuple[Tensor, Tensor]:
+def math_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None, dropout_p: float
+) -> tuple[Tensor, Tensor]:
     """Eq. 1 of Vaswani et al. written out; returns the output and the attention weights."""
     groups = q.size(1) // k.size(1)
     if groups > 1:  # grouped-query attention: each kv head serves `groups` query heads
@@ -77,7 +81,9 @@ def math_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: T
     return F.dropout(weights, p=dropout_p) @ v, weights
 
 
-def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None, dropout_p: float, causal: bool) -> Tensor:
+def sdpa_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None, dropout_p: float, causal: bool
+) -> Tensor:
     """The same function through PyTorch's fused kernel.
 
     A pure causal mask over a square score matrix is passed as ``is_causal`` so the flash kernel
@@ -104,11 +110,17 @@ class AttentionKernel(nn.Module):
         self.keep_weights = False  # set True (math only) to keep the last weights, for plots
         self.weights: Tensor | None = None
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding: Tensor | None, bias: Tensor | None) -> Tensor:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding: Tensor | None, bias: Tensor | None
+    ) -> Tensor:
         dropout_p = self.dropout if self.training else 0.0
         q_len, k_len = q.size(-2), k.size(-2)
         if self.impl == "sdpa" and not self.keep_weights:
-            mask = None if (causal and key_padding is None and bias is None and q_len == k_len) else combine_mask(causal, key_padding, q_len, k_len, q.device)
+            mask = (
+                None
+                if (causal and key_padding is None and bias is None and q_len == k_len)
+                else combine_mask(causal, key_padding, q_len, k_len, q.device)
+            )
             return sdpa_attention(q, k, v, mask, bias, dropout_p, causal)
         mask = combine_mask(causal, key_padding, q_len, k_len, q.device)
         out, weights = math_attention(q, k, v, mask, bias, dropout_p)
@@ -132,8 +144,17 @@ def merge_heads(x: Tensor) -> Tensor:
 class SelfAttention(nn.Module):
     """Self-attention with one fused Q/K/V projection; causal for decoders, not for encoders."""
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, impl: str = "sdpa",
-                 causal: bool = True, bias: bool = True, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        *,
+        impl: str = "sdpa",
+        causal: bool = True,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
         self.head_dim, self.causal = d_model // n_heads, causal
@@ -145,7 +166,9 @@ class SelfAttention(nn.Module):
         self.kernel = AttentionKernel(impl, dropout)
         self.resid_dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, pos: PositionalEncoding, *, key_padding: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, pos: PositionalEncoding, *, key_padding: Tensor | None = None, cache: KVCache | None = None
+    ) -> Tensor:
         d, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         q, k, v = self.qkv(x).split((d, kv_dim, kv_dim), dim=-1)
         q, k, v = split_heads(q, self.n_heads), split_heads(k, self.n_kv_heads), split_heads(v, self.n_kv_heads)
@@ -162,8 +185,16 @@ class CrossAttention(nn.Module):
     """Decoder-to-encoder attention: queries from the decoder, keys/values from the encoder
     output. No positional transform or bias (positions are already in the encoder output)."""
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, impl: str = "sdpa",
-                 bias: bool = True, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        *,
+        impl: str = "sdpa",
+        bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
         self.head_dim = d_model // n_heads
@@ -174,7 +205,9 @@ class CrossAttention(nn.Module):
         self.kernel = AttentionKernel(impl, dropout)
         self.resid_dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, memory: Tensor, *, memory_padding: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, memory: Tensor, *, memory_padding: Tensor | None = None, cache: KVCache | None = None
+    ) -> Tensor:
         q = split_heads(self.q_proj(x), self.n_heads)
         if cache is not None and cache.k is not None:  # the memory does not change while decoding
             k, v = cache.k, cache.v

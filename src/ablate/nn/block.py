@@ -19,8 +19,9 @@ one test in ``tests/nn/test_block.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -119,16 +120,28 @@ class LayerCache:
 class Block(nn.Module):
     """One Transformer layer: self-attention, optional cross-attention, FFN, each wrapped by ``wrap``."""
 
-    def __init__(self, self_attn: SelfAttention, ffn: nn.Module, wrap: Callable[[nn.Module], Residual],
-                 cross_attn: CrossAttention | None = None) -> None:
+    def __init__(
+        self,
+        self_attn: SelfAttention,
+        ffn: nn.Module,
+        wrap: Callable[[nn.Module], Residual],
+        cross_attn: CrossAttention | None = None,
+    ) -> None:
         super().__init__()
         self.attn = wrap(self_attn)
         self.cross_attn = wrap(cross_attn) if cross_attn is not None else None
         self.ffn = wrap(ffn)
 
-    def forward(self, x: Tensor, pos: PositionalEncoding, *, key_padding: Tensor | None = None,
-                memory: Tensor | None = None, memory_padding: Tensor | None = None,
-                cache: LayerCache | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        pos: PositionalEncoding,
+        *,
+        key_padding: Tensor | None = None,
+        memory: Tensor | None = None,
+        memory_padding: Tensor | None = None,
+        cache: LayerCache | None = None,
+    ) -> Tensor:
         x = self.attn(x, pos, key_padding=key_padding, cache=cache.self_attn if cache else None)
         if self.cross_attn is not None:
             x = self.cross_attn(x, memory, memory_padding=memory_padding, cache=cache.cross_attn if cache else None)

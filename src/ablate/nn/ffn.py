@@ -12,7 +12,7 @@ Adding an activation: one entry in ``ACTIVATIONS`` (plain) or ``GATES`` (gated),
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -93,7 +93,9 @@ class GatedFeedForward(nn.Module):
         return self.dropout(self.fc_out(self.gate(gate) * value))
 
 
-def build_ffn(act: str, d_model: int, d_ff: int, *, match_params: bool = True, bias: bool = True, dropout: float = 0.0) -> nn.Module:
+def build_ffn(
+    act: str, d_model: int, d_ff: int, *, match_params: bool = True, bias: bool = True, dropout: float = 0.0
+) -> nn.Module:
     """Build the FFN for activation ``act``, shrinking gated variants to match parameters."""
     if act not in ACTIVATIONS and act not in GATES:
         raise ValueError(f"unknown act={act!r}; valid options: {', '.join(activation_names())}")

@@ -13,7 +13,7 @@ Norm layers keep their defaults (gain 1, bias 0) in every scheme.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor, nn

@@ -14,7 +14,8 @@ the generic suites (``tests/test_options.py``, ``tests/nn/test_registry_suites.p
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn

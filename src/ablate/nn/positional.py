@@ -16,7 +16,7 @@ Adding a scheme: subclass :class:`PositionalEncoding`, register it in ``POSITION
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -57,7 +57,9 @@ def sinusoid_table(positions: Tensor, d_model: int, base: float = 10000.0) -> Te
     Computed from the positions on every call rather than from a fixed-size table, so a model
     can be evaluated at lengths it was never trained on (Press et al. 2022 measure exactly that).
     """
-    inv_freq = torch.exp(-math.log(base) * torch.arange(0, d_model, 2, dtype=torch.float32, device=positions.device) / d_model)
+    inv_freq = torch.exp(
+        -math.log(base) * torch.arange(0, d_model, 2, dtype=torch.float32, device=positions.device) / d_model
+    )
     angles = positions.float()[:, None] * inv_freq[None, :]
     table = torch.zeros(positions.numel(), d_model, device=positions.device)
     table[:, 0::2] = torch.sin(angles)

@@ -38,16 +38,25 @@ from ablate.nn.init import initialise
 from ablate.nn.positional import PositionalEncoding, build_positional
 from ablate.nn.transformer import build_stack, final_norm
 
-TIE_MODES = {True: "all", False: "none", "all": "all", "none": "none", "decoder": "decoder",
-             "true": "all", "false": "none"}
+TIE_MODES = {
+    True: "all",
+    False: "none",
+    "all": "all",
+    "none": "none",
+    "decoder": "decoder",
+    "true": "all",
+    "false": "none",
+}
 
 
 def tie_mode(value: object) -> str:
     """``model.tie_embeddings`` as one of ``all`` (three-way), ``decoder`` or ``none``."""
     key = value.lower() if isinstance(value, str) else value
     if key not in TIE_MODES:
-        raise ValueError(f"model.tie_embeddings={value!r} for an encoder-decoder; valid: true (three-way), "
-                         f"'decoder' (decoder input + output), false")
+        raise ValueError(
+            f"model.tie_embeddings={value!r} for an encoder-decoder; valid: true (three-way), "
+            f"'decoder' (decoder input + output), false"
+        )
     return TIE_MODES[key]
 
 
@@ -58,7 +67,8 @@ class Stack(nn.Module):
     def __init__(self, spec: ModelSpec, n_layers: int, *, decoder: bool, deepnorm: tuple[float, float]) -> None:
         super().__init__()
         self.pos: PositionalEncoding = build_positional(
-            spec.pos, d_model=spec.d_model, n_heads=spec.n_heads, max_len=spec.max_len, **spec.pos_options)
+            spec.pos, d_model=spec.d_model, n_heads=spec.n_heads, max_len=spec.max_len, **spec.pos_options
+        )
         self.emb_dropout = nn.Dropout(spec.dropout)
         self.blocks = build_stack(spec, n_layers, causal=decoder, cross=decoder, deepnorm=deepnorm)
         self.final_norm = final_norm(spec)
@@ -76,7 +86,9 @@ class EncoderDecoder(nn.Module):
         self.tie = tie_mode(spec.tie_embeddings)
         # the source (or shared) embedding first: its parameter is named tok_emb (grad_norm/embed)
         self.tok_emb = TokenEmbedding(spec.vocab_size, spec.d_model, spec.scale_embeddings)
-        self.tgt_emb = None if self.tie == "all" else TokenEmbedding(spec.vocab_size, spec.d_model, spec.scale_embeddings)
+        self.tgt_emb = (
+            None if self.tie == "all" else TokenEmbedding(spec.vocab_size, spec.d_model, spec.scale_embeddings)
+        )
         constants = deepnorm_constants(spec.encoder_layers, spec.n_layers)
         self.encoder = Stack(spec, spec.encoder_layers, decoder=False, deepnorm=constants["encoder"])
         self.decoder = Stack(spec, spec.n_layers, decoder=True, deepnorm=constants["decoder"])
@@ -103,7 +115,9 @@ class EncoderDecoder(nn.Module):
             x = block(x, enc.pos, key_padding=src_mask)
         return enc.final_norm(x)
 
-    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None, caches: list[LayerCache] | None = None) -> Tensor:
+    def decode(
+        self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None, caches: list[LayerCache] | None = None
+    ) -> Tensor:
         """tgt (B, T) decoder input -> logits (B, T, V). With ``caches`` (one per decoder layer),
         ``tgt`` continues the prefix the caches hold and only the new positions are computed."""
         dec = self.decoder

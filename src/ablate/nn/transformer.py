@@ -13,8 +13,8 @@ from torch import Tensor, nn
 
 from ablate.config import ModelSpec
 from ablate.nn.attention import CrossAttention, SelfAttention
-from ablate.nn.embedding import TokenEmbedding
 from ablate.nn.block import PLACEMENTS, Block, DeepNormResidual, LayerCache, NormFactory, Residual, deepnorm_constants
+from ablate.nn.embedding import TokenEmbedding
 from ablate.nn.ffn import build_ffn
 from ablate.nn.init import initialise
 from ablate.nn.norms import build_norm
@@ -22,10 +22,14 @@ from ablate.nn.positional import PositionalEncoding, build_positional
 
 
 def norm_factory(spec: ModelSpec) -> NormFactory:
-    return partial(build_norm, spec.norm_layer, spec.d_model, eps=spec.norm_eps, bias=spec.norm_bias, **spec.norm_options)
+    return partial(
+        build_norm, spec.norm_layer, spec.d_model, eps=spec.norm_eps, bias=spec.norm_bias, **spec.norm_options
+    )
 
 
-def build_stack(spec: ModelSpec, n_layers: int, *, causal: bool, cross: bool, deepnorm: tuple[float, float] = (1.0, 1.0)) -> nn.ModuleList:
+def build_stack(
+    spec: ModelSpec, n_layers: int, *, causal: bool, cross: bool, deepnorm: tuple[float, float] = (1.0, 1.0)
+) -> nn.ModuleList:
     """``n_layers`` blocks of the spec's placement; ``causal`` for decoders, ``cross`` adds
     encoder-decoder attention. ``deepnorm`` is (alpha, beta) for ``norm=deepnorm``."""
     residual, make_norm = PLACEMENTS[spec.norm], norm_factory(spec)
@@ -38,12 +42,24 @@ def build_stack(spec: ModelSpec, n_layers: int, *, causal: bool, cross: bool, de
 
     def block() -> Block:
         return Block(
-            SelfAttention(spec.d_model, spec.n_heads, spec.n_kv_heads, causal=causal,
-                          impl=spec.attn, bias=spec.bias, dropout=spec.dropout),
-            build_ffn(spec.act, spec.d_model, spec.d_ff, match_params=spec.match_params, bias=spec.bias, dropout=spec.dropout),
+            SelfAttention(
+                spec.d_model,
+                spec.n_heads,
+                spec.n_kv_heads,
+                causal=causal,
+                impl=spec.attn,
+                bias=spec.bias,
+                dropout=spec.dropout,
+            ),
+            build_ffn(
+                spec.act, spec.d_model, spec.d_ff, match_params=spec.match_params, bias=spec.bias, dropout=spec.dropout
+            ),
             wrap,
-            CrossAttention(spec.d_model, spec.n_heads, spec.n_kv_heads,
-                           impl=spec.attn, bias=spec.bias, dropout=spec.dropout) if cross else None,
+            CrossAttention(
+                spec.d_model, spec.n_heads, spec.n_kv_heads, impl=spec.attn, bias=spec.bias, dropout=spec.dropout
+            )
+            if cross
+            else None,
         )
 
     return nn.ModuleList(block() for _ in range(n_layers))
@@ -62,7 +78,8 @@ class TransformerLM(nn.Module):
         self.spec = spec
         self.tok_emb = TokenEmbedding(spec.vocab_size, spec.d_model, spec.scale_embeddings)
         self.pos: PositionalEncoding = build_positional(
-            spec.pos, d_model=spec.d_model, n_heads=spec.n_heads, max_len=spec.max_len, **spec.pos_options)
+            spec.pos, d_model=spec.d_model, n_heads=spec.n_heads, max_len=spec.max_len, **spec.pos_options
+        )
         self.emb_dropout = nn.Dropout(spec.dropout)
         alpha_beta = deepnorm_constants(0, spec.n_layers)["decoder"]
         self.blocks = build_stack(spec, spec.n_layers, causal=True, cross=False, deepnorm=alpha_beta)

@@ -69,6 +69,7 @@ FAILED_STATUSES = ("diverged", "crashed")
 
 # --------------------------------------------------------------------------- selection (pure)
 
+
 @dataclass
 class LRResult:
     """One variant's stage-1 job at one learning rate."""
@@ -107,8 +108,14 @@ def log_grid(center: float, num: int, factor: float) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-def select_lr(results: Sequence[LRResult], *, higher_is_better: bool = False, factor: float = 2.0,
-              lr_key: str = LR_KEY, also: str = "") -> Selection:
+def select_lr(
+    results: Sequence[LRResult],
+    *,
+    higher_is_better: bool = False,
+    factor: float = 2.0,
+    lr_key: str = LR_KEY,
+    also: str = "",
+) -> Selection:
     """The best usable learning rate of one variant's stage-1 jobs (lowest metric, or highest when
     ``higher_is_better``; ties go to the smaller learning rate). Diverged, crashed and unfinished
     jobs, and jobs without a finite metric, are never chosen. A choice at either end of the grid
@@ -127,11 +134,17 @@ def select_lr(results: Sequence[LRResult], *, higher_is_better: bool = False, fa
     if not usable:
         outcomes = ", ".join(sorted({r.status for r in ordered}))
         if all(r.status == "diverged" for r in ordered):
-            lower = override(format_lr(ordered[0].lr / factor ** k) for k in range(len(ordered), 0, -1))
-            return Selection(None, note=f"every learning rate diverged: no stage 2 for this variant; lower ones: "
-                                        f"{lower}", extend_with=lower)
-        return Selection(None, note=f"no learning rate finished with a finite value ({outcomes}; see the jobs' "
-                                    "status.json): no stage 2 for this variant")
+            lower = override(format_lr(ordered[0].lr / factor**k) for k in range(len(ordered), 0, -1))
+            return Selection(
+                None,
+                note=f"every learning rate diverged: no stage 2 for this variant; lower ones: {lower}",
+                extend_with=lower,
+            )
+        return Selection(
+            None,
+            note=f"no learning rate finished with a finite value ({outcomes}; see the jobs' "
+            "status.json): no stage 2 for this variant",
+        )
     pick = max if higher_is_better else min
     best = pick(usable, key=lambda r: r.value)  # the first of equal values: the smaller learning rate
     texts = [r.text for r in ordered]
@@ -139,25 +152,27 @@ def select_lr(results: Sequence[LRResult], *, higher_is_better: bool = False, fa
     if len(ordered) == 1:
         edge, extended = "only", [format_lr(low.lr / factor), *texts, format_lr(high.lr * factor)]
     elif best is low:
-        edge, extended = "lowest", [format_lr(low.lr / factor ** 2), format_lr(low.lr / factor), *texts]
+        edge, extended = "lowest", [format_lr(low.lr / factor**2), format_lr(low.lr / factor), *texts]
     elif best is high:
-        edge, extended = "highest", [*texts, format_lr(high.lr * factor), format_lr(high.lr * factor ** 2)]
+        edge, extended = "highest", [*texts, format_lr(high.lr * factor), format_lr(high.lr * factor**2)]
     else:
         return Selection(best)
     extend = override(extended)
     where = "the only one in the grid" if edge == "only" else f"the {edge} of the grid"
-    note = (f"the best learning rate {best.text} is {where}: the optimum may be outside the grid: "
-            f"extend it with {extend}")
+    note = (
+        f"the best learning rate {best.text} is {where}: the optimum may be outside the grid: extend it with {extend}"
+    )
     return Selection(best, edge=edge, note=note, extend_with=extend)
 
 
 # --------------------------------------------------------------------------- job outcomes
 
+
 def job_dir_of(ret: JobReturn) -> Path | None:
     """Where a launched job ran (``hydra.runtime.output_dir`` of its Hydra config)."""
     try:
         return Path(str(ret.hydra_cfg.hydra.runtime.output_dir))
-    except Exception:  # noqa: BLE001 - a launcher that returned no Hydra config
+    except Exception:
         return None
 
 
@@ -193,6 +208,7 @@ def read_outcome(job_dir: Path | None, metric: str, failed: bool = False) -> tup
 
 # --------------------------------------------------------------------------- the sweeper
 
+
 def _dedupe(values: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
@@ -214,8 +230,9 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
 
 
-def auto_settings(seeds: Any, baseline: str | None, margin: float | None, looks: Sequence[int],
-                  spending: str) -> tuple[str, float, list[int], str] | None:
+def auto_settings(
+    seeds: Any, baseline: str | None, margin: float | None, looks: Sequence[int], spending: str
+) -> tuple[str, float, list[int], str] | None:
     """``hydra.sweeper.seeds=auto``'s settings, checked: (baseline, margin, looks, spending), or
     None when the seeds are a list."""
     if not (isinstance(seeds, str) and seeds.strip().lower() == "auto"):
@@ -223,9 +240,11 @@ def auto_settings(seeds: Any, baseline: str | None, margin: float | None, looks:
     from ablate.analysis.sequential import look_levels
 
     if not baseline or margin is None or not float(margin) > 0:
-        raise ValueError("hydra.sweeper.seeds=auto adds seeds until each variant is decided against a "
-                         "baseline: give hydra.sweeper.baseline=AXIS=VALUE and hydra.sweeper.margin=DELTA "
-                         "(the smallest difference of interest, > 0)")
+        raise ValueError(
+            "hydra.sweeper.seeds=auto adds seeds until each variant is decided against a "
+            "baseline: give hydra.sweeper.baseline=AXIS=VALUE and hydra.sweeper.margin=DELTA "
+            "(the smallest difference of interest, > 0)"
+        )
     try:
         look_levels(list(looks), kind=spending)
     except ValueError as err:
@@ -248,15 +267,27 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
     """Stage 1: each variant over a learning-rate grid (one seed); stage 2: each variant at its
     best learning rate with every seed. See the module docstring."""
 
-    def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None, num_lrs: int = 5,
-                 lr_factor: float = 2.0, seeds: Sequence[Any] | str = (1, 2, 3), metric: str | None = None,
-                 selection_seed: Any = 0, baseline: str | None = None, margin: float | None = None,
-                 looks: Sequence[int] = (3, 5, 7, 10), spending: str = "obrien-fleming") -> None:
+    def __init__(
+        self,
+        max_batch_size: int | None = None,
+        params: dict[str, str] | None = None,
+        num_lrs: int = 5,
+        lr_factor: float = 2.0,
+        seeds: Sequence[Any] | str = (1, 2, 3),
+        metric: str | None = None,
+        selection_seed: Any = 0,
+        baseline: str | None = None,
+        margin: float | None = None,
+        looks: Sequence[int] = (3, 5, 7, 10),
+        spending: str = "obrien-fleming",
+    ) -> None:
         super().__init__(max_batch_size=max_batch_size, params=params)
         if not (isinstance(num_lrs, int) and num_lrs >= 1):
             raise ValueError(f"hydra.sweeper.num_lrs={num_lrs!r}: give a number of learning rates >= 1")
         if not (isinstance(lr_factor, (int, float)) and lr_factor > 1):
-            raise ValueError(f"hydra.sweeper.lr_factor={lr_factor!r}: give the ratio of neighbouring learning rates, > 1")
+            raise ValueError(
+                f"hydra.sweeper.lr_factor={lr_factor!r}: give the ratio of neighbouring learning rates, > 1"
+            )
         auto = auto_settings(seeds, baseline, margin, looks, spending)
         self.auto = auto is not None
         if auto is not None:
@@ -268,8 +299,10 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         self.default_seeds = _dedupe(str(s) for s in seeds)
         self.metric = metric
         if selection_seed is None or isinstance(selection_seed, bool) or not str(selection_seed).strip():
-            raise ValueError(f"hydra.sweeper.selection_seed={selection_seed!r}: give the seed of the stage-1 runs, "
-                             "one that is not among the verdict seeds (default 0)")
+            raise ValueError(
+                f"hydra.sweeper.selection_seed={selection_seed!r}: give the seed of the stage-1 runs, "
+                "one that is not among the verdict seeds (default 0)"
+            )
         self.selection_seed = str(selection_seed)
         self.job_idx = 0
 
@@ -278,8 +311,10 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
     def _grid(self, lr: Override | None, variant: list[str]) -> list[str]:
         if lr is not None and lr.is_sweep_override():
             if not lr.is_discrete_sweep():
-                raise HydraException(f"tuned_lr: {lr.input_line}: give the grid as a list of learning rates, "
-                                     "e.g. optim.lr=1e-4,3e-4,1e-3")
+                raise HydraException(
+                    f"tuned_lr: {lr.input_line}: give the grid as a list of learning rates, "
+                    "e.g. optim.lr=1e-4,3e-4,1e-3"
+                )
             texts = _dedupe(lr.sweep_string_iterator())
             try:
                 return sorted(texts, key=float)
@@ -301,19 +336,31 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             return
         assert self.config is not None
         typed = [str(o) for o in OmegaConf.select(self.config, "hydra.overrides.hydra", default=[]) or []]
-        moot = [o for o in typed if o.split("=", 1)[0].lstrip("+") in ("hydra.sweeper.num_lrs", "hydra.sweeper.lr_factor")]
+        moot = [
+            o for o in typed if o.split("=", 1)[0].lstrip("+") in ("hydra.sweeper.num_lrs", "hydra.sweeper.lr_factor")
+        ]
         if not moot:
             return
-        source = ("the command line's" if any(a.split("=", 1)[0].lstrip("+") == LR_KEY for a in arguments)
-                  else "the config's (hydra.sweeper.params of an experiment or preset)")
-        log.warning("tuned_lr: %s ignored: the grid is %s %s; give optim.lr=a,b,c on the command line to change it",
-                    " and ".join(moot), source, lr.input_line)
+        source = (
+            "the command line's"
+            if any(a.split("=", 1)[0].lstrip("+") == LR_KEY for a in arguments)
+            else "the config's (hydra.sweeper.params of an experiment or preset)"
+        )
+        log.warning(
+            "tuned_lr: %s ignored: the grid is %s %s; give optim.lr=a,b,c on the command line to change it",
+            " and ".join(moot),
+            source,
+            lr.input_line,
+        )
 
     def _seeds(self, seed: Override | None) -> list[str]:
         if self.auto:
             if seed is not None:
-                log.warning("tuned_lr: hydra.sweeper.seeds=auto chooses the seeds (1..%d): %s is ignored",
-                            self.looks[-1], seed.input_line)
+                log.warning(
+                    "tuned_lr: hydra.sweeper.seeds=auto chooses the seeds (1..%d): %s is ignored",
+                    self.looks[-1],
+                    seed.input_line,
+                )
             return list(self.default_seeds)
         if seed is None:
             return list(self.default_seeds)
@@ -358,7 +405,8 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 f"tuned_lr: hydra.sweeper.selection_seed={self.selection_seed} is one of the verdict seeds "
                 f"({seed_name}={','.join(seeds)}): the learning rate would be chosen on a run a verdict rests on, "
                 "which biases it towards that variant. Choose a selection seed outside them, e.g. "
-                f"hydra.sweeper.selection_seed={_free_seed(seeds)}")
+                f"hydra.sweeper.selection_seed={_free_seed(seeds)}"
+            )
         select = self.selection_seed
         metric = str(self.metric or self.config.get("optimized_metric") or "val/loss")
         higher = higher_is_better(metric)
@@ -375,8 +423,11 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
 
         # stage 1: every variant at every learning rate of its grid, the selection seed
         plan = [(v, text) for v in variants for text in v.grid]
-        print(f"LR tuning, stage 1: {len(variants)} variant(s) x {len(variants[0].grid)} learning rates, "
-              f"{seed_name}={select} (the selection seed, no verdict rests on it)", flush=True)
+        print(
+            f"LR tuning, stage 1: {len(variants)} variant(s) x {len(variants[0].grid)} learning rates, "
+            f"{seed_name}={select} (the selection seed, no verdict rests on it)",
+            flush=True,
+        )
         stage1 = self._launch([[*v.overrides, f"{lr_name}={text}", f"{seed_name}={select}"] for v, text in plan])
         for v in variants:
             v.results = []
@@ -385,8 +436,9 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
             v.results.append(LRResult(float(text), text, status, value, job_dir.name if job_dir else None))
         for v in variants:
-            v.selection = select_lr(v.results, higher_is_better=higher, factor=self.lr_factor, lr_key=lr_name,
-                                    also=extend_also)
+            v.selection = select_lr(
+                v.results, higher_is_better=higher, factor=self.lr_factor, lr_key=lr_name, also=extend_also
+            )
         print(self._stage1_table(variants, metric, higher, seed_name, select), flush=True)
         self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=False)
 
@@ -401,17 +453,22 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         # stage 2: every variant with a usable learning rate at that rate, every verdict seed, fresh
         plan2 = [(v, s) for v in variants if v.selection.chosen is not None for s in seeds]
         if plan2:
-            print(f"LR tuning, stage 2: {len({id(v) for v, _ in plan2})} variant(s) at their chosen learning rate, "
-                  f"{seed_name}={','.join(seeds)}", flush=True)
-        stage2 = self._launch([[*v.overrides, f"{lr_name}={v.selection.chosen.text}", f"{seed_name}={s}"]
-                               for v, s in plan2])
+            print(
+                f"LR tuning, stage 2: {len({id(v) for v, _ in plan2})} variant(s) at their chosen learning rate, "
+                f"{seed_name}={','.join(seeds)}",
+                flush=True,
+            )
+        stage2 = self._launch(
+            [[*v.overrides, f"{lr_name}={v.selection.chosen.text}", f"{seed_name}={s}"] for v, s in plan2]
+        )
         for v in variants:
             v.seeds = []
         for (v, s), ret in zip(plan2, stage2):
             job_dir = job_dir_of(ret)
             status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
-            v.seeds.append({"seed": _number(s), "status": status, "value": value,
-                            "job": job_dir.name if job_dir else None})
+            v.seeds.append(
+                {"seed": _number(s), "status": status, "value": value, "job": job_dir.name if job_dir else None}
+            )
         path = self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=True)
         print(self._stage2_table(variants, metric, lr_name, seed_name, seeds), flush=True)
         print(f"LR tuning: {path}", flush=True)
@@ -420,8 +477,9 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             _ = ret.return_value  # as BasicSweeper: a job that failed inside Hydra raises here, once all have run
         return [stage1, stage2]
 
-    def _sequential_stage2(self, variants: list[_Variant], metric: str, higher: bool, lr_name: str, seed_name: str,
-                           seeds: list[str]) -> list[JobReturn]:
+    def _sequential_stage2(
+        self, variants: list[_Variant], metric: str, higher: bool, lr_name: str, seed_name: str, seeds: list[str]
+    ) -> list[JobReturn]:
         """``seeds=auto``: the baseline and every undecided variant at their chosen rates, seeds
         added up to each look; after each look every undecided variant gets the sequential verdict
         on its paired differences (seeds both have a finite value for, in seed order); decided
@@ -434,8 +492,10 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         wanted = parse_baseline(self.baseline)
         matches = [v for v in variants if all(parse_overrides(v.overrides).get(k) == x for k, x in wanted.items())]
         if len(matches) != 1:
-            raise HydraException(f"tuned_lr: hydra.sweeper.baseline={self.baseline} matches {len(matches)} variants "
-                                 f"of {', '.join(v.label for v in variants)}: name exactly one")
+            raise HydraException(
+                f"tuned_lr: hydra.sweeper.baseline={self.baseline} matches {len(matches)} variants "
+                f"of {', '.join(v.label for v in variants)}: name exactly one"
+            )
         base = matches[0]
         for v in variants:
             v.seeds = []
@@ -448,16 +508,21 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         for n in self.looks:
             batch = seeds[done:n]
             plan = [(v, s) for v in [base, *undecided] for s in batch]
-            print(f"LR tuning, stage 2 (seeds=auto): {seed_name}={','.join(batch)} for {base.label} (baseline) and "
-                  f"{len(undecided)} undecided variant(s)", flush=True)
-            rets = self._launch([[*v.overrides, f"{lr_name}={v.selection.chosen.text}", f"{seed_name}={s}"]
-                                 for v, s in plan])
+            print(
+                f"LR tuning, stage 2 (seeds=auto): {seed_name}={','.join(batch)} for {base.label} (baseline) and "
+                f"{len(undecided)} undecided variant(s)",
+                flush=True,
+            )
+            rets = self._launch(
+                [[*v.overrides, f"{lr_name}={v.selection.chosen.text}", f"{seed_name}={s}"] for v, s in plan]
+            )
             returns += rets
             for (v, s), ret in zip(plan, rets, strict=True):
                 job_dir = job_dir_of(ret)
                 status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
-                v.seeds.append({"seed": _number(s), "status": status, "value": value,
-                                "job": job_dir.name if job_dir else None})
+                v.seeds.append(
+                    {"seed": _number(s), "status": status, "value": value, "job": job_dir.name if job_dir else None}
+                )
             done = n
             base_values = {str(r["seed"]): r["value"] for r in base.seeds if r["value"] is not None}
             for v in list(undecided):
@@ -471,10 +536,15 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         rows = [["variant", f"verdict vs {base.label}", "seeds", "look"]]
         for v in others:
             verdict = v.decision.verdict if v.decision.verdict != "continue" else "inconclusive (diverged seeds)"
-            rows.append([v.label, verdict, str(len(v.seeds)), str(v.decision.look + 1 if v.decision.look >= 0 else "-")])
-        print(f"LR tuning, stage 2 (seeds=auto): group-sequential verdicts on {metric}, margin ±{self.margin:g}, looks "
-              f"at {','.join(map(str, self.looks))} seeds, {self.spending} spending, alpha {alpha:.3g} per variant\n"
-              + _table(rows), flush=True)
+            rows.append(
+                [v.label, verdict, str(len(v.seeds)), str(v.decision.look + 1 if v.decision.look >= 0 else "-")]
+            )
+        print(
+            f"LR tuning, stage 2 (seeds=auto): group-sequential verdicts on {metric}, margin ±{self.margin:g}, looks "
+            f"at {','.join(map(str, self.looks))} seeds, {self.spending} spending, alpha {alpha:.3g} per variant\n"
+            + _table(rows),
+            flush=True,
+        )
         return returns
 
     # -- output
@@ -490,8 +560,10 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             sel = v.selection
             chosen = "none" if sel.chosen is None else sel.chosen.text + (" (edge)" if sel.edge else "")
             rows.append([v.label, *cells, chosen])
-        title = (f"LR tuning, stage 1: final {metric} at each learning rate ({seed_name}={seed}; "
-                 f"{'highest' if higher else 'lowest'} wins, diverged/crashed rank last)")
+        title = (
+            f"LR tuning, stage 1: final {metric} at each learning rate ({seed_name}={seed}; "
+            f"{'highest' if higher else 'lowest'} wins, diverged/crashed rank last)"
+        )
         lines = [title, _table(rows)]
         lines += [f"  {v.label}: {v.selection.note}" for v in variants if v.selection.note]
         return "\n".join(lines)
@@ -510,14 +582,24 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             rows.append([v.label, v.selection.chosen.text, *cells, summary])
         return f"LR tuning, stage 2: final {metric} at each variant's chosen learning rate\n{_table(rows)}"
 
-    def _write(self, sweep_dir: Path, variants: list[_Variant], metric: str, higher: bool, seeds: list[str],
-               lr: Override | None, stage2_done: bool) -> Path:
+    def _write(
+        self,
+        sweep_dir: Path,
+        variants: list[_Variant],
+        metric: str,
+        higher: bool,
+        seeds: list[str],
+        lr: Override | None,
+        stage2_done: bool,
+    ) -> Path:
         lr_name = lr.get_key_element() if lr is not None else LR_KEY
         if lr is not None and lr.is_sweep_override():
             grid = f"the sweep's {lr.input_line}"
         else:
-            grid = (f"hydra.sweeper.num_lrs={self.num_lrs} values hydra.sweeper.lr_factor={self.lr_factor:g} apart, "
-                    f"centred on each variant's {LR_KEY}")
+            grid = (
+                f"hydra.sweeper.num_lrs={self.num_lrs} values hydra.sweeper.lr_factor={self.lr_factor:g} apart, "
+                f"centred on each variant's {LR_KEY}"
+            )
         out: dict[str, Any] = {
             "metric": metric,
             "key": lr_name,  # the tuned key: a property of each job, not of a variant (compute_multiplier.py)
@@ -526,8 +608,14 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             "grid": grid,
             "selection_seed": _number(self.selection_seed),  # stage 1 only: no verdict rests on it
             "tuning_seed": _number(self.selection_seed),
-            "seeds": [_number(s) for s in seeds if not self.auto or any(  # stage 2: the verdict seeds, each fresh
-                str(r["seed"]) == s for v in variants for r in (v.seeds or []))],
+            "seeds": [
+                _number(s)
+                for s in seeds
+                if not self.auto
+                or any(  # stage 2: the verdict seeds, each fresh
+                    str(r["seed"]) == s for v in variants for r in (v.seeds or [])
+                )
+            ],
             "stage2": "done" if stage2_done else "pending",
             "variants": [],
         }
@@ -537,8 +625,10 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 "variant": v.label,
                 "overrides": v.overrides,
                 "grid": [float(t) for t in v.grid],
-                "stage1": [{"lr": r.lr, "override": f"{lr_name}={r.text}", "status": r.status, "value": r.value,
-                            "job": r.job} for r in sorted(v.results, key=lambda r: r.lr)],
+                "stage1": [
+                    {"lr": r.lr, "override": f"{lr_name}={r.text}", "status": r.status, "value": r.value, "job": r.job}
+                    for r in sorted(v.results, key=lambda r: r.lr)
+                ],
                 "chosen_lr": sel.chosen.lr if sel.chosen else None,
                 "chosen_override": f"{lr_name}={sel.chosen.text}" if sel.chosen else None,
                 "edge": sel.edge,
@@ -547,9 +637,15 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             }
             if v.decision is not None:
                 verdict = v.decision.verdict if v.decision.verdict != "continue" else "inconclusive (diverged seeds)"
-                record["sequential"] = {"verdict": verdict, "seeds": len(v.seeds), "look": v.decision.look,
-                                        "baseline": self.baseline, "margin": self.margin, "looks": self.looks,
-                                        "spending": self.spending}
+                record["sequential"] = {
+                    "verdict": verdict,
+                    "seeds": len(v.seeds),
+                    "look": v.decision.look,
+                    "baseline": self.baseline,
+                    "margin": self.margin,
+                    "looks": self.looks,
+                    "spending": self.spending,
+                }
             if stage2_done and sel.chosen is not None:
                 mean, std, n = _mean_std(v.seeds)
                 record["seeds"] = v.seeds

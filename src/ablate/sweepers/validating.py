@@ -10,10 +10,10 @@ sweeper with it (the default, ``conf/hydra/sweeper/validating.yaml``); the tuned
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
 from hydra.errors import HydraException
 
 from ablate import cli
@@ -33,14 +33,18 @@ class ValidatingSweeperMixin:
             try:
                 cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             except HydraException as err:  # an unknown option or key: Hydra's message names the choices
-                cli.report_user_error(ConfigError(f"the sweep's job '{' '.join(overrides)}' cannot be composed, "
-                                                  f"so no job was started: {err}"))
+                cli.report_user_error(
+                    ConfigError(
+                        f"the sweep's job '{' '.join(overrides)}' cannot be composed, so no job was started: {err}"
+                    )
+                )
             try:
                 check_config(cfg)
             except (ConfigError, ValueError) as err:
                 # printed and exit 2 (ablate.cli), not a traceback through Hydra's error report
                 cli.report_user_error(
-                    ConfigError(f"the sweep's job '{' '.join(overrides)}' is invalid, so no job was started: {err}"))
+                    ConfigError(f"the sweep's job '{' '.join(overrides)}' is invalid, so no job was started: {err}")
+                )
 
 
 class ValidatingSweeper(ValidatingSweeperMixin, BasicSweeper):

@@ -10,8 +10,9 @@ and ``conf/task/<name>.yaml``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
@@ -37,22 +38,36 @@ def build_lm(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningMo
 
     if _is_translation_data(datamodule):
         raise ConfigError(f"data={type(datamodule).__name__} is a parallel corpus: train it with task=translation")
-    return LanguageModelTask(spec.as_dict(), used_optim_config(_container(cfg.optim)), data=_container(cfg.data),
-                             compile=cfg.model.get("compile", False))
+    return LanguageModelTask(
+        spec.as_dict(),
+        used_optim_config(_container(cfg.optim)),
+        data=_container(cfg.data),
+        compile=cfg.model.get("compile", False),
+    )
 
 
 def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:
     from ablate.tasks.translation import TranslationTask
 
     if not _is_translation_data(datamodule):
-        raise ConfigError(f"task=translation needs a parallel corpus (data=multi30k, iwslt14, iwslt2017, wmt14, parallel), "
-                          f"got {type(datamodule).__name__}")
+        raise ConfigError(
+            f"task=translation needs a parallel corpus (data=multi30k, iwslt14, iwslt2017, wmt14, parallel), "
+            f"got {type(datamodule).__name__}"
+        )
     if spec.encoder_layers <= 0:
-        raise ConfigError("task=translation needs an encoder: set model.encoder_layers and model.decoder_layers, or use "
-                          "model=translation_small, transformer_iwslt_de_en or transformer_base")
+        raise ConfigError(
+            "task=translation needs an encoder: set model.encoder_layers and model.decoder_layers, or use "
+            "model=translation_small, transformer_iwslt_de_en or transformer_base"
+        )
     task_cfg = {k: v for k, v in _container(cfg.get("task")).items() if k != "name"}
-    return TranslationTask(spec.as_dict(), used_optim_config(_container(cfg.optim)), decode=_container(cfg.get("decode")), task=task_cfg,
-                           data=_container(cfg.data), compile=cfg.model.get("compile", False))
+    return TranslationTask(
+        spec.as_dict(),
+        used_optim_config(_container(cfg.optim)),
+        decode=_container(cfg.get("decode")),
+        task=task_cfg,
+        data=_container(cfg.data),
+        compile=cfg.model.get("compile", False),
+    )
 
 
 TASKS: dict[str, Callable[[DictConfig, Any, ModelSpec], L.LightningModule]] = {
@@ -90,8 +105,10 @@ def require_checkpoint_task(path: str | Path, expected: str, script: str) -> Non
     except CheckpointError as err:
         raise SystemExit(str(err)) from None
     if found != expected:
-        raise SystemExit(f"{path} holds a task={found} checkpoint; {script} takes task={expected} checkpoints. "
-                         f"Use {TASK_SCRIPTS.get(found, 'the script of that task')} for this one.")
+        raise SystemExit(
+            f"{path} holds a task={found} checkpoint; {script} takes task={expected} checkpoints. "
+            f"Use {TASK_SCRIPTS.get(found, 'the script of that task')} for this one."
+        )
 
 
 # the LightningModule of each task (imported when asked for: translation pulls in sacreBLEU)
@@ -118,8 +135,9 @@ def check_task_config(cfg: DictConfig) -> None:
     task_class(cfg).check_config(cfg)
 
 
-def load_task_checkpoint(path: str | Path, expected: str | None = None, script: str = "this script",
-                         map_location: Any = "cpu", **kwargs: Any) -> L.LightningModule:
+def load_task_checkpoint(
+    path: str | Path, expected: str | None = None, script: str = "this script", map_location: Any = "cpu", **kwargs: Any
+) -> L.LightningModule:
     """The task module a checkpoint holds, rebuilt by its own class (:data:`TASK_CLASSES`, by
     :func:`checkpoint_task`): the one way every script loads a checkpoint. With ``expected``, a
     checkpoint of another task stops with a message naming the script that takes it; a file that
@@ -133,7 +151,8 @@ def load_task_checkpoint(path: str | Path, expected: str | None = None, script: 
 
     # checkpoint_task read the file with the restricted unpickler already; Lightning reads it the same way
     return getattr(importlib.import_module(module), cls).load_from_checkpoint(
-        str(path), map_location=map_location, weights_only=safe_load.lightning_weights_only(), **kwargs)
+        str(path), map_location=map_location, weights_only=safe_load.lightning_weights_only(), **kwargs
+    )
 
 
 def build_task(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:

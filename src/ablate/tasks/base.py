@@ -10,10 +10,9 @@ import lightning as L
 from omegaconf import DictConfig
 from torch import Tensor
 
-from ablate.options import ConfigError
-
 from ablate.data.tokenizers import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
 from ablate.optim import build_optimizer, build_schedule
+from ablate.options import ConfigError
 
 
 class TaskModule(L.LightningModule):
@@ -46,7 +45,9 @@ class TaskModule(L.LightningModule):
         if evaluation.get("seq_len") or evaluation.get("seq_lens"):
             raise ConfigError(f"eval.seq_len / eval.seq_lens apply to task=lm; remove them for task={cls.task_name}")
 
-    def evaluate_after_fit(self, trainer: L.Trainer, datamodule: Any, cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    def evaluate_after_fit(
+        self, trainer: L.Trainer, datamodule: Any, cfg: DictConfig
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """What a finished run evaluates after training: ``(metrics, extra status entries)``.
         Default: the test split when ``eval.test_at_end`` (its ``test/*`` metrics)."""
         if not cfg.eval.get("test_at_end", True):

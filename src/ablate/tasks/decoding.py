@@ -23,8 +23,9 @@ The pad and begin-of-sentence tokens are never generated.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -106,8 +107,16 @@ def _force_eos(lprobs: Tensor, rows: Tensor, eos: int) -> None:
 
 
 @torch.no_grad()
-def greedy_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor, ids: SpecialIds, *, max_len_a: float = 1.2,
-                  max_len_b: int = 10, use_cache: bool = True) -> list[list[int]]:
+def greedy_search(
+    model: EncoderDecoder,
+    src: Tensor,
+    src_mask: Tensor,
+    ids: SpecialIds,
+    *,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+    use_cache: bool = True,
+) -> list[list[int]]:
     """The most probable token at every step; returns each sentence's tokens without BOS/EOS."""
     n = src.size(0)
     memory = model.encode(src, src_mask)
@@ -132,15 +141,26 @@ def greedy_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor, ids: Spe
 
 
 @torch.no_grad()
-def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor, ids: SpecialIds, *, beam_size: int = 4,
-                length_penalty_alpha: float = 0.6, max_len_a: float = 1.2, max_len_b: int = 10,
-                use_cache: bool = True) -> list[list[int]]:
+def beam_search(
+    model: EncoderDecoder,
+    src: Tensor,
+    src_mask: Tensor,
+    ids: SpecialIds,
+    *,
+    beam_size: int = 4,
+    length_penalty_alpha: float = 0.6,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+    use_cache: bool = True,
+) -> list[list[int]]:
     """Batched beam search (see the module docstring); returns the best hypothesis per sentence."""
     b, k = src.size(0), beam_size
     device = src.device
     memory = model.encode(src, src_mask)
     limits = max_lengths(src_mask, max_len_a, max_len_b, model.spec.max_len - 1)
-    decoder = _IncrementalDecoder(model, memory.repeat_interleave(k, dim=0), src_mask.repeat_interleave(k, dim=0), use_cache)
+    decoder = _IncrementalDecoder(
+        model, memory.repeat_interleave(k, dim=0), src_mask.repeat_interleave(k, dim=0), use_cache
+    )
     tokens = torch.full((b * k, 1), ids.bos, dtype=torch.long, device=device)
     scores = torch.zeros(b, k, device=device)
     scores[:, 1:] = NEG_INF  # all beams start identical: expand only the first
@@ -187,15 +207,27 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor, ids: Speci
     return best
 
 
-def translate_tokens(model: EncoderDecoder, src: Tensor, src_mask: Tensor, ids: SpecialIds, cfg: DecodeConfig) -> list[list[int]]:
+def translate_tokens(
+    model: EncoderDecoder, src: Tensor, src_mask: Tensor, ids: SpecialIds, cfg: DecodeConfig
+) -> list[list[int]]:
     """Greedy for ``beam_size == 1`` (same result, less work), beam search otherwise."""
     was_training = model.training
     model.eval()
     try:
         if cfg.beam_size == 1:
-            return greedy_search(model, src, src_mask, ids, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
-                                 use_cache=cfg.use_cache)
-        return beam_search(model, src, src_mask, ids, beam_size=cfg.beam_size, length_penalty_alpha=cfg.length_penalty,
-                           max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, use_cache=cfg.use_cache)
+            return greedy_search(
+                model, src, src_mask, ids, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, use_cache=cfg.use_cache
+            )
+        return beam_search(
+            model,
+            src,
+            src_mask,
+            ids,
+            beam_size=cfg.beam_size,
+            length_penalty_alpha=cfg.length_penalty,
+            max_len_a=cfg.max_len_a,
+            max_len_b=cfg.max_len_b,
+            use_cache=cfg.use_cache,
+        )
     finally:
         model.train(was_training)

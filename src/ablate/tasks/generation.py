@@ -26,8 +26,16 @@ def sample_next(logits: Tensor, temperature: float, top_k: int | None, generator
 
 
 @torch.no_grad()
-def generate(model: TransformerLM, prompt: Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-             top_k: int | None = None, use_cache: bool = True, generator: torch.Generator | None = None) -> Tensor:
+def generate(
+    model: TransformerLM,
+    prompt: Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """Extend ``prompt`` (B, T) by ``max_new_tokens`` tokens; returns (B, T + max_new_tokens)."""
     was_training = model.training
     model.eval()

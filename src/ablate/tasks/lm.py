@@ -16,15 +16,15 @@ so bpb = loss / ln 2). Logged when the task knows its tokenizer (train.py and ev
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import lightning as L
 import numpy as np
-
 import torch
 import torch.nn.functional as F
-from torch import Tensor
 from omegaconf import DictConfig, open_dict
+from torch import Tensor
 from torchmetrics import MeanMetric, SumMetric
 
 from ablate.config import ConfigError, ModelSpec
@@ -53,8 +53,9 @@ def token_byte_lengths(tokenizer: Tokenizer) -> np.ndarray:
         lengths = []
         for i in range(tokenizer.vocab_size):
             token = tokenizer.hf.id_to_token(i) or ""
-            lengths.append(len(token) if token and set(token) <= alphabet
-                           else len(tokenizer.decode([i]).encode("utf-8")))
+            lengths.append(
+                len(token) if token and set(token) <= alphabet else len(tokenizer.decode([i]).encode("utf-8"))
+            )
         return np.array(lengths, dtype=np.int64)
     return np.array([len(tokenizer.decode([i]).encode("utf-8")) for i in range(tokenizer.vocab_size)], dtype=np.int64)
 
@@ -64,8 +65,13 @@ class LanguageModelTask(TaskModule):
 
     task_name = "lm"
 
-    def __init__(self, spec: Mapping[str, Any], optim: Mapping[str, Any], data: Mapping[str, Any] | None = None,
-                 compile: bool = False) -> None:
+    def __init__(
+        self,
+        spec: Mapping[str, Any],
+        optim: Mapping[str, Any],
+        data: Mapping[str, Any] | None = None,
+        compile: bool = False,
+    ) -> None:
         super().__init__()
         # spec + optim rebuild the model from a checkpoint; data finds its corpus again (eval.py)
         self.save_hyperparameters()
@@ -89,11 +95,15 @@ class LanguageModelTask(TaskModule):
         evaluation = cfg.get("eval") or {}
         length, lengths = evaluation.get("seq_len"), evaluation.get("seq_lens")
         if (length or lengths) and "eval_seq_len" not in cfg.data:
-            raise ConfigError("eval.seq_len / eval.seq_lens need an LM data config (data.eval_seq_len); "
-                              f"data={cfg.data.get('_target_')} has none")
+            raise ConfigError(
+                "eval.seq_len / eval.seq_lens need an LM data config (data.eval_seq_len); "
+                f"data={cfg.data.get('_target_')} has none"
+            )
         listed = lengths is not None and not isinstance(lengths, (str, int))
         if lengths is not None and not (listed and all(isinstance(n, int) and n > 0 for n in lengths)):
-            raise ConfigError(f"eval.seq_lens={lengths}: give a list of positive lengths, e.g. eval.seq_lens=[256,512,1024]")
+            raise ConfigError(
+                f"eval.seq_lens={lengths}: give a list of positive lengths, e.g. eval.seq_lens=[256,512,1024]"
+            )
         if length is None:
             return
         current = cfg.data.get("eval_seq_len")
@@ -102,7 +112,9 @@ class LanguageModelTask(TaskModule):
         with open_dict(cfg):
             cfg.data.eval_seq_len = length
 
-    def evaluate_after_fit(self, trainer: L.Trainer, datamodule: Any, cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    def evaluate_after_fit(
+        self, trainer: L.Trainer, datamodule: Any, cfg: DictConfig
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The test split (``eval.test_at_end``), then ``test/loss@L``, ``test/ppl@L`` at each
         length of ``eval.seq_lens`` (:func:`ablate.tasks.lm_eval.evaluate_lengths`)."""
         from ablate.tasks.lm_eval import evaluate_lengths

@@ -26,8 +26,9 @@ from ablate.tasks.base import finite_or_none
 EVAL_SPLITS = ("val", "test")
 
 
-def evaluate_lengths(trainer: L.Trainer, task: L.LightningModule, datamodule: Any, lengths: list[int],
-                     split: str = "test") -> tuple[dict[str, float | None], dict[str, Any]]:
+def evaluate_lengths(
+    trainer: L.Trainer, task: L.LightningModule, datamodule: Any, lengths: list[int], split: str = "test"
+) -> tuple[dict[str, float | None], dict[str, Any]]:
     """``<split>/loss@L``, ``<split>/ppl@L`` (and ``<split>/bpb@L`` when the task knows its
     tokenizer: bits per UTF-8 byte) for each length L: the split (``test``, or ``val``)
     cut into non-overlapping windows of L tokens (Press et al. 2022's "nonoverlapping inference";
@@ -49,8 +50,10 @@ def evaluate_lengths(trainer: L.Trainer, task: L.LightningModule, datamodule: An
     for length in lengths:
         if spec.pos == "learned" and length > spec.max_len:
             info[str(length)] = {"skipped": f"pos=learned has {spec.max_len} positions (model.max_len)"}
-            rank_zero_info(f"{split}/ppl@{length} skipped: pos=learned has only {spec.max_len} positions; set "
-                           f"model.max_len={length} to evaluate with untrained positions beyond the training length")
+            rank_zero_info(
+                f"{split}/ppl@{length} skipped: pos=learned has only {spec.max_len} positions; set "
+                f"model.max_len={length} to evaluate with untrained positions beyond the training length"
+            )
             continue
         datamodule.use_eval_length(length)
         task.eval_tag = f"@{length}"
@@ -76,11 +79,25 @@ class TextFileData(LMDataModule):
 
     name = "text_file"
 
-    def __init__(self, path: str | os.PathLike[str], tokenizer: Tokenizer, work_dir: str | os.PathLike[str],
-                 seq_len: int, eval_batch_size: int, num_workers: int = 0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        tokenizer: Tokenizer,
+        work_dir: str | os.PathLike[str],
+        seq_len: int,
+        eval_batch_size: int,
+        num_workers: int = 0,
+    ) -> None:
         kind = next(k for k, cls in TOKENIZERS.items() if isinstance(tokenizer, cls))
-        super().__init__(data_dir=Path(path).parent, cache_dir=work_dir, tokenizer=kind, seq_len=seq_len,
-                         batch_size=eval_batch_size, eval_batch_size=eval_batch_size, num_workers=num_workers)
+        super().__init__(
+            data_dir=Path(path).parent,
+            cache_dir=work_dir,
+            tokenizer=kind,
+            seq_len=seq_len,
+            batch_size=eval_batch_size,
+            eval_batch_size=eval_batch_size,
+            num_workers=num_workers,
+        )
         self.path = Path(path)
         self.tokenizer, self.vocab_size = tokenizer, tokenizer.vocab_size
         self.dtype = token_dtype(tokenizer.vocab_size)
@@ -120,11 +137,12 @@ def tokenizer_mismatch(model_tokenizer: Tokenizer | None, data_tokenizer: Tokeni
     data = tokenizer_to_dict(data_tokenizer)
     if model_tokenizer is None:
         if data_tokenizer.vocab_size != vocab_size:
-            return (f"the data's {data['kind']} tokenizer has {data_tokenizer.vocab_size} tokens, the model "
-                    f"{vocab_size}")
+            return f"the data's {data['kind']} tokenizer has {data_tokenizer.vocab_size} tokens, the model {vocab_size}"
         return None
     model = tokenizer_to_dict(model_tokenizer)
     if model != data:
-        return (f"the data's tokenizer ({data['kind']}, {data_tokenizer.vocab_size} tokens) is not the checkpoint's "
-                f"({model['kind']}, {model_tokenizer.vocab_size} tokens)")
+        return (
+            f"the data's tokenizer ({data['kind']}, {data_tokenizer.vocab_size} tokens) is not the checkpoint's "
+            f"({model['kind']}, {model_tokenizer.vocab_size} tokens)"
+        )
     return None

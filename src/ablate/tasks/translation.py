@@ -24,15 +24,16 @@ are ignored (``ignore_index``), so they change neither the loss nor its normalis
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
-from torch import Tensor
 from omegaconf import DictConfig
+from torch import Tensor
 from torchmetrics import MeanMetric
 
 from ablate.config import ConfigError, ModelSpec
@@ -42,8 +43,13 @@ from ablate.nn.seq2seq import EncoderDecoder
 from ablate.tasks.base import TaskModule
 from ablate.tasks.decoding import DecodeConfig, SpecialIds, translate_tokens
 
-DEFAULT_TASK = {"val_bleu_samples": 500, "val_beam_size": 1, "log_examples": 5, "bleu_tokenize": "13a",
-                "sample_seed": 0}
+DEFAULT_TASK = {
+    "val_bleu_samples": 500,
+    "val_beam_size": 1,
+    "log_examples": 5,
+    "bleu_tokenize": "13a",
+    "sample_seed": 0,
+}
 
 
 def corpus_bleu(hypotheses: list[str], references: list[str], tokenize: str = "13a") -> tuple[float, str]:
@@ -81,11 +87,20 @@ class TranslationTask(TaskModule):
     def check_config(cls, cfg: DictConfig) -> None:
         super().check_config(cfg)
         if not (cfg.model.get("encoder_layers") or 0) > 0:
-            raise ConfigError("task=translation needs an encoder: set model.encoder_layers and model.decoder_layers, or "
-                              "use model=translation_small, transformer_iwslt_de_en or transformer_base")
+            raise ConfigError(
+                "task=translation needs an encoder: set model.encoder_layers and model.decoder_layers, or "
+                "use model=translation_small, transformer_iwslt_de_en or transformer_base"
+            )
 
-    def __init__(self, spec: Mapping[str, Any], optim: Mapping[str, Any], decode: Mapping[str, Any] | None = None,
-                 task: Mapping[str, Any] | None = None, data: Mapping[str, Any] | None = None, compile: bool = False) -> None:
+    def __init__(
+        self,
+        spec: Mapping[str, Any],
+        optim: Mapping[str, Any],
+        decode: Mapping[str, Any] | None = None,
+        task: Mapping[str, Any] | None = None,
+        data: Mapping[str, Any] | None = None,
+        compile: bool = False,
+    ) -> None:
         super().__init__()
         # everything needed to rebuild the model, decode, and find the corpus again (eval.py) from a checkpoint
         self.save_hyperparameters()
@@ -110,14 +125,21 @@ class TranslationTask(TaskModule):
     @staticmethod
     def token_nll(logits: Tensor, target: Tensor, label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
         """Cross-entropy over the real (non-pad) target tokens."""
-        return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD,
-                               label_smoothing=label_smoothing, reduction=reduction)
+        return F.cross_entropy(
+            logits.flatten(0, 1).float(),
+            target.flatten(),
+            ignore_index=PAD,
+            label_smoothing=label_smoothing,
+            reduction=reduction,
+        )
 
     def translate(self, src: Tensor, cfg: DecodeConfig | None = None) -> list[list[int]]:
         """Token ids of the translations of ``src`` (B, S) (right-padded ``tokens </s>``)."""
         return translate_tokens(self.model, src, src != PAD, self.ids, cfg or self.decode_cfg)
 
-    def translate_text(self, sentences: list[str], cfg: DecodeConfig | None = None, max_tokens: int = 4000) -> list[str]:
+    def translate_text(
+        self, sentences: list[str], cfg: DecodeConfig | None = None, max_tokens: int = 4000
+    ) -> list[str]:
         """Detokenised translations of raw sentences, batched by length; order kept."""
         if self.tokenizer is None:
             raise RuntimeError("this model has no tokenizer (a checkpoint saved without one?)")
@@ -159,7 +181,9 @@ class TranslationTask(TaskModule):
         loss, nll = self.train_loss(batch)
         src_real, tgt_real = (src != PAD).sum(), (tgt_out != PAD).sum()
         pad_frac = 1 - (src_real + tgt_real).float() / (src.numel() + tgt_out.numel())
-        loss_value, nll, pad_frac = self.trainer.strategy.reduce(torch.stack([loss.detach(), nll, pad_frac]), reduce_op="mean")
+        loss_value, nll, pad_frac = self.trainer.strategy.reduce(
+            torch.stack([loss.detach(), nll, pad_frac]), reduce_op="mean"
+        )
         self.log("train/loss", loss_value, prog_bar=True)
         self.log("train/ppl", nll.exp())
         self.log("train/lr", self.optimizers().param_groups[0]["lr"])
@@ -173,8 +197,10 @@ class TranslationTask(TaskModule):
             for logger in self.loggers:
                 logger.log_metrics({"data/padding_fraction": fraction}, step=0)
             if rank_zero_only.rank == 0:
-                print(f"token batches: {len(dm.datasets['train'])} per epoch of <= {dm.max_tokens} tokens; "
-                      f"padding {100 * fraction:.1f}% of positions")
+                print(
+                    f"token batches: {len(dm.datasets['train'])} per epoch of <= {dm.max_tokens} tokens; "
+                    f"padding {100 * fraction:.1f}% of positions"
+                )
 
     # --- evaluation -------------------------------------------------------------------
 
@@ -224,19 +250,24 @@ class TranslationTask(TaskModule):
                 self._log_examples(split, order, srcs_all, refs_all, hyps)
                 if split == "test":
                     self._write_hypotheses(hyp_list, order, refs_all)
-                    print(f"test BLEU = {score:.2f} on {len(order)} sentences "
-                          f"(beam {self.decode_cfg.beam_size}, length penalty {self.decode_cfg.length_penalty})  {signature}")
+                    print(
+                        f"test BLEU = {score:.2f} on {len(order)} sentences "
+                        f"(beam {self.decode_cfg.beam_size}, length penalty {self.decode_cfg.length_penalty})  {signature}"
+                    )
         self.log_dict(metrics, prog_bar=split == "val", sync_dist=False)
 
-    def _log_examples(self, split: str, order: list[int], srcs: list[str], refs: list[str], hyps: dict[int, str]) -> None:
+    def _log_examples(
+        self, split: str, order: list[int], srcs: list[str], refs: list[str], hyps: dict[int, str]
+    ) -> None:
         n = int(self.task_cfg.get("log_examples") or 0)
         wandb_loggers = [lg for lg in self.loggers if isinstance(lg, WandbLogger)]
         if not n or not wandb_loggers:
             return
         rows = [[srcs[i], refs[i], hyps[i]] for i in order[:n]]
         for lg in wandb_loggers:
-            lg.log_text(key=f"{split}/examples", columns=["source", "reference", "hypothesis"], data=rows,
-                        step=self.global_step)
+            lg.log_text(
+                key=f"{split}/examples", columns=["source", "reference", "hypothesis"], data=rows, step=self.global_step
+            )
 
     def _write_hypotheses(self, hyp_list: list[str], order: list[int], refs_all: list[str]) -> None:
         root = getattr(self.trainer, "default_root_dir", None)
