@@ -170,7 +170,9 @@ def check_compatible(
         if path is ref_path:
             continue
         if identity is not None:
-            diffs = {k: v for k, v in _differences(identity, identities[-1]).items() if not _allowed(k, allow)}
+            reference = identities[-1]
+            assert reference is not None  # all carry an identity, or none does (checked above)
+            diffs = {k: v for k, v in _differences(identity, reference).items() if not _allowed(k, allow)}
             if diffs:
                 lines = "\n".join(
                     f"  {k}: {old!r} in {path.name}, {new!r} in {ref_path.name}" for k, (old, new) in diffs.items()
@@ -206,11 +208,11 @@ def average_checkpoints(
 ) -> dict[str, Any]:
     """The newest of ``paths`` (the last one) with its weights replaced by the mean of all of
     theirs (floating tensors; the others from the newest), without optimiser/scheduler states."""
-    paths = [Path(p) for p in paths]
-    if not paths:
+    files = [Path(p) for p in paths]
+    if not files:
         raise AveragingError("no checkpoints to average")
-    checkpoints = [_load(p) for p in paths]
-    check_compatible(paths, checkpoints, weights, allow_changes)
+    checkpoints = [_load(p) for p in files]
+    check_compatible(files, checkpoints, weights, allow_changes)
     newest = model_weights(checkpoints[-1], weights)
     # a state_dict names one tensor under several keys (tied embeddings, the task's ``forward_fn``
     # alias of ``model``): average each tensor once and keep the keys sharing it, as torch.save did
@@ -232,7 +234,7 @@ def average_checkpoints(
     out = {k: v for k, v in checkpoints[-1].items() if k not in TRAINING_STATE}
     out["state_dict"] = averaged
     out["averaged_checkpoints"] = {
-        "files": [p.name for p in paths],
+        "files": [p.name for p in files],
         "global_steps": [c.get("global_step") for c in checkpoints],
         "weights": weights,
     }
@@ -289,7 +291,7 @@ class EMA(EMAWeightAveraging):
         super().__init__(
             device=device,
             use_buffers=use_buffers,
-            decay=decay if self.enabled else 0.999,
+            decay=decay if decay is not None else 0.999,
             update_every_n_steps=update_every_n_steps,
             update_starting_at_step=update_starting_at_step,
         )

@@ -28,8 +28,9 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import numpy as np
@@ -175,7 +176,7 @@ class ResumeState(Callback):
 
 def collect_rng_states() -> dict[str, Any]:
     """The RNG states as tensors and plain Python values (loadable with ``weights_only=True``)."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    kind, keys, pos, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
     states: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": {
@@ -212,7 +213,7 @@ def set_rng_states(states: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------ resume
 
 
-def find_last_checkpoint(dirs: list[str | os.PathLike[str]]) -> Path | None:
+def find_last_checkpoint(dirs: Sequence[str | os.PathLike[str]]) -> Path | None:
     """The newest ``last.ckpt`` (or ``last-N.ckpt``) in ``dirs``: what Lightning's
     ``ckpt_path="last"`` picks, found before the Trainer exists (W&B needs the run id first)."""
     found = [
@@ -221,7 +222,7 @@ def find_last_checkpoint(dirs: list[str | os.PathLike[str]]) -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
 
 
-def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dirs: list[str | os.PathLike[str]]) -> str | None:
+def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dirs: Sequence[str | os.PathLike[str]]) -> str | None:
     """``None`` -> ``None``; ``"last"`` -> the job's last checkpoint, or ``None`` (a fresh start)
     when there is none yet, so ``ckpt_path=last`` can be set on the first run of a job and on
     every requeue; a path -> itself, which must exist. Other special values Lightning knows

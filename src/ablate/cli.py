@@ -53,7 +53,7 @@ def task(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         mark_started()
-        cfg = args[0] if args else None
+        cfg: Any = args[0] if args else None
         if hasattr(cfg, "get"):  # trust_checkpoint=true: this script may load checkpoints that run code
             safe_load.trust_checkpoints(bool(cfg.get("trust_checkpoint", False)))
         try:

@@ -35,7 +35,7 @@ import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
@@ -89,6 +89,11 @@ def eval_max_len(cfg: DictConfig) -> int:
     ``eval.seq_lens`` does not count: evaluating more lengths must not change the trained model
     (a learned position table's size changes its parameters and its initialisation)."""
     return max(cfg.data.seq_len, cfg.data.get("eval_seq_len") or 0)
+
+
+def is_rank_zero() -> bool:
+    """Lightning's global rank is 0 (it sets ``rank_zero_only.rank`` at import; its stubs do not declare it)."""
+    return rank_zero_only.rank == 0  # type: ignore[attr-defined]
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -261,7 +266,7 @@ def previous_outcome(cfg: DictConfig, output_dir: Path) -> dict[str, Any] | None
     """
     dirs = configured_checkpoint_dirs(cfg)
     if not cfg.get("skip_completed", True):
-        if rank_zero_only.rank != 0:  # SLURM tasks / torchrun: rank 0 clears, before any rank trains
+        if not is_rank_zero():  # SLURM tasks / torchrun: rank 0 clears, before any rank trains
             return None
         stale = [p for d in dirs if d.is_dir() for p in d.iterdir() if p.suffix == ".ckpt"]
         if stale or (output_dir / "status.json").exists():
@@ -314,7 +319,7 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
     check_config(cfg)
     world, _, accumulate = training_layout(cfg)
     ckpt_path, wandb_resume_id = resume_point(cfg, output_dir, job)  # before any data is read
-    for warning in start_warnings(cfg) if rank_zero_only.rank == 0 else []:
+    for warning in start_warnings(cfg) if is_rank_zero() else []:
         log.warning(warning)
     L.seed_everything(cfg.seed, workers=True)
     if cfg.runtime.flush_denormal:
@@ -330,9 +335,10 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
     task = build_task(cfg, datamodule, spec)  # cfg.task.name (ablate.tasks.TASKS)
     task.tokenizer = datamodule.tokenizer
 
-    n_params = task.model.num_params()
+    model: Any = task.model  # the task's model (TransformerLM, EncoderDecoder): its parameter count
+    n_params = model.num_params()
     estimate = param_estimate(spec.n_layers, spec.d_model, spec.vocab_size)
-    if rank_zero_only.rank == 0:
+    if is_rank_zero():
         print(
             format_run_header(
                 experiment_name(),
@@ -349,7 +355,7 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
 
     callbacks = build_callbacks(cfg, spec, n_params)
     run_config = {
-        **OmegaConf.to_container(cfg, resolve=True),
+        **cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
         "axes": spec.axes(),
         "params": n_params,
         "params_estimate": estimate,
@@ -387,9 +393,10 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
         trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=safe_load.lightning_weights_only())
     except TrainingInterrupted:  # Ctrl-C: the step's checkpoint is saved (GracefulInterrupt)
         pass
-    divergence = next((cb for cb in trainer.callbacks if isinstance(cb, DivergenceMonitor)), None)
+    callbacks_run: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's connector
+    divergence = next((cb for cb in callbacks_run if isinstance(cb, DivergenceMonitor)), None)
     diverged = divergence is not None and divergence.diverged_at is not None
-    interrupt = next(cb for cb in trainer.callbacks if isinstance(cb, GracefulInterrupt))
+    interrupt = next(cb for cb in callbacks_run if isinstance(cb, GracefulInterrupt))
     interrupted = interrupt.interrupted_at is not None and not diverged
     metrics = {k: finite_or_none(v) for k, v in trainer.callback_metrics.items()}
     extra: dict[str, Any] = {}
@@ -398,8 +405,8 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
         metrics.update(evaluated)
     status = {
         "status": "interrupted" if interrupted else "diverged" if diverged else "completed",
-        "diverged_at_step": divergence.diverged_at if diverged else None,
-        "divergence_reason": divergence.reason if diverged else None,
+        "diverged_at_step": divergence.diverged_at if divergence is not None and diverged else None,
+        "divergence_reason": divergence.reason if divergence is not None and diverged else None,
         "steps": trainer.global_step,
         "wall_time_s": round(time.perf_counter() - start, 2),
         "params": n_params,
@@ -421,7 +428,7 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
 def _rank_main(cfg_container: dict[str, Any], output_dir: str, job: Job) -> dict[str, Any] | None:
     """One rank of a job started by :func:`ablate.distributed.launch`; rank 0 returns the status."""
     rank = distributed.global_rank()
-    rank_zero_only.rank = rank  # lightning was imported before the launcher set RANK
+    rank_zero_only.rank = rank  # type: ignore[attr-defined] # lightning was imported before the launcher set RANK
     exit_code = 1
     try:
         status = fit(OmegaConf.create(cfg_container), Path(output_dir), job)
@@ -468,7 +475,7 @@ def run(cfg: DictConfig) -> float:
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     job = Job.current()
-    writer = rank_zero_only.rank == 0  # several ranks run this only under SLURM tasks / torchrun
+    writer = is_rank_zero()  # several ranks run this only under SLURM tasks / torchrun
     if job.multirun:  # single runs never skip: their directory is new each time
         done = previous_outcome(cfg, output_dir)
         if done is not None:

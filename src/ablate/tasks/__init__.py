@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
@@ -20,11 +20,16 @@ from omegaconf import DictConfig, OmegaConf
 from ablate.config import ConfigError, ModelSpec
 from ablate.optim import used_optim_config
 
+if TYPE_CHECKING:
+    from ablate.tasks.base import TaskModule
+
 
 def _container(node: Any) -> dict[str, Any]:
     if node is None:
         return {}
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    if isinstance(node, DictConfig):
+        return cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))
+    return dict(node)
 
 
 def _is_translation_data(datamodule: Any) -> bool:
@@ -33,7 +38,7 @@ def _is_translation_data(datamodule: Any) -> bool:
     return isinstance(datamodule, TranslationDataModule)
 
 
-def build_lm(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:
+def build_lm(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TaskModule:
     from ablate.tasks.lm import LanguageModelTask
 
     if _is_translation_data(datamodule):
@@ -46,7 +51,7 @@ def build_lm(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningMo
     )
 
 
-def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:
+def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TaskModule:
     from ablate.tasks.translation import TranslationTask
 
     if not _is_translation_data(datamodule):
@@ -70,7 +75,7 @@ def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.Li
     )
 
 
-TASKS: dict[str, Callable[[DictConfig, Any, ModelSpec], L.LightningModule]] = {
+TASKS: dict[str, Callable[[DictConfig, Any, ModelSpec], TaskModule]] = {
     "lm": build_lm,
     "translation": build_translation,
 }
@@ -122,12 +127,13 @@ def task_name(cfg: DictConfig) -> str:
     return name
 
 
-def task_class(cfg: DictConfig) -> type:
+def task_class(cfg: DictConfig) -> type[TaskModule]:
     """The :class:`~ablate.tasks.base.TaskModule` subclass of ``cfg.task.name``."""
     import importlib
 
     module, cls = TASK_CLASSES[task_name(cfg)].split(":")
-    return getattr(importlib.import_module(module), cls)
+    found: type[TaskModule] = getattr(importlib.import_module(module), cls)
+    return found
 
 
 def check_task_config(cfg: DictConfig) -> None:
@@ -155,6 +161,7 @@ def load_task_checkpoint(
     )
 
 
-def build_task(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> L.LightningModule:
+def build_task(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TaskModule:
     """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec."""
-    return TASKS[task_name(cfg)](cfg, datamodule, spec)
+    task: TaskModule = TASKS[task_name(cfg)](cfg, datamodule, spec)
+    return task
