@@ -118,7 +118,7 @@ class WindowBatch(Sequence):
     def __len__(self) -> int:
         return len(self.x)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]  # no slices
         return self.x[i], self.y[i]
 
 
@@ -166,7 +166,7 @@ class LMDataModule(L.LightningDataModule):
     :attr:`vocab_size` (int), :attr:`datasets` (split name -> :class:`TokenWindows`).
     """
 
-    name: ClassVar[str] = "corpus"
+    name: str | None = "corpus"
     """Corpus name, used in cache folder names and messages."""
 
     def __init__(
@@ -414,7 +414,8 @@ class LMDataModule(L.LightningDataModule):
         sampler, trainer = self._train_sampler, self.trainer
         if sampler is None or trainer is None:
             return {}
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        # Lightning's progress counter (a _ProcessedTracker at run time; declared as its base class)
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed  # type: ignore[attr-defined]
         return {
             "seed": sampler.seed,
             "epoch": sampler.epoch,

@@ -7,6 +7,9 @@ so that a mid-epoch checkpoint resumes either task at the exact next batch.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sized
+from typing import cast
+
 import torch
 from torch.utils.data import Dataset, DistributedSampler
 
@@ -37,7 +40,7 @@ class ResumableSampler(DistributedSampler):
     @property
     def batches_per_epoch(self) -> int:
         """Micro-batches per rank and epoch."""
-        return len(self.dataset) // (self.batch_size * self.num_replicas)
+        return len(cast(Sized, self.dataset)) // (self.batch_size * self.num_replicas)
 
     def __len__(self) -> int:
         # a full epoch, also when resuming: Lightning counts the batches before the restart
@@ -46,7 +49,7 @@ class ResumableSampler(DistributedSampler):
     def resume_at(self, epoch: int, start_batch: int) -> None:
         self._resume = (epoch, start_batch)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         start = 0
         if self._resume is not None:
             if self._resume[0] == self.epoch:
@@ -55,5 +58,5 @@ class ResumableSampler(DistributedSampler):
         g = torch.Generator()
         g.manual_seed(self.seed + self.epoch)
         n_batches, world, size = self.batches_per_epoch, self.num_replicas, self.batch_size
-        perm = torch.randperm(len(self.dataset), generator=g)[: n_batches * world * size]
+        perm = torch.randperm(len(cast(Sized, self.dataset)), generator=g)[: n_batches * world * size]
         yield from perm.view(n_batches, world, size)[start:, self.rank].reshape(-1).tolist()

@@ -42,7 +42,7 @@ import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import lightning as L
 import numpy as np
@@ -103,7 +103,7 @@ def special_ids(tokenizer: Tokenizer) -> tuple[int, int, int]:
     ids = tuple(hf.token_to_id(name) if hf is not None else None for name in SPECIALS)
     if ids != (PAD, BOS, EOS):
         raise ValueError(f"not a translation tokenizer: special tokens {SPECIALS} are at {ids}, expected (0, 1, 2)")
-    return ids  # type: ignore[return-value]
+    return ids
 
 
 def encode_lines(tokenizer: Tokenizer, lines: Sequence[str]) -> list[list[int]]:
@@ -145,7 +145,7 @@ class PairBatch(NamedTuple):
     src: torch.Tensor
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
-    index: torch.Tensor
+    index: torch.Tensor  # type: ignore[assignment]  # a field named like tuple.index (the pairs' positions)
 
 
 def make_batches(
@@ -201,8 +201,8 @@ def collate(src: Sequence[np.ndarray], tgt: Sequence[np.ndarray], index: torch.T
     src_t = torch.full((b, s_len), PAD, dtype=torch.long)
     tgt_in = torch.full((b, t_len), PAD, dtype=torch.long)
     tgt_out = torch.full((b, t_len), PAD, dtype=torch.long)
-    for r, (x, y) in enumerate(zip(src, tgt)):
-        x, y = torch.from_numpy(np.asarray(x, dtype=np.int64)), torch.from_numpy(np.asarray(y, dtype=np.int64))
+    for r, (x_ids, y_ids) in enumerate(zip(src, tgt)):
+        x, y = torch.from_numpy(np.asarray(x_ids, dtype=np.int64)), torch.from_numpy(np.asarray(y_ids, dtype=np.int64))
         src_t[r, : len(x)] = x
         src_t[r, len(x)] = EOS
         tgt_in[r, 0] = BOS
@@ -237,7 +237,7 @@ class TranslationDataModule(L.LightningDataModule):
         seed: seed of the training order (``train.py`` passes the run's ``seed``).
     """
 
-    name: ClassVar[str] = "parallel"
+    name: str | None = "parallel"
     languages: tuple[str, ...] = ()
 
     def __init__(
@@ -348,7 +348,7 @@ class TranslationDataModule(L.LightningDataModule):
                 counts[f"{split}.{lang}"] = int(lengths.sum())
                 if split != "train":  # the references BLEU is computed against, and sources for display
                     (folder / f"{split}.{lang}.txt").write_text("\n".join(pairs[split][lang]) + "\n", encoding="utf-8")
-        np.savez(folder / "tokens.npz", **arrays)
+        np.savez(folder / "tokens.npz", **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as bool
         meta = {
             "format": CACHE_FORMAT_VERSION,
             "corpus": self.name,
@@ -472,7 +472,8 @@ class TranslationDataModule(L.LightningDataModule):
         sampler, trainer = self._train_sampler, self.trainer
         if sampler is None or trainer is None:
             return {}
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        # Lightning's progress counter (a _ProcessedTracker at run time; declared as its base class)
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed  # type: ignore[attr-defined]
         return {"seed": sampler.seed, "epoch": sampler.epoch, "rounds_done": done}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -550,6 +551,7 @@ class ParallelCorpus(TranslationDataModule):
         if files:
             return {split: {lang: read_lines(files[f"{split}.{lang}"]) for lang in self.languages} for split in SPLITS}
         kwargs = {"revision": self.hub_revision} if self.hub_revision else {}
+        assert self.hub_path is not None  # local_files() found nothing and a Hub path is configured
         ds = load_hub_dataset(self.hub_path, self.hub_config, local_alternative=self.local_alternative(), **kwargs)
         out: dict[str, dict[str, list[str]]] = {}
         for split in SPLITS:
