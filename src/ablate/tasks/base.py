@@ -7,9 +7,11 @@ import math
 from typing import Any, ClassVar
 
 import lightning as L
+from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from omegaconf import DictConfig
-from torch import Tensor
+from torch import Tensor, nn
 
+from ablate.config import ModelSpec
 from ablate.data.tokenizers import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
 from ablate.optim import build_optimizer, build_schedule
 from ablate.options import ConfigError
@@ -20,7 +22,11 @@ class TaskModule(L.LightningModule):
     (the ``optim`` config as a dict); ``train.py`` sets :attr:`tokenizer`."""
 
     tokenizer: Tokenizer | None = None
-    task_name: str = ""  # the ``task.name`` it implements; stored in checkpoints (ablate.tasks.checkpoint_task)
+    task_name: str = ""
+    # set by each subclass's __init__; declared here so that they are not nn.Module's untyped attributes
+    model: nn.Module
+    optim_cfg: dict[str, Any]
+    spec: ModelSpec  # the ``task.name`` it implements; stored in checkpoints (ablate.tasks.checkpoint_task)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["task"] = self.task_name
@@ -66,7 +72,7 @@ class TaskModule(L.LightningModule):
         ``training_step`` and ``scripts/grad_norm_at_init.py`` both use it."""
         raise NotImplementedError
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         optimizer = build_optimizer(self.model, self.optim_cfg)
         # the schedule's horizon: max_steps, or what the epochs amount to when only they bound training
         max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else self.trainer.estimated_stepping_batches

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.core.optimizer import LightningOptimizer
 from omegaconf import DictConfig, open_dict
 from torch import Tensor
 from torchmetrics import MeanMetric, SumMetric
@@ -64,6 +65,7 @@ class LanguageModelTask(TaskModule):
     """Next-token prediction with cross-entropy (optionally label-smoothed for training)."""
 
     task_name = "lm"
+    model: TransformerLM
 
     def __init__(
         self,
@@ -146,7 +148,7 @@ class LanguageModelTask(TaskModule):
         loss_value, nll = self.trainer.strategy.reduce(torch.stack([loss.detach(), nll]), reduce_op="mean")
         self.log("train/loss", loss_value, prog_bar=True)
         self.log("train/ppl", nll.exp())
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"])  # the rate this step uses
+        self.log("train/lr", cast(LightningOptimizer, self.optimizers()).param_groups[0]["lr"])  # this step's rate
         return loss
 
     def token_bytes(self) -> Tensor | None:

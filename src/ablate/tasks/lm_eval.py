@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
@@ -23,11 +23,14 @@ from ablate.data.sources import read_utf8
 from ablate.data.tokenizers import TOKENIZERS, Tokenizer
 from ablate.tasks.base import finite_or_none
 
+if TYPE_CHECKING:
+    from ablate.tasks.lm import LanguageModelTask
+
 EVAL_SPLITS = ("val", "test")
 
 
 def evaluate_lengths(
-    trainer: L.Trainer, task: L.LightningModule, datamodule: Any, lengths: list[int], split: str = "test"
+    trainer: L.Trainer, task: LanguageModelTask, datamodule: Any, lengths: list[int], split: str = "test"
 ) -> tuple[dict[str, float | None], dict[str, Any]]:
     """``<split>/loss@L``, ``<split>/ppl@L`` (and ``<split>/bpb@L`` when the task knows its
     tokenizer: bits per UTF-8 byte) for each length L: the split (``test``, or ``val``)
@@ -107,6 +110,7 @@ class TextFileData(LMDataModule):
     def prepare_data(self) -> None:
         if self.num_tokens is not None:
             return
+        assert self.tokenizer is not None  # the checkpoint's, given to __init__
         try:
             self.num_tokens = self._write_tokens(self.tokenizer, read_utf8(self.path), self.tokens_path, self.dtype)
         except ValueError as err:  # a character outside the checkpoint's vocabulary
@@ -125,7 +129,7 @@ def load_lm_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", 
     with a message naming the script that takes it."""
     from ablate.tasks import load_task_checkpoint
 
-    return load_task_checkpoint(path, "lm", script, map_location=map_location, compile=False).eval()
+    return load_task_checkpoint(Path(path), "lm", script, map_location=map_location, compile=False).eval()
 
 
 def tokenizer_mismatch(model_tokenizer: Tokenizer | None, data_tokenizer: Tokenizer, vocab_size: int) -> str | None:

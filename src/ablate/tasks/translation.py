@@ -26,10 +26,11 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
@@ -78,6 +79,7 @@ class TranslationTask(TaskModule):
 
     task_name = "translation"
     config_keys = frozenset({"name", *DEFAULT_TASK})
+    model: EncoderDecoder
 
     def tokens_in_batch(self, batch: PairBatch) -> int:
         """Source and target positions, padding included: the encoder reads one, the decoder the other."""
@@ -186,17 +188,17 @@ class TranslationTask(TaskModule):
         )
         self.log("train/loss", loss_value, prog_bar=True)
         self.log("train/ppl", nll.exp())
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
+        self.log("train/lr", cast(LightningOptimizer, self.optimizers()).param_groups[0]["lr"])
         self.log("train/padding_fraction", pad_frac)
         return loss
 
     def on_fit_start(self) -> None:
-        dm = getattr(self.trainer, "datamodule", None)
+        dm: Any = getattr(self.trainer, "datamodule", None)
         fraction = getattr(dm, "padding_fraction", {}).get("train")
         if fraction is not None and self.trainer.global_step == 0:
             for logger in self.loggers:
                 logger.log_metrics({"data/padding_fraction": fraction}, step=0)
-            if rank_zero_only.rank == 0:
+            if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by Lightning at import
                 print(
                     f"token batches: {len(dm.datasets['train'])} per epoch of <= {dm.max_tokens} tokens; "
                     f"padding {100 * fraction:.1f}% of positions"
@@ -204,7 +206,7 @@ class TranslationTask(TaskModule):
 
     # --- evaluation -------------------------------------------------------------------
 
-    def _datamodule(self):
+    def _datamodule(self) -> Any:
         dm = getattr(self.trainer, "datamodule", None)
         if dm is None or not hasattr(dm, "references"):
             raise RuntimeError("translation evaluation needs a TranslationDataModule (references for BLEU)")
@@ -246,7 +248,7 @@ class TranslationTask(TaskModule):
                 for logger in self.loggers:
                     logger.log_hyperparams({"bleu_signature": signature})
                 self._signature_logged = True
-            if rank_zero_only.rank == 0:
+            if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by Lightning at import
                 self._log_examples(split, order, srcs_all, refs_all, hyps)
                 if split == "test":
                     self._write_hypotheses(hyp_list, order, refs_all)
@@ -310,7 +312,7 @@ def load_translation_checkpoint(path: str | Path, device: str = "auto") -> Trans
     from ablate.tasks import load_task_checkpoint
 
     dev = pick_device(device)
-    task = load_task_checkpoint(path, "translation", "eval.py / translate.py", map_location=dev)
+    task = cast(TranslationTask, load_task_checkpoint(path, "translation", "eval.py / translate.py", map_location=dev))
     if task.tokenizer is None:
         raise SystemExit(f"{path} carries no tokenizer; cannot translate text with it")
     return task.to(dev).eval()
