@@ -4,9 +4,11 @@ optimiser and per-step learning-rate schedule (:mod:`ablate.optim`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import lightning as L
+import torch
 from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from omegaconf import DictConfig
 from torch import Tensor, nn
@@ -22,11 +24,18 @@ class TaskModule(L.LightningModule):
     (the ``optim`` config as a dict); ``train.py`` sets :attr:`tokenizer`."""
 
     tokenizer: Tokenizer | None = None
-    task_name: str = ""
+    task_name: str = ""  # the ``task.name`` it implements; stored in checkpoints (ablate.tasks.checkpoint_task)
     # set by each subclass's __init__; declared here so that they are not nn.Module's untyped attributes
     model: nn.Module
     optim_cfg: dict[str, Any]
-    spec: ModelSpec  # the ``task.name`` it implements; stored in checkpoints (ablate.tasks.checkpoint_task)
+    spec: ModelSpec
+    forward_fn: Callable[..., Any]
+
+    def set_forward(self, compile: bool) -> None:
+        """``forward_fn``: the model, or ``torch.compile`` of it. Not a registered submodule, so the
+        weights are saved once, as ``model.*``, compiled or not: a checkpoint never carries
+        ``_orig_mod`` keys, and a run resumes, evaluates and exports with compile on or off."""
+        object.__setattr__(self, "forward_fn", torch.compile(self.model) if compile else self.model)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["task"] = self.task_name
@@ -35,6 +44,10 @@ class TaskModule(L.LightningModule):
             checkpoint["tokenizer"] = tokenizer_to_dict(self.tokenizer)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # earlier versions also saved the weights under forward_fn.* (forward_fn._orig_mod.* when compiled)
+        state = checkpoint.get("state_dict") or {}
+        for key in [k for k in state if k.startswith("forward_fn.")]:
+            del state[key]
         if "tokenizer" in checkpoint:
             self.tokenizer = tokenizer_from_dict(checkpoint["tokenizer"])
 

@@ -80,7 +80,7 @@ class LanguageModelTask(TaskModule):
         self.spec = ModelSpec(**spec)
         self.optim_cfg = dict(optim)
         self.model = TransformerLM(self.spec)
-        self.forward_fn = torch.compile(self.model) if compile else self.model
+        self.set_forward(compile)
         self.eval_nll = MeanMetric()  # token-weighted mean NLL; synced across ranks by torchmetrics
         self.eval_tokens = SumMetric()  # tokens predicted in the evaluation (all ranks)
         self.eval_nats = SumMetric()  # summed NLL of those tokens, and the UTF-8 bytes they cover (bpb)

@@ -112,7 +112,7 @@ class TranslationTask(TaskModule):
         self.decode_cfg = DecodeConfig.from_mapping(decode)
         self.ids = SpecialIds(pad=PAD, bos=BOS, eos=EOS)
         self.model = EncoderDecoder(self.spec, pad_id=PAD)
-        self.forward_fn = torch.compile(self.model) if compile else self.model
+        self.set_forward(compile)
         self.eval_nll = MeanMetric()
         self.tokenizer: Tokenizer | None = None  # set by train.py; saved in checkpoints
         self._hyps: dict[int, str] = {}
