@@ -27,6 +27,7 @@ config keys (``TaskModule.check_config``), builds its module, and evaluates a fi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -70,6 +71,7 @@ from ablate.resume import (
     run_identity,
 )
 from ablate.run_checks import check_run_numbers, start_warnings
+from ablate.run_lock import RunDirectoryBusy, RunDirectoryLock
 from ablate.tasks import build_task, check_task_config, task_name
 from ablate.tasks.base import finite_or_none
 
@@ -476,6 +478,34 @@ def run(cfg: DictConfig) -> float:
     output_dir.mkdir(parents=True, exist_ok=True)
     job = Job.current()
     writer = is_rank_zero()  # several ranks run this only under SLURM tasks / torchrun
+    try:
+        with RunDirectoryLock(output_dir) if writer else contextlib.nullcontext():  # one process per run dir
+            return run_locked(cfg, output_dir, job, writer)
+    except RunDirectoryBusy as err:
+        cli.report_user_error(err)
+        raise  # not reached
+
+
+def refuse_to_mix_runs(cfg: DictConfig, output_dir: Path) -> None:
+    """A fresh run (no ``ckpt_path``) into a directory that holds another run's record or checkpoints
+    would mix the two: refused, unless ``overwrite=true`` (which removes the old record first)."""
+    dirs = configured_checkpoint_dirs(cfg)
+    found = sorted({p for d in dirs if d.is_dir() for p in d.iterdir() if p.suffix == ".ckpt"})
+    found += [p for p in (output_dir / "status.json",) if p.exists()]
+    if not found:
+        return
+    if not cfg.get("overwrite", False):
+        raise ConfigError(
+            f"{output_dir} already holds a run ({', '.join(p.name for p in found[:3])}): continue it with "
+            "ckpt_path=last, replace it with overwrite=true, or choose another directory"
+        )
+    log.info(f"overwrite=true: removing the previous run's {len(found)} record(s) in {output_dir}")
+    for path in found:
+        path.unlink(missing_ok=True)
+
+
+def run_locked(cfg: DictConfig, output_dir: Path, job: Job, writer: bool) -> float:
+    """:func:`run` while holding the run directory."""
     if job.multirun:  # single runs never skip: their directory is new each time
         done = previous_outcome(cfg, output_dir)
         if done is not None:
@@ -495,6 +525,8 @@ def run(cfg: DictConfig) -> float:
                 )
                 print(format_run_summary(done, output_dir), flush=True)
             return optimized_value(cfg, done)
+    elif writer:
+        refuse_to_mix_runs(cfg, output_dir)
     if cfg.get("print_config", False) and writer:
         print_config_tree(cfg)
     exit_code = 0
