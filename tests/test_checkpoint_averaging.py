@@ -254,3 +254,14 @@ def test_tiny_run_with_ema(run_train, tmp_path: Path) -> None:
     last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
     key = "model.tok_emb.weight"
     assert "EMA" in last["callbacks"] and not torch.allclose(last["state_dict"][key], last["current_model_state"][key])
+
+
+def test_a_file_without_weights_is_refused_by_name(tmp_path):
+    import torch
+
+    from ablate.averaging import AveragingError, average_checkpoints
+
+    empty = tmp_path / "empty.ckpt"
+    torch.save({"state_dict": {}, "global_step": 3}, empty)
+    with pytest.raises(AveragingError, match=r"empty\.ckpt holds no model weights"):
+        average_checkpoints([empty, empty])

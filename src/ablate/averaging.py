@@ -129,9 +129,17 @@ def _load(path: Path) -> dict[str, Any]:
     from ablate.resume import CheckpointError, inspect_checkpoint
 
     try:
-        return inspect_checkpoint(path)  # memory-mapped: optimiser states are never read
+        checkpoint = inspect_checkpoint(path)  # memory-mapped: optimiser states are never read
     except CheckpointError as err:
         raise AveragingError(str(err)) from None
+    state = checkpoint.get("state_dict") if isinstance(checkpoint, dict) else None
+    if not isinstance(state, dict) or not any(
+        isinstance(v, torch.Tensor) and v.is_floating_point() for v in state.values()
+    ):
+        raise AveragingError(
+            f"{path} holds no model weights (no floating-point tensors in its state_dict): not averaged"
+        )
+    return checkpoint
 
 
 def model_weights(checkpoint: dict[str, Any], weights: str = "state_dict") -> dict[str, torch.Tensor]:
