@@ -258,3 +258,17 @@ def test_sigterm_is_recorded_as_interrupted(workdir: Path, data_dir: Path) -> No
     assert record["status"] == "interrupted" and record["steps"] == 4 and "train/loss" in record["metrics"]
     assert "SIGTERM: stopping after this step" in proc.stderr
     assert torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"] == 4
+
+
+def test_a_full_disk_is_named_errno_28_with_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ablate import checkpointing
+
+    def full_disk(*args, **kwargs):  # what torch's zip writer raises when a write comes up short
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4416 vs 4304")
+
+    monkeypatch.setattr(checkpointing.torch, "save", full_disk)
+    target = tmp_path / "checkpoints" / "last.ckpt"
+    with pytest.raises(OSError, match=r"No space left on device writing .*last\.ckpt") as err:
+        checkpointing.AtomicCheckpointIO().save_checkpoint({"a": 1}, target)
+    assert err.value.errno == 28 and "[Errno 28]" in str(err.value)
+    assert not list(target.parent.iterdir())  # no partial file left behind

@@ -24,6 +24,7 @@ callback's and the datamodule's ``state_dict``. Added here:
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import re
@@ -61,7 +62,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
         try:
             with open(tmp, "wb") as f:
-                torch.save(checkpoint, f)
+                _save(checkpoint, f, path)
                 f.flush()
                 os.fsync(f.fileno())
             if LAST_PATTERN.match(path.name) and path.is_file():
@@ -71,6 +72,19 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             tmp.unlink(missing_ok=True)
             raise
         _fsync_dir(path.parent)
+
+
+def _save(checkpoint: dict[str, Any], f: Any, path: Path) -> None:
+    """``torch.save``, whose zip writer reports a full disk as ``RuntimeError: [enforce fail at
+    inline_container.cc] ... unexpected pos``: turned into the OSError it is (Errno 28, naming the path),
+    which is what status.json then records."""
+    try:
+        torch.save(checkpoint, f)
+    except RuntimeError as err:
+        if "unexpected pos" in str(err) or "file write failed" in str(err):
+            free = shutil.disk_usage(path.parent).free
+            raise OSError(errno.ENOSPC, f"No space left on device writing {path} ({free:,} bytes free)") from err
+        raise
 
 
 def previous_checkpoint(path: str | os.PathLike[str]) -> Path:
