@@ -238,6 +238,7 @@ def describe_basis(metric: str, basis: str, matched: Matched | None = None) -> s
     matched budget of 1.2e+13 FLOPs, --basis flops``."""
     if basis == "steps":
         return f"final {metric}"
+    assert matched is not None, "a budget basis other than steps has a matched budget"
     return f"{metric} at the matched budget of {format_budget(matched.budget, basis)}, --basis {basis}"
 
 

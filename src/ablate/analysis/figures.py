@@ -53,6 +53,7 @@ import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +64,7 @@ from matplotlib.ticker import LogFormatter
 from PIL import Image
 
 from ablate.analysis.paper import PaperResults
-from ablate.analysis.runs import Job, Sweep
+from ablate.analysis.runs import Job, Sweep, shared_number
 from ablate.analysis.scaling import Curve, Multiplier, PowerLaw
 from ablate.analysis.series import (
     LR_METRIC,
@@ -226,11 +227,23 @@ def validation_figure(sweep: Sweep, x: str = "steps") -> Figure | None:
 
 
 def warmup_steps(jobs: list[Job]) -> int | None:
-    values = {j.value("optim.warmup_steps") for j in jobs} - {None, "null"}
-    return int(float(values.pop())) if len(values) == 1 else None
+    steps = shared_number(jobs, "optim.warmup_steps")
+    return None if steps is None else int(steps)
 
 
-def lr_curves(group: list[Variant], x: str = "steps") -> tuple[list[dict], set[str]]:
+@dataclass
+class LRCurve:
+    """One variant's learning rate for the LR panel: the schedule its config gives (``x``, ``lr``;
+    empty when it cannot be recomputed, with ``note`` saying why) and the logged points."""
+
+    variant: Variant
+    logged: list[tuple[np.ndarray, np.ndarray]]  # (x, train/lr) of each seed that logged it
+    x: np.ndarray = field(default_factory=lambda: np.array([]))
+    lr: np.ndarray = field(default_factory=lambda: np.array([]))
+    note: str | None = None
+
+
+def lr_curves(group: list[Variant], x: str = "steps") -> tuple[list[LRCurve], set[str]]:
     """Per variant: the learning rate at every step (:func:`~ablate.analysis.series.lr_schedule`
     of its longest-running seed; the seeds share the schedule) and the logged ``train/lr``
     points, both against ``x``. A variant whose config cannot be recomputed, or whose recomputed
@@ -244,42 +257,36 @@ def lr_curves(group: list[Variant], x: str = "steps") -> tuple[list[dict], set[s
             (variant_x(variant.jobs, j.series(LR_METRIC).index, x), j.series(LR_METRIC).to_numpy()) for j in logged
         ]
         sources |= {source for (_, found), _ in points for source in found}
-        curve = {
-            "variant": variant,
-            "x": np.array([]),
-            "lr": np.array([]),
-            "note": None,
-            "logged": [(xs, values) for (xs, _), values in points],
-        }
+        curve = LRCurve(variant, [(xs, values) for (xs, _), values in points])
         try:
             longest = max(variant.jobs, key=trained_steps)
             schedule = lr_schedule(longest)
             if not all(lr_matches_log(j, lr_schedule(j)) for j in logged):
                 raise ValueError(f"its config's schedule does not match the logged {LR_METRIC}")
-            curve["x"], found = variant_x(variant.jobs, schedule.index, x)
-            curve["lr"] = schedule.to_numpy()
+            curve.x, found = variant_x(variant.jobs, schedule.index, x)
+            curve.lr = schedule.to_numpy()
             sources |= found
         except ValueError as err:
-            curve["note"] = str(err)
-        if len(curve["lr"]) or curve["logged"]:
+            curve.note = str(err)
+        if len(curve.lr) or curve.logged:
             curves.append(curve)
     return curves, sources
 
 
 def _plot_lr(ax, group: list[Variant], x: str) -> None:
     notes = []
-    peaks = []
+    peaks: list[float] = []
     curves, sources = lr_curves(group, x)
     for curve in curves:
-        variant = curve["variant"]
-        label = f"{variant.label} ({variant.seeds_note})"
-        if len(curve["lr"]):
-            ax.plot(curve["x"], curve["lr"], color=variant.color, label=label, linewidth=1.5)
-            peaks.append(curve["lr"].max())
+        variant = curve.variant
+        label: str | None = f"{variant.label} ({variant.seeds_note})"
+        if len(curve.lr):
+            ax.plot(curve.x, curve.lr, color=variant.color, label=label, linewidth=1.5)
+            peaks.append(curve.lr.max())
             label = None
         else:
-            notes.append(f"{variant.label}: {curve['note']}")
-        for xs, values in curve["logged"]:  # the logged values on the recomputed line
+            notes.append(f"{variant.label}: {curve.note}")
+        for xs, values in curve.logged:  # the logged values on the recomputed line
             ax.plot(
                 xs,
                 values,
@@ -293,8 +300,8 @@ def _plot_lr(ax, group: list[Variant], x: str) -> None:
             label = None
             peaks.append(values.max())
     ax.plot([], [], "o", color="white", markeredgecolor="black", markersize=3.5, label=f"dots: logged {LR_METRIC}")
-    peaks = np.array(peaks, dtype=float)
-    if len(peaks) and peaks.min() > 0 and peaks.max() / peaks.min() >= 10:  # an LR sweep: rates of several decades
+    top = np.array(peaks, dtype=float)
+    if len(top) and top.min() > 0 and top.max() / top.min() >= 10:  # an LR sweep: rates of several decades
         ax.set_yscale("log")
     else:
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
@@ -731,7 +738,8 @@ def train_loss_by_axis_figure(sweep: Sweep, axis: str, x: str = "steps") -> Figu
             if hit
         ]
         label = line + (f": {', '.join(notes)}" if notes else "")
-        panels.setdefault(float(values[axis]), []).append(Variant(label, jobs, colors[line]))
+        # a numeric axis: every job has a value
+        panels.setdefault(float(str(values[axis])), []).append(Variant(label, jobs, colors[line]))
     if len(panels) < 2:
         return None
     fig = Figure(figsize=(4.2 * len(panels), 3.8), layout="constrained")
@@ -898,17 +906,17 @@ def sweep_plots(sweep: Sweep, metric: str | None = None, x: str = "steps", grid:
         name = _axis_name(axis)
         if grid is not None and name == LR_AXIS:
             continue
-        plots.append(
-            Plot(
-                f"metric_vs_{name}.png",
-                lambda axis=axis: metric_vs_axis_figure(sweep, axis, pick_metric(sweep, metric)),
-            )
-        )
-        plots.append(Plot(f"train_loss_by_{name}.png", lambda axis=axis: train_loss_by_axis_figure(sweep, axis, x)))
+        plots.append(Plot(f"metric_vs_{name}.png", partial(_metric_vs_axis, sweep, axis, metric)))
+        plots.append(Plot(f"train_loss_by_{name}.png", partial(train_loss_by_axis_figure, sweep, axis, x)))
     tuning = grid or sweep
-    if (axis := lr_axis(tuning)) is not None:
-        plots.append(Plot("loss_vs_lr.png", lambda: loss_vs_lr_figure(tuning, axis)))
+    if (lr_key := lr_axis(tuning)) is not None:
+        plots.append(Plot("loss_vs_lr.png", partial(loss_vs_lr_figure, tuning, lr_key)))
     return plots
+
+
+def _metric_vs_axis(sweep: Sweep, axis: str, metric: str | None) -> Figure | None:
+    # the metric is picked when the figure is drawn, so that a sweep without it fails this figure only
+    return metric_vs_axis_figure(sweep, axis, pick_metric(sweep, metric))
 
 
 def _reason(err: Exception) -> str:

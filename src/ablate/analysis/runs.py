@@ -242,6 +242,12 @@ class Sweep:
         return "translation" if "translation" in tasks else "lm"
 
 
+def shared_number(jobs: Iterable[Job], key: str) -> float | None:
+    """Config key ``key`` as a number when every job that sets it agrees on one value, else None."""
+    values = {v for job in jobs if (v := job.value(key)) is not None and v != "null"}
+    return float(values.pop()) if len(values) == 1 else None
+
+
 def varying_axes(jobs: list[Job]) -> list[str]:
     """Override keys (in command-line order) whose value is not the same in every job, ``seed``
     and run-control keys (``hydra.*``, ``paths.*``, ``logger``, ``tune``, ...) excluded."""

@@ -293,7 +293,9 @@ class Curve:
         for name in self.scales():
             index = np.flatnonzero(scale == name)
             for i in rng.choice(index, size=len(index), replace=True):
-                out.scale.append(name), out.compute.append(self.compute[i]), out.loss.append(self.loss[i])
+                out.scale.append(name)
+                out.compute.append(self.compute[i])
+                out.loss.append(self.loss[i])
         return out
 
     def noise_sd(self) -> tuple[float, int]:
@@ -490,8 +492,8 @@ def compute_multiplier(
 def _number(job: Job, key: str) -> float:
     value = job.value(key)
     try:
-        return float(value)
-    except (TypeError, ValueError):
+        return float(str(value))  # a missing key (None) fails here too
+    except ValueError:
         raise ValueError(
             f"{job.source}: {key} = {value!r} in its config, not a number: cannot count its training compute"
         ) from None
@@ -557,7 +559,9 @@ def scaling_curves(
         if job.status != "completed" or not math.isfinite(loss):
             curve.failed.setdefault(scale, []).append(job.status)
             continue
-        curve.scale.append(scale), curve.compute.append(job_compute(job, flops)), curve.loss.append(loss)
+        curve.scale.append(scale)
+        curve.compute.append(job_compute(job, flops))
+        curve.loss.append(loss)
         curve.seed.append(job.seed)
     return list(curves.values())
 

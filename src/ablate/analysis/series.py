@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.analysis.paper import PaperResults
-from ablate.analysis.runs import Job, Sweep, higher_is_better
+from ablate.analysis.runs import Job, Sweep, higher_is_better, shared_number
 
 LENGTH_METRIC = re.compile(r"^test/ppl@(?P<length>\d+)$")
 STUCK_METRIC = "val/loss"
@@ -65,8 +65,8 @@ def eval_lengths(sweep: Sweep) -> list[int]:
 
 def training_length(sweep: Sweep) -> int | None:
     """``data.seq_len`` when all jobs share it (the L that the figure marks), else None."""
-    values = {job.value("data.seq_len") for job in sweep.jobs} - {None, "null"}
-    return int(float(values.pop())) if len(values) == 1 else None
+    length = shared_number(sweep.jobs, "data.seq_len")
+    return None if length is None else int(length)
 
 
 def length_series(sweep: Sweep) -> pd.DataFrame:

@@ -47,9 +47,9 @@ import logging
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -146,7 +146,9 @@ def select_lr(
             "status.json): no stage 2 for this variant",
         )
     pick = max if higher_is_better else min
-    best = pick(usable, key=lambda r: r.value)  # the first of equal values: the smaller learning rate
+    best = pick(
+        usable, key=lambda r: cast(float, r.value)
+    )  # usable: finite values; the first of equal values: the smaller learning rate
     texts = [r.text for r in ordered]
     low, high = ordered[0], ordered[-1]
     if len(ordered) == 1:
@@ -170,6 +172,8 @@ def select_lr(
 
 def job_dir_of(ret: JobReturn) -> Path | None:
     """Where a launched job ran (``hydra.runtime.output_dir`` of its Hydra config)."""
+    if ret.hydra_cfg is None:
+        return None
     try:
         return Path(str(ret.hydra_cfg.hydra.runtime.output_dir))
     except Exception:
@@ -257,10 +261,16 @@ class _Variant:
     overrides: list[str]
     label: str
     grid: list[str]  # learning rates as their overrides spell them, ascending
-    results: list[LRResult] | None = None
-    selection: Selection | None = None
-    seeds: list[dict[str, Any]] | None = None  # stage 2: one record per seed
+    results: list[LRResult] = field(default_factory=list)  # stage 1: one per learning rate
+    selection: Selection = field(default_factory=lambda: Selection(None))  # stage 1's choice
+    seeds: list[dict[str, Any]] = field(default_factory=list)  # stage 2: one record per seed
     decision: Any = None  # seeds=auto: the sequential verdict against the baseline
+
+    @property
+    def chosen_text(self) -> str:
+        """The chosen learning rate as its override spells it (stage 2 launches only chosen variants)."""
+        assert self.selection.chosen is not None, f"{self.label}: no learning rate was chosen"
+        return self.selection.chosen.text
 
 
 class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
@@ -458,9 +468,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 f"{seed_name}={','.join(seeds)}",
                 flush=True,
             )
-        stage2 = self._launch(
-            [[*v.overrides, f"{lr_name}={v.selection.chosen.text}", f"{seed_name}={s}"] for v, s in plan2]
-        )
+        stage2 = self._launch([[*v.overrides, f"{lr_name}={v.chosen_text}", f"{seed_name}={s}"] for v, s in plan2])
         for v in variants:
             v.seeds = []
         for (v, s), ret in zip(plan2, stage2):
@@ -513,9 +521,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 f"{len(undecided)} undecided variant(s)",
                 flush=True,
             )
-            rets = self._launch(
-                [[*v.overrides, f"{lr_name}={v.selection.chosen.text}", f"{seed_name}={s}"] for v, s in plan]
-            )
+            rets = self._launch([[*v.overrides, f"{lr_name}={v.chosen_text}", f"{seed_name}={s}"] for v, s in plan])
             returns += rets
             for (v, s), ret in zip(plan, rets, strict=True):
                 job_dir = job_dir_of(ret)
@@ -613,7 +619,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 for s in seeds
                 if not self.auto
                 or any(  # stage 2: the verdict seeds, each fresh
-                    str(r["seed"]) == s for v in variants for r in (v.seeds or [])
+                    str(r["seed"]) == s for v in variants for r in v.seeds
                 )
             ],
             "stage2": "done" if stage2_done else "pending",
