@@ -9,10 +9,17 @@ and checksums against that list: a truncated token file, garbage bytes, a damage
 training on a fraction of the corpus or failing later with an ``IndexError`` or a pathless
 ``JSONDecodeError``. :func:`read_meta` does the cheap part of the check (sizes) where a data
 module opens the files.
+
+One process builds a cache at a time: the jobs of a parallel sweep that need the same corpus wait
+for the first one's cache (an ``flock`` on ``.<name>.lock`` beside it) instead of each tokenising
+the corpus again, and the holder of that lock clears what a killed build left behind. A build
+that would not fit on the disk is refused before it writes (:func:`check_free_space`).
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import logging
@@ -23,6 +30,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ablate.errors import UserError
+
 log = logging.getLogger(__name__)
 
 META = "meta.json"
@@ -32,6 +41,29 @@ _VERIFIED: set[Path] = set()  # folders whose checksums this process has checked
 
 class CacheCorruptError(RuntimeError):
     """A cache file does not match its ``meta.json``; the message names the file."""
+
+
+class CacheSpaceError(UserError, OSError):
+    """The disk cannot hold the cache that is about to be built; the message says how much is missing."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.ENOSPC, message)
+
+    def __str__(self) -> str:
+        return str(self.args[1])
+
+
+def check_free_space(folder: Path, needed: int | None) -> None:
+    """Refuse to start writing ``needed`` bytes into ``folder`` when its disk has less free space
+    (None: the size is not known beforehand, e.g. a streamed Hub dataset; nothing is checked)."""
+    if needed is None:
+        return
+    free = shutil.disk_usage(folder).free
+    if needed > free:
+        raise CacheSpaceError(
+            f"the token cache needs about {needed / 1e9:.2f} GB but {folder.parent} has {free / 1e9:.2f} GB free: "
+            "free some space, or put the cache on a larger disk with paths.cache_dir=... (or ABLATE_CACHE_DIR)"
+        )
 
 
 def file_fingerprint(paths: Mapping[str, Path], full_paths: bool = False) -> list[list[Any]]:
@@ -87,7 +119,38 @@ def read_meta(folder: Path, checksums: bool = False) -> dict[str, Any]:
 def ensure_cache(final: Path, build: Callable[[Path], None]) -> Path:
     """A complete, intact cache at ``final``: verified (sizes and checksums) when it exists,
     else (or when damaged, saying so) built by ``build(folder)`` in a temporary folder beside it
-    and renamed into place. ``build`` must end with :func:`write_meta`."""
+    and renamed into place, by one process at a time. ``build`` must end with :func:`write_meta`."""
+    if _intact(final):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    # read-only is enough for flock, and opens a lock file another user of a shared cache created
+    lock = os.open(final.parent / f".{final.name}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        if not _try_lock(lock):
+            log.info("Another process is building %s: waiting for it", final)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if _intact(final):  # built by the process we waited for
+            return final
+        for stale in final.parent.glob(f".{final.name}.tmp-*"):
+            # we hold the lock, so no build is running: this is what a killed one left
+            log.warning("Removing %s, left by a build that did not finish", stale)
+            shutil.rmtree(stale, ignore_errors=True)
+        return _build(final, build)
+    finally:
+        os.close(lock)  # releases the lock
+
+
+def _try_lock(lock: int) -> bool:
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _intact(final: Path) -> bool:
+    """Whether ``final`` holds a complete cache whose files match its ``meta.json`` (a damaged one
+    is removed, saying why)."""
     if (final / META).exists():
         try:
             # the checksums once per process (fit, test and eval each call prepare_data); sizes every time
@@ -95,11 +158,15 @@ def ensure_cache(final: Path, build: Callable[[Path], None]) -> Path:
             if final not in _VERIFIED:
                 _VERIFIED.add(final)
                 log.info("Using cached tokens from %s", final)
-            return final
+            return True
         except CacheCorruptError as err:
             log.warning("%s; rebuilding the cache %s", err, final)
             shutil.rmtree(final, ignore_errors=True)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    return False
+
+
+def _build(final: Path, build: Callable[[Path], None]) -> Path:
+    """``build`` into a temporary folder beside ``final``, renamed into place when complete."""
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
     tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared between users
     try:

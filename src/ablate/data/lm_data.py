@@ -1,7 +1,12 @@
 """Language-modelling data: corpora tokenised once into memory-mapped token files.
 
 ``LMDataModule`` does the caching, windowing and data loading; each corpus subclass only
-says where its text comes from (:meth:`LMDataModule.source_key`, :meth:`LMDataModule.read_splits`).
+says where its text comes from (:meth:`LMDataModule.source_key`, :meth:`LMDataModule.split_texts`).
+
+The text is never held whole: each split is streamed from disk (or the Hub) in chunks
+(:class:`~ablate.data.text_stream.SplitText`), the tokenizer is fitted on that stream (or on a
+sample of its first ``bpe_train_mb`` MB) and the ids are appended to the token file batch by
+batch, so memory stays flat in the corpus's size; the BPE encodes each batch with all cores.
 
 Cache layout, one folder per corpus/tokenizer/source version::
 
@@ -21,7 +26,8 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,7 +36,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from ablate.data.cache import CacheCorruptError, ensure_cache, file_fingerprint, read_meta, write_meta
+from ablate.data.cache import (
+    CacheCorruptError,
+    check_free_space,
+    ensure_cache,
+    file_fingerprint,
+    read_meta,
+    write_meta,
+)
+from ablate.data.progress import Progress
 from ablate.data.samplers import ResumableSampler
 from ablate.data.sources import (
     DataNotFoundError,
@@ -42,13 +56,15 @@ from ablate.data.sources import (
     read_utf8,
     resolve_local,
 )
-from ablate.data.tokenizers import Tokenizer, build_tokenizer, iter_chunks, tokenizer_class
+from ablate.data.text_stream import SplitText
+from ablate.data.tokenizers import Tokenizer, build_tokenizer, tokenizer_class
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
-CACHE_FORMAT_VERSION = 2  # bump when the cached files or the split logic change (2: checksums in meta.json)
-_WRITE_CHUNK_CHARS = 1 << 24  # tokenise big corpora piecewise so memory stays bounded
+# bump when the cached files or the split logic change (2: checksums in meta.json; 3: streamed from
+# files in chunks cut by bytes, which moves some BPE chunk boundaries of non-ASCII corpora over 16 MB)
+CACHE_FORMAT_VERSION = 3
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -157,6 +173,9 @@ class LMDataModule(L.LightningDataModule):
             nanoGPT samples them). Evaluation windows never overlap.
         seed: seed of the training order (:class:`ResumableSampler`); ``train.py`` passes the
             run's ``seed``.
+        bpe_train_mb: learn the BPE merges on the first this many MB of the training text
+            (whole chunks) instead of all of it, as large tokenizer trainings do; ``None``: all.
+            Every token file still holds the whole corpus.
 
     The training order is split across ranks and micro-batches by :class:`ResumableSampler`. The
     position in the training order is part of the checkpoint (:meth:`state_dict`), so a
@@ -184,9 +203,12 @@ class LMDataModule(L.LightningDataModule):
         pin_memory: bool = False,
         train_stride: int | None = None,
         seed: int = 0,
+        bpe_train_mb: float | None = None,
     ) -> None:
         super().__init__()
         tokenizer_class(tokenizer)  # fail at construction on a typo, not after loading data
+        if bpe_train_mb is not None and not bpe_train_mb > 0:
+            raise ValueError(f"bpe_train_mb must be positive (or null for the whole train split), got {bpe_train_mb}")
         for arg, value in {
             "seq_len": seq_len,
             "eval_seq_len": eval_seq_len,
@@ -212,6 +234,7 @@ class LMDataModule(L.LightningDataModule):
         self.pin_memory = pin_memory
         self.train_stride = train_stride
         self.seed = seed
+        self.bpe_train_mb = bpe_train_mb
         self._train_sampler: ResumableSampler | None = None
         self._resume_state: dict[str, int] | None = None
         self._eval_tokens_per_batch: int | None = None  # fixed by the first use_eval_length()
@@ -228,8 +251,8 @@ class LMDataModule(L.LightningDataModule):
         """
         raise NotImplementedError
 
-    def read_splits(self) -> dict[str, str]:
-        """The raw text of the ``train``, ``val`` and ``test`` splits."""
+    def split_texts(self) -> dict[str, SplitText]:
+        """The ``train``, ``val`` and ``test`` splits, each a stream of text chunks."""
         raise NotImplementedError
 
     # --- caching -------------------------------------------------------------------
@@ -278,6 +301,8 @@ class LMDataModule(L.LightningDataModule):
         key = json.dumps(
             {"format": CACHE_FORMAT_VERSION, "corpus": self.name, "sources": self.source_key()}, sort_keys=True
         )
+        if self.tokenizer_kind == "bpe" and self.bpe_train_mb is not None:
+            key += f"|bpe_train_mb={self.bpe_train_mb:g}"  # other merges, other tokens
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
         vocab = f"-{self.bpe_vocab_size}" if self.tokenizer_kind == "bpe" else ""
         return self.cache_dir / f"{self.name}-{self.tokenizer_kind}{vocab}-{digest}"
@@ -287,19 +312,29 @@ class LMDataModule(L.LightningDataModule):
         is rebuilt: :func:`ablate.data.cache.ensure_cache`)."""
         ensure_cache(self.cache_path(), self._build_cache)
 
-    def _build_cache(self, folder: Path) -> None:
-        texts = self.read_splits()
+    def _fit_texts(self, texts: dict[str, SplitText]) -> Iterator[str]:
+        """The stream the tokenizer is fitted on."""
         if self.tokenizer_kind == "char":
-            # nanoGPT's convention: the character set of the whole corpus, so no split has
-            # unknown characters. One copy of each character is all the fit needs.
-            fit_text = "".join(sorted(set().union(*map(set, texts.values()))))
+            # nanoGPT's convention: the character set of the whole corpus, so no split has unknown characters
+            for split in SPLITS:
+                yield from texts[split].open()
+        elif self.bpe_train_mb is not None:
+            yield from texts["train"].limited(int(self.bpe_train_mb * 1e6))
         else:
-            fit_text = texts["train"]  # BPE merges are learned on the training text only
+            yield from texts["train"].open()  # BPE merges are learned on the training text only
+
+    def _build_cache(self, folder: Path) -> None:
+        texts = self.split_texts()
         cls = tokenizer_class(self.tokenizer_kind)
-        tokenizer = build_tokenizer(self.tokenizer_kind, fit_text, self.bpe_vocab_size, folder / cls.FILENAME)
+        what = "characters of every split" if self.tokenizer_kind == "char" else "the train split"
+        log.info("Fitting the %s tokenizer of %s on %s", self.tokenizer_kind, self.name, what)
+        fit = self._fit_texts(texts)
+        tokenizer = build_tokenizer(self.tokenizer_kind, fit, self.bpe_vocab_size, folder / cls.FILENAME)
         dtype = token_dtype(tokenizer.vocab_size)
+        check_free_space(folder, self._token_bytes_estimate(tokenizer, texts, dtype))
         counts = {
-            split: self._write_tokens(tokenizer, texts[split], folder / f"{split}.bin", dtype) for split in SPLITS
+            split: self._write_tokens(tokenizer, texts[split], folder / f"{split}.bin", dtype, self.name)
+            for split in SPLITS
         }
         meta = {
             "format": CACHE_FORMAT_VERSION,
@@ -316,13 +351,27 @@ class LMDataModule(L.LightningDataModule):
         )
 
     @staticmethod
-    def _write_tokens(tokenizer: Tokenizer, text: str, path: Path, dtype: np.dtype) -> int:
+    def _token_bytes_estimate(tokenizer: Tokenizer, texts: dict[str, SplitText], dtype: np.dtype) -> int | None:
+        """About how many bytes the token files will take: the text's size times the tokens per
+        byte of the train split's first chunk (a char tokenizer: at most one token per byte),
+        with 10% to spare; None when a split's size is not known beforehand."""
+        sizes = [text.num_bytes for text in texts.values()]
+        if any(size is None for size in sizes):
+            return None
+        first = next(texts["train"].open(), "")
+        per_byte = len(tokenizer.encode_array(first)) / max(len(first.encode("utf-8")), 1) if first else 1.0
+        return int(1.1 * per_byte * dtype.itemsize * sum(size or 0 for size in sizes))
+
+    @staticmethod
+    def _write_tokens(tokenizer: Tokenizer, text: SplitText, path: Path, dtype: np.dtype, corpus: str | None) -> int:
+        """Append the ids of each encoded batch to ``path``; returns the number of tokens."""
         count = 0
-        with open(path, "wb") as f:
-            for piece in iter_chunks(text, _WRITE_CHUNK_CHARS):
-                ids = tokenizer.encode_array(piece)
+        split = path.stem
+        with open(path, "wb") as f, Progress(f"Tokenising {corpus} {split}", text.num_bytes) as progress:
+            for ids, num_bytes in tokenizer.encode_stream(text.open()):
                 ids.astype(dtype).tofile(f)
                 count += ids.size
+                progress.advance(num_bytes)
         return count
 
     # --- Lightning hooks -----------------------------------------------------------
@@ -437,6 +486,12 @@ def _read(path: Path) -> str:
     return read_utf8(path)  # a non-UTF-8 file is named in the error
 
 
+def _rows(dataset: Any, column: str) -> Iterator[str]:
+    """The ``column`` of each row of a (streamed) dataset split."""
+    for row in dataset:
+        yield row[column]
+
+
 class TinyShakespeare(LMDataModule):
     """Tiny Shakespeare (Karpathy's char-rnn corpus, 1.1 MB): first 90% of the characters
     train, last 10% validation (as nanoGPT), test = validation.
@@ -456,11 +511,13 @@ class TinyShakespeare(LMDataModule):
     def source_key(self) -> Any:
         return file_fingerprint({"input": self.input_file()})
 
-    def read_splits(self) -> dict[str, str]:
-        text = _read(self.input_file())
+    def split_texts(self) -> dict[str, SplitText]:
+        # 1.1 MB, split by characters: read whole (a byte offset could cut a character)
+        path = self.input_file()
+        text = _read(path)
         n_train = int(len(text) * self.TRAIN_FRACTION)
-        val = text[n_train:]
-        return {"train": text[:n_train], "val": val, "test": val}
+        val = SplitText.from_string(text[n_train:], f"{path} (last 10%)")
+        return {"train": SplitText.from_string(text[:n_train], f"{path} (first 90%)"), "val": val, "test": val}
 
 
 class WikiText(LMDataModule):
@@ -506,14 +563,19 @@ class WikiText(LMDataModule):
         files = self.local_files()
         return file_fingerprint(files) if files else f"hub:{self.HUB_PATH}/{self.HUB_CONFIG}"
 
-    def read_splits(self) -> dict[str, str]:
+    def split_texts(self) -> dict[str, SplitText]:
         files = self.local_files()
         if files:
-            return {split: _read(path) for split, path in files.items()}
-        ds = load_hub_dataset(self.HUB_PATH, self.HUB_CONFIG, local_alternative=self.local_alternative())
+            return {split: SplitText.from_file(path) for split, path in files.items()}
+        # streamed: nothing is downloaded or held whole beyond the chunk being tokenised
+        ds = load_hub_dataset(
+            self.HUB_PATH, self.HUB_CONFIG, local_alternative=self.local_alternative(), streaming=True
+        )
         # One row per line of the original file; blank lines are empty rows.
         return {
-            split: "".join(row if row.endswith("\n") else row + "\n" for row in ds[hub_split]["text"])
+            split: SplitText.from_rows(
+                partial(_rows, ds[hub_split], "text"), f"hub:{self.HUB_PATH}/{self.HUB_CONFIG}/{hub_split}"
+            )
             for split, hub_split in self._HUB_SPLITS.items()
         }
 
@@ -572,5 +634,5 @@ class TextFiles(LMDataModule):
         # Full paths: two different user files may well share name, size and mtime.
         return file_fingerprint(self.files(), full_paths=True)
 
-    def read_splits(self) -> dict[str, str]:
-        return {split: _read(path) for split, path in self.files().items()}
+    def split_texts(self) -> dict[str, SplitText]:
+        return {split: SplitText.from_file(path) for split, path in self.files().items()}

@@ -12,7 +12,7 @@ import logging
 import os
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 _CHUNK_CHARS = 1 << 16
 """Text is fed to HF tokenizers in chunks of about this size so its Rust code can work on
 several chunks in parallel and a large corpus is never one giant string inside Rust."""
+
+_BATCH_CHARS = 1 << 22
+"""Chunks are encoded in batches of about this many characters: 64 chunks keep every core of a
+node busy, while the batch's encodings (some tens of bytes per token) stay around 100 MB."""
 
 
 def iter_chunks(text: str, size: int = _CHUNK_CHARS) -> Iterator[str]:
@@ -71,12 +75,19 @@ class Tokenizer(ABC):
 
     @classmethod
     @abstractmethod
-    def fit(cls, text: str, vocab_size: int) -> Tokenizer:
-        """Build the vocabulary from ``text`` (``vocab_size`` is a target where it applies)."""
+    def fit(cls, texts: Iterable[str], vocab_size: int) -> Tokenizer:
+        """Build the vocabulary from the pieces of text ``texts`` (a stream: each piece is seen once
+        and not kept); ``vocab_size`` is a target where it applies."""
 
     def encode_array(self, text: str) -> np.ndarray:
         """Token ids of ``text`` as an int64 array; subclasses make this fast for big corpora."""
         return np.asarray(self.encode(text), dtype=np.int64)
+
+    def encode_stream(self, chunks: Iterable[str]) -> Iterator[tuple[np.ndarray, int]]:
+        """Token ids of a stream of text chunks, in order, as ``(ids, bytes of text they encode)``;
+        each chunk is encoded on its own (chunks end after a newline, see :mod:`ablate.data.text_stream`)."""
+        for chunk in chunks:
+            yield self.encode_array(chunk), len(chunk.encode("utf-8"))
 
 
 class CharTokenizer(Tokenizer):
@@ -100,9 +111,13 @@ class CharTokenizer(Tokenizer):
         return cls(sorted(set(text)))
 
     @classmethod
-    def fit(cls, text: str, vocab_size: int) -> CharTokenizer:
-        """Same as :meth:`from_text`; the vocabulary size is set by the text, not a target."""
-        return cls.from_text(text)
+    def fit(cls, texts: Iterable[str], vocab_size: int) -> CharTokenizer:
+        """The sorted set of the characters of all pieces; the vocabulary size is set by the text,
+        not a target."""
+        chars: set[str] = set()
+        for text in texts:
+            chars.update(text)
+        return cls(sorted(chars))
 
     @property
     def vocab_size(self) -> int:
@@ -148,8 +163,9 @@ class BPETokenizer(Tokenizer):
         self.hf = tokenizer
 
     @classmethod
-    def train(cls, text: str, vocab_size: int = 2048) -> BPETokenizer:
-        """Learn merges on ``text`` until the vocabulary has ``vocab_size`` entries (or no pair is left)."""
+    def train(cls, text: str | Iterable[str], vocab_size: int = 2048) -> BPETokenizer:
+        """Learn merges on ``text`` (one string, or a stream of pieces that each end after a newline)
+        until the vocabulary has ``vocab_size`` entries (or no pair is left)."""
         if vocab_size < cls.MIN_VOCAB_SIZE:
             raise ValueError(
                 f"BPE vocab_size must be at least {cls.MIN_VOCAB_SIZE} (the byte alphabet), got {vocab_size}"
@@ -163,12 +179,13 @@ class BPETokenizer(Tokenizer):
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
-        tok.train_from_iterator(iter_chunks(text), trainer=trainer)
+        # The Rust trainer counts words over the pieces with all cores; it keeps the counts, not the text.
+        tok.train_from_iterator(iter_chunks(text) if isinstance(text, str) else text, trainer=trainer)
         return cls(tok)
 
     @classmethod
-    def fit(cls, text: str, vocab_size: int) -> BPETokenizer:
-        return cls.train(text, vocab_size)
+    def fit(cls, texts: Iterable[str], vocab_size: int) -> BPETokenizer:
+        return cls.train(texts, vocab_size)
 
     @property
     def vocab_size(self) -> int:
@@ -178,11 +195,28 @@ class BPETokenizer(Tokenizer):
         return self.hf.encode(text).ids
 
     def encode_array(self, text: str) -> np.ndarray:
-        chunks = list(iter_chunks(text))
-        if not chunks:
-            return np.zeros(0, dtype=np.int64)
-        encodings = self.hf.encode_batch(chunks)
-        return np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encodings])
+        parts = [ids for ids, _ in self.encode_stream(iter_chunks(text))]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def encode_stream(self, chunks: Iterable[str]) -> Iterator[tuple[np.ndarray, int]]:
+        """Batches of about :data:`_BATCH_CHARS` characters, each encoded by the library's batch
+        encoding (its Rust threads use every core; ``encode_batch_fast`` skips the character
+        offsets we do not need, which otherwise cost memory and time per token)."""
+        batch: list[str] = []
+        length = 0
+        for chunk in chunks:
+            batch.append(chunk)
+            length += len(chunk)
+            if length >= _BATCH_CHARS:
+                yield self._encode_batch(batch)
+                batch, length = [], 0
+        if batch:
+            yield self._encode_batch(batch)
+
+    def _encode_batch(self, chunks: list[str]) -> tuple[np.ndarray, int]:
+        encodings = self.hf.encode_batch_fast(chunks)
+        ids = np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encodings])
+        return ids, sum(len(c.encode("utf-8")) for c in chunks)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.hf.decode([int(i) for i in ids])
@@ -206,19 +240,22 @@ def tokenizer_class(kind: str) -> type[Tokenizer]:
         raise ValueError(f"unknown tokenizer {kind!r}; valid kinds: {', '.join(TOKENIZERS)}") from None
 
 
-def build_tokenizer(kind: str, train_text: str, vocab_size: int, cache_path: str | os.PathLike[str]) -> Tokenizer:
+def build_tokenizer(
+    kind: str, train_text: str | Iterable[str], vocab_size: int, cache_path: str | os.PathLike[str]
+) -> Tokenizer:
     """Load the tokenizer stored at ``cache_path``, or fit it on ``train_text`` and store it there.
 
-    ``train_text`` is the text the vocabulary is fitted on (``LMDataModule`` passes the whole
-    corpus for ``char``, as nanoGPT does, and only the train split for ``bpe``, so no
-    validation text leaks into the merges). ``vocab_size`` is ignored for ``char``.
+    ``train_text`` is the text the vocabulary is fitted on, one string or a stream of pieces
+    (``LMDataModule`` passes the whole corpus for ``char``, as nanoGPT does, and only the train
+    split for ``bpe``, so no validation text leaks into the merges). ``vocab_size`` is ignored
+    for ``char``.
     """
     cls = tokenizer_class(kind)
     cache_path = Path(cache_path)
     if cache_path.is_file():
         log.info("Loaded %s tokenizer from %s", kind, cache_path)
         return cls.load(cache_path)
-    tokenizer = cls.fit(train_text, vocab_size)
+    tokenizer = cls.fit(iter_chunks(train_text) if isinstance(train_text, str) else train_text, vocab_size)
     cache_path.parent.mkdir(parents=True, exist_ok=True)
     # Save to a temporary name and rename, so a killed run never leaves a truncated file
     # that the next run would trust.

@@ -19,7 +19,8 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
 from ablate.data.lm_data import LMDataModule, token_dtype
-from ablate.data.sources import read_utf8
+from ablate.data.sources import DataFormatError
+from ablate.data.text_stream import SplitText
 from ablate.data.tokenizers import TOKENIZERS, Tokenizer
 from ablate.tasks.base import finite_or_none
 
@@ -111,8 +112,11 @@ class TextFileData(LMDataModule):
         if self.num_tokens is not None:
             return
         assert self.tokenizer is not None  # the checkpoint's, given to __init__
+        text = SplitText.from_file(self.path)
         try:
-            self.num_tokens = self._write_tokens(self.tokenizer, read_utf8(self.path), self.tokens_path, self.dtype)
+            self.num_tokens = self._write_tokens(self.tokenizer, text, self.tokens_path, self.dtype, self.path.name)
+        except DataFormatError:  # not UTF-8: the message names the file already
+            raise
         except ValueError as err:  # a character outside the checkpoint's vocabulary
             raise ValueError(f"{self.path}: {err} of the checkpoint's tokenizer") from None
 
