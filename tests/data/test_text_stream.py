@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from ablate.data import cache, progress
 from ablate.data.cache import CacheSpaceError, ensure_cache, write_meta
@@ -18,6 +19,8 @@ from ablate.data.sources import DataFormatError
 from ablate.data.text_stream import SplitText, join_rows, read_file_chunks
 from ablate.data.tokenizers import BPETokenizer, CharTokenizer
 from ablate.errors import UserError
+from ablate.options import ConfigError
+from ablate.tasks.lm import LanguageModelTask
 
 TEXT = "".join(f"line {i}: the quick brown fox, naïve café {i * 7919 % 1000}\n" for i in range(3000))
 
@@ -194,3 +197,18 @@ def test_progress_in_a_log_is_plain_lines_with_rate_and_eta(
     assert "MB/s, ETA " in lines[0]
     assert "\r" not in "".join(lines)
     assert lines[-1].startswith("Tokenising wiki train: 2 MB in ")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"tokenizer": "char", "bpe_train_mb": 5}, "applies to data.tokenizer=bpe only, not char"),
+        ({"tokenizer": "bpe", "bpe_train_mb": 0}, "give a positive number of MB"),
+        ({"tokenizer": "bpe", "bpe_train_mb": "lots"}, "give a positive number of MB"),
+    ],
+)
+def test_bpe_train_mb_is_checked_before_any_data_is_read(data: dict[str, object], message: str) -> None:
+    cfg = OmegaConf.create({"data": {"seq_len": 8, **data}, "eval": {}})
+    with pytest.raises(ConfigError, match=message):
+        LanguageModelTask.check_config(cfg)
+    LanguageModelTask.check_config(OmegaConf.create({"data": {"tokenizer": "bpe", "bpe_train_mb": 50}, "eval": {}}))

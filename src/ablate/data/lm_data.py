@@ -207,6 +207,8 @@ class LMDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         tokenizer_class(tokenizer)  # fail at construction on a typo, not after loading data
+        if bpe_train_mb is not None and tokenizer != "bpe":
+            raise ValueError(f"bpe_train_mb={bpe_train_mb} applies to tokenizer=bpe only, not tokenizer={tokenizer}")
         if bpe_train_mb is not None and not bpe_train_mb > 0:
             raise ValueError(f"bpe_train_mb must be positive (or null for the whole train split), got {bpe_train_mb}")
         for arg, value in {

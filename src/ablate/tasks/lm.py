@@ -92,8 +92,14 @@ class LanguageModelTask(TaskModule):
 
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
-        """``eval.seq_len`` is the validation/test length: copied into ``data.eval_seq_len`` (which
-        also still works on its own); ``eval.seq_lens`` must be a list of positive lengths."""
+        """``data.bpe_train_mb`` needs ``data.tokenizer=bpe``; ``eval.seq_len`` is the validation/test
+        length: copied into ``data.eval_seq_len`` (which also still works on its own);
+        ``eval.seq_lens`` must be a list of positive lengths."""
+        sample, kind = cfg.data.get("bpe_train_mb"), cfg.data.get("tokenizer")
+        if sample is not None and kind != "bpe":
+            raise ConfigError(f"data.bpe_train_mb={sample} applies to data.tokenizer=bpe only, not {kind}")
+        if sample is not None and (isinstance(sample, bool) or not isinstance(sample, (int, float)) or sample <= 0):
+            raise ConfigError(f"data.bpe_train_mb={sample}: give a positive number of MB, or null for all of train")
         evaluation = cfg.get("eval") or {}
         length, lengths = evaluation.get("seq_len"), evaluation.get("seq_lens")
         if (length or lengths) and "eval_seq_len" not in cfg.data:
