@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from ablate.data import cache, progress
+from ablate.data import cache, lm_data, progress
 from ablate.data.cache import CacheSpaceError, ensure_cache, write_meta
-from ablate.data.lm_data import TextFiles
+from ablate.data.lm_data import TextFiles, WikiText2
 from ablate.data.sources import DataFormatError
 from ablate.data.text_stream import SplitText, join_rows, read_file_chunks
 from ablate.data.tokenizers import BPETokenizer, CharTokenizer
@@ -212,3 +212,28 @@ def test_bpe_train_mb_is_checked_before_any_data_is_read(data: dict[str, object]
     with pytest.raises(ConfigError, match=message):
         LanguageModelTask.check_config(cfg)
     LanguageModelTask.check_config(OmegaConf.create({"data": {"tokenizer": "bpe", "bpe_train_mb": 50}, "eval": {}}))
+
+
+def test_a_hub_corpus_is_streamed_row_by_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Online, WikiText asks the Hub for a stream (nothing downloaded whole) and tokenises it like a file."""
+    rows = {"train": TEXT.splitlines()[:2000], "validation": ["= Valid =", "", "text"], "test": ["= Test =", "x"]}
+    asked: dict[str, object] = {}
+
+    class Stream:  # an IterableDataset: rows one at a time, a fresh pass per iteration
+        def __init__(self, lines: list[str]) -> None:
+            self.lines = lines
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter({"text": line} for line in self.lines)
+
+    def fake_hub(path: str, name: str | None = None, **kwargs: object) -> dict[str, Stream]:
+        asked.update(kwargs)
+        return {split: Stream(lines) for split, lines in rows.items()}
+
+    monkeypatch.setattr(lm_data, "load_hub_dataset", fake_hub)
+    dm = WikiText2(data_dir=tmp_path / "no-local-files", cache_dir=tmp_path / "cache", seq_len=8)
+    dm.setup(None)
+    assert asked.get("streaming") is True
+    assert dm.tokenizer is not None
+    assert dm.tokenizer.decode(dm.datasets["train"].tokens) == "".join(line + "\n" for line in rows["train"])
+    assert dm.tokenizer.decode(dm.datasets["test"].tokens) == "= Test =\nx\n"
