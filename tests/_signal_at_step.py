@@ -5,6 +5,7 @@ interrupted again."""
 
 import os
 import signal
+import time
 from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
@@ -22,3 +23,25 @@ class SignalAtStep(Callback):
                 return
             Path(self.once_file).touch()
         os.kill(os.getpid(), self.signum)
+
+
+class CtrlCWhenAllTraining(Callback):
+    """A terminal's Ctrl-C in a parallel sweep: every job touches ``<ready_dir>/<pid>`` at ``step``
+    and waits there until ``jobs`` jobs have, then the first of them sends SIGINT to the whole
+    process group (the sweep's main process and every worker), once."""
+
+    def __init__(self, step: int, ready_dir: str, jobs: int) -> None:
+        self.step, self.ready, self.jobs = step, Path(ready_dir), jobs
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step != self.step:
+            return
+        self.ready.mkdir(parents=True, exist_ok=True)
+        (self.ready / str(os.getpid())).touch()
+        while len(list(self.ready.glob("[0-9]*"))) < self.jobs:
+            time.sleep(0.05)
+        try:
+            (self.ready / "sent").open("x").close()  # exactly one job sends it
+        except FileExistsError:
+            return
+        os.killpg(os.getpgid(0), signal.SIGINT)

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -239,6 +240,58 @@ def test_ctrl_c_in_a_sweep_stops_it_and_a_rerun_resumes(workdir: Path, data_dir:
     assert sorted(r["status"] for r in records.values()) == ["completed", "completed"]
     resumed = [r for r in records.values() if r["resumed_from"]]
     assert len(resumed) == 1 and resumed[0]["steps"] == 6
+
+
+def test_ctrl_c_in_a_parallel_sweep_saves_every_running_job(workdir: Path, data_dir: Path) -> None:
+    """hydra/launcher=cpu_parallel: the terminal's Ctrl-C reaches the main process and both workers;
+    each running job stops after its step and records it, the queued job does not start, the main
+    process prints the sweep's table and exits 130 without a traceback, and no process is left."""
+    sweep = workdir / "logs" / "sweep_parallel_ctrl_c"
+    args = [
+        "-m",
+        *RUN,
+        "trainer.max_steps=1000",
+        "hydra/launcher=cpu_parallel",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep}",
+        "seed=1,2,3",
+        "+callbacks.ctrl_c._target_=_signal_at_step.CtrlCWhenAllTraining",
+        "+callbacks.ctrl_c.step=2",
+        f"+callbacks.ctrl_c.ready_dir={workdir / 'ready'}",
+        "+callbacks.ctrl_c.jobs=2",
+    ]
+    env = {**os.environ, "WANDB_MODE": "offline", "ABLATE_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1"}
+    env["ABLATE_CACHE_DIR"] = str(workdir / "cache")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job: the test is not signalled
+    )
+    out, err = proc.communicate(timeout=HANG_TIMEOUT)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    records = {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/status.json")}
+    assert len(records) == 2  # the two running jobs; the queued one did not start
+    for name, record in records.items():
+        assert record["status"] == "interrupted" and record["steps"] >= 2, (name, record)
+        saved = torch.load(sweep / name / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+        assert saved["global_step"] == record["steps"]  # the step it stopped at is saved
+        assert "train/loss" in record["metrics"]
+    assert "not started: the sweep was interrupted" in out
+    assert "2 interrupted" in out and "sweep interrupted" in err
+    assert not (sweep / ".stop").exists()
+    with pytest.raises(ProcessLookupError):  # no worker left behind in the sweep's process group
+        deadline = HANG_TIMEOUT
+        while deadline > 0:
+            os.killpg(proc.pid, 0)
+            time.sleep(0.5)
+            deadline -= 0.5
 
 
 def test_sigterm_is_recorded_as_interrupted(workdir: Path, data_dir: Path) -> None:

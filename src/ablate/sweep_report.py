@@ -7,6 +7,10 @@ as already finished keep their old record and count as finished), prints a table
 and the command that uploads their offline W&B runs, and ends the process with exit code 1 when any job crashed, so that scripts and
 schedulers see the failure. Diverged is a result, not a failure (exit code 0). The callback
 works with any launcher: the records are files, wherever the jobs ran.
+
+When the jobs run in worker processes (joblib), it also owns Ctrl-C for the sweep
+(:mod:`ablate.sweep_stop`): the running jobs stop after their step, and the sweep ends with its
+table and exit code 130.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from omegaconf import DictConfig
 
 from ablate import cli
 from ablate.console import format_sweep_summary
+from ablate.sweep_stop import STOP_FILE, SweepStopHandler
 
 EXIT_CRASHED = cli.EXIT_CRASHED
 
@@ -45,12 +50,20 @@ class SweepReport(Callback):
 
     def __init__(self) -> None:
         self._start = time.time()
+        self._stop: SweepStopHandler | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._start = time.time() - 1  # file systems with 1 s mtime resolution
         cli.mark_started()  # the sweep composed: its exit code 1 from here on means a crashed job
+        if "joblib" in str(config.hydra.launcher.get("_target_", "")).lower():  # jobs in worker processes
+            self._stop = SweepStopHandler(Path(str(config.hydra.sweep.dir)) / STOP_FILE)
+            self._stop.install()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        interrupted = self._stop is not None and self._stop.interrupted
+        if self._stop is not None:
+            self._stop.restore()
+            self._stop.path.unlink(missing_ok=True)  # the records say what ran; a re-run starts afresh
         sweep_dir = Path(str(config.hydra.sweep.dir))
         records = job_records(sweep_dir, self._start)
         crashed = {d: r for d, r in records.items() if r.get("status") == "crashed"}
@@ -69,6 +82,14 @@ class SweepReport(Callback):
             )
         for job_dir, record in crashed.items():
             print(f"  crashed: {job_dir.name}: {record.get('error', '?')}", flush=True)
+        if interrupted:
+            print(
+                "sweep interrupted: the running jobs saved their step; re-run the same command to resume them and "
+                "run the jobs that did not start",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(cli.EXIT_INTERRUPTED)
         if crashed:
             print(
                 f"{len(crashed)} job(s) crashed (exit code {EXIT_CRASHED}); fix the cause and re-run the same command: "

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import sys
 import time
 import traceback
@@ -50,7 +51,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from ablate import cli, distributed, memory, safe_load
+from ablate import cli, distributed, memory, safe_load, sweep_stop
 from ablate.callbacks.divergence import DivergenceMonitor
 from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.callbacks.progress import wants_progress_bar
@@ -177,7 +178,7 @@ def trainer_overrides(cfg: DictConfig, accumulate: int) -> dict[str, Any]:
 
 def build_callbacks(cfg: DictConfig, spec: ModelSpec, n_params: int) -> list[Callback]:
     callbacks = [instantiate(c) for c in cfg.get("callbacks", {}).values() if c is not None]
-    callbacks.append(GracefulInterrupt())  # Ctrl-C: stop after the step, save last.ckpt
+    callbacks.append(GracefulInterrupt(sweep_stop.stop_file()))  # Ctrl-C: stop after the step, save last.ckpt
     fpt = flops_per_token(n_params, spec.n_layers + spec.encoder_layers, spec.d_model, cfg.data.seq_len)
     for cb in callbacks:
         if isinstance(cb, ThroughputMonitor) and cb.flops_per_token is None:
@@ -440,14 +441,13 @@ def _rank_main(cfg_container: dict[str, Any], output_dir: str, job: Job) -> dict
     return status if rank == 0 else None
 
 
-def runs_beside_other_jobs() -> bool:
-    """Jobs of this sweep run in parallel on this node (Hydra's joblib launcher)."""
-    return HydraConfig.initialized() and "joblib" in str(HydraConfig.get().launcher.get("_target_", "")).lower()
-
-
 def fit_job(cfg: DictConfig, output_dir: Path, job: Job) -> dict[str, Any]:
     """Train the job here, or in N processes started for it when it needs more than this one."""
-    if runs_beside_other_jobs() and distributed.uses_one_gpu(cfg.trainer) and torch.cuda.device_count() > 1:
+    if (
+        sweep_stop.jobs_in_worker_processes()
+        and distributed.uses_one_gpu(cfg.trainer)
+        and torch.cuda.device_count() > 1
+    ):
         with distributed.exclusive_gpu(torch.cuda.device_count()) as gpu:
             print(f"this job trains on GPU {gpu} (the first one no other job of this node holds)")
             with open_dict(cfg):
@@ -478,8 +478,15 @@ def run(cfg: DictConfig) -> float:
     output_dir.mkdir(parents=True, exist_ok=True)
     job = Job.current()
     writer = is_rank_zero()  # several ranks run this only under SLURM tasks / torchrun
+    stop = sweep_stop.stop_file()  # a sweep of worker processes: Ctrl-C stops every job after its step
+    if sweep_stop.stop_requested(stop):
+        print(f"not started: the sweep was interrupted; re-run the same command to run {output_dir.name}", flush=True)
+        return math.nan
     try:
-        with RunDirectoryLock(output_dir) if writer else contextlib.nullcontext():  # one process per run dir
+        with (
+            sweep_stop.WorkerStopHandler(stop) if stop is not None else contextlib.nullcontext(),
+            RunDirectoryLock(output_dir) if writer else contextlib.nullcontext(),  # one process per run dir
+        ):
             return run_locked(cfg, output_dir, job, writer)
     except RunDirectoryBusy as err:
         cli.report_user_error(err)
@@ -564,6 +571,8 @@ def run_locked(cfg: DictConfig, output_dir: Path, job: Job, writer: bool) -> flo
         print(format_run_summary(status, output_dir), flush=True)
     if exit_code == EXIT_INTERRUPTED:
         report_interrupt(cfg, output_dir, status)
+        if sweep_stop.jobs_in_worker_processes():
+            return math.nan  # the sweep's main process ends the sweep with its table and exit code 130
         raise SystemExit(EXIT_INTERRUPTED)  # a sweep stops too: the user asked to stop
     return optimized_value(cfg, status)
 
