@@ -368,20 +368,26 @@ def check_test_script(s: Session, command: str) -> None:
 
 def resume(more_steps: bool) -> Check:
     """``hydra.run.dir=<run dir> ckpt_path=last``: <run dir> is the default experiment's run (the README's
-    example directory stands for the run to resume); the same settings plus the smoke preset."""
+    example directory stands for the run to resume); the same settings plus the smoke preset. That run
+    is completed, so with the same settings nothing is trained or rewritten (completed is final); with
+    more steps allowed it trains on from its last step."""
 
     def check(s: Session, command: str) -> None:
         run = s.made["<default run>"]
-        steps = status(run)["steps"]
+        before = status(run)
+        stamp = (run / "status.json").stat().st_mtime_ns
         result = s.run(smoke(command.replace("logs/runs/2026-11-21_21-19-25", str(run.relative_to(s.clone)))))
         st = check_run(run)
-        assert st["resumed_from"] == str(run / "checkpoints" / "last.ckpt"), st
         assert "val/loss" in st["metrics"], f"the resumed run's status.json lost its metrics: {st['metrics']}"
         if more_steps:
-            assert st["steps"] > steps, (steps, st)
+            assert st["resumed_from"] == str(run / "checkpoints" / "last.ckpt"), st
+            assert st["steps"] > before["steps"], (before["steps"], st)
+            assert "run completed" in result.output, result.tail()
         else:
-            assert st["steps"] == steps, (steps, st)
-        assert "run completed" in result.output, result.tail()
+            assert "already completed" in result.output and "nothing was trained or rewritten" in result.output
+            assert st == before and (run / "status.json").stat().st_mtime_ns == stamp, (
+                "a completed run's record changed"
+            )
 
     return check
 
