@@ -58,6 +58,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.sweep_stop import STOP_FILE, stop_requested
 from ablate.sweepers.validating import ValidatingSweeperMixin
 
 log = logging.getLogger(__name__)
@@ -380,6 +381,12 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             return _dedupe(seed.sweep_string_iterator())
         return [seed.get_value_element_as_str()]
 
+    def _interrupted(self) -> bool:
+        """Ctrl-C in a worker-process sweep (:mod:`ablate.sweep_stop`): the jobs just launched may have
+        stopped early, so nothing is chosen or decided from them (stage 2 stays ``pending``)."""
+        assert self.config is not None
+        return stop_requested(Path(str(self.config.hydra.sweep.dir)) / STOP_FILE)
+
     def _launch(self, batch: list[list[str]]) -> list[JobReturn]:
         returns: list[JobReturn] = []
         if not batch:
@@ -439,6 +446,10 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             flush=True,
         )
         stage1 = self._launch([[*v.overrides, f"{lr_name}={text}", f"{seed_name}={select}"] for v, text in plan])
+        if self._interrupted():
+            # an incomplete grid chooses nothing: no learning rate is recorded from it
+            print("LR tuning interrupted in stage 1: nothing chosen; re-run the same command to resume", flush=True)
+            return [stage1]
         for v in variants:
             v.results = []
         for (v, text), ret in zip(plan, stage1):
@@ -454,7 +465,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
 
         if self.auto:  # stage 2 in batches of seeds, until every comparison is decided
             stage2 = self._sequential_stage2(variants, metric, higher, lr_name, seed_name, seeds)
-            path = self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=True)
+            path = self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=not self._interrupted())
             print(f"LR tuning: {path}", flush=True)
             for ret in [*stage1, *stage2]:
                 _ = ret.return_value
@@ -477,7 +488,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             v.seeds.append(
                 {"seed": _number(s), "status": status, "value": value, "job": job_dir.name if job_dir else None}
             )
-        path = self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=True)
+        path = self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=not self._interrupted())
         print(self._stage2_table(variants, metric, lr_name, seed_name, seeds), flush=True)
         print(f"LR tuning: {path}", flush=True)
 
@@ -523,6 +534,8 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             )
             rets = self._launch([[*v.overrides, f"{lr_name}={v.chosen_text}", f"{seed_name}={s}"] for v, s in plan])
             returns += rets
+            if self._interrupted():  # this look's seeds are incomplete: no verdict rests on them
+                break
             for (v, s), ret in zip(plan, rets, strict=True):
                 job_dir = job_dir_of(ret)
                 status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
