@@ -58,6 +58,7 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from ablate.compat import flatten_params
 from ablate.config import ConfigError
 from ablate.dotted import select as select_key
 from ablate.resolvers import ARCHITECTURE_FIRST, RUN_CONTROL_KEYS, job_dirname
@@ -544,11 +545,9 @@ class AblateMLFlowLogger(MLFlowLogger):
     @rank_zero_only
     def log_params(self, params: dict[str, Any]) -> None:
         """Log ``params`` (nested dicts flattened with ``/``), skipping keys the run already has."""
-        from lightning.fabric.utilities.logger import _flatten_dict
-
         if self._logged_params is None:
             self._logged_params = set(self.experiment.get_run(self.run_id).data.params)
-        flat = {k: v for k, v in _flatten_dict(params).items() if k not in self._logged_params}
+        flat = {k: v for k, v in flatten_params(params).items() if k not in self._logged_params}
         if flat:
             super().log_hyperparams(flat)
             self._logged_params.update(flat)

@@ -51,13 +51,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.compat import BasicSweeper, sweeper_params_overrides
 from ablate.sweep_stop import STOP_FILE, stop_requested
 from ablate.sweepers.validating import ValidatingSweeperMixin
 
@@ -405,7 +405,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         from ablate.analysis.runs import higher_is_better  # pandas: imported when a sweep runs, not at plugin scan
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        overrides = parser.parse_overrides([*self._parse_config(), *arguments])
+        overrides = parser.parse_overrides([*sweeper_params_overrides(self), *arguments])
         last = {o.key_or_group: o for o in overrides}  # a later override of a key wins (command line over params)
         lr, seed = last.get(LR_KEY), last.get(SEED_KEY)
         for special in (lr, seed):

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.errors import HydraException
 
 from ablate import cli
+from ablate.compat import BasicSweeper
 from ablate.options import ConfigError
 
 

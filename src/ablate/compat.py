@@ -1,0 +1,58 @@
+"""Every private Hydra or Lightning name this package relies on, in one place (issue 19).
+
+A library may rename or remove a private name in any release. Keeping them here, each with why no
+public API does the job, means an upgrade breaks one module, and ``tests/test_compat.py`` fails
+first, naming the name that moved (it is pinned to the versions in ``requirements/constraints.txt``).
+Where a public API does the job, it is used instead (``fsspec`` for local paths, our own
+``flatten_params``).
+
+Private names used elsewhere, and why they cannot move here:
+
+- ``StepsRichProgressBar._get_train_description`` (``callbacks/progress.py``) overrides Lightning's
+  method of that name: an override must sit on the subclass. The test checks it still exists.
+- ``AppendingCSVLogger`` reads ``CSVLogger._experiment`` (``logging.py``) inside its override of
+  the ``experiment`` property, as Lightning's own property does. The test checks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+import fsspec.utils
+
+# Hydra's grid sweeper: no public import path (hydra.plugins has only the abstract Sweeper). Our
+# sweepers extend its grid expansion, batching and job numbering rather than copy them.
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+__all__ = ["BasicSweeper", "flatten_params", "is_local_path", "sweeper_params_overrides"]
+
+
+def sweeper_params_overrides(sweeper: BasicSweeper) -> list[str]:
+    """The overrides of ``hydra.sweeper.params`` as command-line strings (``key=a,b``): what
+    Hydra's basic sweeper prepends to the command line's. Private in Hydra 1.3 (``_parse_config``)."""
+    return list(sweeper._parse_config())
+
+
+def is_local_path(path: Any) -> bool:
+    """Whether ``path`` is on the local file system (no ``s3://``, ``gs://``, ... protocol)."""
+    return fsspec.utils.get_protocol(str(path)) == "file"
+
+
+def flatten_params(params: Mapping[Any, Any], separator: str = "/", prefix: str = "") -> dict[str, Any]:
+    """Nested mappings (and dataclasses, and lists made only of mappings, by index) as one level,
+    keys joined by ``separator``: ``{"a": {"b": 1}, "l": [{"c": 2}]}`` -> ``{"a/b": 1, "l/0/c": 2}``.
+    What Lightning's private ``_flatten_dict`` does for its loggers' hyperparameters."""
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{prefix}{separator}{key}" if prefix else str(key)
+        if is_dataclass(value) and not isinstance(value, type):
+            value = asdict(value)
+        if isinstance(value, Mapping):
+            flat.update(flatten_params(value, separator, name))
+        elif isinstance(value, list) and value and all(isinstance(item, Mapping) for item in value):
+            flat.update(flatten_params({str(i): item for i, item in enumerate(value)}, separator, name))
+        else:
+            flat[name] = value
+    return flat
