@@ -22,14 +22,23 @@ from typing import Any
 
 import fsspec.utils
 
-# Hydra's grid sweeper: no public import path (hydra.plugins has only the abstract Sweeper). Our
-# sweepers extend its grid expansion, batching and job numbering rather than copy them.
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-__all__ = ["BasicSweeper", "flatten_params", "is_local_path", "sweeper_params_overrides"]
+__all__ = ["flatten_params", "is_local_path", "sweeper_params_overrides"]  # and BasicSweeper (__getattr__)
 
 
-def sweeper_params_overrides(sweeper: BasicSweeper) -> list[str]:
+def __getattr__(name: str) -> Any:
+    """``BasicSweeper``, Hydra's grid sweeper: no public import path (``hydra.plugins`` has only the
+    abstract Sweeper); our sweepers extend its grid expansion, batching and job numbering rather than
+    copy them. Looked up when a sweeper module asks for it, not when this module is imported: Hydra's
+    plugin scan executes ``basic_sweeper.py`` again, and a subclass of the class from before that
+    fails in its ``super(BasicSweeper, self)`` (training code imports this module long before)."""
+    if name == "BasicSweeper":
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+        return BasicSweeper
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def sweeper_params_overrides(sweeper: Any) -> list[str]:
     """The overrides of ``hydra.sweeper.params`` as command-line strings (``key=a,b``): what
     Hydra's basic sweeper prepends to the command line's. Private in Hydra 1.3 (``_parse_config``)."""
     return list(sweeper._parse_config())

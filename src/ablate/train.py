@@ -66,6 +66,7 @@ from ablate.logging import RunLabels, build_loggers, check_loggers, finish_wandb
 from ablate.objective import MetricNotLoggedError, best_metric_value
 from ablate.optim import optimizer_kind, used_optim_config
 from ablate.resume import (
+    CheckpointError,
     check_same_run,
     earlier_run_with_checkpoint,
     inspect_checkpoint,
@@ -521,6 +522,12 @@ def run_locked(cfg: DictConfig, output_dir: Path, job: Job, writer: bool) -> flo
             )
             return optimized_value(cfg, done)
     elif cfg.get("ckpt_path") is not None:
+        try:  # a damaged checkpoint or changed settings are refused, even for a finished run
+            resume_point(cfg, output_dir, job)
+        except CheckpointError as err:  # the failed attempt is recorded; a finished run's record stays
+            if writer:
+                record_status(output_dir, {"status": "crashed", "error": str(err), "overrides": job.overrides})
+            raise
         done = finished_with_nothing_to_add(cfg, output_dir)
         if done is not None:  # completed is final: no record is rewritten
             if writer:
