@@ -529,7 +529,7 @@ def test_hydra_multirun_with_stdin_closed(tmp_path: Path) -> None:
 
     runs = [read_offline_run(d) for d in find_run_dirs(tmp_path / "sweeps" / "s1")]
     assert sorted(r["name"] for r in runs) == ["norm=post", "norm=pre"]  # the swept key only: lr is not swept
-    assert {r["group"] for r in runs} == {"sweeps-s1"}
+    assert {r["group"] for r in runs} == {"s1"}  # the sweep directory's name (logging.sweep_group), not its path
     assert len({r["run_id"] for r in runs}) == 2
     for run in runs:
         assert [row["val/ppl"] for row in run["history"]] == [100, 50]

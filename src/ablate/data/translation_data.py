@@ -21,7 +21,15 @@ are ``tokens </s>``; the decoder reads ``<s> tokens`` and predicts ``tokens </s>
 Cache, one folder per corpus sources / vocabulary size (written under a temporary name, renamed
 when complete)::
 
-    {cache_dir}/{name}-bpe{V}-{hash}/  tokenizer.json  tokens.npz  {val,test}.{lang}.txt  meta.json
+    {cache_dir}/{name}-bpe{V}-{hash}/  tokenizer.json  {split}.{lang}.ids  {split}.{lang}.offsets
+                                       {val,test}.{lang}.txt  meta.json
+
+Corpora of millions of pairs (WMT14 En-De: 4.5 M) are prepared in bounded memory: the files are
+streamed in batches of :data:`ENCODE_LINES` lines (both sides in step), the BPE learns from a stream
+of lines, and each side of a split is one flat file of token ids (``uint16`` while the vocabulary
+fits, else ``int32``; ``meta.json`` names it) plus an ``int64`` offsets file (sentence ``i`` is
+``ids[offsets[i]:offsets[i + 1]]``). :meth:`TranslationDataModule.setup` memory-maps the ids and
+batches from the lengths, so no Python object is made per sentence until a batch is collated.
 
 Batching (as fairseq's ``--max-tokens``): pairs are sorted by length (target, then source) and cut
 into batches whose padded size ``n_sentences x longest side`` stays within ``max_tokens``; the
@@ -36,13 +44,18 @@ because neighbours in the sorted order have nearly equal lengths; the fraction i
 
 from __future__ import annotations
 
+import copy
+import gzip
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
+from functools import partial
+from itertools import chain, islice, zip_longest
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import lightning as L
 import numpy as np
@@ -54,12 +67,12 @@ from torch.utils.data import DataLoader, Dataset
 from ablate.data.cache import CacheCorruptError, ensure_cache, file_fingerprint, read_meta, write_meta
 from ablate.data.samplers import ResumableSampler
 from ablate.data.sources import (
+    DataFormatError,
     DataNotFoundError,
     default_cache_dir,
     default_data_dir,
     load_hub_dataset,
     missing_file_message,
-    read_utf8_lines,
 )
 from ablate.data.tokenizers import BPETokenizer, Tokenizer
 
@@ -68,7 +81,11 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
 SPECIALS = ("<pad>", "<s>", "</s>")
 PAD, BOS, EOS = 0, 1, 2
-CACHE_FORMAT_VERSION = 2  # 2: checksums in meta.json (ablate.data.cache)
+CACHE_FORMAT_VERSION = 3  # 2: checksums in meta.json (ablate.data.cache); 3: flat id + offsets files
+ENCODE_LINES = 10_000
+"""Lines per side read, encoded and written at a time. HF's batch encoding keeps a few KB per line
+(its Encoding objects) until the batch is written, so this bounds that memory (~40 MB); a few
+thousand lines per call already keep all of its Rust threads busy."""
 
 
 # ------------------------------------------------------------------------------ tokenizer
@@ -109,8 +126,22 @@ def special_ids(tokenizer: Tokenizer) -> tuple[int, int, int]:
 def encode_lines(tokenizer: Tokenizer, lines: Sequence[str]) -> list[list[int]]:
     hf = getattr(tokenizer, "hf", None)
     if hf is not None:
-        return [e.ids for e in hf.encode_batch(list(lines))]
+        return [e.ids for e in hf.encode_batch_fast(list(lines))]  # no character offsets: less memory
     return [tokenizer.encode(line) for line in lines]
+
+
+def ids_dtype(vocab_size: int) -> np.dtype:
+    """The narrowest dtype of the cached ids: ``uint16`` halves a WMT-size cache (and the pages a
+    batch touches) while every id fits."""
+    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.int32)
+
+
+def encode_flat(tokenizer: Tokenizer, lines: Sequence[str], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The ids of ``lines`` end to end, and each line's length: the lists of one batch become two
+    arrays at once, so a corpus never exists as a list of lists."""
+    seqs = encode_lines(tokenizer, lines)
+    lengths = np.fromiter(map(len, seqs), np.int64, count=len(seqs))
+    return np.fromiter(chain.from_iterable(seqs), dtype, count=int(lengths.sum())), lengths
 
 
 def detokenize(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
@@ -121,9 +152,76 @@ def detokenize(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
 # ------------------------------------------------------------------------------ reading files
 
 
+class LineSource(NamedTuple):
+    """One language of one split: ``name`` (a path, for messages) and ``lines()``, which reads the
+    sentences afresh each time (the BPE learns in one pass over the training text, the ids are
+    written in a second), one at a time."""
+
+    name: str
+    lines: Callable[[], Iterator[str]]
+
+
+def iter_lines(path: Path) -> Iterator[str]:
+    """One sentence per line, plain or gzipped UTF-8, surrounding whitespace removed; streamed, so a
+    file of millions of lines is never held whole. A file that is not UTF-8 raises
+    :class:`DataFormatError` naming it (not a pathless ``UnicodeDecodeError``)."""
+    opener: Callable[..., IO[str]] = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            yield from (line.strip() for line in f)
+    except UnicodeDecodeError as err:
+        raise DataFormatError(
+            f"{path} is not valid UTF-8 (byte {err.object[err.start : err.start + 4]!r}): convert it, "
+            f"e.g. `iconv -f latin1 -t utf-8 {path} > fixed.txt`"
+        ) from None
+
+
 def read_lines(path: Path) -> list[str]:
-    """One sentence per line, plain or gzipped UTF-8; surrounding whitespace removed."""
-    return [line.strip() for line in read_utf8_lines(path)]
+    """All the lines of a small file, as :func:`iter_lines` reads them (``eval.py``'s source and
+    reference files)."""
+    return list(iter_lines(path))
+
+
+def file_source(path: Path) -> LineSource:
+    return LineSource(str(path), partial(iter_lines, path))
+
+
+def hub_source(rows: Any, lang: str, name: str) -> LineSource:
+    """One language of a Hub split (``datasets.Dataset``), read ``ENCODE_LINES`` rows at a time
+    rather than as a whole column; runs of whitespace become one space."""
+
+    def lines() -> Iterator[str]:
+        nested = "translation" in rows.column_names
+        for batch in rows.iter(batch_size=ENCODE_LINES):
+            texts = (r[lang] for r in batch["translation"]) if nested else batch[lang]
+            yield from (" ".join(t.split()) for t in texts)
+
+    return LineSource(f"{name} [{lang}]", lines)
+
+
+def paired_lines(what: str, sides: Mapping[str, LineSource]) -> Iterator[tuple[str, ...]]:
+    """The sides' lines in step. A side that ends before the other raises a ``ValueError`` naming
+    every file and its line count (counted to the end: a misaligned corpus is an error, not a
+    shorter one)."""
+    rows = zip_longest(*(side.lines() for side in sides.values()))
+    for n, row in enumerate(rows):  # n: the rows before this one
+        if None in row:  # a side has ended: count the others' remaining lines
+            rest = [int(x is not None) for x in row]
+            for more in rows:
+                rest = [r + (x is not None) for r, x in zip(rest, more)]
+            counts = ", ".join(f"{lang}: {s.name} ({n + r:,} lines)" for (lang, s), r in zip(sides.items(), rest))
+            raise ValueError(f"{what} has different line counts per language: {counts}")
+        yield row
+
+
+def chunks(rows: Iterator[tuple[str, ...]], size: int) -> Iterator[list[tuple[str, ...]]]:
+    while chunk := list(islice(rows, size)):
+        yield chunk
+
+
+def head_lines(path: Path, n: int) -> list[str]:
+    """The first ``n`` lines of a cached validation/test text (small: read whole)."""
+    return path.read_text(encoding="utf-8").split("\n")[:n]
 
 
 def find_file(folder: Path, stem: str) -> Path | None:
@@ -178,11 +276,70 @@ def padding_fraction(src_lens: np.ndarray, tgt_lens: np.ndarray, batches: Sequen
     return 1.0 - real / max(1, padded)
 
 
+class TokenWriter:
+    """Appends sentences to an ids file (their ids end to end) and an offsets file (``int64``: 0,
+    then where each sentence ends), so a split is written batch by batch, never held whole."""
+
+    def __init__(self, ids: IO[bytes], offsets: IO[bytes], dtype: np.dtype) -> None:
+        self.ids, self.offsets, self.dtype, self.tokens = ids, offsets, dtype, 0
+        offsets.write(np.zeros(1, np.int64).tobytes())
+
+    def append(self, ids: np.ndarray, lengths: np.ndarray) -> None:
+        self.ids.write(ids.astype(self.dtype, copy=False).tobytes())
+        self.offsets.write((self.tokens + np.cumsum(lengths)).tobytes())
+        self.tokens += int(lengths.sum())
+
+
+def map_ids(path: Path, dtype: np.dtype) -> np.ndarray:
+    """An id file memory-mapped read-only (an empty file cannot be mapped: an empty array)."""
+    return np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
+
+
+class TokenSide:
+    """The sentences of one side of a split as views into its memory-mapped id file: item ``i`` is
+    ``ids[starts[i] : starts[i] + lengths[i]]``. Millions of sentences cost two integer arrays
+    instead of millions of Python objects, and a batch reads only its own sentences' pages."""
+
+    def __init__(self, path: Path, dtype: np.dtype, starts: np.ndarray, lengths: np.ndarray) -> None:
+        self.path, self.dtype, self.starts, self.lengths = path, dtype, starts, lengths
+        self.ids = map_ids(path, dtype)
+
+    @classmethod
+    def open(cls, stem: Path, dtype: np.dtype) -> TokenSide:
+        """The files ``{stem}.ids`` and ``{stem}.offsets`` written by :class:`TokenWriter`."""
+        offsets = np.fromfile(f"{stem}.offsets", dtype=np.int64)
+        return cls(Path(f"{stem}.ids"), dtype, offsets[:-1], np.diff(offsets))
+
+    def subset(self, index: np.ndarray, limit: int | None = None) -> TokenSide:
+        """Sentences ``index``, in that order, each cut to at most ``limit`` tokens."""
+        part = copy.copy(self)
+        part.starts, part.lengths = self.starts[index], self.lengths[index]
+        if limit is not None:
+            part.lengths = np.minimum(part.lengths, limit)
+        return part
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        start = int(self.starts[i])
+        return self.ids[start : start + int(self.lengths[i])]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (DataLoader workers started by spawn or forkserver) without the ids: each worker
+        maps the file again instead of receiving a copy of the corpus."""
+        return {k: v for k, v in self.__dict__.items() if k != "ids"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.ids = map_ids(self.path, self.dtype)
+
+
 class PairBatches(Dataset):
     """Item ``i`` is the collated :class:`PairBatch` of batch ``i`` (a DataLoader with
-    ``batch_size=None`` serves them as they are)."""
+    ``batch_size=None`` serves them as they are); only that batch's sentences are read."""
 
-    def __init__(self, src: Sequence[np.ndarray], tgt: Sequence[np.ndarray], batches: Sequence[np.ndarray]) -> None:
+    def __init__(self, src: TokenSide, tgt: TokenSide, batches: Sequence[np.ndarray]) -> None:
         self.src, self.tgt, self.batches = src, tgt, list(batches)
 
     def __len__(self) -> int:
@@ -301,8 +458,8 @@ class TranslationDataModule(L.LightningDataModule):
         """JSON-able identity of the raw sources (cheap: no reading of the text)."""
         raise NotImplementedError
 
-    def read_pairs(self) -> dict[str, dict[str, list[str]]]:
-        """split -> language -> lines, for ``train``, ``val``, ``test`` and both languages."""
+    def line_sources(self) -> dict[str, dict[str, LineSource]]:
+        """split -> language -> its lines, for ``train``, ``val``, ``test`` and both languages."""
         raise NotImplementedError
 
     # --- cache ------------------------------------------------------------------------
@@ -326,39 +483,64 @@ class TranslationDataModule(L.LightningDataModule):
         ensure_cache(self.cache_path(), self._build_cache)
 
     def _build_cache(self, folder: Path) -> None:
-        pairs = self.read_pairs()
+        sources = self.line_sources()
         langs = (self.src_lang, self.tgt_lang)
-        for split in SPLITS:  # before any truncation: misaligned files must not pass as a prefix
-            counts = {lang: len(pairs[split][lang]) for lang in langs}
-            if len(set(counts.values())) != 1:
-                raise ValueError(f"{self.name}: the {split} split has different line counts per language: {counts}")
-        if self.max_train_pairs:
-            pairs["train"] = {lang: lines[: self.max_train_pairs] for lang, lines in pairs["train"].items()}
-        tokenizer = train_joint_bpe((line for lang in langs for line in pairs["train"][lang]), self.bpe_vocab_size)
+        tokenizer = train_joint_bpe(self._bpe_text(sources["train"]), self.bpe_vocab_size)
         tokenizer.save(folder / BPETokenizer.FILENAME)
-        arrays, counts = {}, {}
+        dtype = ids_dtype(tokenizer.vocab_size)
+        pairs, tokens = {}, {}
         for split in SPLITS:
-            for lang in langs:
-                ids = encode_lines(tokenizer, pairs[split][lang])
-                lengths = np.array([len(x) for x in ids], dtype=np.int64)
-                arrays[f"{split}.{lang}.ids"] = (
-                    np.concatenate([np.asarray(x, dtype=np.int32) for x in ids]) if ids else np.zeros(0, np.int32)
-                )
-                arrays[f"{split}.{lang}.offsets"] = np.concatenate(([0], np.cumsum(lengths)))
-                counts[f"{split}.{lang}"] = int(lengths.sum())
-                if split != "train":  # the references BLEU is computed against, and sources for display
-                    (folder / f"{split}.{lang}.txt").write_text("\n".join(pairs[split][lang]) + "\n", encoding="utf-8")
-        np.savez(folder / "tokens.npz", **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as bool
+            sides = {lang: sources[split][lang] for lang in langs}
+            pairs[split], counts = self._write_split(folder, split, sides, tokenizer, dtype)
+            tokens.update(counts)
         meta = {
             "format": CACHE_FORMAT_VERSION,
             "corpus": self.name,
             "vocab_size": tokenizer.vocab_size,
-            "pairs": {s: len(pairs[s][langs[0]]) for s in SPLITS},
-            "tokens": counts,
+            "ids_dtype": dtype.str,
+            "pairs": pairs,
+            "tokens": tokens,
             "sources": self.source_key(),
         }
         write_meta(folder, meta)  # last: marks the folder complete
-        log.info("Tokenised %s with a joint BPE (vocab %d): %s", self.name, tokenizer.vocab_size, meta["pairs"])
+        log.info("Tokenised %s with a joint BPE (vocab %d): %s", self.name, tokenizer.vocab_size, pairs)
+
+    def _bpe_text(self, train: Mapping[str, LineSource]) -> Iterator[str]:
+        """What the joint BPE learns from, streamed: the source side's training lines, then the
+        target side's (the first ``max_train_pairs`` of each)."""
+        for lang in (self.src_lang, self.tgt_lang):
+            yield from islice(train[lang].lines(), self.max_train_pairs or None)
+
+    def _write_split(
+        self, folder: Path, split: str, sides: Mapping[str, LineSource], tokenizer: Tokenizer, dtype: np.dtype
+    ) -> tuple[int, dict[str, int]]:
+        """Encode a split ``ENCODE_LINES`` pairs at a time into its id and offsets files (and, for
+        val/test, the raw text BLEU is computed against); returns the pairs and the tokens per side
+        written. Encoding stops after ``max_train_pairs``, reading does not: misaligned files are
+        refused whatever the limit."""
+        limit = (self.max_train_pairs or None) if split == "train" else None
+        n = 0
+        with ExitStack() as stack:
+            writers = {
+                lang: TokenWriter(
+                    stack.enter_context(open(folder / f"{split}.{lang}.ids", "wb")),
+                    stack.enter_context(open(folder / f"{split}.{lang}.offsets", "wb")),
+                    dtype,
+                )
+                for lang in sides
+            }
+            texts = {
+                lang: stack.enter_context(open(folder / f"{split}.{lang}.txt", "w", encoding="utf-8"))
+                for lang in (sides if split != "train" else ())
+            }
+            for chunk in chunks(paired_lines(f"{self.name}: the {split} split", sides), ENCODE_LINES):
+                chunk = chunk if limit is None else chunk[: max(0, limit - n)]
+                n += len(chunk)
+                for lang, lines in zip(sides, zip(*chunk)):
+                    writers[lang].append(*encode_flat(tokenizer, lines, dtype))
+                    if lang in texts:
+                        texts[lang].write("".join(f"{line}\n" for line in lines))
+        return n, {f"{split}.{lang}": writer.tokens for lang, writer in writers.items()}
 
     # --- Lightning hooks --------------------------------------------------------------
 
@@ -374,39 +556,19 @@ class TranslationDataModule(L.LightningDataModule):
         self.vocab_size = int(meta["vocab_size"])
         if self.datasets:
             return
-        with np.load(folder / "tokens.npz") as z:
-            arrays = {k: z[k] for k in z.files}
-
-        def side(split: str, lang: str) -> list[np.ndarray]:
-            ids, off = arrays[f"{split}.{lang}.ids"], arrays[f"{split}.{lang}.offsets"]
-            return [ids[off[i] : off[i + 1]] for i in range(len(off) - 1)]
-
-        limit = self.seq_len - 1  # room for the end token
+        dtype, limit = np.dtype(meta["ids_dtype"]), self.seq_len - 1  # room for the end token
         for split in SPLITS:
-            src, tgt = side(split, self.src_lang), side(split, self.tgt_lang)
+            src, tgt = (TokenSide.open(folder / f"{split}.{lang}", dtype) for lang in (self.src_lang, self.tgt_lang))
             if split == "train":
-                keep = [i for i, (x, y) in enumerate(zip(src, tgt)) if 0 < len(x) <= limit and 0 < len(y) <= limit]
-                dropped = len(src) - len(keep)
-                if dropped:
-                    log.info(
-                        "%s: dropped %d of %d training pairs (empty, or longer than seq_len=%d)",
-                        self.name,
-                        dropped,
-                        len(src),
-                        self.seq_len,
-                    )
-                src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
-                if not src:
-                    raise ValueError(f"{self.name}: no training pair is left with data.seq_len={self.seq_len}")
+                src, tgt = self._trainable(src, tgt, limit)
             else:
-                n = self.max_eval_pairs or len(src)
-                src, tgt = [x[:limit] for x in src[:n]], [y[:limit] for y in tgt[:n]]
+                index = np.arange(min(self.max_eval_pairs or len(src), len(src)))
+                src, tgt = src.subset(index, limit), tgt.subset(index, limit)
                 self.raw[split] = {
-                    "src": (folder / f"{split}.{self.src_lang}.txt").read_text(encoding="utf-8").split("\n")[:n],
-                    "tgt": (folder / f"{split}.{self.tgt_lang}.txt").read_text(encoding="utf-8").split("\n")[:n],
+                    "src": head_lines(folder / f"{split}.{self.src_lang}.txt", len(index)),
+                    "tgt": head_lines(folder / f"{split}.{self.tgt_lang}.txt", len(index)),
                 }
-            src_lens = np.array([len(x) + 1 for x in src])
-            tgt_lens = np.array([len(y) + 1 for y in tgt])
+            src_lens, tgt_lens = src.lengths + 1, tgt.lengths + 1
             max_tokens = self.max_tokens if split == "train" else self.eval_max_tokens
             batches = make_batches(src_lens, tgt_lens, max_tokens, self.max_sentences if split == "train" else None)
             self.padding_fraction[split] = padding_fraction(src_lens, tgt_lens, batches)
@@ -422,6 +584,23 @@ class TranslationDataModule(L.LightningDataModule):
             self.max_tokens,
             100 * self.padding_fraction["train"],
         )
+
+    def _trainable(self, src: TokenSide, tgt: TokenSide, limit: int) -> tuple[TokenSide, TokenSide]:
+        """The training pairs whose sides are both non-empty and at most ``limit`` tokens."""
+        fits = (src.lengths > 0) & (src.lengths <= limit) & (tgt.lengths > 0) & (tgt.lengths <= limit)
+        keep = np.flatnonzero(fits)
+        dropped = len(src) - len(keep)
+        if dropped:
+            log.info(
+                "%s: dropped %d of %d training pairs (empty, or longer than seq_len=%d)",
+                self.name,
+                dropped,
+                len(src),
+                self.seq_len,
+            )
+        if not len(keep):
+            raise ValueError(f"{self.name}: no training pair is left with data.seq_len={self.seq_len}")
+        return src.subset(keep), tgt.subset(keep)
 
     @property
     def tokens_per_batch(self) -> int:
@@ -546,23 +725,20 @@ class ParallelCorpus(TranslationDataModule):
             else f"hub:{self.hub_path}/{self.hub_config}@{self.hub_revision}"
         )
 
-    def read_pairs(self) -> dict[str, dict[str, list[str]]]:
+    def line_sources(self) -> dict[str, dict[str, LineSource]]:
         files = self.local_files()
         if files:
-            return {split: {lang: read_lines(files[f"{split}.{lang}"]) for lang in self.languages} for split in SPLITS}
+            return {split: {lang: file_source(files[f"{split}.{lang}"]) for lang in self.languages} for split in SPLITS}
         kwargs = {"revision": self.hub_revision} if self.hub_revision else {}
         assert self.hub_path is not None  # local_files() found nothing and a Hub path is configured
         ds = load_hub_dataset(self.hub_path, self.hub_config, local_alternative=self.local_alternative(), **kwargs)
-        out: dict[str, dict[str, list[str]]] = {}
-        for split in SPLITS:
-            rows = ds[self.hub_splits[split]]
-            columns = rows.column_names
-            if "translation" in columns:
-                records = rows["translation"]
-                out[split] = {lang: [" ".join(r[lang].split()) for r in records] for lang in self.languages}
-            else:
-                out[split] = {lang: [" ".join(t.split()) for t in rows[lang]] for lang in self.languages}
-        return out
+        return {
+            split: {
+                lang: hub_source(ds[self.hub_splits[split]], lang, f"{self.hub_path} {self.hub_splits[split]}")
+                for lang in self.languages
+            }
+            for split in SPLITS
+        }
 
 
 class ParallelFiles(TranslationDataModule):
@@ -609,9 +785,12 @@ class ParallelFiles(TranslationDataModule):
     def source_key(self) -> Any:
         return file_fingerprint(self.files(), full_paths=True)
 
-    def read_pairs(self) -> dict[str, dict[str, list[str]]]:
+    def line_sources(self) -> dict[str, dict[str, LineSource]]:
         files = self.files()
         return {
-            split: {self.src_lang: read_lines(files[f"{split}.src"]), self.tgt_lang: read_lines(files[f"{split}.tgt"])}
+            split: {
+                self.src_lang: file_source(files[f"{split}.src"]),
+                self.tgt_lang: file_source(files[f"{split}.tgt"]),
+            }
             for split in SPLITS
         }
