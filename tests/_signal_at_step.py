@@ -45,3 +45,14 @@ class CtrlCWhenAllTraining(Callback):
         except FileExistsError:
             return
         os.killpg(os.getpgid(0), signal.SIGINT)
+
+
+class CrashAtStep(Callback):
+    """A job that crashes while it runs (a bug's RuntimeError at ``step``), for the sweep-report tests."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError(f"injected crash at step {self.step}")

@@ -208,9 +208,16 @@ def test_truncated_cache_is_rebuilt_by_train(workdir: Path, data_dir: Path, fini
 
 def test_sweep_with_a_crashed_job_exits_non_zero(workdir: Path, data_dir: Path) -> None:
     sweep = workdir / "logs" / "sweep_crash"
-    # a job that crashes while running (its corpus is too short for its seq_len: found at data
-    # setup); an invalid config would stop the whole sweep before it starts (test_options.py)
-    args = ["-m", *RUN, "trainer.max_steps=3", f"hydra.sweep.dir={sweep}", "data.seq_len=16,2000000"]
+    # a job that crashes while running (at its step 2; the other job's step 99 never comes); an
+    # invalid config would stop the whole sweep before it starts (test_options.py)
+    args = [
+        "-m",
+        *RUN,
+        "trainer.max_steps=3",
+        f"hydra.sweep.dir={sweep}",
+        "+callbacks.boom._target_=_signal_at_step.CrashAtStep",
+        "+callbacks.boom.step=2,99",
+    ]
     proc = run(workdir, data_dir, *args)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "1 completed, 1 crashed" in proc.stdout and "crashed: " in proc.stdout
