@@ -183,7 +183,10 @@ def test_sweep_directory_identity(tmp_path):
     assert Path(sweep_dir_of(["experiment=nanogpt_shakespeare_char", "seed=1,2", log])).name.startswith(
         "nanogpt_shakespeare_char-"
     )
-    assert sweep_dir_of(["norm=pre,post", log, "sweep_name=my/ablation"]) == str(tmp_path / "multirun" / "my_ablation")
+    # a name a folder cannot hold as typed gets a hash of the exact name: my/ablation and my_ablation differ
+    named = Path(sweep_dir_of(["norm=pre,post", log, "sweep_name=my/ablation"]))
+    assert named.parent == tmp_path / "multirun" and named.name.startswith("my_ablation-")
+    assert sweep_dir_of(["norm=pre,post", log, "sweep_name=my_ablation"]) == str(tmp_path / "multirun" / "my_ablation")
     assert sweep_dirname(None, ["seed=interval(0,1)"]) != sweep_dirname(None, ["seed=interval(0,2)"])
 
 

@@ -106,11 +106,17 @@ def test_multirun_wandb_offline(run_train, tmp_path):
 
 
 def test_sweep_survives_divergence_and_crash(run_train, tmp_path):
-    """One job diverges (huge lr, no clipping), two crash (a seq_len longer than the corpus, found
-    at data setup): both are recorded and the sweep still finishes its healthy job; it ends listing
+    """One job diverges (huge lr, no clipping), two crash (an eval_seq_len longer than the validation
+    split, found at data setup): both are recorded and the sweep still finishes its healthy job; it ends listing
     the crashed jobs, with exit code 1 (a divergence alone would be 0: it is a result, not a failure)."""
     proc = run_train(
-        "-m", *TINY, "data.seq_len=2000000,16", "optim.lr=1e-3,1e4", "optim.grad_clip=null", "logger=csv", check=False
+        "-m",
+        *TINY,
+        "data.eval_seq_len=200000,16",
+        "optim.lr=1e-3,1e4",
+        "optim.grad_clip=null",
+        "logger=csv",
+        check=False,
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "1 completed, 2 crashed, 1 diverged" in proc.stdout and proc.stdout.count("  crashed: ") == 2
@@ -120,7 +126,7 @@ def test_sweep_survives_divergence_and_crash(run_train, tmp_path):
         if (job / "status.json").exists():
             status = json.loads((job / "status.json").read_text())
             values = dict(o.split("=", 1) for o in status["overrides"])
-            key = (values["data.seq_len"] == "2000000", float(values["optim.lr"]) > 1)
+            key = (values["data.eval_seq_len"] == "200000", float(values["optim.lr"]) > 1)
             statuses[key], dirs[key] = status, job
     assert len(statuses) == 4, proc.stdout[-2000:]
     assert statuses[(True, False)]["status"] == statuses[(True, True)]["status"] == "crashed"

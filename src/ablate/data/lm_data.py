@@ -58,6 +58,7 @@ from ablate.data.sources import (
 )
 from ablate.data.text_stream import SplitText
 from ablate.data.tokenizers import Tokenizer, build_tokenizer, tokenizer_class
+from ablate.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,11 @@ SPLITS = ("train", "val", "test")
 # bump when the cached files or the split logic change (2: checksums in meta.json; 3: streamed from
 # files in chunks cut by bytes, which moves some BPE chunk boundaries of non-ASCII corpora over 16 MB)
 CACHE_FORMAT_VERSION = 3
+
+
+class SplitTooShortError(UserError, ValueError):
+    """A split has fewer tokens than one window (or one batch of windows) needs; found once the corpus
+    is tokenised. The message names the split, its size and the setting to lower."""
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -404,12 +410,12 @@ class LMDataModule(L.LightningDataModule):
         arg, seq_len = ("seq_len", self.seq_len) if split == "train" else ("eval_seq_len", self.eval_seq_len)
         windows = TokenWindows(path, dtype, seq_len, self.train_stride if split == "train" else None)
         if len(windows) == 0:
-            raise ValueError(
+            raise SplitTooShortError(
                 f"{arg}={seq_len} is too long for the {split} split of {self.name}: the split has "
                 f"{windows.num_tokens} tokens and one window needs {arg} + 1 = {seq_len + 1}."
             )
         if split == "train" and len(windows) < self.batch_size:
-            raise ValueError(
+            raise SplitTooShortError(
                 f"the train split of {self.name} gives only {len(windows)} windows of seq_len={seq_len} "
                 f"({windows.num_tokens} tokens), fewer than batch_size={self.batch_size}: with "
                 f"drop_last no batch would be left. Lower batch_size or seq_len."
