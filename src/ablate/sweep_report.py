@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from ablate import cli
 from ablate.console import format_sweep_summary
-from ablate.sweep_stop import STOP_FILE, SweepStopHandler
+from ablate.sweep_stop import STOP_FILE, SweepStopHandler, launches_worker_processes
 
 EXIT_CRASHED = cli.EXIT_CRASHED
 
@@ -55,7 +55,7 @@ class SweepReport(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._start = time.time() - 1  # file systems with 1 s mtime resolution
         cli.mark_started()  # the sweep composed: its exit code 1 from here on means a crashed job
-        if "joblib" in str(config.hydra.launcher.get("_target_", "")).lower():  # jobs in worker processes
+        if launches_worker_processes(config.hydra.launcher):
             self._stop = SweepStopHandler(Path(str(config.hydra.sweep.dir)) / STOP_FILE)
             self._stop.install()
 

@@ -33,9 +33,14 @@ from hydra.core.hydra_config import HydraConfig
 STOP_FILE = ".stop"
 
 
+def launches_worker_processes(launcher: Any) -> bool:
+    """The ``hydra.launcher`` config runs jobs in worker processes (Hydra's joblib launcher)."""
+    return "joblib" in str(launcher.get("_target_", "")).lower()
+
+
 def jobs_in_worker_processes() -> bool:
     """This process belongs to a sweep whose jobs run in worker processes (Hydra's joblib launcher)."""
-    return HydraConfig.initialized() and "joblib" in str(HydraConfig.get().launcher.get("_target_", "")).lower()
+    return HydraConfig.initialized() and launches_worker_processes(HydraConfig.get().launcher)
 
 
 def stop_file() -> Path | None:
