@@ -9,7 +9,7 @@ With a sweep directory, ``summary.csv`` (scripts/summarize.py) and ``figures/*.p
 (scripts/plot.py), when present, are logged to a ``job_type=analysis`` run in the sweep's W&B
 group and shown in the workspace. Online, the workspace is saved to W&B (``wandb-workspaces``:
 pip install -c requirements/constraints.txt -e '.[wandb-views]') and its URL printed. Offline (no
-credentials or no network: decided like training, ablate.logging.decide_wandb_mode, never a
+credentials or no network: decided like training, ablate.tracking.wandb_mode.decide_wandb_mode, never a
 prompt), the spec is written and the commands that upload the runs and save the workspace later
 are printed. Sections and spec format: ``src/ablate/wandb_views.py``; README "W&B workspaces".
 """
@@ -20,7 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ablate.logging import axis_config_keys, decide_wandb_mode
+from ablate.tracking.naming import axis_config_keys
+from ablate.tracking.wandb_mode import decide_wandb_mode
 from ablate.wandb_views import (
     SPEC_FILE,
     SweepFacts,

@@ -24,16 +24,14 @@ import yaml
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
-from ablate import logging as ablate_logging
 from ablate import wandb_reader
-from ablate.logging import (
-    build_loggers,
-    decide_wandb_mode,
-    finish_wandb,
-    multirun_group,
-    run_name_from_overrides,
-    set_wandb_summary,
-)
+from ablate.tracking import loggers as tracking_loggers
+from ablate.tracking import naming, wandb_mode
+from ablate.tracking import options as logger_options
+from ablate.tracking.loggers import build_loggers
+from ablate.tracking.naming import multirun_group, run_name_from_overrides
+from ablate.tracking.wandb_mode import decide_wandb_mode
+from ablate.tracking.wandb_run import AblateWandbLogger, finish_wandb, set_wandb_summary
 from ablate.wandb_reader import find_run_dirs, read_offline_run
 from conftest import HANG_TIMEOUT
 
@@ -147,19 +145,17 @@ def test_key_but_unreachable_host_is_offline_quickly(monkeypatch: pytest.MonkeyP
 def test_online_mode_asked_for_still_probes_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """WANDB_MODE=online with a key and no network used to cost ~80 s of wandb's retries per job:
     the probe runs in this mode too, once per process (and its children, through the env)."""
-    import ablate.logging as ablate_logging
-
     monkeypatch.setenv("WANDB_MODE", "online")
     monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port()}")
     probes: list[tuple[str, int]] = []
-    real_probe = ablate_logging._tcp_reachable
+    real_probe = wandb_mode._tcp_reachable
 
     def counting_probe(host: str, port: int, timeout_s: float) -> bool:
         probes.append((host, port))
         return real_probe(host, port, timeout_s)
 
-    monkeypatch.setattr(ablate_logging, "_tcp_reachable", counting_probe)
+    monkeypatch.setattr(wandb_mode, "_tcp_reachable", counting_probe)
     for _ in range(3):  # three jobs of one sweep
         mode, reason = decide_wandb_mode()
         assert mode == "offline" and "WANDB_MODE=online" in reason and "not reachable" in reason
@@ -209,7 +205,7 @@ def test_old_api_wandb_ai_login_counts_for_the_default_server(
     # wandb 0.31 defaults to api.forge.coreweave.com, which accepts the netrc
     # entry of api.wandb.ai behind it. The probe is stubbed: no real network.
     probed: list[tuple[str, int]] = []
-    monkeypatch.setattr(ablate_logging, "_tcp_reachable", lambda h, p, t: probed.append((h, p)) or False)
+    monkeypatch.setattr(wandb_mode, "_tcp_reachable", lambda h, p, t: probed.append((h, p)) or False)
     (isolated_wandb / ".netrc").write_text(f"machine api.wandb.ai\n  login user\n  password {FAKE_KEY}\n")
     mode, reason = decide_wandb_mode()
     assert (mode, probed) == ("offline", [("api.forge.coreweave.com", 443)])
@@ -325,7 +321,7 @@ def test_offline_run_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = tmp_path / "job"
     extra = {"model": {"d_model": 64, "norm": "pre"}, "axes": {"norm": "pre"}}
     loggers = build_loggers(logger_cfg("wandb", tags=["t1"]), out, "norm=pre", "sweep-1", extra)
-    assert [type(lg) for lg in loggers] == [CSVLogger, ablate_logging.AblateWandbLogger]
+    assert [type(lg) for lg in loggers] == [CSVLogger, AblateWandbLogger]
 
     log_rows(loggers, ROWS)
     set_wandb_summary(loggers, "diverged", False)
@@ -475,7 +471,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 from pathlib import Path
 
-from ablate.logging import build_loggers, finish_wandb, multirun_group, run_name_from_overrides
+from ablate.tracking.loggers import build_loggers
+from ablate.tracking.naming import multirun_group, run_name_from_overrides
+from ablate.tracking.wandb_run import finish_wandb
 
 
 @hydra.main(version_base="1.3", config_path=".", config_name="config")
@@ -529,7 +527,7 @@ def test_hydra_multirun_with_stdin_closed(tmp_path: Path) -> None:
 
     runs = [read_offline_run(d) for d in find_run_dirs(tmp_path / "sweeps" / "s1")]
     assert sorted(r["name"] for r in runs) == ["norm=post", "norm=pre"]  # the swept key only: lr is not swept
-    assert {r["group"] for r in runs} == {"s1"}  # the sweep directory's name (logging.sweep_group), not its path
+    assert {r["group"] for r in runs} == {"s1"}  # the sweep directory's name (naming.sweep_group), not its path
     assert len({r["run_id"] for r in runs}) == 2
     for run in runs:
         assert [row["val/ppl"] for row in run["history"]] == [100, 50]
@@ -580,11 +578,11 @@ def test_multirun_name_is_the_swept_keys_and_the_seed(multirun: Callable[..., No
         ["experiment=glu", "act=gelu,swiglu", "seed=1", "trainer.max_steps=6", "optim.lr=1e-3,2e-3"],
         sweeper_params={"act": "relu,gelu,silu", "seed": "1,2"},
     )
-    assert ablate_logging.swept_keys() == {"act", "optim.lr"}
+    assert naming.swept_keys() == {"act", "optim.lr"}
     job = ["experiment=glu", "act=swiglu", "seed=1", "trainer.max_steps=6", "optim.lr=2e-3"]
     assert run_name_from_overrides(job) == "act=swiglu,optim.lr=2e-3,seed=1"  # full keys, as in job directory names
-    labels = ablate_logging.RunLabels.current(job)
-    assert labels == ablate_logging.RunLabels(
+    labels = naming.RunLabels.current(job)
+    assert labels == naming.RunLabels(
         name="act=swiglu,optim.lr=2e-3,seed=1",
         job_type="sweep",
         experiment="glu",
@@ -594,20 +592,20 @@ def test_multirun_name_is_the_swept_keys_and_the_seed(multirun: Callable[..., No
 
 def test_multirun_sweeping_only_the_experiment_params(multirun: Callable[..., None]) -> None:
     multirun(["experiment=glu", "trainer.max_steps=6"], sweeper_params={"act": "relu,gelu", "seed": "1,2"})
-    assert ablate_logging.swept_keys() == {"act", "seed"}
+    assert naming.swept_keys() == {"act", "seed"}
     assert run_name_from_overrides(["experiment=glu", "trainer.max_steps=6", "act=relu", "seed=2"]) == "act=relu,seed=2"
 
 
 def test_multirun_without_swept_keys_names_like_a_single_run(multirun: Callable[..., None]) -> None:
     multirun(["norm=post", "trainer.max_steps=6"], exclude_keys=["trainer.max_steps"])
-    assert ablate_logging.swept_keys() == frozenset()
+    assert naming.swept_keys() == frozenset()
     assert run_name_from_overrides(["norm=post", "trainer.max_steps=6"]) == "norm=post"  # exclude_keys left out too
-    assert ablate_logging.RunLabels.current(["norm=post"]).job_type == "sweep"
+    assert naming.RunLabels.current(["norm=post"]).job_type == "sweep"
 
 
 def test_single_run_labels_outside_hydra() -> None:
-    labels = ablate_logging.RunLabels.current(["experiment=glu", "act=swiglu"])
-    assert labels == ablate_logging.RunLabels(name="glu,act=swiglu", job_type="train", experiment="glu", swept=())
+    labels = naming.RunLabels.current(["experiment=glu", "act=swiglu"])
+    assert labels == naming.RunLabels(name="glu,act=swiglu", job_type="train", experiment="glu", swept=())
 
 
 def test_flat_axes_and_tags() -> None:
@@ -617,9 +615,9 @@ def test_flat_axes_and_tags() -> None:
         "model": {"n_layers": 2, "dropout": 0.1},
         "norm": {"placement": "post"},
     }
-    axes = ablate_logging.flat_axes(config, [("optim.lr", "1e-3"), ("model", "tiny"), ("norm", "post")])
+    axes = naming.flat_axes(config, [("optim.lr", "1e-3"), ("model", "tiny"), ("norm", "post")])
     assert axes == {"axis_pos": "rope", "axis_act": "gelu", "axis_lr": 0.001, "axis_model": "tiny", "axis_norm": "post"}
-    assert ablate_logging.run_tags(["baseline"], "glu", axes) == [
+    assert naming.run_tags(["baseline"], "glu", axes) == [
         "baseline",
         "experiment:glu",
         "pos:rope",
@@ -628,7 +626,7 @@ def test_flat_axes_and_tags() -> None:
         "model:tiny",
         "norm:post",
     ]
-    assert all(len(t) <= 64 for t in ablate_logging.run_tags(["x" * 100], None, {}))
+    assert all(len(t) <= 64 for t in naming.run_tags(["x" * 100], None, {}))
 
 
 def raw_run_record(out: Path) -> dict:
@@ -642,7 +640,7 @@ def test_wandb_run_gets_flat_axes_tags_job_type_and_no_spec_block(tmp_path: Path
     out = tmp_path / "job"
     cfg = logger_cfg("wandb", tags=["wb"])
     cfg.tags = ["baseline"]
-    labels = ablate_logging.RunLabels(
+    labels = naming.RunLabels(
         name="optim.lr=1e-3,seed=1", job_type="sweep", experiment="glu", swept=(("optim.lr", "1e-3"),)
     )
     extra = {"axes": {"norm": "pre"}, "optim": {"lr": 0.001}, "seed": 1, "act": {"name": "gelu"}}
@@ -707,9 +705,9 @@ def test_logger_files_compose_as_a_list() -> None:
         tb_only = compose("train", overrides=["logger=tensorboard"])
     assert both.logger.wandb.enabled and both.logger.tensorboard.enabled and both.logger.mlflow.enabled
     assert list(both.tags) == ["a"]
-    assert ablate_logging.TensorBoardOptions.from_cfg(tb_only).enabled
-    assert not ablate_logging.WandbOptions.from_cfg(tb_only).enabled  # not selected: no W&B at all
-    assert not ablate_logging.MLflowOptions.from_cfg(tb_only).enabled
+    assert logger_options.TensorBoardOptions.from_cfg(tb_only).enabled
+    assert not logger_options.WandbOptions.from_cfg(tb_only).enabled  # not selected: no W&B at all
+    assert not logger_options.MLflowOptions.from_cfg(tb_only).enabled
 
 
 def read_tensorboard(log_dir: Path) -> tuple[dict[str, list[tuple[int, float]]], str]:
@@ -737,7 +735,7 @@ def test_tensorboard_logger_writes_metrics_tags_and_axes(tmp_path: Path, no_mlfl
         "g",
         {"axes": {"norm": "pre"}, "seed": 3},
     )
-    assert [type(lg) for lg in loggers] == [CSVLogger, ablate_logging.AblateTensorBoardLogger]
+    assert [type(lg) for lg in loggers] == [CSVLogger, tracking_loggers.AblateTensorBoardLogger]
     loggers[1].log_hyperparams({"spec": {"d_model": 64}, "bleu_signature": "sig"})
     log_rows(loggers, ROWS)
     for logger in loggers:
@@ -764,9 +762,9 @@ def test_mlflow_logger_writes_metrics_params_and_tags(tmp_path: Path, no_mlflow_
     pytest.importorskip("mlflow")
     out = tmp_path / "logs" / "sweep" / "job"
     cfg = multi_cfg(tmp_path, "mlflow", tags=["baseline"])
-    labels = ablate_logging.RunLabels(name="norm=pre", job_type="sweep")
+    labels = naming.RunLabels(name="norm=pre", job_type="sweep")
     loggers = build_loggers(cfg, out, "norm=pre", "g1", {"axes": {"norm": "pre"}, "optim": {"lr": 0.5}}, labels=labels)
-    assert [type(lg) for lg in loggers] == [CSVLogger, ablate_logging.AblateMLFlowLogger]
+    assert [type(lg) for lg in loggers] == [CSVLogger, tracking_loggers.AblateMLFlowLogger]
     loggers[1].log_hyperparams({"spec": {"d_model": 64}})
     log_rows(loggers, [*ROWS, (30, {"test/ppl@32": 5.0})])
     loggers[1].finalize("success")
@@ -806,18 +804,18 @@ def test_a_selected_logger_that_is_not_installed_names_the_pip_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_mlflow_env: None
 ) -> None:
     installed = {"tensorboard": True, "tensorboardX": False, "mlflow": False}
-    monkeypatch.setattr(ablate_logging, "_installed", lambda module: installed[module])
-    ablate_logging.check_loggers(multi_cfg(tmp_path, "csv", "tensorboard"))  # installed: fine
+    monkeypatch.setattr(logger_options, "_installed", lambda module: installed[module])
+    logger_options.check_loggers(multi_cfg(tmp_path, "csv", "tensorboard"))  # installed: fine
     with pytest.raises(
-        ablate_logging.LoggerUnavailable, match=r"pip install -c requirements/constraints.txt -e '\.\[mlflow\]'"
+        logger_options.LoggerUnavailable, match=r"pip install -c requirements/constraints.txt -e '\.\[mlflow\]'"
     ):
         build_loggers(multi_cfg(tmp_path, "tensorboard", "mlflow"), tmp_path / "job", "r", None, {})
     installed["tensorboard"] = False
-    with pytest.raises(ablate_logging.LoggerUnavailable, match=r"'\.\[tensorboard\]'"):
-        ablate_logging.check_loggers(multi_cfg(tmp_path, "tensorboard"))
+    with pytest.raises(logger_options.LoggerUnavailable, match=r"'\.\[tensorboard\]'"):
+        logger_options.check_loggers(multi_cfg(tmp_path, "tensorboard"))
     from ablate.config import ConfigError
 
-    assert issubclass(ablate_logging.LoggerUnavailable, ConfigError)  # train.py prints it as a user error
+    assert issubclass(logger_options.LoggerUnavailable, ConfigError)  # train.py prints it as a user error
 
 
 @pytest.mark.integration

@@ -57,7 +57,7 @@ import ablate  # noqa: F401  (registers the config resolvers)
 from ablate.callbacks.throughput import ThroughputMonitor, device_peak_flops, measure_cpu_peak
 from ablate.config import model_spec
 from ablate.flops import flops_per_token
-from ablate.logging import build_loggers
+from ablate.tracking.loggers import build_loggers
 from ablate.optim import build_optimizer, build_schedule
 from ablate.tasks import build_task
 from ablate.train import build_callbacks, check_config, eval_max_len

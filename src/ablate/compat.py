@@ -10,7 +10,7 @@ Private names used elsewhere, and why they cannot move here:
 
 - ``StepsRichProgressBar._get_train_description`` (``callbacks/progress.py``) overrides Lightning's
   method of that name: an override must sit on the subclass. The test checks it still exists.
-- ``AppendingCSVLogger`` reads ``CSVLogger._experiment`` (``logging.py``) inside its override of
+- ``AppendingCSVLogger`` reads ``CSVLogger._experiment`` (``tracking/csv_logger.py``) inside its override of
   the ``experiment`` property, as Lightning's own property does. The test checks it.
 """
 

@@ -9,7 +9,7 @@ The sources are the code that reads the keys, never a second list to keep in ste
 - ``model``: :data:`ablate.config.MODEL_KEYS` (what :func:`ablate.config.model_spec` reads);
 - ``optim``: the run checks' rules and each optimiser's keys (:mod:`ablate.optim`);
 - ``task``: the task class's ``config_keys``; ``decode``: :class:`ablate.tasks.decoding.DecodeConfig`;
-- ``logger.*``: the options dataclasses of :mod:`ablate.logging`;
+- ``logger.*``: the options dataclasses of :mod:`ablate.tracking.options`;
 - ``eval``, ``log``, ``runtime``, ``paths``: declared below, next to nothing else that reads them.
 
 The architecture groups (``pos``, ``norm``, ``act``, ``init``, ``attn``) are checked by
@@ -59,12 +59,12 @@ def _dataclass_keys(cls: type) -> frozenset[str]:
 
 def group_keys(cfg: DictConfig) -> dict[str, frozenset[str] | None]:
     """``config path -> the keys valid there`` for the groups of this composed config."""
-    from ablate import logging as ablate_logging
     from ablate.config import MODEL_KEYS
     from ablate.optim import OPTIMIZERS
     from ablate.run_checks import OPTIM_RULES
     from ablate.tasks import task_class
     from ablate.tasks.decoding import DecodeConfig
+    from ablate.tracking import options as logger_options
 
     optim_keys = frozenset(OPTIM_RULES) | {k for kind in OPTIMIZERS.values() for k in kind.keys}
     keys: dict[str, frozenset[str] | None] = {
@@ -76,9 +76,9 @@ def group_keys(cfg: DictConfig) -> dict[str, frozenset[str] | None]:
         "paths": PATHS_KEYS,
         "decode": _dataclass_keys(DecodeConfig),
         "task": frozenset(getattr(task_class(cfg), "config_keys", {"name"})),
-        "logger.wandb": _dataclass_keys(ablate_logging.WandbOptions),
-        "logger.tensorboard": _dataclass_keys(ablate_logging.TensorBoardOptions),
-        "logger.mlflow": _dataclass_keys(ablate_logging.MLflowOptions),
+        "logger.wandb": _dataclass_keys(logger_options.WandbOptions),
+        "logger.tensorboard": _dataclass_keys(logger_options.TensorBoardOptions),
+        "logger.mlflow": _dataclass_keys(logger_options.MLflowOptions),
     }
     for path in ("data", "trainer", *(f"callbacks.{name}" for name in (cfg.get("callbacks") or {}))):
         node = OmegaConf.select(cfg, path) if isinstance(cfg, DictConfig) else _select(cfg, path)

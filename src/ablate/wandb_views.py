@@ -7,7 +7,7 @@ saved to W&B when W&B is reachable. Sections:
 
 - ``Compare by <axis>``, one per ablation axis of the sweep: ``val/loss`` and ``val/ppl``
   (translation: ``val/bleu``), ``train/loss`` and ``val/loss`` against ``train/tokens_seen``, the
-  runs grouped by the axis' flat config key (``axis_act``, ``axis_lr``: :func:`ablate.logging.flat_axes`),
+  runs grouped by the axis' flat config key (``axis_act``, ``axis_lr``: :func:`ablate.tracking.naming.flat_axes`),
   seeds averaged with their min-max band;
 - ``LR and warmup``: ``train/lr``, and ``train/loss`` and ``grad_norm/total`` over the first
   3 x ``optim.warmup_steps`` steps;
@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ablate.logging import STEP_METRIC, TIME_METRIC, TOKENS_METRIC, axis_config_keys
+from ablate.tracking.naming import axis_config_keys
+from ablate.tracking.wandb_run import STEP_METRIC, TIME_METRIC, TOKENS_METRIC
 
 SPEC_FILE = "wandb_workspace.json"
 SPEC_VERSION = 1
@@ -89,7 +90,7 @@ def facts_from_sweep_dir(
 ) -> SweepFacts:
     """Read a multirun directory: its axes (:func:`ablate.analysis.runs.load_sweep`), task,
     warmup, logged metrics, W&B group/project (a job's W&B run, else its config, else the
-    directory's name, as :func:`ablate.logging.multirun_group` names it) and the
+    directory's name, as :func:`ablate.tracking.naming.multirun_group` names it) and the
     ``summary.csv`` / ``figures/*.png`` of the analysis scripts."""
     from ablate.analysis.runs import load_sweep
 
@@ -134,8 +135,8 @@ def _logged_run(sweep_dir: Path) -> dict[str, Any]:
 
 
 def _group_from_path(sweep_dir: Path) -> str:
-    """The group train.py gives a sweep (:func:`ablate.logging.sweep_group`)."""
-    from ablate.logging import sweep_group
+    """The group train.py gives a sweep (:func:`ablate.tracking.naming.sweep_group`)."""
+    from ablate.tracking.naming import sweep_group
 
     return sweep_group(sweep_dir.resolve())
 
@@ -389,12 +390,12 @@ def log_analysis_run(facts: SweepFacts, mode: str, reason: str) -> tuple[Any, st
 
     Returns:
         ``(run directory, mode, reason, table key or None, image keys)``; mode ``offline`` when
-        an online start failed (:func:`ablate.logging._init_run`).
+        an online start failed (:func:`ablate.tracking.wandb_run._init_run`).
     """
     import pandas as pd
     import wandb
 
-    from ablate.logging import _finish_stale_run, _init_run
+    from ablate.tracking.wandb_run import _finish_stale_run, _init_run
 
     assert facts.sweep_dir is not None
     out = facts.sweep_dir / "analysis"

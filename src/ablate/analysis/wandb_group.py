@@ -1,13 +1,13 @@
 """Read a sweep back from W&B: every run of a group (``train.py -m`` puts a sweep's jobs in one
-group, named after its sweep directory; see :func:`ablate.logging.multirun_group`).
+group, named after its sweep directory; see :func:`ablate.tracking.naming.multirun_group`).
 
 Runs become the same :class:`~ablate.analysis.runs.Job` records as local job directories: the
-overrides from the run name (the job's sorted overrides, :func:`ablate.logging.run_name_from_overrides`),
+overrides from the run name (the job's sorted overrides, :func:`ablate.tracking.naming.run_name_from_overrides`),
 the resolved config (which carries the ``axes`` summary), the outcome from the run summary
 (``status``, ``steps``, ``wall_time_s``, written by ``train.py``) and the metric history.
 
 Reading needs the network: before ``wandb.Api`` is touched, the mode is decided the way training
-decides it (:func:`ablate.logging.decide_wandb_mode`: ``WANDB_MODE``, credentials, a 3 s TCP
+decides it (:func:`ablate.tracking.wandb_mode.decide_wandb_mode`: ``WANDB_MODE``, credentials, a 3 s TCP
 probe), so an offline machine gets an error within seconds instead of a hang.
 """
 
@@ -36,7 +36,7 @@ def require_online() -> None:
     if env_mode in ("offline", "dryrun", "disabled"):  # decided without importing wandb or Lightning
         mode, reason = env_mode, f"WANDB_MODE={env_mode}"
     else:
-        from ablate.logging import decide_wandb_mode  # credentials, then a 3 s TCP probe
+        from ablate.tracking.wandb_mode import decide_wandb_mode  # credentials, then a 3 s TCP probe
 
         mode, reason = decide_wandb_mode()
     if mode != "online":
@@ -54,7 +54,7 @@ def overrides_from_name(name: str) -> dict[str, str]:
 
 def history_frame(run: Any) -> pd.DataFrame:
     """A run's logged rows as one row per training step (like ``metrics.csv``)."""
-    from ablate.logging import STEP_METRIC  # Lightning's x-axis key in every W&B row
+    from ablate.tracking.wandb_run import STEP_METRIC  # Lightning's x-axis key in every W&B row
 
     history = run.history(samples=1_000_000, pandas=True)
     if history is None or len(history) == 0:

@@ -10,7 +10,7 @@ benchmark pauses a training loop while it runs another variant's steps).
 the training time so far on the same clock as the rate (validation and pauses left out); both are
 kept in checkpoints, so a resumed run goes on counting, and both are also logged with every
 validation, so validation metrics can be plotted against tokens or time (W&B: ``define_metric``
-in :mod:`ablate.logging`).
+in :mod:`ablate.tracking.wandb_run`).
 
 ``train/mfu`` is ``tokens/s * flops_per_token / peak_flops``. ``peak_flops="auto"`` takes the
 device's peak from :func:`device_peak_flops`: on a GPU the nominal dense bf16 peak of the

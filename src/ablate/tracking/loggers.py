@@ -1,0 +1,242 @@
+"""A job's loggers (:func:`build_loggers`): CSV always, plus W&B, TensorBoard and MLflow when
+selected, all labelled alike (name, group, job type, tags, flat axes); and the TensorBoard and
+MLflow loggers, Lightning's with the changes ablate needs. The W&B run itself is started by
+:mod:`ablate.tracking.wandb_run`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
+
+from ablate.compat import flatten_params
+from ablate.tracking.csv_logger import AppendingCSVLogger
+from ablate.tracking.hparams import new_hparams, scalar_hparams
+from ablate.tracking.naming import RunLabels, flat_axes, run_tags
+from ablate.tracking.options import MLflowOptions, TensorBoardOptions, WandbOptions, check_loggers, user_tags
+from ablate.tracking.wandb_run import build_wandb_logger
+
+
+def build_loggers(
+    cfg: Any,
+    output_dir: Path,
+    run_name: str,
+    group: str | None,
+    extra_config: dict[str, Any],
+    resume_id: str | None = None,
+    resuming: bool = False,
+    labels: RunLabels | None = None,
+) -> list[Logger]:
+    """Create the job's loggers: always CSV, plus W&B, TensorBoard and MLflow when enabled.
+
+    W&B and MLflow are started on global rank 0 only (one run per job, however many processes
+    train it); TensorBoard is Lightning's logger, which writes from rank 0 by itself.
+
+    Args:
+        cfg: the composed config (reads ``logger.*`` and ``tags``; no ``logger`` means CSV only).
+        output_dir: the job's output directory; CSV goes to ``output_dir/csv/``, W&B files to
+            ``output_dir/wandb/``, TensorBoard to ``output_dir/tensorboard/``.
+        run_name: the run's display name in every logger (see
+            :func:`~ablate.tracking.naming.run_name_from_overrides`).
+        group: W&B group and MLflow tag ``group``, e.g. :func:`~ablate.tracking.naming.multirun_group`;
+            a non-null ``logger.wandb.group`` in the config wins over it.
+        extra_config: stored as the W&B run config and the MLflow params (resolved config plus
+            the ``axes`` summary); the flat ``axis_*`` keys are added to it
+            (:func:`~ablate.tracking.naming.flat_axes`).
+        resume_id: the id of the W&B run to continue (a resumed job): the run is
+            opened with ``id=resume_id, resume="allow"``, so its history goes on
+            in the same run (created anew if the server does not know it).
+        resuming: the job continues from a checkpoint: the CSV logger appends to the
+            job's ``metrics.csv`` (Lightning's would delete it) and MLflow reopens the job's run.
+        labels: job type, swept keys and experiment of the job
+            (:meth:`~ablate.tracking.naming.RunLabels.current`, which is also the default: it reads
+            the running Hydra job, if any).
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    check_loggers(cfg)
+    labels = labels if labels is not None else RunLabels.current()
+    axes = flat_axes(extra_config, labels.swept)
+    tags = run_tags(user_tags(cfg), labels.experiment, axes)
+    # flushed at every logging step: a killed job's metrics up to its last checkpoint are on
+    # disk, and the resumed job appends after them (rows it logs again carry the same values)
+    csv_class = AppendingCSVLogger if resuming else CSVLogger
+    loggers: list[Logger] = [csv_class(save_dir=output_dir, name="csv", version="", flush_logs_every_n_steps=1)]
+    config_keys = frozenset(extra_config)
+    options = WandbOptions.from_cfg(cfg)
+    group = options.group or group  # a configured logger.wandb.group names the group in every logger
+    if options.enabled and rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
+        wandb_tags = list(dict.fromkeys([*options.tags, *tags]))  # in order, no duplicates
+        wandb_logger = build_wandb_logger(
+            options,
+            output_dir,
+            run_name,
+            group,
+            {**extra_config, **axes},
+            resume_id,
+            tags=wandb_tags,
+            job_type=labels.job_type,
+        )
+        if wandb_logger is not None:
+            loggers.append(wandb_logger)
+    if TensorBoardOptions.from_cfg(cfg).enabled:
+        summary = {
+            "run_name": run_name,
+            "group": group or "",
+            "job_type": labels.job_type,
+            "tags": ", ".join(tags),
+            **scalar_hparams(extra_config),
+            **axes,
+        }
+        loggers.append(_build_tensorboard_logger(output_dir, summary, tags, config_keys))
+        if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
+            print(f"tensorboard  {output_dir / 'tensorboard'}  (view: tensorboard --logdir {output_dir.parent})")
+    mlflow_options = MLflowOptions.from_cfg(cfg)
+    if mlflow_options.enabled and rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # other ranks would race to create the store
+        loggers.append(
+            _build_mlflow_logger(
+                mlflow_options,
+                output_dir,
+                run_name,
+                group,
+                labels.job_type,
+                {**extra_config, **axes},
+                tags,
+                resuming,
+                config_keys,
+            )
+        )
+    return loggers
+
+
+class AblateTensorBoardLogger(TensorBoardLogger):
+    """Lightning's ``TensorBoardLogger`` (no ``hp_metric`` placeholder) that skips the task's
+    duplicate hyper-parameters, as :class:`~ablate.tracking.wandb_run.AblateWandbLogger` does."""
+
+    def __init__(self, *args: Any, config_keys: Collection[str] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._config_keys = frozenset(config_keys)
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any, metrics: dict[str, Any] | None = None, step: int | None = None) -> None:
+        params = new_hparams(params, self._config_keys)
+        if params:
+            super().log_hyperparams(params, metrics=metrics, step=step)
+
+
+def _build_tensorboard_logger(
+    output_dir: Path, summary: dict[str, Any], tags: list[str], config_keys: Collection[str]
+) -> TensorBoardLogger:
+    """``output_dir/tensorboard/`` with the run's name, group, job type, tags and axes as
+    hyper-parameters (TensorBoard's HPARAMS tab) and the tags as text."""
+    logger = AblateTensorBoardLogger(
+        save_dir=output_dir, name="tensorboard", version="", default_hp_metric=False, config_keys=config_keys
+    )
+    if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
+        TensorBoardLogger.log_hyperparams(logger, summary)
+        logger.experiment.add_text("run/tags", "\n".join(f"- {t}" for t in tags) or "(none)", 0)
+    return logger
+
+
+class AblateMLFlowLogger(MLFlowLogger):
+    """Lightning's ``MLFlowLogger`` that skips the task's duplicate hyper-parameters, never logs
+    a param twice (MLflow refuses to change a param: a resumed run keeps its first values) and
+    spells ``test/ppl@512`` as ``test/ppl_at_512`` (MLflow allows no ``@`` in a name)."""
+
+    def __init__(self, *args: Any, config_keys: Collection[str] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._config_keys = frozenset(config_keys)
+        self._logged_params: set[str] | None = None
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any) -> None:
+        self.log_params(new_hparams(params, self._config_keys))
+
+    @rank_zero_only
+    def log_params(self, params: dict[str, Any]) -> None:
+        """Log ``params`` (nested dicts flattened with ``/``), skipping keys the run already has."""
+        if self._logged_params is None:
+            self._logged_params = set(self.experiment.get_run(self.run_id).data.params)
+        flat = {k: v for k, v in flatten_params(params).items() if k not in self._logged_params}
+        if flat:
+            super().log_hyperparams(flat)
+            self._logged_params.update(flat)
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        super().log_metrics({k.replace("@", "_at_"): v for k, v in metrics.items()}, step)
+
+
+OUTPUT_DIR_TAG = "ablate.output_dir"
+
+
+def _build_mlflow_logger(
+    options: MLflowOptions,
+    output_dir: Path,
+    run_name: str,
+    group: str | None,
+    job_type: str,
+    params: dict[str, Any],
+    tags: list[str],
+    resuming: bool,
+    config_keys: Collection[str],
+) -> MLFlowLogger:
+    """An MLflow run in ``options.tracking_uri`` named ``run_name``, tagged with the group, job
+    type, output directory and the run's tags (``key:value`` -> tag ``key=value``; a plain tag
+    ``t`` -> ``t=""``); the resolved config and flat axes as params. A resumed job reopens the
+    run that carries its output directory."""
+    uri = options.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"file:{output_dir.parent / 'mlruns'}"
+    if uri.startswith("file:"):
+        # MLflow 3 keeps the file store only as an opt-in (it otherwise raises, asking for a
+        # database); a file store needs no server and takes concurrent jobs (one folder per run)
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow_tags = {"group": group or "", "job_type": job_type, OUTPUT_DIR_TAG: str(output_dir.resolve())}
+    for tag in tags:
+        key, _, value = tag.partition(":")
+        mlflow_tags.setdefault(key, value)
+    run_id = _prepare_mlflow(uri, options.experiment_name, output_dir if resuming else None)
+    logger = AblateMLFlowLogger(
+        experiment_name=options.experiment_name,
+        run_name=run_name,
+        tracking_uri=uri,
+        tags=mlflow_tags,
+        run_id=run_id,
+        config_keys=config_keys,
+    )
+    logger.log_params(params)
+    print(
+        f"mlflow       {uri}  experiment {options.experiment_name}, run {logger.run_id}  (view: mlflow ui "
+        f"--backend-store-uri {uri})"
+    )
+    return logger
+
+
+def _prepare_mlflow(uri: str, experiment_name: str, resume_dir: Path | None) -> str | None:
+    """Create the experiment (two jobs starting together may both try: the loser finds the
+    winner's); with ``resume_dir``, the id of the latest run of that output directory, if any."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        try:
+            client.create_experiment(experiment_name)
+        except MlflowException:
+            pass  # created meanwhile by another job
+        experiment = client.get_experiment_by_name(experiment_name)
+    if resume_dir is None or experiment is None:
+        return None
+    value = str(resume_dir.resolve()).replace("'", "\\'")
+    runs = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"tags.`{OUTPUT_DIR_TAG}` = '{value}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    return runs[0].info.run_id if runs else None

@@ -1,0 +1,131 @@
+"""The ``logger.*`` config nodes as dataclasses (``conf/logger/<name>.yaml``), the top-level
+``tags`` list, and the check that a selected logger's package is installed, made before any data
+is read. :mod:`ablate.config_schema` takes the valid ``logger.<name>`` keys from these dataclasses.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from ablate.config import ConfigError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+PIP_EXTRA = "pip install -c requirements/constraints.txt -e '.[{extra}]'"
+
+
+@dataclass(frozen=True)
+class WandbOptions:
+    """The ``logger.wandb`` config node, with defaults for missing keys."""
+
+    enabled: bool = False
+    project: str = "ablate"
+    entity: str | None = None
+    group: str | None = None
+    mode: str | None = None
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> WandbOptions:
+        """Read ``cfg.logger.wandb``; a config without it means W&B off."""
+        return cls(**_options_node(cfg, "wandb", cls))
+
+
+@dataclass(frozen=True)
+class TensorBoardOptions:
+    """The ``logger.tensorboard`` config node (``conf/logger/tensorboard.yaml``); absent means off."""
+
+    enabled: bool = False
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> TensorBoardOptions:
+        return cls(**_options_node(cfg, "tensorboard", cls))
+
+
+@dataclass(frozen=True)
+class MLflowOptions:
+    """The ``logger.mlflow`` config node (``conf/logger/mlflow.yaml``); absent means off.
+
+    ``tracking_uri`` None: ``$MLFLOW_TRACKING_URI``, else a file store beside the job,
+    ``file:<output_dir>/../mlruns`` (the config file gives ``file:<paths.log_dir>/mlruns``).
+    """
+
+    enabled: bool = False
+    experiment_name: str = "ablate"
+    tracking_uri: str | None = None
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> MLflowOptions:
+        return cls(**_options_node(cfg, "mlflow", cls))
+
+
+def _options_node(cfg: Any, name: str, options: type[DataclassInstance]) -> dict[str, Any]:
+    """The known keys of ``cfg.logger.<name>``, resolved (``{}`` when the node is absent)."""
+    if cfg is None:
+        return {}
+    if not isinstance(cfg, DictConfig):
+        cfg = OmegaConf.create(cfg)
+    node = OmegaConf.select(cfg, f"logger.{name}", default=None)
+    if node is None:
+        return {}
+    values = cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))  # a mapping node
+    known = {k: v for k, v in values.items() if k in options.__dataclass_fields__}
+    if "tags" in known:
+        known["tags"] = tuple(_as_list(known["tags"]))
+    return known
+
+
+class LoggerUnavailable(ConfigError):
+    """A logger was selected whose package is not installed; the message names the pip command."""
+
+
+# logger -> (modules that provide it, the pyproject extra that installs it)
+_LOGGER_PACKAGES = {"tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"), "mlflow": (("mlflow",), "mlflow")}
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def check_loggers(cfg: Any) -> None:
+    """Fail at once, before any data is read, when a selected logger's package is missing.
+
+    Raises:
+        LoggerUnavailable: naming the ``pip install`` command of the missing extra.
+    """
+    selected = {"tensorboard": TensorBoardOptions.from_cfg(cfg).enabled, "mlflow": MLflowOptions.from_cfg(cfg).enabled}
+    for name, enabled in selected.items():
+        modules, extra = _LOGGER_PACKAGES[name]
+        if enabled and not any(_installed(m) for m in modules):
+            raise LoggerUnavailable(
+                f"logger {name} is selected (logger.{name}.enabled=true) but the {modules[0]} package is not "
+                f"installed. Install it with:\n  {PIP_EXTRA.format(extra=extra)}\n"
+                f"(from the repository root), or drop {name} from the logger list"
+            )
+
+
+def user_tags(cfg: Any) -> list[str]:
+    """The top-level ``tags`` config key (a list; a single string is one tag)."""
+    if cfg is None:
+        return []
+    if not isinstance(cfg, DictConfig):
+        cfg = OmegaConf.create(cfg)
+    return _as_list(OmegaConf.select(cfg, "tags", default=None))
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, ListConfig):
+        value = OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, str):
+        return [value] if value else []
+    return [str(v) for v in value]
+
+
+# ----------------------------------------------------------------------- loggers
