@@ -5,15 +5,15 @@
     python scripts/benchmark.py trainer=gpu model=gpt2_small data.seq_len=1024 benchmark.compile=true
 
 Config: ``conf/benchmark.yaml`` (it composes ``conf/train.yaml``). The runner, the hand-written
-reference loop and the report are in :mod:`ablate.benchmark`; ``experiments/benchmarks/README.md``
-explains every number.
+reference loop and the report are in the :mod:`ablate.benchmark` package;
+``experiments/benchmarks/README.md`` explains every number.
 """
 
 import hydra
 from omegaconf import DictConfig
 
 from ablate import cli
-from ablate.benchmark import main as run_benchmark
+from ablate.benchmark.suite import main as run_benchmark
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="benchmark")

@@ -1,0 +1,30 @@
+"""Measure the training speed of the configured experiment, in one process, and check the budgets.
+The library part of ``scripts/benchmark.py`` (its entry point, :func:`ablate.benchmark.suite.main`).
+
+    python scripts/benchmark.py                                 # the default experiment
+    python scripts/benchmark.py model.n_layers=2 data.seq_len=64 benchmark.compile=true
+    python scripts/benchmark.py trainer=gpu model=gpt2_small data.seq_len=1024 benchmark.compile=true
+
+Config: ``conf/benchmark.yaml`` (it composes ``conf/train.yaml``: same groups, same overrides).
+Output: a table on the console and ``benchmark.json`` in the Hydra output directory
+(``benchmark.json_path``). ``experiments/benchmarks/README.md`` explains every number.
+
+How variants are compared. A laptop-class CPU drifts 8-22% from run to run and another busy
+process makes a step several times slower, so absolute times from separate runs cannot be
+compared. Every variant of a group (e.g. our Lightning loop and a hand-written loop) is a
+complete training loop running in its own thread; the main thread lets exactly one of them run
+at a time, ``turn_steps`` steps per turn, round-robin, until each has done the group's ``steps``
+steps of the round (the order rotates every round); each loop times its own steps: batch start
+to next batch start, which holds one data fetch and one whole optimiser step, and never the time
+it was paused. A ratio is the median over rounds of the ratio of two variants' mean step times
+in the same round, so drift between rounds cancels and a disturbed round does not move the
+median.
+
+Modules (import from them; this package re-exports nothing):
+
+- :mod:`~ablate.benchmark.suite` -- the run: groups, rounds, ratios, headline, budgets, ``main``.
+- :mod:`~ablate.benchmark.loops` -- one variant's training loop in its thread (hand-written or
+  Lightning).
+- :mod:`~ablate.benchmark.machine` -- the machine, the interference from other processes, memory.
+- :mod:`~ablate.benchmark.report` -- the console tables, the Markdown summary, the JSON form.
+"""
