@@ -10,7 +10,7 @@ paper's numbers (PNG).
 
 Each figure is drawn on its own: one that cannot be drawn is reported on stderr (its file name
 and why) and the others are still written. The exit status is non-zero only when no figure was
-written. What each figure shows: ``src/ablate/analysis/figures.py``; README section "Analysing a
+written. What each figure shows: ``src/ablate/analysis/figures/``; README section "Analysing a
 sweep".
 """
 
@@ -24,7 +24,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, never a window (also on machines without a display)
 
-from ablate.analysis.figures import Plot, paper_figure, plot_sweep
+from ablate.analysis.figures.comparisons import paper_figure
+from ablate.analysis.figures.writing import Plot, plot_sweep
 from ablate.analysis.paper import load_paper
 from ablate.analysis.runs import Sweep, at_tuned_rates, load_sweep
 from ablate.analysis.series import X_AXES, paper_rank_correlation

@@ -331,12 +331,12 @@ def test_plot_script_writes_the_other_figures_when_the_paper_has_no_numbers(swee
 
 
 def test_a_failing_figure_does_not_stop_the_others(sweep_dir: Path, tmp_path: Path, capsys, monkeypatch):
-    from ablate.analysis import figures
+    from ablate.analysis.figures import writing
 
     def boom(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(figures, "grad_norm_heatmap", boom)
+    monkeypatch.setattr(writing, "grad_norm_heatmap", boom)  # as sweep_plots finds it
     out = tmp_path / "figs"
     _load_script("plot").main([str(sweep_dir), "--out", str(out)])  # returns: some figures were written
     err = capsys.readouterr().err
@@ -352,7 +352,7 @@ def test_a_failing_figure_does_not_stop_the_others(sweep_dir: Path, tmp_path: Pa
         "loss_vs_lr.png",
     } <= written
     # nothing can be written: a non-zero exit status that names the failures
-    monkeypatch.setattr(figures, "_save", boom)
+    monkeypatch.setattr(writing, "save_png", boom)
     with pytest.raises(SystemExit) as exit_info:
         _load_script("plot").main([str(sweep_dir), "--out", str(tmp_path / "none")])
     assert exit_info.value.code not in (0, None) and "no figure written" in str(exit_info.value.code)
@@ -374,7 +374,7 @@ def test_lr_schedule_is_what_lightning_logged_at_every_step(sweep_dir: Path):
 
 
 def test_lr_figures_of_the_real_sweep_have_a_log_x_axis(sweep_dir: Path):
-    from ablate.analysis.figures import loss_vs_lr_figure, metric_vs_axis_figure
+    from ablate.analysis.figures.comparisons import loss_vs_lr_figure, metric_vs_axis_figure
 
     sweep = load_sweep(sweep_dir)  # optim.lr = 0.002 and 10000 (diverged)
     tuning = loss_vs_lr_figure(sweep)
@@ -388,7 +388,7 @@ def test_lr_figures_of_the_real_sweep_have_a_log_x_axis(sweep_dir: Path):
 
 
 def test_x_tokens_scales_the_steps_by_tokens_per_step(sweep_dir: Path, tmp_path: Path):
-    from ablate.analysis.figures import validation_figure
+    from ablate.analysis.figures.curves import validation_figure
 
     sweep = load_sweep(sweep_dir)
     per_step = 4 * 16  # TINY: data.batch_size=4 sequences of data.seq_len=16 tokens

@@ -15,14 +15,9 @@ import pytest
 from matplotlib.collections import QuadMesh
 
 from ablate.analysis.attention import checkpoint_label, map_title
-from ablate.analysis.figures import (
-    grad_norm_heatmap,
-    loss_vs_lr_figure,
-    metric_vs_axis_figure,
-    uniform_steps,
-    validation_figure,
-    warmup_figure,
-)
+from ablate.analysis.figures.comparisons import loss_vs_lr_figure, metric_vs_axis_figure
+from ablate.analysis.figures.curves import validation_figure, warmup_figure
+from ablate.analysis.figures.depth import grad_norm_heatmap, uniform_steps
 from ablate.analysis.runs import Job, Sweep
 from ablate.analysis.series import job_x, lr_schedule
 
@@ -256,7 +251,7 @@ def test_attention_title_names_the_run_and_checkpoint_not_the_path():
 
 
 def test_seed_mean_steps_are_in_order_when_seeds_logged_different_steps():
-    from ablate.analysis.figures import seed_mean
+    from ablate.analysis.figures.common import seed_mean
 
     a = make_job("a", {"train/loss": {9: 4.0, 12: 40.0, 13: 47.0}}, status="diverged", steps=14)
     b = make_job("b", {"train/loss": {9: 4.2, 11: 30.0}}, status="diverged", steps=12)

@@ -12,9 +12,9 @@
 * :func:`job_x`: a job's logged steps as training tokens or training time (``--x``).
 
 Every table has ``mean``, ``std`` (sample, n - 1), ``min``, ``max`` and ``n`` over the seeds
-that completed (a diverged seed's last value predates its divergence); ``figures.py`` draws the
-mean as the line and ``min``..``max`` as the band, and ``scripts/plot.py`` writes each table
-beside its figure as CSV.
+that completed (a diverged seed's last value predates its divergence); the figures
+(:mod:`ablate.analysis.figures`) draw the mean as the line and ``min``..``max`` as the band, and
+``scripts/plot.py`` writes each table beside its figure as CSV.
 """
 
 from __future__ import annotations

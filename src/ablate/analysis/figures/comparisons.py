@@ -1,0 +1,326 @@
+"""Figures that compare final results: perplexity against evaluation length, a final metric
+against a numeric axis, the learning-rate tuning curve, ours against a paper's numbers, and
+loss against compute with the compute multiplier. Each carries the numbers it draws."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
+
+from ablate.analysis.figures.common import (
+    AXIS_LABELS,
+    LR_AXIS,
+    TableFigure,
+    add_legend,
+    axis_name,
+    save_png,
+    seeds_text,
+    variants,
+    wants_log,
+)
+from ablate.analysis.paper import PaperResults
+from ablate.analysis.runs import Sweep
+from ablate.analysis.scaling import Curve, Multiplier, PowerLaw
+from ablate.analysis.series import (
+    STUCK_METRIC,
+    STUCK_TOLERANCE,
+    axis_series,
+    length_series,
+    numeric_axes,
+    paper_rank_correlation,
+    paper_series,
+    training_length,
+)
+
+
+def _band(ax, x, rows: pd.DataFrame, color: str) -> None:
+    """The seed range (min..max) behind a mean line, where some point has several seeds."""
+    if (rows["n"] > 1).any():
+        ax.fill_between(x, rows["min"], rows["max"], color=color, alpha=0.2, linewidth=0)
+
+
+def ppl_vs_length_figure(sweep: Sweep) -> TableFigure | None:
+    """Test perplexity against the evaluation length, one line per variant (Press et al. 2022, Fig. 1)."""
+    table = length_series(sweep)
+    if table.empty:
+        return None
+    colors = {v.label: v.color for v in variants(sweep)}
+    fig = TableFigure(figsize=(6.4, 4.4), layout="constrained", table=table)
+    ax = fig.subplots()
+    for label, rows in table.groupby("variant", sort=False):
+        ax.plot(rows["length"], rows["mean"], marker="o", color=colors[label], label=f"{label} ({seeds_text(rows)})")
+        _band(ax, rows["length"], rows, colors[label])
+    train_len = training_length(sweep)
+    if train_len:
+        ax.axvline(train_len, color="grey", linestyle=":", label=f"training length L = {train_len}")
+    lengths = sorted(table["length"].unique())
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.minorticks_off()
+    ax.set_yscale("log")  # one blown-up curve must not flatten the others
+    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+        axis(LogFormatter(labelOnlyBase=False))  # plain numbers (8, 20), not 2 x 10^1, on a range under a decade
+    ax.set_xlabel("evaluation length (tokens; non-overlapping windows of the test split)")
+    ax.set_ylabel("test perplexity (log scale)")
+    ax.set_title("Perplexity against evaluation length (line: mean over seeds; band: seed range)", fontsize="medium")
+    ax.grid(alpha=0.3, which="both")
+    add_legend(ax)
+    return fig
+
+
+def _set_numeric_xaxis(ax, values: list[float], max_ticks: int = 8) -> None:
+    """Log scale for values spanning 10x or more (base 2 for integers: layers, heads; base 10
+    otherwise: learning rates), ticks at the values (``1e-4``, ``3e-4``, not only the decades)."""
+    values = sorted({v for v in values if math.isfinite(v)})
+    if not values:
+        return
+    integers = all(v == int(v) for v in values)
+    if values[0] > 0 and values[-1] / values[0] >= 10:
+        ax.set_xscale("log", base=2 if integers else 10)
+        ax.minorticks_off()
+    if integers:
+        ax.set_xticks(values, [str(int(v)) for v in values])
+    elif len(values) <= max_ticks:
+        ax.set_xticks(values, [f"{v:g}" for v in values])
+
+
+def _mark_failed(ax, rows: pd.DataFrame, color: str, marked: set[str], line: int = 0) -> None:
+    """Crosses along the top edge at the x of the points with a diverged or crashed seed (the
+    ``line``-th line's a little lower, so that lines failing at the same x are all seen)."""
+    failed = rows[rows["failed"] > 0]
+    if len(failed):
+        label = None if "failed" in marked else "diverged / crashed (no final value)"
+        ax.plot(
+            failed["x"],
+            [0.96 - 0.045 * (line % 6)] * len(failed),
+            "x",
+            markersize=10,
+            markeredgewidth=2,
+            color=color,
+            transform=ax.get_xaxis_transform(),
+            label=label,
+            clip_on=False,
+        )
+        marked.add("failed")
+
+
+def metric_vs_axis_figure(sweep: Sweep, axis: str, metric: str) -> TableFigure | None:
+    """The final ``metric`` against the numeric ``axis``, one line per value of the other axes.
+    Stuck jobs (:func:`~ablate.analysis.series.is_stuck`) are circled at their value; diverged or
+    crashed ones have no final value and are drawn as crosses along the top edge."""
+    table = axis_series(sweep, axis, metric)
+    if table["x"].nunique() < 2:
+        return None
+    fig = TableFigure(figsize=(6.4, 4.4), layout="constrained", table=table)
+    ax = fig.subplots()
+    marked: set[str] = set()
+    for i, (line, rows) in enumerate(table.groupby("line", sort=False)):
+        color, ok = f"C{i % 10}", rows[rows["n"] > 0]
+        low, high = (ok["mean"] - ok["min"]).fillna(0), (ok["max"] - ok["mean"]).fillna(0)
+        ax.errorbar(
+            ok["x"],
+            ok["mean"],
+            yerr=[low, high],
+            marker="o",
+            color=color,
+            capsize=3,
+            label=f"{line} ({seeds_text(rows)})",
+        )  # a bar, not a band: a line may be a single point
+        stuck = ok[ok["stuck"] > 0]
+        if len(stuck):
+            label = None if "stuck" in marked else f"stuck ({STUCK_METRIC} fell < {STUCK_TOLERANCE:.0%} over training)"
+            ax.plot(
+                stuck["x"],
+                stuck["mean"],
+                "o",
+                markersize=13,
+                markerfacecolor="none",
+                markeredgecolor="black",
+                label=label,
+            )
+            marked.add("stuck")
+        _mark_failed(ax, rows, color, marked, i)
+    if wants_log(table["mean"].to_numpy(dtype=float)):
+        ax.set_yscale("log")
+    _set_numeric_xaxis(ax, table["x"].tolist())
+    ax.set_xlabel(axis)
+    ax.set_ylabel(f"final {AXIS_LABELS.get(metric, metric)}")
+    ax.set_title(f"Final {metric} against {axis_name(axis)} (mean over seeds; bar: seed range)", fontsize="medium")
+    ax.grid(alpha=0.3)
+    add_legend(ax)
+    return fig
+
+
+def lr_axis(sweep: Sweep) -> str | None:
+    """The numeric axis that is the learning rate (``optim.lr``), if the sweep varies it."""
+    return next((axis for axis in numeric_axes(sweep) if axis_name(axis) == LR_AXIS), None)
+
+
+def loss_vs_lr_figure(sweep: Sweep, axis: str | None = None, metric: str = "val/loss") -> TableFigure | None:
+    """The learning-rate tuning curve: final ``metric`` (``val/loss``) against the learning rate
+    ``axis`` (default: :func:`lr_axis`), log x, one line per value of the other axes (variants
+    of the architecture), mean ± 1 std over the completed seeds, diverged points as crosses along
+    the top, each line's best rate starred."""
+    axis = axis or lr_axis(sweep)
+    if axis is None or not any(
+        metric in job.metrics or metric in (job.record.get("metrics") or {}) for job in sweep.jobs
+    ):
+        return None
+    table = axis_series(sweep, axis, metric)
+    if table["x"].nunique() < 2:
+        return None
+    fig = TableFigure(figsize=(6.8, 4.6), layout="constrained", table=table)
+    ax = fig.subplots()
+    marked: set[str] = set()
+    for i, (line, rows) in enumerate(table.groupby("line", sort=False)):
+        color, ok = f"C{i % 10}", rows[rows["n"] > 0]
+        ax.errorbar(
+            ok["x"],
+            ok["mean"],
+            yerr=ok["std"].fillna(0),
+            marker="o",
+            color=color,
+            capsize=3,
+            label=f"{line} ({seeds_text(rows)})",
+        )
+        if len(ok) > 1:  # a line with one completed rate has no "best"
+            best = ok.loc[ok["mean"].idxmin()]
+            ax.plot(
+                [best["x"]],
+                [best["mean"]],
+                "*",
+                markersize=15,
+                color=color,
+                markeredgecolor="black",
+                label=None if "best" in marked else "best rate of each line",
+            )
+            marked.add("best")
+        _mark_failed(ax, rows, color, marked, i)
+    if wants_log(table["mean"].to_numpy(dtype=float)):
+        ax.set_yscale("log")
+    _set_numeric_xaxis(ax, table["x"].tolist())
+    ax.set_xlabel(f"peak learning rate ({axis}" + (", log scale)" if ax.get_xscale() == "log" else ")"))
+    ax.set_ylabel(f"final {AXIS_LABELS.get(metric, metric)}")
+    ax.set_title(f"Learning-rate tuning: final {metric} (mean ± 1 std over seeds)", fontsize="medium")
+    ax.grid(alpha=0.3)
+    add_legend(ax)
+    return fig
+
+
+def paper_figure(sweep: Sweep, paper: PaperResults, metric: str, kind: str = "final") -> TableFigure:
+    """Ours (left) and the paper's numbers (right) per variant, best paper value first, so the
+    same order on both sides means the ranking is reproduced; Spearman's rho in the title."""
+    table = paper_series(sweep, paper, metric, kind)
+    rho = paper_rank_correlation(table)
+    x = np.arange(len(table))
+    names = [label.replace(", ", "\n") for label in table["variant"]]
+    fig = TableFigure(figsize=(min(16.0, max(8.0, 1.6 * len(table))), 4.4), layout="constrained", table=table)
+    ours, theirs = fig.subplots(1, 2)
+    low, high = table["mean"] - table["min"], table["max"] - table["mean"]
+    ours.errorbar(
+        x,
+        table["mean"],
+        yerr=[low.fillna(0), high.fillna(0)],
+        fmt="o",
+        color="C0",
+        capsize=4,
+        label="mean (bar: seed range)",
+    )
+    for i, seeds in enumerate(table["seeds"]):
+        ours.plot([i] * len(seeds), seeds, ".", color="black", markersize=4, label="seeds" if i == 0 else None)
+    missing = x[table["n"].to_numpy() == 0]
+    if len(missing):  # diverged or crashed everywhere: no value, but the paper's row is not silently dropped
+        ours.plot(
+            missing,
+            [0.96] * len(missing),
+            "x",
+            color="C3",
+            markersize=10,
+            markeredgewidth=2,
+            transform=ours.get_xaxis_transform(),
+            label="no completed seed (diverged / crashed)",
+        )
+    ours.set_title(f"ours: {kind} {metric}")
+    ours.set_ylabel(AXIS_LABELS.get(metric, metric))
+    theirs.plot(x, table["paper"], "s", color="C1")
+    theirs.set_title(f"paper: {paper.metric}")
+    theirs.set_ylabel(paper.metric)
+    for ax in (ours, theirs):
+        ax.set_xticks(x, names, rotation=45 if len(table) > 4 else 0, fontsize="small")
+        ax.set_xlabel("variant, in the paper's order (best first)")
+        ax.grid(alpha=0.3)
+    add_legend(ours)
+    rho_text = "n/a" if math.isnan(rho) else f"{rho:.2f}"
+    fig.suptitle(
+        f"{paper.source or 'paper'} vs ours: Spearman rank correlation ρ = {rho_text} "
+        f"({int(table['mean'].notna().sum())} variants)",
+        fontsize="medium",
+    )
+    return fig
+
+
+def compute_multiplier_figure(
+    curves: list[Curve],
+    fits: dict[str, PowerLaw],
+    results: list[Multiplier],
+    metric: str,
+    compute_note: str,
+    path: Path,
+) -> Path:
+    """Final ``metric`` against training compute (log x): each seed as a dot, the fit of each
+    curve as a line (dashed beyond the measured range) with its asymptote E dotted, and for each
+    :class:`~ablate.analysis.scaling.Multiplier` a horizontal arrow from the variant's fitted loss
+    at its largest compute to the compute the baseline needs for it."""
+    fig = Figure(figsize=(7.2, 4.8), layout="constrained")
+    ax = fig.subplots()
+    colors = {c.label: f"C{i % 10}" for i, c in enumerate(curves)}
+    reach = [r.compute * r.value for r in results if math.isfinite(r.value)]
+    span = np.array([x for c in curves for x in c.compute] + reach, dtype=float)
+    grid = np.geomspace(span.min() / 1.5, span.max() * 1.5, 200)
+    for curve in curves:
+        color, fit = colors[curve.label], fits.get(curve.label)
+        ax.plot(curve.compute, curve.loss, ".", color=color, alpha=0.6)
+        if fit is None:
+            continue
+        inside = (grid >= min(curve.compute)) & (grid <= max(curve.compute))
+        ax.plot(
+            grid[inside],
+            fit.loss(grid[inside]),
+            color=color,
+            label=f"{curve.label}: E={fit.E:.3g}, A={fit.A:.3g}, α={fit.alpha:.3g}",
+        )
+        ax.plot(grid, fit.loss(grid), color=color, linestyle="--", linewidth=0.8)
+        ax.axhline(fit.E, color=color, linestyle=":", linewidth=0.8)
+    for r in results:
+        end = r.compute * r.value if math.isfinite(r.value) else grid[-1]
+        text = f"×{r.value:.3g}" if math.isfinite(r.value) else "×∞ (below the baseline's E)"
+        ax.annotate(
+            "",
+            xy=(end, r.loss),
+            xytext=(r.compute, r.loss),
+            arrowprops={"arrowstyle": "->", "color": colors.get(r.variant, "black")},
+        )
+        ax.text(
+            max(end, r.compute),
+            r.loss,
+            f" {r.variant}: {text}",
+            fontsize="small",
+            va="center",
+            color=colors.get(r.variant, "black"),
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel(f"training compute (FLOPs: {compute_note})")
+    ax.set_ylabel(f"final {AXIS_LABELS.get(metric, metric)}")
+    ax.set_title(
+        "Loss against compute: L = E + A C^-α per variant (dots: seeds; dotted: E; "
+        "arrow: compute multiplier at the largest measured compute)",
+        fontsize="small",
+    )
+    ax.grid(alpha=0.3)
+    add_legend(ax)
+    return save_png(fig, path)
