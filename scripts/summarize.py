@@ -24,9 +24,10 @@ import sys
 from pathlib import Path
 
 from ablate.analysis.budget import BASES, DEFAULT_BASIS
+from ablate.analysis.markdown import markdown_table, write_summary
 from ablate.analysis.paper import load_paper
 from ablate.analysis.runs import at_tuned_rates, load_sweep
-from ablate.analysis.tables import adjust_family, markdown_table, summarize, where, write_summary
+from ablate.analysis.tables import adjust_family, summarize, where
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -28,6 +28,7 @@ import yaml
 from PIL import Image
 
 from ablate.analysis.attention import lm_attention, translation_attention
+from ablate.analysis.markdown import markdown_table
 from ablate.analysis.paper import load_paper
 from ablate.analysis.runs import Job, canonical, load_sweep, read_metrics_csv
 from ablate.analysis.series import (
@@ -40,7 +41,7 @@ from ablate.analysis.series import (
     spearman,
     training_length,
 )
-from ablate.analysis.tables import markdown_table, summarize
+from ablate.analysis.tables import summarize
 from ablate.analysis.wandb_group import WandbUnavailable, overrides_from_name, require_online
 from ablate.config import ModelSpec, validate
 from ablate.nn.seq2seq import EncoderDecoder

@@ -26,8 +26,9 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from ablate.analysis import budget
+from ablate.analysis.markdown import markdown_table
 from ablate.analysis.runs import Job, load_sweep
-from ablate.analysis.tables import markdown_table, summarize
+from ablate.analysis.tables import summarize
 from ablate.config import model_spec
 from ablate.nn.transformer import TransformerLM
 from ablate.train import check_config

@@ -24,9 +24,10 @@ import yaml
 from scipy import stats as scipy_stats
 
 from ablate.analysis import stats
+from ablate.analysis.markdown import markdown_table
 from ablate.analysis.runs import load_sweep
 from ablate.analysis.scaling import Curve, PowerLaw, compute_multiplier, fit_power_law, multiplier, scaling_curves
-from ablate.analysis.tables import find_baseline, markdown_table, summarize
+from ablate.analysis.tables import find_baseline, summarize
 from conftest import HANG_TIMEOUT, REPO
 
 A = np.array([3.02, 2.95, 3.10, 3.04, 2.99])

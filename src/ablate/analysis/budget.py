@@ -248,7 +248,7 @@ def describe_basis(metric: str, basis: str, matched: Matched | None = None) -> s
 def cost_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     """The cost of each variant and its metric at matched steps, FLOPs and training time as a
     Markdown table, the matched budgets in its header, with notes."""
-    from ablate.analysis.tables import fmt  # tables imports this module
+    from ablate.analysis.markdown import fmt  # markdown imports this module
 
     metric, matched, names = frame.attrs["metric"], frame.attrs["matched"], sweep.short_names()
     header = [names[a] for a in sweep.axes] + ["params", "FLOPs/token", "tokens seen", "train time (s)"]

@@ -17,26 +17,26 @@ Welch), its Holm-adjusted value over the family (every comparison of the call: a
 equivalence (Holm-adjusted likewise), the divergence rate with its Clopper-Pearson interval and
 Boschloo's test against the baseline's, the minimum detectable effect at 80% power and alpha/m
 (design information), and a verdict (better / worse / equivalent (±δ) / inconclusive): see
-:mod:`~ablate.analysis.stats`. :func:`markdown_table` then adds a second table, "against the
-baseline", with these columns. ``basis="flops"`` or ``"time"`` (``--basis``) computes them on the
+:mod:`~ablate.analysis.stats`. :func:`~ablate.analysis.markdown.markdown_table` then adds a second
+table, "against the baseline", with these columns. ``basis="flops"`` or ``"time"`` (``--basis``) computes them on the
 metric at the matched FLOPs or training-time budget instead of the final value.
 
 Every summary also gets each variant's cost and its metric at matched steps, FLOPs and training
-time (:func:`ablate.analysis.budget.add_cost_columns`), shown by :func:`markdown_table` as a table
-"at equal cost".
+time (:func:`ablate.analysis.budget.add_cost_columns`), shown by
+:func:`~ablate.analysis.markdown.markdown_table` as a table "at equal cost". The Markdown form of
+the summary is in :mod:`ablate.analysis.markdown`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ablate.analysis import budget, stats
-from ablate.analysis.convergence import LATE_FRACTION, LATE_METRIC, STALL_TOLERANCE, is_stalled, late_change
+from ablate.analysis.convergence import is_stalled, late_change
 from ablate.analysis.paper import PaperResults
 from ablate.analysis.runs import Job, Sweep, canonical, higher_is_better
 
@@ -379,248 +379,3 @@ def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> lis
         )
         out.append(frame)
     return out
-
-
-# ----------------------------------------------------------------------------- Markdown
-
-
-def fmt(value: float, std: float = math.nan) -> str:
-    """``55.9 ± 0.22``; ``—`` for a missing value."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    text = f"{value:.4g}"
-    return text if math.isnan(std) else f"{text} ± {std:.2g}"
-
-
-def _diverged(row: pd.Series) -> str:
-    n = int(row["diverged"])
-    return f"yes ({n}/{int(row['seeds'])})" if n else "no"
-
-
-def _steps(row: pd.Series) -> str:
-    low, high = row["steps_min"], row["steps_max"]
-    if low is None or pd.isna(low):
-        return "—"
-    return f"{int(low)}" if low == high else f"{int(low)}–{int(high)}"
-
-
-def _paper(value: object, note: str) -> str:
-    text = fmt(value) if isinstance(value, float) else ("—" if value is None else str(value))
-    return f"{text} ({note})" if note else text
-
-
-def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
-    """The summary as Markdown tables, each with its notes underneath; with a baseline, the
-    verdicts against it come first."""
-    metric, test, paper = frame.attrs["metric"], frame.attrs["test"], frame.attrs["paper"]
-    names = sweep.short_names()
-    failed = bool((frame["crashed"] + frame["incomplete"]).sum())
-    header = [names[a] for a in sweep.axes] + ["seeds", f"{metric} final", f"{metric} best"]
-    header += [test] if test else []
-    header += [f"paper {paper.metric}"] if paper else []
-    stalled = bool(frame["stalled"].sum())
-    header += (
-        ["diverged"]
-        + (["stalled"] if stalled else [])
-        + (["crashed"] if failed else [])
-        + ["steps", f"Δ {LATE_METRIC} per last {LATE_FRACTION:.0%}"]
-    )
-    header += ["wall time (s)", "tokens/s"]
-    align = [" --- " if i < len(sweep.axes) else " ---: " for i in range(len(header))]  # axes left, numbers right
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
-    for _, row in frame.iterrows():
-        cells = [str(row[a]) for a in sweep.axes] + [str(int(row["seeds"]))]
-        cells += [fmt(row[f"{metric} {kind} mean"], row[f"{metric} {kind} std"]) for kind in ("final", "best")]
-        cells += [fmt(row[f"{test} mean"], row[f"{test} std"])] if test else []
-        cells += [_paper(row[f"paper {paper.metric}"], row["paper note"])] if paper else []
-        cells += [_diverged(row)]
-        cells += [f"{int(row['stalled'])}/{int(row['completed'])}" if row["stalled"] else "no"] if stalled else []
-        cells += [f"{int(row['crashed'] + row['incomplete'])}/{int(row['seeds'])}"] if failed else []
-        rate = "—" if pd.isna(row["tokens_per_sec"]) else f"{row['tokens_per_sec']:.0f}"
-        cells += [_steps(row), fmt(row["late_change"], row["late_change_std"]), fmt(row["wall_time_s"]), rate]
-        lines.append("| " + " | ".join(cells) + " |")
-    table = "\n".join(lines) + "\n\n" + legend(frame, sweep)
-    table += "\n" + budget.cost_table(frame, sweep) if "matched" in frame.attrs else ""
-    if not frame.attrs.get("baseline"):
-        return table
-    # the answer first (the verdicts, each table followed by its notes), then the tables it rests on
-    return baseline_table(frame, sweep) + "\nPer variant:\n\n" + table
-
-
-def _ci(low: float, high: float) -> str:
-    return "—" if pd.isna(low) else f"[{low:.4g}, {high:.4g}]"
-
-
-def _p(value: float) -> str:
-    return "—" if pd.isna(value) else (f"{value:.2g}" if value >= 1e-4 else "<1e-4")
-
-
-def _rate(row: pd.Series) -> str:
-    k, n = int(row["diverged"]), int(row["seeds"])
-    return f"{k}/{n} [{row['diverged_ci_low']:.2f}, {row['diverged_ci_high']:.2f}]"
-
-
-def _delta_on(row: pd.Series) -> str:
-    """Which seeds the Δ rests on: the pairs' seeds, or the two sample sizes (Welch)."""
-    if row["test"] == "paired":
-        return f"paired, seeds {row['diff_seeds']}"
-    if row["test"] == "welch":
-        return f"welch, {int(row['n_variant'])} vs {int(row['n_baseline'])} seeds"
-    return "—"
-
-
-def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
-    """The statistics against the baseline (:func:`compare_to_baseline`) as a Markdown table with its notes."""
-    names, column = sweep.short_names(), frame.attrs["basis_column"]
-    margin = frame.attrs.get("margin")
-    diverging = bool(frame["diverged"].sum())
-    header = [names[a] for a in sweep.axes] + [
-        "seeds",
-        "n",
-        column,
-        "95% CI",
-        "Δ vs baseline",
-        "Δ 95% CI",
-        "Δ on",
-        "p",
-        "p (Holm)",
-    ]
-    header += [f"p equiv ±{margin:g} (Holm)"] if margin is not None else []
-    header += ["diverged (95% CI)", "p diverged (Holm)"] if diverging else []
-    header += ["MDE (80%, α/m)", "verdict"]
-    left = ("seeds", "Δ on", "verdict", "diverged (95% CI)")
-    align = [" --- " if i < len(sweep.axes) or name in left else " ---: " for i, name in enumerate(header)]
-    lines = [
-        f"Against the baseline {frame.attrs['baseline']} ({frame.attrs['basis_text']}):",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join(align) + "|",
-    ]
-    for _, row in frame.iterrows():
-        base = row["verdict"] == "baseline"
-        cells = [str(row[a]) for a in sweep.axes] + [row["mean_seeds"] or "—", str(int(row[f"{column} n"]))]
-        cells += [
-            fmt(row[f"{column} mean"], row[f"{column} std"]),
-            _ci(row[f"{column} ci_low"], row[f"{column} ci_high"]),
-        ]
-        if base:
-            cells += ["—"] * (5 + (margin is not None))
-            cells += [_rate(row), "—"] if diverging else []
-            cells += ["—"]
-        else:
-            cells += [
-                fmt(row["diff"]),
-                _ci(row["diff_ci_low"], row["diff_ci_high"]),
-                _delta_on(row),
-                _p(row["p"]),
-                _p(row["p_holm"]),
-            ]
-            cells += [_p(row["p_tost_holm"])] if margin is not None else []
-            cells += [_rate(row), _p(row["p_diverged_holm"])] if diverging else []
-            cells += [fmt(row["mde"])]
-        cells.append(str(row["verdict"]))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\n" + baseline_legend(frame, sweep)
-
-
-def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
-    metric, alpha, margin = frame.attrs["metric"], frame.attrs["alpha"], frame.attrs.get("margin")
-    m, slices = frame.attrs.get("family", frame.attrs.get("tested", 0)), frame.attrs.get("family_frames", 1)
-    way = "higher" if higher_is_better(metric) else "lower"
-    family = (
-        f"the {m} comparisons of this table"
-        if slices == 1
-        else f"the {m} comparisons of all {slices} tables of this call"
-    )
-    notes = [
-        f"Δ = variant - baseline of the {frame.attrs['basis_text']}; over completed seeds ({way} is better). "
-        "seeds / n: the seeds the mean and its 95% CI (Student t) rest on; Δ on: the seeds Δ, its CI and p rest on "
-        "(paired t-test on the seeds both share when they share >= 2, else Welch's t-test on all of them). "
-        f"p (Holm): corrected over {family} (Holm 1979); verdicts at alpha = {alpha:g}."
-    ]
-    if margin is not None:
-        notes.append(
-            f"Equivalence: TOST (two one-sided t-tests, same pairing) of |Δ| < {margin:g}, the smallest "
-            'difference of interest; Holm over the same family. "equivalent (±δ)" when it holds, whatever '
-            "the difference test says (any difference is then smaller than δ)."
-        )
-    verdicts = (
-        "better / worse: p (Holm) < alpha; "
-        + (f"equivalent (±{margin:g}): p equiv (Holm) < alpha; " if margin is not None else "")
-        + "inconclusive: neither"
-        + (
-            ""
-            if margin is not None
-            else " (no equivalence margin given: --margin δ, or analysis.margin in "
-            "the experiment config, adds the equivalence test)"
-        )
-        + '. Inconclusive is not "no difference": the data are compatible with the whole Δ 95% CI.'
-    )
-    notes.append(verdicts)
-    notes.append(
-        f"MDE (80%, α/m): design information for the next sweep: the true |Δ| this test, at this n and this "
-        f"seed spread, would detect with 80% power at alpha/m = {alpha:g}/{max(m, 1)}. It is not a bound on "
-        "the true effect of an inconclusive row (that reading is the post-hoc power fallacy); only the "
-        "equivalence test bounds it."
-    )
-    if bool(frame["diverged"].sum()):
-        notes.append(
-            "Diverged seeds have no final value; the rate is shown with its Clopper-Pearson 95% interval and "
-            "compared with the baseline's by Boschloo's exact test (two-sided, Holm over the family): a "
-            'significant excess is "worse (diverges more: k/n vs k/n)" whatever the surviving seeds scored; '
-            'otherwise the surviving seeds decide and "(diverged k/n)" is noted.'
-        )
-    if bool(frame["stalled"].sum()):
-        notes.append(
-            f"stalled k/n: completed seeds whose final {STALL_METRIC_TEXT} is within {STALL_TOLERANCE:.0%} of "
-            "their first validation's (they never left the starting plateau); their values are in the test."
-        )
-    few = [sweep.label(key) for key, n in zip(sweep.variants(), frame[f"{frame.attrs['basis_column']} n"]) if n < 2]
-    if few:
-        notes.append(
-            f"No CI or test for {'; '.join(few)}: fewer than 2 completed seeds (a t interval and a t-test "
-            "need the seed spread, which one value does not give); run more seeds (seed=1,2,3)."
-        )
-    return "\n".join(notes) + "\n"
-
-
-STALL_METRIC_TEXT = "val/loss"
-
-
-def legend(frame: pd.DataFrame, sweep: Sweep) -> str:
-    metric, paper = frame.attrs["metric"], frame.attrs["paper"]
-    best = "maximum" if metric.endswith(("bleu", "acc", "accuracy")) else "minimum"
-    notes = [
-        f"Sweep: {sweep.source} ({len(sweep.jobs)} jobs; axes: {', '.join(sweep.axes) or 'none'}).",
-        f"Metrics: mean ± sample std (n-1) over the seeds that completed; final = last validation, best = its {best}. "
-        "Diverged and crashed seeds are counted, not averaged. Wall time: mean per job; tokens/s: median over training.",
-        *(
-            [
-                f"stalled: completed seeds whose final val/loss is within {STALL_TOLERANCE:.0%} of their first "
-                "validation's (never left the starting plateau); they are in the means."
-            ]
-            if frame["stalled"].sum()
-            else []
-        ),
-        f"Δ {LATE_METRIC} per last {LATE_FRACTION:.0%}: the slope of {LATE_METRIC} between the last two validations, per "
-        f"{LATE_FRACTION:.0%} of the run's steps (mean ± std over completed seeds; negative: still falling; a secant, so "
-        "steeper than the very end of a flattening curve). A gap between rows much smaller than it may close or "
-        "reverse with more steps.",
-    ]
-    if paper is not None:
-        notes.append(f"Paper: {paper.metric} from {paper.source or 'the paper file'}.")
-    failed = [job for job in sweep.jobs if job.status in ("crashed", "incomplete")]
-    for job in failed:
-        why = (job.record.get("error") or "no status.json: still running, or killed").strip().splitlines()[0]
-        notes.append(f"{job.status}: {job.name}: {why}")
-    return "\n".join(notes) + "\n"
-
-
-def write_summary(frame: pd.DataFrame, markdown: str, out_dir: str | Path) -> tuple[Path, Path]:
-    """``summary.csv`` (numbers) and ``summary.md`` (the table as printed) in ``out_dir``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = out / "summary.csv", out / "summary.md"
-    frame.to_csv(csv_path, index=False)
-    md_path.write_text(markdown)
-    return csv_path, md_path
