@@ -18,7 +18,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from ablate.objective import MetricNotLoggedError, best_metric_value
-from ablate.sweepers.tuned_lr import LRResult, log_grid, read_outcome, save_selection, select_lr
+from ablate.sweepers.lr_selection import LRResult, log_grid, read_outcome, save_selection, select_lr
 from conftest import REPO, TINY
 
 HAS_OPTUNA = importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None

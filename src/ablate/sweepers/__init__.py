@@ -8,5 +8,6 @@ the code and the tests live here.
 * :mod:`ablate.sweepers.validating` -- the default (``hydra/sweeper=validating``): Hydra's basic
   grid sweeper that checks every job's config before the first job starts.
 * :mod:`ablate.sweepers.tuned_lr` -- ``tune=lr`` (``hydra/sweeper=tuned_lr``): each variant at its
-  own tuned learning rate, in one command.
+  own tuned learning rate, in one command; its grid, selection rule and ``lr_tuning.json`` record
+  are in :mod:`ablate.sweepers.lr_selection`.
 """

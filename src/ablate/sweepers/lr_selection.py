@@ -1,0 +1,213 @@
+"""Choosing each variant's learning rate from its stage-1 jobs of a ``tune=lr`` sweep
+(:mod:`ablate.sweepers.tuned_lr`): the log-spaced grid, the pure selection rule, reading a
+launched job's outcome from its ``status.json``, and saving the selection to
+``<sweep dir>/lr_tuning.json`` (locked, keeping the variants an earlier command left there).
+
+Kept apart from the sweeper so that the rule is testable without Hydra's launcher; imported at
+Hydra's plugin scan, so pandas is only imported inside :func:`read_outcome`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from hydra.core.utils import JobReturn
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+LR_KEY = "optim.lr"
+FAILED_STATUSES = ("diverged", "crashed")
+
+
+# --------------------------------------------------------------------------- selection (pure)
+
+
+@dataclass
+class LRResult:
+    """One variant's stage-1 job at one learning rate."""
+
+    lr: float
+    text: str  # the value as the job's override spells it (part of its directory name)
+    status: str  # completed | diverged | crashed | incomplete
+    value: float | None = None  # the final metric; None when absent or not finite
+    job: str | None = None  # the job directory's name
+
+    @property
+    def usable(self) -> bool:
+        return self.status == "completed" and self.value is not None and math.isfinite(self.value)
+
+
+@dataclass
+class Selection:
+    """The learning rate chosen for one variant, and what to say about it."""
+
+    chosen: LRResult | None  # None: every learning rate diverged or crashed
+    edge: str | None = None  # "lowest" / "highest": the chosen LR is at that end of the grid; "only": one LR
+    note: str | None = None  # the warning to print (edge, or nothing usable)
+    extend_with: str | None = None  # the optim.lr override of a grid extended past the edge
+
+
+def format_lr(value: float) -> str:
+    """A grid value as an override spells it: 3 significant digits (``0.0005``, ``7.5e-05``)."""
+    return f"{value:.3g}"
+
+
+def log_grid(center: float, num: int, factor: float) -> list[str]:
+    """``num`` learning rates a factor ``factor`` apart, centred on ``center`` (ascending)."""
+    if not (center > 0 and math.isfinite(center)):
+        raise ValueError(f"the grid is centred on optim.lr={center}: it must be a positive number")
+    values = [format_lr(center * factor ** (k - (num - 1) / 2)) for k in range(num)]
+    return list(dict.fromkeys(values))
+
+
+def select_lr(
+    results: Sequence[LRResult],
+    *,
+    higher_is_better: bool = False,
+    factor: float = 2.0,
+    lr_key: str = LR_KEY,
+    also: str = "",
+) -> Selection:
+    """The best usable learning rate of one variant's stage-1 jobs (lowest metric, or highest when
+    ``higher_is_better``; ties go to the smaller learning rate). Diverged, crashed and unfinished
+    jobs, and jobs without a finite metric, are never chosen. A choice at either end of the grid
+    is flagged with the ``lr_key`` override of the grid extended by two rates ``factor`` apart on
+    that side (``also`` is appended to it, e.g. ``hydra.sweep.dir=...`` to reuse the jobs already
+    run); no usable job at all gives ``chosen=None`` and, when every job diverged, as many rates
+    below the grid to try."""
+    if not results:
+        raise ValueError("select_lr: no stage-1 results")
+    ordered = sorted(results, key=lambda r: r.lr)
+    usable = [r for r in ordered if r.usable]
+
+    def override(texts: Iterable[str]) -> str:
+        return f"{lr_key}={','.join(texts)}" + (f" {also}" if also else "")
+
+    if not usable:
+        outcomes = ", ".join(sorted({r.status for r in ordered}))
+        if all(r.status == "diverged" for r in ordered):
+            lower = override(format_lr(ordered[0].lr / factor**k) for k in range(len(ordered), 0, -1))
+            return Selection(
+                None,
+                note=f"every learning rate diverged: no stage 2 for this variant; lower ones: {lower}",
+                extend_with=lower,
+            )
+        return Selection(
+            None,
+            note=f"no learning rate finished with a finite value ({outcomes}; see the jobs' "
+            "status.json): no stage 2 for this variant",
+        )
+    pick = max if higher_is_better else min
+    best = pick(
+        usable, key=lambda r: cast(float, r.value)
+    )  # usable: finite values; the first of equal values: the smaller learning rate
+    texts = [r.text for r in ordered]
+    low, high = ordered[0], ordered[-1]
+    if len(ordered) == 1:
+        edge, extended = "only", [format_lr(low.lr / factor), *texts, format_lr(high.lr * factor)]
+    elif best is low:
+        edge, extended = "lowest", [format_lr(low.lr / factor**2), format_lr(low.lr / factor), *texts]
+    elif best is high:
+        edge, extended = "highest", [*texts, format_lr(high.lr * factor), format_lr(high.lr * factor**2)]
+    else:
+        return Selection(best)
+    extend = override(extended)
+    where = "the only one in the grid" if edge == "only" else f"the {edge} of the grid"
+    note = (
+        f"the best learning rate {best.text} is {where}: the optimum may be outside the grid: extend it with {extend}"
+    )
+    return Selection(best, edge=edge, note=note, extend_with=extend)
+
+
+# --------------------------------------------------------------------------- job outcomes
+
+
+def job_dir_of(ret: JobReturn) -> Path | None:
+    """Where a launched job ran (``hydra.runtime.output_dir`` of its Hydra config)."""
+    if ret.hydra_cfg is None:
+        return None
+    try:
+        return Path(str(ret.hydra_cfg.hydra.runtime.output_dir))
+    except Exception:
+        return None
+
+
+def read_outcome(job_dir: Path | None, metric: str, failed: bool = False) -> tuple[str, float | None]:
+    """``(status, final metric)`` of a job from its ``status.json`` (the metric falls back to the
+    last value in ``csv/metrics.csv``). ``failed``: Hydra reported the job as failed (an exception
+    escaped the task), which counts as crashed unless the job recorded a finished status."""
+    record: dict[str, Any] = {}
+    if job_dir is not None:
+        try:
+            record = json.loads((job_dir / "status.json").read_text())
+        except (OSError, ValueError):
+            record = {}
+    status = str(record.get("status") or ("crashed" if failed else "incomplete"))
+    if failed and status not in ("completed", "diverged"):
+        status = "crashed"
+    if status != "completed":
+        return status, None
+    value = (record.get("metrics") or {}).get(metric)
+    if value is None and job_dir is not None:
+        from ablate.analysis.runs import read_metrics_csv  # pandas: imported when a sweep runs, not at plugin scan
+
+        frame = read_metrics_csv(job_dir / "csv" / "metrics.csv")
+        if metric in frame:
+            logged = frame[metric].dropna()
+            value = float(logged.iloc[-1]) if len(logged) else None
+    try:
+        value = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        value = None
+    return status, value if value is not None and math.isfinite(value) else None
+
+
+def save_selection(path: Path, out: dict[str, Any]) -> None:
+    """Write the selection ``out`` to ``path`` (atomically), after the variants an earlier command
+    in the same sweep directory left there and this one does not have (:func:`_earlier_variants`)."""
+    with _locked(path):
+        out["variants"] = _earlier_variants(path, out["variants"]) + out["variants"]
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(out, indent=2, default=_jsonable) + "\n")
+        tmp.replace(path)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``<path>.lock``: two tune=lr commands may share a sweep directory."""
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _earlier_variants(path: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The variants that ``path`` (an earlier command's selection in the same sweep directory)
+    holds and this command does not: a variant added later, or one scale of a size ladder tuned
+    over a grid of its own, keeps the others' selections."""
+    if not path.is_file():
+        return []
+    try:
+        earlier = json.loads(path.read_text()).get("variants", [])
+    except (OSError, ValueError):
+        log.warning("tuned_lr: %s is unreadable: its earlier selections are replaced by this command's", path)
+        return []
+    ours = {frozenset(r["overrides"]) for r in records}
+    return [r for r in earlier if frozenset(r.get("overrides", [])) not in ours]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, DictConfig):
+        return OmegaConf.to_container(value)
+    return str(value)
