@@ -39,7 +39,8 @@ from torchmetrics import MeanMetric
 
 from ablate.config import ConfigError, ModelSpec
 from ablate.data.tokenizers import Tokenizer
-from ablate.data.translation_data import BOS, EOS, PAD, PairBatch, detokenize
+from ablate.data.translation_batches import PairBatch
+from ablate.data.translation_tokens import BOS, EOS, PAD, detokenize
 from ablate.nn.seq2seq import EncoderDecoder
 from ablate.tasks.base import TaskModule
 from ablate.tasks.decoding import DecodeConfig, SpecialIds, translate_tokens
@@ -145,7 +146,7 @@ class TranslationTask(TaskModule):
         """Detokenised translations of raw sentences, batched by length; order kept."""
         if self.tokenizer is None:
             raise RuntimeError("this model has no tokenizer (a checkpoint saved without one?)")
-        from ablate.data.translation_data import encode_lines
+        from ablate.data.translation_tokens import encode_lines
 
         limit = self.spec.max_len - 1
         ids = [x[:limit] for x in encode_lines(self.tokenizer, sentences)]
