@@ -60,7 +60,14 @@ import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
 from ablate.data import translation_text
-from ablate.data.cache import CacheCorruptError, ensure_cache, file_fingerprint, read_meta, write_meta
+from ablate.data.cache import (
+    CacheCorruptError,
+    check_free_space,
+    ensure_cache,
+    file_fingerprint,
+    read_meta,
+    write_meta,
+)
 from ablate.data.samplers import ResumableSampler
 from ablate.data.sources import (
     DataNotFoundError,
@@ -73,6 +80,8 @@ from ablate.data.tokenizers import BPETokenizer, Tokenizer
 from ablate.data.translation_batches import PairBatches, make_batches, padding_fraction
 from ablate.data.translation_text import (
     LineSource,
+    TextSize,
+    check_aligned,
     chunks,
     file_source,
     find_file,
@@ -80,13 +89,23 @@ from ablate.data.translation_text import (
     hub_source,
     paired_lines,
 )
-from ablate.data.translation_tokens import TokenSide, TokenWriter, encode_flat, ids_dtype, special_ids, train_joint_bpe
+from ablate.data.translation_tokens import (
+    TokenSide,
+    TokenWriter,
+    cache_bytes,
+    encode_flat,
+    ids_dtype,
+    special_ids,
+    tokens_per_byte,
+    train_joint_bpe,
+)
 
 log = logging.getLogger(__name__)
 
 
 SPLITS = ("train", "val", "test")
 CACHE_FORMAT_VERSION = 3  # 2: checksums in meta.json (ablate.data.cache); 3: flat id + offsets files
+SAMPLE_LINES = 2000  # training lines per side whose tokens per byte give the disk-space estimate
 
 
 # ------------------------------------------------------------------------------ the data module
@@ -112,6 +131,9 @@ class TranslationDataModule(L.LightningDataModule):
         max_eval_pairs: use only the first N validation/test pairs.
         num_workers, pin_memory: DataLoader options.
         seed: seed of the training order (``train.py`` passes the run's ``seed``).
+        bpe_train_mb: learn the BPE merges on the first training pairs up to about this many MB
+            of text (both sides, whole pairs) instead of all of them, as large tokenizer trainings
+            do; ``None``: all. Every token file still holds the whole corpus.
     """
 
     name: str | None = "parallel"
@@ -135,9 +157,12 @@ class TranslationDataModule(L.LightningDataModule):
         num_workers: int = 0,
         pin_memory: bool = False,
         seed: int = 0,
+        bpe_train_mb: float | None = None,
         **_: Any,
     ) -> None:
         super().__init__()
+        if bpe_train_mb is not None and (isinstance(bpe_train_mb, bool) or not bpe_train_mb > 0):
+            raise ValueError(f"bpe_train_mb must be positive (or null for the whole train split), got {bpe_train_mb}")
         if src_lang == tgt_lang:
             raise ValueError(f"data.src_lang and data.tgt_lang are both {src_lang!r}")
         if self.languages and {src_lang, tgt_lang} - set(self.languages):
@@ -164,6 +189,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.batch_size, self.micro_batch_size = batch_size, micro_batch_size
         self.max_train_pairs, self.max_eval_pairs = max_train_pairs, max_eval_pairs
         self.num_workers, self.pin_memory, self.seed = num_workers, pin_memory, seed
+        self.bpe_train_mb = bpe_train_mb
         self.tokenizer: Tokenizer | None = None
         self.vocab_size: int | None = None
         self.datasets: dict[str, PairBatches] = {}
@@ -185,17 +211,16 @@ class TranslationDataModule(L.LightningDataModule):
     # --- cache ------------------------------------------------------------------------
 
     def cache_path(self) -> Path:
-        key = json.dumps(
-            {
-                "format": CACHE_FORMAT_VERSION,
-                "corpus": self.name,
-                "sources": self.source_key(),
-                "langs": sorted((self.src_lang, self.tgt_lang)),
-                "max_train_pairs": self.max_train_pairs,
-            },
-            sort_keys=True,
-        )
-        digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+        key: dict[str, Any] = {
+            "format": CACHE_FORMAT_VERSION,
+            "corpus": self.name,
+            "sources": self.source_key(),
+            "langs": sorted((self.src_lang, self.tgt_lang)),
+            "max_train_pairs": self.max_train_pairs,
+        }
+        if self.bpe_train_mb is not None:  # other merges, other tokens (unset: the key, and folder, as before)
+            key["bpe_train_mb"] = self.bpe_train_mb
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
         return self.cache_dir / f"{self.name}-bpe{self.bpe_vocab_size}-{digest}"
 
     def prepare_data(self) -> None:
@@ -204,13 +229,16 @@ class TranslationDataModule(L.LightningDataModule):
 
     def _build_cache(self, folder: Path) -> None:
         sources = self.line_sources()
-        langs = (self.src_lang, self.tgt_lang)
-        tokenizer = train_joint_bpe(self._bpe_text(sources["train"]), self.bpe_vocab_size)
+        splits = {split: {lang: sources[split][lang] for lang in (self.src_lang, self.tgt_lang)} for split in SPLITS}
+        # counted before anything is trained: misaligned (or non-UTF-8) files fail in seconds, not after the BPE
+        sizes = {split: check_aligned(f"{self.name}: the {split} split", sides) for split, sides in splits.items()}
+        train = splits["train"]
+        tokenizer = train_joint_bpe(self._bpe_text(train, self._bpe_pairs(train)), self.bpe_vocab_size)
         tokenizer.save(folder / BPETokenizer.FILENAME)
         dtype = ids_dtype(tokenizer.vocab_size)
+        check_free_space(folder, self._cache_bytes(tokenizer, train, sizes, dtype))
         pairs, tokens = {}, {}
-        for split in SPLITS:
-            sides = {lang: sources[split][lang] for lang in langs}
+        for split, sides in splits.items():
             pairs[split], counts = self._write_split(folder, split, sides, tokenizer, dtype)
             tokens.update(counts)
         meta = {
@@ -225,11 +253,44 @@ class TranslationDataModule(L.LightningDataModule):
         write_meta(folder, meta)  # last: marks the folder complete
         log.info("Tokenised %s with a joint BPE (vocab %d): %s", self.name, tokenizer.vocab_size, pairs)
 
-    def _bpe_text(self, train: Mapping[str, LineSource]) -> Iterator[str]:
-        """What the joint BPE learns from, streamed: the source side's training lines, then the
-        target side's (the first ``max_train_pairs`` of each)."""
+    def _bpe_pairs(self, train: Mapping[str, LineSource]) -> int | None:
+        """How many training pairs the BPE learns from: the first ``max_train_pairs`` (None: all)
+        and, with ``bpe_train_mb``, only the first pairs up to about that many MB of text (both
+        sides; the pair that crosses the mark is in, as the LM's sample takes whole chunks)."""
+        limit = self.max_train_pairs or None
+        if self.bpe_train_mb is None:
+            return limit
+        used = pairs = 0
+        for row in islice(zip(*(side.lines() for side in train.values())), limit):
+            pairs += 1
+            used += sum(len(line.encode("utf-8")) + 1 for line in row)  # + 1: the line end, as in the file
+            if used >= self.bpe_train_mb * 1e6:
+                break
+        log.info("Learning the BPE of %s on the first %d training pairs (%.1f MB)", self.name, pairs, used / 1e6)
+        return pairs
+
+    def _bpe_text(self, train: Mapping[str, LineSource], pairs: int | None) -> Iterator[str]:
+        """What the joint BPE learns from, streamed: the source side's first ``pairs`` training
+        lines, then the target side's (None: all)."""
         for lang in (self.src_lang, self.tgt_lang):
-            yield from islice(train[lang].lines(), self.max_train_pairs or None)
+            yield from islice(train[lang].lines(), pairs)
+
+    def _cache_bytes(
+        self,
+        tokenizer: Tokenizer,
+        train: Mapping[str, LineSource],
+        sizes: Mapping[str, Mapping[str, TextSize] | None],
+        dtype: np.dtype,
+    ) -> int | None:
+        """About the bytes the token files will take, from the files' sizes and the tokens per byte
+        of the first training lines; None when a split's size is not known beforehand (the Hub)."""
+        known = {split: size for split, size in sizes.items() if size is not None}
+        if len(known) < len(sizes):
+            return None
+        sample = [line for side in train.values() for line in islice(side.lines(), SAMPLE_LINES)]
+        lines = known["train"][self.src_lang].lines
+        share = min(1.0, self.max_train_pairs / lines) if self.max_train_pairs and lines else 1.0
+        return cache_bytes(known, tokens_per_byte(tokenizer, sample), dtype, share)
 
     def _write_split(
         self, folder: Path, split: str, sides: Mapping[str, LineSource], tokenizer: Tokenizer, dtype: np.dtype

@@ -7,13 +7,14 @@ Token files: each side of a split is one flat file of token ids end to end (``{s
 ``uint16`` while the vocabulary fits, else ``int32``: :func:`ids_dtype`) plus an ``int64`` offsets
 file (``{stem}.offsets``: sentence ``i`` is ``ids[offsets[i]:offsets[i + 1]]``). They are written
 batch by batch (:class:`TokenWriter`) and read back as memory-mapped views (:class:`TokenSide`),
-so no Python object is made per sentence until a batch is collated.
+so no Python object is made per sentence until a batch is collated. :func:`cache_bytes` estimates
+their size before they are written, so a disk that cannot hold them is found first.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +24,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from ablate.data.tokenizers import BPETokenizer, Tokenizer
+from ablate.data.translation_text import TextSize
 
 SPECIALS = ("<pad>", "<s>", "</s>")
 PAD, BOS, EOS = 0, 1, 2
@@ -146,3 +148,29 @@ class TokenSide:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.ids = map_ids(self.path, self.dtype)
+
+
+# ------------------------------------------------------------------------------ disk space
+
+
+def tokens_per_byte(tokenizer: Tokenizer, lines: Sequence[str]) -> float:
+    """Tokens the BPE makes per byte of text (line ends counted), measured on ``lines``; 1.0 (a
+    byte-level BPE's most, bar the prefix space) when there is nothing to measure."""
+    size = sum(len(line.encode("utf-8")) + 1 for line in lines)
+    return sum(map(len, encode_lines(tokenizer, lines))) / size if lines and size else 1.0
+
+
+def cache_bytes(
+    sizes: Mapping[str, Mapping[str, TextSize]], per_byte: float, dtype: np.dtype, train_share: float = 1.0
+) -> int:
+    """About how many bytes the cache of splits of these ``sizes`` takes (split -> language -> the
+    file's :class:`TextSize`): the ids (``per_byte`` tokens of ``dtype`` per byte of text), the
+    offsets (8 bytes a line) and, for validation/test, the raw text BLEU is scored against, with 10%
+    to spare. ``train_share``: the part of the training split that is kept (``max_train_pairs``)."""
+    total = 0.0
+    for split, sides in sizes.items():
+        share = train_share if split == "train" else 1.0
+        for size in sides.values():
+            total += share * (size.num_bytes * per_byte * dtype.itemsize + 8 * (size.lines + 1))
+            total += size.num_bytes if split != "train" else 0
+    return int(1.1 * total)

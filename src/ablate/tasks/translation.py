@@ -42,7 +42,7 @@ from ablate.data.tokenizers import Tokenizer
 from ablate.data.translation_batches import PairBatch
 from ablate.data.translation_tokens import BOS, EOS, PAD, detokenize
 from ablate.nn.seq2seq import EncoderDecoder
-from ablate.tasks.base import TaskModule
+from ablate.tasks.base import TaskModule, check_bpe_train_mb
 from ablate.tasks.decoding import DecodeConfig, SpecialIds, translate_tokens
 
 DEFAULT_TASK = {
@@ -88,7 +88,9 @@ class TranslationTask(TaskModule):
 
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
+        """An encoder, and a valid ``data.bpe_train_mb`` (the joint BPE's training sample)."""
         super().check_config(cfg)
+        check_bpe_train_mb(cfg.data)
         if not (cfg.model.get("encoder_layers") or 0) > 0:
             raise ConfigError(
                 "task=translation needs an encoder: set model.encoder_layers and model.decoder_layers, or "
