@@ -18,7 +18,7 @@ import torch
 from ablate.callbacks import throughput
 from ablate.callbacks.grad_norm import GradNormMonitor
 from ablate.callbacks.throughput import ThroughputMonitor, nominal_peak_flops
-from ablate.data.lm_data import TokenWindows, WindowBatch, collate_windows
+from ablate.data.lm_windows import TokenWindows, WindowBatch, collate_windows
 from ablate.flops import flops_per_token
 from conftest import HANG_TIMEOUT
 

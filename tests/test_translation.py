@@ -17,22 +17,12 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from ablate.config import ConfigError, ModelSpec, model_spec, validate
-from ablate.data import translation_data
+from ablate.data import translation_data, translation_text
 from ablate.data.samplers import ResumableSampler
 from ablate.data.sources import DataFormatError, DataNotFoundError
-from ablate.data.translation_data import (
-    BOS,
-    EOS,
-    PAD,
-    ParallelCorpus,
-    ParallelFiles,
-    TranslationDataModule,
-    collate,
-    detokenize,
-    encode_lines,
-    make_batches,
-    padding_fraction,
-)
+from ablate.data.translation_batches import collate, make_batches, padding_fraction
+from ablate.data.translation_data import ParallelCorpus, ParallelFiles, TranslationDataModule
+from ablate.data.translation_tokens import BOS, EOS, PAD, detokenize, encode_lines
 from ablate.tasks import build_task
 from ablate.tasks.translation import TranslationTask, corpus_bleu
 from conftest import SHARED_DATA
@@ -372,7 +362,7 @@ def test_cache_does_not_depend_on_how_the_lines_are_batched(tmp_path, monkeypatc
     train, val = write_pairs(tmp_path, "train", src, tgt), write_pairs(tmp_path, "val", src[:15], tgt[:15])
     built = {}
     for lines in (10_000, 7):
-        monkeypatch.setattr(translation_data, "ENCODE_LINES", lines)
+        monkeypatch.setattr(translation_text, "ENCODE_LINES", lines)
         dm = parallel_files(tmp_path, tmp_path / f"cache{lines}", train, val, max_train_pairs=45)
         dm.setup()
         folder = dm.cache_path()
@@ -412,7 +402,7 @@ def test_hub_corpus_is_read_in_batches_of_rows(tmp_path, monkeypatch):
     flat = datasets.Dataset.from_dict({"de": de[:9], "en": en[:9]})
     hub = datasets.DatasetDict({"train": nested, "validation": flat, "test": flat})
     monkeypatch.setattr(translation_data, "load_hub_dataset", lambda *a, **kw: hub)
-    monkeypatch.setattr(translation_data, "ENCODE_LINES", 4)
+    monkeypatch.setattr(translation_text, "ENCODE_LINES", 4)
     cfg = OmegaConf.load(CONF / "data" / "multi30k.yaml")
     cfg.data_dir, cfg.cache_dir, cfg.vocab_size, cfg.max_tokens = str(tmp_path / "none"), str(tmp_path / "c"), 300, 256
     dm = instantiate(cfg)
@@ -438,7 +428,7 @@ def test_batches_pickle_without_the_token_file(m30k_cache):
 def test_throughput_counts_source_and_target_tokens():
     """train/tokens_per_sec and train/tokens_seen count what both stacks process (issue 11)."""
     from ablate.callbacks.throughput import batch_tokens
-    from ablate.data.translation_data import PairBatch
+    from ablate.data.translation_batches import PairBatch
     from ablate.tasks.translation import TranslationTask
 
     batch = PairBatch(

@@ -15,7 +15,8 @@ import torch
 from torch.utils.data import SequentialSampler
 
 from ablate.data import lm_data, sources
-from ablate.data.lm_data import ResumableSampler, TextFiles, TinyShakespeare, WikiText2, token_dtype
+from ablate.data.lm_data import ResumableSampler, TextFiles, TinyShakespeare, WikiText2
+from ablate.data.lm_windows import token_dtype
 from ablate.data.sources import DataNotFoundError
 from ablate.data.tokenizers import BPETokenizer, CharTokenizer, build_tokenizer
 

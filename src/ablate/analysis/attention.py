@@ -245,7 +245,7 @@ def translation_maps(
 ) -> tuple[list[AttentionMap], str]:
     """Maps of a translation model for source ``text`` and decoder input ``<s> target`` (the
     model's own translation of ``text`` when ``target`` is None)."""
-    from ablate.data.translation_data import BOS, EOS, PAD, encode_lines
+    from ablate.data.translation_tokens import BOS, EOS, PAD, encode_lines
     from ablate.tasks.translation import load_translation_checkpoint
 
     task = load_translation_checkpoint(ckpt_path, "cpu")

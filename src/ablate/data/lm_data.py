@@ -1,7 +1,8 @@
 """Language-modelling data: corpora tokenised once into memory-mapped token files.
 
-``LMDataModule`` does the caching, windowing and data loading; each corpus subclass only
-says where its text comes from (:meth:`LMDataModule.source_key`, :meth:`LMDataModule.split_texts`).
+``LMDataModule`` does the caching and data loading; each corpus subclass only says where its text
+comes from (:meth:`LMDataModule.source_key`, :meth:`LMDataModule.split_texts`). The windows a
+token file is cut into are :mod:`ablate.data.lm_windows`.
 
 The text is never held whole: each split is streamed from disk (or the Hub) in chunks
 (:class:`~ablate.data.text_stream.SplitText`), the tokenizer is fitted on that stream (or on a
@@ -26,7 +27,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
@@ -34,7 +35,7 @@ from typing import Any, ClassVar
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, default_collate
+from torch.utils.data import DataLoader
 
 from ablate.data.cache import (
     CacheCorruptError,
@@ -44,6 +45,7 @@ from ablate.data.cache import (
     read_meta,
     write_meta,
 )
+from ablate.data.lm_windows import TokenWindows, collate_windows, token_dtype
 from ablate.data.progress import Progress
 from ablate.data.samplers import ResumableSampler
 from ablate.data.sources import (
@@ -71,85 +73,6 @@ CACHE_FORMAT_VERSION = 3
 class SplitTooShortError(UserError, ValueError):
     """A split has fewer tokens than one window (or one batch of windows) needs; found once the corpus
     is tokenised. The message names the split, its size and the setting to lower."""
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    """Smallest unsigned dtype that holds ids ``0 .. vocab_size - 1`` (uint16 or uint32)."""
-    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
-
-
-class TokenWindows(Dataset):
-    """Windows over a flat token file: item i is ``(x, y)`` with ``x = tokens[i*S : i*S + L]``
-    and ``y = tokens[i*S + 1 : i*S + L + 1]`` (int64 tensors), for stride S (default L:
-    non-overlapping windows). Stride 1 makes every offset a window, so a shuffled epoch samples
-    random windows as nanoGPT does.
-
-    A trailing piece shorter than a full window is dropped. The file is memory-mapped
-    lazily and the map is not pickled, so DataLoader workers each open their own instead of
-    receiving a copy of the whole array.
-    """
-
-    def __init__(self, path: Path, dtype: np.dtype, seq_len: int, stride: int | None = None) -> None:
-        self.path, self.dtype, self.seq_len = Path(path), np.dtype(dtype), seq_len
-        self.stride = stride or seq_len
-        self.num_tokens = self.path.stat().st_size // self.dtype.itemsize
-        self._tokens: np.ndarray | None = None
-
-    @property
-    def tokens(self) -> np.ndarray:
-        if self._tokens is None:
-            self._tokens = np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.num_tokens,))
-        return self._tokens
-
-    def __len__(self) -> int:
-        # Each window needs seq_len + 1 tokens: the targets reach one token further.
-        return max(0, (self.num_tokens - 1 - self.seq_len) // self.stride + 1)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if not 0 <= i < len(self):
-            raise IndexError(f"window {i} out of range for {len(self)} windows")
-        start = i * self.stride
-        chunk = torch.from_numpy(self.tokens[start : start + self.seq_len + 1].astype(np.int64))
-        return chunk[:-1], chunk[1:]
-
-    def __getitems__(self, indices: list[int]) -> WindowBatch:
-        """A whole batch with one gather from the memory map (what a DataLoader asks for): about
-        6x faster than ``len(indices)`` calls of ``__getitem__`` plus stacking them."""
-        idx = np.asarray(indices, dtype=np.int64)
-        if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
-            bad = idx[(idx < 0) | (idx >= len(self))][0]
-            raise IndexError(f"window {bad} out of range for {len(self)} windows")
-        offsets = idx[:, None] * self.stride + np.arange(self.seq_len + 1)
-        chunk = torch.from_numpy(self.tokens[offsets].astype(np.int64))
-        return WindowBatch(chunk[:, :-1].contiguous(), chunk[:, 1:].contiguous())
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_tokens": None}
-
-
-class WindowBatch(Sequence):
-    """The windows of one batch, already stacked: ``x``, ``y`` of shape (B, L).
-
-    It is also the sequence of its ``(x[i], y[i])`` samples, so ``default_collate`` (a
-    DataLoader without :func:`collate_windows`) still builds the same batch, only slower.
-    """
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        self.x, self.y = x, y
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]  # no slices
-        return self.x[i], self.y[i]
-
-
-def collate_windows(batch: Any) -> Any:
-    """Collate for :class:`TokenWindows` loaders: a :class:`WindowBatch` is returned as
-    ``[x, y]`` without copying; anything else goes through ``default_collate``."""
-    if isinstance(batch, WindowBatch):
-        return [batch.x, batch.y]
-    return default_collate(batch)
 
 
 class LMDataModule(L.LightningDataModule):

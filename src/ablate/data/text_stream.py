@@ -26,8 +26,18 @@ CHUNK_BYTES = 1 << 16
 small enough that a batch of them keeps every core busy (:meth:`Tokenizer.encode_stream`)."""
 
 
-def _open_binary(path: Path) -> BinaryIO:
+def open_binary(path: Path) -> BinaryIO:
+    """``path`` opened for reading bytes, decompressed when it ends in ``.gz``."""
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # type: ignore[return-value]
+
+
+def utf8_error(path: Path, block: bytes, err: UnicodeDecodeError, offset: int) -> DataFormatError:
+    """The error for bytes of ``path`` that are not UTF-8 (``block`` starts at byte ``offset``):
+    it names the file, the bytes and where they are, and how to convert the file."""
+    return DataFormatError(
+        f"{path} is not valid UTF-8 (byte {block[err.start : err.start + 4]!r} at offset {offset + err.start:,}): "
+        f"convert it, e.g. `iconv -f latin1 -t utf-8 {path} > fixed.txt`"
+    )
 
 
 def read_file_chunks(path: str | Path, size: int = CHUNK_BYTES) -> Iterator[str]:
@@ -39,18 +49,14 @@ def read_file_chunks(path: str | Path, size: int = CHUNK_BYTES) -> Iterator[str]
     """
     path = Path(path)
     offset = 0
-    with _open_binary(path) as f:
+    with open_binary(path) as f:
         while block := f.read(size):
             if not block.endswith(b"\n"):
                 block += f.readline()  # finish the line: a newline is never inside a UTF-8 character
             try:
                 yield block.decode("utf-8")
             except UnicodeDecodeError as err:
-                at = offset + err.start
-                raise DataFormatError(
-                    f"{path} is not valid UTF-8 (byte {block[err.start : err.start + 4]!r} at offset {at:,}): "
-                    f"convert it, e.g. `iconv -f latin1 -t utf-8 {path} > fixed.txt`"
-                ) from None
+                raise utf8_error(path, block, err, offset) from None
             offset += len(block)
 
 

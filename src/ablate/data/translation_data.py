@@ -25,17 +25,18 @@ when complete)::
                                        {val,test}.{lang}.txt  meta.json
 
 Corpora of millions of pairs (WMT14 En-De: 4.5 M) are prepared in bounded memory: the files are
-streamed in batches of :data:`ENCODE_LINES` lines (both sides in step), the BPE learns from a stream
-of lines, and each side of a split is one flat file of token ids (``uint16`` while the vocabulary
-fits, else ``int32``; ``meta.json`` names it) plus an ``int64`` offsets file (sentence ``i`` is
-``ids[offsets[i]:offsets[i + 1]]``). :meth:`TranslationDataModule.setup` memory-maps the ids and
-batches from the lengths, so no Python object is made per sentence until a batch is collated.
+streamed in batches of ``ENCODE_LINES`` lines, both sides in step (:mod:`ablate.data.translation_text`),
+the BPE learns from a stream of lines, and each side of a split is one flat file of token ids plus
+an offsets file (:mod:`ablate.data.translation_tokens`). :meth:`TranslationDataModule.setup`
+memory-maps the ids and batches from the lengths, so no Python object is made per sentence until a
+batch is collated.
 
-Batching (as fairseq's ``--max-tokens``): pairs are sorted by length (target, then source) and cut
-into batches whose padded size ``n_sentences x longest side`` stays within ``max_tokens``; the
-training batches are fixed once and visited in a new random order every epoch. Padding is little
-because neighbours in the sorted order have nearly equal lengths; the fraction is reported
-(:attr:`TranslationDataModule.padding_fraction`, logged as ``data/padding_fraction``).
+Batching (as fairseq's ``--max-tokens``, :mod:`ablate.data.translation_batches`): pairs are sorted
+by length (target, then source) and cut into batches whose padded size ``n_sentences x longest
+side`` stays within ``max_tokens``; the training batches are fixed once and visited in a new random
+order every epoch. Padding is little because neighbours in the sorted order have nearly equal
+lengths; the fraction is reported (:attr:`TranslationDataModule.padding_fraction`, logged as
+``data/padding_fraction``).
 
 ``batch_size`` is the number of such token batches per optimiser step over all devices (fairseq's
 ``update_freq`` x world size; default 1): ``train.py`` derives gradient accumulation from it and
@@ -44,30 +45,31 @@ because neighbours in the sorted order have nearly equal lengths; the fraction i
 
 from __future__ import annotations
 
-import copy
-import gzip
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
-from functools import partial
-from itertools import chain, islice, zip_longest
+from itertools import islice
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import Any
 
 import lightning as L
 import numpy as np
-import torch
-from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, pre_tokenizers, trainers
 from torch.utils.data import DataLoader, Dataset
 
-from ablate.data.cache import CacheCorruptError, ensure_cache, file_fingerprint, read_meta, write_meta
+from ablate.data import translation_text
+from ablate.data.cache import (
+    CacheCorruptError,
+    check_free_space,
+    ensure_cache,
+    file_fingerprint,
+    read_meta,
+    write_meta,
+)
 from ablate.data.samplers import ResumableSampler
 from ablate.data.sources import (
-    DataFormatError,
     DataNotFoundError,
     default_cache_dir,
     default_data_dir,
@@ -75,298 +77,35 @@ from ablate.data.sources import (
     missing_file_message,
 )
 from ablate.data.tokenizers import BPETokenizer, Tokenizer
+from ablate.data.translation_batches import PairBatches, make_batches, padding_fraction
+from ablate.data.translation_text import (
+    LineSource,
+    TextSize,
+    check_aligned,
+    chunks,
+    file_source,
+    find_file,
+    head_lines,
+    hub_source,
+    paired_lines,
+)
+from ablate.data.translation_tokens import (
+    TokenSide,
+    TokenWriter,
+    cache_bytes,
+    encode_flat,
+    ids_dtype,
+    special_ids,
+    tokens_per_byte,
+    train_joint_bpe,
+)
 
 log = logging.getLogger(__name__)
 
+
 SPLITS = ("train", "val", "test")
-SPECIALS = ("<pad>", "<s>", "</s>")
-PAD, BOS, EOS = 0, 1, 2
 CACHE_FORMAT_VERSION = 3  # 2: checksums in meta.json (ablate.data.cache); 3: flat id + offsets files
-ENCODE_LINES = 10_000
-"""Lines per side read, encoded and written at a time. HF's batch encoding keeps a few KB per line
-(its Encoding objects) until the batch is written, so this bounds that memory (~40 MB); a few
-thousand lines per call already keep all of its Rust threads busy."""
-
-
-# ------------------------------------------------------------------------------ tokenizer
-
-
-def train_joint_bpe(lines: Iterable[str], vocab_size: int) -> BPETokenizer:
-    """Byte-level BPE with the three special tokens at ids 0, 1, 2, learned on ``lines``.
-
-    A space is put before every sentence (``add_prefix_space``), so a word is one token whether
-    or not it starts the sentence; :func:`detokenize` removes it again.
-    """
-    if vocab_size < 256 + len(SPECIALS):
-        raise ValueError(f"data.vocab_size={vocab_size} is below the byte alphabet + specials ({256 + len(SPECIALS)})")
-    tok = HFTokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIALS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(lines, trainer=trainer)
-    for i, name in enumerate(SPECIALS):
-        assert tok.token_to_id(name) == i, f"special token {name} is not id {i}"
-    return BPETokenizer(tok)
-
-
-def special_ids(tokenizer: Tokenizer) -> tuple[int, int, int]:
-    """(pad, bos, eos) of a translation tokenizer (checked, so a wrong tokenizer fails loudly)."""
-    hf = getattr(tokenizer, "hf", None)
-    ids = tuple(hf.token_to_id(name) if hf is not None else None for name in SPECIALS)
-    if ids != (PAD, BOS, EOS):
-        raise ValueError(f"not a translation tokenizer: special tokens {SPECIALS} are at {ids}, expected (0, 1, 2)")
-    return ids
-
-
-def encode_lines(tokenizer: Tokenizer, lines: Sequence[str]) -> list[list[int]]:
-    hf = getattr(tokenizer, "hf", None)
-    if hf is not None:
-        return [e.ids for e in hf.encode_batch_fast(list(lines))]  # no character offsets: less memory
-    return [tokenizer.encode(line) for line in lines]
-
-
-def ids_dtype(vocab_size: int) -> np.dtype:
-    """The narrowest dtype of the cached ids: ``uint16`` halves a WMT-size cache (and the pages a
-    batch touches) while every id fits."""
-    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.int32)
-
-
-def encode_flat(tokenizer: Tokenizer, lines: Sequence[str], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """The ids of ``lines`` end to end, and each line's length: the lists of one batch become two
-    arrays at once, so a corpus never exists as a list of lists."""
-    seqs = encode_lines(tokenizer, lines)
-    lengths = np.fromiter(map(len, seqs), np.int64, count=len(seqs))
-    return np.fromiter(chain.from_iterable(seqs), dtype, count=int(lengths.sum())), lengths
-
-
-def detokenize(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
-    """Text of generated ids (special tokens dropped, the prefix space removed)."""
-    return tokenizer.decode([i for i in ids if i > EOS]).strip()
-
-
-# ------------------------------------------------------------------------------ reading files
-
-
-class LineSource(NamedTuple):
-    """One language of one split: ``name`` (a path, for messages) and ``lines()``, which reads the
-    sentences afresh each time (the BPE learns in one pass over the training text, the ids are
-    written in a second), one at a time."""
-
-    name: str
-    lines: Callable[[], Iterator[str]]
-
-
-def iter_lines(path: Path) -> Iterator[str]:
-    """One sentence per line, plain or gzipped UTF-8, surrounding whitespace removed; streamed, so a
-    file of millions of lines is never held whole. A file that is not UTF-8 raises
-    :class:`DataFormatError` naming it (not a pathless ``UnicodeDecodeError``)."""
-    opener: Callable[..., IO[str]] = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            yield from (line.strip() for line in f)
-    except UnicodeDecodeError as err:
-        raise DataFormatError(
-            f"{path} is not valid UTF-8 (byte {err.object[err.start : err.start + 4]!r}): convert it, "
-            f"e.g. `iconv -f latin1 -t utf-8 {path} > fixed.txt`"
-        ) from None
-
-
-def read_lines(path: Path) -> list[str]:
-    """All the lines of a small file, as :func:`iter_lines` reads them (``eval.py``'s source and
-    reference files)."""
-    return list(iter_lines(path))
-
-
-def file_source(path: Path) -> LineSource:
-    return LineSource(str(path), partial(iter_lines, path))
-
-
-def hub_source(rows: Any, lang: str, name: str) -> LineSource:
-    """One language of a Hub split (``datasets.Dataset``), read ``ENCODE_LINES`` rows at a time
-    rather than as a whole column; runs of whitespace become one space."""
-
-    def lines() -> Iterator[str]:
-        nested = "translation" in rows.column_names
-        for batch in rows.iter(batch_size=ENCODE_LINES):
-            texts = (r[lang] for r in batch["translation"]) if nested else batch[lang]
-            yield from (" ".join(t.split()) for t in texts)
-
-    return LineSource(f"{name} [{lang}]", lines)
-
-
-def paired_lines(what: str, sides: Mapping[str, LineSource]) -> Iterator[tuple[str, ...]]:
-    """The sides' lines in step. A side that ends before the other raises a ``ValueError`` naming
-    every file and its line count (counted to the end: a misaligned corpus is an error, not a
-    shorter one)."""
-    rows = zip_longest(*(side.lines() for side in sides.values()))
-    for n, row in enumerate(rows):  # n: the rows before this one
-        if None in row:  # a side has ended: count the others' remaining lines
-            rest = [int(x is not None) for x in row]
-            for more in rows:
-                rest = [r + (x is not None) for r, x in zip(rest, more)]
-            counts = ", ".join(f"{lang}: {s.name} ({n + r:,} lines)" for (lang, s), r in zip(sides.items(), rest))
-            raise ValueError(f"{what} has different line counts per language: {counts}")
-        yield row
-
-
-def chunks(rows: Iterator[tuple[str, ...]], size: int) -> Iterator[list[tuple[str, ...]]]:
-    while chunk := list(islice(rows, size)):
-        yield chunk
-
-
-def head_lines(path: Path, n: int) -> list[str]:
-    """The first ``n`` lines of a cached validation/test text (small: read whole)."""
-    return path.read_text(encoding="utf-8").split("\n")[:n]
-
-
-def find_file(folder: Path, stem: str) -> Path | None:
-    """``folder/stem`` or ``folder/stem.gz``, whichever exists."""
-    for name in (stem, f"{stem}.gz"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
-# ------------------------------------------------------------------------------ batches
-
-
-class PairBatch(NamedTuple):
-    """One batch: ``src`` (B, S) ``tokens </s>``, ``tgt_in`` (B, T) ``<s> tokens``, ``tgt_out``
-    (B, T) ``tokens </s>``, all right-padded with 0, and ``index`` (B,) the pairs' positions in
-    their split (to put decoded sentences back in order)."""
-
-    src: torch.Tensor
-    tgt_in: torch.Tensor
-    tgt_out: torch.Tensor
-    index: torch.Tensor  # type: ignore[assignment]  # a field named like tuple.index (the pairs' positions)
-
-
-def make_batches(
-    src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, max_sentences: int | None = None
-) -> list[np.ndarray]:
-    """Cut the pairs, sorted by (target length, source length), into batches whose padded size
-    (sentences x longest side) is at most ``max_tokens`` (a longer single pair gets its own batch)."""
-    order = np.lexsort((src_lens, tgt_lens))  # by target length, then source length; stable
-    longest = np.maximum(src_lens, tgt_lens)
-    batches, start, width = [], 0, 0
-    for pos, i in enumerate(order):
-        new_width = max(width, int(longest[i]))
-        n = pos - start
-        if n and ((n + 1) * new_width > max_tokens or (max_sentences and n >= max_sentences)):
-            batches.append(order[start:pos])
-            start, new_width = pos, int(longest[i])
-        width = new_width
-    if start < len(order):
-        batches.append(order[start:])
-    return batches
-
-
-def padding_fraction(src_lens: np.ndarray, tgt_lens: np.ndarray, batches: Sequence[np.ndarray]) -> float:
-    """Share of padded positions among all positions of the batches (source and target sides)."""
-    real = padded = 0
-    for b in batches:
-        s, t = src_lens[b], tgt_lens[b]
-        real += int(s.sum() + t.sum())
-        padded += len(b) * int(s.max() + t.max())
-    return 1.0 - real / max(1, padded)
-
-
-class TokenWriter:
-    """Appends sentences to an ids file (their ids end to end) and an offsets file (``int64``: 0,
-    then where each sentence ends), so a split is written batch by batch, never held whole."""
-
-    def __init__(self, ids: IO[bytes], offsets: IO[bytes], dtype: np.dtype) -> None:
-        self.ids, self.offsets, self.dtype, self.tokens = ids, offsets, dtype, 0
-        offsets.write(np.zeros(1, np.int64).tobytes())
-
-    def append(self, ids: np.ndarray, lengths: np.ndarray) -> None:
-        self.ids.write(ids.astype(self.dtype, copy=False).tobytes())
-        self.offsets.write((self.tokens + np.cumsum(lengths)).tobytes())
-        self.tokens += int(lengths.sum())
-
-
-def map_ids(path: Path, dtype: np.dtype) -> np.ndarray:
-    """An id file memory-mapped read-only (an empty file cannot be mapped: an empty array)."""
-    return np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
-
-
-class TokenSide:
-    """The sentences of one side of a split as views into its memory-mapped id file: item ``i`` is
-    ``ids[starts[i] : starts[i] + lengths[i]]``. Millions of sentences cost two integer arrays
-    instead of millions of Python objects, and a batch reads only its own sentences' pages."""
-
-    def __init__(self, path: Path, dtype: np.dtype, starts: np.ndarray, lengths: np.ndarray) -> None:
-        self.path, self.dtype, self.starts, self.lengths = path, dtype, starts, lengths
-        self.ids = map_ids(path, dtype)
-
-    @classmethod
-    def open(cls, stem: Path, dtype: np.dtype) -> TokenSide:
-        """The files ``{stem}.ids`` and ``{stem}.offsets`` written by :class:`TokenWriter`."""
-        offsets = np.fromfile(f"{stem}.offsets", dtype=np.int64)
-        return cls(Path(f"{stem}.ids"), dtype, offsets[:-1], np.diff(offsets))
-
-    def subset(self, index: np.ndarray, limit: int | None = None) -> TokenSide:
-        """Sentences ``index``, in that order, each cut to at most ``limit`` tokens."""
-        part = copy.copy(self)
-        part.starts, part.lengths = self.starts[index], self.lengths[index]
-        if limit is not None:
-            part.lengths = np.minimum(part.lengths, limit)
-        return part
-
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        start = int(self.starts[i])
-        return self.ids[start : start + int(self.lengths[i])]
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled (DataLoader workers started by spawn or forkserver) without the ids: each worker
-        maps the file again instead of receiving a copy of the corpus."""
-        return {k: v for k, v in self.__dict__.items() if k != "ids"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.ids = map_ids(self.path, self.dtype)
-
-
-class PairBatches(Dataset):
-    """Item ``i`` is the collated :class:`PairBatch` of batch ``i`` (a DataLoader with
-    ``batch_size=None`` serves them as they are); only that batch's sentences are read."""
-
-    def __init__(self, src: TokenSide, tgt: TokenSide, batches: Sequence[np.ndarray]) -> None:
-        self.src, self.tgt, self.batches = src, tgt, list(batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, i: int) -> PairBatch:
-        idx = self.batches[i]
-        return collate([self.src[j] for j in idx], [self.tgt[j] for j in idx], torch.as_tensor(idx, dtype=torch.long))
-
-
-def collate(src: Sequence[np.ndarray], tgt: Sequence[np.ndarray], index: torch.Tensor) -> PairBatch:
-    """Token id arrays (no specials) -> a right-padded :class:`PairBatch`."""
-    b = len(src)
-    s_len = max(len(x) for x in src) + 1
-    t_len = max(len(y) for y in tgt) + 1
-    src_t = torch.full((b, s_len), PAD, dtype=torch.long)
-    tgt_in = torch.full((b, t_len), PAD, dtype=torch.long)
-    tgt_out = torch.full((b, t_len), PAD, dtype=torch.long)
-    for r, (x_ids, y_ids) in enumerate(zip(src, tgt)):
-        x, y = torch.from_numpy(np.asarray(x_ids, dtype=np.int64)), torch.from_numpy(np.asarray(y_ids, dtype=np.int64))
-        src_t[r, : len(x)] = x
-        src_t[r, len(x)] = EOS
-        tgt_in[r, 0] = BOS
-        tgt_in[r, 1 : len(y) + 1] = y
-        tgt_out[r, : len(y)] = y
-        tgt_out[r, len(y)] = EOS
-    return PairBatch(src_t, tgt_in, tgt_out, index)
+SAMPLE_LINES = 2000  # training lines per side whose tokens per byte give the disk-space estimate
 
 
 # ------------------------------------------------------------------------------ the data module
@@ -392,6 +131,9 @@ class TranslationDataModule(L.LightningDataModule):
         max_eval_pairs: use only the first N validation/test pairs.
         num_workers, pin_memory: DataLoader options.
         seed: seed of the training order (``train.py`` passes the run's ``seed``).
+        bpe_train_mb: learn the BPE merges on the first training pairs up to about this many MB
+            of text (both sides, whole pairs) instead of all of them, as large tokenizer trainings
+            do; ``None``: all. Every token file still holds the whole corpus.
     """
 
     name: str | None = "parallel"
@@ -415,9 +157,12 @@ class TranslationDataModule(L.LightningDataModule):
         num_workers: int = 0,
         pin_memory: bool = False,
         seed: int = 0,
+        bpe_train_mb: float | None = None,
         **_: Any,
     ) -> None:
         super().__init__()
+        if bpe_train_mb is not None and (isinstance(bpe_train_mb, bool) or not bpe_train_mb > 0):
+            raise ValueError(f"bpe_train_mb must be positive (or null for the whole train split), got {bpe_train_mb}")
         if src_lang == tgt_lang:
             raise ValueError(f"data.src_lang and data.tgt_lang are both {src_lang!r}")
         if self.languages and {src_lang, tgt_lang} - set(self.languages):
@@ -444,6 +189,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.batch_size, self.micro_batch_size = batch_size, micro_batch_size
         self.max_train_pairs, self.max_eval_pairs = max_train_pairs, max_eval_pairs
         self.num_workers, self.pin_memory, self.seed = num_workers, pin_memory, seed
+        self.bpe_train_mb = bpe_train_mb
         self.tokenizer: Tokenizer | None = None
         self.vocab_size: int | None = None
         self.datasets: dict[str, PairBatches] = {}
@@ -465,17 +211,16 @@ class TranslationDataModule(L.LightningDataModule):
     # --- cache ------------------------------------------------------------------------
 
     def cache_path(self) -> Path:
-        key = json.dumps(
-            {
-                "format": CACHE_FORMAT_VERSION,
-                "corpus": self.name,
-                "sources": self.source_key(),
-                "langs": sorted((self.src_lang, self.tgt_lang)),
-                "max_train_pairs": self.max_train_pairs,
-            },
-            sort_keys=True,
-        )
-        digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+        key: dict[str, Any] = {
+            "format": CACHE_FORMAT_VERSION,
+            "corpus": self.name,
+            "sources": self.source_key(),
+            "langs": sorted((self.src_lang, self.tgt_lang)),
+            "max_train_pairs": self.max_train_pairs,
+        }
+        if self.bpe_train_mb is not None:  # other merges, other tokens (unset: the key, and folder, as before)
+            key["bpe_train_mb"] = self.bpe_train_mb
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
         return self.cache_dir / f"{self.name}-bpe{self.bpe_vocab_size}-{digest}"
 
     def prepare_data(self) -> None:
@@ -484,13 +229,16 @@ class TranslationDataModule(L.LightningDataModule):
 
     def _build_cache(self, folder: Path) -> None:
         sources = self.line_sources()
-        langs = (self.src_lang, self.tgt_lang)
-        tokenizer = train_joint_bpe(self._bpe_text(sources["train"]), self.bpe_vocab_size)
+        splits = {split: {lang: sources[split][lang] for lang in (self.src_lang, self.tgt_lang)} for split in SPLITS}
+        # counted before anything is trained: misaligned (or non-UTF-8) files fail in seconds, not after the BPE
+        sizes = {split: check_aligned(f"{self.name}: the {split} split", sides) for split, sides in splits.items()}
+        train = splits["train"]
+        tokenizer = train_joint_bpe(self._bpe_text(train, self._bpe_pairs(train)), self.bpe_vocab_size)
         tokenizer.save(folder / BPETokenizer.FILENAME)
         dtype = ids_dtype(tokenizer.vocab_size)
+        check_free_space(folder, self._cache_bytes(tokenizer, train, sizes, dtype))
         pairs, tokens = {}, {}
-        for split in SPLITS:
-            sides = {lang: sources[split][lang] for lang in langs}
+        for split, sides in splits.items():
             pairs[split], counts = self._write_split(folder, split, sides, tokenizer, dtype)
             tokens.update(counts)
         meta = {
@@ -505,11 +253,44 @@ class TranslationDataModule(L.LightningDataModule):
         write_meta(folder, meta)  # last: marks the folder complete
         log.info("Tokenised %s with a joint BPE (vocab %d): %s", self.name, tokenizer.vocab_size, pairs)
 
-    def _bpe_text(self, train: Mapping[str, LineSource]) -> Iterator[str]:
-        """What the joint BPE learns from, streamed: the source side's training lines, then the
-        target side's (the first ``max_train_pairs`` of each)."""
+    def _bpe_pairs(self, train: Mapping[str, LineSource]) -> int | None:
+        """How many training pairs the BPE learns from: the first ``max_train_pairs`` (None: all)
+        and, with ``bpe_train_mb``, only the first pairs up to about that many MB of text (both
+        sides; the pair that crosses the mark is in, as the LM's sample takes whole chunks)."""
+        limit = self.max_train_pairs or None
+        if self.bpe_train_mb is None:
+            return limit
+        used = pairs = 0
+        for row in islice(zip(*(side.lines() for side in train.values())), limit):
+            pairs += 1
+            used += sum(len(line.encode("utf-8")) + 1 for line in row)  # + 1: the line end, as in the file
+            if used >= self.bpe_train_mb * 1e6:
+                break
+        log.info("Learning the BPE of %s on the first %d training pairs (%.1f MB)", self.name, pairs, used / 1e6)
+        return pairs
+
+    def _bpe_text(self, train: Mapping[str, LineSource], pairs: int | None) -> Iterator[str]:
+        """What the joint BPE learns from, streamed: the source side's first ``pairs`` training
+        lines, then the target side's (None: all)."""
         for lang in (self.src_lang, self.tgt_lang):
-            yield from islice(train[lang].lines(), self.max_train_pairs or None)
+            yield from islice(train[lang].lines(), pairs)
+
+    def _cache_bytes(
+        self,
+        tokenizer: Tokenizer,
+        train: Mapping[str, LineSource],
+        sizes: Mapping[str, Mapping[str, TextSize] | None],
+        dtype: np.dtype,
+    ) -> int | None:
+        """About the bytes the token files will take, from the files' sizes and the tokens per byte
+        of the first training lines; None when a split's size is not known beforehand (the Hub)."""
+        known = {split: size for split, size in sizes.items() if size is not None}
+        if len(known) < len(sizes):
+            return None
+        sample = [line for side in train.values() for line in islice(side.lines(), SAMPLE_LINES)]
+        lines = known["train"][self.src_lang].lines
+        share = min(1.0, self.max_train_pairs / lines) if self.max_train_pairs and lines else 1.0
+        return cache_bytes(known, tokens_per_byte(tokenizer, sample), dtype, share)
 
     def _write_split(
         self, folder: Path, split: str, sides: Mapping[str, LineSource], tokenizer: Tokenizer, dtype: np.dtype
@@ -533,7 +314,7 @@ class TranslationDataModule(L.LightningDataModule):
                 lang: stack.enter_context(open(folder / f"{split}.{lang}.txt", "w", encoding="utf-8"))
                 for lang in (sides if split != "train" else ())
             }
-            for chunk in chunks(paired_lines(f"{self.name}: the {split} split", sides), ENCODE_LINES):
+            for chunk in chunks(paired_lines(f"{self.name}: the {split} split", sides), translation_text.ENCODE_LINES):
                 chunk = chunk if limit is None else chunk[: max(0, limit - n)]
                 n += len(chunk)
                 for lang, lines in zip(sides, zip(*chunk)):

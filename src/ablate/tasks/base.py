@@ -19,6 +19,14 @@ from ablate.optim import build_optimizer, build_schedule
 from ablate.options import ConfigError
 
 
+def check_bpe_train_mb(data: Any) -> None:
+    """``data.bpe_train_mb`` (both tasks' BPE training sample) is null or a positive number of MB:
+    checked with the config, before any data is read, so a typo does not fail after the download."""
+    sample = data.get("bpe_train_mb")
+    if sample is not None and (isinstance(sample, bool) or not isinstance(sample, (int, float)) or sample <= 0):
+        raise ConfigError(f"data.bpe_train_mb={sample}: give a positive number of MB, or null for all of train")
+
+
 class TaskModule(L.LightningModule):
     """Base of the task modules. A subclass sets ``self.model`` (the network) and ``self.optim_cfg``
     (the ``optim`` config as a dict); ``train.py`` sets :attr:`tokenizer`."""

@@ -31,7 +31,7 @@ from torchmetrics import MeanMetric, SumMetric
 from ablate.config import ConfigError, ModelSpec
 from ablate.data.tokenizers import Tokenizer
 from ablate.nn.transformer import TransformerLM
-from ablate.tasks.base import TaskModule
+from ablate.tasks.base import TaskModule, check_bpe_train_mb
 
 
 def token_byte_lengths(tokenizer: Tokenizer) -> np.ndarray:
@@ -98,8 +98,7 @@ class LanguageModelTask(TaskModule):
         sample, kind = cfg.data.get("bpe_train_mb"), cfg.data.get("tokenizer")
         if sample is not None and kind != "bpe":
             raise ConfigError(f"data.bpe_train_mb={sample} applies to data.tokenizer=bpe only, not {kind}")
-        if sample is not None and (isinstance(sample, bool) or not isinstance(sample, (int, float)) or sample <= 0):
-            raise ConfigError(f"data.bpe_train_mb={sample}: give a positive number of MB, or null for all of train")
+        check_bpe_train_mb(cfg.data)
         evaluation = cfg.get("eval") or {}
         length, lengths = evaluation.get("seq_len"), evaluation.get("seq_lens")
         if (length or lengths) and "eval_seq_len" not in cfg.data:

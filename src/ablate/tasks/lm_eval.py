@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
-from ablate.data.lm_data import LMDataModule, token_dtype
+from ablate.data.lm_data import LMDataModule
+from ablate.data.lm_windows import token_dtype
 from ablate.data.sources import DataFormatError
 from ablate.data.text_stream import SplitText
 from ablate.data.tokenizers import TOKENIZERS, Tokenizer

@@ -39,9 +39,10 @@ from torchmetrics import MeanMetric
 
 from ablate.config import ConfigError, ModelSpec
 from ablate.data.tokenizers import Tokenizer
-from ablate.data.translation_data import BOS, EOS, PAD, PairBatch, detokenize
+from ablate.data.translation_batches import PairBatch
+from ablate.data.translation_tokens import BOS, EOS, PAD, detokenize
 from ablate.nn.seq2seq import EncoderDecoder
-from ablate.tasks.base import TaskModule
+from ablate.tasks.base import TaskModule, check_bpe_train_mb
 from ablate.tasks.decoding import DecodeConfig, SpecialIds, translate_tokens
 
 DEFAULT_TASK = {
@@ -87,7 +88,9 @@ class TranslationTask(TaskModule):
 
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
+        """An encoder, and a valid ``data.bpe_train_mb`` (the joint BPE's training sample)."""
         super().check_config(cfg)
+        check_bpe_train_mb(cfg.data)
         if not (cfg.model.get("encoder_layers") or 0) > 0:
             raise ConfigError(
                 "task=translation needs an encoder: set model.encoder_layers and model.decoder_layers, or "
@@ -145,7 +148,7 @@ class TranslationTask(TaskModule):
         """Detokenised translations of raw sentences, batched by length; order kept."""
         if self.tokenizer is None:
             raise RuntimeError("this model has no tokenizer (a checkpoint saved without one?)")
-        from ablate.data.translation_data import encode_lines
+        from ablate.data.translation_tokens import encode_lines
 
         limit = self.spec.max_len - 1
         ids = [x[:limit] for x in encode_lines(self.tokenizer, sentences)]
