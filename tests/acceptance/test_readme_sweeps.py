@@ -1,0 +1,15 @@
+"""The README's commands of the "sweeps" chain, verbatim in their own fresh clone: the sweeps, their tables, figures and W&B workspace (the headline first)."""
+
+from __future__ import annotations
+
+import pytest
+from readme_suite import Session, chain_commands, check_command, session
+
+pytestmark = pytest.mark.acceptance
+
+__all__ = ["session"]  # the fixture: one clone for this file's commands
+
+
+@pytest.mark.parametrize("command", chain_commands("sweeps"), ids=lambda c: c[:80])
+def test_readme_command(session: Session, command: str):
+    check_command(session, command)
