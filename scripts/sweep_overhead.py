@@ -237,6 +237,7 @@ def probe_child(out_path: Path, overrides: list[str]) -> None:
     import wandb  # noqa: F401
 
     mark("imported_wandb")
+    import ablate.run_status as status_record
     import ablate.train as T
 
     mark("imported_ablate")
@@ -298,7 +299,7 @@ def probe_child(out_path: Path, overrides: list[str]) -> None:
     )
     T.check_config = timed("config_checks", T.check_config)
     T.finish_wandb = timed("wandb_finish", T.finish_wandb)
-    T.write_status = timed("write_status", T.write_status)
+    status_record.write_status = timed("write_status", status_record.write_status)  # via record_status
 
     class Hooks(lightning.pytorch.Callback):
         """Placed first and last among the callbacks: the span of their ``setup`` is the

@@ -28,7 +28,6 @@ config keys (``TaskModule.check_config``), builds its module, and evaluates a fi
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import sys
@@ -73,6 +72,7 @@ from ablate.resume import (
 )
 from ablate.run_checks import check_run_numbers, start_warnings
 from ablate.run_lock import RunDirectoryBusy, RunDirectoryLock
+from ablate.run_status import FINISHED, read_status, record_status
 from ablate.tasks import build_task, check_task_config, task_name
 from ablate.tasks.base import finite_or_none
 from ablate.tracking.loggers import build_loggers
@@ -81,7 +81,6 @@ from ablate.tracking.options import check_loggers
 from ablate.tracking.wandb_run import finish_wandb, set_wandb_summary
 
 log = logging.getLogger(__name__)
-FINISHED = ("completed", "diverged")  # a re-run of the sweep skips these (skip_completed)
 # exit codes of train.py (a single run, or a whole sweep): ablate.cli, README "When things go wrong"
 EXIT_CRASHED, EXIT_USER_ERROR, EXIT_INTERRUPTED = cli.EXIT_CRASHED, cli.EXIT_USER_ERROR, cli.EXIT_INTERRUPTED
 
@@ -188,20 +187,6 @@ def build_callbacks(cfg: DictConfig, spec: ModelSpec, n_params: int) -> list[Cal
         if isinstance(cb, ThroughputMonitor) and cb.flops_per_token is None:
             cb.flops_per_token = fpt
     return callbacks
-
-
-def write_status(output_dir: Path, status: dict[str, Any]) -> None:
-    tmp = output_dir / "status.json.tmp"
-    tmp.write_text(json.dumps(status, indent=2, default=str))
-    tmp.replace(output_dir / "status.json")
-
-
-def read_status(output_dir: Path) -> dict[str, Any] | None:
-    path = output_dir / "status.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def configured_checkpoint_dirs(cfg: DictConfig) -> list[Path]:
@@ -585,21 +570,6 @@ def run_locked(cfg: DictConfig, output_dir: Path, job: Job, writer: bool) -> flo
             return math.nan  # the sweep's main process ends the sweep with its table and exit code 130
         raise SystemExit(EXIT_INTERRUPTED)  # a sweep stops too: the user asked to stop
     return optimized_value(cfg, status)
-
-
-def record_status(output_dir: Path, status: dict[str, Any]) -> None:
-    """Write ``status.json``, unless it records a finished run and ``status`` is a failed or
-    interrupted attempt to resume it: that record stays, the attempt goes to ``status.failed.json``."""
-    previous = read_status(output_dir)
-    if status["status"] not in FINISHED and previous is not None and previous.get("status") in FINISHED:
-        (output_dir / "status.failed.json").write_text(json.dumps(status, indent=2, default=str))
-        print(
-            f"{output_dir / 'status.json'} still records the finished run ({previous['status']}); this attempt's "
-            f"{status['status']} record is in status.failed.json",
-            file=sys.stderr,
-        )
-        return
-    write_status(output_dir, status)
 
 
 def report_interrupt(cfg: DictConfig, output_dir: Path, status: dict[str, Any]) -> None:
