@@ -28,7 +28,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ablate import cli
-from ablate.data.translation_data import read_lines
+from ablate.data.translation_text import read_lines
 from ablate.resume import CheckpointError
 from ablate.tasks import checkpoint_task
 from ablate.tasks.translation import (

@@ -7,7 +7,6 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 export WANDB_MODE=offline HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_SILENT=true
+# (a worker per core, counted by pytest-xdist: not `nproc`, which reports OMP_NUM_THREADS)
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-cores="$(nproc 2>/dev/null || echo 2)"
-workers=$(( cores < 4 ? cores : 4 ))
-exec bash scripts/run.sh python -m pytest -q -n "$workers" --dist loadfile "$@" </dev/null
+exec bash scripts/run.sh python -m pytest -q -n auto --maxprocesses 4 --dist loadfile "$@" </dev/null

@@ -59,6 +59,18 @@ def pytest_collection_modifyitems(config, items) -> None:
                     item.add_marker(name)
         else:
             item.add_marker("unit")
+    items[:] = heaviest_files_first(items)
+
+
+def heaviest_files_first(items: list) -> list:
+    """Files that run commands first (acceptance, then those with the most integration tests), the
+    unit-only files last: pytest-xdist hands whole files (``--dist loadfile``) to whichever worker is
+    free, so long files started last would leave one core working alone at the end."""
+    runs: dict[str, int] = {}
+    for item in items:
+        weight = 1000 if item.get_closest_marker("acceptance") else int(bool(item.get_closest_marker("integration")))
+        runs[item.fspath.strpath] = runs.get(item.fspath.strpath, 0) + weight
+    return sorted(items, key=lambda item: -runs[item.fspath.strpath])  # stable: a file's own order is kept
 
 
 @contextmanager

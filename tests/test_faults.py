@@ -22,7 +22,9 @@ from conftest import HANG_TIMEOUT, REPO, TINY
 pytestmark = pytest.mark.slow
 
 
-def run(tmp: Path, data_dir: Path, *args: str, script: str = "train.py") -> subprocess.CompletedProcess:
+def run(
+    tmp: Path, data_dir: Path, *args: str, script: str = "train.py", extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
         "WANDB_MODE": "offline",
@@ -33,6 +35,7 @@ def run(tmp: Path, data_dir: Path, *args: str, script: str = "train.py") -> subp
         "PYTHONUNBUFFERED": "1",
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+        **(extra_env or {}),
     }
     flags = [a for a in args if a.startswith("-")]
     overrides = [a for a in args if not a.startswith("-")]
@@ -319,6 +322,52 @@ def test_sigterm_is_recorded_as_interrupted(workdir: Path, data_dir: Path) -> No
     assert record["status"] == "interrupted" and record["steps"] == 4 and "train/loss" in record["metrics"]
     assert "SIGTERM: stopping after this step" in proc.stderr
     assert torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"] == 4
+
+
+def test_slurm_requeue_signal_saves_and_the_requeued_job_resumes(workdir: Path, data_dir: Path, tmp_path: Path) -> None:
+    """SLURM's requeue signal (``sbatch --signal=USR1@90``), simulated: the run sees a one-task SLURM job
+    (its environment variables) and gets USR1 after step 4. Lightning's SLURM environment saves an hpc
+    checkpoint and runs ``scontrol requeue <job id>``; SLURM then ends the job with SIGTERM (the fake
+    ``scontrol`` sends it), which stops after the step with ``last.ckpt`` at that step and the status
+    recorded. The requeued job (the same command: ``ckpt_path=last``, as conf/hydra/launcher/slurm.yaml
+    requeues it) resumes from there and completes."""
+    run_dir = workdir / "logs" / "slurm_requeue"
+    calls = tmp_path / "scontrol.calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nkill -TERM $PPID\n')  # requeue: SLURM stops the job
+    scontrol.chmod(0o755)
+    slurm = {
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NAME": "ablate",
+        "SLURM_NTASKS": "1",
+        "SLURM_NTASKS_PER_NODE": "1",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_NODELIST": "localhost",
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    }
+    args = [*RUN, "trainer.max_steps=9", f"hydra.run.dir={run_dir}", "ckpt_path=last"]
+    signal_once = [
+        "+callbacks.usr1._target_=_signal_at_step.SignalAtStep",
+        "+callbacks.usr1.step=4",
+        "+callbacks.usr1.signum=10",  # SIGUSR1
+        f"+callbacks.usr1.once_file={tmp_path / 'usr1_sent'}",
+    ]
+    first = run(workdir, data_dir, *args, *signal_once, extra_env=slurm)
+    assert calls.read_text().split() == ["requeue", "4242"], first.stderr[-3000:]
+    assert first.returncode == 130, first.stderr[-3000:]
+    record = status(run_dir)
+    assert record["status"] == "interrupted" and record["steps"] == 4, record
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert last["global_step"] == 4
+    requeued = run(workdir, data_dir, *args, *signal_once, extra_env=slurm)
+    assert requeued.returncode == 0, requeued.stderr[-3000:]
+    record = status(run_dir)
+    assert record["status"] == "completed" and record["steps"] == 9, record
+    assert record["resumed_from"] == str(run_dir / "checkpoints" / "last.ckpt"), record
 
 
 def test_a_full_disk_is_named_errno_28_with_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
