@@ -358,6 +358,8 @@ def test_slurm_requeue_signal_saves_and_the_requeued_job_resumes(workdir: Path, 
     ]
     first = run(workdir, data_dir, *args, *signal_once, extra_env=slurm)
     assert calls.read_text().split() == ["requeue", "4242"], first.stderr[-3000:]
+    (hpc,) = run_dir.glob("hpc_ckpt_*.ckpt")  # Lightning's requeue checkpoint, at the signalled step
+    assert torch.load(hpc, map_location="cpu", weights_only=True)["global_step"] == 4
     assert first.returncode == 130, first.stderr[-3000:]
     record = status(run_dir)
     assert record["status"] == "interrupted" and record["steps"] == 4, record
