@@ -69,8 +69,8 @@ def heaviest_files_first(items: list) -> list:
     runs: dict[str, int] = {}
     for item in items:
         weight = 1000 if item.get_closest_marker("acceptance") else int(bool(item.get_closest_marker("integration")))
-        runs[item.fspath.strpath] = runs.get(item.fspath.strpath, 0) + weight
-    return sorted(items, key=lambda item: -runs[item.fspath.strpath])  # stable: a file's own order is kept
+        runs[str(item.path)] = runs.get(str(item.path), 0) + weight
+    return sorted(items, key=lambda item: -runs[str(item.path)])  # stable: a file's own order is kept
 
 
 @contextmanager
