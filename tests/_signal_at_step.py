@@ -56,3 +56,22 @@ class CrashAtStep(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step == self.step:
             raise RuntimeError(f"injected crash at step {self.step}")
+
+
+class KillOneWhenAllTraining(CtrlCWhenAllTraining):
+    """The system's out-of-memory killer in a parallel sweep: every job waits at ``step`` until
+    ``jobs`` jobs have reached it, then the first of them SIGKILLs itself, once (a re-run is not
+    killed again: the ``sent`` file stays)."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step != self.step:
+            return
+        self.ready.mkdir(parents=True, exist_ok=True)
+        (self.ready / str(os.getpid())).touch()
+        while len(list(self.ready.glob("[0-9]*"))) < self.jobs:
+            time.sleep(0.05)
+        try:
+            (self.ready / "sent").open("x").close()
+        except FileExistsError:
+            return
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -305,6 +305,48 @@ def test_ctrl_c_in_a_parallel_sweep_saves_every_running_job(workdir: Path, data_
             deadline -= 0.5
 
 
+def test_a_killed_worker_is_recorded_and_a_rerun_resumes_its_job(workdir: Path, data_dir: Path) -> None:
+    """hydra/launcher=cpu_parallel: the system SIGKILLs one worker (as the out-of-memory killer does) at
+    step 4, after the checkpoint of step 3; joblib then SIGKILLs the other (at a later step). Both
+    jobs are recorded as ``killed`` by SIGKILL with the step of their last checkpoint, the sweep
+    prints its table and exits 1 without a traceback, and the same command again resumes both from
+    there and completes them."""
+    sweep = workdir / "logs" / "sweep_killed"
+    args = [
+        "-m",
+        *RUN,
+        "trainer.max_steps=8",
+        "hydra/launcher=cpu_parallel",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep}",
+        "seed=1,2",
+        "+callbacks.oom._target_=_signal_at_step.KillOneWhenAllTraining",
+        "+callbacks.oom.step=4",
+        f"+callbacks.oom.ready_dir={workdir / 'ready'}",
+        "+callbacks.oom.jobs=2",
+    ]
+    proc = run(workdir, data_dir, *args)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    records = {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/status.json")}
+    assert len(records) == 2, records
+    for name, record in records.items():
+        assert record["status"] == "killed" and record["signal"] == "SIGKILL", (name, record)
+        saved = torch.load(sweep / name / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+        assert record["steps"] == saved["global_step"], (name, record)
+        assert f"resumes from step {record['steps']}" in record["error"], (name, record)
+    assert min(r["steps"] for r in records.values()) == 3  # the job killed at step 4 saved step 3
+    assert "2 killed" in proc.stdout and "crashed or were killed" in proc.stderr
+    assert not (sweep / ".stop").exists()
+
+    again = run(workdir, data_dir, *args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    for path in sweep.glob("*/status.json"):
+        record = json.loads(path.read_text())
+        assert record["status"] == "completed" and record["steps"] == 8, record
+        assert Path(record["resumed_from"]).name == "last.ckpt", record
+
+
 def test_sigterm_is_recorded_as_interrupted(workdir: Path, data_dir: Path) -> None:
     run_dir = workdir / "logs" / "sigterm"
     proc = run(

@@ -4,8 +4,8 @@ A Hydra callback (``hydra.callbacks.sweep_report`` in ``conf/hydra/default.yaml`
 records its outcome in its own ``status.json`` (:mod:`ablate.train`); at the end of the multirun
 this reads the records that *this* command wrote (those modified since it started: jobs skipped
 as already finished keep their old record and count as finished), prints a table of those jobs
-and the command that uploads their offline W&B runs, and ends the process with exit code 1 when any job crashed, so that scripts and
-schedulers see the failure. Diverged is a result, not a failure (exit code 0). The callback
+and the command that uploads their offline W&B runs, and ends the process with exit code 1 when any job crashed
+or was killed (:mod:`ablate.killed_jobs`), so that scripts and schedulers see the failure. Diverged is a result, not a failure (exit code 0). The callback
 works with any launcher: the records are files, wherever the jobs ran.
 
 When the jobs run in worker processes (joblib), it also owns Ctrl-C for the sweep
@@ -26,9 +26,11 @@ from omegaconf import DictConfig
 
 from ablate import cli
 from ablate.console import format_sweep_summary
+from ablate.killed_jobs import KILLED, KILLED_REASON
 from ablate.sweep_stop import STOP_FILE, SweepStopHandler, launches_worker_processes
 
 EXIT_CRASHED = cli.EXIT_CRASHED
+FAILED = ("crashed", KILLED)  # the sweep exits with 1; a re-run retries these jobs
 
 
 def job_records(sweep_dir: Path, since: float) -> dict[Path, dict[str, Any]]:
@@ -60,13 +62,13 @@ class SweepReport(Callback):
             self._stop.install()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        interrupted = self._stop is not None and self._stop.interrupted
+        stop_reason = self._stop.reason() if self._stop is not None else None
         if self._stop is not None:
             self._stop.restore()
             self._stop.path.unlink(missing_ok=True)  # the records say what ran; a re-run starts afresh
         sweep_dir = Path(str(config.hydra.sweep.dir))
         records = job_records(sweep_dir, self._start)
-        crashed = {d: r for d, r in records.items() if r.get("status") == "crashed"}
+        failed = {d: r for d, r in records.items() if r.get("status") in FAILED}
         counts: dict[str, int] = {}
         for record in records.values():
             counts[record.get("status", "?")] = counts.get(record.get("status", "?"), 0) + 1
@@ -80,9 +82,9 @@ class SweepReport(Callback):
                 f"W&B runs of this sweep are offline; to upload them: wandb sync {sweep_dir}/*/wandb/offline-run-*",
                 flush=True,
             )
-        for job_dir, record in crashed.items():
-            print(f"  crashed: {job_dir.name}: {record.get('error', '?')}", flush=True)
-        if interrupted:
+        for job_dir, record in failed.items():
+            print(f"  {record['status']}: {job_dir.name}: {record.get('error', '?')}", flush=True)
+        if stop_reason is not None and not stop_reason.startswith(KILLED_REASON):
             print(
                 "sweep interrupted: the running jobs saved their step; re-run the same command to resume them and "
                 "run the jobs that did not start",
@@ -90,10 +92,11 @@ class SweepReport(Callback):
                 flush=True,
             )
             raise SystemExit(cli.EXIT_INTERRUPTED)
-        if crashed:
+        if failed:
             print(
-                f"{len(crashed)} job(s) crashed (exit code {EXIT_CRASHED}); fix the cause and re-run the same command: "
-                "finished jobs are skipped",
+                f"{len(failed)} job(s) crashed or were killed (exit code {EXIT_CRASHED}); fix the cause (a killed job: "
+                "often memory; fewer parallel jobs, hydra.launcher.n_jobs) and re-run the same command: finished "
+                "jobs are skipped, the others resume from their last checkpoint",
                 file=sys.stderr,
                 flush=True,
             )

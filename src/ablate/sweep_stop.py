@@ -105,9 +105,12 @@ class SweepStopHandler:
             signal.signal(signum, previous)
         self._previous = {}
 
-    @property
-    def interrupted(self) -> bool:
-        return self.path.exists()
+    def reason(self) -> str | None:
+        """Why the sweep was asked to stop (the stop file's text), or None if it was not."""
+        try:
+            return self.path.read_text().strip()
+        except FileNotFoundError:
+            return None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         # the second signal of this process (a worker may have written the file for the first one)

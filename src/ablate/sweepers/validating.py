@@ -14,17 +14,26 @@ from collections.abc import Sequence
 from typing import Any
 
 from hydra.errors import HydraException
+from hydra.plugins.launcher import Launcher
+from omegaconf import DictConfig
 
-from ablate import cli
+from ablate import cli, killed_jobs
 from ablate.compat import BasicSweeper
 from ablate.options import ConfigError
 
 
-class ValidatingSweeperMixin:
-    """``validate_batch_is_legal`` that also runs :func:`ablate.train.check_config` on each job."""
+class ValidatingSweeperMixin(BasicSweeper):
+    """``validate_batch_is_legal`` that also runs :func:`ablate.train.check_config` on each job;
+    the launcher behind :class:`~ablate.killed_jobs.KilledWorkerGuard` (a killed worker is recorded)."""
 
     hydra_context: Any
     config: Any
+    launcher: Launcher | None
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        assert self.launcher is not None
+        self.launcher = killed_jobs.guard(self.launcher, config)
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         from ablate.train import check_config  # the whole training stack: only when a sweep runs
