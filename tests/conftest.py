@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import forked_python
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ABLATE_DATA_DIR", REPO.parent / "shared" / "data"))
 
@@ -86,13 +88,15 @@ def _tier_guard(item) -> Iterator[None]:
 
         return refused
 
-    popen_init, fit = subprocess.Popen.__init__, lp.Trainer.fit
+    popen_init, fit, forked_init = subprocess.Popen.__init__, lp.Trainer.fit, forked_python.ForkedProcess.__init__
     subprocess.Popen.__init__ = refuse("starts a subprocess")  # type: ignore[method-assign]
+    forked_python.ForkedProcess.__init__ = refuse("starts a (forked) subprocess")  # type: ignore[method-assign]
     lp.Trainer.fit = refuse("calls Trainer.fit")  # type: ignore[method-assign]
     try:
         yield
     finally:
         subprocess.Popen.__init__, lp.Trainer.fit = popen_init, fit  # type: ignore[method-assign]
+        forked_python.ForkedProcess.__init__ = forked_init  # type: ignore[method-assign]
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -126,9 +130,12 @@ def data_dir() -> Path:
 
 @pytest.fixture
 def run_train(tmp_path: Path, data_dir: Path):
-    """Run ``python train.py ARGS`` in a subprocess with no stdin, offline, in a tmp log dir."""
+    """Run ``python train.py ARGS`` as a subprocess would (forked: tests/forked_python.py; ``fresh=True``
+    in a new interpreter) with no stdin, offline, in a tmp log dir."""
 
-    def run(*args: str, timeout: float = HANG_TIMEOUT, check: bool = True) -> subprocess.CompletedProcess:
+    def run(
+        *args: str, timeout: float = HANG_TIMEOUT, check: bool = True, fresh: bool = False
+    ) -> subprocess.CompletedProcess:
         env = {
             **os.environ,
             "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"),
@@ -141,8 +148,15 @@ def run_train(tmp_path: Path, data_dir: Path):
         flags = [a for a in args if a.startswith("-")]  # Hydra wants -m before the overrides
         overrides = [a for a in args if not a.startswith("-")]
         cmd = [sys.executable, str(REPO / "train.py"), *flags, f"paths.log_dir={tmp_path / 'logs'}", *overrides]
-        proc = subprocess.run(
-            cmd, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+        proc = forked_python.run(
+            cmd,
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            fresh=fresh,
         )
         if check and proc.returncode != 0:
             raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")

@@ -27,6 +27,7 @@ import torch
 import yaml
 from PIL import Image
 
+import forked_python
 from ablate.analysis.attention import lm_attention, translation_attention
 from ablate.analysis.markdown import markdown_table
 from ablate.analysis.paper import load_paper
@@ -62,7 +63,7 @@ def _train(args: list[str], cwd: Path, data_dir: Path) -> None:
         "WANDB_SILENT": "true",
         "OMP_NUM_THREADS": "1",
     }
-    proc = subprocess.run(
+    proc = forked_python.run(
         [sys.executable, str(REPO / "train.py"), *args],
         cwd=cwd,
         env=env,
@@ -183,7 +184,7 @@ def test_summarize_script_writes_table_and_paper_column(sweep_dir: Path, tmp_pat
         )
     )
     out = tmp_path / "out"
-    proc = subprocess.run(
+    proc = forked_python.run(
         [
             sys.executable,
             str(REPO / "scripts" / "summarize.py"),
@@ -555,7 +556,7 @@ def test_attention_maps_script_on_a_sweep_checkpoint(sweep_dir: Path, tmp_path: 
     ckpt = _job_dirs(sweep_dir, norm="pre", seed="1")[0] / "checkpoints" / "best.ckpt"
     out = tmp_path / "maps.png"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
+    proc = forked_python.run(
         [
             sys.executable,
             str(REPO / "scripts" / "attention_maps.py"),

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+import forked_python
 from ablate.callbacks import throughput
 from ablate.callbacks.grad_norm import GradNormMonitor
 from ablate.callbacks.throughput import ThroughputMonitor, nominal_peak_flops
@@ -73,7 +74,7 @@ def report(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequ
         "PYTHONUNBUFFERED": "1",
     }
     json_path = tmp / "out" / "bench.json"
-    proc = subprocess.run(
+    proc = forked_python.run(
         [
             sys.executable,
             str(REPO / "scripts" / "benchmark.py"),

@@ -25,6 +25,7 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
+import forked_python
 from ablate.analysis import budget
 from ablate.analysis.markdown import markdown_table
 from ablate.analysis.runs import Job, load_sweep
@@ -193,7 +194,7 @@ def test_cheaper_per_step_loses_at_equal_steps_and_wins_at_equal_flops(tmp_path:
 
 
 def _summarize_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return forked_python.run(
         [sys.executable, str(REPO / "scripts" / "summarize.py"), *args],
         capture_output=True,
         check=False,

@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+import forked_python
 from ablate.averaging import (
     EMA,
     AveragingError,
@@ -208,7 +209,7 @@ def test_ema_off_changes_nothing(tmp_path: Path) -> None:
 
 def script(name: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
+    return forked_python.run(
         [sys.executable, str(REPO / name), *args],
         capture_output=True,
         text=True,

@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import forked_python
 from ablate.data.tokenizers import CharTokenizer
 from ablate.tasks.lm import LanguageModelTask
 from ablate.tasks.lm_eval import TextFileData, evaluate_lengths
@@ -137,7 +138,7 @@ def test_eval_py_gives_train_py_numbers(run_train, tmp_path, data_dir):
     }
 
     def eval_py(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run(
+        proc = forked_python.run(
             [sys.executable, str(REPO / "eval.py"), f"ckpt_path={ckpt}", *args],
             check=False,
             cwd=tmp_path,

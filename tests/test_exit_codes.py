@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import forked_python
 from ablate import cli
 from ablate.errors import UserError
 from conftest import HANG_TIMEOUT
@@ -100,7 +101,7 @@ def test_user_errors_of_the_entry_points_exit_2_without_traceback(tmp_path, scri
     }
     env.pop("HYDRA_FULL_ERROR", None)
     extra = ["debug=fdr", "logger=csv"] if script == "train.py" else []
-    proc = subprocess.run(
+    proc = forked_python.run(
         [sys.executable, str(REPO / script), *args, *extra],
         cwd=tmp_path,
         env=env,

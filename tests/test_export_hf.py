@@ -14,6 +14,7 @@ import lightning as L
 import pytest
 import torch
 
+import forked_python
 from ablate.config import ModelSpec
 from ablate.data.tokenizers import CharTokenizer
 from ablate.export.hf import ExportError, export_checkpoint, hf_architecture
@@ -178,7 +179,7 @@ def test_translation_checkpoints_are_refused(tmp_path):
 
 def run_export(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
+    return forked_python.run(
         [sys.executable, str(REPO / "scripts" / "export_hf.py"), *args],
         check=False,
         cwd=tmp_path,

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import forked_python
 from conftest import HANG_TIMEOUT, REPO, TINY
 
 pytestmark = pytest.mark.slow
@@ -41,7 +42,7 @@ def run(
     overrides = [a for a in args if not a.startswith("-")]
     log_dir = [f"paths.log_dir={tmp / 'logs'}"] if script == "train.py" else []
     cmd = [sys.executable, str(REPO / script), *flags, *log_dir, *overrides]
-    return subprocess.run(
+    return forked_python.run(
         cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT
     )
 
@@ -322,7 +323,7 @@ def test_a_killed_worker_is_recorded_and_a_rerun_resumes_its_job(workdir: Path, 
         "seed=1,2",
         "+callbacks.oom._target_=_signal_at_step.KillOneWhenAllTraining",
         "+callbacks.oom.step=4",
-        f"+callbacks.oom.ready_dir={workdir / 'ready'}",
+        f"+callbacks.oom.ready_dir={workdir / 'ready_to_kill'}",
         "+callbacks.oom.jobs=2",
     ]
     proc = run(workdir, data_dir, *args)

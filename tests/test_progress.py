@@ -382,6 +382,7 @@ def test_console_carries_none_of_the_known_noise(run_train):
         "+trainer.limit_test_batches=2",
         "callbacks.progress_bar.mode=bar",
         "callbacks.throughput.peak_flops=1e12",
+        fresh=True,  # a new interpreter: what the imports print is part of the console
     )
     console = proc.stdout + proc.stderr
     assert [n for n in NOISE if n in console] == []

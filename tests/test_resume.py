@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import forked_python
 from ablate.checkpointing import AtomicCheckpointIO, LastCheckpoint, find_last_checkpoint, resolve_ckpt_path
 from conftest import HANG_TIMEOUT, REPO
 
@@ -66,7 +67,7 @@ def train(tmp: Path, data_dir: Path, run_dir: Path, *args: str, check: bool = Tr
         *RUN,
         *args,
     ]
-    proc = subprocess.run(
+    proc = forked_python.run(
         cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT
     )
     if check and proc.returncode != 0:

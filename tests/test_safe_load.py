@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import forked_python
 from ablate import safe_load
 from ablate.resume import inspect_checkpoint
 from ablate.tasks import load_task_checkpoint
@@ -87,7 +88,7 @@ def test_no_script_runs_a_crafted_checkpoints_code(script, tmp_path):
         "ABLATE_LOG_DIR": str(tmp_path / "logs"),
         "OMP_NUM_THREADS": "1",
     }
-    proc = subprocess.run(
+    proc = forked_python.run(
         [sys.executable, str(REPO / script), *given, *args],
         cwd=tmp_path,
         env=env,

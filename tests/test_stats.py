@@ -23,6 +23,7 @@ import pytest
 import yaml
 from scipy import stats as scipy_stats
 
+import forked_python
 from ablate.analysis import stats
 from ablate.analysis.markdown import markdown_table
 from ablate.analysis.runs import load_sweep
@@ -303,7 +304,7 @@ def test_bad_baseline_lists_the_rows(tmp_path: Path):
 
 
 def _summarize_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return forked_python.run(
         [sys.executable, str(REPO / "scripts" / "summarize.py"), *args],
         capture_output=True,
         text=True,
@@ -447,7 +448,7 @@ def test_scaling_curves_count_compute_and_failures(tmp_path: Path):
 
 
 def _multiplier_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return forked_python.run(
         [sys.executable, str(REPO / "scripts" / "compute_multiplier.py"), *args],
         capture_output=True,
         text=True,

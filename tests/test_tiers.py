@@ -8,6 +8,7 @@ import sys
 import lightning.pytorch as lp
 import pytest
 
+import forked_python
 from conftest import TierError, _tier_guard
 
 # integration: so that the guard under test is the only one in place (a unit test runs under its own)
@@ -27,6 +28,8 @@ def test_an_unmarked_test_may_not_start_a_process_or_fit():
     with _tier_guard(_Item()):
         with pytest.raises(TierError, match="starts a subprocess: mark it @pytest.mark.integration"):
             subprocess.run([sys.executable, "-c", "pass"], check=False)
+        with pytest.raises(TierError, match=r"starts a \(forked\) subprocess"):
+            forked_python.run([sys.executable, "script.py"], capture_output=True, text=True)
         with pytest.raises(TierError, match="calls Trainer.fit"):
             lp.Trainer.fit(None, None)  # type: ignore[arg-type]
     # and everything is back afterwards

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import forked_python
 from ablate.flops import flops_per_token
 from conftest import HANG_TIMEOUT, TINY
 
@@ -147,7 +148,7 @@ def test_checkpoint_generates(run_train, tmp_path):
 
     run_train(*TINY, "logger=csv")
     ckpt = next((tmp_path / "logs" / "runs").glob("*/checkpoints/last.ckpt"))
-    proc = subprocess.run(
+    proc = forked_python.run(
         [
             sys.executable,
             str(REPO / "generate.py"),

@@ -18,6 +18,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+import forked_python
 from conftest import HANG_TIMEOUT, REPO, SHARED_DATA
 
 pytestmark = pytest.mark.slow
@@ -225,7 +226,7 @@ def test_wandb_table_eval_and_translate_from_checkpoint(run_train, tmp_path, mon
     src, ref = tmp_path / "in.de", tmp_path / "in.en"
     src.write_text("\n".join(first_lines(MULTI30K / "val.de.gz", 5)) + "\n")
     ref.write_text("\n".join(first_lines(MULTI30K / "val.en.gz", 5)) + "\n")
-    proc = subprocess.run(
+    proc = forked_python.run(
         [
             sys.executable,
             str(REPO / "eval.py"),
@@ -246,7 +247,7 @@ def test_wandb_table_eval_and_translate_from_checkpoint(run_train, tmp_path, mon
     assert result["sentences"] == 5 and "tok:13a" in result["signature"] and 0 <= result["bleu"] <= 100
     assert len(Path(result["hypotheses"]).read_text().splitlines()) == 5
     # the configured corpus' test split (found again under the current data dir)
-    proc = subprocess.run(
+    proc = forked_python.run(
         [sys.executable, str(REPO / "eval.py"), f"ckpt_path={ckpt}", "beam_size=1", "+data.max_eval_pairs=20"],
         cwd=tmp_path,
         env=env,
@@ -258,7 +259,7 @@ def test_wandb_table_eval_and_translate_from_checkpoint(run_train, tmp_path, mon
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["sentences"] == 20
     assert (job / "translations" / "test.hyp").exists()
-    proc = subprocess.run(
+    proc = forked_python.run(
         [sys.executable, str(REPO / "translate.py"), f"ckpt_path={ckpt}"],
         cwd=tmp_path,
         env=env,

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
+import forked_python
 from ablate.objective import MetricNotLoggedError, best_metric_value
 from ablate.sweepers.lr_selection import LRResult, log_grid, read_outcome, save_selection, select_lr
 from conftest import REPO, TINY
@@ -311,12 +312,11 @@ def test_tuned_sweep_end_to_end(run_train, tmp_path):
     assert set(load_sweep(sweep).axes) == {"act", "optim.lr"}
 
     # summarize.py on a tuned sweep: each variant at its tuned rate, so --baseline names a variant
-    import subprocess
     import sys
 
     from conftest import REPO
 
-    proc = subprocess.run(
+    proc = forked_python.run(
         [
             sys.executable,
             str(REPO / "scripts" / "summarize.py"),

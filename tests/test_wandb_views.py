@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import forked_python
 from ablate import wandb_reader
 from ablate.wandb_reader import find_run_dirs, read_offline_run
 from ablate.wandb_views import (
@@ -71,7 +72,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict[str,
         f"paths.log_dir={root / 'logs'}",
         f"hydra.sweep.dir={sweep_dir}",
     ]
-    proc = subprocess.run(
+    proc = forked_python.run(
         cmd,
         cwd=root,
         env=env,
@@ -159,7 +160,7 @@ def workspace(sweep: dict[str, Any]) -> dict[str, Any]:
     plt.plot([1, 2, 3])
     plt.savefig(sweep_dir / "figures" / "val_curves.png")
     plt.close()
-    proc = subprocess.run(
+    proc = forked_python.run(
         [sys.executable, str(REPO / "scripts" / "wandb_workspace.py"), str(sweep_dir)],
         cwd=sweep["root"],
         env=sweep["env"],
@@ -241,7 +242,7 @@ def test_summary_and_figures_go_to_an_analysis_run_in_the_group(
 
 def test_push_refuses_offline(workspace: dict[str, Any], sweep: dict[str, Any]) -> None:
     spec_file = sweep["dir"] / "wandb_workspace.json"
-    proc = subprocess.run(
+    proc = forked_python.run(
         [sys.executable, str(REPO / "scripts" / "wandb_workspace.py"), "--push", str(spec_file)],
         env=sweep["env"],
         stdin=subprocess.DEVNULL,
