@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.run_lock import LOCK_FILE
 from ablate.run_status import write_status
-from ablate.sweep_stop import STOP_FILE, request_stop
+from ablate.sweep_stop import STOP_FILE, loky_workers_ignore_ctrl_c_until_a_job_runs, request_stop
 
 KILLED = "killed"
 KILLED_REASON = "a job's worker process was killed"  # the stop file's text: the sweep ends with exit code 1
@@ -136,7 +136,8 @@ class KilledWorkerGuard(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         since = time.time() - 1  # file systems with 1 s mtime resolution
         try:
-            return self.launcher.launch(job_overrides, initial_job_idx)
+            with loky_workers_ignore_ctrl_c_until_a_job_runs():  # an idle worker's Ctrl-C would break the pool
+                return self.launcher.launch(job_overrides, initial_job_idx)
         except BrokenProcessPool as err:
             killed = record_killed_jobs(self.sweep_dir, since, exit_signals(err))
             request_stop(self.sweep_dir / STOP_FILE, KILLED_REASON)

@@ -12,7 +12,8 @@ SIGTERM to one of them reaches only that one):
 - a training job polls it after every optimiser step (:class:`~ablate.callbacks.interrupt.GracefulInterrupt`)
   and stops there as on its own Ctrl-C, recording ``interrupted``;
 - a job that has not started training when the file appears is not started (it has no record,
-  so re-running the sweep runs it);
+  so re-running the sweep runs it); a worker that has not run a job yet ignores Ctrl-C
+  (:func:`ignore_ctrl_c_until_a_job_runs`), else its death would make loky kill the running jobs;
 - the parent (:class:`~ablate.sweep_report.SweepReport`) keeps waiting for its workers, then prints
   the table and exits 130. A second Ctrl-C in the parent stops at once, as in a single run.
 
@@ -21,9 +22,11 @@ With the basic launcher the jobs run in the sweep's own process and Ctrl-C needs
 
 from __future__ import annotations
 
+import functools
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -31,6 +34,34 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 
 STOP_FILE = ".stop"
+
+
+def ignore_ctrl_c_until_a_job_runs() -> None:
+    """A joblib (loky) worker's initializer: ignore SIGINT from the worker's start.
+
+    The terminal's Ctrl-C reaches every process of the sweep. A worker that has not run a job yet
+    has no handler (:class:`WorkerStopHandler` is installed by a job), so it would die of the
+    ``KeyboardInterrupt``, and loky answers a dead worker by SIGKILLing every other one: the running
+    jobs would lose the steps since their last checkpoint. With ``n_jobs`` above the number of jobs
+    (``n_jobs=-1`` on a large machine) such idle workers are the rule. A job's own handler replaces
+    this one, so jobs still stop after their step."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextmanager
+def loky_workers_ignore_ctrl_c_until_a_job_runs() -> Iterator[None]:
+    """While a sweep launches: joblib's ``loky`` backend starts its workers with
+    :func:`ignore_ctrl_c_until_a_job_runs` as their initializer. Hydra's joblib launcher names the
+    backend ``"loky"``, so the name is registered for the launch (joblib's public
+    ``register_parallel_backend``) and given back after."""
+    from joblib import parallel, register_parallel_backend
+
+    original = parallel.BACKENDS["loky"]  # the LokyBackend class
+    register_parallel_backend("loky", functools.partial(original, initializer=ignore_ctrl_c_until_a_job_runs))
+    try:
+        yield
+    finally:
+        register_parallel_backend("loky", original)
 
 
 def launches_worker_processes(launcher: Any) -> bool:
