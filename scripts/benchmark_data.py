@@ -4,7 +4,7 @@
     python scripts/benchmark_data.py --sizes 0.2 --vocab-size 8192
 
 For each size it writes a synthetic corpus (Zipf-distributed pseudo-words, lines of 5-30 words),
-then, one after the other on the same file, in fresh processes:
+then, one after the other on the same file, in fresh processes (ours first):
 
 - **ours**: ``TextFiles(tokenizer="bpe")`` prepares its cache (BPE merges learned on the train
   split streamed in chunks, ids written batch by batch; checksums; start-up of torch included);
@@ -107,10 +107,10 @@ def measure(size_gb: float, work: Path, vocab: int) -> dict[str, float]:
         write_corpus(val, 1_000_000, seed=1)
     mb = train.stat().st_size / 1e6
     shutil.rmtree(folder / "cache", ignore_errors=True)
-    library = run(LIBRARY, str(train), str(folder / "library.bin"), str(vocab))
-    print(f"  library: {library['seconds']:.0f} s, peak RSS {library['peak_rss'] / 1e9:.2f} GB", flush=True)
     ours = run(OURS, str(train), str(val), str(folder / "cache"), str(vocab))
     print(f"  ours:    {ours['seconds']:.0f} s, peak RSS {ours['peak_rss'] / 1e9:.2f} GB", flush=True)
+    library = run(LIBRARY, str(train), str(folder / "library.bin"), str(vocab))
+    print(f"  library: {library['seconds']:.0f} s, peak RSS {library['peak_rss'] / 1e9:.2f} GB", flush=True)
     (folder / "library.bin").unlink(missing_ok=True)
     shutil.rmtree(folder / "cache", ignore_errors=True)
     return {
