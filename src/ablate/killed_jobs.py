@@ -124,7 +124,9 @@ def record_killed_jobs(sweep_dir: Path, since: float, signals: Sequence[str]) ->
 
 class KilledWorkerGuard(Launcher):
     """Wraps the sweep's launcher: a broken process pool (a worker killed) records the jobs it took
-    down as ``killed`` and stops the sweep (see the module docstring); any launcher works under it."""
+    down as ``killed`` and stops the sweep (see the module docstring). While it launches, loky's
+    workers start ignoring Ctrl-C until a job runs (:mod:`ablate.sweep_stop`: an idle worker's death
+    would break the pool too). Any launcher works under it."""
 
     def __init__(self, launcher: Launcher, sweep_dir: Path) -> None:
         self.launcher = launcher
