@@ -44,6 +44,9 @@ class CtrlCWhenAllTraining(Callback):
             (self.ready / "sent").open("x").close()  # exactly one job sends it
         except FileExistsError:
             return
+        self.fire()
+
+    def fire(self) -> None:
         os.killpg(os.getpgid(0), signal.SIGINT)
 
 
@@ -63,15 +66,5 @@ class KillOneWhenAllTraining(CtrlCWhenAllTraining):
     ``jobs`` jobs have reached it, then the first of them SIGKILLs itself, once (a re-run is not
     killed again: the ``sent`` file stays)."""
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step != self.step:
-            return
-        self.ready.mkdir(parents=True, exist_ok=True)
-        (self.ready / str(os.getpid())).touch()
-        while len(list(self.ready.glob("[0-9]*"))) < self.jobs:
-            time.sleep(0.05)
-        try:
-            (self.ready / "sent").open("x").close()
-        except FileExistsError:
-            return
+    def fire(self) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
