@@ -4,7 +4,6 @@ evaluation uses (ablate.tasks.lm_eval.evaluate_lengths), so both give the same n
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -85,17 +84,11 @@ def test_a_character_outside_the_vocabulary_names_the_file(tmp_path):
         dm.setup("test")
 
 
-def load_eval_script():
-    spec = importlib.util.spec_from_file_location("eval_script", REPO / "eval.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_seq_lens_must_be_positive_lengths():
     from omegaconf import OmegaConf
 
-    lengths = load_eval_script().eval_lengths
+    from ablate.tasks.lm_eval import eval_lengths as lengths
+
     assert lengths(OmegaConf.create({"seq_lens": [128, 256]})) == [128, 256]
     assert lengths(OmegaConf.create({"seq_lens": 64})) == [64]
     assert lengths(OmegaConf.create({"seq_lens": None})) is None

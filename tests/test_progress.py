@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks.progress import ProgressBar
 
 from ablate.callbacks.progress import TextProgress, progress_callback, wants_progress_bar
 from ablate.console import format_run_summary, format_sweep_summary, format_wall_time
+from ablate.run_status import RunStatus
 from conftest import TINY
 
 STEP = re.compile(r"^step\s+(\d+)/(\d+) \(\s*\d+%\)  loss ", re.M)
@@ -202,7 +203,7 @@ COMPLETED = {
 
 
 def test_format_run_summary_completed():
-    text = format_run_summary(COMPLETED, Path("logs/runs/x"))
+    text = format_run_summary(RunStatus.from_json(COMPLETED), Path("logs/runs/x"))
     assert text.splitlines() == [
         "run completed",
         "  steps      1500",
@@ -224,22 +225,25 @@ def test_format_run_summary_other_outcomes():
         "wall_time_s": 5.0,
         "metrics": {"val/loss": None, "val/bleu": 12.345},
     }
-    text = format_run_summary(diverged, "out")
+    text = format_run_summary(RunStatus.from_json(diverged), "out")
     assert "run diverged" in text and "at step 23: loss 41.2 > 10 x first loss" in text
     assert re.search(r"val/loss\s+-$", text, re.M) and re.search(r"val/bleu\s+12\.35$", text, re.M)
     assert re.search(r"wall time\s+0:00:05$", text, re.M)
     crashed = {"status": "crashed", "error": "RuntimeError: boom\nsecond line", "traceback": "...", "overrides": []}
-    text = format_run_summary(crashed, "out")
+    text = format_run_summary(RunStatus.from_json(crashed), "out")
     assert text.splitlines()[:2] == ["run crashed", "  error      RuntimeError: boom"]
     assert re.search(r"steps\s+-$", text, re.M) and re.search(r"output\s+out$", text, re.M)
-    assert format_run_summary({"status": "interrupted", "steps": 7, "wall_time_s": 61}, "o").splitlines() == [
+    assert format_run_summary(
+        RunStatus.from_json({"status": "interrupted", "steps": 7, "wall_time_s": 61}), "o"
+    ).splitlines() == [
         "run interrupted",
         "  steps      7",
         "  wall time  0:01:01",
         "  output     o",
     ]
     text = format_run_summary(
-        {"status": "interrupted", "error": "KeyboardInterrupt before the end of a training step"}, "o"
+        RunStatus.from_json({"status": "interrupted", "error": "KeyboardInterrupt before the end of a training step"}),
+        "o",
     )
     assert "  reason     KeyboardInterrupt before the end of a training step" in text.splitlines()
 

@@ -1,9 +1,11 @@
-"""A third task without touching train.py: the task interface is all train.py knows (issue 11).
+"""A third task lands in one place: this file (issues 11 and 19).
 
 A toy task ("copy": predict the input token itself, a few steps on Tiny Shakespeare's LM data) is
-defined here, registered in ablate.tasks at test time, selected with `+task.name=copy`-style
-config, and trained through ablate.train.fit: it checks its own config, evaluates itself after
-training and adds its own entry to status.json.
+defined here and registered with one ``register_task(TaskSpec(...))`` call at test time, with its
+own metric (``copy_accuracy``). Selected with ``task.name=copy``, it trains through
+ablate.train.fit, checks its own config, evaluates itself after training and adds its own entry to
+status.json; the console, the analysis and the optimised-metric check know its metric from its
+declaration. No other file of the package names it.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-import ablate.tasks as tasks
+from ablate import metrics
 from ablate.config import ConfigError
 from ablate.nn.transformer import TransformerLM
+from ablate.tasks import TASKS, TaskSpec, register_task, unregister_task
 from ablate.tasks.base import TaskModule
 from conftest import REPO, TINY
 
@@ -67,10 +70,25 @@ def build_copy(cfg, datamodule, spec):
     return CopyTask(spec.as_dict(), dict(cfg.optim))
 
 
+COPY_ACCURACY = metrics.Metric("copy_accuracy", "max", "copy accuracy", "fraction of tokens", format=".3f")
+LOSS = TASKS["lm"].metrics[0]  # the cross-entropy, as the built-in tasks declare it
+
+
 @pytest.fixture
-def copy_task(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setitem(tasks.TASKS, "copy", build_copy)
-    monkeypatch.setitem(tasks.TASK_CLASSES, "copy", f"{__name__}:CopyTask")
+def copy_task():
+    register_task(
+        TaskSpec(
+            name="copy",
+            module=CopyTask,
+            build=build_copy,
+            metrics=(LOSS, COPY_ACCURACY),
+            headline_metric="test/copy_accuracy",
+            console_metric="test/copy_accuracy",
+            checkpoint_scripts="nothing yet",
+        )
+    )
+    yield TASKS["copy"]
+    unregister_task("copy")
 
 
 def composed(tmp_path: Path, data_dir: Path, *overrides: str) -> DictConfig:
@@ -108,9 +126,9 @@ def test_a_third_task_trains_through_train_py(copy_task, tmp_path: Path, data_di
     from ablate.train import Job, fit
 
     status = fit(composed(tmp_path, data_dir), tmp_path / "run", Job())
-    assert status["status"] == "completed" and status["steps"] == 30
-    assert status["metrics"]["test/copy_accuracy"] > 0.5  # learned to copy
-    assert status["copy"] == {"evaluated_tokens": 4 * 16}
+    assert status.status == "completed" and status.steps == 30
+    assert status.metrics["test/copy_accuracy"] > 0.5  # learned to copy
+    assert status.extra == {"copy": {"evaluated_tokens": 4 * 16}}  # the task's own entry
 
 
 def test_a_third_task_checks_its_own_config_before_data(copy_task, tmp_path: Path, data_dir: Path) -> None:
@@ -118,3 +136,31 @@ def test_a_third_task_checks_its_own_config_before_data(copy_task, tmp_path: Pat
 
     with pytest.raises(ConfigError, match="task.refuse is set"):
         check_config(composed(tmp_path, data_dir, "+task.refuse=true"))
+
+
+def test_a_third_tasks_metric_is_known_wherever_metrics_are_shown(copy_task) -> None:
+    from ablate.analysis.runs import higher_is_better
+    from ablate.console import format_run_summary, format_sweep_summary
+    from ablate.run_checks import optimized_metric_problem
+    from ablate.run_status import RunStatus
+    from ablate.tasks import task_of_metrics
+
+    assert higher_is_better("test/copy_accuracy")
+    assert metrics.axis_label("test/copy_accuracy") == "test copy accuracy (fraction of tokens)"
+    status = {"status": "completed", "steps": 30, "metrics": {"test/copy_accuracy": 0.91234, "test/loss": 0.5}}
+    assert "  test/copy_accuracy  0.912" in format_run_summary(RunStatus.from_json(status), "out").splitlines()
+    assert task_of_metrics({"test/copy_accuracy", "test/loss"}) == "copy"
+    assert "test/copy_accuracy" in format_sweep_summary([{**status, "job": "0"}]).splitlines()[0]
+    cfg = {"task": {"name": "copy"}, "optimized_metric": "test/copy_accuracy"}
+    assert optimized_metric_problem(cfg) is None
+    assert "not logged by task=copy" in str(optimized_metric_problem({**cfg, "optimized_metric": "val/bleu"}))
+
+
+def test_unregistering_the_task_forgets_its_metric(copy_task) -> None:
+    unregister_task("copy")
+    try:
+        assert metrics.find("test/copy_accuracy") is None and metrics.find("val/loss") is not None
+        with pytest.raises(metrics.UndeclaredMetricError, match="copy_accuracy"):
+            metrics.higher_is_better("test/copy_accuracy")
+    finally:
+        register_task(copy_task)

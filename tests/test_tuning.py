@@ -19,6 +19,7 @@ from hydra import compose, initialize_config_dir
 
 import forked_python
 from ablate.objective import MetricNotLoggedError, best_metric_value
+from ablate.run_status import RunStatus
 from ablate.sweepers.lr_selection import LRResult, log_grid, read_outcome, save_selection, select_lr
 from conftest import REPO, TINY
 
@@ -165,7 +166,7 @@ def test_best_metric_value(tmp_path):
             {"step": 9, "grad_norm/total": 0.5},
         ],
     )
-    done = {"status": "completed", "metrics": {"val/loss": 2.7, "test/loss": 2.6}}
+    done = RunStatus("completed", metrics={"val/loss": 2.7, "test/loss": 2.6})
     assert best_metric_value(tmp_path, done, "val/loss") == 2.5  # the best over the run, not the final 2.7
     assert best_metric_value(tmp_path, done, "val/bleu") == 14.0  # higher is better
     assert best_metric_value(tmp_path, done, "test/loss") == 2.6  # only in status.json
@@ -174,7 +175,7 @@ def test_best_metric_value(tmp_path):
         ("diverged", "val/bleu", -math.inf),
         ("crashed", "val/loss", math.inf),
     ):
-        assert best_metric_value(tmp_path, {"status": status, "metrics": {}}, metric) == worst
+        assert best_metric_value(tmp_path, RunStatus(status), metric) == worst
     with pytest.raises(MetricNotLoggedError) as err:
         best_metric_value(tmp_path, done, "val/los")
     message = str(err.value)
@@ -184,7 +185,7 @@ def test_best_metric_value(tmp_path):
 
 def test_best_metric_value_never_finite(tmp_path):
     write_metrics(tmp_path, [{"step": 2, "val/loss": "nan"}, {"step": 3, "val/loss": "inf"}])
-    assert best_metric_value(tmp_path, {"status": "completed", "metrics": {"val/loss": None}}, "val/loss") == math.inf
+    assert best_metric_value(tmp_path, RunStatus("completed", metrics={"val/loss": None}), "val/loss") == math.inf
 
 
 # --------------------------------------------------------------------------- configs

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ablate.nn.attention import ATTENTION_IMPLS
+from ablate.nn.attention import ATTENTION_KERNELS
 from ablate.nn.block import PLACEMENTS
 from ablate.nn.ffn import activation_names
 from ablate.nn.init import INITS
@@ -85,7 +85,7 @@ def validate(spec: ModelSpec) -> ModelSpec:
     _choice(spec.norm_layer, NORM_LAYERS, "norm.layer")
     _choice(spec.act, activation_names(), "act")
     _choice(spec.init, INITS, "init")
-    _choice(spec.attn, ATTENTION_IMPLS, "attn")
+    _choice(spec.attn, ATTENTION_KERNELS, "attn")
     for key in ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff", "max_len"):
         if getattr(spec, key) <= 0:
             raise ConfigError(f"model.{key} must be positive, got {getattr(spec, key)}")

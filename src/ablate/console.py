@@ -11,6 +11,9 @@ import rich.syntax
 import rich.tree
 from omegaconf import DictConfig, OmegaConf
 
+from ablate import metrics
+from ablate.run_status import RunStatus
+
 # The groups a reader looks at first; the rest follow in config order.
 FIRST = ("task", "data", "model", "pos", "norm", "act", "init", "attn", "optim", "trainer")
 
@@ -108,11 +111,6 @@ def quiet_known_noise() -> None:
 
 # --- What a run and a sweep print at the end ---------------------------------------------------
 
-# The metrics a run summary shows when the status has them, in this order.
-HEADLINE_METRICS = ("val/loss", "val/ppl", "val/bleu", "test/loss", "test/ppl", "test/bleu")
-# The one metric a sweep table shows: the first of these that any job has.
-SWEEP_METRICS = ("val/bleu", "val/loss", "test/bleu", "test/loss")
-
 
 def format_wall_time(seconds: float | None) -> str:
     """``h:mm:ss`` (hours may pass 24); ``-`` when unknown."""
@@ -128,23 +126,16 @@ def format_wall_time(seconds: float | None) -> str:
 
 
 def format_metric(name: str, value: float | None) -> str:
-    """A metric at the precision its kind deserves: loss 4 decimals, perplexity and BLEU 2
-    (a huge perplexity in scientific notation); ``-`` when missing (non-finite values are stored
-    as null in ``status.json``)."""
-    if value is None:
-        return "-"
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    kind = name.split("/")[-1].split("@")[0]
-    if kind == "loss":
-        return f"{value:.4f}"
-    if kind == "ppl":
-        return f"{value:.2f}" if abs(value) < 1e5 else f"{value:.3e}"
-    if kind == "bleu":
-        return f"{value:.2f}"
-    return f"{value:.4g}"
+    """A metric at the precision its declaration gives (:func:`ablate.metrics.format_value`: loss
+    4 decimals, perplexity and BLEU 2, a huge perplexity in scientific notation); ``-`` when
+    missing (non-finite values are stored as null in ``status.json``)."""
+    return metrics.format_value(name, value)
+
+
+def headline_metrics() -> list[str]:
+    """The metrics a run summary shows when the status has them, in this order: the validation,
+    then the test split of every declared metric that is ``shown`` (:mod:`ablate.metrics`)."""
+    return metrics.shown("val") + metrics.shown("test")
 
 
 def _first_line(text: Any, limit: int = 160) -> str:
@@ -152,7 +143,7 @@ def _first_line(text: Any, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def format_run_summary(status: dict[str, Any], output_dir: Path | str) -> str:
+def format_run_summary(status: RunStatus, output_dir: Path | str) -> str:
     """The block a run prints at its end, from its status record (what
     :func:`ablate.train.fit` returns / ``status.json`` holds)::
 
@@ -165,21 +156,19 @@ def format_run_summary(status: dict[str, Any], output_dir: Path | str) -> str:
           test/ppl   4.40
           output     logs/runs/2026-01-02/10-11-12
     """
-    state = status.get("status") or "unknown"
+    state = status.status
     rows: list[tuple[str, str]] = []
     if state == "diverged":
-        at = status.get("diverged_at_step")
-        reason = status.get("divergence_reason")
+        at, reason = status.diverged_at_step, status.divergence_reason
         rows.append(
             ("diverged", f"at step {at if at is not None else '?'}" + (f": {_first_line(reason)}" if reason else ""))
         )
-    if status.get("error"):  # crashed: the exception; interrupted: what stopped it
-        rows.append(("error" if state == "crashed" else "reason", _first_line(status["error"])))
-    steps = status.get("steps")
-    rows.append(("steps", str(steps) if steps is not None else "-"))
-    rows.append(("wall time", format_wall_time(status.get("wall_time_s"))))
-    metrics = status.get("metrics") or {}
-    rows += [(name, format_metric(name, metrics[name])) for name in HEADLINE_METRICS if name in metrics]
+    if status.error:  # crashed: the exception; interrupted: what stopped it
+        rows.append(("error" if state == "crashed" else "reason", _first_line(status.error)))
+    rows.append(("steps", str(status.steps) if status.steps is not None else "-"))
+    rows.append(("wall time", format_wall_time(status.wall_time_s)))
+    values = status.metrics
+    rows += [(name, format_metric(name, values[name])) for name in headline_metrics() if name in values]
     rows.append(("output", str(output_dir)))
     width = max(len(label) for label, _ in rows)
     return "\n".join([f"run {state}"] + [f"  {label:<{width}}  {value}" for label, value in rows])
@@ -198,11 +187,14 @@ def format_sweep_summary(rows: list[dict[str, Any]], metric: str | None = None) 
 
     Each row is a job's status record (as in ``status.json``) with its directory under ``job``
     (or ``output_dir``/``dir``; a path or its name). ``metric``: the metric column; None takes
-    the first of :data:`SWEEP_METRICS` that any job has (val/loss for a language model).
+    the ``console_metric`` of the task the jobs' metrics come from (val/loss for a language
+    model, val/bleu for translation: :func:`ablate.tasks.task_of_metrics`).
     """
     if metric is None:
+        from ablate.tasks import TASKS, task_of_metrics
+
         present = {name for row in rows for name in (row.get("metrics") or {})}
-        metric = next((name for name in SWEEP_METRICS if name in present), "val/loss")
+        metric = TASKS[task_of_metrics(present)].console_metric
     header = ("job", "status", "steps", metric, "wall time")
     table = [header]
     for row in rows:

@@ -33,7 +33,7 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.run_lock import LOCK_FILE
-from ablate.run_status import write_status
+from ablate.run_status import RunStatus, write_status
 from ablate.sweep_stop import STOP_FILE, loky_workers_ignore_ctrl_c_until_a_job_runs, request_stop
 
 KILLED = "killed"
@@ -106,17 +106,17 @@ def record_killed_jobs(sweep_dir: Path, since: float, signals: Sequence[str]) ->
         resume = (
             f"resumes from step {step} (its last checkpoint)" if step is not None else "starts afresh (no checkpoint)"
         )
-        record = {
-            "status": KILLED,
-            "signal": signal,
-            "pid": holder.get("pid"),
-            "steps": step,
-            "error": (
+        record = RunStatus(
+            KILLED,
+            _overrides(job_dir),
+            signal=signal,
+            pid=holder.get("pid"),
+            steps=step,
+            error=(
                 f"its worker process (pid {holder.get('pid')}) was killed by {signal} (the system's out-of-memory "
                 f"killer, or kill -9), or stopped by joblib when another worker was; re-running the command {resume}"
             ),
-            "overrides": _overrides(job_dir),
-        }
+        )
         write_status(job_dir, record)
         killed.append(job_dir)
     return killed

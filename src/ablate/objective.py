@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 from ablate.analysis.runs import higher_is_better, read_metrics_csv
+from ablate.run_status import RunStatus
 
 WORST_STATUSES = ("diverged", "crashed")
 _SHOWN_PREFIXES = ("val/", "test/", "train/")
@@ -32,20 +32,21 @@ def worst_value(metric: str) -> float:
     return -math.inf if higher_is_better(metric) else math.inf
 
 
-def best_metric_value(output_dir: Path, status: dict[str, Any], metric: str) -> float:
+def best_metric_value(output_dir: Path, status: RunStatus, metric: str) -> float:
     """The best value of ``metric`` over the job's run in ``output_dir`` (min, or max for BLEU-like
     metrics), from ``csv/metrics.csv`` and the final metrics of ``status``.
 
-    Diverged or crashed (``status["status"]``): the worst value, ``+inf``/``-inf``. A metric logged
+    Diverged or crashed (``status.status``): the worst value, ``+inf``/``-inf``. A metric logged
     only as non-finite values: the worst value too. A metric logged nowhere:
     :class:`MetricNotLoggedError`."""
-    if status.get("status") in WORST_STATUSES:
+    if status.status in WORST_STATUSES:
         return worst_value(metric)
     frame = read_metrics_csv(Path(output_dir) / "csv" / "metrics.csv")
-    recorded = status.get("metrics") or {}
+    recorded = status.metrics
     values = [float(v) for v in frame[metric].dropna()] if metric in frame else []
-    if recorded.get(metric) is not None:
-        values.append(float(recorded[metric]))
+    final = recorded.get(metric)
+    if final is not None:
+        values.append(float(final))
     finite = [v for v in values if math.isfinite(v)]
     if finite:
         return max(finite) if higher_is_better(metric) else min(finite)

@@ -141,21 +141,22 @@ def start_warnings(cfg: Mapping[str, Any]) -> list[str]:
     return found + [w for w in (warmup_problem(cfg),) if w]
 
 
-# what each task logs that a sweeper could optimise (prefixes; test/* exists after training only)
-TASK_METRICS = {"lm": ("train/", "val/loss", "val/ppl", "test/"), "translation": ("train/", "val/", "test/")}
-
-
 def optimized_metric_problem(cfg: Mapping[str, Any]) -> str | None:
     """Why ``optimized_metric`` (what ``train.py`` returns to a sweeper such as Optuna) can never
-    be logged by this run, or None. A warning at start, not an error: a plain run or grid sweep
-    does not use the value."""
+    be logged by this run, or None: it must be a training, validation or test metric that the
+    task declares with a direction (:class:`ablate.tasks.TaskSpec` ``metrics``). A warning at
+    start, not an error: a plain run or grid sweep does not use the value."""
+    from ablate.tasks import TASKS
+
     metric = cfg.get("optimized_metric")
     if not metric:
         return None
-    task = (cfg.get("task") or {}).get("name", "lm")
+    task = str((cfg.get("task") or {}).get("name", "lm"))
     trainer = cfg.get("trainer") or {}
-    if not str(metric).startswith(TASK_METRICS.get(task, ("",))):
-        return f"optimized_metric={metric} is not logged by task={task} (it logs {', '.join(TASK_METRICS[task])}...)"
+    spec = TASKS.get(task)
+    if spec is not None and not spec.ranks_by(str(metric)):
+        ranked = ", ".join(m.name for m in spec.metrics if m.goal is not None)
+        return f"optimized_metric={metric} is not logged by task={task} (it logs train/, val/ and test/ {ranked})"
     if str(metric).startswith("val/") and trainer.get("limit_val_batches", 1.0) == 0:
         return f"optimized_metric={metric} is never logged: validation is off (trainer.limit_val_batches=0)"
     if str(metric).startswith("test/") and not (cfg.get("eval") or {}).get("test_at_end", True):

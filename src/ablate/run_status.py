@@ -1,41 +1,116 @@
 """A run's record, ``status.json`` in its directory: what happened (completed, diverged, crashed,
 interrupted, ...), its steps, metrics and settings; what the sweep report, the re-run of a sweep
 (finished jobs are skipped) and the analysis scripts read. Written atomically (a temporary file
-renamed), and a finished run's record is final: a failed attempt to resume it goes elsewhere."""
+renamed), and a finished run's record is final: a failed attempt to resume it goes elsewhere.
+
+:class:`RunStatus` is the record's one schema: every writer builds one, every reader in the
+package gets one from :func:`read_status`, and :meth:`RunStatus.to_json` /
+:meth:`RunStatus.from_json` are its only way to and from the file. A key is absent from the file
+when it does not apply (a crash has no metrics to speak of, a completed run no divergence step); a
+task's own entries (``evaluate_after_fit``: ``eval_lengths``, ...) sit beside the standard ones.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+OUTCOMES = ("completed", "diverged", "interrupted", "crashed", "killed")
 FINISHED = ("completed", "diverged")  # a re-run of the sweep skips these (skip_completed)
 
 
-def write_status(output_dir: Path, status: dict[str, Any]) -> None:
+@dataclass
+class RunStatus:
+    """What one run (or one attempt to resume it) ended with.
+
+    ``status``: one of :data:`OUTCOMES`; ``steps``: optimiser steps done (a killed job: those of
+    its last checkpoint); ``metrics``: the last logged value of each metric (None where it was not
+    finite) and the evaluation after training; ``error``: what stopped it (crashed, interrupted,
+    killed), with the ``traceback`` of a crash; ``diverged_at_step``/``divergence_reason``: a
+    divergence; ``params``, ``axes`` (the architecture options), ``world_size``,
+    ``accumulate_grad_batches``, ``resumed_from`` (the checkpoint it continued), ``wall_time_s``:
+    the run's settings and cost; ``signal``/``pid``: the worker process of a killed job;
+    ``extra``: the task's own entries, written beside these."""
+
+    status: str
+    overrides: list[str] = field(default_factory=list)
+    steps: int | None = None
+    wall_time_s: float | None = None
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    error: str | None = None
+    traceback: str | None = None
+    diverged_at_step: int | None = None
+    divergence_reason: str | None = None
+    params: int | None = None
+    axes: dict[str, Any] | None = None
+    world_size: int | None = None
+    accumulate_grad_batches: int | None = None
+    resumed_from: str | None = None
+    signal: str | None = None
+    pid: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in OUTCOMES:
+            raise ValueError(f"status={self.status!r}; valid outcomes: {', '.join(OUTCOMES)}")
+
+    @property
+    def finished(self) -> bool:
+        """Completed or diverged: a re-run of the sweep skips it, and its record is final."""
+        return self.status in FINISHED
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as ``status.json`` holds it: the fields that apply, then the task's entries."""
+        record: dict[str, Any] = {}
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            applies = value is not None and value != {}
+            if spec.name != "extra" and (applies or spec.name in ("status", "overrides")):
+                record[spec.name] = value
+        clash = set(self.extra) & {spec.name for spec in fields(self)}
+        if clash:
+            raise ValueError(f"a task's status entries {sorted(clash)} would overwrite the run's own")
+        return {**record, **self.extra}
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> RunStatus:
+        """A record read back (:meth:`to_json`'s inverse); keys it does not know are the task's."""
+        names = {spec.name for spec in fields(cls)} - {"extra"}
+        known = {k: v for k, v in record.items() if k in names}
+        known["metrics"] = dict(known.get("metrics") or {})
+        known["overrides"] = list(known.get("overrides") or [])
+        return cls(**known, extra={k: v for k, v in record.items() if k not in names})
+
+
+def write_status(output_dir: Path, status: RunStatus) -> None:
     tmp = output_dir / "status.json.tmp"
-    tmp.write_text(json.dumps(status, indent=2, default=str))
+    tmp.write_text(json.dumps(status.to_json(), indent=2, default=str))
     tmp.replace(output_dir / "status.json")
 
 
-def read_status(output_dir: Path) -> dict[str, Any] | None:
+def read_status(output_dir: Path) -> RunStatus | None:
+    """The record in ``output_dir``, or None when there is none or it is not one (unreadable,
+    not JSON, or an outcome this version does not know)."""
     path = output_dir / "status.json"
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return RunStatus.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
 
 
-def record_status(output_dir: Path, status: dict[str, Any]) -> None:
+def record_status(output_dir: Path, status: RunStatus) -> None:
     """Write ``status.json``, unless it records a finished run and ``status`` is a failed or
     interrupted attempt to resume it: that record stays, the attempt goes to ``status.failed.json``."""
     previous = read_status(output_dir)
-    if status["status"] not in FINISHED and previous is not None and previous.get("status") in FINISHED:
-        (output_dir / "status.failed.json").write_text(json.dumps(status, indent=2, default=str))
+    if not status.finished and previous is not None and previous.finished:
+        (output_dir / "status.failed.json").write_text(json.dumps(status.to_json(), indent=2, default=str))
         print(
-            f"{output_dir / 'status.json'} still records the finished run ({previous['status']}); this attempt's "
-            f"{status['status']} record is in status.failed.json",
+            f"{output_dir / 'status.json'} still records the finished run ({previous.status}); this attempt's "
+            f"{status.status} record is in status.failed.json",
             file=sys.stderr,
         )
         return

@@ -27,13 +27,14 @@ from omegaconf import DictConfig
 from ablate import cli
 from ablate.console import format_sweep_summary
 from ablate.killed_jobs import KILLED, KILLED_REASON
+from ablate.run_status import RunStatus
 from ablate.sweep_stop import STOP_FILE, SweepStopHandler, launches_worker_processes
 
 EXIT_CRASHED = cli.EXIT_CRASHED
 FAILED = ("crashed", KILLED)  # the sweep exits with 1; a re-run retries these jobs
 
 
-def job_records(sweep_dir: Path, since: float) -> dict[Path, dict[str, Any]]:
+def job_records(sweep_dir: Path, since: float) -> dict[Path, RunStatus]:
     """``job dir -> status`` for the jobs under ``sweep_dir`` whose ``status.json`` changed at or
     after ``since`` (a Unix time). An unreadable record is reported as crashed."""
     records = {}
@@ -41,9 +42,9 @@ def job_records(sweep_dir: Path, since: float) -> dict[Path, dict[str, Any]]:
         if path.stat().st_mtime < since:
             continue
         try:
-            records[path.parent] = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            records[path.parent] = {"status": "crashed", "error": f"unreadable {path}: {err}"}
+            records[path.parent] = RunStatus.from_json(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError, AttributeError) as err:
+            records[path.parent] = RunStatus("crashed", error=f"unreadable {path}: {err}")
     return records
 
 
@@ -68,13 +69,14 @@ class SweepReport(Callback):
             self._stop.path.unlink(missing_ok=True)  # the records say what ran; a re-run starts afresh
         sweep_dir = Path(str(config.hydra.sweep.dir))
         records = job_records(sweep_dir, self._start)
-        failed = {d: r for d, r in records.items() if r.get("status") in FAILED}
+        failed = {d: r for d, r in records.items() if r.status in FAILED}
         counts: dict[str, int] = {}
         for record in records.values():
-            counts[record.get("status", "?")] = counts.get(record.get("status", "?"), 0) + 1
+            counts[record.status] = counts.get(record.status, 0) + 1
         summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no job ran (all skipped)"
         if records:
-            print(format_sweep_summary([{**record, "job": job_dir} for job_dir, record in records.items()]), flush=True)
+            rows = [{**record.to_json(), "job": job_dir} for job_dir, record in records.items()]
+            print(format_sweep_summary(rows), flush=True)
         print(f"sweep {sweep_dir}: {summary}", flush=True)
         offline = sorted(str(p.parent) for p in sweep_dir.glob("*/wandb/offline-run-*/run-*.wandb"))
         if offline:
@@ -83,7 +85,7 @@ class SweepReport(Callback):
                 flush=True,
             )
         for job_dir, record in failed.items():
-            print(f"  {record['status']}: {job_dir.name}: {record.get('error', '?')}", flush=True)
+            print(f"  {record.status}: {job_dir.name}: {record.error or '?'}", flush=True)
         if stop_reason is not None and not stop_reason.startswith(KILLED_REASON):
             print(
                 "sweep interrupted: the running jobs saved their step; re-run the same command to resume them and "

@@ -72,7 +72,7 @@ from ablate.resume import (
 )
 from ablate.run_checks import check_run_numbers, start_warnings
 from ablate.run_lock import RunDirectoryBusy, RunDirectoryLock
-from ablate.run_status import FINISHED, read_status, record_status
+from ablate.run_status import RunStatus, read_status, record_status
 from ablate.tasks import build_task, check_task_config, task_name
 from ablate.tasks.base import finite_or_none
 from ablate.tracking.loggers import build_loggers
@@ -235,18 +235,18 @@ def refuse_new_directory_for_last(cfg: DictConfig, output_dir: Path, job: Job) -
         )
 
 
-def finished_with_nothing_to_add(cfg: DictConfig, output_dir: Path) -> dict[str, Any] | None:
+def finished_with_nothing_to_add(cfg: DictConfig, output_dir: Path) -> RunStatus | None:
     """The record of a finished run (completed or diverged) that a resume would not train further
     (``trainer.max_steps`` not raised), or None."""
     status = read_status(output_dir)
-    if status is None or status.get("status") not in FINISHED:
+    if status is None or not status.finished:
         return None
     max_steps = cfg.trainer.get("max_steps", -1)
-    more = isinstance(max_steps, int) and max_steps > int(status.get("steps") or 0)
-    return None if more and status["status"] == "completed" else status
+    more = isinstance(max_steps, int) and max_steps > int(status.steps or 0)
+    return None if more and status.status == "completed" else status
 
 
-def previous_outcome(cfg: DictConfig, output_dir: Path) -> dict[str, Any] | None:
+def previous_outcome(cfg: DictConfig, output_dir: Path) -> RunStatus | None:
     """What a re-run of a sweep does with this job, decided from its directory (called once per
     job, in the process that launches its ranks, so every rank gets the same ``ckpt_path``):
 
@@ -271,18 +271,18 @@ def previous_outcome(cfg: DictConfig, output_dir: Path) -> dict[str, Any] | None
             path.unlink(missing_ok=True)
         return None
     status = read_status(output_dir)
-    if status is not None and status.get("status") in FINISHED:
+    if status is not None and status.finished:
         return status
     last = find_last_checkpoint(dirs)
     if last is not None and cfg.get("ckpt_path") is None:
-        was = status.get("status") if status else "interrupted"
+        was = status.status if status else "interrupted"
         log.info(f"resuming {output_dir} ({was}) from {last}")
         with open_dict(cfg):
             cfg.ckpt_path = str(last)
     return None
 
 
-def optimized_value(cfg: DictConfig, status: dict[str, Any]) -> float:
+def optimized_value(cfg: DictConfig, status: RunStatus) -> float:
     """The job's return value for a sweeper (``optimized_metric``): in a sweep, the best value the
     run logged (diverged and crashed jobs rank last; a metric never logged stops the sweep with
     its name: :func:`ablate.objective.best_metric_value`); NaN for a single run, which nothing
@@ -304,7 +304,7 @@ def sweeper_optimises() -> bool:
     return bool(target) and not target.endswith("BasicSweeper")
 
 
-def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, Any]:
+def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> RunStatus:
     """Train one configuration in this process (one rank of it, under DDP); returns its status
     record."""
     job = job or Job.current()
@@ -395,29 +395,29 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> dict[str, 
     if not diverged and not interrupted:  # Ctrl-C: last.ckpt was saved at this step; no evaluation
         evaluated, extra = task.evaluate_after_fit(trainer, datamodule, cfg)  # the task's own (test split, ...)
         metrics.update(evaluated)
-    status = {
-        "status": "interrupted" if interrupted else "diverged" if diverged else "completed",
-        "diverged_at_step": divergence.diverged_at if divergence is not None and diverged else None,
-        "divergence_reason": divergence.reason if divergence is not None and diverged else None,
-        "steps": trainer.global_step,
-        "wall_time_s": round(time.perf_counter() - start, 2),
-        "params": n_params,
-        "axes": spec.axes(),
-        "overrides": job.overrides,
-        "world_size": trainer.world_size,
-        "accumulate_grad_batches": accumulate,
-        "resumed_from": ckpt_path,
-        "metrics": metrics,
-    }
-    status.update(extra)
+    status = RunStatus(
+        status="interrupted" if interrupted else "diverged" if diverged else "completed",
+        diverged_at_step=divergence.diverged_at if divergence is not None and diverged else None,
+        divergence_reason=divergence.reason if divergence is not None and diverged else None,
+        steps=trainer.global_step,
+        wall_time_s=round(time.perf_counter() - start, 2),
+        params=n_params,
+        axes=spec.axes(),
+        overrides=job.overrides,
+        world_size=trainer.world_size,
+        accumulate_grad_batches=accumulate,
+        resumed_from=ckpt_path,
+        metrics=metrics,
+        extra=extra,
+    )
     for key in ("status", "diverged_at_step", "steps", "wall_time_s"):
-        set_wandb_summary(loggers, key, status[key])
+        set_wandb_summary(loggers, key, getattr(status, key))
     set_wandb_summary(loggers, "diverged", diverged)
     return status
 
 
 @record  # a failing rank's traceback reaches the launching process
-def _rank_main(cfg_container: dict[str, Any], output_dir: str, job: Job) -> dict[str, Any] | None:
+def _rank_main(cfg_container: dict[str, Any], output_dir: str, job: Job) -> RunStatus | None:
     """One rank of a job started by :func:`ablate.distributed.launch`; rank 0 returns the status."""
     rank = distributed.global_rank()
     rank_zero_only.rank = rank  # type: ignore[attr-defined] # lightning was imported before the launcher set RANK
@@ -430,7 +430,7 @@ def _rank_main(cfg_container: dict[str, Any], output_dir: str, job: Job) -> dict
     return status if rank == 0 else None
 
 
-def fit_job(cfg: DictConfig, output_dir: Path, job: Job) -> dict[str, Any]:
+def fit_job(cfg: DictConfig, output_dir: Path, job: Job) -> RunStatus:
     """Train the job here, or in N processes started for it when it needs more than this one."""
     if (
         sweep_stop.jobs_in_worker_processes()
@@ -506,7 +506,7 @@ def run_locked(cfg: DictConfig, output_dir: Path, job: Job, writer: bool) -> flo
         done = previous_outcome(cfg, output_dir)
         if done is not None:
             log.info(
-                f"skipped: {output_dir} is already {done['status']} (its status.json); skip_completed=false retrains it"
+                f"skipped: {output_dir} is already {done.status} (its status.json); skip_completed=false retrains it"
             )
             return optimized_value(cfg, done)
     elif cfg.get("ckpt_path") is not None:
@@ -514,13 +514,13 @@ def run_locked(cfg: DictConfig, output_dir: Path, job: Job, writer: bool) -> flo
             resume_point(cfg, output_dir, job)
         except CheckpointError as err:  # the failed attempt is recorded; a finished run's record stays
             if writer:
-                record_status(output_dir, {"status": "crashed", "error": str(err), "overrides": job.overrides})
+                record_status(output_dir, RunStatus("crashed", job.overrides, error=str(err)))
             raise
         done = finished_with_nothing_to_add(cfg, output_dir)
         if done is not None:  # completed is final: no record is rewritten
             if writer:
                 print(
-                    f"already {done['status']}: {output_dir} (its status.json: {done.get('steps')} steps of "
+                    f"already {done.status}: {output_dir} (its status.json: {done.steps} steps of "
                     f"trainer.max_steps={cfg.trainer.max_steps}); nothing was trained or rewritten. To train it "
                     "longer: trainer.max_steps=<more> '+resume_allow_changes=[trainer.max_steps]'",
                     flush=True,
@@ -534,31 +534,24 @@ def run_locked(cfg: DictConfig, output_dir: Path, job: Job, writer: bool) -> flo
     exit_code = 0
     try:
         status = fit_job(cfg, output_dir, job)
-        if status.get("status") == "interrupted":
+        if status.status == "interrupted":
             exit_code = EXIT_INTERRUPTED
     except (KeyboardInterrupt, SystemExit, SIGTERMException) as err:  # a second Ctrl-C, SIGTERM, Lightning's exit
         exit_code = EXIT_INTERRUPTED
-        status = {
-            "status": "interrupted",
-            "error": f"{type(err).__name__} before the end of a training step",
-            "overrides": job.overrides,
-        }
+        status = RunStatus(
+            "interrupted", job.overrides, error=f"{type(err).__name__} before the end of a training step"
+        )
     except Exception as err:
         exit_code = EXIT_CRASHED
         message, rank_trace = distributed.failure_message(err)
-        status = {
-            "status": "crashed",
-            "error": message,
-            "traceback": rank_trace or traceback.format_exc(),
-            "overrides": job.overrides,
-        }
+        status = RunStatus("crashed", job.overrides, error=message, traceback=rank_trace or traceback.format_exc())
         if not job.multirun:
             if writer:
                 record_status(output_dir, status)
             if isinstance(err, UserError):  # its message says what to fix: exit 2, no traceback
                 cli.report_user_error(err)
             raise
-        print(f"job crashed ({status['error']}); recorded in {output_dir / 'status.json'}; the sweep continues")
+        print(f"job crashed ({status.error}); recorded in {output_dir / 'status.json'}; the sweep continues")
     finally:
         finish_wandb(exit_code)
     if writer:
@@ -572,9 +565,9 @@ def run_locked(cfg: DictConfig, output_dir: Path, job: Job, writer: bool) -> flo
     return optimized_value(cfg, status)
 
 
-def report_interrupt(cfg: DictConfig, output_dir: Path, status: dict[str, Any]) -> None:
+def report_interrupt(cfg: DictConfig, output_dir: Path, status: RunStatus) -> None:
     last = find_last_checkpoint(configured_checkpoint_dirs(cfg))
-    where = f"step {status['steps']}" if "steps" in status else "mid-step"
+    where = f"step {status.steps}" if status.steps is not None else "mid-step"
     resume = (
         f"resume with: python train.py {' '.join(job_overrides())} ckpt_path=last hydra.run.dir='{output_dir}'"
         if not is_multirun()

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ablate.tasks import TASKS, task_of_metrics
 from ablate.tracking.naming import axis_config_keys
 from ablate.tracking.wandb_run import STEP_METRIC, TIME_METRIC, TOKENS_METRIC
 
@@ -58,11 +59,6 @@ _PART_ORDER = (
     "ffn",
     "ffn_post_norm",
 )
-_DEFAULT_PARTS = {
-    "lm": [("", p) for p in ("attn_norm", "attn", "ffn_norm", "ffn")],
-    "translation": [(s, p) for s in ("enc_", "dec_") for p in ("attn_norm", "attn", "ffn_norm", "ffn")]
-    + [("dec_", "cross_attn_norm"), ("dec_", "cross_attn")],
-}
 
 
 @dataclass
@@ -172,7 +168,7 @@ def facts_from_runs(
     axes = {key.removeprefix("axis_"): key for key, seen in sorted(values.items()) if len(seen) > 1}
     warmups = [((c.get("optim") or {}).get("warmup_steps")) for c, _ in runs]
     warmup = next((w for w in warmups if isinstance(w, int)), None)
-    task = "translation" if any("bleu" in m for m in metrics) else "lm"
+    task = task_of_metrics(metrics)
     return SweepFacts(
         group=group,
         project=project,
@@ -215,7 +211,7 @@ def workspace_spec(
 ) -> dict[str, Any]:
     """The workspace of a sweep as plain JSON-able data (see the module docstring for the
     sections); ``table``/``images``: the keys of the analysis run's summary table and figures."""
-    val_metrics = ["val/loss", "val/bleu"] if facts.task == "translation" else ["val/loss", "val/ppl"]
+    val_metrics = list(TASKS[facts.task].panel_metrics if facts.task in TASKS else TASKS["lm"].panel_metrics)
     sections = []
     comparisons = facts.axes.items() if facts.axes else [(None, None)]
     for axis, key in comparisons:
@@ -292,7 +288,7 @@ def layer_parts(metrics: Iterable[str], task: str = "lm") -> list[tuple[str, str
     parts of the task when no metric names are known."""
     found = {(m.group(1), m.group(2)) for m in map(_GRAD_LAYER.match, metrics) if m}
     if not found:
-        return list(_DEFAULT_PARTS.get(task, _DEFAULT_PARTS["lm"]))
+        return list((TASKS.get(task) or TASKS["lm"]).grad_norm_parts)
     rank = {part: i for i, part in enumerate(_PART_ORDER)}
     return sorted(found, key=lambda sp: (sp[0] != "" and sp[0] != "enc_", sp[0], rank.get(sp[1], len(rank)), sp[1]))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ablate.config import ModelSpec, validate
-from ablate.nn.attention import ATTENTION_IMPLS
+from ablate.nn.attention import ATTENTION_KERNELS
 from ablate.nn.block import PLACEMENTS as PLACEMENT_REGISTRY
 from ablate.nn.ffn import activation_names
 from ablate.nn.init import INITS as INIT_REGISTRY
@@ -19,7 +19,7 @@ from ablate.nn.transformer import TransformerLM
 # Every registered option, read from the registries: an option added there is covered by every
 # test that iterates these, with no edit here.
 POS = tuple(POSITIONAL)
-ATTN = tuple(ATTENTION_IMPLS)
+ATTN = tuple(ATTENTION_KERNELS)
 PLACEMENTS = tuple(PLACEMENT_REGISTRY)
 NORM_LAYERS = tuple(NORM_LAYER_REGISTRY)
 ACTS = tuple(activation_names())

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from ablate.nn.attention import AttentionKernel, CrossAttention, KVCache, SelfAttention
+from ablate.nn.attention import CrossAttention, KVCache, SelfAttention, build_attention_kernel
 from ablate.nn.positional import build_positional
 
 from ._models import ATTN, POS, tiny_lm
@@ -148,9 +148,9 @@ def test_mqa_equals_math_kernel_with_repeated_kv_heads():
     q = torch.randn(2, H, T, 8, dtype=torch.float64)
     k, v = torch.randn(2, 1, T, 8, dtype=torch.float64), torch.randn(2, 1, T, 8, dtype=torch.float64)
     for impl in ATTN:
-        kernel = AttentionKernel(impl, 0.0)
+        kernel = build_attention_kernel(impl, 0.0)
         shared = kernel(q, k, v, causal=True, key_padding=None, bias=None)
-        repeated = AttentionKernel("math", 0.0)(
+        repeated = build_attention_kernel("math", 0.0)(
             q, k.expand(-1, H, -1, -1), v.expand(-1, H, -1, -1), causal=True, key_padding=None, bias=None
         )
         torch.testing.assert_close(shared, repeated)

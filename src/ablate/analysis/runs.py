@@ -26,14 +26,15 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from ablate import metrics
 from ablate.dotted import select as select_key
+from ablate.tasks import TASKS, task_of_metrics
 
 STATUSES = ("completed", "diverged", "crashed", "incomplete")
 # Overrides that choose where or how a job runs, never what it trains.
 _NOT_AXES = re.compile(
     r"^(seed|ckpt_path|print_config|tags|resume_allow_changes|sweep_name|skip_completed|tune|hparams_search)$|^(hydra|paths|logger)(\.|$)|^callbacks\.progress_bar(\.|$)"
 )
-_LOWER_IS_BETTER = ("loss", "ppl", "bpb")
 
 
 def override_key(override: str) -> str:
@@ -63,8 +64,10 @@ def parse_overrides(overrides: Iterable[str]) -> dict[str, str]:
 
 
 def higher_is_better(metric: str) -> bool:
-    """Loss, perplexity and bits per byte go down; BLEU, accuracy and the rest go up."""
-    return not any(part in metric.rsplit("/", 1)[-1] for part in _LOWER_IS_BETTER)
+    """Whether a larger value of ``metric`` is better, as its task declares it (BLEU up; loss,
+    perplexity and bits per byte down: :func:`ablate.metrics.higher_is_better`); a metric that no
+    task declares is refused by name rather than ranked by a guess."""
+    return metrics.higher_is_better(metric)
 
 
 def read_metrics_csv(path: Path) -> pd.DataFrame:
@@ -115,7 +118,7 @@ class Job:
 
     @property
     def task(self) -> str:
-        return self.value("task") or ("translation" if "val/bleu" in self.metrics else "lm")
+        return self.value("task") or task_of_metrics(set(self.metrics.columns) | set(self.record.get("metrics") or {}))
 
     def series(self, metric: str) -> pd.Series:
         """The logged values of ``metric`` by step (empty when never logged)."""
@@ -238,8 +241,8 @@ class Sweep:
 
     @property
     def task(self) -> str:
-        tasks = {job.task for job in self.jobs}
-        return "translation" if "translation" in tasks else "lm"
+        tasks = [job.task for job in self.jobs]
+        return max(TASKS, key=tasks.count) if tasks else next(iter(TASKS))
 
 
 def shared_number(jobs: Iterable[Job], key: str) -> float | None:

@@ -39,8 +39,8 @@ from ablate.analysis import budget, stats
 from ablate.analysis.convergence import is_stalled, late_change
 from ablate.analysis.paper import PaperResults
 from ablate.analysis.runs import Job, Sweep, canonical, higher_is_better
+from ablate.tasks import TASKS
 
-DEFAULT_METRIC = {"lm": "val/ppl", "translation": "val/bleu"}
 THROUGHPUT = "train/tokens_per_sec"
 
 
@@ -53,7 +53,7 @@ def available_metrics(sweep: Sweep) -> list[str]:
 
 def pick_metric(sweep: Sweep, metric: str | None = None) -> str:
     """``metric`` if given (it must have been logged), else the task's headline metric."""
-    chosen = metric or DEFAULT_METRIC[sweep.task]
+    chosen = metric or TASKS[sweep.task].headline_metric
     logged = available_metrics(sweep)
     if chosen not in logged and any(job.status == "completed" for job in sweep.jobs):
         candidates = ", ".join(m for m in logged if m.startswith(("val/", "test/"))) or "none"

@@ -28,11 +28,10 @@ import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.callbacks.progress import ProgressBar
 
+from ablate.metrics import lookup, shown
 from ablate.tasks.base import finite_or_none
 
 MODES = ("auto", "bar", "text")
-# the validation metrics a val line shows, in this order, when logged: (metric, label)
-VAL_METRICS = (("val/loss", "loss"), ("val/ppl", "ppl"), ("val/bleu", "bleu"))
 
 
 def format_duration(seconds: float) -> str:
@@ -61,13 +60,8 @@ def _metric_value(value: Any) -> float | None:
 
 
 def _fmt_metric(label: str, value: float | None) -> str:
-    if value is None:
-        return f"{label}     -"
-    if label == "bleu":
-        return f"{label} {value:5.2f}"
-    if label == "ppl":
-        return f"{label} {value:7.2f}" if value < 1e4 else f"{label} {value:.2e}"
-    return f"{label} {value:5.3f}"
+    """A loss-like column of the training line (``loss 2.401``, ``val 2.398``)."""
+    return f"{label}     -" if value is None else f"{label} {value:5.3f}"
 
 
 class TextProgress(ProgressBar):
@@ -178,7 +172,8 @@ class TextProgress(ProgressBar):
     def val_line(self, trainer: L.Trainer, step: int) -> str:
         metrics = trainer.callback_metrics
         parts = [f"val   {self._position(trainer, step)}"]
-        parts += [_fmt_metric(label, _metric_value(metrics[key])) for key, label in VAL_METRICS if key in metrics]
+        # every declared metric the task logged for validation, in declaration order (ablate.metrics)
+        parts += [lookup(key).progress_text(_metric_value(metrics[key])) for key in shown("val") if key in metrics]
         parts.append(f"elapsed {format_duration(self._elapsed())}")
         return "  ".join(parts)
 

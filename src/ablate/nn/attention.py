@@ -1,13 +1,17 @@
 """Multi-head attention (Vaswani et al. 2017, Sec. 3.2) with grouped-query attention and a KV cache.
 
-Two kernels compute the same function, chosen by the ``attn`` option:
+The kernels compute the same function, chosen by the ``attn`` option (``attn.impl``) from
+:data:`ATTENTION_KERNELS`:
 
 * ``math``: softmax(Q K^T / sqrt(d_k) + bias) V written out (eq. 1), able to return the weights;
 * ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention``, which dispatches to the flash
   or memory-efficient kernels where the inputs allow it (no additive bias, causal or no mask).
 
 Everything around the kernel (projections, positional hooks, masks, caching) is shared, so a
-comparison of the two measures the kernel alone.
+comparison of the two measures the kernel alone. Adding a kernel: a subclass of
+:class:`AttentionKernel` implementing :meth:`~AttentionKernel.attend`, its registry entry, its
+name in ``conf/attn/``, and a test of its maths against ``math``; the generic suites
+(``tests/nn/test_registry_suites.py``) cover it.
 
 ``n_kv_heads`` < ``n_heads`` gives grouped-query attention (Ainslie et al. 2023); 1 gives
 multi-query attention (Shazeer 2019). Each key/value head serves ``n_heads / n_kv_heads``
@@ -24,8 +28,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ablate.nn.positional import PositionalEncoding
-
-ATTENTION_IMPLS = ("math", "sdpa")
 
 
 @dataclass
@@ -100,33 +102,88 @@ def sdpa_attention(
 
 
 class AttentionKernel(nn.Module):
-    """The kernel choice plus what both kernels share: masks, bias and the optional weight capture."""
+    """What every kernel shares: dropout, and the optional capture of the weights (for plots),
+    which always goes through eq. 1 written out. A subclass computes the attention itself."""
 
-    def __init__(self, impl: str, dropout: float) -> None:
+    def __init__(self, dropout: float) -> None:
         super().__init__()
-        if impl not in ATTENTION_IMPLS:
-            raise ValueError(f"unknown attn={impl!r}; valid options: {', '.join(ATTENTION_IMPLS)}")
-        self.impl, self.dropout = impl, dropout
-        self.keep_weights = False  # set True (math only) to keep the last weights, for plots
+        self.dropout = dropout
+        self.keep_weights = False  # set True to keep the last weights (computed by math_attention)
         self.weights: Tensor | None = None
 
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding: Tensor | None, bias: Tensor | None
     ) -> Tensor:
         dropout_p = self.dropout if self.training else 0.0
-        q_len, k_len = q.size(-2), k.size(-2)
-        if self.impl == "sdpa" and not self.keep_weights:
-            mask = (
-                None
-                if (causal and key_padding is None and bias is None and q_len == k_len)
-                else combine_mask(causal, key_padding, q_len, k_len, q.device)
-            )
-            return sdpa_attention(q, k, v, mask, bias, dropout_p, causal)
-        mask = combine_mask(causal, key_padding, q_len, k_len, q.device)
-        out, weights = math_attention(q, k, v, mask, bias, dropout_p)
         if self.keep_weights:
+            mask = combine_mask(causal, key_padding, q.size(-2), k.size(-2), q.device)
+            out, weights = math_attention(q, k, v, mask, bias, dropout_p)
             self.weights = weights.detach()
-        return out
+            return out
+        return self.attend(q, k, v, causal=causal, key_padding=key_padding, bias=bias, dropout_p=dropout_p)
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        key_padding: Tensor | None,
+        bias: Tensor | None,
+        dropout_p: float,
+    ) -> Tensor:
+        """Attention of (B, H, Tq, d) queries over (B, H_kv, Tk, d) keys and values."""
+        raise NotImplementedError
+
+
+class MathAttention(AttentionKernel):
+    """``attn=math``: eq. 1 written out (:func:`math_attention`)."""
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        key_padding: Tensor | None,
+        bias: Tensor | None,
+        dropout_p: float,
+    ) -> Tensor:
+        mask = combine_mask(causal, key_padding, q.size(-2), k.size(-2), q.device)
+        return math_attention(q, k, v, mask, bias, dropout_p)[0]
+
+
+class SdpaAttention(AttentionKernel):
+    """``attn=sdpa``: PyTorch's fused kernel (:func:`sdpa_attention`); a pure causal mask over a
+    square score matrix builds no mask at all, so the flash kernel can run."""
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        key_padding: Tensor | None,
+        bias: Tensor | None,
+        dropout_p: float,
+    ) -> Tensor:
+        q_len, k_len = q.size(-2), k.size(-2)
+        pure_causal = causal and key_padding is None and bias is None and q_len == k_len
+        mask = None if pure_causal else combine_mask(causal, key_padding, q_len, k_len, q.device)
+        return sdpa_attention(q, k, v, mask, bias, dropout_p, causal)
+
+
+ATTENTION_KERNELS: dict[str, type[AttentionKernel]] = {"math": MathAttention, "sdpa": SdpaAttention}
+
+
+def build_attention_kernel(impl: str, dropout: float) -> AttentionKernel:
+    """The kernel registered as ``impl`` (``attn.impl``)."""
+    if impl not in ATTENTION_KERNELS:
+        raise ValueError(f"unknown attn={impl!r}; valid options: {', '.join(ATTENTION_KERNELS)}")
+    return ATTENTION_KERNELS[impl](dropout)
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
@@ -163,7 +220,7 @@ class SelfAttention(nn.Module):
         # ignore: torch types Module.__setattr__'s value as Tensor | Module, but any value is accepted
         self.qkv.fused_sizes = (d_model, kv_dim, kv_dim)  # type: ignore[assignment]  # three matrices in one (read by init)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.kernel = AttentionKernel(impl, dropout)
+        self.kernel = build_attention_kernel(impl, dropout)
         self.resid_dropout = nn.Dropout(dropout)
 
     def forward(
@@ -202,7 +259,7 @@ class CrossAttention(nn.Module):
         self.kv = nn.Linear(d_model, 2 * self.n_kv_heads * self.head_dim, bias=bias)
         self.kv.fused_sizes = (self.n_kv_heads * self.head_dim,) * 2  # type: ignore[assignment]  # as qkv's
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.kernel = AttentionKernel(impl, dropout)
+        self.kernel = build_attention_kernel(impl, dropout)
         self.resid_dropout = nn.Dropout(dropout)
 
     def forward(

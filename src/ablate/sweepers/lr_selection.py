@@ -22,6 +22,8 @@ from typing import Any, cast
 from hydra.core.utils import JobReturn
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.run_status import FINISHED, read_status
+
 log = logging.getLogger(__name__)
 
 LR_KEY = "optim.lr"
@@ -145,18 +147,13 @@ def read_outcome(job_dir: Path | None, metric: str, failed: bool = False) -> tup
     """``(status, final metric)`` of a job from its ``status.json`` (the metric falls back to the
     last value in ``csv/metrics.csv``). ``failed``: Hydra reported the job as failed (an exception
     escaped the task), which counts as crashed unless the job recorded a finished status."""
-    record: dict[str, Any] = {}
-    if job_dir is not None:
-        try:
-            record = json.loads((job_dir / "status.json").read_text())
-        except (OSError, ValueError):
-            record = {}
-    status = str(record.get("status") or ("crashed" if failed else "incomplete"))
-    if failed and status not in ("completed", "diverged"):
+    record = read_status(job_dir) if job_dir is not None else None
+    status = record.status if record is not None else "crashed" if failed else "incomplete"
+    if failed and status not in FINISHED:
         status = "crashed"
-    if status != "completed":
+    if record is None or status != "completed":
         return status, None
-    value = (record.get("metrics") or {}).get(metric)
+    value = record.metrics.get(metric)
     if value is None and job_dir is not None:
         from ablate.analysis.runs import read_metrics_csv  # pandas: imported when a sweep runs, not at plugin scan
 

@@ -1,88 +1,200 @@
-"""Tasks (LightningModules) and the registry ``train.py`` picks one from by ``task.name``.
+"""The tasks, one :class:`TaskSpec` each, and the registry everything else asks.
 
-* ``lm``: decoder-only language modelling (:mod:`ablate.tasks.lm`), with the LM corpora;
-* ``translation``: encoder-decoder translation (:mod:`ablate.tasks.translation`), with the
-  parallel corpora of :mod:`ablate.data.translation_data`.
+A task is declared once, here or by :func:`register_task` from anywhere (a plug-in, a test):
 
-Adding a task: a LightningModule, a factory ``(cfg, datamodule, spec) -> module`` in ``TASKS``,
-and ``conf/task/<name>.yaml``.
+* ``lm``: decoder-only language modelling (:mod:`ablate.tasks.lm`) on the LM corpora;
+* ``translation``: encoder-decoder translation (:mod:`ablate.tasks.translation`) on the parallel
+  corpora of :mod:`ablate.data.translation_data`.
+
+Its spec names its LightningModule (which owns the task's config keys and checks, its training,
+validation and evaluation after training), the factory that builds it for a run's data and model,
+the metrics it logs (:mod:`ablate.metrics`) with the one a comparison reads by default, how
+``eval.py`` evaluates its checkpoints and which scripts take them, and the W&B panels of its
+gradient norms. ``train.py``, ``eval.py``, the console, the loggers, the W&B workspace and the
+analysis iterate :data:`TASKS`; none of them names a task. Adding a task: a LightningModule, a
+``TaskSpec`` passed to :func:`register_task`, and ``conf/task/<name>.yaml``
+(``tests/test_task_interface.py`` adds one from a test file).
+
+This module is light (no torch, no Lightning): the analysis and the console read the registry
+without importing the models; the classes and functions a spec names are imported when used.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import lightning as L
-from omegaconf import DictConfig, OmegaConf
-
-from ablate.config import ConfigError, ModelSpec
-from ablate.optim import used_optim_config
+from ablate import metrics
+from ablate.metrics import Metric
+from ablate.options import ConfigError
 
 if TYPE_CHECKING:
+    import lightning as L
+    from omegaconf import DictConfig
+
+    from ablate.config import ModelSpec
     from ablate.tasks.base import TaskModule
 
-
-def _container(node: Any) -> dict[str, Any]:
-    if node is None:
-        return {}
-    if isinstance(node, DictConfig):
-        return cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))
-    return dict(node)
+# "package.module:name" (imported when first used) or the object itself
+Ref = str | Any
 
 
-def _is_translation_data(datamodule: Any) -> bool:
-    from ablate.data.translation_data import TranslationDataModule
+def resolve(ref: Ref) -> Any:
+    """The object an import string ``package.module:name`` names (or ``ref`` itself)."""
+    if not isinstance(ref, str):
+        return ref
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
-    return isinstance(datamodule, TranslationDataModule)
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything the framework knows about one task.
+
+    ``module``: its :class:`~ablate.tasks.base.TaskModule` subclass (config keys and checks,
+    training, evaluation after fit, checkpoints); ``build``: ``(cfg, datamodule, model_spec) ->
+    module`` for a run; ``metrics``: the quantities it logs; ``headline_metric``: what analysis
+    tables and verdicts compare by default; ``console_metric``: the column of a sweep's end-of-run
+    table; ``evaluate_checkpoint``: ``(eval_cfg) -> None``, what ``eval.py`` does with one of its
+    checkpoints, and ``eval_options``: the ``eval.py`` options only its checkpoints take (refused,
+    by name, for another task's); ``checkpoint_scripts``: the scripts that take its checkpoints
+    (named when a checkpoint reaches the wrong one); ``panel_metrics``: the metrics the W&B
+    workspace compares runs on (one panel per metric and axis); ``grad_norm_parts``:
+    ``(stack prefix, part)`` of the per-layer gradient norms it charts before any is logged."""
+
+    name: str
+    module: Ref
+    build: Ref
+    metrics: tuple[Metric, ...]
+    headline_metric: str
+    console_metric: str
+    checkpoint_scripts: str
+    evaluate_checkpoint: Ref | None = None
+    eval_options: tuple[str, ...] = ()
+    panel_metrics: tuple[str, ...] = ()
+    grad_norm_parts: tuple[tuple[str, str], ...] = field(default=())
+
+    def module_class(self) -> type[TaskModule]:
+        return cast("type[TaskModule]", resolve(self.module))
+
+    def logs(self, name: str) -> bool:
+        """Whether this task logs the metric ``name`` (declared by it, or by every run)."""
+        quantity = metrics.parse(name).quantity
+        return any(m.name == quantity for m in (*self.metrics, *metrics.RUN_METRICS))
+
+    def ranks_by(self, name: str) -> bool:
+        """Whether runs of this task can be ranked by the logged metric ``name`` (a sweeper's
+        ``optimized_metric``): a training, validation or test metric of its own with a goal."""
+        parsed = metrics.parse(name)
+        own = next((m for m in self.metrics if m.name == parsed.quantity), None)
+        return parsed.split in ("train", "val", "test") and own is not None and own.goal is not None
 
 
-def build_lm(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TaskModule:
-    from ablate.tasks.lm import LanguageModelTask
+TASKS: dict[str, TaskSpec] = {}
 
-    if _is_translation_data(datamodule):
-        raise ConfigError(f"data={type(datamodule).__name__} is a parallel corpus: train it with task=translation")
-    return LanguageModelTask(
-        spec.as_dict(),
-        used_optim_config(_container(cfg.optim)),
-        data=_container(cfg.data),
-        compile=cfg.model.get("compile", False),
+
+def register_task(spec: TaskSpec) -> TaskSpec:
+    """Add a task (its metrics join :mod:`ablate.metrics`); the name must be new."""
+    if spec.name in TASKS:
+        raise ValueError(f"task {spec.name!r} is registered already")
+    metrics.register(spec.metrics)
+    for metric in (spec.headline_metric, spec.console_metric, *spec.panel_metrics):
+        if not spec.logs(metric):
+            raise ValueError(f"task {spec.name!r}: {metric} is not one of its metrics")
+    TASKS[spec.name] = spec
+    return spec
+
+
+def unregister_task(name: str) -> None:
+    """Remove a task and the metrics only it declared (a test's own task)."""
+    spec = TASKS.pop(name)
+    still = {m.name for other in TASKS.values() for m in other.metrics}
+    metrics.unregister(m.name for m in spec.metrics if m.name not in still)
+
+
+# --- the built-in tasks --------------------------------------------------------------------
+
+LOSS = Metric("loss", "min", "cross-entropy", "nats per token", format=".4f", progress_format="5.3f")
+PPL = Metric(
+    "ppl", "min", "perplexity", "exp of mean NLL per token", format=".2f", progress_format="7.2f", sci_above=1e5
+)
+BPB = Metric("bpb", "min", "bits per byte", "of the UTF-8 text", format=".4f", shown=False)
+BLEU = Metric("bleu", "max", "BLEU", "sacreBLEU", format=".2f", progress_format="5.2f")
+_NORMED_PARTS = ("attn_norm", "attn", "ffn_norm", "ffn")
+
+register_task(
+    TaskSpec(
+        name="lm",
+        module="ablate.tasks.lm:LanguageModelTask",
+        build="ablate.tasks.lm:build_lm",
+        metrics=(LOSS, PPL, BPB),
+        headline_metric="val/ppl",
+        console_metric="val/loss",
+        checkpoint_scripts="generate.py",
+        evaluate_checkpoint="ablate.tasks.lm_eval:evaluate_checkpoint",
+        eval_options=("text_file", "seq_lens"),
+        panel_metrics=("val/loss", "val/ppl"),
+        grad_norm_parts=tuple(("", p) for p in _NORMED_PARTS),
     )
-
-
-def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TaskModule:
-    from ablate.tasks.translation import TranslationTask
-
-    if not _is_translation_data(datamodule):
-        raise ConfigError(
-            f"task=translation needs a parallel corpus (data=multi30k, iwslt14, iwslt2017, wmt14, parallel), "
-            f"got {type(datamodule).__name__}"
-        )
-    if spec.encoder_layers <= 0:
-        raise ConfigError(
-            "task=translation needs an encoder: set model.encoder_layers and model.decoder_layers, or use "
-            "model=translation_small, transformer_iwslt_de_en or transformer_base"
-        )
-    task_cfg = {k: v for k, v in _container(cfg.get("task")).items() if k != "name"}
-    return TranslationTask(
-        spec.as_dict(),
-        used_optim_config(_container(cfg.optim)),
-        decode=_container(cfg.get("decode")),
-        task=task_cfg,
-        data=_container(cfg.data),
-        compile=cfg.model.get("compile", False),
+)
+register_task(
+    TaskSpec(
+        name="translation",
+        module="ablate.tasks.translation:TranslationTask",  # imported when asked for: it pulls in sacreBLEU
+        build="ablate.tasks.translation:build_translation",
+        metrics=(LOSS, PPL, BLEU),
+        headline_metric="val/bleu",
+        console_metric="val/bleu",
+        checkpoint_scripts="eval.py or translate.py",
+        evaluate_checkpoint="ablate.tasks.translation_eval:evaluate_checkpoint",
+        eval_options=("src_file", "ref_file", "output", "beam_size", "length_penalty", "max_len_a", "max_len_b"),
+        panel_metrics=("val/loss", "val/bleu"),
+        grad_norm_parts=tuple((s, p) for s in ("enc_", "dec_") for p in _NORMED_PARTS)
+        + (("dec_", "cross_attn_norm"), ("dec_", "cross_attn")),
     )
+)
 
 
-TASKS: dict[str, Callable[[DictConfig, Any, ModelSpec], TaskModule]] = {
-    "lm": build_lm,
-    "translation": build_translation,
-}
+# --- what the rest of the framework asks ---------------------------------------------------
 
 
-# the scripts that take each task's checkpoints (named in the error for a checkpoint of the wrong kind)
-TASK_SCRIPTS = {"lm": "generate.py", "translation": "eval.py or translate.py"}
+def task_name(cfg: DictConfig) -> str:
+    """``cfg.task.name`` (default ``lm``), refused by name when no task is registered under it."""
+    name = str((cfg.get("task") or {}).get("name", "lm"))
+    if name not in TASKS:
+        raise ConfigError(f"unknown task={name!r}; valid options: {', '.join(TASKS)}")
+    return name
+
+
+def task_class(cfg: DictConfig) -> type[TaskModule]:
+    """The :class:`~ablate.tasks.base.TaskModule` subclass of ``cfg.task.name``."""
+    return TASKS[task_name(cfg)].module_class()
+
+
+def check_task_config(cfg: DictConfig) -> None:
+    """The chosen task's own config checks (``TaskModule.check_config``), before any data is read."""
+    task_class(cfg).check_config(cfg)
+
+
+def build_task(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TaskModule:
+    """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec."""
+    build: Callable[[DictConfig, Any, ModelSpec], TaskModule] = resolve(TASKS[task_name(cfg)].build)
+    return build(cfg, datamodule, spec)
+
+
+def task_of_metrics(names: set[str] | frozenset[str]) -> str:
+    """The task that logged these metric names (a run or sweep that does not say): the first
+    registered task that logs every validation and test quantity among them, else the one that
+    logs most of them. ``lm`` logs loss/ppl/bpb, ``translation`` loss/ppl/bleu."""
+    evaluated = {n for n in names if metrics.parse(n).split in ("val", "test")}
+
+    def logged(spec: TaskSpec) -> int:
+        return sum(spec.logs(n) for n in evaluated)
+
+    return max(TASKS.values(), key=lambda s: (logged(s) == len(evaluated), logged(s), -list(TASKS).index(s.name))).name
 
 
 def checkpoint_task(path: str | Path) -> str:
@@ -110,58 +222,32 @@ def require_checkpoint_task(path: str | Path, expected: str, script: str) -> Non
     except CheckpointError as err:
         raise SystemExit(str(err)) from None
     if found != expected:
+        other = TASKS[found].checkpoint_scripts if found in TASKS else "the script of that task"
         raise SystemExit(
-            f"{path} holds a task={found} checkpoint; {script} takes task={expected} checkpoints. "
-            f"Use {TASK_SCRIPTS.get(found, 'the script of that task')} for this one."
+            f"{path} holds a task={found} checkpoint; {script} takes task={expected} checkpoints. Use {other} for this one."
         )
-
-
-# the LightningModule of each task (imported when asked for: translation pulls in sacreBLEU)
-TASK_CLASSES = {"lm": "ablate.tasks.lm:LanguageModelTask", "translation": "ablate.tasks.translation:TranslationTask"}
-
-
-def task_name(cfg: DictConfig) -> str:
-    name = (cfg.get("task") or {}).get("name", "lm")
-    if name not in TASKS:
-        raise ConfigError(f"unknown task={name!r}; valid options: {', '.join(TASKS)}")
-    return name
-
-
-def task_class(cfg: DictConfig) -> type[TaskModule]:
-    """The :class:`~ablate.tasks.base.TaskModule` subclass of ``cfg.task.name``."""
-    import importlib
-
-    module, cls = TASK_CLASSES[task_name(cfg)].split(":")
-    found: type[TaskModule] = getattr(importlib.import_module(module), cls)
-    return found
-
-
-def check_task_config(cfg: DictConfig) -> None:
-    """The chosen task's own config checks (``TaskModule.check_config``), before any data is read."""
-    task_class(cfg).check_config(cfg)
 
 
 def load_task_checkpoint(
     path: str | Path, expected: str | None = None, script: str = "this script", map_location: Any = "cpu", **kwargs: Any
 ) -> L.LightningModule:
-    """The task module a checkpoint holds, rebuilt by its own class (:data:`TASK_CLASSES`, by
-    :func:`checkpoint_task`): the one way every script loads a checkpoint. With ``expected``, a
-    checkpoint of another task stops with a message naming the script that takes it; a file that
-    is not a readable checkpoint stops naming the file."""
-    import importlib
+    """The task module a checkpoint holds, rebuilt by its own class (by :func:`checkpoint_task`):
+    the one way every script loads a checkpoint. With ``expected``, a checkpoint of another task
+    stops with a message naming the script that takes it; a file that is not a readable checkpoint
+    stops naming the file."""
+    from ablate import safe_load
 
     if expected is not None:
         require_checkpoint_task(path, expected, script)
-    module, cls = TASK_CLASSES[checkpoint_task(path)].split(":")
-    from ablate import safe_load
-
+    found = checkpoint_task(path)
+    if found not in TASKS:
+        raise SystemExit(f"{path} holds a task={found} checkpoint; registered tasks: {', '.join(TASKS)}")
     # checkpoint_task read the file with the restricted unpickler already; Lightning reads it the same way
-    return getattr(importlib.import_module(module), cls).load_from_checkpoint(
-        str(path), map_location=map_location, weights_only=safe_load.lightning_weights_only(), **kwargs
+    loaded: L.LightningModule = (
+        TASKS[found]
+        .module_class()
+        .load_from_checkpoint(
+            str(path), map_location=map_location, weights_only=safe_load.lightning_weights_only(), **kwargs
+        )
     )
-
-
-def build_task(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TaskModule:
-    """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec."""
-    task: TaskModule = TASKS[task_name(cfg)](cfg, datamodule, spec)
-    return task
+    return loaded

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import lightning as L
 import torch
 from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from ablate.config import ModelSpec
@@ -99,6 +99,22 @@ class TaskModule(L.LightningModule):
         max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else self.trainer.estimated_stepping_batches
         scheduler = build_schedule(optimizer, self.optim_cfg, int(max_steps))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """``auto``: the GPU when there is one, else the CPU; otherwise the named device."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def config_dict(node: Any) -> dict[str, Any]:
+    """A config node (resolved) as a plain dict; ``{}`` for None."""
+    if node is None:
+        return {}
+    if isinstance(node, DictConfig):
+        return cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))
+    return dict(node)
 
 
 def finite_or_none(value: Any) -> float | None:

@@ -31,7 +31,8 @@ from torchmetrics import MeanMetric, SumMetric
 from ablate.config import ConfigError, ModelSpec
 from ablate.data.tokenizers import Tokenizer
 from ablate.nn.transformer import TransformerLM
-from ablate.tasks.base import TaskModule, check_bpe_train_mb
+from ablate.optim import used_optim_config
+from ablate.tasks.base import TaskModule, check_bpe_train_mb, config_dict
 
 
 def token_byte_lengths(tokenizer: Tokenizer) -> np.ndarray:
@@ -206,3 +207,17 @@ class LanguageModelTask(TaskModule):
 
     def on_test_epoch_end(self) -> None:
         self._eval_epoch_end("test")
+
+
+def build_lm(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> LanguageModelTask:
+    """The ``lm`` task of a run (:class:`ablate.tasks.TaskSpec` ``build``): any corpus but a parallel one."""
+    from ablate.data.translation_data import TranslationDataModule
+
+    if isinstance(datamodule, TranslationDataModule):
+        raise ConfigError(f"data={type(datamodule).__name__} is a parallel corpus: train it with task=translation")
+    return LanguageModelTask(
+        spec.as_dict(),
+        used_optim_config(config_dict(cfg.optim)),
+        data=config_dict(cfg.data),
+        compile=cfg.model.get("compile", False),
+    )

@@ -11,19 +11,25 @@ same data module code.
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import lightning as L
+from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_info
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ablate.data.lm_data import LMDataModule
 from ablate.data.lm_windows import token_dtype
 from ablate.data.sources import DataFormatError
 from ablate.data.text_stream import SplitText
 from ablate.data.tokenizers import TOKENIZERS, Tokenizer
-from ablate.tasks.base import finite_or_none
+from ablate.locations import checkout_root, project_root
+from ablate.tasks.base import finite_or_none, pick_device
 
 if TYPE_CHECKING:
     from ablate.tasks.lm import LanguageModelTask
@@ -155,3 +161,112 @@ def tokenizer_mismatch(model_tokenizer: Tokenizer | None, data_tokenizer: Tokeni
             f"({model['kind']}, {model_tokenizer.vocab_size} tokens)"
         )
     return None
+
+
+# --- eval.py: a checkpoint's evaluation ------------------------------------------------------
+
+
+def eval_lengths(cfg: DictConfig) -> list[int] | None:
+    """``seq_lens`` as a list of positive lengths (a single number is a list of one), or None."""
+    lengths = cfg.seq_lens
+    if lengths is None:
+        return None
+    lengths = list(lengths) if isinstance(lengths, (list, ListConfig)) else [lengths]
+    if not lengths or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in lengths):
+        raise SystemExit(f"seq_lens={cfg.seq_lens}: give positive lengths, e.g. seq_lens=[128,256,512]")
+    return lengths
+
+
+def lm_data_config(cfg: DictConfig, task: LanguageModelTask) -> dict[str, Any]:
+    """The checkpoint's data config (task=lm checkpoints carry it), or ``conf/data/<default_data>``
+    for older checkpoints, with the current data/cache folders and the ``data`` overrides applied."""
+    data_cfg = dict(task.hparams.get("data") or {})
+    if not data_cfg:
+        path = (checkout_root() or project_root()) / "conf" / "data" / f"{cfg.default_data}.yaml"
+        if not path.is_file():
+            raise SystemExit(f"default_data={cfg.default_data}: no {path}")
+        print(
+            f"{cfg.ckpt_path} carries no data config (an older checkpoint): evaluating on data={cfg.default_data} "
+            f"(conf/data/{cfg.default_data}.yaml; another corpus: default_data=<name>, or text_file=...)"
+        )
+        data_cfg = cast(dict[str, Any], OmegaConf.to_container(OmegaConf.load(path), resolve=False))
+    data_cfg.update(data_dir=cfg.paths.data_dir, cache_dir=cfg.paths.cache_dir)
+    data_cfg.update(cast(dict[str, Any], OmegaConf.to_container(cfg.data, resolve=True)))
+    return data_cfg
+
+
+def lm_datamodule(cfg: DictConfig, task: LanguageModelTask, work_dir: str) -> tuple[Any, dict[str, str]]:
+    """The data to evaluate on (the checkpoint's corpus or ``text_file``) and its description."""
+    stored = dict(task.hparams.get("data") or {})
+    overrides = cast(dict[str, Any], OmegaConf.to_container(cfg.data, resolve=True))
+    # the checkpoint's evaluation length: its data config's, else what its model was built for
+    length = overrides.get("eval_seq_len") or stored.get("eval_seq_len") or stored.get("seq_len") or task.spec.max_len
+    if cfg.text_file:
+        if task.tokenizer is None:
+            raise SystemExit(
+                f"{cfg.ckpt_path} carries no tokenizer (saved by an older version?): cannot tokenise "
+                f"text_file={cfg.text_file}"
+            )
+        if not Path(cfg.text_file).is_file():
+            raise SystemExit(f"text_file={cfg.text_file}: no such file")
+        batch = overrides.get("eval_batch_size") or max(1, cfg.batch_tokens // length)
+        dm = TextFileData(cfg.text_file, task.tokenizer, work_dir, seq_len=length, eval_batch_size=batch)
+        return dm, {"text_file": str(cfg.text_file)}
+    data_cfg = lm_data_config(cfg, task)
+    data_cfg["eval_seq_len"] = data_cfg.get("eval_seq_len") or length
+    if not overrides.get("eval_batch_size"):  # tokens per batch; not the (global) training batch
+        data_cfg["eval_batch_size"] = max(1, cfg.batch_tokens // data_cfg["eval_seq_len"])
+    try:
+        dm = instantiate(OmegaConf.create(data_cfg))
+    except Exception as err:
+        raise SystemExit(f"cannot build the data module of {data_cfg.get('_target_')}: {err}") from None
+    if not hasattr(dm, "use_eval_length"):
+        raise SystemExit(f"{data_cfg.get('_target_')} is not a language-modelling corpus")
+    dm.prepare_data()
+    dm.setup("validate" if cfg.split == "val" else "test")
+    problem = tokenizer_mismatch(task.tokenizer, dm.tokenizer, task.spec.vocab_size)
+    if problem:
+        raise SystemExit(
+            f"{cfg.ckpt_path}: {problem}; the token ids would not mean what the model learned. "
+            "Evaluate on the checkpoint's own corpus and tokenizer settings, or give text_file=..."
+        )
+    return dm, {"split": cfg.split, "corpus": dm.name}
+
+
+def evaluate_checkpoint(cfg: DictConfig) -> None:
+    """What ``eval.py`` does with a ``task=lm`` checkpoint (:class:`ablate.tasks.TaskSpec`
+    ``evaluate_checkpoint``): loss and perplexity at each of ``seq_lens`` on the checkpoint's
+    corpus (``split``) or on ``text_file``, printed and as one JSON line."""
+    if cfg.split not in ("val", "test"):
+        raise SystemExit(f"split={cfg.split}; valid options: val, test")
+    lengths = eval_lengths(cfg)
+    device = pick_device(cfg.device)
+    task = load_lm_checkpoint(cfg.ckpt_path, map_location=device)
+    split = "test" if cfg.text_file else cfg.split  # a text file is served as either split
+    with tempfile.TemporaryDirectory(prefix="ablate-eval-") as work_dir:
+        try:
+            dm, source = lm_datamodule(cfg, task, work_dir)
+            lengths = lengths or [dm.eval_seq_len]
+            trainer = L.Trainer(
+                accelerator="gpu" if device.type == "cuda" else "cpu",
+                devices=[device.index] if device.index is not None else 1,
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+            )
+            start = time.perf_counter()
+            metrics, info = evaluate_lengths(trainer, task, dm, lengths, split)
+        except (OSError, ValueError) as err:  # a missing corpus, an unknown character, a too long window, ...
+            raise SystemExit(f"eval.py: {err}") from None
+    seconds = time.perf_counter() - start
+    results = {}
+    for length in lengths:
+        entry = dict(info[str(length)])
+        if "skipped" not in entry:
+            entry.update(loss=metrics[f"{split}/loss@{length}"], ppl=metrics[f"{split}/ppl@{length}"])
+            print(f"seq_len={length}: loss = {entry['loss']:.4f}  ppl = {entry['ppl']:.3f}  ({entry['tokens']} tokens)")
+        else:
+            print(f"seq_len={length}: skipped ({entry['skipped']})")
+        results[str(length)] = entry
+    print(json.dumps({**source, "lengths": results, "seconds": round(seconds, 1)}))

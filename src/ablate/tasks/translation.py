@@ -42,7 +42,8 @@ from ablate.data.tokenizers import Tokenizer
 from ablate.data.translation_batches import PairBatch
 from ablate.data.translation_tokens import BOS, EOS, PAD, detokenize
 from ablate.nn.seq2seq import EncoderDecoder
-from ablate.tasks.base import TaskModule, check_bpe_train_mb
+from ablate.optim import used_optim_config
+from ablate.tasks.base import TaskModule, check_bpe_train_mb, config_dict, pick_device
 from ablate.tasks.decoding import DecodeConfig, SpecialIds, translate_tokens
 
 DEFAULT_TASK = {
@@ -301,13 +302,33 @@ class TranslationTask(TaskModule):
         self._finish("test")
 
 
+def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TranslationTask:
+    """The ``translation`` task of a run (:class:`ablate.tasks.TaskSpec` ``build``): a parallel
+    corpus and a model with an encoder."""
+    from ablate.data.translation_data import TranslationDataModule
+
+    if not isinstance(datamodule, TranslationDataModule):
+        raise ConfigError(
+            f"task=translation needs a parallel corpus (data=multi30k, iwslt14, iwslt2017, wmt14, parallel), "
+            f"got {type(datamodule).__name__}"
+        )
+    if spec.encoder_layers <= 0:
+        raise ConfigError(
+            "task=translation needs an encoder: set model.encoder_layers and model.decoder_layers, or use "
+            "model=translation_small, transformer_iwslt_de_en or transformer_base"
+        )
+    task_cfg = {k: v for k, v in config_dict(cfg.get("task")).items() if k != "name"}
+    return TranslationTask(
+        spec.as_dict(),
+        used_optim_config(config_dict(cfg.optim)),
+        decode=config_dict(cfg.get("decode")),
+        task=task_cfg,
+        data=config_dict(cfg.data),
+        compile=cfg.model.get("compile", False),
+    )
+
+
 # --- checkpoints, for eval.py and translate.py ---------------------------------------------
-
-
-def pick_device(name: str = "auto") -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def load_translation_checkpoint(path: str | Path, device: str = "auto") -> TranslationTask:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+from ablate import metrics
 from ablate.tracking.hparams import new_hparams
 from ablate.tracking.options import WandbOptions
 from ablate.tracking.wandb_mode import decide_wandb_mode
@@ -27,8 +28,14 @@ if TYPE_CHECKING:
 
 # Lightning's WandbLogger adds this key to every row; it is the x-axis.
 STEP_METRIC = "trainer/global_step"
-# Which aggregate the run summary keeps per metric (what sweeps compare on).
-SUMMARY_GOALS = {"val/ppl": "min", "val/loss": "min", "val/bpb": "min", "val/bleu": "max"}
+
+
+def summary_goals() -> dict[str, str]:
+    """Which aggregate the run summary keeps per validation metric (what sweeps compare on): the
+    goal every declared metric with a direction has (:mod:`ablate.metrics`)."""
+    return {f"val/{m.name}": m.goal for m in metrics.registered() if m.goal is not None}
+
+
 # Cumulative training tokens and time (ablate.callbacks.throughput): alternative x-axes.
 TOKENS_METRIC = "train/tokens_seen"
 TIME_METRIC = "train/time_s"
@@ -140,7 +147,7 @@ def _define_metrics(run: Run) -> None:
     """
     run.define_metric(STEP_METRIC)
     run.define_metric("*", step_metric=STEP_METRIC, step_sync=True)
-    for name, goal in SUMMARY_GOALS.items():
+    for name, goal in summary_goals().items():
         run.define_metric(name, summary=goal, step_metric=STEP_METRIC, step_sync=True)
     # the other x-axes: cumulative tokens and training time, logged in the training rows and in
     # every validation row (ablate.callbacks.throughput), so any panel can be drawn against them

@@ -17,16 +17,6 @@ from ablate.analysis.series import (
     job_x,
 )
 
-AXIS_LABELS = {
-    "val/ppl": "perplexity (exp of mean NLL per token)",
-    "val/loss": "cross-entropy (nats per token)",
-    "val/bleu": "BLEU (sacreBLEU)",
-    "test/ppl": "test perplexity",
-    "test/loss": "test cross-entropy (nats per token)",
-    "train/loss": "training loss (nats per token)",
-    "train/lr": "learning rate",
-}
-METRIC_NAMES = {"ppl": "perplexity", "loss": "loss", "bleu": "BLEU"}
 STEP_LABEL = "optimiser step"
 X_LABELS = {"steps": STEP_LABEL, "tokens": "training tokens", "time": "training time (s, validation left out)"}
 LR_AXIS = "lr"  # a numeric axis whose last component is this (optim.lr) gets loss_vs_lr.png

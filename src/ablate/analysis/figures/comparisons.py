@@ -13,7 +13,6 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter
 
 from ablate.analysis.figures.common import (
-    AXIS_LABELS,
     LR_AXIS,
     TableFigure,
     add_legend,
@@ -36,6 +35,7 @@ from ablate.analysis.series import (
     paper_series,
     training_length,
 )
+from ablate.metrics import axis_label
 
 
 def _band(ax, x, rows: pd.DataFrame, color: str) -> None:
@@ -149,7 +149,7 @@ def metric_vs_axis_figure(sweep: Sweep, axis: str, metric: str) -> TableFigure |
         ax.set_yscale("log")
     _set_numeric_xaxis(ax, table["x"].tolist())
     ax.set_xlabel(axis)
-    ax.set_ylabel(f"final {AXIS_LABELS.get(metric, metric)}")
+    ax.set_ylabel(f"final {axis_label(metric)}")
     ax.set_title(f"Final {metric} against {axis_name(axis)} (mean over seeds; bar: seed range)", fontsize="medium")
     ax.grid(alpha=0.3)
     add_legend(ax)
@@ -205,7 +205,7 @@ def loss_vs_lr_figure(sweep: Sweep, axis: str | None = None, metric: str = "val/
         ax.set_yscale("log")
     _set_numeric_xaxis(ax, table["x"].tolist())
     ax.set_xlabel(f"peak learning rate ({axis}" + (", log scale)" if ax.get_xscale() == "log" else ")"))
-    ax.set_ylabel(f"final {AXIS_LABELS.get(metric, metric)}")
+    ax.set_ylabel(f"final {axis_label(metric)}")
     ax.set_title(f"Learning-rate tuning: final {metric} (mean ± 1 std over seeds)", fontsize="medium")
     ax.grid(alpha=0.3)
     add_legend(ax)
@@ -246,7 +246,7 @@ def paper_figure(sweep: Sweep, paper: PaperResults, metric: str, kind: str = "fi
             label="no completed seed (diverged / crashed)",
         )
     ours.set_title(f"ours: {kind} {metric}")
-    ours.set_ylabel(AXIS_LABELS.get(metric, metric))
+    ours.set_ylabel(axis_label(metric))
     theirs.plot(x, table["paper"], "s", color="C1")
     theirs.set_title(f"paper: {paper.metric}")
     theirs.set_ylabel(paper.metric)
@@ -315,7 +315,7 @@ def compute_multiplier_figure(
         )
     ax.set_xscale("log")
     ax.set_xlabel(f"training compute (FLOPs: {compute_note})")
-    ax.set_ylabel(f"final {AXIS_LABELS.get(metric, metric)}")
+    ax.set_ylabel(f"final {axis_label(metric)}")
     ax.set_title(
         "Loss against compute: L = E + A C^-α per variant (dots: seeds; dotted: E; "
         "arrow: compute multiplier at the largest measured compute)",

@@ -9,8 +9,6 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ablate.analysis.figures.common import (
-    AXIS_LABELS,
-    METRIC_NAMES,
     Variant,
     add_legend,
     axis_name,
@@ -28,6 +26,7 @@ from ablate.analysis.series import (
     lr_schedule,
     trained_steps,
 )
+from ablate.metrics import axis_label, find
 
 
 def plot_curves(ax, group: list[Variant], metric: str, x: str = "steps") -> set[str]:
@@ -61,7 +60,7 @@ def plot_curves(ax, group: list[Variant], metric: str, x: str = "steps") -> set[
     if everything and wants_log(np.concatenate(everything)):
         ax.set_yscale("log")
     ax.set_xlabel(x_label(x, sources))
-    ax.set_ylabel(AXIS_LABELS.get(metric, metric))
+    ax.set_ylabel(axis_label(metric))
     ax.grid(alpha=0.3)
     return sources
 
@@ -74,7 +73,7 @@ def validation_figure(sweep: Sweep, x: str = "steps") -> Figure | None:
     fig = Figure(figsize=(6 * len(metrics), 4.5), layout="constrained")
     for ax, metric in zip(fig.subplots(1, len(metrics), squeeze=False)[0], metrics):
         plot_curves(ax, group, metric, x)
-        ax.set_title("Validation " + METRIC_NAMES.get(metric.split("/", 1)[1], metric))
+        ax.set_title("Validation " + (found.label if (found := find(metric)) else metric))
         add_legend(ax)
     fig.suptitle("Validation curves (line: mean over seeds; band: ± 1 std)")
     return fig
@@ -170,7 +169,7 @@ def _plot_lr(ax, group: list[Variant], x: str) -> None:
             color="dimgrey",
         )
     ax.set_xlabel(x_label(x, sources))
-    ax.set_ylabel(AXIS_LABELS[LR_METRIC])
+    ax.set_ylabel(axis_label(LR_METRIC))
     ax.grid(alpha=0.3)
 
 

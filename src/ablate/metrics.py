@@ -1,0 +1,191 @@
+"""What a logged metric means, declared once: its direction, words, unit and precision.
+
+A task declares the quantities it logs (:class:`ablate.tasks.TaskSpec`'s ``metrics``); the run
+itself declares the few every run logs (:data:`RUN_METRICS`). Everything that shows or compares a
+metric asks this registry instead of keeping its own table: the progress lines and the summaries
+(:mod:`ablate.console`, :mod:`ablate.callbacks.progress`), the W&B summary goals and panels, the
+analysis tables and figures, the best-value rule of sweeps that optimise (:mod:`ablate.objective`,
+``tune=lr``) and the check of ``optimized_metric``. A metric declared by a task appears in all of
+them; a metric nobody declared is refused by name where a direction is needed, never guessed.
+
+A logged name is ``<split>/<quantity>[@<length>]``: ``val/ppl``, ``test/ppl@512``, ``train/lr``.
+The registry is keyed by the quantity, so one declaration covers every split and evaluation length.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+
+class UndeclaredMetricError(ValueError):
+    """A metric whose direction or meaning was needed, but that no task or callback declared."""
+
+
+SPLIT_WORDS = {"train": "training", "val": "validation", "test": "test"}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One logged quantity.
+
+    ``name``: the quantity, the last part of the logged name (``ppl`` of ``val/ppl@512``);
+    ``goal``: ``min`` or ``max``, what a better run has (None: neither, e.g. the learning rate); ``label`` and ``unit``: words for axes
+    and tables; ``format``: the format spec of summaries and tables; ``progress_format``: the
+    fixed-width spec of the plain progress lines; ``sci_above``: values this large (a perplexity
+    that blew up) are shown in scientific notation instead; ``shown``: whether run summaries and
+    progress lines show it (``bpb`` is logged for comparisons across tokenizers, not watched);
+    ``per_split``: False for a quantity of the run, not of a data split (the learning rate), whose
+    labels name no split."""
+
+    name: str
+    goal: Literal["min", "max"] | None
+    label: str
+    unit: str = ""
+    format: str = ".4g"
+    progress_format: str = "5.3f"
+    sci_above: float = math.inf
+    shown: bool = True
+    per_split: bool = True
+
+    def __post_init__(self) -> None:
+        if self.goal not in ("min", "max", None):
+            raise ValueError(f"Metric {self.name!r}: goal={self.goal!r}; valid options: min, max, None")
+        if "/" in self.name or "@" in self.name:
+            raise ValueError(f"Metric {self.name!r}: give the quantity (ppl), not a logged name (val/ppl@512)")
+
+    @property
+    def higher_is_better(self) -> bool:
+        if self.goal is None:
+            raise UndeclaredMetricError(f"metric {self.name!r} has no better direction: a run cannot be ranked by it")
+        return self.goal == "max"
+
+    def axis_label(self, split: str | None = None) -> str:
+        """``validation perplexity (exp of mean NLL per token)``; no split word for ``val``
+        (the figures' default), nor when ``split`` is None."""
+        if split is None or split == "val" or not self.per_split:
+            words = self.label
+        else:
+            words = f"{SPLIT_WORDS.get(split, split)} {self.label}"
+        return f"{words} ({self.unit})" if self.unit else words
+
+    def format_value(self, value: float | None) -> str:
+        """The value at this metric's precision; ``-`` when missing."""
+        if value is None:
+            return "-"
+        return f"{value:.3e}" if abs(value) >= self.sci_above else format(value, self.format)
+
+    def progress_text(self, value: float | None) -> str:
+        """``ppl   11.03``: the fixed-width column of a plain progress line (``-`` when missing)."""
+        if value is None:
+            return f"{self.name}     -"
+        if abs(value) >= self.sci_above:
+            return f"{self.name} {value:.2e}"
+        return f"{self.name} {format(value, self.progress_format)}"
+
+
+class LoggedName(NamedTuple):
+    """A logged metric name taken apart: ``test/ppl@512`` -> ``("test", "ppl", 512)``."""
+
+    split: str | None
+    quantity: str
+    length: int | None
+
+
+def parse(name: str) -> LoggedName:
+    """``<split>/<quantity>[@<length>]`` taken apart (a name without ``/`` has no split)."""
+    split, _, rest = name.rpartition("/")
+    quantity, _, length = rest.partition("@")
+    return LoggedName(split or None, quantity, int(length) if length.isdigit() else None)
+
+
+# the quantities every run logs, whatever the task: the learning rate of each step (the task's
+# training_step logs it; the LR figures and panels label it)
+RUN_METRICS = (Metric("lr", None, "learning rate", format=".3g", shown=False, per_split=False),)
+
+_REGISTRY: dict[str, Metric] = {}
+
+
+def register(metrics: Iterable[Metric]) -> None:
+    """Declare metrics. Declaring a quantity again is allowed only with the same meaning: two
+    tasks that log ``loss`` must agree on what it is, or every table would be ambiguous."""
+    for metric in metrics:
+        known = _REGISTRY.get(metric.name)
+        if known is not None and known != metric:
+            raise ValueError(f"metric {metric.name!r} is declared twice with different meanings: {known} and {metric}")
+        _REGISTRY[metric.name] = metric
+
+
+def unregister(names: Iterable[str]) -> None:
+    """Forget metrics (a test that declared its own)."""
+    for name in names:
+        _REGISTRY.pop(name, None)
+
+
+register(RUN_METRICS)
+
+
+def _builtin_tasks_registered() -> None:
+    # the built-in tasks declare their metrics when ablate.tasks is imported (a light module: no
+    # torch); importing it here means a caller of this module never sees an empty registry
+    import ablate.tasks  # noqa: F401
+
+
+def registered() -> tuple[Metric, ...]:
+    """Every declared metric, in declaration order (the order summaries show them in)."""
+    _builtin_tasks_registered()
+    return tuple(_REGISTRY.values())
+
+
+def find(name: str) -> Metric | None:
+    """The declaration of a logged name (``val/ppl@512`` -> ``ppl``), or None."""
+    _builtin_tasks_registered()
+    return _REGISTRY.get(parse(name).quantity)
+
+
+def lookup(name: str) -> Metric:
+    """The declaration of a logged name; :class:`UndeclaredMetricError` naming the declared
+    quantities when there is none (a typo, or a new metric its task did not declare)."""
+    found = find(name)
+    if found is None:
+        known = ", ".join(sorted(_REGISTRY))
+        raise UndeclaredMetricError(
+            f"metric {name!r}: no task declares {parse(name).quantity!r} (declared: {known}); a task declares "
+            "its metrics in its TaskSpec (ablate.tasks)"
+        )
+    return found
+
+
+def higher_is_better(name: str) -> bool:
+    """Whether a larger value of the logged metric ``name`` is better (BLEU), or smaller (loss)."""
+    return lookup(name).higher_is_better
+
+
+def axis_label(name: str) -> str:
+    """Words for an axis of ``name``: ``test perplexity (exp of mean NLL per token)``; the name
+    itself when undeclared (a figure of any logged column still draws)."""
+    found = find(name)
+    if found is None:
+        return name
+    parsed = parse(name)
+    label = found.axis_label(parsed.split)
+    return f"{label} at length {parsed.length}" if parsed.length else label
+
+
+def format_value(name: str, value: object) -> str:
+    """A value of ``name`` at its precision (``-`` when missing, ``.4g`` when undeclared)."""
+    if value is None:
+        return "-"
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(value)
+    found = find(name)
+    return found.format_value(number) if found is not None else f"{number:.4g}"
+
+
+def shown(split: str) -> list[str]:
+    """The logged names of ``split`` that summaries and progress lines show, in order."""
+    return [f"{split}/{m.name}" for m in registered() if m.shown]
