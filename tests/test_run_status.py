@@ -33,7 +33,12 @@ def test_a_completed_record_round_trips_with_the_tasks_entries(tmp_path: Path) -
 
 def test_a_crash_records_no_metrics() -> None:
     crashed = RunStatus("crashed", [], error="RuntimeError: boom", traceback="...")
-    assert crashed.to_json() == {"status": "crashed", "overrides": [], "error": "RuntimeError: boom", "traceback": "..."}
+    assert crashed.to_json() == {
+        "status": "crashed",
+        "overrides": [],
+        "error": "RuntimeError: boom",
+        "traceback": "...",
+    }
 
 
 def test_what_is_not_a_record_is_refused(tmp_path: Path) -> None:

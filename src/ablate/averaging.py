@@ -163,7 +163,7 @@ def check_compatible(
     paths: Sequence[Path], checkpoints: Sequence[dict[str, Any]], weights: str, allow_changes: Iterable[str] = ()
 ) -> None:
     """Refuse checkpoints of different runs or architectures, naming the files and the keys."""
-    from ablate.resume import _allowed
+    from ablate.resume import change_allowed
 
     allow = list(allow_changes)
     ref_path, ref = paths[-1], checkpoints[-1]
@@ -180,7 +180,7 @@ def check_compatible(
         if identity is not None:
             reference = identities[-1]
             assert reference is not None  # all carry an identity, or none does (checked above)
-            diffs = {k: v for k, v in _differences(identity, reference).items() if not _allowed(k, allow)}
+            diffs = {k: v for k, v in _differences(identity, reference).items() if not change_allowed(k, allow)}
             if diffs:
                 lines = "\n".join(
                     f"  {k}: {old!r} in {path.name}, {new!r} in {ref_path.name}" for k, (old, new) in diffs.items()

@@ -8,7 +8,6 @@ invalid combinations with a message that names the fix, before any tensor is all
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ablate.nn.attention import ATTENTION_KERNELS
@@ -17,59 +16,8 @@ from ablate.nn.ffn import activation_names
 from ablate.nn.init import INITS
 from ablate.nn.norms import NORM_LAYERS
 from ablate.nn.positional import POSITIONAL, rotary_dim
+from ablate.nn.spec import ModelSpec
 from ablate.options import NORM_KEYS, ConfigError, check_option_keys
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Everything needed to build a model, validated."""
-
-    vocab_size: int
-    n_layers: int
-    d_model: int
-    n_heads: int
-    d_ff: int
-    max_len: int
-    dropout: float = 0.0
-    bias: bool = True
-    tie_embeddings: bool = True
-    scale_embeddings: bool = False
-    pos: str = "learned"
-    pos_options: Mapping[str, Any] = field(default_factory=dict)
-    norm: str = "pre"
-    norm_layer: str = "layernorm"
-    norm_bias: bool = True
-    norm_eps: float = 1e-5
-    norm_options: Mapping[str, Any] = field(default_factory=dict)  # the layer's own, e.g. DyT's alpha_init
-    act: str = "gelu"
-    match_params: bool = True
-    init: str = "gpt2"
-    init_std: float = 0.02
-    attn: str = "sdpa"
-    n_kv_heads: int | None = None
-    # encoder-decoder only (0 means a decoder-only LM)
-    encoder_layers: int = 0
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    def axes(self) -> dict[str, Any]:
-        """The ablation axes, flat, for grouping runs in W&B and in the summary table."""
-        return {
-            "pos": self.pos,
-            "norm": self.norm,
-            "norm_layer": self.norm_layer,
-            "act": self.act,
-            "init": self.init,
-            "attn": self.attn,
-        }
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["pos_options"] = dict(self.pos_options)
-        d["norm_options"] = dict(self.norm_options)
-        return d
 
 
 def _choice(value: str, valid: Mapping | tuple | list, key: str) -> str:

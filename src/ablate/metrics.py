@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 
 class UndeclaredMetricError(ValueError):
@@ -189,3 +189,12 @@ def format_value(name: str, value: object) -> str:
 def shown(split: str) -> list[str]:
     """The logged names of ``split`` that summaries and progress lines show, in order."""
     return [f"{split}/{m.name}" for m in registered() if m.shown]
+
+
+def finite_or_none(value: Any) -> float | None:
+    """``value`` as a float, or None when it is not a finite number (what status records hold: JSON has no NaN)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None

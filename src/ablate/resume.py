@@ -104,7 +104,8 @@ def _plain(value: Any) -> Any:
     return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
 
 
-def _allowed(key: str, allow: Iterable[str]) -> bool:
+def change_allowed(key: str, allow: Iterable[str]) -> bool:
+    """Whether ``resume_allow_changes`` (``allow``) lets ``key`` differ: the key itself or a group above it."""
     return any(key == a or key.startswith(f"{a}.") for a in allow)
 
 
@@ -129,7 +130,7 @@ def check_same_run(
         return ["?"]
     allow = list(allow)
     diffs = identity_differences(saved, current)
-    refused = {k: v for k, v in diffs.items() if not _allowed(k, allow)}
+    refused = {k: v for k, v in diffs.items() if not change_allowed(k, allow)}
     if refused:
         lines = "\n".join(f"  {k}: checkpoint {old!r}, now {new!r}" for k, (old, new) in refused.items())
         keys = ",".join(refused)

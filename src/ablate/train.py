@@ -61,6 +61,7 @@ from ablate.config_schema import check_config_keys
 from ablate.console import format_run_header, format_run_summary, param_estimate, print_config_tree, quiet_known_noise
 from ablate.errors import UserError
 from ablate.flops import flops_per_token
+from ablate.metrics import finite_or_none
 from ablate.objective import MetricNotLoggedError, best_metric_value
 from ablate.optim import optimizer_kind, used_optim_config
 from ablate.resume import (
@@ -74,7 +75,6 @@ from ablate.run_checks import check_run_numbers, start_warnings
 from ablate.run_lock import RunDirectoryBusy, RunDirectoryLock
 from ablate.run_status import RunStatus, read_status, record_status
 from ablate.tasks import build_task, check_task_config, task_name
-from ablate.tasks.base import finite_or_none
 from ablate.tracking.loggers import build_loggers
 from ablate.tracking.naming import RunLabels, multirun_group
 from ablate.tracking.options import check_loggers

@@ -386,17 +386,17 @@ def log_analysis_run(facts: SweepFacts, mode: str, reason: str) -> tuple[Any, st
 
     Returns:
         ``(run directory, mode, reason, table key or None, image keys)``; mode ``offline`` when
-        an online start failed (:func:`ablate.tracking.wandb_run._init_run`).
+        an online start failed (:func:`ablate.tracking.wandb_run.init_run`).
     """
     import pandas as pd
     import wandb
 
-    from ablate.tracking.wandb_run import _finish_stale_run, _init_run
+    from ablate.tracking.wandb_run import finish_stale_run, init_run
 
     assert facts.sweep_dir is not None
     out = facts.sweep_dir / "analysis"
     out.mkdir(parents=True, exist_ok=True)
-    _finish_stale_run()
+    finish_stale_run()
     init_kwargs = {
         "dir": str(out),
         "project": facts.project,
@@ -408,7 +408,7 @@ def log_analysis_run(facts: SweepFacts, mode: str, reason: str) -> tuple[Any, st
         "resume": "allow",
         "config": {"sweep_dir": str(facts.sweep_dir), "axes": list(facts.axes)},
     }
-    run, mode, reason = _init_run(mode, reason, init_kwargs)
+    run, mode, reason = init_run(mode, reason, init_kwargs)
     row: dict[str, Any]  # a table and images
     table, images, row = None, [], {}
     try:

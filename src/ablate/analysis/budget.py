@@ -40,7 +40,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ablate.analysis.compute import job_flops_per_token
 from ablate.analysis.runs import Job, Sweep
+from ablate.analysis.stats import mean_std
 
 BASES = ("steps", "flops", "time")
 DEFAULT_BASIS = "steps"  # the final value, as before: see docs/analysis.md for why
@@ -130,25 +132,6 @@ def matched_budget(final_budgets: Iterable[float]) -> float:
 # ----------------------------------------------------------------------------- jobs of a sweep
 
 
-def job_flops_per_token(job: Job) -> float:
-    """Training FLOPs per token of ``job``: :func:`ablate.flops.flops_per_token`
-    with ``status.json``'s ``params`` and the config's layers (decoder + encoder), ``model.d_model``
-    and ``data.seq_len``, exactly as ``scripts/compute_multiplier.py`` counts them
-    (:func:`ablate.analysis.scaling.job_compute`). Raises ValueError naming what is missing."""
-    # imported here: scaling imports tables, which imports this module; the throughput callback
-    # pulls in Lightning, which the rest of the analysis does not need
-    from ablate.analysis.scaling import _layers, _number
-    from ablate.flops import flops_per_token
-
-    if job.record.get("params") is None:
-        raise ValueError("status.json has no `params`")
-    return float(
-        flops_per_token(
-            float(job.record["params"]), _layers(job), _number(job, "model.d_model"), _number(job, "data.seq_len")
-        )
-    )
-
-
 def job_curve(job: Job, metric: str, basis: str) -> pd.Series:
     """:func:`validation_curve` of one job (raises ValueError saying why it has none)."""
     fpt = job_flops_per_token(job) if basis == "flops" else None
@@ -204,8 +187,6 @@ def add_cost_columns(frame: pd.DataFrame, sweep: Sweep, metric: str) -> pd.DataF
     ``train/time_s``), ``<metric> @<basis> mean`` / ``std`` for each basis and the matched budgets
     ``matched_steps``, ``matched_flops``, ``matched_time_s`` (the same in every row). The
     :class:`Matched` of each basis goes to ``frame.attrs["matched"]``."""
-    from ablate.analysis.tables import mean_std  # tables imports this module
-
     matched = {basis: match(sweep.jobs, metric, basis) for basis in BASES}
     rows = []
     for jobs in sweep.variants().values():
@@ -240,65 +221,3 @@ def describe_basis(metric: str, basis: str, matched: Matched | None = None) -> s
         return f"final {metric}"
     assert matched is not None, "a budget basis other than steps has a matched budget"
     return f"{metric} at the matched budget of {format_budget(matched.budget, basis)}, --basis {basis}"
-
-
-# ----------------------------------------------------------------------------- Markdown
-
-
-def cost_table(frame: pd.DataFrame, sweep: Sweep) -> str:
-    """The cost of each variant and its metric at matched steps, FLOPs and training time as a
-    Markdown table, the matched budgets in its header, with notes."""
-    from ablate.analysis.markdown import fmt  # markdown imports this module
-
-    metric, matched, names = frame.attrs["metric"], frame.attrs["matched"], sweep.short_names()
-    header = [names[a] for a in sweep.axes] + ["params", "FLOPs/token", "tokens seen", "train time (s)"]
-    header += [f"{metric} @ {format_budget(matched[b].budget, b)}" for b in BASES]
-    align = [" --- " if i < len(sweep.axes) else " ---: " for i in range(len(header))]
-    lines = [
-        "At equal cost (matched budget = the largest that every completed job reached):",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join(align) + "|",
-    ]
-    for _, row in frame.iterrows():
-        cells = [str(row[a]) for a in sweep.axes]
-        cells += [
-            "—" if pd.isna(row["params"]) else f"{row['params']:,.0f}",
-            fmt(row["flops_per_token"]),
-            "—" if pd.isna(row["tokens_seen"]) else f"{row['tokens_seen']:,.0f}",
-            fmt(row["train_time_s"]),
-        ]
-        cells += [fmt(row[f"{metric} @{b} mean"], row[f"{metric} @{b} std"]) for b in BASES]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\n" + cost_legend(frame)
-
-
-def cost_legend(frame: pd.DataFrame) -> str:
-    metric, matched = frame.attrs["metric"], frame.attrs["matched"]
-    notes = [
-        (
-            "Cost: params = status.json params; FLOPs/token = 6N + 12 L d T (as train/mfu); tokens seen and train "
-            "time = the final train/tokens_seen and train/time_s (validation left out); means over completed seeds."
-        ),
-        (
-            f"{metric} @ budget: each completed job's validation curve (against optimiser steps, FLOPs = FLOPs/token x "
-            "train/tokens_seen, or train/time_s) interpolated linearly at the matched budget = the minimum over the "
-            "completed jobs of their budget at their last validation (no extrapolation); mean ± std over seeds. "
-            "The cheapest job is then at its end of training, the others part-way (learning rate not yet decayed)."
-        ),
-    ]
-    for basis, m in matched.items():
-        if m.problems:
-            why = "; ".join(f"{_job_name(s)}: {p}" for s, p in m.problems.items())
-            notes.append(f"No {basis} budget for {len(m.problems)} job(s) ({why}): left out of @ {UNITS[basis]}.")
-        if m.late():
-            notes.append(
-                f"No value @ {format_budget(m.budget, basis)} for {len(m.late())} job(s) whose first "
-                f"validation came later: {', '.join(_job_name(s) for s in m.late())}."
-            )
-    return "\n".join(notes) + "\n"
-
-
-def _job_name(source: str) -> str:
-    """A job's directory name from its source path (for notes)."""
-    return source.rstrip("/").rsplit("/", 1)[-1]

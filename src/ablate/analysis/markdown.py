@@ -1,7 +1,7 @@
 """The summary table of a sweep as Markdown (what ``scripts/summarize.py`` prints and writes as
 ``summary.md``): the main table with its notes, the table "against the baseline" with its legend
 (:func:`~ablate.analysis.tables.compare_to_baseline` computes its columns), the table "at equal
-cost" (:func:`ablate.analysis.budget.cost_table`), and writing ``summary.csv`` / ``summary.md``.
+cost" (:func:`cost_table`), and writing ``summary.csv`` / ``summary.md``.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
         cells += [_steps(row), fmt(row["late_change"], row["late_change_std"]), fmt(row["wall_time_s"]), rate]
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n\n" + legend(frame, sweep)
-    table += "\n" + budget.cost_table(frame, sweep) if "matched" in frame.attrs else ""
+    table += "\n" + cost_table(frame, sweep) if "matched" in frame.attrs else ""
     if not frame.attrs.get("baseline"):
         return table
     # the answer first (the verdicts, each table followed by its notes), then the tables it rests on
@@ -256,3 +256,65 @@ def write_summary(frame: pd.DataFrame, markdown: str, out_dir: str | Path) -> tu
     frame.to_csv(csv_path, index=False)
     md_path.write_text(markdown)
     return csv_path, md_path
+
+
+# ----------------------------------------------------------------------------- the cost table
+
+
+def cost_table(frame: pd.DataFrame, sweep: Sweep) -> str:
+    """The cost of each variant and its metric at matched steps, FLOPs and training time as a
+    Markdown table, the matched budgets in its header, with notes."""
+    metric, matched, names = frame.attrs["metric"], frame.attrs["matched"], sweep.short_names()
+    header = [names[a] for a in sweep.axes] + ["params", "FLOPs/token", "tokens seen", "train time (s)"]
+    header += [f"{metric} @ {budget.format_budget(matched[b].budget, b)}" for b in budget.BASES]
+    align = [" --- " if i < len(sweep.axes) else " ---: " for i in range(len(header))]
+    lines = [
+        "At equal cost (matched budget = the largest that every completed job reached):",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(align) + "|",
+    ]
+    for _, row in frame.iterrows():
+        cells = [str(row[a]) for a in sweep.axes]
+        cells += [
+            "—" if pd.isna(row["params"]) else f"{row['params']:,.0f}",
+            fmt(row["flops_per_token"]),
+            "—" if pd.isna(row["tokens_seen"]) else f"{row['tokens_seen']:,.0f}",
+            fmt(row["train_time_s"]),
+        ]
+        cells += [fmt(row[f"{metric} @{b} mean"], row[f"{metric} @{b} std"]) for b in budget.BASES]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + cost_legend(frame)
+
+
+def cost_legend(frame: pd.DataFrame) -> str:
+    metric, matched = frame.attrs["metric"], frame.attrs["matched"]
+    notes = [
+        (
+            "Cost: params = status.json params; FLOPs/token = 6N + 12 L d T (as train/mfu); tokens seen and train "
+            "time = the final train/tokens_seen and train/time_s (validation left out); means over completed seeds."
+        ),
+        (
+            f"{metric} @ budget: each completed job's validation curve (against optimiser steps, FLOPs = FLOPs/token x "
+            "train/tokens_seen, or train/time_s) interpolated linearly at the matched budget = the minimum over the "
+            "completed jobs of their budget at their last validation (no extrapolation); mean ± std over seeds. "
+            "The cheapest job is then at its end of training, the others part-way (learning rate not yet decayed)."
+        ),
+    ]
+    for basis, m in matched.items():
+        if m.problems:
+            why = "; ".join(f"{_job_name(s)}: {p}" for s, p in m.problems.items())
+            notes.append(
+                f"No {basis} budget for {len(m.problems)} job(s) ({why}): left out of @ {budget.UNITS[basis]}."
+            )
+        if m.late():
+            notes.append(
+                f"No value @ {budget.format_budget(m.budget, basis)} for {len(m.late())} job(s) whose first "
+                f"validation came later: {', '.join(_job_name(s) for s in m.late())}."
+            )
+    return "\n".join(notes) + "\n"
+
+
+def _job_name(source: str) -> str:
+    """A job's directory name from its source path (for notes)."""
+    return source.rstrip("/").rsplit("/", 1)[-1]

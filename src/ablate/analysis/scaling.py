@@ -54,7 +54,7 @@ a loss; when that compute (or the interval's end) lies beyond the baseline's lar
 compute, the answer rests on the fitted law outside the data: :attr:`Multiplier.extrapolation`
 says so, and ``compute_multiplier.py`` prints it (``--no-extrapolation`` refuses such rows).
 
-Compute per job (:func:`job_compute`): training FLOPs per token times tokens seen, tokens =
+Compute per job (:func:`ablate.analysis.compute.job_compute`): training FLOPs per token times tokens seen, tokens =
 optimiser steps x ``data.batch_size`` (sequences per step, all devices) x ``data.seq_len`` for a
 language model; for translation ``data.batch_size`` x ``data.max_tokens`` (the padded token
 budget of a batch, an upper bound). FLOPs per token: ``6N+attn`` (default) is
@@ -71,10 +71,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ablate.analysis.runs import Job, Sweep, higher_is_better
+from ablate.analysis.compute import job_compute
+from ablate.analysis.runs import Sweep, higher_is_better
 from ablate.analysis.tables import parse_baseline
 
-FLOPS = ("6N+attn", "6N")
 MIN_SCALES = 3
 _ALPHA_BOUNDS = (1e-3, 5.0)
 
@@ -487,47 +487,6 @@ def compute_multiplier(
 
 
 # ----------------------------------------------------------------------------- from a sweep
-
-
-def _number(job: Job, key: str) -> float:
-    value = job.value(key)
-    try:
-        return float(str(value))  # a missing key (None) fails here too
-    except ValueError:
-        raise ValueError(
-            f"{job.source}: {key} = {value!r} in its config, not a number: cannot count its training compute"
-        ) from None
-
-
-def tokens_seen(job: Job) -> float:
-    """Optimiser steps x tokens per step (module docstring)."""
-    per_step = _number(job, "data.max_tokens") if job.task == "translation" else _number(job, "data.seq_len")
-    return float(job.record.get("steps") or 0) * _number(job, "data.batch_size") * per_step
-
-
-def _layers(job: Job) -> float:
-    """All Transformer layers (decoder, plus encoder for translation), as ``ModelSpec`` counts them."""
-    decoder = "model.n_layers" if job.value("model.n_layers") not in (None, "null") else "model.decoder_layers"
-    encoder = job.value("model.encoder_layers")
-    return _number(job, decoder) + (float(encoder) if encoder not in (None, "null") else 0.0)
-
-
-def job_compute(job: Job, flops: str = "6N+attn") -> float:
-    """Training FLOPs of ``job``: FLOPs per token (``6N+attn`` or ``6N``) x :func:`tokens_seen`."""
-    if job.record.get("params") is None:
-        raise ValueError(f"{job.source}: status.json has no `params`: cannot count its training compute")
-    params = float(job.record["params"])
-    if flops == "6N":
-        per_token = 6 * params
-    elif flops == "6N+attn":
-        from ablate.analysis.budget import (
-            job_flops_per_token,  # budget imports this module
-        )
-
-        per_token = job_flops_per_token(job)
-    else:
-        raise ValueError(f"flops={flops!r}: use one of {', '.join(FLOPS)}")
-    return per_token * tokens_seen(job)
 
 
 def scaling_curves(

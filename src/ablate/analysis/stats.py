@@ -371,3 +371,11 @@ def verdict(
     if p_adjusted < alpha:
         return direction(comparison.diff, higher_is_better) + note
     return INCONCLUSIVE + note
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1; NaN for fewer than two values), NaNs ignored."""
+    finite = [v for v in values if not math.isnan(v)]
+    if not finite:
+        return math.nan, math.nan
+    return float(np.mean(finite)), float(np.std(finite, ddof=1)) if len(finite) > 1 else math.nan

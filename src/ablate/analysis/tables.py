@@ -39,6 +39,7 @@ from ablate.analysis import budget, stats
 from ablate.analysis.convergence import is_stalled, late_change
 from ablate.analysis.paper import PaperResults
 from ablate.analysis.runs import Job, Sweep, canonical, higher_is_better
+from ablate.analysis.stats import mean_std
 from ablate.tasks import TASKS
 
 THROUGHPUT = "train/tokens_per_sec"
@@ -65,14 +66,6 @@ def test_metric(sweep: Sweep, metric: str) -> str | None:
     """``val/bleu`` -> ``test/bleu`` when some job logged it."""
     name = "test/" + metric.split("/", 1)[1] if metric.startswith("val/") else None
     return name if name and name in available_metrics(sweep) else None
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (ddof=1; NaN for fewer than two values), NaNs ignored."""
-    finite = [v for v in values if not math.isnan(v)]
-    if not finite:
-        return math.nan, math.nan
-    return float(np.mean(finite)), float(np.std(finite, ddof=1)) if len(finite) > 1 else math.nan
 
 
 def _counts(jobs: list[Job]) -> dict[str, int]:

@@ -28,8 +28,7 @@ import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.callbacks.progress import ProgressBar
 
-from ablate.metrics import lookup, shown
-from ablate.tasks.base import finite_or_none
+from ablate.metrics import finite_or_none, lookup, shown
 
 MODES = ("auto", "bar", "text")
 

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ablate.config import ModelSpec
 from ablate.nn.attention import KVCache
 from ablate.nn.block import LayerCache, deepnorm_constants
 from ablate.nn.embedding import TokenEmbedding
 from ablate.nn.init import initialise
 from ablate.nn.positional import PositionalEncoding, build_positional
+from ablate.nn.spec import ModelSpec
 from ablate.nn.transformer import build_stack, final_norm
 
 TIE_MODES = {

@@ -11,7 +11,6 @@ from functools import partial
 
 from torch import Tensor, nn
 
-from ablate.config import ModelSpec
 from ablate.nn.attention import CrossAttention, SelfAttention
 from ablate.nn.block import PLACEMENTS, Block, DeepNormResidual, LayerCache, NormFactory, Residual, deepnorm_constants
 from ablate.nn.embedding import TokenEmbedding
@@ -19,6 +18,7 @@ from ablate.nn.ffn import build_ffn
 from ablate.nn.init import initialise
 from ablate.nn.norms import build_norm
 from ablate.nn.positional import PositionalEncoding, build_positional
+from ablate.nn.spec import ModelSpec
 
 
 def norm_factory(spec: ModelSpec) -> NormFactory:

@@ -3,7 +3,6 @@ optimiser and per-step learning-rate schedule (:mod:`ablate.optim`)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
@@ -15,6 +14,7 @@ from torch import Tensor, nn
 
 from ablate.config import ModelSpec
 from ablate.data.tokenizers import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
+from ablate.metrics import finite_or_none
 from ablate.optim import build_optimizer, build_schedule
 from ablate.options import ConfigError
 
@@ -115,12 +115,3 @@ def config_dict(node: Any) -> dict[str, Any]:
     if isinstance(node, DictConfig):
         return cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))
     return dict(node)
-
-
-def finite_or_none(value: Any) -> float | None:
-    """``value`` as a float, or None when it is not a finite number (what status records hold)."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None

@@ -29,7 +29,8 @@ from ablate.data.sources import DataFormatError
 from ablate.data.text_stream import SplitText
 from ablate.data.tokenizers import TOKENIZERS, Tokenizer
 from ablate.locations import checkout_root, project_root
-from ablate.tasks.base import finite_or_none, pick_device
+from ablate.metrics import finite_or_none
+from ablate.tasks.base import pick_device
 
 if TYPE_CHECKING:
     from ablate.tasks.lm import LanguageModelTask

@@ -77,7 +77,7 @@ def build_wandb_logger(
     if mode == "disabled":
         _announce(f"W&B disabled ({reason}); metrics only in {output_dir / 'csv' / 'metrics.csv'}")
         return None
-    _finish_stale_run()
+    finish_stale_run()
     init_kwargs = {
         "dir": str(output_dir),
         "project": options.project,
@@ -90,7 +90,7 @@ def build_wandb_logger(
     }
     if resume_id:
         init_kwargs.update(id=resume_id, resume="allow")
-    run, mode, reason = _init_run(mode, reason, init_kwargs)
+    run, mode, reason = init_run(mode, reason, init_kwargs)
     _define_metrics(run)
     if mode == "offline":
         # a resumed offline run is one more local folder with the same run id; wandb sync given
@@ -104,7 +104,7 @@ def build_wandb_logger(
     )
 
 
-def _init_run(mode: str, reason: str, init_kwargs: dict[str, Any]) -> tuple[Run, str, str]:
+def init_run(mode: str, reason: str, init_kwargs: dict[str, Any]) -> tuple[Run, str, str]:
     """``wandb.init`` in ``mode``; an online start that fails is retried offline.
 
     A wrong key or a server error must not cost the training run: the offline
@@ -155,7 +155,7 @@ def _define_metrics(run: Run) -> None:
         run.define_metric(name, summary="max", step_metric=STEP_METRIC, step_sync=True)
 
 
-def _finish_stale_run() -> None:
+def finish_stale_run() -> None:
     """Close a run some earlier job forgot to finish, so ours is a new one."""
     import wandb
 

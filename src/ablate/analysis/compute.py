@@ -1,0 +1,70 @@
+"""The training compute of a job, from its config and its record: tokens seen (optimiser steps x
+tokens per step), Transformer layers, FLOPs per token (:func:`ablate.flops.flops_per_token`, as
+``train/mfu`` counts them) and their product. What the budget comparisons
+(:mod:`~ablate.analysis.budget`) and the compute multiplier (:mod:`~ablate.analysis.scaling`) both
+count, in one place below both."""
+
+from __future__ import annotations
+
+from ablate.analysis.runs import Job
+from ablate.flops import flops_per_token
+
+FLOPS = ("6N+attn", "6N")  # how a job's FLOPs per token are counted: with the attention term, or 6N
+
+
+def required_number(job: Job, key: str) -> float:
+    """The job's config value of ``key`` as a number; ValueError naming the key when it is not one."""
+    value = job.value(key)
+    try:
+        return float(str(value))  # a missing key (None) fails here too
+    except ValueError:
+        raise ValueError(
+            f"{job.source}: {key} = {value!r} in its config, not a number: cannot count its training compute"
+        ) from None
+
+
+def tokens_seen(job: Job) -> float:
+    """Optimiser steps x tokens per step: ``data.batch_size`` x ``data.seq_len`` for a language
+    model, x ``data.max_tokens`` (the token budget of a batch) for translation."""
+    per_step = (
+        required_number(job, "data.max_tokens") if job.task == "translation" else required_number(job, "data.seq_len")
+    )
+    return float(job.record.get("steps") or 0) * required_number(job, "data.batch_size") * per_step
+
+
+def transformer_layers(job: Job) -> float:
+    """All Transformer layers (decoder, plus encoder for translation), as ``ModelSpec`` counts them."""
+    decoder = "model.n_layers" if job.value("model.n_layers") not in (None, "null") else "model.decoder_layers"
+    encoder = job.value("model.encoder_layers")
+    return required_number(job, decoder) + (float(encoder) if encoder not in (None, "null") else 0.0)
+
+
+def job_compute(job: Job, flops: str = "6N+attn") -> float:
+    """Training FLOPs of ``job``: FLOPs per token (``6N+attn`` or ``6N``) x :func:`tokens_seen`."""
+    if job.record.get("params") is None:
+        raise ValueError(f"{job.source}: status.json has no `params`: cannot count its training compute")
+    params = float(job.record["params"])
+    if flops == "6N":
+        per_token = 6 * params
+    elif flops == "6N+attn":
+        per_token = job_flops_per_token(job)
+    else:
+        raise ValueError(f"flops={flops!r}: use one of {', '.join(FLOPS)}")
+    return per_token * tokens_seen(job)
+
+
+def job_flops_per_token(job: Job) -> float:
+    """Training FLOPs per token of ``job``: :func:`ablate.flops.flops_per_token`
+    with ``status.json``'s ``params`` and the config's layers (decoder + encoder), ``model.d_model``
+    and ``data.seq_len``, exactly as ``scripts/compute_multiplier.py`` counts them
+    (:func:`job_compute`). Raises ValueError naming what is missing."""
+    if job.record.get("params") is None:
+        raise ValueError("status.json has no `params`")
+    return float(
+        flops_per_token(
+            float(job.record["params"]),
+            transformer_layers(job),
+            required_number(job, "model.d_model"),
+            required_number(job, "data.seq_len"),
+        )
+    )
