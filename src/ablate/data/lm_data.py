@@ -32,7 +32,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
@@ -40,11 +39,11 @@ from torch.utils.data import DataLoader
 from ablate.data.cache import (
     CacheCorruptError,
     check_free_space,
-    ensure_cache,
     file_fingerprint,
     read_meta,
     write_meta,
 )
+from ablate.data.corpus import CachedCorpus
 from ablate.data.lm_windows import TokenWindows, collate_windows, token_dtype
 from ablate.data.progress import Progress
 from ablate.data.samplers import ResumableSampler
@@ -75,7 +74,7 @@ class SplitTooShortError(UserError, ValueError):
     is tokenised. The message names the split, its size and the setting to lower."""
 
 
-class LMDataModule(L.LightningDataModule):
+class LMDataModule(CachedCorpus):
     """Base class: tokenise a corpus once, cache it, serve fixed-length windows.
 
     Args:
@@ -166,8 +165,6 @@ class LMDataModule(L.LightningDataModule):
         self.train_stride = train_stride
         self.seed = seed
         self.bpe_train_mb = bpe_train_mb
-        self._train_sampler: ResumableSampler | None = None
-        self._resume_state: dict[str, int] | None = None
         self._eval_tokens_per_batch: int | None = None  # fixed by the first use_eval_length()
         self.tokenizer: Tokenizer | None = None
         self.vocab_size: int | None = None
@@ -237,11 +234,6 @@ class LMDataModule(L.LightningDataModule):
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
         vocab = f"-{self.bpe_vocab_size}" if self.tokenizer_kind == "bpe" else ""
         return self.cache_dir / f"{self.name}-{self.tokenizer_kind}{vocab}-{digest}"
-
-    def prepare_data(self) -> None:
-        """Tokenise the corpus into the cache folder unless an intact cache exists (a damaged one
-        is rebuilt: :func:`ablate.data.cache.ensure_cache`)."""
-        ensure_cache(self.cache_path(), self._build_cache)
 
     def _fit_texts(self, texts: dict[str, SplitText]) -> Iterator[str]:
         """The stream the tokenizer is fitted on."""
@@ -366,45 +358,22 @@ class LMDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        trainer = self.trainer
-        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         size = self.device_batch_size()
-        sampler = ResumableSampler(self._dataset("train"), size, num_replicas=world, rank=rank, seed=self.seed)
-        if self._resume_state:
-            state, self._resume_state = self._resume_state, None
-            per_round = size * world
-            if state["samples_done"] % per_round:
-                raise ValueError(
-                    f"cannot resume the training order: the checkpoint stopped {state['samples_done']} samples into "
-                    f"epoch {state['epoch']}, not a multiple of {world} devices x micro-batch {size}. Resume with "
-                    "the global batch size the checkpoint was trained with."
-                )
-            sampler.seed = state["seed"]
-            sampler.resume_at(state["epoch"], state["samples_done"] // per_round)
-        self._train_sampler = sampler
-        return self._loader("train", size, sampler)
+        return self._loader("train", size, self.training_sampler(self._dataset("train"), size))
 
-    def state_dict(self) -> dict[str, Any]:
-        """The position in the training order, saved in every checkpoint by Lightning: the
-        order's seed, the epoch and the samples (all ranks together) this epoch has consumed.
+    def position(self, sampler: ResumableSampler, steps_done: int) -> dict[str, int]:
+        """The samples (all ranks together) this epoch has consumed."""
+        return {"samples_done": steps_done * sampler.batch_size * sampler.num_replicas}
 
-        The count is Lightning's own progress counter (batches that finished their training
-        step), not what the DataLoader has fetched: Lightning prefetches a batch ahead.
-        """
-        sampler, trainer = self._train_sampler, self.trainer
-        if sampler is None or trainer is None:
-            return {}
-        # Lightning's progress counter (a _ProcessedTracker at run time; declared as its base class)
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed  # type: ignore[attr-defined]
-        return {
-            "seed": sampler.seed,
-            "epoch": sampler.epoch,
-            "samples_done": done * sampler.batch_size * sampler.num_replicas,
-        }
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Remember the position; the next :meth:`train_dataloader` starts there."""
-        self._resume_state = dict(state_dict) or None
+    def resume_sampler(self, sampler: ResumableSampler, state: dict[str, int]) -> None:
+        per_round = sampler.batch_size * sampler.num_replicas
+        if state["samples_done"] % per_round:
+            raise ValueError(
+                f"cannot resume the training order: the checkpoint stopped {state['samples_done']} samples into "
+                f"epoch {state['epoch']}, not a multiple of {sampler.num_replicas} devices x micro-batch "
+                f"{sampler.batch_size}. Resume with the global batch size the checkpoint was trained with."
+            )
+        sampler.resume_at(state["epoch"], state["samples_done"] // per_round)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", self.eval_batch_size)

@@ -55,7 +55,6 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
@@ -63,11 +62,11 @@ from ablate.data import translation_text
 from ablate.data.cache import (
     CacheCorruptError,
     check_free_space,
-    ensure_cache,
     file_fingerprint,
     read_meta,
     write_meta,
 )
+from ablate.data.corpus import CachedCorpus
 from ablate.data.samplers import ResumableSampler
 from ablate.data.sources import (
     DataNotFoundError,
@@ -111,7 +110,7 @@ SAMPLE_LINES = 2000  # training lines per side whose tokens per byte give the di
 # ------------------------------------------------------------------------------ the data module
 
 
-class TranslationDataModule(L.LightningDataModule):
+class TranslationDataModule(CachedCorpus):
     """Base class: tokenise a parallel corpus once with a joint BPE, cache it, serve token batches.
 
     Args:
@@ -195,8 +194,6 @@ class TranslationDataModule(L.LightningDataModule):
         self.datasets: dict[str, PairBatches] = {}
         self.raw: dict[str, dict[str, list[str]]] = {}  # split -> {"src": lines, "tgt": lines}
         self.padding_fraction: dict[str, float] = {}
-        self._train_sampler: ResumableSampler | None = None
-        self._resume_state: dict[str, int] | None = None
 
     # --- what a corpus provides ------------------------------------------------------
 
@@ -222,10 +219,6 @@ class TranslationDataModule(L.LightningDataModule):
             key["bpe_train_mb"] = self.bpe_train_mb
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
         return self.cache_dir / f"{self.name}-bpe{self.bpe_vocab_size}-{digest}"
-
-    def prepare_data(self) -> None:
-        """Tokenise into the cache folder unless an intact cache exists (a damaged one is rebuilt)."""
-        ensure_cache(self.cache_path(), self._build_cache)
 
     def _build_cache(self, folder: Path) -> None:
         sources = self.line_sources()
@@ -410,16 +403,8 @@ class TranslationDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        trainer = self.trainer
-        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         # an item is a whole token batch, so the sampler deals one item per rank and step
-        sampler = ResumableSampler(self._dataset("train"), batch_size=1, num_replicas=world, rank=rank, seed=self.seed)
-        if self._resume_state:
-            state, self._resume_state = self._resume_state, None
-            sampler.seed = state["seed"]
-            sampler.resume_at(state["epoch"], state["rounds_done"])
-        self._train_sampler = sampler
-        return self._loader(self._dataset("train"), sampler)
+        return self._loader(self._dataset("train"), self.training_sampler(self._dataset("train"), 1))
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self._dataset("val"))
@@ -427,17 +412,12 @@ class TranslationDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._loader(self._dataset("test"))
 
-    def state_dict(self) -> dict[str, Any]:
-        """The position in the training order (saved in checkpoints by Lightning)."""
-        sampler, trainer = self._train_sampler, self.trainer
-        if sampler is None or trainer is None:
-            return {}
-        # Lightning's progress counter (a _ProcessedTracker at run time; declared as its base class)
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed  # type: ignore[attr-defined]
-        return {"seed": sampler.seed, "epoch": sampler.epoch, "rounds_done": done}
+    def position(self, sampler: ResumableSampler, steps_done: int) -> dict[str, int]:
+        """The rounds (one token batch per rank each) this epoch has consumed."""
+        return {"rounds_done": steps_done}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._resume_state = dict(state_dict) or None
+    def resume_sampler(self, sampler: ResumableSampler, state: dict[str, int]) -> None:
+        sampler.resume_at(state["epoch"], state["rounds_done"])
 
 
 # ------------------------------------------------------------------------------ corpora

@@ -1,0 +1,86 @@
+"""What every corpus shares, whatever it holds (LM text, parallel sentences): a verified token
+cache built once, and a training order that a resumed run continues exactly.
+
+* :meth:`CachedCorpus.prepare_data` builds the cache folder (:meth:`~CachedCorpus.cache_path`,
+  keyed by the sources and tokenizer settings) with :func:`ablate.data.cache.ensure_cache`:
+  atomic, checksummed, rebuilt when damaged. A subclass says how (``_build_cache``).
+* :meth:`CachedCorpus.training_sampler` deals the training set over the ranks in a seeded order
+  (:class:`~ablate.data.samplers.ResumableSampler`); the order's position is saved in every
+  checkpoint (:meth:`~CachedCorpus.state_dict`, which Lightning calls) and restored before the
+  next training loader is made. A subclass says what a position is in its own units
+  (``position``/``resume_sampler``), so checkpoints of either kind keep their format.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from torch.utils.data import Dataset
+
+from ablate.data.cache import ensure_cache
+from ablate.data.samplers import ResumableSampler
+
+
+class CachedCorpus(L.LightningDataModule):
+    """Base of the LM and translation data modules (see the module docstring)."""
+
+    seed: int = 0
+    _train_sampler: ResumableSampler | None = None
+    _resume_state: dict[str, int] | None = None
+
+    # --- the cache ---------------------------------------------------------------------
+
+    def cache_path(self) -> Path:
+        """The cache folder for the current sources and tokenizer settings."""
+        raise NotImplementedError
+
+    def _build_cache(self, folder: Path) -> None:
+        """Write the tokenised corpus into ``folder`` (a fresh temporary folder, renamed into
+        place by :func:`~ablate.data.cache.ensure_cache` once complete)."""
+        raise NotImplementedError
+
+    def prepare_data(self) -> None:
+        """Tokenise the corpus into the cache folder unless an intact cache exists (a damaged one
+        is rebuilt: :func:`ablate.data.cache.ensure_cache`)."""
+        ensure_cache(self.cache_path(), self._build_cache)
+
+    # --- the training order --------------------------------------------------------------
+
+    def training_sampler(self, dataset: Dataset[Any], batch_size: int) -> ResumableSampler:
+        """The training order over this run's ranks, at the checkpoint's position when resuming."""
+        trainer = self.trainer
+        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        sampler = ResumableSampler(dataset, batch_size, num_replicas=world, rank=rank, seed=self.seed)
+        if self._resume_state:
+            state, self._resume_state = self._resume_state, None
+            sampler.seed = state["seed"]
+            self.resume_sampler(sampler, state)
+        self._train_sampler = sampler
+        return sampler
+
+    def resume_sampler(self, sampler: ResumableSampler, state: dict[str, int]) -> None:
+        """Move a fresh sampler to the position :meth:`position` saved."""
+        raise NotImplementedError
+
+    def position(self, sampler: ResumableSampler, steps_done: int) -> dict[str, int]:
+        """The position to save, ``steps_done`` training batches into the current epoch."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position in the training order, saved in every checkpoint by Lightning: the order's
+        seed, its epoch and how far into the epoch the run is.
+
+        How far is Lightning's own progress counter (batches that finished their training step),
+        not what the DataLoader has fetched: Lightning prefetches a batch ahead."""
+        sampler, trainer = self._train_sampler, self.trainer
+        if sampler is None or trainer is None:
+            return {}
+        # Lightning's progress counter (a _ProcessedTracker at run time; declared as its base class)
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed  # type: ignore[attr-defined]
+        return {"seed": sampler.seed, "epoch": sampler.epoch, **self.position(sampler, int(done))}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Remember the position; the next training loader starts there."""
+        self._resume_state = dict(state_dict) or None
