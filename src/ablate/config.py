@@ -10,12 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ablate.nn.attention import ATTENTION_KERNELS
-from ablate.nn.block import PLACEMENTS
-from ablate.nn.ffn import activation_names
-from ablate.nn.init import INITS
-from ablate.nn.norms import NORM_LAYERS
-from ablate.nn.positional import POSITIONAL, rotary_dim
+from ablate.nn.axes import AXES
+from ablate.nn.positional import rotary_dim
 from ablate.nn.spec import ModelSpec
 from ablate.options import NORM_KEYS, ConfigError, check_option_keys
 
@@ -28,12 +24,8 @@ def _choice(value: str, valid: Mapping | tuple | list, key: str) -> str:
 
 def validate(spec: ModelSpec) -> ModelSpec:
     """Reject invalid combinations with a message that names the fix."""
-    _choice(spec.pos, POSITIONAL, "pos")
-    _choice(spec.norm, PLACEMENTS, "norm")
-    _choice(spec.norm_layer, NORM_LAYERS, "norm.layer")
-    _choice(spec.act, activation_names(), "act")
-    _choice(spec.init, INITS, "init")
-    _choice(spec.attn, ATTENTION_KERNELS, "attn")
+    for axis in AXES:
+        _choice(getattr(spec, axis.spec_field), axis.options(), axis.label)
     for key in ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff", "max_len"):
         if getattr(spec, key) <= 0:
             raise ConfigError(f"model.{key} must be positive, got {getattr(spec, key)}")

@@ -12,10 +12,11 @@ import rich.tree
 from omegaconf import DictConfig, OmegaConf
 
 from ablate import metrics
+from ablate.nn.axes import ARCHITECTURE_GROUPS
 from ablate.run_status import RunStatus
 
 # The groups a reader looks at first; the rest follow in config order.
-FIRST = ("task", "data", "model", "pos", "norm", "act", "init", "attn", "optim", "trainer")
+FIRST = ("task", "data", "model", *ARCHITECTURE_GROUPS, "optim", "trainer")
 
 
 def print_config_tree(cfg: DictConfig) -> None:

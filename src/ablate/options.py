@@ -68,9 +68,12 @@ def valid_keys(group: str, node: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def option_name(group: str, node: Mapping[str, Any]) -> str:
-    if group == "norm":
-        return f"norm.layer={node.get('layer', 'layernorm')}"
-    return f"{group}={node.get('impl' if group == 'attn' else 'name')}"
+    """``pos=rope``, ``attn=sdpa``, ``norm.layer=rmsnorm``: the choice whose keys the group takes
+    (for ``norm``, the layer's: its placement takes none of its own)."""
+    from ablate.nn.axes import AXES
+
+    axis = [a for a in AXES if a.group == group][-1]
+    return f"{axis.label}={node.get(axis.selector, 'layernorm' if axis.key == 'norm.layer' else None)}"
 
 
 def _type_ok(value: Any, default: Any) -> bool:
@@ -86,18 +89,14 @@ def _type_ok(value: Any, default: Any) -> bool:
 def check_option_keys(cfg: Mapping[str, Any]) -> None:
     """Refuse a key of ``pos``/``norm``/``act``/``init``/``attn`` that the chosen option does not
     take, and a value of the wrong type, naming the option's valid keys."""
-    from ablate.nn.ffn import activation_names
-    from ablate.nn.positional import POSITIONAL
+    from ablate.nn.axes import ARCHITECTURE_GROUPS, AXES
 
-    for group in ("pos", "norm", "act", "init", "attn"):
+    for group in ARCHITECTURE_GROUPS:
         node = cfg.get(group)
         if node is None:
             continue
-        chosen = node.get("name")
-        if (group == "pos" and chosen not in POSITIONAL) or (group == "act" and chosen not in activation_names()):
+        if any(node.get(a.selector) not in a.options() for a in AXES if a.group == group and a.selector in node):
             continue  # an unknown option: config.validate lists the valid ones
-        if group == "init" and chosen not in _inits():
-            continue
         keys = valid_keys(group, node)
         for key, value in node.items():
             if value is None:
@@ -124,9 +123,3 @@ def _layer_keys(node: Mapping[str, Any]) -> dict[str, Any]:
 
     layer = node.get("layer", "layernorm")
     return layer_options(layer) if layer in NORM_LAYERS else {"eps": None, "bias": None}
-
-
-def _inits() -> Any:
-    from ablate.nn.init import INITS
-
-    return INITS

@@ -11,11 +11,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import ListConfig, OmegaConf
 
+from ablate.nn.axes import ARCHITECTURE_GROUPS
+
 MAX_DIRNAME = 120
 
 
 # Overrides that define a variant come first in a job's directory name, run-control ones last.
-ARCHITECTURE_FIRST = ("experiment", "seed", "task", "pos", "norm", "act", "init", "attn", "model", "data", "optim")
+ARCHITECTURE_FIRST = ("experiment", "seed", "task", *ARCHITECTURE_GROUPS, "model", "data", "optim")
 
 
 def _priority(item: str) -> int:

@@ -30,9 +30,10 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from ablate import safe_load
 from ablate.checkpointing import previous_checkpoint
 from ablate.errors import UserError
+from ablate.nn.axes import ARCHITECTURE_GROUPS
 from ablate.optim import used_optim_config
 
-IDENTITY_GROUPS = ("task", "model", "pos", "norm", "act", "init", "attn", "data", "optim")
+IDENTITY_GROUPS = ("task", "model", *ARCHITECTURE_GROUPS, "data", "optim")
 IDENTITY_KEYS = (
     "seed",
     "trainer.max_steps",

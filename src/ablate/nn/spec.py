@@ -44,15 +44,11 @@ class ModelSpec:
         return self.d_model // self.n_heads
 
     def axes(self) -> dict[str, Any]:
-        """The ablation axes, flat, for grouping runs in W&B and in the summary table."""
-        return {
-            "pos": self.pos,
-            "norm": self.norm,
-            "norm_layer": self.norm_layer,
-            "act": self.act,
-            "init": self.init,
-            "attn": self.attn,
-        }
+        """The ablation axes, flat, for grouping runs in W&B and in the summary table
+        (:data:`ablate.nn.axes.AXES`: ``pos``, ``norm``, ``norm_layer``, ``act``, ``init``, ``attn``)."""
+        from ablate.nn.axes import AXES
+
+        return {axis.spec_field: getattr(self, axis.spec_field) for axis in AXES}
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

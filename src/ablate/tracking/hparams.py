@@ -8,8 +8,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from ablate.nn.axes import ARCHITECTURE_GROUPS
+
 # The run-config groups whose scalar values are a run's hyper-parameters (TensorBoard's HPARAMS tab)
-HPARAM_GROUPS = ("task", "model", "pos", "norm", "act", "init", "attn", "optim", "data")
+HPARAM_GROUPS = ("task", "model", *ARCHITECTURE_GROUPS, "optim", "data")
 _NOT_HPARAMS = ("_target_", "data_dir", "cache_dir")
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from ablate.dotted import select as select_key
+from ablate.nn.axes import AXES
 from ablate.resolvers import ARCHITECTURE_FIRST, RUN_CONTROL_KEYS, job_dirname
 
 # Flat config keys of the ablation axes (``axis_act``, ``axis_lr``): the resolved config already
@@ -27,14 +28,7 @@ _NON_VARIANT_KEYS = re.compile(
     rf"|^({'|'.join(RUN_CONTROL_KEYS)})$"
 )
 # An override key that names a ModelSpec axis (spec.axes()) maps to that axis' flat name.
-_SPEC_AXIS_OF_KEY = {
-    "norm.placement": "norm",
-    "norm.layer": "norm_layer",
-    "attn.impl": "attn",
-    "act.name": "act",
-    "pos.name": "pos",
-    "init.name": "init",
-}
+_SPEC_AXIS_OF_KEY = {axis.key: axis.spec_field for axis in AXES}
 _WANDB_GROUP_MAX = 128
 _TAG_MAX = 64  # W&B's limit on the length of a tag
 
