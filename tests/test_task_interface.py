@@ -59,7 +59,7 @@ class CopyTask(TaskModule):
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self.log("val/loss", self.train_loss(batch)[0])
 
-    def evaluate_after_fit(self, trainer, datamodule, cfg):
+    def evaluate_after_fit(self, trainer, datamodule, evaluation):
         x, _ = next(iter(datamodule.val_dataloader()))
         with torch.no_grad():
             accuracy = (self.model(x).argmax(-1) == x).float().mean().item()

@@ -393,7 +393,7 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> RunStatus:
     metrics = {k: finite_or_none(v) for k, v in trainer.callback_metrics.items()}
     extra: dict[str, Any] = {}
     if not diverged and not interrupted:  # Ctrl-C: last.ckpt was saved at this step; no evaluation
-        evaluated, extra = task.evaluate_after_fit(trainer, datamodule, cfg)  # the task's own (test split, ...)
+        evaluated, extra = task.evaluate_after_fit(trainer, datamodule, cfg.eval)  # the task's own (test split, ...)
         metrics.update(evaluated)
     status = RunStatus(
         status="interrupted" if interrupted else "diverged" if diverged else "completed",

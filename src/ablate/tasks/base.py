@@ -3,7 +3,7 @@ optimiser and per-step learning-rate schedule (:mod:`ablate.optim`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, cast
 
 import lightning as L
@@ -73,11 +73,12 @@ class TaskModule(L.LightningModule):
             raise ConfigError(f"eval.seq_len / eval.seq_lens apply to task=lm; remove them for task={cls.task_name}")
 
     def evaluate_after_fit(
-        self, trainer: L.Trainer, datamodule: Any, cfg: DictConfig
+        self, trainer: L.Trainer, datamodule: Any, evaluation: Mapping[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """What a finished run evaluates after training: ``(metrics, extra status entries)``.
+        ``evaluation`` is the run's ``eval`` group, all of the config it needs.
         Default: the test split when ``eval.test_at_end`` (its ``test/*`` metrics)."""
-        if not cfg.eval.get("test_at_end", True):
+        if not evaluation.get("test_at_end", True):
             return {}, {}
         trainer.test(self, datamodule=datamodule, verbose=False)
         return {k: finite_or_none(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}, {}

@@ -121,15 +121,17 @@ class LanguageModelTask(TaskModule):
             cfg.data.eval_seq_len = length
 
     def evaluate_after_fit(
-        self, trainer: L.Trainer, datamodule: Any, cfg: DictConfig
+        self, trainer: L.Trainer, datamodule: Any, evaluation: Mapping[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The test split (``eval.test_at_end``), then ``test/loss@L``, ``test/ppl@L`` at each
         length of ``eval.seq_lens`` (:func:`ablate.tasks.lm_eval.evaluate_lengths`)."""
         from ablate.tasks.lm_eval import evaluate_lengths
 
-        metrics, extra = super().evaluate_after_fit(trainer, datamodule, cfg)
-        if cfg.eval.get("seq_lens"):
-            length_metrics, extra["eval_lengths"] = evaluate_lengths(trainer, self, datamodule, list(cfg.eval.seq_lens))
+        metrics, extra = super().evaluate_after_fit(trainer, datamodule, evaluation)
+        if evaluation.get("seq_lens"):
+            length_metrics, extra["eval_lengths"] = evaluate_lengths(
+                trainer, self, datamodule, list(evaluation["seq_lens"])
+            )
             metrics.update(length_metrics)
         return metrics, extra
 
