@@ -32,9 +32,10 @@ matplotlib.use("Agg")  # files only, never a window
 import numpy as np
 import pandas as pd
 
+from ablate.analysis.compute import FLOPS
 from ablate.analysis.figures.comparisons import compute_multiplier_figure
 from ablate.analysis.runs import at_tuned_rates, load_sweep, tuned_key
-from ablate.analysis.scaling import FLOPS, METHODS, Curve, Multiplier, compute_multiplier, find_curve, scaling_curves
+from ablate.analysis.scaling import METHODS, Curve, Multiplier, compute_multiplier, find_curve, scaling_curves
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

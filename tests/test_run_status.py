@@ -27,18 +27,13 @@ def test_a_completed_record_round_trips_with_the_tasks_entries(tmp_path: Path) -
     write_status(tmp_path, status)
     on_disk = json.loads((tmp_path / "status.json").read_text())
     assert on_disk["eval_lengths"] == {"64": {"tokens": 128}} and on_disk["metrics"]["val/ppl"] is None
-    assert "diverged_at_step" not in on_disk and "error" not in on_disk  # absent where it does not apply
+    assert on_disk["diverged_at_step"] is None and on_disk["resumed_from"] is None  # every key, null if unused
     assert read_status(tmp_path) == status
 
 
-def test_a_crash_records_no_metrics() -> None:
-    crashed = RunStatus("crashed", [], error="RuntimeError: boom", traceback="...")
-    assert crashed.to_json() == {
-        "status": "crashed",
-        "overrides": [],
-        "error": "RuntimeError: boom",
-        "traceback": "...",
-    }
+def test_a_crash_records_no_steps_or_metrics() -> None:
+    record = RunStatus("crashed", [], error="RuntimeError: boom", traceback="...").to_json()
+    assert record["error"] == "RuntimeError: boom" and record["steps"] is None and record["metrics"] == {}
 
 
 def test_what_is_not_a_record_is_refused(tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ renamed), and a finished run's record is final: a failed attempt to resume it go
 
 :class:`RunStatus` is the record's one schema: every writer builds one, every reader in the
 package gets one from :func:`read_status`, and :meth:`RunStatus.to_json` /
-:meth:`RunStatus.from_json` are its only way to and from the file. A key is absent from the file
-when it does not apply (a crash has no metrics to speak of, a completed run no divergence step); a
+:meth:`RunStatus.from_json` are its only way to and from the file. Every key is in every record
+(null where it does not apply: a crash has no steps, a completed run no divergence step); a
 task's own entries (``evaluate_after_fit``: ``eval_lengths``, ...) sit beside the standard ones.
 """
 
@@ -64,13 +64,9 @@ class RunStatus:
         return self.status in FINISHED
 
     def to_json(self) -> dict[str, Any]:
-        """The record as ``status.json`` holds it: the fields that apply, then the task's entries."""
-        record: dict[str, Any] = {}
-        for spec in fields(self):
-            value = getattr(self, spec.name)
-            applies = value is not None and value != {}
-            if spec.name != "extra" and (applies or spec.name in ("status", "overrides")):
-                record[spec.name] = value
+        """The record as ``status.json`` holds it: every field (null where it does not apply, so a
+        reader can rely on each key), then the task's entries."""
+        record = {spec.name: getattr(self, spec.name) for spec in fields(self) if spec.name != "extra"}
         clash = set(self.extra) & {spec.name for spec in fields(self)}
         if clash:
             raise ValueError(f"a task's status entries {sorted(clash)} would overwrite the run's own")
