@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ablate.analysis.runs import Job
 from ablate.flops import flops_per_token
+from ablate.tasks import TASKS
 
 FLOPS = ("6N+attn", "6N")  # how a job's FLOPs per token are counted: with the attention term, or 6N
 
@@ -24,11 +25,12 @@ def required_number(job: Job, key: str) -> float:
 
 
 def tokens_seen(job: Job) -> float:
-    """Optimiser steps x tokens per step: ``data.batch_size`` x ``data.seq_len`` for a language
-    model, x ``data.max_tokens`` (the token budget of a batch) for translation."""
-    per_step = (
-        required_number(job, "data.max_tokens") if job.task == "translation" else required_number(job, "data.seq_len")
-    )
+    """Optimiser steps x tokens per step: ``data.batch_size`` x the task's ``batch_tokens_key``
+    (``data.seq_len`` for a language model, ``data.max_tokens``, the token budget of a batch, for
+    translation: :class:`ablate.tasks.TaskSpec`)."""
+    if job.task not in TASKS:
+        raise ValueError(f"{job.source}: task={job.task} is not registered: cannot count its training tokens")
+    per_step = required_number(job, TASKS[job.task].batch_tokens_key)
     return float(job.record.get("steps") or 0) * required_number(job, "data.batch_size") * per_step
 
 

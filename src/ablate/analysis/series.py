@@ -28,6 +28,7 @@ import pandas as pd
 
 from ablate.analysis.paper import PaperResults
 from ablate.analysis.runs import Job, Sweep, higher_is_better, shared_number
+from ablate.tasks import TASKS
 
 LENGTH_METRIC = re.compile(r"^test/ppl@(?P<length>\d+)$")
 STUCK_METRIC = "val/loss"
@@ -281,11 +282,13 @@ TOKENS_METRIC, TIME_METRIC, RATE_METRIC = "train/tokens_seen", "train/time_s", "
 
 def tokens_per_step(job: Job) -> int | None:
     """Training tokens per optimiser step fixed by the config: ``data.batch_size`` (the global
-    batch, in sequences) x ``data.seq_len`` for a language model; None for translation (batches
-    hold a token budget, not a fixed count) or when either is missing."""
-    if job.task != "lm":
+    batch, in sequences) x ``data.seq_len`` for a language model (the task's ``batch_tokens_key``);
+    None where the task's batches hold a token budget, not a fixed count (translation), or when
+    either is missing."""
+    spec = TASKS.get(job.task)
+    if spec is None or not spec.fixed_batch_tokens:
         return None
-    batch, length = config_number(job, "data.batch_size"), config_number(job, "data.seq_len")
+    batch, length = config_number(job, "data.batch_size"), config_number(job, spec.batch_tokens_key)
     return int(batch * length) if batch and length else None
 
 

@@ -63,7 +63,11 @@ class TaskSpec:
     by name, for another task's); ``checkpoint_scripts``: the scripts that take its checkpoints
     (named when a checkpoint reaches the wrong one); ``panel_metrics``: the metrics the W&B
     workspace compares runs on (one panel per metric and axis); ``grad_norm_parts``:
-    ``(stack prefix, part)`` of the per-layer gradient norms it charts before any is logged."""
+    ``(stack prefix, part)`` of the per-layer gradient norms it charts before any is logged;
+    ``batch_tokens_key``: the data key that, times ``data.batch_size``, gives the tokens of an
+    optimiser step (the compute the analysis counts), and ``fixed_batch_tokens``: whether that is
+    exact (a language model's windows) or an upper bound (translation's token budget, padding
+    included), which the analysis then reads from the logged ``train/tokens_seen`` instead."""
 
     name: str
     module: Ref
@@ -75,6 +79,8 @@ class TaskSpec:
     evaluate_checkpoint: Ref | None = None
     eval_options: tuple[str, ...] = ()
     panel_metrics: tuple[str, ...] = ()
+    batch_tokens_key: str = "data.seq_len"
+    fixed_batch_tokens: bool = True
     grad_norm_parts: tuple[tuple[str, str], ...] = field(default=())
 
     def module_class(self) -> type[TaskModule]:
@@ -152,6 +158,8 @@ register_task(
         evaluate_checkpoint="ablate.tasks.translation_eval:evaluate_checkpoint",
         eval_options=("src_file", "ref_file", "output", "beam_size", "length_penalty", "max_len_a", "max_len_b"),
         panel_metrics=("val/loss", "val/bleu"),
+        batch_tokens_key="data.max_tokens",
+        fixed_batch_tokens=False,
         grad_norm_parts=tuple((s, p) for s in ("enc_", "dec_") for p in _NORMED_PARTS)
         + (("dec_", "cross_attn_norm"), ("dec_", "cross_attn")),
     )
