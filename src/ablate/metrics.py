@@ -24,7 +24,7 @@ class UndeclaredMetricError(ValueError):
     """A metric whose direction or meaning was needed, but that no task or callback declared."""
 
 
-SPLIT_WORDS = {"train": "training", "val": "validation", "test": "test"}
+SPLIT_WORDS = {"train": "training", "test": "test"}  # validation is the default: no word
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class Metric:
     """One logged quantity.
 
     ``name``: the quantity, the last part of the logged name (``ppl`` of ``val/ppl@512``);
-    ``goal``: ``min`` or ``max``, what a better run has (None: neither, e.g. the learning rate); ``label`` and ``unit``: words for axes
-    and tables; ``format``: the format spec of summaries and tables; ``progress_format``: the
+    ``goal``: ``min`` or ``max``, what a better run has (None: neither, e.g. the learning rate);
+    ``label`` and ``unit``: words for axes and tables; ``format``: the format spec of summaries and tables; ``progress_format``: the
     fixed-width spec of the plain progress lines; ``sci_above``: values this large (a perplexity
     that blew up) are shown in scientific notation instead; ``shown``: whether run summaries and
     progress lines show it (``bpb`` is logged for comparisons across tokenizers, not watched);
@@ -63,8 +63,8 @@ class Metric:
         return self.goal == "max"
 
     def axis_label(self, split: str | None = None) -> str:
-        """``validation perplexity (exp of mean NLL per token)``; no split word for ``val``
-        (the figures' default), nor when ``split`` is None."""
+        """``test perplexity (exp of mean NLL per token)``; no split word for ``val`` (the figures'
+        default), when ``split`` is None, or for a quantity of the run (``per_split=False``)."""
         if split is None or split == "val" or not self.per_split:
             words = self.label
         else:
