@@ -106,10 +106,10 @@ def register_task(spec: TaskSpec) -> TaskSpec:
     """Add a task (its metrics join :mod:`ablate.metrics`); the name must be new."""
     if spec.name in TASKS:
         raise ValueError(f"task {spec.name!r} is registered already")
-    metrics.register(spec.metrics)
     for metric in (spec.headline_metric, spec.console_metric, *spec.panel_metrics):
         if not spec.logs(metric):
             raise ValueError(f"task {spec.name!r}: {metric} is not one of its metrics")
+    metrics.register(spec.metrics)  # after the checks: a refused spec leaves no metric behind
     TASKS[spec.name] = spec
     return spec
 
