@@ -51,8 +51,8 @@ sys.path.insert(0, str(REPO / "src"))  # also runs without `pip install -e .`
 
 from ablate.callbacks.grad_norm import GradNormMonitor  # noqa: E402
 from ablate.config import model_spec  # noqa: E402
+from ablate.preflight import eval_max_len  # noqa: E402
 from ablate.tasks import build_task  # noqa: E402
-from ablate.train import eval_max_len  # noqa: E402
 
 LAYER_GROUP = re.compile(r"^(?:(enc|dec)_)?layer_(\d+)/(\w+)$")
 STACK_TITLES = {"enc": "encoder", "dec": "decoder", "": "decoder (LM)"}

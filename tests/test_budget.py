@@ -32,7 +32,7 @@ from ablate.analysis.runs import Job, load_sweep
 from ablate.analysis.tables import summarize
 from ablate.config import model_spec
 from ablate.nn.transformer import TransformerLM
-from ablate.train import check_config
+from ablate.preflight import check_config
 from conftest import HANG_TIMEOUT, REPO
 from test_stats import write_job
 

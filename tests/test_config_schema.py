@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 
 from ablate.config_schema import check_config_keys, target_keys
 from ablate.options import ConfigError
-from ablate.train import check_config
+from ablate.preflight import check_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -23,6 +23,8 @@ from omegaconf import OmegaConf
 from _rank_report import report_rank
 from ablate import distributed
 from ablate.data.lm_data import ResumableSampler
+from ablate.preflight import Preflight
+from ablate.run_control import RunControl
 from ablate.train import Job, _rank_main
 from ablate.wandb_reader import read_offline_run
 from conftest import HANG_TIMEOUT
@@ -109,12 +111,21 @@ def test_global_batch_must_divide(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     from ablate.train import fit_job
 
     with initialize_config_dir(config_dir=str(Path(__file__).parents[1] / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=[*COMMON, *DDP, "data.batch_size=7", f"paths.data_dir={tmp_path / 'none'}"])
+        cfg = compose(
+            "train",
+            overrides=[
+                *COMMON,
+                *DDP,
+                "data.batch_size=7",
+                f"paths.data_dir={tmp_path / 'none'}",
+                f"paths.output_dir={tmp_path}",
+            ],
+        )
     monkeypatch.setattr(distributed, "launch", lambda *a, **k: pytest.fail("a process was started"))
     with pytest.raises(
         ValueError, match=r"data.batch_size=7 \(the global batch\) is not divisible by the world size 2"
     ):
-        fit_job(cfg, tmp_path, Job())
+        fit_job(cfg, RunControl.from_config(cfg, tmp_path), Job())
 
 
 # ------------------------------------------------------------------------------ units
@@ -184,8 +195,10 @@ def test_spawned_ranks_get_their_job_and_a_torchelastic_environment() -> None:
     pickling, and a launched rank is one Lightning recognises as started by torchelastic."""
     job = Job(["optim.lr=0.1"], "optim.lr=0.1", "sweep", True)
     container = OmegaConf.to_container(OmegaConf.create({"a": 1}), resolve=True)
-    fn, args = pickle.loads(pickle.dumps((_rank_main, (container, "/out", job))))
-    assert fn is _rank_main and args[2] == job
+    control = RunControl(Path("/out"), Path("/logs"), (Path("/out/checkpoints"),), ckpt_path="last")
+    checked = Preflight({"optim.lr": 0.1}, world_size=2, micro_batch=4, accumulate=1, max_len=64)
+    fn, args = pickle.loads(pickle.dumps((_rank_main, (container, control, checked, job))))
+    assert fn is _rank_main and args[1:] == (control, checked, job)
     assert distributed.launch(report_rank, (), 2, method="spawn") == ("0", "2", True)
 
 

@@ -8,6 +8,8 @@ deliberate, documented deferral and is not a layering edge at import time).
 from __future__ import annotations
 
 import ast
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,42 @@ def test_imports_go_down(prefix: str, allowed: tuple[str, ...], forbidden: tuple
             if up or heavy:
                 wrong.setdefault(module_name(path), []).append(imported)
     assert not wrong, f"imports against the layers: {wrong}"
+
+
+# ------------------------------------------------------------------ the config stops travelling
+
+
+def load_config_walk():
+    spec = importlib.util.spec_from_file_location("config_walk", SRC.parents[1] / "scripts" / "config_walk.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["config_walk"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_run_config_is_handed_out_at_most_8_times() -> None:
+    """Issue 19: ``train.run``'s config is turned into typed objects (RunControl, Preflight,
+    ModelSpec) at the boundary; the entry file hands the raw config to at most 8 call sites."""
+    walk = load_config_walk().config_walk()
+    assert walk.returns <= 8, "\n".join(walk.lines)
+
+
+def test_the_config_walk_follows_the_config_and_not_its_parts(tmp_path: Path) -> None:
+    """The measuring tool itself: the whole config passed on (by position, keyword, to a class)
+    is followed; a part (``cfg.optim``) is not."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "other.py").write_text(
+        "def check(c):\n    deeper(c)\n\ndef deeper(x):\n    pass\n\ndef optimiser(o):\n    pass\n\n"
+        "class Control:\n    @classmethod\n    def from_config(cls, cfg):\n        pass\n"
+    )
+    (pkg / "entry.py").write_text(
+        "from pkg.other import check, optimiser, Control\nfrom pkg import other\n\n"
+        "def run(cfg):\n    check(cfg)\n    other.check(conf=cfg)\n    optimiser(cfg.optim)\n"
+        "    Control.from_config(cfg)\n    local(cfg)\n\ndef local(cfg):\n    check(cfg)\n"
+    )
+    walk = load_config_walk().config_walk(tmp_path, ("pkg.entry", "run", "cfg"))
+    assert walk.returns == 4  # check twice, other.check, Control.from_config; not optimiser
+    assert {p.name for p in walk.files} == {"entry.py", "other.py"}
+    assert any("pkg.other.deeper(x)" in line for line in walk.lines)

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 
 from ablate import memory
 from ablate.options import ConfigError
-from ablate.train import check_config
+from ablate.preflight import check_config
 
 REPO = Path(__file__).resolve().parents[1]
 

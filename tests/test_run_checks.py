@@ -19,8 +19,8 @@ from ablate.data.cache import CacheCorruptError, read_meta
 from ablate.data.lm_data import TinyShakespeare
 from ablate.data.sources import DataFormatError
 from ablate.optim import build_optimizer, used_optim_config
+from ablate.preflight import check_config
 from ablate.run_checks import check_run_numbers
-from ablate.train import check_config
 from conftest import REPO
 
 

@@ -123,16 +123,19 @@ def test_train_py_names_no_task() -> None:
 
 @pytest.mark.integration
 def test_a_third_task_trains_through_train_py(copy_task, tmp_path: Path, data_dir: Path, one_thread) -> None:
+    from ablate.preflight import check_config
+    from ablate.run_control import RunControl
     from ablate.train import Job, fit
 
-    status = fit(composed(tmp_path, data_dir), tmp_path / "run", Job())
+    cfg = composed(tmp_path, data_dir)
+    status = fit(cfg, RunControl.from_config(cfg, tmp_path / "run"), check_config(cfg), Job())
     assert status.status == "completed" and status.steps == 30
     assert status.metrics["test/copy_accuracy"] > 0.5  # learned to copy
     assert status.extra == {"copy": {"evaluated_tokens": 4 * 16}}  # the task's own entry
 
 
 def test_a_third_task_checks_its_own_config_before_data(copy_task, tmp_path: Path, data_dir: Path) -> None:
-    from ablate.train import check_config
+    from ablate.preflight import check_config
 
     with pytest.raises(ConfigError, match="task.refuse is set"):
         check_config(composed(tmp_path, data_dir, "+task.refuse=true"))

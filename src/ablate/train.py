@@ -50,34 +50,27 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from ablate import cli, distributed, memory, safe_load, sweep_stop
+from ablate import cli, distributed, safe_load, sweep_stop
 from ablate.callbacks.divergence import DivergenceMonitor
 from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.throughput import ThroughputMonitor
 from ablate.checkpointing import AtomicCheckpointIO, ResumeState, find_last_checkpoint, resolve_ckpt_path, resume_state
 from ablate.config import ConfigError, ModelSpec, model_spec
-from ablate.config_schema import check_config_keys
 from ablate.console import format_run_header, format_run_summary, param_estimate, print_config_tree, quiet_known_noise
 from ablate.errors import UserError
 from ablate.flops import flops_per_token
 from ablate.metrics import finite_or_none
 from ablate.objective import MetricNotLoggedError, best_metric_value
-from ablate.optim import optimizer_kind, used_optim_config
-from ablate.resume import (
-    CheckpointError,
-    check_same_run,
-    earlier_run_with_checkpoint,
-    inspect_checkpoint,
-    run_identity,
-)
-from ablate.run_checks import check_run_numbers, start_warnings
+from ablate.optim import used_optim_config
+from ablate.preflight import Preflight, check_config
+from ablate.resume import CheckpointError, check_same_run, earlier_run_with_checkpoint, inspect_checkpoint, run_identity
+from ablate.run_control import RunControl
 from ablate.run_lock import RunDirectoryBusy, RunDirectoryLock
 from ablate.run_status import RunStatus, read_status, record_status
-from ablate.tasks import build_task, check_task_config, task_name
+from ablate.tasks import build_task
 from ablate.tracking.loggers import build_loggers
 from ablate.tracking.naming import RunLabels, multirun_group
-from ablate.tracking.options import check_loggers
 from ablate.tracking.wandb_run import finish_wandb, set_wandb_summary
 
 log = logging.getLogger(__name__)
@@ -90,31 +83,9 @@ EXIT_CRASHED, EXIT_USER_ERROR, EXIT_INTERRUPTED = cli.EXIT_CRASHED, cli.EXIT_USE
 warnings.filterwarnings("ignore", message=r".*your dataloader is not resumable.*")
 
 
-def eval_max_len(cfg: DictConfig) -> int:
-    """The longest sequence the model will see: training length or the (longer) eval length.
-    ``eval.seq_lens`` does not count: evaluating more lengths must not change the trained model
-    (a learned position table's size changes its parameters and its initialisation)."""
-    return max(cfg.data.seq_len, cfg.data.get("eval_seq_len") or 0)
-
-
 def is_rank_zero() -> bool:
     """Lightning's global rank is 0 (it sets ``rank_zero_only.rank`` at import; its stubs do not declare it)."""
     return rank_zero_only.rank == 0  # type: ignore[attr-defined]
-
-
-def check_config(cfg: DictConfig) -> None:
-    """Fail on an invalid architecture or run-control number before any data is read or tensor
-    allocated."""
-    check_config_keys(cfg)  # a key no code reads (a typo, a key of another option) in any group
-    check_loggers(cfg)  # a selected tensorboard/mlflow that is not installed fails before data is read
-    check_task_config(cfg)  # the task's own checks (task=lm: copies eval.seq_len into data.eval_seq_len)
-    check_run_numbers(cfg)
-    try:
-        optimizer_kind(cfg.optim)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    spec = model_spec(cfg, vocab_size=1, max_len=eval_max_len(cfg))
-    memory.check_training_step(cfg, spec)  # before any data is read or tensor allocated
 
 
 def experiment_name() -> str | None:
@@ -154,57 +125,38 @@ class Job:
         return cls(overrides, labels.name, multirun_group(), is_multirun(), labels)
 
 
-def training_layout(cfg: DictConfig) -> tuple[int, int, int]:
-    """``(world size, per-device batch, gradient accumulation)`` from the global batch
-    ``data.batch_size``, ``data.micro_batch_size`` and ``trainer.devices x trainer.num_nodes``."""
-    world = distributed.world_size(cfg.trainer)
-    micro, accumulate = distributed.batch_layout(cfg.data.batch_size, cfg.data.get("micro_batch_size"), world)
-    configured = cfg.trainer.get("accumulate_grad_batches")
-    if configured not in (None, accumulate):
-        raise ValueError(
-            f"trainer.accumulate_grad_batches={configured} conflicts with the global batch: it is derived as "
-            f"data.batch_size / (world size x data.micro_batch_size) = {accumulate}. Set data.micro_batch_size instead."
-        )
-    return world, micro, accumulate
-
-
-def trainer_overrides(cfg: DictConfig, accumulate: int) -> dict[str, Any]:
+def trainer_overrides(trainer: DictConfig, accumulate: int) -> dict[str, Any]:
     """Trainer arguments derived from the config: accumulation from the global batch, the
     validation interval kept in optimiser steps (Lightning counts it in batches), and the
     atomic checkpoint writer."""
     extra: dict[str, Any] = {"accumulate_grad_batches": accumulate, "plugins": [AtomicCheckpointIO()]}
-    interval = cfg.trainer.get("val_check_interval")
-    if accumulate > 1 and isinstance(interval, int) and cfg.trainer.get("check_val_every_n_epoch") is None:
+    interval = trainer.get("val_check_interval")
+    if accumulate > 1 and isinstance(interval, int) and trainer.get("check_val_every_n_epoch") is None:
         extra["val_check_interval"] = interval * accumulate
     return extra
 
 
-def build_callbacks(cfg: DictConfig, spec: ModelSpec, n_params: int) -> list[Callback]:
-    callbacks = [instantiate(c) for c in cfg.get("callbacks", {}).values() if c is not None]
+def build_callbacks(configured: DictConfig | None, spec: ModelSpec, n_params: int, seq_len: int) -> list[Callback]:
+    """The configured callbacks (``callbacks.*``) plus the graceful Ctrl-C handler, with the
+    model's FLOPs per token (at the training length) given to the throughput monitor."""
+    callbacks = [instantiate(c) for c in (configured or {}).values() if c is not None]
     callbacks.append(GracefulInterrupt(sweep_stop.stop_file()))  # Ctrl-C: stop after the step, save last.ckpt
-    fpt = flops_per_token(n_params, spec.n_layers + spec.encoder_layers, spec.d_model, cfg.data.seq_len)
+    fpt = flops_per_token(n_params, spec.n_layers + spec.encoder_layers, spec.d_model, seq_len)
     for cb in callbacks:
         if isinstance(cb, ThroughputMonitor) and cb.flops_per_token is None:
             cb.flops_per_token = fpt
     return callbacks
 
 
-def configured_checkpoint_dirs(cfg: DictConfig) -> list[Path]:
-    """The folders of the configured checkpoint callbacks (``callbacks.*.dirpath``), read from
-    the config, before any callback exists."""
-    nodes = (cfg.get("callbacks") or {}).values()
-    return [Path(str(node.dirpath)) for node in nodes if node is not None and node.get("dirpath")]
-
-
-def resume_point(cfg: DictConfig, output_dir: Path, job: Job) -> tuple[str | None, str | None]:
+def resume_point(control: RunControl, identity: dict[str, Any], job: Job) -> tuple[str | None, str | None]:
     """The checkpoint this job resumes from (``ckpt_path``: ``last`` or a path) and the W&B run id
     stored in it, checked before any data is read: the file must be a readable checkpoint
     (:class:`CheckpointError` otherwise) trained with the same run-defining settings
     (:func:`ablate.resume.check_same_run`; ``resume_allow_changes`` lists deliberate changes)."""
-    requested = cfg.get("ckpt_path")
-    ckpt_path = resolve_ckpt_path(requested, configured_checkpoint_dirs(cfg))
+    requested = control.ckpt_path
+    ckpt_path = resolve_ckpt_path(requested, list(control.checkpoint_dirs))
     if requested == "last" and ckpt_path is None and not job.multirun:
-        refuse_new_directory_for_last(cfg, output_dir, job)
+        refuse_new_directory_for_last(control, job)
     if ckpt_path is None or not Path(ckpt_path).is_file():
         return ckpt_path, None
     state = resume_state(inspect_checkpoint(ckpt_path))
@@ -212,17 +164,18 @@ def resume_point(cfg: DictConfig, output_dir: Path, job: Job) -> tuple[str | Non
     if saved is None:
         rank_zero_info(f"{ckpt_path} predates the resume check: its settings cannot be compared with this config")
     else:
-        changes = check_same_run(saved, run_identity(cfg), cfg.get("resume_allow_changes") or [], ckpt_path)
+        changes = check_same_run(saved, identity, list(control.resume_allow_changes), ckpt_path)
         if changes:
             rank_zero_info(f"resuming {ckpt_path} with allowed changes: {'; '.join(changes)}")
     return ckpt_path, state.get("wandb_run_id")
 
 
-def refuse_new_directory_for_last(cfg: DictConfig, output_dir: Path, job: Job) -> None:
+def refuse_new_directory_for_last(control: RunControl, job: Job) -> None:
     """``ckpt_path=last`` in a single run without ``hydra.run.dir`` gets a new timestamped
     directory, which has no checkpoint: when an earlier run of the same overrides has one, the
     user meant that run, so say how to resume it instead of silently starting from scratch."""
-    runs_dir = Path(str(cfg.paths.log_dir)) / "runs"
+    output_dir = control.output_dir
+    runs_dir = control.log_dir / "runs"
     if output_dir.resolve().parent != runs_dir.resolve():
         return  # hydra.run.dir was given: a first run (or a requeue scheme) starts there
     earlier = earlier_run_with_checkpoint(runs_dir, job.overrides, output_dir)
@@ -235,31 +188,32 @@ def refuse_new_directory_for_last(cfg: DictConfig, output_dir: Path, job: Job) -
         )
 
 
-def finished_with_nothing_to_add(cfg: DictConfig, output_dir: Path) -> RunStatus | None:
+def finished_with_nothing_to_add(control: RunControl) -> RunStatus | None:
     """The record of a finished run (completed or diverged) that a resume would not train further
     (``trainer.max_steps`` not raised), or None."""
-    status = read_status(output_dir)
+    status = read_status(control.output_dir)
     if status is None or not status.finished:
         return None
-    max_steps = cfg.trainer.get("max_steps", -1)
-    more = isinstance(max_steps, int) and max_steps > int(status.steps or 0)
+    more = control.max_steps is not None and control.max_steps > int(status.steps or 0)
     return None if more and status.status == "completed" else status
 
 
-def previous_outcome(cfg: DictConfig, output_dir: Path) -> RunStatus | None:
+def previous_outcome(control: RunControl) -> tuple[RunStatus | None, RunControl]:
     """What a re-run of a sweep does with this job, decided from its directory (called once per
     job, in the process that launches its ranks, so every rank gets the same ``ckpt_path``):
 
     * ``status.json`` says completed or diverged: returns that status (the job is skipped);
-    * a ``last.ckpt`` without such a status (the job was killed, or crashed): sets
-      ``cfg.ckpt_path`` to it, as ``ckpt_path=last`` would, unless a ``ckpt_path`` is given;
+    * a ``last.ckpt`` without such a status (the job was killed, or crashed): returns the job
+      resuming from it, as ``ckpt_path=last`` would, unless a ``ckpt_path`` is given;
     * ``skip_completed=false``: neither; the job's previous status and checkpoints are removed
       so that it trains from scratch (and a later re-run does not mistake them for its own).
+
+    Returns ``(the finished run's status or None, the job's run control)``.
     """
-    dirs = configured_checkpoint_dirs(cfg)
-    if not cfg.get("skip_completed", True):
+    dirs, output_dir = control.checkpoint_dirs, control.output_dir
+    if not control.skip_completed:
         if not is_rank_zero():  # SLURM tasks / torchrun: rank 0 clears, before any rank trains
-            return None
+            return None, control
         stale = [p for d in dirs if d.is_dir() for p in d.iterdir() if p.suffix == ".ckpt"]
         if stale or (output_dir / "status.json").exists():
             log.info(
@@ -269,20 +223,19 @@ def previous_outcome(cfg: DictConfig, output_dir: Path) -> RunStatus | None:
         (output_dir / "status.json").unlink(missing_ok=True)
         for path in stale:
             path.unlink(missing_ok=True)
-        return None
+        return None, control
     status = read_status(output_dir)
     if status is not None and status.finished:
-        return status
-    last = find_last_checkpoint(dirs)
-    if last is not None and cfg.get("ckpt_path") is None:
+        return status, control
+    last = find_last_checkpoint(list(dirs))
+    if last is not None and control.ckpt_path is None:
         was = status.status if status else "interrupted"
         log.info(f"resuming {output_dir} ({was}) from {last}")
-        with open_dict(cfg):
-            cfg.ckpt_path = str(last)
-    return None
+        return None, control.resuming_from(str(last))
+    return None, control
 
 
-def optimized_value(cfg: DictConfig, status: RunStatus) -> float:
+def optimized_value(control: RunControl, status: RunStatus) -> float:
     """The job's return value for a sweeper (``optimized_metric``): in a sweep, the best value the
     run logged (diverged and crashed jobs rank last; a metric never logged stops the sweep with
     its name: :func:`ablate.objective.best_metric_value`); NaN for a single run, which nothing
@@ -290,7 +243,7 @@ def optimized_value(cfg: DictConfig, status: RunStatus) -> float:
     if not is_multirun():
         return float("nan")
     try:
-        return best_metric_value(Path(cfg.paths.output_dir), status, cfg.get("optimized_metric", "val/loss"))
+        return best_metric_value(control.output_dir, status, control.optimized_metric)
     except MetricNotLoggedError:
         if sweeper_optimises():
             raise
@@ -304,14 +257,13 @@ def sweeper_optimises() -> bool:
     return bool(target) and not target.endswith("BasicSweeper")
 
 
-def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> RunStatus:
+def fit(cfg: DictConfig, control: RunControl, checked: Preflight, job: Job | None = None) -> RunStatus:
     """Train one configuration in this process (one rank of it, under DDP); returns its status
-    record."""
+    record. ``checked`` is :func:`ablate.preflight.check_config` of ``cfg``, done by the caller."""
     job = job or Job.current()
-    check_config(cfg)
-    world, _, accumulate = training_layout(cfg)
-    ckpt_path, wandb_resume_id = resume_point(cfg, output_dir, job)  # before any data is read
-    for warning in start_warnings(cfg) if is_rank_zero() else []:
+    output_dir, world, accumulate = control.output_dir, checked.world_size, checked.accumulate
+    ckpt_path, wandb_resume_id = resume_point(control, checked.identity, job)  # before any data is read
+    for warning in checked.warnings if is_rank_zero() else []:
         log.warning(warning)
     L.seed_everything(cfg.seed, workers=True)
     if cfg.runtime.flush_denormal:
@@ -323,7 +275,7 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> RunStatus:
     datamodule = instantiate(cfg.data, seed=cfg.seed)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    spec = model_spec(cfg, vocab_size=datamodule.vocab_size, max_len=eval_max_len(cfg))
+    spec = model_spec(cfg, vocab_size=datamodule.vocab_size, max_len=checked.max_len)
     task = build_task(cfg, datamodule, spec)  # cfg.task.name (ablate.tasks.TASKS)
     task.tokenizer = datamodule.tokenizer
 
@@ -334,7 +286,7 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> RunStatus:
         print(
             format_run_header(
                 experiment_name(),
-                task_name(cfg),
+                str(cfg.task.name),
                 datamodule.name,
                 spec.axes(),
                 describe_model(spec),
@@ -345,7 +297,7 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> RunStatus:
             flush=True,
         )
 
-    callbacks = build_callbacks(cfg, spec, n_params)
+    callbacks = build_callbacks(cfg.get("callbacks"), spec, n_params, cfg.data.seq_len)
     run_config = {
         **cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
         "axes": spec.axes(),
@@ -369,14 +321,14 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> RunStatus:
         for logger in loggers:
             logger.log_metrics({"model/params": n_params, "model/params_estimate": estimate}, step=0)
     wandb_id = next((lg.experiment.id for lg in loggers if isinstance(lg, WandbLogger)), None)
-    callbacks.append(ResumeState(wandb_run_id=wandb_id, run_identity=run_identity(cfg)))
+    callbacks.append(ResumeState(wandb_run_id=wandb_id, run_identity=checked.identity))
     trainer: L.Trainer = instantiate(
         cfg.trainer,
         logger=loggers,
         callbacks=callbacks,
         default_root_dir=str(output_dir),
         enable_progress_bar=wants_progress_bar(callbacks),  # null: none at all
-        **trainer_overrides(cfg, accumulate),
+        **trainer_overrides(cfg.trainer, accumulate),
     )
 
     start = time.perf_counter()
@@ -417,21 +369,23 @@ def fit(cfg: DictConfig, output_dir: Path, job: Job | None = None) -> RunStatus:
 
 
 @record  # a failing rank's traceback reaches the launching process
-def _rank_main(cfg_container: dict[str, Any], output_dir: str, job: Job) -> RunStatus | None:
+def _rank_main(cfg_container: dict[str, Any], control: RunControl, checked: Preflight, job: Job) -> RunStatus | None:
     """One rank of a job started by :func:`ablate.distributed.launch`; rank 0 returns the status."""
     rank = distributed.global_rank()
     rank_zero_only.rank = rank  # type: ignore[attr-defined] # lightning was imported before the launcher set RANK
     exit_code = 1
     try:
-        status = fit(OmegaConf.create(cfg_container), Path(output_dir), job)
+        status = fit(OmegaConf.create(cfg_container), control, checked, job)
         exit_code = 0
     finally:
         finish_wandb(exit_code)
     return status if rank == 0 else None
 
 
-def fit_job(cfg: DictConfig, output_dir: Path, job: Job) -> RunStatus:
-    """Train the job here, or in N processes started for it when it needs more than this one."""
+def fit_job(cfg: DictConfig, control: RunControl, job: Job) -> RunStatus:
+    """Check the config, then train the job here, or in N processes started for it when it needs
+    more than this one (invalid configs fail before any process starts or data is read)."""
+    checked = check_config(cfg)
     if (
         sweep_stop.jobs_in_worker_processes()
         and distributed.uses_one_gpu(cfg.trainer)
@@ -441,11 +395,9 @@ def fit_job(cfg: DictConfig, output_dir: Path, job: Job) -> RunStatus:
             print(f"this job trains on GPU {gpu} (the first one no other job of this node holds)")
             with open_dict(cfg):
                 cfg.trainer.devices = [gpu]
-            return fit(cfg, output_dir, job)
+            return fit(cfg, control, checked, job)
     if not distributed.needs_launch(cfg.trainer):
-        return fit(cfg, output_dir, job)
-    check_config(cfg)  # invalid configs fail here, before any process starts
-    training_layout(cfg)
+        return fit(cfg, control, checked, job)
     if int(cfg.trainer.get("num_nodes", 1) or 1) > 1:
         raise ValueError(
             f"trainer.num_nodes={cfg.trainer.num_nodes}: the processes of the other nodes must be started there, by "
@@ -454,7 +406,7 @@ def fit_job(cfg: DictConfig, output_dir: Path, job: Job) -> RunStatus:
     # the ranks get the job's config resolved here, where Hydra's interpolations
     # (${hydra:runtime.output_dir}, ...) still resolve
     container = OmegaConf.to_container(cfg, resolve=True)
-    return distributed.launch(_rank_main, (container, str(output_dir), job), distributed.devices_per_node(cfg.trainer))
+    return distributed.launch(_rank_main, (container, control, checked, job), distributed.devices_per_node(cfg.trainer))
 
 
 def run(cfg: DictConfig) -> float:
@@ -476,21 +428,21 @@ def run(cfg: DictConfig) -> float:
             sweep_stop.WorkerStopHandler(stop) if stop is not None else contextlib.nullcontext(),
             RunDirectoryLock(output_dir) if writer else contextlib.nullcontext(),  # one process per run dir
         ):
-            return run_locked(cfg, output_dir, job, writer)
+            return run_locked(cfg, RunControl.from_config(cfg, output_dir), job, writer)
     except RunDirectoryBusy as err:
         cli.report_user_error(err)
         raise  # not reached
 
 
-def refuse_to_mix_runs(cfg: DictConfig, output_dir: Path) -> None:
+def refuse_to_mix_runs(control: RunControl) -> None:
     """A fresh run (no ``ckpt_path``) into a directory that holds another run's record or checkpoints
     would mix the two: refused, unless ``overwrite=true`` (which removes the old record first)."""
-    dirs = configured_checkpoint_dirs(cfg)
+    dirs, output_dir = control.checkpoint_dirs, control.output_dir
     found = sorted({p for d in dirs if d.is_dir() for p in d.iterdir() if p.suffix == ".ckpt"})
     found += [p for p in (output_dir / "status.json",) if p.exists()]
     if not found:
         return
-    if not cfg.get("overwrite", False):
+    if not control.overwrite:
         raise ConfigError(
             f"{output_dir} already holds a run ({', '.join(p.name for p in found[:3])}): continue it with "
             "ckpt_path=last, replace it with overwrite=true, or choose another directory"
@@ -500,40 +452,41 @@ def refuse_to_mix_runs(cfg: DictConfig, output_dir: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def run_locked(cfg: DictConfig, output_dir: Path, job: Job, writer: bool) -> float:
+def run_locked(cfg: DictConfig, control: RunControl, job: Job, writer: bool) -> float:
     """:func:`run` while holding the run directory."""
+    output_dir = control.output_dir
     if job.multirun:  # single runs never skip: their directory is new each time
-        done = previous_outcome(cfg, output_dir)
+        done, control = previous_outcome(control)
         if done is not None:
             log.info(
                 f"skipped: {output_dir} is already {done.status} (its status.json); skip_completed=false retrains it"
             )
-            return optimized_value(cfg, done)
-    elif cfg.get("ckpt_path") is not None:
+            return optimized_value(control, done)
+    elif control.ckpt_path is not None:
         try:  # a damaged checkpoint or changed settings are refused, even for a finished run
-            resume_point(cfg, output_dir, job)
+            resume_point(control, run_identity(cfg), job)
         except CheckpointError as err:  # the failed attempt is recorded; a finished run's record stays
             if writer:
                 record_status(output_dir, RunStatus("crashed", job.overrides, error=str(err)))
             raise
-        done = finished_with_nothing_to_add(cfg, output_dir)
+        done = finished_with_nothing_to_add(control)
         if done is not None:  # completed is final: no record is rewritten
             if writer:
                 print(
                     f"already {done.status}: {output_dir} (its status.json: {done.steps} steps of "
-                    f"trainer.max_steps={cfg.trainer.max_steps}); nothing was trained or rewritten. To train it "
+                    f"trainer.max_steps={control.max_steps}); nothing was trained or rewritten. To train it "
                     "longer: trainer.max_steps=<more> '+resume_allow_changes=[trainer.max_steps]'",
                     flush=True,
                 )
                 print(format_run_summary(done, output_dir), flush=True)
-            return optimized_value(cfg, done)
+            return optimized_value(control, done)
     elif writer:
-        refuse_to_mix_runs(cfg, output_dir)
-    if cfg.get("print_config", False) and writer:
+        refuse_to_mix_runs(control)
+    if control.print_config and writer:
         print_config_tree(cfg)
     exit_code = 0
     try:
-        status = fit_job(cfg, output_dir, job)
+        status = fit_job(cfg, control, job)
         if status.status == "interrupted":
             exit_code = EXIT_INTERRUPTED
     except (KeyboardInterrupt, SystemExit, SIGTERMException) as err:  # a second Ctrl-C, SIGTERM, Lightning's exit
@@ -558,15 +511,16 @@ def run_locked(cfg: DictConfig, output_dir: Path, job: Job, writer: bool) -> flo
         record_status(output_dir, status)
         print(format_run_summary(status, output_dir), flush=True)
     if exit_code == EXIT_INTERRUPTED:
-        report_interrupt(cfg, output_dir, status)
+        report_interrupt(control, status)
         if sweep_stop.jobs_in_worker_processes():
             return math.nan  # the sweep's main process ends the sweep with its table and exit code 130
         raise SystemExit(EXIT_INTERRUPTED)  # a sweep stops too: the user asked to stop
-    return optimized_value(cfg, status)
+    return optimized_value(control, status)
 
 
-def report_interrupt(cfg: DictConfig, output_dir: Path, status: RunStatus) -> None:
-    last = find_last_checkpoint(configured_checkpoint_dirs(cfg))
+def report_interrupt(control: RunControl, status: RunStatus) -> None:
+    output_dir = control.output_dir
+    last = find_last_checkpoint(list(control.checkpoint_dirs))
     where = f"step {status.steps}" if status.steps is not None else "mid-step"
     resume = (
         f"resume with: python train.py {' '.join(job_overrides())} ckpt_path=last hydra.run.dir='{output_dir}'"

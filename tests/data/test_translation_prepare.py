@@ -22,7 +22,7 @@ from ablate.data.translation_data import ParallelFiles
 from ablate.data.translation_text import MisalignedFilesError, count_lines, read_lines
 from ablate.errors import UserError
 from ablate.options import ConfigError
-from ablate.train import check_config
+from ablate.preflight import check_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

@@ -25,9 +25,10 @@ import ablate  # noqa: F401  (registers the config resolvers)
 from ablate.callbacks.throughput import ThroughputMonitor
 from ablate.config import model_spec
 from ablate.optim import build_optimizer, build_schedule
+from ablate.preflight import eval_max_len
 from ablate.tasks import build_task
 from ablate.tracking.loggers import build_loggers
-from ablate.train import build_callbacks, eval_max_len
+from ablate.train import build_callbacks
 
 if TYPE_CHECKING:
     from ablate.config import ModelSpec
@@ -289,7 +290,9 @@ class LightningLoop(Runner):
         task.tokenizer = self.datamodule.tokenizer
         assert self.spec is not None  # set by build_task
         callbacks = [
-            cb for cb in build_callbacks(cfg, self.spec, self.n_params) if not isinstance(cb, (ProgressBar, Checkpoint))
+            cb
+            for cb in build_callbacks(cfg.get("callbacks"), self.spec, self.n_params, cfg.data.seq_len)
+            if not isinstance(cb, (ProgressBar, Checkpoint))
         ]
         for cb in callbacks:
             if isinstance(cb, ThroughputMonitor):
