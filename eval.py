@@ -23,8 +23,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from ablate import cli
-from ablate.resume import CheckpointError
+from ablate.run import cli
+from ablate.run.resume import CheckpointError
 from ablate.tasks import TASKS, checkpoint_task, resolve
 
 

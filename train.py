@@ -8,8 +8,8 @@ python train.py experiment=nanogpt_shakespeare_char
 import hydra
 from omegaconf import DictConfig
 
-from ablate import cli
-from ablate.train import run
+from ablate.run import cli
+from ablate.run.train import run
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

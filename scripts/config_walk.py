@@ -3,7 +3,7 @@
     python scripts/config_walk.py            # the tree of calls that pass the config on, and the counts
     python scripts/config_walk.py --max-returns 8   # exit 1 if the entry file hands it out more often
 
-A static walk (``ast``, no import): it starts at ``ablate.train.run(cfg)`` and follows every call
+A static walk (``ast``, no import): it starts at ``ablate.run.train.run(cfg)`` and follows every call
 that passes the config object itself (the parameter that received it, by position or keyword) to
 a function of the package, then does the same inside that function. Passing a part (``cfg.optim``)
 is the point of the design, not a step of the walk; a call the walk cannot resolve statically
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-ENTRY = ("ablate.train", "run", "cfg")
+ENTRY = ("ablate.run.train", "run", "cfg")
 
 
 @dataclass
@@ -154,9 +154,7 @@ def walk(modules: dict[str, Module], mod: Module, qualname: str, param: str, wal
             continue
         if mod.name == walk_.entry and callee_mod.path != mod.path:
             walk_.entry_sites.add((call.lineno, call.col_offset))
-        label = (
-            f"{'  ' * depth}{callee_mod.name}.{callee}({received})  [{callee_mod.path.name}:{node.lineno}]"
-        )
+        label = f"{'  ' * depth}{callee_mod.name}.{callee}({received})  [{callee_mod.path.name}:{node.lineno}]"
         key = (callee_mod.name, callee, received)
         if key in seen:
             walk_.lines.append(label + "  (seen)")

@@ -50,8 +50,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))  # also runs without `pip install -e .`
 
 from ablate.callbacks.grad_norm import GradNormMonitor  # noqa: E402
-from ablate.config import model_spec  # noqa: E402
-from ablate.preflight import eval_max_len  # noqa: E402
+from ablate.config.model import model_spec  # noqa: E402
+from ablate.run.preflight import eval_max_len  # noqa: E402
 from ablate.tasks import build_task  # noqa: E402
 
 LAYER_GROUP = re.compile(r"^(?:(enc|dec)_)?layer_(\d+)/(\w+)$")

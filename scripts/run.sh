@@ -5,6 +5,6 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup_env.sh"
 export PATH="$root/.venv/bin:$PATH"
-# the data, cache and log folders are found by the package itself (src/ablate/locations.py), the
+# the data, cache and log folders are found by the package itself (src/ablate/config/locations.py), the
 # same with or without this script
 exec "$@"

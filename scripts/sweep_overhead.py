@@ -12,8 +12,8 @@ spends outside its training steps becomes the user's wait. This script measures 
    callbacks' ``setup``: the CPU peak probe of ``callbacks.throughput.peak_flops=auto``), the first
    training step, the training loop, validation, the post-fit evaluation (the test split), status,
    ``wandb.finish`` and interpreter exit. The timestamps come from wrappers this script installs
-   around functions of ``ablate.train`` in the child process; the package itself is not changed.
-   Plus ``python -X importtime`` of ``import ablate.train, wandb``: the top-level packages'
+   around functions of ``ablate.run.train`` in the child process; the package itself is not changed.
+   Plus ``python -X importtime`` of ``import ablate.run.train, wandb``: the top-level packages'
    cumulative import times.
 2. **Sweeps** (``--modes``): the same sweep (``--axis`` over ``--variants`` x ``--seeds``,
    ``model=--model``, ``trainer.max_steps=--steps``, validation once at the end) run as one
@@ -40,7 +40,7 @@ processes (``/proc/stat`` minus the CPU time of this script's children).
     python scripts/sweep_overhead.py                                   # probes + the 4 x 3 sweep, both modes (~6 min)
     python scripts/sweep_overhead.py --steps 300 --modes sequential,parallel,joblib
     python scripts/sweep_overhead.py --variants learned,rope --seeds 1 --steps 3 --probe-runs 1 \
-        --extra data.seq_len=16 data.batch_size=4                      # the test's setting (tests/test_sweep_overhead.py)
+        --extra data.seq_len=16 data.batch_size=4                      # the test's setting (tests/sweepers/test_sweep_overhead.py)
 
 Only the standard library is imported at module level: the job probe is imported by every job
 (``PYTHONPATH=scripts``), and the parent process does not need torch.
@@ -237,8 +237,8 @@ def probe_child(out_path: Path, overrides: list[str]) -> None:
     import wandb  # noqa: F401
 
     mark("imported_wandb")
-    import ablate.run_status as status_record
-    import ablate.train as T
+    import ablate.run.status as status_record
+    import ablate.run.train as T
 
     mark("imported_ablate")
 
@@ -515,7 +515,7 @@ def import_times(env: dict[str, str]) -> dict[str, float]:
     """Cumulative import time (s) of each top-level package that ``train.py`` imports, from
     ``python -X importtime``; a package's imports count for the first package that imports them,
     so the big ones are imported first, one by one."""
-    code = "import torch, lightning, hydra, omegaconf, wandb, ablate.train"
+    code = "import torch, lightning, hydra, omegaconf, wandb, ablate.run.train"
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", code],
         check=False,

@@ -1,4 +1,4 @@
-"""A callback for tests/test_resume.py: SIGKILL the training process after a given optimiser step,
+"""A callback for tests/run/test_resume.py: SIGKILL the training process after a given optimiser step,
 as a scheduler or an OOM killer would: no exception, no cleanup, no final checkpoint.
 
 Lightning runs checkpoint callbacks after all others, so at a step that is also a checkpoint step

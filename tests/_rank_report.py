@@ -1,4 +1,4 @@
-"""A rank function for tests/test_ddp.py, in a module that imports little (spawned ranks import it)."""
+"""A rank function for tests/run/test_ddp.py, in a module that imports little (spawned ranks import it)."""
 
 import os
 

@@ -43,12 +43,20 @@ def modules(prefix: str) -> list[Path]:
 RULES = [
     ("ablate.nn", ("ablate.nn",), ()),
     ("ablate.metrics", (), ("torch", "lightning")),
-    ("ablate.run_status", (), ("torch", "lightning")),
-    ("ablate.tasks", ("ablate.metrics", "ablate.options"), ("torch", "lightning")),  # the registry itself
+    ("ablate.run.status", (), ("torch", "lightning")),
+    # the config layer reads and checks configs: it knows the options and the model, not the run
+    ("ablate.config", ("ablate.config", "ablate.nn", "ablate.optim", "ablate.errors"), ("lightning",)),
+    # tracking labels and logs a run; it never reaches into the run's machinery or the data
+    (
+        "ablate.tracking",
+        ("ablate.tracking", "ablate.config", "ablate.nn", "ablate.tasks", "ablate.metrics", "ablate.compat"),
+        (),
+    ),
+    ("ablate.tasks", ("ablate.metrics", "ablate.config.options"), ("torch", "lightning")),  # the registry itself
     # the analysis reads sweeps (and, for attention maps, models), never the training loop
     (
         "ablate.analysis",
-        ("ablate.analysis", "ablate.metrics", "ablate.tasks", "ablate.dotted", "ablate.flops", "ablate.nn"),
+        ("ablate.analysis", "ablate.metrics", "ablate.tasks", "ablate.config.dotted", "ablate.nn.flops", "ablate.nn"),
         (),
     ),
 ]
@@ -68,6 +76,19 @@ def test_imports_go_down(prefix: str, allowed: tuple[str, ...], forbidden: tuple
             if up or heavy:
                 wrong.setdefault(module_name(path), []).append(imported)
     assert not wrong, f"imports against the layers: {wrong}"
+
+
+@pytest.mark.parametrize("layer", ["config", "nn", "tasks", "data", "tracking", "analysis", "callbacks"])
+def test_nothing_below_the_run_imports_it(layer: str) -> None:
+    """``ablate.run`` (the job: train, resume, checkpoints, status) sits on top; a layer below that
+    imports it at import time would pull the training loop into, e.g., the analysis."""
+    wrong = {
+        module_name(path): sorted(
+            i for i in top_level_imports(path) if i == "ablate.run" or i.startswith("ablate.run.")
+        )
+        for path in modules(f"ablate.{layer}")
+    }
+    assert not {k: v for k, v in wrong.items() if v}
 
 
 # ------------------------------------------------------------------ the config stops travelling

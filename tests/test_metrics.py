@@ -14,7 +14,7 @@ import pytest
 
 from ablate import metrics
 from ablate.metrics import Metric
-from test_progress import Clock, fake_trainer
+from tests.callbacks.test_progress import Clock, fake_trainer
 
 ACCURACY = Metric("accuracy", "max", "token accuracy", "fraction of tokens", format=".3f", progress_format="5.3f")
 
@@ -69,11 +69,11 @@ def test_a_quantity_declared_twice_must_mean_the_same() -> None:
 def test_a_declared_metric_appears_everywhere(accuracy: Metric) -> None:
     from ablate.analysis.runs import higher_is_better
     from ablate.callbacks.progress import TextProgress
-    from ablate.console import format_run_summary, headline_metrics
+    from ablate.run.console import format_run_summary, headline_metrics
     from ablate.tracking.wandb_run import summary_goals
 
     assert "val/accuracy" in headline_metrics() and "test/accuracy" in headline_metrics()
-    from ablate.run_status import RunStatus
+    from ablate.run.status import RunStatus
 
     summary = format_run_summary(RunStatus("completed", steps=5, metrics={"val/accuracy": 0.51234}), "out")
     assert "  val/accuracy  0.512" in summary.splitlines()

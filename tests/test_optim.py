@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ablate.config import ModelSpec, validate
+from ablate.config.model import ModelSpec, validate
 from ablate.nn.transformer import TransformerLM
 from ablate.optim import build_optimizer, build_schedule, param_groups
 

@@ -1,5 +1,5 @@
 """ablate: Transformer architecture ablations from the command line."""
 
-from ablate.resolvers import register as _register_resolvers
+from ablate.config.resolvers import register as _register_resolvers
 
 _register_resolvers()

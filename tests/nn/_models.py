@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ablate.config import ModelSpec, validate
+from ablate.config.model import ModelSpec, validate
 from ablate.nn.attention import ATTENTION_KERNELS
 from ablate.nn.block import PLACEMENTS as PLACEMENT_REGISTRY
 from ablate.nn.ffn import activation_names

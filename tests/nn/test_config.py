@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ablate.config import ConfigError, ModelSpec, model_spec, validate
+from ablate.config.model import ModelSpec, model_spec, validate
+from ablate.config.options import ConfigError
 
 from ._models import TINY
 

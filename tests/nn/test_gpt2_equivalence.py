@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ablate.config import ModelSpec, validate
+from ablate.config.model import ModelSpec, validate
 from ablate.export.hf import load_gpt2_weights
 from ablate.nn.transformer import TransformerLM
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ablate.callbacks.grad_norm import group_name
-from ablate.config import ModelSpec
+from ablate.config.model import ModelSpec
 from ablate.nn.block import DeepNormResidual, deepnorm_constants
 from ablate.nn.seq2seq import EncoderDecoder
 

@@ -9,7 +9,7 @@ values of the metric against a cumulative budget at each validation:
 * ``steps``: optimiser steps done, ``metrics.csv`` step + 1 (its step ``s`` is logged after the
   ``s + 1``-th optimiser step);
 * ``flops``: training FLOPs, ``flops_per_token x train/tokens_seen``, FLOPs per token from
-  :func:`ablate.flops.flops_per_token` (6 N + 12 L d T, the count behind
+  :func:`ablate.nn.flops.flops_per_token` (6 N + 12 L d T, the count behind
   ``train/mfu``) with N = ``status.json``'s ``params`` and L (decoder + encoder layers), d and T =
   ``data.seq_len`` from the job's resolved config (:func:`job_flops_per_token`);
 * ``time``: training seconds, ``train/time_s`` (validation and pauses left out).

@@ -1,5 +1,5 @@
 """The training compute of a job, from its config and its record: tokens seen (optimiser steps x
-tokens per step), Transformer layers, FLOPs per token (:func:`ablate.flops.flops_per_token`, as
+tokens per step), Transformer layers, FLOPs per token (:func:`ablate.nn.flops.flops_per_token`, as
 ``train/mfu`` counts them) and their product. What the budget comparisons
 (:mod:`~ablate.analysis.budget`) and the compute multiplier (:mod:`~ablate.analysis.scaling`) both
 count, in one place below both."""
@@ -7,7 +7,7 @@ count, in one place below both."""
 from __future__ import annotations
 
 from ablate.analysis.runs import Job
-from ablate.flops import flops_per_token
+from ablate.nn.flops import flops_per_token
 from ablate.tasks import TASKS
 
 FLOPS = ("6N+attn", "6N")  # how a job's FLOPs per token are counted: with the attention term, or 6N
@@ -56,7 +56,7 @@ def job_compute(job: Job, flops: str = "6N+attn") -> float:
 
 
 def job_flops_per_token(job: Job) -> float:
-    """Training FLOPs per token of ``job``: :func:`ablate.flops.flops_per_token`
+    """Training FLOPs per token of ``job``: :func:`ablate.nn.flops.flops_per_token`
     with ``status.json``'s ``params`` and the config's layers (decoder + encoder), ``model.d_model``
     and ``data.seq_len``, exactly as ``scripts/compute_multiplier.py`` counts them
     (:func:`job_compute`). Raises ValueError naming what is missing."""

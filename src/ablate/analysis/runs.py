@@ -1,7 +1,7 @@
 """Load the jobs of a sweep and find what varies across them.
 
 A Hydra multirun (``python train.py -m norm=pre,post seed=1,2``) writes one directory per job,
-``<sweep dir>/<job dir>/``, holding ``status.json`` (written by :func:`ablate.train.run`),
+``<sweep dir>/<job dir>/``, holding ``status.json`` (written by :func:`ablate.run.train.run`),
 ``csv/metrics.csv`` (Lightning's CSVLogger: one row per logged metric group, so a step can span
 several rows), ``.hydra/overrides.yaml`` and ``.hydra/config.yaml``/``hydra.yaml``.
 
@@ -27,7 +27,7 @@ import pandas as pd
 import yaml
 
 from ablate import metrics
-from ablate.dotted import select as select_key
+from ablate.config.dotted import select as select_key
 from ablate.tasks import TASKS, task_of_metrics
 
 STATUSES = ("completed", "diverged", "crashed", "incomplete")

@@ -45,7 +45,7 @@ infinite). Two kinds (``method``):
   weighted refit. With 3 seeds there are only 10 distinct resamples: too few for a 95% interval,
   hence not the default.
 
-Calibration (``tests/test_stats.py``): at the shape of the GLU ladder (3 sizes x 3 seeds, noise
+Calibration (``tests/analysis/test_stats.py``): at the shape of the GLU ladder (3 sizes x 3 seeds, noise
 sd 0.008, true multiplier 1) the parametric 95% interval covers the truth in >= 93% of 200
 simulated sweeps.
 
@@ -58,7 +58,7 @@ Compute per job (:func:`ablate.analysis.compute.job_compute`): training FLOPs pe
 optimiser steps x ``data.batch_size`` (sequences per step, all devices) x ``data.seq_len`` for a
 language model; for translation ``data.batch_size`` x ``data.max_tokens`` (the padded token
 budget of a batch, an upper bound). FLOPs per token: ``6N+attn`` (default) is
-:func:`ablate.flops.flops_per_token`, 6 N + 12 L d T (the same count as
+:func:`ablate.nn.flops.flops_per_token`, 6 N + 12 L d T (the same count as
 ``train/mfu``), ``6N`` is Kaplan et al.'s C = 6 N D; N = ``params`` of ``status.json`` (all
 parameters, embeddings included).
 """

@@ -23,15 +23,15 @@ from torch.utils.data import DataLoader, RandomSampler
 
 import ablate  # noqa: F401  (registers the config resolvers)
 from ablate.callbacks.throughput import ThroughputMonitor
-from ablate.config import model_spec
+from ablate.config.model import model_spec
 from ablate.optim import build_optimizer, build_schedule
-from ablate.preflight import eval_max_len
+from ablate.run.preflight import eval_max_len
+from ablate.run.train import build_callbacks
 from ablate.tasks import build_task
 from ablate.tracking.loggers import build_loggers
-from ablate.train import build_callbacks
 
 if TYPE_CHECKING:
-    from ablate.config import ModelSpec
+    from ablate.config.model import ModelSpec
     from ablate.nn.seq2seq import EncoderDecoder
     from ablate.nn.transformer import TransformerLM
 

@@ -26,8 +26,8 @@ from ablate.benchmark.loops import HandLoop, LightningLoop, Runner, Variant
 from ablate.benchmark.machine import CpuShare, machine_info, peak_rss_mb, rss_mb
 from ablate.benchmark.report import jsonable, markdown_report, print_report
 from ablate.callbacks.throughput import device_peak_flops, measure_cpu_peak
-from ablate.flops import flops_per_token
-from ablate.train import check_config
+from ablate.nn.flops import flops_per_token
+from ablate.run.train import check_config
 
 if TYPE_CHECKING:
     pass

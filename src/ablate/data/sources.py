@@ -67,15 +67,15 @@ def read_utf8(path: str | os.PathLike[str]) -> str:
 
 
 def default_data_dir() -> Path:
-    """The data folder used when none is configured (:func:`ablate.locations.data_dir`)."""
-    from ablate import locations
+    """The data folder used when none is configured (:func:`ablate.config.locations.data_dir`)."""
+    from ablate.config import locations
 
     return locations.data_dir()
 
 
 def default_cache_dir() -> Path:
-    """The cache folder used when none is configured (:func:`ablate.locations.cache_dir`)."""
-    from ablate import locations
+    """The cache folder used when none is configured (:func:`ablate.config.locations.cache_dir`)."""
+    from ablate.config import locations
 
     return locations.cache_dir()
 

@@ -2,8 +2,8 @@
 of its options, and the :class:`~ablate.nn.spec.ModelSpec` field that holds the choice.
 
 Everything that lists the axes iterates :data:`AXES`: the validation of a spec
-(:func:`ablate.config.validate`), the refusal of keys an option does not take
-(:mod:`ablate.options`), ``ModelSpec.axes()`` (the flat names W&B, ``status.json`` and the
+(:func:`ablate.config.model.validate`), the refusal of keys an option does not take
+(:mod:`ablate.config.options`), ``ModelSpec.axes()`` (the flat names W&B, ``status.json`` and the
 tables group runs by), the run names and W&B axis keys (:mod:`ablate.tracking.naming`), the order
 of config groups in sweep directories, the config tree and the resume identity.
 

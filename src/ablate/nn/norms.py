@@ -3,12 +3,12 @@
 
 Each layer is a factory ``(d_model, **options)`` in ``NORM_LAYERS``; its keyword arguments with
 defaults *are* its options (:func:`layer_options`): ``norm.eps`` and ``norm.bias`` where the
-layer takes them, any other as ``+norm.<option>=...``. ``ablate.options`` refuses a key the
+layer takes them, any other as ``+norm.<option>=...``. ``ablate.config.options`` refuses a key the
 chosen layer does not take, so nothing is set without being used.
 
 Adding a layer: one class or factory with its registry entry here, its name in the comment of
 ``conf/norm/*.yaml``'s ``layer`` key (optional), and a test of its maths in ``tests/nn/test_norms.py``;
-the generic suites (``tests/test_options.py``, ``tests/nn/test_registry_suites.py``) cover it.
+the generic suites (``tests/config/test_options.py``, ``tests/nn/test_registry_suites.py``) cover it.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def layer_options(layer: str) -> dict[str, Any]:
 def build_norm(layer: str, d_model: int, **options: Any) -> nn.Module:
     """Build the norm layer registered as ``layer`` with the ``options`` it takes; options it
     does not take (``bias`` for RMSNorm: the spec carries every layer's defaults) are dropped
-    here, and refused at the config boundary when set explicitly (``ablate.options``)."""
+    here, and refused at the config boundary when set explicitly (``ablate.config.options``)."""
     if layer not in NORM_LAYERS:
         raise ValueError(f"unknown norm.layer={layer!r}; valid options: {', '.join(NORM_LAYERS)}")
     taken = layer_options(layer)

@@ -1,5 +1,5 @@
 """The typed architecture spec every model is built from (:class:`ModelSpec`). Which options go
-together is checked where a config becomes a spec (:func:`ablate.config.model_spec`); the models
+together is checked where a config becomes a spec (:func:`ablate.config.model.model_spec`); the models
 (:mod:`ablate.nn.transformer`, :mod:`ablate.nn.seq2seq`) only read it."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import Any, cast
 from hydra.core.utils import JobReturn
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.run_status import FINISHED, read_status
+from ablate.run.status import FINISHED, read_status
 
 log = logging.getLogger(__name__)
 

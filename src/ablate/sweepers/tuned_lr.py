@@ -29,11 +29,11 @@ launcher batches:
 Both stages go through ``self.launcher.launch``: any launcher works (basic, joblib, submitit), and
 the jobs are ordinary jobs of the sweep directory named by their overrides (``optim.lr=...``,
 ``seed=...``), so re-running the same command skips the finished jobs of both stages
-(:func:`ablate.train.previous_outcome`) and ``scripts/summarize.py`` shows the learning rate of each
+(:func:`ablate.run.train.previous_outcome`) and ``scripts/summarize.py`` shows the learning rate of each
 variant as an axis. The selection goes to ``<sweep dir>/lr_tuning.json`` and is printed as a table.
 A chosen learning rate at the edge of the grid is flagged, with the override that extends the
 grid; a variant whose every learning rate diverged or crashed is reported and gets no stage 2 (the
-sweep goes on: the sweep-end report, :mod:`ablate.sweep_report`, owns crashes and exit codes).
+sweep goes on: the sweep-end report, :mod:`ablate.run.sweep_report`, owns crashes and exit codes).
 
 The grid, the selection rule, reading a job's outcome and the ``lr_tuning.json`` record are in
 :mod:`ablate.sweepers.lr_selection`; this module holds the sweeper.
@@ -58,7 +58,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from ablate.compat import BasicSweeper, sweeper_params_overrides
-from ablate.sweep_stop import STOP_FILE, stop_requested
+from ablate.run.sweep_stop import STOP_FILE, stop_requested
 from ablate.sweepers.lr_selection import (
     LR_KEY,
     LRResult,
@@ -249,7 +249,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         return [seed.get_value_element_as_str()]
 
     def _interrupted(self) -> bool:
-        """Ctrl-C in a worker-process sweep (:mod:`ablate.sweep_stop`): the jobs just launched may have
+        """Ctrl-C in a worker-process sweep (:mod:`ablate.run.sweep_stop`): the jobs just launched may have
         stopped early, so nothing is chosen or decided from them (stage 2 stays ``pending``)."""
         assert self.config is not None
         return stop_requested(Path(str(self.config.hydra.sweep.dir)) / STOP_FILE)

@@ -2,7 +2,7 @@
 
 Hydra's sweepers compose each job's config before launching a batch (``validate_batch_is_legal``),
 which catches a key Hydra does not know; :class:`ValidatingSweeperMixin` also runs ablate's own
-checks on it (:func:`ablate.train.check_config`: option keys that do not apply, run-control numbers,
+checks on it (:func:`ablate.run.train.check_config`: option keys that do not apply, run-control numbers,
 architecture combinations), so that ``pos=rope,sinusoidal +pos.fraction=0.5`` stops before any job
 trains instead of failing half of them later. :class:`ValidatingSweeper` is Hydra's basic grid
 sweeper with it (the default, ``conf/hydra/sweeper/validating.yaml``); the tuned-LR sweeper uses it too.
@@ -17,14 +17,14 @@ from hydra.errors import HydraException
 from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig
 
-from ablate import cli, killed_jobs
 from ablate.compat import BasicSweeper
-from ablate.options import ConfigError
+from ablate.config.options import ConfigError
+from ablate.run import cli, killed_jobs
 
 
 class ValidatingSweeperMixin(BasicSweeper):
-    """``validate_batch_is_legal`` that also runs :func:`ablate.train.check_config` on each job;
-    the launcher behind :class:`~ablate.killed_jobs.KilledWorkerGuard` (a killed worker is recorded)."""
+    """``validate_batch_is_legal`` that also runs :func:`ablate.run.train.check_config` on each job;
+    the launcher behind :class:`~ablate.run.killed_jobs.KilledWorkerGuard` (a killed worker is recorded)."""
 
     hydra_context: Any
     config: Any
@@ -36,7 +36,7 @@ class ValidatingSweeperMixin(BasicSweeper):
         self.launcher = killed_jobs.guard(self.launcher, config)
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        from ablate.train import check_config  # the whole training stack: only when a sweep runs
+        from ablate.run.train import check_config  # the whole training stack: only when a sweep runs
 
         for overrides in batch:
             try:
@@ -50,7 +50,7 @@ class ValidatingSweeperMixin(BasicSweeper):
             try:
                 check_config(cfg)
             except (ConfigError, ValueError) as err:
-                # printed and exit 2 (ablate.cli), not a traceback through Hydra's error report
+                # printed and exit 2 (ablate.run.cli), not a traceback through Hydra's error report
                 cli.report_user_error(
                     ConfigError(f"the sweep's job '{' '.join(overrides)}' is invalid, so no job was started: {err}")
                 )

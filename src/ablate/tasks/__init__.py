@@ -13,7 +13,7 @@ the metrics it logs (:mod:`ablate.metrics`) with the one a comparison reads by d
 gradient norms. ``train.py``, ``eval.py``, the console, the loggers, the W&B workspace and the
 analysis iterate :data:`TASKS`; none of them names a task. Adding a task: a LightningModule, a
 ``TaskSpec`` passed to :func:`register_task`, and ``conf/task/<name>.yaml``
-(``tests/test_task_interface.py`` adds one from a test file).
+(``tests/tasks/test_task_interface.py`` adds one from a test file).
 
 This module is light (no torch, no Lightning): the analysis and the console read the registry
 without importing the models; the classes and functions a spec names are imported when used.
@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ablate import metrics
+from ablate.config.options import ConfigError
 from ablate.metrics import Metric
-from ablate.options import ConfigError
 
 if TYPE_CHECKING:
     import lightning as L
     from omegaconf import DictConfig
 
-    from ablate.config import ModelSpec
+    from ablate.config.model import ModelSpec
     from ablate.tasks.base import TaskModule
 
 # "package.module:name" (imported when first used) or the object itself
@@ -208,8 +208,8 @@ def task_of_metrics(names: set[str] | frozenset[str]) -> str:
 def checkpoint_task(path: str | Path) -> str:
     """The task a checkpoint was trained for: stored by :class:`~ablate.tasks.base.TaskModule`,
     or (older checkpoints) ``translation`` when its model has an encoder, else ``lm``. A file
-    that is not a readable checkpoint raises :class:`ablate.resume.CheckpointError`."""
-    from ablate.resume import inspect_checkpoint
+    that is not a readable checkpoint raises :class:`ablate.run.resume.CheckpointError`."""
+    from ablate.run.resume import inspect_checkpoint
 
     checkpoint = inspect_checkpoint(path)
     if checkpoint.get("task"):
@@ -221,7 +221,7 @@ def checkpoint_task(path: str | Path) -> str:
 def require_checkpoint_task(path: str | Path, expected: str, script: str) -> None:
     """Stop with a message naming the checkpoint's task and the script that takes it when
     ``path`` holds a checkpoint of another task than ``expected`` (or is not a readable checkpoint)."""
-    from ablate.resume import CheckpointError
+    from ablate.run.resume import CheckpointError
 
     if not Path(path).is_file():
         raise SystemExit(f"ckpt_path={path}: no such checkpoint file")
@@ -243,7 +243,7 @@ def load_task_checkpoint(
     the one way every script loads a checkpoint. With ``expected``, a checkpoint of another task
     stops with a message naming the script that takes it; a file that is not a readable checkpoint
     stops naming the file."""
-    from ablate import safe_load
+    from ablate.run import safe_load
 
     if expected is not None:
         require_checkpoint_task(path, expected, script)

@@ -12,11 +12,11 @@ from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from ablate.config import ModelSpec
+from ablate.config.model import ModelSpec
+from ablate.config.options import ConfigError
 from ablate.data.tokenizers import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
 from ablate.metrics import finite_or_none
 from ablate.optim import build_optimizer, build_schedule
-from ablate.options import ConfigError
 
 
 def check_bpe_train_mb(data: Any) -> None:

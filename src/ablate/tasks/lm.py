@@ -28,7 +28,8 @@ from omegaconf import DictConfig, open_dict
 from torch import Tensor
 from torchmetrics import MeanMetric, SumMetric
 
-from ablate.config import ConfigError, ModelSpec
+from ablate.config.model import ModelSpec
+from ablate.config.options import ConfigError
 from ablate.data.tokenizers import Tokenizer
 from ablate.nn.transformer import TransformerLM
 from ablate.optim import used_optim_config

@@ -23,12 +23,12 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from ablate.config.locations import checkout_root, project_root
 from ablate.data.lm_data import LMDataModule
 from ablate.data.lm_windows import token_dtype
 from ablate.data.sources import DataFormatError
 from ablate.data.text_stream import SplitText
 from ablate.data.tokenizers import TOKENIZERS, Tokenizer
-from ablate.locations import checkout_root, project_root
 from ablate.metrics import finite_or_none
 from ablate.tasks.base import pick_device
 

@@ -37,7 +37,8 @@ from omegaconf import DictConfig
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from ablate.config import ConfigError, ModelSpec
+from ablate.config.model import ModelSpec
+from ablate.config.options import ConfigError
 from ablate.data.tokenizers import Tokenizer
 from ablate.data.translation_batches import PairBatch
 from ablate.data.translation_tokens import BOS, EOS, PAD, detokenize

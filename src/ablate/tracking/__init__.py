@@ -30,7 +30,7 @@ Files of one job, for ``output_dir=OUT``:
   ``version=""``: its log_dir is ``OUT/csv/``) and ``OUT/csv/hparams.yaml``.
 - ``OUT/wandb/offline-run-<time>-<id>/`` (or ``run-<time>-<id>/`` online),
   holding the ``run-<id>.wandb`` transaction log that
-  :mod:`ablate.wandb_reader` reads back.
+  :mod:`ablate.tracking.wandb_reader` reads back.
 - ``OUT/tensorboard/events.out.tfevents.*`` (``logger.tensorboard``) and its ``hparams.yaml``.
 - MLflow (``logger.mlflow``) writes to one store shared by all jobs,
   ``logger.mlflow.tracking_uri`` (default ``file:<paths.log_dir>/mlruns``); a job's run carries

@@ -14,9 +14,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ablate.dotted import select as select_key
+from ablate.config.dotted import select as select_key
+from ablate.config.resolvers import ARCHITECTURE_FIRST, RUN_CONTROL_KEYS, job_dirname
 from ablate.nn.axes import AXES
-from ablate.resolvers import ARCHITECTURE_FIRST, RUN_CONTROL_KEYS, job_dirname
 
 # Flat config keys of the ablation axes (``axis_act``, ``axis_lr``): the resolved config already
 # has top-level ``act``, ``pos``, ``norm``, ... (the config groups), so the flat keys need a prefix.
@@ -94,7 +94,7 @@ def run_name_from_overrides(overrides: list[str], swept: Collection[str] | None 
     ``glu,act=swiglu,max_steps=100``. Architecture keys come first, the seed last; overrides of
     where or how a job runs or logs (``hydra.*``, ``paths.*``, ``logger``, ``tags``, ``ckpt_path``,
     ... and ``hydra.job.config.override_dirname.exclude_keys``) are dropped; a name longer than
-    120 characters ends with a hash (:func:`ablate.resolvers.job_dirname`). Nothing left gives
+    120 characters ends with a hash (:func:`ablate.config.resolvers.job_dirname`). Nothing left gives
     ``"default"``.
     """
     hydra_cfg = _hydra_config()
@@ -120,7 +120,7 @@ def run_name_from_overrides(overrides: list[str], swept: Collection[str] | None 
 
 
 def _name_order(override: str) -> tuple[int, str]:
-    """Architecture overrides first (:data:`ablate.resolvers.ARCHITECTURE_FIRST`), the seed last."""
+    """Architecture overrides first (:data:`ablate.config.resolvers.ARCHITECTURE_FIRST`), the seed last."""
     key = _override_key(override)
     top = key.split(".", 1)[0]
     if key == "seed":

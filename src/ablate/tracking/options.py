@@ -1,6 +1,6 @@
 """The ``logger.*`` config nodes as dataclasses (``conf/logger/<name>.yaml``), the top-level
 ``tags`` list, and the check that a selected logger's package is installed, made before any data
-is read. :mod:`ablate.config_schema` takes the valid ``logger.<name>`` keys from these dataclasses.
+is read. :mod:`ablate.config.schema` takes the valid ``logger.<name>`` keys from these dataclasses.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from ablate.config import ConfigError
+from ablate.config.options import ConfigError
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -1,0 +1,12 @@
+"""The composed Hydra config, read and checked (this package's ``__init__`` imports nothing, so
+``ablate.config.options`` stays light for the task registry).
+
+- :mod:`~ablate.config.model`: the architecture keys -> :class:`~ablate.nn.spec.ModelSpec`
+  (``model_spec``), with its checks;
+- :mod:`~ablate.config.options`: each option's own keys (``ConfigError`` names the key and the
+  valid choices);
+- :mod:`~ablate.config.schema`: every key of every group is one some code reads;
+- :mod:`~ablate.config.checks`: run-control numbers and start warnings;
+- :mod:`~ablate.config.resolvers`, :mod:`~ablate.config.locations`: the OmegaConf resolvers and
+  where data, caches and logs live; :mod:`~ablate.config.dotted`: dotted-key helpers.
+"""

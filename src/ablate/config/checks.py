@@ -1,0 +1,164 @@
+"""Run-control numbers checked at compose time, before any data is read or tensor allocated.
+
+:func:`ablate.config.model.model_spec` checks the architecture; this module checks everything else a
+user types as a number: the training length and validation cadence (``trainer.*``), the batch
+(``data.*``) and the optimiser and schedule (``optim.*``). A bad value raises
+:class:`~ablate.config.options.ConfigError` naming the key, the value and the valid range, instead of a
+``ZeroDivisionError`` inside Lightning, a torch error after the data load, or -- worst -- a run
+that "completes" having done something else (``optim.min_lr_ratio=5`` raising the LR 5x,
+``optim.grad_clip=-1`` silently disabling clipping, ``trainer.max_steps=0`` training nothing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ablate.config.options import ConfigError
+from ablate.optim import OPTIMIZERS, SCHEDULES
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _require(ok: bool, key: str, value: Any, valid: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is invalid: {valid}")
+
+
+def _check(node: Mapping[str, Any], prefix: str, rules: dict[str, tuple[Callable[[Any], bool], str]]) -> None:
+    """Apply ``key -> (predicate, description of the valid values)`` to the keys present in ``node``."""
+    for key, (predicate, valid) in rules.items():
+        if key in node:
+            _require(predicate(node[key]), f"{prefix}.{key}", node[key], valid)
+
+
+def _positive_int(v: Any) -> bool:
+    return _integer(v) and v >= 1
+
+
+def _optional(predicate: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or predicate(v)
+
+
+TRAINER_RULES = {
+    "max_steps": (
+        lambda v: _integer(v) and (v >= 1 or v == -1),
+        "a positive number of optimiser steps (-1: bounded by trainer.max_epochs)",
+    ),
+    "max_epochs": (_optional(lambda v: _integer(v) and (v >= 1 or v == -1)), "null or a positive number of epochs"),
+    "val_check_interval": (
+        _optional(lambda v: (_integer(v) and v >= 1) or (isinstance(v, float) and 0 < v <= 1)),
+        "a positive number of optimiser steps, or a fraction of an epoch in (0, 1]",
+    ),
+    "log_every_n_steps": (_positive_int, "a positive number of steps"),
+    "limit_val_batches": (
+        lambda v: (_integer(v) and v >= 0) or (isinstance(v, float) and 0 <= v <= 1),
+        "a number of batches >= 0, or a fraction in [0, 1]",
+    ),
+}
+DATA_RULES = {
+    "batch_size": (_positive_int, "a positive number of sequences (token batches for translation) per optimiser step"),
+    "micro_batch_size": (_optional(_positive_int), "null or a positive per-device batch"),
+    "eval_batch_size": (_optional(_positive_int), "null or a positive per-device batch"),
+    "seq_len": (_positive_int, "a positive number of tokens"),
+    "eval_seq_len": (_optional(_positive_int), "null or a positive number of tokens"),
+    "max_tokens": (_positive_int, "a positive number of tokens per batch"),
+    "num_workers": (lambda v: _integer(v) and v >= 0, "a number of worker processes >= 0"),
+}
+OPTIM_RULES = {
+    "name": (lambda v: v in OPTIMIZERS, f"one of {', '.join(OPTIMIZERS)}"),
+    "schedule": (lambda v: v in SCHEDULES, f"one of {', '.join(SCHEDULES)}"),
+    "lr": (lambda v: _number(v) and v > 0, "a positive learning rate"),
+    "warmup_steps": (lambda v: _integer(v) and v >= 0, "a number of steps >= 0"),
+    "decay_steps": (_optional(_positive_int), "null (= trainer.max_steps) or a positive number of steps"),
+    "min_lr_ratio": (lambda v: _number(v) and 0 <= v <= 1, "a fraction of the peak LR in [0, 1]"),
+    "grad_clip": (_optional(lambda v: _number(v) and v > 0), "null (no clipping) or a positive maximum gradient norm"),
+    "weight_decay": (lambda v: _number(v) and v >= 0, "a weight decay >= 0"),
+    "label_smoothing": (lambda v: _number(v) and 0 <= v < 1, "a value in [0, 1)"),
+    "eps": (lambda v: _number(v) and v > 0, "a positive epsilon"),
+    "betas": (
+        lambda v: v is not None and len(v) == 2 and all(_number(b) and 0 <= b < 1 for b in v),
+        "two coefficients in [0, 1), e.g. [0.9, 0.99]",
+    ),
+    "momentum": (_optional(lambda v: _number(v) and 0 <= v < 1), "null or a momentum in [0, 1)"),
+}
+
+
+def check_validation_cadence(trainer: Mapping[str, Any]) -> None:
+    """Validation must run at least once when it is on: an interval longer than the run gives no
+    ``val/*`` metric, no ``best.ckpt`` and a NaN sweep objective."""
+    interval, max_steps = trainer.get("val_check_interval"), trainer.get("max_steps", -1)
+    validation_off = trainer.get("limit_val_batches", 1.0) == 0
+    if _integer(interval) and max_steps > 0 and interval > max_steps and not validation_off:
+        raise ConfigError(
+            f"trainer.val_check_interval={interval} > trainer.max_steps={max_steps}: no validation would run (no val/* "
+            f"metrics, no best.ckpt, optimized_metric never logged). Set trainer.val_check_interval to at most "
+            f"{max_steps}, or trainer.limit_val_batches=0 to train without validation."
+        )
+
+
+def check_run_numbers(cfg: Mapping[str, Any]) -> None:
+    """Check the run-control numbers of a composed config (raises :class:`ConfigError`)."""
+    trainer, data, optim = (cfg.get(k) or {} for k in ("trainer", "data", "optim"))
+    _check(trainer, "trainer", TRAINER_RULES)
+    if trainer.get("max_steps", -1) == -1 and trainer.get("max_epochs") in (None, -1):
+        raise ConfigError(
+            "trainer.max_steps=-1 and trainer.max_epochs unset: training would never end; set one of them"
+        )
+    _check(data, "data", DATA_RULES)
+    _check(optim, "optim", OPTIM_RULES)
+    if "seed" in cfg:
+        _require(_integer(cfg["seed"]), "seed", cfg["seed"], "an integer")
+    check_validation_cadence(trainer)
+
+
+def warmup_problem(cfg: Mapping[str, Any]) -> str | None:
+    """Why the LR warmup would take the whole run (or more), or None. A warning, not an error: a
+    short debugging run may mean it; a real run whose LR never leaves warmup measures warmup only."""
+    optim, trainer = cfg.get("optim") or {}, cfg.get("trainer") or {}
+    warmup, max_steps = optim.get("warmup_steps") or 0, trainer.get("max_steps", -1)
+    if not (_integer(warmup) and _integer(max_steps)) or warmup <= 0 or max_steps <= 0 or warmup < max_steps:
+        return None
+    if trainer.get("fast_dev_run"):  # one step through every code path: no schedule to speak of
+        return None
+    return (
+        f"optim.warmup_steps={warmup} >= trainer.max_steps={max_steps}: the learning rate never reaches "
+        f"optim.lr (the whole run is warmup); lower optim.warmup_steps (e.g. {max(1, max_steps // 10)})"
+    )
+
+
+def start_warnings(cfg: Mapping[str, Any]) -> list[str]:
+    """What a run warns about at its start: settings that are valid but probably not meant."""
+    problem = optimized_metric_problem(cfg)
+    found = [f"{problem}: a sweeper optimising it would get NaN from every job"] if problem else []
+    return found + [w for w in (warmup_problem(cfg),) if w]
+
+
+def optimized_metric_problem(cfg: Mapping[str, Any]) -> str | None:
+    """Why ``optimized_metric`` (what ``train.py`` returns to a sweeper such as Optuna) can never
+    be logged by this run, or None: it must be a training, validation or test metric that the
+    task declares with a direction (:class:`ablate.tasks.TaskSpec` ``metrics``). A warning at
+    start, not an error: a plain run or grid sweep does not use the value."""
+    from ablate.tasks import TASKS
+
+    metric = cfg.get("optimized_metric")
+    if not metric:
+        return None
+    task = str((cfg.get("task") or {}).get("name", "lm"))
+    trainer = cfg.get("trainer") or {}
+    spec = TASKS.get(task)
+    if spec is not None and not spec.ranks_by(str(metric)):
+        ranked = ", ".join(m.name for m in spec.metrics if m.goal is not None)
+        return f"optimized_metric={metric} is not logged by task={task} (it logs train/, val/ and test/ {ranked})"
+    if str(metric).startswith("val/") and trainer.get("limit_val_batches", 1.0) == 0:
+        return f"optimized_metric={metric} is never logged: validation is off (trainer.limit_val_batches=0)"
+    if str(metric).startswith("test/") and not (cfg.get("eval") or {}).get("test_at_end", True):
+        return f"optimized_metric={metric} is never logged: eval.test_at_end=false"
+    return None

@@ -1,0 +1,125 @@
+"""OmegaConf resolvers used by the configs. Registered on import of :mod:`ablate`."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from typing import Any, cast
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import ListConfig, OmegaConf
+
+from ablate.nn.axes import ARCHITECTURE_GROUPS
+
+MAX_DIRNAME = 120
+
+
+# Overrides that define a variant come first in a job's directory name, run-control ones last.
+ARCHITECTURE_FIRST = ("experiment", "seed", "task", *ARCHITECTURE_GROUPS, "model", "data", "optim")
+
+
+def _priority(item: str) -> int:
+    top = item.lstrip("+~").split("=", 1)[0].split(".", 1)[0]
+    return ARCHITECTURE_FIRST.index(top) if top in ARCHITECTURE_FIRST else len(ARCHITECTURE_FIRST)
+
+
+def job_dirname(override_dirname: str) -> str:
+    """A sweep job's directory name from its overrides (``norm=post,pos=rope``): readable, stable
+    across re-runs of the same sweep, and short enough for a file system (255 bytes a name).
+
+    A long name keeps the architecture overrides first and ends with a hash of the whole, so
+    two jobs never share a directory."""
+    name = override_dirname.replace("/", "_") or "default"
+    if len(name) <= MAX_DIRNAME:
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+    items = sorted(name.split(","), key=_priority)  # stable: command-line order within a rank
+    kept = ""
+    for item in items:
+        if len(kept) + len(item) + 1 > MAX_DIRNAME - 12:
+            break
+        kept = f"{kept},{item}" if kept else item
+    return f"{kept}..{digest}"
+
+
+MAX_SWEEP_PREFIX = 60
+# always run control, never part of a sweep's identity (besides hydra.job...exclude_keys)
+RUN_CONTROL_KEYS = ("sweep_name", "skip_completed", "resume_allow_changes", "tags")
+
+
+def _canonical_override(override) -> str:  # hydra's Override
+    """``key=value`` with a sweep's values sorted, so ``norm=post,pre`` == ``norm=pre,post``."""
+    key = override.get_key_element()
+    try:
+        if override.is_sweep_override():
+            return f"{key}={','.join(sorted(set(override.sweep_string_iterator())))}"
+        return f"{key}={override.get_value_element_as_str()}"
+    except HydraException:  # interval sweeps, deletions: as typed
+        return override.input_line
+
+
+def sweep_dirname(sweep_name: str | None, overrides: Iterable[str], exclude_keys: Iterable[str] = ()) -> str:
+    """The name of a sweep's directory, the same whenever the same command is run again.
+
+    ``sweep_name`` wins when set. Otherwise ``<experiment>-<hash>`` (or ``<swept keys>-<hash>``
+    without an ``experiment=`` override) where the hash covers the command-line overrides,
+    sweep values included, independent of their order. Run-control overrides (``exclude_keys``,
+    i.e. ``hydra.job.config.override_dirname.exclude_keys``, plus ``sweep_name`` and
+    ``skip_completed``) are left out, like in the job directory names.
+
+    Hydra resolves ``hydra.sweep.dir`` once on the sweep's config, where ``hydra.overrides.task``
+    holds the overrides as typed (``norm=pre,post``), and then copies the resolver cache into
+    every job's config (``ConfigLoader.load_sweep_config``): the resolver is registered with
+    ``use_cache=True`` so each job sees that value, not one computed from its own overrides.
+    """
+    if sweep_name:
+        name = str(sweep_name)
+        safe = _safe_dirname(name)
+        if safe == name:
+            return safe
+        # sanitising changed it: two names that differ only in what was replaced (sweep_name=α vs β)
+        # must not share a directory, so the exact name's hash is appended
+        return f"{safe or 'sweep'}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+    if isinstance(overrides, ListConfig):  # as typed: an override holding ${...} is not resolved
+        overrides = cast(list[Any], OmegaConf.to_container(overrides, resolve=False))
+    excluded = set(exclude_keys) | set(RUN_CONTROL_KEYS)
+    parsed = [
+        o
+        for o in OverridesParser.create().parse_overrides([str(o) for o in overrides])
+        if o.key_or_group not in excluded
+    ]
+    canonical = sorted(_canonical_override(o) for o in parsed)
+    digest = hashlib.sha1("\n".join(canonical).encode()).hexdigest()[:8]
+    experiments = [o for o in parsed if o.key_or_group == "experiment"]
+    if experiments:
+        prefix = "+".join(_canonical_override(o).split("=", 1)[1] for o in experiments)
+    else:
+        prefix = ",".join(sorted(o.key_or_group for o in parsed if o.is_sweep_override())) or "default"
+    return f"{_safe_dirname(prefix)[:MAX_SWEEP_PREFIX] or 'sweep'}-{digest}"
+
+
+def _safe_dirname(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._,=+-]+", "_", text.replace("/", "_")).strip("._")
+
+
+def register() -> None:
+    from ablate.config import locations
+
+    # conf/paths: the folders, by one rule that needs no Hydra runtime config (ablate.config.locations)
+    if not OmegaConf.has_resolver("ablate_root"):
+        OmegaConf.register_new_resolver("ablate_root", lambda: str(locations.project_root()))
+    # each takes the root (paths.root_dir), so that overriding the root moves the folders under it
+    for name, where in (
+        ("ablate_data_dir", locations.data_dir),
+        ("ablate_cache_dir", locations.cache_dir),
+        ("ablate_log_dir", locations.log_dir),
+    ):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, lambda root=None, where=where: str(where(root)))
+    if not OmegaConf.has_resolver("job_dirname"):
+        OmegaConf.register_new_resolver("job_dirname", job_dirname)
+    if not OmegaConf.has_resolver("sweep_dirname"):
+        # cached: computed once on the sweep's config, then the same for every job (see above)
+        OmegaConf.register_new_resolver("sweep_dirname", sweep_dirname, use_cache=True)

@@ -1,0 +1,264 @@
+"""Checkpoints a killed job can trust, and what an exact resume needs beyond Lightning's own state.
+
+Lightning's checkpoint already holds the model, optimiser, LR scheduler, loop progress and every
+callback's and the datamodule's ``state_dict``. Added here:
+
+- :class:`ResumeState`: the RNG states (torch CPU/CUDA, NumPy, Python) and the W&B run id, so
+  that a resumed run draws the same random numbers (dropout) and logs into the same W&B run.
+  The position in the training data is the datamodule's state (:class:`ablate.data.lm_data.LMDataModule`).
+- :class:`LastCheckpoint`: ``last.ckpt`` every ``every_n_train_steps`` optimiser steps and at the
+  end of training (Lightning's ``save_last`` alone only writes it when a top-k checkpoint is
+  saved, i.e. when the validation loss improved).
+- :class:`AtomicCheckpointIO`: write to a hidden temporary file in the checkpoint's own folder,
+  fsync, then rename over the old file. Lightning 2.6 writes through an fsspec transaction whose
+  temporary file lives in the system temp dir; when that is another file system (``/tmp`` on a
+  node's local disk, checkpoints on NFS/Lustre) the final step is a *copy* onto ``last.ckpt``,
+  and a job killed during it leaves a truncated ``last.ckpt``. A rename within one folder is
+  atomic: a reader sees the old complete file or the new complete file, never a part. The
+  temporary name starts with a dot and does not end in ``.ckpt``, so ``ckpt_path=last`` never
+  picks it up. Before a new ``last.ckpt`` replaces the old one, the old one is kept as
+  ``last.previous.ckpt`` (a hard link, so no copy), so that a ``last.ckpt`` damaged later (a full
+  disk, a bad copy) still leaves the checkpoint before it to resume from
+  (:func:`previous_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import re
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback, Checkpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_warn
+
+from ablate.compat import is_local_path
+from ablate.errors import UserError
+
+LAST_PATTERN = re.compile(r"^last(-\d+)?\.ckpt$")  # what Lightning's ckpt_path="last" looks for
+
+
+class CheckpointFileMissing(UserError, FileNotFoundError):
+    """``ckpt_path=`` names no file."""
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """``torch.save`` to ``.<name>.tmp-<pid>`` beside the target, fsync, ``os.replace``, fsync the
+    folder. Remote paths (``s3://``, ...) go through Lightning's own writer."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if storage_options is not None or not is_local_path(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                _save(checkpoint, f, path)
+                f.flush()
+                os.fsync(f.fileno())
+            if LAST_PATTERN.match(path.name) and path.is_file():
+                keep_previous(path)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(path.parent)
+
+
+def _save(checkpoint: dict[str, Any], f: Any, path: Path) -> None:
+    """``torch.save``, whose zip writer reports a full disk as ``RuntimeError: [enforce fail at
+    inline_container.cc] ... unexpected pos``: turned into the OSError it is (Errno 28, naming the path),
+    which is what status.json then records."""
+    try:
+        torch.save(checkpoint, f)
+    except RuntimeError as err:
+        if "unexpected pos" in str(err) or "file write failed" in str(err):
+            free = shutil.disk_usage(path.parent).free
+            raise OSError(errno.ENOSPC, f"No space left on device writing {path} ({free:,} bytes free)") from err
+        raise
+
+
+def previous_checkpoint(path: str | os.PathLike[str]) -> Path:
+    """Where the checkpoint before ``path`` is kept: ``last.ckpt`` -> ``last.previous.ckpt``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.previous{path.suffix}")
+
+
+def keep_previous(path: Path) -> None:
+    """Keep the current ``path`` as :func:`previous_checkpoint` before it is replaced: a hard link
+    (no copy) made under a temporary name and renamed, so ``path`` itself exists throughout."""
+    previous, tmp = previous_checkpoint(path), path.parent / f".{path.name}.previous-{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(path, tmp)
+    except OSError:  # a file system without hard links
+        shutil.copy2(path, tmp)
+    os.replace(tmp, previous)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename itself durable (a crash right after it keeps the new name)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems do not support fsync on a directory
+    finally:
+        os.close(fd)
+
+
+class LastCheckpoint(Checkpoint):
+    """``last.ckpt`` every ``every_n_train_steps`` optimiser steps, at the step where a callback
+    stops training (Ctrl-C, divergence), and when training ends; ``None`` or 0: only the last two.
+
+    A job killed at any moment loses at most the steps since the last multiple of
+    ``every_n_train_steps``. Saved through the public ``trainer.save_checkpoint`` (so through
+    :class:`AtomicCheckpointIO`); a subclass of Lightning's ``Checkpoint`` base so that Lightning
+    runs it after every other callback and a checkpoint holds every callback's state for its step.
+    (Lightning's ``ModelCheckpoint(save_last=True)`` writes ``last.ckpt`` only when a top-k
+    checkpoint is saved, and at the end only when nothing was ever saved.)
+    """
+
+    FILENAME = "last.ckpt"
+
+    def __init__(self, dirpath: str | os.PathLike[str], every_n_train_steps: int | None = 100) -> None:
+        self.dirpath = Path(dirpath)
+        self.every_n_train_steps = every_n_train_steps or 0
+        self._saved_at: int | None = None
+
+    def save(self, trainer: L.Trainer) -> None:
+        """Save ``last.ckpt`` for the current step, once (every rank calls it: a collective)."""
+        if self._saved_at == trainer.global_step or trainer.sanity_checking:
+            return
+        trainer.save_checkpoint(self.dirpath / self.FILENAME, weights_only=False)  # full: resumable
+        self._saved_at = trainer.global_step
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if (batch_idx + 1) % trainer.accumulate_grad_batches:
+            return  # mid-accumulation: no optimiser step was taken
+        periodic = self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0
+        # A callback stopped training at this step (Ctrl-C: GracefulInterrupt; divergence): save it
+        # now, while the loops are mid-epoch. That checkpoint resumes exactly, like the periodic
+        # ones; one written in on_train_end is taken after Lightning has closed the epoch, and a
+        # resume from it would start the next epoch's data order.
+        if periodic or trainer.should_stop:
+            self.save(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.save(trainer)  # the final state, unless the last save was at this very step
+
+
+class ResumeState(Callback):
+    """Puts the RNG states and the W&B run id into every checkpoint; on resume, restores the RNG
+    states when training starts (after Lightning has built its data loaders), so the first
+    resumed step draws what the uninterrupted run drew.
+
+    The states are those of the process that writes the checkpoint (global rank 0). Every rank
+    is seeded alike and draws alike, so under DDP they are every rank's states.
+    """
+
+    def __init__(self, wandb_run_id: str | None = None, run_identity: dict[str, Any] | None = None) -> None:
+        self.wandb_run_id = wandb_run_id
+        self.run_identity = run_identity  # ablate.run.resume.run_identity: checked before a resume
+        self._rng_to_restore: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": collect_rng_states(), "wandb_run_id": self.wandb_run_id, "run_identity": self.run_identity}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._rng_to_restore = state_dict.get("rng")
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._rng_to_restore is not None:
+            set_rng_states(self._rng_to_restore)
+            self._rng_to_restore = None
+
+
+def collect_rng_states() -> dict[str, Any]:
+    """The RNG states as tensors and plain Python values (loadable with ``weights_only=True``)."""
+    kind, keys, pos, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state()  # this rank's device
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    np_state = states["numpy"]
+    np.random.set_state(
+        (
+            np_state["kind"],
+            np_state["keys"].numpy().astype(np.uint32),
+            np_state["pos"],
+            np_state["has_gauss"],
+            np_state["cached_gaussian"],
+        )
+    )
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state(states["cuda"])
+
+
+# ------------------------------------------------------------------------------ resume
+
+
+def find_last_checkpoint(dirs: Sequence[str | os.PathLike[str]]) -> Path | None:
+    """The newest ``last.ckpt`` (or ``last-N.ckpt``) in ``dirs``: what Lightning's
+    ``ckpt_path="last"`` picks, found before the Trainer exists (W&B needs the run id first)."""
+    found = [
+        p for d in dirs if Path(d).is_dir() for p in Path(d).iterdir() if LAST_PATTERN.match(p.name) and p.is_file()
+    ]
+    return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
+
+
+def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dirs: Sequence[str | os.PathLike[str]]) -> str | None:
+    """``None`` -> ``None``; ``"last"`` -> the job's last checkpoint, or ``None`` (a fresh start)
+    when there is none yet, so ``ckpt_path=last`` can be set on the first run of a job and on
+    every requeue; a path -> itself, which must exist. Other special values Lightning knows
+    (``"best"``, ``"hpc"``) are passed through."""
+    if ckpt_path is None:
+        return None
+    ckpt_path = str(ckpt_path)
+    if ckpt_path == "last":
+        last = find_last_checkpoint(checkpoint_dirs)
+        if last is None:
+            rank_zero_warn(
+                f"ckpt_path=last: no last checkpoint in {', '.join(map(str, checkpoint_dirs))}; starting from scratch"
+            )
+            return None
+        return str(last)
+    if ckpt_path in ("best", "hpc") or "://" in ckpt_path:
+        return ckpt_path
+    if not Path(ckpt_path).is_file():
+        raise CheckpointFileMissing(f"ckpt_path={ckpt_path}: no such checkpoint file")
+    return ckpt_path
+
+
+def resume_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """What :class:`ResumeState` stored in a loaded checkpoint (W&B run id, run identity)."""
+    return checkpoint.get("callbacks", {}).get(ResumeState.__qualname__) or {}

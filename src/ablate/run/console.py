@@ -1,0 +1,221 @@
+"""What a run prints on the console: at start the resolved config as a tree and the model size; at the
+end a summary of the run (:func:`format_run_summary`) or of a sweep's jobs (:func:`format_sweep_summary`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import rich
+import rich.syntax
+import rich.tree
+from omegaconf import DictConfig, OmegaConf
+
+from ablate import metrics
+from ablate.nn.axes import ARCHITECTURE_GROUPS
+from ablate.run.status import RunStatus
+
+# The groups a reader looks at first; the rest follow in config order.
+FIRST = ("task", "data", "model", *ARCHITECTURE_GROUPS, "optim", "trainer")
+
+
+def print_config_tree(cfg: DictConfig) -> None:
+    tree = rich.tree.Tree("config", guide_style="dim")
+    keys = [k for k in FIRST if k in cfg] + [cast(str, k) for k in cfg if k not in FIRST]  # config keys are strings
+    for key in keys:
+        branch = tree.add(f"[bold]{key}[/bold]")
+        value = cfg[key]
+        text = OmegaConf.to_yaml(value, resolve=True) if isinstance(value, DictConfig) else str(value)
+        branch.add(rich.syntax.Syntax(text.rstrip(), "yaml", background_color="default"))
+    rich.print(tree)
+
+
+def param_estimate(n_layers: int, d_model: int, vocab_size: int) -> int:
+    """The usual back-of-envelope count: 12 L d^2 (attention 4d^2 + FFN 8d^2 per layer) + V d."""
+    return 12 * n_layers * d_model**2 + vocab_size * d_model
+
+
+def print_param_count(n_params: int, estimate: int) -> None:
+    rich.print(
+        f"[bold]parameters:[/bold] {n_params:,} (12·L·d² + V·d estimate: {estimate:,}; ratio {n_params / estimate:.3f})"
+    )
+
+
+def format_run_header(
+    experiment: str | None,
+    task: str,
+    data: str,
+    axes: dict[str, Any],
+    model: str,
+    n_params: int,
+    estimate: int,
+    output_dir: Path | str,
+) -> str:
+    """The few lines a run prints at its start instead of the whole config (which is in
+    ``<output_dir>/.hydra/config.yaml``; ``print_config=true`` prints it)::
+
+        run     experiment=default  task=lm  data=tinyshakespeare
+        axes    pos=learned norm=pre norm_layer=layernorm act=gelu init=gpt2 attn=sdpa
+        model   4 layers, d=128, 4 heads: 807,489 parameters (12·L·d² + V·d: 794,880)
+        output  logs/runs/2026-11-23_15-00-00  (config: .hydra/config.yaml)
+    """
+    return "\n".join(
+        [
+            f"run     experiment={experiment or 'default'}  task={task}  data={data}",
+            "axes    " + " ".join(f"{k}={v}" for k, v in axes.items()),
+            f"model   {model}: {n_params:,} parameters (12·L·d² + V·d: {estimate:,})",
+            f"output  {output_dir}  (config: .hydra/config.yaml)",
+        ]
+    )
+
+
+# --- Known console noise, each checked harmless, filtered by its exact text ----------------------
+
+# rank_zero_info lines of Lightning 2.6 that say nothing about this run
+_LIGHTNING_NOISE = (
+    "💡 Tip: For seamless cloud logging",  # an advertisement, on every Trainer
+    "TPU available:",  # on every CPU/GPU machine; "GPU available" is kept (it says whether the GPU is used)
+    "was configured so 100% of the batches",  # `limit_val_batches: 1.0` in conf/trainer/*.yaml is the default
+)
+# warnings.filterwarnings message patterns
+_WARNING_NOISE = (
+    # Lightning 2.6's copy of torch's pytree code calls LeafSpec(), which torch 2.13 deprecates;
+    # nothing to change on our side, and flattening works the same
+    r".*isinstance\(treespec, LeafSpec\)",
+)
+
+
+class _DropLines:
+    """A logging filter that drops records starting with (or containing) known noise."""
+
+    def __init__(self, needles: tuple[str, ...]) -> None:
+        self.needles = needles
+
+    def filter(self, record: Any) -> bool:
+        message = record.getMessage()
+        return not any(needle in message for needle in self.needles)
+
+
+def quiet_known_noise() -> None:
+    """Filter the console noise listed above (idempotent). Only these exact texts: every other
+    warning and message still reaches the console."""
+    import logging
+    import warnings
+
+    for pattern in _WARNING_NOISE:
+        warnings.filterwarnings("ignore", message=pattern)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropLines) for f in logger.filters):
+            logger.addFilter(_DropLines(_LIGHTNING_NOISE))
+
+
+# --- What a run and a sweep print at the end ---------------------------------------------------
+
+
+def format_wall_time(seconds: float | None) -> str:
+    """``h:mm:ss`` (hours may pass 24); ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    try:
+        seconds = round(float(seconds))
+    except (TypeError, ValueError, OverflowError):
+        return "-"
+    hours, rest = divmod(max(seconds, 0), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
+
+
+def format_metric(name: str, value: float | None) -> str:
+    """A metric at the precision its declaration gives (:func:`ablate.metrics.format_value`: loss
+    4 decimals, perplexity and BLEU 2, a huge perplexity in scientific notation); ``-`` when
+    missing (non-finite values are stored as null in ``status.json``)."""
+    return metrics.format_value(name, value)
+
+
+def headline_metrics() -> list[str]:
+    """The metrics a run summary shows when the status has them, in this order: the validation,
+    then the test split of every declared metric that is ``shown`` (:mod:`ablate.metrics`)."""
+    return metrics.shown("val") + metrics.shown("test")
+
+
+def _first_line(text: Any, limit: int = 160) -> str:
+    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def format_run_summary(status: RunStatus, output_dir: Path | str) -> str:
+    """The block a run prints at its end, from its status record (what
+    :func:`ablate.run.train.fit` returns / ``status.json`` holds)::
+
+        run completed
+          steps      1500
+          wall time  0:07:52
+          val/loss   1.4712
+          val/ppl    4.35
+          test/loss  1.4821
+          test/ppl   4.40
+          output     logs/runs/2026-01-02/10-11-12
+    """
+    state = status.status
+    rows: list[tuple[str, str]] = []
+    if state == "diverged":
+        at, reason = status.diverged_at_step, status.divergence_reason
+        rows.append(
+            ("diverged", f"at step {at if at is not None else '?'}" + (f": {_first_line(reason)}" if reason else ""))
+        )
+    if status.error:  # crashed: the exception; interrupted: what stopped it
+        rows.append(("error" if state == "crashed" else "reason", _first_line(status.error)))
+    rows.append(("steps", str(status.steps) if status.steps is not None else "-"))
+    rows.append(("wall time", format_wall_time(status.wall_time_s)))
+    values = status.metrics
+    rows += [(name, format_metric(name, values[name])) for name in headline_metrics() if name in values]
+    rows.append(("output", str(output_dir)))
+    width = max(len(label) for label, _ in rows)
+    return "\n".join([f"run {state}"] + [f"  {label:<{width}}  {value}" for label, value in rows])
+
+
+def _job_name(row: dict[str, Any]) -> str:
+    for key in ("job", "output_dir", "dir"):
+        if row.get(key):
+            return Path(str(row[key])).name
+    return ",".join(row.get("overrides") or []) or "-"
+
+
+def format_sweep_summary(rows: list[dict[str, Any]], metric: str | None = None) -> str:
+    """A table of a sweep's jobs, one line each: job directory name, status, steps, one headline
+    metric, wall time; then the count of jobs per status.
+
+    Each row is a job's status record (as in ``status.json``) with its directory under ``job``
+    (or ``output_dir``/``dir``; a path or its name). ``metric``: the metric column; None takes
+    the ``console_metric`` of the task the jobs' metrics come from (val/loss for a language
+    model, val/bleu for translation: :func:`ablate.tasks.task_of_metrics`).
+    """
+    if metric is None:
+        from ablate.tasks import TASKS, task_of_metrics
+
+        present = {name for row in rows for name in (row.get("metrics") or {})}
+        metric = TASKS[task_of_metrics(present)].console_metric
+    header = ("job", "status", "steps", metric, "wall time")
+    table = [header]
+    for row in rows:
+        steps = row.get("steps")
+        table.append(
+            (
+                _job_name(row),
+                str(row.get("status") or "unknown"),
+                str(steps) if steps is not None else "-",
+                format_metric(metric, (row.get("metrics") or {}).get(metric)),
+                format_wall_time(row.get("wall_time_s")),
+            )
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    align = ("<", "<", ">", ">", ">")  # names left, numbers right
+    lines = ["  ".join(f"{cell:{a}{w}}" for cell, a, w in zip(r, align, widths)).rstrip() for r in table]
+    counts: dict[str, int] = {}
+    for row in rows:
+        state = str(row.get("status") or "unknown")
+        counts[state] = counts.get(state, 0) + 1
+    jobs = f"{len(rows)} job" + ("" if len(rows) == 1 else "s")
+    lines.append(f"{jobs}: " + ", ".join(f"{n} {state}" for state, n in counts.items()) if rows else "0 jobs")
+    return "\n".join(lines)

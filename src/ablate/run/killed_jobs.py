@@ -1,0 +1,157 @@
+"""A sweep's job whose worker process the system killed (SIGKILL, the out-of-memory killer) is
+recorded as ``killed``, with the signal, instead of ending the sweep in a traceback.
+
+With Hydra's joblib launcher (``hydra/launcher=cpu_parallel`` or ``joblib``) a worker that dies
+without a word breaks loky's process pool: loky raises ``TerminatedWorkerError`` (a
+``BrokenProcessPool``) in the sweep's main process with the workers' exit codes, and SIGKILLs
+every other worker, whose jobs die mid-step too. No job can write its own record after SIGKILL,
+so the main process writes them: a job that held its run directory's lock
+(:mod:`ablate.run.lock`) when its process ended, without releasing it, was killed. Each gets
+``status.json`` ``killed`` with the signal and the step of its last checkpoint, which is where
+re-running the same command resumes it (a killed job is not finished).
+
+The sweep then stops as after Ctrl-C (:mod:`ablate.run.sweep_stop`: no job starts, the tuned-LR sweeper
+chooses nothing from an incomplete grid), prints its table and exits with code 1
+(:mod:`ablate.run.sweep_report`). With the basic launcher the jobs run in the sweep's own process, so
+SIGKILL ends the sweep itself; the next run of the command resumes the job from its last checkpoint
+and says that it took over the killed process's lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import re
+import time
+from collections.abc import Sequence
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn
+from hydra.plugins.launcher import Launcher
+from omegaconf import DictConfig, OmegaConf
+
+from ablate.run.lock import LOCK_FILE
+from ablate.run.status import RunStatus, write_status
+from ablate.run.sweep_stop import STOP_FILE, loky_workers_ignore_ctrl_c_until_a_job_runs, request_stop
+
+KILLED = "killed"
+KILLED_REASON = "a job's worker process was killed"  # the stop file's text: the sweep ends with exit code 1
+RELEASE_WAIT_S = 30.0  # how long a dying process may take to release its lock (the kernel does it at exit)
+
+
+def exit_signals(error: BaseException) -> list[str]:
+    """The signals named in loky's message (``The exit codes of the workers are {SIGKILL(-9)}``)."""
+    return sorted(set(re.findall(r"\b(SIG[A-Z0-9]+)\(", str(error))))
+
+
+def _released(lock: Path) -> bool:
+    """No process holds ``lock``: taking it succeeds (and is given back at once)."""
+    with open(lock, "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        return True
+
+
+def _abandoned(lock: Path, deadline: float) -> bool:
+    """``lock`` still names its holder (a clean exit empties it) and nobody holds it: its process
+    died. A holder may still be dying when this runs; wait for the kernel to release it."""
+    while lock.read_text().strip():
+        if _released(lock):
+            return True
+        if time.monotonic() > deadline:
+            return False  # alive: not one of the killed jobs
+        time.sleep(0.2)
+    return False
+
+
+def _saved_step(job_dir: Path) -> int | None:
+    """The step of the job's last checkpoint (where a re-run resumes it), or None without one."""
+    from ablate.run.resume import inspect_checkpoint  # torch: only when a job was killed
+
+    path = job_dir / "checkpoints" / "last.ckpt"
+    if not path.is_file():
+        return None
+    try:
+        return int(inspect_checkpoint(path).get("global_step", 0))
+    except Exception:  # a checkpoint being written when the process died: the re-run names it
+        return None
+
+
+def _overrides(job_dir: Path) -> list[str]:
+    """The job's command-line overrides, as Hydra saved them when the job started."""
+    path = job_dir / ".hydra" / "overrides.yaml"
+    return [str(o) for o in OmegaConf.load(path)] if path.is_file() else []
+
+
+def record_killed_jobs(sweep_dir: Path, since: float, signals: Sequence[str]) -> list[Path]:
+    """Write ``killed`` records for the jobs under ``sweep_dir`` that took their lock at or after
+    ``since`` (this launch) and died holding it; returns their directories."""
+    killed = []
+    deadline = time.monotonic() + RELEASE_WAIT_S
+    signal = "/".join(signals) or "an unknown signal"
+    for lock in sorted(sweep_dir.glob(f"*/{LOCK_FILE}")):
+        if lock.stat().st_mtime < since or not _abandoned(lock, deadline):
+            continue
+        job_dir = lock.parent
+        try:
+            holder: dict[str, Any] = json.loads(lock.read_text())
+        except ValueError:
+            holder = {}
+        step = _saved_step(job_dir)
+        resume = (
+            f"resumes from step {step} (its last checkpoint)" if step is not None else "starts afresh (no checkpoint)"
+        )
+        record = RunStatus(
+            KILLED,
+            _overrides(job_dir),
+            signal=signal,
+            pid=holder.get("pid"),
+            steps=step,
+            error=(
+                f"its worker process (pid {holder.get('pid')}) was killed by {signal} (the system's out-of-memory "
+                f"killer, or kill -9), or stopped by joblib when another worker was; re-running the command {resume}"
+            ),
+        )
+        write_status(job_dir, record)
+        killed.append(job_dir)
+    return killed
+
+
+class KilledWorkerGuard(Launcher):
+    """Wraps the sweep's launcher: a broken process pool (a worker killed) records the jobs it took
+    down as ``killed`` and stops the sweep (see the module docstring). While it launches, loky's
+    workers start ignoring Ctrl-C until a job runs (:mod:`ablate.run.sweep_stop`: an idle worker's death
+    would break the pool too). Any launcher works under it."""
+
+    def __init__(self, launcher: Launcher, sweep_dir: Path) -> None:
+        self.launcher = launcher
+        self.sweep_dir = sweep_dir
+
+    def setup(self, **kwargs: Any) -> None:
+        self.launcher.setup(**kwargs)
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        since = time.time() - 1  # file systems with 1 s mtime resolution
+        try:
+            with loky_workers_ignore_ctrl_c_until_a_job_runs():  # an idle worker's Ctrl-C would break the pool
+                return self.launcher.launch(job_overrides, initial_job_idx)
+        except BrokenProcessPool as err:
+            killed = record_killed_jobs(self.sweep_dir, since, exit_signals(err))
+            request_stop(self.sweep_dir / STOP_FILE, KILLED_REASON)
+            names = ", ".join(d.name for d in killed) or "none found"
+            print(
+                f"a worker process of the sweep was killed ({'/'.join(exit_signals(err)) or 'no exit signal'}); "
+                f"jobs recorded as killed: {names}. No further job starts.",
+                flush=True,
+            )
+            return []  # the jobs' records say what happened; the sweepers stop on the stop file
+
+
+def guard(launcher: Launcher, config: DictConfig) -> Launcher:
+    """The sweep's launcher behind :class:`KilledWorkerGuard`."""
+    return KilledWorkerGuard(launcher, Path(str(config.hydra.sweep.dir)))

@@ -1,0 +1,169 @@
+"""Will a training step fit in memory? An estimate made before any data is read or tensor allocated,
+so that ``data.batch_size=100000`` is refused with the numbers and the largest micro-batch that fits,
+instead of the machine swapping until the kernel kills the job without a word.
+
+The estimate (bytes), for ``P`` parameters, micro-batch ``b``, sequence length ``s``, width ``h``,
+FFN width ``f``, ``a`` heads, ``L`` layers, vocabulary ``V``, ``e`` bytes per activation element:
+
+- weights ``4P`` + gradients ``4P`` (fp32 master copies) + optimiser state (AdamW/Adam ``8P``, SGD with
+  momentum ``4P``);
+- activations kept for the backward pass, per layer (Korthikanti et al. 2022, "Reducing Activation
+  Recomputation in Large Transformer Models", Sec. 4.1, eq. 1, there for 16-bit elements:
+  ``s b h (34 + 5 a s / h)``), generalised to an FFN of width ``f`` and ``e`` bytes an element:
+  ``e/2 * s b (18 h + 4 f)``, plus ``e/2 * 5 a s^2 b`` for the attention matrices when they are
+  materialised (``attn=math``; PyTorch's fused SDPA kernels keep no ``s x s`` matrix);
+- the output layer: logits, their log-softmax and its gradient, ``3 e s b V``;
+- a margin of 25% for the allocator, temporary buffers and the framework.
+
+It is a planning number, not a measurement: the refusal threshold is the memory available (RAM on
+CPU, free device memory on a GPU), so only a configuration far beyond the machine is refused.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ablate.config.options import ConfigError
+
+if TYPE_CHECKING:
+    from ablate.config.model import ModelSpec
+
+MARGIN = 1.25
+OPTIMIZER_STATE_FLOATS = {"adamw": 2, "adam": 2, "sgd": 1}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes of one training step, by part."""
+
+    weights_and_grads: float
+    optimizer: float
+    activations_per_sequence: float
+    micro_batch: int
+
+    @property
+    def fixed(self) -> float:
+        return self.weights_and_grads + self.optimizer
+
+    @property
+    def total(self) -> float:
+        return MARGIN * (self.fixed + self.activations_per_sequence * self.micro_batch)
+
+    def largest_micro_batch(self, available: float) -> int:
+        """The largest micro-batch whose estimate fits in ``available`` bytes (0: none does)."""
+        return max(0, int((available / MARGIN - self.fixed) // self.activations_per_sequence))
+
+
+def bytes_per_element(precision: Any) -> int:
+    """Activation element size for Lightning's ``trainer.precision`` (``32-true``, ``bf16-mixed``, ...)."""
+    text = str(precision)
+    return 2 if text.startswith(("16", "bf16")) else 8 if text.startswith("64") else 4
+
+
+def estimate(
+    n_params: int,
+    n_layers: int,
+    d_model: int,
+    d_ff: int,
+    n_heads: int,
+    seq_len: int,
+    vocab_size: int,
+    micro_batch: int,
+    optimizer: str = "adamw",
+    precision: Any = "32-true",
+    materialised_attention: bool = False,
+) -> MemoryEstimate:
+    """The training-step estimate of the module docstring."""
+    e = bytes_per_element(precision)
+    per_layer = e / 2 * seq_len * (18 * d_model + 4 * d_ff)
+    if materialised_attention:
+        per_layer += e / 2 * 5 * n_heads * seq_len**2
+    per_sequence = n_layers * per_layer + 3 * e * seq_len * vocab_size
+    return MemoryEstimate(
+        weights_and_grads=8.0 * n_params,
+        optimizer=4.0 * OPTIMIZER_STATE_FLOATS.get(optimizer, 2) * n_params,
+        activations_per_sequence=per_sequence,
+        micro_batch=micro_batch,
+    )
+
+
+def available_bytes(accelerator: str) -> tuple[float, str] | None:
+    """Memory a training step may use, and where: free memory of the first CUDA device, else the
+    RAM the kernel reports available (``/proc/meminfo``); None when it cannot be read, or for a GPU
+    run on a machine without a GPU."""
+    if accelerator in ("gpu", "cuda", "auto"):
+        import torch
+
+        if torch.cuda.is_available():
+            free, _ = torch.cuda.mem_get_info()
+            return float(free), "free GPU memory"
+        if accelerator != "auto":
+            return None  # a GPU run checked on a machine without one (a login node): nothing to compare with
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024, "available RAM"
+    except OSError:
+        pass
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")), "available RAM"
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def check_fits(est: MemoryEstimate, available: tuple[float, str] | None, batch_key: str, per_unit: int = 1) -> None:
+    """Refuse a step whose estimate exceeds the memory available, with the numbers and the fix
+    (``batch_key`` counts sequences, or tokens of ``per_unit`` a sequence: ``data.max_tokens``)."""
+    if available is None or est.total <= available[0]:
+        return
+    room, where = available
+    fits = est.largest_micro_batch(room) * per_unit
+    keeps = " (gradient accumulation keeps the global batch data.batch_size)" if per_unit == 1 else ""
+    fix = f"set {batch_key} to at most {fits}{keeps}" if fits else "use a smaller model or a shorter sequence"
+    raise ConfigError(
+        f"a training step needs about {gib(est.total)} (weights and gradients {gib(est.weights_and_grads)}, optimiser "
+        f"state {gib(est.optimizer)}, activations {gib(est.activations_per_sequence * est.micro_batch)} for a "
+        f"micro-batch of {est.micro_batch}, +25% margin), more than the {gib(room)} of {where}: {fix}"
+    )
+
+
+def check_training_step(cfg: Mapping[str, Any], spec: ModelSpec) -> None:
+    """Refuse a training step of this config that cannot fit in the machine's memory, before
+    any data is read: the vocabulary is the configured one for BPE, at most 256 characters otherwise."""
+    from ablate.run.distributed import batch_layout, world_size
+
+    data = cfg["data"]
+    vocab = int(data.get("vocab_size") or 256) if data.get("tokenizer", "bpe") != "char" else 256
+    layers = spec.n_layers + spec.encoder_layers
+    n_params = layers * (4 * spec.d_model**2 + 3 * spec.d_model * spec.d_ff) + 2 * vocab * spec.d_model
+    if data.get("max_tokens"):  # token batches (seq2seq tasks): sentences of about model.max_len or 128 tokens
+        seq_len = int(spec.max_len or 128)
+        micro, batch_key, per_unit = max(1, int(data["max_tokens"]) // seq_len), "data.max_tokens", seq_len
+    else:
+        try:
+            micro = batch_layout(data["batch_size"], data.get("micro_batch_size"), world_size(cfg["trainer"]))[0]
+        except ValueError:
+            return  # an impossible layout is reported by training_layout, with its own message
+        seq_len, batch_key, per_unit = int(data["seq_len"]), "data.micro_batch_size", 1
+    est = estimate(
+        n_params,
+        layers,
+        spec.d_model,
+        spec.d_ff,
+        spec.n_heads,
+        seq_len,
+        vocab,
+        micro,
+        optimizer=str(cfg["optim"].get("name", "adamw")),
+        precision=cfg["trainer"].get("precision"),
+        materialised_attention=spec.attn == "math",
+    )
+    check_fits(est, available_bytes(str(cfg["trainer"].get("accelerator", "cpu"))), batch_key, per_unit)

@@ -1,0 +1,74 @@
+"""Everything a job checks before it reads data or allocates a tensor, done once at the boundary.
+
+:func:`check_config` turns the composed config into a :class:`Preflight`: the run's identity
+(what a resume must match), its batch layout and the warnings to show at start. The training
+code then receives these typed values, not the config to check again (issue 19: the config stops
+travelling). An invalid key or number raises here, naming the key and the valid choices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig
+
+from ablate.config.checks import check_run_numbers, start_warnings
+from ablate.config.model import model_spec
+from ablate.config.options import ConfigError
+from ablate.config.schema import check_config_keys
+from ablate.optim import optimizer_kind
+from ablate.run import distributed, memory
+from ablate.run.resume import run_identity
+from ablate.tasks import check_task_config
+from ablate.tracking.options import check_loggers
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the checks established, for the training code."""
+
+    identity: dict[str, Any]  # the run-defining settings (ablate.run.resume.run_identity), after the task's checks
+    world_size: int
+    micro_batch: int  # per device and step
+    accumulate: int  # gradient accumulation, from the global batch
+    max_len: int  # the longest sequence the model sees (eval_max_len)
+    warnings: list[str] = field(default_factory=list)  # valid settings that are probably not meant
+
+
+def eval_max_len(cfg: DictConfig) -> int:
+    """The longest sequence the model will see: training length or the (longer) eval length.
+    ``eval.seq_lens`` does not count: evaluating more lengths must not change the trained model
+    (a learned position table's size changes its parameters and its initialisation)."""
+    return max(cfg.data.seq_len, cfg.data.get("eval_seq_len") or 0)
+
+
+def training_layout(cfg: DictConfig) -> tuple[int, int, int]:
+    """``(world size, per-device batch, gradient accumulation)`` from the global batch
+    ``data.batch_size``, ``data.micro_batch_size`` and ``trainer.devices x trainer.num_nodes``."""
+    world = distributed.world_size(cfg.trainer)
+    micro, accumulate = distributed.batch_layout(cfg.data.batch_size, cfg.data.get("micro_batch_size"), world)
+    configured = cfg.trainer.get("accumulate_grad_batches")
+    if configured not in (None, accumulate):
+        raise ValueError(
+            f"trainer.accumulate_grad_batches={configured} conflicts with the global batch: it is derived as "
+            f"data.batch_size / (world size x data.micro_batch_size) = {accumulate}. Set data.micro_batch_size instead."
+        )
+    return world, micro, accumulate
+
+
+def check_config(cfg: DictConfig) -> Preflight:
+    """Fail on an invalid architecture or run-control number before any data is read or tensor
+    allocated; return what the checks established."""
+    check_config_keys(cfg)  # a key no code reads (a typo, a key of another option) in any group
+    check_loggers(cfg)  # a selected tensorboard/mlflow that is not installed fails before data is read
+    check_task_config(cfg)  # the task's own checks (task=lm: copies eval.seq_len into data.eval_seq_len)
+    check_run_numbers(cfg)
+    try:
+        optimizer_kind(cfg.optim)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    max_len = eval_max_len(cfg)
+    memory.check_training_step(cfg, model_spec(cfg, vocab_size=1, max_len=max_len))
+    world, micro, accumulate = training_layout(cfg)
+    return Preflight(run_identity(cfg), world, micro, accumulate, max_len, start_warnings(cfg))

@@ -1,0 +1,105 @@
+"""The end of a sweep: which of this command's jobs failed, and the exit code that says so.
+
+A Hydra callback (``hydra.callbacks.sweep_report`` in ``conf/hydra/default.yaml``). Each job
+records its outcome in its own ``status.json`` (:mod:`ablate.run.train`); at the end of the multirun
+this reads the records that *this* command wrote (those modified since it started: jobs skipped
+as already finished keep their old record and count as finished), prints a table of those jobs
+and the command that uploads their offline W&B runs, and ends the process with exit code 1 when any job crashed
+or was killed (:mod:`ablate.run.killed_jobs`), so that scripts and schedulers see the failure. Diverged is a result, not a failure (exit code 0). The callback
+works with any launcher: the records are files, wherever the jobs ran.
+
+When the jobs run in worker processes (joblib), it also owns Ctrl-C for the sweep
+(:mod:`ablate.run.sweep_stop`): the running jobs stop after their step, and the sweep ends with its
+table and exit code 130.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from ablate.run import cli
+from ablate.run.console import format_sweep_summary
+from ablate.run.killed_jobs import KILLED, KILLED_REASON
+from ablate.run.status import RunStatus
+from ablate.run.sweep_stop import STOP_FILE, SweepStopHandler, launches_worker_processes
+
+EXIT_CRASHED = cli.EXIT_CRASHED
+FAILED = ("crashed", KILLED)  # the sweep exits with 1; a re-run retries these jobs
+
+
+def job_records(sweep_dir: Path, since: float) -> dict[Path, RunStatus]:
+    """``job dir -> status`` for the jobs under ``sweep_dir`` whose ``status.json`` changed at or
+    after ``since`` (a Unix time). An unreadable record is reported as crashed."""
+    records = {}
+    for path in sorted(sweep_dir.glob("*/status.json")):
+        if path.stat().st_mtime < since:
+            continue
+        try:
+            records[path.parent] = RunStatus.from_json(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError, AttributeError) as err:
+            records[path.parent] = RunStatus("crashed", error=f"unreadable {path}: {err}")
+    return records
+
+
+class SweepReport(Callback):
+    """Prints the jobs of this sweep that crashed and exits with code 1 if there are any."""
+
+    def __init__(self) -> None:
+        self._start = time.time()
+        self._stop: SweepStopHandler | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._start = time.time() - 1  # file systems with 1 s mtime resolution
+        cli.mark_started()  # the sweep composed: its exit code 1 from here on means a crashed job
+        if launches_worker_processes(config.hydra.launcher):
+            self._stop = SweepStopHandler(Path(str(config.hydra.sweep.dir)) / STOP_FILE)
+            self._stop.install()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        stop_reason = self._stop.reason() if self._stop is not None else None
+        if self._stop is not None:
+            self._stop.restore()
+            self._stop.path.unlink(missing_ok=True)  # the records say what ran; a re-run starts afresh
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        records = job_records(sweep_dir, self._start)
+        failed = {d: r for d, r in records.items() if r.status in FAILED}
+        counts: dict[str, int] = {}
+        for record in records.values():
+            counts[record.status] = counts.get(record.status, 0) + 1
+        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no job ran (all skipped)"
+        if records:
+            rows = [{**record.to_json(), "job": job_dir} for job_dir, record in records.items()]
+            print(format_sweep_summary(rows), flush=True)
+        print(f"sweep {sweep_dir}: {summary}", flush=True)
+        offline = sorted(str(p.parent) for p in sweep_dir.glob("*/wandb/offline-run-*/run-*.wandb"))
+        if offline:
+            print(
+                f"W&B runs of this sweep are offline; to upload them: wandb sync {sweep_dir}/*/wandb/offline-run-*",
+                flush=True,
+            )
+        for job_dir, record in failed.items():
+            print(f"  {record.status}: {job_dir.name}: {record.error or '?'}", flush=True)
+        if stop_reason is not None and not stop_reason.startswith(KILLED_REASON):
+            print(
+                "sweep interrupted: the running jobs saved their step; re-run the same command to resume them and "
+                "run the jobs that did not start",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(cli.EXIT_INTERRUPTED)
+        if failed:
+            print(
+                f"{len(failed)} job(s) crashed or were killed (exit code {EXIT_CRASHED}); fix the cause (a killed job: "
+                "often memory; fewer parallel jobs, hydra.launcher.n_jobs) and re-run the same command: finished "
+                "jobs are skipped, the others resume from their last checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(EXIT_CRASHED)

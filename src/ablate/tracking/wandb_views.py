@@ -1,0 +1,427 @@
+"""A saved W&B workspace for a sweep: the panels that compare its variants, ready when it opens.
+
+``scripts/wandb_workspace.py`` is the command line. The workspace is first built as a plain JSON
+*spec* (:func:`workspace_spec`, written to ``<sweep dir>/wandb_workspace.json``), then turned into
+a ``wandb_workspaces`` ``Workspace`` (:func:`to_workspace`; the optional ``wandb-views`` extra) and
+saved to W&B when W&B is reachable. Sections:
+
+- ``Compare by <axis>``, one per ablation axis of the sweep: ``val/loss`` and ``val/ppl``
+  (translation: ``val/bleu``), ``train/loss`` and ``val/loss`` against ``train/tokens_seen``, the
+  runs grouped by the axis' flat config key (``axis_act``, ``axis_lr``: :func:`ablate.tracking.naming.flat_axes`),
+  seeds averaged with their min-max band;
+- ``LR and warmup``: ``train/lr``, and ``train/loss`` and ``grad_norm/total`` over the first
+  3 x ``optim.warmup_steps`` steps;
+- ``Gradient norms per layer``: one panel per block part and stack, every layer in it
+  (``^grad_norm/layer_\\d+/attn$``, ``^grad_norm/dec_layer_\\d+/cross_attn$``, ...), plus the total
+  and the embedding/head norms;
+- ``Residual stream RMS``: ``^resid_rms/.*$`` (and one panel per stack of a translation model);
+- ``Throughput``: ``train/tokens_per_sec``, ``train/mfu``, ``train/tokens_seen``, ``train/time_s``
+  and ``val/loss`` against training time;
+- ``Analysis``: the summary table (``summary.csv`` of ``scripts/summarize.py``) and the figures
+  (``figures/*.png`` of ``scripts/plot.py``), logged to a ``job_type=analysis`` run in the sweep's
+  group (:func:`log_analysis_run`), when the sweep directory has them.
+
+The runs shown are the sweep's group; every line plot is drawn against ``trainer/global_step``
+unless it says otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ablate.tasks import TASKS, task_of_metrics
+from ablate.tracking.naming import axis_config_keys
+from ablate.tracking.wandb_run import STEP_METRIC, TIME_METRIC, TOKENS_METRIC
+
+SPEC_FILE = "wandb_workspace.json"
+SPEC_VERSION = 1
+ANALYSIS_JOB_TYPE = "analysis"
+SUMMARY_TABLE = "summary"  # the key of the summary wandb.Table in the analysis run
+FIGURE_PREFIX = "figures/"  # figures/<png stem>: the keys of the figures in the analysis run
+MAX_RUNS_SHOWN = 100
+
+_GRAD_LAYER = re.compile(r"^grad_norm/((?:enc_|dec_)?)layer_\d+/(\w+)$")
+_RESID_LAYER = re.compile(r"^resid_rms/((?:enc_|dec_)?)layer_\d+$")
+_PART_ORDER = (
+    "attn_norm",
+    "attn",
+    "attn_post_norm",
+    "cross_attn_norm",
+    "cross_attn",
+    "cross_attn_post_norm",
+    "ffn_norm",
+    "ffn",
+    "ffn_post_norm",
+)
+
+
+@dataclass
+class SweepFacts:
+    """What the spec needs to know about a sweep (from its directory or its W&B runs)."""
+
+    group: str
+    project: str = "ablate"
+    entity: str | None = None
+    axes: dict[str, str] = field(default_factory=dict)  # axis (override key) -> flat config key
+    task: str = "lm"
+    warmup_steps: int | None = None
+    metrics: set[str] = field(default_factory=set)  # metric names logged (empty: unknown)
+    n_runs: int = 0
+    sweep_dir: Path | None = None
+    summary_csv: Path | None = None
+    figures: list[Path] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------- facts
+
+
+def facts_from_sweep_dir(
+    sweep_dir: Path, group: str | None = None, project: str | None = None, entity: str | None = None
+) -> SweepFacts:
+    """Read a multirun directory: its axes (:func:`ablate.analysis.runs.load_sweep`), task,
+    warmup, logged metrics, W&B group/project (a job's W&B run, else its config, else the
+    directory's name, as :func:`ablate.tracking.naming.multirun_group` names it) and the
+    ``summary.csv`` / ``figures/*.png`` of the analysis scripts."""
+    from ablate.analysis.runs import load_sweep
+
+    sweep_dir = Path(sweep_dir)
+    sweep = load_sweep(sweep_dir)
+    metrics: set[str] = set()
+    for job in sweep.jobs:
+        metrics.update(str(c) for c in job.metrics.columns)
+    first = sweep.jobs[0] if sweep.jobs else None
+    wandb_cfg = ((first.config.get("logger") or {}).get("wandb") or {}) if first else {}
+    logged = _logged_run(sweep_dir)
+    warmup = ((first.config.get("optim") or {}).get("warmup_steps")) if first else None
+    figures_dir = sweep_dir / "figures"
+    return SweepFacts(
+        group=group or wandb_cfg.get("group") or logged.get("group") or _group_from_path(sweep_dir),
+        project=project or logged.get("project") or wandb_cfg.get("project") or "ablate",
+        entity=entity or wandb_cfg.get("entity"),
+        axes=axis_config_keys(sweep.axes),
+        task=sweep.task,
+        warmup_steps=int(warmup) if isinstance(warmup, (int, float)) and not isinstance(warmup, bool) else None,
+        metrics=metrics,
+        n_runs=len(sweep.jobs),
+        sweep_dir=sweep_dir,
+        summary_csv=sweep_dir / "summary.csv" if (sweep_dir / "summary.csv").is_file() else None,
+        figures=sorted(figures_dir.glob("*.png")) if figures_dir.is_dir() else [],
+    )
+
+
+def _logged_run(sweep_dir: Path) -> dict[str, Any]:
+    """Name, group and project of the first W&B run found in a job of the sweep ({} if none)."""
+    from ablate.tracking.wandb_reader import find_run_dirs, read_offline_run
+
+    job_dirs = (p for p in sweep_dir.iterdir() if p.is_dir() and p.name != "analysis" and (p / "wandb").is_dir())
+    for job_dir in sorted(job_dirs):
+        runs = find_run_dirs(job_dir / "wandb")
+        if runs:
+            try:
+                return read_offline_run(runs[0])
+            except (OSError, RuntimeError, ValueError):
+                continue
+    return {}
+
+
+def _group_from_path(sweep_dir: Path) -> str:
+    """The group train.py gives a sweep (:func:`ablate.tracking.naming.sweep_group`)."""
+    from ablate.tracking.naming import sweep_group
+
+    return sweep_group(sweep_dir.resolve())
+
+
+def facts_from_wandb(project_path: str, group: str) -> SweepFacts:
+    """The same facts from the W&B runs of ``group`` (online): the axes are the ``axis_*`` config
+    keys whose value differs between runs; the metrics are the keys of their summaries."""
+    from ablate.analysis.wandb_group import API_TIMEOUT_S, require_online
+
+    require_online()
+    import wandb
+
+    entity, _, project = project_path.partition("/")
+    runs = [
+        r
+        for r in wandb.Api(timeout=API_TIMEOUT_S).runs(project_path, filters={"group": group})
+        if r.job_type != ANALYSIS_JOB_TYPE
+    ]
+    return facts_from_runs(group, project, entity, [(dict(r.config), set(r.summary.keys())) for r in runs])
+
+
+def facts_from_runs(
+    group: str, project: str, entity: str | None, runs: list[tuple[dict[str, Any], set[str]]]
+) -> SweepFacts:
+    """Facts from ``(config, metric names)`` of a group's runs (see :func:`facts_from_wandb`)."""
+    values: dict[str, set[str]] = {}
+    metrics: set[str] = set()
+    for config, names in runs:
+        metrics |= names
+        for key, value in config.items():
+            if key.startswith("axis_"):
+                values.setdefault(key, set()).add(json.dumps(value, sort_keys=True, default=str))
+    axes = {key.removeprefix("axis_"): key for key, seen in sorted(values.items()) if len(seen) > 1}
+    warmups = [((c.get("optim") or {}).get("warmup_steps")) for c, _ in runs]
+    warmup = next((w for w in warmups if isinstance(w, int)), None)
+    task = task_of_metrics(metrics)
+    return SweepFacts(
+        group=group,
+        project=project,
+        entity=entity or None,
+        axes=axes,
+        task=task,
+        warmup_steps=warmup,
+        metrics=metrics,
+        n_runs=len(runs),
+    )
+
+
+# -------------------------------------------------------------------------- spec
+
+
+def line(
+    title: str,
+    y: list[str] | None = None,
+    *,
+    regex: str | None = None,
+    x: str = STEP_METRIC,
+    groupby: str | None = None,
+    range_x: tuple[float | None, float | None] | None = None,
+) -> dict[str, Any]:
+    """One line-plot panel of the spec: named metrics ``y`` or every metric matching ``regex``."""
+    panel: dict[str, Any] = {"type": "line", "title": title, "x": x}
+    if regex is not None:
+        panel["metric_regex"] = regex
+    else:
+        panel["y"] = list(y or [])
+    if groupby:
+        panel.update(groupby=groupby, group_agg="mean", group_range="minmax")
+    if range_x is not None:
+        panel["range_x"] = list(range_x)
+    return panel
+
+
+def workspace_spec(
+    facts: SweepFacts, name: str | None = None, table: str | None = None, images: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The workspace of a sweep as plain JSON-able data (see the module docstring for the
+    sections); ``table``/``images``: the keys of the analysis run's summary table and figures."""
+    val_metrics = list(TASKS[facts.task].panel_metrics if facts.task in TASKS else TASKS["lm"].panel_metrics)
+    sections = []
+    comparisons = facts.axes.items() if facts.axes else [(None, None)]
+    for axis, key in comparisons:
+        suffix = f" by {axis}" if axis else ""
+        panels = [line(f"{m}{suffix}", [m], groupby=key) for m in val_metrics]
+        panels += [
+            line(f"train/loss{suffix}", ["train/loss"], groupby=key),
+            line(f"val/loss vs tokens{suffix}", ["val/loss"], x=TOKENS_METRIC, groupby=key),
+        ]
+        sections.append({"name": f"Compare by {axis}" if axis else "Compare runs", "is_open": True, "panels": panels})
+    warmup_range = (0, 3 * facts.warmup_steps) if facts.warmup_steps else None
+    sections.append(
+        {
+            "name": "LR and warmup",
+            "is_open": True,
+            "panels": [
+                line("train/lr", ["train/lr"]),
+                line("train/loss during warmup", ["train/loss"], range_x=warmup_range),
+                line("grad_norm/total during warmup", ["grad_norm/total"], range_x=warmup_range),
+            ],
+        }
+    )
+    grad_panels = [
+        line("grad_norm/total", ["grad_norm/total"]),
+        line(
+            "grad_norm of embeddings, head, final norm", regex=r"^grad_norm/((enc_|dec_)?(embed|pos|final_norm)|head)$"
+        ),
+    ]
+    grad_panels += [
+        line(f"grad_norm/{stack}layer_*/{part}", regex=rf"^grad_norm/{stack}layer_\d+/{part}$")
+        for stack, part in layer_parts(facts.metrics, facts.task)
+    ]
+    sections.append({"name": "Gradient norms per layer", "is_open": False, "panels": grad_panels})
+    resid_panels = [line("resid_rms (every layer)", regex=r"^resid_rms/.*$")]
+    stacks = sorted({m.group(1) for m in map(_RESID_LAYER.match, facts.metrics) if m and m.group(1)})
+    resid_panels += [line(f"resid_rms/{stack}layer_*", regex=rf"^resid_rms/{stack}layer_\d+$") for stack in stacks]
+    sections.append({"name": "Residual stream RMS", "is_open": False, "panels": resid_panels})
+    sections.append(
+        {
+            "name": "Throughput",
+            "is_open": False,
+            "panels": [
+                line("train/tokens_per_sec", ["train/tokens_per_sec"]),
+                line("train/mfu", ["train/mfu"]),
+                line(TOKENS_METRIC, [TOKENS_METRIC]),
+                line(TIME_METRIC, [TIME_METRIC]),
+                line("val/loss vs training time", ["val/loss"], x=TIME_METRIC),
+            ],
+        }
+    )
+    images = list(images)
+    if table or images:
+        panels = [{"type": "table", "title": "summary.csv", "table": table}] if table else []
+        panels += [{"type": "media", "title": "figures", "keys": images}] if images else []
+        sections.append({"name": "Analysis", "is_open": True, "panels": panels})
+    pinned = [f"config:{key}" for key in facts.axes.values()] + [f"summary:{m}" for m in val_metrics]
+    return {
+        "version": SPEC_VERSION,
+        "name": name or f"sweep {facts.group}"[:120],
+        "entity": facts.entity,
+        "project": facts.project,
+        "group": facts.group,
+        "axes": dict(facts.axes),
+        "x_axis": STEP_METRIC,
+        "max_runs": min(max(10, facts.n_runs), MAX_RUNS_SHOWN),
+        "pinned_columns": pinned,
+        "sections": sections,
+    }
+
+
+def layer_parts(metrics: Iterable[str], task: str = "lm") -> list[tuple[str, str]]:
+    """``(stack, part)`` of the per-layer gradient norms logged (``("", "attn")`` for
+    ``grad_norm/layer_03/attn``, ``("dec_", "cross_attn")``), in block order; the standard
+    parts of the task when no metric names are known."""
+    found = {(m.group(1), m.group(2)) for m in map(_GRAD_LAYER.match, metrics) if m}
+    if not found:
+        return list((TASKS.get(task) or TASKS["lm"]).grad_norm_parts)
+    rank = {part: i for i, part in enumerate(_PART_ORDER)}
+    return sorted(found, key=lambda sp: (sp[0] != "" and sp[0] != "enc_", sp[0], rank.get(sp[1], len(rank)), sp[1]))
+
+
+def write_spec(spec: dict[str, Any], path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def read_spec(path: Path) -> dict[str, Any]:
+    spec = json.loads(Path(path).read_text(encoding="utf-8"))
+    if spec.get("version") != SPEC_VERSION:
+        raise ValueError(f"{path}: workspace spec version {spec.get('version')!r}, expected {SPEC_VERSION}")
+    return spec
+
+
+# ------------------------------------------------------------- wandb-workspaces
+
+
+def require_workspaces() -> None:
+    """Fail with the install command when the optional ``wandb-workspaces`` package is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("wandb_workspaces") is None:
+        raise ModuleNotFoundError(
+            "saving a W&B workspace needs the wandb-workspaces package: "
+            "pip install -c requirements/constraints.txt -e '.[wandb-views]'"
+        )
+
+
+def to_workspace(spec: Mapping[str, Any], entity: str | None = None) -> Any:
+    """The spec as a ``wandb_workspaces.workspaces.Workspace`` (not saved)."""
+    require_workspaces()
+    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.workspaces as ws
+
+    def panel(p: Mapping[str, Any]) -> Any:
+        if p["type"] == "table":
+            return wr.WeavePanelSummaryTable(table_name=p["table"])
+        if p["type"] == "media":
+            return wr.MediaBrowser(media_keys=list(p["keys"]))
+        kwargs: dict[str, Any] = {"title": p["title"], "x": p.get("x", STEP_METRIC)}
+        if p.get("metric_regex"):
+            kwargs["metric_regex"] = p["metric_regex"]
+        else:
+            kwargs["y"] = list(p["y"])
+        if p.get("groupby"):
+            kwargs.update(
+                groupby=wr.Config(p["groupby"]),
+                groupby_aggfunc=p.get("group_agg", "mean"),
+                groupby_rangefunc=p.get("group_range", "minmax"),
+            )
+        if p.get("range_x"):
+            kwargs["range_x"] = tuple(p["range_x"])
+        return wr.LinePlot(**kwargs)
+
+    group = str(spec["group"]).replace("'", "\\'")
+    return ws.Workspace(
+        entity=entity or spec.get("entity") or "",
+        project=spec["project"],
+        name=spec["name"],
+        sections=[
+            ws.Section(name=s["name"], is_open=bool(s.get("is_open")), panels=[panel(p) for p in s["panels"]])
+            for s in spec["sections"]
+        ],
+        settings=ws.WorkspaceSettings(x_axis=spec.get("x_axis", STEP_METRIC), max_runs=int(spec.get("max_runs", 10))),
+        runset_settings=ws.RunsetSettings(
+            filters=f"Metric('Group') = '{group}'", pinned_columns=list(spec.get("pinned_columns") or [])
+        ),
+    )
+
+
+def save_workspace(spec: Mapping[str, Any]) -> str:
+    """Save the spec to W&B (online) as a new saved view; returns its URL."""
+    import wandb
+
+    entity = spec.get("entity") or wandb.Api().default_entity
+    workspace = to_workspace(spec, entity).save()
+    return workspace.url
+
+
+# ------------------------------------------------------------------ analysis run
+
+
+def analysis_run_id(project: str, group: str) -> str:
+    """The same run id every time for a sweep: a re-run updates its one analysis run."""
+    return "analysis-" + hashlib.sha1(f"{project}/{group}".encode()).hexdigest()[:12]
+
+
+def log_analysis_run(facts: SweepFacts, mode: str, reason: str) -> tuple[Any, str, str, str | None, list[str]]:
+    """Log ``summary.csv`` as a ``wandb.Table`` and ``figures/*.png`` as images to a
+    ``job_type=analysis`` run in the sweep's group, in ``<sweep dir>/analysis/wandb/``.
+
+    Returns:
+        ``(run directory, mode, reason, table key or None, image keys)``; mode ``offline`` when
+        an online start failed (:func:`ablate.tracking.wandb_run.init_run`).
+    """
+    import pandas as pd
+    import wandb
+
+    from ablate.tracking.wandb_run import finish_stale_run, init_run
+
+    assert facts.sweep_dir is not None
+    out = facts.sweep_dir / "analysis"
+    out.mkdir(parents=True, exist_ok=True)
+    finish_stale_run()
+    init_kwargs = {
+        "dir": str(out),
+        "project": facts.project,
+        "entity": facts.entity,
+        "group": facts.group,
+        "job_type": ANALYSIS_JOB_TYPE,
+        "name": f"analysis {facts.group}"[:128],
+        "id": analysis_run_id(facts.project, facts.group),
+        "resume": "allow",
+        "config": {"sweep_dir": str(facts.sweep_dir), "axes": list(facts.axes)},
+    }
+    run, mode, reason = init_run(mode, reason, init_kwargs)
+    row: dict[str, Any]  # a table and images
+    table, images, row = None, [], {}
+    try:
+        if facts.summary_csv is not None:
+            table = SUMMARY_TABLE
+            row[table] = wandb.Table(dataframe=pd.read_csv(facts.summary_csv))
+        for png in facts.figures:
+            key = FIGURE_PREFIX + png.stem
+            row[key] = wandb.Image(str(png), caption=png.name)
+            images.append(key)
+        if row:
+            run.log(row)
+        run_dir = Path(run.dir).parent
+    finally:
+        run.finish()
+    return run_dir, mode, reason, table, images
