@@ -25,7 +25,7 @@ class RunControl:
     resume_allow_changes: tuple[str, ...] = ()
     print_config: bool = False
     optimized_metric: str = "val/loss"
-    max_steps: int | None = None  # trainer.max_steps (None or -1: by epochs)
+    max_steps: int | None = None  # trainer.max_steps; None: unset or -1 (the run is counted in epochs)
 
     @classmethod
     def from_config(cls, cfg: DictConfig, output_dir: Path) -> RunControl:
@@ -42,7 +42,7 @@ class RunControl:
             resume_allow_changes=tuple(str(k) for k in cfg.get("resume_allow_changes") or []),
             print_config=bool(cfg.get("print_config", False)),
             optimized_metric=str(cfg.get("optimized_metric", "val/loss")),
-            max_steps=max_steps if isinstance(max_steps, int) else None,
+            max_steps=max_steps if isinstance(max_steps, int) and max_steps >= 0 else None,
         )
 
     def resuming_from(self, ckpt_path: str) -> RunControl:
