@@ -77,8 +77,9 @@ class LanguageModelTask(TaskModule):
         compile: bool = False,
     ) -> None:
         super().__init__()
-        # spec + optim rebuild the model from a checkpoint; data finds its corpus again (eval.py)
-        self.save_hyperparameters()
+        # spec + optim rebuild the model from a checkpoint; data finds its corpus again (eval.py).
+        # logger=False: every argument is already in the run config the loggers hold
+        self.save_hyperparameters(logger=False)
         self.spec = ModelSpec(**spec)
         self.optim_cfg = dict(optim)
         self.model = TransformerLM(self.spec)

@@ -109,8 +109,9 @@ class TranslationTask(TaskModule):
         compile: bool = False,
     ) -> None:
         super().__init__()
-        # everything needed to rebuild the model, decode, and find the corpus again (eval.py) from a checkpoint
-        self.save_hyperparameters()
+        # everything needed to rebuild the model, decode, and find the corpus again (eval.py) from a checkpoint;
+        # logger=False: every argument is already in the run config the loggers hold
+        self.save_hyperparameters(logger=False)
         self.spec = ModelSpec(**spec)
         self.optim_cfg = dict(optim)
         self.task_cfg = {**DEFAULT_TASK, **dict(task or {})}

@@ -35,13 +35,10 @@ def scalar_hparams(config: Mapping[str, Any]) -> dict[str, Any]:
     return flat
 
 
-# Constructor arguments of the task modules (ablate.tasks): Lightning logs them as hyper-parameters
-# at the start of fit, but each is already in the run config (``spec`` is the resolved model config
-# again, ``optim``/``data`` the same nodes, ``compile`` is ``model.compile``).
-_TASK_HPARAMS = frozenset({"spec", "optim", "data", "decode", "task", "compile"})
-
-
 def new_hparams(params: Any, config_keys: Collection[str]) -> dict[str, Any]:
-    """Hyper-parameters Lightning hands a logger, less what the run config already holds."""
+    """Hyper-parameters handed to a logger (a task's own, e.g. the translation task's
+    ``bleu_signature``), less what the run config already holds. The task modules keep their
+    constructor arguments out of the loggers themselves (``save_hyperparameters(logger=False)``):
+    no list of any task's argument names lives here."""
     params = dict(vars(params) if not isinstance(params, Mapping) else params)
-    return {k: v for k, v in params.items() if k not in _TASK_HPARAMS and k not in config_keys}
+    return {k: v for k, v in params.items() if k not in config_keys}
