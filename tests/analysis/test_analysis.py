@@ -573,3 +573,15 @@ def test_attention_maps_script_on_a_sweep_checkpoint(sweep_dir: Path, tmp_path: 
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == str(out)
     assert out.read_bytes().startswith(b"\x89PNG") and out.stat().st_size > 10_000
+
+
+def test_attention_maps_dispatch_on_the_checkpoints_task(sweep_dir: Path):
+    """``checkpoint_maps`` asks the checkpoint's TaskSpec what to draw; an LM refuses ``target=``
+    (a translation option) instead of ignoring it."""
+    from ablate.analysis.attention import checkpoint_maps
+
+    ckpt = _job_dirs(sweep_dir, norm="pre", seed="1")[0] / "checkpoints" / "best.ckpt"
+    maps, description = checkpoint_maps(ckpt, "ROMEO:", None, 16)
+    assert [m.name for m in maps] == ["self-attention"] and "norm=pre" in description
+    with pytest.raises(ValueError, match="target= applies to translation checkpoints"):
+        checkpoint_maps(ckpt, "ROMEO:", "a target", 16)

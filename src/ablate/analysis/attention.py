@@ -213,21 +213,19 @@ class AttentionMap:
     key_labels: list[str]
 
 
-def is_translation_checkpoint(path: str | Path) -> bool:
-    """The checkpoint holds a translation model (:func:`ablate.tasks.checkpoint_task`)."""
-    from ablate.tasks import checkpoint_task
-
-    return checkpoint_task(path) == "translation"
-
-
 def describe(spec) -> str:
     """``pos=rope, norm=pre, attn=sdpa, 4 heads (2 kv)``: what the maps' title says about the model."""
     kv = f" ({spec.n_kv_heads} kv)" if spec.n_kv_heads and spec.n_kv_heads != spec.n_heads else ""
     return f"pos={spec.pos}, norm={spec.norm}, attn={spec.attn}, {spec.n_layers} layers x {spec.n_heads} heads{kv}"
 
 
-def lm_maps(ckpt_path: str | Path, text: str, max_tokens: int) -> tuple[list[AttentionMap], str]:
+def lm_maps(ckpt_path: str | Path, text: str, target: str | None, max_tokens: int) -> tuple[list[AttentionMap], str]:
+    """The self-attention maps of a language model for ``text`` (``target`` applies to
+    translation checkpoints only: refused here rather than ignored)."""
     from ablate.tasks import load_task_checkpoint
+
+    if target is not None:
+        raise ValueError(f"target= applies to translation checkpoints; {ckpt_path} holds a task=lm model")
 
     task = cast("LanguageModelTask", load_task_checkpoint(ckpt_path, "lm", "attention_maps.py"))
     if task.tokenizer is None:
@@ -275,6 +273,11 @@ def checkpoint_maps(
     """The attention maps of a checkpoint (LM or translation) for one input, and a model description."""
     if not Path(ckpt_path).is_file():
         raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such file (a job's checkpoints/best.ckpt or last.ckpt)")
-    if is_translation_checkpoint(ckpt_path):
-        return translation_maps(ckpt_path, text, target, max_tokens)
-    return lm_maps(ckpt_path, text, max_tokens)
+    from ablate.tasks import TASKS, checkpoint_task, resolve
+
+    task = checkpoint_task(ckpt_path)
+    draw = TASKS[task].attention_maps
+    if draw is None:
+        raise ValueError(f"{ckpt_path} holds a task={task} checkpoint, which has no attention maps to draw")
+    maps: tuple[list[AttentionMap], str] = resolve(draw)(ckpt_path, text, target, max_tokens)
+    return maps
