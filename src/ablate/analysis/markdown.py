@@ -308,11 +308,20 @@ def cost_legend(frame: pd.DataFrame) -> str:
                 f"No {basis} budget for {len(m.problems)} job(s) ({why}): left out of @ {budget.UNITS[basis]}."
             )
         if m.late():
-            notes.append(
+            note = (
                 f"No value @ {budget.format_budget(m.budget, basis)} for {len(m.late())} job(s) whose first "
-                f"validation came later: {', '.join(_job_name(s) for s in m.late())}."
+                f"validation came later: {_some_jobs(m.late())}."
             )
+            if note not in notes:  # bases without a budget ("—") would repeat the same list
+                notes.append(note)
     return "\n".join(notes) + "\n"
+
+
+def _some_jobs(sources: list[str], shown: int = 4) -> str:
+    """The first ``shown`` job names and how many more: a note a person reads, not a dump."""
+    names = [_job_name(s) for s in sources]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _job_name(source: str) -> str:
