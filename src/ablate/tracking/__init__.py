@@ -27,7 +27,7 @@ One concept per module (import from the module itself; this package re-exports n
 Files of one job, for ``output_dir=OUT``:
 
 - ``OUT/csv/metrics.csv`` (Lightning 2.6 ``CSVLogger`` with ``name="csv"`` and
-  ``version=""``: its log_dir is ``OUT/csv/``) and ``OUT/csv/hparams.yaml``.
+  ``version=""``: its log_dir is ``OUT/csv/``) and ``OUT/csv/hparams.yaml`` (the run config, as W&B gets it).
 - ``OUT/wandb/offline-run-<time>-<id>/`` (or ``run-<time>-<id>/`` online),
   holding the ``run-<id>.wandb`` transaction log that
   :mod:`ablate.tracking.wandb_reader` reads back.

@@ -66,7 +66,11 @@ def build_loggers(
     # flushed at every logging step: a killed job's metrics up to its last checkpoint are on
     # disk, and the resumed job appends after them (rows it logs again carry the same values)
     csv_class = AppendingCSVLogger if resuming else CSVLogger
-    loggers: list[Logger] = [csv_class(save_dir=output_dir, name="csv", version="", flush_logs_every_n_steps=1)]
+    csv_logger = csv_class(save_dir=output_dir, name="csv", version="", flush_logs_every_n_steps=1)
+    # csv/hparams.yaml: the run config as W&B gets it (the optimiser's used keys only, the axes,
+    # the parameter count); the task modules log no hyper-parameters of their own
+    csv_logger.log_hyperparams(extra_config)
+    loggers: list[Logger] = [csv_logger]
     config_keys = frozenset(extra_config)
     options = WandbOptions.from_cfg(cfg)
     group = options.group or group  # a configured logger.wandb.group names the group in every logger
