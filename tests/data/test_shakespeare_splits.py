@@ -18,6 +18,7 @@ from ablate.data.cache import read_meta
 from ablate.data.lm_data import TinyShakespeare
 from ablate.run.preflight import check_config
 from ablate.run.resume import run_identity
+from ablate.sweepers.lr_selection import validation_as_test_warning
 from conftest import REPO, SHARED_DATA
 
 SHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
@@ -182,3 +183,14 @@ def test_a_checkpoint_from_before_the_key_resumes_at_the_default() -> None:
         del old.data["splits"]  # a config written before data.splits existed
     assert run_identity(old) == run_identity(composed()) == run_identity(composed("data.splits=nanogpt"))
     assert run_identity(composed("data.splits=disjoint"))["data.splits"] == "disjoint"  # another run
+
+
+def test_tuned_sweep_warns_when_test_is_validation() -> None:
+    warning = validation_as_test_warning(composed())
+    assert warning is not None and "data.splits=nanogpt" in warning and "held-out" in warning
+    assert "\n" not in warning
+    assert validation_as_test_warning(composed("data.splits=disjoint")) is None
+    assert validation_as_test_warning(composed("data=wikitext2")) is None
+    text = ["data=text", "data.train_path=a", "data.val_path=b"]
+    assert "data.test_path is null" in (validation_as_test_warning(composed(*text)) or "")
+    assert validation_as_test_warning(composed(*text, "data.test_path=c")) is None
