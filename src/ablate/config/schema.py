@@ -12,6 +12,9 @@ The sources are the code that reads the keys, never a second list to keep in ste
 - ``logger.*``: the options dataclasses of :mod:`ablate.tracking.options`;
 - ``eval``, ``log``, ``runtime``, ``paths``: declared below, next to nothing else that reads them.
 
+A data class may also name the valid values of a key (``CONFIG_CHOICES``, e.g. Tiny Shakespeare's
+``splits``): :func:`check_config_choices` refuses any other value, by name, before data is read.
+
 The architecture groups (``pos``, ``norm``, ``act``, ``init``, ``attn``) are checked by
 :mod:`ablate.config.options`, whose registries declare each option's keys. Hydra's structured configs
 would need a dataclass per YAML option mirroring these sources; reading the sources keeps one truth.
@@ -111,3 +114,18 @@ def check_config_keys(cfg: DictConfig) -> None:
         for key in node:
             if str(key) not in valid:
                 raise ConfigError(unknown_key_message(path, str(key), valid))
+
+
+def check_config_choices(cfg: DictConfig) -> None:
+    """Refuse a ``data`` value outside the choices its class declares (``CONFIG_CHOICES``: key ->
+    valid values, e.g. Tiny Shakespeare's ``splits``), naming the key and the choices, before any
+    data is read: the class is the one source of its choices, as its signature is of its keys."""
+    from hydra.utils import get_object
+
+    node = OmegaConf.select(cfg, "data") if isinstance(cfg, DictConfig) else _select(cfg, "data")
+    if not isinstance(node, Mapping) or not node.get("_target_"):
+        return
+    choices: Mapping[str, tuple[Any, ...]] = getattr(get_object(str(node["_target_"])), "CONFIG_CHOICES", {})
+    for key, valid in choices.items():
+        if key in node and node[key] not in valid:
+            raise ConfigError(f"data.{key}={node[key]!r} is invalid: one of {', '.join(map(str, valid))}")

@@ -27,7 +27,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
@@ -182,6 +182,13 @@ class LMDataModule(CachedCorpus):
     def split_texts(self) -> dict[str, SplitText]:
         """The ``train``, ``val`` and ``test`` splits, each a stream of text chunks."""
         raise NotImplementedError
+
+    @classmethod
+    def validation_as_test(cls, config: Mapping[str, Any]) -> str | None:
+        """Why the test split that ``config`` (a ``data`` config of this class) gives is the validation
+        text, or None when it is a text of its own: a verdict read on it after a selection on
+        validation (``tune=lr``) would grade itself, which the tuned sweeper warns about."""
+        return None
 
     # --- caching -------------------------------------------------------------------
 
@@ -393,8 +400,14 @@ def _rows(dataset: Any, column: str) -> Iterator[str]:
 
 
 class TinyShakespeare(LMDataModule):
-    """Tiny Shakespeare (Karpathy's char-rnn corpus, 1.1 MB): first 90% of the characters
-    train, last 10% validation (as nanoGPT), test = validation.
+    """Tiny Shakespeare (Karpathy's char-rnn corpus, 1.1 MB), cut at character offsets.
+
+    Args:
+        splits: ``"nanogpt"`` (default): first 90% of the characters train, last 10% validation,
+            test = validation, as nanoGPT, so its numbers compare with nanoGPT's. ``"disjoint"``:
+            the same training text, validation 90-95%, test the last 5%: a test text that a
+            selection on validation (``tune=lr``) never saw, for a verdict that does not grade itself.
+        **kwargs: the arguments of :class:`LMDataModule`.
 
     Read from ``{data_dir}/tinyshakespeare/input.txt``; downloaded from :attr:`URL` if missing.
     """
@@ -403,21 +416,47 @@ class TinyShakespeare(LMDataModule):
     URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
     RELPATH = "tinyshakespeare/input.txt"
     TRAIN_FRACTION = 0.9
+    VAL_END_FRACTION = 0.95  # splits=disjoint: validation ends here, test is the rest
+    CONFIG_CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"splits": ("nanogpt", "disjoint")}
+
+    def __init__(self, *args: Any, splits: str = "nanogpt", **kwargs: Any) -> None:
+        valid = self.CONFIG_CHOICES["splits"]
+        if splits not in valid:  # before anything is read or downloaded
+            raise ValueError(f"splits={splits!r} is invalid: one of {', '.join(valid)}")
+        super().__init__(*args, **kwargs)
+        self.splits = splits
+
+    @classmethod
+    def validation_as_test(cls, config: Mapping[str, Any]) -> str | None:
+        """With nanoGPT's splits the test text is the validation text (see the base class)."""
+        if config.get("splits", "nanogpt") != "nanogpt":
+            return None
+        return (
+            "data.splits=nanogpt: Tiny Shakespeare's test split is its validation text "
+            "(data.splits=disjoint holds out a test text)"
+        )
 
     def input_file(self) -> Path:
         """Path of ``input.txt``, downloading it into ``data_dir`` when missing."""
         return resolve_local(self.data_dir, self.RELPATH) or download_url(self.URL, self.data_dir / self.RELPATH)
 
     def source_key(self) -> Any:
-        return file_fingerprint({"input": self.input_file()})
+        files = file_fingerprint({"input": self.input_file()})
+        # nanogpt keeps the key it always had, so its caches (and every number made with them) stay valid
+        return files if self.splits == "nanogpt" else {"input": files, "splits": self.splits}
 
     def split_texts(self) -> dict[str, SplitText]:
         # 1.1 MB, split by characters: read whole (a byte offset could cut a character)
         path = self.input_file()
         text = _read(path)
         n_train = int(len(text) * self.TRAIN_FRACTION)
-        val = SplitText.from_string(text[n_train:], f"{path} (last 10%)")
-        return {"train": SplitText.from_string(text[:n_train], f"{path} (first 90%)"), "val": val, "test": val}
+        train = SplitText.from_string(text[:n_train], f"{path} (first 90%)")
+        if self.splits == "nanogpt":
+            val = SplitText.from_string(text[n_train:], f"{path} (last 10%)")
+            return {"train": train, "val": val, "test": val}
+        n_val = int(len(text) * self.VAL_END_FRACTION)
+        val = SplitText.from_string(text[n_train:n_val], f"{path} (90%-95%)")
+        return {"train": train, "val": val, "test": SplitText.from_string(text[n_val:], f"{path} (last 5%)")}
 
 
 class WikiText(LMDataModule):
@@ -518,6 +557,13 @@ class TextFiles(LMDataModule):
     ) -> None:
         super().__init__(**kwargs)
         self.paths = {"train": Path(train_path), "val": Path(val_path), "test": Path(test_path or val_path)}
+
+    @classmethod
+    def validation_as_test(cls, config: Mapping[str, Any]) -> str | None:
+        """Without ``test_path`` the test split is the validation file (see the base class)."""
+        if config.get("test_path"):
+            return None
+        return "data.test_path is null: the test split is the validation file (data.test_path=... holds one out)"
 
     def files(self) -> dict[str, Path]:
         """Absolute paths of the split files; :class:`DataNotFoundError` names a missing one."""

@@ -56,6 +56,9 @@ NOT_IDENTITY = (
     "model.compile",
     "optim.fused",
 )
+# keys added after checkpoints were written, at the default that reproduces what those checkpoints
+# did: left out of the identity at that default, so a checkpoint from before the key resumes
+DEFAULT_SINCE_ADDED = {"data.splits": "nanogpt"}
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -89,6 +92,7 @@ def run_identity(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     else:
         flat = {k: v for k, v in _flatten(cfg).items() if wanted(k)}
     flat.update({key: flat.get(key) for key in IDENTITY_KEYS})
+    flat = {k: v for k, v in flat.items() if k not in DEFAULT_SINCE_ADDED or DEFAULT_SINCE_ADDED[k] != v}
     # The training length defines the run only through the LR schedule: training an
     # inverse-sqrt or constant schedule longer continues the same run, a cosine/linear one with
     # the horizon max_steps does not (the decay would be stretched from the resumed step on).

@@ -208,3 +208,30 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, DictConfig):
         return OmegaConf.to_container(value)
     return str(value)
+
+
+# --------------------------------------------------------------------------- which text a verdict reads
+
+
+def validation_as_test_warning(config: Any) -> str | None:
+    """A one-line warning when the sweep's test split is its validation text (Tiny Shakespeare's
+    ``data.splits=nanogpt``; a text corpus without ``test_path``), else None. The learning rate is
+    selected on validation, so a verdict read on ``test/*`` would then grade the text it was chosen on."""
+    from hydra.utils import get_object  # a data class imports torch: only when a sweep runs
+
+    node = OmegaConf.select(config, "data")
+    target = node.get("_target_") if isinstance(node, DictConfig) else None
+    if not target:
+        return None
+    try:
+        data_class = get_object(str(target))
+    except Exception:  # a bad target: each job's checks report it by name before any job starts
+        return None
+    says = getattr(data_class, "validation_as_test", None)
+    reason = says(node) if callable(says) else None
+    if reason is None:
+        return None
+    return (
+        f"tuned_lr: {reason}: the learning rate is selected on validation, so no verdict of this sweep "
+        "(val/* or test/*) reads a held-out text"
+    )

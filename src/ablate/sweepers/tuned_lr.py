@@ -69,6 +69,7 @@ from ablate.sweepers.lr_selection import (
     read_outcome,
     save_selection,
     select_lr,
+    validation_as_test_warning,
 )
 from ablate.sweepers.validating import ValidatingSweeperMixin
 
@@ -294,6 +295,9 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         select = self.selection_seed
         metric = str(self.metric or self.config.get("optimized_metric") or "val/loss")
         higher = higher_is_better(metric)
+        shared_text = validation_as_test_warning(self.config)
+        if shared_text:
+            log.warning(shared_text)
 
         variants = []
         for items in self.split_arguments(rest, None)[0]:
