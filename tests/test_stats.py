@@ -768,3 +768,87 @@ def test_compute_multiplier_script_flags_or_refuses_extrapolation(tmp_path: Path
         str(tmp_path / "o2"),
     )
     assert refused.returncode == 0 and "refused: extrapolates (" in refused.stdout
+
+
+# ----------------------------------------------------------------------------- a 2 x 2 interaction (issue 18)
+
+# seeds 11-14 of four cells a1b1, a1b2, a2b1, a2b2; seed 14 diverged in a2b1 (no value)
+CELLS = np.array(
+    [
+        [5.20, 5.02, 5.51, 5.30],
+        [4.90, 4.81, 5.12, 4.95],
+        [4.40, 4.27, 4.73, math.nan],
+        [4.38, 4.30, 4.69, 4.52],
+    ]
+)
+
+
+def test_interaction_against_a_hand_computation():
+    seeds = [11, 12, 13, 14]
+    result = stats.interaction(*CELLS, seeds=seeds, margin=0.2)
+    y = CELLS[:, :3]  # seed 14 has no value in one cell: left out of every statistic
+    d = (y[0] - y[1]) - (y[2] - y[3])
+    n, mean, se = 3, d.mean(), d.std(ddof=1) / math.sqrt(3)
+    t_crit = scipy_stats.t.ppf(0.975, n - 1)
+    assert (result.seeds, result.left_out, result.n) == ((11, 12, 13), (14,), 3)
+    assert result.means == pytest.approx(tuple(y.mean(axis=1)))
+    assert result.delta == pytest.approx(mean) and result.se == pytest.approx(se) and result.df == n - 1
+    assert (result.low, result.high) == (pytest.approx(mean - t_crit * se), pytest.approx(mean + t_crit * se))
+    assert result.p == pytest.approx(2 * scipy_stats.t.sf(abs(mean / se), n - 1), rel=1e-9)
+    tost = max(scipy_stats.t.sf((mean + 0.2) / se, n - 1), scipy_stats.t.cdf((mean - 0.2) / se, n - 1))
+    assert result.p_tost == pytest.approx(tost, rel=1e-9)
+    # the simple effects: paired y[a, b1] - y[a, b2] on the same three seeds
+    for effect, (b1, b2) in ((result.within_a1, y[:2]), (result.within_a2, y[2:])):
+        assert effect.test == "paired" and effect.seeds == (11, 12, 13)
+        assert effect.diff == pytest.approx((b1 - b2).mean())
+        assert effect.p == pytest.approx(scipy_stats.ttest_rel(b1, b2).pvalue)
+    assert result.delta == pytest.approx(result.within_a1.diff - result.within_a2.diff)
+    # the contrast is symmetric: the effect of A within b1 minus within b2 is the same number
+    swapped = stats.interaction(CELLS[0], CELLS[2], CELLS[1], CELLS[3], seeds)
+    assert swapped.delta == pytest.approx(result.delta) and swapped.p == pytest.approx(result.p)
+    # a seed's own offset, the same in its four cells, cancels
+    shifted = stats.interaction(*(CELLS + np.array([1.0, -2.0, 0.5, 3.0])), seeds=seeds)
+    assert shifted.delta == pytest.approx(result.delta) and shifted.p == pytest.approx(result.p)
+
+
+def test_interaction_verdicts():
+    planted = CELLS[:, :3] + np.array([[0.5, 0.6, 0.4], [0, 0, 0], [0, 0, 0], [0, 0, 0]])
+    result = stats.interaction(*planted, seeds=[11, 12, 13], margin=0.05)
+    assert result.p < 0.05 and stats.interaction_verdict(result, result.p, result.p_tost) == "interaction"
+    assert stats.interaction_verdict(result, 0.06, result.p_tost) == "inconclusive"  # after Holm: not shown
+    assert stats.interaction_verdict(result, result.p, 0.01) == "no interaction within ±0.05"  # TOST first
+    two = stats.interaction(*CELLS[:, 2:], seeds=[13, 14])  # one seed left: untested
+    assert stats.interaction_verdict(two, two.p) == "not tested (n = 1 < 2)" and two.n == 1
+    additive = stats.interaction([1.0, 2.0], [0.5, 1.5], [2.0, 3.0], [1.5, 2.5], [1, 2])  # identical contrasts
+    assert stats.interaction_verdict(additive, additive.p) == "not tested (no seed spread)"
+    with pytest.raises(ValueError, match="positive"):
+        stats.interaction(*CELLS, seeds=[11, 12, 13, 14], margin=0.0)
+
+
+def test_interaction_error_rates_by_simulation():
+    """20,000 null 2 x 2 designs with 3 seeds (a seed offset shared by its four cells, noise per
+    cell, main effects of both factors): a false "interaction" at most 5.5% of the time; and with a
+    margin, at a true |Δ_int| = δ, a false "no interaction within ±δ" at most 5.5% of the time."""
+    rng = np.random.default_rng(18)
+    draws, n, sd = 20000, 3, 0.1
+    main_effects = np.array([0.0, -0.3, 0.8, 0.5])[:, None, None]  # a1b1, a1b2, a2b1, a2b2: additive
+    seed_part = rng.normal(0, 1.0, (1, draws, n))
+
+    def design(interaction: float) -> np.ndarray:
+        planted = np.array([interaction, 0, 0, 0])[:, None, None]
+        return main_effects + planted + seed_part + rng.normal(0, sd, (4, draws, n))
+
+    null = design(0.0)
+    result, _ = stats.contrast_test(stats.interaction_contrasts(*null))
+    assert (result.pvalue < 0.05).mean() <= 0.055
+    assert (result.pvalue < 0.05).mean() >= 0.045  # and not trivially conservative
+    for k in range(50):  # the scalar path the table takes says the same
+        one = stats.interaction(*null[:, k], seeds=[11, 12, 13])
+        assert one.p == pytest.approx(result.pvalue[k])
+        assert (stats.interaction_verdict(one, one.p) == "interaction") == (result.pvalue[k] < 0.05)
+    for delta in (0.1, 1.0):  # near the noise (se of the contrast ~0.12) and far beyond it
+        for true in (delta, -delta):
+            _, p_tost = stats.contrast_test(stats.interaction_contrasts(*design(true)), delta)
+            assert (p_tost < 0.05).mean() <= 0.055
+    _, p_tost = stats.contrast_test(stats.interaction_contrasts(*null), 1.0)
+    assert (p_tost < 0.05).mean() > 0.9  # no interaction, δ = 8 se: shown most of the time
