@@ -818,7 +818,9 @@ def test_interaction_verdicts():
     assert stats.interaction_verdict(result, 0.06, result.p_tost) == "inconclusive"  # after Holm: not shown
     assert stats.interaction_verdict(result, result.p, 0.01) == "no interaction within ±0.05"  # TOST first
     two = stats.interaction(*CELLS[:, 2:], seeds=[13, 14])  # one seed left: untested
-    assert stats.interaction_verdict(two, two.p) == "not tested (n = 1 < 2)" and two.n == 1
+    assert stats.interaction_verdict(two, two.p) == "not tested (n = 1 < 2; left out 1/2)" and two.n == 1
+    left_out = stats.interaction(*CELLS, seeds=[11, 12, 13, 14])  # seed 14 diverged in one cell: noted
+    assert stats.interaction_verdict(left_out, 0.5) == "inconclusive (left out 1/4)"
     additive = stats.interaction([1.0, 2.0], [0.5, 1.5], [2.0, 3.0], [1.5, 2.5], [1, 2])  # identical contrasts
     assert stats.interaction_verdict(additive, additive.p) == "not tested (no seed spread)"
     with pytest.raises(ValueError, match="positive"):

@@ -503,11 +503,17 @@ def interaction_verdict(
     order of :func:`verdict`: ``not tested (...)`` without a test; ``no interaction within ±δ``
     when the TOST p-value is below alpha (whatever the t-test says: any interaction is then
     smaller than δ); ``interaction`` when the t-test's is (its interval excludes 0); else
-    ``inconclusive``, never "no interaction"."""
+    ``inconclusive``, never "no interaction". A note ``(left out k/n)`` counts the seeds given
+    with a non-finite value in some cell, as :func:`verdict` notes ``(diverged k/n)``."""
+    given = result.n + len(result.left_out)
+    note = f"left out {len(result.left_out)}/{given}" if result.left_out else ""
     if not result.tested:
-        return "not tested (" + ("no seed spread" if result.se == 0 else f"n = {result.n} < 2") + ")"
+        why = "no seed spread" if result.se == 0 else f"n = {result.n} < 2"
+        return f"not tested ({why}" + (f"; {note})" if note else ")")
     if p_tost_adjusted < alpha:
-        return f"{NO_INTERACTION} ±{result.margin:g}"
-    if p_adjusted < alpha:
-        return INTERACTION
-    return INCONCLUSIVE
+        word = f"{NO_INTERACTION} ±{result.margin:g}"
+    elif p_adjusted < alpha:
+        word = INTERACTION
+    else:
+        word = INCONCLUSIVE
+    return word + (f" ({note})" if note else "")
