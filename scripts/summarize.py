@@ -8,13 +8,16 @@
     python scripts/summarize.py logs/multirun/<sweep> --where scale=m --baseline act=gelu --out <dir>  # one size
     python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre --metric val/loss --margin 0.02   # + equivalence
     python scripts/summarize.py logs/multirun/<sweep> --baseline act=gelu --where scale=xs --where scale=m  # one Holm family
+    python scripts/summarize.py logs/multirun/<sweep> --interaction norm=post,pre --interaction warmup_steps=0,30 \
+        --metric test/bleu --out <dir>   # the 2x2 norm x warmup interaction at each other axis value (each lr)
 
 Every summary also shows each variant's cost (params, FLOPs/token, tokens seen, training time)
 and its metric at matched steps, FLOPs and training time (``src/ablate/analysis/budget.py``).
 
 The table and the paper-file format are described in ``src/ablate/analysis/tables.py`` and
 ``src/ablate/analysis/paper.py``, the statistics against a baseline in
-``src/ablate/analysis/stats.py``; README section "Analysing a sweep".
+``src/ablate/analysis/stats.py``, the interaction contrast in ``src/ablate/analysis/interaction.py``;
+README section "Analysing a sweep".
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from ablate.analysis.budget import BASES, DEFAULT_BASIS
+from ablate.analysis.interaction import DesignError, interaction_markdown, interaction_table
 from ablate.analysis.markdown import markdown_table, write_summary
 from ablate.analysis.paper import load_paper
 from ablate.analysis.runs import at_tuned_rates, load_sweep
@@ -40,8 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--metric",
         action="append",
-        help="the validation metric to compare (default: val/ppl for LM, val/bleu for translation); "
-        "repeat it for several metrics: with --baseline their comparisons form one Holm family",
+        help="the metric to compare, any logged val/* or test/* (the test metrics are logged once, at the end "
+        "of training: e.g. test/bleu, test/loss; default: val/ppl for LM, val/bleu for translation); repeat it "
+        "for several metrics: with --baseline or --interaction their tests form one Holm family",
     )
     parser.add_argument("--paper", metavar="FILE", help="paper.yaml/.csv with the paper's numbers to show beside ours")
     parser.add_argument(
@@ -53,19 +59,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "verdict: better / worse / equivalent (with --margin) / inconclusive",
     )
     parser.add_argument(
+        "--interaction",
+        metavar="AXIS=LEVEL,LEVEL",
+        action="append",
+        help="give it twice, e.g. --interaction norm=post,pre --interaction optim.warmup_steps=0,30: "
+        "the 2x2 interaction contrast of two axes (does the effect of the second depend on the level "
+        "of the first?) in each slice (each --where, and each value of the other axes, e.g. each "
+        "learning rate): cell means, simple effects, the contrast with its 95%% CI, p (Holm), the TOST "
+        "with --margin, and a verdict; writes interaction.csv and interaction.md instead of the summary",
+    )
+    parser.add_argument(
         "--margin",
         type=float,
         metavar="DELTA",
-        help="with --baseline: the smallest difference of interest, in the metric's units (e.g. 0.02 "
-        "nats of val/loss): adds the equivalence test (TOST), so that a result can be "
-        "'equivalent (±DELTA)'; default: analysis.margin from the jobs' config, else none",
+        help="with --baseline or --interaction: the smallest difference of interest, in the metric's "
+        "units (e.g. 0.02 nats of val/loss): adds the equivalence test (TOST), so that a result can be "
+        "'equivalent (±DELTA)' ('no interaction within ±DELTA'); default: analysis.margin from the "
+        "jobs' config, else none",
     )
     parser.add_argument(
         "--family",
         choices=("call", "table"),
         default="call",
         help="with --baseline and several --where slices or --metric values: Holm over every "
-        "comparison of the call (default: the write-up is one family), or per table",
+        "comparison of the call (default: the write-up is one family), or per table; with "
+        "--interaction: over every contrast of the call, or per metric",
     )
     parser.add_argument(
         "--basis",
@@ -100,10 +118,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"--basis {args.basis} chooses what --baseline compares: give --baseline AXIS=VALUE too "
             "(the table at equal cost is printed without it)"
         )
-    if args.margin is not None and not args.baseline:
+    if args.margin is not None and not (args.baseline or args.interaction):
         parser.error(
-            "--margin is the equivalence margin of the comparison with --baseline: give --baseline AXIS=VALUE too"
+            "--margin is the equivalence margin of the comparison with --baseline (or of --interaction): "
+            "give --baseline AXIS=VALUE too"
         )
+    if args.interaction and len(args.interaction) != 2:
+        parser.error(
+            f"--interaction: give it exactly twice, one axis each, e.g. --interaction norm=post,pre "
+            f"--interaction optim.warmup_steps=0,30 (got {len(args.interaction)})"
+        )
+    if args.interaction and (args.baseline or args.paper):
+        parser.error("--interaction writes its own table (interaction.md): run --baseline / --paper in another call")
     if args.margin is not None and not args.margin > 0:
         parser.error(f"--margin {args.margin}: the smallest difference of interest must be > 0")
     if bool(args.sweep_dir) == bool(args.wandb):
@@ -124,15 +150,53 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "=.-" else "_" for c in text)
 
 
+def load(args: argparse.Namespace):
+    """The sweep (local or W&B); on a tune=lr sweep each variant at its tuned rate, and a note saying so."""
+    full = load_wandb_sweep(args.wandb, args.group) if args.wandb else load_sweep(args.sweep_dir)
+    if args.sweep_dir and not args.all_lrs:
+        return at_tuned_rates(full, args.sweep_dir)
+    return full, None
+
+
+def out_dir(args: argparse.Namespace) -> Path:
+    return Path(args.out or (args.sweep_dir if args.sweep_dir else Path("logs") / "summaries" / args.group))
+
+
+def argument_error(message: str) -> NoReturn:
+    """Exit 2 with the message, as argparse does for a bad argument: here one that only the sweep
+    can check (an --interaction axis it does not vary, a level it has no job at)."""
+    print(f"summarize.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def write_interaction(args: argparse.Namespace) -> None:
+    """--interaction: the 2x2 contrast table, printed and written as interaction.csv / .md."""
+    try:
+        full, note = load(args)
+        frame = interaction_table(
+            full, args.interaction, args.metric or [None], args.where or [None], args.margin, args.family
+        )
+    except DesignError as err:
+        argument_error(str(err))
+    except (OSError, ValueError) as err:  # missing files, bad --where / --metric, W&B unreachable
+        sys.exit(f"summarize.py: {err}")
+    table = interaction_markdown(frame)
+    csv_path, md_path = write_summary(frame, table, out_dir(args), name="interaction")
+    print(table)
+    if note:
+        print(note)
+    print(f"wrote {csv_path} and {md_path}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.interaction:
+        write_interaction(args)
+        return
     slices, metrics = args.where or [None], args.metric or [None]
     tables = []  # (slice, metric, frame, sweep)
     try:
-        full = load_wandb_sweep(args.wandb, args.group) if args.wandb else load_sweep(args.sweep_dir)
-        note = None
-        if args.sweep_dir and not args.all_lrs:
-            full, note = at_tuned_rates(full, args.sweep_dir)
+        full, note = load(args)
         paper = load_paper(args.paper) if args.paper else None
         for spec in slices:
             sweep = where(full, spec) if spec else full
@@ -144,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.baseline and args.family == "call" and len(tables) > 1:
         frames = adjust_family([frame for _, _, frame, _ in tables])
         tables = [(spec, metric, frame, sweep) for (spec, metric, _, sweep), frame in zip(tables, frames, strict=True)]
-    out = Path(args.out or (args.sweep_dir if args.sweep_dir else Path("logs") / "summaries" / args.group))
+    out = out_dir(args)
     several = len(tables) > 1
     for spec, metric, frame, sweep in tables:
         table = markdown_table(frame, sweep)

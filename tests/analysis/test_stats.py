@@ -10,6 +10,7 @@ training run is needed.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -25,6 +26,7 @@ from scipy import stats as scipy_stats
 
 import forked_python
 from ablate.analysis import stats
+from ablate.analysis.interaction import interaction_table
 from ablate.analysis.markdown import markdown_table
 from ablate.analysis.runs import load_sweep
 from ablate.analysis.scaling import Curve, PowerLaw, compute_multiplier, fit_power_law, multiplier, scaling_curves
@@ -768,3 +770,249 @@ def test_compute_multiplier_script_flags_or_refuses_extrapolation(tmp_path: Path
         str(tmp_path / "o2"),
     )
     assert refused.returncode == 0 and "refused: extrapolates (" in refused.stdout
+
+
+# ----------------------------------------------------------------------------- a 2 x 2 interaction (issue 18)
+
+# seeds 11-14 of four cells a1b1, a1b2, a2b1, a2b2; seed 14 diverged in a2b1 (no value)
+CELLS = np.array(
+    [
+        [5.20, 5.02, 5.51, 5.30],
+        [4.90, 4.81, 5.12, 4.95],
+        [4.40, 4.27, 4.73, math.nan],
+        [4.38, 4.30, 4.69, 4.52],
+    ]
+)
+
+
+def test_interaction_against_a_hand_computation():
+    seeds = [11, 12, 13, 14]
+    result = stats.interaction(*CELLS, seeds=seeds, margin=0.2)
+    y = CELLS[:, :3]  # seed 14 has no value in one cell: left out of every statistic
+    d = (y[0] - y[1]) - (y[2] - y[3])
+    n, mean, se = 3, d.mean(), d.std(ddof=1) / math.sqrt(3)
+    t_crit = scipy_stats.t.ppf(0.975, n - 1)
+    assert (result.seeds, result.left_out, result.n) == ((11, 12, 13), (14,), 3)
+    assert result.means == pytest.approx(tuple(y.mean(axis=1)))
+    assert result.delta == pytest.approx(mean) and result.se == pytest.approx(se) and result.df == n - 1
+    assert (result.low, result.high) == (pytest.approx(mean - t_crit * se), pytest.approx(mean + t_crit * se))
+    assert result.p == pytest.approx(2 * scipy_stats.t.sf(abs(mean / se), n - 1), rel=1e-9)
+    tost = max(scipy_stats.t.sf((mean + 0.2) / se, n - 1), scipy_stats.t.cdf((mean - 0.2) / se, n - 1))
+    assert result.p_tost == pytest.approx(tost, rel=1e-9)
+    # the simple effects: paired y[a, b1] - y[a, b2] on the same three seeds
+    for effect, (b1, b2) in ((result.within_a1, y[:2]), (result.within_a2, y[2:])):
+        assert effect.test == "paired" and effect.seeds == (11, 12, 13)
+        assert effect.diff == pytest.approx((b1 - b2).mean())
+        assert effect.p == pytest.approx(scipy_stats.ttest_rel(b1, b2).pvalue)
+    assert result.delta == pytest.approx(result.within_a1.diff - result.within_a2.diff)
+    # the contrast is symmetric: the effect of A within b1 minus within b2 is the same number
+    swapped = stats.interaction(CELLS[0], CELLS[2], CELLS[1], CELLS[3], seeds)
+    assert swapped.delta == pytest.approx(result.delta) and swapped.p == pytest.approx(result.p)
+    # a seed's own offset, the same in its four cells, cancels
+    shifted = stats.interaction(*(CELLS + np.array([1.0, -2.0, 0.5, 3.0])), seeds=seeds)
+    assert shifted.delta == pytest.approx(result.delta) and shifted.p == pytest.approx(result.p)
+
+
+def test_interaction_verdicts():
+    planted = CELLS[:, :3] + np.array([[0.5, 0.6, 0.4], [0, 0, 0], [0, 0, 0], [0, 0, 0]])
+    result = stats.interaction(*planted, seeds=[11, 12, 13], margin=0.05)
+    assert result.p < 0.05 and stats.interaction_verdict(result, result.p, result.p_tost) == "interaction"
+    assert stats.interaction_verdict(result, 0.06, result.p_tost) == "inconclusive"  # after Holm: not shown
+    assert stats.interaction_verdict(result, result.p, 0.01) == "no interaction within ±0.05"  # TOST first
+    two = stats.interaction(*CELLS[:, 2:], seeds=[13, 14])  # one seed left: untested
+    assert stats.interaction_verdict(two, two.p) == "not tested (n = 1 < 2; left out 1/2)" and two.n == 1
+    left_out = stats.interaction(*CELLS, seeds=[11, 12, 13, 14])  # seed 14 diverged in one cell: noted
+    assert stats.interaction_verdict(left_out, 0.5) == "inconclusive (left out 1/4)"
+    additive = stats.interaction([1.0, 2.0], [0.5, 1.5], [2.0, 3.0], [1.5, 2.5], [1, 2])  # identical contrasts
+    assert stats.interaction_verdict(additive, additive.p) == "not tested (no seed spread)"
+    with pytest.raises(ValueError, match="positive"):
+        stats.interaction(*CELLS, seeds=[11, 12, 13, 14], margin=0.0)
+
+
+def test_interaction_error_rates_by_simulation():
+    """20,000 null 2 x 2 designs with 3 seeds (a seed offset shared by its four cells, noise per
+    cell, main effects of both factors): a false "interaction" at most 5.5% of the time; and with a
+    margin, at a true |Δ_int| = δ, a false "no interaction within ±δ" at most 5.5% of the time."""
+    rng = np.random.default_rng(18)
+    draws, n, sd = 20000, 3, 0.1
+    main_effects = np.array([0.0, -0.3, 0.8, 0.5])[:, None, None]  # a1b1, a1b2, a2b1, a2b2: additive
+    seed_part = rng.normal(0, 1.0, (1, draws, n))
+
+    def design(interaction: float) -> np.ndarray:
+        planted = np.array([interaction, 0, 0, 0])[:, None, None]
+        return main_effects + planted + seed_part + rng.normal(0, sd, (4, draws, n))
+
+    null = design(0.0)
+    result, _ = stats.contrast_test(stats.interaction_contrasts(*null))
+    assert (result.pvalue < 0.05).mean() <= 0.055
+    assert (result.pvalue < 0.05).mean() >= 0.045  # and not trivially conservative
+    for k in range(50):  # the scalar path the table takes says the same
+        one = stats.interaction(*null[:, k], seeds=[11, 12, 13])
+        assert one.p == pytest.approx(result.pvalue[k])
+        assert (stats.interaction_verdict(one, one.p) == "interaction") == (result.pvalue[k] < 0.05)
+    for delta in (0.1, 1.0):  # near the noise (se of the contrast ~0.12) and far beyond it
+        for true in (delta, -delta):
+            _, p_tost = stats.contrast_test(stats.interaction_contrasts(*design(true)), delta)
+            assert (p_tost < 0.05).mean() <= 0.055
+    _, p_tost = stats.contrast_test(stats.interaction_contrasts(*null), 1.0)
+    assert (p_tost < 0.05).mean() > 0.9  # no interaction, δ = 8 se: shown most of the time
+
+
+def write_design(
+    root: Path,
+    value,
+    seeds: tuple[int, ...] = (11, 12, 13),
+    lrs: tuple[str, ...] = ("1.4e-3", "2.8e-3"),
+    diverged: tuple = (),
+) -> Path:
+    """The issue-18 design: norm=post,pre x optim.warmup_steps=0,30 x optim.lr=``lrs`` x ``seeds``,
+    ``value(norm, warmup, lr, seed)`` the final test/bleu (val/loss logged too, 1/10 of it);
+    ``diverged``: (norm, warmup, lr, seed) jobs with no final value."""
+    index = 0
+    for lr in lrs:
+        for norm in ("post", "pre"):
+            for warmup in (0, 30):
+                for seed in seeds:
+                    bad = (norm, warmup, lr, seed) in diverged
+                    bleu = math.nan if bad else value(norm, warmup, lr, seed)
+                    metrics = pd.DataFrame(
+                        {
+                            "step": [49, 99, 99],
+                            "val/loss": [9.0, bleu / 10, math.nan],
+                            "test/bleu": [math.nan] * 2 + [bleu],
+                        }
+                    )
+                    overrides = [f"norm={norm}", f"optim.warmup_steps={warmup}", f"optim.lr={lr}", f"seed={seed}"]
+                    write_job(root, index, overrides, "", None, "diverged" if bad else "completed", metrics=metrics)
+                    index += 1
+    return root
+
+
+def planted_bleu(rng: np.random.Generator):
+    """BLEU with a seed offset, main effects of norm and warmup, and an interaction at lr=2.8e-3 only:
+    Post-LN without warmup loses 5 BLEU there (Δ_int = (post,0 - post,30) - (pre,0 - pre,30) = -5)."""
+    offsets = {11: 0.4, 12: -0.3, 13: 0.1, 14: -0.2}
+
+    def value(norm: str, warmup: int, lr: str, seed: int) -> float:
+        cell = (
+            30
+            + (norm == "pre") * 1.0
+            + (warmup == 30) * 0.5
+            - 5.0 * (norm == "post" and warmup == 0 and lr == "2.8e-3")
+        )
+        return cell + offsets[seed] + rng.normal(0, 0.05)
+
+    return value
+
+
+def _summarize_main(*args: str) -> None:
+    spec = importlib.util.spec_from_file_location("summarize", REPO / "scripts" / "summarize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(list(args))
+
+
+def test_interaction_cli_on_a_planted_interaction(tmp_path: Path, capsys):
+    sweep = write_design(
+        tmp_path / "sweep",
+        planted_bleu(np.random.default_rng(19)),
+        seeds=(11, 12, 13, 14),
+        diverged={("post", 0, "1.4e-3", 14)},
+    )
+    out = tmp_path / "out"
+    _summarize_main(
+        str(sweep),
+        "--interaction",
+        "norm=post,pre",
+        "--interaction",
+        "warmup_steps=0,30",
+        "--metric",
+        "test/bleu",
+        "--margin",
+        "1",
+        "--out",
+        str(out),
+    )
+    printed = capsys.readouterr().out
+    frame = pd.read_csv(out / "interaction.csv", keep_default_na=False)
+    assert (out / "interaction.md").read_text() in printed
+    assert list(frame["slice"]) == ["lr=0.0014", "lr=0.0028"]  # one contrast per learning rate
+    low, high = frame.set_index("slice").loc["lr=0.0014"], frame.set_index("slice").loc["lr=0.0028"]
+    assert (low["metric"], low["split"]) == ("test/bleu", "test")
+    assert (
+        low["seeds"] == "11,12,13" and low["n"] == 3 and low["left_out"] == "14 (norm=post, warmup_steps=0: diverged)"
+    )
+    assert high["seeds"] == "11,12,13,14" and high["n"] == 4 and high["left_out"] == ""
+    assert float(high["interaction"]) == pytest.approx(-5.0, abs=0.2)  # the sign of the planted contrast
+    assert float(high["interaction_ci_high"]) < 0 and high["verdict"] == "interaction"
+    assert float(high["warmup_steps 0-30 | norm=post"]) == pytest.approx(-5.5, abs=0.2)  # post: no warmup hurts
+    assert float(high["warmup_steps 0-30 | norm=pre"]) == pytest.approx(-0.5, abs=0.2)
+    assert float(high["mean norm=post, warmup_steps=0"]) == pytest.approx(25.0, abs=0.3)
+    assert low["verdict"] == "no interaction within ±1 (left out 1/4)"
+    p = frame["p"].astype(float).to_numpy()  # Holm over the 2 contrasts of the call: the smaller p doubled
+    assert frame["p_holm"].astype(float).to_numpy() == pytest.approx(stats.holm(p))
+    assert float(high["p_holm"]) == pytest.approx(2 * float(high["p"])) and float(high["p"]) < float(low["p"])
+    header = next(line for line in printed.splitlines() if line.startswith("| metric |"))
+    for column in (
+        "split",
+        "seeds",
+        "| n |",
+        "norm=pre, warmup_steps=30",
+        "Δ warmup_steps 0−30 in norm=post [95% CI]",
+        "Δ_int [95% CI]",
+        "p (Holm)",
+        "p no interaction ±1 (Holm)",
+        "verdict",
+        "left out",
+    ):
+        assert column in header
+    row = next(line for line in printed.splitlines() if "| lr=0.0028 |" in line)
+    assert row.startswith("| test/bleu | test | lr=0.0028 | 11,12,13,14 | 4 |") and row.endswith("| interaction |")
+
+
+def test_interaction_holm_family_is_the_call_or_each_metric(tmp_path: Path):
+    sweep = load_sweep(write_design(tmp_path, planted_bleu(np.random.default_rng(20))))
+    specs = ["norm=post,pre", "optim.warmup_steps=0,30"]  # full names work as well as short ones
+    call = interaction_table(sweep, specs, ["test/bleu", "val/loss"])
+    assert len(call) == 4 and call.attrs["tested"] == 4
+    assert call["p_holm"].to_numpy() == pytest.approx(stats.holm(call["p"].to_numpy()))
+    per_metric = interaction_table(sweep, specs, ["test/bleu", "val/loss"], family="table")
+    for metric in ("test/bleu", "val/loss"):
+        rows = per_metric[per_metric["metric"] == metric]
+        assert rows["p_holm"].to_numpy() == pytest.approx(stats.holm(rows["p"].to_numpy()))
+    one = interaction_table(sweep, specs, ["test/bleu"], wheres=["lr=0.0028"])  # --where: that rate only
+    assert list(one["slice"]) == ["lr=0.0028"] and one["verdict"].iloc[0] == "interaction"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (["norm=post,pre,rms", "warmup_steps=0,30"], "exactly two levels of norm, got 3; its values: post, pre"),
+        (["depth=6,12", "warmup_steps=0,30"], "'depth' is not an axis of the sweep; the axes of"),
+        (["norm=post,pre", "warmup_steps=0,40"], "no job of"),
+        (["norm=post,pre", "norm=pre,post"], "norm is named twice"),
+    ],
+)
+def test_interaction_bad_spelling_names_the_axis_and_its_values(tmp_path: Path, capsys, spec, message):
+    sweep = write_design(tmp_path / "sweep", lambda *_: 30.0, lrs=("1.4e-3",))
+    with pytest.raises(SystemExit) as exit_info:
+        _summarize_main(str(sweep), "--interaction", spec[0], "--interaction", spec[1], "--out", str(tmp_path / "o"))
+    assert exit_info.value.code == 2  # a usage error, as argparse's
+    error = capsys.readouterr().err
+    assert message in error
+    if "not an axis" in message:
+        assert "norm: post, pre; warmup_steps: 0, 30" in error
+    if message == "no job of":
+        assert "warmup_steps=40; its values: 0, 30" in error
+    assert not (tmp_path / "o").exists()
+
+
+def test_interaction_needs_two_axes_and_no_baseline(tmp_path: Path, capsys):
+    sweep = write_design(tmp_path / "sweep", lambda *_: 30.0, lrs=("1.4e-3",))
+    for args in (
+        ["--interaction", "norm=post,pre"],
+        ["--interaction", "norm=post,pre", "--interaction", "warmup_steps=0,30", "--baseline", "norm=pre"],
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            _summarize_main(str(sweep), *args)
+        assert exit_info.value.code == 2 and "--interaction" in capsys.readouterr().err

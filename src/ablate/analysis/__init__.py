@@ -5,6 +5,7 @@
 * :mod:`~ablate.analysis.wandb_group`: the same jobs read from a W&B group through ``wandb.Api``;
 * :mod:`~ablate.analysis.paper`: the ``paper.yaml`` format for a paper's reported numbers;
 * :mod:`~ablate.analysis.tables`: the per-configuration summary table (mean ± std over seeds);
+* :mod:`~ablate.analysis.interaction`: the 2 x 2 interaction contrast of two axes (``--interaction``);
 * :mod:`~ablate.analysis.series`: the numbers behind the comparison figures (perplexity against
   evaluation length, a metric against a numeric axis, ours against a paper, Spearman's rho);
 * :mod:`~ablate.analysis.figures`: validation curves, gradient norms and residual RMS by depth,

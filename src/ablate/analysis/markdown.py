@@ -248,11 +248,12 @@ def legend(frame: pd.DataFrame, sweep: Sweep) -> str:
     return "\n".join(notes) + "\n"
 
 
-def write_summary(frame: pd.DataFrame, markdown: str, out_dir: str | Path) -> tuple[Path, Path]:
-    """``summary.csv`` (numbers) and ``summary.md`` (the table as printed) in ``out_dir``."""
+def write_summary(frame: pd.DataFrame, markdown: str, out_dir: str | Path, name: str = "summary") -> tuple[Path, Path]:
+    """``<name>.csv`` (numbers) and ``<name>.md`` (the table as printed) in ``out_dir``: the
+    summary, or another table of the sweep (``interaction``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = out / "summary.csv", out / "summary.md"
+    csv_path, md_path = out / f"{name}.csv", out / f"{name}.md"
     frame.to_csv(csv_path, index=False)
     md_path.write_text(markdown)
     return csv_path, md_path

@@ -1,0 +1,350 @@
+"""The 2 x 2 interaction of two axes of a sweep: does the effect of one depend on the other?
+
+``scripts/summarize.py SWEEP --interaction norm=post,pre --interaction optim.warmup_steps=0,30``
+names factor A (the first, levels a1, a2) and factor B (the second, levels b1, b2). The sweep is
+cut into *slices*: each ``--where`` (default: the whole sweep), and within it each combination of
+the values of the other axes (e.g. each learning rate), so that the four cells of a contrast
+differ in A and B only. Per slice and metric, on the seeds run in all four cells
+(:func:`ablate.analysis.stats.interaction`):
+
+* the cell means (over the seeds of the contrast, so that the four rest on the same seeds);
+* the simple effects of B within a1 and within a2, y[a, b1] - y[a, b2] (paired t, unadjusted:
+  they describe the contrast, they are not tests of the family);
+* the interaction contrast Δ_int = (y[a1,b1] - y[a1,b2]) - (y[a2,b1] - y[a2,b2]) per seed, its
+  mean, 95% t interval (df = n - 1) and one-sample t-test; with a margin δ the TOST of
+  |Δ_int| < δ;
+* the p-values Holm-adjusted over the family (every contrast of the call, or with
+  ``family="table"`` each metric's contrasts) and a verdict
+  (:func:`~ablate.analysis.stats.interaction_verdict`).
+
+A job's value is its final metric when it completed; a diverged, crashed or unfinished job has
+none (NaN), so its seed is left out of that contrast, and the ``left out`` column says which seed
+and why: a contrast needs all four of its values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ablate.analysis import stats
+from ablate.analysis.markdown import _ci, _p, fmt
+from ablate.analysis.runs import Job, Sweep, canonical, higher_is_better
+from ablate.analysis.tables import margin_for, parse_baseline, pick_metric, where
+
+FAMILIES = ("call", "table")
+
+
+class DesignError(ValueError):
+    """An ``--interaction`` that the sweep cannot answer (not an axis of it, levels it has no job
+    at, not two levels): a usage error, whose message names the axis and its values."""
+
+
+@dataclass(frozen=True)
+class Factor:
+    """One axis of the 2 x 2 design and its two levels (canonical values, in the order given)."""
+
+    axis: str  # the config key, e.g. optim.warmup_steps
+    name: str  # as labels show it, e.g. warmup_steps
+    levels: tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """The interaction of one slice for one metric, and which seeds it left out, and why."""
+
+    metric: str
+    slice: str
+    result: stats.Interaction
+    left_out: str
+
+
+# ----------------------------------------------------------------------------- the design
+
+
+def axis_values(sweep: Sweep) -> dict[str, list[str]]:
+    """Each axis of ``sweep`` and its values, in the order the jobs ran."""
+    values: dict[str, list[str]] = {axis: [] for axis in sweep.axes}
+    for job in sweep.jobs:
+        for axis, found in values.items():
+            value = job.value(axis)
+            if value is not None and value not in found:
+                found.append(value)
+    return values
+
+
+def _axes_text(sweep: Sweep) -> str:
+    names = sweep.short_names()
+    listed = "; ".join(f"{names[a]}: {', '.join(v)}" for a, v in axis_values(sweep).items())
+    return f"the axes of {sweep.source} and their values: {listed or 'none (nothing varies)'}"
+
+
+def parse_factor(sweep: Sweep, spec: str) -> Factor:
+    """``"norm=post,pre"`` -> the axis (by full or short name, as ``--where`` and ``--baseline``
+    take it) and its two levels; a :class:`DesignError` naming the axis and its values otherwise."""
+    key, sep, text = (part.strip() for part in spec.partition("="))
+    names = sweep.short_names()
+    axis = {short: full for full, short in names.items()}.get(key, key)
+    if not sep or axis not in sweep.axes:
+        raise DesignError(f"--interaction {spec}: {key or spec!r} is not an axis of the sweep; {_axes_text(sweep)}")
+    valid = axis_values(sweep)[axis]
+    levels = [canonical(v) for v in text.split(",") if v.strip()]
+    if len(levels) != 2 or levels[0] == levels[1]:
+        raise DesignError(
+            f"--interaction {spec}: a 2 x 2 contrast needs exactly two levels of {names[axis]}, "
+            f"got {len(set(levels))}; its values: {', '.join(valid)}"
+        )
+    unknown = [level for level in levels if level not in valid]
+    if unknown:
+        raise DesignError(
+            f"--interaction {spec}: no job of {sweep.source} has {names[axis]}={', '.join(unknown)}; "
+            f"its values: {', '.join(valid)}"
+        )
+    return Factor(axis, names[axis], (levels[0], levels[1]))
+
+
+def parse_design(sweep: Sweep, specs: Sequence[str], wheres: Sequence[str | None] = (None,)) -> tuple[Factor, Factor]:
+    """The two factors of ``--interaction A --interaction B``, checked against the sweep: two
+    different axes, and no ``--where`` that fixes one of them (its contrast would have empty cells)."""
+    if len(specs) != 2:
+        raise DesignError(f"--interaction: give exactly two axes (got {len(specs)}); {_axes_text(sweep)}")
+    a, b = (parse_factor(sweep, spec) for spec in specs)
+    if a.axis == b.axis:
+        raise DesignError(f"--interaction: {a.name} is named twice; the second must be another axis")
+    full = {short: axis for axis, short in sweep.short_names().items()}
+    for spec in wheres:
+        fixed = {full.get(k, k) for k in parse_baseline(spec)} if spec else set()
+        if fixed & {a.axis, b.axis}:
+            raise DesignError(f"--where {spec} fixes an --interaction axis: the contrast needs both of its levels")
+    return a, b
+
+
+def slices(sweep: Sweep, factors: tuple[Factor, Factor], wheres: Sequence[str | None]) -> list[tuple[str, list[Job]]]:
+    """``(label, jobs)`` per slice: each ``--where`` (None: every job), split by the values of the
+    axes other than the two factors, so that only A and B vary within a slice."""
+    out = []
+    for spec in wheres:
+        part = where(sweep, spec) if spec else sweep
+        others = [axis for axis in part.axes if axis not in {f.axis for f in factors}]
+        names = sweep.short_names()
+        groups: dict[tuple, list[Job]] = {}
+        for job in part.jobs:  # in run order
+            groups.setdefault(tuple(job.value(axis) for axis in others), []).append(job)
+        for key, jobs in groups.items():
+            words = ([spec] if spec else []) + [f"{names.get(a, a)}={v}" for a, v in zip(others, key)]
+            out.append((", ".join(words) or "all jobs", jobs))
+    return out
+
+
+# ----------------------------------------------------------------------------- the contrasts
+
+
+def cells(factors: tuple[Factor, Factor]) -> list[tuple[str, str]]:
+    """The four cells in the order of :func:`~ablate.analysis.stats.interaction`: a1b1, a1b2, a2b1, a2b2."""
+    a, b = factors
+    return [(x, y) for x in a.levels for y in b.levels]
+
+
+def cell_label(factors: tuple[Factor, Factor], cell: tuple[str, str]) -> str:
+    return f"{factors[0].name}={cell[0]}, {factors[1].name}={cell[1]}"
+
+
+def final_value(job: Job, metric: str) -> float:
+    """The job's final ``metric`` if it completed; NaN otherwise (a diverged job's last logged
+    value predates its divergence, an unfinished one's is mid-schedule)."""
+    return job.final(metric) if job.status == "completed" else math.nan
+
+
+def contrast(
+    jobs: list[Job], factors: tuple[Factor, Factor], metric: str, label: str, margin: float | None
+) -> Contrast:
+    """The interaction of one slice on the seeds run in all four cells (a seed run twice in a
+    cell: its later job), with the reasons for every seed left out."""
+    a, b = factors
+    by_cell: dict[tuple[str, str], dict[int, Job]] = {cell: {} for cell in cells(factors)}
+    for job in jobs:  # in run order: a later job of the same cell and seed replaces an earlier one
+        for cell, runs_of_cell in by_cell.items():
+            if (job.value(a.axis), job.value(b.axis)) == cell and job.seed is not None:
+                runs_of_cell[job.seed] = job
+    runs = list(by_cell.values())
+    seeds = sorted(set.intersection(*(set(r) for r in runs)))
+    a1b1, a1b2, a2b1, a2b2 = ([final_value(r[s], metric) for s in seeds] for r in runs)
+    result = stats.interaction(a1b1, a1b2, a2b1, a2b2, seeds, margin)
+    reasons: dict[str, list[int]] = {}  # why -> the seeds left out for that reason
+    for seed in result.left_out:
+        bad = [(cell, r[seed]) for cell, r in by_cell.items() if not math.isfinite(final_value(r[seed], metric))]
+        reasons.setdefault("; ".join(f"{cell_label(factors, c)}: {_why(job)}" for c, job in bad), []).append(seed)
+    for seed in sorted(set().union(*runs) - set(seeds)):
+        why = "; ".join(f"no job at {cell_label(factors, c)}" for c, r in by_cell.items() if seed not in r)
+        reasons.setdefault(why, []).append(seed)
+    left_out = ", ".join(f"{', '.join(map(str, group))} ({why})" for why, group in reasons.items())
+    return Contrast(metric, label, result, left_out)
+
+
+def _why(job: Job) -> str:
+    return job.status if job.status != "completed" else "no finite value"
+
+
+def family_adjusted(contrasts: list[Contrast], family: str = "call") -> tuple[np.ndarray, np.ndarray]:
+    """Holm-adjusted p-values of the interaction tests and of the TOSTs (each kind its own
+    family, as in :func:`~ablate.analysis.tables.adjust_family`): over every contrast of the call,
+    or (``family="table"``) over each metric's contrasts."""
+    if family not in FAMILIES:
+        raise ValueError(f"family {family!r}: use one of {', '.join(FAMILIES)}")
+    p = np.array([c.result.p for c in contrasts], dtype=float)
+    p_tost = np.array([c.result.p_tost for c in contrasts], dtype=float)
+    groups = [c.metric if family == "table" else "" for c in contrasts]
+    p_holm, p_tost_holm = np.full(len(p), np.nan), np.full(len(p), np.nan)
+    for group in dict.fromkeys(groups):
+        members = np.array([g == group for g in groups])
+        p_holm[members], p_tost_holm[members] = stats.holm(p[members]), stats.holm(p_tost[members])
+    return p_holm, p_tost_holm
+
+
+def interaction_table(
+    sweep: Sweep,
+    specs: Sequence[str],
+    metrics: Sequence[str | None] = (None,),
+    wheres: Sequence[str | None] = (None,),
+    margin: float | None = None,
+    family: str = "call",
+    alpha: float = stats.ALPHA,
+) -> pd.DataFrame:
+    """One row per (metric, slice): the statistics of the module docstring as numbers (the columns
+    of ``interaction.csv``); ``frame.attrs`` holds what :func:`interaction_markdown` needs.
+    ``margin``: δ of the TOST (default: the jobs' ``analysis.margin``, as for ``--baseline``)."""
+    factors = parse_design(sweep, specs, wheres)
+    picked = [pick_metric(sweep, metric) for metric in metrics]
+    margins = {metric: margin_for(sweep, metric, margin) for metric in picked}
+    parts = slices(sweep, factors, wheres)
+    contrasts = [contrast(jobs, factors, m, label, margins[m]) for m in picked for label, jobs in parts]
+    p_holm, p_tost_holm = family_adjusted(contrasts, family)
+    rows = [_row(c, factors, p, q, alpha) for c, p, q in zip(contrasts, p_holm, p_tost_holm)]
+    frame = pd.DataFrame(rows)
+    tested = int(np.isfinite(frame["p"].to_numpy(dtype=float)).sum())
+    frame.attrs.update(factors=factors, alpha=alpha, family=family, source=sweep.source, tested=tested)
+    return frame
+
+
+def effect_name(factors: tuple[Factor, Factor], level: str) -> str:
+    """``warmup_steps 0-30 | norm=post``: the simple effect of B within one level of A."""
+    a, b = factors
+    return f"{b.name} {b.levels[0]}-{b.levels[1]} | {a.name}={level}"
+
+
+def _row(c: Contrast, factors: tuple[Factor, Factor], p_holm: float, p_tost_holm: float, alpha: float) -> dict:
+    r = c.result
+    row: dict[str, object] = {
+        "metric": c.metric,
+        "split": c.metric.split("/", 1)[0] if "/" in c.metric else "",
+        "slice": c.slice,
+        "seeds": ",".join(str(s) for s in r.seeds),
+        "n": r.n,
+        "left_out": c.left_out,
+    }
+    row.update({f"mean {cell_label(factors, cell)}": m for cell, m in zip(cells(factors), r.means)})
+    for level, effect in zip(factors[0].levels, (r.within_a1, r.within_a2)):
+        name = effect_name(factors, level)
+        row.update({name: effect.diff, f"{name} ci_low": effect.low, f"{name} ci_high": effect.high})
+        row[f"{name} p"] = effect.p
+    row.update(interaction=r.delta, interaction_ci_low=r.low, interaction_ci_high=r.high, se=r.se, df=r.df)
+    row.update(p=r.p, p_holm=p_holm, margin=r.margin, p_tost=r.p_tost, p_tost_holm=p_tost_holm)
+    row["verdict"] = stats.interaction_verdict(r, p_holm, p_tost_holm, alpha)
+    return row
+
+
+# ----------------------------------------------------------------------------- Markdown
+
+
+def interaction_markdown(frame: pd.DataFrame) -> str:
+    """One Markdown table per metric (a row per slice), each followed by its notes."""
+    tables = [_metric_table(frame[frame["metric"] == m], frame.attrs) for m in dict.fromkeys(frame["metric"])]
+    return "\n".join(tables)
+
+
+def _metric_table(rows: pd.DataFrame, attrs: dict) -> str:
+    factors = attrs["factors"]
+    margin = rows["margin"].iloc[0]
+    has_margin, left_out = bool(np.isfinite(margin)), bool(rows["left_out"].astype(bool).any())
+    a, b = factors
+    effect = f"Δ {b.name} {b.levels[0]}−{b.levels[1]}"
+    header = ["metric", "split", "slice", "seeds", "n", *(["left out"] if left_out else [])]
+    header += [cell_label(factors, cell) for cell in cells(factors)]
+    for level in a.levels:
+        header += [f"{effect} in {a.name}={level} [95% CI]", "p"]
+    header += ["Δ_int [95% CI]", "p", "p (Holm)"]
+    header += [f"p no interaction ±{margin:g} (Holm)"] if has_margin else []
+    header += ["verdict"]
+    left = {"metric", "split", "slice", "seeds", "left out", "verdict"}
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " if h in left else " ---: " for h in header) + "|"]
+    for _, row in rows.iterrows():
+        texts = [row["metric"], row["split"], row["slice"], row["seeds"] or "—", str(int(row["n"]))]
+        texts += [row["left_out"] or "—"] if left_out else []
+        texts += [fmt(row[f"mean {cell_label(factors, cell)}"]) for cell in cells(factors)]
+        for level in a.levels:
+            name = effect_name(factors, level)
+            texts += [_with_ci(row, name, f"{name} ci_low", f"{name} ci_high"), _p(row[f"{name} p"])]
+        texts += [_with_ci(row, "interaction", "interaction_ci_low", "interaction_ci_high"), _p(row["p"])]
+        texts += [_p(row["p_holm"])]
+        texts += [_p(row["p_tost_holm"])] if has_margin else []
+        texts.append(row["verdict"])
+        lines.append("| " + " | ".join(texts) + " |")
+    return "\n".join(lines) + "\n\n" + _legend(rows, attrs)
+
+
+def _with_ci(row: pd.Series, value: str, low: str, high: str) -> str:
+    """``-0.46 [-1.02, 0.099]``; ``—`` without a value, the value alone without an interval."""
+    if pd.isna(row[value]):
+        return "—"
+    return fmt(row[value]) + ("" if pd.isna(row[low]) else f" {_ci(row[low], row[high])}")
+
+
+def _legend(rows: pd.DataFrame, attrs: dict) -> str:
+    a, b = attrs["factors"]
+    metric, margin, alpha = rows["metric"].iloc[0], rows["margin"].iloc[0], attrs["alpha"]
+    cell = [cell_label(attrs["factors"], c) for c in cells(attrs["factors"])]
+    if attrs["family"] == "table":
+        family = f"the {int(np.isfinite(rows['p'].to_numpy(dtype=float)).sum())} contrasts of this table"
+    else:
+        family = f"the {attrs['tested']} interaction contrasts of this call"
+    notes = [
+        f"Sweep: {attrs['source']}. Cells: the final {metric}{_direction(metric)} of each job that completed, mean "
+        "over the seeds of the contrast (seeds: a finite value in all four cells; n of them).",
+        f"Δ {b.name} {b.levels[0]}−{b.levels[1]} in {a.name}=…: the simple effect y[{b.name}={b.levels[0]}] − "
+        f"y[{b.name}={b.levels[1]}] within that level, paired t-test on the same seeds (95% CI, p unadjusted: "
+        "it describes the contrast, it is not tested in the family).",
+        f"Δ_int = ({cell[0]} − {cell[1]}) − ({cell[2]} − {cell[3]}) per seed: the difference of the two simple "
+        f"effects (equally, of the {a.name} effects within each {b.name}); its mean, 95% t interval (df = n − 1) and "
+        f"the two-sided p of the one-sample t-test of the per-seed contrasts. p (Holm): over {family} (Holm 1979); "
+        f"verdicts at alpha = {alpha:g}.",
+    ]
+    if np.isfinite(margin):
+        notes.append(
+            f"p no interaction ±{margin:g}: TOST (two one-sided t-tests) of |Δ_int| < {margin:g}, the smallest "
+            "difference of interest, Holm over the same family."
+        )
+    notes.append(
+        "interaction: p (Holm) < alpha (the interval excludes 0); "
+        + (f"no interaction within ±{margin:g}: p no interaction (Holm) < alpha; " if np.isfinite(margin) else "")
+        + "inconclusive: neither"
+        + ("" if np.isfinite(margin) else " (--margin δ, or analysis.margin in the experiment config, adds the TOST)")
+        + '. Inconclusive is not "no interaction": the data are compatible with the whole Δ_int 95% CI.'
+    )
+    if rows["left_out"].astype(bool).any():
+        notes.append(
+            "left out: seeds run in some cell with no final value there (diverged, crashed, still running) or not run "
+            "in every cell; a contrast needs all four values, so n counts the others."
+        )
+    return "\n".join(notes) + "\n"
+
+
+def _direction(metric: str) -> str:
+    """`` (lower is better)``; nothing for a metric no task declared (the contrast needs no direction)."""
+    try:
+        return f" ({'higher' if higher_is_better(metric) else 'lower'} is better)"
+    except ValueError:  # metrics.UndeclaredMetricError
+        return ""
