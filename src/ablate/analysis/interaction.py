@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.analysis import stats
-from ablate.analysis.markdown import _ci, _p, fmt
+from ablate.analysis.markdown import fmt, format_ci, format_p
 from ablate.analysis.runs import Job, Sweep, canonical, higher_is_better
 from ablate.analysis.tables import margin_for, parse_baseline, pick_metric, where
 
@@ -287,10 +287,10 @@ def _metric_table(rows: pd.DataFrame, attrs: dict) -> str:
         texts += [fmt(row[f"mean {cell_label(factors, cell)}"]) for cell in cells(factors)]
         for level in a.levels:
             name = effect_name(factors, level)
-            texts += [_with_ci(row, name, f"{name} ci_low", f"{name} ci_high"), _p(row[f"{name} p"])]
-        texts += [_with_ci(row, "interaction", "interaction_ci_low", "interaction_ci_high"), _p(row["p"])]
-        texts += [_p(row["p_holm"])]
-        texts += [_p(row["p_tost_holm"])] if has_margin else []
+            texts += [_with_ci(row, name, f"{name} ci_low", f"{name} ci_high"), format_p(row[f"{name} p"])]
+        texts += [_with_ci(row, "interaction", "interaction_ci_low", "interaction_ci_high"), format_p(row["p"])]
+        texts += [format_p(row["p_holm"])]
+        texts += [format_p(row["p_tost_holm"])] if has_margin else []
         texts.append(row["verdict"])
         lines.append("| " + " | ".join(texts) + " |")
     return "\n".join(lines) + "\n\n" + _legend(rows, attrs)
@@ -300,7 +300,7 @@ def _with_ci(row: pd.Series, value: str, low: str, high: str) -> str:
     """``-0.46 [-1.02, 0.099]``; ``—`` without a value, the value alone without an interval."""
     if pd.isna(row[value]):
         return "—"
-    return fmt(row[value]) + ("" if pd.isna(row[low]) else f" {_ci(row[low], row[high])}")
+    return fmt(row[value]) + ("" if pd.isna(row[low]) else f" {format_ci(row[low], row[high])}")
 
 
 def _legend(rows: pd.DataFrame, attrs: dict) -> str:

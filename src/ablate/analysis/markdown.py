@@ -79,11 +79,13 @@ def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     return baseline_table(frame, sweep) + "\nPer variant:\n\n" + table
 
 
-def _ci(low: float, high: float) -> str:
+def format_ci(low: float, high: float) -> str:
+    """A confidence interval as tables print it, four significant digits."""
     return "—" if pd.isna(low) else f"[{low:.4g}, {high:.4g}]"
 
 
-def _p(value: float) -> str:
+def format_p(value: float) -> str:
+    """A p-value as tables print it (two significant digits, <1e-4 below)."""
     return "—" if pd.isna(value) else (f"{value:.2g}" if value >= 1e-4 else "<1e-4")
 
 
@@ -133,7 +135,7 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
         cells = [str(row[a]) for a in sweep.axes] + [row["mean_seeds"] or "—", str(int(row[f"{column} n"]))]
         cells += [
             fmt(row[f"{column} mean"], row[f"{column} std"]),
-            _ci(row[f"{column} ci_low"], row[f"{column} ci_high"]),
+            format_ci(row[f"{column} ci_low"], row[f"{column} ci_high"]),
         ]
         if base:
             cells += ["—"] * (5 + (margin is not None))
@@ -142,13 +144,13 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
         else:
             cells += [
                 fmt(row["diff"]),
-                _ci(row["diff_ci_low"], row["diff_ci_high"]),
+                format_ci(row["diff_ci_low"], row["diff_ci_high"]),
                 _delta_on(row),
-                _p(row["p"]),
-                _p(row["p_holm"]),
+                format_p(row["p"]),
+                format_p(row["p_holm"]),
             ]
-            cells += [_p(row["p_tost_holm"])] if margin is not None else []
-            cells += [_rate(row), _p(row["p_diverged_holm"])] if diverging else []
+            cells += [format_p(row["p_tost_holm"])] if margin is not None else []
+            cells += [_rate(row), format_p(row["p_diverged_holm"])] if diverging else []
             cells += [fmt(row["mde"])]
         cells.append(str(row["verdict"]))
         lines.append("| " + " | ".join(cells) + " |")
