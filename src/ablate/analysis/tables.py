@@ -217,6 +217,11 @@ def compare_to_baseline(
     frames (slices, metrics) as one family."""
     metric = frame.attrs["metric"]
     name, matched = budget.basis_column(metric, basis), frame.attrs.get("matched", {}).get(basis)
+    if basis != "steps" and matched is None:
+        raise ValueError(
+            f"--basis {basis}: {metric} is measured once, after training, so it has no value at a matched "
+            "budget; compare a validation metric (e.g. --metric val/loss) at equal cost, or this one with --basis steps"
+        )
     value = None if basis == "steps" else matched.value
     if value is not None and not math.isfinite(matched.budget):
         why = "; ".join(dict.fromkeys(matched.problems.values())) or "no completed job"
