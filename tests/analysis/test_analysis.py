@@ -31,7 +31,7 @@ import forked_python
 from ablate.analysis.attention import lm_attention, translation_attention
 from ablate.analysis.markdown import markdown_table
 from ablate.analysis.paper import load_paper
-from ablate.analysis.runs import Job, canonical, load_sweep, read_metrics_csv
+from ablate.analysis.runs import Job, Sweep, canonical, load_sweep, read_metrics_csv
 from ablate.analysis.series import (
     axis_series,
     is_stuck,
@@ -481,6 +481,25 @@ def test_stuck_means_the_validation_loss_did_not_fall(tmp_path: Path):
     assert not is_stuck(job([2.49, 2.369]))  # trained: 5% lower
     assert not is_stuck(job([3.35]))  # one validation: cannot tell
     assert not is_stuck(job([3.353, 3.350], status="diverged"))  # diverged is its own outcome
+
+
+def test_an_axis_is_found_by_its_full_or_its_short_name(tmp_path: Path):
+    def job(**overrides: str) -> Job:
+        return Job(name="j", source=str(tmp_path), overrides=overrides, status="completed", metrics=pd.DataFrame())
+
+    sweep = Sweep.from_jobs(
+        "synthetic",
+        [job(**{"optim.lr": "0.001", "norm": "pre"}), job(**{"optim.lr": "0.002", "norm": "post"})],
+    )
+    assert sweep.full_name("lr") == "optim.lr"  # the short name that labels show
+    assert sweep.full_name("optim.lr") == "optim.lr"
+    assert sweep.full_name("norm") == "norm"
+    assert sweep.full_name("scale") == "scale"  # no axis: a config key, compared as it is
+    ambiguous = Sweep.from_jobs(
+        "synthetic",
+        [job(**{"optim.lr": "0.001", "probe.lr": "1"}), job(**{"optim.lr": "0.002", "probe.lr": "2"})],
+    )
+    assert ambiguous.full_name("lr") == "lr"  # two axes end in lr: the short name names neither
 
 
 # ----------------------------------------------------------------------------- attention

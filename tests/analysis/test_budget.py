@@ -131,10 +131,11 @@ GELU_PARAMS, RELU_PARAMS, LAYERS, D_MODEL, SEQ, BATCH = 20000, 10000, 2, 16, 16,
 FPT = {"gelu": 6 * GELU_PARAMS + 12 * LAYERS * D_MODEL * SEQ, "relu": 6 * RELU_PARAMS + 12 * LAYERS * D_MODEL * SEQ}
 
 
-def write_cost_sweep(root: Path, seeds=(1, 2, 3)) -> Path:
+def write_cost_sweep(root: Path, seeds=(1, 2, 3), test: bool = False) -> Path:
     """act=gelu (twice the parameters and twice the time per step of relu) is 0.05 better than
     act=relu at every step; both train 1000 steps, validating every 200: relu loses at equal
-    steps and, at gelu's loss after half the steps, wins at equal FLOPs and time."""
+    steps and, at gelu's loss after half the steps, wins at equal FLOPs and time. ``test``: each
+    job also logs ``test/loss`` once, after training, as ``eval.test_at_end`` does."""
     rng = np.random.default_rng(0)
     config = {"model": {"n_layers": LAYERS, "d_model": D_MODEL}, "data": {"batch_size": BATCH, "seq_len": SEQ}}
     index = 0
@@ -149,6 +150,8 @@ def write_cost_sweep(root: Path, seeds=(1, 2, 3)) -> Path:
                 }
                 for n in range(200, 1001, 200)
             ]
+            if test:
+                rows.append({"step": 1000, "test/loss": rows[-1]["val/loss"] + 0.01})
             write_job(
                 root,
                 index,
@@ -166,6 +169,19 @@ def write_cost_sweep(root: Path, seeds=(1, 2, 3)) -> Path:
 
 def _row(frame: pd.DataFrame, act: str) -> pd.Series:
     return frame[frame["act"] == act].iloc[0]
+
+
+def test_a_metric_measured_once_has_costs_but_no_matched_budget(tmp_path: Path):
+    sweep = load_sweep(write_cost_sweep(tmp_path, test=True))
+    assert budget.measured_once(sweep.jobs, "test/loss") and not budget.measured_once(sweep.jobs, "val/loss")
+    frame = summarize(sweep, "test/loss", baseline="act=gelu")
+    assert frame.attrs["matched"] == {} and _row(frame, "relu")["verdict"] == "worse"
+    assert _row(frame, "relu")["params"] == RELU_PARAMS  # the costs are still shown
+    table = markdown_table(frame, sweep)
+    assert "Cost of each variant:" in table and "At equal cost" not in table and "@ —" not in table
+    assert "test/loss is measured once, after training" in table
+    with pytest.raises(ValueError, match="--basis flops: test/loss is measured once"):
+        summarize(sweep, "test/loss", baseline="act=gelu", basis="flops")
 
 
 def test_cheaper_per_step_loses_at_equal_steps_and_wins_at_equal_flops(tmp_path: Path):

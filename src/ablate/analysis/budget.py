@@ -180,14 +180,24 @@ def match(jobs: list[Job], metric: str, basis: str) -> Matched:
     return Matched(basis, budget, final, values, problems)
 
 
+def measured_once(jobs: Iterable[Job], metric: str) -> bool:
+    """Whether ``metric`` has no curve to match a budget on: every completed job logged it at most
+    once (a ``test/*`` metric, evaluated after training), so there is no earlier value to compare
+    at a smaller budget."""
+    counts = [int(job.series(metric).notna().sum()) for job in jobs if job.status == "completed"]
+    return bool(counts) and max(counts) <= 1
+
+
 def add_cost_columns(frame: pd.DataFrame, sweep: Sweep, metric: str) -> pd.DataFrame:
     """``frame`` (one row per variant, in :meth:`Sweep.variants` order) with what each variant
     costs and its metric at equal cost, means over its completed seeds: ``params``,
     ``flops_per_token``, ``tokens_seen`` (final ``train/tokens_seen``), ``train_time_s`` (final
     ``train/time_s``), ``<metric> @<basis> mean`` / ``std`` for each basis and the matched budgets
     ``matched_steps``, ``matched_flops``, ``matched_time_s`` (the same in every row). The
-    :class:`Matched` of each basis goes to ``frame.attrs["matched"]``."""
-    matched = {basis: match(sweep.jobs, metric, basis) for basis in BASES}
+    :class:`Matched` of each basis goes to ``frame.attrs["matched"]``; a metric
+    :func:`measured_once` gets the costs only (``frame.attrs["matched"]`` empty)."""
+    once = measured_once(sweep.jobs, metric)
+    matched = {} if once else {basis: match(sweep.jobs, metric, basis) for basis in BASES}
     rows = []
     for jobs in sweep.variants().values():
         done = [job for job in jobs if job.status == "completed"]

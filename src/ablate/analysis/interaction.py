@@ -88,7 +88,7 @@ def parse_factor(sweep: Sweep, spec: str) -> Factor:
     take it) and its two levels; a :class:`DesignError` naming the axis and its values otherwise."""
     key, sep, text = (part.strip() for part in spec.partition("="))
     names = sweep.short_names()
-    axis = {short: full for full, short in names.items()}.get(key, key)
+    axis = sweep.full_name(key)
     if not sep or axis not in sweep.axes:
         raise DesignError(f"--interaction {spec}: {key or spec!r} is not an axis of the sweep; {_axes_text(sweep)}")
     valid = axis_values(sweep)[axis]
@@ -115,9 +115,8 @@ def parse_design(sweep: Sweep, specs: Sequence[str], wheres: Sequence[str | None
     a, b = (parse_factor(sweep, spec) for spec in specs)
     if a.axis == b.axis:
         raise DesignError(f"--interaction: {a.name} is named twice; the second must be another axis")
-    full = {short: axis for axis, short in sweep.short_names().items()}
     for spec in wheres:
-        fixed = {full.get(k, k) for k in parse_baseline(spec)} if spec else set()
+        fixed = {sweep.full_name(k) for k in parse_baseline(spec)} if spec else set()
         if fixed & {a.axis, b.axis}:
             raise DesignError(f"--where {spec} fixes an --interaction axis: the contrast needs both of its levels")
     return a, b

@@ -269,10 +269,12 @@ def cost_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     Markdown table, the matched budgets in its header, with notes."""
     metric, matched, names = frame.attrs["metric"], frame.attrs["matched"], sweep.short_names()
     header = [names[a] for a in sweep.axes] + ["params", "FLOPs/token", "tokens seen", "train time (s)"]
-    header += [f"{metric} @ {budget.format_budget(matched[b].budget, b)}" for b in budget.BASES]
+    header += [f"{metric} @ {budget.format_budget(matched[b].budget, b)}" for b in matched]
     align = [" --- " if i < len(sweep.axes) else " ---: " for i in range(len(header))]
     lines = [
-        "At equal cost (matched budget = the largest that every completed job reached):",
+        "At equal cost (matched budget = the largest that every completed job reached):"
+        if matched
+        else "Cost of each variant:",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "|".join(align) + "|",
@@ -285,18 +287,24 @@ def cost_table(frame: pd.DataFrame, sweep: Sweep) -> str:
             "—" if pd.isna(row["tokens_seen"]) else f"{row['tokens_seen']:,.0f}",
             fmt(row["train_time_s"]),
         ]
-        cells += [fmt(row[f"{metric} @{b} mean"], row[f"{metric} @{b} std"]) for b in budget.BASES]
+        cells += [fmt(row[f"{metric} @{b} mean"], row[f"{metric} @{b} std"]) for b in matched]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + cost_legend(frame)
 
 
 def cost_legend(frame: pd.DataFrame) -> str:
     metric, matched = frame.attrs["metric"], frame.attrs["matched"]
+    cost = (
+        "Cost: params = status.json params; FLOPs/token = 6N + 12 L d T (as train/mfu); tokens seen and train "
+        "time = the final train/tokens_seen and train/time_s (validation left out); means over completed seeds."
+    )
+    if not matched:
+        return (
+            f"{cost}\n{metric} is measured once, after training: it has no curve to read at a matched budget, "
+            "so no column compares it at equal cost (a validation metric, e.g. val/loss, has one).\n"
+        )
     notes = [
-        (
-            "Cost: params = status.json params; FLOPs/token = 6N + 12 L d T (as train/mfu); tokens seen and train "
-            "time = the final train/tokens_seen and train/time_s (validation left out); means over completed seeds."
-        ),
+        cost,
         (
             f"{metric} @ budget: each completed job's validation curve (against optimiser steps, FLOPs = FLOPs/token x "
             "train/tokens_seen, or train/time_s) interpolated linearly at the matched budget = the minimum over the "

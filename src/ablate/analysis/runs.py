@@ -232,6 +232,11 @@ class Sweep:
         last = [axis.rsplit(".", 1)[-1] for axis in self.axes]
         return {axis: short if last.count(short) == 1 else axis for axis, short in zip(self.axes, last)}
 
+    def full_name(self, name: str) -> str:
+        """The axis key that ``name`` (a full or a short axis name, see :meth:`short_names`) denotes;
+        a name that is no axis comes back unchanged (a config key compared as it is)."""
+        return next((axis for axis, short in self.short_names().items() if short == name), name)
+
     def label(self, key: tuple[str | None, ...]) -> str:
         """A variant's name from its axes, e.g. ``norm=post, lr=0.001``."""
         if not self.axes:

@@ -501,8 +501,7 @@ def scaling_curves(
             f"--metric {metric}: the fit L = E + A C^-alpha is for a loss that falls with compute "
             "(val/loss, val/ppl), not a metric that rises"
         )
-    full = {short: axis for axis, short in sweep.short_names().items()}
-    scale_key = full.get(scale_key, scale_key)
+    scale_key = sweep.full_name(scale_key)
     if scale_key not in sweep.axes:
         raise ValueError(
             f"--scale-key {scale_key} is not an axis of {sweep.source}; its axes are {', '.join(sweep.axes) or 'none'}"

@@ -142,10 +142,9 @@ def where(sweep: Sweep, spec: str) -> Sweep:
     """The jobs of ``sweep`` with the values ``spec`` names (``"scale=m"``: one size of a ladder,
     so that variants are compared within it), as a sweep of their own."""
     wanted = parse_baseline(spec)
-    full = {short: axis for axis, short in sweep.short_names().items()}
-    kept = [job for job in sweep.jobs if all(job.value(full.get(k, k)) == v for k, v in wanted.items())]
+    kept = [job for job in sweep.jobs if all(job.value(sweep.full_name(k)) == v for k, v in wanted.items())]
     if not kept:
-        values = {k: sorted({str(job.value(full.get(k, k))) for job in sweep.jobs}) for k in wanted}
+        values = {k: sorted({str(job.value(sweep.full_name(k))) for job in sweep.jobs}) for k in wanted}
         raise ValueError(
             f"--where {spec}: no job of {sweep.source} has these values; the jobs have "
             + "; ".join(f"{k}: {', '.join(v)}" for k, v in values.items())
@@ -157,10 +156,11 @@ def find_baseline(sweep: Sweep, spec: str) -> tuple:
     """The variant key of the one configuration that ``spec`` names (axes by full or short name;
     keys that are not axes are compared with the jobs' config values)."""
     wanted = parse_baseline(spec)
-    full = {short: axis for axis, short in sweep.short_names().items()}
     variants = sweep.variants()
     matches = [
-        key for key, jobs in variants.items() if all(jobs[0].value(full.get(k, k)) == v for k, v in wanted.items())
+        key
+        for key, jobs in variants.items()
+        if all(jobs[0].value(sweep.full_name(k)) == v for k, v in wanted.items())
     ]
     rows = "; ".join(sweep.label(key) for key in variants)
     if not matches:
@@ -217,6 +217,11 @@ def compare_to_baseline(
     frames (slices, metrics) as one family."""
     metric = frame.attrs["metric"]
     name, matched = budget.basis_column(metric, basis), frame.attrs.get("matched", {}).get(basis)
+    if basis != "steps" and matched is None:
+        raise ValueError(
+            f"--basis {basis}: {metric} is measured once, after training, so it has no value at a matched "
+            "budget; compare a validation metric (e.g. --metric val/loss) at equal cost, or this one with --basis steps"
+        )
     value = None if basis == "steps" else matched.value
     if value is not None and not math.isfinite(matched.budget):
         why = "; ".join(dict.fromkeys(matched.problems.values())) or "no completed job"
