@@ -80,26 +80,27 @@ def rung_steps(
     val_check_interval: Any = None,
     decay_steps: Any = None,
     label: str = "",
+    key: str = RUNGS_KEY,
 ) -> tuple[int, ...]:
     """The optimiser steps at which the grid is cut, then ``max_steps``: ``fraction x max_steps``
     each, a whole number of steps and a validation step (a multiple of an integer
     ``trainer.val_check_interval``), so that every rung's value is one that was measured. The
     schedule's horizon must be ``max_steps`` (``optim.decay_steps`` null or equal to it). Raises
-    ValueError naming the key and what is valid; ``label`` names the variant."""
+    ValueError naming ``key`` and what is valid; ``label`` names the variant."""
     where = f" ({label})" if label else ""
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
         raise ValueError(
-            f"{RUNGS_KEY}: trainer.max_steps={max_steps!r}{where}: halving cuts the run at fractions of "
+            f"{key}: trainer.max_steps={max_steps!r}{where}: halving cuts the run at fractions of "
             "trainer.max_steps; give a positive number of steps"
         )
     if decay_steps is not None and decay_steps != max_steps:
         raise ValueError(
-            f"{RUNGS_KEY}: optim.decay_steps={decay_steps}{where} is not trainer.max_steps={max_steps}: halving needs "
+            f"{key}: optim.decay_steps={decay_steps}{where} is not trainer.max_steps={max_steps}: halving needs "
             "the schedule's horizon to be the full run; use optim.decay_steps=null"
         )
     if isinstance(val_check_interval, bool) or not isinstance(val_check_interval, int) or val_check_interval <= 0:
         raise ValueError(
-            f"{RUNGS_KEY}: trainer.val_check_interval={val_check_interval!r}{where}: halving ranks the rates at "
+            f"{key}: trainer.val_check_interval={val_check_interval!r}{where}: halving ranks the rates at "
             "validation steps; give a whole number of optimiser steps"
         )
     valid = [s / max_steps for s in range(val_check_interval, max_steps, val_check_interval)]
@@ -110,12 +111,12 @@ def rung_steps(
         step = round(exact)
         if abs(exact - step) > STEP_TOLERANCE or step <= 0:
             raise ValueError(
-                f"{RUNGS_KEY}: {fraction:g} x trainer.max_steps={max_steps} = {exact:g}{where} is not a whole number "
+                f"{key}: {fraction:g} x trainer.max_steps={max_steps} = {exact:g}{where} is not a whole number "
                 f"of steps; validation steps are at {shown or 'none'}"
             )
         if step % val_check_interval:
             raise ValueError(
-                f"{RUNGS_KEY}: step {step} ({fraction:g} x {max_steps}){where} is not a validation step (every "
+                f"{key}: step {step} ({fraction:g} x {max_steps}){where} is not a validation step (every "
                 f"trainer.val_check_interval={val_check_interval}): no value is measured there; valid: {shown or 'none'}"
             )
         steps.append(step)
@@ -378,6 +379,7 @@ class ReplayRow:
     compute_fraction: float
     tracks: list[RateTrack]
     steps: tuple[int, ...]
+    metric: str = ""
 
 
 def _value_at(curve: Any, step: int) -> float | None:
@@ -406,10 +408,10 @@ def replay_variant(
         max_steps = int(float(max_steps))
     except (TypeError, ValueError):
         raise ValueError(f"{label}: {first.name} has no trainer.max_steps to cut at fractions of") from None
-    interval = first.value("trainer.val_check_interval")
-    steps = rung_steps(
-        fractions, max_steps, int(float(interval)) if interval not in (None, "null") else None, label=label
-    )
+    decay = first.value(DECAY_KEY)
+    decay_steps = int(float(decay)) if decay not in (None, "null") else None
+    # any step may be a rung here: the curves say which were validated (the error below names them)
+    steps = rung_steps(fractions, max_steps, 1, decay_steps, label, "--rungs")
     tracks = [RateTrack(float(text), text) for text in ordered]
     full_results = []
     for track in tracks:
@@ -454,6 +456,7 @@ def replay_variant(
         reached_fraction([t.rungs[-1].step for t in tracks if t.rungs], max_steps),
         tracks,
         steps,
+        metric,
     )
 
 
@@ -465,9 +468,16 @@ def replay_sweep(sweep_dir: str | Path, fractions: Sequence[float], metric: str 
 
     from ablate.analysis.runs import TUNING_FILE, canonical, higher_is_better, load_sweep, parse_overrides
 
-    fractions = check_rungs(list(fractions))
+    given = list(fractions)
+    try:
+        fractions = check_rungs(given)
+    except ValueError:
+        fractions = ()
     if not fractions:
-        raise ValueError("--rungs: give at least one fraction in (0, 1)")
+        raise ValueError(
+            f"--rungs {' '.join(f'{f:g}' for f in given)}: give fractions of trainer.max_steps, strictly increasing "
+            "in (0, 1), e.g. --rungs 0.25 0.5"
+        )
     path = Path(sweep_dir) / TUNING_FILE
     if not path.is_file():
         raise ValueError(f"{sweep_dir} has no {TUNING_FILE}: not a finished tune=lr sweep")
@@ -509,8 +519,9 @@ def replay_sweep(sweep_dir: str | Path, fractions: Sequence[float], metric: str 
     return rows
 
 
-def replay_table(rows: Sequence[ReplayRow], metric: str) -> str:
+def replay_table(rows: Sequence[ReplayRow]) -> str:
     """The replay as a Markdown table, then each variant's rates through the rungs."""
+    metric = rows[0].metric if rows else ""
     lines = [
         f"Successive halving replayed on the full grid's curves ({metric})",
         "",
