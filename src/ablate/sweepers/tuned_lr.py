@@ -11,7 +11,8 @@ launcher batches:
    collision is refused), so that the rate is chosen on a run that no verdict rests on. The grid is the
    sweep's own ``optim.lr=a,b,c`` when it gives one, else ``hydra.sweeper.num_lrs`` values
    (default 5) a factor ``hydra.sweeper.lr_factor`` (default 2) apart, centred on the variant's
-   configured ``optim.lr``.
+   configured ``optim.lr``. ``hydra.sweeper.halving.rungs=[0.25,0.5]`` runs it by successive
+   halving instead (:mod:`ablate.sweepers.halving`; default off: the full grid).
 2. **Stage 2, the seeds**: every variant at its best learning rate -- the best final ``metric``
    (``optimized_metric``, default ``val/loss``: lowest; BLEU-like metrics: highest) recorded in
    the job's ``status.json``; a diverged or crashed job ranks last -- with every seed. The seeds
