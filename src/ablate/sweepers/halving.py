@@ -33,6 +33,7 @@ Hydra's plugin scan: pandas and the analysis code only inside the replay.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ablate.sweepers.lr_selection import LRResult, Selection, format_lr, job_dir_of, read_outcome, select_lr
+
+log = logging.getLogger(__name__)
 
 RUNGS_KEY = "hydra.sweeper.halving.rungs"
 MAX_STEPS_KEY, DECAY_KEY, CKPT_KEY = "trainer.max_steps", "optim.decay_steps", "ckpt_path"
@@ -299,12 +302,18 @@ def rung_job(
         from ablate.run.checkpointing import find_last_checkpoint
 
         last = find_last_checkpoint([track.job_dir / "checkpoints"]) if track.job_dir else None
-        if last is None:
-            raise RuntimeError(
-                f"halving: {variant.label} {lr_name}={track.text} survived step {variant.rung_steps[rung - 1]} but its job "
-                f"{track.job_dir} has no checkpoints/last.ckpt to continue from (callbacks.checkpoint_last is needed)"
+        if last is None:  # removed since (or another checkpoint dirpath): a finished rung job is still skipped
+            log.warning(
+                "halving: %s %s=%s has no checkpoints/last.ckpt in %s: its step-%d job starts from step 0 unless it "
+                "finished before (the same values: the rung is a prefix of the run, at more cost)",
+                variant.label,
+                lr_name,
+                track.text,
+                track.job_dir,
+                step,
             )
-        job.append(f"{CKPT_KEY}={quote(str(last))}")
+        else:
+            job.append(f"{CKPT_KEY}={quote(str(last))}")
     return job
 
 
