@@ -114,6 +114,74 @@ def test_the_choice_is_the_best_finalist_and_an_edge_is_flagged_against_the_whol
     }
 
 
+def test_run_stage1_launches_each_rung_as_one_batch_and_continues_from_checkpoints(tmp_path):
+    """Two variants, 4 rates, rungs at 2 and 4 of 8 steps, a launcher faked here (it writes each
+    job's status.json and last.ckpt): one batch per rung over both variants (8, 4, 2 jobs); a
+    variant's own trainer.max_steps is replaced by the rung's; from the second rung each job resumes
+    its previous rung's last.ckpt; the values decide who goes on, per variant."""
+    from dataclasses import dataclass, field
+
+    from hydra.core.utils import JobStatus
+    from omegaconf import OmegaConf
+
+    from ablate.sweepers.halving import run_stage1
+
+    @dataclass
+    class Variant:
+        overrides: list[str]
+        label: str
+        grid: list[str]
+        rung_steps: tuple[int, ...] = (2, 4, 8)
+        tracks: list = field(default_factory=list)
+
+    @dataclass
+    class Ret:
+        hydra_cfg: object
+        status: JobStatus = JobStatus.COMPLETED
+
+    def value(items: dict[str, str]) -> float:  # act=relu prefers small rates, act=gelu large ones
+        lr, steps = float(items["optim.lr"]), int(items["trainer.max_steps"])
+        return (lr if items["act"] == "relu" else 1 / lr) + 1 / steps
+
+    batches: list[list[list[str]]] = []
+
+    def launch(batch: list[list[str]]) -> list[Ret]:
+        batches.append(batch)
+        rets = []
+        for overrides in batch:
+            items = dict(o.split("=", 1) for o in overrides)
+            job = tmp_path / ",".join(sorted(o for o in overrides if not o.startswith("ckpt_path=")))
+            (job / "checkpoints").mkdir(parents=True)
+            (job / "checkpoints" / "last.ckpt").write_text("")
+            steps = int(items["trainer.max_steps"])
+            record = {"status": "completed", "steps": steps, "metrics": {"val/loss": value(items)}}
+            (job / "status.json").write_text(json.dumps(record))
+            rets.append(Ret(OmegaConf.create({"hydra": {"runtime": {"output_dir": str(job)}}})))
+        return rets
+
+    grid = ["0.001", "0.002", "0.004", "0.008"]
+    variants = [Variant(["act=relu", "trainer.max_steps=8"], "act=relu", grid), Variant(["act=gelu"], "act=gelu", grid)]
+    returns, stopped = run_stage1(variants, launch, lambda: False, "val/loss", False, "optim.lr", "seed", "0")
+    assert not stopped and [len(b) for b in batches] == [8, 4, 2] and len(returns) == 14
+    for rung, batch in enumerate(batches):
+        for job in batch:
+            assert job.count("trainer.max_steps=8") == (rung == 2) and f"trainer.max_steps={(2, 4, 8)[rung]}" in job
+            assert "optim.decay_steps=8" in job and "seed=0" in job
+            ckpt = [o for o in job if o.startswith("ckpt_path=")]
+            if rung == 0:
+                assert not ckpt
+            else:
+                previous = [o for o in job if not o.startswith(("ckpt_path=", "trainer.max_steps="))]
+                name = ",".join(sorted([*previous, f"trainer.max_steps={(2, 4, 8)[rung - 1]}"]))
+                assert ckpt == [f"ckpt_path='{tmp_path / name / 'checkpoints' / 'last.ckpt'}'"]
+    finalists = {v.label: [t.text for t in v.tracks if t.running] for v in variants}
+    assert finalists == {"act=relu": ["0.001"], "act=gelu": ["0.008"]}
+    assert {v.label: [t.eliminated_at for t in v.tracks] for v in variants} == {
+        "act=relu": [None, 4, 2, 2],
+        "act=gelu": [2, 2, 4, None],
+    }
+
+
 # --------------------------------------------------------------------------- refusals
 
 
