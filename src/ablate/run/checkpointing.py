@@ -161,6 +161,14 @@ class LastCheckpoint(Checkpoint):
         if periodic or trainer.should_stop or last_step:
             self.save(trainer)
 
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A validation right after a save at the same step (the last step, a periodic one): save
+        # again, still mid-epoch, so that last.ckpt also holds what the validation changed in the
+        # other callbacks (best.ckpt's best score: a resumed run must not overwrite a better best.ckpt).
+        if self._saved_at == trainer.global_step and trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self._saved_at = None
+            self.save(trainer)
+
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.save(trainer)  # the final state, unless the last save was at this very step
 
