@@ -322,3 +322,56 @@ def test_last_checkpoint_saves_the_final_step(tmp_path: Path) -> None:
     trainer.fit(Tiny(), DataLoader(TensorDataset(torch.randn(64, 2)), batch_size=4))
     assert saved == [3, 6, 7]
     assert torch.load(tmp_path / "last.ckpt", weights_only=False)["global_step"] == 7
+
+
+@pytest.mark.integration
+def test_last_checkpoint_of_the_final_step_holds_its_validation(tmp_path: Path) -> None:
+    """The final last.ckpt is taken mid-epoch (a run trained longer from it continues exactly) and
+    again after the final validation, so it holds best.ckpt's score of that validation: a run
+    resumed from it compares its next validations with the true best, not an older one."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x = torch.randn(64, 2, generator=torch.Generator().manual_seed(0))
+    data = TensorDataset(x, x @ torch.tensor([[1.0], [-2.0]]))
+
+    class Regression(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return (self.layer(batch[0]) - batch[1]).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val/loss", (self.layer(batch[0]) - batch[1]).pow(2).mean())
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    def fit(max_steps: int, ckpt_path: str | None = None) -> L.Trainer:
+        trainer = L.Trainer(
+            max_steps=max_steps,
+            val_check_interval=4,
+            num_sanity_val_steps=0,
+            callbacks=[
+                ModelCheckpoint(dirpath=tmp_path, filename="best", monitor="val/loss", save_top_k=1),
+                LastCheckpoint(tmp_path, every_n_train_steps=4),
+            ],
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            plugins=[AtomicCheckpointIO()],
+        )
+        trainer.fit(Regression(), DataLoader(data, batch_size=4), DataLoader(data, batch_size=64), ckpt_path=ckpt_path)
+        return trainer
+
+    final_val = float(fit(8).callback_metrics["val/loss"])
+    last = torch.load(tmp_path / "last.ckpt", weights_only=False)
+    (best_state,) = [v for k, v in last["callbacks"].items() if k.startswith("ModelCheckpoint")]
+    assert last["global_step"] == 8
+    assert float(best_state["best_model_score"]) == pytest.approx(final_val)  # the step-8 validation, the best
+    assert last["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"] == 0  # still mid-epoch
+    longer = fit(12, ckpt_path=str(tmp_path / "last.ckpt"))
+    assert longer.global_step == 12

@@ -151,11 +151,22 @@ class LastCheckpoint(Checkpoint):
         if (batch_idx + 1) % trainer.accumulate_grad_batches:
             return  # mid-accumulation: no optimiser step was taken
         periodic = self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0
-        # A callback stopped training at this step (Ctrl-C: GracefulInterrupt; divergence): save it
-        # now, while the loops are mid-epoch. That checkpoint resumes exactly, like the periodic
-        # ones; one written in on_train_end is taken after Lightning has closed the epoch, and a
-        # resume from it would start the next epoch's data order.
-        if periodic or trainer.should_stop:
+        # A callback stopped training at this step (Ctrl-C: GracefulInterrupt; divergence), or it is
+        # the last step (trainer.max_steps): save it now, while the loops are mid-epoch. That
+        # checkpoint resumes exactly, like the periodic ones, also with a larger trainer.max_steps
+        # (training longer; a successive-halving rung continued, ablate.sweepers.halving); one written
+        # in on_train_end is taken after Lightning has closed the epoch, and a resume from it would
+        # start the next epoch's data order.
+        last_step = 0 < trainer.max_steps <= trainer.global_step
+        if periodic or trainer.should_stop or last_step:
+            self.save(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A validation right after a save at the same step (the last step, a periodic one): save
+        # again, still mid-epoch, so that last.ckpt also holds what the validation changed in the
+        # other callbacks (best.ckpt's best score: a resumed run must not overwrite a better best.ckpt).
+        if self._saved_at == trainer.global_step and trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self._saved_at = None
             self.save(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -9,5 +9,7 @@ the code and the tests live here.
   grid sweeper that checks every job's config before the first job starts.
 * :mod:`ablate.sweepers.tuned_lr` -- ``tune=lr`` (``hydra/sweeper=tuned_lr``): each variant at its
   own tuned learning rate, in one command; its grid, selection rule and ``lr_tuning.json`` record
-  are in :mod:`ablate.sweepers.lr_selection`.
+  are in :mod:`ablate.sweepers.lr_selection`, its successive-halving stage 1
+  (``hydra.sweeper.halving.rungs``) and the replay of it on a finished grid in
+  :mod:`ablate.sweepers.halving`.
 """

@@ -11,7 +11,8 @@ launcher batches:
    collision is refused), so that the rate is chosen on a run that no verdict rests on. The grid is the
    sweep's own ``optim.lr=a,b,c`` when it gives one, else ``hydra.sweeper.num_lrs`` values
    (default 5) a factor ``hydra.sweeper.lr_factor`` (default 2) apart, centred on the variant's
-   configured ``optim.lr``.
+   configured ``optim.lr``. ``hydra.sweeper.halving.rungs=[0.25,0.5]`` runs it by successive
+   halving instead (:mod:`ablate.sweepers.halving`; default off: the full grid).
 2. **Stage 2, the seeds**: every variant at its best learning rate -- the best final ``metric``
    (``optimized_metric``, default ``val/loss``: lowest; BLEU-like metrics: highest) recorded in
    the job's ``status.json``; a diverged or crashed job ranks last -- with every seed. The seeds
@@ -59,6 +60,7 @@ from omegaconf import OmegaConf
 
 from ablate.compat import BasicSweeper, sweeper_params_overrides
 from ablate.run.sweep_stop import STOP_FILE, stop_requested
+from ablate.sweepers import halving as sh
 from ablate.sweepers.lr_selection import (
     LR_KEY,
     LRResult,
@@ -134,6 +136,8 @@ class _Variant:
     selection: Selection = field(default_factory=lambda: Selection(None))  # stage 1's choice
     seeds: list[dict[str, Any]] = field(default_factory=list)  # stage 2: one record per seed
     decision: Any = None  # seeds=auto: the sequential verdict against the baseline
+    rung_steps: tuple[int, ...] = ()  # halving: the steps each rate may be cut at, then trainer.max_steps
+    tracks: list[sh.RateTrack] = field(default_factory=list)  # halving: each rate through the rungs
 
     @property
     def chosen_text(self) -> str:
@@ -159,8 +163,10 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         margin: float | None = None,
         looks: Sequence[int] = (3, 5, 7, 10),
         spending: str = "obrien-fleming",
+        halving: Any = None,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, params=params)
+        self.rungs = sh.check_rungs((halving or {}).get("rungs"))  # () : the full grid (ablate.sweepers.halving)
         if not (isinstance(num_lrs, int) and num_lrs >= 1):
             raise ValueError(f"hydra.sweeper.num_lrs={num_lrs!r}: give a number of learning rates >= 1")
         if not (isinstance(lr_factor, (int, float)) and lr_factor > 1):
@@ -249,6 +255,19 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             return _dedupe(seed.sweep_string_iterator())
         return [seed.get_value_element_as_str()]
 
+    def _rung_steps(self, v: _Variant) -> tuple[int, ...]:
+        """``hydra.sweeper.halving.rungs`` as steps of this variant's run, checked (exit 2 naming the key)."""
+        assert self.hydra_context is not None and self.config is not None
+        from ablate.config.options import ConfigError
+        from ablate.run import cli
+
+        try:
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(v.overrides))
+            return sh.config_rung_steps(cfg, self.rungs, v.label)
+        except ValueError as err:
+            cli.report_user_error(ConfigError(str(err)))
+            raise  # not reached
+
     def _interrupted(self) -> bool:
         """Ctrl-C in a worker-process sweep (:mod:`ablate.run.sweep_stop`): the jobs just launched may have
         stopped early, so nothing is chosen or decided from them (stage 2 stays ``pending``)."""
@@ -310,20 +329,29 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         extend_also = f"hydra.sweep.dir={sweep_dir}"
 
         # stage 1: every variant at every learning rate of its grid, the selection seed
+        for v in variants if self.rungs else []:  # checked before any job starts
+            v.rung_steps = self._rung_steps(v)
         plan = [(v, text) for v in variants for text in v.grid]
         print(
             f"LR tuning, stage 1: {len(variants)} variant(s) x {len(variants[0].grid)} learning rates, "
-            f"{seed_name}={select} (the selection seed, no verdict rests on it)",
+            f"{seed_name}={select} (the selection seed, no verdict rests on it)"
+            + (f", successive halving at {','.join(f'{r:g}' for r in self.rungs)} of the steps" if self.rungs else ""),
             flush=True,
         )
-        stage1 = self._launch([[*v.overrides, f"{lr_name}={text}", f"{seed_name}={select}"] for v, text in plan])
-        if self._interrupted():
+        if self.rungs:
+            stage1, stopped = sh.run_stage1(
+                variants, self._launch, self._interrupted, metric, higher, lr_name, seed_name, select
+            )
+        else:
+            stage1 = self._launch([[*v.overrides, f"{lr_name}={text}", f"{seed_name}={select}"] for v, text in plan])
+            stopped = self._interrupted()
+        if stopped:
             # an incomplete grid chooses nothing: no learning rate is recorded from it
             print("LR tuning interrupted in stage 1: nothing chosen; re-run the same command to resume", flush=True)
             return [stage1]
         for v in variants:
-            v.results = []
-        for (v, text), ret in zip(plan, stage1):
+            v.results = [t.result(v.rung_steps[-1]) for t in v.tracks] if self.rungs else []
+        for (v, text), ret in zip(plan, [] if self.rungs else stage1):
             job_dir = job_dir_of(ret)
             status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
             v.results.append(LRResult(float(text), text, status, value, job_dir.name if job_dir else None))
@@ -447,6 +475,9 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         for v in variants:
             by_lr = {r.lr: r for r in v.results}
             cells = [_cell(by_lr[lr].value, by_lr[lr].status) if lr in by_lr else "" for lr in lrs]
+            if v.tracks:  # halving: the value at each rung reached, and the rung that eliminated it
+                tracks = {t.lr: sh.cell(t) for t in v.tracks}
+                cells = [tracks.get(lr, "") for lr in lrs]
             sel = v.selection
             chosen = "none" if sel.chosen is None else sel.chosen.text + (" (edge)" if sel.edge else "")
             rows.append([v.label, *cells, chosen])
@@ -455,6 +486,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             f"{'highest' if higher else 'lowest'} wins, diverged/crashed rank last)"
         )
         lines = [title, _table(rows)]
+        lines += sh.stage1_lines([v for v in variants if v.tracks])
         lines += [f"  {v.label}: {v.selection.note}" for v in variants if v.selection.note]
         return "\n".join(lines)
 
@@ -509,6 +541,8 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             "stage2": "done" if stage2_done else "pending",
             "variants": [],
         }
+        if self.rungs:
+            out["halving"] = {"rungs": list(self.rungs), "rule": sh.RULE}
         for v in variants:
             sel = v.selection
             record: dict[str, Any] = {
@@ -525,6 +559,8 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 "warning": sel.note,
                 "extend_with": sel.extend_with,
             }
+            if v.tracks:
+                record["halving"] = sh.history(v.tracks, v.rung_steps, self.rungs)
             if v.decision is not None:
                 verdict = v.decision.verdict if v.decision.verdict != "continue" else "inconclusive (diverged seeds)"
                 record["sequential"] = {

@@ -1,0 +1,549 @@
+"""Successive halving over a ``tune=lr`` grid: a cheaper stage 1 (``hydra.sweeper.halving.rungs``).
+
+Successive halving (Jamieson & Talwalkar 2016, "Non-stochastic Best Arm Identification and
+Hyperparameter Optimization", AISTATS; the inner loop of Li et al. 2017, "Hyperband: A Novel
+Bandit-Based Approach to Hyperparameter Optimization", JMLR 18) trains every arm a little, keeps
+the better half, trains those further, and so on. Here the arms are one variant's learning rates
+and the budget is optimiser steps: with ``hydra.sweeper.halving.rungs=[0.25,0.5]`` every rate of
+the grid trains the first quarter of ``trainer.max_steps``, the better half of them (``floor(n/2)``,
+at least 1, ranked by the rung's validation value of the selection metric: lowest loss, highest
+BLEU-like; diverged or crashed rank last and never go on) continues to half of the steps, the
+better half of those to the full length, and the chosen rate is the best of these finalists at
+full length (:func:`ablate.sweepers.lr_selection.select_lr`, the full-grid rule on the
+finalists, so an edge of the grid is still flagged against the whole grid). Five rates at
+``[0.25, 0.5]`` cost ``5·¼ + 2·¼ + 1·½ = 2.25`` full runs, 0.45 of the grid (:func:`compute_fraction`).
+
+A rung is the prefix of the full run, not a shorter run: each rung job sets
+``optim.decay_steps=<trainer.max_steps>`` (the schedule's horizon stays the full length) and
+``trainer.max_steps=<the rung's step>``, and a survivor's next rung resumes the previous rung's
+``last.ckpt`` (``ckpt_path``). :func:`ablate.run.resume.run_identity` leaves ``trainer.max_steps``
+out of a run's identity when ``optim.decay_steps`` is set, so the resumed job is the same run; no
+step is trained twice and the final value is the one an uninterrupted run at that rate would have
+reached. Each rung is an ordinary job of the sweep directory (named by its overrides, ``ckpt_path``
+excluded), so re-running the command skips every finished rung and chooses the same survivors.
+
+The same rule replayed on the logged validation curves of an already finished full-grid stage 1
+(:func:`replay_sweep`, ``scripts/halving_replay.py``) is exact for the same reason: the rung's
+value is the full run's value at that step.
+
+This module holds the rung plan, the survivor rule and the replay as small functions, and the
+loop that launches the rungs for :class:`ablate.sweepers.tuned_lr.TunedLRSweeper`. Imported at
+Hydra's plugin scan: pandas and the analysis code only inside the replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any, Protocol
+
+from ablate.sweepers.lr_selection import LRResult, Selection, format_lr, job_dir_of, read_outcome, select_lr
+
+log = logging.getLogger(__name__)
+
+RUNGS_KEY = "hydra.sweeper.halving.rungs"
+MAX_STEPS_KEY, DECAY_KEY, CKPT_KEY = "trainer.max_steps", "optim.decay_steps", "ckpt_path"
+STEP_TOLERANCE = 0.01  # a fraction printed to 6 digits (1/3: 0.333333) names its whole step
+ELIMINATED = "eliminated"  # the status of a rate that a rung left behind (it has no full-length value)
+RULE = (
+    "successive halving (Jamieson & Talwalkar 2016; Li et al. 2017): at each rung the better floor(n/2) "
+    "(at least 1) of the rates still running, by the metric at the rung's step, continue from their checkpoint; "
+    "diverged or crashed rank last and never continue; the chosen rate is the best finalist at full length"
+)
+
+
+# --------------------------------------------------------------------------- the plan (pure)
+
+
+def check_rungs(rungs: Any) -> tuple[float, ...]:
+    """``hydra.sweeper.halving.rungs`` as fractions of ``trainer.max_steps``: empty (null or
+    ``[]``: halving off) or strictly increasing numbers in (0, 1). Raises ValueError naming the key."""
+    if rungs is None:
+        return ()
+    values = list(rungs) if isinstance(rungs, Iterable) and not isinstance(rungs, (str, bytes, Mapping)) else None
+    if (
+        values is None
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1 for v in values)
+        or any(b <= a for a, b in pairwise(values))
+    ):
+        raise ValueError(
+            f"{RUNGS_KEY}={rungs!r}: give fractions of trainer.max_steps, strictly increasing in (0, 1), "
+            "e.g. [0.25,0.5]; [] or null: no halving"
+        )
+    return tuple(float(v) for v in values)
+
+
+def rung_steps(
+    fractions: Sequence[float],
+    max_steps: Any,
+    val_check_interval: Any = None,
+    decay_steps: Any = None,
+    label: str = "",
+    key: str = RUNGS_KEY,
+) -> tuple[int, ...]:
+    """The optimiser steps at which the grid is cut, then ``max_steps``: ``fraction x max_steps``
+    each, a whole number of steps and a validation step (a multiple of an integer
+    ``trainer.val_check_interval``), so that every rung's value is one that was measured. The
+    schedule's horizon must be ``max_steps`` (``optim.decay_steps`` null or equal to it). Raises
+    ValueError naming ``key`` and what is valid; ``label`` names the variant."""
+    where = f" ({label})" if label else ""
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
+        raise ValueError(
+            f"{key}: trainer.max_steps={max_steps!r}{where}: halving cuts the run at fractions of "
+            "trainer.max_steps; give a positive number of steps"
+        )
+    if decay_steps is not None and decay_steps != max_steps:
+        raise ValueError(
+            f"{key}: optim.decay_steps={decay_steps}{where} is not trainer.max_steps={max_steps}: halving needs "
+            "the schedule's horizon to be the full run; use optim.decay_steps=null"
+        )
+    if isinstance(val_check_interval, bool) or not isinstance(val_check_interval, int) or val_check_interval <= 0:
+        raise ValueError(
+            f"{key}: trainer.val_check_interval={val_check_interval!r}{where}: halving ranks the rates at "
+            "validation steps; give a whole number of optimiser steps"
+        )
+    valid = [s / max_steps for s in range(val_check_interval, max_steps, val_check_interval)]
+    shown = ", ".join(f"{f:g}" for f in valid[:8]) + (f", ... ({len(valid)} in all)" if len(valid) > 8 else "")
+    steps = []
+    for fraction in fractions:
+        exact = fraction * max_steps
+        step = round(exact)
+        if abs(exact - step) > STEP_TOLERANCE or step <= 0:
+            raise ValueError(
+                f"{key}: {fraction:g} x trainer.max_steps={max_steps} = {exact:g}{where} is not a whole number "
+                f"of steps; validation steps are at {shown or 'none'}"
+            )
+        if step % val_check_interval:
+            raise ValueError(
+                f"{key}: step {step} ({fraction:g} x {max_steps}){where} is not a validation step (every "
+                f"trainer.val_check_interval={val_check_interval}): no value is measured there; valid: {shown or 'none'}"
+            )
+        steps.append(step)
+    return (*steps, max_steps)
+
+
+def config_rung_steps(cfg: Any, fractions: Sequence[float], label: str = "") -> tuple[int, ...]:
+    """:func:`rung_steps` of a composed job config; also refuses a config whose survivors could not
+    continue (no ``callbacks.checkpoint_last``)."""
+    from omegaconf import OmegaConf
+
+    def get(key: str) -> Any:
+        return OmegaConf.select(cfg, key)
+
+    if get("callbacks.checkpoint_last") is None:
+        raise ValueError(
+            f"{RUNGS_KEY}: callbacks.checkpoint_last is null ({label or 'the sweep'}): survivors continue from "
+            "checkpoints/last.ckpt; keep callbacks.checkpoint_last, or give no rungs"
+        )
+    return rung_steps(fractions, get(MAX_STEPS_KEY), get("trainer.val_check_interval"), get(DECAY_KEY), label)
+
+
+def keep_count(n: int) -> int:
+    """How many of ``n`` rates go on from a rung: the better half, ``floor(n/2)``, at least 1."""
+    return max(1, n // 2)
+
+
+def segment_counts(n_rates: int, n_rungs: int) -> list[int]:
+    """How many rates train each segment (start -> rung 1 -> ... -> full length) when none diverges."""
+    counts = [n_rates]
+    for _ in range(n_rungs):
+        counts.append(keep_count(counts[-1]))
+    return counts
+
+
+def compute_fraction(n_rates: int, fractions: Sequence[float]) -> float:
+    """Stage 1's planned optimiser steps as a fraction of the full grid's (``n_rates`` full runs):
+    5 rates at ``[0.25, 0.5]`` -> ``(5·¼ + 2·¼ + 1·½) / 5 = 0.45``."""
+    bounds = [0.0, *fractions, 1.0]
+    counts = segment_counts(n_rates, len(fractions))
+    return sum(c * (b - a) for c, a, b in zip(counts, bounds, bounds[1:])) / n_rates
+
+
+def reached_fraction(reached: Sequence[int], max_steps: int) -> float:
+    """The steps each rate was scheduled to (the step of its last rung) over the full grid's."""
+    return sum(reached) / (len(reached) * max_steps) if reached else 0.0
+
+
+# --------------------------------------------------------------------------- survivors (pure)
+
+
+@dataclass
+class RungOutcome:
+    """One rate's outcome at one rung: the job that trained it there and the metric at that step."""
+
+    step: int
+    status: str  # completed | diverged | crashed | incomplete
+    value: float | None  # measured at ``step``; None when not finite or not measured
+    job: str | None = None  # the job directory's name (sweeper) or None (replay)
+
+    @property
+    def usable(self) -> bool:
+        return self.status == "completed" and self.value is not None and math.isfinite(self.value)
+
+
+@dataclass
+class RateTrack:
+    """One learning rate of a variant through the rungs."""
+
+    lr: float
+    text: str  # as the override spells it
+    rungs: list[RungOutcome] = field(default_factory=list)
+    eliminated_at: int | None = None  # the rung step that left it behind
+    job_dir: Path | None = None  # the directory of its latest job (the sweeper resumes its last.ckpt)
+
+    @property
+    def running(self) -> bool:
+        return self.eliminated_at is None
+
+    def result(self, full_steps: int) -> LRResult:
+        """Its result for :func:`select_lr`: the full-length outcome of a finalist; an eliminated
+        rate (or one that stopped before full length) is never chosen and records no value."""
+        last = self.rungs[-1] if self.rungs else None
+        if last is None or self.eliminated_at is not None or last.step != full_steps:
+            status = ELIMINATED if self.eliminated_at is not None else (last.status if last else "incomplete")
+            return LRResult(self.lr, self.text, status, None, last.job if last else None)
+        return LRResult(self.lr, self.text, last.status, last.value if last.usable else None, last.job)
+
+
+def rank(tracks: Sequence[RateTrack], higher_is_better: bool) -> list[RateTrack]:
+    """Best first by the latest rung's value; ties go to the smaller rate (as :func:`select_lr`);
+    a diverged, crashed or unmeasured rate ranks last."""
+
+    def key(track: RateTrack) -> tuple[int, float, float]:
+        last = track.rungs[-1] if track.rungs else None
+        if last is None or not last.usable:
+            return (1, 0.0, track.lr)
+        value = float(last.value)  # type: ignore[arg-type]  # usable: a finite value
+        return (0, -value if higher_is_better else value, track.lr)
+
+    return sorted(tracks, key=key)
+
+
+def halve(tracks: Sequence[RateTrack], step: int, higher_is_better: bool) -> list[RateTrack]:
+    """Keep the better ``floor(n/2)`` (at least 1) of the rates still running at rung ``step``;
+    marks the others eliminated there and returns the survivors (ascending rate). A rate without
+    a usable value at the rung never survives, even when fewer remain."""
+    running = [t for t in tracks if t.running]
+    ranked = rank(running, higher_is_better)
+    kept = [t for t in ranked[: keep_count(len(running))] if t.rungs and t.rungs[-1].usable]
+    for track in running:
+        if track not in kept:
+            track.eliminated_at = step
+    return sorted(kept, key=lambda t: t.lr)
+
+
+def choose(tracks: Sequence[RateTrack], full_steps: int, higher_is_better: bool, **select: Any) -> Selection:
+    """The selection among the finalists at full length, with the grid's edges flagged against
+    the whole grid (``select`` goes to :func:`select_lr`)."""
+    return select_lr([t.result(full_steps) for t in tracks], higher_is_better=higher_is_better, **select)
+
+
+def history(tracks: Sequence[RateTrack], steps: Sequence[int], fractions: Sequence[float]) -> dict[str, Any]:
+    """The ``halving`` record of one variant for ``lr_tuning.json``: every measured value, which
+    rung eliminated which rate, and the scheduled compute as a fraction of the full grid."""
+    full = steps[-1]
+    return {
+        "rungs": list(fractions),
+        "steps": list(steps),
+        "compute_fraction": round(reached_fraction([t.rungs[-1].step for t in tracks if t.rungs], full), 4),
+        "planned_fraction": round(compute_fraction(len(tracks), fractions), 4),
+        "rates": [
+            {
+                "lr": t.lr,
+                "rungs": [{"step": r.step, "status": r.status, "value": r.value, "job": r.job} for r in t.rungs],
+                "eliminated_at_step": t.eliminated_at,
+            }
+            for t in tracks
+        ],
+    }
+
+
+def cell(track: RateTrack) -> str:
+    """A rate's cell of the stage-1 table: its value at each rung it reached (``2.3141>2.0712``),
+    then ``out@<step>`` when a rung left it behind."""
+    parts = [f"{r.value:.4f}" if r.value is not None else r.status for r in track.rungs]
+    return ">".join(parts) + (f" out@{track.eliminated_at}" if track.eliminated_at is not None else "")
+
+
+# --------------------------------------------------------------------------- the sweeper's stage 1
+
+
+class HalvingVariant(Protocol):
+    overrides: list[str]
+    label: str
+    grid: list[str]
+    rung_steps: tuple[int, ...]
+    tracks: list[RateTrack]
+
+
+def quote(value: str) -> str:
+    """A Hydra override value quoted: a job directory's name holds ``,`` and ``=``."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def rung_job(
+    variant: HalvingVariant, track: RateTrack, rung: int, lr_name: str, seed_name: str, seed: str
+) -> list[str]:
+    """The overrides of ``track``'s job at rung index ``rung``: the variant's own (without a
+    training length or horizon of its own), the rate, the selection seed, the full run's horizon
+    and the rung's length, and from the second rung on the previous rung's checkpoint."""
+    full, step = variant.rung_steps[-1], variant.rung_steps[rung]
+    own = [o for o in variant.overrides if _key(o) not in (MAX_STEPS_KEY, DECAY_KEY, CKPT_KEY)]
+    job = [*own, f"{lr_name}={track.text}", f"{seed_name}={seed}", f"{DECAY_KEY}={full}", f"{MAX_STEPS_KEY}={step}"]
+    if rung:
+        from ablate.run.checkpointing import find_last_checkpoint
+
+        last = find_last_checkpoint([track.job_dir / "checkpoints"]) if track.job_dir else None
+        if last is None:  # removed since (or another checkpoint dirpath): a finished rung job is still skipped
+            log.warning(
+                "halving: %s %s=%s has no checkpoints/last.ckpt in %s: its step-%d job starts from step 0 unless it "
+                "finished before (the same values: the rung is a prefix of the run, at more cost)",
+                variant.label,
+                lr_name,
+                track.text,
+                track.job_dir,
+                step,
+            )
+        else:
+            job.append(f"{CKPT_KEY}={quote(str(last))}")
+    return job
+
+
+def run_stage1(
+    variants: Sequence[HalvingVariant],
+    launch: Callable[[list[list[str]]], list[Any]],
+    interrupted: Callable[[], bool],
+    metric: str,
+    higher_is_better: bool,
+    lr_name: str,
+    seed_name: str,
+    seed: str,
+) -> tuple[list[Any], bool]:
+    """Stage 1 by successive halving: each rung launched as one batch over all variants, the
+    survivors of each variant continued from their checkpoints. Fills each variant's ``tracks``;
+    returns the launched jobs' returns and whether it was interrupted (then nothing is chosen)."""
+    from hydra.core.utils import JobStatus
+
+    from ablate.run.status import read_status
+
+    returns: list[Any] = []
+    for v in variants:
+        v.tracks = [RateTrack(float(text), text) for text in v.grid]
+    for rung in range(max(len(v.rung_steps) for v in variants)):
+        plan = [(v, t) for v in variants if rung < len(v.rung_steps) for t in v.tracks if t.running]
+        if not plan:
+            break
+        rets = launch([rung_job(v, t, rung, lr_name, seed_name, seed) for v, t in plan])
+        returns += rets
+        if interrupted():
+            return returns, True
+        for (v, t), ret in zip(plan, rets):
+            step = v.rung_steps[rung]
+            job_dir = job_dir_of(ret)
+            status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
+            record = read_status(job_dir) if job_dir is not None else None
+            if status == "completed" and (record is None or record.steps != step):
+                status, value = "incomplete", None  # not measured at the rung's step: never recorded as if it were
+            t.rungs.append(RungOutcome(step, status, value, job_dir.name if job_dir else None))
+            t.job_dir = job_dir
+        for v in variants:
+            if rung < len(v.rung_steps) - 1:
+                halve(v.tracks, v.rung_steps[rung], higher_is_better)
+    return returns, False
+
+
+def stage1_lines(variants: Sequence[HalvingVariant]) -> list[str]:
+    """The lines under the stage-1 table: the rungs and the compute of each variant."""
+    lines = []
+    for v in variants:
+        full = v.rung_steps[-1]
+        fraction = reached_fraction([t.rungs[-1].step for t in v.tracks if t.rungs], full)
+        cuts = ", ".join(str(s) for s in v.rung_steps[:-1])
+        lines.append(
+            f"  {v.label}: successive halving at steps {cuts} of {full}; stage-1 compute {fraction:.2f} of the "
+            f"full grid's steps ({len(v.tracks)} rates x {full})"
+        )
+    return lines
+
+
+# --------------------------------------------------------------------------- replay on a finished full grid
+
+
+@dataclass
+class ReplayRow:
+    """One variant of a replayed full-grid stage 1."""
+
+    variant: str
+    full_choice: str | None  # the rate the full grid chooses (its override's value)
+    halving_choice: str | None
+    steps_apart: int | None  # grid steps between the two choices
+    compute_fraction: float
+    tracks: list[RateTrack]
+    steps: tuple[int, ...]
+    metric: str = ""
+
+
+def _value_at(curve: Any, step: int) -> float | None:
+    return float(curve.loc[step]) if step in curve.index else None
+
+
+def replay_variant(
+    jobs: Mapping[str, Any],
+    grid: Sequence[str],
+    fractions: Sequence[float],
+    metric: str,
+    higher_is_better: bool,
+    label: str = "",
+) -> ReplayRow:
+    """Successive halving replayed on one variant's full-grid jobs (``{rate text: Job}`` of
+    :mod:`ablate.analysis.runs`): the metric at each rung's step from the job's validation curve
+    (``metrics.csv`` step + 1 = optimiser steps done), the full length's from its
+    ``status.json`` (as the full grid's selection reads it). Raises ValueError when a rung's
+    step was not validated (naming the steps that were) or the length is unknown."""
+    from ablate.analysis.budget import validation_curve
+
+    ordered = sorted(grid, key=float)
+    first = jobs[ordered[0]]
+    max_steps = first.value(MAX_STEPS_KEY)
+    try:
+        max_steps = int(float(max_steps))
+    except (TypeError, ValueError):
+        raise ValueError(f"{label}: {first.name} has no trainer.max_steps to cut at fractions of") from None
+    decay = first.value(DECAY_KEY)
+    decay_steps = int(float(decay)) if decay not in (None, "null") else None
+    # any step may be a rung here: the curves say which were validated (the error below names them)
+    steps = rung_steps(fractions, max_steps, 1, decay_steps, label, "--rungs")
+    tracks = [RateTrack(float(text), text) for text in ordered]
+    full_results = []
+    for track in tracks:
+        job = jobs[track.text]
+        status, value = read_outcome(Path(job.source), metric)
+        full_results.append(LRResult(track.lr, track.text, status, value, job.name))
+    for rung, step in enumerate(steps):
+        for track in tracks:
+            if not track.running:
+                continue
+            job = jobs[track.text]
+            if step == max_steps:
+                status, value = read_outcome(Path(job.source), metric)
+                track.rungs.append(RungOutcome(step, status, value, job.name))
+                continue
+            curve = validation_curve(job.metrics, metric, "steps")
+            value = _value_at(curve, step)
+            if value is None and ((len(curve) and curve.index[-1] >= step) or job.status == "completed"):
+                validated = ", ".join(f"{s:.0f}" for s in curve.index) or "none"
+                raise ValueError(
+                    f"{label} {track.text}: step {step} was not validated in {job.name}/csv/metrics.csv; the steps that "
+                    f"were: {validated}. Choose rungs at those steps (--rungs)"
+                )
+            usable = value is not None and math.isfinite(value)
+            status = "completed" if usable else (job.status if job.status != "completed" else "diverged")
+            track.rungs.append(RungOutcome(step, status, value if usable else None, job.name))
+        if rung < len(steps) - 1:
+            halve(tracks, step, higher_is_better)
+    full = select_lr(full_results, higher_is_better=higher_is_better)
+    halving = choose(tracks, max_steps, higher_is_better)
+    texts = [t.text for t in tracks]
+    apart = (
+        abs(texts.index(full.chosen.text) - texts.index(halving.chosen.text))
+        if full.chosen is not None and halving.chosen is not None
+        else None
+    )
+    return ReplayRow(
+        label,
+        full.chosen.text if full.chosen else None,
+        halving.chosen.text if halving.chosen else None,
+        apart,
+        reached_fraction([t.rungs[-1].step for t in tracks if t.rungs], max_steps),
+        tracks,
+        steps,
+        metric,
+    )
+
+
+def replay_sweep(sweep_dir: str | Path, fractions: Sequence[float], metric: str | None = None) -> list[ReplayRow]:
+    """Successive halving replayed on every variant of a finished full-grid ``tune=lr`` stage 1
+    (``<sweep_dir>/lr_tuning.json`` names the variants, their grids and the selection seed). Raises
+    ValueError (a sweep that is not one, a halving stage 1, a missing job, a rung not validated)."""
+    import json
+
+    from ablate.analysis.runs import TUNING_FILE, canonical, higher_is_better, load_sweep, parse_overrides
+
+    given = list(fractions)
+    try:
+        fractions = check_rungs(given)
+    except ValueError:
+        fractions = ()
+    if not fractions:
+        raise ValueError(
+            f"--rungs {' '.join(f'{f:g}' for f in given)}: give fractions of trainer.max_steps, strictly increasing "
+            "in (0, 1), e.g. --rungs 0.25 0.5"
+        )
+    path = Path(sweep_dir) / TUNING_FILE
+    if not path.is_file():
+        raise ValueError(f"{sweep_dir} has no {TUNING_FILE}: not a finished tune=lr sweep")
+    tuning = json.loads(path.read_text())
+    metric = metric or tuning.get("metric") or "val/loss"
+    higher = higher_is_better(metric)
+    key = tuning.get("key", "optim.lr")
+    seed = tuning.get("selection_seed", tuning.get("tuning_seed"))
+    sweep = load_sweep(sweep_dir)
+    rows = []
+    for record in tuning.get("variants", []):
+        label = record.get("variant", "")
+        if record.get("halving"):
+            raise ValueError(f"{label}: its stage 1 ran with successive halving; the replay needs the full grid")
+        wanted = parse_overrides(record.get("overrides", []))
+        grid = [format_lr(float(x)) for x in record.get("grid", [])]
+        jobs: dict[str, Any] = {}
+        for job in sweep.jobs:
+            if any(job.overrides.get(k) != v for k, v in wanted.items()) or str(job.seed) != str(seed):
+                continue
+            if MAX_STEPS_KEY in job.overrides and DECAY_KEY in job.overrides:
+                continue  # a rung job of a halving stage 1 run into the same directory
+            rate = job.overrides.get(key)
+            match = next((t for t in grid if rate is not None and canonical(t) == rate), None)
+            if match is not None:
+                if match in jobs:
+                    raise ValueError(
+                        f"{label}: two selection-seed jobs at {key}={match}: {jobs[match].name}, {job.name}"
+                    )
+                jobs[match] = job
+        missing = [t for t in grid if t not in jobs]
+        if missing or not grid:
+            raise ValueError(
+                f"{label}: no selection-seed job ({seed}) at {key}={','.join(missing) or '?'} in {sweep_dir}"
+            )
+        rows.append(replay_variant(jobs, grid, fractions, metric, higher, label))
+    if not rows:
+        raise ValueError(f"{path} lists no variants")
+    return rows
+
+
+def replay_table(rows: Sequence[ReplayRow]) -> str:
+    """The replay as a Markdown table, then each variant's rates through the rungs."""
+    metric = rows[0].metric if rows else ""
+    lines = [
+        f"Successive halving replayed on the full grid's curves ({metric})",
+        "",
+        "| variant | full-grid choice | halving choice | grid steps apart | stage-1 compute |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        apart = "-" if r.steps_apart is None else str(r.steps_apart)
+        lines.append(
+            f"| {r.variant} | {r.full_choice or 'none'} | {r.halving_choice or 'none'} | {apart} | {r.compute_fraction:.2f} |"
+        )
+    lines.append("")
+    for r in rows:
+        lines.append(f"{r.variant} (rungs at steps {', '.join(map(str, r.steps[:-1]))} of {r.steps[-1]}):")
+        lines += [f"  {t.text}: {cell(t)}" for t in r.tracks]
+    return "\n".join(lines)
