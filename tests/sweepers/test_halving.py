@@ -59,6 +59,7 @@ def test_keep_the_better_half_at_least_one(n, kept):
 def test_rung_steps():
     assert rung_steps([0.25, 0.5], 1000, 250) == (250, 500, 1000)
     assert rung_steps([0.333333, 0.5], 1200, 200) == (400, 600, 1200)  # 1/3 to 6 digits names step 400
+    assert rung_steps([0.1667, 0.5], 1200, 200) == (200, 600, 1200)  # 1/6 to 4 digits (200.04) names step 200
     assert rung_steps([0.5], 8, 2, decay_steps=8) == (4, 8)  # a horizon equal to max_steps is the same schedule
 
 

@@ -47,7 +47,9 @@ log = logging.getLogger(__name__)
 
 RUNGS_KEY = "hydra.sweeper.halving.rungs"
 MAX_STEPS_KEY, DECAY_KEY, CKPT_KEY = "trainer.max_steps", "optim.decay_steps", "ckpt_path"
-STEP_TOLERANCE = 0.01  # a fraction printed to 6 digits (1/3: 0.333333) names its whole step
+# a fraction names the whole step within this many steps, or this share of the run: 1/3 to 6 digits
+# (0.333333) names step 400 of 1200, 1/6 to 4 digits (0.1667, 200.04) step 200
+STEP_TOLERANCE, RELATIVE_STEP_TOLERANCE = 0.01, 1e-4
 ELIMINATED = "eliminated"  # the status of a rate that a rung left behind (it has no full-length value)
 RULE = (
     "successive halving (Jamieson & Talwalkar 2016; Li et al. 2017): at each rung the better floor(n/2) "
@@ -112,7 +114,7 @@ def rung_steps(
     for fraction in fractions:
         exact = fraction * max_steps
         step = round(exact)
-        if abs(exact - step) > STEP_TOLERANCE or step <= 0:
+        if abs(exact - step) > max(STEP_TOLERANCE, RELATIVE_STEP_TOLERANCE * max_steps) or step <= 0:
             raise ValueError(
                 f"{key}: {fraction:g} x trainer.max_steps={max_steps} = {exact:g}{where} is not a whole number "
                 f"of steps; validation steps are at {shown or 'none'}"
@@ -419,8 +421,11 @@ def replay_variant(
         raise ValueError(f"{label}: {first.name} has no trainer.max_steps to cut at fractions of") from None
     decay = first.value(DECAY_KEY)
     decay_steps = int(float(decay)) if decay not in (None, "null") else None
-    # any step may be a rung here: the curves say which were validated (the error below names them)
-    steps = rung_steps(fractions, max_steps, 1, decay_steps, label, "--rungs")
+    # the curves say which steps were validated (the error below names them); the configured
+    # interval, when it is a whole number of steps, names them up front
+    interval = first.value("trainer.val_check_interval")
+    every = int(float(interval)) if _whole(interval) else 1
+    steps = rung_steps(fractions, max_steps, every, decay_steps, label, "--rungs")
     tracks = [RateTrack(float(text), text) for text in ordered]
     full_results = []
     for track in tracks:
@@ -547,3 +552,11 @@ def replay_table(rows: Sequence[ReplayRow]) -> str:
         lines.append(f"{r.variant} (rungs at steps {', '.join(map(str, r.steps[:-1]))} of {r.steps[-1]}):")
         lines += [f"  {t.text}: {cell(t)}" for t in r.tracks]
     return "\n".join(lines)
+
+
+def _whole(value: Any) -> bool:
+    """Whether a config value read back from a job is a whole number of steps (``"75"``, ``75``)."""
+    try:
+        return float(value) == int(float(value)) > 0
+    except (TypeError, ValueError):
+        return False
