@@ -403,6 +403,12 @@ def test_replay_on_a_synthetic_full_grid(tmp_path):
 
 def test_replay_refuses_a_rung_that_was_not_validated(tmp_path):
     synthetic_sweep(tmp_path)
+    with pytest.raises(ValueError, match=r"step 3 \(0\.375 x 8\).* is not a validation step .*valid: 0\.25, 0\.5, 0\.75"):
+        replay_sweep(tmp_path, [0.375])  # refused from the configured trainer.val_check_interval
+    for config in tmp_path.glob("*/.hydra/config.yaml"):  # without it, from the curves themselves
+        values = yaml.safe_load(config.read_text())
+        del values["trainer"]["val_check_interval"]
+        config.write_text(yaml.safe_dump(values))
     with pytest.raises(ValueError, match=r"step 3 was not validated .*the steps that were: 2, 4, 6, 8"):
         replay_sweep(tmp_path, [0.375])
     with pytest.raises(ValueError, match=r"--rungs 0.5 0.25: give fractions"):
@@ -421,4 +427,4 @@ def test_replay_script_prints_the_table_and_exits_2_on_a_bad_rung(tmp_path, caps
     with pytest.raises(SystemExit) as exit_:
         script.main([str(tmp_path), "--rungs", "0.375"])
     assert exit_.value.code == 2
-    assert "step 3 was not validated" in capsys.readouterr().err
+    assert "step 3 (0.375 x 8) (all) is not a validation step" in capsys.readouterr().err
