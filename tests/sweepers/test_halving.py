@@ -403,7 +403,9 @@ def test_replay_on_a_synthetic_full_grid(tmp_path):
 
 def test_replay_refuses_a_rung_that_was_not_validated(tmp_path):
     synthetic_sweep(tmp_path)
-    with pytest.raises(ValueError, match=r"step 3 \(0\.375 x 8\).* is not a validation step .*valid: 0\.25, 0\.5, 0\.75"):
+    with pytest.raises(
+        ValueError, match=r"step 3 \(0\.375 x 8\).* is not a validation step .*valid: 0\.25, 0\.5, 0\.75"
+    ):
         replay_sweep(tmp_path, [0.375])  # refused from the configured trainer.val_check_interval
     for config in tmp_path.glob("*/.hydra/config.yaml"):  # without it, from the curves themselves
         values = yaml.safe_load(config.read_text())

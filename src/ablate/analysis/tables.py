@@ -158,9 +158,7 @@ def find_baseline(sweep: Sweep, spec: str) -> tuple:
     wanted = parse_baseline(spec)
     variants = sweep.variants()
     matches = [
-        key
-        for key, jobs in variants.items()
-        if all(jobs[0].value(sweep.full_name(k)) == v for k, v in wanted.items())
+        key for key, jobs in variants.items() if all(jobs[0].value(sweep.full_name(k)) == v for k, v in wanted.items())
     ]
     rows = "; ".join(sweep.label(key) for key in variants)
     if not matches:
