@@ -912,6 +912,24 @@ def _summarize_main(*args: str) -> None:
     module.main(list(args))
 
 
+def test_interaction_of_a_tuned_sweep_takes_each_cell_at_its_own_rate(tmp_path: Path):
+    """tune=lr: each cell at its own rate. The rate is part of the cell, not a slice: one contrast
+    over all seeds (slicing on it would leave four slices of one cell each, none testable)."""
+    value = planted_bleu(np.random.default_rng(3))
+    rates = {("post", 0): "2.8e-3", ("post", 30): "1.4e-3", ("pre", 0): "1.4e-3", ("pre", 30): "7e-4"}
+    index = 0
+    for (norm, warmup), lr in rates.items():
+        for seed in (11, 12, 13):
+            metrics = pd.DataFrame({"step": [99], "test/bleu": [value(norm, warmup, "2.8e-3", seed)]})
+            overrides = [f"norm={norm}", f"optim.warmup_steps={warmup}", f"optim.lr={lr}", f"seed={seed}"]
+            write_job(tmp_path, index, overrides, "", None, metrics=metrics)
+            index += 1
+    frame = interaction_table(load_sweep(tmp_path), ["norm=post,pre", "warmup_steps=0,30"], ["test/bleu"])
+    (row,) = frame.to_dict("records")
+    assert row["slice"] == "lr set per cell" and row["n"] == 3
+    assert float(row["interaction"]) == pytest.approx(-5.0, abs=0.2)
+
+
 def test_interaction_cli_on_a_planted_interaction(tmp_path: Path, capsys):
     sweep = write_design(
         tmp_path / "sweep",

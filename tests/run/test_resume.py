@@ -373,5 +373,7 @@ def test_last_checkpoint_of_the_final_step_holds_its_validation(tmp_path: Path) 
     assert last["global_step"] == 8
     assert float(best_state["best_model_score"]) == pytest.approx(final_val)  # the step-8 validation, the best
     assert last["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"] == 0  # still mid-epoch
+    previous = torch.load(tmp_path / "last.previous.ckpt", weights_only=False)
+    assert previous["global_step"] == 4  # the re-save of step 8 replaced step 8, not the step before
     longer = fit(12, ckpt_path=str(tmp_path / "last.ckpt"))
     assert longer.global_step == 12

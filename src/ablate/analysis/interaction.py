@@ -122,19 +122,36 @@ def parse_design(sweep: Sweep, specs: Sequence[str], wheres: Sequence[str | None
     return a, b
 
 
+def set_per_cell(jobs: Sequence[Job], factors: tuple[Factor, Factor], axis: str) -> bool:
+    """Whether ``axis`` is a setting of each cell rather than a factor crossed with A and B: it
+    varies, but every cell of A x B has one value of it. A ``tune=lr`` sweep's learning rate is
+    one (each variant at its own tuned rate): slicing on it would leave every slice with one cell."""
+    a, b = factors
+    per_cell: dict[tuple[str | None, str | None], set[str | None]] = {}
+    for job in jobs:
+        per_cell.setdefault((job.value(a.axis), job.value(b.axis)), set()).add(job.value(axis))
+    values = set().union(*per_cell.values()) if per_cell else set()
+    return len(values) > 1 and all(len(v) == 1 for v in per_cell.values())
+
+
 def slices(sweep: Sweep, factors: tuple[Factor, Factor], wheres: Sequence[str | None]) -> list[tuple[str, list[Job]]]:
     """``(label, jobs)`` per slice: each ``--where`` (None: every job), split by the values of the
-    axes other than the two factors, so that only A and B vary within a slice."""
+    axes other than the two factors, so that only A and B vary within a slice. An axis
+    :func:`set_per_cell` (a tuned learning rate) does not split: it is part of what each cell is,
+    and the label says so."""
     out = []
+    names = sweep.short_names()
     for spec in wheres:
         part = where(sweep, spec) if spec else sweep
-        others = [axis for axis in part.axes if axis not in {f.axis for f in factors}]
-        names = sweep.short_names()
+        rest = [axis for axis in part.axes if axis not in {f.axis for f in factors}]
+        per_cell = [axis for axis in rest if set_per_cell(part.jobs, factors, axis)]
+        others = [axis for axis in rest if axis not in per_cell]
         groups: dict[tuple, list[Job]] = {}
         for job in part.jobs:  # in run order
             groups.setdefault(tuple(job.value(axis) for axis in others), []).append(job)
         for key, jobs in groups.items():
             words = ([spec] if spec else []) + [f"{names.get(a, a)}={v}" for a, v in zip(others, key)]
+            words += [f"{names.get(a, a)} set per cell" for a in per_cell]
             out.append((", ".join(words) or "all jobs", jobs))
     return out
 

@@ -54,6 +54,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """``torch.save`` to ``.<name>.tmp-<pid>`` beside the target, fsync, ``os.replace``, fsync the
     folder. Remote paths (``s3://``, ...) go through Lightning's own writer."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._steps_written: dict[Path, Any] = {}  # path -> global_step of the file this writer put there
+
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         if storage_options is not None or not is_local_path(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
@@ -65,9 +69,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 _save(checkpoint, f, path)
                 f.flush()
                 os.fsync(f.fileno())
-            if LAST_PATTERN.match(path.name) and path.is_file():
+            step = checkpoint.get("global_step")
+            # a re-save of the step this writer last wrote there (after that step's validation,
+            # LastCheckpoint.on_validation_end) replaces it: the previous file stays the step before
+            same_step = step is not None and path in self._steps_written and self._steps_written[path] == step
+            if LAST_PATTERN.match(path.name) and path.is_file() and not same_step:
                 keep_previous(path)
             os.replace(tmp, path)
+            self._steps_written[path] = step
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
