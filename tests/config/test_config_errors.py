@@ -23,6 +23,24 @@ def test_unknown_option_lists_valid_ones(group):
         assert option in message
 
 
+def test_unknown_key_names_the_keys_there_and_the_options_that_have_it():
+    """Hydra names only the refused key; the hint adds the node's keys and the group's options with it."""
+    from hydra.errors import ConfigCompositionException
+
+    from ablate.config.unknown_key import unknown_key_hint
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        with pytest.raises(ConfigCompositionException) as corpus_key:
+            compose(config_name="train", overrides=["data=multi30k", "data.splits=disjoint"])
+        with pytest.raises(ConfigCompositionException) as typo:
+            compose(config_name="train", overrides=["model.n_layer=2"])
+    hint = unknown_key_hint(corpus_key.value, CONF)
+    assert hint is not None and "src_lang" in hint and "'data.splits' is a key of data=tinyshakespeare only" in hint
+    hint = unknown_key_hint(typo.value, CONF)
+    assert hint is not None and "n_layers" in hint and "is a key of" not in hint  # no option of model has it
+    assert unknown_key_hint(ValueError("not a key error"), CONF) is None
+
+
 @pytest.mark.integration
 def test_unknown_norm_layer_lists_valid_ones(run_train, tmp_path):
     proc = run_train("norm.layer=batchnorm", check=False)

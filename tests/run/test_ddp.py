@@ -196,7 +196,7 @@ def test_spawned_ranks_get_their_job_and_a_torchelastic_environment() -> None:
     job = Job(["optim.lr=0.1"], "optim.lr=0.1", "sweep", True)
     container = OmegaConf.to_container(OmegaConf.create({"a": 1}), resolve=True)
     control = RunControl(Path("/out"), Path("/logs"), (Path("/out/checkpoints"),), ckpt_path="last")
-    checked = Preflight({"optim.lr": 0.1}, world_size=2, micro_batch=4, accumulate=1, max_len=64)
+    checked = Preflight({"optim.lr": 0.1}, world_size=2, accumulate=1, max_len=64)
     fn, args = pickle.loads(pickle.dumps((_rank_main, (container, control, checked, job))))
     assert fn is _rank_main and args[1:] == (control, checked, job)
     assert distributed.launch(report_rank, (), 2, method="spawn") == ("0", "2", True)

@@ -134,7 +134,8 @@ def test_kill_and_resume_is_exact(workdir: Path, data_dir: Path, uninterrupted: 
     assert checkpoint(run_dir)["global_step"] == 6
     assert not (run_dir / "status.json").exists()
 
-    train(workdir, data_dir, run_dir, "ckpt_path=last")
+    resumed_run = train(workdir, data_dir, run_dir, "ckpt_path=last")
+    assert "exists and is not empty" not in resumed_run.stderr  # resuming into its own directory is no news
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "completed" and status["steps"] == 12
     assert status["resumed_from"] == str(run_dir / "checkpoints" / "last.ckpt")

@@ -76,6 +76,11 @@ def entry_point(main: Callable[[], Any]) -> None:
         main()
     except SystemExit as exit_:
         if exit_.code == EXIT_CRASHED and not _started:  # Hydra reported a composition error
+            from ablate.config.unknown_key import unknown_key_hint
+
+            hint = unknown_key_hint(exit_.__context__)  # Hydra's message names the key, not what would work
+            if hint:
+                print(hint, file=sys.stderr, flush=True)
             raise SystemExit(EXIT_USER_ERROR) from None
         raise
     except KeyboardInterrupt:

@@ -30,7 +30,6 @@ class Preflight:
 
     identity: dict[str, Any]  # the run-defining settings (ablate.run.resume.run_identity), after the task's checks
     world_size: int
-    micro_batch: int  # per device and step
     accumulate: int  # gradient accumulation, from the global batch
     max_len: int  # the longest sequence the model sees (eval_max_len)
     warnings: list[str] = field(default_factory=list)  # valid settings that are probably not meant
@@ -71,5 +70,5 @@ def check_config(cfg: DictConfig) -> Preflight:
         raise ConfigError(str(err)) from None
     max_len = eval_max_len(cfg)
     memory.check_training_step(cfg, model_spec(cfg, vocab_size=1, max_len=max_len))
-    world, micro, accumulate = training_layout(cfg)
-    return Preflight(run_identity(cfg), world, micro, accumulate, max_len, start_warnings(cfg))
+    world, _, accumulate = training_layout(cfg)  # the per-device batch is the data module's to use
+    return Preflight(run_identity(cfg), world, accumulate, max_len, start_warnings(cfg))

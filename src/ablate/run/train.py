@@ -352,8 +352,13 @@ def fit(cfg: DictConfig, control: RunControl, checked: Preflight, job: Job | Non
 
     start = time.perf_counter()
     try:
-        # the checkpoint was read with the restricted unpickler (resume_point); Lightning reads it the same way
-        trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=safe_load.lightning_weights_only())
+        with warnings.catch_warnings():
+            if ckpt_path is not None:  # resuming writes on into its own checkpoint directory, as expected
+                warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+            # the checkpoint was read with the restricted unpickler (resume_point); Lightning reads it the same way
+            trainer.fit(
+                task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=safe_load.lightning_weights_only()
+            )
     except TrainingInterrupted:  # Ctrl-C: the step's checkpoint is saved (GracefulInterrupt)
         pass
     callbacks_run: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's connector

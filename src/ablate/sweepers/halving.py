@@ -427,19 +427,19 @@ def replay_variant(
     every = int(float(interval)) if _whole(interval) else 1
     steps = rung_steps(fractions, max_steps, every, decay_steps, label, "--rungs")
     tracks = [RateTrack(float(text), text) for text in ordered]
-    full_results = []
+    full_results = {}  # the full length's outcome, read once: also the last rung's
     for track in tracks:
         job = jobs[track.text]
         status, value = read_outcome(Path(job.source), metric)
-        full_results.append(LRResult(track.lr, track.text, status, value, job.name))
+        full_results[track.text] = LRResult(track.lr, track.text, status, value, job.name)
     for rung, step in enumerate(steps):
         for track in tracks:
             if not track.running:
                 continue
             job = jobs[track.text]
             if step == max_steps:
-                status, value = read_outcome(Path(job.source), metric)
-                track.rungs.append(RungOutcome(step, status, value, job.name))
+                outcome = full_results[track.text]
+                track.rungs.append(RungOutcome(step, outcome.status, outcome.value, job.name))
                 continue
             curve = validation_curve(job.metrics, metric, "steps")
             value = _value_at(curve, step)
@@ -454,7 +454,7 @@ def replay_variant(
             track.rungs.append(RungOutcome(step, status, value if usable else None, job.name))
         if rung < len(steps) - 1:
             halve(tracks, step, higher_is_better)
-    full = select_lr(full_results, higher_is_better=higher_is_better)
+    full = select_lr(list(full_results.values()), higher_is_better=higher_is_better)
     halving = choose(tracks, max_steps, higher_is_better)
     texts = [t.text for t in tracks]
     apart = (

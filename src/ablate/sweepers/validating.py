@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from ablate.compat import BasicSweeper
 from ablate.config.options import ConfigError
+from ablate.config.unknown_key import unknown_key_hint
 from ablate.run import cli, killed_jobs
 
 
@@ -42,9 +43,11 @@ class ValidatingSweeperMixin(BasicSweeper):
             try:
                 cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             except HydraException as err:  # an unknown option or key: Hydra's message names the choices
+                hint = unknown_key_hint(err)  # for a key, Hydra's does not: say which keys there are
                 cli.report_user_error(
                     ConfigError(
                         f"the sweep's job '{' '.join(overrides)}' cannot be composed, so no job was started: {err}"
+                        + (f"\n{hint}" if hint else "")
                     )
                 )
             try:

@@ -1,0 +1,73 @@
+"""What to say when a command line sets a key the composed config does not have.
+
+Hydra refuses ``data.splits=disjoint`` under ``data=multi30k`` with ``Key 'splits' is not in struct``:
+it names the key but not what would work. :func:`unknown_key_hint` adds the keys the node does have
+and, for a config group, the options of the group that do have the key (``data.splits`` is a key of
+``data=tinyshakespeare`` only), read from ``conf/<group>/*.yaml`` with OmegaConf's YAML loader (no
+code runs). It never suggests ``+key=``: a key that belongs to another option does not apply to
+this one, and ablate's checks refuse it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+from ablate.config.locations import checkout_root, project_root
+
+_MAX_KEYS_LISTED = 30
+
+
+def _key_error(err: BaseException | None) -> ConfigAttributeError | ConfigKeyError | None:
+    """The OmegaConf error behind Hydra's composition error (its cause chain), if any."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, (ConfigAttributeError, ConfigKeyError)) and isinstance(
+            getattr(err, "parent_node", None), DictConfig
+        ):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _has_key(path: Path, full_key: str, group: str) -> bool:
+    """Whether the option file ``conf/<group>/<name>.yaml`` sets ``full_key``."""
+    try:
+        node: Any = OmegaConf.load(path)
+        header = path.read_text(encoding="utf-8").split("\n", 3)[:3]
+    except Exception:  # an unreadable option file is Hydra's to report, not the hint's
+        return False
+    is_global = any("@package _global_" in line for line in header)
+    key = full_key if is_global else full_key[len(group) + 1 :]
+    return OmegaConf.select(node, key, default=None, throw_on_missing=False) is not None
+
+
+def options_with_key(full_key: str, conf_dir: Path) -> tuple[str, list[str]]:
+    """``(group, options)``: the options of ``full_key``'s top-level group that set it."""
+    group = full_key.split(".", 1)[0]
+    folder = conf_dir / group
+    if "." not in full_key or not folder.is_dir():
+        return group, []
+    return group, sorted(p.stem for p in folder.glob("*.yaml") if _has_key(p, full_key, group))
+
+
+def unknown_key_hint(err: BaseException | None, conf_dir: Path | None = None) -> str | None:
+    """One paragraph for a user who set a key that is not in the config, or None for any other error."""
+    found = _key_error(err)
+    if found is None or not found.full_key:
+        return None
+    full_key = str(found.full_key)
+    parent_key = full_key.rpartition(".")[0]
+    keys = sorted(str(k) for k in found.parent_node)
+    listed = ", ".join(keys[:_MAX_KEYS_LISTED]) + (", ..." if len(keys) > _MAX_KEYS_LISTED else "")
+    hint = f"'{full_key}' is not a key of this config's {parent_key or 'top level'}; its keys are: {listed}."
+    conf_dir = conf_dir or (checkout_root() or project_root()) / "conf"
+    group, options = options_with_key(full_key, conf_dir)
+    if options:
+        choices = ", ".join(f"{group}={name}" for name in options)
+        hint += f" '{full_key}' is a key of {choices} only."
+    return hint
