@@ -99,10 +99,12 @@ def _select(cfg: Mapping[str, Any], path: str) -> Any:
 
 
 def unknown_key_message(path: str, key: str, valid: Iterable[str]) -> str:
+    """``path.key is not a key of path (did you mean ...?); valid keys: ...``; ``path`` "" is the top level."""
     valid = sorted(k for k in valid if not k.startswith("_"))
+    prefix = f"{path}." if path else ""
     close = difflib.get_close_matches(key, valid, n=1)
-    hint = f" (did you mean {path}.{close[0]}?)" if close else ""
-    return f"{path}.{key} is not a key of {path}{hint}; valid keys: {', '.join(valid)}"
+    hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+    return f"{prefix}{key} is not a key of {path or 'the top level'}{hint}; valid keys: {', '.join(valid)}"
 
 
 def check_config_keys(cfg: DictConfig) -> None:

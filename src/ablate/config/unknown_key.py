@@ -17,8 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from ablate.config.locations import checkout_root, project_root
-
-_MAX_KEYS_LISTED = 30
+from ablate.config.schema import unknown_key_message
 
 
 def _key_error(err: BaseException | None) -> ConfigAttributeError | ConfigKeyError | None:
@@ -37,11 +36,11 @@ def _key_error(err: BaseException | None) -> ConfigAttributeError | ConfigKeyErr
 def _has_key(path: Path, full_key: str, group: str) -> bool:
     """Whether the option file ``conf/<group>/<name>.yaml`` sets ``full_key``."""
     try:
-        node: Any = OmegaConf.load(path)
-        header = path.read_text(encoding="utf-8").split("\n", 3)[:3]
+        text = path.read_text(encoding="utf-8")
+        node: Any = OmegaConf.create(text)  # YAML only: nothing in the file runs
     except Exception:  # an unreadable option file is Hydra's to report, not the hint's
         return False
-    is_global = any("@package _global_" in line for line in header)
+    is_global = any("@package _global_" in line for line in text.split("\n", 3)[:3])
     key = full_key if is_global else full_key[len(group) + 1 :]
     return OmegaConf.select(node, key, default=None, throw_on_missing=False) is not None
 
@@ -61,10 +60,8 @@ def unknown_key_hint(err: BaseException | None, conf_dir: Path | None = None) ->
     if found is None or not found.full_key:
         return None
     full_key = str(found.full_key)
-    parent_key = full_key.rpartition(".")[0]
-    keys = sorted(str(k) for k in found.parent_node)
-    listed = ", ".join(keys[:_MAX_KEYS_LISTED]) + (", ..." if len(keys) > _MAX_KEYS_LISTED else "")
-    hint = f"'{full_key}' is not a key of this config's {parent_key or 'top level'}; its keys are: {listed}."
+    parent_key, _, key = full_key.rpartition(".")
+    hint = unknown_key_message(parent_key, key, (str(k) for k in found.parent_node)) + "."
     conf_dir = conf_dir or (checkout_root() or project_root()) / "conf"
     group, options = options_with_key(full_key, conf_dir)
     if options:

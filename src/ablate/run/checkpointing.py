@@ -72,7 +72,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             step = checkpoint.get("global_step")
             # a re-save of the step this writer last wrote there (after that step's validation,
             # LastCheckpoint.on_validation_end) replaces it: the previous file stays the step before
-            same_step = step is not None and path in self._steps_written and self._steps_written[path] == step
+            same_step = step is not None and self._steps_written.get(path) == step
             if LAST_PATTERN.match(path.name) and path.is_file() and not same_step:
                 keep_previous(path)
             os.replace(tmp, path)
