@@ -6,6 +6,7 @@
     python scripts/compute_multiplier.py logs/multirun/<sweep> --baseline act=gelu --scale-key model
     python scripts/compute_multiplier.py logs/multirun/<sweep> --baseline act=gelu --scale-key model.d_model \
         --metric val/loss --flops 6N --bootstrap 2000 --out figs/
+    python scripts/compute_multiplier.py logs/<sweep-xs> logs/<sweep-s> logs/<sweep-m> --baseline act=gelu  # pooled
 
 Per variant (the axes other than ``--scale-key``), fits L(C) = E + A C^-alpha to the final
 ``--metric`` against training compute, and reports the compute the baseline needs to reach the
@@ -34,13 +35,18 @@ import pandas as pd
 
 from ablate.analysis.compute import FLOPS
 from ablate.analysis.figures.comparisons import compute_multiplier_figure
-from ablate.analysis.runs import at_tuned_rates, load_sweep, tuned_key
+from ablate.analysis.runs import Sweep, at_tuned_rates, load_sweep, tuned_key
 from ablate.analysis.scaling import METHODS, Curve, Multiplier, compute_multiplier, find_curve, scaling_curves
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep_dir", help="a multirun directory (logs/multirun/<timestamp>)")
+    parser.add_argument(
+        "sweep_dir",
+        nargs="+",
+        help="a multirun directory (logs/multirun/<timestamp>), or several whose jobs are pooled (e.g. one "
+        "tune=lr sweep per size, each at its own tuned rates)",
+    )
     parser.add_argument(
         "--baseline", required=True, metavar="AXIS=VALUE,...", help="the reference curve, e.g. act=gelu"
     )
@@ -191,17 +197,32 @@ def notes(args: argparse.Namespace, results: list[Multiplier]) -> str:
     )
 
 
+def pooled_sweep(sweep_dirs: list[str]) -> tuple[Sweep, list[str], list[str]]:
+    """The jobs of one or more sweep directories as one sweep, each directory's ``tune=lr`` jobs at
+    their tuned rates only (:func:`at_tuned_rates`; the other grid rates and the selection seed
+    left out); with its notes and the keys that belong to a point rather than a variant (a tuned
+    rate: each size's own)."""
+    jobs, notes, per_point = [], [], []
+    for sweep_dir in sweep_dirs:
+        sweep, note = at_tuned_rates(load_sweep(sweep_dir), sweep_dir)
+        jobs += sweep.jobs
+        if note:
+            notes.append(note if len(sweep_dirs) == 1 else f"{sweep_dir}: {note}")
+            key = tuned_key(sweep_dir)
+            if key and key not in per_point:
+                per_point.append(key)
+    if len(sweep_dirs) == 1:
+        return sweep, notes, per_point
+    return Sweep.from_jobs(", ".join(sweep_dirs), jobs), notes, per_point
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    out = Path(args.out or Path(args.sweep_dir) / "figures")
+    out = Path(args.out or Path(args.sweep_dir[0]) / "figures")
     try:
-        # a tune=lr sweep: each variant at its own tuned rate at each scale (the other grid rates left
-        # out), and the rate is a property of a point, not a variant of its own
-        sweep, tuned = at_tuned_rates(load_sweep(args.sweep_dir), args.sweep_dir)
+        sweep, tuned, per_point = pooled_sweep(args.sweep_dir)
         args.scale_key = args.scale_key or default_scale_key(sweep)
-        curves = scaling_curves(
-            sweep, args.scale_key, args.metric, args.flops, per_point=[tuned_key(args.sweep_dir)] if tuned else []
-        )
+        curves = scaling_curves(sweep, args.scale_key, args.metric, args.flops, per_point=per_point)
         base = find_curve(curves, args.baseline, sweep.short_names())
         base.check()  # the baseline must have a fit; another variant with too few scales is refused in its row
         fits, results, refused = {base.label: base.fit()}, [], {}
@@ -227,8 +248,8 @@ def main(argv: list[str] | None = None) -> None:
     print(points_table(curves) + "\n")
     print(results_table(base, results, refused, fits) + "\n")
     print(notes(args, results))
-    if tuned:
-        print(tuned)
+    for note in tuned:
+        print(note)
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "compute_multiplier.csv"
     pd.DataFrame([result_row(r) for r in results]).to_csv(csv_path, index=False)

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -482,6 +483,22 @@ def test_compute_multiplier_script(tmp_path: Path):
     result = pd.read_csv(out / "compute_multiplier.csv").iloc[0]
     assert result["variant"] == "act=swiglu" and result["multiplier"] == pytest.approx(2.0, rel=0.05)
     assert (out / "compute_multiplier.png").stat().st_size > 0
+
+    # the same jobs split over two directories (e.g. one sweep per size) are pooled: the same answer
+    split = tmp_path / "split"
+    shutil.copytree(sweep, split / "small")
+    (split / "large").mkdir()
+    for job in (split / "small").iterdir():
+        overrides = yaml.safe_load(job.joinpath(".hydra", "overrides.yaml").read_text())
+        if "model=s2" in overrides or "model=s3" in overrides:
+            job.rename(split / "large" / job.name)
+    pooled = _multiplier_script(
+        str(split / "small"), str(split / "large"), "--baseline", "act=gelu", "--scale-key", "model",
+        "--flops", "6N", "--bootstrap", "50", "--out", str(tmp_path / "pooled"),
+    )  # fmt: skip
+    assert pooled.returncode == 0, pooled.stderr
+    again = pd.read_csv(tmp_path / "pooled" / "compute_multiplier.csv").iloc[0]
+    assert again["multiplier"] == pytest.approx(result["multiplier"], rel=1e-9)
 
     short = write_scaling_sweep(tmp_path / "short", np.random.default_rng(8), scales=2)
     proc = _multiplier_script(

@@ -370,6 +370,7 @@ NOISE = (
     "TPU available",
     "weights_only",
     "sync_dist",
+    "`Trainer.fit` stopped: `max_steps=",
 )
 
 

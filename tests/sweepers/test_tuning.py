@@ -451,9 +451,11 @@ def test_summaries_leave_the_selection_seed_out(tmp_path):
     ):
         job(i, lr, seed, value)
     record = {"variant": "act=gelu", "overrides": ["act=gelu"], "chosen_override": "optim.lr=0.002"}
-    (tmp_path / "lr_tuning.json").write_text(json.dumps({"selection_seed": 0, "seeds": [1, 2], "variants": [record]}))
+    # "seeds" is the last command's: here seed=2 finished a sweep that seed=1,2 had started
+    (tmp_path / "lr_tuning.json").write_text(json.dumps({"selection_seed": 0, "seeds": [2], "variants": [record]}))
     kept, note = at_tuned_rates(load_sweep(tmp_path), tmp_path)
     assert sorted(j.seed for j in kept.jobs) == [1, 2]
+    assert "seeds 1,2, each trained at that rate" in note  # the seeds the verdict rests on
     assert "the selection ran on seed 0, whose 1 job(s) at the chosen rates are left out" in note
     (tmp_path / "lr_tuning.json").write_text(json.dumps({"tuning_seed": 0, "seeds": [0, 1, 2], "variants": [record]}))
     kept, note = at_tuned_rates(load_sweep(tmp_path), tmp_path)

@@ -302,7 +302,9 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
     held_out = tuning.get("selection_seed")
     kept = [job for job in at_rate if held_out is None or job.seed is None or str(job.seed) != str(held_out)]
     dropped, selection = len(sweep.jobs) - len(at_rate), len(at_rate) - len(kept)
-    seeds = ",".join(str(s) for s in tuning.get("seeds", []))
+    # the seeds the kept jobs have, not lr_tuning.json's "seeds": that list is the last command's,
+    # and a sweep finished by several commands (a few seeds each) has more
+    seeds = ",".join(str(seed) for seed in sorted({job.seed for job in kept if job.seed is not None}))
     if held_out is not None:
         how = (
             f"seeds {seeds}, each trained at that rate after the selection; the selection ran on seed {held_out}, "

@@ -76,6 +76,9 @@ _LIGHTNING_NOISE = (
     "💡 Tip: For seamless cloud logging",  # an advertisement, on every Trainer
     "TPU available:",  # on every CPU/GPU machine; "GPU available" is kept (it says whether the GPU is used)
     "was configured so 100% of the batches",  # `limit_val_batches: 1.0` in conf/trainer/*.yaml is the default
+    # the normal end of every run; the summary block says "run completed" and its steps. Other
+    # reasons to stop (max_epochs, max_time) are kept: they are not in the summary's words
+    "`Trainer.fit` stopped: `max_steps=",
 )
 # warnings.filterwarnings message patterns
 _WARNING_NOISE = (
