@@ -169,6 +169,12 @@ def argument_error(message: str) -> NoReturn:
     sys.exit(2)
 
 
+def with_note(table: str, note: str | None) -> str:
+    """The table and, under it, the note on which jobs it rests on (a tune=lr sweep's tuned rates
+    and held-out selection seed): in summary.md too, where a reader of the table looks."""
+    return f"{table}\n\n{note}" if note else table
+
+
 def write_interaction(args: argparse.Namespace) -> None:
     """--interaction: the 2x2 contrast table, printed and written as interaction.csv / .md."""
     try:
@@ -180,11 +186,9 @@ def write_interaction(args: argparse.Namespace) -> None:
         argument_error(str(err))
     except (OSError, ValueError) as err:  # missing files, bad --where / --metric, W&B unreachable
         sys.exit(f"summarize.py: {err}")
-    table = interaction_markdown(frame)
+    table = with_note(interaction_markdown(frame), note)
     csv_path, md_path = write_summary(frame, table, out_dir(args), name="interaction")
     print(table)
-    if note:
-        print(note)
     print(f"wrote {csv_path} and {md_path}")
 
 
@@ -211,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     out = out_dir(args)
     several = len(tables) > 1
     for spec, metric, frame, sweep in tables:
-        table = markdown_table(frame, sweep)
+        table = with_note(markdown_table(frame, sweep), note)
         if spec:
             table = f"Only the jobs with {spec}.\n\n" + table
         parts = ([_slug(spec)] if spec and len(slices) > 1 else []) + (
@@ -219,8 +223,6 @@ def main(argv: list[str] | None = None) -> None:
         )
         csv_path, md_path = write_summary(frame, table, out.joinpath(*parts) if several else out)
         print(table)
-        if note:
-            print(note)
         print(f"wrote {csv_path} and {md_path}")
 
 

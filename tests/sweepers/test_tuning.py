@@ -338,6 +338,7 @@ def test_tuned_sweep_end_to_end(run_train, tmp_path):
         "the selection ran on seed 0, whose 2 job(s)" in proc.stdout
     )
     assert "(4 job(s) of the other grid rates left out" in proc.stdout
+    assert "the selection ran on seed 0" in (tmp_path / "summary" / "summary.md").read_text()  # written, not only shown
     import pandas as pd
 
     summary = pd.read_csv(tmp_path / "summary" / "summary.csv")
