@@ -1,0 +1,204 @@
+"""Numerical fingerprints of freshly built models: what a refactoring of the model code must not move.
+
+For every registered option of every architecture axis (varied alone from the tiny default spec,
+decoder-only and encoder-decoder), a few combinations that exercise the fused Q/K/V and GLU
+matrices, the default experiment's model, the translation default and the GPT-2 small shape:
+
+* the initial ``state_dict`` after ``torch.manual_seed(0)`` and the build: its names and shapes,
+  and a sha256 of the tensors' bytes;
+* the loss of one forward/backward pass on a fixed batch (train mode, so dropout is exercised)
+  and a sha256 of the gradients.
+
+Bitwise equality is what the hashes check; the same numbers also go in as float sums, compared
+with a tolerance only where the machine's CPU kernels differ from the recording machine's
+(``tests/nn/test_fingerprints.py``). Recorded on main 780a50a, before the one-Stack refactoring:
+``python tests/nn/_fingerprints.py`` rewrites ``tests/nn/fingerprints.json`` (only ever from code
+whose numerics are known to be unchanged).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+HERE = Path(__file__).resolve().parent
+FIXTURE = HERE / "fingerprints.json"
+CONF = HERE.parents[1] / "conf"
+PAD = 0  # the translation models' padding id in these batches
+
+# the axes and their options, read from the registries
+try:
+    from ._models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, TINY
+except ImportError:  # run as a script: its folder is on the path
+    from _models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, TINY  # type: ignore[no-redef]
+
+
+def _variants() -> list[tuple[str, dict[str, Any]]]:
+    cases: list[tuple[str, dict[str, Any]]] = []
+    for field, values in (
+        ("pos", POS),
+        ("norm", PLACEMENTS),
+        ("norm_layer", NORM_LAYERS),
+        ("act", ACTS),
+        ("init", INITS),
+        ("attn", ATTN),
+    ):
+        for value in values:
+            over: dict[str, Any] = {field: value}
+            if value == "deepnorm" or value == "deepnet":
+                over.update(norm="deepnorm", init="deepnet")  # a pair (config.validate)
+            cases.append((f"{field}={value}", over))
+    combos = {  # fused matrices with unequal parts (GQA) under the schemes that split them
+        "xavier+swiglu+gqa": dict(init="xavier", act="swiglu", n_kv_heads=2),
+        "deepnet+swiglu+gqa": dict(norm="deepnorm", init="deepnet", act="swiglu", n_kv_heads=2),
+        "small+swiglu": dict(init="small", act="swiglu"),
+        "rope_half+rmsnorm+nobias": dict(pos="rope", pos_options={"fraction": 0.5}, norm_layer="rmsnorm", bias=False),
+        "dyt_alpha+sandwich": dict(norm_layer="dyt", norm_options={"alpha_init": 0.8}, norm="sandwich"),
+        "untied+scaled+dropout": dict(tie_embeddings=False, scale_embeddings=True, dropout=0.1),
+    }
+    return cases + list(combos.items())
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """Fingerprints do not depend on the thread count of the process that computes them."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _digest(tensors: list[torch.Tensor]) -> tuple[str, float]:
+    """sha256 of the tensors' bytes, and a float64 checksum (position-weighted sums) for tolerant comparison."""
+    h = hashlib.sha256()
+    checksum = 0.0
+    for i, t in enumerate(tensors):
+        t = t.detach().contiguous().cpu()
+        h.update(str(t.dtype).encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        checksum += (i + 1) * t.double().sum().item()
+    return h.hexdigest(), checksum
+
+
+def fingerprint(build: Callable[[], torch.nn.Module], step: Callable[[torch.nn.Module], torch.Tensor]) -> dict:
+    with _one_thread():
+        torch.manual_seed(0)
+        model = build()
+        state = model.state_dict()
+        state_sha, state_sum = _digest(list(state.values()))
+        layout = [[name, list(t.shape)] for name, t in state.items()]
+        model.train()
+        torch.manual_seed(1)
+        loss = step(model)
+        loss.backward()
+        named = [(n, p) for n, p in model.named_parameters()]
+        grads = [p.grad if p.grad is not None else torch.zeros(0) for _, p in named]
+        grad_sha, grad_sum = _digest(grads)
+    return {
+        "layout": layout,
+        "state_sha256": state_sha,
+        "state_sum": state_sum,
+        "loss": loss.item().hex(),
+        "grad_sha256": grad_sha,
+        "grad_sum": grad_sum,
+    }
+
+
+def lm_step(vocab: int, batch: int = 2, length: int = 17) -> Callable[[torch.nn.Module], torch.Tensor]:
+    def step(model: torch.nn.Module) -> torch.Tensor:
+        tokens = torch.randint(0, vocab, (batch, length))
+        logits = model(tokens[:, :-1])
+        return F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+
+    return step
+
+
+def seq2seq_step(vocab: int) -> Callable[[torch.nn.Module], torch.Tensor]:
+    def step(model: torch.nn.Module) -> torch.Tensor:
+        src = torch.randint(1, vocab, (2, 9))
+        src[1, 6:] = PAD  # a padded source row
+        tgt = torch.randint(1, vocab, (2, 8))
+        tgt[0, 6:] = PAD
+        logits = model(src, tgt[:, :-1], src != PAD)
+        return F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=PAD)
+
+    return step
+
+
+def composed_spec(overrides: list[str], vocab_size: int, max_len: int) -> Any:
+    from hydra import compose, initialize_config_dir
+
+    from ablate.config.model import model_spec
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    return model_spec(cfg, vocab_size=vocab_size, max_len=max_len)
+
+
+def cases(include_large: bool = True) -> dict[str, tuple[Callable[[], torch.nn.Module], Callable]]:
+    """name -> (build, step): every fingerprinted model."""
+    from ablate.config.model import ModelSpec, validate
+    from ablate.nn.seq2seq import EncoderDecoder
+    from ablate.nn.transformer import TransformerLM
+
+    def lm(spec: ModelSpec) -> Callable[[], torch.nn.Module]:
+        return lambda: TransformerLM(spec)
+
+    def s2s(spec: ModelSpec) -> Callable[[], torch.nn.Module]:
+        return lambda: EncoderDecoder(spec, pad_id=PAD)
+
+    out: dict[str, tuple[Callable[[], torch.nn.Module], Callable]] = {}
+    for name, over in _variants():
+        spec = validate(ModelSpec(**{**TINY, **over}))
+        out[f"lm/{name}"] = (lm(spec), lm_step(TINY["vocab_size"]))
+        out[f"seq2seq/{name}"] = (s2s(validate(ModelSpec(**{**TINY, "encoder_layers": 2, **over}))), seq2seq_step(50))
+    for tie in ("decoder", "none"):
+        spec = validate(ModelSpec(**{**TINY, "encoder_layers": 3, "n_layers": 2, "tie_embeddings": tie}))
+        out[f"seq2seq/tie={tie}"] = (s2s(spec), seq2seq_step(50))
+    # the default experiment (Tiny Shakespeare characters: 65 of them, windows of 128)
+    default = composed_spec([], vocab_size=65, max_len=128)
+    out["default"] = (lm(default), lm_step(65, batch=2, length=33))
+    translation = composed_spec(["task=translation"], vocab_size=8000, max_len=256)
+    out["translation_default"] = (s2s(translation), seq2seq_step(8000))
+    if include_large:
+        gpt2 = composed_spec(["model=gpt2_small", "pos=learned"], vocab_size=50257, max_len=1024)
+        out["gpt2_small"] = (lm(gpt2), lm_step(50257, batch=1, length=9))
+    return out
+
+
+LARGE = ("gpt2_small",)
+
+
+def record() -> dict[str, Any]:
+    import platform
+
+    models = {name: fingerprint(build, step) for name, (build, step) in cases().items()}
+    # the names and shapes once per distinct layout: most variants share one
+    layouts: dict[str, list] = {}
+    for fp in models.values():
+        key = hashlib.sha256(json.dumps(fp["layout"]).encode()).hexdigest()[:16]
+        layouts[key] = [f"{name} {'x'.join(map(str, shape))}" for name, shape in fp.pop("layout")]
+        fp["layout"] = key
+    return {
+        "recorded_on": {
+            "torch": torch.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "machine": platform.machine(),
+        },
+        "layouts": layouts,
+        "models": models,
+    }
+
+
+if __name__ == "__main__":
+    FIXTURE.write_text(json.dumps(record(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {FIXTURE} ({FIXTURE.stat().st_size} bytes)")
