@@ -12,8 +12,8 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from ablate.config.model import model_spec
-from ablate.config.options import MODEL_DIMENSIONS, ConfigError, valid_keys
-from ablate.nn.positional import POSITIONAL
+from ablate.config.options import ConfigError, valid_keys
+from ablate.nn.positional import POSITIONAL, PositionalConfig
 from conftest import REPO
 
 CONF = REPO / "conf"
@@ -113,7 +113,9 @@ def test_pos_yaml_declares_exactly_the_class_options(option: str) -> None:
     declared = {
         p.name: p.default
         for p in params
-        if p.kind is not p.VAR_KEYWORD and p.name not in MODEL_DIMENSIONS and p.default is not inspect.Parameter.empty
+        if p.kind is not p.VAR_KEYWORD
+        and p.name not in PositionalConfig.DIMENSIONS
+        and p.default is not inspect.Parameter.empty
     }
     assert {k: v for k, v in node.items() if k != "name"} == declared
 

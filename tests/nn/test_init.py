@@ -9,6 +9,8 @@ import pytest
 import torch
 from torch import nn
 
+from ablate.nn.roles import Role, model_matrices
+
 from ._models import tiny_lm
 
 D, N_LAYERS, VOCAB = 256, 2, 300
@@ -79,24 +81,45 @@ def test_small_init_std_is_sqrt_2_over_5d(act):
     _assert_zero_biases(model)
 
 
-def _fused_blocks(lin: nn.Linear):
-    """(rows, fan_out) of each matrix stacked in ``lin``."""
-    sizes = getattr(lin, "fused_sizes", (lin.out_features,))
-    return list(zip(lin.weight.split(list(sizes), dim=0), sizes))
+def _fused_blocks(module: nn.Module, lin: nn.Linear):
+    """(rows, fan_out) of each matrix ``module`` declares in its layer ``lin`` (ablate.nn.roles)."""
+    return [(m.view(), m.view().size(0)) for m in module.matrices() if m.weight is lin.weight]
+
+
+def test_modules_declare_the_matrices_of_their_fused_layers():
+    model = wide_lm(act="swiglu", n_kv_heads=2, tie_embeddings=False)
+    attn, ffn = model.blocks[0].attn.sublayer, model.blocks[0].ffn.sublayer
+    assert [(m.role, m.view().size(0)) for m in attn.matrices()] == [
+        (Role.QUERY, D),
+        (Role.KEY, 64),  # 2 kv heads of 32
+        (Role.VALUE, 64),
+        (Role.ATTN_OUT, D),
+    ]
+    width = ffn.fc_out.in_features
+    assert [(m.role, m.view().size(0)) for m in ffn.matrices()] == [
+        (Role.FFN_GATE, width),
+        (Role.FFN_IN, width),
+        (Role.FFN_OUT, D),
+    ]
+    # each matrix is its rows of the fused weight: q, k, v in this order (the forward's split)
+    q, k, v = (m.view() for m in attn.matrices()[:3])
+    assert torch.equal(torch.cat([q, k, v]), attn.qkv.weight)
+    roles = [m.role for m in model_matrices(model)]
+    assert roles[0] is Role.EMBEDDING and roles[-1] is Role.LINEAR  # tok_emb first, the undeclared head last
 
 
 @pytest.mark.parametrize("act", ["gelu", "swiglu"])
 def test_xavier_uniform_per_matrix(act):
     model = wide_lm(init="xavier", act=act, n_kv_heads=2, tie_embeddings=False)
-    qkv = model.blocks[0].attn.sublayer.qkv
-    assert [s for _, s in _fused_blocks(qkv)] == [D, 64, 64]  # q, k, v with 2 kv heads of 32
-    for name, lin in _linears(model).items():
-        for i, (rows, fan_out) in enumerate(_fused_blocks(lin)):
-            bound = math.sqrt(6 / (lin.in_features + fan_out))
-            what = f"{name}[{i}]"
-            assert rows.abs().max().item() <= bound + 1e-6, what
-            assert rows.abs().max().item() > 0.95 * bound, what  # uniform fills up to its bound
-            _assert_std(rows, bound / math.sqrt(3), what)
+    matrices = [m for m in model_matrices(model) if m.role is not Role.EMBEDDING]
+    assert len(matrices) == N_LAYERS * (4 + (3 if act == "swiglu" else 2)) + 1  # q, k, v, o; ffn; head
+    for i, matrix in enumerate(matrices):
+        rows = matrix.view()
+        bound = math.sqrt(6 / (rows.size(1) + rows.size(0)))
+        what = f"{matrix.role.value}[{i}]"
+        assert rows.abs().max().item() <= bound + 1e-6, what
+        assert rows.abs().max().item() > 0.95 * bound, what  # uniform fills up to its bound
+        _assert_std(rows, bound / math.sqrt(3), what)
     _assert_std(model.tok_emb.weight, D**-0.5, "tok_emb")
     _assert_zero_biases(model)
 
@@ -115,7 +138,7 @@ def test_deepnet_init(act, n_layers):
         _assert_std(k, math.sqrt(2 / (D + kv)), f"{i}.k")  # gain 1
         _assert_std(v, beta * math.sqrt(2 / (D + kv)), f"{i}.v")
         _assert_std(attn.out_proj.weight, beta * math.sqrt(2 / (D + D)), f"{i}.out_proj")
-        for rows, fan_out in _fused_blocks(ffn.fc_in):
+        for rows, fan_out in _fused_blocks(ffn, ffn.fc_in):
             _assert_std(rows, beta * math.sqrt(2 / (D + fan_out)), f"{i}.fc_in")
         width = ffn.fc_out.in_features
         _assert_std(ffn.fc_out.weight, beta * math.sqrt(2 / (width + D)), f"{i}.fc_out")

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ablate.config.options import NORM_KEYS, ConfigError, check_option_keys
+from ablate.config.options import ConfigError, check_option_keys, group_keys
 from ablate.nn.axes import AXES
-from ablate.nn.positional import rotary_dim
 from ablate.nn.spec import ModelSpec
 
 
@@ -23,7 +22,9 @@ def _choice(value: str, valid: Mapping | tuple | list, key: str) -> str:
 
 
 def validate(spec: ModelSpec) -> ModelSpec:
-    """Reject invalid combinations with a message that names the fix."""
+    """Reject invalid combinations with a message that names the fix: the model's sizes here,
+    each option's own constraints by its typed config (``Rotary``: an odd rotary dimension;
+    ``norm=deepnorm`` and ``init=deepnet`` only as a pair: :meth:`ablate.nn.options.OptionConfig.validate`)."""
     for axis in AXES:
         _choice(getattr(spec, axis.spec_field), axis.options(), axis.label)
     for key in ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff", "max_len"):
@@ -40,16 +41,11 @@ def validate(spec: ModelSpec) -> ModelSpec:
             f"model.n_heads={spec.n_heads} is not divisible by attn.n_kv_heads={n_kv}: grouped-query attention "
             f"shares each key/value head among n_heads/n_kv_heads query heads; use a divisor of {spec.n_heads} (1 = multi-query)"
         )
-    if spec.pos == "rope":
+    for axis in AXES:
         try:
-            rotary_dim(spec.head_dim, float(spec.pos_options.get("fraction", 1.0)))
+            axis.config(spec).validate(spec)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-    if (spec.norm == "deepnorm") != (spec.init == "deepnet"):
-        raise ConfigError(
-            f"norm={spec.norm} with init={spec.init}: DeepNorm's residual scale alpha is derived together with the "
-            f"init gain beta (Wang et al. 2022), so use them as a pair: norm=deepnorm init=deepnet"
-        )
     if not 0.0 <= spec.dropout < 1.0:
         raise ConfigError(f"model.dropout must be in [0, 1), got {spec.dropout}")
     return spec
@@ -98,7 +94,7 @@ def model_spec(cfg: Mapping[str, Any], vocab_size: int, max_len: int | None = No
         norm_layer=norm.get("layer", "layernorm"),
         norm_bias=True if norm.get("bias") is None else norm["bias"],  # null: the layer's default
         norm_eps=1e-5 if norm.get("eps") is None else norm["eps"],
-        norm_options={k: v for k, v in dict(norm).items() if k not in NORM_KEYS},
+        norm_options={k: v for k, v in dict(norm).items() if k not in group_keys("norm")},
         act=act["name"],
         match_params=act.get("match_params", True),
         init=init["name"],

@@ -3,16 +3,13 @@
 A key that does not apply to the chosen option is an error, not a no-op: ``pos=sinusoidal
 +pos.fraction=0.5`` would otherwise train plain sinusoidal positions while the run (and a sweep
 over ``pos.fraction``) reports a fraction that was never used. The keys come from where each
-option is implemented, so they are declared once:
-
-* ``pos``: the keyword arguments of the encoding's class (``POSITIONAL``), less the model
-  dimensions every scheme receives (``d_model``, ``n_heads``, ``head_dim``, ``max_len``);
-* ``norm``: ``placement`` and ``layer``, plus the options of the chosen layer (``NORM_LAYERS``:
-  ``eps`` and ``bias`` for LayerNorm, ``eps`` for RMSNorm/ScaleNorm, ``alpha_init`` for DyT);
-  ``eps``/``bias`` may stay null (the layer's default) for any layer;
-* ``act``: ``match_params`` for gated (GLU) variants only (``GATES``);
-* ``init``: ``std`` for the schemes that read it;
-* ``attn``: ``impl`` and ``n_kv_heads`` for every implementation.
+option is implemented, so they are declared once: an option's typed config
+(:mod:`ablate.nn.options`) has its class's keyword arguments besides the model dimensions, and
+the axes table (:data:`ablate.nn.axes.AXES`) adds what a group's YAML carries for every option.
+So ``pos=rope`` takes ``name``, ``base``, ``fraction``; ``norm`` takes ``placement``, ``layer``,
+the chosen layer's options (``eps`` and ``bias`` for LayerNorm, ``alpha_init`` for DyT), and
+``eps``/``bias`` left null for any layer; ``act`` takes ``match_params`` for the gated (GLU)
+variants only; ``init`` takes ``std`` for ``gpt2``; ``attn`` takes ``impl`` and ``n_kv_heads``.
 
 A value must also have its default's type (a float option accepts an int); null means unset
 and is accepted for any key. The messages name the key, the option and its valid keys.
@@ -31,49 +28,49 @@ class ConfigError(UserError, ValueError):
     """An invalid configuration; the message says what to change."""
 
 
-MODEL_DIMENSIONS = ("d_model", "n_heads", "head_dim", "max_len")  # passed to every positional scheme
-NORM_KEYS = ("placement", "layer", "eps", "bias")  # the keys of conf/norm/*.yaml; the rest are layer options
-INIT_WITH_STD = ("gpt2",)  # the schemes whose formula has a free standard deviation
+def _axes(group: str) -> list[Any]:
+    from ablate.nn.axes import group_axes
+
+    return group_axes(group)
 
 
-def _class_options(factory: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``option -> default`` from a factory's keyword arguments (``**kwargs`` and ``skip`` left out)."""
-    params = inspect.signature(factory).parameters.values()
-    return {
-        p.name: p.default for p in params if p.kind is not p.VAR_KEYWORD and p.name not in skip and p.name != "self"
-    }
+def _chosen(axis: Any, node: Mapping[str, Any]) -> str | None:
+    return node.get(axis.selector, axis.default)
+
+
+def _option_keys(axis: Any, node: Mapping[str, Any]) -> dict[str, Any]:
+    """``key -> default`` of the option ``node`` chose on ``axis`` (none for an unknown option)."""
+    name = _chosen(axis, node)
+    return axis.config_class(name).defaults() if name in axis.registry() else {}
 
 
 def valid_keys(group: str, node: Mapping[str, Any]) -> dict[str, Any]:
-    """``key -> default`` (``inspect.Parameter.empty`` when required) of the option chosen in
-    ``node`` (the composed ``cfg[group]``)."""
-    from ablate.nn.ffn import GATES
-    from ablate.nn.norms import NORM_LAYERS, layer_options
-    from ablate.nn.positional import POSITIONAL
+    """``key -> default`` (``inspect.Parameter.empty`` when required) of the options chosen in
+    ``node`` (the composed ``cfg[group]``): the group's selectors, the keys its YAML carries for
+    every option, and the chosen options' own keys."""
+    axes = _axes(group)
+    if not axes:
+        raise KeyError(group)
+    keys: dict[str, Any] = dict.fromkeys(axis.selector for axis in axes)
+    for axis in axes:
+        keys.update(dict.fromkeys(axis.nullable_keys))
+        keys.update(axis.shared_keys)
+        keys.update(_option_keys(axis, node))
+    return keys
 
-    if group == "pos":
-        return {"name": None, **_class_options(POSITIONAL[node["name"]], MODEL_DIMENSIONS)}
-    if group == "norm":
-        layer = node.get("layer", "layernorm")
-        if layer not in NORM_LAYERS:
-            return dict.fromkeys(NORM_KEYS)  # the unknown layer is reported by config.validate
-        return {"placement": None, "layer": None, "eps": None, "bias": None, **layer_options(layer)}
-    if group == "act":
-        return {"name": None, **({"match_params": True} if node["name"] in GATES else {})}
-    if group == "init":
-        return {"name": None, **({"std": 0.02} if node["name"] in INIT_WITH_STD else {})}
-    if group == "attn":
-        return {"impl": None, "n_kv_heads": None}
-    raise KeyError(group)
+
+def group_keys(group: str) -> tuple[str, ...]:
+    """The keys a group's YAML carries whatever the option: its selectors, shared and nullable keys
+    (``norm``: placement, layer, eps, bias); the rest of the group are the chosen options' own."""
+    axes = _axes(group)
+    return tuple(dict.fromkeys(k for a in axes for k in (a.selector, *a.nullable_keys, *a.shared_keys)))
 
 
 def option_name(group: str, node: Mapping[str, Any]) -> str:
     """``pos=rope``, ``attn=sdpa``, ``norm.layer=rmsnorm``: the choice whose keys the group takes
     (for ``norm``, the layer's: its placement takes none of its own)."""
-    from ablate.nn.axes import AXES
-
-    axis = [a for a in AXES if a.group == group][-1]
-    return f"{axis.label}={node.get(axis.selector, 'layernorm' if axis.key == 'norm.layer' else None)}"
+    axis = _axes(group)[-1]
+    return f"{axis.label}={_chosen(axis, node)}"
 
 
 def _type_ok(value: Any, default: Any) -> bool:
@@ -89,13 +86,14 @@ def _type_ok(value: Any, default: Any) -> bool:
 def check_option_keys(cfg: Mapping[str, Any]) -> None:
     """Refuse a key of ``pos``/``norm``/``act``/``init``/``attn`` that the chosen option does not
     take, and a value of the wrong type, naming the option's valid keys."""
-    from ablate.nn.axes import ARCHITECTURE_GROUPS, AXES
+    from ablate.nn.axes import ARCHITECTURE_GROUPS
 
     for group in ARCHITECTURE_GROUPS:
         node = cfg.get(group)
         if node is None:
             continue
-        if any(node.get(a.selector) not in a.options() for a in AXES if a.group == group and a.selector in node):
+        axes = _axes(group)
+        if any(node.get(a.selector) not in a.options() for a in axes if a.selector in node):
             continue  # an unknown option: config.validate lists the valid ones
         keys = valid_keys(group, node)
         for key, value in node.items():
@@ -106,20 +104,14 @@ def check_option_keys(cfg: Mapping[str, Any]) -> None:
                     f"{group}.{key} does not apply to {option_name(group, node)}: its keys are "
                     f"{', '.join(keys)}. Remove {group}.{key} (in a sweep: sweep it only with the options that take it)"
                 )
-            if key in ("eps", "bias") and group == "norm" and value is not None and key not in _layer_keys(node):
-                raise ConfigError(
-                    f"norm.{key}={value} does not apply to {option_name(group, node)} (it has no {key}); "
-                    f"leave norm.{key}=null"
-                )
+            for axis in axes:
+                if key in axis.nullable_keys and key not in _option_keys(axis, node):
+                    raise ConfigError(
+                        f"{group}.{key}={value} does not apply to {option_name(group, node)} (it has no {key}); "
+                        f"leave {group}.{key}=null"
+                    )
             if not _type_ok(value, keys[key]):
                 raise ConfigError(
                     f"{group}.{key}={value!r} has the wrong type: expected {type(keys[key]).__name__} "
                     f"(default {keys[key]!r})"
                 )
-
-
-def _layer_keys(node: Mapping[str, Any]) -> dict[str, Any]:
-    from ablate.nn.norms import NORM_LAYERS, layer_options
-
-    layer = node.get("layer", "layernorm")
-    return layer_options(layer) if layer in NORM_LAYERS else {"eps": None, "bias": None}

@@ -27,7 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ablate.nn.options import OptionConfig
 from ablate.nn.positional import PositionalEncoding
+from ablate.nn.roles import Matrix, Role, fused, whole
 
 
 @dataclass
@@ -179,6 +181,16 @@ class SdpaAttention(AttentionKernel):
 ATTENTION_KERNELS: dict[str, type[AttentionKernel]] = {"math": MathAttention, "sdpa": SdpaAttention}
 
 
+class KernelConfig(OptionConfig):
+    """The typed config of an attention kernel (``attn.impl``): its keyword arguments besides
+    ``dropout`` (none so far; ``attn.n_kv_heads`` is the attention's, shared by every kernel)."""
+
+    DIMENSIONS = ("dropout",)
+
+    def build(self, dropout: float) -> AttentionKernel:
+        return self.option(dropout, **self.options())
+
+
 def build_attention_kernel(impl: str, dropout: float) -> AttentionKernel:
     """The kernel registered as ``impl`` (``attn.impl``)."""
     if impl not in ATTENTION_KERNELS:
@@ -216,9 +228,7 @@ class SelfAttention(nn.Module):
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
         self.head_dim, self.causal = d_model // n_heads, causal
         kv_dim = self.n_kv_heads * self.head_dim
-        self.qkv = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)
-        # ignore: torch types Module.__setattr__'s value as Tensor | Module, but any value is accepted
-        self.qkv.fused_sizes = (d_model, kv_dim, kv_dim)  # type: ignore[assignment]  # three matrices in one (read by init)
+        self.qkv = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)  # Q, K and V stacked: matrices()
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.kernel = build_attention_kernel(impl, dropout)
         self.resid_dropout = nn.Dropout(dropout)
@@ -236,6 +246,11 @@ class SelfAttention(nn.Module):
         bias = pos.score_bias(q.size(-2), k.size(-2), offset, self.causal, x.device)
         out = self.kernel(q, k, v, causal=self.causal, key_padding=key_padding, bias=bias)
         return self.resid_dropout(self.out_proj(merge_heads(out)))
+
+    def matrices(self) -> list[Matrix]:
+        kv_dim = self.n_kv_heads * self.head_dim
+        qkv = fused(self.qkv, (Role.QUERY, self.n_heads * self.head_dim), (Role.KEY, kv_dim), (Role.VALUE, kv_dim))
+        return [*qkv, whole(Role.ATTN_OUT, self.out_proj)]
 
 
 class CrossAttention(nn.Module):
@@ -256,8 +271,7 @@ class CrossAttention(nn.Module):
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
         self.head_dim = d_model // n_heads
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.kv = nn.Linear(d_model, 2 * self.n_kv_heads * self.head_dim, bias=bias)
-        self.kv.fused_sizes = (self.n_kv_heads * self.head_dim,) * 2  # type: ignore[assignment]  # as qkv's
+        self.kv = nn.Linear(d_model, 2 * self.n_kv_heads * self.head_dim, bias=bias)  # K and V stacked
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.kernel = build_attention_kernel(impl, dropout)
         self.resid_dropout = nn.Dropout(dropout)
@@ -274,3 +288,8 @@ class CrossAttention(nn.Module):
                 cache.append(k, v)
         out = self.kernel(q, k, v, causal=False, key_padding=memory_padding, bias=None)
         return self.resid_dropout(self.out_proj(merge_heads(out)))
+
+    def matrices(self) -> list[Matrix]:
+        kv_dim = self.n_kv_heads * self.head_dim
+        kv = fused(self.kv, (Role.KEY, kv_dim), (Role.VALUE, kv_dim))
+        return [whole(Role.QUERY, self.q_proj), *kv, whole(Role.ATTN_OUT, self.out_proj)]

@@ -10,8 +10,11 @@ a *residual* that decides where the normalisation sits:
 * ``deepnorm`` LN(alpha * x + f(x))          (Wang et al. 2022 "DeepNet", eq. 3) with the
                                               sub-layer weights initialised with gain beta.
 
-The encoder, the decoder and the decoder-only LM are all stacks of :class:`Block`; they differ
-only in causality and in whether a cross-attention sub-layer exists.
+The encoder, the decoder and the decoder-only LM are all stacks of :class:`Block`
+(:class:`ablate.nn.stack.Stack`); they differ only in causality and in whether a cross-attention
+sub-layer exists. A placement's constants come from the placement: :meth:`Residual.for_stack`
+(DeepNorm's alpha and beta depend on the model's depth), :attr:`Residual.branch_gain` (the gain
+an init gives the sub-layer's matrices) and ``check_options`` (DeepNorm needs DeepNet's init).
 
 Adding a placement: one residual class, one ``PLACEMENTS`` entry, one ``conf/norm/<name>.yaml``,
 one test in ``tests/nn/test_block.py``.
@@ -21,25 +24,41 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import Tensor, nn
 
 from ablate.nn.attention import CrossAttention, KVCache, SelfAttention
+from ablate.nn.options import OptionConfig
 from ablate.nn.positional import PositionalEncoding
 
+if TYPE_CHECKING:
+    from ablate.nn.spec import ModelSpec
+    from ablate.nn.stack import StackConfig
+
 NormFactory = Callable[[], nn.Module]
+Wrap = Callable[[nn.Module], "Residual"]
 
 
 class Residual(nn.Module):
     """A sub-layer and its residual connection. Subclasses place the normalisation."""
 
-    needs_final_norm = False
+    needs_final_norm: ClassVar[bool] = False
+    # the gain an init scheme gives the sub-layer's value, output and FFN matrices (DeepNet's
+    # beta); None: the scheme's own
+    branch_gain: float | None = None
 
     def __init__(self, sublayer: nn.Module, make_norm: NormFactory) -> None:
         super().__init__()
         self.sublayer = sublayer
         self.norm = make_norm()
+
+    @classmethod
+    def for_stack(cls, make_norm: NormFactory, stack: StackConfig) -> Wrap:
+        """How the sub-layers of one stack are wrapped; its keyword arguments besides these two
+        would be the placement's options (:class:`PlacementConfig`)."""
+        return partial(cls, make_norm=make_norm)
 
 
 class PreNormResidual(Residual):
@@ -72,11 +91,22 @@ class SandwichResidual(Residual):
 
 
 class DeepNormResidual(Residual):
-    """LN(alpha * x + f(x)) (Wang et al. 2022, eq. 3). ``beta`` is read by ``init=deepnet``."""
+    """LN(alpha * x + f(x)) (Wang et al. 2022, eq. 3). ``beta`` is read by ``init=deepnet``
+    (:attr:`branch_gain`); both come from the model's depth (:meth:`for_stack`)."""
 
-    def __init__(self, sublayer: nn.Module, make_norm: NormFactory, alpha: float = 1.0, beta: float = 1.0) -> None:
+    def __init__(self, sublayer: nn.Module, make_norm: NormFactory, *, alpha: float, beta: float) -> None:
         super().__init__(sublayer, make_norm)
         self.alpha, self.beta = alpha, beta
+        self.branch_gain = beta
+
+    @classmethod
+    def for_stack(cls, make_norm: NormFactory, stack: StackConfig) -> Wrap:
+        alpha, beta = deepnorm_constants(stack.encoder_layers, stack.decoder_layers)[stack.role]
+        return partial(cls, make_norm=make_norm, alpha=alpha, beta=beta)
+
+    @staticmethod
+    def check_options(spec: ModelSpec, **_: object) -> None:
+        check_deepnorm_pair(spec)
 
     def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         return self.norm(self.alpha * x + self.sublayer(x, *args, **kwargs))
@@ -88,6 +118,35 @@ PLACEMENTS: dict[str, type[Residual]] = {
     "sandwich": SandwichResidual,
     "deepnorm": DeepNormResidual,
 }
+
+
+class PlacementConfig(OptionConfig):
+    """The typed config of a placement (``norm.placement``): the keyword arguments of its
+    :meth:`Residual.for_stack` besides the norm factory and the stack (none so far)."""
+
+    DIMENSIONS = ("make_norm", "stack")
+
+    @classmethod
+    def signature_of(cls, option: Callable[..., Any]) -> Callable[..., Any]:
+        return option.for_stack  # type: ignore[attr-defined]  # a Residual subclass
+
+    @property
+    def needs_final_norm(self) -> bool:
+        """Whether a stack of this placement ends with a norm (pre, sandwich)."""
+        return bool(self.option.needs_final_norm)  # type: ignore[attr-defined]  # a Residual subclass
+
+    def build(self, make_norm: NormFactory, stack: StackConfig) -> Wrap:
+        return self.option.for_stack(make_norm, stack, **self.options())  # type: ignore[attr-defined]
+
+
+def check_deepnorm_pair(spec: ModelSpec) -> None:
+    """DeepNorm's alpha and DeepNet's beta are derived together (Wang et al. 2022): one without
+    the other is refused (by ``norm=deepnorm`` and by ``init=deepnet``)."""
+    if (spec.norm == "deepnorm") != (spec.init == "deepnet"):
+        raise ValueError(
+            f"norm={spec.norm} with init={spec.init}: DeepNorm's residual scale alpha is derived together with the "
+            f"init gain beta (Wang et al. 2022), so use them as a pair: norm=deepnorm init=deepnet"
+        )
 
 
 def deepnorm_constants(n_encoder: int, n_decoder: int) -> dict[str, tuple[float, float]]:

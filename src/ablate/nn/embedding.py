@@ -7,6 +7,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ablate.nn.roles import Matrix, Role, whole
+
 
 class TokenEmbedding(nn.Module):
     """Token lookup, optionally scaled by sqrt(d) (Vaswani et al. 2017, Sec. 3.4)."""
@@ -20,3 +22,6 @@ class TokenEmbedding(nn.Module):
     def forward(self, idx: Tensor) -> Tensor:
         x = nn.functional.embedding(idx, self.weight)
         return x * self.scale if self.scale != 1.0 else x
+
+    def matrices(self) -> list[Matrix]:
+        return [whole(Role.EMBEDDING, self)]

@@ -7,7 +7,9 @@ FFN to 2/3 of the two-matrix one; ``gated_width_scale`` does the same (turn it o
 ``act.match_params=false``).
 
 Adding an activation: one entry in ``ACTIVATIONS`` (plain) or ``GATES`` (gated), one
-``conf/act/<name>.yaml`` and a test in ``tests/nn/test_ffn.py``.
+``conf/act/<name>.yaml`` and a test in ``tests/nn/test_ffn.py``. Each activation's FFN is in
+``FEED_FORWARDS``; its keyword arguments besides the dimensions are the ``act`` options
+(:class:`FFNConfig`: ``match_params`` for the gated ones).
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from collections.abc import Callable
 
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from ablate.nn.options import OptionConfig, option_config
+from ablate.nn.roles import Matrix, Role, fused, whole
 
 Activation = Callable[[Tensor], Tensor]
 
@@ -64,7 +69,7 @@ def hidden_width(act: str, d_ff: int, match_params: bool = True) -> int:
 class FeedForward(nn.Module):
     """Plain two-layer FFN: ``out(act(in(x)))``."""
 
-    def __init__(self, d_model: int, d_ff: int, act: str, bias: bool = True, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, d_ff: int, act: str, *, bias: bool, dropout: float) -> None:
         super().__init__()
         self.act = ACTIVATIONS[act]
         self.fc_in = nn.Linear(d_model, d_ff, bias=bias)
@@ -74,31 +79,57 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.dropout(self.fc_out(self.act(self.fc_in(x))))
 
+    def matrices(self) -> list[Matrix]:
+        return [whole(Role.FFN_IN, self.fc_in), whole(Role.FFN_OUT, self.fc_out)]
+
 
 class GatedFeedForward(nn.Module):
-    """Gated FFN: ``out(gate(W x) * (V x))``. W and V are one fused matrix (``fc_in``): one
-    matmul instead of two, same function; the first half of its output is the gate."""
+    """Gated FFN: ``out(gate(W x) * (V x))`` of hidden width :func:`hidden_width`. W and V are
+    one fused matrix (``fc_in``): one matmul instead of two, same function; the first half of its
+    output is the gate."""
 
-    def __init__(self, d_model: int, d_ff: int, act: str, bias: bool = True, dropout: float = 0.0) -> None:
+    def __init__(
+        self, d_model: int, d_ff: int, act: str, *, bias: bool, dropout: float, match_params: bool = True
+    ) -> None:
         super().__init__()
         self.gate = GATES[act]
-        self.fc_in = nn.Linear(d_model, 2 * d_ff, bias=bias)
-        # ignore: torch types Module.__setattr__'s value as Tensor | Module, but any value is accepted
-        self.fc_in.fused_sizes = (d_ff, d_ff)  # type: ignore[assignment]  # W and V stacked (read by init)
-        self.fc_out = nn.Linear(d_ff, d_model, bias=bias)
+        width = hidden_width(act, d_ff, match_params)
+        self.fc_in = nn.Linear(d_model, 2 * width, bias=bias)
+        self.fc_out = nn.Linear(width, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         gate, value = self.fc_in(x).chunk(2, dim=-1)
         return self.dropout(self.fc_out(self.gate(gate) * value))
 
+    def matrices(self) -> list[Matrix]:
+        width = self.fc_out.in_features
+        return [*fused(self.fc_in, (Role.FFN_GATE, width), (Role.FFN_IN, width)), whole(Role.FFN_OUT, self.fc_out)]
+
+
+# the FFN of each activation (the ``act`` option)
+FEED_FORWARDS: dict[str, type[nn.Module]] = {
+    **dict.fromkeys(ACTIVATIONS, FeedForward),
+    **dict.fromkeys(GATES, GatedFeedForward),
+}
+
+
+class FFNConfig(OptionConfig):
+    """The typed config of an ``act`` option: its FFN's keyword arguments besides the
+    dimensions (``match_params`` for a gated one)."""
+
+    DIMENSIONS = ("d_model", "d_ff", "act", "bias", "dropout")
+
+    def build(self, d_model: int, d_ff: int, *, bias: bool, dropout: float) -> nn.Module:
+        return self.option(d_model, d_ff, self.name, bias=bias, dropout=dropout, **self.options())
+
 
 def build_ffn(
     act: str, d_model: int, d_ff: int, *, match_params: bool = True, bias: bool = True, dropout: float = 0.0
 ) -> nn.Module:
     """Build the FFN for activation ``act``, shrinking gated variants to match parameters."""
-    if act not in ACTIVATIONS and act not in GATES:
+    if act not in FEED_FORWARDS:
         raise ValueError(f"unknown act={act!r}; valid options: {', '.join(activation_names())}")
-    width = hidden_width(act, d_ff, match_params)
-    cls = GatedFeedForward if act in GATES else FeedForward
-    return cls(d_model, width, act, bias=bias, dropout=dropout)
+    config = option_config(FFNConfig, act, FEED_FORWARDS[act])
+    options = {"match_params": match_params} if "match_params" in config.defaults() else {}
+    return config(**options).build(d_model, d_ff, bias=bias, dropout=dropout)

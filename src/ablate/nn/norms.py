@@ -1,8 +1,8 @@
 """Normalisation layers (the ``norm.layer`` option). Where they sit is the block's business
 (``block.py``); this module only says how a vector is normalised.
 
-Each layer is a factory ``(d_model, **options)`` in ``NORM_LAYERS``; its keyword arguments with
-defaults *are* its options (:func:`layer_options`): ``norm.eps`` and ``norm.bias`` where the
+Each layer is a factory ``(d_model, **options)`` in ``NORM_LAYERS``; its keyword arguments *are*
+its options (its typed config, :class:`NormLayerConfig`): ``norm.eps`` and ``norm.bias`` where the
 layer takes them, any other as ``+norm.<option>=...``. ``ablate.config.options`` refuses a key the
 chosen layer does not take, so nothing is set without being used.
 
@@ -13,12 +13,13 @@ the generic suites (``tests/config/test_options.py``, ``tests/nn/test_registry_s
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from ablate.nn.options import OptionConfig, option_config
 
 
 class ScaleNorm(nn.Module):
@@ -78,10 +79,13 @@ NORM_LAYERS: dict[str, Callable[..., nn.Module]] = {
 }
 
 
-def layer_options(layer: str) -> dict[str, Any]:
-    """``option -> default`` of a registered layer: its keyword arguments after ``d_model``."""
-    params = list(inspect.signature(NORM_LAYERS[layer]).parameters.values())[1:]
-    return {p.name: p.default for p in params}
+class NormLayerConfig(OptionConfig):
+    """The typed config of a norm layer (``norm.layer``): its keyword arguments after ``d_model``."""
+
+    DIMENSIONS = ("d_model",)
+
+    def build(self, d_model: int) -> nn.Module:
+        return self.option(d_model, **self.options())
 
 
 def build_norm(layer: str, d_model: int, **options: Any) -> nn.Module:
@@ -90,5 +94,6 @@ def build_norm(layer: str, d_model: int, **options: Any) -> nn.Module:
     here, and refused at the config boundary when set explicitly (``ablate.config.options``)."""
     if layer not in NORM_LAYERS:
         raise ValueError(f"unknown norm.layer={layer!r}; valid options: {', '.join(NORM_LAYERS)}")
-    taken = layer_options(layer)
-    return NORM_LAYERS[layer](d_model, **{k: v for k, v in options.items() if k in taken and v is not None})
+    config = option_config(NormLayerConfig, layer, NORM_LAYERS[layer])
+    taken = config.defaults()
+    return config(**{k: v for k, v in options.items() if k in taken and v is not None}).build(d_model)

@@ -9,25 +9,37 @@ Every scheme implements the same three hooks, so attention never branches on a s
 Positions are absolute token indices; ``offset`` is the index of the first token of the input,
 which is non-zero when decoding with a KV cache.
 
-Adding a scheme: subclass :class:`PositionalEncoding`, register it in ``POSITIONAL``, add
-``conf/pos/<name>.yaml`` and a test in ``tests/nn/test_positional.py``.
+Adding a scheme: subclass :class:`PositionalEncoding` (its keyword arguments with defaults are its
+options: :class:`PositionalConfig`), register it in ``POSITIONAL``, add ``conf/pos/<name>.yaml``
+and a test in ``tests/nn/test_positional.py``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
+
+from ablate.nn.options import OptionConfig, option_config
+from ablate.nn.roles import Matrix, Role, whole
+
+if TYPE_CHECKING:
+    from ablate.nn.spec import ModelSpec
 
 
 class PositionalEncoding(nn.Module):
     """Base class: a scheme that does nothing (NoPE). Subclasses override one or more hooks.
 
     Constructors receive every model dimension as a keyword (d_model, n_heads, head_dim,
-    max_len) plus the scheme's own YAML options, and take the ones they need.
+    max_len: :attr:`PositionalConfig.DIMENSIONS`) plus the scheme's own YAML options, and take
+    the ones they need. A scheme may check its options against the whole spec with a static
+    ``check_options(spec, **options)`` (:meth:`ablate.nn.options.OptionConfig.validate`).
     """
+
+    max_positions: int | None = None  # the positions it can represent; None: any (it extrapolates)
 
     def __init__(self, **_: object) -> None:
         super().__init__()
@@ -85,7 +97,7 @@ class Learned(PositionalEncoding):
 
     def __init__(self, d_model: int, max_len: int, **_: object) -> None:
         super().__init__()
-        self.max_len = max_len
+        self.max_len = self.max_positions = max_len
         self.weight = nn.Parameter(torch.empty(max_len, d_model))
         nn.init.normal_(self.weight, std=0.02)
 
@@ -97,6 +109,9 @@ class Learned(PositionalEncoding):
                 f"raise model.max_len (it must cover data.eval_seq_len) or use pos=sinusoidal/rope/alibi, which extrapolate"
             )
         return x + self.weight[offset:end]
+
+    def matrices(self) -> list[Matrix]:
+        return [whole(Role.EMBEDDING, self)]
 
 
 class Rotary(PositionalEncoding):
@@ -128,6 +143,11 @@ class Rotary(PositionalEncoding):
 
     def rotate(self, q: Tensor, k: Tensor, q_offset: int = 0, k_offset: int = 0) -> tuple[Tensor, Tensor]:
         return self._rotate(q, q_offset), self._rotate(k, k_offset)
+
+    @staticmethod
+    def check_options(spec: ModelSpec, *, fraction: float = 1.0, **_: object) -> None:
+        """The rotated features per head, ``head_dim * fraction``, must be a positive even number."""
+        rotary_dim(spec.head_dim, float(fraction))
 
 
 def rotary_dim(head_dim: int, fraction: float) -> int:
@@ -187,8 +207,20 @@ POSITIONAL: dict[str, Callable[..., PositionalEncoding]] = {
 }
 
 
-def build_positional(name: str, *, d_model: int, n_heads: int, max_len: int, **options: object) -> PositionalEncoding:
+class PositionalConfig(OptionConfig):
+    """The typed config of a positional scheme (``pos``): its keyword arguments besides the
+    model dimensions (:mod:`ablate.nn.options`)."""
+
+    DIMENSIONS = ("d_model", "n_heads", "head_dim", "max_len")
+
+    def build(self, *, d_model: int, n_heads: int, max_len: int) -> PositionalEncoding:
+        dims = {"d_model": d_model, "n_heads": n_heads, "head_dim": d_model // n_heads, "max_len": max_len}
+        return self.option(**dims, **self.options())
+
+
+def build_positional(name: str, *, d_model: int, n_heads: int, max_len: int, **options: Any) -> PositionalEncoding:
     """Build the scheme registered as ``name`` (the ``pos`` config group option)."""
     if name not in POSITIONAL:
         raise ValueError(f"unknown pos={name!r}; valid options: {', '.join(POSITIONAL)}")
-    return POSITIONAL[name](d_model=d_model, n_heads=n_heads, head_dim=d_model // n_heads, max_len=max_len, **options)
+    config = option_config(PositionalConfig, name, POSITIONAL[name])(**options)
+    return config.build(d_model=d_model, n_heads=n_heads, max_len=max_len)

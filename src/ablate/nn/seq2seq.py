@@ -1,8 +1,8 @@
 """The encoder-decoder Transformer (Vaswani et al. 2017, Fig. 1) built from the LM's blocks.
 
-* Encoder: :func:`build_stack` with ``causal=False, cross=False``; self-attention sees every
+* Encoder: a bidirectional :class:`~ablate.nn.stack.Stack`; self-attention sees every
   real source token, padding is masked out of every key set.
-* Decoder: :func:`build_stack` with ``causal=True, cross=True``: masked self-attention,
+* Decoder: a causal :class:`~ablate.nn.stack.Stack` that cross-attends: masked self-attention,
   encoder-decoder attention over the encoder output (no positional transform or bias there:
   positions are already in the encoder output and in the decoder queries), FFN.
 
@@ -18,7 +18,8 @@ Vocabulary: one shared (joint BPE) vocabulary for source and target. ``tie_embed
 * ``false`` / ``"none"``: three separate matrices.
 
 ``scale_embeddings`` multiplies the embeddings by sqrt(d) (Sec. 3.4). DeepNorm uses the
-encoder-decoder constants of Wang et al. 2022 (:func:`deepnorm_constants` with N, M layers).
+encoder-decoder constants of Wang et al. 2022 (:func:`~ablate.nn.block.deepnorm_constants` with N,
+M layers, chosen by :meth:`~ablate.nn.block.DeepNormResidual.for_stack`).
 
 Masks: ``src_mask`` (B, S) is True at real source tokens. Targets are right-padded, so the
 causal mask already keeps every real target position away from padding; the loss ignores the
@@ -31,12 +32,11 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ablate.nn.attention import KVCache
-from ablate.nn.block import LayerCache, deepnorm_constants
+from ablate.nn.axes import INIT
+from ablate.nn.block import LayerCache
 from ablate.nn.embedding import TokenEmbedding
-from ablate.nn.init import initialise
-from ablate.nn.positional import PositionalEncoding, build_positional
 from ablate.nn.spec import ModelSpec
-from ablate.nn.transformer import build_stack, final_norm
+from ablate.nn.stack import Stack, StackConfig
 
 TIE_MODES = {
     True: "all",
@@ -60,20 +60,6 @@ def tie_mode(value: object) -> str:
     return TIE_MODES[key]
 
 
-class Stack(nn.Module):
-    """Positional encoding, embedding dropout, a stack of blocks and the final norm: the part of
-    an encoder or decoder between the token embedding and the output."""
-
-    def __init__(self, spec: ModelSpec, n_layers: int, *, decoder: bool, deepnorm: tuple[float, float]) -> None:
-        super().__init__()
-        self.pos: PositionalEncoding = build_positional(
-            spec.pos, d_model=spec.d_model, n_heads=spec.n_heads, max_len=spec.max_len, **spec.pos_options
-        )
-        self.emb_dropout = nn.Dropout(spec.dropout)
-        self.blocks = build_stack(spec, n_layers, causal=decoder, cross=decoder, deepnorm=deepnorm)
-        self.final_norm = final_norm(spec)
-
-
 class EncoderDecoder(nn.Module):
     """Sequence-to-sequence Transformer: ``forward(src, tgt_in) -> logits`` for the next target
     token at every target position."""
@@ -89,11 +75,11 @@ class EncoderDecoder(nn.Module):
         self.tgt_emb = (
             None if self.tie == "all" else TokenEmbedding(spec.vocab_size, spec.d_model, spec.scale_embeddings)
         )
-        constants = deepnorm_constants(spec.encoder_layers, spec.n_layers)
-        self.encoder = Stack(spec, spec.encoder_layers, decoder=False, deepnorm=constants["encoder"])
-        self.decoder = Stack(spec, spec.n_layers, decoder=True, deepnorm=constants["decoder"])
+        encoder, decoder = StackConfig.encoder_decoder(spec.encoder_layers, spec.n_layers)
+        self.encoder = Stack(spec, encoder)
+        self.decoder = Stack(spec, decoder)
         self.head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
-        initialise(self, spec.init, spec.init_std)
+        INIT.config(spec).build().apply(self)
         if self.tie != "none":
             self.head.weight = self.target_embedding.weight
 
@@ -109,23 +95,15 @@ class EncoderDecoder(nn.Module):
         ``src != pad_id``)."""
         if src_mask is None:
             src_mask = self.source_mask(src)
-        enc = self.encoder
-        x = enc.emb_dropout(enc.pos.embed(self.tok_emb(src)))
-        for block in enc.blocks:
-            x = block(x, enc.pos, key_padding=src_mask)
-        return enc.final_norm(x)
+        return self.encoder(self.tok_emb(src), key_padding=src_mask)
 
     def decode(
         self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None, caches: list[LayerCache] | None = None
     ) -> Tensor:
         """tgt (B, T) decoder input -> logits (B, T, V). With ``caches`` (one per decoder layer),
         ``tgt`` continues the prefix the caches hold and only the new positions are computed."""
-        dec = self.decoder
-        offset = caches[0].self_attn.length if caches else 0
-        x = dec.emb_dropout(dec.pos.embed(self.target_embedding(tgt), offset))
-        for i, block in enumerate(dec.blocks):
-            x = block(x, dec.pos, memory=memory, memory_padding=src_mask, cache=caches[i] if caches else None)
-        return self.head(dec.final_norm(x))
+        hidden = self.decoder(self.target_embedding(tgt), memory=memory, memory_padding=src_mask, caches=caches)
+        return self.head(hidden)
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None) -> Tensor:
         if src_mask is None:
@@ -133,7 +111,7 @@ class EncoderDecoder(nn.Module):
         return self.decode(tgt, self.encode(src, src_mask), src_mask)
 
     def new_caches(self) -> list[LayerCache]:
-        return [LayerCache() for _ in self.decoder.blocks]
+        return self.decoder.new_caches()
 
     def num_params(self) -> int:
         params = {id(p): p for p in self.parameters()}  # tied weights count once

@@ -59,11 +59,12 @@ def evaluate_lengths(
     metrics: dict[str, float | None] = {}
     info: dict[str, Any] = {}
     spec = task.spec
+    limit = task.model.pos.max_positions  # a position table's size (pos=learned); None: it extrapolates
     for length in lengths:
-        if spec.pos == "learned" and length > spec.max_len:
-            info[str(length)] = {"skipped": f"pos=learned has {spec.max_len} positions (model.max_len)"}
+        if limit is not None and length > limit:
+            info[str(length)] = {"skipped": f"pos={spec.pos} has {limit} positions (model.max_len)"}
             rank_zero_info(
-                f"{split}/ppl@{length} skipped: pos=learned has only {spec.max_len} positions; set "
+                f"{split}/ppl@{length} skipped: pos={spec.pos} has only {limit} positions; set "
                 f"model.max_len={length} to evaluate with untrained positions beyond the training length"
             )
             continue

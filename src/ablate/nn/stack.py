@@ -1,0 +1,146 @@
+"""One stack of Transformer blocks, the part every model is built from.
+
+A :class:`Stack` turns token embeddings into hidden states: the positional encoding's additive
+part, embedding dropout, ``n_layers`` blocks (:class:`~ablate.nn.block.Block`) and, for the
+placements that leave the residual stream unnormalised (pre, sandwich), a final norm. What a
+stack is within its model, a :class:`StackConfig` says:
+
+* a decoder-only LM (:class:`ablate.nn.transformer.TransformerLM`): one causal stack;
+* an encoder-decoder (:class:`ablate.nn.seq2seq.EncoderDecoder`): a bidirectional encoder stack,
+  and a causal decoder stack that also attends to the encoder output (cross-attention);
+* an encoder-only classifier (:class:`ablate.tasks.classify.EncoderClassifier`): one
+  bidirectional stack.
+
+Every architecture option of the spec applies to every stack; each option builds its part from
+its typed config (:mod:`ablate.nn.options`, :data:`ablate.nn.axes.AXES`), so nothing here
+branches on an option's name. The placement says how a sub-layer is wrapped in this stack
+(DeepNorm's constants depend on the model's depth: :meth:`ablate.nn.block.Residual.for_stack`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+from torch import Tensor, nn
+
+from ablate.nn.attention import CrossAttention, SelfAttention
+from ablate.nn.axes import ACT, NORM_LAYER, PLACEMENT, POS
+from ablate.nn.block import Block, LayerCache, NormFactory
+from ablate.nn.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """One stack of a model with ``encoder_layers`` bidirectional and ``decoder_layers`` causal
+    layers in all: a causal stack is the model's decoder, a bidirectional one its encoder.
+    ``cross``: every block also attends to the encoder output (an encoder-decoder's decoder)."""
+
+    causal: bool
+    cross: bool
+    encoder_layers: int
+    decoder_layers: int
+
+    @property
+    def n_layers(self) -> int:
+        return self.decoder_layers if self.causal else self.encoder_layers
+
+    @property
+    def role(self) -> str:
+        """``decoder`` or ``encoder``: which of the model's stacks this is (DeepNet's Table 1)."""
+        return "decoder" if self.causal else "encoder"
+
+    @classmethod
+    def decoder_only(cls, n_layers: int) -> StackConfig:
+        return cls(causal=True, cross=False, encoder_layers=0, decoder_layers=n_layers)
+
+    @classmethod
+    def encoder_only(cls, n_layers: int) -> StackConfig:
+        return cls(causal=False, cross=False, encoder_layers=n_layers, decoder_layers=0)
+
+    @classmethod
+    def encoder_decoder(cls, encoder_layers: int, decoder_layers: int) -> tuple[StackConfig, StackConfig]:
+        """The encoder's and the decoder's configs."""
+        return (
+            cls(causal=False, cross=False, encoder_layers=encoder_layers, decoder_layers=decoder_layers),
+            cls(causal=True, cross=True, encoder_layers=encoder_layers, decoder_layers=decoder_layers),
+        )
+
+
+def norm_factory(spec: ModelSpec) -> NormFactory:
+    """A new norm layer of the spec's ``norm.layer`` per call."""
+    return partial(NORM_LAYER.config(spec).build, spec.d_model)
+
+
+class Stack(nn.Module):
+    """Positional encoding, embedding dropout, blocks and final norm (see the module docstring).
+
+    ``embedding``: the token embedding of a model that is one stack (the LM, the classifier),
+    registered first as ``tok_emb``, so that it is built and initialised first and the LM's
+    parameters keep their GPT-2 names and order (``tok_emb``, ``pos``, ``blocks``, ``final_norm``).
+    An encoder-decoder holds its (possibly shared) embeddings itself and passes none."""
+
+    def __init__(self, spec: ModelSpec, config: StackConfig, embedding: nn.Module | None = None) -> None:
+        super().__init__()
+        if embedding is not None:
+            self.tok_emb = embedding
+        self.config = config
+        self.pos = POS.config(spec).build(d_model=spec.d_model, n_heads=spec.n_heads, max_len=spec.max_len)
+        self.emb_dropout = nn.Dropout(spec.dropout)
+        placement, make_norm = PLACEMENT.config(spec), norm_factory(spec)
+        wrap = placement.build(make_norm, config)
+        ffn = ACT.config(spec)
+
+        def block() -> Block:
+            return Block(
+                SelfAttention(
+                    spec.d_model,
+                    spec.n_heads,
+                    spec.n_kv_heads,
+                    causal=config.causal,
+                    impl=spec.attn,
+                    bias=spec.bias,
+                    dropout=spec.dropout,
+                ),
+                ffn.build(spec.d_model, spec.d_ff, bias=spec.bias, dropout=spec.dropout),
+                wrap,
+                CrossAttention(
+                    spec.d_model, spec.n_heads, spec.n_kv_heads, impl=spec.attn, bias=spec.bias, dropout=spec.dropout
+                )
+                if config.cross
+                else None,
+            )
+
+        self.blocks = nn.ModuleList(block() for _ in range(config.n_layers))
+        self.final_norm = make_norm() if placement.needs_final_norm else nn.Identity()
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        key_padding: Tensor | None = None,
+        memory: Tensor | None = None,
+        memory_padding: Tensor | None = None,
+        caches: list[LayerCache] | None = None,
+    ) -> Tensor:
+        """Token embeddings ``x`` (B, T, d) -> hidden states (B, T, d).
+
+        ``key_padding`` (B, T): True at real tokens, for a bidirectional stack over padded rows.
+        ``memory`` (B, S, d) and ``memory_padding`` (B, S): the encoder output a cross-attending
+        stack reads. ``caches`` (one per layer, :meth:`new_caches`): ``x`` continues the sequence
+        the caches hold, and only its positions are computed (incremental decoding)."""
+        offset = caches[0].self_attn.length if caches else 0
+        x = self.emb_dropout(self.pos.embed(x, offset))
+        for i, block in enumerate(self.blocks):
+            x = block(
+                x,
+                self.pos,
+                key_padding=key_padding,
+                memory=memory,
+                memory_padding=memory_padding,
+                cache=caches[i] if caches else None,
+            )
+        return self.final_norm(x)
+
+    def new_caches(self) -> list[LayerCache]:
+        return [LayerCache() for _ in self.blocks]
