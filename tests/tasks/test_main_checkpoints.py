@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from ablate.run.resume import inspect_checkpoint
 from ablate.tasks import load_task_checkpoint
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -33,6 +34,9 @@ def test_a_language_model_checkpoint_from_main_loads_and_computes_what_it_did():
     with torch.no_grad():
         got = task.model.eval()(torch.tensor(EXPECTED["lm_probe"])).double().sum().item()
     assert math.isclose(got, EXPECTED["lm"], rel_tol=1e-6)
+    # a task built now saves the hyper-parameters main saved: its checkpoints rebuild the same way
+    stored = inspect_checkpoint(FIXTURES / "main_780a50a_lm.ckpt")["hyper_parameters"]
+    assert dict(type(task)(**stored).hparams) == dict(stored)
 
 
 def test_a_translation_checkpoint_from_main_loads_and_computes_what_it_did():
@@ -42,6 +46,8 @@ def test_a_translation_checkpoint_from_main_loads_and_computes_what_it_did():
     with torch.no_grad():
         got = task.model.eval()(src, tgt, src != 0).double().sum().item()
     assert math.isclose(got, EXPECTED["translation"], rel_tol=1e-6)
+    stored = inspect_checkpoint(FIXTURES / "main_780a50a_translation.ckpt")["hyper_parameters"]
+    assert dict(type(task)(**stored).hparams) == dict(stored)
 
 
 @pytest.mark.integration

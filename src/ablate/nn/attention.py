@@ -9,7 +9,8 @@ The kernels compute the same function, chosen by the ``attn`` option (``attn.imp
 
 Everything around the kernel (projections, positional hooks, masks, caching) is shared, so a
 comparison of the two measures the kernel alone. Adding a kernel: a subclass of
-:class:`AttentionKernel` implementing :meth:`~AttentionKernel.attend`, its registry entry, its
+:class:`AttentionKernel` implementing :meth:`~AttentionKernel.attend` (queries, keys, values and
+one :class:`Masking`), its registry entry, its
 name in ``conf/attn/``, and a test of its maths against ``math``; the generic suites
 (``tests/nn/test_registry_suites.py``) cover it.
 
@@ -69,6 +70,23 @@ def combine_mask(
     return mask
 
 
+@dataclass(frozen=True)
+class Masking:
+    """Which keys each query may see, and the scores' additive bias: what every kernel's
+    :meth:`~AttentionKernel.attend` receives besides queries, keys and values.
+
+    ``causal``: a query sees no later position; ``key_padding`` (B, Tk): True at real keys;
+    ``bias``: added to the scores (ALiBi), broadcastable to (B, H, Tq, Tk)."""
+
+    causal: bool
+    key_padding: Tensor | None = None
+    bias: Tensor | None = None
+
+    def mask(self, q_len: int, k_len: int, device: torch.device) -> Tensor | None:
+        """The boolean mask of :func:`combine_mask` (None: every key visible)."""
+        return combine_mask(self.causal, self.key_padding, q_len, k_len, device)
+
+
 def math_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None, dropout_p: float
 ) -> tuple[Tensor, Tensor]:
@@ -117,64 +135,36 @@ class AttentionKernel(nn.Module):
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding: Tensor | None, bias: Tensor | None
     ) -> Tensor:
         dropout_p = self.dropout if self.training else 0.0
+        masking = Masking(causal, key_padding, bias)
         if self.keep_weights:
-            mask = combine_mask(causal, key_padding, q.size(-2), k.size(-2), q.device)
-            out, weights = math_attention(q, k, v, mask, bias, dropout_p)
+            out, weights = math_attention(q, k, v, masking.mask(q.size(-2), k.size(-2), q.device), bias, dropout_p)
             self.weights = weights.detach()
             return out
-        return self.attend(q, k, v, causal=causal, key_padding=key_padding, bias=bias, dropout_p=dropout_p)
+        return self.attend(q, k, v, masking, dropout_p)
 
-    def attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        causal: bool,
-        key_padding: Tensor | None,
-        bias: Tensor | None,
-        dropout_p: float,
-    ) -> Tensor:
-        """Attention of (B, H, Tq, d) queries over (B, H_kv, Tk, d) keys and values."""
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, masking: Masking, dropout_p: float) -> Tensor:
+        """Attention of (B, H, Tq, d) queries over (B, H_kv, Tk, d) keys and values, with
+        dropout ``dropout_p`` on the weights."""
         raise NotImplementedError
 
 
 class MathAttention(AttentionKernel):
     """``attn=math``: eq. 1 written out (:func:`math_attention`)."""
 
-    def attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        causal: bool,
-        key_padding: Tensor | None,
-        bias: Tensor | None,
-        dropout_p: float,
-    ) -> Tensor:
-        mask = combine_mask(causal, key_padding, q.size(-2), k.size(-2), q.device)
-        return math_attention(q, k, v, mask, bias, dropout_p)[0]
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, masking: Masking, dropout_p: float) -> Tensor:
+        mask = masking.mask(q.size(-2), k.size(-2), q.device)
+        return math_attention(q, k, v, mask, masking.bias, dropout_p)[0]
 
 
 class SdpaAttention(AttentionKernel):
     """``attn=sdpa``: PyTorch's fused kernel (:func:`sdpa_attention`); a pure causal mask over a
     square score matrix builds no mask at all, so the flash kernel can run."""
 
-    def attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        causal: bool,
-        key_padding: Tensor | None,
-        bias: Tensor | None,
-        dropout_p: float,
-    ) -> Tensor:
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, masking: Masking, dropout_p: float) -> Tensor:
         q_len, k_len = q.size(-2), k.size(-2)
-        pure_causal = causal and key_padding is None and bias is None and q_len == k_len
-        mask = None if pure_causal else combine_mask(causal, key_padding, q_len, k_len, q.device)
+        causal, bias = masking.causal, masking.bias
+        pure_causal = causal and masking.key_padding is None and bias is None and q_len == k_len
+        mask = None if pure_causal else masking.mask(q_len, k_len, q.device)
         return sdpa_attention(q, k, v, mask, bias, dropout_p, causal)
 
 

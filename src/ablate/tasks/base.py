@@ -3,11 +3,13 @@ optimiser and per-step learning-rate schedule (:mod:`ablate.optim`)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, cast
 
 import lightning as L
 import torch
+from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
@@ -28,8 +30,9 @@ def check_bpe_train_mb(data: Any) -> None:
 
 
 class TaskModule(L.LightningModule):
-    """Base of the task modules. A subclass sets ``self.model`` (the network) and ``self.optim_cfg``
-    (the ``optim`` config as a dict); ``train.py`` sets :attr:`tokenizer`."""
+    """Base of the task modules. A subclass's constructor calls :meth:`build_model` (which sets
+    ``self.model``, the network, and ``self.optim_cfg``, the ``optim`` config as a dict);
+    ``train.py`` sets :attr:`tokenizer`."""
 
     tokenizer: Tokenizer | None = None
     task_name: str = ""  # the ``task.name`` it implements; stored in checkpoints (ablate.tasks.checkpoint_task)
@@ -38,6 +41,21 @@ class TaskModule(L.LightningModule):
     optim_cfg: dict[str, Any]
     spec: ModelSpec
     forward_fn: Callable[..., Any]
+
+    def build_model(
+        self, spec: Mapping[str, Any], optim: Mapping[str, Any], model: Callable[[ModelSpec], nn.Module], compile: bool
+    ) -> None:
+        """What every task's constructor does with its arguments: saves them as the checkpoint's
+        hyper-parameters (all of them, which rebuild the task: ``load_from_checkpoint``; not to
+        the loggers, whose run config holds every one already), and sets :attr:`spec`,
+        :attr:`optim_cfg`, :attr:`model` (``model(spec)``) and its forward (:meth:`set_forward`)."""
+        caller = inspect.currentframe()
+        self.save_hyperparameters(logger=False, frame=caller.f_back if caller else None)  # the subclass's arguments
+        self.spec = ModelSpec(**spec)
+        self.optim_cfg = dict(optim)
+        self.model = model(self.spec)
+        self.set_forward(compile)
+        self.tokenizer = None  # set by train.py; saved in checkpoints
 
     def set_forward(self, compile: bool) -> None:
         """``forward_fn``: the model, or ``torch.compile`` of it. Not a registered submodule, so the
@@ -93,6 +111,18 @@ class TaskModule(L.LightningModule):
         ``optim.label_smoothing``) and the plain NLL, detached, for ``train/ppl``.
         ``training_step`` and ``scripts/grad_norm_at_init.py`` both use it."""
         raise NotImplementedError
+
+    def log_training_step(self, loss: Tensor, nll: Tensor, **extra: Tensor) -> None:
+        """``train/loss``, ``train/ppl`` (exp of the plain NLL), ``train/lr`` (this step's rate) and
+        the task's own ``train/<name>`` values of one training step. Under DDP: the global
+        batch's values (the mean over ranks, which hold equal token counts), not rank 0's share;
+        one all-reduce of a few scalars, nothing on one device."""
+        values = self.trainer.strategy.reduce(torch.stack([loss.detach(), nll, *extra.values()]), reduce_op="mean")
+        self.log("train/loss", values[0], prog_bar=True)
+        self.log("train/ppl", values[1].exp())
+        self.log("train/lr", cast(LightningOptimizer, self.optimizers()).param_groups[0]["lr"])
+        for name, value in zip(extra, values[2:]):
+            self.log(f"train/{name}", value)
 
     def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         optimizer = build_optimizer(self.model, self.optim_cfg)

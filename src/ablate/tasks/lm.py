@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.core.optimizer import LightningOptimizer
 from omegaconf import DictConfig, open_dict
 from torch import Tensor
 from torchmetrics import MeanMetric, SumMetric
@@ -77,13 +76,8 @@ class LanguageModelTask(TaskModule):
         compile: bool = False,
     ) -> None:
         super().__init__()
-        # spec + optim rebuild the model from a checkpoint; data finds its corpus again (eval.py).
-        # logger=False: every argument is already in the run config the loggers hold
-        self.save_hyperparameters(logger=False)
-        self.spec = ModelSpec(**spec)
-        self.optim_cfg = dict(optim)
-        self.model = TransformerLM(self.spec)
-        self.set_forward(compile)
+        # spec + optim rebuild the model from a checkpoint; data finds its corpus again (eval.py)
+        self.build_model(spec, optim, TransformerLM, compile)
         self.eval_nll = MeanMetric()  # token-weighted mean NLL; synced across ranks by torchmetrics
         self.eval_tokens = SumMetric()  # tokens predicted in the evaluation (all ranks)
         self.eval_nats = SumMetric()  # summed NLL of those tokens, and the UTF-8 bytes they cover (bpb)
@@ -91,7 +85,6 @@ class LanguageModelTask(TaskModule):
         self._byte_table: tuple[int, Tensor] | None = None  # (id of the tokenizer, bytes per token id)
         self.eval_tokens_seen = 0  # ... in the last one
         self.eval_tag = ""  # appended to the eval metric names: "@512" -> test/ppl@512 (train.py)
-        self.tokenizer: Tokenizer | None = None  # set by train.py; saved in checkpoints
 
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
@@ -153,12 +146,7 @@ class LanguageModelTask(TaskModule):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         loss, nll = self.train_loss(batch)
-        # under DDP: the global batch's values (the mean over ranks, which hold equal token
-        # counts), not rank 0's share; one all-reduce of two scalars, nothing on one device
-        loss_value, nll = self.trainer.strategy.reduce(torch.stack([loss.detach(), nll]), reduce_op="mean")
-        self.log("train/loss", loss_value, prog_bar=True)
-        self.log("train/ppl", nll.exp())
-        self.log("train/lr", cast(LightningOptimizer, self.optimizers()).param_groups[0]["lr"])  # this step's rate
+        self.log_training_step(loss, nll)
         return loss
 
     def token_bytes(self) -> Tensor | None:

@@ -30,7 +30,6 @@ from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
@@ -39,7 +38,6 @@ from torchmetrics import MeanMetric
 
 from ablate.config.model import ModelSpec
 from ablate.config.options import ConfigError
-from ablate.data.tokenizers import Tokenizer
 from ablate.data.translation_batches import PairBatch
 from ablate.data.translation_tokens import BOS, EOS, PAD, detokenize
 from ablate.nn.seq2seq import EncoderDecoder
@@ -109,18 +107,12 @@ class TranslationTask(TaskModule):
         compile: bool = False,
     ) -> None:
         super().__init__()
-        # everything needed to rebuild the model, decode, and find the corpus again (eval.py) from a checkpoint;
-        # logger=False: every argument is already in the run config the loggers hold
-        self.save_hyperparameters(logger=False)
-        self.spec = ModelSpec(**spec)
-        self.optim_cfg = dict(optim)
+        # everything needed to rebuild the model, decode, and find the corpus again (eval.py) from a checkpoint
+        self.build_model(spec, optim, lambda s: EncoderDecoder(s, pad_id=PAD), compile)
         self.task_cfg = {**DEFAULT_TASK, **dict(task or {})}
         self.decode_cfg = DecodeConfig.from_mapping(decode)
         self.ids = SpecialIds(pad=PAD, bos=BOS, eos=EOS)
-        self.model = EncoderDecoder(self.spec, pad_id=PAD)
-        self.set_forward(compile)
         self.eval_nll = MeanMetric()
-        self.tokenizer: Tokenizer | None = None  # set by train.py; saved in checkpoints
         self._hyps: dict[int, str] = {}
         self._bleu_sample: set[int] | None = None
         self._signature_logged = False
@@ -189,13 +181,7 @@ class TranslationTask(TaskModule):
         loss, nll = self.train_loss(batch)
         src_real, tgt_real = (src != PAD).sum(), (tgt_out != PAD).sum()
         pad_frac = 1 - (src_real + tgt_real).float() / (src.numel() + tgt_out.numel())
-        loss_value, nll, pad_frac = self.trainer.strategy.reduce(
-            torch.stack([loss.detach(), nll, pad_frac]), reduce_op="mean"
-        )
-        self.log("train/loss", loss_value, prog_bar=True)
-        self.log("train/ppl", nll.exp())
-        self.log("train/lr", cast(LightningOptimizer, self.optimizers()).param_groups[0]["lr"])
-        self.log("train/padding_fraction", pad_frac)
+        self.log_training_step(loss, nll, padding_fraction=pad_frac)
         return loss
 
     def on_fit_start(self) -> None:
