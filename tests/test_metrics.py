@@ -47,17 +47,18 @@ def test_the_built_in_declarations() -> None:
     assert metrics.axis_label("val/ppl") == "perplexity (exp of mean NLL per token)"
     assert metrics.axis_label("train/loss") == "training cross-entropy (nats per token)"
     assert metrics.axis_label("train/lr") == "learning rate"
-    assert metrics.shown("val") == ["val/loss", "val/ppl", "val/bleu"]  # bpb is logged, not watched
+    assert metrics.shown("val") == ["val/loss", "val/ppl", "val/bleu", "val/acc"]  # bpb is logged, not watched
+    assert metrics.format_value("val/acc", 0.91234) == "0.912" and metrics.higher_is_better("test/acc")
 
 
 def test_an_undeclared_metric_is_refused_by_name_where_a_direction_is_needed() -> None:
     from ablate.analysis.runs import higher_is_better
 
-    with pytest.raises(metrics.UndeclaredMetricError, match=r"'val/acc'.*declared: .*bleu"):
-        higher_is_better("val/acc")
+    with pytest.raises(metrics.UndeclaredMetricError, match=r"'val/f1'.*declared: .*bleu"):
+        higher_is_better("val/f1")
     with pytest.raises(metrics.UndeclaredMetricError, match="no better direction"):
         higher_is_better("train/lr")
-    assert metrics.axis_label("val/acc") == "val/acc" and metrics.format_value("val/acc", 0.123456) == "0.1235"
+    assert metrics.axis_label("val/f1") == "val/f1" and metrics.format_value("val/f1", 0.123456) == "0.1235"
 
 
 def test_a_quantity_declared_twice_must_mean_the_same() -> None:

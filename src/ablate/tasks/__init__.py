@@ -4,7 +4,9 @@ A task is declared once, here or by :func:`register_task` from anywhere (a plug-
 
 * ``lm``: decoder-only language modelling (:mod:`ablate.tasks.lm`) on the LM corpora;
 * ``translation``: encoder-decoder translation (:mod:`ablate.tasks.translation`) on the parallel
-  corpora of :mod:`ablate.data.translation_data`.
+  corpora of :mod:`ablate.data.translation_data`;
+* ``classify``: sequence classification with an encoder-only model (:mod:`ablate.tasks.classify`)
+  on labelled sequences (:mod:`ablate.data.majority`).
 
 Its spec names its LightningModule (which owns the task's config keys and checks, its training,
 validation and evaluation after training), the factory that builds it for a run's data and model,
@@ -132,6 +134,7 @@ PPL = Metric(
 )
 BPB = Metric("bpb", "min", "bits per byte", "of the UTF-8 text", format=".4f", shown=False)
 BLEU = Metric("bleu", "max", "BLEU", "sacreBLEU", format=".2f", progress_format="5.2f")
+ACC = Metric("acc", "max", "accuracy", "fraction of sequences", format=".3f", progress_format="5.3f")
 _NORMED_PARTS = ("attn_norm", "attn", "ffn_norm", "ffn")
 
 register_task(
@@ -167,6 +170,20 @@ register_task(
         grad_norm_parts=tuple((s, p) for s in ("enc_", "dec_") for p in _NORMED_PARTS)
         + (("dec_", "cross_attn_norm"), ("dec_", "cross_attn")),
         attention_maps="ablate.analysis.attention:translation_maps",
+    )
+)
+
+register_task(
+    TaskSpec(
+        name="classify",
+        module="ablate.tasks.classify:ClassificationTask",
+        build="ablate.tasks.classify:build_classify",
+        metrics=(LOSS, PPL, ACC),
+        headline_metric="val/acc",
+        console_metric="val/acc",
+        checkpoint_scripts="none yet (train.py evaluates it after training)",
+        panel_metrics=("val/loss", "val/acc"),
+        grad_norm_parts=tuple(("", p) for p in _NORMED_PARTS),
     )
 )
 
