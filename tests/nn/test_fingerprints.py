@@ -32,7 +32,8 @@ def _param(name: str):
 
 
 def test_every_recorded_model_is_still_built() -> None:
-    assert set(CASES) == set(RECORDED["models"])
+    """A model added since (a new option) has no record and needs none; none may go missing."""
+    assert set(RECORDED["models"]) <= set(CASES)
 
 
 @pytest.mark.parametrize("name", [_param(n) for n in RECORDED["models"]])
