@@ -104,6 +104,7 @@ def _make_config(base: type[C], name: str, option: Callable[..., Any]) -> type[C
         fields,
         bases=(base,),
         frozen=True,
+        kw_only=True,  # keys by name, required ones anywhere among them
         namespace={"name": name, "option": staticmethod(option)},
     )
     cls.__module__ = base.__module__
