@@ -21,11 +21,14 @@ from ablate.compat import BasicSweeper
 from ablate.config.options import ConfigError
 from ablate.config.unknown_key import unknown_key_hint
 from ablate.run import cli, killed_jobs
+from ablate.sweepers.job_dirs import NamedJobs
 
 
 class ValidatingSweeperMixin(BasicSweeper):
     """``validate_batch_is_legal`` that also runs :func:`ablate.run.train.check_config` on each job;
-    the launcher behind :class:`~ablate.run.killed_jobs.KilledWorkerGuard` (a killed worker is recorded)."""
+    the launcher behind :class:`~ablate.run.killed_jobs.KilledWorkerGuard` (a killed worker is recorded)
+    and :class:`~ablate.sweepers.job_dirs.NamedJobs` (job directories named by what varies; a
+    sweep directory shared only by related commands)."""
 
     hydra_context: Any
     config: Any
@@ -34,7 +37,12 @@ class ValidatingSweeperMixin(BasicSweeper):
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
         assert self.launcher is not None
-        self.launcher = killed_jobs.guard(self.launcher, config)
+        self.named_jobs = NamedJobs(killed_jobs.guard(self.launcher, config), config, self)
+        self.launcher = self.named_jobs
+
+    def sweep(self, arguments: list[str]) -> Any:
+        self.named_jobs.check()  # before the sweeper writes multirun.yaml: a refused command changes nothing
+        return super().sweep(arguments)
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         from ablate.run.train import check_config  # the whole training stack: only when a sweep runs
