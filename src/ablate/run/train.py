@@ -53,6 +53,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from ablate.callbacks.divergence import DivergenceMonitor
 from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.throughput import ThroughputMonitor
+from ablate.config.checks import clip_validation_interval
 from ablate.config.model import ModelSpec, model_spec
 from ablate.config.options import ConfigError
 from ablate.errors import UserError
@@ -439,6 +440,9 @@ def run(cfg: DictConfig) -> float:
     ends the process (a sweep stops too) with exit code 130. A failed resume never overwrites the
     record of a finished run. Returns the value for sweepers to optimise."""
     quiet_known_noise()
+    shortened = clip_validation_interval(cfg)  # before the checks: the sweep's were on the clipped config too
+    if shortened and is_rank_zero():
+        log.warning(shortened)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     job = Job.current()
