@@ -11,7 +11,7 @@ import pytest
 
 from ablate.config.options import ConfigError
 from ablate.config.resolvers import sweep_dirname
-from ablate.sweepers.job_dirs import SweepCommand, check_and_record, full_name, job_directory, short_name
+from ablate.sweepers.job_dirs import SweepCommand, record_command, full_name, job_directory, short_name
 from conftest import TINY
 
 EXCLUDED = frozenset({"paths.log_dir", "logger", "sweep_name", "tags"})
@@ -66,12 +66,12 @@ def test_a_job_named_before_resumes_where_it_is(tmp_path):
 
 
 def test_unrelated_sweeps_may_not_share_a_directory(tmp_path):
-    check_and_record(tmp_path, command(["norm=pre,post"], {"norm"}, set()))
-    check_and_record(tmp_path, command(["norm=pre,post", "seed=1,2"], {"norm", "seed"}, set()))  # more seeds
-    check_and_record(tmp_path, command(["norm=post", "seed=3,4"], {"seed"}, {"norm=post"}))  # one variant's
+    record_command(tmp_path, command(["norm=pre,post"], {"norm"}, set()))
+    record_command(tmp_path, command(["norm=pre,post", "seed=1,2"], {"norm", "seed"}, set()))  # more seeds
+    record_command(tmp_path, command(["norm=post", "seed=3,4"], {"seed"}, {"norm=post"}))  # one variant's
     before = (tmp_path / "sweep.json").read_bytes()
     with pytest.raises(ConfigError, match=r"holds another sweep \(over norm.*this command sweeps act"):
-        check_and_record(tmp_path, command(["act=relu,gelu"], {"act"}, set()))
+        record_command(tmp_path, command(["act=relu,gelu"], {"act"}, set()))
     assert (tmp_path / "sweep.json").read_bytes() == before
     assert len(json.loads(before)["commands"]) == 3
 

@@ -60,7 +60,7 @@ from ablate.errors import UserError
 from ablate.metrics import finite_or_none
 from ablate.nn.flops import flops_per_token
 from ablate.optim import used_optim_config
-from ablate.run import cli, distributed, safe_load, sweep_stop
+from ablate.run import cli, distributed, environment, safe_load, sweep_stop
 from ablate.run.checkpointing import (
     AtomicCheckpointIO,
     ResumeState,
@@ -443,6 +443,7 @@ def run(cfg: DictConfig) -> float:
     shortened = clip_validation_interval(cfg)  # before the checks: the sweep's were on the clipped config too
     if shortened and is_rank_zero():
         log.warning(shortened)
+    environment.check_accelerator(cfg.trainer, environment.hydra_node(cfg))  # trainer=gpu with no GPU here
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     job = Job.current()

@@ -174,36 +174,46 @@ def _quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def check_and_record(sweep_dir: Path, command: SweepCommand) -> None:
-    """Refuse a command whose swept keys are unrelated to those of the directory's earlier
-    commands (neither contains the other); record it in ``sweep.json`` otherwise."""
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+def _earlier_commands(sweep_dir: Path) -> list[dict[str, Any]]:
     path = sweep_dir / SWEEP_RECORD
-    with open(sweep_dir / ".sweep.lock", "a+") as lock:  # two commands may start at once
+    try:
+        return list(json.loads(path.read_text(encoding="utf-8")).get("commands", [])) if path.is_file() else []
+    except (OSError, ValueError, AttributeError) as err:
+        raise ConfigError(f"{path} is damaged ({err}); move it away to start the sweep directory afresh") from None
+
+
+def check_compatible(sweep_dir: Path, command: SweepCommand) -> None:
+    """Refuse a command whose swept keys (the seed aside) neither contain nor are contained in
+    those of an earlier command of the directory. Reads only."""
+    axes = command.swept - REPLICATES
+    for record in _earlier_commands(sweep_dir):
+        swept = frozenset(record.get("swept") or []) - REPLICATES
+        if not (swept <= axes or axes <= swept):
+            raise ConfigError(
+                f"{sweep_dir} holds another sweep (over {', '.join(sorted(swept)) or 'nothing'}: "
+                f"{' '.join(record.get('overrides') or [])}); this command sweeps "
+                f"{', '.join(sorted(axes)) or 'nothing'}, and its jobs would mix with that one's. "
+                "Give it its own sweep_name (or hydra.sweep.dir)."
+            )
+
+
+def record_command(sweep_dir: Path, command: SweepCommand) -> None:
+    """Add the command to ``sweep.json`` (checked again under a lock: two commands may start at once)."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with open(sweep_dir / ".sweep.lock", "a+") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            earlier = json.loads(path.read_text(encoding="utf-8")).get("commands", []) if path.is_file() else []
-        except (OSError, ValueError) as err:
-            raise ConfigError(f"{path} is damaged ({err}); move it away to start the sweep directory afresh") from None
-        for record in earlier:
-            swept = frozenset(record.get("swept") or []) - REPLICATES
-            axes = command.swept - REPLICATES
-            if not (swept <= axes or axes <= swept):
-                raise ConfigError(
-                    f"{sweep_dir} holds another sweep (over {', '.join(sorted(swept)) or 'nothing'}: "
-                    f"{' '.join(record.get('overrides') or [])}); this command sweeps "
-                    f"{', '.join(sorted(axes)) or 'nothing'}, and its jobs would mix with that one's. "
-                    "Give it its own sweep_name (or hydra.sweep.dir)."
-                )
+        check_compatible(sweep_dir, command)
+        earlier = _earlier_commands(sweep_dir)
         if not any(list(r.get("overrides") or []) == list(command.overrides) for r in earlier):
+            path = sweep_dir / SWEEP_RECORD
             tmp = path.with_name(f".{SWEEP_RECORD}.tmp-{os.getpid()}")
             tmp.write_text(json.dumps({"commands": [*earlier, command.to_json()]}, indent=2), encoding="utf-8")
             os.replace(tmp, path)
 
 
 class NamedJobs(Launcher):
-    """Wraps the sweep's launcher: checks and records the command before its first batch
-    (:func:`check_and_record`), and gives every job its directory (:func:`job_directory`) as a
+    """Wraps the sweep's launcher: records the command before its first batch
+    (:func:`record_command`; :meth:`check` refuses it earlier), and gives every job its directory (:func:`job_directory`) as a
     ``hydra.sweep.subdir`` override. Any launcher works under it."""
 
     def __init__(self, launcher: Launcher, config: DictConfig, sweeper: Any | None = None) -> None:
@@ -211,23 +221,26 @@ class NamedJobs(Launcher):
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
         self.command = SweepCommand.from_config(config, sweeper)
         self.excluded = excluded_keys(config)
-        self._checked = False
+        self._recorded = False
 
     def setup(self, **kwargs: Any) -> None:
         self.launcher.setup(**kwargs)
 
     def check(self) -> None:
-        """:func:`check_and_record` once per command, before anything is written to the sweep
-        directory (the sweepers call it first) or, at the latest, before the first job."""
-        if not self._checked:
-            try:
-                check_and_record(self.sweep_dir, self.command)
-            except ConfigError as err:  # printed, exit 2 (ablate.run.cli): no job has started
-                cli.report_user_error(err)
-            self._checked = True
+        """:func:`check_compatible`, before anything is written to the sweep directory (the
+        sweepers call it first)."""
+        try:
+            check_compatible(self.sweep_dir, self.command)
+        except ConfigError as err:  # printed, exit 2 (ablate.run.cli): no job has started
+            cli.report_user_error(err)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        self.check()
+        if not self._recorded:  # the jobs were checked: from here on the sweep runs
+            try:
+                record_command(self.sweep_dir, self.command)
+            except ConfigError as err:
+                cli.report_user_error(err)
+            self._recorded = True
         named = [
             [*o, f"hydra.sweep.subdir={_quoted(job_directory(self.sweep_dir, o, self.command, self.excluded))}"]
             for o in job_overrides
