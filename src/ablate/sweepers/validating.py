@@ -52,7 +52,6 @@ class ValidatingSweeperMixin(BasicSweeper):
             cli.report_user_error(err)
         self.named_jobs.check()
 
-
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         from ablate.run.train import check_config  # the whole training stack: only when a sweep runs
 
