@@ -40,6 +40,7 @@ from lightning.pytorch.callbacks import Callback, Checkpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
+from ablate.config.options import ConfigError
 from ablate.compat import is_local_path
 from ablate.errors import UserError
 
@@ -141,10 +142,22 @@ class LastCheckpoint(Checkpoint):
     """
 
     FILENAME = "last.ckpt"
+    KEEP_PREVIOUS = ("while_training", "always")
 
-    def __init__(self, dirpath: str | os.PathLike[str], every_n_train_steps: int | None = 100) -> None:
+    def __init__(
+        self, dirpath: str | os.PathLike[str], every_n_train_steps: int | None = 100, keep_previous: str = "while_training"
+    ) -> None:
+        """``keep_previous``: how long ``last.previous.ckpt`` (the checkpoint before ``last.ckpt``,
+        kept in case ``last.ckpt`` is damaged) stays: ``while_training`` (removed when the run reaches
+        ``trainer.max_steps``: its final ``last.ckpt`` is complete, and a run trained longer keeps
+        one again from its next save) or ``always``."""
+        if keep_previous not in self.KEEP_PREVIOUS:
+            raise ConfigError(
+                f"callbacks.checkpoint_last.keep_previous={keep_previous!r}: one of {', '.join(self.KEEP_PREVIOUS)}"
+            )
         self.dirpath = Path(dirpath)
         self.every_n_train_steps = every_n_train_steps or 0
+        self.keep_previous = keep_previous
         self._saved_at: int | None = None
 
     def save(self, trainer: L.Trainer) -> None:
@@ -180,6 +193,9 @@ class LastCheckpoint(Checkpoint):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.save(trainer)  # the final state, unless the last save was at this very step
+        finished = 0 < trainer.max_steps <= trainer.global_step
+        if finished and self.keep_previous == "while_training" and trainer.is_global_zero:
+            previous_checkpoint(self.dirpath / self.FILENAME).unlink(missing_ok=True)
 
 
 class ResumeState(Callback):

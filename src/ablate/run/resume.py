@@ -169,6 +169,18 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         ) from None
 
 
+def require_resumable(checkpoint: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """A checkpoint with the weights only (``best.ckpt``: ``callbacks.checkpoint.save_weights_only``)
+    cannot continue training: refused before any data is read, pointing at ``last.ckpt``."""
+    if "optimizer_states" not in checkpoint:
+        raise CheckpointError(
+            f"{path} holds the weights only (no optimiser state: best.ckpt is saved that way, "
+            "callbacks.checkpoint.save_weights_only=true), so training cannot continue from it: resume from the "
+            "run's last.ckpt (ckpt_path=last with hydra.run.dir=<its run dir>). eval.py, generate.py, translate.py "
+            "and the exports take it as it is"
+        )
+
+
 def _readable(path: Path) -> bool:
     try:
         safe_load.load(path)

@@ -34,7 +34,8 @@ class RunStatus:
     divergence; ``params``, ``axes`` (the architecture options), ``world_size``,
     ``accumulate_grad_batches``, ``resumed_from`` (the checkpoint it continued), ``wall_time_s``:
     the run's settings and cost; ``signal``/``pid``: the worker process of a killed job;
-    ``extra``: the task's own entries, written beside these."""
+    ``tags``: the user's ``tags`` the run is labelled with (a re-run with others relabels it,
+    :mod:`ablate.tracking.relabel`); ``extra``: the task's own entries, written beside these."""
 
     status: str
     overrides: list[str] = field(default_factory=list)
@@ -52,6 +53,7 @@ class RunStatus:
     resumed_from: str | None = None
     signal: str | None = None
     pid: int | None = None
+    tags: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -28,6 +28,7 @@ config keys (``TaskModule.check_config``), builds its module, and evaluates a fi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import sys
@@ -85,12 +86,15 @@ from ablate.run.resume import (
     check_same_run,
     earlier_run_with_checkpoint,
     inspect_checkpoint,
+    require_resumable,
     run_identity,
 )
-from ablate.run.status import RunStatus, read_status, record_status
+from ablate.run.status import RunStatus, read_status, record_status, write_status
 from ablate.tasks import build_task
 from ablate.tracking.loggers import build_loggers
 from ablate.tracking.naming import RunLabels, multirun_group
+from ablate.tracking.options import user_tags
+from ablate.tracking.relabel import new_tags, relabel_wandb_run
 from ablate.tracking.wandb_run import finish_wandb, set_wandb_summary
 
 log = logging.getLogger(__name__)
@@ -179,7 +183,9 @@ def resume_point(control: RunControl, identity: dict[str, Any], job: Job) -> tup
         refuse_new_directory_for_last(control, job)
     if ckpt_path is None or not Path(ckpt_path).is_file():
         return ckpt_path, None
-    state = resume_state(inspect_checkpoint(ckpt_path))
+    checkpoint = inspect_checkpoint(ckpt_path)
+    require_resumable(checkpoint, ckpt_path)
+    state = resume_state(checkpoint)
     saved = state.get("run_identity")
     if saved is None:
         rank_zero_info(f"{ckpt_path} predates the resume check: its settings cannot be compared with this config")
@@ -384,6 +390,7 @@ def fit(cfg: DictConfig, control: RunControl, checked: Preflight, job: Job | Non
         world_size=trainer.world_size,
         accumulate_grad_batches=accumulate,
         resumed_from=ckpt_path,
+        tags=user_tags(cfg),
         metrics=metrics,
         extra=extra,
     )
@@ -490,6 +497,7 @@ def run_locked(cfg: DictConfig, control: RunControl, job: Job, writer: bool) -> 
             log.info(
                 f"skipped: {output_dir} is already {done.status} (its status.json); skip_completed=false retrains it"
             )
+            relabel_if_tagged(cfg, output_dir, done, job)
             return optimized_value(control, done)
     elif control.ckpt_path is not None:
         try:  # a damaged checkpoint or changed settings are refused, even for a finished run
@@ -499,7 +507,8 @@ def run_locked(cfg: DictConfig, control: RunControl, job: Job, writer: bool) -> 
                 record_status(output_dir, RunStatus("crashed", job.overrides, error=str(err)))
             raise
         done = finished_with_nothing_to_add(control)
-        if done is not None:  # completed is final: no record is rewritten
+        if done is not None:  # completed is final: no record is rewritten (but for new tags)
+            relabel_if_tagged(cfg, output_dir, done, job)
             if writer:
                 print(
                     f"already {done.status}: {output_dir} (its status.json: {done.steps} steps of "
@@ -545,6 +554,21 @@ def run_locked(cfg: DictConfig, control: RunControl, job: Job, writer: bool) -> 
             return math.nan  # the sweep's main process ends the sweep with its table and exit code 130
         raise SystemExit(EXIT_INTERRUPTED)  # a sweep stops too: the user asked to stop
     return optimized_value(control, status)
+
+
+def relabel_if_tagged(cfg: DictConfig, output_dir: Path, done: RunStatus, job: Job) -> None:
+    """A finished run re-run with other ``tags``: its W&B run and ``status.json`` get them, and
+    nothing is trained (:mod:`ablate.tracking.relabel`)."""
+    tags = new_tags(cfg, done.tags)
+    if tags is None or not is_rank_zero():
+        return
+    where = relabel_wandb_run(cfg, output_dir, tags, done.axes, job.labels)
+    write_status(output_dir, dataclasses.replace(done, tags=tags))
+    print(
+        f"relabelled {output_dir.name} (already {done.status}): tags {tags} on its {where or 'record (no W&B run)'}; "
+        "nothing was trained",
+        flush=True,
+    )
 
 
 def report_interrupt(control: RunControl, status: RunStatus) -> None:

@@ -50,6 +50,7 @@ from ablate.config.resolvers import RUN_CONTROL_KEYS, job_dirname
 from ablate.run import cli
 
 SWEEP_RECORD = "sweep.json"
+LAUNCHED: list[Path] = []  # this process's sweep: every job directory it launched, in order (the sweep's table)
 ALWAYS_NAMED = frozenset({"seed"})  # in every job's name, constant or not
 REPLICATES = frozenset({"seed"})  # more seeds are more of the same study, not another axis
 
@@ -241,8 +242,7 @@ class NamedJobs(Launcher):
             except ConfigError as err:
                 cli.report_user_error(err)
             self._recorded = True
-        named = [
-            [*o, f"hydra.sweep.subdir={_quoted(job_directory(self.sweep_dir, o, self.command, self.excluded))}"]
-            for o in job_overrides
-        ]
+        names = [job_directory(self.sweep_dir, o, self.command, self.excluded) for o in job_overrides]
+        LAUNCHED.extend(self.sweep_dir / name for name in names)
+        named = [[*o, f"hydra.sweep.subdir={_quoted(name)}"] for o, name in zip(job_overrides, names)]
         return self.launcher.launch(named, initial_job_idx)
