@@ -17,15 +17,16 @@ from hydra.errors import HydraException
 from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig
 
+from ablate import cli
+from ablate.cli.unknown_key import unknown_key_hint
 from ablate.compat import BasicSweeper
 from ablate.config.options import ConfigError
-from ablate.config.unknown_key import unknown_key_hint
-from ablate.run import cli, killed_jobs
+from ablate.sweepers import killed_jobs
 
 
 class ValidatingSweeperMixin(BasicSweeper):
     """``validate_batch_is_legal`` that also runs :func:`ablate.run.train.check_config` on each job;
-    the launcher behind :class:`~ablate.run.killed_jobs.KilledWorkerGuard` (a killed worker is recorded)."""
+    the launcher behind :class:`~ablate.sweepers.killed_jobs.KilledWorkerGuard` (a killed worker is recorded)."""
 
     hydra_context: Any
     config: Any
@@ -53,7 +54,7 @@ class ValidatingSweeperMixin(BasicSweeper):
             try:
                 check_config(cfg)
             except (ConfigError, ValueError) as err:
-                # printed and exit 2 (ablate.run.cli), not a traceback through Hydra's error report
+                # printed and exit 2 (ablate.cli), not a traceback through Hydra's error report
                 cli.report_user_error(
                     ConfigError(f"the sweep's job '{' '.join(overrides)}' is invalid, so no job was started: {err}")
                 )
