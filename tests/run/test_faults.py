@@ -442,7 +442,7 @@ def test_slurm_requeue_signal_saves_and_the_requeued_job_resumes(workdir: Path, 
 
 
 def test_a_full_disk_is_named_errno_28_with_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ablate.run import checkpointing
+    from ablate.callbacks import checkpointing
 
     def full_disk(*args, **kwargs):  # what torch's zip writer raises when a write comes up short
         raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4416 vs 4304")

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import forked_python
-from ablate.run.checkpointing import AtomicCheckpointIO, LastCheckpoint, find_last_checkpoint, resolve_ckpt_path
+from ablate.callbacks.checkpointing import AtomicCheckpointIO, LastCheckpoint, find_last_checkpoint, resolve_ckpt_path
 from conftest import HANG_TIMEOUT, REPO
 
 RUN = [
@@ -280,7 +280,7 @@ def textwrap_script(target: Path) -> str:
     """A writer that dies (SIGKILL) after writing part of a big checkpoint."""
     return (
         "import os, signal, torch\n"
-        "from ablate.run.checkpointing import AtomicCheckpointIO\n"
+        "from ablate.callbacks.checkpointing import AtomicCheckpointIO\n"
         "real_save = torch.save\n"
         "def save(obj, f, *a, **k):\n"
         "    f.write(b'x' * 1000); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"

@@ -11,7 +11,7 @@ elastic launcher and waits; each rank runs :func:`fit`. Under SLURM with one tas
 
 Resuming (``ckpt_path=last`` or a path) restores what Lightning restores (model, optimiser, LR
 scheduler, loop progress, callbacks) plus the RNG states, the position in the training data and
-the W&B run (:mod:`ablate.run.checkpointing`; the data modules' own ``state_dict``).
+the W&B run (:mod:`ablate.callbacks.checkpointing`; the data modules' own ``state_dict``).
 
 Re-running a sweep (:func:`previous_outcome`): the sweep directory is the same for the same
 command (``hydra.sweep.dir``, :func:`ablate.config.resolvers.sweep_dirname`) and a job's directory is
@@ -51,9 +51,26 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from ablate import cli
+from ablate.callbacks.checkpointing import (
+    AtomicCheckpointIO,
+    ResumeState,
+    find_last_checkpoint,
+    resolve_ckpt_path,
+    resume_state,
+)
 from ablate.callbacks.divergence import DivergenceMonitor
+from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.throughput import ThroughputMonitor
+from ablate.checkpoints import safe_load
+from ablate.cli.console import (
+    format_run_header,
+    format_run_summary,
+    param_estimate,
+    print_config_tree,
+    quiet_known_noise,
+)
 from ablate.config.checks import clip_validation_interval
 from ablate.config.model import ModelSpec, model_spec
 from ablate.config.options import ConfigError
@@ -61,23 +78,8 @@ from ablate.errors import UserError
 from ablate.metrics import finite_or_none
 from ablate.nn.flops import flops_per_token
 from ablate.optim import used_optim_config
-from ablate.run import cli, distributed, environment, safe_load, sweep_stop
-from ablate.run.checkpointing import (
-    AtomicCheckpointIO,
-    ResumeState,
-    find_last_checkpoint,
-    resolve_ckpt_path,
-    resume_state,
-)
-from ablate.run.console import (
-    format_run_header,
-    format_run_summary,
-    param_estimate,
-    print_config_tree,
-    quiet_known_noise,
-)
+from ablate.run import distributed, environment
 from ablate.run.control import RunControl
-from ablate.run.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.run.lock import RunDirectoryBusy, RunDirectoryLock
 from ablate.run.objective import MetricNotLoggedError, best_metric_value
 from ablate.run.preflight import Preflight, check_config
@@ -90,6 +92,7 @@ from ablate.run.resume import (
     run_identity,
 )
 from ablate.run.status import RunStatus, read_status, record_status, write_status
+from ablate.sweepers import sweep_stop
 from ablate.tasks import build_task
 from ablate.tracking.loggers import build_loggers
 from ablate.tracking.naming import RunLabels, multirun_group
@@ -98,7 +101,7 @@ from ablate.tracking.relabel import new_tags, relabel_wandb_run
 from ablate.tracking.wandb_run import finish_wandb, set_wandb_summary
 
 log = logging.getLogger(__name__)
-# exit codes of train.py (a single run, or a whole sweep): ablate.run.cli, README "When things go wrong"
+# exit codes of train.py (a single run, or a whole sweep): ablate.cli, README "When things go wrong"
 EXIT_CRASHED, EXIT_USER_ERROR, EXIT_INTERRUPTED = cli.EXIT_CRASHED, cli.EXIT_USER_ERROR, cli.EXIT_INTERRUPTED
 
 # The data modules store their position in the training order in the checkpoint (their

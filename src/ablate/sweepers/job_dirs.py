@@ -44,10 +44,10 @@ from hydra.errors import HydraException
 from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf
 
+from ablate import cli
 from ablate.compat import sweeper_params_overrides
 from ablate.config.options import ConfigError
 from ablate.config.resolvers import RUN_CONTROL_KEYS, job_dirname
-from ablate.run import cli
 
 SWEEP_RECORD = "sweep.json"
 LAUNCHED: list[Path] = []  # this process's sweep: every job directory it launched, in order (the sweep's table)
@@ -232,7 +232,7 @@ class NamedJobs(Launcher):
         sweepers call it first)."""
         try:
             check_compatible(self.sweep_dir, self.command)
-        except ConfigError as err:  # printed, exit 2 (ablate.run.cli): no job has started
+        except ConfigError as err:  # printed, exit 2 (ablate.cli): no job has started
             cli.report_user_error(err)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:

@@ -18,16 +18,18 @@ from hydra.errors import HydraException
 from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig
 
+from ablate import cli
+from ablate.cli.unknown_key import unknown_key_hint
 from ablate.compat import BasicSweeper, sweeper_params_overrides
 from ablate.config.options import ConfigError
-from ablate.config.unknown_key import unknown_key_hint
-from ablate.run import cli, environment, killed_jobs
+from ablate.run import environment
+from ablate.sweepers import killed_jobs
 from ablate.sweepers.job_dirs import NamedJobs
 
 
 class ValidatingSweeperMixin(BasicSweeper):
     """``validate_batch_is_legal`` that also runs :func:`ablate.run.train.check_config` on each job;
-    the launcher behind :class:`~ablate.run.killed_jobs.KilledWorkerGuard` (a killed worker is recorded)
+    the launcher behind :class:`~ablate.sweepers.killed_jobs.KilledWorkerGuard` (a killed worker is recorded)
     and :class:`~ablate.sweepers.job_dirs.NamedJobs` (job directories named by what varies; a
     sweep directory shared only by related commands)."""
 
@@ -72,7 +74,7 @@ class ValidatingSweeperMixin(BasicSweeper):
                 check_config(cfg)
                 environment.check_accelerator(cfg.trainer, cfg.hydra)  # where the jobs run here
             except (ConfigError, ValueError) as err:
-                # printed and exit 2 (ablate.run.cli), not a traceback through Hydra's error report
+                # printed and exit 2 (ablate.cli), not a traceback through Hydra's error report
                 cli.report_user_error(
                     ConfigError(f"the sweep's job '{' '.join(overrides)}' is invalid, so no job was started: {err}")
                 )

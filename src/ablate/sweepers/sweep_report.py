@@ -5,11 +5,11 @@ records its outcome in its own ``status.json`` (:mod:`ablate.run.train`); at the
 this reads the records that *this* command wrote (those modified since it started: jobs skipped
 as already finished keep their old record and count as finished), prints a table of those jobs
 and the command that uploads their offline W&B runs, and ends the process with exit code 1 when any job crashed
-or was killed (:mod:`ablate.run.killed_jobs`), so that scripts and schedulers see the failure. Diverged is a result, not a failure (exit code 0). The callback
+or was killed (:mod:`ablate.sweepers.killed_jobs`), so that scripts and schedulers see the failure. Diverged is a result, not a failure (exit code 0). The callback
 works with any launcher: the records are files, wherever the jobs ran.
 
 When the jobs run in worker processes (joblib), it also owns Ctrl-C for the sweep
-(:mod:`ablate.run.sweep_stop`): the running jobs stop after their step, and the sweep ends with its
+(:mod:`ablate.sweepers.sweep_stop`): the running jobs stop after their step, and the sweep ends with its
 table and exit code 130.
 """
 
@@ -24,12 +24,12 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from ablate.run import cli
-from ablate.run.console import format_sweep_summary
-from ablate.run.killed_jobs import KILLED, KILLED_REASON
+from ablate import cli
+from ablate.cli.console import format_sweep_summary
 from ablate.run.status import RunStatus
-from ablate.run.sweep_stop import STOP_FILE, SweepStopHandler, launches_worker_processes
 from ablate.sweepers import job_dirs
+from ablate.sweepers.killed_jobs import KILLED, KILLED_REASON
+from ablate.sweepers.sweep_stop import STOP_FILE, SweepStopHandler, launches_worker_processes
 
 EXIT_CRASHED = cli.EXIT_CRASHED
 FAILED = ("crashed", KILLED)  # the sweep exits with 1; a re-run retries these jobs

@@ -40,8 +40,8 @@ from lightning.pytorch.callbacks import Callback, Checkpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
-from ablate.config.options import ConfigError
 from ablate.compat import is_local_path
+from ablate.config.options import ConfigError
 from ablate.errors import UserError
 
 LAST_PATTERN = re.compile(r"^last(-\d+)?\.ckpt$")  # what Lightning's ckpt_path="last" looks for
@@ -145,7 +145,10 @@ class LastCheckpoint(Checkpoint):
     KEEP_PREVIOUS = ("while_training", "always")
 
     def __init__(
-        self, dirpath: str | os.PathLike[str], every_n_train_steps: int | None = 100, keep_previous: str = "while_training"
+        self,
+        dirpath: str | os.PathLike[str],
+        every_n_train_steps: int | None = 100,
+        keep_previous: str = "while_training",
     ) -> None:
         """``keep_previous``: how long ``last.previous.ckpt`` (the checkpoint before ``last.ckpt``,
         kept in case ``last.ckpt`` is damaged) stays: ``while_training`` (removed when the run reaches
