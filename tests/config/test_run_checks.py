@@ -70,13 +70,15 @@ def test_an_interval_longer_than_the_run_validates_at_its_end() -> None:
     validation interval (500) becomes the run's length, in the config itself, and says so."""
     cfg = composed("trainer.max_steps=100")
     assert cfg.trainer.val_check_interval > 100  # the default experiment validates every 500 steps
-    note = clip_validation_interval(cfg)
+    note = clip_validation_interval(cfg.trainer)
     assert cfg.trainer.val_check_interval == 100
     assert note is not None and "validating at the end of the run (trainer.val_check_interval=100)" in note
     check_config(cfg)
-    assert clip_validation_interval(composed("trainer.max_steps=200", "trainer.val_check_interval=200")) is None
+    assert clip_validation_interval(composed("trainer.max_steps=200", "trainer.val_check_interval=200").trainer) is None
     off = composed("trainer.max_steps=100", "trainer.limit_val_batches=0")
-    assert clip_validation_interval(off) is None and off.trainer.val_check_interval > 100  # validation off: as set
+    assert (
+        clip_validation_interval(off.trainer) is None and off.trainer.val_check_interval > 100
+    )  # validation off: as set
 
 
 @pytest.mark.integration

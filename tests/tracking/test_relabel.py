@@ -21,10 +21,10 @@ def test_the_run_id_is_read_from_the_newest_run_folder(tmp_path: Path) -> None:
 
 
 def test_only_other_tags_relabel() -> None:
-    assert new_tags({"tags": ["baseline"]}, None) == ["baseline"]
-    assert new_tags({"tags": ["baseline"]}, ["baseline"]) is None
-    assert new_tags({"tags": []}, None) is None
-    assert new_tags({"tags": []}, ["old"]) == []  # tags removed: relabelled too
+    assert new_tags(["baseline"], None) == ["baseline"]
+    assert new_tags(["baseline"], ["baseline"]) is None
+    assert new_tags([], None) is None
+    assert new_tags([], ["old"]) == []  # tags removed: relabelled too
 
 
 def md5(path: Path) -> str:

@@ -91,13 +91,12 @@ OPTIM_RULES = {
 }
 
 
-def clip_validation_interval(cfg: Any) -> str | None:
+def clip_validation_interval(trainer: Any) -> str | None:
     """Shortening a run takes one override: a validation interval longer than the run
     (``python train.py trainer.max_steps=100`` with the default interval of 500) becomes the run's
-    length, so the run still validates once, at its end. Changes ``cfg.trainer.val_check_interval``
+    length, so the run still validates once, at its end. Changes ``trainer.val_check_interval``
     in place (so the config recorded everywhere is the one used) and returns what it did, or None.
     Nothing to do when validation is off (``trainer.limit_val_batches=0``)."""
-    trainer = cfg.get("trainer") or {}
     interval, max_steps = trainer.get("val_check_interval"), trainer.get("max_steps", -1)
     if not (_integer(interval) and _integer(max_steps)) or max_steps <= 0 or interval <= max_steps:
         return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from ablate.config.options import ConfigError
 
@@ -43,13 +43,11 @@ def check_accelerator(trainer: Mapping[str, Any], hydra_cfg: Mapping[str, Any] |
         raise ConfigError(f"trainer.devices={devices} asks for {wanted} GPUs; {visible} visible here")
 
 
-def hydra_node(cfg: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The ``hydra`` config of a composed job config (a sweeper's check) or of the running job."""
+def running_hydra() -> Mapping[str, Any] | None:
+    """The running job's ``hydra`` config (None outside a Hydra app)."""
     from hydra.core.hydra_config import HydraConfig
 
-    if cfg.get("hydra") is not None:
-        return cfg["hydra"]
-    return HydraConfig.get() if HydraConfig.initialized() else None
+    return cast(Mapping[str, Any], HydraConfig.get()) if HydraConfig.initialized() else None
 
 
 def launcher_target(hydra_cfg: Mapping[str, Any] | None) -> str:

@@ -96,8 +96,8 @@ from ablate.sweepers import sweep_stop
 from ablate.tasks import build_task
 from ablate.tracking.loggers import build_loggers
 from ablate.tracking.naming import RunLabels, multirun_group
-from ablate.tracking.options import user_tags
-from ablate.tracking.relabel import new_tags, relabel_wandb_run
+from ablate.tracking.options import WandbOptions, as_tags
+from ablate.tracking.relabel import relabel
 from ablate.tracking.wandb_run import finish_wandb, set_wandb_summary
 
 log = logging.getLogger(__name__)
@@ -393,7 +393,7 @@ def fit(cfg: DictConfig, control: RunControl, checked: Preflight, job: Job | Non
         world_size=trainer.world_size,
         accumulate_grad_batches=accumulate,
         resumed_from=ckpt_path,
-        tags=user_tags(cfg),
+        tags=as_tags(cfg.get("tags")),
         metrics=metrics,
         extra=extra,
     )
@@ -450,10 +450,10 @@ def run(cfg: DictConfig) -> float:
     ends the process (a sweep stops too) with exit code 130. A failed resume never overwrites the
     record of a finished run. Returns the value for sweepers to optimise."""
     quiet_known_noise()
-    shortened = clip_validation_interval(cfg)  # before the checks: the sweep's were on the clipped config too
+    shortened = clip_validation_interval(cfg.trainer)  # before the checks: the sweep's were on the clipped config too
     if shortened and is_rank_zero():
         log.warning(shortened)
-    environment.check_accelerator(cfg.trainer, environment.hydra_node(cfg))  # trainer=gpu with no GPU here
+    environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     job = Job.current()
@@ -500,7 +500,7 @@ def run_locked(cfg: DictConfig, control: RunControl, job: Job, writer: bool) -> 
             log.info(
                 f"skipped: {output_dir} is already {done.status} (its status.json); skip_completed=false retrains it"
             )
-            relabel_if_tagged(cfg, output_dir, done, job)
+            relabel_if_tagged(as_tags(cfg.get("tags")), WandbOptions.from_logger(cfg.get("logger")), done, control, job)
             return optimized_value(control, done)
     elif control.ckpt_path is not None:
         try:  # a damaged checkpoint or changed settings are refused, even for a finished run
@@ -511,7 +511,7 @@ def run_locked(cfg: DictConfig, control: RunControl, job: Job, writer: bool) -> 
             raise
         done = finished_with_nothing_to_add(control)
         if done is not None:  # completed is final: no record is rewritten (but for new tags)
-            relabel_if_tagged(cfg, output_dir, done, job)
+            relabel_if_tagged(as_tags(cfg.get("tags")), WandbOptions.from_logger(cfg.get("logger")), done, control, job)
             if writer:
                 print(
                     f"already {done.status}: {output_dir} (its status.json: {done.steps} steps of "
@@ -559,13 +559,16 @@ def run_locked(cfg: DictConfig, control: RunControl, job: Job, writer: bool) -> 
     return optimized_value(control, status)
 
 
-def relabel_if_tagged(cfg: DictConfig, output_dir: Path, done: RunStatus, job: Job) -> None:
+def relabel_if_tagged(tags: list[str], wandb: WandbOptions, done: RunStatus, control: RunControl, job: Job) -> None:
     """A finished run re-run with other ``tags``: its W&B run and ``status.json`` get them, and
     nothing is trained (:mod:`ablate.tracking.relabel`)."""
-    tags = new_tags(cfg, done.tags)
-    if tags is None or not is_rank_zero():
+    if not is_rank_zero():
         return
-    where = relabel_wandb_run(cfg, output_dir, tags, done.axes, job.labels)
+    output_dir = control.output_dir
+    relabelled = relabel(tags, wandb, output_dir, done.tags, done.axes, job.labels)
+    if relabelled is None:
+        return
+    tags, where = relabelled
     write_status(output_dir, dataclasses.replace(done, tags=tags))
     print(
         f"relabelled {output_dir.name} (already {done.status}): tags {tags} on its {where or 'record (no W&B run)'}; "

@@ -17,10 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from ablate.tracking.naming import RunLabels, flat_axes, run_tags
-from ablate.tracking.options import WandbOptions, user_tags
+from ablate.tracking.options import WandbOptions
 
 _RUN_FOLDER = re.compile(r"^(?:offline-)?run-\d{8}_\d{6}-(?P<id>[a-z0-9]+)$")
 
@@ -32,30 +30,44 @@ def wandb_run_id(output_dir: Path) -> str | None:
     return found[-1].group("id") if found and found[-1] else None
 
 
-def new_tags(cfg: Any, recorded: list[str] | None) -> list[str] | None:
-    """The user's tags when they differ from those the run recorded (None: nothing to relabel)."""
-    tags = user_tags(cfg)
+def new_tags(tags: list[str], recorded: list[str] | None) -> list[str] | None:
+    """The user's ``tags`` when they differ from those the run recorded (None: nothing to relabel)."""
     return tags if sorted(set(tags)) != sorted(set(recorded or [])) else None
 
 
+def relabel(
+    tags: list[str],
+    options: WandbOptions,
+    output_dir: Path,
+    recorded: list[str] | None,
+    axes: Mapping[str, Any] | None,
+    labels: RunLabels,
+) -> tuple[list[str], str | None] | None:
+    """A finished run's labels brought to the command's ``tags``: None when its ``recorded`` tags
+    are the same; else ``(the new tags, where they were set)``, the W&B run relabelled when there is
+    one (:func:`relabel_wandb_run`)."""
+    changed = new_tags(tags, recorded)
+    if changed is None:
+        return None
+    return changed, relabel_wandb_run(changed, options, output_dir, axes, labels)
+
+
 def relabel_wandb_run(
-    cfg: Any, output_dir: Path, tags: list[str], axes: Mapping[str, Any] | None, labels: RunLabels
+    tags: list[str], options: WandbOptions, output_dir: Path, axes: Mapping[str, Any] | None, labels: RunLabels
 ) -> str | None:
     """Give the job's W&B run the user's ``tags`` (plus the automatic experiment and axis tags it was
-    started with); returns where it was relabelled, or None without a W&B run to relabel."""
+    started with: the axes it recorded, the swept values as typed); returns where it was
+    relabelled, or None without a W&B run to relabel."""
     from ablate.tracking.wandb_mode import decide_wandb_mode
     from ablate.tracking.wandb_run import finish_stale_run, init_run
 
-    options = WandbOptions.from_cfg(cfg)
     run_id = wandb_run_id(output_dir)
     if not options.enabled or run_id is None:
         return None
     mode, reason = decide_wandb_mode(options.mode)
     if mode == "disabled":
         return None
-    run_config = {**(OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg))}
-    run_config["axes"] = dict(axes or {})
-    auto = run_tags(tags, labels.experiment, flat_axes(run_config, labels.swept))
+    auto = run_tags(tags, labels.experiment, flat_axes({"axes": dict(axes or {})}, labels.swept))
     finish_stale_run()
     run, mode, _ = init_run(
         mode,
