@@ -206,6 +206,7 @@ def test_ctrl_c_saves_the_step_and_resumes_exactly(workdir: Path, data_dir: Path
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "interrupted" and status["steps"] == KILL_AFTER
     assert "test/loss" not in status["metrics"]  # no post-fit evaluation of an unfinished run
+    first_segment = status["wall_time_s"]
     from ablate.tracking.wandb_reader import read_offline_run
 
     offline = sorted((run_dir / "wandb").glob("offline-run-*"))
@@ -215,6 +216,10 @@ def test_ctrl_c_saves_the_step_and_resumes_exactly(workdir: Path, data_dir: Path
     assert "Previous log files" not in resumed_proc.stderr  # Lightning's false warning: metrics.csv is kept
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "completed" and status["steps"] == 12
+    # the run's wall time spans both segments (issue 35 item 10), the last one is shown apart
+    assert status["wall_time_s"] > status["segment_wall_time_s"] > 0
+    assert status["wall_time_s"] >= status["segment_wall_time_s"] + 0.5 * first_segment
+    assert "since the resume)" in resumed_proc.stdout
     expected, resumed = metrics_by_step(uninterrupted), metrics_by_step(run_dir)
     for key in COMPARED:
         assert resumed[key] == expected[key], key

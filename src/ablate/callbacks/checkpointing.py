@@ -29,6 +29,7 @@ import os
 import random
 import re
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -214,12 +215,25 @@ class ResumeState(Callback):
         self.wandb_run_id = wandb_run_id
         self.run_identity = run_identity  # ablate.run.resume.run_identity: checked before a resume
         self._rng_to_restore: dict[str, Any] | None = None
+        self.earlier_s = 0.0  # the wall time of the run's earlier segments, up to the checkpoint resumed
+        self._started = time.perf_counter()
+
+    def elapsed_s(self) -> float:
+        """The run's wall time so far: its earlier segments' (to the checkpoint this one resumed)
+        and this one's. A resumed run's summary reports this, not the last segment alone."""
+        return self.earlier_s + (time.perf_counter() - self._started)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": collect_rng_states(), "wandb_run_id": self.wandb_run_id, "run_identity": self.run_identity}
+        return {
+            "rng": collect_rng_states(),
+            "wandb_run_id": self.wandb_run_id,
+            "run_identity": self.run_identity,
+            "wall_time_s": self.elapsed_s(),
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._rng_to_restore = state_dict.get("rng")
+        self.earlier_s = float(state_dict.get("wall_time_s") or 0.0)  # checkpoints before it had none: 0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._rng_to_restore is not None:

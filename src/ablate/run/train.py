@@ -376,6 +376,9 @@ def fit(cfg: DictConfig, control: RunControl, checked: Preflight, job: Job | Non
     diverged = divergence is not None and divergence.diverged_at is not None
     interrupt = next(cb for cb in callbacks_run if isinstance(cb, GracefulInterrupt))
     interrupted = interrupt.interrupted_at is not None and not diverged
+    earlier_s = next(
+        cb for cb in callbacks_run if isinstance(cb, ResumeState)
+    ).earlier_s  # resumed: the segments before
     metrics = {k: finite_or_none(v) for k, v in trainer.callback_metrics.items()}
     extra: dict[str, Any] = {}
     if not diverged and not interrupted:  # Ctrl-C: last.ckpt was saved at this step; no evaluation
@@ -386,7 +389,8 @@ def fit(cfg: DictConfig, control: RunControl, checked: Preflight, job: Job | Non
         diverged_at_step=divergence.diverged_at if divergence is not None and diverged else None,
         divergence_reason=divergence.reason if divergence is not None and diverged else None,
         steps=trainer.global_step,
-        wall_time_s=round(time.perf_counter() - start, 2),
+        wall_time_s=round(earlier_s + (time.perf_counter() - start), 2),
+        segment_wall_time_s=round(time.perf_counter() - start, 2) if ckpt_path is not None else None,
         params=n_params,
         axes=spec.axes(),
         overrides=job.overrides,
