@@ -23,7 +23,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from ablate.run import cli
+from ablate import cli
 from ablate.run.resume import CheckpointError
 from ablate.tasks import TASKS, checkpoint_task, resolve
 

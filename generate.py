@@ -7,7 +7,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from ablate.run import cli
+from ablate import cli
 from ablate.tasks import load_task_checkpoint
 from ablate.tasks.generation import generate
 

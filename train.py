@@ -8,7 +8,7 @@ python train.py experiment=nanogpt_shakespeare_char
 import hydra
 from omegaconf import DictConfig
 
-from ablate.run import cli
+from ablate import cli
 from ablate.run.train import run
 
 

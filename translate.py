@@ -9,7 +9,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from ablate.run import cli
+from ablate import cli
 from ablate.tasks.translation import decode_config, load_translation_checkpoint
 
 

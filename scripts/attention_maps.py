@@ -20,8 +20,8 @@ matplotlib.use("Agg")  # files only, never a window
 
 from omegaconf import DictConfig
 
+from ablate import cli
 from ablate.analysis.attention import attention_figure, checkpoint_maps, map_title, save_figure
-from ablate.run import cli
 
 
 def output_paths(ckpt_path: str, out: str | None, names: list[str]) -> list[Path]:

@@ -12,7 +12,7 @@ different architectures are refused, naming the differing keys. The output is th
 checkpoint with the averaged weights and without optimiser/scheduler state: eval.py,
 translate.py and generate.py take it (it is not meant for resuming). With ``weights=raw`` a run
 trained with ``callbacks.ema`` averages its trained weights instead of its EMA weights. Code:
-``src/ablate/run/averaging.py``; config: ``conf/average_checkpoints.yaml``. Prints a JSON line.
+``src/ablate/callbacks/averaging.py``; config: ``conf/average_checkpoints.yaml``. Prints a JSON line.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from ablate.run import cli
-from ablate.run.averaging import (
+from ablate import cli
+from ablate.callbacks.averaging import (
     AveragingError,
     average_checkpoints,
     last_step_checkpoints,

@@ -12,8 +12,8 @@ reference loop and the report are in the :mod:`ablate.benchmark` package;
 import hydra
 from omegaconf import DictConfig
 
+from ablate import cli
 from ablate.benchmark.suite import main as run_benchmark
-from ablate.run import cli
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="benchmark")

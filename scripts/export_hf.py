@@ -19,8 +19,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from ablate import cli
 from ablate.export.hf import ExportError, export_checkpoint
-from ablate.run import cli
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="export_hf")

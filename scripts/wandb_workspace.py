@@ -11,7 +11,7 @@ group and shown in the workspace. Online, the workspace is saved to W&B (``wandb
 pip install -c requirements/constraints.txt -e '.[wandb-views]') and its URL printed. Offline (no
 credentials or no network: decided like training, ablate.tracking.wandb_mode.decide_wandb_mode, never a
 prompt), the spec is written and the commands that upload the runs and save the workspace later
-are printed. Sections and spec format: ``src/ablate/tracking/wandb_views.py``; README "W&B workspaces".
+are printed. Sections and spec format: ``src/ablate/analysis/wandb_views.py``; README "W&B workspaces".
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ablate.tracking.naming import axis_config_keys
-from ablate.tracking.wandb_mode import decide_wandb_mode
-from ablate.tracking.wandb_views import (
+from ablate.analysis.wandb_views import (
     SPEC_FILE,
     SweepFacts,
     facts_from_sweep_dir,
@@ -34,6 +32,8 @@ from ablate.tracking.wandb_views import (
     workspace_spec,
     write_spec,
 )
+from ablate.tracking.naming import axis_config_keys
+from ablate.tracking.wandb_mode import decide_wandb_mode
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

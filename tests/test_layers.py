@@ -56,7 +56,15 @@ RULES = [
     # the analysis reads sweeps (and, for attention maps, models), never the training loop
     (
         "ablate.analysis",
-        ("ablate.analysis", "ablate.metrics", "ablate.tasks", "ablate.config.dotted", "ablate.nn.flops", "ablate.nn"),
+        (
+            "ablate.analysis",
+            "ablate.metrics",
+            "ablate.tasks",
+            "ablate.tracking",
+            "ablate.config.dotted",
+            "ablate.nn.flops",
+            "ablate.nn",
+        ),
         (),
     ),
 ]

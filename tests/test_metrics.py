@@ -70,7 +70,7 @@ def test_a_quantity_declared_twice_must_mean_the_same() -> None:
 def test_a_declared_metric_appears_everywhere(accuracy: Metric) -> None:
     from ablate.analysis.runs import higher_is_better
     from ablate.callbacks.progress import TextProgress
-    from ablate.run.console import format_run_summary, headline_metrics
+    from ablate.cli.console import format_run_summary, headline_metrics
     from ablate.tracking.wandb_run import summary_goals
 
     assert "val/accuracy" in headline_metrics() and "test/accuracy" in headline_metrics()

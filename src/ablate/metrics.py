@@ -3,7 +3,7 @@
 A task declares the quantities it logs (:class:`ablate.tasks.TaskSpec`'s ``metrics``); the run
 itself declares the few every run logs (:data:`RUN_METRICS`). Everything that shows or compares a
 metric asks this registry instead of keeping its own table: the progress lines and the summaries
-(:mod:`ablate.run.console`, :mod:`ablate.callbacks.progress`), the W&B summary goals and panels, the
+(:mod:`ablate.cli.console`, :mod:`ablate.callbacks.progress`), the W&B summary goals and panels, the
 analysis tables and figures, the best-value rule of sweeps that optimise (:mod:`ablate.run.objective`,
 ``tune=lr``) and the check of ``optimized_metric``. A metric declared by a task appears in all of
 them; a metric nobody declared is refused by name where a direction is needed, never guessed.

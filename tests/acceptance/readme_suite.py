@@ -282,9 +282,12 @@ def reported_sweep(s: Session, result: Result) -> Path:
     return s.clone / found[-1]
 
 
-def sweep(n_jobs: int, name: str | None = None, prefix: str | None = None, new: bool = True) -> Check:
+def sweep(
+    n_jobs: int, name: str | None = None, prefix: str | None = None, new: bool = True, relabelled: int = 0
+) -> Check:
     """A ``train.py -m`` sweep with ``debug=smoke``: every job completed, in logs/multirun/<name> (else
-    ``<swept keys>-<hash>``, new unless ``new=False``: the identity of an earlier sweep)."""
+    ``<swept keys>-<hash>``, new unless ``new=False``: the identity of an earlier sweep); ``relabelled``
+    finished jobs given the command's new tags instead of being trained again."""
 
     def check(s: Session, command: str) -> None:
         before = s.dirs("logs/multirun/*")
@@ -298,6 +301,9 @@ def sweep(n_jobs: int, name: str | None = None, prefix: str | None = None, new: 
             assert where not in before, f"{where} existed before this command\n{result.tail()}"
         check_sweep(where, n_jobs, result)
         assert f"{n_jobs} completed" in result.output or not new, result.tail()
+        if relabelled:
+            assert f"{relabelled} relabelled" in result.output, result.tail()
+            assert result.output.count("nothing was trained") == relabelled, result.tail()
         assert "wandb sync" in result.output, result.tail()  # the upload command of the offline runs
         s.made[command] = where
         s.made["<sweep>"] = where
@@ -623,9 +629,9 @@ COMMANDS: dict[str, Entry] = {
     "ckpt_path=last": Entry(composes(launcher="SlurmLauncher", world=4), "compose: needs SLURM and GPUs"),
     # W&B, TensorBoard, MLflow
     # the joblib sweep above is the same sweep (a launcher and tags are not part of a sweep's identity):
-    # in README order its 4 jobs are skipped, so no run gets the `baseline` tag
+    # in README order its 4 finished jobs are not trained again but relabelled: their W&B runs get `baseline`
     "python train.py -m norm=pre,post seed=1,2 tags=[baseline]": Entry(
-        sweep(4, prefix="norm,seed-", new=False), "run", chain="sweeps"
+        sweep(4, prefix="norm,seed-", new=False, relabelled=4), "run", chain="sweeps"
     ),
     "python train.py logger=[wandb,tensorboard]": Entry(tensorboard_run, "run"),
     "python scripts/wandb_workspace.py logs/multirun/<sweep>": Entry(wandb_workspace, "verbatim", chain="sweeps"),

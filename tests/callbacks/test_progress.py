@@ -1,4 +1,4 @@
-"""Console progress (ablate.callbacks.progress) and the end-of-run summaries (ablate.run.console).
+"""Console progress (ablate.callbacks.progress) and the end-of-run summaries (ablate.cli.console).
 
 The end-to-end tests run train.py with stdout to a file, as under SLURM or nohup: stdout is not a
 terminal, so ``callbacks.progress_bar.mode=auto`` must print plain-text lines, not Rich's bar."""
@@ -17,7 +17,7 @@ from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.callbacks.progress import ProgressBar
 
 from ablate.callbacks.progress import TextProgress, progress_callback, wants_progress_bar
-from ablate.run.console import format_run_summary, format_sweep_summary, format_wall_time
+from ablate.cli.console import format_run_summary, format_sweep_summary, format_wall_time
 from ablate.run.status import RunStatus
 from conftest import TINY
 

@@ -27,7 +27,7 @@ def test_unknown_key_names_the_keys_there_and_the_options_that_have_it():
     """Hydra names only the refused key; the hint adds the node's keys and the group's options with it."""
     from hydra.errors import ConfigCompositionException
 
-    from ablate.config.unknown_key import unknown_key_hint
+    from ablate.cli.unknown_key import unknown_key_hint
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         with pytest.raises(ConfigCompositionException) as corpus_key:

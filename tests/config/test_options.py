@@ -125,7 +125,7 @@ def test_a_sweep_with_an_inapplicable_key_fails_before_the_first_job(run_train, 
     """Hydra alone would train the rope jobs and fail the sinusoidal ones later (or, with '++',
     train them ignoring the key): every job's config is checked before any starts."""
     proc = run_train("-m", "model=tiny", "pos=rope,sinusoidal", "++pos.fraction=0.5", check=False)
-    assert proc.returncode == 2  # a user error: the message, no traceback (ablate.run.cli)
+    assert proc.returncode == 2  # a user error: the message, no traceback (ablate.cli)
     assert "pos=sinusoidal ++pos.fraction=0.5' is invalid, so no job was started" in proc.stderr
     assert "pos.fraction does not apply to pos=sinusoidal" in proc.stderr
     assert not list((tmp_path / "logs").rglob("status.json"))

@@ -14,14 +14,14 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from ablate.config.checks import check_run_numbers
+from ablate.config.checks import check_run_numbers, clip_validation_interval
 from ablate.config.options import ConfigError
 from ablate.data.cache import CacheCorruptError, read_meta
 from ablate.data.lm_data import TinyShakespeare
 from ablate.data.sources import DataFormatError
 from ablate.optim import build_optimizer, used_optim_config
 from ablate.run.preflight import check_config
-from conftest import REPO
+from conftest import REPO, TINY
 
 
 def composed(*overrides: str):
@@ -33,7 +33,6 @@ BAD_NUMBERS = [
     ("trainer.max_steps=0", "trainer.max_steps=0"),
     ("trainer.max_steps=-5", "trainer.max_steps=-5"),
     ("trainer.val_check_interval=0", "trainer.val_check_interval=0"),
-    ("trainer.val_check_interval=2000", "trainer.val_check_interval=2000 > trainer.max_steps=1500"),
     ("optim.min_lr_ratio=5", "optim.min_lr_ratio=5"),
     ("optim.warmup_steps=-5", "optim.warmup_steps=-5"),
     ("optim.grad_clip=-1", "optim.grad_clip=-1"),
@@ -64,6 +63,31 @@ def test_good_config_passes_and_validation_can_be_switched_off() -> None:
     check_run_numbers({"trainer": {"max_steps": -1, "max_epochs": 3}})
     with pytest.raises(ConfigError, match="never end"):
         check_run_numbers({"trainer": {"max_steps": -1, "max_epochs": None}})
+
+
+def test_an_interval_longer_than_the_run_validates_at_its_end() -> None:
+    """``python train.py trainer.max_steps=100`` alone runs (issue 35 item 5): the default
+    validation interval (500) becomes the run's length, in the config itself, and says so."""
+    cfg = composed("trainer.max_steps=100")
+    assert cfg.trainer.val_check_interval > 100  # the default experiment validates every 500 steps
+    note = clip_validation_interval(cfg.trainer)
+    assert cfg.trainer.val_check_interval == 100
+    assert note is not None and "validating at the end of the run (trainer.val_check_interval=100)" in note
+    check_config(cfg)
+    assert clip_validation_interval(composed("trainer.max_steps=200", "trainer.val_check_interval=200").trainer) is None
+    off = composed("trainer.max_steps=100", "trainer.limit_val_batches=0")
+    assert (
+        clip_validation_interval(off.trainer) is None and off.trainer.val_check_interval > 100
+    )  # validation off: as set
+
+
+@pytest.mark.integration
+def test_shortened_run_validates_once_at_its_end(run_train, tmp_path: Path) -> None:
+    tiny = [o for o in TINY if not o.startswith(("trainer.max_steps", "trainer.val_check_interval"))]
+    proc = run_train(*tiny, "trainer.max_steps=4", "logger=csv")
+    assert "validating at the end of the run (trainer.val_check_interval=4)" in proc.stdout + proc.stderr
+    status = json.loads(next((tmp_path / "logs" / "runs").glob("*/status.json")).read_text())
+    assert status["status"] == "completed" and status["metrics"].get("val/loss") is not None
 
 
 @pytest.mark.integration

@@ -1,4 +1,4 @@
-"""Exit codes as documented (ablate.run.cli): user errors 2 with their message and no traceback, crashes 1
+"""Exit codes as documented (ablate.cli): user errors 2 with their message and no traceback, crashes 1
 with a traceback, interrupts 130."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import forked_python
+from ablate import cli
 from ablate.errors import UserError
-from ablate.run import cli
 from conftest import HANG_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[2]

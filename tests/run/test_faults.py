@@ -57,9 +57,10 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def finished(workdir: Path, data_dir: Path) -> Path:
-    """A completed 6-step run with checkpoints at steps 3 and 6 (last.previous.ckpt = step 3)."""
+    """A completed 6-step run with checkpoints at steps 3 and 6 (last.previous.ckpt = step 3, kept:
+    by default a run that reaches max_steps removes it)."""
     run_dir = workdir / "logs" / "finished"
-    proc = run(workdir, data_dir, *RUN, f"hydra.run.dir={run_dir}")
+    proc = run(workdir, data_dir, *RUN, f"hydra.run.dir={run_dir}", "callbacks.checkpoint_last.keep_previous=always")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
 
@@ -162,6 +163,23 @@ def test_corrupt_checkpoint_is_named_and_the_previous_offered(
     assert "corrupt" in json.loads((run_dir / "status.failed.json").read_text())["error"]
 
 
+def test_a_finished_run_keeps_lean_checkpoints(workdir: Path, data_dir: Path) -> None:
+    """Checkpoint retention's default (issue 35 item 8): best.ckpt with the weights only, last.ckpt in
+    full, no last.previous.ckpt once the run reached max_steps; training cannot continue from
+    best.ckpt, which is said before any data is read."""
+    run_dir = workdir / "logs" / "lean"
+    proc = run(workdir, data_dir, *RUN, f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    best, last = run_dir / "checkpoints" / "best.ckpt", run_dir / "checkpoints" / "last.ckpt"
+    assert sorted(p.name for p in best.parent.iterdir()) == ["best.ckpt", "last.ckpt"]
+    assert "optimizer_states" not in torch.load(best, map_location="cpu", weights_only=False)
+    assert "optimizer_states" in torch.load(last, map_location="cpu", weights_only=False)
+    refused = run(workdir, data_dir, *RUN, f"ckpt_path={best}", f"hydra.run.dir={workdir / 'logs' / 'from_best'}")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "holds the weights only" in refused.stderr and "resume from the run's last.ckpt" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
 def test_ckpt_path_last_in_a_new_directory_names_the_earlier_run(workdir: Path, data_dir: Path) -> None:
     first = run(workdir, data_dir, *RUN, "trainer.max_steps=3")
     assert first.returncode == 0, first.stderr[-2000:]
@@ -229,7 +247,8 @@ def test_sweep_with_a_crashed_job_exits_non_zero(workdir: Path, data_dir: Path) 
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "1 completed, 1 crashed" in proc.stdout and "crashed: " in proc.stdout
     again = run(workdir, data_dir, *args)  # the finished job is skipped; the crash happens again
-    assert again.returncode == 1 and f"sweep {sweep}: 1 crashed\n" in again.stdout
+    # the finished job is listed as skipped (the table shows every job of the command)
+    assert again.returncode == 1 and f"sweep {sweep}: 1 crashed, 1 skipped (completed before)\n" in again.stdout
 
 
 def test_ctrl_c_in_a_sweep_stops_it_and_a_rerun_resumes(workdir: Path, data_dir: Path) -> None:
@@ -423,7 +442,7 @@ def test_slurm_requeue_signal_saves_and_the_requeued_job_resumes(workdir: Path, 
 
 
 def test_a_full_disk_is_named_errno_28_with_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ablate.run import checkpointing
+    from ablate.callbacks import checkpointing
 
     def full_disk(*args, **kwargs):  # what torch's zip writer raises when a write comes up short
         raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4416 vs 4304")

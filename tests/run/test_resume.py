@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import forked_python
-from ablate.run.checkpointing import AtomicCheckpointIO, LastCheckpoint, find_last_checkpoint, resolve_ckpt_path
+from ablate.callbacks.checkpointing import AtomicCheckpointIO, LastCheckpoint, find_last_checkpoint, resolve_ckpt_path
 from conftest import HANG_TIMEOUT, REPO
 
 RUN = [
@@ -96,6 +96,9 @@ def assert_same_state(a: dict, b: dict) -> None:
     assert a["state_dict"].keys() == b["state_dict"].keys()
     for key in a["state_dict"]:
         assert torch.equal(a["state_dict"][key], b["state_dict"][key]), key
+    assert ("optimizer_states" in a) == ("optimizer_states" in b)
+    if "optimizer_states" not in a:  # best.ckpt: the weights only (callbacks.checkpoint.save_weights_only)
+        return
     for sa, sb in zip(a["optimizer_states"][0]["state"].values(), b["optimizer_states"][0]["state"].values()):
         for key in sa:
             assert torch.equal(torch.as_tensor(sa[key]), torch.as_tensor(sb[key])), key
@@ -203,6 +206,7 @@ def test_ctrl_c_saves_the_step_and_resumes_exactly(workdir: Path, data_dir: Path
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "interrupted" and status["steps"] == KILL_AFTER
     assert "test/loss" not in status["metrics"]  # no post-fit evaluation of an unfinished run
+    first_segment = status["wall_time_s"]
     from ablate.tracking.wandb_reader import read_offline_run
 
     offline = sorted((run_dir / "wandb").glob("offline-run-*"))
@@ -212,6 +216,10 @@ def test_ctrl_c_saves_the_step_and_resumes_exactly(workdir: Path, data_dir: Path
     assert "Previous log files" not in resumed_proc.stderr  # Lightning's false warning: metrics.csv is kept
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "completed" and status["steps"] == 12
+    # the run's wall time spans both segments (issue 35 item 10), the last one is shown apart
+    assert status["wall_time_s"] > status["segment_wall_time_s"] > 0
+    assert status["wall_time_s"] >= status["segment_wall_time_s"] + 0.5 * first_segment
+    assert "since the resume)" in resumed_proc.stdout
     expected, resumed = metrics_by_step(uninterrupted), metrics_by_step(run_dir)
     for key in COMPARED:
         assert resumed[key] == expected[key], key
@@ -277,7 +285,7 @@ def textwrap_script(target: Path) -> str:
     """A writer that dies (SIGKILL) after writing part of a big checkpoint."""
     return (
         "import os, signal, torch\n"
-        "from ablate.run.checkpointing import AtomicCheckpointIO\n"
+        "from ablate.callbacks.checkpointing import AtomicCheckpointIO\n"
         "real_save = torch.save\n"
         "def save(obj, f, *a, **k):\n"
         "    f.write(b'x' * 1000); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -358,7 +366,7 @@ def test_last_checkpoint_of_the_final_step_holds_its_validation(tmp_path: Path) 
             num_sanity_val_steps=0,
             callbacks=[
                 ModelCheckpoint(dirpath=tmp_path, filename="best", monitor="val/loss", save_top_k=1),
-                LastCheckpoint(tmp_path, every_n_train_steps=4),
+                LastCheckpoint(tmp_path, every_n_train_steps=4, keep_previous="always"),
             ],
             logger=False,
             enable_progress_bar=False,

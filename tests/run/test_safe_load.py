@@ -1,4 +1,4 @@
-"""A checkpoint from elsewhere never runs code when loaded (ablate.run.safe_load)."""
+"""A checkpoint from elsewhere never runs code when loaded (ablate.checkpoints.safe_load)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import forked_python
-from ablate.run import safe_load
+from ablate.checkpoints import safe_load
 from ablate.run.resume import inspect_checkpoint
 from ablate.tasks import load_task_checkpoint
 from conftest import HANG_TIMEOUT, REPO

@@ -91,17 +91,22 @@ OPTIM_RULES = {
 }
 
 
-def check_validation_cadence(trainer: Mapping[str, Any]) -> None:
-    """Validation must run at least once when it is on: an interval longer than the run gives no
-    ``val/*`` metric, no ``best.ckpt`` and a NaN sweep objective."""
+def clip_validation_interval(trainer: Any) -> str | None:
+    """Shortening a run takes one override: a validation interval longer than the run
+    (``python train.py trainer.max_steps=100`` with the default interval of 500) becomes the run's
+    length, so the run still validates once, at its end. Changes ``trainer.val_check_interval``
+    in place (so the config recorded everywhere is the one used) and returns what it did, or None.
+    Nothing to do when validation is off (``trainer.limit_val_batches=0``)."""
     interval, max_steps = trainer.get("val_check_interval"), trainer.get("max_steps", -1)
-    validation_off = trainer.get("limit_val_batches", 1.0) == 0
-    if _integer(interval) and max_steps > 0 and interval > max_steps and not validation_off:
-        raise ConfigError(
-            f"trainer.val_check_interval={interval} > trainer.max_steps={max_steps}: no validation would run (no val/* "
-            f"metrics, no best.ckpt, optimized_metric never logged). Set trainer.val_check_interval to at most "
-            f"{max_steps}, or trainer.limit_val_batches=0 to train without validation."
-        )
+    if not (_integer(interval) and _integer(max_steps)) or max_steps <= 0 or interval <= max_steps:
+        return None
+    if trainer.get("limit_val_batches", 1.0) == 0:
+        return None
+    trainer["val_check_interval"] = max_steps
+    return (
+        f"trainer.val_check_interval={interval} > trainer.max_steps={max_steps}: validating at the end of the run "
+        f"(trainer.val_check_interval={max_steps})"
+    )
 
 
 def check_run_numbers(cfg: Mapping[str, Any]) -> None:
@@ -116,7 +121,6 @@ def check_run_numbers(cfg: Mapping[str, Any]) -> None:
     _check(optim, "optim", OPTIM_RULES)
     if "seed" in cfg:
         _require(_integer(cfg["seed"]), "seed", cfg["seed"], "an integer")
-    check_validation_cadence(trainer)
 
 
 def warmup_problem(cfg: Mapping[str, Any]) -> str | None:

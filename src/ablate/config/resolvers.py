@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, cast
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -45,6 +46,7 @@ def job_dirname(override_dirname: str) -> str:
 
 
 MAX_SWEEP_PREFIX = 60
+MAX_SWEEP_NAME = 90  # prefix and constants; the hash comes after
 # always run control, never part of a sweep's identity (besides hydra.job...exclude_keys)
 RUN_CONTROL_KEYS = ("sweep_name", "skip_completed", "resume_allow_changes", "tags")
 
@@ -60,14 +62,21 @@ def _canonical_override(override) -> str:  # hydra's Override
         return override.input_line
 
 
-def sweep_dirname(sweep_name: str | None, overrides: Iterable[str], exclude_keys: Iterable[str] = ()) -> str:
+def sweep_dirname(
+    sweep_name: str | None, overrides: Iterable[str], exclude_keys: Iterable[str] = (), log_dir: str | None = None
+) -> str:
     """The name of a sweep's directory, the same whenever the same command is run again.
 
-    ``sweep_name`` wins when set. Otherwise ``<experiment>-<hash>`` (or ``<swept keys>-<hash>``
-    without an ``experiment=`` override) where the hash covers the command-line overrides,
-    sweep values included, independent of their order. Run-control overrides (``exclude_keys``,
-    i.e. ``hydra.job.config.override_dirname.exclude_keys``, plus ``sweep_name`` and
-    ``skip_completed``) are left out, like in the job directory names.
+    ``sweep_name`` wins when set. Otherwise ``<experiment>-<constants>-<hash>`` (``<swept
+    keys>-<constants>-<hash>`` without an ``experiment=`` override): the constants are the
+    command's single-valued overrides, keys shortened to their last part (``-m norm=pre,post
+    model.n_layers=2`` gives ``norm-n_layers=2-<hash>``), so that two sweeps of the same keys
+    with other constants are told apart at a glance; the jobs' directories then name only what
+    varies (:mod:`ablate.sweepers.job_dirs`). The hash covers the command-line overrides, sweep
+    values included, independent of their order. Run-control overrides (``exclude_keys``, i.e.
+    ``hydra.job.config.override_dirname.exclude_keys``, plus :data:`RUN_CONTROL_KEYS`) are left
+    out. A directory of the same command named without its constants (before they were shown)
+    keeps its name when it exists under ``log_dir/multirun``, so that sweep resumes where it is.
 
     Hydra resolves ``hydra.sweep.dir`` once on the sweep's config, where ``hydra.overrides.task``
     holds the overrides as typed (``norm=pre,post``), and then copies the resolver cache into
@@ -97,7 +106,22 @@ def sweep_dirname(sweep_name: str | None, overrides: Iterable[str], exclude_keys
         prefix = "+".join(_canonical_override(o).split("=", 1)[1] for o in experiments)
     else:
         prefix = ",".join(sorted(o.key_or_group for o in parsed if o.is_sweep_override())) or "default"
-    return f"{_safe_dirname(prefix)[:MAX_SWEEP_PREFIX] or 'sweep'}-{digest}"
+    prefix = _safe_dirname(prefix)[:MAX_SWEEP_PREFIX] or "sweep"
+    unnamed = f"{prefix}-{digest}"
+    constants = _constants_label([o for o in parsed if not o.is_sweep_override() and o.key_or_group != "experiment"])
+    if not constants or (log_dir and (Path(log_dir) / "multirun" / unnamed).is_dir()):
+        return unnamed
+    return f"{prefix}-{constants[: max(0, MAX_SWEEP_NAME - len(prefix))].rstrip(',._=')}-{digest}"
+
+
+def _constants_label(constants: list[Any]) -> str:
+    """``n_layers=2,max_steps=100``: the constant overrides, each key by its last part where no
+    other constant shares it, architecture first (as in job names)."""
+    items = sorted((_canonical_override(o).lstrip("+") for o in constants), key=_priority)
+    keys = [item.split("=", 1)[0] for item in items]
+    last = [k.rsplit(".", 1)[-1] for k in keys]
+    short = [item.replace(k, s, 1) if last.count(s) == 1 else item for item, k, s in zip(items, keys, last)]
+    return _safe_dirname(",".join(short))
 
 
 def _safe_dirname(text: str) -> str:

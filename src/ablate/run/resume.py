@@ -3,7 +3,7 @@
 * :func:`run_identity` -- the settings that define a run (architecture, task, data and tokenizer,
   global batch, optimiser and schedule, seed, and the training length where the LR schedule
   depends on it), flattened to dotted keys. Every
-  checkpoint carries it (:class:`ablate.run.checkpointing.ResumeState`); :func:`check_same_run`
+  checkpoint carries it (:class:`ablate.callbacks.checkpointing.ResumeState`); :func:`check_same_run`
   refuses to resume under a config whose identity differs, listing the differing keys, unless
   each is named in ``resume_allow_changes`` (e.g. ``[trainer.max_steps]`` to train longer).
   Settings that do not change what is trained (where data and logs live, loader workers, the
@@ -27,11 +27,11 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from ablate.callbacks.checkpointing import previous_checkpoint
+from ablate.checkpoints import safe_load
 from ablate.errors import UserError
 from ablate.nn.axes import ARCHITECTURE_GROUPS
 from ablate.optim import used_optim_config
-from ablate.run import safe_load
-from ablate.run.checkpointing import previous_checkpoint
 
 IDENTITY_GROUPS = ("task", "model", *ARCHITECTURE_GROUPS, "data", "optim")
 IDENTITY_KEYS = (
@@ -153,7 +153,7 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     when the file is empty, truncated or not a checkpoint."""
     path = Path(path)
     try:
-        return safe_load.load(path)  # never runs code from the file (ablate.run.safe_load)
+        return safe_load.load(path)  # never runs code from the file (ablate.checkpoints.safe_load)
     except safe_load.UnsafeCheckpointError:
         raise
     except Exception as err:
@@ -167,6 +167,18 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointError(
             f"{path} is corrupt or truncated ({size:,} bytes; {type(err).__name__}: {str(err)[:200]}).{offer}"
         ) from None
+
+
+def require_resumable(checkpoint: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """A checkpoint with the weights only (``best.ckpt``: ``callbacks.checkpoint.save_weights_only``)
+    cannot continue training: refused before any data is read, pointing at ``last.ckpt``."""
+    if "optimizer_states" not in checkpoint:
+        raise CheckpointError(
+            f"{path} holds the weights only (no optimiser state: best.ckpt is saved that way, "
+            "callbacks.checkpoint.save_weights_only=true), so training cannot continue from it: resume from the "
+            "run's last.ckpt (ckpt_path=last with hydra.run.dir=<its run dir>). eval.py, generate.py, translate.py "
+            "and the exports take it as it is"
+        )
 
 
 def _readable(path: Path) -> bool:

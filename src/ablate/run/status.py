@@ -32,14 +32,17 @@ class RunStatus:
     finite) and the evaluation after training; ``error``: what stopped it (crashed, interrupted,
     killed), with the ``traceback`` of a crash; ``diverged_at_step``/``divergence_reason``: a
     divergence; ``params``, ``axes`` (the architecture options), ``world_size``,
-    ``accumulate_grad_batches``, ``resumed_from`` (the checkpoint it continued), ``wall_time_s``:
-    the run's settings and cost; ``signal``/``pid``: the worker process of a killed job;
-    ``extra``: the task's own entries, written beside these."""
+    ``accumulate_grad_batches``, ``resumed_from`` (the checkpoint it continued), ``wall_time_s``
+    (the whole run's, over its resumed segments, up to the checkpoint each resumed from) and
+    ``segment_wall_time_s`` (a resumed run's last segment alone): the run's settings and cost; ``signal``/``pid``: the worker process of a killed job;
+    ``tags``: the user's ``tags`` the run is labelled with (a re-run with others relabels it,
+    :mod:`ablate.tracking.relabel`); ``extra``: the task's own entries, written beside these."""
 
     status: str
     overrides: list[str] = field(default_factory=list)
     steps: int | None = None
     wall_time_s: float | None = None
+    segment_wall_time_s: float | None = None
     metrics: dict[str, float | None] = field(default_factory=dict)
     error: str | None = None
     traceback: str | None = None
@@ -52,6 +55,7 @@ class RunStatus:
     resumed_from: str | None = None
     signal: str | None = None
     pid: int | None = None
+    tags: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -11,7 +11,7 @@ elastic launcher and waits; each rank runs :func:`fit`. Under SLURM with one tas
 
 Resuming (``ckpt_path=last`` or a path) restores what Lightning restores (model, optimiser, LR
 scheduler, loop progress, callbacks) plus the RNG states, the position in the training data and
-the W&B run (:mod:`ablate.run.checkpointing`; the data modules' own ``state_dict``).
+the W&B run (:mod:`ablate.callbacks.checkpointing`; the data modules' own ``state_dict``).
 
 Re-running a sweep (:func:`previous_outcome`): the sweep directory is the same for the same
 command (``hydra.sweep.dir``, :func:`ablate.config.resolvers.sweep_dirname`) and a job's directory is
@@ -28,6 +28,7 @@ config keys (``TaskModule.check_config``), builds its module, and evaluates a fi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import sys
@@ -50,32 +51,35 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from ablate.callbacks.divergence import DivergenceMonitor
-from ablate.callbacks.progress import wants_progress_bar
-from ablate.callbacks.throughput import ThroughputMonitor
-from ablate.config.model import ModelSpec, model_spec
-from ablate.config.options import ConfigError
-from ablate.errors import UserError
-from ablate.metrics import finite_or_none
-from ablate.nn.flops import flops_per_token
-from ablate.optim import used_optim_config
-from ablate.run import cli, distributed, safe_load, sweep_stop
-from ablate.run.checkpointing import (
+from ablate import cli
+from ablate.callbacks.checkpointing import (
     AtomicCheckpointIO,
     ResumeState,
     find_last_checkpoint,
     resolve_ckpt_path,
     resume_state,
 )
-from ablate.run.console import (
+from ablate.callbacks.divergence import DivergenceMonitor
+from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
+from ablate.callbacks.progress import wants_progress_bar
+from ablate.callbacks.throughput import ThroughputMonitor
+from ablate.checkpoints import safe_load
+from ablate.cli.console import (
     format_run_header,
     format_run_summary,
     param_estimate,
     print_config_tree,
     quiet_known_noise,
 )
+from ablate.config.checks import clip_validation_interval
+from ablate.config.model import ModelSpec, model_spec
+from ablate.config.options import ConfigError
+from ablate.errors import UserError
+from ablate.metrics import finite_or_none
+from ablate.nn.flops import flops_per_token
+from ablate.optim import used_optim_config
+from ablate.run import distributed, environment
 from ablate.run.control import RunControl
-from ablate.run.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.run.lock import RunDirectoryBusy, RunDirectoryLock
 from ablate.run.objective import MetricNotLoggedError, best_metric_value
 from ablate.run.preflight import Preflight, check_config
@@ -84,16 +88,20 @@ from ablate.run.resume import (
     check_same_run,
     earlier_run_with_checkpoint,
     inspect_checkpoint,
+    require_resumable,
     run_identity,
 )
-from ablate.run.status import RunStatus, read_status, record_status
+from ablate.run.status import RunStatus, read_status, record_status, write_status
+from ablate.sweepers import sweep_stop
 from ablate.tasks import build_task
 from ablate.tracking.loggers import build_loggers
 from ablate.tracking.naming import RunLabels, multirun_group
+from ablate.tracking.options import WandbOptions, as_tags
+from ablate.tracking.relabel import relabel
 from ablate.tracking.wandb_run import finish_wandb, set_wandb_summary
 
 log = logging.getLogger(__name__)
-# exit codes of train.py (a single run, or a whole sweep): ablate.run.cli, README "When things go wrong"
+# exit codes of train.py (a single run, or a whole sweep): ablate.cli, README "When things go wrong"
 EXIT_CRASHED, EXIT_USER_ERROR, EXIT_INTERRUPTED = cli.EXIT_CRASHED, cli.EXIT_USER_ERROR, cli.EXIT_INTERRUPTED
 
 # The data modules store their position in the training order in the checkpoint (their
@@ -178,7 +186,9 @@ def resume_point(control: RunControl, identity: dict[str, Any], job: Job) -> tup
         refuse_new_directory_for_last(control, job)
     if ckpt_path is None or not Path(ckpt_path).is_file():
         return ckpt_path, None
-    state = resume_state(inspect_checkpoint(ckpt_path))
+    checkpoint = inspect_checkpoint(ckpt_path)
+    require_resumable(checkpoint, ckpt_path)
+    state = resume_state(checkpoint)
     saved = state.get("run_identity")
     if saved is None:
         rank_zero_info(f"{ckpt_path} predates the resume check: its settings cannot be compared with this config")
@@ -366,6 +376,9 @@ def fit(cfg: DictConfig, control: RunControl, checked: Preflight, job: Job | Non
     diverged = divergence is not None and divergence.diverged_at is not None
     interrupt = next(cb for cb in callbacks_run if isinstance(cb, GracefulInterrupt))
     interrupted = interrupt.interrupted_at is not None and not diverged
+    earlier_s = next(
+        cb for cb in callbacks_run if isinstance(cb, ResumeState)
+    ).earlier_s  # resumed: the segments before
     metrics = {k: finite_or_none(v) for k, v in trainer.callback_metrics.items()}
     extra: dict[str, Any] = {}
     if not diverged and not interrupted:  # Ctrl-C: last.ckpt was saved at this step; no evaluation
@@ -376,13 +389,15 @@ def fit(cfg: DictConfig, control: RunControl, checked: Preflight, job: Job | Non
         diverged_at_step=divergence.diverged_at if divergence is not None and diverged else None,
         divergence_reason=divergence.reason if divergence is not None and diverged else None,
         steps=trainer.global_step,
-        wall_time_s=round(time.perf_counter() - start, 2),
+        wall_time_s=round(earlier_s + (time.perf_counter() - start), 2),
+        segment_wall_time_s=round(time.perf_counter() - start, 2) if ckpt_path is not None else None,
         params=n_params,
         axes=spec.axes(),
         overrides=job.overrides,
         world_size=trainer.world_size,
         accumulate_grad_batches=accumulate,
         resumed_from=ckpt_path,
+        tags=as_tags(cfg.get("tags")),
         metrics=metrics,
         extra=extra,
     )
@@ -439,6 +454,10 @@ def run(cfg: DictConfig) -> float:
     ends the process (a sweep stops too) with exit code 130. A failed resume never overwrites the
     record of a finished run. Returns the value for sweepers to optimise."""
     quiet_known_noise()
+    shortened = clip_validation_interval(cfg.trainer)  # before the checks: the sweep's were on the clipped config too
+    if shortened and is_rank_zero():
+        log.warning(shortened)
+    environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     job = Job.current()
@@ -485,6 +504,7 @@ def run_locked(cfg: DictConfig, control: RunControl, job: Job, writer: bool) -> 
             log.info(
                 f"skipped: {output_dir} is already {done.status} (its status.json); skip_completed=false retrains it"
             )
+            relabel_if_tagged(as_tags(cfg.get("tags")), WandbOptions.from_logger(cfg.get("logger")), done, control, job)
             return optimized_value(control, done)
     elif control.ckpt_path is not None:
         try:  # a damaged checkpoint or changed settings are refused, even for a finished run
@@ -494,7 +514,8 @@ def run_locked(cfg: DictConfig, control: RunControl, job: Job, writer: bool) -> 
                 record_status(output_dir, RunStatus("crashed", job.overrides, error=str(err)))
             raise
         done = finished_with_nothing_to_add(control)
-        if done is not None:  # completed is final: no record is rewritten
+        if done is not None:  # completed is final: no record is rewritten (but for new tags)
+            relabel_if_tagged(as_tags(cfg.get("tags")), WandbOptions.from_logger(cfg.get("logger")), done, control, job)
             if writer:
                 print(
                     f"already {done.status}: {output_dir} (its status.json: {done.steps} steps of "
@@ -540,6 +561,24 @@ def run_locked(cfg: DictConfig, control: RunControl, job: Job, writer: bool) -> 
             return math.nan  # the sweep's main process ends the sweep with its table and exit code 130
         raise SystemExit(EXIT_INTERRUPTED)  # a sweep stops too: the user asked to stop
     return optimized_value(control, status)
+
+
+def relabel_if_tagged(tags: list[str], wandb: WandbOptions, done: RunStatus, control: RunControl, job: Job) -> None:
+    """A finished run re-run with other ``tags``: its W&B run and ``status.json`` get them, and
+    nothing is trained (:mod:`ablate.tracking.relabel`)."""
+    if not is_rank_zero():
+        return
+    output_dir = control.output_dir
+    relabelled = relabel(tags, wandb, output_dir, done.tags, done.axes, job.labels)
+    if relabelled is None:
+        return
+    tags, where = relabelled
+    write_status(output_dir, dataclasses.replace(done, tags=tags))
+    print(
+        f"relabelled {output_dir.name} (already {done.status}): tags {tags} on its {where or 'record (no W&B run)'}; "
+        "nothing was trained",
+        flush=True,
+    )
 
 
 def report_interrupt(control: RunControl, status: RunStatus) -> None:

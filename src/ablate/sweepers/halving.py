@@ -301,7 +301,7 @@ def rung_job(
     own = [o for o in variant.overrides if _key(o) not in (MAX_STEPS_KEY, DECAY_KEY, CKPT_KEY)]
     job = [*own, f"{lr_name}={track.text}", f"{seed_name}={seed}", f"{DECAY_KEY}={full}", f"{MAX_STEPS_KEY}={step}"]
     if rung:
-        from ablate.run.checkpointing import find_last_checkpoint
+        from ablate.callbacks.checkpointing import find_last_checkpoint
 
         last = find_last_checkpoint([track.job_dir / "checkpoints"]) if track.job_dir else None
         if last is None:  # removed since (or another checkpoint dirpath): a finished rung job is still skipped

@@ -34,7 +34,7 @@ the jobs are ordinary jobs of the sweep directory named by their overrides (``op
 variant as an axis. The selection goes to ``<sweep dir>/lr_tuning.json`` and is printed as a table.
 A chosen learning rate at the edge of the grid is flagged, with the override that extends the
 grid; a variant whose every learning rate diverged or crashed is reported and gets no stage 2 (the
-sweep goes on: the sweep-end report, :mod:`ablate.run.sweep_report`, owns crashes and exit codes).
+sweep goes on: the sweep-end report, :mod:`ablate.sweepers.sweep_report`, owns crashes and exit codes).
 
 The grid, the selection rule, reading a job's outcome and the ``lr_tuning.json`` record are in
 :mod:`ablate.sweepers.lr_selection`; this module holds the sweeper.
@@ -59,7 +59,6 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from ablate.compat import BasicSweeper, sweeper_params_overrides
-from ablate.run.sweep_stop import STOP_FILE, stop_requested
 from ablate.sweepers import halving as sh
 from ablate.sweepers.lr_selection import (
     LR_KEY,
@@ -73,6 +72,7 @@ from ablate.sweepers.lr_selection import (
     select_lr,
     validation_as_test_warning,
 )
+from ablate.sweepers.sweep_stop import STOP_FILE, stop_requested
 from ablate.sweepers.validating import ValidatingSweeperMixin
 
 log = logging.getLogger(__name__)
@@ -258,8 +258,8 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
     def _rung_steps(self, v: _Variant) -> tuple[int, ...]:
         """``hydra.sweeper.halving.rungs`` as steps of this variant's run, checked (exit 2 naming the key)."""
         assert self.hydra_context is not None and self.config is not None
+        from ablate import cli
         from ablate.config.options import ConfigError
-        from ablate.run import cli
 
         try:
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(v.overrides))
@@ -269,7 +269,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             raise  # not reached
 
     def _interrupted(self) -> bool:
-        """Ctrl-C in a worker-process sweep (:mod:`ablate.run.sweep_stop`): the jobs just launched may have
+        """Ctrl-C in a worker-process sweep (:mod:`ablate.sweepers.sweep_stop`): the jobs just launched may have
         stopped early, so nothing is chosen or decided from them (stage 2 stays ``pending``)."""
         assert self.config is not None
         return stop_requested(Path(str(self.config.hydra.sweep.dir)) / STOP_FILE)
@@ -289,6 +289,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        self.check_before_sweep()  # before multirun.yaml is written: a refused command changes nothing
         from ablate.analysis.runs import higher_is_better  # pandas: imported when a sweep runs, not at plugin scan
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)

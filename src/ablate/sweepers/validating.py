@@ -13,33 +13,53 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig
 
-from ablate.compat import BasicSweeper
+from ablate import cli
+from ablate.cli.unknown_key import unknown_key_hint
+from ablate.compat import BasicSweeper, sweeper_params_overrides
 from ablate.config.options import ConfigError
-from ablate.config.unknown_key import unknown_key_hint
-from ablate.run import cli, killed_jobs
+from ablate.run import environment
+from ablate.sweepers import killed_jobs
+from ablate.sweepers.job_dirs import NamedJobs
 
 
 class ValidatingSweeperMixin(BasicSweeper):
     """``validate_batch_is_legal`` that also runs :func:`ablate.run.train.check_config` on each job;
-    the launcher behind :class:`~ablate.run.killed_jobs.KilledWorkerGuard` (a killed worker is recorded)."""
+    the launcher behind :class:`~ablate.sweepers.killed_jobs.KilledWorkerGuard` (a killed worker is recorded)
+    and :class:`~ablate.sweepers.job_dirs.NamedJobs` (job directories named by what varies; a
+    sweep directory shared only by related commands)."""
 
     hydra_context: Any
     config: Any
     launcher: Launcher | None
+    validated: set[tuple[str, ...]]  # jobs already checked (a grid is checked whole, before it starts)
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        self.validated = set()
         assert self.launcher is not None
-        self.launcher = killed_jobs.guard(self.launcher, config)
+        self.named_jobs = NamedJobs(killed_jobs.guard(self.launcher, config), config, self)
+        self.launcher = self.named_jobs
+
+    def check_before_sweep(self) -> None:
+        """What refuses a whole sweep, before anything is written to its directory (multirun.yaml
+        included): a launcher this machine cannot use, a sweep directory holding another study."""
+        try:
+            environment.check_launcher(self.config.hydra)
+        except ConfigError as err:
+            cli.report_user_error(err)
+        self.named_jobs.check()
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         from ablate.run.train import check_config  # the whole training stack: only when a sweep runs
 
         for overrides in batch:
+            if tuple(overrides) in self.validated:
+                continue
             try:
                 cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             except HydraException as err:  # an unknown option or key: Hydra's message names the choices
@@ -52,12 +72,23 @@ class ValidatingSweeperMixin(BasicSweeper):
                 )
             try:
                 check_config(cfg)
+                environment.check_accelerator(cfg.trainer, cfg.hydra)  # where the jobs run here
             except (ConfigError, ValueError) as err:
-                # printed and exit 2 (ablate.run.cli), not a traceback through Hydra's error report
+                # printed and exit 2 (ablate.cli), not a traceback through Hydra's error report
                 cli.report_user_error(
                     ConfigError(f"the sweep's job '{' '.join(overrides)}' is invalid, so no job was started: {err}")
                 )
+            self.validated.add(tuple(overrides))
 
 
 class ValidatingSweeper(ValidatingSweeperMixin, BasicSweeper):
     """Hydra's basic (grid) sweeper, checking every job's config before the first one starts."""
+
+    def sweep(self, arguments: list[str]) -> Any:
+        """Every job of the grid checked before Hydra's sweep writes anything (``multirun.yaml``,
+        the sweep directory): a refused sweep leaves nothing behind."""
+        self.check_before_sweep()
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        grid = self.split_arguments(parser.parse_overrides([*sweeper_params_overrides(self), *arguments]), None)
+        self.validate_batch_is_legal(grid[0])
+        return super().sweep(arguments)

@@ -265,7 +265,7 @@ def load_task_checkpoint(
     the one way every script loads a checkpoint. With ``expected``, a checkpoint of another task
     stops with a message naming the script that takes it; a file that is not a readable checkpoint
     stops naming the file."""
-    from ablate.run import safe_load
+    from ablate.checkpoints import safe_load
 
     if expected is not None:
         require_checkpoint_task(path, expected, script)

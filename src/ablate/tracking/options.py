@@ -35,6 +35,11 @@ class WandbOptions:
         """Read ``cfg.logger.wandb``; a config without it means W&B off."""
         return cls(**_options_node(cfg, "wandb", cls))
 
+    @classmethod
+    def from_logger(cls, logger: Any) -> WandbOptions:
+        """Read ``logger.wandb`` from the ``logger`` node alone (interpolations resolve in its config)."""
+        return cls(**_known_options(logger.get("wandb") if logger is not None else None, cls))
+
 
 @dataclass(frozen=True)
 class TensorBoardOptions:
@@ -70,9 +75,14 @@ def _options_node(cfg: Any, name: str, options: type[DataclassInstance]) -> dict
         return {}
     if not isinstance(cfg, DictConfig):
         cfg = OmegaConf.create(cfg)
-    node = OmegaConf.select(cfg, f"logger.{name}", default=None)
+    return _known_options(OmegaConf.select(cfg, f"logger.{name}", default=None), options)
+
+
+def _known_options(node: Any, options: type[DataclassInstance]) -> dict[str, Any]:
     if node is None:
         return {}
+    if not isinstance(node, DictConfig):
+        node = OmegaConf.create(node)
     values = cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))  # a mapping node
     known = {k: v for k, v in values.items() if k in options.__dataclass_fields__}
     if "tags" in known:
@@ -116,6 +126,11 @@ def user_tags(cfg: Any) -> list[str]:
     if not isinstance(cfg, DictConfig):
         cfg = OmegaConf.create(cfg)
     return _as_list(OmegaConf.select(cfg, "tags", default=None))
+
+
+def as_tags(value: Any) -> list[str]:
+    """A ``tags`` value (a list; a single string is one tag; None none) as a list of strings."""
+    return _as_list(value)
 
 
 def _as_list(value: Any) -> list[str]:

@@ -29,6 +29,7 @@ import os
 import random
 import re
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -41,6 +42,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
 from ablate.compat import is_local_path
+from ablate.config.options import ConfigError
 from ablate.errors import UserError
 
 LAST_PATTERN = re.compile(r"^last(-\d+)?\.ckpt$")  # what Lightning's ckpt_path="last" looks for
@@ -141,10 +143,25 @@ class LastCheckpoint(Checkpoint):
     """
 
     FILENAME = "last.ckpt"
+    KEEP_PREVIOUS = ("while_training", "always")
 
-    def __init__(self, dirpath: str | os.PathLike[str], every_n_train_steps: int | None = 100) -> None:
+    def __init__(
+        self,
+        dirpath: str | os.PathLike[str],
+        every_n_train_steps: int | None = 100,
+        keep_previous: str = "while_training",
+    ) -> None:
+        """``keep_previous``: how long ``last.previous.ckpt`` (the checkpoint before ``last.ckpt``,
+        kept in case ``last.ckpt`` is damaged) stays: ``while_training`` (removed when the run reaches
+        ``trainer.max_steps``: its final ``last.ckpt`` is complete, and a run trained longer keeps
+        one again from its next save) or ``always``."""
+        if keep_previous not in self.KEEP_PREVIOUS:
+            raise ConfigError(
+                f"callbacks.checkpoint_last.keep_previous={keep_previous!r}: one of {', '.join(self.KEEP_PREVIOUS)}"
+            )
         self.dirpath = Path(dirpath)
         self.every_n_train_steps = every_n_train_steps or 0
+        self.keep_previous = keep_previous
         self._saved_at: int | None = None
 
     def save(self, trainer: L.Trainer) -> None:
@@ -180,6 +197,9 @@ class LastCheckpoint(Checkpoint):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.save(trainer)  # the final state, unless the last save was at this very step
+        finished = 0 < trainer.max_steps <= trainer.global_step
+        if finished and self.keep_previous == "while_training" and trainer.is_global_zero:
+            previous_checkpoint(self.dirpath / self.FILENAME).unlink(missing_ok=True)
 
 
 class ResumeState(Callback):
@@ -195,12 +215,25 @@ class ResumeState(Callback):
         self.wandb_run_id = wandb_run_id
         self.run_identity = run_identity  # ablate.run.resume.run_identity: checked before a resume
         self._rng_to_restore: dict[str, Any] | None = None
+        self.earlier_s = 0.0  # the wall time of the run's earlier segments, up to the checkpoint resumed
+        self._started = time.perf_counter()
+
+    def elapsed_s(self) -> float:
+        """The run's wall time so far: its earlier segments' (to the checkpoint this one resumed)
+        and this one's. A resumed run's summary reports this, not the last segment alone."""
+        return self.earlier_s + (time.perf_counter() - self._started)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": collect_rng_states(), "wandb_run_id": self.wandb_run_id, "run_identity": self.run_identity}
+        return {
+            "rng": collect_rng_states(),
+            "wandb_run_id": self.wandb_run_id,
+            "run_identity": self.run_identity,
+            "wall_time_s": self.elapsed_s(),
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._rng_to_restore = state_dict.get("rng")
+        self.earlier_s = float(state_dict.get("wall_time_s") or 0.0)  # checkpoints before it had none: 0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._rng_to_restore is not None:

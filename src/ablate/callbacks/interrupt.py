@@ -5,7 +5,7 @@ exception lands -- possibly halfway through ``optimizer.step()`` -- so it saves 
 SIGINT from then on and calls ``sys.exit(1)``, which an ``except Exception`` does not catch. This
 callback installs its own SIGINT handler while training runs: the first Ctrl-C only sets a flag;
 at the end of that step (parameters, optimiser, schedule and data position consistent) training
-stops (``trainer.should_stop``), :class:`~ablate.run.checkpointing.LastCheckpoint` saves ``last.ckpt``
+stops (``trainer.should_stop``), :class:`~ablate.callbacks.checkpointing.LastCheckpoint` saves ``last.ckpt``
 at that step (a mid-epoch checkpoint, which resumes exactly), the validation Lightning would run
 before stopping is skipped (:class:`TrainingInterrupted` is raised at its start: the user asked
 to stop, not to wait for a validation pass) and ``train.py`` records the job as ``interrupted``. A second Ctrl-C
@@ -17,7 +17,7 @@ the same way: a preempted job stops after its step with that step saved and its 
 ``hpc`` checkpoint and requeues the job.)
 
 In a sweep whose jobs run in worker processes (``hydra/launcher=cpu_parallel``), a stop request of
-the whole sweep is a file (:mod:`ablate.run.sweep_stop`): the first signal writes it, and every job
+the whole sweep is a file (:mod:`ablate.sweepers.sweep_stop`): the first signal writes it, and every job
 polls it after each step, so that all of them stop and save however the signal arrived.
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from ablate.run.sweep_stop import request_stop, stop_requested
+from ablate.sweepers.sweep_stop import request_stop, stop_requested
 
 
 class TrainingInterrupted(BaseException):
@@ -47,7 +47,7 @@ class GracefulInterrupt(Callback):
     """Turns the first SIGINT during training into a clean stop after the current step.
 
     Args:
-        stop_file: the sweep's stop-request file (:func:`ablate.run.sweep_stop.stop_file`), polled
+        stop_file: the sweep's stop-request file (:func:`ablate.sweepers.sweep_stop.stop_file`), polled
             after every step; None outside a worker-process sweep.
 
     Attributes:

@@ -9,12 +9,12 @@ however the signal arrived (the terminal sends Ctrl-C to all of them; ``kill -IN
 SIGTERM to one of them reaches only that one):
 
 - the first SIGINT/SIGTERM that any process of the sweep receives writes the file;
-- a training job polls it after every optimiser step (:class:`~ablate.run.interrupt.GracefulInterrupt`)
+- a training job polls it after every optimiser step (:class:`~ablate.callbacks.interrupt.GracefulInterrupt`)
   and stops there as on its own Ctrl-C, recording ``interrupted``;
 - a job that has not started training when the file appears is not started (it has no record,
   so re-running the sweep runs it); a worker that has not run a job yet ignores Ctrl-C
   (:func:`ignore_ctrl_c_until_a_job_runs`), else its death would make loky kill the running jobs;
-- the parent (:class:`~ablate.run.sweep_report.SweepReport`) keeps waiting for its workers, then prints
+- the parent (:class:`~ablate.sweepers.sweep_report.SweepReport`) keeps waiting for its workers, then prints
   the table and exits 130. A second Ctrl-C in the parent stops at once, as in a single run.
 
 With the basic launcher the jobs run in the sweep's own process and Ctrl-C needs none of this.

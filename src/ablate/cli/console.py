@@ -170,7 +170,10 @@ def format_run_summary(status: RunStatus, output_dir: Path | str) -> str:
     if status.error:  # crashed: the exception; interrupted: what stopped it
         rows.append(("error" if state == "crashed" else "reason", _first_line(status.error)))
     rows.append(("steps", str(status.steps) if status.steps is not None else "-"))
-    rows.append(("wall time", format_wall_time(status.wall_time_s)))
+    wall = format_wall_time(status.wall_time_s)
+    if status.segment_wall_time_s is not None:  # resumed: the whole run's, and this segment's
+        wall += f" ({format_wall_time(status.segment_wall_time_s)} since the resume)"
+    rows.append(("wall time", wall))
     values = status.metrics
     rows += [(name, format_metric(name, values[name])) for name in headline_metrics() if name in values]
     rows.append(("output", str(output_dir)))

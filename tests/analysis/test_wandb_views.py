@@ -19,15 +19,15 @@ from typing import Any
 import pytest
 
 import forked_python
-from ablate.tracking import wandb_reader
-from ablate.tracking.wandb_reader import find_run_dirs, read_offline_run
-from ablate.tracking.wandb_views import (
+from ablate.analysis.wandb_views import (
     SweepFacts,
     facts_from_runs,
     layer_parts,
     to_workspace,
     workspace_spec,
 )
+from ablate.tracking import wandb_reader
+from ablate.tracking.wandb_reader import find_run_dirs, read_offline_run
 from conftest import HANG_TIMEOUT, REPO, TINY
 
 pytestmark = pytest.mark.slow

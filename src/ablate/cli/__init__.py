@@ -21,8 +21,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ablate.checkpoints import safe_load
 from ablate.errors import UserError
-from ablate.run import safe_load
 
 EXIT_OK, EXIT_CRASHED, EXIT_USER_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -76,7 +76,7 @@ def entry_point(main: Callable[[], Any]) -> None:
         main()
     except SystemExit as exit_:
         if exit_.code == EXIT_CRASHED and not _started:  # Hydra reported a composition error
-            from ablate.config.unknown_key import unknown_key_hint
+            from ablate.cli.unknown_key import unknown_key_hint
 
             hint = unknown_key_hint(exit_.__context__)  # Hydra's message names the key, not what would work
             if hint:

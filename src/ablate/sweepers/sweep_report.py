@@ -5,11 +5,11 @@ records its outcome in its own ``status.json`` (:mod:`ablate.run.train`); at the
 this reads the records that *this* command wrote (those modified since it started: jobs skipped
 as already finished keep their old record and count as finished), prints a table of those jobs
 and the command that uploads their offline W&B runs, and ends the process with exit code 1 when any job crashed
-or was killed (:mod:`ablate.run.killed_jobs`), so that scripts and schedulers see the failure. Diverged is a result, not a failure (exit code 0). The callback
+or was killed (:mod:`ablate.sweepers.killed_jobs`), so that scripts and schedulers see the failure. Diverged is a result, not a failure (exit code 0). The callback
 works with any launcher: the records are files, wherever the jobs ran.
 
 When the jobs run in worker processes (joblib), it also owns Ctrl-C for the sweep
-(:mod:`ablate.run.sweep_stop`): the running jobs stop after their step, and the sweep ends with its
+(:mod:`ablate.sweepers.sweep_stop`): the running jobs stop after their step, and the sweep ends with its
 table and exit code 130.
 """
 
@@ -24,27 +24,54 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from ablate.run import cli
-from ablate.run.console import format_sweep_summary
-from ablate.run.killed_jobs import KILLED, KILLED_REASON
+from ablate import cli
+from ablate.cli.console import format_sweep_summary
 from ablate.run.status import RunStatus
-from ablate.run.sweep_stop import STOP_FILE, SweepStopHandler, launches_worker_processes
+from ablate.sweepers import job_dirs
+from ablate.sweepers.killed_jobs import KILLED, KILLED_REASON
+from ablate.sweepers.sweep_stop import STOP_FILE, SweepStopHandler, launches_worker_processes
 
 EXIT_CRASHED = cli.EXIT_CRASHED
 FAILED = ("crashed", KILLED)  # the sweep exits with 1; a re-run retries these jobs
 
 
-def job_records(sweep_dir: Path, since: float) -> dict[Path, RunStatus]:
-    """``job dir -> status`` for the jobs under ``sweep_dir`` whose ``status.json`` changed at or
-    after ``since`` (a Unix time). An unreadable record is reported as crashed."""
-    records = {}
-    for path in sorted(sweep_dir.glob("*/status.json")):
+SKIPPED = "skipped"  # a finished job this command did not train (its record is older than the command)
+RELABELLED = "relabelled"  # skipped, its W&B run given the command's new tags (ablate.tracking.relabel)
+
+
+def _read(path: Path) -> RunStatus:
+    try:
+        return RunStatus.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, AttributeError) as err:
+        return RunStatus("crashed", error=f"unreadable {path}: {err}")
+
+
+def _trained_since(job_dir: Path, since: float) -> bool:
+    """This command wrote the job's metrics (a skipped job's are older; a relabel writes none)."""
+    metrics = job_dir / "csv" / "metrics.csv"
+    return not metrics.is_file() or metrics.stat().st_mtime >= since
+
+
+def job_records(sweep_dir: Path, since: float, launched: list[Path] | None = None) -> dict[Path, tuple[str, RunStatus]]:
+    """``job dir -> (what this command did, status)``: ``ran``, :data:`SKIPPED` (already finished)
+    or :data:`RELABELLED`. ``launched``: this command's job directories (every one is listed,
+    skipped ones too); without it, the jobs under ``sweep_dir`` whose ``status.json`` changed at or
+    after ``since`` (a Unix time), as before job directories were recorded. An unreadable record
+    is reported as crashed."""
+    records: dict[Path, tuple[str, RunStatus]] = {}
+    if launched is None:
+        launched = [p.parent for p in sorted(sweep_dir.glob("*/status.json")) if p.stat().st_mtime >= since]
+    for job_dir in dict.fromkeys(launched):
+        path = job_dir / "status.json"
+        if not path.is_file():
+            continue  # never started (the sweep was stopped first)
+        record = _read(path)
         if path.stat().st_mtime < since:
-            continue
-        try:
-            records[path.parent] = RunStatus.from_json(json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError, AttributeError) as err:
-            records[path.parent] = RunStatus("crashed", error=f"unreadable {path}: {err}")
+            records[job_dir] = (SKIPPED, record)
+        elif record.finished and not _trained_since(job_dir, since):
+            records[job_dir] = (RELABELLED, record)
+        else:
+            records[job_dir] = ("ran", record)
     return records
 
 
@@ -68,14 +95,19 @@ class SweepReport(Callback):
             self._stop.restore()
             self._stop.path.unlink(missing_ok=True)  # the records say what ran; a re-run starts afresh
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        records = job_records(sweep_dir, self._start)
-        failed = {d: r for d, r in records.items() if r.status in FAILED}
+        launched = [d for d in job_dirs.LAUNCHED if d.parent == sweep_dir] or None
+        records = job_records(sweep_dir, self._start, launched)
+        failed = {d: r for d, (_, r) in records.items() if r.status in FAILED}
         counts: dict[str, int] = {}
-        for record in records.values():
-            counts[record.status] = counts.get(record.status, 0) + 1
-        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no job ran (all skipped)"
+        for what, record in records.values():
+            key = record.status if what == "ran" else f"{what} ({record.status} before)"
+            counts[key] = counts.get(key, 0) + 1
+        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no job ran"
         if records:
-            rows = [{**record.to_json(), "job": job_dir} for job_dir, record in records.items()]
+            rows = [
+                {**record.to_json(), "job": job_dir, "status": record.status if what == "ran" else what}
+                for job_dir, (what, record) in records.items()
+            ]
             print(format_sweep_summary(rows), flush=True)
         print(f"sweep {sweep_dir}: {summary}", flush=True)
         offline = sorted(str(p.parent) for p in sweep_dir.glob("*/wandb/offline-run-*/run-*.wandb"))

@@ -8,7 +8,7 @@
 - :func:`average_checkpoints`: fairseq's ``scripts/average_checkpoints.py`` recipe: the
   element-wise mean of the floating-point tensors of the models' ``state_dict``; integer and bool
   tensors are taken from the newest checkpoint. Checkpoints of different runs are refused (their
-  :func:`ablate.run.resume.run_identity`, stored by :class:`ablate.run.checkpointing.ResumeState`, must
+  :func:`ablate.run.resume.run_identity`, stored by :class:`ablate.callbacks.checkpointing.ResumeState`, must
   agree), naming the keys that differ, as are ``state_dict`` s of different keys, shapes or
   dtypes. The result is the newest checkpoint with the averaged weights and without optimiser
   and scheduler states: what ``eval.py``, ``translate.py`` and ``generate.py`` load (not meant to
@@ -37,8 +37,8 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint, EMAWeightAveraging
 from lightning.pytorch.utilities import rank_zero_info
 
+from ablate.callbacks.checkpointing import LAST_PATTERN, AtomicCheckpointIO, resume_state
 from ablate.errors import UserError
-from ablate.run.checkpointing import LAST_PATTERN, AtomicCheckpointIO, resume_state
 
 STEP_PATTERN = re.compile(r"^step-(\d+)\.ckpt$")
 # what an averaged checkpoint leaves out: training state that belongs to the newest file's weights only

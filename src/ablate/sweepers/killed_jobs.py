@@ -10,9 +10,9 @@ so the main process writes them: a job that held its run directory's lock
 ``status.json`` ``killed`` with the signal and the step of its last checkpoint, which is where
 re-running the same command resumes it (a killed job is not finished).
 
-The sweep then stops as after Ctrl-C (:mod:`ablate.run.sweep_stop`: no job starts, the tuned-LR sweeper
+The sweep then stops as after Ctrl-C (:mod:`ablate.sweepers.sweep_stop`: no job starts, the tuned-LR sweeper
 chooses nothing from an incomplete grid), prints its table and exits with code 1
-(:mod:`ablate.run.sweep_report`). With the basic launcher the jobs run in the sweep's own process, so
+(:mod:`ablate.sweepers.sweep_report`). With the basic launcher the jobs run in the sweep's own process, so
 SIGKILL ends the sweep itself; the next run of the command resumes the job from its last checkpoint
 and says that it took over the killed process's lock.
 """
@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.run.lock import LOCK_FILE
 from ablate.run.status import RunStatus, write_status
-from ablate.run.sweep_stop import STOP_FILE, loky_workers_ignore_ctrl_c_until_a_job_runs, request_stop
+from ablate.sweepers.sweep_stop import STOP_FILE, loky_workers_ignore_ctrl_c_until_a_job_runs, request_stop
 
 KILLED = "killed"
 KILLED_REASON = "a job's worker process was killed"  # the stop file's text: the sweep ends with exit code 1
@@ -125,7 +125,7 @@ def record_killed_jobs(sweep_dir: Path, since: float, signals: Sequence[str]) ->
 class KilledWorkerGuard(Launcher):
     """Wraps the sweep's launcher: a broken process pool (a worker killed) records the jobs it took
     down as ``killed`` and stops the sweep (see the module docstring). While it launches, loky's
-    workers start ignoring Ctrl-C until a job runs (:mod:`ablate.run.sweep_stop`: an idle worker's death
+    workers start ignoring Ctrl-C until a job runs (:mod:`ablate.sweepers.sweep_stop`: an idle worker's death
     would break the pool too). Any launcher works under it."""
 
     def __init__(self, launcher: Launcher, sweep_dir: Path) -> None:

@@ -1,0 +1,248 @@
+"""Where a sweep's jobs live, and which sweeps may share a directory.
+
+**Job directories hold what varies.** A job's directory is named by its overrides *minus the
+command's constants* (``-m norm=pre,post model.n_layers=12 seed=1,2`` gives ``norm=pre,seed=1``,
+not ``model.n_layers=12,norm=pre,seed=1``): the constants are already in the sweep directory's
+name (:func:`ablate.config.resolvers.sweep_dirname`). The seed always stays in the name (the
+tuned-LR sweeper adds a selection seed of its own). Run-control keys
+(``hydra.job.config.override_dirname.exclude_keys``) are left out, as before.
+
+Several commands may share one sweep directory (``sweep_name`` or ``hydra.sweep.dir``: more
+seeds, a grid extended, one size of a ladder per command). Two rules keep their jobs apart:
+
+* a job directory that already holds *another* job (its recorded overrides differ, e.g. the same
+  ``act=relu,optim.lr=0.001,seed=0`` of ``scale=xs`` and of ``scale=m``) is not reused: the new job
+  gets the full name with every override, as directories were named before this module; a job
+  whose full-named directory already exists (a sweep from before) keeps it, so it resumes or skips
+  as it did;
+* a command whose swept keys (the seed aside: more seeds are more of the same study) neither
+  contain nor are contained in those of the directory's earlier commands (``-m norm=pre,post`` then ``-m act=relu,gelu`` under one ``sweep_name``) is a
+  different study, refused before any job starts: its jobs would mix with the other's, and a table
+  of the directory would count identical runs (``norm=pre`` and ``act=gelu`` are the same
+  configuration) as replicates. Every command is recorded in ``<sweep dir>/sweep.json``.
+
+Hydra's ``hydra.sweep.subdir`` override carries the name to each job, so every launcher (basic,
+joblib, submitit/SLURM) puts the job where this module decided; it is a Hydra override, so it is
+not among the job's own overrides (``hydra.overrides.task``, ``status.json``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobReturn
+from hydra.errors import HydraException
+from hydra.plugins.launcher import Launcher
+from omegaconf import DictConfig, OmegaConf
+
+from ablate import cli
+from ablate.compat import sweeper_params_overrides
+from ablate.config.options import ConfigError
+from ablate.config.resolvers import RUN_CONTROL_KEYS, job_dirname
+
+SWEEP_RECORD = "sweep.json"
+LAUNCHED: list[Path] = []  # this process's sweep: every job directory it launched, in order (the sweep's table)
+ALWAYS_NAMED = frozenset({"seed"})  # in every job's name, constant or not
+REPLICATES = frozenset({"seed"})  # more seeds are more of the same study, not another axis
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~").strip()
+
+
+@dataclass(frozen=True)
+class SweepCommand:
+    """One command that launches jobs into a sweep directory: its overrides as typed, the keys it
+    sweeps (more than one value, on the command line or in ``hydra.sweeper.params``) and its
+    constants (single-valued command-line overrides)."""
+
+    overrides: tuple[str, ...]
+    swept: frozenset[str]
+    constants: frozenset[str]
+
+    @classmethod
+    def from_config(cls, config: DictConfig, sweeper: Any | None = None) -> SweepCommand:
+        typed = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.task, resolve=False) or []]
+        excluded = excluded_keys(config)
+        params = sweeper_params_overrides(sweeper) if getattr(sweeper, "params", None) else []
+        swept: set[str] = set()
+        constants: set[str] = set()
+        try:
+            parsed = OverridesParser.create().parse_overrides([*params, *typed])
+        except HydraException:  # Hydra composed it, so this does not happen; name nothing constant
+            return cls(tuple(typed), frozenset(_key(o) for o in typed), frozenset())
+        by_key = {o.key_or_group: o for o in parsed}  # the command line wins over params, as in Hydra
+        for key, override in by_key.items():
+            if key in excluded:
+                continue
+            if override.is_sweep_override() and _several(override):
+                swept.add(key)
+            elif override.input_line in typed:  # as the basic sweeper writes it into each job's overrides
+                constants.add(_as_job_override(override).lstrip("+"))
+        return cls(tuple(typed), frozenset(swept), frozenset(constants))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "overrides": list(self.overrides),
+            "swept": sorted(self.swept),
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+
+
+def _as_job_override(override: Any) -> str:
+    try:
+        return f"{override.get_key_element()}={override.get_value_element_as_str()}"
+    except HydraException:  # a deletion (~key) and the like: as typed
+        return str(override.input_line)
+
+
+def _several(override: Any) -> bool:
+    try:
+        return not override.is_discrete_sweep() or len(set(override.sweep_string_iterator())) > 1
+    except HydraException:  # glob(...) and the like: expanded against the config
+        return True
+
+
+def excluded_keys(config: DictConfig) -> frozenset[str]:
+    """Keys never in a job's name nor in a sweep's identity: run control."""
+    keys = OmegaConf.select(config, "hydra.job.config.override_dirname.exclude_keys", default=None) or []
+    return frozenset(str(k) for k in keys) | frozenset(RUN_CONTROL_KEYS)
+
+
+def full_name(job_overrides: Iterable[str], excluded: frozenset[str]) -> str:
+    """Every override of the job: the name Hydra's ``override_dirname`` gives (sorted, run control
+    left out), the job directory's name before this module."""
+    return job_dirname(",".join(sorted(o for o in job_overrides if _key(o) not in excluded)))
+
+
+def short_name(job_overrides: Iterable[str], command: SweepCommand, excluded: frozenset[str]) -> str:
+    """The job's overrides without the command's constants (the seed kept)."""
+    kept = [
+        o
+        for o in job_overrides
+        if _key(o) not in excluded and (o.lstrip("+") not in command.constants or _key(o) in ALWAYS_NAMED)
+    ]
+    return job_dirname(",".join(sorted(kept)))
+
+
+def _identity(overrides: Iterable[str], excluded: frozenset[str]) -> frozenset[str]:
+    return frozenset(o.lstrip("+") for o in overrides if _key(o) not in excluded)
+
+
+def recorded_overrides(job_dir: Path) -> list[str] | None:
+    """The overrides of the job a directory holds: its ``status.json`` (written by the job) or, for
+    a job that never finished, what Hydra saved when it started; None for an empty directory."""
+    status = job_dir / "status.json"
+    try:
+        if status.is_file():
+            return [str(o) for o in json.loads(status.read_text(encoding="utf-8")).get("overrides") or []]
+        saved = job_dir / ".hydra" / "overrides.yaml"
+        if saved.is_file():
+            return [str(o) for o in yaml.safe_load(saved.read_text(encoding="utf-8")) or []]
+    except (OSError, ValueError, yaml.YAMLError, AttributeError):
+        return None
+    return None
+
+
+def job_directory(
+    sweep_dir: Path, job_overrides: Sequence[str], command: SweepCommand, excluded: frozenset[str]
+) -> str:
+    """The name of the job's directory under ``sweep_dir`` (see the module docstring)."""
+    identity = _identity(job_overrides, excluded)
+    full = full_name(job_overrides, excluded)
+    short = short_name(job_overrides, command, excluded)
+    if full != short and (sweep_dir / full).is_dir():
+        held = recorded_overrides(sweep_dir / full)
+        if held is not None and _identity(held, excluded) == identity:
+            return full  # a sweep named before this module: resume or skip it where it is
+    held = recorded_overrides(sweep_dir / short) if (sweep_dir / short).is_dir() else None
+    if held is not None and _identity(held, excluded) != identity:
+        return full  # another command's job holds the short name
+    return short
+
+
+def _quoted(value: str) -> str:
+    """A value for Hydra's override grammar: single-quoted, backslash and quote escaped."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _earlier_commands(sweep_dir: Path) -> list[dict[str, Any]]:
+    path = sweep_dir / SWEEP_RECORD
+    try:
+        return list(json.loads(path.read_text(encoding="utf-8")).get("commands", [])) if path.is_file() else []
+    except (OSError, ValueError, AttributeError) as err:
+        raise ConfigError(f"{path} is damaged ({err}); move it away to start the sweep directory afresh") from None
+
+
+def check_compatible(sweep_dir: Path, command: SweepCommand) -> None:
+    """Refuse a command whose swept keys (the seed aside) neither contain nor are contained in
+    those of an earlier command of the directory. Reads only."""
+    axes = command.swept - REPLICATES
+    for record in _earlier_commands(sweep_dir):
+        swept = frozenset(record.get("swept") or []) - REPLICATES
+        if not (swept <= axes or axes <= swept):
+            raise ConfigError(
+                f"{sweep_dir} holds another sweep (over {', '.join(sorted(swept)) or 'nothing'}: "
+                f"{' '.join(record.get('overrides') or [])}); this command sweeps "
+                f"{', '.join(sorted(axes)) or 'nothing'}, and its jobs would mix with that one's. "
+                "Give it its own sweep_name (or hydra.sweep.dir)."
+            )
+
+
+def record_command(sweep_dir: Path, command: SweepCommand) -> None:
+    """Add the command to ``sweep.json`` (checked again under a lock: two commands may start at once)."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with open(sweep_dir / ".sweep.lock", "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        check_compatible(sweep_dir, command)
+        earlier = _earlier_commands(sweep_dir)
+        if not any(list(r.get("overrides") or []) == list(command.overrides) for r in earlier):
+            path = sweep_dir / SWEEP_RECORD
+            tmp = path.with_name(f".{SWEEP_RECORD}.tmp-{os.getpid()}")
+            tmp.write_text(json.dumps({"commands": [*earlier, command.to_json()]}, indent=2), encoding="utf-8")
+            os.replace(tmp, path)
+
+
+class NamedJobs(Launcher):
+    """Wraps the sweep's launcher: records the command before its first batch
+    (:func:`record_command`; :meth:`check` refuses it earlier), and gives every job its directory (:func:`job_directory`) as a
+    ``hydra.sweep.subdir`` override. Any launcher works under it."""
+
+    def __init__(self, launcher: Launcher, config: DictConfig, sweeper: Any | None = None) -> None:
+        self.launcher = launcher
+        self.sweep_dir = Path(str(config.hydra.sweep.dir))
+        self.command = SweepCommand.from_config(config, sweeper)
+        self.excluded = excluded_keys(config)
+        self._recorded = False
+
+    def setup(self, **kwargs: Any) -> None:
+        self.launcher.setup(**kwargs)
+
+    def check(self) -> None:
+        """:func:`check_compatible`, before anything is written to the sweep directory (the
+        sweepers call it first)."""
+        try:
+            check_compatible(self.sweep_dir, self.command)
+        except ConfigError as err:  # printed, exit 2 (ablate.cli): no job has started
+            cli.report_user_error(err)
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        if not self._recorded:  # the jobs were checked: from here on the sweep runs
+            try:
+                record_command(self.sweep_dir, self.command)
+            except ConfigError as err:
+                cli.report_user_error(err)
+            self._recorded = True
+        names = [job_directory(self.sweep_dir, o, self.command, self.excluded) for o in job_overrides]
+        LAUNCHED.extend(self.sweep_dir / name for name in names)
+        named = [[*o, f"hydra.sweep.subdir={_quoted(name)}"] for o, name in zip(job_overrides, names)]
+        return self.launcher.launch(named, initial_job_idx)
