@@ -21,6 +21,7 @@ matplotlib.use("Agg")  # files only, never a window
 from omegaconf import DictConfig
 
 from ablate.analysis.attention import attention_figure, checkpoint_maps, map_title, save_figure
+from ablate.config.arguments import checker
 from ablate.run import cli
 
 
@@ -53,4 +54,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    cli.entry_point(main)
+    cli.entry_point(main, "attention_maps", checker("attention_maps"))

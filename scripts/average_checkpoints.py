@@ -23,6 +23,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from ablate.config.arguments import checker
 from ablate.run import cli
 from ablate.run.averaging import (
     AveragingError,
@@ -58,4 +59,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    cli.entry_point(main)
+    cli.entry_point(main, "average_checkpoints", checker("average_checkpoints"))

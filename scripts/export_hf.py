@@ -19,6 +19,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from ablate.config.arguments import checker
 from ablate.export.hf import ExportError, export_checkpoint
 from ablate.run import cli
 
@@ -38,4 +39,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    cli.entry_point(main)
+    cli.entry_point(main, "export_hf", checker("export_hf"))
