@@ -337,7 +337,7 @@ def export_checkpoint(
         raise ExportError(f"ckpt_path={ckpt_path}: no such checkpoint file")
     try:
         task_name = checkpoint_task(Path(ckpt_path))  # it reads Path(path) anyway
-        spec = ModelSpec(**inspect_checkpoint(ckpt_path)["hyper_parameters"]["spec"])
+        spec = ModelSpec(**inspect_checkpoint(ckpt_path, content=True)["hyper_parameters"]["spec"])
     except CheckpointError as err:
         raise ExportError(str(err)) from None
     if task_name != "lm":

@@ -178,7 +178,7 @@ def resume_point(control: RunControl, identity: dict[str, Any], job: Job) -> tup
         refuse_new_directory_for_last(control, job)
     if ckpt_path is None or not Path(ckpt_path).is_file():
         return ckpt_path, None
-    state = resume_state(inspect_checkpoint(ckpt_path))
+    state = resume_state(inspect_checkpoint(ckpt_path, content=True))  # weights match the stored spec, finite
     saved = state.get("run_identity")
     if saved is None:
         rank_zero_info(f"{ckpt_path} predates the resume check: its settings cannot be compared with this config")

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.data.registry import build_data_module
 from ablate.data.translation_text import read_lines
 from ablate.tasks.translation import TranslationTask, corpus_bleu, decode_config, load_translation_checkpoint
 
@@ -29,7 +29,7 @@ def sentences(cfg: DictConfig, task: TranslationTask) -> tuple[list[str], list[s
         raise SystemExit(f"{ckpt} carries no data config: give src_file=... (and ref_file=...)")
     data_cfg.update(data_dir=cfg.paths.data_dir, cache_dir=cfg.paths.cache_dir)
     data_cfg.update(cast(dict[str, Any], OmegaConf.to_container(cfg.data, resolve=True)))
-    dm = instantiate(OmegaConf.create(data_cfg))
+    dm = build_data_module(data_cfg, str(ckpt))  # its _target_ is one of ablate's data modules, never imported by name
     dm.setup()
     return dm.sources(cfg.split), dm.references(cfg.split), ckpt.parent.parent / "translations" / f"{cfg.split}.hyp"
 
