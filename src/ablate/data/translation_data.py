@@ -481,7 +481,7 @@ class ParallelCorpus(TranslationDataModule):
     def source_key(self) -> Any:
         files = self.local_files()
         return (
-            file_fingerprint(files, full_paths=True)
+            file_fingerprint(files, full_paths=True, memo_dir=self.cache_dir)
             if files
             else f"hub:{self.hub_path}/{self.hub_config}@{self.hub_revision}"
         )
@@ -544,7 +544,7 @@ class ParallelFiles(TranslationDataModule):
         return found
 
     def source_key(self) -> Any:
-        return file_fingerprint(self.files(), full_paths=True)
+        return file_fingerprint(self.files(), full_paths=True, memo_dir=self.cache_dir)
 
     def line_sources(self) -> dict[str, dict[str, LineSource]]:
         files = self.files()
