@@ -16,9 +16,11 @@ from ablate.run import cli
 
 
 def check(cfg: DictConfig, overrides: list[str]) -> None:
+    from ablate.config.locations import check_writable_folders
     from ablate.config.schema import check_command_line_config
 
     check_command_line_config(cfg, overrides)
+    check_writable_folders(cfg.paths, cli.run_dir())  # the log, cache and run folders: before Hydra writes
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

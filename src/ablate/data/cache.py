@@ -62,9 +62,36 @@ def check_free_space(folder: Path, needed: int | None) -> None:
     free = shutil.disk_usage(folder).free
     if needed > free:
         raise CacheSpaceError(
-            f"the token cache needs about {needed / 1e9:.2f} GB but {folder.parent} has {free / 1e9:.2f} GB free: "
+            f"the token cache needs about {human_bytes(needed)} but {folder.parent} has {human_bytes(free)} free: "
             "free some space, or put the cache on a larger disk with paths.cache_dir=... (or ABLATE_CACHE_DIR)"
         )
+
+
+def human_bytes(n: float) -> str:
+    """``412 B``, ``3.1 kB``, ``12.0 MB``, ``2.10 GB``: a size a person reads at a glance (never "0.00 GB")."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}" if unit == "GB" else f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+class CacheFolderError(UserError, OSError):
+    """The cache folder cannot be written where a cache must be built; the message names it."""
+
+
+def _folder_error(final: Path, err: OSError) -> UserError:
+    """A write into the cache folder failed: a full disk, or a folder that cannot be written, named
+    with the path (Errno 28 alone names none) and the setting that chose the folder."""
+    where = err.filename or final.parent
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return CacheSpaceError(
+            f"the disk filled up while the token cache was written ({where}: {err.strerror}); the partial cache was "
+            "removed. Free some space, or put the cache on a larger disk with paths.cache_dir=... (or ABLATE_CACHE_DIR)"
+        )
+    return CacheFolderError(
+        f"the token cache cannot be built in {final.parent} ({where}: {err.strerror or err}): set ABLATE_CACHE_DIR "
+        "(or paths.cache_dir=...) to a folder you can write"
+    )
 
 
 HASH_MEMO = ".source-sha256.json"
@@ -176,9 +203,12 @@ def ensure_cache(final: Path, build: Callable[[Path], None]) -> Path:
     and renamed into place, by one process at a time. ``build`` must end with :func:`write_meta`."""
     if _intact(final):
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    # read-only is enough for flock, and opens a lock file another user of a shared cache created
-    lock = os.open(final.parent / f".{final.name}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        # read-only is enough for flock, and opens a lock file another user of a shared cache created
+        lock = os.open(final.parent / f".{final.name}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise _folder_error(final, err) from None
     try:
         if not _try_lock(lock):
             log.info("Another process is building %s: waiting for it", final)
@@ -221,10 +251,18 @@ def _intact(final: Path) -> bool:
 
 def _build(final: Path, build: Callable[[Path], None]) -> Path:
     """``build`` into a temporary folder beside ``final``, renamed into place when complete."""
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
+    except OSError as err:
+        raise _folder_error(final, err) from None
     tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared between users
     try:
-        build(tmp)
+        try:
+            build(tmp)
+        except OSError as err:
+            if err.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(err, UserError):
+                raise _folder_error(final, err) from None
+            raise
         if final.exists() and not (final / META).is_file():
             shutil.rmtree(final)  # an incomplete folder under the final name is never trusted
         try:

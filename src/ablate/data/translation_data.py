@@ -373,7 +373,14 @@ class TranslationDataModule(CachedCorpus):
                 self.seq_len,
             )
         if not len(keep):
-            raise ValueError(f"{self.name}: no training pair is left with data.seq_len={self.seq_len}")
+            both = (src.lengths > 0) & (tgt.lengths > 0)
+            if not both.any():  # not a length problem: say so rather than blame data.seq_len
+                raise ValueError(f"{self.name}: every training pair has an empty side: the training files hold no text")
+            shortest = int(np.maximum(src.lengths, tgt.lengths)[both].min())
+            raise ValueError(
+                f"{self.name}: no training pair is left with data.seq_len={self.seq_len}: the shortest pair has "
+                f"{shortest} tokens on its longer side; raise data.seq_len to at least {shortest}"
+            )
         return src.subset(keep), tgt.subset(keep)
 
     @property

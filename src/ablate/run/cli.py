@@ -38,6 +38,7 @@ EXIT_OK, EXIT_CRASHED, EXIT_USER_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 _started = False
 """Set once a task function (or a sweep) starts: a later exit code 1 is not a composition error."""
+_multirun = False  # the command line being checked is a sweep (-m)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -189,6 +190,8 @@ def check_command_line(
         or args.experimental_rerun
     ):
         return
+    global _multirun
+    _multirun = bool(args.multirun)
     try:
         jobs = _job_overrides(list(args.overrides), bool(args.multirun))
         cfg = _compose(config_name, jobs[0], runtime=True)
@@ -208,6 +211,15 @@ def check_command_line(
         from hydra.core.hydra_config import HydraConfig
 
         HydraConfig.instance().cfg = None  # @hydra.main sets its own
+
+
+def run_dir() -> str | None:
+    """While a command line is checked: the folder of its single run (``hydra.run.dir``), or None for a sweep."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if _multirun or not HydraConfig.initialized():
+        return None
+    return str(HydraConfig.get().run.dir)
 
 
 def entry_point(
