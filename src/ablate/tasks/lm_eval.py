@@ -61,11 +61,14 @@ def evaluate_lengths(
     spec = task.spec
     for length in lengths:
         if spec.pos == "learned" and length > spec.max_len:
-            info[str(length)] = {"skipped": f"pos=learned has {spec.max_len} positions (model.max_len)"}
-            rank_zero_info(
-                f"{split}/ppl@{length} skipped: pos=learned has only {spec.max_len} positions; set "
-                f"model.max_len={length} to evaluate with untrained positions beyond the training length"
+            reason = (
+                f"pos=learned has {spec.max_len} positions (model.max_len, fixed when the model was trained) and no "
+                f"rows beyond them; lengths past training need positions that extrapolate: train with pos=rope, "
+                f"alibi, sinusoidal or none (python train.py pos=rope), or with model.max_len={length} (rows "
+                "untrained beyond the training length)"
             )
+            info[str(length)] = {"skipped": reason}
+            rank_zero_info(f"{split}/ppl@{length} skipped: {reason}")
             continue
         datamodule.use_eval_length(length)
         task.eval_tag = f"@{length}"
