@@ -35,6 +35,7 @@ def main(cfg: DictConfig) -> None:
     except ExportError as err:
         raise SystemExit(f"export_hf.py: {err}") from None
     print(f"wrote {info['architecture']} to {out}")
+    print(f"note: {info['context']}")
     print(json.dumps(info))
 
 
