@@ -183,6 +183,7 @@ def test_eval_py_gives_train_py_numbers(run_train, tmp_path, data_dir):
     assert result(proc)["lengths"]["16"]["loss"] == pytest.approx(test["lengths"]["16"]["loss"], rel=1e-5)
     proc = eval_py("seq_lens=[16]", ok=False)  # tinyshakespeare: 65 characters, not the checkpoint's
     assert "the data's tokenizer (char, 65 tokens) is not the checkpoint's" in proc.stderr
+    (tmp_path / "x.de").write_text("ein hund\n")  # a file that exists: the refusal is about the task
     proc = eval_py("src_file=x.de", ok=False)
     assert "holds a task=lm checkpoint; src_file apply to task=translation" in proc.stderr
     assert not list(tmp_path.glob("*.log"))

@@ -178,12 +178,11 @@ def check_command_line_config(cfg: DictConfig, overrides: list[str] | None = Non
     """What ``train.py`` checks of a composed command line before Hydra starts the job
     (:func:`ablate.run.cli.check_command_line`): every key is one some code reads
     (:func:`check_config_keys`), every value has its type (:func:`ablate.config.types.check_config_types`)
-    every ``data`` value is one its class takes (:func:`check_config_choices`) and the run-control
-    numbers are in range (:func:`ablate.config.checks.check_run_numbers`)."""
-    from ablate.config.checks import check_run_numbers
+    and every ``data`` value is one its class takes (:func:`check_config_choices`). The ranges of the
+    numbers and the architecture are checked in the job (:func:`ablate.run.preflight.check_config`),
+    after what the job itself derives from the config."""
     from ablate.config.types import check_config_types
 
     check_config_keys(cfg)
     check_config_types(cfg)
     check_config_choices(cfg)
-    check_run_numbers(cfg)

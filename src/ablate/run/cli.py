@@ -135,6 +135,22 @@ def _compose(config_name: str, overrides: list[str], runtime: bool = False) -> D
     return cfg
 
 
+def _config_sweeps(config_name: str, overrides: list[str]) -> bool:
+    """Whether the command line is a sweep without ``-m``: a preset that sets ``hydra.mode: MULTIRUN``
+    (``tune=lr``, ``hparams_search=...``), read from the config composed without the swept values."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import RunMode
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
+    if len(fixed) == len(parsed):
+        return False  # nothing to sweep over on the command line: one job to check either way
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name=config_name):
+        cfg = compose(config_name, fixed, return_hydra_config=True)
+    return bool(cfg.hydra.get("mode") == RunMode.MULTIRUN)
+
+
 def _appended_top_level_key(config_name: str, overrides: list[str], cfg: DictConfig) -> str | None:
     """A top-level key that only a ``+key=...`` / ``++key=...`` override put into ``cfg`` (``+foo=1``,
     ``+debug.foo=1``): no code reads it. Found by composing the command line without its appends."""
@@ -191,9 +207,9 @@ def check_command_line(
     ):
         return
     global _multirun
-    _multirun = bool(args.multirun)
     try:
-        jobs = _job_overrides(list(args.overrides), bool(args.multirun))
+        _multirun = bool(args.multirun) or _config_sweeps(config_name, list(args.overrides))
+        jobs = _job_overrides(list(args.overrides), _multirun)
         cfg = _compose(config_name, jobs[0], runtime=True)
         for job in jobs[1:]:
             _compose(config_name, job)
@@ -207,6 +223,8 @@ def check_command_line(
         raise SystemExit(EXIT_USER_ERROR) from None
     except UserError as err:
         report_user_error(err)
+    except Exception:  # not the user's error: the job's own checks meet it again and report it
+        pass
     finally:
         from hydra.core.hydra_config import HydraConfig
 
