@@ -24,12 +24,13 @@ import hydra
 from omegaconf import DictConfig
 
 from ablate import cli
-from ablate.run.resume import CheckpointError
-from ablate.tasks import TASKS, checkpoint_task, resolve
+from ablate.config.arguments import checker
 
 
 def refuse_other_tasks_options(cfg: DictConfig, task: str) -> None:
     """Options that only another task's checkpoints take, given with this one: refused by name."""
+    from ablate.tasks import TASKS
+
     own = set(TASKS[task].eval_options)
     for other, spec in TASKS.items():
         given = [k for k in spec.eval_options if k not in own and cfg.get(k) is not None]
@@ -43,6 +44,9 @@ def refuse_other_tasks_options(cfg: DictConfig, task: str) -> None:
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
 @cli.task
 def main(cfg: DictConfig) -> None:
+    from ablate.run.resume import CheckpointError  # the stack (torch): only once the command is checked
+    from ablate.tasks import TASKS, checkpoint_task, resolve
+
     if not Path(cfg.ckpt_path).is_file():
         raise SystemExit(f"ckpt_path={cfg.ckpt_path}: no such checkpoint file")
     try:
@@ -59,4 +63,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    cli.entry_point(main)
+    cli.entry_point(main, "eval", checker("eval"))

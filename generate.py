@@ -4,17 +4,20 @@ python generate.py ckpt_path=logs/runs/<run>/checkpoints/last.ckpt prompt="ROMEO
 """
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
 from ablate import cli
-from ablate.tasks import load_task_checkpoint
-from ablate.tasks.generation import generate
+from ablate.config.arguments import checker
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="generate")
 @cli.task
 def main(cfg: DictConfig) -> None:
+    import torch  # the stack: only once the command is checked
+
+    from ablate.tasks import load_task_checkpoint
+    from ablate.tasks.generation import generate
+
     task = load_task_checkpoint(cfg.ckpt_path, "lm", "generate.py")
     if task.tokenizer is None:
         raise SystemExit(f"{cfg.ckpt_path} carries no tokenizer (saved by an older version?); cannot decode")
@@ -40,4 +43,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    cli.entry_point(main)
+    cli.entry_point(main, "generate", checker("generate"))

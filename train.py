@@ -3,20 +3,33 @@
 python train.py                                   # the default experiment
 python train.py -m norm=pre,post pos=sinusoidal,learned
 python train.py experiment=nanogpt_shakespeare_char
+
+The command line is composed and checked (every key known, every value of its type) before Hydra
+runs and before torch or Lightning is imported (:func:`ablate.cli.entry_point`): a refusal is
+immediate and leaves no run folder.
 """
 
 import hydra
 from omegaconf import DictConfig
 
 from ablate import cli
-from ablate.run.train import run
+
+
+def check(cfg: DictConfig, overrides: list[str]) -> None:
+    from ablate.config.locations import check_writable_folders
+    from ablate.config.schema import check_command_line_config
+
+    check_command_line_config(cfg, overrides)
+    check_writable_folders(cfg.paths, cli.run_dir())  # the log, cache and run folders: before Hydra writes
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 @cli.task
 def main(cfg: DictConfig) -> float:
+    from ablate.run.train import run  # the training stack (torch, Lightning): only once the command is checked
+
     return run(cfg)
 
 
 if __name__ == "__main__":
-    cli.entry_point(main)
+    cli.entry_point(main, "train", check)

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from ablate import cli
 from ablate.analysis.attention import attention_figure, checkpoint_maps, map_title, save_figure
+from ablate.config.arguments import checker
 
 
 def output_paths(ckpt_path: str, out: str | None, names: list[str]) -> list[Path]:
@@ -53,4 +54,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    cli.entry_point(main)
+    cli.entry_point(main, "attention_maps", checker("attention_maps"))

@@ -30,6 +30,7 @@ from ablate.callbacks.averaging import (
     last_step_checkpoints,
     write_averaged,
 )
+from ablate.config.arguments import checker
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="average_checkpoints")
@@ -58,4 +59,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    cli.entry_point(main)
+    cli.entry_point(main, "average_checkpoints", checker("average_checkpoints"))

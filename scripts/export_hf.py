@@ -20,6 +20,7 @@ import hydra
 from omegaconf import DictConfig
 
 from ablate import cli
+from ablate.config.arguments import checker
 from ablate.export.hf import ExportError, export_checkpoint
 
 
@@ -34,8 +35,9 @@ def main(cfg: DictConfig) -> None:
     except ExportError as err:
         raise SystemExit(f"export_hf.py: {err}") from None
     print(f"wrote {info['architecture']} to {out}")
+    print(f"note: {info['context']}")
     print(json.dumps(info))
 
 
 if __name__ == "__main__":
-    cli.entry_point(main)
+    cli.entry_point(main, "export_hf", checker("export_hf"))

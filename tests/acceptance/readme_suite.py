@@ -496,8 +496,10 @@ def with_run(command: str, run: Path, s: Session, placeholder: str = "<run>") ->
 
 
 def eval_lm(s: Session, command: str) -> None:
-    result = s.run(with_run(command, lm_run(s), s))
-    assert "128" in result.output and "ppl" in result.output, result.tail()
+    """<rope run>: the README's `python train.py pos=rope`; a number per length, 256 past training (issue 35.4)."""
+    result = s.run(with_run(command, s.made["python train.py pos=rope"], s, "<rope run>"))
+    for length in (128, 256):
+        assert f"seq_len={length}: loss = " in result.output, result.tail()
 
 
 def translation_run(s: Session) -> Path:
@@ -636,7 +638,9 @@ COMMANDS: dict[str, Entry] = {
     "python train.py logger=[wandb,tensorboard]": Entry(tensorboard_run, "run"),
     "python scripts/wandb_workspace.py logs/multirun/<sweep>": Entry(wandb_workspace, "verbatim", chain="sweeps"),
     # evaluate, sample, export
-    "python eval.py ckpt_path=logs/runs/<run>/checkpoints/best.ckpt seq_lens=[128,256]": Entry(eval_lm, "verbatim"),
+    "python eval.py ckpt_path=logs/runs/<rope run>/checkpoints/best.ckpt seq_lens=[128,256]": Entry(
+        eval_lm, "verbatim"
+    ),
     "python eval.py ckpt_path=logs/runs/<translation run>/checkpoints/best.ckpt beam_size=5": Entry(
         eval_translation, "verbatim", chain="tuned"
     ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import socket
 import time
@@ -238,8 +239,9 @@ def test_killed_build_leaves_no_trusted_cache(tmp_path: Path, monkeypatch: pytes
         m.setattr(TinyShakespeare, "_write_tokens", staticmethod(crash))
         with pytest.raises(KeyboardInterrupt):
             dm.prepare_data()
-    # neither the final folder nor the temporary one (the builders' lock file stays: it is empty)
-    assert [p.name for p in tmp_path.iterdir() if p.suffix != ".lock"] == []
+    # neither the final folder nor the temporary one (the builders' lock file stays: it is empty; so does
+    # the memo of the sources' content hashes, ablate.data.cache.HASH_MEMO)
+    assert [p.name for p in tmp_path.iterdir() if p.suffix != ".lock" and p.name != ".source-sha256.json"] == []
     dm.cache_path().mkdir()  # an incomplete folder under the final name ...
     dm.setup("fit")  # ... is rebuilt, not trusted
     assert (dm.cache_path() / "meta.json").is_file() and dm.vocab_size == 65
@@ -384,3 +386,55 @@ def test_text_files_relative_to_data_dir_and_missing_file(tmp_path: Path) -> Non
     missing = TextFiles(train_path="a.txt", val_path="nope.txt", data_dir=tmp_path, cache_dir=tmp_path / "c")
     with pytest.raises(DataNotFoundError, match=str(tmp_path / "nope.txt")):
         missing.prepare_data()
+
+
+# --- stale caches (issue 32 item 5) ----------------------------------------------------------
+
+
+def _text_files(folder: Path, train: str) -> TextFiles:
+    return TextFiles(
+        train_path=folder / "train.txt",
+        val_path=folder / "val.txt",
+        cache_dir=folder / "cache",
+        seq_len=4,
+        batch_size=2,
+    )
+
+
+def test_a_same_size_same_mtime_replacement_is_not_served_from_the_cache(tmp_path: Path) -> None:
+    """data=text: the train file replaced by other text of the same size, its mtime set back: the
+    cache is keyed by content, so the new text is tokenised (it was 'Using cached tokens' of the old)."""
+    train, val = tmp_path / "train.txt", tmp_path / "val.txt"
+    train.write_text("abcabcabcabcabcabcabcabc\n")
+    val.write_text("abcabc\n")
+    first = _text_files(tmp_path, "train")
+    first.prepare_data()
+    before = first.cache_path()
+    stamp = train.stat().st_mtime_ns
+    train.write_text("cbacbacbacbacbacbacbacba\n")  # same size, in place (same inode)
+    os.utime(train, ns=(stamp, stamp))
+    assert train.stat().st_size == 25 and train.stat().st_mtime_ns == stamp
+    second = _text_files(tmp_path, "train")
+    assert second.cache_path() != before
+    second.setup("fit")
+    tokens = second.datasets["train"].tokens[:3].tolist()
+    assert second.tokenizer.decode(tokens) == "cba"
+
+
+def test_an_unchanged_source_is_hashed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ablate.data import cache
+
+    path = tmp_path / "input.txt"
+    path.write_text("some text\n" * 100)
+    hashed: list[Path] = []
+    real = cache.sha256_file
+    monkeypatch.setattr(cache, "sha256_file", lambda p: hashed.append(p) or real(p))
+    first = cache.content_sha256(path, tmp_path / "c")
+    assert cache.content_sha256(path, tmp_path / "c") == first and len(hashed) == 2  # just written: not remembered
+    monkeypatch.setattr(cache, "RACY_NS", 0)  # as if written long ago
+    cache.content_sha256(path, tmp_path / "c")
+    assert cache.content_sha256(path, tmp_path / "c") == first and len(hashed) == 3  # the memo
+    stamp = path.stat().st_mtime_ns
+    path.write_text("some texT\n" * 100)  # same size, in place
+    os.utime(path, ns=(stamp, stamp))  # the ctime still moves: the memo does not match
+    assert cache.content_sha256(path, tmp_path / "c") != first and len(hashed) == 4

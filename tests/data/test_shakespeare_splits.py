@@ -36,8 +36,8 @@ def joined(texts: dict[str, lm_data.SplitText]) -> dict[str, str]:
 
 @pytest.fixture
 def fixed_corpus(tmp_path: Path) -> Path:
-    """A data dir whose ``input.txt`` has fixed content and mtime: its cache folder name is
-    fixed too (the fingerprint is file name, size and mtime), wherever the test runs."""
+    """A data dir whose ``input.txt`` has fixed content (and mtime): its cache folder name is
+    fixed too (the fingerprint is file name, size and content hash), wherever the test runs."""
     path = tmp_path / "data" / "tinyshakespeare" / "input.txt"
     path.parent.mkdir(parents=True)
     path.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 40)
@@ -78,13 +78,15 @@ def both(tmp_path_factory: pytest.TempPathFactory, shakespeare_text: str) -> dic
 
 
 def test_nanogpt_keeps_the_cache_folder_names_of_before_the_option(fixed_corpus: Path) -> None:
-    # Hard-coded from the code before data.splits existed (commit 99f47c4), run on this fixed file:
-    # the default must keep the folder name, so that every existing cache (and number) stays valid.
-    # CACHE_FORMAT_VERSION changing them on purpose is the one reason to update these.
+    # Hard-coded from the code that keyed caches by content (issue 32 item 5: the key was name, size and
+    # mtime before, so a same-size, same-mtime replacement reused the old tokens; every cache was rebuilt
+    # once then), run on this fixed file: the default must keep the folder name, so that every existing
+    # cache (and number) stays valid. CACHE_FORMAT_VERSION or the source key changing them on purpose is
+    # the one reason to update these.
     before = {
-        (): "tinyshakespeare-char-83c3a3d010",
-        (("tokenizer", "bpe"), ("vocab_size", 300)): "tinyshakespeare-bpe-300-83c3a3d010",
-        (("tokenizer", "bpe"), ("vocab_size", 300), ("bpe_train_mb", 0.5)): "tinyshakespeare-bpe-300-d70a2f92ad",
+        (): "tinyshakespeare-char-54f75d218c",
+        (("tokenizer", "bpe"), ("vocab_size", 300)): "tinyshakespeare-bpe-300-54f75d218c",
+        (("tokenizer", "bpe"), ("vocab_size", 300), ("bpe_train_mb", 0.5)): "tinyshakespeare-bpe-300-ec04b3b736",
     }
     for settings, name in before.items():
         for splits in ({}, {"splits": "nanogpt"}):  # the default, and said explicitly

@@ -244,3 +244,23 @@ def test_exported_tokenizer_gives_our_ids_and_text_back(kind, tmp_path):
     ids = theirs(text)["input_ids"]
     assert ids == ours.encode(text)
     assert theirs.decode(ids) == text
+
+
+@pytest.mark.parametrize("name", ["gpt2_gelu_erf", "llama_gqa"])
+def test_the_export_generates_to_its_full_context_in_transformers(name, tmp_path):
+    """Issue 35 item 10: transformers' generate() on the export, with no length given, goes to the
+    model's context (model.max_len; it stopped at transformers' default of 20 tokens, and GPT-2 raised
+    IndexError past its table), token for token what generate.py's greedy decoding makes."""
+    from ablate.tasks.generation import generate
+
+    overrides, cls, _ = CASES[name]
+    ckpt = save_checkpoint(tmp_path / "last.ckpt", tiny_spec(**overrides))
+    info = export_checkpoint(ckpt, tmp_path / "hf", verify=False)
+    assert info["max_length"] == 32 and "up to 32 tokens" in info["context"]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", local_files_only=True).float().eval()
+    ours = LanguageModelTask.load_from_checkpoint(str(ckpt), map_location="cpu").model.eval()
+    prompt = torch.tensor([[5, 9, 2]])
+    with torch.no_grad():
+        got = hf.generate(prompt, do_sample=False, pad_token_id=0)
+    assert got.shape == (1, ours.spec.max_len)
+    assert torch.equal(got, generate(ours, prompt, ours.spec.max_len - 3, temperature=0))

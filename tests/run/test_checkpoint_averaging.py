@@ -98,6 +98,8 @@ class Toy(L.LightningModule):
 
     def __init__(self) -> None:
         super().__init__()
+        # what averaging requires of an ablate checkpoint (a stored architecture), reduced to a stand-in
+        self.save_hyperparameters({"spec": {"toy": True}})
         self.layer = torch.nn.Linear(2, 1, bias=False)
         with torch.no_grad():
             self.layer.weight.copy_(torch.tensor([[1.0, -1.0]]))

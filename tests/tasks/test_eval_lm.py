@@ -72,6 +72,8 @@ def test_learned_positions_skip_lengths_beyond_the_table(tmp_path):
     metrics, info = evaluate_lengths(trainer(), task, dm, [32, 64])
     assert "test/loss@32" in metrics and "test/loss@64" not in metrics
     assert "pos=learned has 32 positions" in info["64"]["skipped"]
+    # the fix is a training command (eval.py has no model.* keys): issue 35 item 4
+    assert "train with pos=rope, alibi, sinusoidal or none (python train.py pos=rope)" in info["64"]["skipped"]
     with pytest.raises(ValueError, match="split='train'"):
         evaluate_lengths(trainer(), task, dm, [32], "train")
 
@@ -181,6 +183,7 @@ def test_eval_py_gives_train_py_numbers(run_train, tmp_path, data_dir):
     assert result(proc)["lengths"]["16"]["loss"] == pytest.approx(test["lengths"]["16"]["loss"], rel=1e-5)
     proc = eval_py("seq_lens=[16]", ok=False)  # tinyshakespeare: 65 characters, not the checkpoint's
     assert "the data's tokenizer (char, 65 tokens) is not the checkpoint's" in proc.stderr
+    (tmp_path / "x.de").write_text("ein hund\n")  # a file that exists: the refusal is about the task
     proc = eval_py("src_file=x.de", ok=False)
     assert "holds a task=lm checkpoint; src_file apply to task=translation" in proc.stderr
     assert not list(tmp_path.glob("*.log"))
@@ -248,3 +251,30 @@ def test_bpb_is_lower_is_better():
     from ablate.analysis.runs import higher_is_better
 
     assert not higher_is_better("val/bpb") and not higher_is_better("test/bpb@512") and higher_is_better("val/bleu")
+
+
+@pytest.mark.integration
+def test_eval_py_prints_a_number_per_length_where_positions_extrapolate(tmp_path):
+    """Issue 35 item 4: past the training length, a RoPE checkpoint gives a number at every length; a
+    learned table evaluates up to its size and names the training command for longer ones."""
+    from _checkpoints import lm_checkpoint
+
+    (tmp_path / "t.txt").write_text(TEXT)
+    outputs = {}
+    for pos in ("rope", "learned"):
+        ckpt = lm_checkpoint(tmp_path / f"{pos}.ckpt", pos=pos)  # max_len 32: the training length
+        proc = forked_python.run(
+            [sys.executable, str(REPO / "eval.py"), f"ckpt_path={ckpt}", "text_file=t.txt", "seq_lens=[32,64]"],
+            cwd=tmp_path,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=HANG_TIMEOUT,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outputs[pos] = proc.stdout
+    assert "seq_len=32: loss = " in outputs["rope"] and "seq_len=64: loss = " in outputs["rope"]
+    assert "seq_len=32: loss = " in outputs["learned"]
+    assert "seq_len=64: skipped (pos=learned has 32 positions" in outputs["learned"]
+    assert "(python train.py pos=rope)" in outputs["learned"]

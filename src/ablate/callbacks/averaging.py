@@ -139,6 +139,11 @@ def _load(path: Path) -> dict[str, Any]:
         raise AveragingError(
             f"{path} holds no model weights (no floating-point tensors in its state_dict): not averaged"
         )
+    spec = (checkpoint.get("hyper_parameters") or {}).get("spec") if isinstance(checkpoint, dict) else None
+    if not isinstance(spec, dict):  # a bare state_dict: the output would load nowhere (and claim to be ours)
+        raise AveragingError(
+            f"{path} is not an ablate checkpoint (no hyper_parameters.spec, the model's architecture): not averaged"
+        )
     return checkpoint
 
 

@@ -20,8 +20,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ablate.errors import UserError
 
 _trusted = False
@@ -47,6 +45,8 @@ def load(path: str | os.PathLike[str], mmap: bool = True) -> Any:
 
     Raises :class:`UnsafeCheckpointError` for a file that needs a type outside the restricted set;
     any other failure (truncated, not a checkpoint) propagates for the caller to describe."""
+    import torch  # here, not at the top: ablate.cli imports this module before any checkpoint is read
+
     path = Path(path)
     if _trusted:
         return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)

@@ -8,9 +8,16 @@
 130   interrupted (Ctrl-C, SIGTERM)
 ====  ===========================================================================================
 
-Hydra prints its own composition errors (an unknown option such as ``pos=bogus``, a bad override)
-and exits with 1; :func:`entry_point` turns that into 2 when it happened before the task function
-(or a sweep) started. ``HYDRA_FULL_ERROR=1`` shows the traceback of a user error.
+Before Hydra's own ``main`` runs, :func:`entry_point` composes the command line itself with Hydra's
+compose API (:func:`check_command_line`): a misspelt key (``trainer.max_step=10``), an unknown option
+(``norm=prenorm``) or an override Hydra cannot parse is refused with ablate's message (exit 2), never
+Hydra's advice to append the key with ``+``; then the entry point's own checks run on the composed
+config (``check``: every key known, every value of its type), still before Hydra creates a run
+folder. This module imports neither torch nor Lightning, so a refusal costs the composition only;
+the entry points import the training stack inside their task function. Hydra's own composition
+errors that still reach it (a sweep's later job) exit 2 too, when they happen before the task
+function (or a sweep) started. ``HYDRA_FULL_ERROR=1`` skips the pre-check and shows the traceback of
+a user error.
 """
 
 from __future__ import annotations
@@ -19,15 +26,19 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ablate.checkpoints import safe_load
 from ablate.errors import UserError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 EXIT_OK, EXIT_CRASHED, EXIT_USER_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 _started = False
 """Set once a task function (or a sweep) starts: a later exit code 1 is not a composition error."""
+_multirun = False  # the command line being checked is a sweep (-m)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,6 +66,8 @@ def task(fn: F) -> F:
         mark_started()
         cfg: Any = args[0] if args else None
         if hasattr(cfg, "get"):  # trust_checkpoint=true: this script may load checkpoints that run code
+            from ablate.checkpoints import safe_load
+
             safe_load.trust_checkpoints(bool(cfg.get("trust_checkpoint", False)))
         try:
             return fn(*args, **kwargs)
@@ -70,8 +83,172 @@ def task(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def entry_point(main: Callable[[], Any]) -> None:
-    """Call a ``@hydra.main`` function with the documented exit codes."""
+def conf_dir() -> Path:
+    """The ``conf/`` folder the entry points' ``@hydra.main`` read (``config_path``)."""
+    from ablate.config.locations import checkout_root, project_root
+
+    return (checkout_root() or project_root()) / "conf"
+
+
+def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
+    """The command lines to compose for a check: the overrides as given (a single run), or for a
+    sweep, each value of each swept key once with the first value of every other (``a=1,2 b=x,y``:
+    ``a=1 b=x``, ``a=2 b=x``, ``a=1 b=y``), which composes every option and key the sweep names
+    without composing every job. Sweeps that cannot be enumerated (Optuna's ``interval(...)``) are
+    left to the sweeper."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    if not multirun:
+        return [list(overrides)]
+    choices: list[list[str]] = []
+    for override in parsed:
+        if not override.is_sweep_override():
+            choices.append([str(override.input_line)])
+            continue
+        try:
+            values = list(override.sweep_string_iterator())
+        except Exception:  # interval(), tag(): the sweeper's to check
+            continue
+        choices.append([f"{override.get_key_element()}={v}" for v in values] or [str(override.input_line)])
+    first = [c[0] for c in choices]
+    jobs = [first]
+    for i, values in enumerate(choices):
+        jobs += [[*first[:i], v, *first[i + 1 :]] for v in values[1:]]
+    return jobs
+
+
+def _compose(config_name: str, overrides: list[str], runtime: bool = False) -> DictConfig:
+    """The config ``@hydra.main`` would give the task, composed with Hydra's compose API; with
+    ``runtime``, Hydra's runtime config is set, so that ``${hydra:...}`` interpolations resolve as
+    in a job."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name=config_name):
+        cfg = compose(config_name, overrides, return_hydra_config=True)
+    if runtime:
+        HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+def _config_sweeps(config_name: str, overrides: list[str]) -> bool:
+    """Whether the command line is a sweep without ``-m``: a preset that sets ``hydra.mode: MULTIRUN``
+    (``tune=lr``, ``hparams_search=...``), read from the config composed without the swept values."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import RunMode
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
+    if len(fixed) == len(parsed):
+        return False  # nothing to sweep over on the command line: one job to check either way
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name=config_name):
+        cfg = compose(config_name, fixed, return_hydra_config=True)
+    return bool(cfg.hydra.get("mode") == RunMode.MULTIRUN)
+
+
+def _appended_top_level_key(config_name: str, overrides: list[str], cfg: DictConfig) -> str | None:
+    """A top-level key that only a ``+key=...`` / ``++key=...`` override put into ``cfg`` (``+foo=1``,
+    ``+debug.foo=1``): no code reads it. Found by composing the command line without its appends."""
+    appended = [o for o in overrides if o.startswith("+")]
+    if not appended:
+        return None
+    try:
+        base = _compose(config_name, [o for o in overrides if not o.startswith("+")])
+    except Exception:  # another override needs the appended key: Hydra and the checks judge it
+        return None
+    new = [str(k) for k in cfg if k not in base]
+    return new[0] if new else None
+
+
+def top_level_key_message(key: str, cfg: DictConfig) -> str:
+    """``foo is not a key of the top level (did you mean ...?); valid keys: ...``, and for the name of
+    a config group without a node of its own (``debug``), how to choose one of its options."""
+    from ablate.config.schema import unknown_key_message
+
+    valid = [str(k) for k in cfg if str(k) != key]
+    message = unknown_key_message("", key, valid)
+    group = conf_dir() / key
+    if group.is_dir():
+        options = ", ".join(sorted(p.stem for p in group.glob("*.yaml")))
+        message += f". {key} is a config group: choose one of its options with {key}=<name> ({options})"
+    return message
+
+
+def check_command_line(
+    config_name: str, argv: list[str], check: Callable[[DictConfig, list[str]], None] | None = None
+) -> None:
+    """Compose ``argv`` as Hydra would and refuse it, with ablate's message and exit 2, when it does
+    not compose or ``check(cfg, overrides)`` raises a :class:`UserError`. Command lines for Hydra
+    itself (``--help``, ``--cfg``, ``--info``, another config) are left to Hydra."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.errors import HydraException
+
+    from ablate.cli.unknown_key import composition_error_message
+
+    try:
+        args = get_args_parser().parse_args(argv)
+    except SystemExit:  # argparse's own error: Hydra prints it
+        return
+    if (
+        args.help
+        or args.hydra_help
+        or args.cfg
+        or args.info
+        or args.shell_completion
+        or args.config_path
+        or args.config_name
+        or args.config_dir
+        or args.experimental_rerun
+    ):
+        return
+    global _multirun
+    try:
+        _multirun = bool(args.multirun) or _config_sweeps(config_name, list(args.overrides))
+        jobs = _job_overrides(list(args.overrides), _multirun)
+        cfg = _compose(config_name, jobs[0], runtime=True)
+        for job in jobs[1:]:
+            _compose(config_name, job)
+        new_key = _appended_top_level_key(config_name, jobs[0], cfg)
+        if new_key is not None:
+            raise UserError(top_level_key_message(new_key, cfg))
+        if check is not None:
+            check(cfg, jobs[0])
+    except HydraException as err:
+        print(f"error: {composition_error_message(err, conf_dir())}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_USER_ERROR) from None
+    except UserError as err:
+        report_user_error(err)
+    except Exception:  # not the user's error: the job's own checks meet it again and report it
+        pass
+    finally:
+        from hydra.core.hydra_config import HydraConfig
+
+        HydraConfig.instance().cfg = None  # @hydra.main sets its own
+
+
+def run_dir() -> str | None:
+    """While a command line is checked: the folder of its single run (``hydra.run.dir``), or None for a sweep."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if _multirun or not HydraConfig.initialized():
+        return None
+    return str(HydraConfig.get().run.dir)
+
+
+def entry_point(
+    main: Callable[[], Any],
+    config_name: str | None = None,
+    check: Callable[[DictConfig, list[str]], None] | None = None,
+) -> None:
+    """Call a ``@hydra.main`` function with the documented exit codes; with ``config_name`` (its
+    ``@hydra.main`` config), check the command line first (:func:`check_command_line`)."""
+    if config_name is not None and not os.environ.get("HYDRA_FULL_ERROR"):
+        check_command_line(config_name, sys.argv[1:], check)
     try:
         main()
     except SystemExit as exit_:

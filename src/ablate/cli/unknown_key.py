@@ -6,10 +6,15 @@ and, for a config group, the options of the group that do have the key (``data.s
 ``data=tinyshakespeare`` only), read from ``conf/<group>/*.yaml`` with OmegaConf's YAML loader (no
 code runs). It never suggests ``+key=``: a key that belongs to another option does not apply to
 this one, and ablate's checks refuse it.
+
+:func:`composition_error_message` says the same for every error Hydra's composition raises (an
+unknown option: ``norm=prenorm`` -> did you mean ``norm=pre``; an override Hydra cannot parse: how
+to quote it), so that :mod:`ablate.cli` can speak before Hydra does.
 """
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +73,50 @@ def unknown_key_hint(err: BaseException | None, conf_dir: Path | None = None) ->
         choices = ", ".join(f"{group}={name}" for name in options)
         hint += f" '{full_key}' is a key of {choices} only."
     return hint
+
+
+def _closest(name: str, options: list[str]) -> str | None:
+    """The option ``name`` most likely meant: one it starts with or that starts with it
+    (``prenorm`` -> ``pre``), else the closest spelling."""
+    prefixed = sorted((o for o in options if name.startswith(o) or o.startswith(name)), key=len, reverse=True)
+    if prefixed:
+        return prefixed[0]
+    close = difflib.get_close_matches(name, options, n=1)
+    return close[0] if close else None
+
+
+def unknown_option_message(missing: str, options: list[str]) -> str:
+    """``norm=prenorm is not an option of norm (did you mean norm=pre?); options: ...`` for Hydra's
+    ``Could not find 'norm/prenorm'`` (``missing``: the group path and the name asked for)."""
+    group, _, name = missing.rpartition("/")
+    label = group.replace("/", ".") if group else "the config"
+    close = _closest(name, options)
+    hint = f" (did you mean {group}={close}?)" if close else ""
+    return f"{group}={name} is not an option of {label}{hint}; options: {', '.join(options)}"
+
+
+def quoting_advice(override: str) -> str:
+    """How to type an override whose value Hydra's grammar cannot read unquoted (``=``, ``,``, spaces
+    or brackets in a path): the value in single quotes for Hydra, inside double quotes for the shell."""
+    key, sep, value = override.partition("=")
+    if not sep or "'" in value:
+        return "Quote the value for Hydra: key='value' (inside double quotes for the shell)"
+    return f"Quote the value for Hydra, inside quotes for the shell: {key}=\"'{value}'\""
+
+
+def composition_error_message(err: BaseException, conf_dir: Path | None = None) -> str:
+    """What to tell a user whose command line Hydra could not compose: ours, never Hydra's
+    ``To append to your config use +key=value`` (a key another option has does not apply to this
+    one, and a misspelt key is not one to append)."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+
+    hint = unknown_key_hint(err, conf_dir)
+    if hint:
+        return hint
+    if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
+        return unknown_option_message(str(err.missing_cfg_file), sorted(err.options))
+    if isinstance(err, OverrideParseException):
+        detail = str(err).split("\nSee https://", 1)[0]
+        return f"cannot read the override {err.override}: {detail}. {quoting_advice(err.override)}"
+    lines = [line for line in str(err).splitlines() if not line.startswith("To append to your config use")]
+    return "\n".join(lines).strip() or type(err).__name__

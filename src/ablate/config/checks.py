@@ -15,6 +15,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from omegaconf import ListConfig
+
 from ablate.config.options import ConfigError
 from ablate.optim import OPTIMIZERS, SCHEDULES
 
@@ -36,7 +38,11 @@ def _check(node: Mapping[str, Any], prefix: str, rules: dict[str, tuple[Callable
     """Apply ``key -> (predicate, description of the valid values)`` to the keys present in ``node``."""
     for key, (predicate, valid) in rules.items():
         if key in node:
-            _require(predicate(node[key]), f"{prefix}.{key}", node[key], valid)
+            try:
+                ok = bool(predicate(node[key]))
+            except (TypeError, ValueError):  # a value of another type (optim.betas=0.9: no len())
+                ok = False
+            _require(ok, f"{prefix}.{key}", node[key], valid)
 
 
 def _positive_int(v: Any) -> bool:
@@ -84,7 +90,9 @@ OPTIM_RULES = {
     "label_smoothing": (lambda v: _number(v) and 0 <= v < 1, "a value in [0, 1)"),
     "eps": (lambda v: _number(v) and v > 0, "a positive epsilon"),
     "betas": (
-        lambda v: v is not None and len(v) == 2 and all(_number(b) and 0 <= b < 1 for b in v),
+        lambda v: (
+            isinstance(v, (list, tuple, ListConfig)) and len(v) == 2 and all(_number(b) and 0 <= b < 1 for b in v)
+        ),
         "two coefficients in [0, 1), e.g. [0.9, 0.99]",
     ),
     "momentum": (_optional(lambda v: _number(v) and 0 <= v < 1), "null or a momentum in [0, 1)"),

@@ -11,12 +11,18 @@
 
 None of this reads Hydra's runtime config, so a sweeper can resolve ``hydra.sweep.dir`` before Hydra
 has set it (Hydra's basic sweeper does exactly that: ``${hydra:runtime.cwd}`` failed there).
+
+:func:`folder_problem` says why a folder cannot take the files a command will write (a file in its
+place, a read-only or unwritable disk), so the entry points refuse at start, naming the folder and
+the variable that chose it, instead of a raw ``OSError`` halfway through.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
+from typing import Any
 
 ENV_ROOT = "ABLATE_ROOT"
 ENV_DATA_DIR = "ABLATE_DATA_DIR"
@@ -61,3 +67,64 @@ def cache_dir(root: str | Path | None = None) -> Path:
 def log_dir(root: str | Path | None = None) -> Path:
     """``$ABLATE_LOG_DIR``, else ``<root>/logs``."""
     return _env_path(ENV_LOG_DIR) or (Path(root) if root else project_root()) / "logs"
+
+
+def folder_problem(folder: str | Path, must_exist_writable: bool = True) -> str | None:
+    """Why files cannot be written into ``folder`` (made when missing), or None. A write is tried
+    (a temporary file, removed): permissions alone do not tell (a read-only mount, root).
+    ``must_exist_writable=False``: an existing folder may be read-only (a shared, prebuilt cache
+    is read there); only a file in its place, or a missing folder that cannot be made, is a problem."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        return "it is a file, not a folder"
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if existing == folder and not must_exist_writable:
+        return None
+    try:
+        handle, name = tempfile.mkstemp(dir=existing, prefix=".ablate-write-test-")
+        os.close(handle)
+        os.unlink(name)
+    except OSError as err:
+        where = "it" if existing == folder else f"{existing}, where it would be made,"
+        return f"{where} cannot be written ({err.strerror or err})"
+    return None
+
+
+def env_name(key: str) -> str | None:
+    """The environment variable that set ``paths.<key>`` (``cache_dir`` -> ``ABLATE_CACHE_DIR``), when set."""
+    name = {"data_dir": ENV_DATA_DIR, "cache_dir": ENV_CACHE_DIR, "log_dir": ENV_LOG_DIR, "root_dir": ENV_ROOT}.get(key)
+    return name if name and os.environ.get(name) else None
+
+
+def check_writable_folders(paths: Any, run_dir: str | Path | None = None) -> None:
+    """Refuse, before anything runs, a log folder that cannot be written, a cache folder that is a
+    file or cannot be made (an existing read-only cache may hold what the run needs: it is read, and
+    :func:`ablate.data.cache.ensure_cache` names the folder if it must build there), and an existing
+    run folder (``hydra.run.dir``: a resume, or the report of a finished run) that cannot be written."""
+    from ablate.config.options import ConfigError
+
+    for key, strict in (("log_dir", True), ("cache_dir", False)):
+        try:
+            value = paths[key]
+        except Exception:  # unset, or does not resolve here: nothing to check
+            continue
+        problem = folder_problem(value, must_exist_writable=strict) if value else None
+        if problem:
+            by = env_name(key)
+            named = f"{by}={os.environ[by]} (paths.{key})" if by else f"paths.{key}={value}"
+            variable = by or f"ABLATE_{key.upper()}"
+            raise ConfigError(
+                f"{named} is not a folder this run can use: {problem}. Set {variable} (or paths.{key}=...) to a "
+                "folder you can write"
+            )
+    problem = folder_problem(run_dir) if run_dir is not None else None
+    if problem:
+        existing = "copy the run to a writable folder" if Path(str(run_dir)).exists() else "choose another folder"
+        raise ConfigError(
+            f"hydra.run.dir={run_dir} cannot be written: {problem}. A run writes its log, config and status there, "
+            f"also to resume or to report a finished run: {existing}"
+        )

@@ -26,16 +26,40 @@ import dataclasses
 import difflib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config.options import ConfigError
 
-EVAL_KEYS = frozenset({"test_at_end", "seq_len", "seq_lens"})
-LOG_KEYS = frozenset({"grad_norm_every_n_steps", "grad_norm_dense_steps"})
-RUNTIME_KEYS = frozenset({"flush_denormal", "matmul_precision"})
-PATHS_KEYS = frozenset({"root_dir", "data_dir", "cache_dir", "log_dir", "output_dir"})
+# the groups read by code that has no signature to read: each key with its type (ablate.config.types)
+EVAL_TYPES: dict[str, Any] = {"test_at_end": bool, "seq_len": int | None, "seq_lens": list[int] | None}
+LOG_TYPES: dict[str, Any] = {"grad_norm_every_n_steps": int, "grad_norm_dense_steps": int}
+RUNTIME_TYPES: dict[str, Any] = {
+    "flush_denormal": bool,
+    "matmul_precision": Literal["highest", "high", "medium"],  # torch.set_float32_matmul_precision's
+}
+PATHS_TYPES: dict[str, Any] = {
+    **dict.fromkeys(("root_dir", "data_dir", "cache_dir", "log_dir"), str),
+    "output_dir": Any,  # Hydra's job directory, set by Hydra itself
+}
+# the top level of conf/train.yaml (its keys; the groups are checked by their own sources)
+TOP_LEVEL_TYPES: dict[str, Any] = {
+    "seed": int,
+    "tags": list[str] | str,
+    "ckpt_path": str | None,
+    "trust_checkpoint": bool,
+    "overwrite": bool,
+    "resume_allow_changes": list[str],
+    "sweep_name": str | None,
+    "skip_completed": bool,
+    "optimized_metric": str | None,
+    "print_config": bool,
+}
+EVAL_KEYS, LOG_KEYS, RUNTIME_KEYS, PATHS_KEYS = (
+    frozenset(t) for t in (EVAL_TYPES, LOG_TYPES, RUNTIME_TYPES, PATHS_TYPES)
+)
+LOGGERS = ("wandb", "tensorboard", "mlflow")  # the logger.<name> nodes (ablate.tracking.options); csv has none
 
 
 def target_keys(target: str) -> frozenset[str] | None:
@@ -70,15 +94,17 @@ def group_keys(cfg: DictConfig) -> dict[str, frozenset[str] | None]:
     from ablate.tracking import options as logger_options
 
     optim_keys = frozenset(OPTIM_RULES) | {k for kind in OPTIMIZERS.values() for k in kind.keys}
+    task = task_class(cfg)
     keys: dict[str, frozenset[str] | None] = {
-        "model": MODEL_KEYS,
+        "model": MODEL_KEYS - task.other_model_keys,  # an LM has no encoder, a translation model no n_layers
         "optim": optim_keys | {"fused"},
         "eval": EVAL_KEYS,
         "log": LOG_KEYS,
         "runtime": RUNTIME_KEYS,
         "paths": PATHS_KEYS,
         "decode": _dataclass_keys(DecodeConfig),
-        "task": frozenset(getattr(task_class(cfg), "config_keys", {"name"})),
+        "task": frozenset(getattr(task, "config_keys", {"name"})),
+        "logger": frozenset(LOGGERS),
         "logger.wandb": _dataclass_keys(logger_options.WandbOptions),
         "logger.tensorboard": _dataclass_keys(logger_options.TensorBoardOptions),
         "logger.mlflow": _dataclass_keys(logger_options.MLflowOptions),
@@ -107,14 +133,29 @@ def unknown_key_message(path: str, key: str, valid: Iterable[str]) -> str:
     return f"{prefix}{key} is not a key of {path or 'the top level'}{hint}; valid keys: {', '.join(valid)}"
 
 
+def check_callbacks(cfg: DictConfig) -> None:
+    """Every ``callbacks.<name>`` is a callback to build (a node with ``_target_``) or null (dropped):
+    ``+callbacks.foo.bar=1`` names no class, and Lightning would fail on the plain dict it becomes."""
+    callbacks = cfg.get("callbacks") or {}
+    for name in callbacks:
+        node = callbacks[name]
+        if node is not None and not (isinstance(node, Mapping) and node.get("_target_")):
+            listed = ", ".join(sorted(str(n) for n in callbacks if n != name))
+            raise ConfigError(
+                f"callbacks.{name} is not a callback of this run (it has no _target_, the class to build); "
+                f"the callbacks are {listed}. A new one needs +callbacks.{name}._target_=<class>"
+            )
+
+
 def check_config_keys(cfg: DictConfig) -> None:
     """Refuse the first key that no code reads, naming it and the valid keys of its group."""
+    check_callbacks(cfg)
     for path, valid in group_keys(cfg).items():
         node = OmegaConf.select(cfg, path) if isinstance(cfg, DictConfig) else _select(cfg, path)
         if valid is None or not isinstance(node, Mapping):
             continue
         for key in node:
-            if str(key) not in valid:
+            if str(key) not in valid and not (path == "model" and node[key] is None):  # null: unset
                 raise ConfigError(unknown_key_message(path, str(key), valid))
 
 
@@ -131,3 +172,17 @@ def check_config_choices(cfg: DictConfig) -> None:
     for key, valid in choices.items():
         if key in node and node[key] not in valid:
             raise ConfigError(f"data.{key}={node[key]!r} is invalid: one of {', '.join(map(str, valid))}")
+
+
+def check_command_line_config(cfg: DictConfig, overrides: list[str] | None = None) -> None:
+    """What ``train.py`` checks of a composed command line before Hydra starts the job
+    (:func:`ablate.cli.check_command_line`): every key is one some code reads
+    (:func:`check_config_keys`), every value has its type (:func:`ablate.config.types.check_config_types`)
+    and every ``data`` value is one its class takes (:func:`check_config_choices`). The ranges of the
+    numbers and the architecture are checked in the job (:func:`ablate.run.preflight.check_config`),
+    after what the job itself derives from the config."""
+    from ablate.config.types import check_config_types
+
+    check_config_keys(cfg)
+    check_config_types(cfg)
+    check_config_choices(cfg)

@@ -441,7 +441,7 @@ class TinyShakespeare(LMDataModule):
         return resolve_local(self.data_dir, self.RELPATH) or download_url(self.URL, self.data_dir / self.RELPATH)
 
     def source_key(self) -> Any:
-        files = file_fingerprint({"input": self.input_file()})
+        files = file_fingerprint({"input": self.input_file()}, memo_dir=self.cache_dir)
         # nanogpt keeps the key it always had, so its caches (and every number made with them) stay valid
         return files if self.splits == "nanogpt" else {"input": files, "splits": self.splits}
 
@@ -500,7 +500,7 @@ class WikiText(LMDataModule):
 
     def source_key(self) -> Any:
         files = self.local_files()
-        return file_fingerprint(files) if files else f"hub:{self.HUB_PATH}/{self.HUB_CONFIG}"
+        return file_fingerprint(files, memo_dir=self.cache_dir) if files else f"hub:{self.HUB_PATH}/{self.HUB_CONFIG}"
 
     def split_texts(self) -> dict[str, SplitText]:
         files = self.local_files()
@@ -577,8 +577,8 @@ class TextFiles(LMDataModule):
         return found
 
     def source_key(self) -> Any:
-        # Full paths: two different user files may well share name, size and mtime.
-        return file_fingerprint(self.files(), full_paths=True)
+        # Full paths: two user files may share name and content, and be meant as different corpora.
+        return file_fingerprint(self.files(), full_paths=True, memo_dir=self.cache_dir)
 
     def split_texts(self) -> dict[str, SplitText]:
         return {split: SplitText.from_file(path) for split, path in self.files().items()}

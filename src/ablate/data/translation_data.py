@@ -373,7 +373,14 @@ class TranslationDataModule(CachedCorpus):
                 self.seq_len,
             )
         if not len(keep):
-            raise ValueError(f"{self.name}: no training pair is left with data.seq_len={self.seq_len}")
+            both = (src.lengths > 0) & (tgt.lengths > 0)
+            if not both.any():  # not a length problem: say so rather than blame data.seq_len
+                raise ValueError(f"{self.name}: every training pair has an empty side: the training files hold no text")
+            shortest = int(np.maximum(src.lengths, tgt.lengths)[both].min())
+            raise ValueError(
+                f"{self.name}: no training pair is left with data.seq_len={self.seq_len}: the shortest pair has "
+                f"{shortest} tokens on its longer side; raise data.seq_len to at least {shortest}"
+            )
         return src.subset(keep), tgt.subset(keep)
 
     @property
@@ -481,7 +488,7 @@ class ParallelCorpus(TranslationDataModule):
     def source_key(self) -> Any:
         files = self.local_files()
         return (
-            file_fingerprint(files, full_paths=True)
+            file_fingerprint(files, full_paths=True, memo_dir=self.cache_dir)
             if files
             else f"hub:{self.hub_path}/{self.hub_config}@{self.hub_revision}"
         )
@@ -544,7 +551,7 @@ class ParallelFiles(TranslationDataModule):
         return found
 
     def source_key(self) -> Any:
-        return file_fingerprint(self.files(), full_paths=True)
+        return file_fingerprint(self.files(), full_paths=True, memo_dir=self.cache_dir)
 
     def line_sources(self) -> dict[str, dict[str, LineSource]]:
         files = self.files()

@@ -114,6 +114,9 @@ def check_aligned(what: str, sides: Mapping[str, LineSource]) -> dict[str, TextS
     if any(count is None for count in counters):
         return None
     sizes = {lang: count() for lang, count in zip(sides, counters) if count is not None}
+    empty = [side.name for lang, side in sides.items() if sizes[lang].lines == 0]
+    if empty:  # named here: later it would look like a data.seq_len too small for every pair
+        raise DataFormatError(f"{what}: {empty[0]} is empty (0 lines); each file holds one sentence per line")
     if len({size.lines for size in sizes.values()}) > 1:
         raise misaligned(what, sides, [size.lines for size in sizes.values()])
     return sizes

@@ -318,6 +318,22 @@ def export_model(
                 f"{diff:.3g} with logits up to {scale:.3g} (tolerance {tolerance:g} of that)"
             )
         info["max_logit_difference"] = diff
+    # transformers' generate() stops at the model's context by default (its own default is 20 tokens), which
+    # is as far as it can go: GPT-2's position table has max_len rows (IndexError past them), and a Llama
+    # past its training length attends to every token, where generate.py keeps the last max_len (nanoGPT)
+    context = model.spec.max_len
+    hf.generation_config.max_length = context
+    info["max_length"] = context
+    info["context"] = (
+        f"transformers generates up to {context} tokens with it, prompt included (generation_config.json "
+        f"max_length={context}, the model's context: "
+        + (
+            f"its learned position table has {context} rows); generate.py goes further by keeping the last "
+            f"{context} tokens, which transformers' GPT-2 cannot"
+            if info["architecture"] == "GPT2LMHeadModel"
+            else f"its training length); past it transformers attends to every token, generate.py to the last {context}"
+        )
+    )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     hf.save_pretrained(out)
@@ -337,7 +353,7 @@ def export_checkpoint(
         raise ExportError(f"ckpt_path={ckpt_path}: no such checkpoint file")
     try:
         task_name = checkpoint_task(Path(ckpt_path))  # it reads Path(path) anyway
-        spec = ModelSpec(**inspect_checkpoint(ckpt_path)["hyper_parameters"]["spec"])
+        spec = ModelSpec(**inspect_checkpoint(ckpt_path, content=True)["hyper_parameters"]["spec"])
     except CheckpointError as err:
         raise ExportError(str(err)) from None
     if task_name != "lm":

@@ -15,8 +15,10 @@ FFN width ``f``, ``a`` heads, ``L`` layers, vocabulary ``V``, ``e`` bytes per ac
 - the output layer: logits, their log-softmax and its gradient, ``3 e s b V``;
 - a margin of 25% for the allocator, temporary buffers and the framework.
 
-It is a planning number, not a measurement: the refusal threshold is the memory available (RAM on
-CPU, free device memory on a GPU), so only a configuration far beyond the machine is refused.
+It is a planning number, not a measurement: the refusal threshold is the memory available (free device
+memory on a GPU; on the CPU the smallest of the available RAM, the process's address-space limit, its
+cgroup's memory limit and a SLURM job's memory: :func:`host_limits`), so only a configuration far
+beyond what the job may use is refused.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.config.options import ConfigError
@@ -92,8 +95,9 @@ def estimate(
 
 def available_bytes(accelerator: str) -> tuple[float, str] | None:
     """Memory a training step may use, and where: free memory of the first CUDA device, else the
-    RAM the kernel reports available (``/proc/meminfo``); None when it cannot be read, or for a GPU
-    run on a machine without a GPU."""
+    smallest of what this process may still use on the host (:func:`host_limits`: the RAM the
+    kernel reports available, the process's address-space limit, its cgroup's memory limit, the
+    SLURM job's memory); None when nothing can be read, or for a GPU run on a machine without a GPU."""
     if accelerator in ("gpu", "cuda", "auto"):
         import torch
 
@@ -102,6 +106,23 @@ def available_bytes(accelerator: str) -> tuple[float, str] | None:
             return float(free), "free GPU memory"
         if accelerator != "auto":
             return None  # a GPU run checked on a machine without one (a login node): nothing to compare with
+    limits = host_limits()
+    return min(limits) if limits else None
+
+
+UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a number near 2**63
+
+
+def host_limits() -> list[tuple[float, str]]:
+    """``(bytes this process may still use, what limits it)`` for each limit that applies here.
+    /proc/meminfo alone passed jobs that a ``prlimit --as``, a container's cgroup or a SLURM
+    allocation then killed (``DefaultCPUAllocator``, or the OOM killer without a word)."""
+    readers = (meminfo_available, address_space_room, cgroup_room, slurm_room)
+    return [found for reader in readers if (found := reader()) is not None]
+
+
+def meminfo_available() -> tuple[float, str] | None:
+    """The RAM the kernel reports available (``MemAvailable`` of ``/proc/meminfo``)."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -113,6 +134,106 @@ def available_bytes(accelerator: str) -> tuple[float, str] | None:
         return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")), "available RAM"
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def _status_bytes(field: str) -> float | None:
+    """``VmSize``/``VmRSS`` of this process (``/proc/self/status``), in bytes."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(f"{field}:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def address_space_room() -> tuple[float, str] | None:
+    """Room left under the address-space limit (``ulimit -v``, ``prlimit --as``: ``RLIMIT_AS``)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft in (resource.RLIM_INFINITY, -1) or soft >= UNLIMITED:
+        return None
+    used = _status_bytes("VmSize") or 0.0
+    return max(0.0, soft - used), f"room under the process's address-space limit of {gib(soft)} (ulimit -v)"
+
+
+def _read_number(path: Path) -> float | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if not text or text == "max":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return None if value >= UNLIMITED else value
+
+
+def cgroup_room(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
+) -> tuple[float, str] | None:
+    """Room left under this process's cgroup memory limit: v2 ``memory.max`` - ``memory.current``,
+    v1 ``memory.limit_in_bytes`` - ``memory.usage_in_bytes``, the tightest of the cgroup and its
+    parents (a container, a systemd slice, SLURM's task cgroup)."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    found: list[tuple[float, str]] = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and controllers == "":  # v2, unified
+            base, limit_name, usage_name = (
+                root / "unified" if (root / "unified").is_dir() else root,
+                "memory.max",
+                "memory.current",
+            )
+        elif "memory" in controllers.split(","):  # v1
+            base, limit_name, usage_name = root / "memory", "memory.limit_in_bytes", "memory.usage_in_bytes"
+        else:
+            continue
+        folder = base / path.lstrip("/")
+        while True:
+            limit = _read_number(folder / limit_name)
+            if limit is not None:
+                usage = _read_number(folder / usage_name) or 0.0
+                found.append(
+                    (
+                        max(0.0, limit - usage),
+                        f"room under the cgroup memory limit of {gib(limit)} ({folder / limit_name})",
+                    )
+                )
+            if folder == base or folder == folder.parent:
+                break
+            folder = folder.parent
+    return min(found) if found else None
+
+
+def slurm_room(environ: Mapping[str, str] | None = None) -> tuple[float, str] | None:
+    """The memory of the SLURM allocation (``--mem``: ``SLURM_MEM_PER_NODE``; ``--mem-per-cpu``:
+    ``SLURM_MEM_PER_CPU`` times the CPUs of the job on this node), in MB, less what this process
+    already holds (its resident set)."""
+    env = os.environ if environ is None else environ
+    try:
+        if env.get("SLURM_MEM_PER_NODE"):
+            limit, what = float(env["SLURM_MEM_PER_NODE"]) * 2**20, "--mem"
+        elif env.get("SLURM_MEM_PER_CPU"):
+            cpus = env.get("SLURM_CPUS_ON_NODE") or env.get("SLURM_CPUS_PER_TASK") or "1"
+            limit, what = (
+                float(env["SLURM_MEM_PER_CPU"]) * 2**20 * int(cpus.split("(")[0].split(",")[0]),
+                "--mem-per-cpu",
+            )
+        else:
+            return None
+    except ValueError:
+        return None
+    used = _status_bytes("VmRSS") or 0.0
+    return max(0.0, limit - used), f"room in the SLURM job's memory of {gib(limit)} ({what})"
 
 
 def gib(n: float) -> str:

@@ -17,6 +17,7 @@ from ablate.config.checks import check_run_numbers, start_warnings
 from ablate.config.model import model_spec
 from ablate.config.options import ConfigError
 from ablate.config.schema import check_config_choices, check_config_keys
+from ablate.config.types import check_config_types
 from ablate.optim import optimizer_kind
 from ablate.run import distributed, memory
 from ablate.run.resume import run_identity
@@ -60,6 +61,7 @@ def check_config(cfg: DictConfig) -> Preflight:
     """Fail on an invalid architecture or run-control number before any data is read or tensor
     allocated; return what the checks established."""
     check_config_keys(cfg)  # a key no code reads (a typo, a key of another option) in any group
+    check_config_types(cfg)  # a value of another type than the code reading it expects (n_layers=abc)
     check_config_choices(cfg)  # a data value outside its class's choices (data.splits=...)
     check_loggers(cfg)  # a selected tensorboard/mlflow that is not installed fails before data is read
     check_task_config(cfg)  # the task's own checks (task=lm: copies eval.seq_len into data.eval_seq_len)

@@ -148,12 +148,17 @@ def check_same_run(
     return [f"{k}: {old!r} -> {new!r}" for k, (old, new) in diffs.items()]
 
 
-def inspect_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+def inspect_checkpoint(path: str | os.PathLike[str], content: bool = False) -> dict[str, Any]:
     """The checkpoint's contents, memory-mapped (tensors are not read); :class:`CheckpointError`
-    when the file is empty, truncated or not a checkpoint."""
+    when the file is empty, truncated or not a checkpoint, or its stored configuration names
+    something to import or call (:func:`ablate.tasks.checkpoints.check_stored_config`). With
+    ``content``, also when its weights are not those of the model its configuration builds, or not
+    finite (:func:`ablate.tasks.checkpoints.check_checkpoint_content`: reads every tensor once)."""
+    from ablate.tasks.checkpoints import check_checkpoint_content, check_stored_config
+
     path = Path(path)
     try:
-        return safe_load.load(path)  # never runs code from the file (ablate.checkpoints.safe_load)
+        checkpoint = safe_load.load(path)  # never runs code from the file (ablate.checkpoints.safe_load)
     except safe_load.UnsafeCheckpointError:
         raise
     except Exception as err:
@@ -167,6 +172,13 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointError(
             f"{path} is corrupt or truncated ({size:,} bytes; {type(err).__name__}: {str(err)[:200]}).{offer}"
         ) from None
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(f"{path} is not a checkpoint: it holds a {type(checkpoint).__name__}, not a dict")
+    try:
+        (check_checkpoint_content if content else check_stored_config)(checkpoint, path)
+    except UserError as err:
+        raise CheckpointError(str(err)) from None
+    return checkpoint
 
 
 def require_resumable(checkpoint: dict[str, Any], path: str | os.PathLike[str]) -> None:

@@ -186,7 +186,7 @@ def resume_point(control: RunControl, identity: dict[str, Any], job: Job) -> tup
         refuse_new_directory_for_last(control, job)
     if ckpt_path is None or not Path(ckpt_path).is_file():
         return ckpt_path, None
-    checkpoint = inspect_checkpoint(ckpt_path)
+    checkpoint = inspect_checkpoint(ckpt_path, content=True)  # weights match the stored spec, finite
     require_resumable(checkpoint, ckpt_path)
     state = resume_state(checkpoint)
     saved = state.get("run_identity")

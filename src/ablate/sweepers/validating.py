@@ -19,7 +19,7 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig
 
 from ablate import cli
-from ablate.cli.unknown_key import unknown_key_hint
+from ablate.cli.unknown_key import composition_error_message
 from ablate.compat import BasicSweeper, sweeper_params_overrides
 from ablate.config.options import ConfigError
 from ablate.run import environment
@@ -62,12 +62,11 @@ class ValidatingSweeperMixin(BasicSweeper):
                 continue
             try:
                 cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            except HydraException as err:  # an unknown option or key: Hydra's message names the choices
-                hint = unknown_key_hint(err)  # for a key, Hydra's does not: say which keys there are
+            except HydraException as err:  # an unknown option or key: ours names the choices, never "+key"
                 cli.report_user_error(
                     ConfigError(
-                        f"the sweep's job '{' '.join(overrides)}' cannot be composed, so no job was started: {err}"
-                        + (f"\n{hint}" if hint else "")
+                        f"the sweep's job '{' '.join(overrides)}' cannot be composed, so no job was started: "
+                        f"{composition_error_message(err)}"
                     )
                 )
             try:

@@ -145,7 +145,7 @@ register_task(
         metrics=(LOSS, PPL, BPB),
         headline_metric="val/ppl",
         console_metric="val/loss",
-        checkpoint_scripts="generate.py",
+        checkpoint_scripts="eval.py or generate.py",
         evaluate_checkpoint="ablate.tasks.lm_eval:evaluate_checkpoint",
         eval_options=("text_file", "seq_lens"),
         panel_metrics=("val/loss", "val/ppl"),
@@ -266,12 +266,18 @@ def load_task_checkpoint(
     stops with a message naming the script that takes it; a file that is not a readable checkpoint
     stops naming the file."""
     from ablate.checkpoints import safe_load
+    from ablate.run.resume import CheckpointError, inspect_checkpoint
 
     if expected is not None:
         require_checkpoint_task(path, expected, script)
-    found = checkpoint_task(path)
-    if found not in TASKS:
-        raise SystemExit(f"{path} holds a task={found} checkpoint; registered tasks: {', '.join(TASKS)}")
+    try:
+        found = checkpoint_task(path)
+        if found not in TASKS:
+            raise SystemExit(f"{path} holds a task={found} checkpoint; registered tasks: {', '.join(TASKS)}")
+        # its weights are those of the model its stored config builds, and finite (ablate.tasks.checkpoints)
+        inspect_checkpoint(path, content=True)
+    except CheckpointError as err:
+        raise SystemExit(str(err)) from None
     # checkpoint_task read the file with the restricted unpickler already; Lightning reads it the same way
     loaded: L.LightningModule = (
         TASKS[found]

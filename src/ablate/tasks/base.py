@@ -82,6 +82,10 @@ class TaskModule(L.LightningModule):
     config_keys: ClassVar[frozenset[str]] = frozenset({"name"})
     """The keys of the ``task`` config group this task reads (``task.name`` selects the task)."""
 
+    other_model_keys: ClassVar[frozenset[str]] = frozenset()
+    """Keys of the ``model`` group that this task's model does not have (refused by
+    :mod:`ablate.config.schema`): an LM has no encoder, a translation model's depth is per stack."""
+
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
         """Task-specific checks of a composed config before any data is read (may fill derived

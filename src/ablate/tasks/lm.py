@@ -66,6 +66,7 @@ class LanguageModelTask(TaskModule):
     """Next-token prediction with cross-entropy (optionally label-smoothed for training)."""
 
     task_name = "lm"
+    other_model_keys = frozenset({"encoder_layers", "decoder_layers"})  # decoder-only: model.n_layers
     model: TransformerLM
 
     def __init__(

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import lightning as L
-from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ablate.config.locations import checkout_root, project_root
 from ablate.data.lm_data import LMDataModule
 from ablate.data.lm_windows import token_dtype
+from ablate.data.registry import StoredConfigError, build_data_module
 from ablate.data.sources import DataFormatError
 from ablate.data.text_stream import SplitText
 from ablate.data.tokenizers import TOKENIZERS, Tokenizer
@@ -62,11 +62,14 @@ def evaluate_lengths(
     limit = task.model.pos.max_positions  # a position table's size (pos=learned); None: it extrapolates
     for length in lengths:
         if limit is not None and length > limit:
-            info[str(length)] = {"skipped": f"pos={spec.pos} has {limit} positions (model.max_len)"}
-            rank_zero_info(
-                f"{split}/ppl@{length} skipped: pos={spec.pos} has only {limit} positions; set "
-                f"model.max_len={length} to evaluate with untrained positions beyond the training length"
+            reason = (
+                f"pos={spec.pos} has {limit} positions (model.max_len, fixed when the model was trained) and no "
+                f"rows beyond them; lengths past training need positions that extrapolate: train with pos=rope, "
+                f"alibi, sinusoidal or none (python train.py pos=rope), or with model.max_len={length} (rows "
+                "untrained beyond the training length)"
             )
+            info[str(length)] = {"skipped": reason}
+            rank_zero_info(f"{split}/ppl@{length} skipped: {reason}")
             continue
         datamodule.use_eval_length(length)
         task.eval_tag = f"@{length}"
@@ -218,8 +221,10 @@ def lm_datamodule(cfg: DictConfig, task: LanguageModelTask, work_dir: str) -> tu
     data_cfg["eval_seq_len"] = data_cfg.get("eval_seq_len") or length
     if not overrides.get("eval_batch_size"):  # tokens per batch; not the (global) training batch
         data_cfg["eval_batch_size"] = max(1, cfg.batch_tokens // data_cfg["eval_seq_len"])
-    try:
-        dm = instantiate(OmegaConf.create(data_cfg))
+    try:  # the stored _target_ is looked up among ablate's data modules, never imported by name
+        dm = build_data_module(data_cfg, str(cfg.ckpt_path))
+    except StoredConfigError:
+        raise
     except Exception as err:
         raise SystemExit(f"cannot build the data module of {data_cfg.get('_target_')}: {err}") from None
     if not hasattr(dm, "use_eval_length"):

@@ -80,6 +80,7 @@ class TranslationTask(TaskModule):
 
     task_name = "translation"
     config_keys = frozenset({"name", *DEFAULT_TASK})
+    other_model_keys = frozenset({"n_layers"})  # model.encoder_layers / model.decoder_layers
     model: EncoderDecoder
 
     def tokens_in_batch(self, batch: PairBatch) -> int:
@@ -319,12 +320,13 @@ def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> Tran
 # --- checkpoints, for eval.py and translate.py ---------------------------------------------
 
 
-def load_translation_checkpoint(path: str | Path, device: str = "auto") -> TranslationTask:
-    """A trained :class:`TranslationTask` with its tokenizer, in eval mode on ``device``."""
+def load_translation_checkpoint(path: str | Path, device: str = "auto", script: str = "eval.py") -> TranslationTask:
+    """A trained :class:`TranslationTask` with its tokenizer, in eval mode on ``device``; a
+    checkpoint of another task stops naming ``script`` and the scripts that take that task's."""
     from ablate.tasks import load_task_checkpoint
 
     dev = pick_device(device)
-    task = cast(TranslationTask, load_task_checkpoint(path, "translation", "eval.py / translate.py", map_location=dev))
+    task = cast(TranslationTask, load_task_checkpoint(path, "translation", script, map_location=dev))
     if task.tokenizer is None:
         raise SystemExit(f"{path} carries no tokenizer; cannot translate text with it")
     return task.to(dev).eval()

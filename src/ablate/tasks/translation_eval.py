@@ -8,9 +8,10 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.config.locations import folder_problem
+from ablate.data.registry import build_data_module
 from ablate.data.translation_text import read_lines
 from ablate.tasks.translation import TranslationTask, corpus_bleu, decode_config, load_translation_checkpoint
 
@@ -29,7 +30,7 @@ def sentences(cfg: DictConfig, task: TranslationTask) -> tuple[list[str], list[s
         raise SystemExit(f"{ckpt} carries no data config: give src_file=... (and ref_file=...)")
     data_cfg.update(data_dir=cfg.paths.data_dir, cache_dir=cfg.paths.cache_dir)
     data_cfg.update(cast(dict[str, Any], OmegaConf.to_container(cfg.data, resolve=True)))
-    dm = instantiate(OmegaConf.create(data_cfg))
+    dm = build_data_module(data_cfg, str(ckpt))  # its _target_ is one of ablate's data modules, never imported by name
     dm.setup()
     return dm.sources(cfg.split), dm.references(cfg.split), ckpt.parent.parent / "translations" / f"{cfg.split}.hyp"
 
@@ -41,20 +42,26 @@ def evaluate_checkpoint(cfg: DictConfig) -> None:
     task = load_translation_checkpoint(cfg.ckpt_path, cfg.device)
     decode = decode_config(task, cfg)
     src, refs, default_out = sentences(cfg, task)
+    out = Path(cfg.output) if cfg.output else default_out
+    problem = folder_problem(out.parent)  # before minutes of decoding, not after
+    if problem:
+        raise SystemExit(f"the hypotheses go to {out}, but {out.parent}: {problem}. Give output=<a writable file>")
     start = time.perf_counter()
     hyps = task.translate_text(src, decode, max_tokens=cfg.batch_tokens)
     seconds = time.perf_counter() - start
-    out = Path(cfg.output) if cfg.output else default_out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(hyps) + "\n", encoding="utf-8")
     result: dict[str, Any] = {
         "sentences": len(hyps),
         "hypotheses": str(out),
         "decode": decode.__dict__,
         "seconds": round(seconds, 1),
     }
-    if refs is not None:
+    if refs is not None:  # the score first: a failed write of the hypotheses does not lose it
         score, signature = corpus_bleu(hyps, refs, task.task_cfg.get("bleu_tokenize", "13a"))
         result.update(bleu=round(score, 2), signature=signature)
-        print(f"BLEU = {score:.2f}  {signature}")
+        print(f"BLEU = {score:.2f}  {signature}", flush=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    except OSError as err:
+        raise SystemExit(f"cannot write the hypotheses to {out}: {err.strerror or err}") from None
     print(json.dumps(result))

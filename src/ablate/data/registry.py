@@ -1,0 +1,89 @@
+"""The project's data modules by name: the only classes a data config stored in a checkpoint may name.
+
+A checkpoint carries its data config (``hyper_parameters.data``, with Hydra's ``_target_``), so that
+``eval.py`` finds the corpus again. Passed to ``hydra.utils.instantiate``, that stored config would
+call whatever a crafted file names (``pathlib.Path.write_text``, ``torch.load`` without restriction,
+nested ``_target_`` anywhere in it) the moment ``eval.py`` opens the file. Instead the stored
+``_target_`` is looked up here, among ablate's own data modules (the ``_target_`` of each
+``conf/data/*.yaml``), and the class is built with the stored values as plain keyword arguments:
+nothing from a file is imported or called by name (:func:`build_data_module`). The user's own
+config (``train.py``'s ``data=``) is still instantiated by Hydra: it is not read from a file.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from ablate.errors import UserError
+
+# Hydra's ``_target_`` string -> "module:Class"; one entry per data module of conf/data/*.yaml
+DATA_MODULES: dict[str, str] = {
+    "ablate.data.lm_data.TinyShakespeare": "ablate.data.lm_data:TinyShakespeare",
+    "ablate.data.lm_data.WikiText2": "ablate.data.lm_data:WikiText2",
+    "ablate.data.lm_data.WikiText103": "ablate.data.lm_data:WikiText103",
+    "ablate.data.lm_data.TextFiles": "ablate.data.lm_data:TextFiles",
+    "ablate.data.translation_data.ParallelCorpus": "ablate.data.translation_data:ParallelCorpus",
+    "ablate.data.translation_data.ParallelFiles": "ablate.data.translation_data:ParallelFiles",
+}
+
+
+class StoredConfigError(UserError, ValueError):
+    """A stored config names a class or function that is not one of ablate's, or holds Hydra's
+    instantiation keys where only values belong."""
+
+
+def data_module_class(target: Any, source: str) -> type:
+    """The data module class registered under ``target``; anything else is refused, naming ``source``."""
+    if not isinstance(target, str) or target not in DATA_MODULES:
+        raise StoredConfigError(
+            f"{source}: its data config names the data module {target!r}, which is not one of ablate's "
+            f"({', '.join(sorted(DATA_MODULES))}): refused (nothing a file names is imported or called)"
+        )
+    module, _, name = DATA_MODULES[target].partition(":")
+    cls: type = getattr(importlib.import_module(module), name)
+    return cls
+
+
+def instantiation_keys(node: Any, path: str = "") -> str | None:
+    """The first Hydra instantiation key (``_target_``, ``_args_``, ``_partial_``, ...) inside
+    ``node``, as a dotted path, or None: a stored value must be a value, never a call."""
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            here = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and key.startswith("_") and key.endswith("_"):
+                return here
+            found = instantiation_keys(value, here)
+            if found:
+                return found
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            found = instantiation_keys(value, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def build_data_module(config: Mapping[str, Any], source: str, **overrides: Any) -> Any:
+    """The data module a stored data config describes: its ``_target_`` looked up in
+    :data:`DATA_MODULES`, its other keys passed as keyword arguments (with ``overrides``, e.g. the
+    current ``data_dir``). A key the class does not take, or any nested instantiation key, is
+    refused naming ``source`` and the key."""
+    from ablate.config.schema import target_keys
+
+    values = {**config, **overrides}
+    cls = data_module_class(values.pop("_target_", None), source)
+    nested = instantiation_keys(values)
+    if nested:
+        raise StoredConfigError(
+            f"{source}: its data config holds {nested}, a Hydra instantiation key: refused (a stored config "
+            "holds values only; nothing in it is called)"
+        )
+    accepted = target_keys(f"{cls.__module__}.{cls.__qualname__}")
+    unknown = sorted(k for k in values if accepted is not None and k not in accepted)
+    if unknown:
+        raise StoredConfigError(
+            f"{source}: data.{unknown[0]} is not a key of {cls.__name__}; valid keys: {', '.join(sorted(accepted or ()))}"
+        )
+    return cls(**values)

@@ -1,0 +1,132 @@
+"""What a checkpoint must hold before any script loads it: checked against the configuration it
+carries, so that a damaged or altered file is refused naming the file and the first mismatch
+(exit 2), never a raw torch error ("size mismatch for ...", "Missing key(s)", "probability tensor
+contains inf/nan") or, worse, code run from it.
+
+* :func:`check_stored_config` -- the configuration a checkpoint stores (``hyper_parameters``) holds
+  values only: no Hydra ``_target_`` (or ``_args_``, ``_partial_``, ...) anywhere, except the data
+  config's own ``_target_``, which must name one of ablate's data modules
+  (:data:`ablate.data.registry.DATA_MODULES`), and no Lightning ``_instantiator`` (a class Lightning
+  would import and call by name when loading). Cheap (no tensor is read): every reader of a
+  checkpoint runs it (:func:`ablate.run.resume.inspect_checkpoint`).
+* :func:`check_checkpoint_content` -- the weights match the model the stored configuration builds:
+  the task is a registered one and its model builds from the stored spec (a translation task needs
+  an encoder), every weight is there with its shape and none is extra, and every floating-point
+  weight is finite. The model is built on PyTorch's ``meta`` device (shapes only, no memory).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ablate.data.registry import DATA_MODULES, StoredConfigError, instantiation_keys
+from ablate.errors import UserError
+
+
+class CheckpointContentError(UserError, ValueError):
+    """A checkpoint whose content does not match the configuration it carries."""
+
+
+def check_stored_config(checkpoint: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+    """Refuse a stored configuration that names something to import or call (see the module)."""
+    params = checkpoint.get("hyper_parameters")
+    if params is None:
+        return
+    if not isinstance(params, Mapping):
+        raise StoredConfigError(f"{path}: hyper_parameters is a {type(params).__name__}, not a mapping of values")
+    if "_instantiator" in params:
+        raise StoredConfigError(
+            f"{path}: hyper_parameters._instantiator names a function Lightning would import and call: refused "
+            "(our checkpoints never hold one)"
+        )
+    for key, value in params.items():
+        if key == "data" and isinstance(value, Mapping) and "_target_" in value:
+            target = value["_target_"]
+            if target not in DATA_MODULES:
+                raise StoredConfigError(
+                    f"{path}: hyper_parameters.data._target_={target!r} is not one of ablate's data modules "
+                    f"({', '.join(sorted(DATA_MODULES))}): refused (nothing a file names is imported or called)"
+                )
+            value = {k: v for k, v in value.items() if k != "_target_"}
+        nested = instantiation_keys(value, str(key))
+        if nested:
+            raise StoredConfigError(
+                f"{path}: hyper_parameters.{nested} is a Hydra instantiation key: refused (a stored config holds "
+                "values only; nothing in it is imported or called)"
+            )
+
+
+def _shape(shape: torch.Size) -> str:
+    return f"({', '.join(map(str, shape))})"
+
+
+def expected_state(task: str, params: Mapping[str, Any], path: str | os.PathLike[str]) -> dict[str, torch.Size]:
+    """``weight name -> shape`` of the task module the stored hyper-parameters build (on ``meta``)."""
+    from ablate.tasks import TASKS
+
+    if task not in TASKS:
+        raise CheckpointContentError(f"{path}: its task field says task={task!r}; registered tasks: {', '.join(TASKS)}")
+    if not isinstance(params.get("spec"), Mapping):
+        raise CheckpointContentError(
+            f"{path} is not an ablate checkpoint: it has no hyper_parameters.spec (the model's architecture)"
+        )
+    from ablate.config.model import ModelSpec, validate
+
+    cls = TASKS[task].module_class()
+    try:
+        validate(ModelSpec(**params["spec"]))  # what train.py checked before it wrote the file
+        with torch.device("meta"):
+            module = cls(**{**params, "compile": False})
+    except Exception as err:  # an unknown or missing key, an invalid spec, a spec of another task
+        raise CheckpointContentError(
+            f"{path}: its stored configuration does not build a task={task} model ({type(err).__name__}: "
+            f"{str(err)[:300]}): the file was altered, or its task field does not match its model"
+        ) from None
+    return {k: v.shape for k, v in module.state_dict().items()}
+
+
+def check_checkpoint_content(checkpoint: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+    """Refuse a checkpoint whose weights are not those of the model its stored configuration
+    builds, or are not finite, naming the file and the first mismatch (see the module)."""
+    check_stored_config(checkpoint, path)
+    task = str(checkpoint.get("task") or _task_of_older(checkpoint))
+    expected = expected_state(task, checkpoint.get("hyper_parameters") or {}, path)
+    state = checkpoint.get("state_dict")
+    if not isinstance(state, Mapping):
+        raise CheckpointContentError(f"{path} holds no state_dict (the model's weights)")
+    stored = {k: v for k, v in state.items() if not str(k).startswith("forward_fn.")}  # older duplicates
+    for name, shape in expected.items():
+        if name not in stored:
+            raise CheckpointContentError(
+                f"{path}: the weight {name} {_shape(shape)} is missing (the model its spec describes has it)"
+            )
+        value = stored[name]
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointContentError(f"{path}: {name} is a {type(value).__name__}, not a tensor")
+        if value.shape != shape:
+            raise CheckpointContentError(
+                f"{path}: {name} has shape {_shape(value.shape)}, but the model its spec describes has {_shape(shape)}"
+            )
+    extra = [k for k in stored if k not in expected]
+    if extra:
+        raise CheckpointContentError(
+            f"{path}: {extra[0]} is not a weight of the model its spec describes ({len(extra)} such key(s))"
+        )
+    for name, value in stored.items():
+        if value.is_floating_point():
+            bad = int((~torch.isfinite(value)).sum())
+            if bad:
+                raise CheckpointContentError(
+                    f"{path}: {name} holds {bad} NaN/inf value(s) of {value.numel()}: the weights are damaged or "
+                    "the run diverged; not loaded (an earlier checkpoint of the run may be intact)"
+                )
+
+
+def _task_of_older(checkpoint: Mapping[str, Any]) -> str:
+    """Checkpoints from before the task field: translation when the model has an encoder."""
+    spec = (checkpoint.get("hyper_parameters") or {}).get("spec") or {}
+    return "translation" if isinstance(spec, Mapping) and (spec.get("encoder_layers") or 0) > 0 else "lm"
