@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.core.optimizer import LightningOptimizer
 from omegaconf import DictConfig, open_dict
 from torch import Tensor
 from torchmetrics import MeanMetric, SumMetric
@@ -156,9 +155,7 @@ class LanguageModelTask(TaskModule):
         # under DDP: the global batch's values (the mean over ranks, which hold equal token
         # counts), not rank 0's share; one all-reduce of two scalars, nothing on one device
         loss_value, nll = self.trainer.strategy.reduce(torch.stack([loss.detach(), nll]), reduce_op="mean")
-        self.log("train/loss", loss_value, prog_bar=True)
-        self.log("train/ppl", nll.exp())
-        self.log("train/lr", cast(LightningOptimizer, self.optimizers()).param_groups[0]["lr"])  # this step's rate
+        self.log_training_step(loss_value, nll)  # no host sync (TaskModule.log_training_step)
         return loss
 
     def token_bytes(self) -> Tensor | None:

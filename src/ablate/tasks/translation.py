@@ -30,7 +30,6 @@ from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
@@ -192,10 +191,7 @@ class TranslationTask(TaskModule):
         loss_value, nll, pad_frac = self.trainer.strategy.reduce(
             torch.stack([loss.detach(), nll, pad_frac]), reduce_op="mean"
         )
-        self.log("train/loss", loss_value, prog_bar=True)
-        self.log("train/ppl", nll.exp())
-        self.log("train/lr", cast(LightningOptimizer, self.optimizers()).param_groups[0]["lr"])
-        self.log("train/padding_fraction", pad_frac)
+        self.log_training_step(loss_value, nll, padding_fraction=pad_frac)  # no host sync (TaskModule)
         return loss
 
     def on_fit_start(self) -> None:
