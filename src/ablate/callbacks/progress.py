@@ -277,10 +277,10 @@ class StepsRichProgressBar(RichProgressBar):
         every = max(int(trainer.log_every_n_steps or 1), 1)  # type: ignore[attr-defined]
         if self._in_train_batch_end and self._metrics is not None and trainer.global_step % every:
             return self._metrics
-        metrics = super().get_metrics(trainer, pl_module)
-        loss = trainer.callback_metrics.get("train/loss")
+        metrics: dict[str, Any] = dict(super().get_metrics(trainer, pl_module))
+        loss = _metric_value(trainer.callback_metrics.get("train/loss"))
         if loss is not None:
-            metrics = {"train/loss": _metric_value(loss), **metrics}
+            metrics = {"train/loss": loss, **metrics}
         self._metrics = metrics
         return metrics
 
