@@ -26,6 +26,7 @@ from ablate.benchmark.loops import HandLoop, LightningLoop, Runner, Variant
 from ablate.benchmark.machine import CpuShare, machine_info, peak_rss_mb, rss_mb
 from ablate.benchmark.report import jsonable, markdown_report, print_report
 from ablate.callbacks.throughput import device_peak_flops, measure_cpu_peak
+from ablate.config.checks import matmul_precision
 from ablate.nn.flops import flops_per_token
 from ablate.run.train import check_config
 
@@ -220,7 +221,7 @@ class Benchmark:
         t0 = time.perf_counter()
         if cfg.runtime.flush_denormal:
             torch.set_flush_denormal(True)  # as train.py; every variant sets its own in its thread
-        torch.set_float32_matmul_precision(cfg.runtime.matmul_precision)
+        torch.set_float32_matmul_precision(matmul_precision(cfg))
         logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
         warnings.filterwarnings("ignore", ".*does not have many workers.*")
         warnings.filterwarnings("ignore", ".*isinstance.treespec, LeafSpec.*")

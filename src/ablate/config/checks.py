@@ -141,6 +141,25 @@ def _strategy_name(strategy: Any) -> str:
     return str(strategy or "auto").lower()
 
 
+MATMUL_PRECISIONS = ("auto", "highest", "high", "medium")
+
+
+def matmul_precision(cfg: Mapping[str, Any]) -> str:
+    """The fp32 matmul precision a run sets before its Trainer exists (``runtime.matmul_precision``):
+    ``auto`` is ``high`` (TF32 on Ampere and later GPUs, what nanoGPT's ``allow_tf32`` does) when the
+    trainer runs on CUDA, ``highest`` (exact fp32) on the CPU, where the numbers must not change.
+    Set on a GPU, it also keeps Lightning from printing its tip to set it."""
+    runtime, trainer = cfg.get("runtime") or {}, cfg.get("trainer") or {}
+    value = runtime.get("matmul_precision", "auto")
+    if value not in MATMUL_PRECISIONS:
+        raise ConfigError(f"runtime.matmul_precision={value!r} is invalid: one of {', '.join(MATMUL_PRECISIONS)}")
+    if value != "auto":
+        return str(value)
+    accelerator = trainer.get("accelerator", "auto")
+    on_gpu = accelerator in GPU_ACCELERATORS or (accelerator in (None, "auto") and not _resolves_to_cpu(accelerator))
+    return "high" if on_gpu else "highest"
+
+
 def check_precision_and_strategy(cfg: Mapping[str, Any]) -> None:
     """Combinations of precision, optimiser, clipping, strategy and device that Lightning refuses or
     silently changes only once the Trainer is built or the first step runs, after the data is read.
@@ -154,6 +173,7 @@ def check_precision_and_strategy(cfg: Mapping[str, Any]) -> None:
     * ``16-mixed`` on the CPU (Lightning would train bf16 instead, while the run records 16-mixed);
     * FSDP without ``trainer.accelerator=gpu`` (Lightning accepts FSDP on explicit GPUs only).
     """
+    matmul_precision(cfg)  # a valid runtime.matmul_precision
     trainer = cfg.get("trainer") or {}
     precision = trainer.get("precision", "32-true")
     if precision not in PRECISIONS:

@@ -53,6 +53,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from ablate.callbacks.divergence import DivergenceMonitor
 from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.throughput import ThroughputMonitor
+from ablate.config.checks import matmul_precision
 from ablate.config.model import ModelSpec, model_spec
 from ablate.config.options import ConfigError
 from ablate.errors import UserError
@@ -289,7 +290,7 @@ def fit(cfg: DictConfig, control: RunControl, checked: Preflight, job: Job | Non
         # Post-LN's normalised outputs feed tiny gradients that go denormal on CPU and run
         # 12-18% slower there; flushing them to zero removes the gap (no effect on GPU).
         torch.set_flush_denormal(True)
-    torch.set_float32_matmul_precision(cfg.runtime.matmul_precision)
+    torch.set_float32_matmul_precision(matmul_precision(cfg))  # issue 31: auto is TF32 on CUDA, exact on CPU
 
     datamodule = instantiate(cfg.data, seed=cfg.seed)
     datamodule.prepare_data()
