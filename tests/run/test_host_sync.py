@@ -147,3 +147,32 @@ def test_steps_that_log_nothing_read_nothing_from_the_device(
     assert found == {}, f"host reads on steps that log nothing: {found}"
     # the probe sees what it should: the logging windows do read the device
     assert any(counter.calls[s] for s in range(STEPS) if logging_window(s))
+
+
+def test_ddp_ranks_agree_on_a_stop_only_at_logging_steps() -> None:
+    """Under DDP the ranks agree on a Ctrl-C with a collective read on the host (Lightning's
+    ``reduce_boolean_decision``: a GPU sync): at the logging steps, the same on every rank, not
+    after every step."""
+    from types import SimpleNamespace
+
+    from ablate.run.interrupt import GracefulInterrupt
+
+    agreed: list[int] = []
+    trainer = SimpleNamespace(
+        global_step=0,
+        accumulate_grad_batches=1,
+        world_size=2,
+        log_every_n_steps=EVERY,
+        should_stop=False,
+        strategy=SimpleNamespace(reduce_boolean_decision=lambda d, all: agreed.append(trainer.global_step) or d),
+    )
+    callback = GracefulInterrupt()
+    for step in range(1, 13):
+        trainer.global_step = step
+        callback.on_train_batch_end(trainer, None, None, None, step - 1)  # type: ignore[arg-type]
+    assert agreed == [5, 10]
+    callback._requested = True  # Ctrl-C at step 12: every rank stops at step 15
+    for step in (13, 14, 15):
+        trainer.global_step = step
+        callback.on_train_batch_end(trainer, None, None, None, step - 1)  # type: ignore[arg-type]
+    assert agreed == [5, 10, 15] and callback.interrupted_at == 15 and trainer.should_stop

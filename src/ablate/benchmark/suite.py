@@ -155,6 +155,10 @@ class Benchmark:
                     first_timed_step[runner.variant.name] = runner.step
                     runner.hook_time = dict.fromkeys(runner.hook_time, 0.0)
             turn = max(1, min(steps, int(spec.get("turn_steps") or self.bench.turn_steps)))
+            if self.device.type == "cuda":
+                # a turn is the round's steps: the GPU gets them queued back to back, as in training,
+                # with one sync at the end (Runner.boundary); a quiet GPU needs no finer interleaving
+                turn = steps
             turns = [turn] * (steps // turn) + ([steps % turn] if steps % turn else [])
             for rnd in range(rounds):
                 order = runners[rnd % len(runners) :] + runners[: rnd % len(runners)]
