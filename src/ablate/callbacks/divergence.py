@@ -4,11 +4,12 @@ finite loss, is marked diverged and stopped cleanly, so a sweep moves on to its 
 Without a host synchronisation per step: reading the loss on the host (``float(loss)``) every
 step would make the CPU wait for the GPU to finish the step before it may queue the next one
 (on an H100 at GPT-2 small's shape that wait was 10% of the step: issue 31). The test runs on
-the device instead: a three-number record (the first finite loss, the first step whose loss
-failed the test, and that loss) is updated by a few scalar kernels per step and read on the host
-only every ``check_every_n_steps`` steps (by default the Trainer's ``log_every_n_steps``, where
-Lightning reads its logged values anyway), before each validation and when training ends (a
-checkpoint keeps the record, so a resumed run still names the first diverged step).
+the device instead: a two-number record (the first step whose loss failed the test, and that
+loss) is updated by a few scalar kernels per step and read on the host only every
+``check_every_n_steps`` steps (by default the Trainer's ``log_every_n_steps``, where Lightning
+reads its logged values anyway), before each validation and when training ends (a checkpoint
+keeps the record, so a resumed run still names the first diverged step). The reference of the
+ratio test, the first loss, is read on the host once, at the first step.
 ``diverged_at`` is still the first step whose loss failed, not the step at which it was read;
 training stops at the read, up to ``check_every_n_steps - 1`` steps later (the status's
 ``steps`` says how many were trained).
@@ -17,14 +18,12 @@ training stops at the read, up to ``check_every_n_steps - 1`` steps later (the s
 from __future__ import annotations
 
 import math
+import sys
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
-
-NOT_YET = float("nan")  # an entry of the device record not set yet
-INITIAL, FIRST_BAD_STEP, FIRST_BAD_LOSS = range(3)
 
 
 class DivergenceMonitor(Callback):
@@ -46,44 +45,45 @@ class DivergenceMonitor(Callback):
         self.initial_loss: float | None = None  # the first finite loss (host copy; read at a check or restored)
         self.diverged_at: int | None = None
         self.reason = ""
-        # on the loss's device, float64 (the test as the host did it in Python floats):
-        # [first finite loss, first step whose loss failed, that loss], NaN where not set yet
-        self._record: torch.Tensor | None = None
+        self._threshold: float | None = None  # max_ratio x initial loss (or the largest float)
+        # on the loss's device, float64 (the test as the host did it in Python floats): the first
+        # step whose loss failed (inf: none yet) and that loss
+        self._first_step: torch.Tensor | None = None
+        self._first_loss: torch.Tensor | None = None
         self._first_bad: tuple[float, float] | None = None  # host copy of (first failed step, its loss)
 
     # --- on the device, every step
 
     def update(self, loss: torch.Tensor, step: int) -> None:
-        """Fold one step's (rank-averaged) loss into the device record: a few scalar kernels, no sync."""
+        """Fold one step's (rank-averaged) loss into the device record: a few scalar kernels, no
+        sync, except at the first step of the process, whose loss is read once on the host (the
+        reference of the ratio test, unless a checkpoint restored it)."""
         loss = loss.detach().to(torch.float64)
-        if self._record is None:
-            # created once per process from the host copies (one small host-to-device copy)
-            self._record = torch.tensor(self._host_record(), dtype=torch.float64, device=loss.device)
-        record = self._record
-        finite = torch.isfinite(loss)
-        initial = torch.where(record[INITIAL].isnan() & finite, loss, record[INITIAL])
-        bad = ~finite
-        if self.max_ratio:
-            # as before: a ratio test only against a positive first loss (NaN compares False)
-            bad = bad | ((initial > 0) & (loss > self.max_ratio * initial))
-        first = bad & record[FIRST_BAD_STEP].isnan()
-        record[INITIAL] = initial
-        record[FIRST_BAD_STEP] = torch.where(first, step, record[FIRST_BAD_STEP])
-        record[FIRST_BAD_LOSS] = torch.where(first, loss, record[FIRST_BAD_LOSS])
+        if self._threshold is None:
+            first = float(loss)  # once per process, at its first step (which logs anyway)
+            if self.initial_loss is None and math.isfinite(first):
+                self.initial_loss = first
+            # as before: a ratio test only against a positive first loss
+            ratio_applies = self.max_ratio and self.initial_loss is not None and self.initial_loss > 0
+            # the largest float when no ratio applies: then only NaN and +-inf fail
+            self._threshold = self.max_ratio * self.initial_loss if ratio_applies else sys.float_info.max  # type: ignore[operator]
+            step_at, loss_at = self._first_bad or (math.inf, math.nan)
+            self._first_step = torch.full((), step_at, dtype=torch.float64, device=loss.device)
+            self._first_loss = torch.full((), loss_at, dtype=torch.float64, device=loss.device)
+        assert self._first_step is not None and self._first_loss is not None
+        # fails: NaN, +-inf, or above the threshold (NaN compares False, so the test is "not <=")
+        first_failure = ~(loss.abs() <= self._threshold) & (self._first_step == math.inf)
+        self._first_step.masked_fill_(first_failure, step)
+        torch.where(first_failure, loss, self._first_loss, out=self._first_loss)
 
     # --- on the host, at the checks
 
-    def _host_record(self) -> list[float]:
-        first_step, first_loss = self._first_bad or (NOT_YET, NOT_YET)
-        return [NOT_YET if self.initial_loss is None else self.initial_loss, first_step, first_loss]
-
     def read(self) -> None:
         """Copy the device record to the host (the one host sync of a check)."""
-        if self._record is None:
+        if self._first_step is None or self._first_loss is None:
             return
-        initial, step, loss = self._record.tolist()
-        self.initial_loss = None if math.isnan(initial) else initial
-        self._first_bad = None if math.isnan(step) else (step, loss)
+        step, loss = torch.stack([self._first_step, self._first_loss]).tolist()
+        self._first_bad = None if math.isinf(step) else (step, loss)
 
     def check(self, trainer: L.Trainer) -> bool:
         """Read the device record; on a diverged step, record it, log ``diverged`` at that step and
@@ -145,4 +145,4 @@ class DivergenceMonitor(Callback):
         self.initial_loss = state_dict.get("initial_loss")
         step = state_dict.get("first_bad_step")
         self._first_bad = None if step is None else (float(step), float(state_dict["first_bad_loss"]))
-        self._record = None  # rebuilt from these at the next step
+        self._threshold = self._first_step = self._first_loss = None  # rebuilt from these at the next step
