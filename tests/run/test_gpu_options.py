@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -276,10 +277,23 @@ def test_fp16_with_a_scaler_and_fused_adamw_logs_unscaled_norms(tmp_path: Path, 
     assert trainer.global_step == 1
 
 
+@pytest.fixture
+def process_group_cleanup():
+    """``trainer=ddp`` with one device runs here, in this process: Lightning initialises a process
+    group (gloo, world size 1) and sets MASTER_PORT and friends in ``os.environ``; both are undone
+    after the test, so that no later test (or the runs it starts) inherits them."""
+    environ = dict(os.environ)
+    yield
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    os.environ.clear()
+    os.environ.update(environ)
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("name", [t for t in TRAINERS if t != "fsdp"])
 def test_every_trainer_file_takes_a_step_on_the_cpu(
-    name: str, clip_spy, tmp_path: Path, data_dir: Path, one_thread
+    name: str, clip_spy, process_group_cleanup, tmp_path: Path, data_dir: Path, one_thread
 ) -> None:
     """``trainer=<name>`` with its own precision and clipping (``fsdp`` needs GPUs: Lightning has no
     FSDP on the CPU; its clipping is checked above, its config by the checks)."""

@@ -9,6 +9,7 @@ from typing import Any, ClassVar, cast
 import lightning as L
 import torch
 from lightning.pytorch.core.optimizer import LightningOptimizer
+from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
@@ -131,8 +132,6 @@ class TaskModule(L.LightningModule):
         trainer = self.trainer
         plugin = trainer.precision_plugin
         unscale_once(getattr(plugin, "scaler", None), optimizer)
-        from lightning.pytorch.strategies import FSDPStrategy
-
         root = trainer.strategy.model if isinstance(trainer.strategy, FSDPStrategy) else None
         algorithm = str(getattr(gradient_clip_algorithm, "value", gradient_clip_algorithm or "norm"))
         clip_gradients(list(plugin.main_params(optimizer)), float(gradient_clip_val), algorithm, root)
