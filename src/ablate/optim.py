@@ -153,3 +153,52 @@ def build_schedule(
         min_ratio=cfg.get("min_lr_ratio", 0.0),
     )
     return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
+
+
+# --- Gradient clipping under every precision -----------------------------------------------------
+
+
+def unscales_in_step(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the optimiser unscales fp16 gradients inside its own ``step`` (fused Adam/AdamW:
+    PyTorch's ``_step_supports_amp_scaling``), so that a GradScaler leaves them scaled until then."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+def unscale_once(scaler: torch.amp.GradScaler | None, optimizer: torch.optim.Optimizer) -> None:
+    """Unscale fp16 gradients before they are read or clipped, where nobody else does.
+
+    With a GradScaler (``trainer.precision=16-mixed``) Lightning unscales before clipping, except for an
+    optimiser that unscales inside its step (:func:`unscales_in_step`, e.g. fused AdamW): there the
+    gradients stay multiplied by the loss scale, and a norm clipped or logged from them would be the
+    scale times too large. Unscaling here is what PyTorch's AMP recipe does before clipping; the
+    scaler then tells the fused step that the gradients are unscaled already (and still skips a step
+    with inf/NaN gradients). Called at most once per step whatever reads the gradients first (the
+    grad-norm logging, the clipping): the scaler records the stage per optimiser. bf16 and fp32
+    (no scaler) and every other optimiser: nothing to do. No host synchronisation."""
+    if scaler is None or not scaler.is_enabled() or not unscales_in_step(optimizer):
+        return
+    from torch.amp.grad_scaler import OptState
+
+    # the scaler's own record of this optimiser's stage (READY: not unscaled since the last update)
+    if scaler._per_optimizer_states[id(optimizer)]["stage"] is OptState.READY:
+        scaler.unscale_(optimizer)
+
+
+def clip_gradients(
+    parameters: list[torch.Tensor], max_value: float, algorithm: str = "norm", sharded_root: nn.Module | None = None
+) -> None:
+    """Clip gradients to a global L2 norm of ``max_value`` (``algorithm="norm"``, what
+    ``optim.grad_clip`` sets) or each element to ``[-max_value, max_value]`` (``"value"``).
+
+    ``torch.nn.utils.clip_grad_norm_`` over ``parameters`` in the optimiser's order: the same call
+    as Lightning's own clipping, so a run's numbers do not change. An FSDP model's gradients are
+    sharded over the ranks, and only the root module can compute their global norm
+    (``sharded_root.clip_grad_norm_``, a collective every rank calls)."""
+    if algorithm == "value":
+        torch.nn.utils.clip_grad_value_(parameters, max_value)
+    elif algorithm != "norm":
+        raise ValueError(f"gradient clipping algorithm {algorithm!r}: use norm or value")
+    elif sharded_root is not None:
+        sharded_root.clip_grad_norm_(max_value)  # type: ignore[operator]  # FSDP's method
+    else:
+        torch.nn.utils.clip_grad_norm_(parameters, max_value)

@@ -6,8 +6,10 @@ terminal, so ``callbacks.progress_bar.mode=auto`` must print plain-text lines, n
 from __future__ import annotations
 
 import io
+import logging
 import re
 import sys
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -371,6 +373,9 @@ NOISE = (
     "weights_only",
     "sync_dist",
     "`Trainer.fit` stopped: `max_steps=",
+    # issue 31, on a GPU (checked with Lightning's own code below, as there is no GPU here)
+    "set `torch.set_float32_matmul_precision",
+    "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES",
 )
 
 
@@ -392,3 +397,63 @@ def test_console_carries_none_of_the_known_noise(run_train):
     console = proc.stdout + proc.stderr
     assert [n for n in NOISE if n in console] == []
     assert "run completed" in console
+    # the W&B line names the offline run relative to where the command was typed (issue 35.9:
+    # ~200 characters with the absolute path)
+    wandb_line = next(line for line in console.splitlines() if line.startswith("W&B offline"))
+    assert "wandb sync logs/runs/" in wandb_line and len(wandb_line) <= 125, wandb_line
+
+
+def test_lightnings_gpu_lines_are_filtered(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    """Lightning's own code, run as on one Ampere+ GPU with fp32 matmuls at "highest": its
+    "set torch.set_float32_matmul_precision" tip and its ``LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES``
+    line reach no handler once :func:`quiet_known_noise` is installed (as ``train.py`` does)."""
+    import torch
+    from lightning.fabric.accelerators import cuda as fabric_cuda
+    from lightning.pytorch.accelerators import CUDAAccelerator
+
+    from ablate.cli.console import quiet_known_noise
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(fabric_cuda, "_is_ampere_or_later", lambda *a: True)
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "highest")
+
+    def emitted() -> str:
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            fabric_cuda._check_cuda_matmul_precision.cache_clear()  # Lightning shows it once per process
+            fabric_cuda._check_cuda_matmul_precision(torch.device("cuda", 0))
+            CUDAAccelerator.set_nvidia_flags(0)
+        return caplog.text
+
+    names = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+    loggers = [logging.getLogger(n) for n in (*names, "lightning.pytorch.accelerators.cuda")]
+    before = [list(lg.filters) for lg in loggers]
+    try:
+        for lg in loggers:  # as Lightning leaves them (an earlier test in this process may have filtered them)
+            lg.filters[:] = [f for f in lg.filters if not type(f).__module__.startswith("ablate.")]
+        assert "Tensor Cores" in emitted() and "LOCAL_RANK: 0" in emitted()  # what Lightning prints unfiltered
+        with warnings.catch_warnings():
+            quiet_known_noise()
+            assert "Tensor Cores" not in emitted() and "LOCAL_RANK" not in emitted()
+    finally:  # this process's other tests see Lightning's loggers as they were
+        for lg, filters in zip(loggers, before):
+            lg.filters[:] = filters
+
+
+def test_gpu_runs_set_the_matmul_precision_that_silences_the_tip():
+    """``runtime.matmul_precision: auto`` (set before the Trainer exists): TF32 on CUDA, which keeps
+    Lightning's tip away; exact fp32 on the CPU, so no CPU result changes."""
+    from hydra import compose, initialize_config_dir
+
+    from ablate.config.checks import matmul_precision
+
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        assert matmul_precision(compose("train", overrides=["trainer=gpu"])) == "high"
+        assert matmul_precision(compose("train", overrides=["trainer=fsdp"])) == "high"
+        assert matmul_precision(compose("train")) == "highest"
+        assert (
+            matmul_precision(compose("train", overrides=["trainer=gpu", "runtime.matmul_precision=highest"]))
+            == "highest"
+        )

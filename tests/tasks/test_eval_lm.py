@@ -149,8 +149,12 @@ def test_eval_py_gives_train_py_numbers(run_train, tmp_path, data_dir):
     def result(proc: subprocess.CompletedProcess) -> dict:
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    test = result(eval_py("seq_lens=[16,32]"))
+    proc = eval_py("seq_lens=[16,32]")
+    test = result(proc)
     assert test["split"] == "test" and test["corpus"] == "text"
+    # eval.py's console carries none of Lightning's known noise either (issue 35.9; ablate.cli.task)
+    noise = ("TPU available", "litlogger", "LeafSpec")
+    assert [n for n in noise if n in proc.stdout + proc.stderr] == [], proc.stderr[-2000:]
     for length in ("16", "32"):
         got = test["lengths"][length]
         assert got["loss"] == pytest.approx(status["metrics"][f"test/loss@{length}"], rel=1e-5)

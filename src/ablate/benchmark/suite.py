@@ -26,6 +26,7 @@ from ablate.benchmark.loops import HandLoop, LightningLoop, Runner, Variant
 from ablate.benchmark.machine import CpuShare, machine_info, peak_rss_mb, rss_mb
 from ablate.benchmark.report import jsonable, markdown_report, print_report
 from ablate.callbacks.throughput import device_peak_flops, measure_cpu_peak
+from ablate.config.checks import matmul_precision
 from ablate.nn.flops import flops_per_token
 from ablate.run.train import check_config
 
@@ -154,6 +155,10 @@ class Benchmark:
                     first_timed_step[runner.variant.name] = runner.step
                     runner.hook_time = dict.fromkeys(runner.hook_time, 0.0)
             turn = max(1, min(steps, int(spec.get("turn_steps") or self.bench.turn_steps)))
+            if self.device.type == "cuda":
+                # a turn is the round's steps: the GPU gets them queued back to back, as in training,
+                # with one sync at the end (Runner.boundary); a quiet GPU needs no finer interleaving
+                turn = steps
             turns = [turn] * (steps // turn) + ([steps % turn] if steps % turn else [])
             for rnd in range(rounds):
                 order = runners[rnd % len(runners) :] + runners[: rnd % len(runners)]
@@ -220,7 +225,7 @@ class Benchmark:
         t0 = time.perf_counter()
         if cfg.runtime.flush_denormal:
             torch.set_flush_denormal(True)  # as train.py; every variant sets its own in its thread
-        torch.set_float32_matmul_precision(cfg.runtime.matmul_precision)
+        torch.set_float32_matmul_precision(matmul_precision(cfg))
         logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
         warnings.filterwarnings("ignore", ".*does not have many workers.*")
         warnings.filterwarnings("ignore", ".*isinstance.treespec, LeafSpec.*")

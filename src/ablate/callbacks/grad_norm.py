@@ -7,19 +7,30 @@ Names (part of the interface): ``grad_norm/total`` and one value per block and s
 is part of ``embed``). The zero-padded layer index lets a dashboard sort by depth.
 
 Cost: parameters are grouped once at the start; a logging step runs one fused
-``torch._foreach_norm`` over all gradients, one ``index_add_`` that sums the squares per group,
-and one host sync to read the values; steps that do not log pay one integer comparison. Only
-global rank 0 computes and logs (after DDP's all-reduce every rank holds the same gradients).
-``scripts/benchmark.py`` measures the cost against the same loop without the callback.
+``torch._foreach_norm`` over all gradients and one ``index_add_`` that sums the squares per group,
+on the device; the values reach the loggers through a non-blocking copy
+(:class:`ablate.callbacks.deferred.DeferredMetrics`: on a GPU they are written a step later, at
+the step they belong to), so no step waits for the GPU. Steps that do not log pay one integer
+comparison. Only global rank 0 computes and logs (after DDP's all-reduce every rank holds the
+same gradients). ``scripts/benchmark.py`` measures the cost against the same loop without the
+callback.
+
+Under fp16 with a GradScaler the logged norms are those of the unscaled gradients: Lightning
+unscales before this hook, except for an optimiser that unscales inside its step (fused AdamW),
+whose gradients are unscaled here first (:func:`ablate.optim.unscale_once`).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+
+from ablate.callbacks.deferred import DeferredMetrics
+from ablate.optim import unscale_once
 
 _BLOCK = re.compile(r"blocks\.(\d+)\.(\w+)\.(sublayer|norm|post_norm)\.")
 _STACKS = {"encoder.": "enc_", "decoder.": "dec_"}
@@ -65,6 +76,7 @@ class GradNormMonitor(Callback):
         self.params: list[torch.nn.Parameter] = []
         self.group_index: torch.Tensor | None = None  # group of each parameter (CPU)
         self._device_index: dict[torch.device, torch.Tensor] = {}  # group_index on each device used
+        self.deferred = DeferredMetrics()
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         seen: dict[int, str] = {}
@@ -81,11 +93,12 @@ class GradNormMonitor(Callback):
     def should_log(self, step: int) -> bool:
         return step < self.dense_steps or step % self.every_n_steps == 0
 
-    def compute(self) -> dict[str, float]:
-        """All group norms and the total, with one fused kernel and one host sync."""
+    def compute_tensor(self) -> tuple[list[str], torch.Tensor] | None:
+        """``(names, values)``: the group norms and the total as one tensor on the gradients' device
+        (one fused kernel, no host sync); None when no parameter has a gradient."""
         grads = [p.grad for p in self.params if p.grad is not None]
         if not grads:
-            return {}
+            return None
         assert self.group_index is not None  # set with self.params
         device = grads[0].device
         squares = torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float32)).square()
@@ -101,19 +114,40 @@ class GradNormMonitor(Callback):
         groups = torch.zeros(len(self.names) + 1, device=device)
         groups.index_add_(0, index, squares)
         groups[-1] = squares.sum()
-        values = groups.sqrt().tolist()  # the one host sync
-        out = {f"grad_norm/{self.names[i]}": values[i] for i in present}
-        out["grad_norm/total"] = values[-1]
-        return out
+        keep = list(present) + [len(self.names)]
+        values = groups.sqrt() if len(keep) == len(self.names) + 1 else groups[keep].sqrt()
+        return [f"grad_norm/{self.names[i]}" for i in present] + ["grad_norm/total"], values
+
+    def compute(self) -> dict[str, float]:
+        """All group norms and the total, read on the host (one host sync)."""
+        computed = self.compute_tensor()
+        if computed is None:
+            return {}
+        names, values = computed
+        return dict(zip(names, values.tolist()))
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         if not self.should_log(trainer.global_step) or not trainer.is_global_zero:
             return
-        metrics = self.compute()
-        if metrics:
+        unscale_once(getattr(trainer.precision_plugin, "scaler", None), optimizer)  # fp16 + fused AdamW
+        computed = self.compute_tensor()
+        if computed is not None:
             # written straight to the loggers so the chosen steps are logged exactly,
-            # independent of Trainer(log_every_n_steps)
-            for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=trainer.global_step)
+            # independent of Trainer(log_every_n_steps); on a GPU once the copy has arrived
+            self.deferred.put(trainer.global_step, *computed, trainer.loggers)
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.deferred.flush(trainer.loggers)  # what has reached the host since (nothing waits)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.deferred.flush(trainer.loggers, wait=True)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.deferred.flush(trainer.loggers, wait=True)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self.deferred.flush(trainer.loggers, wait=True)

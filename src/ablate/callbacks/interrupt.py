@@ -19,6 +19,10 @@ the same way: a preempted job stops after its step with that step saved and its 
 In a sweep whose jobs run in worker processes (``hydra/launcher=cpu_parallel``), a stop request of
 the whole sweep is a file (:mod:`ablate.sweepers.sweep_stop`): the first signal writes it, and every job
 polls it after each step, so that all of them stop and save however the signal arrived.
+
+Under DDP the ranks must stop at the same step, so they agree on the request with a collective
+read on the host (which makes the CPU wait for the GPU): every ``trainer.log_every_n_steps``
+steps rather than after every step, so a stop comes up to that many steps after the signal.
 """
 
 from __future__ import annotations
@@ -94,6 +98,11 @@ class GracefulInterrupt(Callback):
         self._poll_stop_file()
         requested = self._requested
         if trainer.world_size > 1:  # every rank must stop at the same step, or DDP deadlocks
+            # the agreement is a collective read on the host (a GPU sync): every log_every_n_steps
+            # steps, at the same steps on every rank, not at every step (issue 31)
+            every = max(int(trainer.log_every_n_steps or 1), 1)  # type: ignore[attr-defined]  # set at runtime
+            if trainer.global_step % every:
+                return
             requested = trainer.strategy.reduce_boolean_decision(requested, all=False)
         if requested and self.interrupted_at is None:
             self.interrupted_at = trainer.global_step

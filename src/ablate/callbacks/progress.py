@@ -248,11 +248,41 @@ class StepsRichProgressBar(RichProgressBar):
     ``max_steps`` (then ``max_epochs`` is -1): every run here. No release fixes it (2.6.6 is the
     newest); overriding the description is the smallest fix, and the one private method touched."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_train_batch_end = False
+        self._metrics: dict[str, Any] | None = None
+
     def _get_train_description(self, current_epoch: int) -> str:
         trainer = self.trainer
         if trainer.max_steps and trainer.max_steps > 0:
             return f"train (max_steps={trainer.max_steps})"  # set once per epoch: no live step count
         return super()._get_train_description(current_epoch)
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self._in_train_batch_end = True
+        try:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        finally:
+            self._in_train_batch_end = False
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        """What the bar shows next to it, with ``train/loss`` (no task logs it with ``prog_bar``:
+        Lightning would read it on the host after every batch). The bar moves every batch; the
+        numbers, which are read from the device, change only at the steps where Lightning writes
+        its logs (``trainer.log_every_n_steps``), so that no other step waits for the GPU."""
+        # log_every_n_steps: set on the Trainer at runtime by Lightning, not declared in its types
+        every = max(int(trainer.log_every_n_steps or 1), 1)  # type: ignore[attr-defined]
+        if self._in_train_batch_end and self._metrics is not None and trainer.global_step % every:
+            return self._metrics
+        metrics: dict[str, Any] = dict(super().get_metrics(trainer, pl_module))
+        loss = _metric_value(trainer.callback_metrics.get("train/loss"))
+        if loss is not None:
+            metrics = {"train/loss": loss, **metrics}
+        self._metrics = metrics
+        return metrics
 
 
 def progress_callback(

@@ -21,7 +21,8 @@ Cost: hooks exist only during the forward of a logging step (the grad-norm caden
 ``log.grad_norm_every_n_steps``, every step during ``log.grad_norm_dense_steps``): they are
 registered in ``on_train_batch_start`` and removed once the values are logged, so any other
 step runs the model with no hook at all. A hooked block adds one square-and-sum of its output;
-values stay on the device until one host sync reads them all. Only global rank 0 measures (its
+values stay on the device and reach the loggers through a non-blocking copy
+(:class:`ablate.callbacks.deferred.DeferredMetrics`), so no step waits for the GPU. Only global rank 0 measures (its
 own shard of the batch under DDP). Not under ``torch.compile``: hooks added and removed around
 a compiled forward recompile it, so the callback disables itself there with a warning.
 """
@@ -38,6 +39,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from ablate.callbacks.deferred import DeferredMetrics
 from ablate.callbacks.grad_norm import layer_label, split_stack
 
 _BLOCK = re.compile(r"blocks\.(\d+)")
@@ -62,6 +64,7 @@ class ResidualRMSMonitor(Callback):
         self._counts: dict[str, Tensor] = {}  # layer -> number of summed elements
         self._target_mask: Tensor | None = None
         self._disabled = False
+        self.deferred = DeferredMetrics()
 
     def should_log(self, step: int) -> bool:
         return step < self.dense_steps or step % self.every_n_steps == 0
@@ -107,7 +110,7 @@ class ResidualRMSMonitor(Callback):
                 count = mask.sum() * x.size(-1)
             else:  # no padding (LM windows): every position
                 square_sum = x.square().sum()
-                count = torch.tensor(x.numel(), device=x.device)
+                count = torch.full((), x.numel(), device=x.device)  # made on the device: no host-to-device copy
             if layer in self._sums:
                 self._sums[layer] += square_sum
                 self._counts[layer] += count
@@ -116,16 +119,25 @@ class ResidualRMSMonitor(Callback):
 
         return hook
 
-    def compute(self) -> dict[str, float]:
-        """The RMS per layer since the last call, with one host sync; clears the sums."""
+    def compute_tensor(self) -> tuple[list[str], Tensor] | None:
+        """``(names, values)``: the RMS per layer since the last call, on the device (no host
+        sync); clears the sums. None when nothing was measured."""
         if not self._sums:
-            return {}
+            return None
         layers = sorted(self._sums)
         sums = torch.stack([self._sums[k] for k in layers])
         counts = torch.stack([self._counts[k] for k in layers]).to(sums.dtype)
-        values = (sums / counts.clamp_min(1)).sqrt().tolist()  # the one host sync
+        values = (sums / counts.clamp_min(1)).sqrt()
         self._sums, self._counts = {}, {}
-        return {f"resid_rms/{layer}": value for layer, value in zip(layers, values)}
+        return [f"resid_rms/{layer}" for layer in layers], values
+
+    def compute(self) -> dict[str, float]:
+        """The RMS per layer since the last call, read on the host (one host sync); clears the sums."""
+        computed = self.compute_tensor()
+        if computed is None:
+            return {}
+        names, values = computed
+        return dict(zip(names, values.tolist()))
 
     # ------------------------------------------------------------------ Lightning hooks
 
@@ -151,15 +163,23 @@ class ResidualRMSMonitor(Callback):
         if not self.handles:
             return
         self.detach()  # before validation or the next step's forward
-        metrics = self.compute()
-        if metrics:
+        computed = self.compute_tensor()
+        if computed is not None:
             # straight to the loggers, at the step the grad norms of this batch are logged at
-            for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=trainer.global_step)
+            self.deferred.put(trainer.global_step, *computed, trainer.loggers)
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.deferred.flush(trainer.loggers)  # what has reached the host since (nothing waits)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.deferred.flush(trainer.loggers, wait=True)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.detach()
         self._sums, self._counts = {}, {}
+        self.deferred.flush(trainer.loggers, wait=True)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self.on_train_end(trainer, pl_module)

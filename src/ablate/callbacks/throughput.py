@@ -17,9 +17,12 @@ device's peak from :func:`device_peak_flops`: on a GPU the nominal dense bf16 pe
 detected card, on a CPU a large fp32 matmul timed at the current thread count
 (:func:`measure_cpu_peak`; once per process, about 2 s on 2 cores).
 
-Cost: two clock reads per step; the rate is computed and handed to ``self.log`` only on the
-steps where Lightning writes its logs (every ``trainer.log_every_n_steps``), because a
-``self.log`` call costs Lightning about 0.1-0.3 ms of Python.
+Cost: two clock reads per step and no device work; the rate is computed and handed to
+``self.log`` (as host tensors, which Lightning keeps on the host) only on the steps where Lightning
+writes its logs (every ``trainer.log_every_n_steps``), because a ``self.log`` call costs Lightning
+about 0.1-0.3 ms of Python. On a GPU the rate is the host's pace of queuing steps, which over a
+window of steps equals the GPU's pace: the CPU can run ahead of the GPU only by what the CUDA
+queue holds, and every logging step reads device values.
 """
 
 from __future__ import annotations
@@ -213,10 +216,11 @@ class ThroughputMonitor(Callback):
         rate = self.rate()
         if rate is None:
             return
-        pl_module.log("train/tokens_per_sec", rate)
+        # host tensors: Lightning would copy a plain number to the device (a blocking copy)
+        pl_module.log("train/tokens_per_sec", torch.tensor(rate, dtype=torch.float32))
         if self.peak_flops and self.flops_per_token:
             assert not isinstance(self.peak_flops, str)  # setup resolved "auto"
-            pl_module.log("train/mfu", rate * self.flops_per_token / self.peak_flops)
+            pl_module.log("train/mfu", torch.tensor(rate * self.flops_per_token / self.peak_flops, dtype=torch.float32))
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # in the validation row too: W&B plots a metric against another only within one row

@@ -64,6 +64,9 @@ def task(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         mark_started()
+        from ablate.cli.console import quiet_known_noise  # here, not at import: a refusal stays fast
+
+        quiet_known_noise()  # every entry point's console, not only train.py's (issue 35.9)
         cfg: Any = args[0] if args else None
         if hasattr(cfg, "get"):  # trust_checkpoint=true: this script may load checkpoints that run code
             from ablate.checkpoints import safe_load

@@ -79,6 +79,11 @@ _LIGHTNING_NOISE = (
     # the normal end of every run; the summary block says "run completed" and its steps. Other
     # reasons to stop (max_epochs, max_time) are kept: they are not in the summary's words
     "`Trainer.fit` stopped: `max_steps=",
+    # on an Ampere or later GPU when the fp32 matmul precision is "highest": runtime.matmul_precision
+    # (auto: "high", TF32 as nanoGPT, on CUDA) is set before the Trainer exists, so it prints only
+    # when a user chose runtime.matmul_precision=highest (exact fp32) on purpose, or in an entry
+    # point that trains nothing
+    "that has Tensor Cores. To properly utilize them, you should set `torch.set_float32_matmul_precision",
 )
 # warnings.filterwarnings message patterns
 _WARNING_NOISE = (
@@ -86,6 +91,19 @@ _WARNING_NOISE = (
     # nothing to change on our side, and flattening works the same
     r".*isinstance\(treespec, LeafSpec\)",
 )
+
+
+class _DropOneDeviceRankLine:
+    """Lightning's ``LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [...]`` (logged by its CUDA accelerator
+    in every process): dropped unless the run has several processes, where it says which GPUs
+    each rank sees. On one device it repeats what ``GPU available: True, used: True`` says."""
+
+    def filter(self, record: Any) -> bool:
+        if not record.getMessage().startswith("LOCAL_RANK: "):
+            return True
+        import torch.distributed as dist
+
+        return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 class _DropLines:
@@ -111,6 +129,9 @@ def quiet_known_noise() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropLines) for f in logger.filters):
             logger.addFilter(_DropLines(_LIGHTNING_NOISE))
+    accelerator = logging.getLogger("lightning.pytorch.accelerators.cuda")
+    if not any(isinstance(f, _DropOneDeviceRankLine) for f in accelerator.filters):
+        accelerator.addFilter(_DropOneDeviceRankLine())
 
 
 # --- What a run and a sweep print at the end ---------------------------------------------------

@@ -117,6 +117,94 @@ def clip_validation_interval(trainer: Any) -> str | None:
     )
 
 
+# Lightning 2.6's precision values (lightning.fabric.plugins.precision.precision: _PRECISION_INPUT)
+PRECISIONS = (
+    "32-true",
+    "bf16-mixed",
+    "16-mixed",
+    "bf16-true",
+    "16-true",
+    "64-true",
+    "32",
+    "16",
+    "bf16",
+    "64",
+    32,
+    16,
+    64,
+)
+GPU_ACCELERATORS = ("gpu", "cuda")
+
+
+def _resolves_to_cpu(accelerator: Any) -> bool:
+    """Whether ``trainer.accelerator`` will train on the CPU: ``cpu``, or ``auto`` without a CUDA device."""
+    if accelerator == "cpu":
+        return True
+    if accelerator in (None, "auto"):
+        import torch
+
+        return not torch.cuda.is_available()
+    return False
+
+
+def _strategy_name(strategy: Any) -> str:
+    """``trainer.strategy`` as a name: a string as given, a ``_target_`` node by its class name."""
+    if isinstance(strategy, Mapping):
+        return str(strategy.get("_target_", "")).rsplit(".", 1)[-1].lower().removesuffix("strategy")
+    return str(strategy or "auto").lower()
+
+
+MATMUL_PRECISIONS = ("auto", "highest", "high", "medium")
+
+
+def matmul_precision(cfg: Mapping[str, Any]) -> str:
+    """The fp32 matmul precision a run sets before its Trainer exists (``runtime.matmul_precision``):
+    ``auto`` is ``high`` (TF32 on Ampere and later GPUs, what nanoGPT's ``allow_tf32`` does) when the
+    trainer runs on CUDA, ``highest`` (exact fp32) on the CPU, where the numbers must not change.
+    Set on a GPU, it also keeps Lightning from printing its tip to set it."""
+    runtime, trainer = cfg.get("runtime") or {}, cfg.get("trainer") or {}
+    value = runtime.get("matmul_precision", "auto")
+    if value not in MATMUL_PRECISIONS:
+        raise ConfigError(f"runtime.matmul_precision={value!r} is invalid: one of {', '.join(MATMUL_PRECISIONS)}")
+    if value != "auto":
+        return str(value)
+    accelerator = trainer.get("accelerator", "auto")
+    on_gpu = accelerator in GPU_ACCELERATORS or (accelerator in (None, "auto") and not _resolves_to_cpu(accelerator))
+    return "high" if on_gpu else "highest"
+
+
+def check_precision_and_strategy(cfg: Mapping[str, Any]) -> None:
+    """Combinations of precision, optimiser, clipping, strategy and device that Lightning refuses or
+    silently changes only once the Trainer is built or the first step runs, after the data is read.
+
+    What works (a :class:`~ablate.tasks.base.TaskModule` clips in ``configure_gradient_clipping``):
+    every precision with every optimiser and ``optim.grad_clip``, fused AdamW included (bf16 has
+    nothing to unscale; fp16 unscales first), under the single-device, DDP and FSDP strategies,
+    with or without ``model.compile``. Refused here, naming the key to change:
+
+    * a ``trainer.precision`` Lightning does not know;
+    * ``16-mixed`` on the CPU (Lightning would train bf16 instead, while the run records 16-mixed);
+    * FSDP without ``trainer.accelerator=gpu`` (Lightning accepts FSDP on explicit GPUs only).
+    """
+    matmul_precision(cfg)  # a valid runtime.matmul_precision
+    trainer = cfg.get("trainer") or {}
+    precision = trainer.get("precision", "32-true")
+    if precision not in PRECISIONS:
+        valid = ", ".join(p for p in PRECISIONS if isinstance(p, str) and "-" in p)
+        raise ConfigError(f"trainer.precision={precision!r} is invalid: one of {valid}")
+    accelerator = trainer.get("accelerator", "auto")
+    if str(precision) in ("16-mixed", "16") and _resolves_to_cpu(accelerator):
+        raise ConfigError(
+            f"trainer.precision={precision} (fp16 autocast with a gradient scaler) needs a CUDA GPU, and this run trains "
+            f"on the CPU (trainer.accelerator={accelerator}): use trainer.precision=bf16-mixed or 32-true"
+        )
+    if _strategy_name(trainer.get("strategy")) in ("fsdp", "fsdp_cpu_offload") and accelerator not in GPU_ACCELERATORS:
+        raise ConfigError(
+            f"trainer=fsdp needs trainer.accelerator=gpu (Lightning runs FSDP on explicit GPUs only), got "
+            f"trainer.accelerator={accelerator}"
+        )
+
+
 def check_run_numbers(cfg: Mapping[str, Any]) -> None:
     """Check the run-control numbers of a composed config (raises :class:`ConfigError`)."""
     trainer, data, optim = (cfg.get(k) or {} for k in ("trainer", "data", "optim"))
@@ -129,6 +217,7 @@ def check_run_numbers(cfg: Mapping[str, Any]) -> None:
     _check(optim, "optim", OPTIM_RULES)
     if "seed" in cfg:
         _require(_integer(cfg["seed"]), "seed", cfg["seed"], "an integer")
+    check_precision_and_strategy(cfg)
 
 
 def warmup_problem(cfg: Mapping[str, Any]) -> str | None:

@@ -71,7 +71,7 @@ from ablate.cli.console import (
     print_config_tree,
     quiet_known_noise,
 )
-from ablate.config.checks import clip_validation_interval
+from ablate.config.checks import clip_validation_interval, matmul_precision
 from ablate.config.model import ModelSpec, model_spec
 from ablate.config.options import ConfigError
 from ablate.errors import UserError
@@ -299,7 +299,7 @@ def fit(cfg: DictConfig, control: RunControl, checked: Preflight, job: Job | Non
         # Post-LN's normalised outputs feed tiny gradients that go denormal on CPU and run
         # 12-18% slower there; flushing them to zero removes the gap (no effect on GPU).
         torch.set_flush_denormal(True)
-    torch.set_float32_matmul_precision(cfg.runtime.matmul_precision)
+    torch.set_float32_matmul_precision(matmul_precision(cfg))  # issue 31: auto is TF32 on CUDA, exact on CPU
 
     datamodule = instantiate(cfg.data, seed=cfg.seed)
     datamodule.prepare_data()

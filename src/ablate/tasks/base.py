@@ -10,6 +10,7 @@ from typing import Any, ClassVar, cast
 import lightning as L
 import torch
 from lightning.pytorch.core.optimizer import LightningOptimizer
+from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
@@ -18,7 +19,7 @@ from ablate.config.model import ModelSpec
 from ablate.config.options import ConfigError
 from ablate.data.tokenizers import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
 from ablate.metrics import finite_or_none
-from ablate.optim import build_optimizer, build_schedule
+from ablate.optim import build_optimizer, build_schedule, clip_gradients, unscale_once
 
 
 def check_bpe_train_mb(data: Any) -> None:
@@ -117,16 +118,48 @@ class TaskModule(L.LightningModule):
         raise NotImplementedError
 
     def log_training_step(self, loss: Tensor, nll: Tensor, **extra: Tensor) -> None:
-        """``train/loss``, ``train/ppl`` (exp of the plain NLL), ``train/lr`` (this step's rate) and
-        the task's own ``train/<name>`` values of one training step. Under DDP: the global
-        batch's values (the mean over ranks, which hold equal token counts), not rank 0's share;
-        one all-reduce of a few scalars, nothing on one device."""
+        """Log a training step's ``train/loss``, ``train/ppl``, ``train/lr`` and ``extra`` (named
+        ``train/<key>``). Under DDP: the global batch's values (the mean over ranks, which hold equal
+        token counts), not rank 0's share; one all-reduce of a few scalars, nothing on one device.
+
+        Without a host synchronisation: on a GPU the CPU can then queue the next step while this one
+        runs. The values stay on the device until Lightning writes its logs (every
+        ``trainer.log_every_n_steps``). Two things Lightning would otherwise do every step: copy the
+        learning rate, a Python number, to the device (a blocking copy), so it is logged as a CPU
+        tensor (the same float32 value); and turn every ``prog_bar=True`` value into a Python number
+        after each batch (a sync), so none is set here: the progress displays read ``train/loss`` at
+        their own, rarer cadence (:mod:`ablate.callbacks.progress`)."""
         values = self.trainer.strategy.reduce(torch.stack([loss.detach(), nll, *extra.values()]), reduce_op="mean")
-        self.log("train/loss", values[0], prog_bar=True)
+        self.log("train/loss", values[0])
         self.log("train/ppl", values[1].exp())
-        self.log("train/lr", cast(LightningOptimizer, self.optimizers()).param_groups[0]["lr"])
+        lr = cast(LightningOptimizer, self.optimizers()).param_groups[0]["lr"]  # this step's rate
+        self.log("train/lr", lr if isinstance(lr, Tensor) else torch.tensor(lr, dtype=torch.float32))
         for name, value in zip(extra, values[2:]):
             self.log(f"train/{name}", value)
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: int | float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip the gradients (``optim.grad_clip``, handed to the Trainer as ``gradient_clip_val``)
+        the way the precision and the strategy need.
+
+        Lightning's own clipping refuses, under any mixed precision, an optimiser that unscales inside
+        its step (fused AdamW, which ``optim.fused: null`` picks on CUDA), although bf16 has no
+        scaler and nothing to unscale: every ``trainer=gpu`` run crashed on its first step (issue
+        31). Here bf16 and fp32 clip directly; fp16 with a GradScaler unscales first
+        (:func:`ablate.optim.unscale_once`); FSDP clips through its root module (Lightning refuses norm
+        clipping there too). Otherwise the same call as Lightning's: the numbers do not change."""
+        if not gradient_clip_val:
+            return
+        trainer = self.trainer
+        plugin = trainer.precision_plugin
+        unscale_once(getattr(plugin, "scaler", None), optimizer)
+        root = trainer.strategy.model if isinstance(trainer.strategy, FSDPStrategy) else None
+        algorithm = str(getattr(gradient_clip_algorithm, "value", gradient_clip_algorithm or "norm"))
+        clip_gradients(list(plugin.main_params(optimizer)), float(gradient_clip_val), algorithm, root)
 
     def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         optimizer = build_optimizer(self.model, self.optim_cfg)

@@ -8,6 +8,7 @@ over from a previous job of the same process (a Hydra multirun).
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import warnings
@@ -98,7 +99,7 @@ def build_wandb_logger(
         target = Path(run.dir).parent
         if resume_id:
             target = target.parent / f"offline-run-*-{resume_id}"
-        _announce(f"W&B offline ({reason}). Sync later with: wandb sync {target}")
+        _announce(f"W&B offline ({reason}); upload: wandb sync {_short_path(target)}")
     return AblateWandbLogger(
         experiment=run, save_dir=output_dir, name=run_name, project=options.project, config_keys=extra_config
     )
@@ -170,6 +171,13 @@ def finish_stale_run() -> None:
 
 
 @rank_zero_only
+def _short_path(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it (where the user typed the
+    command, so the printed ``wandb sync`` runs as is, in a line half as long), else absolute."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
+
+
 def _announce(message: str) -> None:
     """The one line a user sees about W&B (rank zero only)."""
     print(message, flush=True)

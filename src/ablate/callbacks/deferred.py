@@ -1,0 +1,67 @@
+"""Metrics computed on the device and written to the loggers once they have reached the host,
+so that the step which computes them does not wait for the GPU.
+
+Reading a GPU tensor on the host (``.tolist()``, ``.item()``) blocks the CPU until the GPU has
+finished everything queued before it; while the CPU waits it queues nothing, and the GPU idles
+through the Python that follows (logger writes, the next step's start). Here the values are
+copied to pinned host memory without blocking (``non_blocking=True``) and a CUDA event marks the
+end of the copy; :meth:`DeferredMetrics.flush` writes every entry whose copy is complete (a
+later step, typically the next one) and, with ``wait=True``, all of them (end of training,
+before validation). Each entry keeps the step it was computed at, so the loggers get the same
+``(metrics, step)`` as an immediate write would give, only a step or two later. On the CPU the
+copy is the tensor itself and the entry is written at once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from lightning.pytorch.loggers import Logger
+
+
+@dataclass
+class _Entry:
+    step: int
+    names: Sequence[str]
+    values: torch.Tensor  # on the host (pinned, being filled when ``ready`` is a pending event)
+    ready: Any  # torch.cuda.Event, or None when the values are already on the host
+
+
+class DeferredMetrics:
+    """A queue of ``(step, names, values)`` on their way from the device to the loggers."""
+
+    def __init__(self) -> None:
+        self.pending: deque[_Entry] = deque()
+
+    def put(self, step: int, names: Sequence[str], values: torch.Tensor, loggers: Iterable[Logger]) -> None:
+        """Queue ``values`` (a 1-d tensor, one per name) computed at ``step``; on the CPU they are
+        written now (with anything queued before them, in order)."""
+        if values.device.type == "cuda":
+            host = values.detach().to("cpu", non_blocking=True)  # into pinned memory, asynchronously
+            event = torch.cuda.Event()
+            event.record()
+            self.pending.append(_Entry(step, names, host, event))
+        else:
+            self.pending.append(_Entry(step, names, values.detach(), None))
+        self.flush(loggers)
+
+    def flush(self, loggers: Iterable[Logger], wait: bool = False) -> None:
+        """Write the entries whose copy is complete, oldest first (all of them with ``wait``)."""
+        loggers = list(loggers)
+        while self.pending:
+            entry = self.pending[0]
+            if entry.ready is not None and not wait and not entry.ready.query():
+                return  # still being copied; later entries were queued after it
+            if entry.ready is not None:
+                entry.ready.synchronize()  # complete already unless wait=True
+            self.pending.popleft()
+            metrics = dict(zip(entry.names, entry.values.tolist()))  # host memory: no device sync
+            for logger in loggers:
+                logger.log_metrics(metrics, step=entry.step)
+
+    def clear(self) -> None:
+        self.pending.clear()
