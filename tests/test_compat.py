@@ -13,7 +13,7 @@ from lightning.fabric.utilities.logger import _flatten_dict
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.loggers import CSVLogger
 
-from ablate.compat import BasicSweeper, flatten_params, is_local_path
+from ablate.compat import BasicSweeper, flatten_params, hydra_args_parser, is_local_path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,6 +50,7 @@ def test_the_installed_versions_are_the_pinned_ones(package: str) -> None:
 
 def test_the_private_names_still_exist() -> None:
     assert callable(BasicSweeper._parse_config)  # compat.sweeper_params_overrides
+    assert hydra_args_parser().parse_args(["-m", "a=1"]).multirun  # compat.hydra_args_parser
     assert callable(RichProgressBar._get_train_description)  # overridden by StepsRichProgressBar
     assert CSVLogger("/tmp/unused")._experiment is None  # read by AppendingCSVLogger.experiment
 

@@ -22,7 +22,12 @@ from typing import Any
 
 import fsspec.utils
 
-__all__ = ["flatten_params", "is_local_path", "sweeper_params_overrides"]  # and BasicSweeper (__getattr__)
+__all__ = [  # and BasicSweeper (__getattr__)
+    "flatten_params",
+    "hydra_args_parser",
+    "is_local_path",
+    "sweeper_params_overrides",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -36,6 +41,16 @@ def __getattr__(name: str) -> Any:
 
         return BasicSweeper
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def hydra_args_parser() -> Any:
+    """The ``argparse`` parser of a ``@hydra.main`` app's command line (``-m``, ``--cfg``, the
+    overrides): private in Hydra 1.3 (``hydra._internal.utils.get_args_parser``). The command-line
+    check reads a command exactly as Hydra will (:func:`ablate.cli.check_command_line`), before
+    Hydra runs, so that a refusal prints ablate's message first."""
+    from hydra._internal.utils import get_args_parser
+
+    return get_args_parser()
 
 
 def sweeper_params_overrides(sweeper: Any) -> list[str]:

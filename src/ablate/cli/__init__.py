@@ -188,13 +188,13 @@ def check_command_line(
     """Compose ``argv`` as Hydra would and refuse it, with ablate's message and exit 2, when it does
     not compose or ``check(cfg, overrides)`` raises a :class:`UserError`. Command lines for Hydra
     itself (``--help``, ``--cfg``, ``--info``, another config) are left to Hydra."""
-    from hydra._internal.utils import get_args_parser
     from hydra.errors import HydraException
 
     from ablate.cli.unknown_key import composition_error_message
+    from ablate.compat import hydra_args_parser
 
     try:
-        args = get_args_parser().parse_args(argv)
+        args = hydra_args_parser().parse_args(argv)
     except SystemExit:  # argparse's own error: Hydra prints it
         return
     if (

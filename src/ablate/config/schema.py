@@ -37,7 +37,8 @@ EVAL_TYPES: dict[str, Any] = {"test_at_end": bool, "seq_len": int | None, "seq_l
 LOG_TYPES: dict[str, Any] = {"grad_norm_every_n_steps": int, "grad_norm_dense_steps": int}
 RUNTIME_TYPES: dict[str, Any] = {
     "flush_denormal": bool,
-    "matmul_precision": Literal["highest", "high", "medium"],  # torch.set_float32_matmul_precision's
+    # torch.set_float32_matmul_precision's, or auto (ablate.config.checks.matmul_precision)
+    "matmul_precision": Literal["auto", "highest", "high", "medium"],
 }
 PATHS_TYPES: dict[str, Any] = {
     **dict.fromkeys(("root_dir", "data_dir", "cache_dir", "log_dir"), str),
