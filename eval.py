@@ -24,7 +24,7 @@ import hydra
 from omegaconf import DictConfig
 
 from ablate import cli
-from ablate.run.resume import CheckpointError
+from ablate.checkpoints.files import CheckpointError
 from ablate.tasks import TASKS, checkpoint_task, resolve
 
 

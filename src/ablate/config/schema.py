@@ -9,7 +9,9 @@ The sources are the code that reads the keys, never a second list to keep in ste
 - ``model``: :data:`ablate.config.model.MODEL_KEYS` (what :func:`ablate.config.model.model_spec` reads);
 - ``optim``: the run checks' rules and each optimiser's keys (:mod:`ablate.optim`);
 - ``task``: the task class's ``config_keys``; ``decode``: :class:`ablate.tasks.decoding.DecodeConfig`;
-- ``logger.*``: the options dataclasses of :mod:`ablate.tracking.options`;
+  ``logger.*``: the options dataclasses of :mod:`ablate.tracking.options`. Those readers live in the
+  layers above this one, which hand their keys in (``declared``: :func:`ablate.tasks.config_keys`,
+  :func:`ablate.tracking.options.logger_keys`);
 - ``eval``, ``log``, ``runtime``, ``paths``: declared below, next to nothing else that reads them.
 
 A data class may also name the valid values of a key (``CONFIG_CHOICES``, e.g. Tiny Shakespeare's
@@ -22,7 +24,6 @@ would need a dataclass per YAML option mirroring these sources; reading the sour
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
@@ -56,18 +57,12 @@ def target_keys(target: str) -> frozenset[str] | None:
     return None  # **kwargs all the way up (object.__init__ would refuse them, but a wrapper may not)
 
 
-def _dataclass_keys(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-def group_keys(cfg: DictConfig) -> dict[str, frozenset[str] | None]:
-    """``config path -> the keys valid there`` for the groups of this composed config."""
+def group_keys(cfg: DictConfig, declared: Mapping[str, frozenset[str] | None]) -> dict[str, frozenset[str] | None]:
+    """``config path -> the keys valid there`` for the groups of this composed config; ``declared``:
+    those of the groups whose readers live above the config layer (the task's, the loggers')."""
     from ablate.config.checks import OPTIM_RULES
     from ablate.config.model import MODEL_KEYS
     from ablate.optim import OPTIMIZERS
-    from ablate.tasks import task_class
-    from ablate.tasks.decoding import DecodeConfig
-    from ablate.tracking import options as logger_options
 
     optim_keys = frozenset(OPTIM_RULES) | {k for kind in OPTIMIZERS.values() for k in kind.keys}
     keys: dict[str, frozenset[str] | None] = {
@@ -77,11 +72,7 @@ def group_keys(cfg: DictConfig) -> dict[str, frozenset[str] | None]:
         "log": LOG_KEYS,
         "runtime": RUNTIME_KEYS,
         "paths": PATHS_KEYS,
-        "decode": _dataclass_keys(DecodeConfig),
-        "task": frozenset(getattr(task_class(cfg), "config_keys", {"name"})),
-        "logger.wandb": _dataclass_keys(logger_options.WandbOptions),
-        "logger.tensorboard": _dataclass_keys(logger_options.TensorBoardOptions),
-        "logger.mlflow": _dataclass_keys(logger_options.MLflowOptions),
+        **declared,
     }
     for path in ("data", "trainer", *(f"callbacks.{name}" for name in (cfg.get("callbacks") or {}))):
         node = OmegaConf.select(cfg, path) if isinstance(cfg, DictConfig) else _select(cfg, path)
@@ -107,9 +98,10 @@ def unknown_key_message(path: str, key: str, valid: Iterable[str]) -> str:
     return f"{prefix}{key} is not a key of {path or 'the top level'}{hint}; valid keys: {', '.join(valid)}"
 
 
-def check_config_keys(cfg: DictConfig) -> None:
-    """Refuse the first key that no code reads, naming it and the valid keys of its group."""
-    for path, valid in group_keys(cfg).items():
+def check_config_keys(cfg: DictConfig, declared: Mapping[str, frozenset[str] | None]) -> None:
+    """Refuse the first key that no code reads, naming it and the valid keys of its group
+    (``declared``: as for :func:`group_keys`)."""
+    for path, valid in group_keys(cfg, declared).items():
         node = OmegaConf.select(cfg, path) if isinstance(cfg, DictConfig) else _select(cfg, path)
         if valid is None or not isinstance(node, Mapping):
             continue

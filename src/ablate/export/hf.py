@@ -329,7 +329,7 @@ def export_checkpoint(
 ) -> dict[str, Any]:
     """Export the model of a ``task=lm`` checkpoint (see :func:`export_model`); the architecture
     options that do not map are refused by name before anything is written."""
-    from ablate.run.resume import CheckpointError, inspect_checkpoint
+    from ablate.checkpoints.files import CheckpointError, inspect_checkpoint
     from ablate.tasks import checkpoint_task
     from ablate.tasks.lm_eval import load_lm_checkpoint
 

@@ -6,7 +6,7 @@ is read. :mod:`ablate.config.schema` takes the valid ``logger.<name>`` keys from
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -129,3 +129,12 @@ def _as_list(value: Any) -> list[str]:
 
 
 # ----------------------------------------------------------------------- loggers
+
+
+def logger_keys() -> dict[str, frozenset[str]]:
+    """The keys of each ``logger.<name>`` node (its options dataclass), for
+    :func:`ablate.config.schema.check_config_keys`."""
+    return {
+        f"logger.{name}": frozenset(f.name for f in fields(options))
+        for name, options in (("wandb", WandbOptions), ("tensorboard", TensorBoardOptions), ("mlflow", MLflowOptions))
+    }
