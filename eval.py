@@ -44,7 +44,7 @@ def refuse_other_tasks_options(cfg: DictConfig, task: str) -> None:
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
 @cli.task
 def main(cfg: DictConfig) -> None:
-    from ablate.run.resume import CheckpointError  # the stack (torch): only once the command is checked
+    from ablate.checkpoints.files import CheckpointError  # the stack (torch): only once the command is checked
     from ablate.tasks import TASKS, checkpoint_task, resolve
 
     if not Path(cfg.ckpt_path).is_file():

@@ -44,8 +44,11 @@ def unescape(text: str | None) -> str | None:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="attention_maps")
 @cli.task
 def main(cfg: DictConfig) -> None:
+    text = unescape(cfg.text)
+    if text is None:
+        raise SystemExit("attention_maps.py: give the input, text=...")
     try:
-        maps, model = checkpoint_maps(cfg.ckpt_path, unescape(cfg.text), unescape(cfg.target), cfg.max_tokens)
+        maps, model = checkpoint_maps(cfg.ckpt_path, text, unescape(cfg.target), cfg.max_tokens)
     except (OSError, ValueError) as err:  # a missing file, a character the tokenizer does not know, ...
         raise SystemExit(f"attention_maps.py: {err}") from None
     for amap, path in zip(maps, output_paths(cfg.ckpt_path, cfg.out, [m.name for m in maps])):

@@ -12,6 +12,7 @@ import io
 
 import pytest
 
+import ablate.tasks  # noqa: F401  (the tasks declare the built-in metrics)
 from ablate import metrics
 from ablate.metrics import Metric
 from tests.callbacks.test_progress import Clock, fake_trainer
@@ -89,3 +90,13 @@ def test_a_declared_metric_appears_everywhere(accuracy: Metric) -> None:
     trainer.callback_metrics.update({"val/loss": 2.0, "val/accuracy": 0.25})
     bar.on_validation_end(trainer, None)
     assert "loss 2.000  accuracy 0.250" in out.getvalue()
+
+
+def test_an_empty_registry_is_refused_not_read_as_blank(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry is filled by the tasks (ablate.tasks registers them); asked before any task
+    declared its metrics it says so, instead of every summary silently showing no metric."""
+    monkeypatch.setattr(metrics, "_REGISTRY", {m.name: m for m in metrics.RUN_METRICS})
+    with pytest.raises(metrics.NoTaskRegisteredError, match="import ablate.tasks"):
+        metrics.shown("val")
+    with pytest.raises(metrics.NoTaskRegisteredError):
+        metrics.find("val/loss")

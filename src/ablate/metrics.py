@@ -1,7 +1,10 @@
 """What a logged metric means, declared once: its direction, words, unit and precision.
 
-A task declares the quantities it logs (:class:`ablate.tasks.TaskSpec`'s ``metrics``); the run
-itself declares the few every run logs (:data:`RUN_METRICS`). Everything that shows or compares a
+A task declares the quantities it logs (:class:`ablate.tasks.TaskSpec`'s ``metrics``, registered here
+by :func:`ablate.tasks.register_task`); the run itself declares the few every run logs
+(:data:`RUN_METRICS`). This module imports no task: a reader of the registry imports the task
+registry (``ablate.tasks``, which registers the built-in tasks), and asking an empty registry is an
+error, never a silent blank (:func:`registered`). Everything that shows or compares a
 metric asks this registry instead of keeping its own table: the progress lines and the summaries
 (:mod:`ablate.cli.console`, :mod:`ablate.callbacks.progress`), the W&B summary goals and panels, the
 analysis tables and figures, the best-value rule of sweeps that optimise (:mod:`ablate.run.objective`,
@@ -108,9 +111,14 @@ RUN_METRICS = (Metric("lr", None, "learning rate", format=".3g", shown=False, pe
 _REGISTRY: dict[str, Metric] = {}
 
 
+class NoTaskRegisteredError(RuntimeError):
+    """The registry was asked before any task declared its metrics (``ablate.tasks`` not imported)."""
+
+
 def register(metrics: Iterable[Metric]) -> None:
-    """Declare metrics. Declaring a quantity again is allowed only with the same meaning: two
-    tasks that log ``loss`` must agree on what it is, or every table would be ambiguous."""
+    """Declare metrics (a task's, :func:`ablate.tasks.register_task`). Declaring a quantity again is
+    allowed only with the same meaning: two tasks that log ``loss`` must agree on what it is, or
+    every table would be ambiguous."""
     for metric in metrics:
         known = _REGISTRY.get(metric.name)
         if known is not None and known != metric:
@@ -127,22 +135,24 @@ def unregister(names: Iterable[str]) -> None:
 register(RUN_METRICS)
 
 
-def _builtin_tasks_registered() -> None:
-    # the built-in tasks declare their metrics when ablate.tasks is imported (a light module: no
-    # torch); importing it here means a caller of this module never sees an empty registry
-    import ablate.tasks  # noqa: F401
+def _declared() -> dict[str, Metric]:
+    """The registry, once a task has declared its metrics: before that every lookup would quietly
+    fall back (no summary rows, undeclared formats), so it is refused instead."""
+    if len(_REGISTRY) == len(RUN_METRICS):
+        raise NoTaskRegisteredError(
+            "no task has declared its metrics yet: import ablate.tasks (the task registry) before reading ablate.metrics"
+        )
+    return _REGISTRY
 
 
 def registered() -> tuple[Metric, ...]:
     """Every declared metric, in declaration order (the order summaries show them in)."""
-    _builtin_tasks_registered()
-    return tuple(_REGISTRY.values())
+    return tuple(_declared().values())
 
 
 def find(name: str) -> Metric | None:
     """The declaration of a logged name (``val/ppl@512`` -> ``ppl``), or None."""
-    _builtin_tasks_registered()
-    return _REGISTRY.get(parse(name).quantity)
+    return _declared().get(parse(name).quantity)
 
 
 def lookup(name: str) -> Metric:

@@ -10,6 +10,8 @@ from hydra import compose, initialize_config_dir
 from ablate.config.options import ConfigError
 from ablate.config.schema import check_config_keys, target_keys
 from ablate.run.preflight import check_config
+from ablate.tasks import config_keys
+from ablate.tracking.options import logger_keys
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,7 +57,8 @@ def test_an_unknown_key_in_any_group_is_refused_by_name(overrides, message):
     ],
 )
 def test_the_keys_the_code_reads_are_accepted(overrides):
-    check_config_keys(composed(*overrides))
+    cfg = composed(*overrides)
+    check_config_keys(cfg, {**config_keys(cfg), **logger_keys()})
 
 
 def test_target_keys_follow_kwargs_to_the_base_class():

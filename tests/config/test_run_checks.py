@@ -236,14 +236,17 @@ def test_misaligned_parallel_files_fail_even_with_max_train_pairs(tmp_path: Path
 
 def test_optimized_metric_that_can_never_be_logged_is_named() -> None:
     from ablate.config.checks import optimized_metric_problem
+    from ablate.tasks import ranked_metrics
 
-    assert optimized_metric_problem(composed()) is None
-    assert optimized_metric_problem(composed("task=translation", "optimized_metric=val/bleu")) is None
-    assert "not logged by task=lm" in optimized_metric_problem(composed("optimized_metric=val/bleu"))
-    assert "validation is off" in optimized_metric_problem(composed("trainer.limit_val_batches=0"))
-    assert "eval.test_at_end=false" in optimized_metric_problem(
-        composed("optimized_metric=test/loss", "eval.test_at_end=false")
-    )
+    def problem(*overrides: str) -> str | None:
+        cfg = composed(*overrides)
+        return optimized_metric_problem(cfg, ranked_metrics(cfg))
+
+    assert problem() is None
+    assert problem("task=translation", "optimized_metric=val/bleu") is None
+    assert "not logged by task=lm" in problem("optimized_metric=val/bleu")
+    assert "validation is off" in problem("trainer.limit_val_batches=0")
+    assert "eval.test_at_end=false" in problem("optimized_metric=test/loss", "eval.test_at_end=false")
 
 
 @pytest.mark.parametrize("preset", ["default", "fdr", "limit", "overfit", "profiler"])
@@ -269,7 +272,7 @@ def test_warmup_as_long_as_the_run_is_warned_about() -> None:
     assert warmup_problem(composed()) is None
     problem = warmup_problem(composed("trainer.max_steps=80", "trainer.val_check_interval=40"))
     assert problem is not None and "optim.warmup_steps=100 >= trainer.max_steps=80" in problem
-    assert problem in start_warnings(composed("trainer.max_steps=80", "trainer.val_check_interval=40"))
+    assert problem in start_warnings(composed("trainer.max_steps=80", "trainer.val_check_interval=40"), ("loss",))
     assert (
         warmup_problem(composed("trainer.max_steps=80", "trainer.val_check_interval=40", "optim.warmup_steps=0"))
         is None

@@ -24,8 +24,10 @@ from _rank_report import report_rank
 from ablate.data.lm_data import ResumableSampler
 from ablate.run import distributed
 from ablate.run.control import RunControl
+from ablate.run.job import Job
+from ablate.run.lifecycle import Plan
 from ablate.run.preflight import Preflight
-from ablate.run.train import Job, _rank_main
+from ablate.run.train import _rank_main
 from ablate.tracking.wandb_reader import read_offline_run
 from conftest import HANG_TIMEOUT
 
@@ -108,7 +110,7 @@ def test_global_batch_must_divide(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     """An indivisible layout fails before any process starts or data is read."""
     from hydra import compose, initialize_config_dir
 
-    from ablate.run.train import fit_job
+    from ablate.run.preflight import check_config
 
     with initialize_config_dir(config_dir=str(Path(__file__).parents[2] / "conf"), version_base="1.3"):
         cfg = compose(
@@ -125,7 +127,7 @@ def test_global_batch_must_divide(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     with pytest.raises(
         ValueError, match=r"data.batch_size=7 \(the global batch\) is not divisible by the world size 2"
     ):
-        fit_job(cfg, RunControl.from_config(cfg, tmp_path), Job())
+        check_config(cfg)  # train.py's check, before the job's processes are started
 
 
 # ------------------------------------------------------------------------------ units
@@ -193,12 +195,13 @@ def test_needs_launch(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_spawned_ranks_get_their_job_and_a_torchelastic_environment() -> None:
     """The spawn path (what runs where CUDA is present): the rank function and the job survive
     pickling, and a launched rank is one Lightning recognises as started by torchelastic."""
-    job = Job(["optim.lr=0.1"], "optim.lr=0.1", "sweep", True)
-    container = OmegaConf.to_container(OmegaConf.create({"a": 1}), resolve=True)
     control = RunControl(Path("/out"), Path("/logs"), (Path("/out/checkpoints"),), ckpt_path="last")
+    job = Job(control, ["optim.lr=0.1"], "optim.lr=0.1", "sweep", True)
+    container = OmegaConf.to_container(OmegaConf.create({"a": 1}), resolve=True)
     checked = Preflight({"optim.lr": 0.1}, world_size=2, accumulate=1, max_len=64)
-    fn, args = pickle.loads(pickle.dumps((_rank_main, (container, control, checked, job))))
-    assert fn is _rank_main and args[1:] == (control, checked, job)
+    plan = Plan(ckpt_path="/out/checkpoints/last.ckpt", wandb_run_id="abc")
+    fn, args = pickle.loads(pickle.dumps((_rank_main, (container, job, checked, plan))))
+    assert fn is _rank_main and args[1:] == (job, checked, plan)
     assert distributed.launch(report_rank, (), 2, method="spawn") == ("0", "2", True)
 
 

@@ -98,7 +98,7 @@ def test_training_longer_is_the_same_run_when_the_schedule_allows(workdir: Path,
     permission; a cosine run's does (its decay horizon is max_steps)."""
     from test_run_checks import composed
 
-    from ablate.run.resume import identity_differences, run_identity
+    from ablate.config.identity import identity_differences, run_identity
 
     cosine = [run_identity(composed(f"trainer.max_steps={n}", "trainer.val_check_interval=3")) for n in (3, 6)]
     assert identity_differences(*cosine) == {"trainer.max_steps": (3, 6)}
@@ -132,7 +132,7 @@ def test_micro_batch_is_not_part_of_the_run(workdir: Path, data_dir: Path, finis
     """The same global batch in smaller micro-batches is the same run: accepted."""
     from test_run_checks import composed
 
-    from ablate.run.resume import identity_differences, run_identity
+    from ablate.config.identity import identity_differences, run_identity
 
     a = run_identity(composed("data.batch_size=8"))
     b = run_identity(composed("data.batch_size=8", "data.micro_batch_size=4", "data.num_workers=2"))

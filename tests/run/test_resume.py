@@ -23,7 +23,8 @@ import pytest
 import torch
 
 import forked_python
-from ablate.callbacks.checkpointing import AtomicCheckpointIO, LastCheckpoint, find_last_checkpoint, resolve_ckpt_path
+from ablate.callbacks.checkpointing import AtomicCheckpointIO, LastCheckpoint, ResumeState
+from ablate.checkpoints.files import RESUME_STATE_KEY, find_last_checkpoint, resolve_ckpt_path
 from conftest import HANG_TIMEOUT, REPO
 
 RUN = [
@@ -234,6 +235,10 @@ def test_same_seed_same_metrics(workdir: Path, data_dir: Path, uninterrupted: Pa
     assert metrics_by_step(run_dir) == metrics_by_step(uninterrupted)
     assert_same_state(checkpoint(run_dir), checkpoint(uninterrupted))
     assert_same_state(checkpoint(run_dir, "best.ckpt"), checkpoint(uninterrupted, "best.ckpt"))
+
+
+def test_the_resume_state_is_read_back_under_the_key_lightning_saves_it_under() -> None:
+    assert ResumeState().state_key == RESUME_STATE_KEY
 
 
 def test_ckpt_path_last_without_checkpoint_starts_fresh(tmp_path: Path) -> None:

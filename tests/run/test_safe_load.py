@@ -13,7 +13,7 @@ import torch
 
 import forked_python
 from ablate.checkpoints import safe_load
-from ablate.run.resume import inspect_checkpoint
+from ablate.checkpoints.files import inspect_checkpoint
 from ablate.tasks import load_task_checkpoint
 from conftest import HANG_TIMEOUT, REPO
 
@@ -123,7 +123,7 @@ def crafted_stored_config(tmp_path_factory):
 
 
 def test_a_stored_target_is_refused_by_every_reader(crafted_stored_config):
-    from ablate.run.resume import CheckpointError
+    from ablate.checkpoints.files import CheckpointError
 
     checkpoints, files = crafted_stored_config
     for path in checkpoints.values():
@@ -135,8 +135,7 @@ def test_a_stored_target_is_refused_by_every_reader(crafted_stored_config):
 
 
 def test_a_nested_target_or_instantiator_is_refused_by_name(tmp_path):
-    from ablate.data.registry import StoredConfigError
-    from ablate.tasks.checkpoints import check_stored_config
+    from ablate.checkpoints.stored_config import StoredConfigError, check_stored_config
 
     nested = {
         "hyper_parameters": {

@@ -14,8 +14,9 @@ import torch
 
 import forked_python
 from _checkpoints import lm_checkpoint, rewrite, translation_checkpoint
-from ablate.run.resume import CheckpointError, inspect_checkpoint
+from ablate.checkpoints.files import CheckpointError
 from ablate.tasks import load_task_checkpoint
+from ablate.tasks.checkpoints import inspect_checked
 from conftest import HANG_TIMEOUT, REPO
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -60,7 +61,7 @@ TAMPERED = {
 def test_a_tampered_checkpoint_is_refused_naming_the_file_and_the_mismatch(checkpoints, kind):
     path = checkpoints[kind]
     with pytest.raises(CheckpointError, match=TAMPERED[kind]) as err:
-        inspect_checkpoint(path, content=True)
+        inspect_checked(path)
     assert str(err.value).startswith(str(path))
     with pytest.raises(SystemExit, match=TAMPERED[kind]):  # what every script loads through
         load_task_checkpoint(path)
@@ -68,7 +69,7 @@ def test_a_tampered_checkpoint_is_refused_naming_the_file_and_the_mismatch(check
 
 def test_intact_checkpoints_of_both_tasks_load(checkpoints):
     for name in ("good", "translation"):
-        inspect_checkpoint(checkpoints[name], content=True)
+        inspect_checked(checkpoints[name])
     assert load_task_checkpoint(checkpoints["good"]).spec.n_layers == 2
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from ablate.run.resume import inspect_checkpoint
+from ablate.checkpoints.files import inspect_checkpoint
 from ablate.tasks import load_task_checkpoint
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

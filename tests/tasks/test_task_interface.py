@@ -124,11 +124,13 @@ def test_train_py_names_no_task() -> None:
 @pytest.mark.integration
 def test_a_third_task_trains_through_train_py(copy_task, tmp_path: Path, data_dir: Path, one_thread) -> None:
     from ablate.run.control import RunControl
+    from ablate.run.job import Job
+    from ablate.run.lifecycle import Plan
     from ablate.run.preflight import check_config
-    from ablate.run.train import Job, fit
+    from ablate.run.train import fit
 
     cfg = composed(tmp_path, data_dir)
-    status = fit(cfg, RunControl.from_config(cfg, tmp_path / "run"), check_config(cfg), Job())
+    status = fit(cfg, Job(RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan())
     assert status.status == "completed" and status.steps == 30
     assert status.metrics["test/copy_accuracy"] > 0.5  # learned to copy
     assert status.extra == {"copy": {"evaluated_tokens": 4 * 16}}  # the task's own entry
@@ -146,7 +148,7 @@ def test_a_third_tasks_metric_is_known_wherever_metrics_are_shown(copy_task) -> 
     from ablate.cli.console import format_run_summary, format_sweep_summary
     from ablate.config.checks import optimized_metric_problem
     from ablate.run.status import RunStatus
-    from ablate.tasks import task_of_metrics
+    from ablate.tasks import ranked_metrics, task_of_metrics
 
     assert higher_is_better("test/copy_accuracy")
     assert metrics.axis_label("test/copy_accuracy") == "test copy accuracy (fraction of tokens)"
@@ -155,8 +157,9 @@ def test_a_third_tasks_metric_is_known_wherever_metrics_are_shown(copy_task) -> 
     assert task_of_metrics({"test/copy_accuracy", "test/loss"}) == "copy"
     assert "test/copy_accuracy" in format_sweep_summary([{**status, "job": "0"}]).splitlines()[0]
     cfg = {"task": {"name": "copy"}, "optimized_metric": "test/copy_accuracy"}
-    assert optimized_metric_problem(cfg) is None
-    assert "not logged by task=copy" in str(optimized_metric_problem({**cfg, "optimized_metric": "val/bleu"}))
+    assert optimized_metric_problem(cfg, ranked_metrics(cfg)) is None
+    other = {**cfg, "optimized_metric": "val/bleu"}
+    assert "not logged by task=copy" in str(optimized_metric_problem(other, ranked_metrics(other)))
 
 
 def test_unregistering_the_task_forgets_its_metric(copy_task) -> None:

@@ -31,7 +31,7 @@ from ablate.tracking.loggers import build_loggers
 from ablate.tracking.naming import multirun_group, run_name_from_overrides
 from ablate.tracking.wandb_mode import decide_wandb_mode
 from ablate.tracking.wandb_reader import find_run_dirs, read_offline_run
-from ablate.tracking.wandb_run import AblateWandbLogger, finish_wandb, set_wandb_summary
+from ablate.tracking.wandb_run import AblateWandbLogger, finish_wandb
 from conftest import HANG_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[2]
@@ -323,8 +323,7 @@ def test_offline_run_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert [type(lg) for lg in loggers] == [CSVLogger, AblateWandbLogger]
 
     log_rows(loggers, ROWS)
-    set_wandb_summary(loggers, "diverged", False)
-    finish_wandb()
+    finish_wandb(summary={"diverged": False})
 
     printed = [line for line in capsys.readouterr().out.splitlines() if "W&B" in line]
     assert len(printed) == 1
@@ -377,9 +376,8 @@ def test_csv_profile_has_no_wandb(tmp_path: Path) -> None:
     out = tmp_path / "job"
     loggers = build_loggers(logger_cfg("csv"), out, "r", None, {})
     assert [type(lg) for lg in loggers] == [CSVLogger]
-    set_wandb_summary(loggers, "diverged", True)  # no-op without W&B
     log_rows(loggers, ROWS[:1])
-    finish_wandb()  # no-op: nothing started
+    finish_wandb(summary={"diverged": True})  # no-op: nothing started
     assert (out / "csv" / "metrics.csv").is_file()
     assert not (out / "wandb").exists()
 

@@ -1,9 +1,9 @@
 """A saved W&B workspace for a sweep: the panels that compare its variants, ready when it opens.
 
-``scripts/wandb_workspace.py`` is the command line. The workspace is first built as a plain JSON
-*spec* (:func:`workspace_spec`, written to ``<sweep dir>/wandb_workspace.json``), then turned into
-a ``wandb_workspaces`` ``Workspace`` (:func:`to_workspace`; the optional ``wandb-views`` extra) and
-saved to W&B when W&B is reachable. Sections:
+The workspace is first built as a plain JSON *spec* (:func:`workspace_spec`, written to
+``<sweep dir>/wandb_workspace.json``), then turned into a ``wandb_workspaces`` ``Workspace`` and
+saved to W&B when W&B is reachable (:mod:`ablate.analysis.wandb_workspace`, which is also
+``scripts/wandb_workspace.py``'s command line; the optional ``wandb-views`` extra). Sections:
 
 - ``Compare by <axis>``, one per ablation axis of the sweep: ``val/loss`` and ``val/ppl``
   (translation: ``val/bleu``), ``train/loss`` and ``val/loss`` against ``train/tokens_seen``, the
@@ -27,10 +27,9 @@ unless it says otherwise.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -310,118 +309,4 @@ def read_spec(path: Path) -> dict[str, Any]:
 # ------------------------------------------------------------- wandb-workspaces
 
 
-def require_workspaces() -> None:
-    """Fail with the install command when the optional ``wandb-workspaces`` package is missing."""
-    import importlib.util
-
-    if importlib.util.find_spec("wandb_workspaces") is None:
-        raise ModuleNotFoundError(
-            "saving a W&B workspace needs the wandb-workspaces package: "
-            "pip install -c requirements/constraints.txt -e '.[wandb-views]'"
-        )
-
-
-def to_workspace(spec: Mapping[str, Any], entity: str | None = None) -> Any:
-    """The spec as a ``wandb_workspaces.workspaces.Workspace`` (not saved)."""
-    require_workspaces()
-    import wandb_workspaces.reports.v2 as wr
-    import wandb_workspaces.workspaces as ws
-
-    def panel(p: Mapping[str, Any]) -> Any:
-        if p["type"] == "table":
-            return wr.WeavePanelSummaryTable(table_name=p["table"])
-        if p["type"] == "media":
-            return wr.MediaBrowser(media_keys=list(p["keys"]))
-        kwargs: dict[str, Any] = {"title": p["title"], "x": p.get("x", STEP_METRIC)}
-        if p.get("metric_regex"):
-            kwargs["metric_regex"] = p["metric_regex"]
-        else:
-            kwargs["y"] = list(p["y"])
-        if p.get("groupby"):
-            kwargs.update(
-                groupby=wr.Config(p["groupby"]),
-                groupby_aggfunc=p.get("group_agg", "mean"),
-                groupby_rangefunc=p.get("group_range", "minmax"),
-            )
-        if p.get("range_x"):
-            kwargs["range_x"] = tuple(p["range_x"])
-        return wr.LinePlot(**kwargs)
-
-    group = str(spec["group"]).replace("'", "\\'")
-    return ws.Workspace(
-        entity=entity or spec.get("entity") or "",
-        project=spec["project"],
-        name=spec["name"],
-        sections=[
-            ws.Section(name=s["name"], is_open=bool(s.get("is_open")), panels=[panel(p) for p in s["panels"]])
-            for s in spec["sections"]
-        ],
-        settings=ws.WorkspaceSettings(x_axis=spec.get("x_axis", STEP_METRIC), max_runs=int(spec.get("max_runs", 10))),
-        runset_settings=ws.RunsetSettings(
-            filters=f"Metric('Group') = '{group}'", pinned_columns=list(spec.get("pinned_columns") or [])
-        ),
-    )
-
-
-def save_workspace(spec: Mapping[str, Any]) -> str:
-    """Save the spec to W&B (online) as a new saved view; returns its URL."""
-    import wandb
-
-    entity = spec.get("entity") or wandb.Api().default_entity
-    workspace = to_workspace(spec, entity).save()
-    return workspace.url
-
-
 # ------------------------------------------------------------------ analysis run
-
-
-def analysis_run_id(project: str, group: str) -> str:
-    """The same run id every time for a sweep: a re-run updates its one analysis run."""
-    return "analysis-" + hashlib.sha1(f"{project}/{group}".encode()).hexdigest()[:12]
-
-
-def log_analysis_run(facts: SweepFacts, mode: str, reason: str) -> tuple[Any, str, str, str | None, list[str]]:
-    """Log ``summary.csv`` as a ``wandb.Table`` and ``figures/*.png`` as images to a
-    ``job_type=analysis`` run in the sweep's group, in ``<sweep dir>/analysis/wandb/``.
-
-    Returns:
-        ``(run directory, mode, reason, table key or None, image keys)``; mode ``offline`` when
-        an online start failed (:func:`ablate.tracking.wandb_run.init_run`).
-    """
-    import pandas as pd
-    import wandb
-
-    from ablate.tracking.wandb_run import finish_stale_run, init_run
-
-    assert facts.sweep_dir is not None
-    out = facts.sweep_dir / "analysis"
-    out.mkdir(parents=True, exist_ok=True)
-    finish_stale_run()
-    init_kwargs = {
-        "dir": str(out),
-        "project": facts.project,
-        "entity": facts.entity,
-        "group": facts.group,
-        "job_type": ANALYSIS_JOB_TYPE,
-        "name": f"analysis {facts.group}"[:128],
-        "id": analysis_run_id(facts.project, facts.group),
-        "resume": "allow",
-        "config": {"sweep_dir": str(facts.sweep_dir), "axes": list(facts.axes)},
-    }
-    run, mode, reason = init_run(mode, reason, init_kwargs)
-    row: dict[str, Any]  # a table and images
-    table, images, row = None, [], {}
-    try:
-        if facts.summary_csv is not None:
-            table = SUMMARY_TABLE
-            row[table] = wandb.Table(dataframe=pd.read_csv(facts.summary_csv))
-        for png in facts.figures:
-            key = FIGURE_PREFIX + png.stem
-            row[key] = wandb.Image(str(png), caption=png.name)
-            images.append(key)
-        if row:
-            run.log(row)
-        run_dir = Path(run.dir).parent
-    finally:
-        run.finish()
-    return run_dir, mode, reason, table, images

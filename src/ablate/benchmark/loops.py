@@ -22,12 +22,12 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, RandomSampler
 
 import ablate  # noqa: F401  (registers the config resolvers)
+from ablate.callbacks.checkpointing import ResumeState
 from ablate.callbacks.throughput import ThroughputMonitor
-from ablate.config.model import model_spec
+from ablate.nn.flops import flops_per_token
 from ablate.optim import build_optimizer, build_schedule
-from ablate.run.preflight import eval_max_len
-from ablate.run.train import build_callbacks
-from ablate.tasks import build_task
+from ablate.run.assembly import build_callbacks, build_model, trainer_arguments
+from ablate.run.preflight import Preflight
 from ablate.tracking.loggers import build_loggers
 
 if TYPE_CHECKING:
@@ -86,6 +86,7 @@ class Variant:
     loop: str  # "hand" | "lightning"
     overrides: list[str]
     cfg: DictConfig
+    checked: Preflight  # ablate.run.preflight.check_config of cfg
 
 
 class Runner:
@@ -188,11 +189,10 @@ class Runner:
         return not self._stop
 
     def build_task(self) -> L.LightningModule:
-        """The task exactly as ``train.py`` builds it (:func:`ablate.tasks.build_task`; ``model.compile`` included)."""
-        cfg = self.variant.cfg
-        spec = model_spec(cfg, vocab_size=self.datamodule.vocab_size, max_len=eval_max_len(cfg))
-        task = build_task(cfg, self.datamodule, spec)
-        self.spec, self.n_params = spec, cast("TransformerLM | EncoderDecoder", task.model).num_params()
+        """The task exactly as ``train.py`` builds it (:func:`ablate.run.assembly.build_model`;
+        ``model.compile`` included)."""
+        task = build_model(self.variant.cfg, self.datamodule, self.variant.checked.max_len)
+        self.spec, self.n_params = task.spec, cast("TransformerLM | EncoderDecoder", task.model).num_params()
         return task
 
     def train(self) -> None:
@@ -294,13 +294,11 @@ class LightningLoop(Runner):
     def train(self) -> None:
         cfg, variant = self.variant.cfg, self.variant
         task = self.build_task()
-        task.tokenizer = self.datamodule.tokenizer
         assert self.spec is not None  # set by build_task
-        callbacks = [
-            cb
-            for cb in build_callbacks(cfg.get("callbacks"), self.spec, self.n_params, cfg.data.seq_len)
-            if not isinstance(cb, (ProgressBar, Checkpoint))
-        ]
+        depth = self.spec.n_layers + self.spec.encoder_layers
+        flops = flops_per_token(self.n_params, depth, self.spec.d_model, cfg.data.seq_len)
+        not_steps = (ProgressBar, Checkpoint, ResumeState)  # a terminal display; what checkpoints hold
+        callbacks = [cb for cb in build_callbacks(cfg.get("callbacks"), flops) if not isinstance(cb, not_steps)]
         for cb in callbacks:
             if isinstance(cb, ThroughputMonitor):
                 self.window = cb.window
@@ -311,16 +309,19 @@ class LightningLoop(Runner):
         output_dir = Path(cfg.paths.output_dir) / variant.group / variant.name
         # CSV only (a config without logger.wandb): W&B allows one run per process
         loggers = [*build_loggers(None, output_dir, f"{variant.group}.{variant.name}", None, {}), self.recorder]
+        measured = {"max_steps": self.max_steps, "enable_checkpointing": False, "limit_val_batches": 0}
+        arguments = {
+            **trainer_arguments(cfg.trainer, variant.checked.accumulate),
+            **measured,
+            "num_sanity_val_steps": 0,
+        }
         trainer: L.Trainer = instantiate(
             cfg.trainer,
             logger=loggers,
             callbacks=[_Boundary(self), *callbacks],
             default_root_dir=str(output_dir),
-            max_steps=self.max_steps,
             enable_progress_bar=False,
-            enable_checkpointing=False,
-            limit_val_batches=0,
-            num_sanity_val_steps=0,
+            **arguments,
         )
         trainer.fit(task, train_dataloaders=self.loader)
 

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 import ablate  # noqa: F401  (registers the config resolvers)
@@ -28,7 +27,8 @@ from ablate.benchmark.report import jsonable, markdown_report, print_report
 from ablate.callbacks.throughput import device_peak_flops, measure_cpu_peak
 from ablate.config.checks import matmul_precision
 from ablate.nn.flops import flops_per_token
-from ablate.run.train import check_config
+from ablate.run.assembly import build_datamodule
+from ablate.run.preflight import check_config
 
 if TYPE_CHECKING:
     pass
@@ -73,8 +73,7 @@ def parse_variants(name: str, spec: DictConfig) -> list[Variant]:
         if loop not in ("hand", "lightning"):
             raise ValueError(f"benchmark.groups.{name}.variants.{vname}: loop must be hand or lightning, got {loop!r}")
         cfg = compose_variant(overrides)
-        check_config(cfg)
-        variants.append(Variant(name, str(vname), loop, overrides, cfg))
+        variants.append(Variant(name, str(vname), loop, overrides, cfg, check_config(cfg)))
     return variants
 
 
@@ -116,9 +115,7 @@ class Benchmark:
 
     def setup_data(self) -> None:
         cfg = self.cfg
-        self.datamodule = instantiate(cfg.data)
-        self.datamodule.prepare_data()
-        self.datamodule.setup("fit")
+        self.datamodule = build_datamodule(cfg)  # as train.py builds it
         self.tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
 
     def make_runner(self, variant: Variant) -> Runner:

@@ -8,7 +8,7 @@
 - :func:`average_checkpoints`: fairseq's ``scripts/average_checkpoints.py`` recipe: the
   element-wise mean of the floating-point tensors of the models' ``state_dict``; integer and bool
   tensors are taken from the newest checkpoint. Checkpoints of different runs are refused (their
-  :func:`ablate.run.resume.run_identity`, stored by :class:`ablate.callbacks.checkpointing.ResumeState`, must
+  :func:`ablate.config.identity.run_identity`, stored by :class:`ablate.callbacks.checkpointing.ResumeState`, must
   agree), naming the keys that differ, as are ``state_dict`` s of different keys, shapes or
   dtypes. The result is the newest checkpoint with the averaged weights and without optimiser
   and scheduler states: what ``eval.py``, ``translate.py`` and ``generate.py`` load (not meant to
@@ -37,7 +37,9 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint, EMAWeightAveraging
 from lightning.pytorch.utilities import rank_zero_info
 
-from ablate.callbacks.checkpointing import LAST_PATTERN, AtomicCheckpointIO, resume_state
+from ablate.callbacks.checkpointing import AtomicCheckpointIO
+from ablate.checkpoints.files import LAST_PATTERN, CheckpointError, inspect_checkpoint, resume_state
+from ablate.config.identity import change_allowed, identity_differences
 from ablate.errors import UserError
 
 STEP_PATTERN = re.compile(r"^step-(\d+)\.ckpt$")
@@ -126,8 +128,6 @@ class StepCheckpoints(Checkpoint):
 
 
 def _load(path: Path) -> dict[str, Any]:
-    from ablate.run.resume import CheckpointError, inspect_checkpoint
-
     try:
         checkpoint = inspect_checkpoint(path)  # memory-mapped: optimiser states are never read
     except CheckpointError as err:
@@ -159,8 +159,6 @@ def model_weights(checkpoint: dict[str, Any], weights: str = "state_dict") -> di
 
 
 def _differences(reference: dict[str, Any], other: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    from ablate.run.resume import identity_differences
-
     return identity_differences(reference, other)
 
 
@@ -168,8 +166,6 @@ def check_compatible(
     paths: Sequence[Path], checkpoints: Sequence[dict[str, Any]], weights: str, allow_changes: Iterable[str] = ()
 ) -> None:
     """Refuse checkpoints of different runs or architectures, naming the files and the keys."""
-    from ablate.run.resume import change_allowed
-
     allow = list(allow_changes)
     ref_path, ref = paths[-1], checkpoints[-1]
     identities = [resume_state(c).get("run_identity") for c in checkpoints]

@@ -19,7 +19,10 @@ callback's and the datamodule's ``state_dict``. Added here:
   picks it up. Before a new ``last.ckpt`` replaces the old one, the old one is kept as
   ``last.previous.ckpt`` (a hard link, so no copy), so that a ``last.ckpt`` damaged later (a full
   disk, a bad copy) still leaves the checkpoint before it to resume from
-  (:func:`previous_checkpoint`).
+  (:func:`ablate.checkpoints.files.previous_checkpoint`).
+
+Reading them back (which file ``ckpt_path=last`` means, what a file holds) is
+:mod:`ablate.checkpoints.files`.
 """
 
 from __future__ import annotations
@@ -27,10 +30,8 @@ from __future__ import annotations
 import errno
 import os
 import random
-import re
 import shutil
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -39,17 +40,10 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, Checkpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from lightning.pytorch.utilities import rank_zero_warn
 
+from ablate.checkpoints.files import LAST_PATTERN, previous_checkpoint
 from ablate.compat import is_local_path
 from ablate.config.options import ConfigError
-from ablate.errors import UserError
-
-LAST_PATTERN = re.compile(r"^last(-\d+)?\.ckpt$")  # what Lightning's ckpt_path="last" looks for
-
-
-class CheckpointFileMissing(UserError, FileNotFoundError):
-    """``ckpt_path=`` names no file."""
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -96,12 +90,6 @@ def _save(checkpoint: dict[str, Any], f: Any, path: Path) -> None:
             free = shutil.disk_usage(path.parent).free
             raise OSError(errno.ENOSPC, f"No space left on device writing {path} ({free:,} bytes free)") from err
         raise
-
-
-def previous_checkpoint(path: str | os.PathLike[str]) -> Path:
-    """Where the checkpoint before ``path`` is kept: ``last.ckpt`` -> ``last.previous.ckpt``."""
-    path = Path(path)
-    return path.with_name(f"{path.stem}.previous{path.suffix}")
 
 
 def keep_previous(path: Path) -> None:
@@ -213,7 +201,7 @@ class ResumeState(Callback):
 
     def __init__(self, wandb_run_id: str | None = None, run_identity: dict[str, Any] | None = None) -> None:
         self.wandb_run_id = wandb_run_id
-        self.run_identity = run_identity  # ablate.run.resume.run_identity: checked before a resume
+        self.run_identity = run_identity  # ablate.config.identity.run_identity: checked before a resume
         self._rng_to_restore: dict[str, Any] | None = None
         self.earlier_s = 0.0  # the wall time of the run's earlier segments, up to the checkpoint resumed
         self._started = time.perf_counter()
@@ -275,43 +263,3 @@ def set_rng_states(states: dict[str, Any]) -> None:
     random.setstate(states["python"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state(states["cuda"])
-
-
-# ------------------------------------------------------------------------------ resume
-
-
-def find_last_checkpoint(dirs: Sequence[str | os.PathLike[str]]) -> Path | None:
-    """The newest ``last.ckpt`` (or ``last-N.ckpt``) in ``dirs``: what Lightning's
-    ``ckpt_path="last"`` picks, found before the Trainer exists (W&B needs the run id first)."""
-    found = [
-        p for d in dirs if Path(d).is_dir() for p in Path(d).iterdir() if LAST_PATTERN.match(p.name) and p.is_file()
-    ]
-    return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
-
-
-def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dirs: Sequence[str | os.PathLike[str]]) -> str | None:
-    """``None`` -> ``None``; ``"last"`` -> the job's last checkpoint, or ``None`` (a fresh start)
-    when there is none yet, so ``ckpt_path=last`` can be set on the first run of a job and on
-    every requeue; a path -> itself, which must exist. Other special values Lightning knows
-    (``"best"``, ``"hpc"``) are passed through."""
-    if ckpt_path is None:
-        return None
-    ckpt_path = str(ckpt_path)
-    if ckpt_path == "last":
-        last = find_last_checkpoint(checkpoint_dirs)
-        if last is None:
-            rank_zero_warn(
-                f"ckpt_path=last: no last checkpoint in {', '.join(map(str, checkpoint_dirs))}; starting from scratch"
-            )
-            return None
-        return str(last)
-    if ckpt_path in ("best", "hpc") or "://" in ckpt_path:
-        return ckpt_path
-    if not Path(ckpt_path).is_file():
-        raise CheckpointFileMissing(f"ckpt_path={ckpt_path}: no such checkpoint file")
-    return ckpt_path
-
-
-def resume_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """What :class:`ResumeState` stored in a loaded checkpoint (W&B run id, run identity)."""
-    return checkpoint.get("callbacks", {}).get(ResumeState.__qualname__) or {}

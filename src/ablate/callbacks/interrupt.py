@@ -17,8 +17,10 @@ the same way: a preempted job stops after its step with that step saved and its 
 ``hpc`` checkpoint and requeues the job.)
 
 In a sweep whose jobs run in worker processes (``hydra/launcher=cpu_parallel``), a stop request of
-the whole sweep is a file (:mod:`ablate.sweepers.sweep_stop`): the first signal writes it, and every job
-polls it after each step, so that all of them stop and save however the signal arrived.
+the whole sweep is a file, ``<sweep dir>/.stop`` (:data:`STOP_FILE`; the sweep's side is
+:mod:`ablate.sweepers.sweep_stop`): the first signal any process of the sweep receives writes it
+(:func:`request_stop`), and every job polls it after each step, so that all of them stop and save
+however the signal arrived.
 
 Under DDP the ranks must stop at the same step, so they agree on the request with a collective
 read on the host (which makes the CPU wait for the GPU): every ``trainer.log_every_n_steps``
@@ -37,7 +39,18 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from ablate.sweepers.sweep_stop import request_stop, stop_requested
+STOP_FILE = ".stop"  # in the sweep directory: the sweep was asked to stop (its text says why)
+
+
+def request_stop(path: Path, why: str) -> None:
+    """Ask every process of the sweep to stop after its step (idempotent)."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{why}\n")
+
+
+def stop_requested(path: Path | None) -> bool:
+    return path is not None and path.exists()
 
 
 class TrainingInterrupted(BaseException):
@@ -51,7 +64,7 @@ class GracefulInterrupt(Callback):
     """Turns the first SIGINT during training into a clean stop after the current step.
 
     Args:
-        stop_file: the sweep's stop-request file (:func:`ablate.sweepers.sweep_stop.stop_file`), polled
+        stop_file: the sweep's stop-request file (:func:`ablate.run.job.stop_file`), polled
             after every step; None outside a worker-process sweep.
 
     Attributes:

@@ -28,6 +28,7 @@ import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.callbacks.progress import ProgressBar
 
+import ablate.tasks  # noqa: F401  (the tasks declare the metrics the progress lines show)
 from ablate.metrics import finite_or_none, lookup, shown
 
 MODES = ("auto", "bar", "text")

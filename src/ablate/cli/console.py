@@ -3,8 +3,9 @@ end a summary of the run (:func:`format_run_summary`) or of a sweep's jobs (:fun
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import rich
 import rich.syntax
@@ -13,7 +14,24 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate import metrics
 from ablate.nn.axes import ARCHITECTURE_GROUPS
-from ablate.run.status import RunStatus
+from ablate.nn.spec import ModelSpec
+from ablate.tasks import TASKS, task_of_metrics
+
+
+class RunRecord(Protocol):
+    """What a run summary shows of a run's record (:class:`ablate.run.status.RunStatus` has it)."""
+
+    status: str
+    steps: int | None
+    wall_time_s: float | None
+    segment_wall_time_s: float | None  # a resumed run's last segment (wall_time_s: the whole run's)
+    error: str | None
+    diverged_at_step: int | None
+    divergence_reason: str | None
+
+    @property
+    def metrics(self) -> Mapping[str, float | None]: ...
+
 
 # The groups a reader looks at first; the rest follow in config order.
 FIRST = ("task", "data", "model", *ARCHITECTURE_GROUPS, "optim", "trainer")
@@ -28,6 +46,12 @@ def print_config_tree(cfg: DictConfig) -> None:
         text = OmegaConf.to_yaml(value, resolve=True) if isinstance(value, DictConfig) else str(value)
         branch.add(rich.syntax.Syntax(text.rstrip(), "yaml", background_color="default"))
     rich.print(tree)
+
+
+def describe_model(spec: ModelSpec) -> str:
+    """``4 layers, d=128, 4 heads, FFN 512`` (``6+6 layers`` for an encoder-decoder)."""
+    layers = f"{spec.encoder_layers}+{spec.n_layers} layers" if spec.encoder_layers else f"{spec.n_layers} layers"
+    return f"{layers}, d={spec.d_model}, {spec.n_heads} heads, FFN {spec.d_ff}"
 
 
 def param_estimate(n_layers: int, d_model: int, vocab_size: int) -> int:
@@ -45,8 +69,7 @@ def format_run_header(
     experiment: str | None,
     task: str,
     data: str,
-    axes: dict[str, Any],
-    model: str,
+    spec: ModelSpec,
     n_params: int,
     estimate: int,
     output_dir: Path | str,
@@ -62,8 +85,8 @@ def format_run_header(
     return "\n".join(
         [
             f"run     experiment={experiment or 'default'}  task={task}  data={data}",
-            "axes    " + " ".join(f"{k}={v}" for k, v in axes.items()),
-            f"model   {model}: {n_params:,} parameters (12·L·d² + V·d: {estimate:,})",
+            "axes    " + " ".join(f"{k}={v}" for k, v in spec.axes().items()),
+            f"model   {describe_model(spec)}: {n_params:,} parameters (12·L·d² + V·d: {estimate:,})",
             f"output  {output_dir}  (config: .hydra/config.yaml)",
         ]
     )
@@ -168,9 +191,9 @@ def _first_line(text: Any, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def format_run_summary(status: RunStatus, output_dir: Path | str) -> str:
-    """The block a run prints at its end, from its status record (what
-    :func:`ablate.run.train.fit` returns / ``status.json`` holds)::
+def format_run_summary(status: RunRecord, output_dir: Path | str) -> str:
+    """The block a run prints at its end, from its status record (what a run's
+    ``status.json`` holds, :class:`ablate.run.status.RunStatus`)::
 
         run completed
           steps      1500
@@ -219,8 +242,6 @@ def format_sweep_summary(rows: list[dict[str, Any]], metric: str | None = None) 
     model, val/bleu for translation: :func:`ablate.tasks.task_of_metrics`).
     """
     if metric is None:
-        from ablate.tasks import TASKS, task_of_metrics
-
         present = {name for row in rows for name in (row.get("metrics") or {})}
         metric = TASKS[task_of_metrics(present)].console_metric
     header = ("job", "status", "steps", metric, "wall time")

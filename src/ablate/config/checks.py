@@ -12,12 +12,13 @@ that "completes" having done something else (``optim.min_lr_ratio=5`` raising th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from omegaconf import ListConfig
 
 from ablate.config.options import ConfigError
+from ablate.metrics import parse
 from ablate.optim import OPTIMIZERS, SCHEDULES
 
 
@@ -235,29 +236,28 @@ def warmup_problem(cfg: Mapping[str, Any]) -> str | None:
     )
 
 
-def start_warnings(cfg: Mapping[str, Any]) -> list[str]:
-    """What a run warns about at its start: settings that are valid but probably not meant."""
-    problem = optimized_metric_problem(cfg)
+def start_warnings(cfg: Mapping[str, Any], ranked: Collection[str] | None) -> list[str]:
+    """What a run warns about at its start: settings that are valid but probably not meant.
+    ``ranked``: what :func:`optimized_metric_problem` needs of the run's task."""
+    problem = optimized_metric_problem(cfg, ranked)
     found = [f"{problem}: a sweeper optimising it would get NaN from every job"] if problem else []
     return found + [w for w in (warmup_problem(cfg),) if w]
 
 
-def optimized_metric_problem(cfg: Mapping[str, Any]) -> str | None:
+def optimized_metric_problem(cfg: Mapping[str, Any], ranked: Collection[str] | None) -> str | None:
     """Why ``optimized_metric`` (what ``train.py`` returns to a sweeper such as Optuna) can never
     be logged by this run, or None: it must be a training, validation or test metric that the
-    task declares with a direction (:class:`ablate.tasks.TaskSpec` ``metrics``). A warning at
+    task declares with a direction. ``ranked``: the quantities the run's task logs with a direction
+    (:func:`ablate.tasks.ranked_metrics`; None: a task not registered, not checked). A warning at
     start, not an error: a plain run or grid sweep does not use the value."""
-    from ablate.tasks import TASKS
-
     metric = cfg.get("optimized_metric")
     if not metric:
         return None
     task = str((cfg.get("task") or {}).get("name", "lm"))
     trainer = cfg.get("trainer") or {}
-    spec = TASKS.get(task)
-    if spec is not None and not spec.ranks_by(str(metric)):
-        ranked = ", ".join(m.name for m in spec.metrics if m.goal is not None)
-        return f"optimized_metric={metric} is not logged by task={task} (it logs train/, val/ and test/ {ranked})"
+    parsed = parse(str(metric))
+    if ranked is not None and not (parsed.split in ("train", "val", "test") and parsed.quantity in ranked):
+        return f"optimized_metric={metric} is not logged by task={task} (it logs train/, val/ and test/ {', '.join(ranked)})"
     if str(metric).startswith("val/") and trainer.get("limit_val_batches", 1.0) == 0:
         return f"optimized_metric={metric} is never logged: validation is off (trainer.limit_val_batches=0)"
     if str(metric).startswith("test/") and not (cfg.get("eval") or {}).get("test_at_end", True):

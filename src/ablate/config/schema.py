@@ -9,7 +9,9 @@ The sources are the code that reads the keys, never a second list to keep in ste
 - ``model``: :data:`ablate.config.model.MODEL_KEYS` (what :func:`ablate.config.model.model_spec` reads);
 - ``optim``: the run checks' rules and each optimiser's keys (:mod:`ablate.optim`);
 - ``task``: the task class's ``config_keys``; ``decode``: :class:`ablate.tasks.decoding.DecodeConfig`;
-- ``logger.*``: the options dataclasses of :mod:`ablate.tracking.options`;
+  ``logger.*``: the options dataclasses of :mod:`ablate.tracking.options`. Those readers live in the
+  layers above this one, which hand their keys in (``declared``: :func:`ablate.tasks.config_keys`,
+  :func:`ablate.tracking.options.logger_keys`);
 - ``eval``, ``log``, ``runtime``, ``paths``: declared below, next to nothing else that reads them.
 
 A data class may also name the valid values of a key (``CONFIG_CHOICES``, e.g. Tiny Shakespeare's
@@ -22,7 +24,6 @@ would need a dataclass per YAML option mirroring these sources; reading the sour
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
@@ -61,6 +62,8 @@ EVAL_KEYS, LOG_KEYS, RUNTIME_KEYS, PATHS_KEYS = (
     frozenset(t) for t in (EVAL_TYPES, LOG_TYPES, RUNTIME_TYPES, PATHS_TYPES)
 )
 LOGGERS = ("wandb", "tensorboard", "mlflow")  # the logger.<name> nodes (ablate.tracking.options); csv has none
+# config path -> the keys of a group whose reader lives above this layer: a set, or key -> type
+Declared = Mapping[str, "frozenset[str] | Mapping[str, Any] | None"]
 
 
 def target_keys(target: str) -> frozenset[str] | None:
@@ -81,34 +84,25 @@ def target_keys(target: str) -> frozenset[str] | None:
     return None  # **kwargs all the way up (object.__init__ would refuse them, but a wrapper may not)
 
 
-def _dataclass_keys(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-def group_keys(cfg: DictConfig) -> dict[str, frozenset[str] | None]:
-    """``config path -> the keys valid there`` for the groups of this composed config."""
+def group_keys(cfg: DictConfig, declared: Declared) -> dict[str, frozenset[str] | None]:
+    """``config path -> the keys valid there`` for the groups of this composed config; ``declared``:
+    those of the groups whose readers live above the config layer (the task's ``task``, ``decode``
+    and ``model`` keys, the loggers'), each a set of keys or ``key -> type``
+    (:func:`ablate.tasks.config_keys`, :func:`ablate.tracking.options.logger_keys`)."""
     from ablate.config.checks import OPTIM_RULES
     from ablate.config.model import MODEL_KEYS
     from ablate.optim import OPTIMIZERS
-    from ablate.tasks import task_class
-    from ablate.tasks.decoding import DecodeConfig
-    from ablate.tracking import options as logger_options
 
     optim_keys = frozenset(OPTIM_RULES) | {k for kind in OPTIMIZERS.values() for k in kind.keys}
-    task = task_class(cfg)
     keys: dict[str, frozenset[str] | None] = {
-        "model": MODEL_KEYS - task.other_model_keys,  # an LM has no encoder, a translation model no n_layers
+        "model": MODEL_KEYS,  # the task narrows it (declared): an LM has no encoder, a translation model no n_layers
         "optim": optim_keys | {"fused"},
         "eval": EVAL_KEYS,
         "log": LOG_KEYS,
         "runtime": RUNTIME_KEYS,
         "paths": PATHS_KEYS,
-        "decode": _dataclass_keys(DecodeConfig),
-        "task": frozenset(getattr(task, "config_keys", {"name"})),
         "logger": frozenset(LOGGERS),
-        "logger.wandb": _dataclass_keys(logger_options.WandbOptions),
-        "logger.tensorboard": _dataclass_keys(logger_options.TensorBoardOptions),
-        "logger.mlflow": _dataclass_keys(logger_options.MLflowOptions),
+        **{path: None if valid is None else frozenset(valid) for path, valid in declared.items()},
     }
     for path in ("data", "trainer", *(f"callbacks.{name}" for name in (cfg.get("callbacks") or {}))):
         node = OmegaConf.select(cfg, path) if isinstance(cfg, DictConfig) else _select(cfg, path)
@@ -148,10 +142,11 @@ def check_callbacks(cfg: DictConfig) -> None:
             )
 
 
-def check_config_keys(cfg: DictConfig) -> None:
-    """Refuse the first key that no code reads, naming it and the valid keys of its group."""
+def check_config_keys(cfg: DictConfig, declared: Declared) -> None:
+    """Refuse the first key that no code reads, naming it and the valid keys of its group
+    (``declared``: as for :func:`group_keys`)."""
     check_callbacks(cfg)
-    for path, valid in group_keys(cfg).items():
+    for path, valid in group_keys(cfg, declared).items():
         node = OmegaConf.select(cfg, path) if isinstance(cfg, DictConfig) else _select(cfg, path)
         if valid is None or not isinstance(node, Mapping):
             continue
@@ -175,7 +170,7 @@ def check_config_choices(cfg: DictConfig) -> None:
             raise ConfigError(f"data.{key}={node[key]!r} is invalid: one of {', '.join(map(str, valid))}")
 
 
-def check_command_line_config(cfg: DictConfig, overrides: list[str] | None = None) -> None:
+def check_command_line_config(cfg: DictConfig, declared: Declared) -> None:
     """What ``train.py`` checks of a composed command line before Hydra starts the job
     (:func:`ablate.cli.check_command_line`): every key is one some code reads
     (:func:`check_config_keys`), every value has its type (:func:`ablate.config.types.check_config_types`)
@@ -184,6 +179,6 @@ def check_command_line_config(cfg: DictConfig, overrides: list[str] | None = Non
     after what the job itself derives from the config."""
     from ablate.config.types import check_config_types
 
-    check_config_keys(cfg)
-    check_config_types(cfg)
+    check_config_keys(cfg, declared)
+    check_config_types(cfg, declared)
     check_config_choices(cfg)

@@ -145,7 +145,7 @@ def parameter_hints(function: Callable[..., Any]) -> dict[str, Any]:
     return hints
 
 
-def _dataclass_hints(cls: type) -> dict[str, Any]:
+def dataclass_hints(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
@@ -156,17 +156,18 @@ def model_types() -> dict[str, Any]:
     from ablate.config.model import MODEL_KEYS
     from ablate.nn.spec import ModelSpec
 
-    spec = _dataclass_hints(ModelSpec)
+    spec = dataclass_hints(ModelSpec)
     return {k: MODEL_CONFIG_TYPES.get(k, spec.get(k, Any)) for k in MODEL_KEYS}
 
 
-def group_types(cfg: DictConfig) -> dict[str, dict[str, Any]]:
-    """``config path -> {key: hint}`` for the groups of this composed config ("" is the top level)."""
+def group_types(cfg: DictConfig, declared: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``config path -> {key: hint}`` for the groups of this composed config ("" is the top level);
+    ``declared``: the types of groups whose readers live above this layer (``decode``, the loggers':
+    :func:`ablate.tasks.config_keys`, :func:`ablate.tracking.options.logger_keys`; a group declared
+    by its keys alone has no types to check)."""
     from hydra.utils import get_object
 
     from ablate.config import schema
-    from ablate.tasks.decoding import DecodeConfig
-    from ablate.tracking import options as logger_options
 
     found: dict[str, dict[str, Any]] = {
         "": dict(schema.TOP_LEVEL_TYPES),
@@ -175,12 +176,8 @@ def group_types(cfg: DictConfig) -> dict[str, dict[str, Any]]:
         "log": dict(schema.LOG_TYPES),
         "runtime": dict(schema.RUNTIME_TYPES),
         "paths": dict(schema.PATHS_TYPES),
-        "decode": _dataclass_hints(DecodeConfig),
-        "logger.wandb": _dataclass_hints(logger_options.WandbOptions),
-        "logger.tensorboard": _dataclass_hints(logger_options.TensorBoardOptions),
-        "logger.mlflow": _dataclass_hints(logger_options.MLflowOptions),
+        **{path: dict(hints) for path, hints in declared.items() if isinstance(hints, Mapping)},
     }
-    found["logger.wandb"]["tags"] = list[str] | str
     for path in ("data", "trainer", *(f"callbacks.{name}" for name in (cfg.get("callbacks") or {}))):
         node = OmegaConf.select(cfg, path)
         if isinstance(node, Mapping) and node.get("_target_"):
@@ -223,9 +220,9 @@ def check_node_types(node: Any, hints: Mapping[str, Any], prefix: str = "") -> N
             raise ConfigError(wrong_type_message(f"{prefix}{key}", value, hints[key]))
 
 
-def check_config_types(cfg: DictConfig) -> None:
+def check_config_types(cfg: DictConfig, declared: Mapping[str, Any]) -> None:
     """Refuse the first value of a composed training config whose type is not the one the code
     reading it expects, naming the key and the expected type (:func:`group_types`)."""
-    for path, hints in group_types(cfg).items():
+    for path, hints in group_types(cfg, declared).items():
         node = cfg if not path else OmegaConf.select(cfg, path)
         check_node_types(node, hints, f"{path}." if path else "")

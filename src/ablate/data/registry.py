@@ -16,7 +16,9 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from ablate.errors import UserError
+from ablate.checkpoints.stored_config import StoredConfigError, instantiation_keys
+
+__all__ = ["DATA_MODULES", "StoredConfigError", "build_data_module", "data_module_class", "instantiation_keys"]
 
 # Hydra's ``_target_`` string -> "module:Class"; one entry per data module of conf/data/*.yaml
 DATA_MODULES: dict[str, str] = {
@@ -29,11 +31,6 @@ DATA_MODULES: dict[str, str] = {
 }
 
 
-class StoredConfigError(UserError, ValueError):
-    """A stored config names a class or function that is not one of ablate's, or holds Hydra's
-    instantiation keys where only values belong."""
-
-
 def data_module_class(target: Any, source: str) -> type:
     """The data module class registered under ``target``; anything else is refused, naming ``source``."""
     if not isinstance(target, str) or target not in DATA_MODULES:
@@ -44,25 +41,6 @@ def data_module_class(target: Any, source: str) -> type:
     module, _, name = DATA_MODULES[target].partition(":")
     cls: type = getattr(importlib.import_module(module), name)
     return cls
-
-
-def instantiation_keys(node: Any, path: str = "") -> str | None:
-    """The first Hydra instantiation key (``_target_``, ``_args_``, ``_partial_``, ...) inside
-    ``node``, as a dotted path, or None: a stored value must be a value, never a call."""
-    if isinstance(node, Mapping):
-        for key, value in node.items():
-            here = f"{path}.{key}" if path else str(key)
-            if isinstance(key, str) and key.startswith("_") and key.endswith("_"):
-                return here
-            found = instantiation_keys(value, here)
-            if found:
-                return found
-    elif isinstance(node, (list, tuple)):
-        for i, value in enumerate(node):
-            found = instantiation_keys(value, f"{path}[{i}]")
-            if found:
-                return found
-    return None
 
 
 def build_data_module(config: Mapping[str, Any], source: str, **overrides: Any) -> Any:

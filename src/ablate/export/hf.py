@@ -345,15 +345,16 @@ def export_checkpoint(
 ) -> dict[str, Any]:
     """Export the model of a ``task=lm`` checkpoint (see :func:`export_model`); the architecture
     options that do not map are refused by name before anything is written."""
-    from ablate.run.resume import CheckpointError, inspect_checkpoint
+    from ablate.checkpoints.files import CheckpointError
     from ablate.tasks import checkpoint_task
+    from ablate.tasks.checkpoints import inspect_checked
     from ablate.tasks.lm_eval import load_lm_checkpoint
 
     if not Path(ckpt_path).is_file():
         raise ExportError(f"ckpt_path={ckpt_path}: no such checkpoint file")
     try:
         task_name = checkpoint_task(Path(ckpt_path))  # it reads Path(path) anyway
-        spec = ModelSpec(**inspect_checkpoint(ckpt_path, content=True)["hyper_parameters"]["spec"])
+        spec = ModelSpec(**inspect_checked(ckpt_path)["hyper_parameters"]["spec"])
     except CheckpointError as err:
         raise ExportError(str(err)) from None
     if task_name != "lm":

@@ -1,10 +1,12 @@
-"""Running a job: from the composed config to a status record.
+"""One training job, from the composed config to a status record.
 
-:mod:`~ablate.run.train` is the job (``train.py`` calls its ``run``); :mod:`~ablate.run.preflight`
-checks a config before any data is read and :mod:`~ablate.run.control` holds its run-control keys;
-the rest is what a job needs around training: checkpoints and resuming (``checkpointing``,
-``resume``, ``safe_load``), its directory (``lock``, ``status``), processes (``distributed``,
-``sweep_stop``, ``killed_jobs``), the console (``console``, ``cli``), what a sweeper optimises
-(``objective``) and the memory check (``memory``). ``config``, ``nn``, ``tasks`` and ``tracking``
-do not import ``run`` (``tests/test_layers.py``).
+:mod:`~ablate.run.train` is the job (``train.py`` calls its ``run``: check -> decide -> build -> fit
+-> record). Around it: :mod:`~ablate.run.job` (what Hydra knows of the job) and
+:mod:`~ablate.run.control` (its run-control keys), :mod:`~ablate.run.preflight` (every check before
+any data is read, with :mod:`~ablate.run.memory` and :mod:`~ablate.run.distributed`'s batch
+layout), :mod:`~ablate.run.lifecycle` (skip, resume, overwrite, interrupt: what the job does with
+its directory, and the record it leaves), :mod:`~ablate.run.assembly` (data, task, callbacks,
+loggers, Trainer), :mod:`~ablate.run.status` (``status.json``), :mod:`~ablate.run.lock` (one process
+per run directory) and :mod:`~ablate.run.objective` (what a sweeper optimises). Only the sweepers,
+the benchmark and the export import ``run`` (``tests/test_layers.py``).
 """

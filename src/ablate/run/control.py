@@ -1,6 +1,6 @@
 """The run-control keys of a job, typed: what it does with its directory and checkpoints.
 
-These keys do not define what is trained (that is :func:`ablate.run.resume.run_identity`); they say
+These keys do not define what is trained (that is :func:`ablate.config.identity.run_identity`); they say
 whether a job resumes (``ckpt_path``), skips a finished run (``skip_completed``), replaces one
 (``overwrite``), which changes a resume accepts (``resume_allow_changes``) and what a sweeper
 optimises (``optimized_metric``). Read once from the config in :func:`ablate.run.train.run`.

@@ -2,7 +2,7 @@
 
 :func:`best_metric_value` is the best value of ``optimized_metric`` seen over the whole run (the
 minimum of a loss or perplexity, the maximum of BLEU-like metrics: the direction of
-:func:`ablate.analysis.runs.higher_is_better`), read from the job's ``csv/metrics.csv`` (always
+:func:`ablate.metrics.higher_is_better`), read from the job's ``csv/metrics.csv`` (always
 written, whatever the loggers) and its final metrics in ``status.json``. A diverged or crashed job
 returns the worst value (``+inf`` when lower is better, ``-inf`` when higher is), so a sweeper
 ranks it last instead of failing the trial. A metric that the job never logged at all is a
@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ablate.analysis.runs import higher_is_better, read_metrics_csv
+from ablate.analysis.runs import read_metrics_csv
+from ablate.metrics import higher_is_better
 from ablate.run.status import RunStatus
 
 WORST_STATUSES = ("diverged", "crashed")
@@ -27,11 +28,6 @@ class MetricNotLoggedError(ValueError):
     """``optimized_metric`` does not appear in anything the job logged."""
 
 
-def worst_value(metric: str) -> float:
-    """What ranks last for ``metric``: ``-inf`` if higher is better, else ``+inf``."""
-    return -math.inf if higher_is_better(metric) else math.inf
-
-
 def best_metric_value(output_dir: Path, status: RunStatus, metric: str) -> float:
     """The best value of ``metric`` over the job's run in ``output_dir`` (min, or max for BLEU-like
     metrics), from ``csv/metrics.csv`` and the final metrics of ``status``.
@@ -39,9 +35,10 @@ def best_metric_value(output_dir: Path, status: RunStatus, metric: str) -> float
     Diverged or crashed (``status.status``): the worst value, ``+inf``/``-inf``. A metric logged
     only as non-finite values: the worst value too. A metric logged nowhere:
     :class:`MetricNotLoggedError`."""
-    if status.status in WORST_STATUSES:
-        return worst_value(metric)
-    frame = read_metrics_csv(Path(output_dir) / "csv" / "metrics.csv")
+    crashed = status.status in WORST_STATUSES  # its log is not read: a crash may have cut it short
+    frame = None if crashed else read_metrics_csv(Path(output_dir) / "csv" / "metrics.csv")
+    if frame is None:
+        return -math.inf if higher_is_better(metric) else math.inf  # what ranks last
     recorded = status.metrics
     values = [float(v) for v in frame[metric].dropna()] if metric in frame else []
     final = recorded.get(metric)
@@ -50,8 +47,8 @@ def best_metric_value(output_dir: Path, status: RunStatus, metric: str) -> float
     finite = [v for v in values if math.isfinite(v)]
     if finite:
         return max(finite) if higher_is_better(metric) else min(finite)
-    if metric in frame or metric in recorded:  # logged, never a finite number
-        return worst_value(metric)
+    if metric in frame or metric in recorded:  # logged, never a finite number: ranks last
+        return -math.inf if higher_is_better(metric) else math.inf
     logged = sorted({str(c) for c in frame.columns} | set(recorded))
     raise MetricNotLoggedError(
         f"optimized_metric={metric!r} was never logged by the job in {output_dir} (csv/metrics.csv, status.json); "

@@ -14,22 +14,22 @@ from typing import Any
 from omegaconf import DictConfig
 
 from ablate.config.checks import check_run_numbers, start_warnings
+from ablate.config.identity import run_identity
 from ablate.config.model import model_spec
 from ablate.config.options import ConfigError
 from ablate.config.schema import check_config_choices, check_config_keys
 from ablate.config.types import check_config_types
 from ablate.optim import optimizer_kind
 from ablate.run import distributed, memory
-from ablate.run.resume import run_identity
-from ablate.tasks import check_task_config
-from ablate.tracking.options import check_loggers
+from ablate.tasks import check_task_config, config_keys, ranked_metrics
+from ablate.tracking.options import check_loggers, logger_keys
 
 
 @dataclass(frozen=True)
 class Preflight:
     """What the checks established, for the training code."""
 
-    identity: dict[str, Any]  # the run-defining settings (ablate.run.resume.run_identity), after the task's checks
+    identity: dict[str, Any]  # the run-defining settings (ablate.config.identity.run_identity), after the task's checks
     world_size: int
     accumulate: int  # gradient accumulation, from the global batch
     max_len: int  # the longest sequence the model sees (eval_max_len)
@@ -59,18 +59,25 @@ def training_layout(cfg: DictConfig) -> tuple[int, int, int]:
 
 def check_config(cfg: DictConfig) -> Preflight:
     """Fail on an invalid architecture or run-control number before any data is read or tensor
-    allocated; return what the checks established."""
-    check_config_keys(cfg)  # a key no code reads (a typo, a key of another option) in any group
-    check_config_types(cfg)  # a value of another type than the code reading it expects (n_layers=abc)
-    check_config_choices(cfg)  # a data value outside its class's choices (data.splits=...)
+    allocated; return what the checks established.
+
+    In this order: the loggers; the task's own checks (which may fill derived keys: ``eval.seq_len``
+    into ``data.eval_seq_len``); every key, data choice and run-control number of the config (so
+    that the estimates after them see valid numbers); the batch layout over the devices and the
+    memory of a training step; the run's identity and its start warnings."""
     check_loggers(cfg)  # a selected tensorboard/mlflow that is not installed fails before data is read
+    declared, ranked = config_keys(cfg), ranked_metrics(cfg)  # what the task reads and can be ranked by
     check_task_config(cfg)  # the task's own checks (task=lm: copies eval.seq_len into data.eval_seq_len)
+    declared = {**declared, **logger_keys()}
+    check_config_keys(cfg, declared)  # a key no code reads (a typo, another option's)
+    check_config_types(cfg, declared)  # a value of another type than the code reading it expects (n_layers=abc)
+    check_config_choices(cfg)  # a data value outside its class's choices (data.splits=...)
     check_run_numbers(cfg)
     try:
         optimizer_kind(cfg.optim)
-    except ValueError as err:
+        world, _, accumulate = training_layout(cfg)  # the per-device batch is the data module's to use
+    except ValueError as err:  # an optimiser not known; a global batch that does not split over the devices
         raise ConfigError(str(err)) from None
     max_len = eval_max_len(cfg)
     memory.check_training_step(cfg, model_spec(cfg, vocab_size=1, max_len=max_len))
-    world, _, accumulate = training_layout(cfg)  # the per-device batch is the data module's to use
-    return Preflight(run_identity(cfg), world, accumulate, max_len, start_warnings(cfg))
+    return Preflight(run_identity(cfg), world, accumulate, max_len, start_warnings(cfg, ranked))

@@ -67,6 +67,16 @@ class RunStatus:
         """Completed or diverged: a re-run of the sweep skips it, and its record is final."""
         return self.status in FINISHED
 
+    def outcome(self) -> dict[str, Any]:
+        """What the run's W&B summary records of how it ended."""
+        return {
+            "status": self.status,
+            "diverged_at_step": self.diverged_at_step,
+            "steps": self.steps,
+            "wall_time_s": self.wall_time_s,
+            "diverged": self.status == "diverged",
+        }
+
     def to_json(self) -> dict[str, Any]:
         """The record as ``status.json`` holds it: every field (null where it does not apply, so a
         reader can rely on each key), then the task's entries."""

@@ -12,4 +12,8 @@ the code and the tests live here.
   are in :mod:`ablate.sweepers.lr_selection`, its successive-halving stage 1
   (``hydra.sweeper.halving.rungs``) and the replay of it on a finished grid in
   :mod:`ablate.sweepers.halving`.
+
+And the end of every sweep: :mod:`ablate.sweepers.sweep_report` (the table of this command's jobs,
+the exit code), :mod:`ablate.sweepers.killed_jobs` (a worker process the system killed) and
+:mod:`ablate.sweepers.sweep_stop` (Ctrl-C in a sweep whose jobs run in worker processes).
 """

@@ -16,7 +16,7 @@ finalists, so an edge of the grid is still flagged against the whole grid). Five
 A rung is the prefix of the full run, not a shorter run: each rung job sets
 ``optim.decay_steps=<trainer.max_steps>`` (the schedule's horizon stays the full length) and
 ``trainer.max_steps=<the rung's step>``, and a survivor's next rung resumes the previous rung's
-``last.ckpt`` (``ckpt_path``). :func:`ablate.run.resume.run_identity` leaves ``trainer.max_steps``
+``last.ckpt`` (``ckpt_path``). :func:`ablate.config.identity.run_identity` leaves ``trainer.max_steps``
 out of a run's identity when ``optim.decay_steps`` is set, so the resumed job is the same run; no
 step is trained twice and the final value is the one an uninterrupted run at that rate would have
 reached. Each rung is an ordinary job of the sweep directory (named by its overrides, ``ckpt_path``
@@ -301,7 +301,7 @@ def rung_job(
     own = [o for o in variant.overrides if _key(o) not in (MAX_STEPS_KEY, DECAY_KEY, CKPT_KEY)]
     job = [*own, f"{lr_name}={track.text}", f"{seed_name}={seed}", f"{DECAY_KEY}={full}", f"{MAX_STEPS_KEY}={step}"]
     if rung:
-        from ablate.callbacks.checkpointing import find_last_checkpoint
+        from ablate.checkpoints.files import find_last_checkpoint
 
         last = find_last_checkpoint([track.job_dir / "checkpoints"]) if track.job_dir else None
         if last is None:  # removed since (or another checkpoint dirpath): a finished rung job is still skipped

@@ -32,9 +32,10 @@ from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.callbacks.interrupt import STOP_FILE, request_stop
 from ablate.run.lock import LOCK_FILE
 from ablate.run.status import RunStatus, write_status
-from ablate.sweepers.sweep_stop import STOP_FILE, loky_workers_ignore_ctrl_c_until_a_job_runs, request_stop
+from ablate.sweepers.sweep_stop import loky_workers_ignore_ctrl_c_until_a_job_runs
 
 KILLED = "killed"
 KILLED_REASON = "a job's worker process was killed"  # the stop file's text: the sweep ends with exit code 1
@@ -71,7 +72,7 @@ def _abandoned(lock: Path, deadline: float) -> bool:
 
 def _saved_step(job_dir: Path) -> int | None:
     """The step of the job's last checkpoint (where a re-run resumes it), or None without one."""
-    from ablate.run.resume import inspect_checkpoint  # torch: only when a job was killed
+    from ablate.checkpoints.files import inspect_checkpoint  # torch: only when a job was killed
 
     path = job_dir / "checkpoints" / "last.ckpt"
     if not path.is_file():

@@ -25,11 +25,13 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from ablate import cli
+from ablate.callbacks.interrupt import STOP_FILE
 from ablate.cli.console import format_sweep_summary
+from ablate.run.job import launches_worker_processes
 from ablate.run.status import RunStatus
 from ablate.sweepers import job_dirs
 from ablate.sweepers.killed_jobs import KILLED, KILLED_REASON
-from ablate.sweepers.sweep_stop import STOP_FILE, SweepStopHandler, launches_worker_processes
+from ablate.sweepers.sweep_stop import SweepStopHandler
 
 EXIT_CRASHED = cli.EXIT_CRASHED
 FAILED = ("crashed", KILLED)  # the sweep exits with 1; a re-run retries these jobs

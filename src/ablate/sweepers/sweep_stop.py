@@ -31,16 +31,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
-
-STOP_FILE = ".stop"
+from ablate.callbacks.interrupt import request_stop
 
 
 def ignore_ctrl_c_until_a_job_runs() -> None:
     """A joblib (loky) worker's initializer: ignore SIGINT from the worker's start.
 
     The terminal's Ctrl-C reaches every process of the sweep. A worker that has not run a job yet
-    has no handler (:class:`WorkerStopHandler` is installed by a job), so it would die of the
+    has no handler (:class:`ablate.run.lifecycle.WorkerStopHandler` is installed by a job), so it would die of the
     ``KeyboardInterrupt``, and loky answers a dead worker by SIGKILLing every other one: the running
     jobs would lose the steps since their last checkpoint. With ``n_jobs`` above the number of jobs
     (``n_jobs=-1`` on a large machine) such idle workers are the rule. A job's own handler replaces
@@ -62,58 +60,6 @@ def loky_workers_ignore_ctrl_c_until_a_job_runs() -> Iterator[None]:
         yield
     finally:
         register_parallel_backend("loky", original)
-
-
-def launches_worker_processes(launcher: Any) -> bool:
-    """The ``hydra.launcher`` config runs jobs in worker processes (Hydra's joblib launcher)."""
-    return "joblib" in str(launcher.get("_target_", "")).lower()
-
-
-def jobs_in_worker_processes() -> bool:
-    """This process belongs to a sweep whose jobs run in worker processes (Hydra's joblib launcher)."""
-    return HydraConfig.initialized() and launches_worker_processes(HydraConfig.get().launcher)
-
-
-def stop_file() -> Path | None:
-    """The sweep's stop-request file, when this process is part of a sweep run by worker processes."""
-    if not jobs_in_worker_processes():
-        return None
-    return Path(str(HydraConfig.get().sweep.dir)) / STOP_FILE
-
-
-def request_stop(path: Path, why: str) -> None:
-    """Ask every process of the sweep to stop after its step (idempotent)."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{why}\n")
-
-
-def stop_requested(path: Path | None) -> bool:
-    return path is not None and path.exists()
-
-
-class WorkerStopHandler:
-    """In a worker process, outside training (set-up, evaluation): the first SIGINT/SIGTERM writes
-    the stop file instead of raising ``KeyboardInterrupt`` somewhere in the job, which would take
-    the worker down; training's own handler (GracefulInterrupt) replaces this one while it runs.
-
-    After the job SIGINT stays handled so: a Ctrl-C reaching an idle worker (the terminal sends it to
-    every process of the sweep) would otherwise end it, and joblib would report a broken pool.
-    SIGTERM goes back to its default, which loky uses to end workers."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
-
-    def __enter__(self) -> WorkerStopHandler:
-        self._previous = {signum: signal.signal(signum, self._handle) for signum in SweepStopHandler.SIGNALS}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGTERM, self._previous[signal.SIGTERM])
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        request_stop(self.path, f"{signal.Signals(signum).name} in a job")
 
 
 class SweepStopHandler:

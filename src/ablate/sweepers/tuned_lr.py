@@ -58,6 +58,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
+from ablate.callbacks.interrupt import STOP_FILE, stop_requested
 from ablate.compat import BasicSweeper, sweeper_params_overrides
 from ablate.sweepers import halving as sh
 from ablate.sweepers.lr_selection import (
@@ -72,7 +73,6 @@ from ablate.sweepers.lr_selection import (
     select_lr,
     validation_as_test_warning,
 )
-from ablate.sweepers.sweep_stop import STOP_FILE, stop_requested
 from ablate.sweepers.validating import ValidatingSweeperMixin
 
 log = logging.getLogger(__name__)

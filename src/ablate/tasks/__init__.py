@@ -24,7 +24,7 @@ without importing the models; the classes and functions a spec names are importe
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -100,8 +100,12 @@ class TaskSpec:
         """Whether runs of this task can be ranked by the logged metric ``name`` (a sweeper's
         ``optimized_metric``): a training, validation or test metric of its own with a goal."""
         parsed = metrics.parse(name)
-        own = next((m for m in self.metrics if m.name == parsed.quantity), None)
-        return parsed.split in ("train", "val", "test") and own is not None and own.goal is not None
+        return parsed.split in ("train", "val", "test") and parsed.quantity in self.ranked_metrics
+
+    @property
+    def ranked_metrics(self) -> tuple[str, ...]:
+        """The quantities of its own that have a goal (what a run of it can be ranked by)."""
+        return tuple(m.name for m in self.metrics if m.goal is not None)
 
 
 TASKS: dict[str, TaskSpec] = {}
@@ -209,6 +213,31 @@ def check_task_config(cfg: DictConfig) -> None:
     task_class(cfg).check_config(cfg)
 
 
+def config_keys(cfg: DictConfig) -> dict[str, frozenset[str] | dict[str, Any]]:
+    """The keys of the config groups the chosen task reads, for
+    :func:`ablate.config.schema.check_config_keys` and :func:`ablate.config.types.check_config_types`:
+    ``task`` (its class's ``config_keys``), ``decode`` (with their types) and ``model`` (without
+    the other task's keys: an LM has no encoder, a translation model no ``n_layers``)."""
+    from ablate.config.model import MODEL_KEYS
+    from ablate.config.types import dataclass_hints
+    from ablate.tasks.decoding import DecodeConfig  # torch: only when a config is checked
+
+    task = task_class(cfg)
+    return {
+        "task": frozenset(getattr(task, "config_keys", {"name"})),
+        "decode": dataclass_hints(DecodeConfig),
+        "model": MODEL_KEYS - task.other_model_keys,
+    }
+
+
+def ranked_metrics(cfg: DictConfig | Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The quantities runs of the chosen task can be ranked by (its own metrics with a goal), or
+    None when no task is registered under its name (refused elsewhere), for
+    :func:`ablate.config.checks.optimized_metric_problem`."""
+    spec = TASKS.get(str((cfg.get("task") or {}).get("name", "lm")))
+    return None if spec is None else spec.ranked_metrics
+
+
 def build_task(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TaskModule:
     """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec."""
     build: Callable[[DictConfig, Any, ModelSpec], TaskModule] = resolve(TASKS[task_name(cfg)].build)
@@ -230,8 +259,8 @@ def task_of_metrics(names: set[str] | frozenset[str]) -> str:
 def checkpoint_task(path: str | Path) -> str:
     """The task a checkpoint was trained for: stored by :class:`~ablate.tasks.base.TaskModule`,
     or (older checkpoints) ``translation`` when its model has an encoder, else ``lm``. A file
-    that is not a readable checkpoint raises :class:`ablate.run.resume.CheckpointError`."""
-    from ablate.run.resume import inspect_checkpoint
+    that is not a readable checkpoint raises :class:`ablate.checkpoints.files.CheckpointError`."""
+    from ablate.checkpoints.files import inspect_checkpoint  # torch: only when a checkpoint is read
 
     checkpoint = inspect_checkpoint(path)
     if checkpoint.get("task"):
@@ -243,7 +272,7 @@ def checkpoint_task(path: str | Path) -> str:
 def require_checkpoint_task(path: str | Path, expected: str, script: str) -> None:
     """Stop with a message naming the checkpoint's task and the script that takes it when
     ``path`` holds a checkpoint of another task than ``expected`` (or is not a readable checkpoint)."""
-    from ablate.run.resume import CheckpointError
+    from ablate.checkpoints.files import CheckpointError
 
     if not Path(path).is_file():
         raise SystemExit(f"ckpt_path={path}: no such checkpoint file")
@@ -265,8 +294,9 @@ def load_task_checkpoint(
     the one way every script loads a checkpoint. With ``expected``, a checkpoint of another task
     stops with a message naming the script that takes it; a file that is not a readable checkpoint
     stops naming the file."""
-    from ablate.checkpoints import safe_load
-    from ablate.run.resume import CheckpointError, inspect_checkpoint
+    from ablate.checkpoints import safe_load  # torch: only when a checkpoint is read
+    from ablate.checkpoints.files import CheckpointError
+    from ablate.tasks.checkpoints import inspect_checked
 
     if expected is not None:
         require_checkpoint_task(path, expected, script)
@@ -275,7 +305,7 @@ def load_task_checkpoint(
         if found not in TASKS:
             raise SystemExit(f"{path} holds a task={found} checkpoint; registered tasks: {', '.join(TASKS)}")
         # its weights are those of the model its stored config builds, and finite (ablate.tasks.checkpoints)
-        inspect_checkpoint(path, content=True)
+        inspect_checked(path)
     except CheckpointError as err:
         raise SystemExit(str(err)) from None
     # checkpoint_task read the file with the restricted unpickler already; Lightning reads it the same way

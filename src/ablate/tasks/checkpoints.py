@@ -3,12 +3,9 @@ carries, so that a damaged or altered file is refused naming the file and the fi
 (exit 2), never a raw torch error ("size mismatch for ...", "Missing key(s)", "probability tensor
 contains inf/nan") or, worse, code run from it.
 
-* :func:`check_stored_config` -- the configuration a checkpoint stores (``hyper_parameters``) holds
-  values only: no Hydra ``_target_`` (or ``_args_``, ``_partial_``, ...) anywhere, except the data
-  config's own ``_target_``, which must name one of ablate's data modules
-  (:data:`ablate.data.registry.DATA_MODULES`), and no Lightning ``_instantiator`` (a class Lightning
-  would import and call by name when loading). Cheap (no tensor is read): every reader of a
-  checkpoint runs it (:func:`ablate.run.resume.inspect_checkpoint`).
+* the configuration a checkpoint stores holds values only
+  (:func:`ablate.checkpoints.stored_config.check_stored_config`, run by every reader); the data
+  module it names is one of ablate's (:data:`ablate.data.registry.DATA_MODULES`).
 * :func:`check_checkpoint_content` -- the weights match the model the stored configuration builds:
   the task is a registered one and its model builds from the stored spec (a translation task needs
   an encoder), every weight is there with its shape and none is extra, and every floating-point
@@ -23,41 +20,14 @@ from typing import Any
 
 import torch
 
-from ablate.data.registry import DATA_MODULES, StoredConfigError, instantiation_keys
+from ablate.checkpoints.files import CheckpointError, inspect_checkpoint
+from ablate.checkpoints.stored_config import check_stored_config
+from ablate.data.registry import data_module_class
 from ablate.errors import UserError
 
 
 class CheckpointContentError(UserError, ValueError):
     """A checkpoint whose content does not match the configuration it carries."""
-
-
-def check_stored_config(checkpoint: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
-    """Refuse a stored configuration that names something to import or call (see the module)."""
-    params = checkpoint.get("hyper_parameters")
-    if params is None:
-        return
-    if not isinstance(params, Mapping):
-        raise StoredConfigError(f"{path}: hyper_parameters is a {type(params).__name__}, not a mapping of values")
-    if "_instantiator" in params:
-        raise StoredConfigError(
-            f"{path}: hyper_parameters._instantiator names a function Lightning would import and call: refused "
-            "(our checkpoints never hold one)"
-        )
-    for key, value in params.items():
-        if key == "data" and isinstance(value, Mapping) and "_target_" in value:
-            target = value["_target_"]
-            if target not in DATA_MODULES:
-                raise StoredConfigError(
-                    f"{path}: hyper_parameters.data._target_={target!r} is not one of ablate's data modules "
-                    f"({', '.join(sorted(DATA_MODULES))}): refused (nothing a file names is imported or called)"
-                )
-            value = {k: v for k, v in value.items() if k != "_target_"}
-        nested = instantiation_keys(value, str(key))
-        if nested:
-            raise StoredConfigError(
-                f"{path}: hyper_parameters.{nested} is a Hydra instantiation key: refused (a stored config holds "
-                "values only; nothing in it is imported or called)"
-            )
 
 
 def _shape(shape: torch.Size) -> str:
@@ -130,3 +100,19 @@ def _task_of_older(checkpoint: Mapping[str, Any]) -> str:
     """Checkpoints from before the task field: translation when the model has an encoder."""
     spec = (checkpoint.get("hyper_parameters") or {}).get("spec") or {}
     return "translation" if isinstance(spec, Mapping) and (spec.get("encoder_layers") or 0) > 0 else "lm"
+
+
+def inspect_checked(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A checkpoint read safely (:func:`ablate.checkpoints.files.inspect_checkpoint`), its data
+    module one of ablate's and its weights those of the model its configuration builds, finite
+    (:func:`check_checkpoint_content`: reads every tensor once); :class:`CheckpointError` naming the
+    file and the first mismatch otherwise. What a resume and every script that loads weights read."""
+    checkpoint = inspect_checkpoint(path)
+    try:
+        data = (checkpoint.get("hyper_parameters") or {}).get("data")
+        if isinstance(data, Mapping) and "_target_" in data:
+            data_module_class(data["_target_"], f"{path}: hyper_parameters.data")
+        check_checkpoint_content(checkpoint, path)
+    except UserError as err:
+        raise CheckpointError(str(err)) from None
+    return checkpoint

@@ -16,10 +16,9 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import lightning as L
-from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ablate.config.locations import checkout_root, project_root
@@ -29,59 +28,8 @@ from ablate.data.registry import StoredConfigError, build_data_module
 from ablate.data.sources import DataFormatError
 from ablate.data.text_stream import SplitText
 from ablate.data.tokenizers import TOKENIZERS, Tokenizer
-from ablate.metrics import finite_or_none
 from ablate.tasks.base import pick_device
-
-if TYPE_CHECKING:
-    from ablate.tasks.lm import LanguageModelTask
-
-EVAL_SPLITS = ("val", "test")
-
-
-def evaluate_lengths(
-    trainer: L.Trainer, task: LanguageModelTask, datamodule: Any, lengths: list[int], split: str = "test"
-) -> tuple[dict[str, float | None], dict[str, Any]]:
-    """``<split>/loss@L``, ``<split>/ppl@L`` (and ``<split>/bpb@L`` when the task knows its
-    tokenizer: bits per UTF-8 byte) for each length L: the split (``test``, or ``val``)
-    cut into non-overlapping windows of L tokens (Press et al. 2022's "nonoverlapping inference";
-    no sliding window, so every token is predicted from the tokens of its own window only).
-
-    Every length covers the same split (up to its last partial window); the tokens per eval
-    batch stay constant (:meth:`ablate.data.lm_data.LMDataModule.use_eval_length`). With
-    ``pos=learned`` a length beyond the position table (``model.max_len``, by default the
-    training/eval length) is skipped with a note: the table has no rows there, and rows added
-    only for evaluation would be untrained. Returns the metrics and, per length, the tokens
-    evaluated or why it was skipped.
-    """
-    if split not in EVAL_SPLITS:
-        raise ValueError(f"split={split!r}; valid options: {', '.join(EVAL_SPLITS)}")
-    run = trainer.test if split == "test" else trainer.validate
-    metrics: dict[str, float | None] = {}
-    info: dict[str, Any] = {}
-    spec = task.spec
-    limit = task.model.pos.max_positions  # a position table's size (pos=learned); None: it extrapolates
-    for length in lengths:
-        if limit is not None and length > limit:
-            reason = (
-                f"pos={spec.pos} has {limit} positions (model.max_len, fixed when the model was trained) and no "
-                f"rows beyond them; lengths past training need positions that extrapolate: train with pos=rope, "
-                f"alibi, sinusoidal or none (python train.py pos=rope), or with model.max_len={length} (rows "
-                "untrained beyond the training length)"
-            )
-            info[str(length)] = {"skipped": reason}
-            rank_zero_info(f"{split}/ppl@{length} skipped: {reason}")
-            continue
-        datamodule.use_eval_length(length)
-        task.eval_tag = f"@{length}"
-        try:
-            run(task, datamodule=datamodule, verbose=False)
-        finally:
-            task.eval_tag = ""
-        for key in (f"{split}/loss@{length}", f"{split}/ppl@{length}", f"{split}/bpb@{length}"):
-            if key in trainer.callback_metrics or not key.startswith(f"{split}/bpb"):
-                metrics[key] = finite_or_none(trainer.callback_metrics.get(key))
-        info[str(length)] = {"tokens": task.eval_tokens_seen}
-    return metrics, info
+from ablate.tasks.lm import EVAL_SPLITS, LanguageModelTask, evaluate_lengths
 
 
 class TextFileData(LMDataModule):

@@ -144,3 +144,16 @@ def _as_list(value: Any) -> list[str]:
 
 
 # ----------------------------------------------------------------------- loggers
+
+
+def logger_keys() -> dict[str, dict[str, Any]]:
+    """The keys of each ``logger.<name>`` node with their types (its options dataclass), for
+    :func:`ablate.config.schema.check_config_keys` and :func:`ablate.config.types.check_config_types`."""
+    from ablate.config.types import dataclass_hints
+
+    found = {
+        f"logger.{name}": dataclass_hints(options)
+        for name, options in (("wandb", WandbOptions), ("tensorboard", TensorBoardOptions), ("mlflow", MLflowOptions))
+    }
+    found["logger.wandb"]["tags"] = list[str] | str  # a single tag may be given as a string
+    return found

@@ -12,13 +12,14 @@ import os
 import shutil
 import sys
 import warnings
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+import ablate.tasks  # noqa: F401  (the tasks declare the metrics whose goals W&B summarises)
 from ablate import metrics
 from ablate.tracking.hparams import new_hparams
 from ablate.tracking.options import WandbOptions
@@ -186,32 +187,21 @@ def _announce(message: str) -> None:
 # ------------------------------------------------------------------ run control
 
 
-def finish_wandb(exit_code: int = 0) -> None:
-    """Finish the active W&B run, if any; a no-op when wandb was never used.
+def finish_wandb(exit_code: int = 0, summary: Mapping[str, Any] | None = None) -> None:
+    """Write ``summary`` (the run's outcome: status, steps, ...) into the active W&B run's summary,
+    then finish the run; a no-op when wandb was never used (W&B runs on global rank 0 only).
 
     Checks ``sys.modules`` so that a CSV-only job does not pay wandb's import.
     """
     wandb = sys.modules.get("wandb")
-    if wandb is not None and getattr(wandb, "run", None) is not None:
-        wandb.finish(exit_code=exit_code)
-
-
-@rank_zero_only
-def set_wandb_summary(loggers: list[Logger], key: str, value: Any) -> None:
-    """Write ``key: value`` into the W&B run summary; a no-op without W&B."""
-    for logger in loggers:
-        if isinstance(logger, WandbLogger):
-            _write_summary(logger, key, value)
-
-
-def _write_summary(logger: WandbLogger, key: str, value: Any) -> None:
-    """Set one summary value, warning instead of failing on a finished run."""
-    import wandb
-
-    try:
-        logger.experiment.summary[key] = value
-    except wandb.errors.Error as err:
-        warnings.warn(f"could not set W&B summary {key!r}: {err}", RuntimeWarning, stacklevel=3)
+    if wandb is None or getattr(wandb, "run", None) is None:
+        return
+    for key, value in (summary or {}).items():
+        try:
+            wandb.run.summary[key] = value
+        except wandb.errors.Error as err:  # a finished run: warn, never fail the job over its summary
+            warnings.warn(f"could not set W&B summary {key!r}: {err}", RuntimeWarning, stacklevel=2)
+    wandb.finish(exit_code=exit_code)
 
 
 # ----------------------------------------------------------------------- naming

@@ -1,4 +1,4 @@
-"""scripts/grad_norm_at_init.py (Xiong et al. 2020, Fig. 3): its per-layer values equal a hand
+"""scripts/grad_norm_at_init.py (:mod:`ablate.benchmark.grad_norm_at_init`; Xiong et al. 2020, Fig. 3): its per-layer values equal a hand
 computation, and at a small size it shows the paper's effect: at initialisation the FFN gradient
 norm grows with the layer index in Post-LN and does not in Pre-LN, in the encoder and the decoder.
 
@@ -8,7 +8,6 @@ Size: 6+6 layers, d=32, FFN 64, no dropout, 4 batches x 2 seeds of <= 512 tokens
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -19,20 +18,13 @@ import torch
 import torch.nn.functional as F
 from hydra.utils import instantiate
 
-from conftest import REPO, SHARED_DATA
+from ablate.benchmark import grad_norm_at_init as gn
+from ablate.run.assembly import build_model
+from ablate.run.preflight import check_config
+from conftest import SHARED_DATA
 
 MULTI30K = SHARED_DATA / "multi30k"
 LAYERS = 6
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("grad_norm_at_init", REPO / "scripts" / "grad_norm_at_init.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gn = load_script()
 
 
 def overrides(cache: Path) -> list[str]:
@@ -104,7 +96,7 @@ def test_values_equal_a_hand_computation(measured):
     dm.setup("fit")
     batch = gn.first_batches(dm, 2)[1]
     L.seed_everything(cfg.seed)
-    task = gn.build_task(cfg, dm, gn.model_spec(cfg, vocab_size=dm.vocab_size, max_len=gn.eval_max_len(cfg)))
+    task = build_model(cfg, dm, check_config(cfg).max_len)  # as train.py builds it
     src, tgt_in, tgt_out = batch[0], batch[1], batch[2]
     logits = task.model(src, tgt_in, src != 0)
     F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0, label_smoothing=0.1).backward()

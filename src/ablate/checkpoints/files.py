@@ -1,0 +1,154 @@
+"""A run's checkpoint files: where they are, which one ``ckpt_path=last`` means, and what a file holds.
+
+Everything here reads; nothing writes (the writers are the checkpoint callbacks,
+:mod:`ablate.callbacks.checkpointing`). A checkpoint is opened once, memory-mapped and with the
+restricted unpickler (:mod:`ablate.checkpoints.safe_load`), and a truncated, empty or foreign file is
+turned into :class:`CheckpointError` naming the file and the intact checkpoint before it, when there
+is one. The layers above (tasks, callbacks, the run) all read checkpoints through this module.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ablate.checkpoints import safe_load
+from ablate.checkpoints.stored_config import check_stored_config
+from ablate.errors import UserError
+
+LAST_PATTERN = re.compile(r"^last(-\d+)?\.ckpt$")  # what Lightning's ckpt_path="last" looks for
+# the key of ablate.callbacks.checkpointing.ResumeState's entry in a checkpoint's "callbacks" (its
+# Lightning state key, the class name; tests/run/test_resume.py checks they agree)
+RESUME_STATE_KEY = "ResumeState"
+
+
+class CheckpointError(UserError, RuntimeError):
+    """A checkpoint that cannot be resumed; the message names the file and what to do."""
+
+
+class CheckpointFileMissing(UserError, FileNotFoundError):
+    """``ckpt_path=`` names no file."""
+
+
+def previous_checkpoint(path: str | os.PathLike[str]) -> Path:
+    """Where the checkpoint before ``path`` is kept: ``last.ckpt`` -> ``last.previous.ckpt``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.previous{path.suffix}")
+
+
+def find_last_checkpoint(dirs: Sequence[str | os.PathLike[str]]) -> Path | None:
+    """The newest ``last.ckpt`` (or ``last-N.ckpt``) in ``dirs``: what Lightning's
+    ``ckpt_path="last"`` picks, found before the Trainer exists (W&B needs the run id first)."""
+    found = [
+        p for d in dirs if Path(d).is_dir() for p in Path(d).iterdir() if LAST_PATTERN.match(p.name) and p.is_file()
+    ]
+    return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
+
+
+def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dirs: Sequence[str | os.PathLike[str]]) -> str | None:
+    """``None`` -> ``None``; ``"last"`` -> the job's last checkpoint, or ``None`` when there is none
+    yet (``ckpt_path=last`` may be set on a job's first run and on every requeue); a path ->
+    itself, which must exist. Other special values Lightning knows (``"best"``, ``"hpc"``, a URL)
+    are passed through."""
+    if ckpt_path is None:
+        return None
+    ckpt_path = str(ckpt_path)
+    if ckpt_path == "last":
+        last = find_last_checkpoint(checkpoint_dirs)
+        return None if last is None else str(last)
+    if ckpt_path in ("best", "hpc") or "://" in ckpt_path:
+        return ckpt_path
+    if not Path(ckpt_path).is_file():
+        raise CheckpointFileMissing(f"ckpt_path={ckpt_path}: no such checkpoint file")
+    return ckpt_path
+
+
+def checkpoint_files(dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Every ``*.ckpt`` in ``dirs`` (a run's record, with ``status.json``), sorted."""
+    return sorted({p for d in dirs if Path(d).is_dir() for p in Path(d).iterdir() if p.suffix == ".ckpt"})
+
+
+def earlier_run_with_checkpoint(runs_dir: Path, overrides: list[str], this_run: Path) -> Path | None:
+    """The newest run directory under ``runs_dir`` (other than ``this_run``) made by the same
+    overrides (its ``.hydra/overrides.yaml``, ``ckpt_path`` aside) that holds a checkpoint."""
+
+    def key(items: list[str]) -> list[str]:
+        return sorted(
+            o for o in items if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.", "resume_allow_changes"))
+        )
+
+    wanted = key(overrides)
+    candidates = []
+    for run in runs_dir.glob("*/"):
+        if run.resolve() == this_run.resolve():
+            continue
+        saved = run / ".hydra" / "overrides.yaml"
+        try:
+            same = key(yaml.safe_load(saved.read_text()) or []) == wanted
+        except (OSError, yaml.YAMLError):
+            continue
+        if same and any((run / "checkpoints").glob("last*.ckpt")):
+            candidates.append(run)
+    return max(candidates, key=lambda p: p.stat().st_mtime_ns) if candidates else None
+
+
+def inspect_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The checkpoint's contents, memory-mapped (tensors are not read); :class:`CheckpointError`
+    when the file is empty, truncated or not a checkpoint, or its stored configuration names
+    something to import or call (:func:`ablate.checkpoints.stored_config.check_stored_config`).
+    Whether its weights fit the model it describes is the tasks' to check
+    (:func:`ablate.tasks.checkpoints.inspect_checked`)."""
+    path = Path(path)
+    try:
+        checkpoint = safe_load.load(path)  # never runs code from the file (ablate.checkpoints.safe_load)
+    except safe_load.UnsafeCheckpointError:
+        raise
+    except Exception as err:
+        size = path.stat().st_size if path.exists() else 0
+        previous = previous_checkpoint(path)
+        offer = (
+            f" The checkpoint before it is intact: resume with ckpt_path={previous}"
+            if previous.is_file() and _readable(previous)
+            else " No earlier checkpoint of this run is kept."
+        )
+        raise CheckpointError(
+            f"{path} is corrupt or truncated ({size:,} bytes; {type(err).__name__}: {str(err)[:200]}).{offer}"
+        ) from None
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(f"{path} is not a checkpoint: it holds a {type(checkpoint).__name__}, not a dict")
+    try:
+        check_stored_config(checkpoint, path)
+    except UserError as err:
+        raise CheckpointError(str(err)) from None
+    return checkpoint
+
+
+def require_resumable(checkpoint: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """A checkpoint with the weights only (``best.ckpt``: ``callbacks.checkpoint.save_weights_only``)
+    cannot continue training: refused before any data is read, pointing at ``last.ckpt``."""
+    if "optimizer_states" not in checkpoint:
+        raise CheckpointError(
+            f"{path} holds the weights only (no optimiser state: best.ckpt is saved that way, "
+            "callbacks.checkpoint.save_weights_only=true), so training cannot continue from it: resume from the "
+            "run's last.ckpt (ckpt_path=last with hydra.run.dir=<its run dir>). eval.py, generate.py, translate.py "
+            "and the exports take it as it is"
+        )
+
+
+def _readable(path: Path) -> bool:
+    try:
+        safe_load.load(path)
+        return True
+    except Exception:
+        return False
+
+
+def resume_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """What :class:`~ablate.callbacks.checkpointing.ResumeState` stored in a loaded checkpoint (W&B
+    run id, run identity)."""
+    return checkpoint.get("callbacks", {}).get(RESUME_STATE_KEY) or {}

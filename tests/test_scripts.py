@@ -1,0 +1,34 @@
+"""Scripts are thin entry points: the logic is in the package (type-checked, importable, tested
+there), a script parses its command line and calls it, and no script edits ``sys.path``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+SCRIPTS = sorted((REPO / "scripts").glob("*.py"))
+MAX_LINES = 80
+# being thinned in their own branch (issue 33, item 5: the statistics helper's scripts)
+NOT_YET_THIN = {"summarize.py", "compute_multiplier.py", "plot.py"}
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_a_script_is_a_thin_entry_point(script: Path) -> None:
+    lines = len(script.read_text().splitlines())
+    if script.name in NOT_YET_THIN:
+        pytest.skip(f"{script.name}: {lines} lines, being moved into the package")
+    assert lines <= MAX_LINES, f"{script.name} has {lines} lines: move its logic into src/ablate"
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_no_script_edits_the_import_path(script: Path) -> None:
+    calls = [
+        ast.unparse(node)
+        for node in ast.walk(ast.parse(script.read_text()))
+        if isinstance(node, ast.Call) and ast.unparse(node.func).startswith("sys.path.")
+    ]
+    assert not calls, f"{script.name}: {calls} (the package is installed: import it)"
