@@ -45,7 +45,8 @@ def refuse_other_tasks_options(cfg: DictConfig, task: str) -> None:
 @cli.task
 def main(cfg: DictConfig) -> None:
     from ablate.checkpoints.files import CheckpointError  # the stack (torch): only once the command is checked
-    from ablate.tasks import TASKS, checkpoint_task, resolve
+    from ablate.tasks import TASKS, resolve
+    from ablate.tasks.checkpoints import checkpoint_task
 
     if not Path(cfg.ckpt_path).is_file():
         raise SystemExit(f"ckpt_path={cfg.ckpt_path}: no such checkpoint file")

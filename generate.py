@@ -15,7 +15,7 @@ from ablate.config.arguments import checker
 def main(cfg: DictConfig) -> None:
     import torch  # the stack: only once the command is checked
 
-    from ablate.tasks import load_task_checkpoint
+    from ablate.tasks.checkpoints import load_task_checkpoint
     from ablate.tasks.generation import generate
 
     task = load_task_checkpoint(cfg.ckpt_path, "lm", "generate.py")

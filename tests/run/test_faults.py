@@ -192,7 +192,7 @@ def test_ckpt_path_last_in_a_new_directory_names_the_earlier_run(workdir: Path, 
 
 
 def test_wrong_checkpoint_kind_names_the_task_and_script(workdir: Path, finished: Path, tmp_path: Path) -> None:
-    from ablate.tasks import require_checkpoint_task
+    from ablate.tasks.checkpoints import require_checkpoint_task
 
     lm = finished / "checkpoints" / "last.ckpt"
     with pytest.raises(SystemExit, match=r"holds a task=lm checkpoint; eval.py takes task=translation .*generate.py"):

@@ -14,7 +14,7 @@ import torch
 import forked_python
 from ablate.checkpoints import safe_load
 from ablate.checkpoints.files import inspect_checkpoint
-from ablate.tasks import load_task_checkpoint
+from ablate.tasks.checkpoints import load_task_checkpoint
 from conftest import HANG_TIMEOUT, REPO
 
 

@@ -15,8 +15,7 @@ import torch
 import forked_python
 from _checkpoints import lm_checkpoint, rewrite, translation_checkpoint
 from ablate.checkpoints.files import CheckpointError
-from ablate.tasks import load_task_checkpoint
-from ablate.tasks.checkpoints import inspect_checked
+from ablate.tasks.checkpoints import inspect_checked, load_task_checkpoint
 from conftest import HANG_TIMEOUT, REPO
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -115,7 +114,7 @@ def test_the_scripts_refuse_a_tampered_checkpoint_with_exit_2(checkpoints, tmp_p
 
 def test_a_checkpoint_of_the_other_task_names_the_scripts_that_take_it(checkpoints):
     """Issue 32 item 13: an LM checkpoint given to translate.py points at eval.py too (it evaluates both tasks)."""
-    from ablate.tasks import require_checkpoint_task
+    from ablate.tasks.checkpoints import require_checkpoint_task
 
     with pytest.raises(
         SystemExit, match=r"translate\.py takes task=translation checkpoints\. Use eval\.py or generate\.py"

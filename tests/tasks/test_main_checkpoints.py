@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ablate.checkpoints.files import inspect_checkpoint
-from ablate.tasks import load_task_checkpoint
+from ablate.tasks.checkpoints import load_task_checkpoint
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 EXPECTED = json.loads((FIXTURES / "main_780a50a_checkpoints.json").read_text())

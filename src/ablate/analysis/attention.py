@@ -222,7 +222,7 @@ def describe(spec) -> str:
 def lm_maps(ckpt_path: str | Path, text: str, target: str | None, max_tokens: int) -> tuple[list[AttentionMap], str]:
     """The self-attention maps of a language model for ``text`` (``target`` applies to
     translation checkpoints only: refused here rather than ignored)."""
-    from ablate.tasks import load_task_checkpoint
+    from ablate.tasks.checkpoints import load_task_checkpoint
 
     if target is not None:
         raise ValueError(f"target= applies to translation checkpoints; {ckpt_path} holds a task=lm model")
@@ -273,7 +273,8 @@ def checkpoint_maps(
     """The attention maps of a checkpoint (LM or translation) for one input, and a model description."""
     if not Path(ckpt_path).is_file():
         raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such file (a job's checkpoints/best.ckpt or last.ckpt)")
-    from ablate.tasks import TASKS, checkpoint_task, resolve
+    from ablate.tasks import TASKS, resolve
+    from ablate.tasks.checkpoints import checkpoint_task
 
     task = checkpoint_task(ckpt_path)
     draw = TASKS[task].attention_maps

@@ -26,6 +26,7 @@ from ablate.benchmark.machine import CpuShare, machine_info, peak_rss_mb, rss_mb
 from ablate.benchmark.report import jsonable, markdown_report, print_report
 from ablate.callbacks.throughput import device_peak_flops, measure_cpu_peak
 from ablate.config.checks import matmul_precision
+from ablate.nn.axes import spec_axes
 from ablate.nn.flops import flops_per_token
 from ablate.run.assembly import build_datamodule
 from ablate.run.preflight import check_config
@@ -288,7 +289,7 @@ class Benchmark:
         report["config"] = {
             "overrides": list(HydraConfig.get().overrides.task),
             "model": OmegaConf.to_container(cfg.model, resolve=True),
-            "axes": self.headline_spec.axes() if self.headline_spec else None,
+            "axes": spec_axes(self.headline_spec) if self.headline_spec else None,
             "seq_len": cfg.data.seq_len,
             "batch_size": cfg.data.batch_size,
             "tokens_per_step": self.tokens_per_step,

@@ -13,7 +13,7 @@ import rich.tree
 from omegaconf import DictConfig, OmegaConf
 
 from ablate import metrics
-from ablate.nn.axes import ARCHITECTURE_GROUPS
+from ablate.nn.axes import ARCHITECTURE_GROUPS, spec_axes
 from ablate.nn.spec import ModelSpec
 from ablate.tasks import TASKS, task_of_metrics
 
@@ -85,7 +85,7 @@ def format_run_header(
     return "\n".join(
         [
             f"run     experiment={experiment or 'default'}  task={task}  data={data}",
-            "axes    " + " ".join(f"{k}={v}" for k, v in spec.axes().items()),
+            "axes    " + " ".join(f"{k}={v}" for k, v in spec_axes(spec).items()),
             f"model   {describe_model(spec)}: {n_params:,} parameters (12·L·d² + V·d: {estimate:,})",
             f"output  {output_dir}  (config: .hydra/config.yaml)",
         ]

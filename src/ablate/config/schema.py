@@ -27,37 +27,13 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config.options import ConfigError
+from ablate.config.types import EVAL_TYPES, LOG_TYPES, PATHS_TYPES, RUNTIME_TYPES, check_config_types
 
-# the groups read by code that has no signature to read: each key with its type (ablate.config.types)
-EVAL_TYPES: dict[str, Any] = {"test_at_end": bool, "seq_len": int | None, "seq_lens": list[int] | None}
-LOG_TYPES: dict[str, Any] = {"grad_norm_every_n_steps": int, "grad_norm_dense_steps": int}
-RUNTIME_TYPES: dict[str, Any] = {
-    "flush_denormal": bool,
-    # torch.set_float32_matmul_precision's, or auto (ablate.config.checks.matmul_precision)
-    "matmul_precision": Literal["auto", "highest", "high", "medium"],
-}
-PATHS_TYPES: dict[str, Any] = {
-    **dict.fromkeys(("root_dir", "data_dir", "cache_dir", "log_dir"), str),
-    "output_dir": Any,  # Hydra's job directory, set by Hydra itself
-}
-# the top level of conf/train.yaml (its keys; the groups are checked by their own sources)
-TOP_LEVEL_TYPES: dict[str, Any] = {
-    "seed": int,
-    "tags": list[str] | str,
-    "ckpt_path": str | None,
-    "trust_checkpoint": bool,
-    "overwrite": bool,
-    "resume_allow_changes": list[str],
-    "sweep_name": str | None,
-    "skip_completed": bool,
-    "optimized_metric": str | None,
-    "print_config": bool,
-}
 EVAL_KEYS, LOG_KEYS, RUNTIME_KEYS, PATHS_KEYS = (
     frozenset(t) for t in (EVAL_TYPES, LOG_TYPES, RUNTIME_TYPES, PATHS_TYPES)
 )
@@ -177,8 +153,6 @@ def check_command_line_config(cfg: DictConfig, declared: Declared) -> None:
     and every ``data`` value is one its class takes (:func:`check_config_choices`). The ranges of the
     numbers and the architecture are checked in the job (:func:`ablate.run.preflight.check_config`),
     after what the job itself derives from the config."""
-    from ablate.config.types import check_config_types
-
     check_config_keys(cfg, declared)
     check_config_types(cfg, declared)
     check_config_choices(cfg)

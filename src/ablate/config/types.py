@@ -35,6 +35,32 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ablate.config.options import ConfigError
 
+# the groups read by code that has no signature to read: each key with its type (ablate.config.types)
+EVAL_TYPES: dict[str, Any] = {"test_at_end": bool, "seq_len": int | None, "seq_lens": list[int] | None}
+LOG_TYPES: dict[str, Any] = {"grad_norm_every_n_steps": int, "grad_norm_dense_steps": int}
+RUNTIME_TYPES: dict[str, Any] = {
+    "flush_denormal": bool,
+    # torch.set_float32_matmul_precision's, or auto (ablate.config.checks.matmul_precision)
+    "matmul_precision": Literal["auto", "highest", "high", "medium"],
+}
+PATHS_TYPES: dict[str, Any] = {
+    **dict.fromkeys(("root_dir", "data_dir", "cache_dir", "log_dir"), str),
+    "output_dir": Any,  # Hydra's job directory, set by Hydra itself
+}
+# the top level of conf/train.yaml (its keys; the groups are checked by their own sources)
+TOP_LEVEL_TYPES: dict[str, Any] = {
+    "seed": int,
+    "tags": list[str] | str,
+    "ckpt_path": str | None,
+    "trust_checkpoint": bool,
+    "overwrite": bool,
+    "resume_allow_changes": list[str],
+    "sweep_name": str | None,
+    "skip_completed": bool,
+    "optimized_metric": str | None,
+    "print_config": bool,
+}
+
 _SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.Iterable, collections.abc.Collection)
 _MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
 
@@ -167,15 +193,13 @@ def group_types(cfg: DictConfig, declared: Mapping[str, Any]) -> dict[str, dict[
     by its keys alone has no types to check)."""
     from hydra.utils import get_object
 
-    from ablate.config import schema
-
     found: dict[str, dict[str, Any]] = {
-        "": dict(schema.TOP_LEVEL_TYPES),
+        "": dict(TOP_LEVEL_TYPES),
         "model": model_types(),
-        "eval": dict(schema.EVAL_TYPES),
-        "log": dict(schema.LOG_TYPES),
-        "runtime": dict(schema.RUNTIME_TYPES),
-        "paths": dict(schema.PATHS_TYPES),
+        "eval": dict(EVAL_TYPES),
+        "log": dict(LOG_TYPES),
+        "runtime": dict(RUNTIME_TYPES),
+        "paths": dict(PATHS_TYPES),
         **{path: dict(hints) for path, hints in declared.items() if isinstance(hints, Mapping)},
     }
     for path in ("data", "trainer", *(f"callbacks.{name}" for name in (cfg.get("callbacks") or {}))):

@@ -346,8 +346,7 @@ def export_checkpoint(
     """Export the model of a ``task=lm`` checkpoint (see :func:`export_model`); the architecture
     options that do not map are refused by name before anything is written."""
     from ablate.checkpoints.files import CheckpointError
-    from ablate.tasks import checkpoint_task
-    from ablate.tasks.checkpoints import inspect_checked
+    from ablate.tasks.checkpoints import checkpoint_task, inspect_checked
     from ablate.tasks.lm_eval import load_lm_checkpoint
 
     if not Path(ckpt_path).is_file():

@@ -4,7 +4,7 @@ of its options, and the :class:`~ablate.nn.spec.ModelSpec` field that holds the 
 Everything that lists the axes iterates :data:`AXES`: the validation of a spec
 (:func:`ablate.config.model.validate`), the keys of each option and the refusal of those an
 option does not take (:mod:`ablate.config.options`), the build of each part of a stack
-(:mod:`ablate.nn.stack`: each option builds itself from its typed config, :mod:`ablate.nn.options`), ``ModelSpec.axes()`` (the flat names W&B, ``status.json`` and the
+(:mod:`ablate.nn.stack`: each option builds itself from its typed config, :mod:`ablate.nn.options`), ``spec_axes(spec)`` (the flat names W&B, ``status.json`` and the
 tables group runs by), the run names and W&B axis keys (:mod:`ablate.tracking.naming`), the order
 of config groups in sweep directories, the config tree and the resume identity.
 
@@ -153,6 +153,12 @@ AXES: tuple[Axis[Any], ...] = (POS, PLACEMENT, NORM_LAYER, ACT, INIT, ATTN)
 
 ARCHITECTURE_GROUPS = tuple(dict.fromkeys(axis.group for axis in AXES))
 """The config groups of the architecture, in table order: pos, norm, act, init, attn."""
+
+
+def spec_axes(spec: ModelSpec) -> dict[str, Any]:
+    """A spec's ablation axes, flat, for grouping runs in W&B and in the summary table
+    (``pos``, ``norm``, ``norm_layer``, ``act``, ``init``, ``attn``: each axis' spec field and value)."""
+    return {axis.spec_field: getattr(spec, axis.spec_field) for axis in AXES}
 
 
 def group_axes(group: str) -> list[Axis[Any]]:

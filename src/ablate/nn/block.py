@@ -34,8 +34,7 @@ from ablate.nn.options import OptionConfig
 from ablate.nn.positional import PositionalEncoding
 
 if TYPE_CHECKING:
-    from ablate.nn.spec import ModelSpec
-    from ablate.nn.stack import StackConfig
+    from ablate.nn.spec import ModelSpec, StackConfig
 
 NormFactory = Callable[[], nn.Module]
 Wrap = Callable[[nn.Module], "Residual"]

@@ -43,15 +43,45 @@ class ModelSpec:
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
-    def axes(self) -> dict[str, Any]:
-        """The ablation axes, flat, for grouping runs in W&B and in the summary table
-        (:data:`ablate.nn.axes.AXES`: ``pos``, ``norm``, ``norm_layer``, ``act``, ``init``, ``attn``)."""
-        from ablate.nn.axes import AXES
-
-        return {axis.spec_field: getattr(self, axis.spec_field) for axis in AXES}
-
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["pos_options"] = dict(self.pos_options)
         d["norm_options"] = dict(self.norm_options)
         return d
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """One stack of a model with ``encoder_layers`` bidirectional and ``decoder_layers`` causal
+    layers in all: a causal stack is the model's decoder, a bidirectional one its encoder.
+    ``cross``: every block also attends to the encoder output (an encoder-decoder's decoder)."""
+
+    causal: bool
+    cross: bool
+    encoder_layers: int
+    decoder_layers: int
+
+    @property
+    def n_layers(self) -> int:
+        return self.decoder_layers if self.causal else self.encoder_layers
+
+    @property
+    def role(self) -> str:
+        """``decoder`` or ``encoder``: which of the model's stacks this is (DeepNet's Table 1)."""
+        return "decoder" if self.causal else "encoder"
+
+    @classmethod
+    def decoder_only(cls, n_layers: int) -> StackConfig:
+        return cls(causal=True, cross=False, encoder_layers=0, decoder_layers=n_layers)
+
+    @classmethod
+    def encoder_only(cls, n_layers: int) -> StackConfig:
+        return cls(causal=False, cross=False, encoder_layers=n_layers, decoder_layers=0)
+
+    @classmethod
+    def encoder_decoder(cls, encoder_layers: int, decoder_layers: int) -> tuple[StackConfig, StackConfig]:
+        """The encoder's and the decoder's configs."""
+        return (
+            cls(causal=False, cross=False, encoder_layers=encoder_layers, decoder_layers=decoder_layers),
+            cls(causal=True, cross=True, encoder_layers=encoder_layers, decoder_layers=decoder_layers),
+        )

@@ -19,7 +19,6 @@ branches on an option's name. The placement says how a sub-layer is wrapped in t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
 from torch import Tensor, nn
@@ -27,44 +26,7 @@ from torch import Tensor, nn
 from ablate.nn.attention import CrossAttention, SelfAttention
 from ablate.nn.axes import ACT, NORM_LAYER, PLACEMENT, POS
 from ablate.nn.block import Block, LayerCache, NormFactory
-from ablate.nn.spec import ModelSpec
-
-
-@dataclass(frozen=True)
-class StackConfig:
-    """One stack of a model with ``encoder_layers`` bidirectional and ``decoder_layers`` causal
-    layers in all: a causal stack is the model's decoder, a bidirectional one its encoder.
-    ``cross``: every block also attends to the encoder output (an encoder-decoder's decoder)."""
-
-    causal: bool
-    cross: bool
-    encoder_layers: int
-    decoder_layers: int
-
-    @property
-    def n_layers(self) -> int:
-        return self.decoder_layers if self.causal else self.encoder_layers
-
-    @property
-    def role(self) -> str:
-        """``decoder`` or ``encoder``: which of the model's stacks this is (DeepNet's Table 1)."""
-        return "decoder" if self.causal else "encoder"
-
-    @classmethod
-    def decoder_only(cls, n_layers: int) -> StackConfig:
-        return cls(causal=True, cross=False, encoder_layers=0, decoder_layers=n_layers)
-
-    @classmethod
-    def encoder_only(cls, n_layers: int) -> StackConfig:
-        return cls(causal=False, cross=False, encoder_layers=n_layers, decoder_layers=0)
-
-    @classmethod
-    def encoder_decoder(cls, encoder_layers: int, decoder_layers: int) -> tuple[StackConfig, StackConfig]:
-        """The encoder's and the decoder's configs."""
-        return (
-            cls(causal=False, cross=False, encoder_layers=encoder_layers, decoder_layers=decoder_layers),
-            cls(causal=True, cross=True, encoder_layers=encoder_layers, decoder_layers=decoder_layers),
-        )
+from ablate.nn.spec import ModelSpec, StackConfig
 
 
 def norm_factory(spec: ModelSpec) -> NormFactory:

@@ -27,6 +27,7 @@ from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.throughput import ThroughputMonitor
 from ablate.cli.console import format_run_header, param_estimate
 from ablate.config.model import ModelSpec, model_spec
+from ablate.nn.axes import spec_axes
 from ablate.nn.flops import flops_per_token
 from ablate.optim import used_optim_config
 from ablate.run.job import Job, is_rank_zero
@@ -71,7 +72,7 @@ def build(cfg: DictConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly
     estimate = param_estimate(spec.n_layers, spec.d_model, spec.vocab_size)
     config = {
         **cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
-        "axes": spec.axes(),
+        "axes": spec_axes(spec),
         "params": n_params,
         "params_estimate": estimate,
         "world_size": checked.world_size,

@@ -45,6 +45,7 @@ from ablate.checkpoints import safe_load
 from ablate.cli.console import quiet_known_noise
 from ablate.config.checks import clip_validation_interval
 from ablate.metrics import finite_or_none
+from ablate.nn.axes import spec_axes
 from ablate.run import distributed, environment, lifecycle
 from ablate.run.assembly import build
 from ablate.run.job import Job, is_rank_zero
@@ -151,7 +152,7 @@ def fit(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
         wall_time_s=round(earlier_s + (time.perf_counter() - start), 2),
         segment_wall_time_s=round(time.perf_counter() - start, 2) if plan.ckpt_path is not None else None,
         params=assembled.n_params,
-        axes=assembled.spec.axes(),
+        axes=spec_axes(assembled.spec),
         overrides=job.overrides,
         world_size=trainer.world_size,
         accumulate_grad_batches=checked.accumulate,

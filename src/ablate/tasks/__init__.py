@@ -26,7 +26,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ablate import metrics
@@ -34,7 +33,6 @@ from ablate.config.options import ConfigError
 from ablate.metrics import Metric
 
 if TYPE_CHECKING:
-    import lightning as L
     from omegaconf import DictConfig
 
     from ablate.config.model import ModelSpec
@@ -254,66 +252,3 @@ def task_of_metrics(names: set[str] | frozenset[str]) -> str:
         return sum(spec.logs(n) for n in evaluated)
 
     return max(TASKS.values(), key=lambda s: (logged(s) == len(evaluated), logged(s), -list(TASKS).index(s.name))).name
-
-
-def checkpoint_task(path: str | Path) -> str:
-    """The task a checkpoint was trained for: stored by :class:`~ablate.tasks.base.TaskModule`,
-    or (older checkpoints) ``translation`` when its model has an encoder, else ``lm``. A file
-    that is not a readable checkpoint raises :class:`ablate.checkpoints.files.CheckpointError`."""
-    from ablate.checkpoints.files import inspect_checkpoint  # torch: only when a checkpoint is read
-
-    checkpoint = inspect_checkpoint(path)
-    if checkpoint.get("task"):
-        return str(checkpoint["task"])
-    spec = (checkpoint.get("hyper_parameters") or {}).get("spec") or {}
-    return "translation" if (spec.get("encoder_layers") or 0) > 0 else "lm"
-
-
-def require_checkpoint_task(path: str | Path, expected: str, script: str) -> None:
-    """Stop with a message naming the checkpoint's task and the script that takes it when
-    ``path`` holds a checkpoint of another task than ``expected`` (or is not a readable checkpoint)."""
-    from ablate.checkpoints.files import CheckpointError
-
-    if not Path(path).is_file():
-        raise SystemExit(f"ckpt_path={path}: no such checkpoint file")
-    try:
-        found = checkpoint_task(path)
-    except CheckpointError as err:
-        raise SystemExit(str(err)) from None
-    if found != expected:
-        other = TASKS[found].checkpoint_scripts if found in TASKS else "the script of that task"
-        raise SystemExit(
-            f"{path} holds a task={found} checkpoint; {script} takes task={expected} checkpoints. Use {other} for this one."
-        )
-
-
-def load_task_checkpoint(
-    path: str | Path, expected: str | None = None, script: str = "this script", map_location: Any = "cpu", **kwargs: Any
-) -> L.LightningModule:
-    """The task module a checkpoint holds, rebuilt by its own class (by :func:`checkpoint_task`):
-    the one way every script loads a checkpoint. With ``expected``, a checkpoint of another task
-    stops with a message naming the script that takes it; a file that is not a readable checkpoint
-    stops naming the file."""
-    from ablate.checkpoints import safe_load  # torch: only when a checkpoint is read
-    from ablate.checkpoints.files import CheckpointError
-    from ablate.tasks.checkpoints import inspect_checked
-
-    if expected is not None:
-        require_checkpoint_task(path, expected, script)
-    try:
-        found = checkpoint_task(path)
-        if found not in TASKS:
-            raise SystemExit(f"{path} holds a task={found} checkpoint; registered tasks: {', '.join(TASKS)}")
-        # its weights are those of the model its stored config builds, and finite (ablate.tasks.checkpoints)
-        inspect_checked(path)
-    except CheckpointError as err:
-        raise SystemExit(str(err)) from None
-    # checkpoint_task read the file with the restricted unpickler already; Lightning reads it the same way
-    loaded: L.LightningModule = (
-        TASKS[found]
-        .module_class()
-        .load_from_checkpoint(
-            str(path), map_location=map_location, weights_only=safe_load.lightning_weights_only(), **kwargs
-        )
-    )
-    return loaded

@@ -36,7 +36,9 @@ class TaskModule(L.LightningModule):
     ``train.py`` sets :attr:`tokenizer`."""
 
     tokenizer: Tokenizer | None = None
-    task_name: str = ""  # the ``task.name`` it implements; stored in checkpoints (ablate.tasks.checkpoint_task)
+    task_name: str = (
+        ""  # the ``task.name`` it implements; stored in checkpoints (ablate.tasks.checkpoints.checkpoint_task)
+    )
     # set by each subclass's __init__; declared here so that they are not nn.Module's untyped attributes
     model: nn.Module
     optim_cfg: dict[str, Any]

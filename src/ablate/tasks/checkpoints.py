@@ -1,7 +1,10 @@
-"""What a checkpoint must hold before any script loads it: checked against the configuration it
-carries, so that a damaged or altered file is refused naming the file and the first mismatch
-(exit 2), never a raw torch error ("size mismatch for ...", "Missing key(s)", "probability tensor
-contains inf/nan") or, worse, code run from it.
+"""Reading a task's checkpoint: what it must hold before any script loads it, and the one way
+every script loads it (:func:`load_task_checkpoint`).
+
+What a checkpoint must hold is checked against the configuration it carries, so that a damaged
+or altered file is refused naming the file and the first mismatch (exit 2), never a raw torch error
+("size mismatch for ...", "Missing key(s)", "probability tensor contains inf/nan") or, worse, code
+run from it.
 
 * the configuration a checkpoint stores holds values only
   (:func:`ablate.checkpoints.stored_config.check_stored_config`, run by every reader); the data
@@ -16,14 +19,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
 
+from ablate.checkpoints import safe_load
 from ablate.checkpoints.files import CheckpointError, inspect_checkpoint
 from ablate.checkpoints.stored_config import check_stored_config
+from ablate.config.model import ModelSpec, validate
 from ablate.data.registry import data_module_class
 from ablate.errors import UserError
+from ablate.tasks import TASKS
 
 
 class CheckpointContentError(UserError, ValueError):
@@ -36,15 +44,12 @@ def _shape(shape: torch.Size) -> str:
 
 def expected_state(task: str, params: Mapping[str, Any], path: str | os.PathLike[str]) -> dict[str, torch.Size]:
     """``weight name -> shape`` of the task module the stored hyper-parameters build (on ``meta``)."""
-    from ablate.tasks import TASKS
-
     if task not in TASKS:
         raise CheckpointContentError(f"{path}: its task field says task={task!r}; registered tasks: {', '.join(TASKS)}")
     if not isinstance(params.get("spec"), Mapping):
         raise CheckpointContentError(
             f"{path} is not an ablate checkpoint: it has no hyper_parameters.spec (the model's architecture)"
         )
-    from ablate.config.model import ModelSpec, validate
 
     cls = TASKS[task].module_class()
     try:
@@ -116,3 +121,58 @@ def inspect_checked(path: str | os.PathLike[str]) -> dict[str, Any]:
     except UserError as err:
         raise CheckpointError(str(err)) from None
     return checkpoint
+
+
+def checkpoint_task(path: str | Path) -> str:
+    """The task a checkpoint was trained for: stored by :class:`~ablate.tasks.base.TaskModule`,
+    or (older checkpoints) ``translation`` when its model has an encoder, else ``lm``. A file
+    that is not a readable checkpoint raises :class:`ablate.checkpoints.files.CheckpointError`."""
+    checkpoint = inspect_checkpoint(path)
+    if checkpoint.get("task"):
+        return str(checkpoint["task"])
+    spec = (checkpoint.get("hyper_parameters") or {}).get("spec") or {}
+    return "translation" if (spec.get("encoder_layers") or 0) > 0 else "lm"
+
+
+def require_checkpoint_task(path: str | Path, expected: str, script: str) -> None:
+    """Stop with a message naming the checkpoint's task and the script that takes it when
+    ``path`` holds a checkpoint of another task than ``expected`` (or is not a readable checkpoint)."""
+    if not Path(path).is_file():
+        raise SystemExit(f"ckpt_path={path}: no such checkpoint file")
+    try:
+        found = checkpoint_task(path)
+    except CheckpointError as err:
+        raise SystemExit(str(err)) from None
+    if found != expected:
+        other = TASKS[found].checkpoint_scripts if found in TASKS else "the script of that task"
+        raise SystemExit(
+            f"{path} holds a task={found} checkpoint; {script} takes task={expected} checkpoints. Use {other} for this one."
+        )
+
+
+def load_task_checkpoint(
+    path: str | Path, expected: str | None = None, script: str = "this script", map_location: Any = "cpu", **kwargs: Any
+) -> L.LightningModule:
+    """The task module a checkpoint holds, rebuilt by its own class (by :func:`checkpoint_task`):
+    the one way every script loads a checkpoint. With ``expected``, a checkpoint of another task
+    stops with a message naming the script that takes it; a file that is not a readable checkpoint
+    stops naming the file."""
+    if expected is not None:
+        require_checkpoint_task(path, expected, script)
+    try:
+        found = checkpoint_task(path)
+        if found not in TASKS:
+            raise SystemExit(f"{path} holds a task={found} checkpoint; registered tasks: {', '.join(TASKS)}")
+        # its weights are those of the model its stored config builds, and finite (ablate.tasks.checkpoints)
+        inspect_checked(path)
+    except CheckpointError as err:
+        raise SystemExit(str(err)) from None
+    # checkpoint_task read the file with the restricted unpickler already; Lightning reads it the same way
+    loaded: L.LightningModule = (
+        TASKS[found]
+        .module_class()
+        .load_from_checkpoint(
+            str(path), map_location=map_location, weights_only=safe_load.lightning_weights_only(), **kwargs
+        )
+    )
+    return loaded

@@ -91,7 +91,7 @@ def load_lm_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", 
     """The :class:`~ablate.tasks.lm.LanguageModelTask` of a ``task=lm`` checkpoint, in eval mode and
     never compiled (``model.compile`` is a training setting); a checkpoint of another task stops
     with a message naming the script that takes it."""
-    from ablate.tasks import load_task_checkpoint
+    from ablate.tasks.checkpoints import load_task_checkpoint
 
     return load_task_checkpoint(Path(path), "lm", script, map_location=map_location, compile=False).eval()
 

@@ -323,7 +323,7 @@ def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> Tran
 def load_translation_checkpoint(path: str | Path, device: str = "auto", script: str = "eval.py") -> TranslationTask:
     """A trained :class:`TranslationTask` with its tokenizer, in eval mode on ``device``; a
     checkpoint of another task stops naming ``script`` and the scripts that take that task's."""
-    from ablate.tasks import load_task_checkpoint
+    from ablate.tasks.checkpoints import load_task_checkpoint
 
     dev = pick_device(device)
     task = cast(TranslationTask, load_task_checkpoint(path, "translation", script, map_location=dev))

@@ -27,7 +27,7 @@ _NON_VARIANT_KEYS = re.compile(
     r"^(hydra|paths|logger|tags)(\.|$)|^(ckpt_path|print_config|callbacks\.progress_bar)$"
     rf"|^({'|'.join(RUN_CONTROL_KEYS)})$"
 )
-# An override key that names a ModelSpec axis (spec.axes()) maps to that axis' flat name.
+# An override key that names a ModelSpec axis (ablate.nn.axes.spec_axes) maps to that axis' flat name.
 _SPEC_AXIS_OF_KEY = {axis.key: axis.spec_field for axis in AXES}
 _WANDB_GROUP_MAX = 128
 _TAG_MAX = 64  # W&B's limit on the length of a tag
