@@ -61,16 +61,16 @@ def check_config(cfg: DictConfig) -> Preflight:
     """Fail on an invalid architecture or run-control number before any data is read or tensor
     allocated; return what the checks established.
 
-    In this order: the loggers; the task's own checks (which may fill derived keys: ``eval.seq_len``
-    into ``data.eval_seq_len``); every key, data choice and run-control number of the config (so
+    In this order: the loggers; every value's type (as given); the task's own checks (which may
+    fill derived keys: ``eval.seq_len`` into ``data.eval_seq_len``); every key, data choice and
+    run-control number of the config (so
     that the estimates after them see valid numbers); the batch layout over the devices and the
     memory of a training step; the run's identity and its start warnings."""
     check_loggers(cfg)  # a selected tensorboard/mlflow that is not installed fails before data is read
-    declared, ranked = config_keys(cfg), ranked_metrics(cfg)  # what the task reads and can be ranked by
-    check_task_config(cfg)  # the task's own checks (task=lm: copies eval.seq_len into data.eval_seq_len)
-    declared = {**declared, **logger_keys()}
-    check_config_keys(cfg, declared)  # a key no code reads (a typo, another option's)
+    declared, ranked = {**config_keys(cfg), **logger_keys()}, ranked_metrics(cfg)  # what the task and loggers read
     check_config_types(cfg, declared)  # a value of another type than the code reading it expects (n_layers=abc)
+    check_task_config(cfg)  # the task's own checks (task=lm: copies eval.seq_len into data.eval_seq_len)
+    check_config_keys(cfg, declared)  # a key no code reads (a typo, another option's)
     check_config_choices(cfg)  # a data value outside its class's choices (data.splits=...)
     check_run_numbers(cfg)
     try:
