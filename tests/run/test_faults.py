@@ -180,12 +180,17 @@ def test_a_finished_run_keeps_lean_checkpoints(workdir: Path, data_dir: Path) ->
     assert "Traceback" not in refused.stderr
 
 
-def test_ckpt_path_last_in_a_new_directory_names_the_earlier_run(workdir: Path, data_dir: Path) -> None:
+def test_ckpt_path_last_in_a_new_directory_goes_to_the_earlier_run(workdir: Path, data_dir: Path) -> None:
+    """``ckpt_path=last`` typed without ``hydra.run.dir`` means the run of the same command: a finished
+    one is reported, not retrained, and no new directory stays behind (tests/run/test_lifecycle.py:
+    an interrupted one is continued)."""
     first = run(workdir, data_dir, *RUN, "trainer.max_steps=3")
     assert first.returncode == 0, first.stderr[-2000:]
+    runs = set((workdir / "logs" / "runs").iterdir())
     proc = run(workdir, data_dir, *RUN, "trainer.max_steps=3", "ckpt_path=last")
-    assert proc.returncode == 2
-    assert "ckpt_path=last: this run's new directory" in proc.stderr and "hydra.run.dir=" in proc.stderr
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ckpt_path=last: continuing" in proc.stdout and "already completed" in proc.stdout
+    assert set((workdir / "logs" / "runs").iterdir()) == runs
 
 
 # ------------------------------------------------------------------ checkpoint kinds

@@ -96,7 +96,7 @@ def last_value(csv_path: Path, column: str) -> float | None:
 
 def read_job(job_dir: Path) -> dict[str, Any]:
     """One job's numbers from its directory: status.json, csv/metrics.csv, overhead_probe.json and
-    the times at which Hydra wrote ``.hydra/overrides.yaml`` (the job's start) and the job wrote
+    the times at which the job wrote ``.hydra/overrides.yaml`` (its start, once its config checks passed) and
     ``status.json`` (after the post-fit evaluation, before ``wandb.finish``)."""
     status = json.loads((job_dir / "status.json").read_text())
     probe_path = job_dir / PROBE_FILE

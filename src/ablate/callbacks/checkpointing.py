@@ -59,7 +59,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path, storage_options)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"  # ablate.checkpoints.files.abandoned_writes
         try:
             with open(tmp, "wb") as f:
                 _save(checkpoint, f, path)

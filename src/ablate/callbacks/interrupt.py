@@ -11,8 +11,9 @@ before stopping is skipped (:class:`TrainingInterrupted` is raised at its start:
 to stop, not to wait for a validation pass) and ``train.py`` records the job as ``interrupted``. A second Ctrl-C
 raises ``KeyboardInterrupt`` at once (the last periodic checkpoint is then the one to resume).
 
-SIGTERM, what a scheduler (SLURM before a kill or a requeue, Kubernetes, ``kill``) sends, is handled
-the same way: a preempted job stops after its step with that step saved and its status recorded.
+SIGTERM, what a scheduler (SLURM before a kill or a requeue, Kubernetes, ``kill``) sends, and SIGHUP,
+what a closed terminal (or a dropped SSH connection) sends, are handled the same way: the job stops
+after its step with that step saved and its status recorded (exit 130), instead of dying at once.
 (SLURM's requeue signal, ``--signal=USR1@90``, stays Lightning's: its SLURM environment saves an
 ``hpc`` checkpoint and requeues the job.)
 
@@ -71,7 +72,7 @@ class GracefulInterrupt(Callback):
         interrupted_at: the optimiser step training stopped at because of Ctrl-C, else ``None``.
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
 
     def __init__(self, stop_file: Path | None = None) -> None:
         self.interrupted_at: int | None = None

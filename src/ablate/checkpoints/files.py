@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ablate.checkpoints import safe_load
 from ablate.checkpoints.stored_config import check_stored_config
 from ablate.errors import UserError
@@ -25,6 +23,8 @@ LAST_PATTERN = re.compile(r"^last(-\d+)?\.ckpt$")  # what Lightning's ckpt_path=
 # the key of ablate.callbacks.checkpointing.ResumeState's entry in a checkpoint's "callbacks" (its
 # Lightning state key, the class name; tests/run/test_resume.py checks they agree)
 RESUME_STATE_KEY = "ResumeState"
+# the temporary names of ablate.callbacks.checkpointing's atomic writes: .<name>.tmp-<pid>, .<name>.previous-<pid>
+TEMPORARY = re.compile(r"^\..+\.(?:tmp|previous)-(\d+)$")
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -73,28 +73,27 @@ def checkpoint_files(dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
     return sorted({p for d in dirs if Path(d).is_dir() for p in Path(d).iterdir() if p.suffix == ".ckpt"})
 
 
-def earlier_run_with_checkpoint(runs_dir: Path, overrides: list[str], this_run: Path) -> Path | None:
-    """The newest run directory under ``runs_dir`` (other than ``this_run``) made by the same
-    overrides (its ``.hydra/overrides.yaml``, ``ckpt_path`` aside) that holds a checkpoint."""
+def abandoned_writes(dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """The temporary files (``.<name>.tmp-<pid>``, ``.<name>.previous-<pid>``) that a process killed
+    while writing a checkpoint left in ``dirs``: those of processes that no longer run (a live
+    writer's own file is never named). They never end in ``.ckpt``, so nothing resumes from them."""
+    found = []
+    for folder in map(Path, dirs):
+        for path in folder.glob(".*") if folder.is_dir() else ():
+            match = TEMPORARY.match(path.name)
+            if match and not _alive(int(match.group(1))):
+                found.append(path)
+    return sorted(found)
 
-    def key(items: list[str]) -> list[str]:
-        return sorted(
-            o for o in items if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.", "resume_allow_changes"))
-        )
 
-    wanted = key(overrides)
-    candidates = []
-    for run in runs_dir.glob("*/"):
-        if run.resolve() == this_run.resolve():
-            continue
-        saved = run / ".hydra" / "overrides.yaml"
-        try:
-            same = key(yaml.safe_load(saved.read_text()) or []) == wanted
-        except (OSError, yaml.YAMLError):
-            continue
-        if same and any((run / "checkpoints").glob("last*.ckpt")):
-            candidates.append(run)
-    return max(candidates, key=lambda p: p.stat().st_mtime_ns) if candidates else None
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal is sent: only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def inspect_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:

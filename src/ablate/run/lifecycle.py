@@ -45,11 +45,11 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ablate import cli
-from ablate.callbacks.interrupt import request_stop, stop_requested
+from ablate.callbacks.interrupt import request_stop
 from ablate.checkpoints.files import (
     CheckpointError,
+    abandoned_writes,
     checkpoint_files,
-    earlier_run_with_checkpoint,
     find_last_checkpoint,
     require_resumable,
     resolve_ckpt_path,
@@ -60,8 +60,8 @@ from ablate.config.identity import check_same_run
 from ablate.config.options import ConfigError
 from ablate.errors import UserError
 from ablate.run import distributed
-from ablate.run.job import Job, is_rank_zero
-from ablate.run.lock import RunDirectoryBusy, RunDirectoryLock
+from ablate.run.job import CONFIG_DIR, Job, is_rank_zero, job_log_name
+from ablate.run.lock import LOCK_FILE, RunDirectoryBusy, RunDirectoryLock
 from ablate.run.objective import MetricNotLoggedError, best_metric_value
 from ablate.run.status import RunStatus, read_status, record_status, write_status
 from ablate.tasks.checkpoints import inspect_checked
@@ -90,14 +90,13 @@ class Plan:
 
 @dataclass
 class Record:
-    """What a job leaves: its plan, the status its training returned, or what stopped it (an
-    exception; a refusal: a user error before it trained), and the value it returns to a sweeper."""
+    """What a job leaves: its plan, and the status its training returned or what stopped it (an
+    exception with its traceback; a refusal: a user error before it trained)."""
 
     plan: Plan | None = None
     status: RunStatus | None = None
     stopped_by: BaseException | None = None
     traceback: str | None = None
-    value: float = math.nan
 
 
 @contextlib.contextmanager
@@ -127,9 +126,9 @@ class WorkerStopHandler:
 
     After the job SIGINT stays handled so: a Ctrl-C reaching an idle worker (the terminal sends it to
     every process of the sweep) would otherwise end it, and joblib would report a broken pool.
-    SIGTERM goes back to its default, which loky uses to end workers."""
+    SIGTERM (which loky uses to end workers) and SIGHUP go back to what they were."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -140,7 +139,8 @@ class WorkerStopHandler:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGTERM, self._previous[signal.SIGTERM])
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, self._previous[signum])
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         request_stop(self.path, f"{signal.Signals(signum).name} in a job")
@@ -148,67 +148,64 @@ class WorkerStopHandler:
 
 def decide(job: Job, identity: dict[str, Any]) -> Plan:
     """What this job does with its directory (see the module docstring); ``identity``: the checked
-    config's run identity, which a resumed checkpoint's must equal. Refusals raise a
-    :class:`~ablate.errors.UserError` before anything is written."""
+    config's run identity, which a resumed checkpoint's must equal. A refusal raises a
+    :class:`~ablate.errors.UserError` and changes nothing; a job that trains then takes the directory:
+    a replaced run's files and a killed writer's temporary files go, the run's config is written."""
     control, output_dir = job.control, job.output_dir
     status = read_status(output_dir)
-    if stop_requested(job.stop_file):
+    if job.stop_file is not None and job.stop_file.exists():  # the sweep was asked to stop
         return Plan(stopped=True)
     if job.multirun and control.skip_completed and status is not None and status.finished:
         return Plan(finished=status)
-    found = [*checkpoint_files(control.checkpoint_dirs), *[p for p in (output_dir / "status.json",) if p.exists()]]
-    last = find_last_checkpoint(control.checkpoint_dirs)
     fresh = (job.multirun and not control.skip_completed) or (not job.multirun and control.ckpt_path is None)
-    if fresh and found and is_rank_zero():  # rank 0 clears, before any rank trains
-        if not job.multirun and not control.overwrite:  # two runs would mix their checkpoints
-            raise ConfigError(
-                f"{output_dir} already holds a run ({', '.join(p.name for p in found[:3])}): continue it with "
-                "ckpt_path=last, replace it with overwrite=true, or choose another directory"
-            )
-        why = "skip_completed=false" if job.multirun else "overwrite=true"
-        log.info(f"{why}: training {output_dir} from scratch; removing its previous status.json and checkpoints")
-        for path in found:
+    plan = Plan() if fresh else _resume(job, status, identity)
+    found = [*checkpoint_files(control.checkpoint_dirs), *[p for p in (output_dir / "status.json",) if p.exists()]]
+    if fresh and found and not job.multirun and not control.overwrite and is_rank_zero():
+        raise ConfigError(  # two runs would mix their checkpoints
+            f"{output_dir} already holds a run ({', '.join(p.name for p in found[:3])}): continue it with "
+            "ckpt_path=last, replace it with overwrite=true, or choose another directory"
+        )
+    abandoned = abandoned_writes(control.checkpoint_dirs)  # of processes killed while writing a checkpoint
+    if plan.trains and is_rank_zero():  # rank 0 takes the directory, before any rank trains
+        if fresh and found:
+            why = "skip_completed=false" if job.multirun else "overwrite=true"
+            log.info(f"{why}: training {output_dir} from scratch; removing its previous status.json and checkpoints")
+        for path in [*(found if fresh else []), *abandoned]:
             path.unlink(missing_ok=True)
-    if fresh:
-        return Plan()
+        (output_dir / CONFIG_DIR).mkdir(parents=True, exist_ok=True)
+        for name, text in job.config_files:  # what Hydra would have written before the checks
+            (output_dir / CONFIG_DIR / name).write_text(text)
+    return plan
+
+
+def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any]) -> Plan:
+    """The checkpoint a job resumes (a sweep's job: its ``last.ckpt`` when it was killed or crashed),
+    read once before any data is read: readable, and trained as the same run. A single run resuming
+    a finished run that it would not train further reports it instead (``finished``)."""
+    control = job.control
+    last = find_last_checkpoint(control.checkpoint_dirs)
     if job.multirun and last is not None and control.ckpt_path is None:  # killed or crashed before
-        log.info(f"resuming {output_dir} ({status.status if status else 'interrupted'}) from {last}")
+        log.info(f"resuming {job.output_dir} ({status.status if status else 'interrupted'}) from {last}")
         ckpt_path: str | None = str(last)
     else:
         ckpt_path = resolve_ckpt_path(control.ckpt_path, control.checkpoint_dirs)
-    if ckpt_path is None and control.ckpt_path == "last":
-        runs_dir = control.log_dir / "runs"
-        earlier = None
-        if not job.multirun and output_dir.resolve().parent == runs_dir.resolve():  # a new timestamped directory
-            earlier = earlier_run_with_checkpoint(runs_dir, job.overrides, output_dir)
-        if earlier is not None:  # the user meant that run: say how to resume it instead of starting afresh
-            args = " ".join(o for o in job.overrides if not o.startswith("ckpt_path="))
-            raise ConfigError(
-                f"ckpt_path=last: this run's new directory {output_dir} has no checkpoint, but the earlier run "
-                f"{earlier} of the same overrides has one. To resume it:\n  python train.py {args} ckpt_path=last "
-                f"hydra.run.dir='{earlier}'\n(or ckpt_path=null to start a new run)"
-            )
+    if ckpt_path is None and control.ckpt_path == "last":  # a job's first run (a requeue scheme)
         dirs = ", ".join(map(str, control.checkpoint_dirs))
         rank_zero_warn(f"ckpt_path=last: no last checkpoint in {dirs}; starting from scratch")
-    # a single run resuming a finished run that it would not train further reports it instead
-    max_steps = control.max_steps
-    more = status is not None and max_steps is not None and max_steps > int(status.steps or 0)
+    more = status is not None and control.max_steps is not None and control.max_steps > int(status.steps or 0)
     finished = status if not job.multirun and status is not None and status.finished else None
-    plan = Plan(
-        ckpt_path=ckpt_path, finished=None if more and finished and finished.status == "completed" else finished
-    )
+    plan = Plan(ckpt_path, finished=None if more and finished and finished.status == "completed" else finished)
     if ckpt_path is None or not Path(ckpt_path).is_file():
         return plan
-    # the checkpoint, read once before any data is read: readable, and trained as the same run
-    checkpoint = inspect_checked(ckpt_path)  # its weights match the spec it stores, finite
+    checkpoint = inspect_checked(ckpt_path)  # readable, its weights those of the spec it stores, finite
     require_resumable(checkpoint, ckpt_path)  # not best.ckpt's weights alone
     state = resume_state(checkpoint)
     if state.get("run_identity") is None:
         rank_zero_info(f"{ckpt_path} predates the resume check: its settings cannot be compared with this config")
-        return replace(plan, wandb_run_id=state.get("wandb_run_id"))
-    changes = check_same_run(state["run_identity"], identity, list(control.resume_allow_changes), ckpt_path)
-    if changes:
-        rank_zero_info(f"resuming {ckpt_path} with allowed changes: {'; '.join(changes)}")
+    else:
+        changes = check_same_run(state["run_identity"], identity, list(control.resume_allow_changes), ckpt_path)
+        if changes:
+            rank_zero_info(f"resuming {ckpt_path} with allowed changes: {'; '.join(changes)}")
     return replace(plan, wandb_run_id=state.get("wandb_run_id"))
 
 
@@ -219,24 +216,21 @@ def finish(job: Job, record: Record) -> float:
     Returns the value for a sweeper."""
     plan, err, writer = record.plan, record.stopped_by, is_rank_zero()
     refused = isinstance(err, UserError) and plan is None  # its config or its directory: before it trained
+    resume = job.resume_command() if not job.multirun else "re-run the same sweep command to resume it"
     if isinstance(err, (KeyboardInterrupt, SystemExit, SIGTERMException)):  # a second Ctrl-C, SIGTERM, Lightning's exit
-        status = RunStatus(
-            "interrupted", job.overrides, error=f"{type(err).__name__} before the end of a training step"
-        )
+        error = f"{type(err).__name__} before the end of a training step"
+        status = RunStatus("interrupted", job.overrides, error=error)
+    elif err is not None and refused and not job.multirun:  # kept only for a damaged checkpoint (below)
+        status = RunStatus("crashed", job.overrides, error=str(err))
     elif err is not None:
         message, rank_trace = distributed.failure_message(err)
-        if refused and not job.multirun:  # the failed attempt on a damaged checkpoint (recorded below)
-            message, rank_trace = str(err), ""
-        trace = None if refused and not job.multirun else rank_trace or record.traceback
-        status = RunStatus("crashed", job.overrides, error=message, traceback=trace)
+        status = RunStatus("crashed", job.overrides, error=message, traceback=rank_trace or record.traceback)
     elif plan is not None and plan.finished is not None:
         status = plan.finished
     elif record.status is not None:
         status = record.status
     else:  # the sweep was asked to stop before this job started: no record, a re-run runs it
-        print(
-            f"not started: the sweep was interrupted; re-run the same command to run {job.output_dir.name}", flush=True
-        )
+        print(f"not started: the sweep was interrupted; re-run the same command to run {job.output_dir.name}")
         return math.nan
     known = status is plan.finished if plan is not None else False  # its record is there already
     if writer and not known and (job.multirun or not refused or isinstance(err, CheckpointError)):
@@ -251,6 +245,11 @@ def finish(job: Job, record: Record) -> float:
         interrupted = status.status == "interrupted"
         code = cli.EXIT_INTERRUPTED if interrupted else cli.EXIT_CRASHED if err is not None else cli.EXIT_OK
         finish_wandb(code, status.outcome() if err is None else None)
+    if refused and not job.multirun and job.new_directory and writer:  # a refused command leaves no run behind
+        for path in (job.output_dir / name for name in (LOCK_FILE, job_log_name()) if name):  # its lock, its log
+            path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # not empty: something that is not this command's is in it
+            job.output_dir.rmdir()
     if isinstance(err, UserError) and not job.multirun:  # its message says what to fix: exit 2, no traceback
         cli.report_user_error(err)
     if err is not None and not job.multirun and not isinstance(err, (KeyboardInterrupt, SystemExit, SIGTERMException)):
@@ -277,11 +276,7 @@ def finish(job: Job, record: Record) -> float:
     if status.status == "interrupted" and not known:  # where it stopped, and the command that resumes it
         last = find_last_checkpoint(job.control.checkpoint_dirs)
         where = f"step {status.steps}" if status.steps is not None else "mid-step"
-        resume = (
-            f"resume with: python train.py {' '.join(job.overrides)} ckpt_path=last hydra.run.dir='{job.output_dir}'"
-            if not job.multirun
-            else "re-run the same sweep command to resume it"
-        )
+        resume = resume if job.multirun else f"resume with: {resume}"
         print(f"interrupted at {where}; last checkpoint: {last or 'none'}; {resume}", file=sys.stderr, flush=True)
         if job.worker_processes:
             return math.nan  # the sweep's main process ends the sweep with its table and exit code 130

@@ -66,7 +66,7 @@ class SweepStopHandler:
     """In a worker-process sweep's parent: the first SIGINT/SIGTERM writes the stop file (the jobs
     stop after their step and the sweep ends with its table); the second stops at once."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
 
     def __init__(self, path: Path) -> None:
         self.path = path
