@@ -186,12 +186,19 @@ def on_the_cpu(cfg: DictConfig, tmp_path: Path, data_dir: Path) -> DictConfig:
     return cfg
 
 
-def one_step(cfg: DictConfig, tmp_path: Path):
+def fit_here(cfg: DictConfig, tmp_path: Path):
+    """``train.py``'s fit of ``cfg`` in this process, as a single run into ``tmp_path / "run"``."""
     from ablate.run.control import RunControl
+    from ablate.run.job import Job
+    from ablate.run.lifecycle import Plan
     from ablate.run.preflight import check_config
-    from ablate.run.train import Job, fit
+    from ablate.run.train import fit
 
-    status = fit(cfg, RunControl.from_config(cfg, tmp_path / "run"), check_config(cfg), Job())
+    return fit(cfg, Job(control=RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan())
+
+
+def one_step(cfg: DictConfig, tmp_path: Path):
+    status = fit_here(cfg, tmp_path)
     assert status.status == "completed" and status.steps == 1, status
     return status
 
@@ -222,11 +229,7 @@ def test_bf16_mixed_with_fused_adamw_and_clipping_trains_on_the_cpu(
         composed("trainer.precision=bf16-mixed", "optim.fused=true", "optim.grad_clip=0.05"), tmp_path, data_dir
     )
     cfg.trainer.max_steps, cfg.trainer.log_every_n_steps = 3, 1
-    from ablate.run.control import RunControl
-    from ablate.run.preflight import check_config
-    from ablate.run.train import Job, fit
-
-    status = fit(cfg, RunControl.from_config(cfg, tmp_path / "run"), check_config(cfg), Job())
+    status = fit_here(cfg, tmp_path)
     assert status.status == "completed" and status.steps == 3
     assert len(clip_spy) == 3
     for max_norm, before, after in clip_spy:
@@ -334,10 +337,6 @@ def test_the_readmes_gpu_command_takes_steps_on_the_cpu(
     )
     assert cfg.model.compile and cfg.trainer.precision == "bf16-mixed" and cfg.optim.fused
     cfg.trainer.max_steps = cfg.trainer.val_check_interval = 2
-    from ablate.run.control import RunControl
-    from ablate.run.preflight import check_config
-    from ablate.run.train import Job, fit
-
-    status = fit(cfg, RunControl.from_config(cfg, tmp_path / "run"), check_config(cfg), Job())
+    status = fit_here(cfg, tmp_path)
     assert status.status == "completed" and status.steps == 2
     assert len(clip_spy) == 2

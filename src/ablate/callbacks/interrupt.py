@@ -40,18 +40,9 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-STOP_FILE = ".stop"  # in the sweep directory: the sweep was asked to stop (its text says why)
+from ablate.callbacks.stop_file import STOP_FILE, request_stop, stop_requested
 
-
-def request_stop(path: Path, why: str) -> None:
-    """Ask every process of the sweep to stop after its step (idempotent)."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{why}\n")
-
-
-def stop_requested(path: Path | None) -> bool:
-    return path is not None and path.exists()
+__all__ = ["STOP_FILE", "GracefulInterrupt", "TrainingInterrupted", "request_stop", "stop_requested"]
 
 
 class TrainingInterrupted(BaseException):

@@ -29,7 +29,7 @@ from hydra.types import RunMode
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ablate.callbacks.interrupt import STOP_FILE
+from ablate.callbacks.stop_file import STOP_FILE
 from ablate.run.control import RunControl
 from ablate.run.status import read_status
 from ablate.tracking.naming import RunLabels, multirun_group

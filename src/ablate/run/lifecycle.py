@@ -45,7 +45,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ablate import cli
-from ablate.callbacks.interrupt import request_stop
+from ablate.callbacks.stop_file import request_stop
 from ablate.checkpoints.files import (
     CheckpointError,
     abandoned_writes,

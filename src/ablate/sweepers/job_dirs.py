@@ -50,7 +50,26 @@ from ablate.config.options import ConfigError
 from ablate.config.resolvers import RUN_CONTROL_KEYS, job_dirname
 
 SWEEP_RECORD = "sweep.json"
-LAUNCHED: list[Path] = []  # this process's sweep: every job directory it launched, in order (the sweep's table)
+Signature = tuple[int, int, int] | None  # a file's (inode, size, mtime in ns); None: no such file
+# this process's sweep: every job directory it launched, in order, with its status.json and
+# metrics.csv as they were before the job ran, so that the sweep's table tells what it did to each
+LAUNCHED: dict[Path, tuple[Signature, Signature]] = {}
+
+
+def signature(path: Path) -> Signature:
+    """A file's (inode, size, mtime in ns): a rewrite changes it."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def job_signature(job_dir: Path) -> tuple[Signature, Signature]:
+    """The job's record (``status.json``) and metrics (``csv/metrics.csv``), as they are now."""
+    return signature(job_dir / "status.json"), signature(job_dir / "csv" / "metrics.csv")
+
+
 ALWAYS_NAMED = frozenset({"seed"})  # in every job's name, constant or not
 REPLICATES = frozenset({"seed"})  # more seeds are more of the same study, not another axis
 
@@ -243,6 +262,7 @@ class NamedJobs(Launcher):
                 cli.report_user_error(err)
             self._recorded = True
         names = [job_directory(self.sweep_dir, o, self.command, self.excluded) for o in job_overrides]
-        LAUNCHED.extend(self.sweep_dir / name for name in names)
+        for name in names:
+            LAUNCHED.setdefault(self.sweep_dir / name, job_signature(self.sweep_dir / name))
         named = [[*o, f"hydra.sweep.subdir={_quoted(name)}"] for o, name in zip(job_overrides, names)]
         return self.launcher.launch(named, initial_job_idx)

@@ -32,7 +32,7 @@ from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.callbacks.interrupt import STOP_FILE, request_stop
+from ablate.callbacks.stop_file import STOP_FILE, request_stop
 from ablate.run.lock import LOCK_FILE
 from ablate.run.status import RunStatus, write_status
 from ablate.sweepers.sweep_stop import loky_workers_ignore_ctrl_c_until_a_job_runs

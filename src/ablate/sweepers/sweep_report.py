@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,12 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from ablate import cli
-from ablate.callbacks.interrupt import STOP_FILE
+from ablate.callbacks.stop_file import STOP_FILE
 from ablate.cli.console import format_sweep_summary
 from ablate.run.job import launches_worker_processes
 from ablate.run.status import RunStatus
 from ablate.sweepers import job_dirs
+from ablate.sweepers.job_dirs import Signature, job_signature
 from ablate.sweepers.killed_jobs import KILLED, KILLED_REASON
 from ablate.sweepers.sweep_stop import SweepStopHandler
 
@@ -48,29 +50,28 @@ def _read(path: Path) -> RunStatus:
         return RunStatus("crashed", error=f"unreadable {path}: {err}")
 
 
-def _trained_since(job_dir: Path, since: float) -> bool:
-    """This command wrote the job's metrics (a skipped job's are older; a relabel writes none)."""
-    metrics = job_dir / "csv" / "metrics.csv"
-    return not metrics.is_file() or metrics.stat().st_mtime >= since
-
-
-def job_records(sweep_dir: Path, since: float, launched: list[Path] | None = None) -> dict[Path, tuple[str, RunStatus]]:
-    """``job dir -> (what this command did, status)``: ``ran``, :data:`SKIPPED` (already finished)
-    or :data:`RELABELLED`. ``launched``: this command's job directories (every one is listed,
-    skipped ones too); without it, the jobs under ``sweep_dir`` whose ``status.json`` changed at or
-    after ``since`` (a Unix time), as before job directories were recorded. An unreadable record
-    is reported as crashed."""
+def job_records(
+    sweep_dir: Path, since: float, launched: Mapping[Path, tuple[Signature, Signature]] | None = None
+) -> dict[Path, tuple[str, RunStatus]]:
+    """``job dir -> (what this command did, status)``: ``ran``, :data:`SKIPPED` (already finished:
+    its record is as it was when the job was launched) or :data:`RELABELLED` (finished, its record
+    rewritten with new tags, its metrics not). ``launched``: this command's job directories, with
+    their record's and metrics' signatures at launch (:data:`ablate.sweepers.job_dirs.LAUNCHED`); every one is
+    listed, skipped ones too. Without it, the jobs under ``sweep_dir`` whose ``status.json`` changed
+    at or after ``since`` (a Unix time). An unreadable record is reported as crashed."""
     records: dict[Path, tuple[str, RunStatus]] = {}
     if launched is None:
-        launched = [p.parent for p in sorted(sweep_dir.glob("*/status.json")) if p.stat().st_mtime >= since]
-    for job_dir in dict.fromkeys(launched):
+        found = [p.parent for p in sorted(sweep_dir.glob("*/status.json")) if p.stat().st_mtime >= since]
+        launched = {job_dir: (None, None) for job_dir in found}
+    for job_dir, (record_before, metrics_before) in launched.items():
         path = job_dir / "status.json"
         if not path.is_file():
             continue  # never started (the sweep was stopped first)
         record = _read(path)
-        if path.stat().st_mtime < since:
+        record_now, metrics_now = job_signature(job_dir)
+        if record_before is not None and record_now == record_before:
             records[job_dir] = (SKIPPED, record)
-        elif record.finished and not _trained_since(job_dir, since):
+        elif record_before is not None and record.finished and metrics_now == metrics_before:
             records[job_dir] = (RELABELLED, record)
         else:
             records[job_dir] = ("ran", record)
@@ -97,7 +98,7 @@ class SweepReport(Callback):
             self._stop.restore()
             self._stop.path.unlink(missing_ok=True)  # the records say what ran; a re-run starts afresh
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        launched = [d for d in job_dirs.LAUNCHED if d.parent == sweep_dir] or None
+        launched = {d: sig for d, sig in job_dirs.LAUNCHED.items() if d.parent == sweep_dir} or None
         records = job_records(sweep_dir, self._start, launched)
         failed = {d: r for d, (_, r) in records.items() if r.status in FAILED}
         counts: dict[str, int] = {}

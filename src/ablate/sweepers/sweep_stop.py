@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ablate.callbacks.interrupt import request_stop
+from ablate.callbacks.stop_file import request_stop
 
 
 def ignore_ctrl_c_until_a_job_runs() -> None:

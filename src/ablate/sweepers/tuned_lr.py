@@ -58,7 +58,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from ablate.callbacks.interrupt import STOP_FILE, stop_requested
+from ablate.callbacks.stop_file import STOP_FILE, stop_requested
 from ablate.compat import BasicSweeper, sweeper_params_overrides
 from ablate.sweepers import halving as sh
 from ablate.sweepers.lr_selection import (
