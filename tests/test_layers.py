@@ -44,6 +44,8 @@ RULES = [
     ("ablate.nn", ("ablate.nn",), ()),
     ("ablate.metrics", (), ("torch", "lightning")),
     ("ablate.run.status", (), ("torch", "lightning")),
+    ("ablate.eval_units", (), ("torch", "lightning", "pandas")),  # per-unit test losses: read by the analysis
+    ("ablate.seeds", (), ("torch", "lightning")),
     # the config layer reads and checks configs: it knows the options and the model, not the run
     ("ablate.config", ("ablate.config", "ablate.nn", "ablate.optim", "ablate.errors"), ("lightning",)),
     # tracking labels and logs a run; it never reaches into the run's machinery or the data
@@ -56,7 +58,15 @@ RULES = [
     # the analysis reads sweeps (and, for attention maps, models), never the training loop
     (
         "ablate.analysis",
-        ("ablate.analysis", "ablate.metrics", "ablate.tasks", "ablate.config.dotted", "ablate.nn.flops", "ablate.nn"),
+        (
+            "ablate.analysis",
+            "ablate.metrics",
+            "ablate.tasks",
+            "ablate.config.dotted",
+            "ablate.nn.flops",
+            "ablate.nn",
+            "ablate.eval_units",
+        ),
         (),
     ),
 ]
