@@ -224,7 +224,7 @@ def check_rows(declaration: Declaration | None, call: Call, first_result: float 
     notes[0] += plan.describe() + "."
     if plan.margin_basis:
         notes.append(f"Margin: {plan.margin_basis}")
-    problem = None
+    problem: str | None = None
     if not declaration.intact:
         problem = "the plan file was edited after it was declared (its hash does not match)"
     elif first_result is not None and declaration.timestamp > first_result:
@@ -243,7 +243,7 @@ def check_rows(declaration: Declaration | None, call: Call, first_result: float 
         )
     out = {}
     for w, m, r in rows:
-        why = problem
+        why: str | None = problem
         if why is None and m not in plan.metrics:
             why = f"{m} is not a declared metric"
         elif why is None and (w or None) not in (plan.where or (None,)):
