@@ -214,8 +214,7 @@ def check_rows(declaration: Declaration | None, call: Call, first_result: float 
     time of the compared jobs' first result (None: unknown)."""
     rows = [(w, m, r) for w, m, compared in call.tables for r in compared]
     if declaration is None:
-        why = "exploratory (no declared plan)"
-        return {key: why for key in rows}, [
+        return {key: "exploratory (no declared plan)" for key in rows}, [
             "No analysis plan is declared for this sweep (scripts/declare.py, or tune=lr before stage 2): every "
             "verdict here is exploratory."
         ]
