@@ -28,6 +28,8 @@ import yaml
 
 from ablate import metrics
 from ablate.config.dotted import select as select_key
+from ablate.eval_units import FILENAME as UNITS_FILE
+from ablate.eval_units import Units, read_units
 from ablate.tasks import TASKS, task_of_metrics
 
 STATUSES = ("completed", "diverged", "crashed", "incomplete")
@@ -97,6 +99,7 @@ class Job:
     choices: dict[str, str] = field(default_factory=dict)  # Hydra's config group choices
     metrics: pd.DataFrame = field(default_factory=pd.DataFrame)
     started: float = 0.0  # when the job started (Unix time), to list configurations in run order
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def value(self, key: str) -> str | None:
         """The job's value of config key ``key``: its override, else its config group choice,
@@ -144,6 +147,18 @@ class Job:
     def median(self, metric: str) -> float:
         values = self.series(metric)
         return float(values.median()) if len(values) else math.nan
+
+    def units(self, tag: str) -> Units | None:
+        """The per-unit losses of this job's test evaluation ``tag`` (``""``, ``"@512"``; see
+        :mod:`ablate.eval_units`), or None when the job recorded none (a run from before they
+        existed, a W&B run, a damaged file)."""
+        if "units" not in self._cache:
+            path = Path(self.source) / UNITS_FILE
+            try:
+                self._cache["units"] = read_units(path)[0] if path.is_file() else {}
+            except ValueError:
+                self._cache["units"] = {}
+        return self._cache["units"].get(tag)
 
 
 def load_job(job_dir: Path) -> Job:
