@@ -129,7 +129,8 @@ def linearised(variant: Mapping[int, Units], baseline: Mapping[int, Units], metr
     ref = next(iter(variant.values()))
     weights = np.bincount(groups, weights=ref.denominator(metric))
     w_bar = weights.mean()
-    z, arms = [], {"variant": [], "baseline": []}
+    z: list[np.ndarray] = []
+    arms: dict[str, list[np.ndarray]] = {"variant": [], "baseline": []}
     for s in seeds:
         nats = {
             k: np.bincount(groups, weights=u.nats.astype(float))

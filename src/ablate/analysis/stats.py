@@ -67,7 +67,7 @@ class Interval:
     high: float
 
 
-def finite(values: Sequence[float]) -> np.ndarray:
+def finite(values: Sequence[float | None]) -> np.ndarray:
     return np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
 
 
@@ -346,8 +346,8 @@ def worst_rank_test(
     assignments). Returns ``(p, shift)``, shift > 0 when the variant ranks towards larger values.
     With 3 seeds a side the smallest possible p is 0.1: three seeds cannot show much."""
     worst = -math.inf if higher_is_better else math.inf
-    v = np.array([*finite(list(variant)), *[worst] * variant_diverged])
-    b = np.array([*finite(list(baseline)), *[worst] * baseline_diverged])
+    v = np.array([*finite(variant), *[worst] * variant_diverged])
+    b = np.array([*finite(baseline), *[worst] * baseline_diverged])
     if len(v) < 2 or len(b) < 2:
         return math.nan, math.nan
 
