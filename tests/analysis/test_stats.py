@@ -29,7 +29,7 @@ import forked_python
 from ablate.analysis import stats
 from ablate.analysis.interaction import interaction_table
 from ablate.analysis.markdown import markdown_table
-from ablate.analysis.runs import load_sweep
+from ablate.analysis.runs import at_tuned_rates, load_sweep
 from ablate.analysis.scaling import Curve, PowerLaw, compute_multiplier, fit_power_law, multiplier, scaling_curves
 from ablate.analysis.tables import find_baseline, summarize
 from conftest import HANG_TIMEOUT, REPO
@@ -1065,3 +1065,44 @@ def test_interaction_needs_two_axes_and_no_baseline(tmp_path: Path, capsys):
         with pytest.raises(SystemExit) as exit_info:
             _summarize_main(str(sweep), *args)
         assert exit_info.value.code == 2 and "--interaction" in capsys.readouterr().err
+
+
+def test_every_commands_selection_seed_stays_out_of_the_verdicts(tmp_path: Path):
+    """Issue 34 item 4: two tune=lr commands in one sweep directory, each with its own selection
+    seed (relu's 5, gelu's 0). lr_tuning.json used to keep the last command's only (0), so relu's
+    selection winner (seed 5 at its chosen rate) became a verdict seed. Each command's stays out."""
+    index = 0
+    for act, lr in (("relu", "0.004"), ("gelu", "0.002")):
+        for seed in (5, 1, 2) if act == "relu" else (0, 1, 2):
+            write_job(tmp_path, index, [f"act={act}", f"optim.lr={lr}", f"seed={seed}"], "val/loss", 3.0 + seed / 10)
+            index += 1
+    (tmp_path / "lr_tuning.json").write_text(
+        json.dumps(
+            {
+                "selection_seed": 0,  # the last command's
+                "selection_seeds": [0, 5],
+                "variants": [
+                    {
+                        "variant": "act=relu",
+                        "overrides": ["act=relu"],
+                        "chosen_override": "optim.lr=0.004",
+                        "selection_seed": 5,
+                    },
+                    {
+                        "variant": "act=gelu",
+                        "overrides": ["act=gelu"],
+                        "chosen_override": "optim.lr=0.002",
+                        "selection_seed": 0,
+                    },
+                ],
+            }
+        )
+    )
+    sweep, note = at_tuned_rates(load_sweep(tmp_path), tmp_path)
+    assert sorted((job.value("act"), job.seed) for job in sweep.jobs) == [
+        ("gelu", 1),
+        ("gelu", 2),
+        ("relu", 1),
+        ("relu", 2),
+    ]
+    assert "seeds 0,5 (each command's own)" in (note or "")

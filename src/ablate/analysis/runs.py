@@ -307,23 +307,41 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
     if not path.is_file():
         return sweep, None
     tuning = json.loads(path.read_text())
-    wanted = []
+    # each command's own selection seed (per variant); older files: the one (or every) recorded seed
+    recorded = [str(s) for s in tuning.get("selection_seeds") or []]
+    top = tuning.get("selection_seed")
+    every = set(recorded) | ({str(top)} if top is not None else set())
+    wanted: list[tuple[dict[str, str], set[str]]] = []
     for variant in tuning.get("variants", []):
         if variant.get("chosen_override"):
-            wanted.append(parse_overrides([*variant["overrides"], variant["chosen_override"]]))
-    at_rate = [
-        job for job in sweep.jobs if any(all(job.overrides.get(k) == v for k, v in want.items()) for want in wanted)
-    ]
-    held_out = tuning.get("selection_seed")
-    kept = [job for job in at_rate if held_out is None or job.seed is None or str(job.seed) != str(held_out)]
+            own = variant.get("selection_seed")
+            held = {str(own)} if own is not None else every
+            wanted.append((parse_overrides([*variant["overrides"], variant["chosen_override"]]), held))
+
+    def matching(job: Job) -> list[set[str]]:
+        return [held for want, held in wanted if all(job.overrides.get(k) == v for k, v in want.items())]
+
+    at_rate = [job for job in sweep.jobs if matching(job)]
+    kept = [job for job in at_rate if job.seed is None or not any(str(job.seed) in held for held in matching(job))]
+    held_out = (
+        ",".join(
+            sorted(
+                every
+                | {str(v["selection_seed"]) for v in tuning.get("variants", []) if v.get("selection_seed") is not None},
+                key=str,
+            )
+        )
+        or None
+    )
     dropped, selection = len(sweep.jobs) - len(at_rate), len(at_rate) - len(kept)
     # the seeds the kept jobs have, not lr_tuning.json's "seeds": that list is the last command's,
     # and a sweep finished by several commands (a few seeds each) has more
     seeds = ",".join(str(seed) for seed in sorted({job.seed for job in kept if job.seed is not None}))
     if held_out is not None:
         how = (
-            f"seeds {seeds}, each trained at that rate after the selection; the selection ran on seed {held_out}, "
-            f"whose {selection} job(s) at the chosen rates are left out with the grid"
+            f"seeds {seeds}, each trained at that rate after the selection; the selection ran on "
+            + (f"seed {held_out}" if "," not in held_out else f"seeds {held_out} (each command's own)")
+            + f", whose {selection} job(s) at the chosen rates are left out with the grid"
         )
     elif tuning.get("tuning_seed") is not None:
         how = (
