@@ -11,7 +11,7 @@ with the code under test.
 from __future__ import annotations
 
 import csv
-import importlib.util
+import importlib
 import json
 import os
 import shutil
@@ -104,11 +104,18 @@ def _job_dirs(sweep: Path, **axes: str) -> list[Path]:
     return found
 
 
+COMMANDS = {
+    "summarize": "ablate.analysis.commands.summarize",
+    "plot": "ablate.analysis.commands.plot",
+    "compute_multiplier": "ablate.analysis.commands.multiplier",
+    "declare": "ablate.analysis.commands.declare",
+    "halving_replay": "ablate.sweepers.halving_replay",
+}
+
+
 def _load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The package module behind ``scripts/<name>.py`` (the scripts are thin entry points)."""
+    return importlib.import_module(COMMANDS[name])
 
 
 # ----------------------------------------------------------------------------- summary

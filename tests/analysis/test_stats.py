@@ -10,7 +10,6 @@ training run is needed.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -937,10 +936,9 @@ def planted_bleu(rng: np.random.Generator):
 
 
 def _summarize_main(*args: str) -> None:
-    spec = importlib.util.spec_from_file_location("summarize", REPO / "scripts" / "summarize.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main(list(args))
+    from ablate.analysis.commands.summarize import main  # what scripts/summarize.py runs
+
+    main(list(args))
 
 
 def test_interaction_of_a_tuned_sweep_takes_each_cell_at_its_own_rate(tmp_path: Path):

@@ -102,15 +102,16 @@ def _delta_on(row: pd.Series) -> str:
         return f"welch, {int(row['n_variant'])} vs {int(row['n_baseline'])} seeds"
     if row["test"] == "crossed":
         return f"crossed, seeds {row['diff_seeds']} x {int(row['text_blocks'])} text blocks"
-    if row["test"] == "worst-rank":
+    if row["test"] in ("worst-rank", "group-sequential"):
         return str(row["inference"])
     return "—"
 
 
-def _plan_word(row: pd.Series) -> str:
-    """The verdict with its standing under the declared plan (``(exploratory: why)`` when outside it)."""
+def _plan_word(row: pd.Series, declared: bool) -> str:
+    """The verdict with its standing under the sweep's declared plan: ``— exploratory (why)`` when
+    the row is outside it (without a plan every row is, which one note under the table says)."""
     plan = row.get("plan")
-    if not isinstance(plan, str) or not plan or plan == "declared":
+    if not declared or not isinstance(plan, str) or not plan or plan == "declared":
         return str(row["verdict"])
     return f"{row['verdict']} — {plan}"
 
@@ -167,7 +168,7 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
             cells += [format_p(row["p_tost_holm"])] if margin is not None else []
             cells += [_rate(row)] if diverging else []
             cells += [fmt(row["mde"])]
-        cells.append(_plan_word(row) if not base else "baseline")
+        cells.append(_plan_word(row, bool(frame.attrs.get("plan_declared"))) if not base else "baseline")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + baseline_legend(frame, sweep)
 

@@ -161,32 +161,94 @@ class Job:
         return self._cache["units"].get(tag)
 
 
+class DamagedJob(ValueError):
+    """A job directory whose files cannot be read (garbage ``status.json``, an empty or binary
+    ``metrics.csv``); the message names the file. The sweep is read without it, and says so."""
+
+
+def _read_status(path: Path) -> dict[str, Any]:
+    """``status.json`` as a mapping (``{}`` when absent); anything else is :class:`DamagedJob`."""
+    if not path.is_file():
+        return {}
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
+        raise DamagedJob(f"{path}: not readable as JSON ({err})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("status", ""), str):
+        raise DamagedJob(f"{path}: not a status record (a JSON object with a status string)")
+    return record
+
+
+def _read_metrics(path: Path) -> pd.DataFrame:
+    try:
+        return read_metrics_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError, KeyError) as err:  # EmptyDataError is a ValueError
+        why = "empty" if path.is_file() and path.stat().st_size == 0 else f"{type(err).__name__}: {err}"
+        raise DamagedJob(f"{path}: not a metrics table ({why})") from None
+
+
+def _yaml_list(path: Path) -> list[Any]:
+    try:
+        found = yaml.safe_load(path.read_text()) if path.is_file() else []
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        raise DamagedJob(f"{path}: not readable as YAML ({type(err).__name__})") from None
+    if not isinstance(found, list):
+        raise DamagedJob(f"{path}: not a list of overrides")
+    return found
+
+
+def _mapping(path: Path) -> dict[str, Any]:
+    try:
+        found = _read_yaml(path)
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        raise DamagedJob(f"{path}: not readable as YAML ({type(err).__name__})") from None
+    if not isinstance(found, dict):
+        raise DamagedJob(f"{path}: not a mapping")
+    return found
+
+
 def load_job(job_dir: Path) -> Job:
-    """Read one job directory (any of its files may be missing: a job killed early)."""
+    """Read one job directory (any of its files may be missing: a job killed early).
+
+    Its identity is what the run recorded itself: the overrides in ``status.json`` and the
+    resolved config the CSV logger wrote when the run started (``csv/hparams.yaml``). Hydra's
+    ``.hydra/`` files are the fallback (a job killed before either exists): a later command on
+    the same directory, even one that was refused, rewrites them, so when they are newer than the
+    finished run's ``status.json`` their group choices are not used. A file that cannot be read
+    raises :class:`DamagedJob` naming it."""
     status_file, hydra_dir = job_dir / "status.json", job_dir / ".hydra"
-    record = json.loads(status_file.read_text()) if status_file.is_file() else {}
+    record = _read_status(status_file)
     overrides_file = hydra_dir / "overrides.yaml"
-    overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else record.get("overrides", [])
-    config = _read_yaml(hydra_dir / "config.yaml")
-    choices = (_read_yaml(hydra_dir / "hydra.yaml").get("hydra") or {}).get("runtime", {}).get("choices") or {}
-    status = record.get("status", "incomplete")
-    started = (
-        (hydra_dir / "config.yaml").stat().st_mtime
-        if (hydra_dir / "config.yaml").is_file()
-        else job_dir.stat().st_mtime
+    # .hydra/ newer than the finished run's status.json: a later command rewrote it (issue 32)
+    rewritten = (
+        status_file.is_file()
+        and overrides_file.is_file()
+        and overrides_file.stat().st_mtime > status_file.stat().st_mtime + 1
     )
+    recorded = record.get("overrides")
+    if isinstance(recorded, list) and recorded and (rewritten or not overrides_file.is_file()):
+        overrides = recorded
+    else:
+        overrides = _yaml_list(overrides_file)
+    hparams = job_dir / "csv" / "hparams.yaml"
+    config = _mapping(hparams) if hparams.is_file() else {}
+    config = config if "model" in config or "data" in config else _mapping(hydra_dir / "config.yaml")
+    hydra_cfg = {} if rewritten else _mapping(hydra_dir / "hydra.yaml")
+    choices = (hydra_cfg.get("hydra") or {}).get("runtime", {}).get("choices") or {}
+    status = record.get("status", "incomplete")
+    marker = next((p for p in (hparams, hydra_dir / "config.yaml") if p.is_file()), job_dir)
     if status not in STATUSES:
         status = "incomplete"
     return Job(
         name=job_dir.name,
         source=str(job_dir),
-        overrides=parse_overrides(overrides or []),
+        overrides=parse_overrides([str(o) for o in overrides or []]),
         status=status,
         record=record,
         config=config,
         choices=choices,
-        metrics=read_metrics_csv(job_dir / "csv" / "metrics.csv"),
-        started=started,
+        metrics=_read_metrics(job_dir / "csv" / "metrics.csv"),
+        started=marker.stat().st_mtime,
     )
 
 
@@ -223,11 +285,12 @@ class Sweep:
     source: str
     jobs: list[Job]
     axes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # jobs left out (damaged) or counted once (duplicates)
 
     @classmethod
-    def from_jobs(cls, source: str, jobs: list[Job]) -> Sweep:
+    def from_jobs(cls, source: str, jobs: list[Job], notes: list[str] | None = None) -> Sweep:
         jobs = sorted(jobs, key=lambda j: (j.started, j.name))  # run order: the sweep's command-line order
-        return cls(source, jobs, varying_axes(jobs))
+        return cls(source, jobs, varying_axes(jobs), list(notes or []))
 
     def variant_key(self, job: Job) -> tuple[str | None, ...]:
         return tuple(job.value(axis) for axis in self.axes)
@@ -280,10 +343,71 @@ def varying_axes(jobs: list[Job]) -> list[str]:
     return [k for k in keys if len({job.value(k) for job in jobs}) > 1]
 
 
+# what does not change what a run trains: left out when two jobs are compared as the same run
+_NOT_IDENTITY = re.compile(
+    r"^(paths|hydra|logger|callbacks|tags|sweep_name|print_config|ckpt_path|skip_completed|resume_allow_changes|"
+    r"runtime|axes|params|params_estimate|world_size|accumulate_grad_batches|tune|hparams_search)(\.|$)|"
+    r"^data\.(data_dir|cache_dir|num_workers|pin_memory)$"
+)
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def run_key(job: Job) -> str | None:
+    """What makes two jobs the same run: their resolved config (where things live and how they
+    are logged left out) and seed, or None when the job has no config to compare."""
+    if not job.config:
+        return None
+    flat = {k: v for k, v in _flat(job.config).items() if not _NOT_IDENTITY.search(k)}
+    flat["seed"] = job.seed
+    # an override the config does not show (a partial config) keeps the job apart
+    flat.update(
+        {f"override:{k}": v for k, v in job.overrides.items() if select_key(job.config, k) is None and k != "seed"}
+    )
+    return json.dumps(flat, sort_keys=True, default=str)
+
+
+def drop_duplicates(jobs: list[Job]) -> tuple[list[Job], list[str]]:
+    """One job per run: a job with the configuration and seed of an earlier one (two sweeps mixed
+    under one ``sweep_name``, a job copied twice) is counted once, the earliest kept; with a note."""
+    kept: list[Job] = []
+    seen: dict[str, Job] = {}
+    notes: list[str] = []
+    for job in sorted(jobs, key=lambda j: (j.started, j.name)):
+        key = run_key(job)
+        if key is not None and key in seen:
+            notes.append(
+                f"{job.source}: the same run as {seen[key].name} (same configuration and seed {job.seed}): counted once"
+            )
+            continue
+        if key is not None:
+            seen[key] = job
+        kept.append(job)
+    return kept, notes
+
+
 def load_sweep(root: str | Path) -> Sweep:
-    """All jobs of the multirun directory ``root`` (see the module docstring)."""
+    """All jobs of the multirun directory ``root`` (see the module docstring). A damaged job is
+    left out and a duplicate of another (the same configuration and seed) counted once; each with
+    a one-line note in :attr:`Sweep.notes`, naming the file or the job."""
     root = Path(root)
-    return Sweep.from_jobs(str(root), [load_job(d) for d in find_job_dirs(root)])
+    jobs, notes = [], []
+    for path in find_job_dirs(root):
+        try:
+            jobs.append(load_job(path))
+        except DamagedJob as err:
+            notes.append(f"skipped (damaged): {err}")
+    jobs, duplicates = drop_duplicates(jobs)
+    sweep = Sweep.from_jobs(str(root), jobs)
+    sweep.notes = notes + duplicates
+    return sweep
 
 
 TUNING_FILE = "lr_tuning.json"  # written by the tuned-LR sweeper (ablate.sweepers.tuned_lr)
@@ -354,4 +478,4 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
         f"{TUNING_FILE}: each variant at its tuned learning rate, {how} ({dropped} job(s) of the other grid rates "
         "left out; --all-lrs shows them)"
     )
-    return Sweep.from_jobs(sweep.source, kept), note
+    return Sweep.from_jobs(sweep.source, kept, sweep.notes), note

@@ -71,6 +71,14 @@ def test_metric(sweep: Sweep, metric: str) -> str | None:
     return name if name and name in available_metrics(sweep) else None
 
 
+def _number(value: object) -> float:
+    """A recorded number, NaN when absent or not a number (a job that crashed before timing)."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def _counts(jobs: list[Job]) -> dict[str, int]:
     return {
         status: sum(job.status == status for job in jobs)
@@ -96,9 +104,9 @@ def variant_row(
         match = paper.lookup(jobs[0])
         row[f"paper {paper.metric}"] = match.value if match else None
         row["paper note"] = match.note if match else ""
-    steps = [int(j.record["steps"]) for j in jobs if j.record.get("steps") is not None]
+    steps = [int(_number(j.record["steps"])) for j in jobs if math.isfinite(_number(j.record.get("steps")))]
     row["steps_min"], row["steps_max"] = (min(steps), max(steps)) if steps else (None, None)
-    row["wall_time_s"] = mean_std([float(j.record.get("wall_time_s", math.nan)) for j in jobs])[0]
+    row["wall_time_s"] = mean_std([_number(j.record.get("wall_time_s")) for j in jobs])[0]
     row["tokens_per_sec"] = mean_std([j.median(THROUGHPUT) for j in jobs])[0]
     row["late_change"], row["late_change_std"] = mean_std([late_change(j) for j in done])
     return row
@@ -152,7 +160,7 @@ def where(sweep: Sweep, spec: str) -> Sweep:
             f"--where {spec}: no job of {sweep.source} has these values; the jobs have "
             + "; ".join(f"{k}: {', '.join(v)}" for k, v in values.items())
         )
-    return Sweep.from_jobs(sweep.source, kept)
+    return Sweep.from_jobs(sweep.source, kept, sweep.notes)
 
 
 def find_baseline(sweep: Sweep, spec: str) -> tuple:
