@@ -411,7 +411,7 @@ def test_x_tokens_scales_the_steps_by_tokens_per_step(sweep_dir: Path, tmp_path:
     token_lines = [ln for ln in by_tokens.get_lines() if len(ln.get_xdata())]
     assert len(step_lines) == len(token_lines) >= 2  # pre and post (the diverged job may never have validated)
     for steps, tokens in zip(step_lines, token_lines):
-        assert list(tokens.get_xdata()) == [(s + 1) * per_step for s in steps.get_xdata()]
+        assert list(tokens.get_xdata()) == [s * per_step for s in steps.get_xdata()]  # x: optimiser steps done
         assert list(tokens.get_ydata()) == list(steps.get_ydata())
     # the same count as the throughput callback's train/tokens_seen, where the run logged it
     job_dir = _job_dirs(sweep_dir, norm="pre", seed="1")[0]
@@ -420,8 +420,10 @@ def test_x_tokens_scales_the_steps_by_tokens_per_step(sweep_dir: Path, tmp_path:
     for step, tokens in seen.items():
         assert tokens == (step + 1) * per_step
     out = tmp_path / "figs"
+    _load_script("plot").main([str(sweep_dir), "--out", str(out)])
     _load_script("plot").main([str(sweep_dir), "--out", str(out), "--x", "time"])
-    assert {"val_curves.png", "lr_loss_warmup.png"} <= {p.name for p in out.iterdir()}
+    names = {p.name for p in out.iterdir()}  # the time curves do not overwrite the step curves (issue 35)
+    assert {"val_curves.png", "lr_loss_warmup.png", "val_curves_by_time.png", "lr_loss_warmup_by_time.png"} <= names
 
 
 def _hand_seeds(sweep: Path, norm: str, metric: str) -> list[float]:
