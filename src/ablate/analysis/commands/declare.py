@@ -51,6 +51,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--split", default="test", help="the split the verdict reads (default: test)")
     parser.add_argument("--note", default="")
+    parser.add_argument(
+        "--multiplier-scale-key",
+        metavar="AXIS",
+        help="also declare the compute multiplier of every row over --baseline, fitted on the first --metric "
+        "against this size axis (compute_multiplier.py --scale-key)",
+    )
+    parser.add_argument("--multiplier-ci", choices=("parametric", "seeds"), default="parametric")
+    parser.add_argument("--shared-asymptote", action="store_true", help="the declared multiplier shares E")
     return parser.parse_args(argv)
 
 
@@ -73,6 +81,16 @@ def main(argv: list[str] | None = None) -> None:
             spending=args.spending or ("obrien-fleming" if args.looks else None),
             selection=args.selection,
             note=args.note,
+            extra={
+                "multiplier": {
+                    "metric": args.metric[0],
+                    "scale_key": args.multiplier_scale_key,
+                    "ci": args.multiplier_ci,
+                    "shared_asymptote": bool(args.shared_asymptote),
+                }
+            }
+            if args.multiplier_scale_key
+            else {},
         )
         declaration = declare(args.sweep_dir, plan)
     except (PlanError, OSError) as err:

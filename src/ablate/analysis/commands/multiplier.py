@@ -199,6 +199,41 @@ def notes(args: argparse.Namespace, results: list[Multiplier]) -> str:
     )
 
 
+def plan_standing(args: argparse.Namespace) -> str:
+    """Whether this multiplier is the one the sweep's analysis plan declared (``scripts/declare.py
+    --multiplier-scale-key``): the same baseline, metric, size axis, interval and asymptote, the
+    plan intact; else it is exploratory, and the line says why."""
+    from ablate.analysis.plan import PlanError, read_plan
+    from ablate.analysis.tables import parse_baseline
+
+    try:
+        declaration = read_plan(args.sweep_dir[0])
+    except PlanError as err:
+        return f"Analysis plan: exploratory ({err})."
+    if declaration is None:
+        return "Analysis plan: none declared (scripts/declare.py): this multiplier is exploratory."
+    declared = declaration.plan.extra.get("multiplier")
+    asked = {
+        "metric": args.metric,
+        "scale_key": args.scale_key,
+        "ci": args.ci,
+        "shared_asymptote": bool(args.shared_asymptote),
+    }
+    why = None
+    if not declaration.intact:
+        why = "the plan file was edited after it was declared"
+    elif not declared:
+        why = "the plan declares no compute multiplier"
+    elif parse_baseline(str(declaration.plan.baseline)) != parse_baseline(args.baseline):
+        why = f"the baseline is not the plan's ({declaration.plan.baseline})"
+    else:
+        why = next(
+            (f"{k}={asked[k]} is not the plan's {declared.get(k)}" for k in asked if declared.get(k) != asked[k]), None
+        )
+    stamp = f"{declaration.path.name}, sha256 {declaration.sha256[:12]}, {declaration.declared_at}"
+    return f"Analysis plan ({stamp}): " + ("declared." if why is None else f"exploratory ({why}).")
+
+
 def pooled_sweep(sweep_dirs: list[str]) -> tuple[Sweep, list[str], list[str]]:
     """The jobs of one or more sweep directories as one sweep, each directory's ``tune=lr`` jobs at
     their tuned rates only (:func:`at_tuned_rates`; the other grid rates and the selection seed
@@ -256,6 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     print(points_table(curves) + "\n")
     print(results_table(base, results, refused, fits) + "\n")
     print(notes(args, results))
+    print(plan_standing(args))
     for note in tuned:
         print(note)
     out.mkdir(parents=True, exist_ok=True)
