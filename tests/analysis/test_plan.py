@@ -78,3 +78,23 @@ def test_summarize_follows_the_declared_plan(tmp_path: Path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         summarize_command.main([str(sweep), "--plan", "--margin", "0.05"])
     assert exit_info.value.code == 2 and "--plan sets --margin itself" in capsys.readouterr().err
+
+
+def test_a_declared_interaction_is_checked_too(tmp_path: Path, capsys):
+    from test_stats import write_design
+
+    sweep = write_design(tmp_path / "sweep", lambda norm, warmup, lr, seed: 30.0 + seed / 100, lrs=("2.8e-3",))
+    spec = ["--interaction", "norm=post,pre", "--interaction", "optim.warmup_steps=0,30"]
+    declare_command.main([str(sweep), *spec, "--metric", "test/bleu", "--margin", "0.5", "--margin-basis", BASIS])
+    capsys.readouterr()
+    summarize_command.main(
+        [str(sweep), *spec, "--metric", "test/bleu", "--margin", "0.5", "--out", str(tmp_path / "o")]
+    )
+    assert (
+        "Analysis plan (analysis_plan.json, sha256" in capsys.readouterr().out
+        and "declared." in (tmp_path / "o" / "interaction.md").read_text()
+    )
+    summarize_command.main(
+        [str(sweep), *spec, "--metric", "test/bleu", "--margin", "1.0", "--out", str(tmp_path / "p")]
+    )
+    assert "every verdict exploratory (the margin is not the plan's)" in capsys.readouterr().out

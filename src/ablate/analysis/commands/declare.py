@@ -30,8 +30,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="declare.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir", help="the sweep directory the runs will write (hydra.sweep.dir)")
     parser.add_argument("--metric", action="append", required=True, help="a verdict metric, e.g. test/bpb (repeat)")
+    parser.add_argument("--baseline", metavar="AXIS=VALUE,...", help="the row the others are compared with")
     parser.add_argument(
-        "--baseline", required=True, metavar="AXIS=VALUE,...", help="the row the others are compared with"
+        "--interaction",
+        action="append",
+        metavar="AXIS=LEVEL,LEVEL",
+        help="give it twice: declare the 2x2 interaction contrast of summarize.py --interaction instead of a baseline",
     )
     parser.add_argument("--margin", type=float, metavar="DELTA", help="the equivalence margin δ, in the metric's units")
     parser.add_argument(
@@ -59,7 +63,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--multiplier-ci", choices=("parametric", "seeds"), default="parametric")
     parser.add_argument("--shared-asymptote", action="store_true", help="the declared multiplier shares E")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if bool(args.baseline) == bool(args.interaction) or (args.interaction and len(args.interaction) != 2):
+        parser.error("declare either --baseline AXIS=VALUE or --interaction twice (two axes of two levels)")
+    return args
+
+
+def extra(args: argparse.Namespace) -> dict:
+    """The declared interaction and compute multiplier, when asked for."""
+    out: dict = {}
+    if args.interaction:
+        out["interaction"] = list(args.interaction)
+    if args.multiplier_scale_key:
+        out["multiplier"] = {
+            "metric": args.metric[0],
+            "scale_key": args.multiplier_scale_key,
+            "ci": args.multiplier_ci,
+            "shared_asymptote": bool(args.shared_asymptote),
+        }
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -81,16 +103,7 @@ def main(argv: list[str] | None = None) -> None:
             spending=args.spending or ("obrien-fleming" if args.looks else None),
             selection=args.selection,
             note=args.note,
-            extra={
-                "multiplier": {
-                    "metric": args.metric[0],
-                    "scale_key": args.multiplier_scale_key,
-                    "ci": args.multiplier_ci,
-                    "shared_asymptote": bool(args.shared_asymptote),
-                }
-            }
-            if args.multiplier_scale_key
-            else {},
+            extra=extra(args),
         )
         declaration = declare(args.sweep_dir, plan)
     except (PlanError, OSError) as err:

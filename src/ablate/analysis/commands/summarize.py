@@ -222,6 +222,30 @@ def with_note(table: str, note: str | None) -> str:
     return f"{table}\n\n{note}" if note else table
 
 
+def interaction_standing(args: argparse.Namespace) -> str:
+    """Whether this interaction analysis is the one the sweep's plan declared (declare.py
+    --interaction): the same two axes, metrics, margin and slices, the plan intact; else exploratory."""
+    if not args.sweep_dir:
+        return ""
+    try:
+        declaration = read_plan(args.sweep_dir)
+    except PlanError as err:
+        return f"Analysis plan: exploratory ({err})."
+    if declaration is None:
+        return "No analysis plan is declared for this sweep (scripts/declare.py): every verdict here is exploratory."
+    plan, metrics = declaration.plan, args.metric or []
+    checks = [
+        (declaration.intact, "the plan file was edited after it was declared"),
+        (plan.extra.get("interaction") == list(args.interaction), "the plan declares another (or no) interaction"),
+        (set(metrics) == set(plan.metrics), "the metrics are not the plan's"),
+        (all(args.margin == plan.margin_for(m) for m in metrics), "the margin is not the plan's"),
+        (list(args.where or []) == list(plan.where), "the slices are not the plan's"),
+    ]
+    why = next((reason for ok, reason in checks if not ok), None)
+    stamp = f"{declaration.path.name}, sha256 {declaration.sha256[:12]}, {declaration.declared_at}"
+    return f"Analysis plan ({stamp}): " + ("declared." if why is None else f"every verdict exploratory ({why}).")
+
+
 def write_interaction(args: argparse.Namespace) -> None:
     """--interaction: the 2x2 contrast table, printed and written as interaction.csv / .md."""
     try:
@@ -234,7 +258,7 @@ def write_interaction(args: argparse.Namespace) -> None:
     except (OSError, ValueError) as err:  # missing files, bad --where / --metric, W&B unreachable
         fail(err)
     report_skipped(full.notes)
-    table = with_note(interaction_markdown(frame), note)
+    table = with_note(interaction_markdown(frame), "\n".join(filter(None, [note, interaction_standing(args)])))
     csv_path, md_path = write_summary(frame, table, out_dir(args), name="interaction")
     print(table)
     print(f"wrote {csv_path} and {md_path}")
