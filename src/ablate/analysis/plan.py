@@ -117,8 +117,13 @@ class Plan:
             if self.seeds
             else "fixed"
         )
+        compared = (
+            f"the interaction of {' and '.join(self.extra['interaction'])}"
+            if self.extra.get("interaction")
+            else f"against {self.baseline or '(no baseline)'}"
+        )
         return (
-            f"{', '.join(self.metrics)} on {self.split}, against {self.baseline or '(no baseline)'}"
+            f"{', '.join(self.metrics)} on {self.split}, {compared}"
             + (f" in {'; '.join(self.where)}" if self.where else "")
             + f"; margin {margin}; {how}; alpha {self.alpha:g}, Holm over the declared family"
         )

@@ -17,6 +17,7 @@ import sys
 
 from ablate.analysis.budget import BASES, DEFAULT_BASIS
 from ablate.analysis.plan import Plan, PlanError, declare
+from ablate.analysis.sequential import DEFAULT_SPENDING, SPENDING
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -48,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--basis", choices=BASES, default=DEFAULT_BASIS)
     parser.add_argument("--seeds", type=_ints, default=(), help="the verdict seeds, e.g. 11,12,13")
     parser.add_argument("--looks", type=_ints, default=(), help="group-sequential: seeds at each look, e.g. 3,5,7,10")
-    parser.add_argument("--spending", choices=("obrien-fleming", "pocock"), default=None)
+    parser.add_argument("--spending", choices=SPENDING, default=None)
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument(
         "--selection", default="", help="how the compared settings were chosen (e.g. tune=lr on seed 0)"
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
             seeds=args.seeds,
             looks=args.looks,
             stopping="group-sequential" if args.looks else "fixed",
-            spending=args.spending or ("obrien-fleming" if args.looks else None),
+            spending=args.spending or (DEFAULT_SPENDING if args.looks else None),
             selection=args.selection,
             note=args.note,
             extra=extra(args),
