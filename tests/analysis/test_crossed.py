@@ -105,3 +105,52 @@ def test_text_units_are_contiguous_within_each_block():
     assert len(np.unique(groups)) == 16
     assert all(np.all(np.diff(groups[u.block == b]) >= 0) for b in range(4))  # runs of neighbouring windows
     assert set(groups[u.block == 0]) == {0, 1, 2, 3} and set(groups[u.block == 3]) == {12, 13, 14, 15}
+
+
+def test_summarize_uses_the_crossed_interval_when_the_runs_saved_their_windows(tmp_path):
+    """A sweep whose runs saved test_units.npz: the row's test is crossed, its Δ the logged
+    metrics' difference, the seed and text SE in the table; a run without the file falls back
+    to the paired t-test and the table says why."""
+    from test_stats import write_job
+
+    from ablate.analysis.markdown import markdown_table
+    from ablate.analysis.runs import load_sweep
+    from ablate.analysis.tables import summarize
+    from ablate.eval_units import write_units
+
+    rng = np.random.default_rng(1)
+    difficulty = rng.gamma(4.0, 30.0, 64)
+    index = 0
+    for act, shift in (("gelu", 0.0), ("relu", 4.0)):
+        for seed in (1, 2, 3):
+            nats = difficulty + shift + rng.normal(0, 3, 64)
+            bpb = nats.astype(np.float32).astype(float).sum() / (64 * 64 * math.log(2))
+            job = write_job(tmp_path, index, [f"act={act}", f"seed={seed}"], "test/bpb", bpb)
+            write_units(
+                job / "test_units.npz",
+                {
+                    "": {
+                        "index": np.arange(64),
+                        "nats": nats,
+                        "tokens": np.full(64, 64),
+                        "bytes": np.full(64, 64),
+                        "block": np.repeat(np.arange(4), 16),
+                        "text": "k",
+                    }
+                },
+                {"task": "lm"},
+            )
+            index += 1
+    sweep = load_sweep(tmp_path)
+    frame = summarize(sweep, "test/bpb", baseline="act=gelu", margin=0.01)
+    relu = frame[frame["act"] == "relu"].iloc[0]
+    assert relu["test"] == "crossed" and relu["text_blocks"] == 16 and relu["verdict"] == "worse"
+    means = frame.set_index("act")["test/bpb final mean"]
+    assert relu["diff"] == pytest.approx(means["relu"] - means["gelu"], rel=1e-6)
+    assert relu["seed_se"] > 0 and relu["text_se"] > 0 and relu["text_se"] < relu["text_se_unpaired"]
+    table = markdown_table(frame, sweep)
+    assert "| seed SE | text SE |" in table and "crossed, seeds 1,2,3 x 16 text blocks" in table
+    (tmp_path / "005" / "test_units.npz").unlink()  # relu, seed 3: no windows saved
+    frame = summarize(load_sweep(tmp_path), "test/bpb", baseline="act=gelu")
+    relu = frame[frame["act"] == "relu"].iloc[0]
+    assert relu["test"] == "paired" and "no per-window losses for seed 3" in relu["inference"]
