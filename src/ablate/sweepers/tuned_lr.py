@@ -511,7 +511,15 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             )
             declared = declare(sweep_dir, plan)
         except PlanError as err:
-            log.warning("tuned_lr: %s", err)
+            existing = read_plan_quietly(sweep_dir)
+            if existing is None:
+                log.warning("tuned_lr: %s", err)
+            else:  # declared before the sweep (scripts/declare.py): that is the plan of record
+                print(
+                    f"LR tuning: keeping the analysis plan declared before this sweep, {existing.path} (sha256 "
+                    f"{existing.sha256[:12]}, {existing.declared_at}): {existing.plan.describe()}",
+                    flush=True,
+                )
             return
         print(
             f"LR tuning: analysis plan {declared.path} (sha256 {declared.sha256[:12]}): {plan.describe()}", flush=True
@@ -634,6 +642,17 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         path = sweep_dir / RESULT_FILE
         save_selection(path, out)
         return path
+
+
+def read_plan_quietly(sweep_dir: Path) -> Any:
+    """The sweep directory's declared plan (:func:`ablate.analysis.plan.read_plan`), or None when it
+    has none or it cannot be read."""
+    from ablate.analysis.plan import PlanError, read_plan
+
+    try:
+        return read_plan(sweep_dir)
+    except PlanError:
+        return None
 
 
 def held_out_metric(metric: str, given: str | None = None) -> str:
