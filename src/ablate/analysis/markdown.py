@@ -198,8 +198,9 @@ def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
             "per-window test losses (test_units.npz), Var = (MS_seed + MS_text - MS_error) / (n_seeds n_blocks), "
             "Satterthwaite df (src/ablate/analysis/crossed.py). seed SE: the part another set of seeds adds "
             "(what a paired t-test over seeds uses); text SE: the part another passage adds. Pairing the "
-            f"windows (both variants on the same text) made the intervals {1 - shrink.max():.0%}-{1 - shrink.min():.0%} "
-            "narrower than independent texts would (text SE unpaired in summary.csv)."
+            f"windows (both variants scored on the same text) gives intervals {shrink.min():.2f}-{shrink.max():.2f} "
+            "times as wide as two independent texts would (below 1: the passages' difficulty, shared by both, "
+            "cancels; text SE unpaired in summary.csv)."
         )
     if margin is not None:
         notes.append(
