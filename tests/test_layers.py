@@ -23,7 +23,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # The layers, bottom first: a module may import its own folder and those of the layers below.
 LAYERS: list[tuple[str, ...]] = [
     ("ablate.errors", "ablate.compat"),
-    ("ablate.metrics", "ablate.nn", "ablate.optim"),  # what a run measures; the models; the optimisers
+    # what a run measures; the models; the optimisers; the seed streams; per-unit test losses
+    ("ablate.metrics", "ablate.nn", "ablate.optim", "ablate.seeds", "ablate.eval_units"),
     ("ablate.config", "ablate.checkpoints"),  # the config read and checked; checkpoint files read safely
     ("ablate.data",),
     ("ablate.tasks",),
@@ -36,6 +37,8 @@ LAYERS: list[tuple[str, ...]] = [
 # Module-level imports that would make a light module heavy (the registries are read without torch).
 LIGHT: dict[str, tuple[str, ...]] = {
     "ablate.metrics": ("torch", "lightning"),
+    "ablate.seeds": ("torch", "lightning"),
+    "ablate.eval_units": ("torch", "lightning", "pandas"),  # read by the analysis without the training stack
     "ablate.run.status": ("torch", "lightning"),
     "ablate.tasks": ("torch", "lightning"),  # the registry itself: analysis and console read it without torch
     "ablate.config": ("lightning",),

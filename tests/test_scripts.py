@@ -13,14 +13,9 @@ from conftest import REPO
 SCRIPTS = sorted((REPO / "scripts").glob("*.py"))
 MAX_LINES = 80
 # being thinned in their own branch (issue 33, item 5: the statistics helper's scripts)
-NOT_YET_THIN = {"summarize.py", "compute_multiplier.py", "plot.py"}
-
-
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_a_script_is_a_thin_entry_point(script: Path) -> None:
     lines = len(script.read_text().splitlines())
-    if script.name in NOT_YET_THIN:
-        pytest.skip(f"{script.name}: {lines} lines, being moved into the package")
     assert lines <= MAX_LINES, f"{script.name} has {lines} lines: move its logic into src/ablate"
 
 

@@ -102,9 +102,10 @@ def test_lr_panel_draws_every_step_with_the_logged_points_on_it():
     curve = next(ln for ln in lines if ln.get_marker() in ("None", None, ""))
     dots = next(ln for ln in lines if ln.get_marker() == "o")
     x, y = np.asarray(curve.get_xdata()), np.asarray(curve.get_ydata())
-    assert list(x[x < WARMUP]) == list(range(WARMUP))  # one point per warmup step, not 5
+    assert list(x[x <= WARMUP]) == list(range(1, WARMUP + 1))  # one point per warmup step, not 5
     assert y == pytest.approx([hand_cosine(s) for s in range(MAX_STEPS)], rel=1e-12)
-    assert list(dots.get_xdata()) == list(range(LOG_EVERY - 1, MAX_STEPS, LOG_EVERY))
+    # the rate of the k-th optimiser step (logged at Lightning's step k - 1) is drawn at k
+    assert list(dots.get_xdata()) == list(range(LOG_EVERY, MAX_STEPS + 1, LOG_EVERY))
 
 
 def test_lr_panel_falls_back_to_the_logged_points_when_the_config_disagrees():
@@ -189,13 +190,23 @@ def test_grad_norm_heatmap_columns_are_evenly_spaced():
         assert list(np.diff(edges)) == pytest.approx([10.0] * 8)  # uniform columns
         values = np.ma.getdata(mesh.get_array()).reshape(3, 8)  # layers x columns
         centres = (edges[:-1] + edges[1:]) / 2
-        assert list(centres) == list(range(0, 80, 10))
+        assert list(centres) == list(range(1, 81, 10))  # at optimiser steps done: metrics.csv step + 1
         assert list(values[1]) == pytest.approx(
             [20.0 + s for s in range(0, 80, 10)]
         )  # the values logged at those steps
 
 
 # ----------------------------------------------------------------------------- x axis
+
+
+def test_a_validation_is_drawn_at_the_step_the_console_printed():
+    """Issue 35 item 10: debug=smoke validates after optimiser steps 2 and 4 (the console's "val 2/4",
+    "val 4/4"); Lightning logs them at metrics.csv steps 1 and 3 (the index of the last step). The
+    steps axis counts optimiser steps done, as the console, status.json and --basis steps do."""
+    job = make_job("a", {"val/loss": {1: 4.036, 3: 3.963}})
+    ax = validation_figure(Sweep.from_jobs("synthetic", [job]), "steps").axes[0]
+    line = next(ln for ln in ax.get_lines() if len(ln.get_xdata()))
+    assert list(line.get_xdata()) == [2, 4] and ax.get_xlabel() == "optimiser step"
 
 
 def test_x_tokens_is_step_times_tokens_per_step():

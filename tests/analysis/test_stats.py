@@ -10,7 +10,6 @@ training run is needed.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -29,7 +28,7 @@ import forked_python
 from ablate.analysis import stats
 from ablate.analysis.interaction import interaction_table
 from ablate.analysis.markdown import markdown_table
-from ablate.analysis.runs import load_sweep
+from ablate.analysis.runs import at_tuned_rates, load_sweep
 from ablate.analysis.scaling import Curve, PowerLaw, compute_multiplier, fit_power_law, multiplier, scaling_curves
 from ablate.analysis.tables import find_baseline, summarize
 from conftest import HANG_TIMEOUT, REPO
@@ -265,9 +264,11 @@ def test_holm_turns_two_borderline_results_into_no_difference(tmp_path: Path):
         assert row["verdict"] == "inconclusive"
 
 
-def test_divergence_is_a_rate_with_an_exact_test(tmp_path: Path):
-    """1/3 against 0/3 is no evidence of anything (Boschloo p = 0.55): the surviving seeds decide;
-    3/3 against 0/3 is p = 0.031 alone, 0.062 after Holm with a second divergence test."""
+def test_divergence_is_kept_as_an_outcome(tmp_path: Path):
+    """Issue 34 item 5: a diverged seed is not dropped before the test. 1/3 diverged against 0/3,
+    with the 2 survivors better, was "better (diverged 1/3)" on the survivors alone; ranked worst
+    with every seed kept it is inconclusive (3 vs 3 seeds: no rank test reaches p < 0.1). With 5
+    seeds a side, 5/5 diverged is worse (p = 2/252), in the one Holm family of difference tests."""
     values = {"gelu": [3.0, 3.1, 2.9], "silu": [2.0, 2.1, 1.95], "tanh": [None, None, None]}
     frame = summarize(
         load_sweep(write_sweep(tmp_path / "a", values, diverged={"silu": [2], "tanh": [1, 2, 3]})),
@@ -275,27 +276,36 @@ def test_divergence_is_a_rate_with_an_exact_test(tmp_path: Path):
         baseline="act=gelu",
     )
     silu, tanh = _row(frame, "silu"), _row(frame, "tanh")
-    assert silu["verdict"] == "better (diverged 1/3)"  # better on its 2 surviving seeds; 1/3 diverging proves nothing
-    assert silu["val/loss final n"] == 2 and silu["diff"] < 0 and silu["diff_seeds"] == "1,3"
-    assert silu["p_diverged"] == pytest.approx(scipy_stats.boschloo_exact([[1, 2], [0, 3]]).pvalue)
+    assert silu["test"] == "worst-rank" and silu["verdict"] == "inconclusive (diverged 1/3)"
+    # ranks of (2.0, 1.95, diverged) against (3.0, 3.1, 2.9): the exact permutation distribution
+    observed = scipy_stats.rankdata([2.0, 1.95, math.inf, 3.0, 3.1, 2.9])
+    assert silu["shift"] == pytest.approx(observed[:3].mean() - observed[3:].mean())
+    assert silu["p"] == pytest.approx(14 / 20)  # rank sums <= 9 or >= 12: 14 of the 20 assignments
+    assert (
+        silu["val/loss final n"] == 2 and silu["diff"] < 0 and silu["diff_seeds"] == "1,3"
+    )  # Δ: survivors, descriptive
+    assert silu["p_diverged"] == pytest.approx(scipy_stats.boschloo_exact([[1, 2], [0, 3]]).pvalue)  # descriptive
     low, high = scipy_stats.binomtest(1, 3).proportion_ci(0.95, method="exact")
     assert (silu["diverged_ci_low"], silu["diverged_ci_high"]) == (pytest.approx(low), pytest.approx(high))
-    assert tanh["p_diverged"] == pytest.approx(0.03125) and tanh["p_diverged_holm"] == pytest.approx(0.0625)
-    assert tanh["verdict"] == "inconclusive (n < 2; diverged 3/3)"
-    sweep = load_sweep(tmp_path / "a")
-    table = markdown_table(frame, sweep)
-    assert "better (diverged 1/3)" in table and "1/3 [0.01, 0.91]" in table and "p diverged (Holm)" in table
-    # alone in its family, 3/3 against 0/3 is significant
+    assert tanh["test"] == "worst-rank" and tanh["p"] == pytest.approx(0.1)  # all 3 worst: 2 of 20
+    assert tanh["verdict"] == "inconclusive (diverged 3/3)"
+    assert "p_diverged_holm" not in frame and frame.attrs["family"] == 2  # one family: the two rows' one test each
+    table = markdown_table(frame, load_sweep(tmp_path / "a"))
+    assert "inconclusive (diverged 1/3)" in table and "1/3 [0.01, 0.91]" in table and "worst-rank" in table
     frame = summarize(
         load_sweep(
             write_sweep(
-                tmp_path / "b", {"gelu": [3.0, 3.1, 2.9], "tanh": [None, None, None]}, diverged={"tanh": [1, 2, 3]}
+                tmp_path / "b",
+                {"gelu": [3.0, 3.1, 2.9, 3.05, 2.95], "tanh": [None] * 5},
+                diverged={"tanh": [1, 2, 3, 4, 5]},
             )
         ),
         "val/loss",
         baseline="act=gelu",
     )
-    assert _row(frame, "tanh")["verdict"] == "worse (diverges more: 3/3 vs 0/3)"
+    assert (
+        _row(frame, "tanh")["p"] == pytest.approx(2 / 252) and _row(frame, "tanh")["verdict"] == "worse (diverged 5/5)"
+    )
 
 
 def test_bad_baseline_lists_the_rows(tmp_path: Path):
@@ -635,7 +645,10 @@ def test_margin_from_the_experiment_config(tmp_path: Path):
     sweep = load_sweep(tmp_path / "s")
     frame = summarize(sweep, "val/loss", baseline="act=gelu")
     assert frame.attrs["margin"] == 0.05 and _row(frame, "relu")["verdict"] == "equivalent (±0.05)"
-    assert _row(summarize(sweep, "val/loss", baseline="act=gelu", margin=0.001), "relu")["verdict"] == "inconclusive"
+    assert (
+        _row(summarize(sweep, "val/loss", baseline="act=gelu", margin=0.001), "relu")["verdict"]
+        == "equivalence not shown"  # a margin was asked, neither test passed: nothing is "rejected"
+    )
 
 
 def test_stalled_is_its_own_outcome(tmp_path: Path):
@@ -923,10 +936,9 @@ def planted_bleu(rng: np.random.Generator):
 
 
 def _summarize_main(*args: str) -> None:
-    spec = importlib.util.spec_from_file_location("summarize", REPO / "scripts" / "summarize.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main(list(args))
+    from ablate.analysis.commands.summarize import main  # what scripts/summarize.py runs
+
+    main(list(args))
 
 
 def test_interaction_of_a_tuned_sweep_takes_each_cell_at_its_own_rate(tmp_path: Path):
@@ -1051,3 +1063,44 @@ def test_interaction_needs_two_axes_and_no_baseline(tmp_path: Path, capsys):
         with pytest.raises(SystemExit) as exit_info:
             _summarize_main(str(sweep), *args)
         assert exit_info.value.code == 2 and "--interaction" in capsys.readouterr().err
+
+
+def test_every_commands_selection_seed_stays_out_of_the_verdicts(tmp_path: Path):
+    """Issue 34 item 4: two tune=lr commands in one sweep directory, each with its own selection
+    seed (relu's 5, gelu's 0). lr_tuning.json used to keep the last command's only (0), so relu's
+    selection winner (seed 5 at its chosen rate) became a verdict seed. Each command's stays out."""
+    index = 0
+    for act, lr in (("relu", "0.004"), ("gelu", "0.002")):
+        for seed in (5, 1, 2) if act == "relu" else (0, 1, 2):
+            write_job(tmp_path, index, [f"act={act}", f"optim.lr={lr}", f"seed={seed}"], "val/loss", 3.0 + seed / 10)
+            index += 1
+    (tmp_path / "lr_tuning.json").write_text(
+        json.dumps(
+            {
+                "selection_seed": 0,  # the last command's
+                "selection_seeds": [0, 5],
+                "variants": [
+                    {
+                        "variant": "act=relu",
+                        "overrides": ["act=relu"],
+                        "chosen_override": "optim.lr=0.004",
+                        "selection_seed": 5,
+                    },
+                    {
+                        "variant": "act=gelu",
+                        "overrides": ["act=gelu"],
+                        "chosen_override": "optim.lr=0.002",
+                        "selection_seed": 0,
+                    },
+                ],
+            }
+        )
+    )
+    sweep, note = at_tuned_rates(load_sweep(tmp_path), tmp_path)
+    assert sorted((job.value("act"), job.seed) for job in sweep.jobs) == [
+        ("gelu", 1),
+        ("gelu", 2),
+        ("relu", 1),
+        ("relu", 2),
+    ]
+    assert "seeds 0,5 (each command's own)" in (note or "")

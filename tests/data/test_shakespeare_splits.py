@@ -4,6 +4,7 @@ that a selection on validation never saw, with the training text unchanged."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -196,3 +197,37 @@ def test_tuned_sweep_warns_when_test_is_validation() -> None:
     text = ["data=text", "data.train_path=a", "data.val_path=b"]
     assert "data.test_path is null" in (validation_as_test_warning(composed(*text)) or "")
     assert validation_as_test_warning(composed(*text, "data.test_path=c")) is None
+
+
+# --- blocks: held-out text from the whole corpus (issue 34) ------------------------------------
+
+
+def test_blocks_hold_out_four_blocks_per_split_spread_through_the_text(numbered_corpus: Path) -> None:
+    text = (numbered_corpus / "tinyshakespeare" / "input.txt").read_text()
+    dm = TinyShakespeare(
+        data_dir=numbered_corpus, cache_dir=numbered_corpus / "c", splits="blocks", seq_len=16, batch_size=4
+    )
+    cuts = dm.block_cuts(len(text))
+    assert len(cuts["val"]) == len(cuts["test"]) == 4 and len(cuts["train"]) == 8
+    covered = sorted(r for ranges in cuts.values() for r in ranges)
+    assert covered[0][0] == 0 and covered[-1][1] == len(text)  # every character in one split only
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
+    assert (
+        cuts["test"][0][0] < len(text) / 8 and cuts["test"][-1][1] > len(text) / 2
+    )  # the first ... and past the middle
+    parts = joined(dm.split_texts())
+    assert parts["test"] == "".join(text[a:b] for a, b in cuts["test"])
+    assert parts["train"] == "".join(text[a:b] for a, b in cuts["train"])
+    assert abs(len(parts["test"]) - 0.05 * len(text)) < 8 and abs(len(parts["train"]) - 0.9 * len(text)) < 16
+    dm.setup(None)
+    bounds = read_meta(dm.cache_path())["blocks"]["test"]  # token boundaries: one token per character here
+    assert bounds == [0, *np.cumsum([b - a for a, b in cuts["test"]]).tolist()]
+    assert dm.tokenizer.decode(dm.datasets["test"].tokens[bounds[1] : bounds[2]]) == text[slice(*cuts["test"][1])]
+    info = dm.unit_text("test")
+    assert info["bounds"] == bounds and info["layout"] == "blocks" and info["text"].endswith(f":L{dm.eval_seq_len}")
+    assert (
+        dm.cache_path()
+        != TinyShakespeare(data_dir=numbered_corpus, cache_dir=numbered_corpus / "c", splits="disjoint").cache_path()
+    )
+    assert run_identity(composed("data.splits=blocks"))["data.splits"] == "blocks"  # a run of its own
+    assert validation_as_test_warning(composed("data.splits=blocks")) is None

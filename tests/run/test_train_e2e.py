@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import forked_python
+from ablate.eval_units import read_units
 from ablate.nn.flops import flops_per_token
 from conftest import HANG_TIMEOUT, TINY
 
@@ -80,6 +81,10 @@ def test_multirun_csv(run_train, tmp_path):
         # warmup is visible: the lr rises over the first steps
         lrs = column(rows, "train/lr")
         assert lrs[0] < 1e-3 and not (job / "wandb").exists()
+        # each test window's NLL under its number (issue 34): their ratio is the logged test loss
+        units = read_units(job / "test_units.npz")[0][""]
+        assert units.index.tolist() == list(range(len(units))) and len(units) > 0
+        assert units.nats.sum() / units.tokens.sum() == pytest.approx(status["metrics"]["test/loss"], rel=1e-4)
 
 
 def test_multirun_wandb_offline(run_train, tmp_path):

@@ -9,7 +9,6 @@ The end-to-end expectations are read from the jobs' own ``status.json``, ``metri
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
 
@@ -419,9 +418,8 @@ def test_replay_refuses_a_rung_that_was_not_validated(tmp_path):
 
 def test_replay_script_prints_the_table_and_exits_2_on_a_bad_rung(tmp_path, capsys):
     synthetic_sweep(tmp_path)
-    spec = importlib.util.spec_from_file_location("halving_replay", REPO / "scripts" / "halving_replay.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from ablate.sweepers import halving_replay as script  # what scripts/halving_replay.py runs
+
     script.main([str(tmp_path), "--rungs", "0.25", "0.5"])
     out = capsys.readouterr().out
     assert "| all | 0.008 | 0.004 | 1 | 0.45 |" in out

@@ -244,9 +244,9 @@ def jobs_by_overrides(sweep: Path) -> dict[tuple[str, str, str], Path]:
     return found
 
 
-def final_loss(job: Path) -> float | None:
+def final_loss(job: Path, metric: str = "val/loss") -> float | None:
     record = json.loads((job / "status.json").read_text())
-    value = (record.get("metrics") or {}).get("val/loss")
+    value = (record.get("metrics") or {}).get(metric)
     return value if record["status"] == "completed" and value is not None else None
 
 
@@ -486,7 +486,7 @@ def test_seeds_auto_needs_a_baseline_and_a_margin():
         "act=gelu",
         0.02,
         [3, 5, 7, 10],
-        "obrien-fleming",
+        "kim-demets",
     )
     assert auto_settings([1, 2, 3], None, None, [3, 5], "pocock") is None
     with pytest.raises(ValueError, match="hydra.sweeper.baseline=AXIS=VALUE and hydra.sweeper.margin"):
@@ -499,7 +499,8 @@ def test_seeds_auto_needs_a_baseline_and_a_margin():
 def test_seeds_auto_stops_when_decided(run_train, tmp_path):
     """seeds=auto, looks at 2 and 3 seeds, a margin of 10 nats (every tiny model is within it):
     act=relu is decided equivalent to act=gelu at the first look, so it gets seeds 1-2 only; the
-    recorded verdict is the one recomputed here from the jobs' own status.json."""
+    recorded verdict is the one recomputed here from the jobs' own status.json, on the held-out
+    test/loss (the rates were selected on val/loss); the plan was declared before stage 2."""
     from ablate.analysis.sequential import sequential_verdict
 
     run_train(
@@ -519,8 +520,15 @@ def test_seeds_auto_stops_when_decided(run_train, tmp_path):
     by_variant = {v["variant"]: v for v in tuning["variants"]}
     relu, gelu = by_variant["act=relu"], by_variant["act=gelu"]
     assert relu["sequential"]["verdict"] == "equivalent (±10)" and relu["sequential"]["seeds"] == 2
+    assert relu["sequential"]["metric"] == "test/loss"  # decided on held-out text, not on the selection's
     assert [s["seed"] for s in relu["seeds"]] == [1, 2] and [s["seed"] for s in gelu["seeds"]] == [1, 2]
     lr_r, lr_g = relu["chosen_override"].split("=")[1], gelu["chosen_override"].split("=")[1]
-    diffs = [final_loss(jobs[("relu", lr_r, s)]) - final_loss(jobs[("gelu", lr_g, s)]) for s in ("1", "2")]
+    diffs = [
+        final_loss(jobs[("relu", lr_r, s)], "test/loss") - final_loss(jobs[("gelu", lr_g, s)], "test/loss")
+        for s in ("1", "2")
+    ]
     assert sequential_verdict(diffs, 10.0, [2, 3]).verdict == relu["sequential"]["verdict"]
     assert not any(seed == "3" for _, _, seed in jobs)  # no third seed: decided at the first look
+    plan = json.loads((sweep / "analysis_plan.json").read_text())
+    assert plan["plan"]["metrics"] == ["test/loss"] and plan["plan"]["stopping"] == "group-sequential"
+    assert plan["plan"]["baseline"] == "act=gelu" and plan["plan"]["looks"] == [2, 3] and len(plan["sha256"]) == 64

@@ -100,8 +100,10 @@ def test_majority_rows_and_labels() -> None:
 def test_classify_trains_through_train_py(tmp_path: Path) -> None:
     """The in-process equivalent of ``python train.py task=classify``: ablate.run.train.fit."""
     from ablate.run.control import RunControl
+    from ablate.run.job import Job
+    from ablate.run.lifecycle import Plan
     from ablate.run.preflight import check_config
-    from ablate.run.train import Job, fit
+    from ablate.run.train import fit
 
     cfg = composed(
         tmp_path,
@@ -114,6 +116,6 @@ def test_classify_trains_through_train_py(tmp_path: Path) -> None:
         "callbacks.progress_bar=null",
         "callbacks.throughput.peak_flops=1e12",
     )
-    status = fit(cfg, RunControl.from_config(cfg, tmp_path / "run"), check_config(cfg), Job())
+    status = fit(cfg, Job(control=RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan())
     assert status.status == "completed" and status.steps == 60
     assert status.metrics["val/acc"] > 0.9 and status.metrics["test/acc"] > 0.9  # learned (chance: 0.5)

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from ablate.config.model import ModelSpec, model_spec, validate
 from ablate.config.options import ConfigError
 from ablate.data import translation_data, translation_text
-from ablate.data.samplers import ResumableSampler
+from ablate.data.samplers import ResumableSampler, epoch_order
 from ablate.data.sources import DataFormatError, DataNotFoundError
 from ablate.data.translation_batches import collate, make_batches, padding_fraction
 from ablate.data.translation_data import ParallelCorpus, ParallelFiles, TranslationDataModule
@@ -280,8 +280,12 @@ def batch_fingerprint(dm: TranslationDataModule, loader_batches: int = 6) -> dic
         return h.hexdigest()[:16]
 
     out = {split: digest(dm.datasets[split][i] for i in range(len(dm.datasets[split]))) for split in dm.datasets}
+    # the training order: since issue 34 each (seed, epoch) draws its own permutation (the hashes of
+    # the old code's order, seed + epoch, no longer apply); the loader serves the batches it names
     loader = iter(dm.train_dataloader())
-    out["loader"] = digest(next(loader) for _ in range(loader_batches))
+    train = dm.datasets["train"]
+    expected = [train[int(i)] for i in epoch_order(len(train), dm.seed, 0)[:loader_batches]]
+    assert digest(next(loader) for _ in range(loader_batches)) == digest(expected)
     out["padding"] = {k: round(v, 12) for k, v in dm.padding_fraction.items()}
     out["n_batches"] = {split: len(ds) for split, ds in dm.datasets.items()}
     return out
@@ -289,13 +293,13 @@ def batch_fingerprint(dm: TranslationDataModule, loader_batches: int = 6) -> dic
 
 # Captured with the list-of-lists code this replaced (commit 9fad225; tokenizers 0.23.3: a tokenizers
 # release that learns other merges changes the ids and these hashes, not the batching; re-derive them
-# from that commit's code then). Identical batches, training order and padding for the same seed.
+# from that commit's code then). Identical batches and padding; the training order is checked
+# against the sampler's own order (issue 34 gave every (seed, epoch) an independent one).
 BEFORE_ISSUE_20 = {
     "default": {
         "train": "1818c0c2bf00009f",
         "val": "da82f7ed270aa287",
         "test": "9c7c2554a79b6bac",
-        "loader": "4c56bfd32bb9ea62",
         "padding": {"train": 0.068303455652, "val": 0.277163687676, "test": 0.276344569753},
         "n_batches": {"train": 204, "val": 6, "test": 5},
     },
@@ -303,7 +307,6 @@ BEFORE_ISSUE_20 = {
         "train": "452082490e283253",
         "val": "2bc5832b986c39c9",
         "test": "20b18979b7c92edc",
-        "loader": "980e33d2481b4e61",
         "padding": {"train": 0.01582683752, "val": 0.08978978979, "test": 0.095745484773},
         "n_batches": {"train": 313, "val": 7, "test": 7},
     },
@@ -311,7 +314,6 @@ BEFORE_ISSUE_20 = {
         "train": "b12fa0d491d3523a",
         "val": "d9a7dcc898dcf5bf",
         "test": "c38a8c2e4c1128bf",
-        "loader": "f8665ae2ceeff565",
         "padding": {"train": 0.172271759478, "val": 0.249642520308, "test": 0.29732117455},
         "n_batches": {"train": 39, "val": 5, "test": 5},
     },

@@ -19,6 +19,7 @@ import torch
 from omegaconf import OmegaConf
 
 import forked_python
+from ablate.eval_units import read_units
 from conftest import HANG_TIMEOUT, REPO, SHARED_DATA
 
 pytestmark = pytest.mark.slow
@@ -194,6 +195,11 @@ def test_multirun_norm_pre_post_logs_bleu(run_train, tmp_path, monkeypatch):
         hparams = OmegaConf.load(job / "csv" / "hparams.yaml")
         assert "tok:13a" in hparams.bleu_signature
         assert len((job / "translations" / "test.hyp").read_text().splitlines()) == 60
+        units = read_units(job / "test_units.npz")[0][""]  # each test sentence's NLL under its number
+        assert units.index.tolist() == list(range(60))
+        assert units.nats.sum() / units.tokens.sum() == pytest.approx(column(rows, "test/loss")[-1], rel=1e-4)
+    texts = {read_units(job / "test_units.npz")[0][""].text for job in jobs.values()}
+    assert len(texts) == 1  # the same sentences: the two runs pair sentence by sentence
 
 
 def test_wandb_table_eval_and_translate_from_checkpoint(run_train, tmp_path, monkeypatch):

@@ -100,7 +100,20 @@ def _delta_on(row: pd.Series) -> str:
         return f"paired, seeds {row['diff_seeds']}"
     if row["test"] == "welch":
         return f"welch, {int(row['n_variant'])} vs {int(row['n_baseline'])} seeds"
+    if row["test"] == "crossed":
+        return f"crossed, seeds {row['diff_seeds']} x {int(row['text_blocks'])} text blocks"
+    if row["test"] in ("worst-rank", "group-sequential"):
+        return str(row["inference"])
     return "—"
+
+
+def _plan_word(row: pd.Series, declared: bool) -> str:
+    """The verdict with its standing under the sweep's declared plan: ``— exploratory (why)`` when
+    the row is outside it (without a plan every row is, which one note under the table says)."""
+    plan = row.get("plan")
+    if not declared or not isinstance(plan, str) or not plan or plan == "declared":
+        return str(row["verdict"])
+    return f"{row['verdict']} — {plan}"
 
 
 def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
@@ -108,6 +121,7 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     names, column = sweep.short_names(), frame.attrs["basis_column"]
     margin = frame.attrs.get("margin")
     diverging = bool(frame["diverged"].sum())
+    crossed = bool((frame["test"] == "crossed").any())
     header = [names[a] for a in sweep.axes] + [
         "seeds",
         "n",
@@ -119,8 +133,9 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
         "p",
         "p (Holm)",
     ]
+    header += ["seed SE", "text SE"] if crossed else []
     header += [f"p equiv ±{margin:g} (Holm)"] if margin is not None else []
-    header += ["diverged (95% CI)", "p diverged (Holm)"] if diverging else []
+    header += ["diverged (95% CI)"] if diverging else []
     header += ["MDE (80%, α/m)", "verdict"]
     left = ("seeds", "Δ on", "verdict", "diverged (95% CI)")
     align = [" --- " if i < len(sweep.axes) or name in left else " ---: " for i, name in enumerate(header)]
@@ -138,8 +153,8 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
             format_ci(row[f"{column} ci_low"], row[f"{column} ci_high"]),
         ]
         if base:
-            cells += ["—"] * (5 + (margin is not None))
-            cells += [_rate(row), "—"] if diverging else []
+            cells += ["—"] * (5 + (margin is not None) + 2 * crossed)
+            cells += [_rate(row)] if diverging else []
             cells += ["—"]
         else:
             cells += [
@@ -149,10 +164,11 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
                 format_p(row["p"]),
                 format_p(row["p_holm"]),
             ]
+            cells += [fmt(row["seed_se"]), fmt(row["text_se"])] if crossed else []
             cells += [format_p(row["p_tost_holm"])] if margin is not None else []
-            cells += [_rate(row), format_p(row["p_diverged_holm"])] if diverging else []
+            cells += [_rate(row)] if diverging else []
             cells += [fmt(row["mde"])]
-        cells.append(str(row["verdict"]))
+        cells.append(_plan_word(row, bool(frame.attrs.get("plan_declared"))) if not base else "baseline")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + baseline_legend(frame, sweep)
 
@@ -169,9 +185,23 @@ def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
     notes = [
         f"Δ = variant - baseline of the {frame.attrs['basis_text']}; over completed seeds ({way} is better). "
         "seeds / n: the seeds the mean and its 95% CI (Student t) rest on; Δ on: the seeds Δ, its CI and p rest on "
-        "(paired t-test on the seeds both share when they share >= 2, else Welch's t-test on all of them). "
-        f"p (Holm): corrected over {family} (Holm 1979); verdicts at alpha = {alpha:g}."
+        "(paired t-test on the seeds both share when they share >= 2, else Welch's t-test on all of them; "
+        "crossed: seeds and text both random, below; worst-rank: a seed diverged, below). "
+        f"p (Holm): one family of difference tests, {family} (Holm 1979); verdicts at alpha = {alpha:g}."
     ]
+    cross = frame[frame["test"] == "crossed"]
+    if len(cross):
+        shrink = (cross["diff_ci_high"] - cross["diff"]) / cross["half_width_unpaired"]
+        notes.append(
+            "crossed: the interval covers a new seed *and* a new held-out text (both random effects, "
+            "Clark 1973): two-way ANOVA of the per-seed, per-text-block differences from each run's "
+            "per-window test losses (test_units.npz), Var = (MS_seed + MS_text - MS_error) / (n_seeds n_blocks), "
+            "Satterthwaite df (src/ablate/analysis/crossed.py). seed SE: the part another set of seeds adds "
+            "(what a paired t-test over seeds uses); text SE: the part another passage adds. Pairing the "
+            f"windows (both variants scored on the same text) gives intervals {shrink.min():.2f}-{shrink.max():.2f} "
+            "times as wide as two independent texts would (below 1: the passages' difficulty, shared by both, "
+            "cancels; text SE unpaired in summary.csv)."
+        )
     if margin is not None:
         notes.append(
             f"Equivalence: TOST (two one-sided t-tests, same pairing) of |Δ| < {margin:g}, the smallest "
@@ -180,15 +210,14 @@ def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
         )
     verdicts = (
         "better / worse: p (Holm) < alpha; "
-        + (f"equivalent (±{margin:g}): p equiv (Holm) < alpha; " if margin is not None else "")
-        + "inconclusive: neither"
         + (
-            ""
+            f"equivalent (±{margin:g}): p equiv (Holm) < alpha; equivalence not shown: neither (the data are "
+            f"compatible with the whole Δ 95% CI, differences beyond ±{margin:g} included)"
             if margin is not None
-            else " (no equivalence margin given: --margin δ, or analysis.margin in "
-            "the experiment config, adds the equivalence test)"
+            else "inconclusive: neither (no equivalence margin given: --margin δ, or analysis.margin in the "
+            "experiment config, adds the equivalence test)"
         )
-        + '. Inconclusive is not "no difference": the data are compatible with the whole Δ 95% CI.'
+        + '. Neither is "no difference", and nothing is "rejected".'
     )
     notes.append(verdicts)
     notes.append(
@@ -199,10 +228,11 @@ def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
     )
     if bool(frame["diverged"].sum()):
         notes.append(
-            "Diverged seeds have no final value; the rate is shown with its Clopper-Pearson 95% interval and "
-            "compared with the baseline's by Boschloo's exact test (two-sided, Holm over the family): a "
-            'significant excess is "worse (diverges more: k/n vs k/n)" whatever the surviving seeds scored; '
-            'otherwise the surviving seeds decide and "(diverged k/n)" is noted.'
+            "Diverged seeds are kept as an outcome: a row where some seed diverged (its own or the baseline's) "
+            "is tested by the worst-rank test, every seed ranked with a diverged run worst (Lachin 1999), exact "
+            "permutation p, in the same Holm family; its Δ and CI are the surviving seeds' (descriptive) and it "
+            "gets no equivalence test. The rate is shown with its Clopper-Pearson 95% interval (summary.csv: "
+            "Boschloo's p_diverged, descriptive). With 3 seeds a side no rank test can reach p < 0.1."
         )
     if bool(frame["stalled"].sum()):
         notes.append(

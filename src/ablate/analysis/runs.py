@@ -28,6 +28,8 @@ import yaml
 
 from ablate import metrics
 from ablate.config.dotted import select as select_key
+from ablate.eval_units import FILENAME as UNITS_FILE
+from ablate.eval_units import Units, read_units
 from ablate.tasks import TASKS, task_of_metrics
 
 STATUSES = ("completed", "diverged", "crashed", "incomplete")
@@ -97,6 +99,7 @@ class Job:
     choices: dict[str, str] = field(default_factory=dict)  # Hydra's config group choices
     metrics: pd.DataFrame = field(default_factory=pd.DataFrame)
     started: float = 0.0  # when the job started (Unix time), to list configurations in run order
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def value(self, key: str) -> str | None:
         """The job's value of config key ``key``: its override, else its config group choice,
@@ -145,33 +148,107 @@ class Job:
         values = self.series(metric)
         return float(values.median()) if len(values) else math.nan
 
+    def units(self, tag: str) -> Units | None:
+        """The per-unit losses of this job's test evaluation ``tag`` (``""``, ``"@512"``; see
+        :mod:`ablate.eval_units`), or None when the job recorded none (a run from before they
+        existed, a W&B run, a damaged file)."""
+        if "units" not in self._cache:
+            path = Path(self.source) / UNITS_FILE
+            try:
+                self._cache["units"] = read_units(path)[0] if path.is_file() else {}
+            except ValueError:
+                self._cache["units"] = {}
+        return self._cache["units"].get(tag)
+
+
+class DamagedJob(ValueError):
+    """A job directory whose files cannot be read (garbage ``status.json``, an empty or binary
+    ``metrics.csv``); the message names the file. The sweep is read without it, and says so."""
+
+
+def _read_status(path: Path) -> dict[str, Any]:
+    """``status.json`` as a mapping (``{}`` when absent); anything else is :class:`DamagedJob`."""
+    if not path.is_file():
+        return {}
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
+        raise DamagedJob(f"{path}: not readable as JSON ({err})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("status", ""), str):
+        raise DamagedJob(f"{path}: not a status record (a JSON object with a status string)")
+    return record
+
+
+def _read_metrics(path: Path) -> pd.DataFrame:
+    try:
+        return read_metrics_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError, KeyError) as err:  # EmptyDataError is a ValueError
+        why = "empty" if path.is_file() and path.stat().st_size == 0 else f"{type(err).__name__}: {err}"
+        raise DamagedJob(f"{path}: not a metrics table ({why})") from None
+
+
+def _yaml_list(path: Path) -> list[Any]:
+    try:
+        found = yaml.safe_load(path.read_text()) if path.is_file() else []
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        raise DamagedJob(f"{path}: not readable as YAML ({type(err).__name__})") from None
+    if not isinstance(found, list):
+        raise DamagedJob(f"{path}: not a list of overrides")
+    return found
+
+
+def _mapping(path: Path) -> dict[str, Any]:
+    try:
+        found = _read_yaml(path)
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        raise DamagedJob(f"{path}: not readable as YAML ({type(err).__name__})") from None
+    if not isinstance(found, dict):
+        raise DamagedJob(f"{path}: not a mapping")
+    return found
+
 
 def load_job(job_dir: Path) -> Job:
-    """Read one job directory (any of its files may be missing: a job killed early)."""
+    """Read one job directory (any of its files may be missing: a job killed early).
+
+    Its identity is what the run recorded itself: the overrides in ``status.json`` and the
+    resolved config the CSV logger wrote when the run started (``csv/hparams.yaml``). Hydra's
+    ``.hydra/`` files are the fallback (a job killed before either exists): a later command on
+    the same directory, even one that was refused, rewrites them, so when they are newer than the
+    finished run's ``status.json`` their group choices are not used. A file that cannot be read
+    raises :class:`DamagedJob` naming it."""
     status_file, hydra_dir = job_dir / "status.json", job_dir / ".hydra"
-    record = json.loads(status_file.read_text()) if status_file.is_file() else {}
+    record = _read_status(status_file)
     overrides_file = hydra_dir / "overrides.yaml"
-    overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else record.get("overrides", [])
-    config = _read_yaml(hydra_dir / "config.yaml")
-    choices = (_read_yaml(hydra_dir / "hydra.yaml").get("hydra") or {}).get("runtime", {}).get("choices") or {}
-    status = record.get("status", "incomplete")
-    started = (
-        (hydra_dir / "config.yaml").stat().st_mtime
-        if (hydra_dir / "config.yaml").is_file()
-        else job_dir.stat().st_mtime
+    # .hydra/ newer than the finished run's status.json: a later command rewrote it (issue 32)
+    rewritten = (
+        status_file.is_file()
+        and overrides_file.is_file()
+        and overrides_file.stat().st_mtime > status_file.stat().st_mtime + 1
     )
+    recorded = record.get("overrides")
+    if isinstance(recorded, list) and recorded and (rewritten or not overrides_file.is_file()):
+        overrides = recorded
+    else:
+        overrides = _yaml_list(overrides_file)
+    hparams = job_dir / "csv" / "hparams.yaml"
+    config = _mapping(hparams) if hparams.is_file() else {}
+    config = config if "model" in config or "data" in config else _mapping(hydra_dir / "config.yaml")
+    hydra_cfg = {} if rewritten else _mapping(hydra_dir / "hydra.yaml")
+    choices = (hydra_cfg.get("hydra") or {}).get("runtime", {}).get("choices") or {}
+    status = record.get("status", "incomplete")
+    marker = next((p for p in (hparams, hydra_dir / "config.yaml") if p.is_file()), job_dir)
     if status not in STATUSES:
         status = "incomplete"
     return Job(
         name=job_dir.name,
         source=str(job_dir),
-        overrides=parse_overrides(overrides or []),
+        overrides=parse_overrides([str(o) for o in overrides or []]),
         status=status,
         record=record,
         config=config,
         choices=choices,
-        metrics=read_metrics_csv(job_dir / "csv" / "metrics.csv"),
-        started=started,
+        metrics=_read_metrics(job_dir / "csv" / "metrics.csv"),
+        started=marker.stat().st_mtime,
     )
 
 
@@ -208,11 +285,12 @@ class Sweep:
     source: str
     jobs: list[Job]
     axes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # jobs left out (damaged) or counted once (duplicates)
 
     @classmethod
-    def from_jobs(cls, source: str, jobs: list[Job]) -> Sweep:
+    def from_jobs(cls, source: str, jobs: list[Job], notes: list[str] | None = None) -> Sweep:
         jobs = sorted(jobs, key=lambda j: (j.started, j.name))  # run order: the sweep's command-line order
-        return cls(source, jobs, varying_axes(jobs))
+        return cls(source, jobs, varying_axes(jobs), list(notes or []))
 
     def variant_key(self, job: Job) -> tuple[str | None, ...]:
         return tuple(job.value(axis) for axis in self.axes)
@@ -265,10 +343,71 @@ def varying_axes(jobs: list[Job]) -> list[str]:
     return [k for k in keys if len({job.value(k) for job in jobs}) > 1]
 
 
+# what does not change what a run trains: left out when two jobs are compared as the same run
+_NOT_IDENTITY = re.compile(
+    r"^(paths|hydra|logger|callbacks|tags|sweep_name|print_config|ckpt_path|skip_completed|resume_allow_changes|"
+    r"runtime|axes|params|params_estimate|world_size|accumulate_grad_batches|tune|hparams_search)(\.|$)|"
+    r"^data\.(data_dir|cache_dir|num_workers|pin_memory)$"
+)
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def run_key(job: Job) -> str | None:
+    """What makes two jobs the same run: their resolved config (where things live and how they
+    are logged left out) and seed, or None when the job has no config to compare."""
+    if not job.config:
+        return None
+    flat = {k: v for k, v in _flat(job.config).items() if not _NOT_IDENTITY.search(k)}
+    flat["seed"] = job.seed
+    # an override the config does not show (a partial config) keeps the job apart
+    flat.update(
+        {f"override:{k}": v for k, v in job.overrides.items() if select_key(job.config, k) is None and k != "seed"}
+    )
+    return json.dumps(flat, sort_keys=True, default=str)
+
+
+def drop_duplicates(jobs: list[Job]) -> tuple[list[Job], list[str]]:
+    """One job per run: a job with the configuration and seed of an earlier one (two sweeps mixed
+    under one ``sweep_name``, a job copied twice) is counted once, the earliest kept; with a note."""
+    kept: list[Job] = []
+    seen: dict[str, Job] = {}
+    notes: list[str] = []
+    for job in sorted(jobs, key=lambda j: (j.started, j.name)):
+        key = run_key(job)
+        if key is not None and key in seen:
+            notes.append(
+                f"{job.source}: the same run as {seen[key].name} (same configuration and seed {job.seed}): counted once"
+            )
+            continue
+        if key is not None:
+            seen[key] = job
+        kept.append(job)
+    return kept, notes
+
+
 def load_sweep(root: str | Path) -> Sweep:
-    """All jobs of the multirun directory ``root`` (see the module docstring)."""
+    """All jobs of the multirun directory ``root`` (see the module docstring). A damaged job is
+    left out and a duplicate of another (the same configuration and seed) counted once; each with
+    a one-line note in :attr:`Sweep.notes`, naming the file or the job."""
     root = Path(root)
-    return Sweep.from_jobs(str(root), [load_job(d) for d in find_job_dirs(root)])
+    jobs, notes = [], []
+    for path in find_job_dirs(root):
+        try:
+            jobs.append(load_job(path))
+        except DamagedJob as err:
+            notes.append(f"skipped (damaged): {err}")
+    jobs, duplicates = drop_duplicates(jobs)
+    sweep = Sweep.from_jobs(str(root), jobs)
+    sweep.notes = notes + duplicates
+    return sweep
 
 
 TUNING_FILE = "lr_tuning.json"  # written by the tuned-LR sweeper (ablate.sweepers.tuned_lr)
@@ -292,23 +431,41 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
     if not path.is_file():
         return sweep, None
     tuning = json.loads(path.read_text())
-    wanted = []
+    # each command's own selection seed (per variant); older files: the one (or every) recorded seed
+    recorded = [str(s) for s in tuning.get("selection_seeds") or []]
+    top = tuning.get("selection_seed")
+    every = set(recorded) | ({str(top)} if top is not None else set())
+    wanted: list[tuple[dict[str, str], set[str]]] = []
     for variant in tuning.get("variants", []):
         if variant.get("chosen_override"):
-            wanted.append(parse_overrides([*variant["overrides"], variant["chosen_override"]]))
-    at_rate = [
-        job for job in sweep.jobs if any(all(job.overrides.get(k) == v for k, v in want.items()) for want in wanted)
-    ]
-    held_out = tuning.get("selection_seed")
-    kept = [job for job in at_rate if held_out is None or job.seed is None or str(job.seed) != str(held_out)]
+            own = variant.get("selection_seed")
+            held = {str(own)} if own is not None else every
+            wanted.append((parse_overrides([*variant["overrides"], variant["chosen_override"]]), held))
+
+    def matching(job: Job) -> list[set[str]]:
+        return [held for want, held in wanted if all(job.overrides.get(k) == v for k, v in want.items())]
+
+    at_rate = [job for job in sweep.jobs if matching(job)]
+    kept = [job for job in at_rate if job.seed is None or not any(str(job.seed) in held for held in matching(job))]
+    held_out = (
+        ",".join(
+            sorted(
+                every
+                | {str(v["selection_seed"]) for v in tuning.get("variants", []) if v.get("selection_seed") is not None},
+                key=str,
+            )
+        )
+        or None
+    )
     dropped, selection = len(sweep.jobs) - len(at_rate), len(at_rate) - len(kept)
     # the seeds the kept jobs have, not lr_tuning.json's "seeds": that list is the last command's,
     # and a sweep finished by several commands (a few seeds each) has more
     seeds = ",".join(str(seed) for seed in sorted({job.seed for job in kept if job.seed is not None}))
     if held_out is not None:
         how = (
-            f"seeds {seeds}, each trained at that rate after the selection; the selection ran on seed {held_out}, "
-            f"whose {selection} job(s) at the chosen rates are left out with the grid"
+            f"seeds {seeds}, each trained at that rate after the selection; the selection ran on "
+            + (f"seed {held_out}" if "," not in held_out else f"seeds {held_out} (each command's own)")
+            + f", whose {selection} job(s) at the chosen rates are left out with the grid"
         )
     elif tuning.get("tuning_seed") is not None:
         how = (
@@ -321,4 +478,4 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
         f"{TUNING_FILE}: each variant at its tuned learning rate, {how} ({dropped} job(s) of the other grid rates "
         "left out; --all-lrs shows them)"
     )
-    return Sweep.from_jobs(sweep.source, kept), note
+    return Sweep.from_jobs(sweep.source, kept, sweep.notes), note

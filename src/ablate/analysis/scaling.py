@@ -66,7 +66,7 @@ parameters, embeddings included).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -152,6 +152,25 @@ def _linear_part(
     return best_E, best_a, best
 
 
+def golden_section(
+    f: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray, iterations: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Golden-section search for the minimum of ``f`` within ``[lo, hi]``, elementwise over
+    arrays of brackets (``f`` maps an array of points to an array of values; one new point per
+    step); returns the final bracket ``(lo, hi)``. Written here because it runs vectorised over
+    thousands of bootstrap fits at once, which ``scipy.optimize.golden`` (one scalar) does not."""
+    c, d = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
+    fc, fd = f(c), f(d)
+    for _ in range(iterations):
+        left = fc < fd
+        hi, lo = np.where(left, d, hi), np.where(left, lo, c)
+        c_new, d_new = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
+        f_new = f(np.where(left, c_new, d_new))
+        c, d = np.where(left, c_new, d), np.where(left, c, d_new)
+        fc, fd = np.where(left, f_new, fd), np.where(left, fc, f_new)
+    return lo, hi
+
+
 def _profile(
     x: np.ndarray, y: np.ndarray, w: np.ndarray, e_fixed: np.ndarray | None = None, iterations: int = 34
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -167,15 +186,7 @@ def _profile(
     def f(t):
         return _linear_part(x, y, w, np.exp(t), e1)[2]
 
-    c, d = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
-    fc, fd = f(c), f(d)
-    for _ in range(iterations):
-        left = fc < fd
-        hi, lo = np.where(left, d, hi), np.where(left, lo, c)
-        c_new, d_new = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
-        f_new = f(np.where(left, c_new, d_new))  # one new point per step
-        c, d = np.where(left, c_new, d), np.where(left, c, d_new)
-        fc, fd = np.where(left, f_new, fd), np.where(left, fc, f_new)
+    lo, hi = golden_section(f, lo, hi, iterations)
     t = (lo + hi) / 2
     best_grid = sse[np.arange(len(k)), k]
     t = np.where(f(t) <= best_grid, t, grid[k])
@@ -219,15 +230,7 @@ def fit_shared_asymptote(
     values = np.stack([total(top * f) for f in fractions], axis=1)
     k = np.argmin(values, axis=1)
     lo, hi = top * fractions[np.maximum(k - 1, 0)], top * fractions[np.minimum(k + 1, len(fractions) - 1)]
-    c, d = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
-    fc, fd = total(c), total(d)
-    for _ in range(iterations):
-        left = fc < fd
-        hi, lo = np.where(left, d, hi), np.where(left, lo, c)
-        c_new, d_new = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
-        f_new = total(np.where(left, c_new, d_new))  # one new point per step
-        c, d = np.where(left, c_new, d), np.where(left, c, d_new)
-        fc, fd = np.where(left, f_new, fd), np.where(left, fc, f_new)
+    lo, hi = golden_section(total, lo, hi, iterations)
     E = (lo + hi) / 2
     grid_best = values[np.arange(len(k)), k]
     E = np.where(total(E) <= grid_best, E, top * fractions[k])

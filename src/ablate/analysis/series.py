@@ -307,7 +307,9 @@ def _cumulative(job: Job, metric: str, steps: np.ndarray) -> np.ndarray:
 def job_x(job: Job, steps, x: str = "steps") -> tuple[np.ndarray, str]:
     """The job's ``metrics.csv`` steps as the x of a curve, and where the numbers come from.
 
-    * ``steps``: the steps themselves;
+    * ``steps``: optimiser steps done, ``s + 1`` (the console's and ``status.json``'s count: a
+      validation the console printed after step 2 is logged at ``s = 1``, Lightning's index of
+      the last step, and drawn at 2);
     * ``tokens``: the training tokens seen by the end of step ``s`` (it is the ``s + 1``-th
       optimiser step): ``(s + 1) x`` :func:`tokens_per_step` where the config fixes it, else the
       logged ``train/tokens_seen`` (interpolated between the steps that logged it);
@@ -319,7 +321,7 @@ def job_x(job: Job, steps, x: str = "steps") -> tuple[np.ndarray, str]:
     Raises ValueError when the job has none of these."""
     steps = np.asarray(steps, dtype=float)
     if x == "steps":
-        return steps, "step"
+        return steps + 1, "optimiser steps done"
     if x == "tokens":
         if (per_step := tokens_per_step(job)) is not None:
             return (steps + 1) * per_step, f"(step + 1) x {per_step} tokens per step"

@@ -29,6 +29,7 @@ the summary is in :mod:`ablate.analysis.markdown`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -37,9 +38,11 @@ import pandas as pd
 
 from ablate.analysis import budget, stats
 from ablate.analysis.convergence import is_stalled, late_change
+from ablate.analysis.crossed import crossed
 from ablate.analysis.paper import PaperResults
 from ablate.analysis.runs import Job, Sweep, canonical, higher_is_better
 from ablate.analysis.stats import mean_std
+from ablate.eval_units import Units, metric_tag
 from ablate.tasks import TASKS
 
 THROUGHPUT = "train/tokens_per_sec"
@@ -68,6 +71,14 @@ def test_metric(sweep: Sweep, metric: str) -> str | None:
     return name if name and name in available_metrics(sweep) else None
 
 
+def _number(value: object) -> float:
+    """A recorded number, NaN when absent or not a number (a job that crashed before timing)."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def _counts(jobs: list[Job]) -> dict[str, int]:
     return {
         status: sum(job.status == status for job in jobs)
@@ -93,9 +104,9 @@ def variant_row(
         match = paper.lookup(jobs[0])
         row[f"paper {paper.metric}"] = match.value if match else None
         row["paper note"] = match.note if match else ""
-    steps = [int(j.record["steps"]) for j in jobs if j.record.get("steps") is not None]
+    steps = [int(_number(j.record["steps"])) for j in jobs if math.isfinite(_number(j.record.get("steps")))]
     row["steps_min"], row["steps_max"] = (min(steps), max(steps)) if steps else (None, None)
-    row["wall_time_s"] = mean_std([float(j.record.get("wall_time_s", math.nan)) for j in jobs])[0]
+    row["wall_time_s"] = mean_std([_number(j.record.get("wall_time_s")) for j in jobs])[0]
     row["tokens_per_sec"] = mean_std([j.median(THROUGHPUT) for j in jobs])[0]
     row["late_change"], row["late_change_std"] = mean_std([late_change(j) for j in done])
     return row
@@ -149,7 +160,7 @@ def where(sweep: Sweep, spec: str) -> Sweep:
             f"--where {spec}: no job of {sweep.source} has these values; the jobs have "
             + "; ".join(f"{k}: {', '.join(v)}" for k, v in values.items())
         )
-    return Sweep.from_jobs(sweep.source, kept)
+    return Sweep.from_jobs(sweep.source, kept, sweep.notes)
 
 
 def find_baseline(sweep: Sweep, spec: str) -> tuple:
@@ -200,6 +211,105 @@ def margin_for(sweep: Sweep, metric: str, margin: float | None = None) -> float 
     return found.pop() if found else None
 
 
+def _units_by_seed(jobs: list[Job], metric: str) -> tuple[dict[int, Units] | None, str]:
+    """The completed seeds' per-unit test losses for ``metric`` (seed -> units), or None and why not."""
+    if not metric.startswith("test/") or metric.split("/", 1)[1].split("@", 1)[0] not in ("loss", "bpb"):
+        return None, ""
+    out: dict[int, Units] = {}
+    for job in jobs:
+        if job.status != "completed" or job.seed is None:
+            continue
+        units = job.units(metric_tag(metric))
+        if units is None:
+            return None, f"no per-window losses for seed {job.seed} ({job.name})"
+        out[job.seed] = units
+    return out, ""
+
+
+def compare_row(
+    jobs: list[Job],
+    base_jobs: list[Job],
+    metric: str,
+    value=None,
+    margin: float | None = None,
+) -> dict[str, object]:
+    """The statistics of one row against the baseline (the ``diff`` ... ``inference`` cells):
+
+    * a seed diverged on either side: the **worst-rank** test over every seed (diverged runs
+      ranked worst, :func:`ablate.analysis.stats.worst_rank_test`) is the row's difference test;
+      Δ and its interval are the surviving seeds' (descriptive), no equivalence test;
+    * else, with per-unit test losses for every completed seed of both sides (a ``test/loss`` or
+      ``test/bpb`` metric, final values): the **crossed** seed x text interval and test
+      (:mod:`ablate.analysis.crossed`), with its seed and text standard errors;
+    * else the paired t-test over shared seeds (Welch's without two), as before."""
+    values, seeds = _finals(jobs, metric, value)
+    base_values, base_seeds = _finals(base_jobs, metric, value)
+    counts, base_counts = _counts(jobs), _counts(base_jobs)
+    better_up = higher_is_better(metric)
+    c = stats.compare(values, base_values, seeds, base_seeds, margin=margin)
+    inference = c.test
+    extra: dict[str, object] = {}
+    if counts["diverged"] or base_counts["diverged"]:
+        p, shift = stats.worst_rank_test(values, base_values, counts["diverged"], base_counts["diverged"], better_up)
+        c = dataclasses.replace(c, test="worst-rank" if math.isfinite(p) else "", p=p, shift=shift, p_tost=math.nan)
+        inference = f"worst-rank, {len(jobs) - counts['crashed'] - counts['incomplete']} vs " + (
+            f"{len(base_jobs) - base_counts['crashed'] - base_counts['incomplete']} seeds (diverged ranked worst)"
+        )
+    elif value is None:
+        mine, why = _units_by_seed(jobs, metric)
+        base, why_base = _units_by_seed(base_jobs, metric)
+        if mine is not None and base is not None and len(set(mine) & set(base)) >= 2:
+            try:
+                x = crossed(mine, base, metric, margin=margin)
+            except ValueError as err:
+                inference = f"{c.test} ({err})"
+            else:
+                c = dataclasses.replace(
+                    c,
+                    diff=x.diff,
+                    low=x.low,
+                    high=x.high,
+                    p=x.p,
+                    test="crossed",
+                    se=x.se,
+                    df=x.df,
+                    n_pairs=x.n_seeds,
+                    p_tost=x.p_tost,
+                    seeds=x.seeds,
+                )
+                inference = f"crossed, {x.n_seeds} seeds x {x.n_units} text blocks"
+                extra = dict(
+                    seed_se=x.seed_se,
+                    text_se=x.text_se,
+                    text_se_unpaired=x.text_se_unpaired,
+                    half_width_unpaired=x.half_width_unpaired,
+                    text_blocks=x.n_units,
+                )
+        elif why or why_base:
+            inference = f"{c.test} ({why or why_base})"
+    rates = stats.divergence_test(counts["diverged"], len(jobs), base_counts["diverged"], len(base_jobs))
+    return dict(
+        diff=c.diff,
+        diff_ci_low=c.low,
+        diff_ci_high=c.high,
+        p=c.p,
+        test=c.test,
+        pairs=c.n_pairs,
+        diff_seeds=",".join(str(x) for x in c.seeds),
+        n_variant=c.n_variant,
+        n_baseline=c.n_baseline,
+        se=c.se,
+        df=c.df,
+        p_tost=c.p_tost,
+        shift=c.shift,
+        p_diverged=rates.p,
+        baseline_diverged=base_counts["diverged"],
+        baseline_seeds=len(base_jobs),
+        inference=inference,
+        **extra,
+    )
+
+
 def compare_to_baseline(
     frame: pd.DataFrame,
     sweep: Sweep,
@@ -210,9 +320,9 @@ def compare_to_baseline(
 ) -> pd.DataFrame:
     """``frame`` with the statistics of the final metric (``basis="steps"``), or of the metric at
     the matched FLOPs/time budget (``frame.attrs["matched"]``), per row and against the baseline
-    row (column names in the module docstring; :mod:`~ablate.analysis.stats` for the methods).
-    The p-values are Holm-adjusted within this frame; :func:`adjust_family` re-adjusts several
-    frames (slices, metrics) as one family."""
+    row (column names in the module docstring; :func:`compare_row` for the tests). The p-values
+    are Holm-adjusted within this frame; :func:`adjust_family` re-adjusts several frames (slices,
+    metrics) as one family."""
     metric = frame.attrs["metric"]
     name, matched = budget.basis_column(metric, basis), frame.attrs.get("matched", {}).get(basis)
     if basis != "steps" and matched is None:
@@ -226,14 +336,13 @@ def compare_to_baseline(
         raise ValueError(f"--basis {basis}: no completed job has a {basis} budget ({why})")
     base_key = find_baseline(sweep, spec)
     variants = sweep.variants()
-    base_values, base_seeds = _finals(variants[base_key], metric, value)
     base_counts = _counts(variants[base_key])
     cells = []
     for key, jobs in variants.items():
         values, seeds = _finals(jobs, metric, value)
         ci = stats.interval(values)
         used = [s for s, v in zip(seeds, values, strict=True) if v is not None and math.isfinite(v)]
-        cell = {
+        cell: dict[str, object] = {
             f"{name} n": ci.n,
             f"{name} ci_low": ci.low,
             f"{name} ci_high": ci.high,
@@ -245,24 +354,7 @@ def compare_to_baseline(
         rates = stats.divergence_test(counts["diverged"], len(jobs), base_counts["diverged"], len(variants[base_key]))
         cell.update(diverged_rate=rates.rate, diverged_ci_low=rates.low, diverged_ci_high=rates.high)
         if key != base_key:
-            c = stats.compare(values, base_values, seeds, base_seeds, margin=margin)
-            cell.update(
-                diff=c.diff,
-                diff_ci_low=c.low,
-                diff_ci_high=c.high,
-                p=c.p,
-                test=c.test,
-                pairs=c.n_pairs,
-                diff_seeds=",".join(str(x) for x in c.seeds),
-                n_variant=c.n_variant,
-                n_baseline=c.n_baseline,
-                se=c.se,
-                df=c.df,
-                p_tost=c.p_tost,
-                p_diverged=rates.p,
-                baseline_diverged=base_counts["diverged"],
-                baseline_seeds=len(variants[base_key]),
-            )
+            cell.update(compare_row(jobs, variants[base_key], metric, value, margin))
         cells.append(cell)
     columns = [f"{name} {stat}" for stat in ("n", "ci_low", "ci_high")] + [
         "mean_seeds",
@@ -275,21 +367,28 @@ def compare_to_baseline(
         "p",
         "p_holm",
         "test",
+        "inference",
         "pairs",
         "se",
         "df",
+        "seed_se",
+        "text_se",
+        "text_se_unpaired",
+        "half_width_unpaired",
+        "text_blocks",
         "mde",
         "margin",
         "p_tost",
         "p_tost_holm",
+        "shift",
         "diverged_rate",
         "diverged_ci_low",
         "diverged_ci_high",
         "p_diverged",
-        "p_diverged_holm",
         "baseline_diverged",
         "baseline_seeds",
         "verdict",
+        "plan",
         "basis",
     ]
     for cell, key in zip(cells, variants, strict=True):
@@ -309,20 +408,22 @@ def compare_to_baseline(
 
 def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> list[pd.DataFrame]:
     """Holm over every comparison of ``frames`` (the rows against their baseline, in every frame:
-    the ``--where`` slices and metrics of one write-up), separately for the three kinds of test
-    (difference, equivalence, divergence), each keeping its family-wise error rate at ``alpha``;
-    then the MDE at alpha/m (m: the difference tests of the family, the threshold Holm applies to
-    the first of them) and each row's verdict (:func:`ablate.analysis.stats.verdict`)."""
+    the ``--where`` slices and metrics of one write-up): one family for the difference tests (each
+    row's one test: paired, crossed or, with diverged seeds, worst-rank) and one for the
+    equivalence tests, each keeping its family-wise error rate at ``alpha`` (a row can err only
+    one way: a false difference needs |Δ| < δ, a false equivalence |Δ| >= δ); then the MDE at
+    alpha/m (m: the difference tests of the family, the threshold Holm applies to the first of
+    them) and each row's verdict (:func:`ablate.analysis.stats.verdict`)."""
     compared = [f["verdict"].ne("baseline").to_numpy() for f in frames]
     adjusted = {}
-    for column in ("p", "p_tost", "p_diverged"):
+    for column in ("p", "p_tost"):
         flat = np.concatenate([f[column].to_numpy(dtype=float)[mask] for f, mask in zip(frames, compared, strict=True)])
         adjusted[column] = np.split(stats.holm(flat), np.cumsum([mask.sum() for mask in compared])[:-1])
     m = int(np.isfinite(np.concatenate([f["p"].to_numpy(dtype=float) for f in frames])).sum())
     out = []
     for index, (frame, mask) in enumerate(zip(frames, compared, strict=True)):
         frame = frame.copy()
-        for column in ("p", "p_tost", "p_diverged"):
+        for column in ("p", "p_tost"):
             values = np.full(len(frame), np.nan)
             values[mask] = adjusted[column][index]
             frame[f"{column}_holm"] = values
@@ -347,8 +448,10 @@ def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> lis
                 int(row["pairs"]),
                 row["margin"],
                 row["p_tost"],
+                shift=row["shift"],
             )
-            mdes.append(stats.mde(row["se"], row["df"], alpha / max(m, 1)) if comparison.tested else math.nan)
+            tested = comparison.tested and comparison.test != "worst-rank"
+            mdes.append(stats.mde(row["se"], row["df"], alpha / max(m, 1)) if tested else math.nan)
             verdicts.append(
                 stats.verdict(
                     comparison,
@@ -360,7 +463,6 @@ def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> lis
                     int(row["baseline_seeds"]),
                     alpha,
                     p_tost_adjusted=row["p_tost_holm"],
-                    divergence_p_adjusted=row["p_diverged_holm"],
                     stalled=int(row["stalled"]),
                     completed=int(row["completed"]),
                 )

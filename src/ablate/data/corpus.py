@@ -21,6 +21,13 @@ from torch.utils.data import Dataset
 
 from ablate.data.cache import ensure_cache
 from ablate.data.samplers import ResumableSampler
+from ablate.errors import UserError
+from ablate.seeds import ORDER_VERSION
+
+
+class DataOrderMismatch(UserError, RuntimeError):
+    """A checkpoint trained in another version's data order: resuming it would change the order
+    mid-run, so it is refused (the message says what to do)."""
 
 
 class CachedCorpus(L.LightningDataModule):
@@ -79,8 +86,20 @@ class CachedCorpus(L.LightningDataModule):
             return {}
         # Lightning's progress counter (a _ProcessedTracker at run time; declared as its base class)
         done = trainer.fit_loop.epoch_loop.batch_progress.current.processed  # type: ignore[attr-defined]
-        return {"seed": sampler.seed, "epoch": sampler.epoch, **self.position(sampler, int(done))}
+        position = self.position(sampler, int(done))
+        return {"seed": sampler.seed, "epoch": sampler.epoch, "order": ORDER_VERSION, **position}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Remember the position; the next training loader starts there."""
-        self._resume_state = dict(state_dict) or None
+        """Remember the position; the next training loader starts there. A checkpoint written in
+        another data order (:data:`ablate.seeds.ORDER_VERSION`; none recorded: version 1,
+        ``seed + epoch``) is refused: its remaining epochs would be drawn in an order it was not
+        trained in, and the run would no longer be the run it claims to be."""
+        state = dict(state_dict)
+        if state and state.get("order", 1) != ORDER_VERSION:
+            raise DataOrderMismatch(
+                f"this checkpoint was trained in data order version {state.get('order', 1)} (epoch e shuffled "
+                f"with seed + e, before each (seed, epoch) drew its own independent order); this version "
+                f"trains in order version {ORDER_VERSION}, so resuming would change the order mid-run. Finish "
+                "it with the ablate version that started it, or train it afresh in a new run directory"
+            )
+        self._resume_state = state or None

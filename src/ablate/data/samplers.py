@@ -13,13 +13,17 @@ from typing import cast
 import torch
 from torch.utils.data import Dataset, DistributedSampler
 
+from ablate.seeds import DATA_ORDER, stream_seed
+
 
 class ResumableSampler(DistributedSampler):
     """The training order: a seeded permutation per epoch, split into global batches, each
     global batch split into one contiguous slice per rank; it can start mid-epoch.
 
-    Epoch ``e`` shuffles with ``torch.randperm(n, generator=seed + e)`` (its own generator: the
-    global RNG is neither used nor disturbed). Micro-batch ``m`` of rank ``r`` (``world``
+    Epoch ``e`` shuffles with ``torch.randperm(n, generator=g)``, ``g`` seeded from the run's
+    data-order stream for ``(seed, e)`` (:func:`ablate.seeds.stream_seed`: every (seed, epoch) its
+    own independent order, where ``seed + e`` made seed s's epoch e + 1 seed s + 1's epoch e); its
+    own generator, so the global RNG is neither used nor disturbed. Micro-batch ``m`` of rank ``r`` (``world``
     ranks, ``batch_size`` each) is ``perm[(m * world + r) * batch_size :][:batch_size]``, so an
     optimiser step sees the same samples whatever the split into ranks and accumulation steps:
     one process with batch 8, two ranks with 4 each, or one process with 4 and two
@@ -55,8 +59,14 @@ class ResumableSampler(DistributedSampler):
             if self._resume[0] == self.epoch:
                 start = self._resume[1]
             self._resume = None
-        g = torch.Generator()
-        g.manual_seed(self.seed + self.epoch)
         n_batches, world, size = self.batches_per_epoch, self.num_replicas, self.batch_size
-        perm = torch.randperm(len(cast(Sized, self.dataset)), generator=g)[: n_batches * world * size]
+        perm = epoch_order(len(cast(Sized, self.dataset)), self.seed, self.epoch)[: n_batches * world * size]
         yield from perm.view(n_batches, world, size)[start:, self.rank].reshape(-1).tolist()
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The permutation of ``n`` training samples that epoch ``epoch`` of seed ``seed`` trains in
+    (:data:`ablate.seeds.DATA_ORDER`'s stream for ``(seed, epoch)``)."""
+    g = torch.Generator()
+    g.manual_seed(stream_seed(DATA_ORDER, seed, epoch))
+    return torch.randperm(n, generator=g)

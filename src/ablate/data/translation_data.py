@@ -390,6 +390,18 @@ class TranslationDataModule(CachedCorpus):
     def references(self, split: str) -> list[str]:
         return self.raw[split]["tgt"]
 
+    def unit_text(self, split: str) -> dict[str, Any]:
+        """What a per-sentence record of ``split`` needs (:mod:`ablate.eval_units`): ``text``, the
+        key of the exact sentences scored (the cached token files' SHA-256, the length limit and
+        the number of pairs), no block boundaries (the units are the split's sentences in file
+        order; the analysis cuts them into contiguous blocks)."""
+        files = read_meta(self.cache_path())["files"]
+        digest = hashlib.sha256(
+            "".join(files[f"{split}.{lang}.ids"]["sha256"] for lang in (self.src_lang, self.tgt_lang)).encode()
+        ).hexdigest()[:16]
+        pairs = len(self._dataset(split).src)
+        return {"text": f"{self.name}/{split}:{digest}:L{self.seq_len}:n{pairs}", "stride": 0, "bounds": None}
+
     def sources(self, split: str) -> list[str]:
         return self.raw[split]["src"]
 

@@ -172,7 +172,12 @@ def save_selection(path: Path, out: dict[str, Any]) -> None:
     """Write the selection ``out`` to ``path`` (atomically), after the variants an earlier command
     in the same sweep directory left there and this one does not have (:func:`_earlier_variants`)."""
     with _locked(path):
-        out["variants"] = _earlier_variants(path, out["variants"]) + out["variants"]
+        earlier = _earlier_variants(path, out["variants"])
+        out["variants"] = earlier + out["variants"]
+        # every command's selection seed: each one's jobs stay out of every verdict
+        seeds = {r.get("selection_seed") for r in earlier if r.get("selection_seed") is not None}
+        seeds |= set(_earlier_selection_seeds(path)) | {out.get("selection_seed")}
+        out["selection_seeds"] = sorted((s for s in seeds if s is not None), key=str)
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(out, indent=2, default=_jsonable) + "\n")
         tmp.replace(path)
@@ -202,6 +207,17 @@ def _earlier_variants(path: Path, records: list[dict[str, Any]]) -> list[dict[st
         return []
     ours = {frozenset(r["overrides"]) for r in records}
     return [r for r in earlier if frozenset(r.get("overrides", [])) not in ours]
+
+
+def _earlier_selection_seeds(path: Path) -> list[Any]:
+    """The selection seeds an earlier command's ``lr_tuning.json`` recorded (its ``selection_seeds``,
+    or the single ``selection_seed`` of files written before every command's was kept)."""
+    try:
+        earlier = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return []
+    found = list(earlier.get("selection_seeds") or [])
+    return found + ([earlier["selection_seed"]] if earlier.get("selection_seed") is not None else [])
 
 
 def _jsonable(value: Any) -> Any:

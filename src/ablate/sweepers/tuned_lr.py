@@ -162,8 +162,10 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         baseline: str | None = None,
         margin: float | None = None,
         looks: Sequence[int] = (3, 5, 7, 10),
-        spending: str = "obrien-fleming",
+        spending: str = "kim-demets",
         halving: Any = None,
+        verdict_metric: str | None = None,
+        margin_basis: str | None = None,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, params=params)
         self.rungs = sh.check_rungs((halving or {}).get("rungs"))  # () : the full grid (ablate.sweepers.halving)
@@ -175,6 +177,10 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             )
         auto = auto_settings(seeds, baseline, margin, looks, spending)
         self.auto = auto is not None
+        # the comparison to declare before stage 2 (ablate.analysis.plan); seeds=auto decides it
+        self.baseline: str | None = baseline
+        self.margin: float | None = None if margin is None else float(margin)
+        self.looks, self.spending = [int(n) for n in looks], spending
         if auto is not None:
             self.baseline, self.margin, self.looks, self.spending = auto
             seeds = list(range(1, self.looks[-1] + 1))
@@ -189,6 +195,8 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 "one that is not among the verdict seeds (default 0)"
             )
         self.selection_seed = str(selection_seed)
+        self.verdict_metric = verdict_metric
+        self.margin_basis = margin_basis
         self.job_idx = 0
 
     # -- what to run
@@ -315,6 +323,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         select = self.selection_seed
         metric = str(self.metric or self.config.get("optimized_metric") or "val/loss")
         higher = higher_is_better(metric)
+        verdict_metric = held_out_metric(metric, self.verdict_metric)
         shared_text = validation_as_test_warning(self.config)
         if shared_text:
             log.warning(shared_text)
@@ -362,9 +371,10 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             )
         print(self._stage1_table(variants, metric, higher, seed_name, select), flush=True)
         self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=False)
+        self._declare(sweep_dir, metric, verdict_metric, seeds, seed_name)  # the verdict's rule, before its data
 
         if self.auto:  # stage 2 in batches of seeds, until every comparison is decided
-            stage2 = self._sequential_stage2(variants, metric, higher, lr_name, seed_name, seeds)
+            stage2 = self._sequential_stage2(variants, verdict_metric, lr_name, seed_name, seeds)
             path = self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=not self._interrupted())
             print(f"LR tuning: {path}", flush=True)
             for ret in [*stage1, *stage2]:
@@ -397,18 +407,24 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         return [stage1, stage2]
 
     def _sequential_stage2(
-        self, variants: list[_Variant], metric: str, higher: bool, lr_name: str, seed_name: str, seeds: list[str]
+        self, variants: list[_Variant], metric: str, lr_name: str, seed_name: str, seeds: list[str]
     ) -> list[JobReturn]:
         """``seeds=auto``: the baseline and every undecided variant at their chosen rates, seeds
         added up to each look; after each look every undecided variant gets the sequential verdict
-        on its paired differences (seeds both have a finite value for, in seed order); decided
-        variants get no more seeds. A diverged seed has no difference: it delays the decision, and
-        a variant still undecided after the last look is ``inconclusive``."""
+        on its paired differences of ``metric`` (the held-out verdict metric, not the one the rate
+        was selected on; seeds both have a finite value for, in seed order); decided variants get
+        no more seeds. A diverged seed has no difference: it delays the decision, and a variant
+        still undecided after the last look is ``inconclusive``."""
+        from ablate.analysis.runs import higher_is_better as better_up
+
+        higher = better_up(metric)
         from ablate.analysis.runs import parse_overrides
         from ablate.analysis.sequential import ALPHA, sequential_verdict
         from ablate.analysis.tables import parse_baseline
 
+        assert self.baseline is not None and self.margin is not None  # auto_settings checked them
         wanted = parse_baseline(self.baseline)
+        margin = self.margin
         matches = [v for v in variants if all(parse_overrides(v.overrides).get(k) == x for k, x in wanted.items())]
         if len(matches) != 1:
             raise HydraException(
@@ -447,7 +463,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             for v in list(undecided):
                 mine = {str(r["seed"]): r["value"] for r in v.seeds if r["value"] is not None}
                 diffs = [mine[s] - base_values[s] for s in seeds[:n] if s in mine and s in base_values]
-                v.decision = sequential_verdict(diffs, self.margin, self.looks, alpha, self.spending, higher)
+                v.decision = sequential_verdict(diffs, margin, self.looks, alpha, self.spending, higher)
                 if v.decision.verdict != "continue":
                     undecided.remove(v)
             if not undecided:
@@ -459,12 +475,56 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 [v.label, verdict, str(len(v.seeds)), str(v.decision.look + 1 if v.decision.look >= 0 else "-")]
             )
         print(
-            f"LR tuning, stage 2 (seeds=auto): group-sequential verdicts on {metric}, margin ±{self.margin:g}, looks "
-            f"at {','.join(map(str, self.looks))} seeds, {self.spending} spending, alpha {alpha:.3g} per variant\n"
-            + _table(rows),
+            f"LR tuning, stage 2 (seeds=auto): group-sequential verdicts on {metric} (held-out text; the rates were "
+            f"selected on validation), margin ±{self.margin:g}, looks at {','.join(map(str, self.looks))} seeds, "
+            f"{self.spending} spending (exact boundaries), alpha {alpha:.3g} per variant\n" + _table(rows),
             flush=True,
         )
         return returns
+
+    def _declare(self, sweep_dir: Path, metric: str, verdict_metric: str, seeds: list[str], seed_name: str) -> None:
+        """Write the verdict's rule to ``<sweep dir>/analysis_plan.json`` before stage 2 starts
+        (:mod:`ablate.analysis.plan`): the held-out metric, the baseline and margin when given, the
+        seeds or looks and the stopping rule. A plan the user declared before (``scripts/declare.py``)
+        is kept, and a different one is not written over it: a warning says so."""
+        from ablate.analysis.plan import Plan, PlanError, declare
+
+        margin_basis = self.margin_basis or (
+            f"hydra.sweeper.margin={self.margin:g}, given with the command before stage 2 (its reason was not "
+            "recorded: hydra.sweeper.margin_basis='...')"
+            if self.margin is not None
+            else ""
+        )
+        try:
+            plan = Plan(
+                metrics=(verdict_metric,),
+                baseline=self.baseline,
+                margin=self.margin,
+                margin_basis=margin_basis,
+                split=verdict_metric.split("/", 1)[0],
+                seeds=() if self.auto else tuple(_number(s) for s in seeds),
+                looks=tuple(self.looks) if self.auto else (),
+                stopping="group-sequential" if self.auto else "fixed",
+                spending=self.spending if self.auto else None,
+                selection=f"tune=lr: each variant's learning rate by its final {metric} on {seed_name}={self.selection_seed}",
+                declared_by="train.py (tune=lr), before stage 2",
+                note="" if self.baseline else "no hydra.sweeper.baseline: no comparison was declared",
+            )
+            declared = declare(sweep_dir, plan)
+        except PlanError as err:
+            existing = read_plan_quietly(sweep_dir)
+            if existing is None:
+                log.warning("tuned_lr: %s", err)
+            else:  # declared before the sweep (scripts/declare.py): that is the plan of record
+                print(
+                    f"LR tuning: keeping the analysis plan declared before this sweep, {existing.path} (sha256 "
+                    f"{existing.sha256[:12]}, {existing.declared_at}): {existing.plan.describe()}",
+                    flush=True,
+                )
+            return
+        print(
+            f"LR tuning: analysis plan {declared.path} (sha256 {declared.sha256[:12]}): {plan.describe()}", flush=True
+        )
 
     # -- output
 
@@ -549,6 +609,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             record: dict[str, Any] = {
                 "variant": v.label,
                 "overrides": v.overrides,
+                "selection_seed": _number(self.selection_seed),  # this command's: no verdict of this variant uses it
                 "grid": [float(t) for t in v.grid],
                 "stage1": [
                     {"lr": r.lr, "override": f"{lr_name}={r.text}", "status": r.status, "value": r.value, "job": r.job}
@@ -566,6 +627,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 verdict = v.decision.verdict if v.decision.verdict != "continue" else "inconclusive (diverged seeds)"
                 record["sequential"] = {
                     "verdict": verdict,
+                    "metric": held_out_metric(metric, self.verdict_metric),
                     "seeds": len(v.seeds),
                     "look": v.decision.look,
                     "baseline": self.baseline,
@@ -581,6 +643,26 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         path = sweep_dir / RESULT_FILE
         save_selection(path, out)
         return path
+
+
+def read_plan_quietly(sweep_dir: Path) -> Any:
+    """The sweep directory's declared plan (:func:`ablate.analysis.plan.read_plan`), or None when it
+    has none or it cannot be read."""
+    from ablate.analysis.plan import PlanError, read_plan
+
+    try:
+        return read_plan(sweep_dir)
+    except PlanError:
+        return None
+
+
+def held_out_metric(metric: str, given: str | None = None) -> str:
+    """The metric the verdicts read: ``hydra.sweeper.verdict_metric`` when given, else the
+    selection metric on the test split (``val/loss`` -> ``test/loss``): the rate is chosen on
+    validation, the verdict read on text the choice never saw."""
+    if given:
+        return str(given)
+    return "test/" + metric.split("/", 1)[1] if metric.startswith("val/") else metric
 
 
 def _free_seed(seeds: Sequence[str]) -> int:

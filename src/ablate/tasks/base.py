@@ -4,7 +4,9 @@ optimiser and per-step learning-rate schedule (:mod:`ablate.optim`)."""
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import lightning as L
@@ -18,8 +20,12 @@ from torch import Tensor, nn
 from ablate.config.model import ModelSpec
 from ablate.config.options import ConfigError
 from ablate.data.tokenizers import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
+from ablate.eval_units import FILENAME as UNITS_FILE
+from ablate.eval_units import block_of, write_units
 from ablate.metrics import finite_or_none
 from ablate.optim import build_optimizer, build_schedule, clip_gradients, unscale_once
+
+log = logging.getLogger(__name__)
 
 
 def check_bpe_train_mb(data: Any) -> None:
@@ -80,6 +86,30 @@ class TaskModule(L.LightningModule):
         if "tokenizer" in checkpoint:
             self.tokenizer = tokenizer_from_dict(checkpoint["tokenizer"])
 
+    # --- per-unit test losses (ablate.eval_units) ---------------------------------------------
+
+    test_units: dict[str, dict[str, Any]]  # eval tag -> the last test evaluation's units (UnitRecorder.gathered)
+
+    def write_test_units(self, trainer: L.Trainer, datamodule: Any, path: str | Path | None = None) -> Path | None:
+        """Write the test evaluations' per-unit losses (:attr:`test_units`) to ``path`` (default:
+        ``<run dir>/test_units.npz``), on rank 0; a folder that cannot be written loses the file,
+        not the run: a warning says so. Returns the path written, or None."""
+        units = getattr(self, "test_units", None)
+        if not units or trainer.global_rank != 0:
+            return None
+        target = Path(path) if path is not None else Path(trainer.default_root_dir) / UNITS_FILE
+        meta = {
+            "task": self.task_name,
+            "corpus": getattr(datamodule, "name", None),
+            "split": "test",
+            "layout": next((u.get("layout") for u in units.values() if u.get("layout")), None),
+        }
+        try:
+            return write_units(target, units, meta)
+        except OSError as err:
+            log.warning("per-unit test losses not written (%s): %s", target, err)
+            return None
+
     # --- the task interface train.py uses (it names no task) ---------------------------------
 
     config_keys: ClassVar[frozenset[str]] = frozenset({"name"})
@@ -105,7 +135,9 @@ class TaskModule(L.LightningModule):
         Default: the test split when ``eval.test_at_end`` (its ``test/*`` metrics)."""
         if not evaluation.get("test_at_end", True):
             return {}, {}
+        self.test_units = {}
         trainer.test(self, datamodule=datamodule, verbose=False)
+        self.write_test_units(trainer, datamodule)  # each unit's loss: <run dir>/test_units.npz
         return {k: finite_or_none(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}, {}
 
     def tokens_in_batch(self, batch: Any) -> int:
@@ -185,3 +217,68 @@ def config_dict(node: Any) -> dict[str, Any]:
     if isinstance(node, DictConfig):
         return cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))
     return dict(node)
+
+
+class UnitRecorder:
+    """Collects one test evaluation's per-unit losses (:mod:`ablate.eval_units`): each unit's
+    summed NLL, tokens and bytes under its number in the split.
+
+    A language model's windows carry no number in the batch: :meth:`for_test` reads the index
+    order of each batch from the test loader's batch sampler (sequential, or Lightning's
+    distributed sampler under DDP: deterministic either way), so batch ``k`` holds the windows
+    listed ``k``-th. A translation batch carries its sentences' numbers (:meth:`add`)."""
+
+    def __init__(self, batches: list[list[int]] | None, text: Mapping[str, Any]) -> None:
+        self.batches, self.text = batches, dict(text)
+        self.rows: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+
+    @classmethod
+    def for_test(cls, trainer: L.Trainer) -> UnitRecorder | None:
+        """A recorder for the test evaluation ``trainer`` is about to run, or None when its data
+        module cannot describe the text (no ``unit_text``)."""
+        describe = getattr(getattr(trainer, "datamodule", None), "unit_text", None)
+        if describe is None:
+            return None
+        loaders = trainer.test_dataloaders
+        loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
+        sampler = getattr(loader, "batch_sampler", None)
+        batches = [list(b) for b in sampler] if sampler is not None else None
+        return cls(batches, describe("test"))
+
+    def record(self, batch_idx: int, per_token: Tensor, targets: Tensor, byte_table: Tensor | None) -> None:
+        """A language model's batch ``batch_idx``: per-token NLL and targets, (windows, positions)."""
+        if self.batches is None or batch_idx >= len(self.batches) or len(self.batches[batch_idx]) != len(targets):
+            return  # not the order the sampler gave: no record rather than a misattributed one
+        index = torch.as_tensor(self.batches[batch_idx])
+        tokens = torch.full((len(targets),), targets.shape[1])
+        nbytes = byte_table[targets].sum(-1) if byte_table is not None else torch.zeros(len(targets))
+        self.add(index, per_token.detach().double().sum(-1), tokens, nbytes)
+
+    def add(self, index: Tensor, nats: Tensor, tokens: Tensor, nbytes: Tensor) -> None:
+        """Units ``index`` with their summed NLL, tokens and bytes."""
+        self.rows.append((index.cpu(), nats.detach().cpu(), tokens.cpu(), nbytes.cpu()))
+
+    def gathered(self) -> dict[str, Any]:
+        """All ranks' units (a unit seen twice, as a distributed sampler's padding, once), with
+        their blocks and the text key: the ``fields`` of :func:`ablate.eval_units.write_units`."""
+        parts = [[torch.cat(col).tolist() for col in zip(*self.rows)] if self.rows else [[], [], [], []]]
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            gathered: list[Any] = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, parts[0])
+            parts = gathered
+        seen: dict[int, tuple[float, int, int]] = {}
+        for index, nats, tokens, nbytes in parts:
+            for i, n, t, b in zip(index, nats, tokens, nbytes):
+                seen.setdefault(int(i), (float(n), int(t), int(b)))
+        order = sorted(seen)
+        stride = int(self.text.get("stride") or 0)
+        starts = [i * stride for i in order] if stride else [0] * len(order)
+        return {
+            "index": order,
+            "nats": [seen[i][0] for i in order],
+            "tokens": [seen[i][1] for i in order],
+            "bytes": [seen[i][2] for i in order],
+            "block": block_of(starts, self.text.get("bounds")),
+            "text": self.text["text"],
+            "layout": self.text.get("layout"),
+        }

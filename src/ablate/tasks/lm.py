@@ -34,7 +34,7 @@ from ablate.data.tokenizers import Tokenizer
 from ablate.metrics import finite_or_none
 from ablate.nn.transformer import TransformerLM
 from ablate.optim import used_optim_config
-from ablate.tasks.base import TaskModule, check_bpe_train_mb, config_dict
+from ablate.tasks.base import TaskModule, UnitRecorder, check_bpe_train_mb, config_dict
 
 
 def token_byte_lengths(tokenizer: Tokenizer) -> np.ndarray:
@@ -88,6 +88,8 @@ class LanguageModelTask(TaskModule):
         self._byte_table: tuple[int, Tensor] | None = None  # (id of the tokenizer, bytes per token id)
         self.eval_tokens_seen = 0  # ... in the last one
         self.eval_tag = ""  # appended to the eval metric names: "@512" -> test/ppl@512 (train.py)
+        self._units: UnitRecorder | None = None  # during a test evaluation: each window's loss
+        self.test_units: dict[str, dict[str, Any]] = {}  # eval tag -> the last test evaluation's windows
 
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
@@ -129,6 +131,7 @@ class LanguageModelTask(TaskModule):
                 trainer, self, datamodule, list(evaluation["seq_lens"])
             )
             metrics.update(length_metrics)
+            self.write_test_units(trainer, datamodule)  # with each length's windows
         return metrics, extra
 
     def forward(self, idx: Tensor) -> Tensor:
@@ -162,18 +165,24 @@ class LanguageModelTask(TaskModule):
             self._byte_table = (self._byte_table[0], table)
         return table
 
-    def _eval_step(self, batch: tuple[Tensor, Tensor]) -> None:
+    def _eval_step(self, batch: tuple[Tensor, Tensor], batch_idx: int = 0) -> None:
         x, y = batch
-        nll = self._nll(self(x), y)
+        per_token = F.cross_entropy(self(x).flatten(0, 1), y.flatten(), reduction="none").view_as(y)
+        nll = per_token.mean()
         self.eval_nll.update(nll, weight=y.numel())
         self.eval_tokens.update(y.numel())
         table = self.token_bytes()
         if table is not None:
             self.eval_nats.update(nll.detach().double() * y.numel())
             self.eval_bytes.update(table[y].sum())
+        if self._units is not None:  # the test split: each window's loss under its number (ablate.eval_units)
+            self._units.record(batch_idx, per_token, y, table)
 
     def _eval_epoch_end(self, split: str) -> None:
         self.log_dict(self.eval_metrics(split), prog_bar=split == "val", sync_dist=False)
+        if self._units is not None:
+            self.test_units[self.eval_tag] = self._units.gathered()
+            self._units = None
 
     def eval_metrics(self, split: str) -> dict[str, Tensor]:
         """The evaluation's ``<split>/loss``, ``/ppl`` and ``/bpb`` (tagged), its accumulators reset."""
@@ -190,13 +199,16 @@ class LanguageModelTask(TaskModule):
         return metrics
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch)
+        self._eval_step(batch, batch_idx)
 
     def on_validation_epoch_end(self) -> None:
         self._eval_epoch_end("val")
 
+    def on_test_epoch_start(self) -> None:
+        self._units = UnitRecorder.for_test(self.trainer)
+
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch)
+        self._eval_step(batch, batch_idx)
 
     def on_test_epoch_end(self) -> None:
         self._eval_epoch_end("test")

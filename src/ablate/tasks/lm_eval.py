@@ -188,6 +188,14 @@ def lm_datamodule(cfg: DictConfig, task: LanguageModelTask, work_dir: str) -> tu
     return dm, {"split": cfg.split, "corpus": dm.name}
 
 
+def units_path(cfg: DictConfig) -> Path:
+    """Where ``eval.py`` writes the per-window test losses (:mod:`ablate.eval_units`): beside the
+    checkpoint's run, ``<run dir>/eval/test_units@<file or corpus>.npz``, never over the run's own
+    ``test_units.npz``."""
+    name = Path(str(cfg.text_file)).name if cfg.text_file else "test"
+    return Path(str(cfg.ckpt_path)).resolve().parent.parent / "eval" / f"test_units@{name}.npz"
+
+
 def evaluate_checkpoint(cfg: DictConfig) -> None:
     """What ``eval.py`` does with a ``task=lm`` checkpoint (:class:`ablate.tasks.TaskSpec`
     ``evaluate_checkpoint``): loss and perplexity at each of ``seq_lens`` on the checkpoint's
@@ -212,9 +220,12 @@ def evaluate_checkpoint(cfg: DictConfig) -> None:
             )
             start = time.perf_counter()
             metrics, info = evaluate_lengths(trainer, task, dm, lengths, split)
+            units = task.write_test_units(trainer, dm, units_path(cfg)) if split == "test" else None
         except (OSError, ValueError) as err:  # a missing corpus, an unknown character, a too long window, ...
             raise SystemExit(f"eval.py: {err}") from None
     seconds = time.perf_counter() - start
+    if units is not None:
+        print(f"per-window test losses: {units}")
     results = {}
     for length in lengths:
         entry = dict(info[str(length)])

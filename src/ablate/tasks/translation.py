@@ -42,7 +42,7 @@ from ablate.data.translation_batches import PairBatch
 from ablate.data.translation_tokens import BOS, EOS, PAD, detokenize
 from ablate.nn.seq2seq import EncoderDecoder
 from ablate.optim import used_optim_config
-from ablate.tasks.base import TaskModule, check_bpe_train_mb, config_dict, pick_device
+from ablate.tasks.base import TaskModule, UnitRecorder, check_bpe_train_mb, config_dict, pick_device
 from ablate.tasks.decoding import DecodeConfig, SpecialIds, translate_tokens
 
 DEFAULT_TASK = {
@@ -117,6 +117,8 @@ class TranslationTask(TaskModule):
         self._hyps: dict[int, str] = {}
         self._bleu_sample: set[int] | None = None
         self._signature_logged = False
+        self._units: UnitRecorder | None = None  # during a test evaluation: each sentence's loss
+        self.test_units: dict[str, dict[str, Any]] = {}  # "" -> the last test evaluation's sentences
 
     # --- model ------------------------------------------------------------------------
 
@@ -215,7 +217,11 @@ class TranslationTask(TaskModule):
         src, tgt_in, tgt_out, index = batch
         logits = self(src, tgt_in)
         n = (tgt_out != PAD).sum()
-        self.eval_nll.update(self.token_nll(logits, tgt_out, reduction="sum") / n, weight=n)
+        per_token = self.token_nll(logits, tgt_out, reduction="none").view_as(tgt_out)  # 0 at padding
+        self.eval_nll.update(per_token.sum() / n, weight=n)
+        if self._units is not None:  # the test split: each sentence's loss under its number (ablate.eval_units)
+            tokens = (tgt_out != PAD).sum(-1)
+            self._units.add(index, per_token.detach().double().sum(-1), tokens, torch.zeros_like(tokens))
         rows = [r for r, i in enumerate(index.tolist()) if decode is None or i in decode]
         if not rows or self.tokenizer is None or self.trainer.sanity_checking:
             return
@@ -284,11 +290,17 @@ class TranslationTask(TaskModule):
     def on_validation_epoch_end(self) -> None:
         self._finish("val")
 
+    def on_test_epoch_start(self) -> None:
+        self._units = UnitRecorder.for_test(self.trainer)
+
     def test_step(self, batch: PairBatch, batch_idx: int) -> None:
         self._eval_step(batch, None, self.decode_cfg)
 
     def on_test_epoch_end(self) -> None:
         self._finish("test")
+        if self._units is not None:
+            self.test_units[""] = self._units.gathered()
+            self._units = None
 
 
 def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TranslationTask:

@@ -165,7 +165,8 @@ def grad_norm_heatmap(sweep: Sweep) -> Figure | None:
     fig = Figure(figsize=(4.5 * n_cols, 3.6 * n_rows), layout="constrained")
     axes = fig.subplots(n_rows, n_cols, squeeze=False).ravel()
     mesh = None
-    edges = {key: _edges(table.index.to_numpy()) for key, table in maps.items()}
+    # columns at optimiser steps done (metrics.csv step + 1), as the curves and the console count them
+    edges = {key: _edges(table.index.to_numpy() + 1) for key, table in maps.items()}
     left, right = min(e[0] for e in edges.values()), max(e[-1] for e in edges.values())
     for ax, (variant, stack) in zip(axes, [(v, s) for v in group for s in stacks]):
         table = maps.get((variant.label, stack))
@@ -183,7 +184,7 @@ def grad_norm_heatmap(sweep: Sweep) -> Figure | None:
             ax.text(
                 (end + right) / 2,
                 layers.mean(),
-                f"no steps\nafter {int(steps[-1])}",
+                f"no steps\nafter {int(steps[-1]) + 1}",
                 ha="center",
                 va="center",
                 fontsize="small",

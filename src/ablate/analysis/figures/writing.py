@@ -53,9 +53,10 @@ def sweep_plots(sweep: Sweep, metric: str | None = None, x: str = "steps", grid:
     tuning curve is drawn from it, and the tuned rate is not an axis of its own."""
     if x not in X_AXES:
         raise ValueError(f"x={x!r}: use one of {', '.join(X_AXES)}")
+    by = "" if x == "steps" else f"_by_{x}"  # curves against tokens or time get files of their own
     plots = [
-        Plot("val_curves.png", lambda: validation_figure(sweep, x)),
-        Plot("lr_loss_warmup.png", lambda: warmup_figure(sweep, x)),
+        Plot(f"val_curves{by}.png", lambda: validation_figure(sweep, x)),
+        Plot(f"lr_loss_warmup{by}.png", lambda: warmup_figure(sweep, x)),
         Plot("grad_norm_depth.png", lambda: grad_norm_depth_figure(sweep)),
         Plot("grad_norm_heatmap.png", lambda: grad_norm_heatmap(sweep)),
         Plot("resid_rms_depth.png", lambda: resid_rms_depth_figure(sweep)),
@@ -66,7 +67,7 @@ def sweep_plots(sweep: Sweep, metric: str | None = None, x: str = "steps", grid:
         if grid is not None and name == LR_AXIS:
             continue
         plots.append(Plot(f"metric_vs_{name}.png", partial(_metric_vs_axis, sweep, axis, metric)))
-        plots.append(Plot(f"train_loss_by_{name}.png", partial(train_loss_by_axis_figure, sweep, axis, x)))
+        plots.append(Plot(f"train_loss_by_{name}{by}.png", partial(train_loss_by_axis_figure, sweep, axis, x)))
     tuning = grid or sweep
     if (lr_key := lr_axis(tuning)) is not None:
         plots.append(Plot("loss_vs_lr.png", partial(loss_vs_lr_figure, tuning, lr_key)))

@@ -1,0 +1,114 @@
+"""``scripts/declare.py``: declare a sweep's analysis plan before its verdict runs start.
+
+    python scripts/declare.py logs/multirun/depth --metric test/bpb --baseline norm=pre --margin 0.03 \\
+        --margin-basis "2% in per-character perplexity, our smallest effect of interest, set before any run" \\
+        --seeds 11,12,13
+    python train.py -m ... seed=11,12,13 hydra.sweep.dir=logs/multirun/depth     # then run the sweep
+    python scripts/summarize.py logs/multirun/depth --plan                      # the declared analysis
+
+Writes ``<sweep dir>/analysis_plan.json`` (:mod:`ablate.analysis.plan`): hashed, time-stamped,
+never overwritten by a different plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ablate.analysis.budget import BASES, DEFAULT_BASIS
+from ablate.analysis.plan import Plan, PlanError, declare
+from ablate.analysis.sequential import DEFAULT_SPENDING, SPENDING
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give integers separated by commas, e.g. 11,12,13") from None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="declare.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("sweep_dir", help="the sweep directory the runs will write (hydra.sweep.dir)")
+    parser.add_argument("--metric", action="append", required=True, help="a verdict metric, e.g. test/bpb (repeat)")
+    parser.add_argument("--baseline", metavar="AXIS=VALUE,...", help="the row the others are compared with")
+    parser.add_argument(
+        "--interaction",
+        action="append",
+        metavar="AXIS=LEVEL,LEVEL",
+        help="give it twice: declare the 2x2 interaction contrast of summarize.py --interaction instead of a baseline",
+    )
+    parser.add_argument("--margin", type=float, metavar="DELTA", help="the equivalence margin δ, in the metric's units")
+    parser.add_argument(
+        "--margin-basis", default="", help="why δ is that number, and whether it was set before the data"
+    )
+    parser.add_argument("--where", action="append", default=[], metavar="AXIS=VALUE", help="a declared slice (repeat)")
+    parser.add_argument(
+        "--variant", action="append", default=[], help="a compared row, e.g. 'norm=post' (repeat; default: all)"
+    )
+    parser.add_argument("--basis", choices=BASES, default=DEFAULT_BASIS)
+    parser.add_argument("--seeds", type=_ints, default=(), help="the verdict seeds, e.g. 11,12,13")
+    parser.add_argument("--looks", type=_ints, default=(), help="group-sequential: seeds at each look, e.g. 3,5,7,10")
+    parser.add_argument("--spending", choices=SPENDING, default=None)
+    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument(
+        "--selection", default="", help="how the compared settings were chosen (e.g. tune=lr on seed 0)"
+    )
+    parser.add_argument("--split", default="test", help="the split the verdict reads (default: test)")
+    parser.add_argument("--note", default="")
+    parser.add_argument(
+        "--multiplier-scale-key",
+        metavar="AXIS",
+        help="also declare the compute multiplier of every row over --baseline, fitted on the first --metric "
+        "against this size axis (compute_multiplier.py --scale-key)",
+    )
+    parser.add_argument("--multiplier-ci", choices=("parametric", "seeds"), default="parametric")
+    parser.add_argument("--shared-asymptote", action="store_true", help="the declared multiplier shares E")
+    args = parser.parse_args(argv)
+    if bool(args.baseline) == bool(args.interaction) or (args.interaction and len(args.interaction) != 2):
+        parser.error("declare either --baseline AXIS=VALUE or --interaction twice (two axes of two levels)")
+    return args
+
+
+def extra(args: argparse.Namespace) -> dict:
+    """The declared interaction and compute multiplier, when asked for."""
+    out: dict = {}
+    if args.interaction:
+        out["interaction"] = list(args.interaction)
+    if args.multiplier_scale_key:
+        out["multiplier"] = {
+            "metric": args.metric[0],
+            "scale_key": args.multiplier_scale_key,
+            "ci": args.multiplier_ci,
+            "shared_asymptote": bool(args.shared_asymptote),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        plan = Plan(
+            metrics=tuple(args.metric),
+            baseline=args.baseline,
+            margin=args.margin,
+            margin_basis=args.margin_basis,
+            split=args.split,
+            where=tuple(args.where),
+            variants=tuple(args.variant),
+            basis=args.basis,
+            alpha=args.alpha,
+            seeds=args.seeds,
+            looks=args.looks,
+            stopping="group-sequential" if args.looks else "fixed",
+            spending=args.spending or (DEFAULT_SPENDING if args.looks else None),
+            selection=args.selection,
+            note=args.note,
+            extra=extra(args),
+        )
+        declaration = declare(args.sweep_dir, plan)
+    except (PlanError, OSError) as err:
+        print(f"declare.py: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(f"declared {declaration.path} (sha256 {declaration.sha256[:12]}, {declaration.declared_at}):")
+    print("  " + plan.describe())

@@ -1,0 +1,312 @@
+"""Summarise a sweep: one row per configuration, seeds aggregated (mean ± std), diverged runs counted.
+
+    python scripts/summarize.py logs/multirun/<sweep>                     # writes <sweep>/summary.{csv,md}
+    python scripts/summarize.py logs/multirun/<sweep> --metric val/loss --paper experiments/<name>/paper.yaml
+    python scripts/summarize.py --wandb ENTITY/PROJECT --group <group>    # the same from W&B (online only)
+    python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre  # + 95% CIs, tests and verdicts vs norm=pre
+    python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre --basis flops   # verdicts at equal FLOPs
+    python scripts/summarize.py logs/multirun/<sweep> --where scale=m --baseline act=gelu --out <dir>  # one size
+    python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre --metric val/loss --margin 0.02   # + equivalence
+    python scripts/summarize.py logs/multirun/<sweep> --baseline act=gelu --where scale=xs --where scale=m  # one Holm family
+    python scripts/summarize.py logs/multirun/<sweep> --interaction norm=post,pre --interaction warmup_steps=0,30 \
+        --metric test/bleu --out <dir>   # the 2x2 norm x warmup interaction at each other axis value (each lr)
+
+Every summary also shows each variant's cost (params, FLOPs/token, tokens seen, training time)
+and its metric at matched steps, FLOPs and training time (``src/ablate/analysis/budget.py``).
+
+The table and the paper-file format are described in ``src/ablate/analysis/tables.py`` and
+``src/ablate/analysis/paper.py``, the statistics against a baseline in
+``src/ablate/analysis/stats.py``, the interaction contrast in ``src/ablate/analysis/interaction.py``;
+README section "Analysing a sweep".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from ablate.analysis.budget import BASES, DEFAULT_BASIS
+from ablate.analysis.interaction import DesignError, interaction_markdown, interaction_table
+from ablate.analysis.markdown import markdown_table, write_summary
+from ablate.analysis.paper import load_paper
+from ablate.analysis.plan import PlanError, read_plan
+from ablate.analysis.protocol import apply_sequential, label_plan, sequential_rule
+from ablate.analysis.runs import at_tuned_rates, load_sweep
+from ablate.analysis.tables import adjust_family, summarize, where
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="summarize.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("sweep_dir", nargs="?", help="a multirun directory (logs/multirun/<timestamp>)")
+    parser.add_argument(
+        "--wandb", metavar="ENTITY/PROJECT", help="read the runs of a W&B group instead (needs network)"
+    )
+    parser.add_argument("--group", help="the W&B group (with --wandb)")
+    parser.add_argument(
+        "--metric",
+        action="append",
+        help="the metric to compare, any logged val/* or test/* (the test metrics are logged once, at the end "
+        "of training: e.g. test/bleu, test/loss; default: val/ppl for LM, val/bleu for translation); repeat it "
+        "for several metrics: with --baseline or --interaction their tests form one Holm family",
+    )
+    parser.add_argument("--paper", metavar="FILE", help="paper.yaml/.csv with the paper's numbers to show beside ours")
+    parser.add_argument(
+        "--baseline",
+        metavar="AXIS=VALUE,...",
+        help="the configuration to compare every other one with (e.g. norm=pre or norm=pre,lr=0.001): "
+        "adds per-row 95%% CIs and, against it, the difference, p-value (paired/Welch t-test, "
+        "Holm-corrected), the divergence rates (Boschloo's test), minimum detectable effect and a "
+        "verdict: better / worse / equivalent (with --margin) / inconclusive",
+    )
+    parser.add_argument(
+        "--interaction",
+        metavar="AXIS=LEVEL,LEVEL",
+        action="append",
+        help="give it twice, e.g. --interaction norm=post,pre --interaction optim.warmup_steps=0,30: "
+        "the 2x2 interaction contrast of two axes (does the effect of the second depend on the level "
+        "of the first?) in each slice (each --where, and each value of the other axes, e.g. each "
+        "learning rate): cell means, simple effects, the contrast with its 95%% CI, p (Holm), the TOST "
+        "with --margin, and a verdict; writes interaction.csv and interaction.md instead of the summary",
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        metavar="DELTA",
+        help="with --baseline or --interaction: the smallest difference of interest, in the metric's "
+        "units (e.g. 0.02 nats of val/loss): adds the equivalence test (TOST), so that a result can be "
+        "'equivalent (±DELTA)' ('no interaction within ±DELTA'); default: analysis.margin from the "
+        "jobs' config, else none",
+    )
+    parser.add_argument(
+        "--family",
+        choices=("call", "table"),
+        default="call",
+        help="with --baseline and several --where slices or --metric values: Holm over every "
+        "comparison of the call (default: the write-up is one family), or per table; with "
+        "--interaction: over every contrast of the call, or per metric",
+    )
+    parser.add_argument(
+        "--basis",
+        choices=BASES,
+        default=DEFAULT_BASIS,
+        help="what the --baseline statistics compare: steps = each job's final value (default: equal "
+        "steps, the protocol of the sweep, each run at the end of its schedule), flops / time = the "
+        "value at the matched training FLOPs / training time (the largest budget every completed "
+        "job reached, interpolated on each job's validation curve)",
+    )
+    parser.add_argument(
+        "--where",
+        metavar="AXIS=VALUE,...",
+        action="append",
+        help="only the jobs with these values, e.g. scale=m: compare the variants within one size "
+        "of a size ladder (or one depth, one dataset, ...); repeat it for several slices "
+        "(one table each, written to <out>/<slice>/)",
+    )
+    parser.add_argument(
+        "--all-lrs",
+        action="store_true",
+        help="a tune=lr sweep: every rate of the grid (default: each variant at its tuned rate only)",
+    )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="run the analysis the sweep directory's analysis_plan.json declares (its metrics, baseline, "
+        "margin, slices and basis; scripts/declare.py or tune=lr write it): the declared verdicts",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where summary.csv/.md go (default: the sweep directory; with --wandb: logs/summaries/<group>)",
+    )
+    args = parser.parse_args(argv)
+    if args.plan:
+        from_plan(parser, args)
+    if args.basis != DEFAULT_BASIS and not args.baseline:
+        parser.error(
+            f"--basis {args.basis} chooses what --baseline compares: give --baseline AXIS=VALUE too "
+            "(the table at equal cost is printed without it)"
+        )
+    if args.margin is not None and not (args.baseline or args.interaction):
+        parser.error(
+            "--margin is the equivalence margin of the comparison with --baseline (or of --interaction): "
+            "give --baseline AXIS=VALUE too"
+        )
+    if args.interaction and len(args.interaction) != 2:
+        parser.error(
+            f"--interaction: give it exactly twice, one axis each, e.g. --interaction norm=post,pre "
+            f"--interaction optim.warmup_steps=0,30 (got {len(args.interaction)})"
+        )
+    if args.interaction and (args.baseline or args.paper):
+        parser.error("--interaction writes its own table (interaction.md): run --baseline / --paper in another call")
+    if args.margin is not None and not args.margin > 0:
+        parser.error(f"--margin {args.margin}: the smallest difference of interest must be > 0")
+    if bool(args.sweep_dir) == bool(args.wandb):
+        parser.error("give either a sweep directory or --wandb ENTITY/PROJECT --group NAME")
+    if args.wandb and not args.group:
+        parser.error("--wandb needs --group NAME (the sweep's W&B group)")
+    return args
+
+
+def from_plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--plan``: the declared metrics, baseline, margin, slices and basis (a clash with an
+    option also given is an error: the plan is the analysis)."""
+    if not args.sweep_dir:
+        parser.error("--plan reads the sweep directory's analysis_plan.json: give the sweep directory")
+    try:
+        declaration = read_plan(args.sweep_dir)
+    except PlanError as err:
+        parser.error(str(err))
+    if declaration is None:
+        parser.error(f"--plan: {args.sweep_dir} declares no plan (analysis_plan.json; scripts/declare.py)")
+    plan = declaration.plan
+    margins = {plan.margin_for(m) for m in plan.metrics}
+    if len(margins) > 1:
+        parser.error("--plan: the plan declares a margin per metric; run one --metric and --margin per call")
+    given = {"--metric": args.metric, "--baseline": args.baseline, "--where": args.where, "--margin": args.margin}
+    clash = [name for name, value in given.items() if value]
+    if clash:
+        parser.error(f"--plan sets {', '.join(clash)} itself: leave them out (or analyse without --plan: exploratory)")
+    args.metric, args.baseline, args.where = list(plan.metrics), plan.baseline, list(plan.where) or None
+    args.margin, args.basis, args.family = margins.pop(), plan.basis, "call"
+
+
+def load_wandb_sweep(project_path: str, group: str):
+    # imported only here: reading W&B pulls in wandb and Lightning, which a local summary does not need
+    from ablate.analysis.wandb_group import load_wandb_group
+
+    return load_wandb_group(project_path, group)
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "=.-" else "_" for c in text)
+
+
+def load(args: argparse.Namespace):
+    """The sweep (local or W&B); on a tune=lr sweep each variant at its tuned rate, and a note saying so."""
+    full = load_wandb_sweep(args.wandb, args.group) if args.wandb else load_sweep(args.sweep_dir)
+    if args.sweep_dir and not args.all_lrs:
+        return at_tuned_rates(full, args.sweep_dir)
+    return full, None
+
+
+def out_dir(args: argparse.Namespace) -> Path:
+    return Path(args.out or (args.sweep_dir if args.sweep_dir else Path("logs") / "summaries" / args.group))
+
+
+def argument_error(message: str) -> NoReturn:
+    """Exit 2 with the message, as argparse does for a bad argument: here one that only the sweep
+    can check (a --metric no job logged, a --baseline or --where that matches no row, an
+    --interaction axis it does not vary, a sweep directory that does not exist)."""
+    print(f"summarize.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def fail(err: Exception) -> NoReturn:
+    """A user's error (bad input: exit 2) or the environment's (W&B unreachable: exit 1)."""
+    if isinstance(err, ConnectionError):
+        sys.exit(f"summarize.py: {err}")
+    argument_error(str(err))
+
+
+def report_skipped(notes: list[str]) -> None:
+    """One line per job left out (damaged) or counted once (a duplicate run)."""
+    for note in notes:
+        print(f"summarize.py: note: {note}", file=sys.stderr)
+
+
+def with_note(table: str, note: str | None) -> str:
+    """The table and, under it, the note on which jobs it rests on (a tune=lr sweep's tuned rates
+    and held-out selection seed): in summary.md too, where a reader of the table looks."""
+    return f"{table}\n\n{note}" if note else table
+
+
+def interaction_standing(args: argparse.Namespace) -> str:
+    """Whether this interaction analysis is the one the sweep's plan declared (declare.py
+    --interaction): the same two axes, metrics, margin and slices, the plan intact; else exploratory."""
+    if not args.sweep_dir:
+        return ""
+    try:
+        declaration = read_plan(args.sweep_dir)
+    except PlanError as err:
+        return f"Analysis plan: exploratory ({err})."
+    if declaration is None:
+        return "No analysis plan is declared for this sweep (scripts/declare.py): every verdict here is exploratory."
+    plan, metrics = declaration.plan, args.metric or []
+    checks = [
+        (declaration.intact, "the plan file was edited after it was declared"),
+        (plan.extra.get("interaction") == list(args.interaction), "the plan declares another (or no) interaction"),
+        (set(metrics) == set(plan.metrics), "the metrics are not the plan's"),
+        (all(args.margin == plan.margin_for(m) for m in metrics), "the margin is not the plan's"),
+        (list(args.where or []) == list(plan.where), "the slices are not the plan's"),
+    ]
+    why = next((reason for ok, reason in checks if not ok), None)
+    stamp = f"{declaration.path.name}, sha256 {declaration.sha256[:12]}, {declaration.declared_at}"
+    return f"Analysis plan ({stamp}): " + ("declared." if why is None else f"every verdict exploratory ({why}).")
+
+
+def write_interaction(args: argparse.Namespace) -> None:
+    """--interaction: the 2x2 contrast table, printed and written as interaction.csv / .md."""
+    try:
+        full, note = load(args)
+        frame = interaction_table(
+            full, args.interaction, args.metric or [None], args.where or [None], args.margin, args.family
+        )
+    except DesignError as err:
+        argument_error(str(err))
+    except (OSError, ValueError) as err:  # missing files, bad --where / --metric, W&B unreachable
+        fail(err)
+    report_skipped(full.notes)
+    table = with_note(interaction_markdown(frame), "\n".join(filter(None, [note, interaction_standing(args)])))
+    csv_path, md_path = write_summary(frame, table, out_dir(args), name="interaction")
+    print(table)
+    print(f"wrote {csv_path} and {md_path}")
+
+
+def verdict_notes(args: argparse.Namespace, tables: list) -> list[str]:
+    """With --baseline: a seeds=auto sweep's stopping rule applied to its rows, and each row
+    labelled declared or exploratory against the sweep's analysis plan; the notes saying so."""
+    if not args.baseline:
+        return []
+    notes = []
+    rule = sequential_rule(args.sweep_dir) if args.sweep_dir else None
+    if rule is not None:
+        notes += list(dict.fromkeys(apply_sequential(frame, sweep, rule) for _, _, frame, sweep in tables))
+    return notes + label_plan(args.sweep_dir, tables, args.baseline, args.basis, args.family == "call")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.interaction:
+        write_interaction(args)
+        return
+    slices, metrics = args.where or [None], args.metric or [None]
+    tables = []  # (slice, metric, frame, sweep)
+    try:
+        full, note = load(args)
+        paper = load_paper(args.paper) if args.paper else None
+        for spec in slices:
+            sweep = where(full, spec) if spec else full
+            for metric in metrics:
+                frame = summarize(sweep, metric, paper, args.baseline, args.basis, args.margin)
+                tables.append((spec, metric, frame, sweep))
+        if args.baseline and args.family == "call" and len(tables) > 1:
+            frames = adjust_family([frame for _, _, frame, _ in tables])
+            tables = [(s, m, frame, sweep) for (s, m, _, sweep), frame in zip(tables, frames, strict=True)]
+        notes = verdict_notes(args, tables)
+    except (OSError, ValueError) as err:  # missing files, bad input, W&B unreachable (ConnectionError)
+        fail(err)
+    report_skipped(full.notes)
+    out = out_dir(args)
+    several = len(tables) > 1
+    for spec, metric, frame, sweep in tables:
+        table = with_note(markdown_table(frame, sweep), "\n".join(filter(None, [note, *notes, *full.notes])))
+        if spec:
+            table = f"Only the jobs with {spec}.\n\n" + table
+        parts = ([_slug(spec)] if spec and len(slices) > 1 else []) + (
+            [_slug(metric)] if metric and len(metrics) > 1 else []
+        )
+        csv_path, md_path = write_summary(frame, table, out.joinpath(*parts) if several else out)
+        print(table)
+        print(f"wrote {csv_path} and {md_path}")

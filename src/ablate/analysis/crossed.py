@@ -1,0 +1,192 @@
+"""Two sources of uncertainty: a difference that generalises to a new seed *and* a new text.
+
+A comparison of two variants on held-out text has two random draws behind it: the **seeds**
+(initialisation and data order: another seed gives another model) and the **text** (another
+held-out passage of the same corpus gives other losses). A paired t-test over seeds treats the
+text as fixed: its interval says what another set of seeds would give on *this* passage, not on
+the corpus (Clark 1973, "The language-as-fixed-effect fallacy"; issue 34: on one 55k-character
+block the ALiBi − sinusoidal difference changed sign between quarters of the text).
+
+Here both are random effects of a crossed design (Baayen, Davidson & Bates 2008): every seed
+pair (variant and baseline on the same seed) is scored on every *text unit* (a contiguous run of
+evaluation windows or sentences: the same units for both, :mod:`ablate.eval_units`), and the
+per-seed, per-unit difference is
+
+    d[s, t] = Δ + a[s] + b[t] + e[s, t],      a ~ N(0, σ_a²), b ~ N(0, σ_b²), e ~ N(0, σ_e²)
+
+(a: the seed's effect on the difference, b: the text unit's, e: their interaction). Its mean
+over n_s seeds and n_t units has variance σ_a²/n_s + σ_b²/n_t + σ_e²/(n_s n_t), estimated
+without bias by the two-way ANOVA mean squares (Searle, Casella & McCulloch 1992, ch. 4):
+
+    Var(mean) = (MS_seed + MS_text − MS_error) / (n_s n_t)
+
+(floored at the larger of MS_seed, MS_text over n_s n_t, below which the true variance cannot
+be), with Satterthwaite's (1946) degrees of freedom for the Student t interval, test and TOST.
+The two components are reported apart: **seed SE** = sqrt(MS_seed / (n_s n_t)), the standard
+error a paired t-test over seeds gives on this text, and **text SE** = sqrt(MS_text / (n_s n_t)),
+the part another passage would add. Pairing the windows (both variants scored on the same units)
+is what keeps the text SE small: the difficulty of a passage, shared by both, cancels in d;
+:attr:`CrossedResult.text_se_unpaired` is the text SE two independent passages would give.
+
+A metric is a ratio (summed NLL over tokens, or over bytes x ln 2 for bits per byte), so each
+unit's difference is linearised around the seed's overall difference D_s (the usual ratio
+estimator): z[s, t] = D_s + (A[s, t] − D_s W[t]) / mean(W), with A the unit's NLL difference and
+W its denominator; mean_t z[s, t] = D_s exactly. Calibration (``tests/analysis/test_crossed.py``):
+the 95% interval covers the true difference in >= 93% of simulated sweeps with 3 seeds and 16
+text units when both vary; a seed-only interval covers far less.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from ablate.eval_units import Units
+
+TEXT_UNITS = 16  # text units per evaluation: contiguous runs of windows, spread over the held-out blocks
+
+
+@dataclass(frozen=True)
+class CrossedResult:
+    """Variant - baseline with seeds and text both random (see the module docstring)."""
+
+    diff: float
+    low: float
+    high: float
+    p: float
+    se: float
+    df: float
+    seed_se: float
+    text_se: float
+    text_se_unpaired: float  # the text SE if the two variants had been scored on independent texts
+    n_seeds: int
+    n_units: int
+    seeds: tuple[int, ...]
+    p_tost: float = math.nan
+    margin: float = math.nan
+
+    @property
+    def half_width_unpaired(self) -> float:
+        """The interval's half-width without per-window pairing (text SE unpaired)."""
+        var = self.se**2 - self.text_se**2 + self.text_se_unpaired**2
+        return float(stats.t.ppf(0.975, self.df) * math.sqrt(max(var, 0.0))) if self.df > 0 else math.nan
+
+
+def anova(z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Mean, variance of the mean, Satterthwaite df, MS_seed and MS_text of ``z`` (..., n_s, n_t),
+    vectorised over the leading axes (the simulations run thousands of sweeps at once)."""
+    n_s, n_t = z.shape[-2], z.shape[-1]
+    grand = z.mean((-2, -1))
+    rows, cols = z.mean(-1), z.mean(-2)
+    ms_s = n_t * ((rows - grand[..., None]) ** 2).sum(-1) / (n_s - 1)
+    ms_t = n_s * ((cols - grand[..., None]) ** 2).sum(-1) / (n_t - 1)
+    resid = z - rows[..., :, None] - cols[..., None, :] + grand[..., None, None]
+    df_s, df_t, df_e = n_s - 1, n_t - 1, (n_s - 1) * (n_t - 1)
+    ms_e = (resid**2).sum((-2, -1)) / df_e
+    combined = ms_s + ms_t - ms_e
+    floor = np.maximum(ms_s, ms_t)
+    use_floor = combined < floor
+    with np.errstate(divide="ignore", invalid="ignore"):
+        satterthwaite = combined**2 / (ms_s**2 / df_s + ms_t**2 / df_t + ms_e**2 / df_e)
+    df = np.where(use_floor, np.where(ms_s >= ms_t, df_s, df_t), satterthwaite)
+    var = np.where(use_floor, floor, combined) / (n_s * n_t)
+    return grand, var, df, ms_s, ms_t
+
+
+def unit_groups(units: Units, n_units: int = TEXT_UNITS) -> np.ndarray:
+    """Each window's text unit: within each held-out block, contiguous runs of windows, ``n_units``
+    in all (as equal in size as the block allows; at least one per block)."""
+    groups = np.zeros(len(units), dtype=int)
+    blocks = np.unique(units.block)
+    per_block = max(1, n_units // len(blocks))
+    offset = 0
+    for b in blocks:
+        where = np.flatnonzero(units.block == b)
+        parts = min(per_block, len(where))
+        groups[where] = offset + (np.arange(len(where)) * parts) // len(where)
+        offset += parts
+    return groups
+
+
+def _check_same_text(runs: Mapping[int, Units], other: Mapping[int, Units]) -> Units:
+    first = next(iter(runs.values()))
+    for u in [*runs.values(), *other.values()]:
+        if u.text != first.text or not np.array_equal(u.index, first.index):
+            raise ValueError(
+                f"the runs were scored on different texts or windows ({first.text} vs {u.text}): their units do not pair"
+            )
+    return first
+
+
+def linearised(variant: Mapping[int, Units], baseline: Mapping[int, Units], metric: str, groups: np.ndarray):
+    """The per-seed, per-unit differences z (n_s, n_t), and each arm's per-unit metric averaged
+    over seeds (for the unpaired text SE)."""
+    seeds = sorted(set(variant) & set(baseline))
+    ref = next(iter(variant.values()))
+    weights = np.bincount(groups, weights=ref.denominator(metric))
+    w_bar = weights.mean()
+    z: list[np.ndarray] = []
+    arms: dict[str, list[np.ndarray]] = {"variant": [], "baseline": []}
+    for s in seeds:
+        nats = {
+            k: np.bincount(groups, weights=u.nats.astype(float))
+            for k, u in (("variant", variant[s]), ("baseline", baseline[s]))
+        }
+        a = nats["variant"] - nats["baseline"]
+        d = a.sum() / weights.sum()
+        z.append(d + (a - d * weights) / w_bar)
+        for k, n in nats.items():
+            level = n.sum() / weights.sum()
+            arms[k].append(level + (n - level * weights) / w_bar)
+    return np.array(z), {k: np.array(v).mean(0) for k, v in arms.items()}, tuple(seeds)
+
+
+def crossed(
+    variant: Mapping[int, Units],
+    baseline: Mapping[int, Units],
+    metric: str,
+    margin: float | None = None,
+    n_units: int = TEXT_UNITS,
+    confidence: float = 0.95,
+) -> CrossedResult:
+    """Variant - baseline on ``metric`` (a ``*/loss`` or ``*/bpb`` metric) from per-unit test losses,
+    seed -> :class:`~ablate.eval_units.Units` for each arm; the seeds both have (>= 2) pair.
+    Raises ValueError when fewer than 2 seeds pair or the runs were scored on other texts."""
+    shared = sorted(set(variant) & set(baseline))
+    if len(shared) < 2:
+        raise ValueError(f"{len(shared)} seed(s) with per-unit losses on both sides: a crossed interval needs 2")
+    v, b = {s: variant[s] for s in shared}, {s: baseline[s] for s in shared}
+    ref = _check_same_text(v, b)
+    groups = unit_groups(ref, n_units)
+    z, arms, seeds = linearised(v, b, metric, groups)
+    n_s, n_t = z.shape
+    if n_t < 2:
+        raise ValueError(f"{len(ref)} windows make {n_t} text unit: a crossed interval needs 2")
+    mean, var, df, ms_s, ms_t = (float(x) for x in anova(z))
+    se = math.sqrt(var)
+    unpaired = math.sqrt((arms["variant"].var(ddof=1) + arms["baseline"].var(ddof=1)) / n_t)
+    crit = stats.t.ppf((1 + confidence) / 2, df)
+    p = float(2 * stats.t.sf(abs(mean) / se, df)) if se > 0 else math.nan
+    p_tost = math.nan
+    if margin is not None and se > 0:
+        p_tost = float(max(stats.t.sf((mean + margin) / se, df), stats.t.cdf((mean - margin) / se, df)))
+    return CrossedResult(
+        diff=mean,
+        low=mean - crit * se,
+        high=mean + crit * se,
+        p=p,
+        se=se,
+        df=df,
+        seed_se=math.sqrt(ms_s / (n_s * n_t)),
+        text_se=math.sqrt(ms_t / (n_s * n_t)),
+        text_se_unpaired=unpaired,
+        n_seeds=n_s,
+        n_units=n_t,
+        seeds=seeds,
+        p_tost=p_tost,
+        margin=math.nan if margin is None else float(margin),
+    )

@@ -1,0 +1,127 @@
+"""Per-unit losses of a test evaluation: what lets a verdict generalise to new text, not only new seeds.
+
+Every test-split evaluation (after training, ``eval.seq_lens``, ``eval.py``) records, for each
+*unit* of the text it scored (a language model's non-overlapping window, a translation's
+sentence), the summed NLL in nats, the tokens predicted and the UTF-8 bytes they cover. Two
+runs evaluated on the same text pair unit by unit: :mod:`ablate.analysis.crossed` turns the
+pairs into an interval that covers a new seed *and* a new text.
+
+One file per evaluation, ``test_units.npz`` (``numpy.savez_compressed``; float32 NLL, int32
+counts: a few kB for Tiny Shakespeare), holding per evaluation *tag* (``""`` for ``test/*``,
+``"@512"`` for ``test/*@512``):
+
+* ``<tag>.index``: the unit's index in the split (window or sentence number), ascending;
+* ``<tag>.nats``, ``<tag>.tokens``, ``<tag>.bytes``: its summed NLL, tokens and bytes (bytes 0
+  when the tokenizer's byte lengths are unknown);
+* ``<tag>.block``: which held-out block of the corpus the unit lies in (0 when the split is one
+  text; Tiny Shakespeare's ``data.splits=blocks`` has 4);
+
+and ``meta``: a JSON string with ``version``, ``task``, ``corpus``, ``split``, ``layout`` (the
+split scheme, e.g. ``blocks``) and per tag ``text``: the key of the exact text and windowing
+scored (a hash of the split's token file and the window length). Units pair across two runs only
+when their tags' ``text`` keys are equal.
+
+Pure numpy: read by the analysis without torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FILENAME = "test_units.npz"
+VERSION = 1
+FIELDS = ("index", "nats", "tokens", "bytes", "block")
+
+
+@dataclass(frozen=True)
+class Units:
+    """One evaluation's units (see the module docstring), arrays of equal length sorted by index."""
+
+    index: np.ndarray
+    nats: np.ndarray
+    tokens: np.ndarray
+    bytes: np.ndarray
+    block: np.ndarray
+    text: str  # the key of the text and windowing scored
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def denominator(self, metric: str) -> np.ndarray:
+        """What a metric divides the summed NLL by, per unit: bytes x ln 2 for ``*/bpb*``,
+        tokens for ``*/loss*`` (nats per token)."""
+        name = metric.split("/", 1)[-1].split("@", 1)[0]
+        if name == "bpb":
+            if not self.bytes.sum() > 0:
+                raise ValueError(f"{metric}: the evaluation recorded no byte counts")
+            return self.bytes.astype(float) * np.log(2.0)
+        if name == "loss":
+            return self.tokens.astype(float)
+        raise ValueError(f"{metric}: per-unit values exist for loss and bpb metrics only")
+
+
+def metric_tag(metric: str) -> str:
+    """``test/bpb@512`` -> ``@512``; ``test/loss`` -> ``""``."""
+    return "@" + metric.split("@", 1)[1] if "@" in metric else ""
+
+
+def write_units(path: str | os.PathLike[str], evaluations: dict[str, dict[str, Any]], meta: dict[str, Any]) -> Path:
+    """Write ``evaluations`` (tag -> the fields of :data:`FIELDS` and ``text``) and ``meta`` to
+    ``path`` atomically (a temporary file renamed into place)."""
+    path = Path(path)
+    arrays: dict[str, np.ndarray] = {}
+    texts = {}
+    for tag, fields in evaluations.items():
+        order = np.argsort(np.asarray(fields["index"]), kind="stable")
+        arrays[f"{tag}.index"] = np.asarray(fields["index"], dtype=np.int32)[order]
+        arrays[f"{tag}.nats"] = np.asarray(fields["nats"], dtype=np.float32)[order]
+        for name in ("tokens", "bytes"):
+            arrays[f"{tag}.{name}"] = np.asarray(fields[name], dtype=np.int32)[order]
+        arrays[f"{tag}.block"] = np.asarray(fields.get("block", np.zeros(len(order))), dtype=np.int16)[order]
+        texts[tag] = str(fields["text"])
+    arrays["meta"] = np.array(json.dumps({**meta, "version": VERSION, "text": texts}))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
+    os.close(fd)
+    try:
+        np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]  # numpy's stub: allow_pickle in **kwds
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def read_units(path: str | os.PathLike[str]) -> tuple[dict[str, Units], dict[str, Any]]:
+    """The evaluations of a units file (tag -> :class:`Units`) and its meta; a damaged or foreign
+    file raises ValueError naming it."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            texts = meta.get("text") or {}
+            out = {}
+            for tag, text in texts.items():
+                fields = {name: data[f"{tag}.{name}"] for name in FIELDS}
+                if len({len(v) for v in fields.values()}) != 1:
+                    raise ValueError(f"evaluation {tag or 'test'} has arrays of different lengths")
+                out[tag] = Units(**fields, text=str(text))
+    except (OSError, KeyError, ValueError, TypeError, AttributeError) as err:  # zip, JSON or shape trouble
+        raise ValueError(f"{path}: not a readable units file ({type(err).__name__}: {err})") from None
+    return out, meta
+
+
+def block_of(starts: np.ndarray | list[int], bounds: list[int] | tuple[int, ...] | None) -> np.ndarray:
+    """The held-out block each unit starting at token ``starts`` lies in, for block boundaries
+    ``bounds`` (token offsets, ``[0, end of block 0, ..., end]``); all 0 without blocks."""
+    starts = np.asarray(starts)
+    if not bounds or len(bounds) < 3:
+        return np.zeros(len(starts), dtype=np.int16)
+    return (np.searchsorted(np.asarray(bounds[1:-1]), starts, side="right")).astype(np.int16)
