@@ -87,10 +87,10 @@ def counter(monkeypatch: pytest.MonkeyPatch) -> SyncCounter:
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(torch, name, copied)
-    import ablate.run.train as train_module
+    import ablate.run.assembly as assembly
 
-    build = train_module.build_callbacks
-    monkeypatch.setattr(train_module, "build_callbacks", lambda *a, **k: [probe, *build(*a, **k)])
+    build = assembly.build_callbacks
+    monkeypatch.setattr(assembly, "build_callbacks", lambda *a, **k: [probe, *build(*a, **k)])
     return probe
 
 
