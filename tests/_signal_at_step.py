@@ -41,13 +41,18 @@ class CtrlCWhenAllTraining(Callback):
         while len(list(self.ready.glob("[0-9]*"))) < self.jobs:
             time.sleep(0.05)
         try:
-            (self.ready / "sent").open("x").close()  # exactly one job sends it
+            with (self.ready / "sent").open("x") as sent:  # exactly one job sends it
+                sent.write(str(os.getppid()))  # the sweep's process: a re-run of the command is another
         except FileExistsError:
+            self.after_another_fired()
             return
         self.fire()
 
     def fire(self) -> None:
         os.killpg(os.getpgid(0), signal.SIGINT)
+
+    def after_another_fired(self) -> None:
+        """Another job fired: go on (Ctrl-C reached this process too, which stops after its step)."""
 
 
 class CrashAtStep(Callback):
@@ -68,3 +73,12 @@ class KillOneWhenAllTraining(CtrlCWhenAllTraining):
 
     def fire(self) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
+
+    def after_another_fired(self) -> None:
+        """Another worker of this sweep was killed: joblib SIGKILLs this one too once it sees the
+        broken pool. Wait for that here, so that the job does not finish its last steps first (a race
+        the test is not about); the jobs of a re-run (another sweep process) go on."""
+        if (self.ready / "sent").read_text().strip() == str(os.getppid()):
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                time.sleep(0.1)
