@@ -12,7 +12,8 @@ from conftest import REPO
 
 SCRIPTS = sorted((REPO / "scripts").glob("*.py"))
 MAX_LINES = 80
-# being thinned in their own branch (issue 33, item 5: the statistics helper's scripts)
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_a_script_is_a_thin_entry_point(script: Path) -> None:
     lines = len(script.read_text().splitlines())

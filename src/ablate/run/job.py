@@ -33,7 +33,6 @@ from ablate.callbacks.stop_file import STOP_FILE
 from ablate.run.control import RunControl
 from ablate.run.status import read_status
 from ablate.tracking.naming import RunLabels, multirun_group
-from ablate.tracking.options import WandbOptions, as_tags
 
 CONFIG_DIR = ".hydra"  # the run's config.yaml, hydra.yaml, overrides.yaml (README: where a run's config is)
 # where Hydra's own values are safe unquoted: anything else in a path is written as a quoted string
@@ -100,7 +99,7 @@ class Job:
     stop_file: Path | None = None  # that sweep's stop-request file
     optimised: bool = False  # the sweeper chooses jobs by their return value
     tags: list[str] = field(default_factory=list)  # the user's tags (a label: a finished run is relabelled)
-    wandb: WandbOptions = field(default_factory=WandbOptions)  # logger.wandb, to relabel a finished run
+    wandb_options: Any = field(default_factory=dict)  # logger.wandb, resolved: to relabel a finished run
     config_files: tuple[tuple[str, str], ...] = ()  # (name, text) of .hydra/, as composed (before any check)
     new_directory: bool = False  # Hydra made the job's directory for this command: nothing of a run is in it
 
@@ -121,8 +120,10 @@ class Job:
             worker_processes=jobs_in_worker_processes(),
             stop_file=stop_file(),
             optimised=sweeper_optimises(),
-            tags=as_tags(cfg.get("tags")),
-            wandb=WandbOptions.from_logger(cfg.get("logger")),
+            tags=[cfg.tags] if isinstance(cfg.get("tags"), str) else [str(t) for t in cfg.get("tags") or []],
+            wandb_options=OmegaConf.to_container(cfg.logger.wandb, resolve=True)
+            if "wandb" in (cfg.get("logger") or {})
+            else {},
             config_files=config_files(cfg),
             new_directory=made_for_this_command(Path(cfg.paths.output_dir)),
         )

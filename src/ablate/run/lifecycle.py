@@ -65,6 +65,7 @@ from ablate.run.lock import LOCK_FILE, RunDirectoryBusy, RunDirectoryLock
 from ablate.run.objective import MetricNotLoggedError, best_metric_value
 from ablate.run.status import RunStatus, read_status, record_status, write_status
 from ablate.tasks.checkpoints import inspect_checked
+from ablate.tracking.options import WandbOptions
 from ablate.tracking.relabel import relabel
 from ablate.tracking.wandb_run import finish_wandb
 
@@ -289,7 +290,8 @@ def relabel_finished(job: Job, done: RunStatus) -> None:
     nothing is trained (:mod:`ablate.tracking.relabel`)."""
     if not is_rank_zero():
         return
-    relabelled = relabel(job.tags, job.wandb, job.output_dir, done.tags, done.axes, job.labels)
+    wandb = WandbOptions.from_logger({"wandb": job.wandb_options})
+    relabelled = relabel(job.tags, wandb, job.output_dir, done.tags, done.axes, job.labels)
     if relabelled is None:
         return
     tags, where = relabelled

@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from ablate.config.checks import check_run_numbers, start_warnings
+from ablate.config.checks import check_run_numbers, clip_validation_interval, start_warnings
 from ablate.config.identity import run_identity
 from ablate.config.model import model_spec
 from ablate.config.options import ConfigError
@@ -61,16 +61,17 @@ def check_config(cfg: DictConfig) -> Preflight:
     """Fail on an invalid architecture or run-control number before any data is read or tensor
     allocated; return what the checks established.
 
-    In this order: the loggers; every value's type (as given); the task's own checks (which may
-    fill derived keys: ``eval.seq_len`` into ``data.eval_seq_len``); every key, data choice and
-    run-control number of the config (so
-    that the estimates after them see valid numbers); the batch layout over the devices and the
-    memory of a training step; the run's identity and its start warnings."""
+    In this order: the loggers; the task's own checks (which may fill derived keys: ``eval.seq_len``
+    into ``data.eval_seq_len``); the validation interval fitted to the run's length; every key,
+    value type, data choice and run-control number of the config (so that the estimates after them
+    see valid numbers); the batch layout over the devices and the memory of a training step; the
+    run's identity and its start warnings."""
     check_loggers(cfg)  # a selected tensorboard/mlflow that is not installed fails before data is read
     declared, ranked = {**config_keys(cfg), **logger_keys()}, ranked_metrics(cfg)  # what the task and loggers read
-    check_config_types(cfg, declared)  # a value of another type than the code reading it expects (n_layers=abc)
     check_task_config(cfg)  # the task's own checks (task=lm: copies eval.seq_len into data.eval_seq_len)
+    shortened = clip_validation_interval(cfg.trainer)  # trainer.max_steps=100 alone runs (and says so)
     check_config_keys(cfg, declared)  # a key no code reads (a typo, another option's)
+    check_config_types(cfg, declared)  # a value of another type than the code reading it expects (n_layers=abc)
     check_config_choices(cfg)  # a data value outside its class's choices (data.splits=...)
     check_run_numbers(cfg)
     try:
@@ -80,4 +81,5 @@ def check_config(cfg: DictConfig) -> Preflight:
         raise ConfigError(str(err)) from None
     max_len = eval_max_len(cfg)
     memory.check_training_step(cfg, model_spec(cfg, vocab_size=1, max_len=max_len))
-    return Preflight(run_identity(cfg), world, accumulate, max_len, start_warnings(cfg, ranked))
+    warnings = [shortened] if shortened else []
+    return Preflight(run_identity(cfg), world, accumulate, max_len, warnings + start_warnings(cfg, ranked))

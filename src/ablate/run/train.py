@@ -43,7 +43,6 @@ from ablate.callbacks.divergence import DivergenceMonitor
 from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.checkpoints import safe_load
 from ablate.cli.console import quiet_known_noise
-from ablate.config.checks import clip_validation_interval
 from ablate.metrics import finite_or_none
 from ablate.nn.axes import spec_axes
 from ablate.run import distributed, environment, lifecycle
@@ -52,7 +51,6 @@ from ablate.run.job import Job, is_rank_zero
 from ablate.run.lifecycle import Plan
 from ablate.run.preflight import Preflight, check_config
 from ablate.run.status import RunStatus
-from ablate.tracking.options import as_tags
 from ablate.tracking.wandb_run import finish_wandb
 
 log = logging.getLogger(__name__)
@@ -62,9 +60,6 @@ def run(cfg: DictConfig) -> float:
     """Run one job and always leave a record of it (see the module docstring); returns the value
     for sweepers to optimise."""
     quiet_known_noise()
-    shortened = clip_validation_interval(cfg.trainer)  # before the checks: a sweep's were on the clipped config too
-    if shortened and is_rank_zero():
-        log.warning(shortened)
     environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
     job = Job.current(cfg)
     with lifecycle.recording(job) as record:  # hold the run directory; keep whatever ends this block
@@ -157,7 +152,7 @@ def fit(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
         world_size=trainer.world_size,
         accumulate_grad_batches=checked.accumulate,
         resumed_from=plan.ckpt_path,
-        tags=as_tags(cfg.get("tags")),
+        tags=job.tags,
         metrics=metrics,
         extra=extra,
     )
