@@ -340,3 +340,20 @@ def test_the_readmes_gpu_command_takes_steps_on_the_cpu(
     status = fit_here(cfg, tmp_path)
     assert status.status == "completed" and status.steps == 2
     assert len(clip_spy) == 2
+
+
+def test_a_run_sets_the_matmul_precision_auto_resolves_to(monkeypatch: pytest.MonkeyPatch, recwarn) -> None:
+    """``runtime.matmul_precision=auto`` (the default) is resolved before it reaches torch: exact fp32
+    on the CPU, TF32 on a GPU trainer (so Lightning's tip never prints); torch never sees "auto"."""
+    from ablate.run.assembly import seed_and_runtime
+
+    before = torch.get_float32_matmul_precision()
+    try:
+        seed_and_runtime(composed())
+        assert torch.get_float32_matmul_precision() == "highest"
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        seed_and_runtime(composed("trainer=gpu"))
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert not [w for w in recwarn if "matmul" in str(w.message).lower()], [str(w.message) for w in recwarn]

@@ -26,6 +26,7 @@ from ablate.callbacks.interrupt import GracefulInterrupt
 from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.throughput import ThroughputMonitor
 from ablate.cli.console import format_run_header, param_estimate
+from ablate.config.checks import matmul_precision
 from ablate.config.model import ModelSpec, model_spec
 from ablate.nn.axes import spec_axes
 from ablate.nn.flops import flops_per_token
@@ -120,7 +121,9 @@ def seed_and_runtime(cfg: DictConfig) -> None:
         # Post-LN's normalised outputs feed tiny gradients that go denormal on CPU and run
         # 12-18% slower there; flushing them to zero removes the gap (no effect on GPU).
         torch.set_flush_denormal(True)
-    torch.set_float32_matmul_precision(cfg.runtime.matmul_precision)
+    # auto: TF32 on CUDA (nanoGPT's setting; set before the Trainer, so Lightning's tip never
+    # prints), exact fp32 on the CPU (ablate.config.checks.matmul_precision)
+    torch.set_float32_matmul_precision(matmul_precision(cfg))
 
 
 def build_datamodule(cfg: DictConfig) -> Any:
