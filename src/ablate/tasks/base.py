@@ -31,8 +31,8 @@ log = logging.getLogger(__name__)
 def check_bpe_train_mb(data: Any) -> None:
     """``data.bpe_train_mb`` (both tasks' BPE training sample) is null or a positive number of MB:
     checked with the config, before any data is read, so a typo does not fail after the download."""
-    sample = data.get("bpe_train_mb")  # its type is the type check's (ablate.config.types): a number here
-    if isinstance(sample, (int, float)) and not isinstance(sample, bool) and sample <= 0:
+    sample = data.get("bpe_train_mb")
+    if sample is not None and (isinstance(sample, bool) or not isinstance(sample, (int, float)) or sample <= 0):
         raise ConfigError(f"data.bpe_train_mb={sample}: give a positive number of MB, or null for all of train")
 
 
