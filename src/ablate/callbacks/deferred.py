@@ -19,7 +19,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import lightning as L
 import torch
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
 
@@ -65,3 +67,26 @@ class DeferredMetrics:
 
     def clear(self) -> None:
         self.pending.clear()
+
+
+class DeferredLogging(Callback):
+    """A callback whose metrics go through :class:`DeferredMetrics` (``self.deferred``): what has
+    reached the host is written after each batch (nothing waits), and everything before a
+    validation and when training ends or stops on an exception."""
+
+    def __init__(self) -> None:
+        self.deferred = DeferredMetrics()
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.deferred.flush(trainer.loggers)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.deferred.flush(trainer.loggers, wait=True)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.deferred.flush(trainer.loggers, wait=True)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self.on_train_end(trainer, pl_module)

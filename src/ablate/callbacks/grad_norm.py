@@ -23,13 +23,11 @@ whose gradients are unscaled here first (:func:`ablate.optim.unscale_once`).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
 
-from ablate.callbacks.deferred import DeferredMetrics
+from ablate.callbacks.deferred import DeferredLogging
 from ablate.optim import unscale_once
 
 _BLOCK = re.compile(r"blocks\.(\d+)\.(\w+)\.(sublayer|norm|post_norm)\.")
@@ -66,17 +64,17 @@ def group_name(param_name: str) -> str:
     return stack + {"tok_emb": "embed"}.get(top, top)
 
 
-class GradNormMonitor(Callback):
+class GradNormMonitor(DeferredLogging):
     """Logs gradient norms every ``every_n_steps`` optimiser steps, and at every step of the
     first ``dense_steps`` (to see warmup in detail)."""
 
     def __init__(self, every_n_steps: int = 10, dense_steps: int = 0) -> None:
+        super().__init__()
         self.every_n_steps, self.dense_steps = max(1, every_n_steps), dense_steps
         self.names: list[str] = []
         self.params: list[torch.nn.Parameter] = []
         self.group_index: torch.Tensor | None = None  # group of each parameter (CPU)
         self._device_index: dict[torch.device, torch.Tensor] = {}  # group_index on each device used
-        self.deferred = DeferredMetrics()
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         seen: dict[int, str] = {}
@@ -137,17 +135,3 @@ class GradNormMonitor(Callback):
             # written straight to the loggers so the chosen steps are logged exactly,
             # independent of Trainer(log_every_n_steps); on a GPU once the copy has arrived
             self.deferred.put(trainer.global_step, *computed, trainer.loggers)
-
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        self.deferred.flush(trainer.loggers)  # what has reached the host since (nothing waits)
-
-    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.deferred.flush(trainer.loggers, wait=True)
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.deferred.flush(trainer.loggers, wait=True)
-
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self.deferred.flush(trainer.loggers, wait=True)

@@ -34,12 +34,11 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from ablate.callbacks.deferred import DeferredMetrics
+from ablate.callbacks.deferred import DeferredLogging
 from ablate.callbacks.grad_norm import layer_label, split_stack
 
 _BLOCK = re.compile(r"blocks\.(\d+)")
@@ -53,18 +52,18 @@ def block_name(module_name: str) -> str | None:
     return layer_label(stack, match.group(1)) if match else None
 
 
-class ResidualRMSMonitor(Callback):
+class ResidualRMSMonitor(DeferredLogging):
     """Logs ``resid_rms/<layer>`` every ``every_n_steps`` optimiser steps and at each of the
     first ``dense_steps`` (the same steps as :class:`ablate.callbacks.grad_norm.GradNormMonitor`)."""
 
     def __init__(self, every_n_steps: int = 10, dense_steps: int = 0) -> None:
+        super().__init__()
         self.every_n_steps, self.dense_steps = max(1, every_n_steps), dense_steps
         self.handles: list[RemovableHandle] = []
         self._sums: dict[str, Tensor] = {}  # layer -> sum of squares (on the device)
         self._counts: dict[str, Tensor] = {}  # layer -> number of summed elements
         self._target_mask: Tensor | None = None
         self._disabled = False
-        self.deferred = DeferredMetrics()
 
     def should_log(self, step: int) -> bool:
         return step < self.dense_steps or step % self.every_n_steps == 0
@@ -168,18 +167,7 @@ class ResidualRMSMonitor(Callback):
             # straight to the loggers, at the step the grad norms of this batch are logged at
             self.deferred.put(trainer.global_step, *computed, trainer.loggers)
 
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        self.deferred.flush(trainer.loggers)  # what has reached the host since (nothing waits)
-
-    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.deferred.flush(trainer.loggers, wait=True)
-
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.detach()
         self._sums, self._counts = {}, {}
-        self.deferred.flush(trainer.loggers, wait=True)
-
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self.on_train_end(trainer, pl_module)
+        super().on_train_end(trainer, pl_module)
