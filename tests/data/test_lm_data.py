@@ -15,9 +15,10 @@ import pytest
 import torch
 from torch.utils.data import SequentialSampler
 
-from ablate.data import lm_data, sources
-from ablate.data.lm_data import ResumableSampler, TextFiles, TinyShakespeare, WikiText2
+from ablate.data import sources, token_files
+from ablate.data.lm_data import TextFiles, TinyShakespeare, WikiText2
 from ablate.data.lm_windows import token_dtype
+from ablate.data.samplers import ResumableSampler
 from ablate.data.sources import DataNotFoundError
 from ablate.data.tokenizers import BPETokenizer, CharTokenizer, build_tokenizer
 
@@ -196,7 +197,7 @@ def test_second_prepare_data_uses_cache(
     def fail(*args: object, **kwargs: object) -> None:
         raise AssertionError("re-tokenised although the cache is complete")
 
-    monkeypatch.setattr(lm_data, "build_tokenizer", fail)
+    monkeypatch.setattr(token_files, "build_tokenizer", fail)
     monkeypatch.setattr(TinyShakespeare, "split_texts", fail)
     dm = TinyShakespeare(data_dir=SHARED_DATA, cache_dir=char_dm.cache_dir, tokenizer="char", seq_len=64)
     with caplog.at_level(logging.INFO, logger="ablate.data"):
@@ -211,14 +212,14 @@ def test_bpe_datamodule_fits_tokenizer_on_train_split_only(
     tmp_path: Path, shakespeare_text: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[str] = []
-    real_build = lm_data.build_tokenizer
+    real_build = token_files.build_tokenizer
 
     def spy(kind: str, train_text: Iterable[str], *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
         text = "".join(train_text)  # the stream the tokenizer is fitted on
         seen.append(text)
         return real_build(kind, text, *args, **kwargs)
 
-    monkeypatch.setattr(lm_data, "build_tokenizer", spy)
+    monkeypatch.setattr(token_files, "build_tokenizer", spy)
     dm = TinyShakespeare(data_dir=SHARED_DATA, cache_dir=tmp_path, tokenizer="bpe", vocab_size=300, seq_len=128)
     dm.setup("fit")  # prepares on demand
     assert seen == [shakespeare_text[: int(len(shakespeare_text) * 0.9)]]
@@ -236,7 +237,7 @@ def test_killed_build_leaves_no_trusted_cache(tmp_path: Path, monkeypatch: pytes
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
-        m.setattr(TinyShakespeare, "_write_tokens", staticmethod(crash))
+        m.setattr(token_files, "write_tokens", crash)
         with pytest.raises(KeyboardInterrupt):
             dm.prepare_data()
     # neither the final folder nor the temporary one (the builders' lock file stays: it is empty; so does

@@ -15,9 +15,9 @@ from omegaconf import DictConfig, open_dict
 
 from ablate.config.identity import run_identity
 from ablate.config.options import ConfigError
-from ablate.data import lm_data
 from ablate.data.cache import read_meta
 from ablate.data.lm_data import TinyShakespeare
+from ablate.data.text_stream import SplitText
 from ablate.run.preflight import check_config
 from ablate.sweepers.lr_selection import validation_as_test_warning
 from conftest import REPO, SHARED_DATA
@@ -31,7 +31,7 @@ def composed(*overrides: str) -> DictConfig:
         return compose(config_name="train", overrides=list(overrides))
 
 
-def joined(texts: dict[str, lm_data.SplitText]) -> dict[str, str]:
+def joined(texts: dict[str, SplitText]) -> dict[str, str]:
     return {split: "".join(text.open()) for split, text in texts.items()}
 
 

@@ -21,7 +21,7 @@ import torch
 from omegaconf import OmegaConf
 
 from _rank_report import report_rank
-from ablate.data.lm_data import ResumableSampler
+from ablate.data.samplers import ResumableSampler
 from ablate.run import distributed
 from ablate.run.control import RunControl
 from ablate.run.job import Job

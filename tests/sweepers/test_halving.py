@@ -27,10 +27,10 @@ from ablate.sweepers.halving import (
     keep_count,
     rank,
     reached_fraction,
-    replay_sweep,
     rung_steps,
     segment_counts,
 )
+from ablate.sweepers.halving_replay import replay_sweep
 from conftest import REPO, TINY
 
 

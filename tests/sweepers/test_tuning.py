@@ -476,7 +476,7 @@ def test_a_selection_seed_among_the_verdict_seeds_is_refused(run_train, tmp_path
 
 
 def test_seeds_auto_needs_a_baseline_and_a_margin():
-    from ablate.sweepers.tuned_lr import auto_settings
+    from ablate.sweepers.tuning_stage2 import auto_settings
 
     sweeper = compose_train(
         ["tune=lr", "hydra.sweeper.seeds=auto", "hydra.sweeper.baseline='act=gelu'", "hydra.sweeper.margin=0.02"]

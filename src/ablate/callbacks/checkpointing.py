@@ -5,7 +5,7 @@ callback's and the datamodule's ``state_dict``. Added here:
 
 - :class:`ResumeState`: the RNG states (torch CPU/CUDA, NumPy, Python) and the W&B run id, so
   that a resumed run draws the same random numbers (dropout) and logs into the same W&B run.
-  The position in the training data is the datamodule's state (:class:`ablate.data.lm_data.LMDataModule`).
+  The position in the training data is the datamodule's state (:class:`ablate.data.lm_datamodule.LMDataModule`).
 - :class:`LastCheckpoint`: ``last.ckpt`` every ``every_n_train_steps`` optimiser steps and at the
   end of training (Lightning's ``save_last`` alone only writes it when a top-k checkpoint is
   saved, i.e. when the validation loss improved).

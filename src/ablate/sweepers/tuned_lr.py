@@ -23,9 +23,8 @@ launcher batches:
    figures (:func:`ablate.analysis.runs.at_tuned_rates`) leave the selection seed's jobs out.
    ``hydra.sweeper.seeds=auto`` (with ``hydra.sweeper.baseline=<axis=value>`` and
    ``hydra.sweeper.margin=<δ>``) adds the seeds in batches instead, up to each of
-   ``hydra.sweeper.looks`` (default 3, 5, 7, 10 seeds), and stops a comparison once the
-   group-sequential verdict (:mod:`ablate.analysis.sequential`, alpha spent over the looks,
-   Bonferroni over the variants) is ``better``, ``worse`` or ``equivalent``.
+   ``hydra.sweeper.looks`` (default 3, 5, 7, 10 seeds), until each comparison is decided
+   (:mod:`ablate.sweepers.tuning_stage2`).
 
 Both stages go through ``self.launcher.launch``: any launcher works (basic, joblib, submitit), and
 the jobs are ordinary jobs of the sweep directory named by their overrides (``optim.lr=...``,
@@ -36,8 +35,10 @@ A chosen learning rate at the edge of the grid is flagged, with the override tha
 grid; a variant whose every learning rate diverged or crashed is reported and gets no stage 2 (the
 sweep goes on: the sweep-end report, :mod:`ablate.sweepers.sweep_report`, owns crashes and exit codes).
 
-The grid, the selection rule, reading a job's outcome and the ``lr_tuning.json`` record are in
-:mod:`ablate.sweepers.lr_selection`; this module holds the sweeper.
+This module holds the sweeper. The grid, the selection rule and reading a job's outcome are
+:mod:`ablate.sweepers.lr_selection`; the analysis plan declared before stage 2 and ``seeds=auto``
+are :mod:`ablate.sweepers.tuning_stage2`; the tables and the ``lr_tuning.json`` record are
+:mod:`ablate.sweepers.tuning_report`; a halving stage 1 is :mod:`ablate.sweepers.halving`.
 
 Hydra only instantiates sweepers from the ``hydra_plugins`` namespace: ``_target_`` in
 ``conf/hydra/sweeper/tuned_lr.yaml`` is the subclass in ``hydra_plugins/ablate_sweepers/tuned_lr.py``.
@@ -46,9 +47,7 @@ Hydra only instantiates sweepers from the ``hydra_plugins`` namespace: ``_target
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +63,6 @@ from ablate.sweepers import halving as sh
 from ablate.sweepers.lr_selection import (
     LR_KEY,
     LRResult,
-    Selection,
-    format_lr,
     job_dir_of,
     log_grid,
     read_outcome,
@@ -73,6 +70,8 @@ from ablate.sweepers.lr_selection import (
     select_lr,
     validation_as_test_warning,
 )
+from ablate.sweepers.tuning_report import Variant, stage1_table, stage2_table, tuning_record
+from ablate.sweepers.tuning_stage2 import auto_settings, declare_plan, fixed_stage2, held_out_metric, sequential_stage2
 from ablate.sweepers.validating import ValidatingSweeperMixin
 
 log = logging.getLogger(__name__)
@@ -81,69 +80,8 @@ SEED_KEY = "seed"
 RESULT_FILE = "lr_tuning.json"
 
 
-# --------------------------------------------------------------------------- the sweeper
-
-
 def _dedupe(values: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(values))
-
-
-def _number(text: str) -> Any:
-    """A seed or value for JSON: ``"3"`` -> 3, anything else as it is."""
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        return text
-
-
-def _cell(value: float | None, status: str) -> str:
-    return f"{value:.4f}" if value is not None else status
-
-
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
-
-
-def auto_settings(
-    seeds: Any, baseline: str | None, margin: float | None, looks: Sequence[int], spending: str
-) -> tuple[str, float, list[int], str] | None:
-    """``hydra.sweeper.seeds=auto``'s settings, checked: (baseline, margin, looks, spending), or
-    None when the seeds are a list."""
-    if not (isinstance(seeds, str) and seeds.strip().lower() == "auto"):
-        return None
-    from ablate.analysis.sequential import look_levels
-
-    if not baseline or margin is None or not float(margin) > 0:
-        raise ValueError(
-            "hydra.sweeper.seeds=auto adds seeds until each variant is decided against a "
-            "baseline: give hydra.sweeper.baseline=AXIS=VALUE and hydra.sweeper.margin=DELTA "
-            "(the smallest difference of interest, > 0)"
-        )
-    try:
-        look_levels(list(looks), kind=spending)
-    except ValueError as err:
-        raise ValueError(f"hydra.sweeper.looks / spending: {err}") from None
-    return str(baseline), float(margin), [int(n) for n in looks], spending
-
-
-@dataclass
-class _Variant:
-    overrides: list[str]
-    label: str
-    grid: list[str]  # learning rates as their overrides spell them, ascending
-    results: list[LRResult] = field(default_factory=list)  # stage 1: one per learning rate
-    selection: Selection = field(default_factory=lambda: Selection(None))  # stage 1's choice
-    seeds: list[dict[str, Any]] = field(default_factory=list)  # stage 2: one record per seed
-    decision: Any = None  # seeds=auto: the sequential verdict against the baseline
-    rung_steps: tuple[int, ...] = ()  # halving: the steps each rate may be cut at, then trainer.max_steps
-    tracks: list[sh.RateTrack] = field(default_factory=list)  # halving: each rate through the rungs
-
-    @property
-    def chosen_text(self) -> str:
-        """The chosen learning rate as its override spells it (stage 2 launches only chosen variants)."""
-        assert self.selection.chosen is not None, f"{self.label}: no learning rate was chosen"
-        return self.selection.chosen.text
 
 
 class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
@@ -263,7 +201,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             return _dedupe(seed.sweep_string_iterator())
         return [seed.get_value_element_as_str()]
 
-    def _rung_steps(self, v: _Variant) -> tuple[int, ...]:
+    def _rung_steps(self, v: Variant) -> tuple[int, ...]:
         """``hydra.sweeper.halving.rungs`` as steps of this variant's run, checked (exit 2 naming the key)."""
         assert self.hydra_context is not None and self.config is not None
         from ablate import cli
@@ -331,7 +269,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         variants = []
         for items in self.split_arguments(rest, None)[0]:
             label = ",".join(i for i in items if i.split("=", 1)[0] in swept) or "all"
-            variants.append(_Variant(list(items), label, self._grid(lr, list(items))))
+            variants.append(Variant(list(items), label, self._grid(lr, list(items))))
 
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -369,206 +307,51 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             v.selection = select_lr(
                 v.results, higher_is_better=higher, factor=self.lr_factor, lr_key=lr_name, also=extend_also
             )
-        print(self._stage1_table(variants, metric, higher, seed_name, select), flush=True)
+        print(stage1_table(variants, metric, higher, seed_name, select), flush=True)
         self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=False)
-        self._declare(sweep_dir, metric, verdict_metric, seeds, seed_name)  # the verdict's rule, before its data
+        declare_plan(  # the verdict's rule, before its data
+            sweep_dir,
+            selection=f"tune=lr: each variant's learning rate by its final {metric} on {seed_name}={select}",
+            verdict_metric=verdict_metric,
+            seeds=seeds,
+            baseline=self.baseline,
+            margin=self.margin,
+            margin_basis=self.margin_basis,
+            looks=self.looks if self.auto else None,
+            spending=self.spending,
+        )
 
         if self.auto:  # stage 2 in batches of seeds, until every comparison is decided
-            stage2 = self._sequential_stage2(variants, verdict_metric, lr_name, seed_name, seeds)
-            path = self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=not self._interrupted())
-            print(f"LR tuning: {path}", flush=True)
-            for ret in [*stage1, *stage2]:
-                _ = ret.return_value
-            return [stage1, stage2]
-
-        # stage 2: every variant with a usable learning rate at that rate, every verdict seed, fresh
-        plan2 = [(v, s) for v in variants if v.selection.chosen is not None for s in seeds]
-        if plan2:
-            print(
-                f"LR tuning, stage 2: {len({id(v) for v, _ in plan2})} variant(s) at their chosen learning rate, "
-                f"{seed_name}={','.join(seeds)}",
-                flush=True,
+            assert self.baseline is not None and self.margin is not None  # auto_settings checked them
+            stage2 = sequential_stage2(
+                variants,
+                self._launch,
+                self._interrupted,
+                metric=verdict_metric,
+                lr_name=lr_name,
+                seed_name=seed_name,
+                seeds=seeds,
+                baseline=self.baseline,
+                margin=self.margin,
+                looks=self.looks,
+                spending=self.spending,
             )
-        stage2 = self._launch([[*v.overrides, f"{lr_name}={v.chosen_text}", f"{seed_name}={s}"] for v, s in plan2])
-        for v in variants:
-            v.seeds = []
-        for (v, s), ret in zip(plan2, stage2):
-            job_dir = job_dir_of(ret)
-            status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
-            v.seeds.append(
-                {"seed": _number(s), "status": status, "value": value, "job": job_dir.name if job_dir else None}
+        else:
+            stage2 = fixed_stage2(
+                variants, self._launch, metric=metric, lr_name=lr_name, seed_name=seed_name, seeds=seeds
             )
         path = self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=not self._interrupted())
-        print(self._stage2_table(variants, metric, lr_name, seed_name, seeds), flush=True)
+        if not self.auto:
+            print(stage2_table(variants, metric, lr_name, seed_name, seeds), flush=True)
         print(f"LR tuning: {path}", flush=True)
-
         for ret in [*stage1, *stage2]:
             _ = ret.return_value  # as BasicSweeper: a job that failed inside Hydra raises here, once all have run
         return [stage1, stage2]
 
-    def _sequential_stage2(
-        self, variants: list[_Variant], metric: str, lr_name: str, seed_name: str, seeds: list[str]
-    ) -> list[JobReturn]:
-        """``seeds=auto``: the baseline and every undecided variant at their chosen rates, seeds
-        added up to each look; after each look every undecided variant gets the sequential verdict
-        on its paired differences of ``metric`` (the held-out verdict metric, not the one the rate
-        was selected on; seeds both have a finite value for, in seed order); decided variants get
-        no more seeds. A diverged seed has no difference: it delays the decision, and a variant
-        still undecided after the last look is ``inconclusive``."""
-        from ablate.analysis.runs import higher_is_better as better_up
-
-        higher = better_up(metric)
-        from ablate.analysis.runs import parse_overrides
-        from ablate.analysis.sequential import ALPHA, sequential_verdict
-        from ablate.analysis.tables import parse_baseline
-
-        assert self.baseline is not None and self.margin is not None  # auto_settings checked them
-        wanted = parse_baseline(self.baseline)
-        margin = self.margin
-        matches = [v for v in variants if all(parse_overrides(v.overrides).get(k) == x for k, x in wanted.items())]
-        if len(matches) != 1:
-            raise HydraException(
-                f"tuned_lr: hydra.sweeper.baseline={self.baseline} matches {len(matches)} variants "
-                f"of {', '.join(v.label for v in variants)}: name exactly one"
-            )
-        base = matches[0]
-        for v in variants:
-            v.seeds = []
-        if base.selection.chosen is None:
-            log.warning("tuned_lr: the baseline %s has no usable learning rate: no stage 2", base.label)
-            return []
-        others = [v for v in variants if v is not base and v.selection.chosen is not None]
-        alpha = ALPHA / max(len(others), 1)
-        undecided, returns, done = list(others), [], 0
-        for n in self.looks:
-            batch = seeds[done:n]
-            plan = [(v, s) for v in [base, *undecided] for s in batch]
-            print(
-                f"LR tuning, stage 2 (seeds=auto): {seed_name}={','.join(batch)} for {base.label} (baseline) and "
-                f"{len(undecided)} undecided variant(s)",
-                flush=True,
-            )
-            rets = self._launch([[*v.overrides, f"{lr_name}={v.chosen_text}", f"{seed_name}={s}"] for v, s in plan])
-            returns += rets
-            if self._interrupted():  # this look's seeds are incomplete: no verdict rests on them
-                break
-            for (v, s), ret in zip(plan, rets, strict=True):
-                job_dir = job_dir_of(ret)
-                status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
-                v.seeds.append(
-                    {"seed": _number(s), "status": status, "value": value, "job": job_dir.name if job_dir else None}
-                )
-            done = n
-            base_values = {str(r["seed"]): r["value"] for r in base.seeds if r["value"] is not None}
-            for v in list(undecided):
-                mine = {str(r["seed"]): r["value"] for r in v.seeds if r["value"] is not None}
-                diffs = [mine[s] - base_values[s] for s in seeds[:n] if s in mine and s in base_values]
-                v.decision = sequential_verdict(diffs, margin, self.looks, alpha, self.spending, higher)
-                if v.decision.verdict != "continue":
-                    undecided.remove(v)
-            if not undecided:
-                break
-        rows = [["variant", f"verdict vs {base.label}", "seeds", "look"]]
-        for v in others:
-            verdict = v.decision.verdict if v.decision.verdict != "continue" else "inconclusive (diverged seeds)"
-            rows.append(
-                [v.label, verdict, str(len(v.seeds)), str(v.decision.look + 1 if v.decision.look >= 0 else "-")]
-            )
-        print(
-            f"LR tuning, stage 2 (seeds=auto): group-sequential verdicts on {metric} (held-out text; the rates were "
-            f"selected on validation), margin ±{self.margin:g}, looks at {','.join(map(str, self.looks))} seeds, "
-            f"{self.spending} spending (exact boundaries), alpha {alpha:.3g} per variant\n" + _table(rows),
-            flush=True,
-        )
-        return returns
-
-    def _declare(self, sweep_dir: Path, metric: str, verdict_metric: str, seeds: list[str], seed_name: str) -> None:
-        """Write the verdict's rule to ``<sweep dir>/analysis_plan.json`` before stage 2 starts
-        (:mod:`ablate.analysis.plan`): the held-out metric, the baseline and margin when given, the
-        seeds or looks and the stopping rule. A plan the user declared before (``scripts/declare.py``)
-        is kept, and a different one is not written over it: a warning says so."""
-        from ablate.analysis.plan import Plan, PlanError, declare
-
-        margin_basis = self.margin_basis or (
-            f"hydra.sweeper.margin={self.margin:g}, given with the command before stage 2 (its reason was not "
-            "recorded: hydra.sweeper.margin_basis='...')"
-            if self.margin is not None
-            else ""
-        )
-        try:
-            plan = Plan(
-                metrics=(verdict_metric,),
-                baseline=self.baseline,
-                margin=self.margin,
-                margin_basis=margin_basis,
-                split=verdict_metric.split("/", 1)[0],
-                seeds=() if self.auto else tuple(_number(s) for s in seeds),
-                looks=tuple(self.looks) if self.auto else (),
-                stopping="group-sequential" if self.auto else "fixed",
-                spending=self.spending if self.auto else None,
-                selection=f"tune=lr: each variant's learning rate by its final {metric} on {seed_name}={self.selection_seed}",
-                declared_by="train.py (tune=lr), before stage 2",
-                note="" if self.baseline else "no hydra.sweeper.baseline: no comparison was declared",
-            )
-            declared = declare(sweep_dir, plan)
-        except PlanError as err:
-            existing = read_plan_quietly(sweep_dir)
-            if existing is None:
-                log.warning("tuned_lr: %s", err)
-            else:  # declared before the sweep (scripts/declare.py): that is the plan of record
-                print(
-                    f"LR tuning: keeping the analysis plan declared before this sweep, {existing.path} (sha256 "
-                    f"{existing.sha256[:12]}, {existing.declared_at}): {existing.plan.describe()}",
-                    flush=True,
-                )
-            return
-        print(
-            f"LR tuning: analysis plan {declared.path} (sha256 {declared.sha256[:12]}): {plan.describe()}", flush=True
-        )
-
-    # -- output
-
-    @staticmethod
-    def _stage1_table(variants: list[_Variant], metric: str, higher: bool, seed_name: str, seed: str) -> str:
-        lrs = sorted({r.lr for v in variants for r in v.results})
-        header = ["variant", *(format_lr(lr) for lr in lrs), "chosen"]
-        rows = [header]
-        for v in variants:
-            by_lr = {r.lr: r for r in v.results}
-            cells = [_cell(by_lr[lr].value, by_lr[lr].status) if lr in by_lr else "" for lr in lrs]
-            if v.tracks:  # halving: the value at each rung reached, and the rung that eliminated it
-                tracks = {t.lr: sh.cell(t) for t in v.tracks}
-                cells = [tracks.get(lr, "") for lr in lrs]
-            sel = v.selection
-            chosen = "none" if sel.chosen is None else sel.chosen.text + (" (edge)" if sel.edge else "")
-            rows.append([v.label, *cells, chosen])
-        title = (
-            f"LR tuning, stage 1: final {metric} at each learning rate ({seed_name}={seed}; "
-            f"{'highest' if higher else 'lowest'} wins, diverged/crashed rank last)"
-        )
-        lines = [title, _table(rows)]
-        lines += sh.stage1_lines([v for v in variants if v.tracks])
-        lines += [f"  {v.label}: {v.selection.note}" for v in variants if v.selection.note]
-        return "\n".join(lines)
-
-    @staticmethod
-    def _stage2_table(variants: list[_Variant], metric: str, lr_name: str, seed_name: str, seeds: list[str]) -> str:
-        rows = [["variant", lr_name, *(f"{seed_name}={s}" for s in seeds), f"{metric} mean ± std"]]
-        for v in variants:
-            if v.selection.chosen is None:
-                rows.append([v.label, "none", *("" for _ in seeds), "no stage 2"])
-                continue
-            by_seed = {str(r["seed"]): r for r in v.seeds}
-            cells = [_cell(by_seed[s]["value"], by_seed[s]["status"]) if s in by_seed else "" for s in seeds]
-            mean, std, n = _mean_std(v.seeds)
-            summary = "n/a" if n == 0 else f"{mean:.4f}" + (f" ± {std:.4f}" if n > 1 else "") + f" (n={n})"
-            rows.append([v.label, v.selection.chosen.text, *cells, summary])
-        return f"LR tuning, stage 2: final {metric} at each variant's chosen learning rate\n{_table(rows)}"
-
     def _write(
         self,
         sweep_dir: Path,
-        variants: list[_Variant],
+        variants: list[Variant],
         metric: str,
         higher: bool,
         seeds: list[str],
@@ -583,98 +366,24 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 f"hydra.sweeper.num_lrs={self.num_lrs} values hydra.sweeper.lr_factor={self.lr_factor:g} apart, "
                 f"centred on each variant's {LR_KEY}"
             )
-        out: dict[str, Any] = {
-            "metric": metric,
-            "key": lr_name,  # the tuned key: a property of each job, not of a variant (compute_multiplier.py)
-            "direction": "max" if higher else "min",
-            "ranking": "the final value in each stage-1 job's status.json; diverged or crashed jobs rank last",
-            "grid": grid,
-            "selection_seed": _number(self.selection_seed),  # stage 1 only: no verdict rests on it
-            "tuning_seed": _number(self.selection_seed),
-            "seeds": [
-                _number(s)
-                for s in seeds
-                if not self.auto
-                or any(  # stage 2: the verdict seeds, each fresh
-                    str(r["seed"]) == s for v in variants for r in v.seeds
-                )
-            ],
-            "stage2": "done" if stage2_done else "pending",
-            "variants": [],
+        if self.auto:  # stage 2's verdict seeds: those that ran
+            seeds = [s for s in seeds if any(str(r["seed"]) == s for v in variants for r in v.seeds)]
+        sequential = {
+            "metric": held_out_metric(metric, self.verdict_metric),
+            "baseline": self.baseline,
+            "margin": self.margin,
+            "looks": self.looks,
+            "spending": self.spending,
         }
-        if self.rungs:
-            out["halving"] = {"rungs": list(self.rungs), "rule": sh.RULE}
-        for v in variants:
-            sel = v.selection
-            record: dict[str, Any] = {
-                "variant": v.label,
-                "overrides": v.overrides,
-                "selection_seed": _number(self.selection_seed),  # this command's: no verdict of this variant uses it
-                "grid": [float(t) for t in v.grid],
-                "stage1": [
-                    {"lr": r.lr, "override": f"{lr_name}={r.text}", "status": r.status, "value": r.value, "job": r.job}
-                    for r in sorted(v.results, key=lambda r: r.lr)
-                ],
-                "chosen_lr": sel.chosen.lr if sel.chosen else None,
-                "chosen_override": f"{lr_name}={sel.chosen.text}" if sel.chosen else None,
-                "edge": sel.edge,
-                "warning": sel.note,
-                "extend_with": sel.extend_with,
-            }
-            if v.tracks:
-                record["halving"] = sh.history(v.tracks, v.rung_steps, self.rungs)
-            if v.decision is not None:
-                verdict = v.decision.verdict if v.decision.verdict != "continue" else "inconclusive (diverged seeds)"
-                record["sequential"] = {
-                    "verdict": verdict,
-                    "metric": held_out_metric(metric, self.verdict_metric),
-                    "seeds": len(v.seeds),
-                    "look": v.decision.look,
-                    "baseline": self.baseline,
-                    "margin": self.margin,
-                    "looks": self.looks,
-                    "spending": self.spending,
-                }
-            if stage2_done and sel.chosen is not None:
-                mean, std, n = _mean_std(v.seeds)
-                record["seeds"] = v.seeds
-                record["mean"], record["std"], record["completed_seeds"] = mean, std, n
-            out["variants"].append(record)
+        record = tuning_record(
+            variants, metric, higher, lr_name, grid, self.selection_seed, seeds, self.rungs, stage2_done, sequential
+        )
         path = sweep_dir / RESULT_FILE
-        save_selection(path, out)
+        save_selection(path, record)
         return path
-
-
-def read_plan_quietly(sweep_dir: Path) -> Any:
-    """The sweep directory's declared plan (:func:`ablate.analysis.plan.read_plan`), or None when it
-    has none or it cannot be read."""
-    from ablate.analysis.plan import PlanError, read_plan
-
-    try:
-        return read_plan(sweep_dir)
-    except PlanError:
-        return None
-
-
-def held_out_metric(metric: str, given: str | None = None) -> str:
-    """The metric the verdicts read: ``hydra.sweeper.verdict_metric`` when given, else the
-    selection metric on the test split (``val/loss`` -> ``test/loss``): the rate is chosen on
-    validation, the verdict read on text the choice never saw."""
-    if given:
-        return str(given)
-    return "test/" + metric.split("/", 1)[1] if metric.startswith("val/") else metric
 
 
 def _free_seed(seeds: Sequence[str]) -> int:
     """A seed that is not among ``seeds``: 0 if free, else one above the largest integer seed."""
     numbers = [int(s) for s in seeds if s.lstrip("-").isdigit()]
     return 0 if "0" not in seeds else max(numbers) + 1
-
-
-def _mean_std(records: list[dict[str, Any]]) -> tuple[float | None, float | None, int]:
-    values = [r["value"] for r in records if r["status"] == "completed" and r["value"] is not None]
-    if not values:
-        return None, None, 0
-    mean = sum(values) / len(values)
-    std = math.sqrt(sum((x - mean) ** 2 for x in values) / (len(values) - 1)) if len(values) > 1 else None
-    return mean, std, len(values)

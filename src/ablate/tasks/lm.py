@@ -226,7 +226,7 @@ def evaluate_lengths(
     no sliding window, so every token is predicted from the tokens of its own window only).
 
     Every length covers the same split (up to its last partial window); the tokens per eval
-    batch stay constant (:meth:`ablate.data.lm_data.LMDataModule.use_eval_length`). With
+    batch stay constant (:meth:`ablate.data.lm_datamodule.LMDataModule.use_eval_length`). With
     ``pos=learned`` a length beyond the position table (``model.max_len``, by default the
     training/eval length) is skipped with a note: the table has no rows there, and rows added
     only for evaluation would be untrained. Returns the metrics and, per length, the tokens

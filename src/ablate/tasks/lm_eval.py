@@ -3,8 +3,8 @@
 
 The maths is :class:`ablate.tasks.lm.LanguageModelTask`'s own validation/test step (token-weighted
 mean NLL over the split, perplexity = exp of it); the windows are
-:class:`ablate.data.lm_data.LMDataModule`'s (non-overlapping,
-:meth:`~ablate.data.lm_data.LMDataModule.use_eval_length`).
+:class:`ablate.data.lm_datamodule.LMDataModule`'s (non-overlapping,
+:meth:`~ablate.data.lm_datamodule.LMDataModule.use_eval_length`).
 :class:`TextFileData` serves a text file, tokenised with a checkpoint's tokenizer, through the
 same data module code.
 """
@@ -22,11 +22,12 @@ import lightning as L
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ablate.config.locations import checkout_root, project_root
-from ablate.data.lm_data import LMDataModule
+from ablate.data.lm_datamodule import LMDataModule
 from ablate.data.lm_windows import token_dtype
 from ablate.data.registry import StoredConfigError, build_data_module
 from ablate.data.sources import DataFormatError
 from ablate.data.text_stream import SplitText
+from ablate.data.token_files import write_tokens
 from ablate.data.tokenizers import TOKENIZERS, Tokenizer
 from ablate.tasks.base import pick_device
 from ablate.tasks.lm import EVAL_SPLITS, LanguageModelTask, evaluate_lengths
@@ -74,7 +75,7 @@ class TextFileData(LMDataModule):
         assert self.tokenizer is not None  # the checkpoint's, given to __init__
         text = SplitText.from_file(self.path)
         try:
-            self.num_tokens = self._write_tokens(self.tokenizer, text, self.tokens_path, self.dtype, self.path.name)
+            self.num_tokens = write_tokens(self.tokenizer, text, self.tokens_path, self.dtype, self.path.name)
         except DataFormatError:  # not UTF-8: the message names the file already
             raise
         except ValueError as err:  # a character outside the checkpoint's vocabulary
