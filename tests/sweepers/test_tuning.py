@@ -532,3 +532,40 @@ def test_seeds_auto_stops_when_decided(run_train, tmp_path):
     plan = json.loads((sweep / "analysis_plan.json").read_text())
     assert plan["plan"]["metrics"] == ["test/loss"] and plan["plan"]["stopping"] == "group-sequential"
     assert plan["plan"]["baseline"] == "act=gelu" and plan["plan"]["looks"] == [2, 3] and len(plan["sha256"]) == 64
+
+
+def test_seeds_auto_interrupted_at_its_first_look_reports_no_verdict(capsys):
+    """Ctrl-C during the first look: the launched seeds are incomplete, so no variant is judged, and
+    the verdict table says so instead of failing on a verdict that was never computed."""
+    from ablate.sweepers.lr_selection import LRResult, Selection
+    from ablate.sweepers.tuning_report import Variant
+    from ablate.sweepers.tuning_stage2 import sequential_stage2
+
+    def chosen(label: str) -> Variant:
+        v = Variant([label], label, ["0.001"])
+        v.selection = Selection(LRResult(1e-3, "0.001", "completed", 1.0))
+        return v
+
+    variants = [chosen("act=gelu"), chosen("act=relu")]
+    launched: list[list[str]] = []
+
+    def launch(batch: list[list[str]]) -> list:
+        launched.extend(batch)
+        return [None] * len(batch)  # never read: the look was interrupted
+
+    returns = sequential_stage2(
+        variants,
+        launch,
+        lambda: True,
+        metric="test/loss",
+        lr_name="optim.lr",
+        seed_name="seed",
+        seeds=["1", "2", "3"],
+        baseline="act=gelu",
+        margin=0.1,
+        looks=[2, 3],
+        spending="kim-demets",
+    )
+    assert len(returns) == len(launched) == 4  # both variants, the first look's 2 seeds
+    assert variants[1].decision is None and variants[1].verdict == "not judged (interrupted)"
+    assert "act=relu  not judged (interrupted)" in capsys.readouterr().out
