@@ -15,7 +15,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from ablate.config.options import ConfigError
-from ablate.data import cache, translation_data, translation_text
+from ablate.data import cache, translation_cache, translation_text
 from ablate.data.cache import CacheSpaceError
 from ablate.data.sources import DataFormatError
 from ablate.data.tokenizers import BPETokenizer
@@ -67,7 +67,7 @@ def no_bpe(monkeypatch: pytest.MonkeyPatch) -> None:
     def trained(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the BPE was trained before the check")
 
-    monkeypatch.setattr(translation_data, "train_joint_bpe", trained)
+    monkeypatch.setattr(translation_cache, "train_joint_bpe", trained)
 
 
 # --- counting lines ------------------------------------------------------------------------
@@ -145,7 +145,7 @@ def test_the_disk_estimate_is_a_little_above_what_is_written(
     """The estimate (from the files' sizes, gzipped ones too, and the tokens per byte of the first
     lines) covers the token and text files, with no more than the 10% margin and rounding to spare."""
     needed: list[int | None] = []
-    monkeypatch.setattr(translation_data, "check_free_space", lambda folder, n: needed.append(n))
+    monkeypatch.setattr(translation_cache, "check_free_space", lambda folder, n: needed.append(n))
     dm = _module(_corpus(tmp_path, suffix=suffix), tmp_path / "cache")
     dm.prepare_data()
     written = sum(p.stat().st_size for p in dm.cache_path().iterdir() if p.suffix in (".ids", ".offsets", ".txt"))
@@ -163,13 +163,13 @@ def test_bpe_train_mb_learns_on_the_first_pairs_and_keys_the_cache(
     source lines then the target lines, whole pairs); every token file still holds every pair."""
     files = _corpus(tmp_path, train=2000)
     learned: list[list[str]] = []
-    train_joint_bpe = translation_data.train_joint_bpe
+    train_joint_bpe = translation_cache.train_joint_bpe
 
     def recording(lines: Iterable[str], vocab_size: int) -> BPETokenizer:
         learned.append(list(lines))
         return train_joint_bpe(learned[-1], vocab_size)
 
-    monkeypatch.setattr(translation_data, "train_joint_bpe", recording)
+    monkeypatch.setattr(translation_cache, "train_joint_bpe", recording)
     sample = _module(files, tmp_path / "cache", bpe_train_mb=0.01)
     sample.setup()
     src, tgt = read_lines(files["train_src"]), read_lines(files["train_tgt"])
@@ -181,7 +181,7 @@ def test_bpe_train_mb_learns_on_the_first_pairs_and_keys_the_cache(
     whole = _module(files, tmp_path / "cache")
     assert whole.cache_path() != sample.cache_path()
     old_key = {  # unset, the cache keeps the folder earlier versions built
-        "format": translation_data.CACHE_FORMAT_VERSION,
+        "format": translation_cache.CACHE_FORMAT_VERSION,
         "corpus": "parallel",
         "sources": whole.source_key(),
         "langs": ["de", "en"],

@@ -22,7 +22,8 @@ from ablate.data import translation_data, translation_text
 from ablate.data.samplers import ResumableSampler, epoch_order
 from ablate.data.sources import DataFormatError, DataNotFoundError
 from ablate.data.translation_batches import collate, make_batches, padding_fraction
-from ablate.data.translation_data import ParallelCorpus, ParallelFiles, TranslationDataModule
+from ablate.data.translation_data import ParallelCorpus, ParallelFiles
+from ablate.data.translation_datamodule import TranslationDataModule
 from ablate.data.translation_tokens import BOS, EOS, PAD, detokenize, encode_lines
 from ablate.tasks import build_task
 from ablate.tasks.translation import TranslationTask, corpus_bleu

@@ -265,7 +265,7 @@ def evaluate_lengths(
 
 def build_lm(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> LanguageModelTask:
     """The ``lm`` task of a run (:class:`ablate.tasks.TaskSpec` ``build``): any corpus but a parallel one."""
-    from ablate.data.translation_data import TranslationDataModule
+    from ablate.data.translation_datamodule import TranslationDataModule
 
     if isinstance(datamodule, TranslationDataModule):
         raise ConfigError(f"data={type(datamodule).__name__} is a parallel corpus: train it with task=translation")

@@ -306,7 +306,7 @@ class TranslationTask(TaskModule):
 def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TranslationTask:
     """The ``translation`` task of a run (:class:`ablate.tasks.TaskSpec` ``build``): a parallel
     corpus and a model with an encoder."""
-    from ablate.data.translation_data import TranslationDataModule
+    from ablate.data.translation_datamodule import TranslationDataModule
 
     if not isinstance(datamodule, TranslationDataModule):
         raise ConfigError(

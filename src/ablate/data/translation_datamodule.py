@@ -1,0 +1,305 @@
+"""The translation data module: a parallel corpus with a shared BPE vocabulary, cached token ids
+and token-based batching. The corpora (where the text comes from) are :mod:`ablate.data.translation_data`;
+writing the cache is :mod:`ablate.data.translation_cache`.
+
+Direction: ``src_lang`` -> ``tgt_lang``; either direction of a pair uses the same cache.
+
+Vocabulary: one byte-level BPE (Hugging Face ``tokenizers``) learned on the source *and* target
+sides of the training split (a joint vocabulary, so the embeddings can be tied three ways), with
+``<pad>`` = 0, ``<s>`` = 1, ``</s>`` = 2. Byte-level means every string is representable and
+decoding gives the text back exactly (sacreBLEU then scores detokenised output). Source sequences
+are ``tokens </s>``; the decoder reads ``<s> tokens`` and predicts ``tokens </s>``.
+
+Cache, one folder per corpus sources / vocabulary size (written under a temporary name, renamed
+when complete)::
+
+    {cache_dir}/{name}-bpe{V}-{hash}/  tokenizer.json  {split}.{lang}.ids  {split}.{lang}.offsets
+                                       {val,test}.{lang}.txt  meta.json
+
+Corpora of millions of pairs (WMT14 En-De: 4.5 M) are prepared in bounded memory: the files are
+streamed in batches of ``ENCODE_LINES`` lines, both sides in step (:mod:`ablate.data.translation_text`),
+the BPE learns from a stream of lines, and each side of a split is one flat file of token ids plus
+an offsets file (:mod:`ablate.data.translation_tokens`). :meth:`TranslationDataModule.setup`
+memory-maps the ids and batches from the lengths, so no Python object is made per sentence until a
+batch is collated.
+
+Batching (as fairseq's ``--max-tokens``, :mod:`ablate.data.translation_batches`): pairs are sorted
+by length (target, then source) and cut into batches whose padded size ``n_sentences x longest
+side`` stays within ``max_tokens``; the training batches are fixed once and visited in a new random
+order every epoch. Padding is little because neighbours in the sorted order have nearly equal
+lengths; the fraction is reported (:attr:`TranslationDataModule.padding_fraction`, logged as
+``data/padding_fraction``).
+
+``batch_size`` is the number of such token batches per optimiser step over all devices (fairseq's
+``update_freq`` x world size; default 1): ``train.py`` derives gradient accumulation from it and
+``micro_batch_size`` exactly as for language modelling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch.utils.data import DataLoader, Dataset
+
+from ablate.data.cache import CacheCorruptError, read_meta
+from ablate.data.corpus import CachedCorpus
+from ablate.data.samplers import ResumableSampler
+from ablate.data.sources import default_cache_dir, default_data_dir
+from ablate.data.tokenizers import BPETokenizer, Tokenizer
+from ablate.data.translation_batches import PairBatches, make_batches, padding_fraction
+from ablate.data.translation_cache import CACHE_FORMAT_VERSION, SPLITS, build_translation_cache
+from ablate.data.translation_text import LineSource, head_lines
+from ablate.data.translation_tokens import TokenSide, special_ids
+
+log = logging.getLogger(__name__)
+
+
+class TranslationDataModule(CachedCorpus):
+    """Base class: tokenise a parallel corpus once with a joint BPE, cache it, serve token batches.
+
+    Args:
+        data_dir, cache_dir: raw corpora (may be read-only) and the cache; defaults
+            ``$ABLATE_DATA_DIR`` / ``./data`` and ``$ABLATE_CACHE_DIR`` / ``./cache``.
+        src_lang, tgt_lang: the direction.
+        vocab_size: joint BPE vocabulary size (specials included).
+        seq_len: the longest sequence in tokens (end token included): longer training pairs are
+            dropped, longer evaluation sentences truncated; the model's positions cover it.
+        max_tokens: padded tokens per training batch (sentences x longest side), as fairseq.
+        max_sentences: optional cap on sentences per batch.
+        eval_max_tokens: the same for validation/test batches (``None``: ``max_tokens``).
+        batch_size: token batches per optimiser step over all devices (``update_freq`` x world).
+        micro_batch_size: token batches per device and forward pass: 1 (``None`` only with
+            ``batch_size=1``); ``train.py`` then accumulates ``batch_size / world size`` of them.
+        max_train_pairs: use only the first N training pairs (quick runs, overfitting tests).
+        max_eval_pairs: use only the first N validation/test pairs.
+        num_workers, pin_memory: DataLoader options.
+        seed: seed of the training order (``train.py`` passes the run's ``seed``).
+        bpe_train_mb: learn the BPE merges on the first training pairs up to about this many MB
+            of text (both sides, whole pairs) instead of all of them, as large tokenizer trainings
+            do; ``None``: all. Every token file still holds the whole corpus.
+    """
+
+    name: str | None = "parallel"
+    languages: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        src_lang: str = "de",
+        tgt_lang: str = "en",
+        vocab_size: int = 8000,
+        seq_len: int = 256,
+        max_tokens: int = 4096,
+        max_sentences: int | None = None,
+        eval_max_tokens: int | None = None,
+        batch_size: int = 1,
+        micro_batch_size: int | None = None,
+        max_train_pairs: int | None = None,
+        max_eval_pairs: int | None = None,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        seed: int = 0,
+        bpe_train_mb: float | None = None,
+        **_: Any,
+    ) -> None:
+        super().__init__()
+        if bpe_train_mb is not None and (isinstance(bpe_train_mb, bool) or not bpe_train_mb > 0):
+            raise ValueError(f"bpe_train_mb must be positive (or null for the whole train split), got {bpe_train_mb}")
+        if src_lang == tgt_lang:
+            raise ValueError(f"data.src_lang and data.tgt_lang are both {src_lang!r}")
+        if self.languages and {src_lang, tgt_lang} - set(self.languages):
+            raise ValueError(
+                f"{self.name} has languages {self.languages}; got data.src_lang={src_lang} data.tgt_lang={tgt_lang}"
+            )
+        if max_tokens < seq_len:
+            raise ValueError(
+                f"data.max_tokens={max_tokens} must be at least data.seq_len={seq_len} "
+                f"(the longest pair must fit in a batch)"
+            )
+        if micro_batch_size not in (None, 1) or (micro_batch_size is None and batch_size > 1):
+            raise ValueError(
+                "translation batches are sized in tokens (data.max_tokens): data.batch_size counts token "
+                "batches per optimiser step (all devices), and data.micro_batch_size must be 1 (one token "
+                f"batch per forward pass); got batch_size={batch_size}, micro_batch_size={micro_batch_size}"
+            )
+        self.data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self.bpe_vocab_size, self.seq_len = vocab_size, seq_len
+        self.max_tokens, self.max_sentences = max_tokens, max_sentences
+        self.eval_max_tokens = eval_max_tokens or max_tokens
+        self.batch_size, self.micro_batch_size = batch_size, micro_batch_size
+        self.max_train_pairs, self.max_eval_pairs = max_train_pairs, max_eval_pairs
+        self.num_workers, self.pin_memory, self.seed = num_workers, pin_memory, seed
+        self.bpe_train_mb = bpe_train_mb
+        self.tokenizer: Tokenizer | None = None
+        self.vocab_size: int | None = None
+        self.datasets: dict[str, PairBatches] = {}
+        self.raw: dict[str, dict[str, list[str]]] = {}  # split -> {"src": lines, "tgt": lines}
+        self.padding_fraction: dict[str, float] = {}
+
+    # --- what a corpus provides ------------------------------------------------------
+
+    def source_key(self) -> Any:
+        """JSON-able identity of the raw sources (cheap: no reading of the text)."""
+        raise NotImplementedError
+
+    def line_sources(self) -> dict[str, dict[str, LineSource]]:
+        """split -> language -> its lines, for ``train``, ``val``, ``test`` and both languages."""
+        raise NotImplementedError
+
+    # --- cache ------------------------------------------------------------------------
+
+    def cache_path(self) -> Path:
+        key: dict[str, Any] = {
+            "format": CACHE_FORMAT_VERSION,
+            "corpus": self.name,
+            "sources": self.source_key(),
+            "langs": sorted((self.src_lang, self.tgt_lang)),
+            "max_train_pairs": self.max_train_pairs,
+        }
+        if self.bpe_train_mb is not None:  # other merges, other tokens (unset: the key, and folder, as before)
+            key["bpe_train_mb"] = self.bpe_train_mb
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+        return self.cache_dir / f"{self.name}-bpe{self.bpe_vocab_size}-{digest}"
+
+    def _build_cache(self, folder: Path) -> None:
+        sources = self.line_sources()
+        build_translation_cache(
+            folder,
+            {split: {lang: sources[split][lang] for lang in (self.src_lang, self.tgt_lang)} for split in SPLITS},
+            corpus=self.name,
+            vocab_size=self.bpe_vocab_size,
+            max_train_pairs=self.max_train_pairs,
+            bpe_train_mb=self.bpe_train_mb,
+            sources=self.source_key(),
+        )
+
+    # --- Lightning hooks --------------------------------------------------------------
+
+    def setup(self, stage: str | None = None) -> None:
+        folder = self.cache_path()
+        try:
+            meta = read_meta(folder)  # sizes checked: a truncated token file is not trained on
+        except CacheCorruptError:  # none yet (setup() called first, no Trainer) or damaged since
+            self.prepare_data()  # builds it, or verifies it and rebuilds it saying why
+            meta = read_meta(folder)
+        self.tokenizer = BPETokenizer.load(folder / BPETokenizer.FILENAME)
+        special_ids(self.tokenizer)
+        self.vocab_size = int(meta["vocab_size"])
+        if self.datasets:
+            return
+        dtype, limit = np.dtype(meta["ids_dtype"]), self.seq_len - 1  # room for the end token
+        for split in SPLITS:
+            src, tgt = (TokenSide.open(folder / f"{split}.{lang}", dtype) for lang in (self.src_lang, self.tgt_lang))
+            if split == "train":
+                src, tgt = self._trainable(src, tgt, limit)
+            else:
+                index = np.arange(min(self.max_eval_pairs or len(src), len(src)))
+                src, tgt = src.subset(index, limit), tgt.subset(index, limit)
+                self.raw[split] = {
+                    "src": head_lines(folder / f"{split}.{self.src_lang}.txt", len(index)),
+                    "tgt": head_lines(folder / f"{split}.{self.tgt_lang}.txt", len(index)),
+                }
+            src_lens, tgt_lens = src.lengths + 1, tgt.lengths + 1
+            max_tokens = self.max_tokens if split == "train" else self.eval_max_tokens
+            batches = make_batches(src_lens, tgt_lens, max_tokens, self.max_sentences if split == "train" else None)
+            self.padding_fraction[split] = padding_fraction(src_lens, tgt_lens, batches)
+            self.datasets[split] = PairBatches(src, tgt, batches)
+        train = self.datasets["train"]
+        log.info(
+            "%s %s->%s: %d training pairs in %d batches of <= %d tokens, padding %.1f%%",
+            self.name,
+            self.src_lang,
+            self.tgt_lang,
+            len(train.src),
+            len(train),
+            self.max_tokens,
+            100 * self.padding_fraction["train"],
+        )
+
+    def _trainable(self, src: TokenSide, tgt: TokenSide, limit: int) -> tuple[TokenSide, TokenSide]:
+        """The training pairs whose sides are both non-empty and at most ``limit`` tokens."""
+        fits = (src.lengths > 0) & (src.lengths <= limit) & (tgt.lengths > 0) & (tgt.lengths <= limit)
+        keep = np.flatnonzero(fits)
+        dropped = len(src) - len(keep)
+        if dropped:
+            log.info(
+                "%s: dropped %d of %d training pairs (empty, or longer than seq_len=%d)",
+                self.name,
+                dropped,
+                len(src),
+                self.seq_len,
+            )
+        if not len(keep):
+            both = (src.lengths > 0) & (tgt.lengths > 0)
+            if not both.any():  # not a length problem: say so rather than blame data.seq_len
+                raise ValueError(f"{self.name}: every training pair has an empty side: the training files hold no text")
+            shortest = int(np.maximum(src.lengths, tgt.lengths)[both].min())
+            raise ValueError(
+                f"{self.name}: no training pair is left with data.seq_len={self.seq_len}: the shortest pair has "
+                f"{shortest} tokens on its longer side; raise data.seq_len to at least {shortest}"
+            )
+        return src.subset(keep), tgt.subset(keep)
+
+    @property
+    def tokens_per_batch(self) -> int:
+        return self.max_tokens * self.batch_size
+
+    def references(self, split: str) -> list[str]:
+        return self.raw[split]["tgt"]
+
+    def unit_text(self, split: str) -> dict[str, Any]:
+        """What a per-sentence record of ``split`` needs (:mod:`ablate.eval_units`): ``text``, the
+        key of the exact sentences scored (the cached token files' SHA-256, the length limit and
+        the number of pairs), no block boundaries (the units are the split's sentences in file
+        order; the analysis cuts them into contiguous blocks)."""
+        files = read_meta(self.cache_path())["files"]
+        digest = hashlib.sha256(
+            "".join(files[f"{split}.{lang}.ids"]["sha256"] for lang in (self.src_lang, self.tgt_lang)).encode()
+        ).hexdigest()[:16]
+        pairs = len(self._dataset(split).src)
+        return {"text": f"{self.name}/{split}:{digest}:L{self.seq_len}:n{pairs}", "stride": 0, "bounds": None}
+
+    def sources(self, split: str) -> list[str]:
+        return self.raw[split]["src"]
+
+    def _dataset(self, split: str) -> PairBatches:
+        if split not in self.datasets:
+            self.setup()
+        return self.datasets[split]
+
+    def _loader(self, dataset: Dataset, sampler: ResumableSampler | None = None) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_size=None,
+            sampler=sampler,
+            shuffle=False,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        # an item is a whole token batch, so the sampler deals one item per rank and step
+        return self._loader(self._dataset("train"), self.training_sampler(self._dataset("train"), 1))
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self._dataset("val"))
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self._dataset("test"))
+
+    def position(self, sampler: ResumableSampler, steps_done: int) -> dict[str, int]:
+        """The rounds (one token batch per rank each) this epoch has consumed."""
+        return {"rounds_done": steps_done}
+
+    def resume_sampler(self, sampler: ResumableSampler, state: dict[str, int]) -> None:
+        sampler.resume_at(state["epoch"], state["rounds_done"])
