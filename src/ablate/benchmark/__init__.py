@@ -22,7 +22,8 @@ median.
 
 Modules (import from them; this package re-exports nothing):
 
-- :mod:`~ablate.benchmark.suite` -- the run: groups, rounds, ratios, headline, budgets, ``main``.
+- :mod:`~ablate.benchmark.suite` -- the run: groups, rounds, ratios, headline, ``main``.
+- :mod:`~ablate.benchmark.budgets` -- the overhead budgets checked against the measurements.
 - :mod:`~ablate.benchmark.loops` -- one variant's training loop in its thread (hand-written or
   Lightning).
 - :mod:`~ablate.benchmark.machine` -- the machine, the interference from other processes, memory.

@@ -1,6 +1,6 @@
 """The benchmark run: every configured group's variants composed and run round-robin in rounds,
-the ratios between them, the headline variant's speed, MFU and memory, the budgets checked, and
-:func:`main`, which writes ``benchmark.json`` and its Markdown summary."""
+the ratios between them, the headline variant's speed, MFU and memory, the budgets checked
+(:mod:`ablate.benchmark.budgets`), and :func:`main`, which writes ``benchmark.json`` and its Markdown summary."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import hydra
 import torch
@@ -21,6 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import ablate  # noqa: F401  (registers the config resolvers)
+from ablate.benchmark.budgets import check_budgets
 from ablate.benchmark.loops import HandLoop, LightningLoop, Runner, Variant
 from ablate.benchmark.machine import CpuShare, machine_info, peak_rss_mb, rss_mb
 from ablate.benchmark.report import jsonable, markdown_report, print_report
@@ -30,18 +31,6 @@ from ablate.nn.axes import spec_axes
 from ablate.nn.flops import flops_per_token
 from ablate.run.assembly import build_datamodule
 from ablate.run.preflight import check_config
-
-if TYPE_CHECKING:
-    pass
-
-
-BUDGET_TEXT = {
-    "framework_overhead": "Lightning loop overhead vs a hand-written loop",
-    "grad_norm_default_interval": "grad-norm logging at the default interval",
-    "grad_norm_every_step": "grad-norm logging every step",
-    "data_wait": "time waiting for data / step time",
-    "logged_tokens_per_sec": "logged train/tokens_per_sec vs timed, same steps",
-}
 
 
 @dataclass
@@ -285,7 +274,7 @@ class Benchmark:
         report["peak_flops"], report["peak_flops_source"] = self.peak_flops, how
         report["peak_flops_probes"] = self.probes
         report["headline"] = self.headline(head_group, head_variant, memory)
-        report["budgets"] = self.budgets(report)
+        report["budgets"] = check_budgets(report, self.bench.budgets)
         report["config"] = {
             "overrides": list(HydraConfig.get().overrides.task),
             "model": OmegaConf.to_container(cfg.model, resolve=True),
@@ -344,50 +333,6 @@ class Benchmark:
             hand_tps = self.tokens_per_step / statistics.median(hand.round_means)
             out["hand_loop_tokens_per_sec"] = hand_tps
             out["hand_loop_mfu"] = hand_tps * fpt / self.peak_flops if self.peak_flops else None
-        return out
-
-    def budgets(self, report: dict[str, Any]) -> dict[str, Any]:
-        limits = self.bench.budgets
-        ratios = {k: v for g in report["groups"].values() for k, v in g["ratios"].items()}
-        measured: dict[str, float | None] = {}
-        for key in ("framework_overhead", "grad_norm_default_interval", "grad_norm_every_step"):
-            measured[key] = ratios[key]["median"] - 1 if key in ratios else None
-        # direct cost of grad-norm logging: time inside the callback (norms and logger writes)
-        # per step over the step time of the same variant
-        direct: dict[str, float | None] = {}
-        loop = report["groups"].get("loop", {}).get("variants", {})
-        for key, vname in (
-            ("grad_norm_default_interval", "lightning"),
-            ("grad_norm_every_step", "grad_norm_every_step"),
-        ):
-            v = loop.get(vname) or {}
-            ms = (v.get("callback_ms_per_step") or {}).get("GradNormMonitor")
-            direct[key] = ms / 1e3 / v["round_mean_step_s"]["median"] if ms is not None else None
-        aa = ratios.get("aa_control")
-        resolution = abs(aa["median"] - 1) if aa else None
-        head = report["headline"]
-        measured["data_wait"] = head.get("data_wait_fraction")
-        same = head.get("logged_vs_timed_same_steps")
-        measured["logged_tokens_per_sec"] = abs(same) if same is not None else None
-        out = {}
-        for key, value in measured.items():
-            limit = float(limits[key])
-            met = None if value is None else value <= limit
-            out[key] = {
-                "what": BUDGET_TEXT[key],
-                "measured": value,
-                "limit": limit,
-                "met": met,
-                "missed_by": None if value is None or met else value - limit,
-            }
-            if key in ("framework_overhead", "grad_norm_default_interval", "grad_norm_every_step"):
-                out[key]["aa_control"] = resolution  # |hand_again / hand - 1|: what noise alone gives
-                # a miss no larger than the A/A control's deviation is not distinguishable from noise
-                out[key]["within_noise"] = bool(
-                    not met and resolution is not None and value is not None and value - limit <= resolution
-                )
-            if key in direct:
-                out[key]["direct"] = direct[key]
         return out
 
 
