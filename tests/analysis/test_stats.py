@@ -25,11 +25,13 @@ import yaml
 from scipy import stats as scipy_stats
 
 import forked_python
-from ablate.analysis import stats
+from ablate.analysis import interaction_stats, stats
 from ablate.analysis.interaction import interaction_table
 from ablate.analysis.markdown import markdown_table
+from ablate.analysis.power_law import PowerLaw, fit_power_law
 from ablate.analysis.runs import at_tuned_rates, load_sweep
-from ablate.analysis.scaling import Curve, PowerLaw, compute_multiplier, fit_power_law, multiplier, scaling_curves
+from ablate.analysis.scaling import Curve, compute_multiplier, multiplier
+from ablate.analysis.scaling_sweep import scaling_curves
 from ablate.analysis.tables import find_baseline, summarize
 from conftest import HANG_TIMEOUT, REPO
 
@@ -817,7 +819,7 @@ CELLS = np.array(
 
 def test_interaction_against_a_hand_computation():
     seeds = [11, 12, 13, 14]
-    result = stats.interaction(*CELLS, seeds=seeds, margin=0.2)
+    result = interaction_stats.interaction(*CELLS, seeds=seeds, margin=0.2)
     y = CELLS[:, :3]  # seed 14 has no value in one cell: left out of every statistic
     d = (y[0] - y[1]) - (y[2] - y[3])
     n, mean, se = 3, d.mean(), d.std(ddof=1) / math.sqrt(3)
@@ -836,27 +838,28 @@ def test_interaction_against_a_hand_computation():
         assert effect.p == pytest.approx(scipy_stats.ttest_rel(b1, b2).pvalue)
     assert result.delta == pytest.approx(result.within_a1.diff - result.within_a2.diff)
     # the contrast is symmetric: the effect of A within b1 minus within b2 is the same number
-    swapped = stats.interaction(CELLS[0], CELLS[2], CELLS[1], CELLS[3], seeds)
+    swapped = interaction_stats.interaction(CELLS[0], CELLS[2], CELLS[1], CELLS[3], seeds)
     assert swapped.delta == pytest.approx(result.delta) and swapped.p == pytest.approx(result.p)
     # a seed's own offset, the same in its four cells, cancels
-    shifted = stats.interaction(*(CELLS + np.array([1.0, -2.0, 0.5, 3.0])), seeds=seeds)
+    shifted = interaction_stats.interaction(*(CELLS + np.array([1.0, -2.0, 0.5, 3.0])), seeds=seeds)
     assert shifted.delta == pytest.approx(result.delta) and shifted.p == pytest.approx(result.p)
 
 
 def test_interaction_verdicts():
     planted = CELLS[:, :3] + np.array([[0.5, 0.6, 0.4], [0, 0, 0], [0, 0, 0], [0, 0, 0]])
-    result = stats.interaction(*planted, seeds=[11, 12, 13], margin=0.05)
-    assert result.p < 0.05 and stats.interaction_verdict(result, result.p, result.p_tost) == "interaction"
-    assert stats.interaction_verdict(result, 0.06, result.p_tost) == "inconclusive"  # after Holm: not shown
-    assert stats.interaction_verdict(result, result.p, 0.01) == "no interaction within ±0.05"  # TOST first
-    two = stats.interaction(*CELLS[:, 2:], seeds=[13, 14])  # one seed left: untested
-    assert stats.interaction_verdict(two, two.p) == "not tested (n = 1 < 2; left out 1/2)" and two.n == 1
-    left_out = stats.interaction(*CELLS, seeds=[11, 12, 13, 14])  # seed 14 diverged in one cell: noted
-    assert stats.interaction_verdict(left_out, 0.5) == "inconclusive (left out 1/4)"
-    additive = stats.interaction([1.0, 2.0], [0.5, 1.5], [2.0, 3.0], [1.5, 2.5], [1, 2])  # identical contrasts
-    assert stats.interaction_verdict(additive, additive.p) == "not tested (no seed spread)"
+    result = interaction_stats.interaction(*planted, seeds=[11, 12, 13], margin=0.05)
+    assert result.p < 0.05 and interaction_stats.interaction_verdict(result, result.p, result.p_tost) == "interaction"
+    assert interaction_stats.interaction_verdict(result, 0.06, result.p_tost) == "inconclusive"  # after Holm: not shown
+    assert interaction_stats.interaction_verdict(result, result.p, 0.01) == "no interaction within ±0.05"  # TOST first
+    two = interaction_stats.interaction(*CELLS[:, 2:], seeds=[13, 14])  # one seed left: untested
+    assert interaction_stats.interaction_verdict(two, two.p) == "not tested (n = 1 < 2; left out 1/2)" and two.n == 1
+    left_out = interaction_stats.interaction(*CELLS, seeds=[11, 12, 13, 14])  # seed 14 diverged in one cell: noted
+    assert interaction_stats.interaction_verdict(left_out, 0.5) == "inconclusive (left out 1/4)"
+    # identical contrasts
+    additive = interaction_stats.interaction([1.0, 2.0], [0.5, 1.5], [2.0, 3.0], [1.5, 2.5], [1, 2])
+    assert interaction_stats.interaction_verdict(additive, additive.p) == "not tested (no seed spread)"
     with pytest.raises(ValueError, match="positive"):
-        stats.interaction(*CELLS, seeds=[11, 12, 13, 14], margin=0.0)
+        interaction_stats.interaction(*CELLS, seeds=[11, 12, 13, 14], margin=0.0)
 
 
 def test_interaction_error_rates_by_simulation():
@@ -873,18 +876,18 @@ def test_interaction_error_rates_by_simulation():
         return main_effects + planted + seed_part + rng.normal(0, sd, (4, draws, n))
 
     null = design(0.0)
-    result, _ = stats.contrast_test(stats.interaction_contrasts(*null))
+    result, _ = interaction_stats.contrast_test(interaction_stats.interaction_contrasts(*null))
     assert (result.pvalue < 0.05).mean() <= 0.055
     assert (result.pvalue < 0.05).mean() >= 0.045  # and not trivially conservative
     for k in range(50):  # the scalar path the table takes says the same
-        one = stats.interaction(*null[:, k], seeds=[11, 12, 13])
+        one = interaction_stats.interaction(*null[:, k], seeds=[11, 12, 13])
         assert one.p == pytest.approx(result.pvalue[k])
-        assert (stats.interaction_verdict(one, one.p) == "interaction") == (result.pvalue[k] < 0.05)
+        assert (interaction_stats.interaction_verdict(one, one.p) == "interaction") == (result.pvalue[k] < 0.05)
     for delta in (0.1, 1.0):  # near the noise (se of the contrast ~0.12) and far beyond it
         for true in (delta, -delta):
-            _, p_tost = stats.contrast_test(stats.interaction_contrasts(*design(true)), delta)
+            _, p_tost = interaction_stats.contrast_test(interaction_stats.interaction_contrasts(*design(true)), delta)
             assert (p_tost < 0.05).mean() <= 0.055
-    _, p_tost = stats.contrast_test(stats.interaction_contrasts(*null), 1.0)
+    _, p_tost = interaction_stats.contrast_test(interaction_stats.interaction_contrasts(*null), 1.0)
     assert (p_tost < 0.05).mean() > 0.9  # no interaction, δ = 8 se: shown most of the time
 
 

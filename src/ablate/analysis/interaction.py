@@ -5,7 +5,7 @@ names factor A (the first, levels a1, a2) and factor B (the second, levels b1, b
 cut into *slices*: each ``--where`` (default: the whole sweep), and within it each combination of
 the values of the other axes (e.g. each learning rate), so that the four cells of a contrast
 differ in A and B only. Per slice and metric, on the seeds run in all four cells
-(:func:`ablate.analysis.stats.interaction`):
+(:func:`ablate.analysis.interaction_stats.interaction`):
 
 * the cell means (over the seeds of the contrast, so that the four rest on the same seeds);
 * the simple effects of B within a1 and within a2, y[a, b1] - y[a, b2] (paired t, unadjusted:
@@ -15,7 +15,7 @@ differ in A and B only. Per slice and metric, on the seeds run in all four cells
   |Δ_int| < δ;
 * the p-values Holm-adjusted over the family (every contrast of the call, or with
   ``family="table"`` each metric's contrasts) and a verdict
-  (:func:`~ablate.analysis.stats.interaction_verdict`).
+  (:func:`~ablate.analysis.interaction_stats.interaction_verdict`).
 
 A job's value is its final metric when it completed; a diverged, crashed or unfinished job has
 none (NaN), so its seed is left out of that contrast, and the ``left out`` column says which seed
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ablate.analysis import stats
+from ablate.analysis import interaction_stats, stats
 from ablate.analysis.markdown import fmt, format_ci, format_p
 from ablate.analysis.runs import Job, Sweep, canonical, higher_is_better
 from ablate.analysis.tables import margin_for, parse_baseline, pick_metric, where
@@ -59,7 +59,7 @@ class Contrast:
 
     metric: str
     slice: str
-    result: stats.Interaction
+    result: interaction_stats.Interaction
     left_out: str
 
 
@@ -160,7 +160,7 @@ def slices(sweep: Sweep, factors: tuple[Factor, Factor], wheres: Sequence[str | 
 
 
 def cells(factors: tuple[Factor, Factor]) -> list[tuple[str, str]]:
-    """The four cells in the order of :func:`~ablate.analysis.stats.interaction`: a1b1, a1b2, a2b1, a2b2."""
+    """The four cells in the order of :func:`~ablate.analysis.interaction_stats.interaction`: a1b1, a1b2, a2b1, a2b2."""
     a, b = factors
     return [(x, y) for x in a.levels for y in b.levels]
 
@@ -189,7 +189,7 @@ def contrast(
     runs = list(by_cell.values())
     seeds = sorted(set.intersection(*(set(r) for r in runs)))
     a1b1, a1b2, a2b1, a2b2 = ([final_value(r[s], metric) for s in seeds] for r in runs)
-    result = stats.interaction(a1b1, a1b2, a2b1, a2b2, seeds, margin)
+    result = interaction_stats.interaction(a1b1, a1b2, a2b1, a2b2, seeds, margin)
     reasons: dict[str, list[int]] = {}  # why -> the seeds left out for that reason
     for seed in result.left_out:
         bad = [(cell, r[seed]) for cell, r in by_cell.items() if not math.isfinite(final_value(r[seed], metric))]
@@ -269,7 +269,7 @@ def _row(c: Contrast, factors: tuple[Factor, Factor], p_holm: float, p_tost_holm
         row[f"{name} p"] = effect.p
     row.update(interaction=r.delta, interaction_ci_low=r.low, interaction_ci_high=r.high, se=r.se, df=r.df)
     row.update(p=r.p, p_holm=p_holm, margin=r.margin, p_tost=r.p_tost, p_tost_holm=p_tost_holm)
-    row["verdict"] = stats.interaction_verdict(r, p_holm, p_tost_holm, alpha)
+    row["verdict"] = interaction_stats.interaction_verdict(r, p_holm, p_tost_holm, alpha)
     return row
 
 

@@ -21,18 +21,13 @@ small to matter, and how large a difference could the sweep have seen?
   applies to the first of m comparisons. It plans the next sweep; it says nothing about the size
   of the true effect of this one (a non-significant result with a small MDE is not evidence of a
   small effect: that is the post-hoc power fallacy, Hoenig & Heisey 2001; only TOST is);
-* :func:`divergence_test`: the divergence rates of variant and baseline, each with its
-  Clopper-Pearson interval, compared by Boschloo's exact test (two-sided; an unconditional exact
-  test, uniformly more powerful than Fisher's; ``scipy.stats.boschloo_exact``): descriptive;
-* :func:`worst_rank_test`: divergence kept as an outcome. When a seed diverged, the row's one
-  difference test ranks every seed, a diverged run worst (Lachin 1999, "worst-rank score
-  analysis"), and compares the ranks with an exact permutation test: no seed is dropped before
-  the comparison, and the row has one test in the one Holm family (issue 34 item 5);
 * :func:`verdict`: ``better`` / ``worse`` / ``equivalent (±δ)`` / ``equivalence not shown`` /
-  ``inconclusive`` (see there);
-* :func:`interaction`: the interaction contrast of a 2 x 2 design on paired seeds (does the effect
-  of one factor depend on the level of the other?), with :func:`interaction_verdict`
-  (``interaction`` / ``no interaction within ±δ`` / ``inconclusive``).
+  ``inconclusive`` (see there).
+
+Elsewhere: divergence kept as an outcome (the rates with Boschloo's test, and the worst-rank
+test of a row where a seed diverged) in :mod:`~ablate.analysis.divergence`; the interaction
+contrast of a 2 x 2 design and its verdict in :mod:`~ablate.analysis.interaction_stats`; the
+crossed seed x text interval in :mod:`~ablate.analysis.crossed`.
 
 The functions take plain values (one per seed); :mod:`~ablate.analysis.tables` applies them to a
 sweep's final metric.
@@ -43,7 +38,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy import optimize, stats
@@ -288,90 +282,6 @@ def direction(diff: float, higher_is_better: bool) -> str:
     return BETTER if (diff > 0) == higher_is_better else WORSE
 
 
-@dataclass(frozen=True)
-class Rates:
-    """Divergence of variant and baseline: k of n seeds each, each rate's Clopper-Pearson interval,
-    and the two-sided p-value of Boschloo's exact test of equal rates (NaN when neither diverged)."""
-
-    k: int
-    n: int
-    low: float
-    high: float
-    k_baseline: int
-    n_baseline: int
-    p: float
-
-    @property
-    def rate(self) -> float:
-        return self.k / self.n if self.n else math.nan
-
-    @property
-    def baseline_rate(self) -> float:
-        return self.k_baseline / self.n_baseline if self.n_baseline else math.nan
-
-
-def rate_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Clopper-Pearson (exact) interval of a rate k/n (``scipy.stats.binomtest``); NaN for n = 0."""
-    if n <= 0:
-        return math.nan, math.nan
-    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence, method="exact")
-    return float(ci.low), float(ci.high)
-
-
-def divergence_test(k: int, n: int, k_baseline: int, n_baseline: int, confidence: float = CONFIDENCE) -> Rates:
-    """k of n variant seeds diverged, ``k_baseline`` of ``n_baseline`` baseline seeds: the variant's
-    rate with its Clopper-Pearson interval, and Boschloo's exact two-sided test of equal rates
-    (``scipy.stats.boschloo_exact``; 1/3 against 0/3 gives p = 0.55, 3/3 against 0/3 p = 0.031).
-    Untested (NaN p) when neither side diverged or a side has no seeds."""
-    low, high = rate_interval(k, n, confidence)
-    p = math.nan
-    if n > 0 and n_baseline > 0 and (k or k_baseline):
-        table = [[int(k), int(n - k)], [int(k_baseline), int(n_baseline - k_baseline)]]
-        p = min(1.0, float(stats.boschloo_exact(table, alternative="two-sided").pvalue))
-    return Rates(int(k), int(n), low, high, int(k_baseline), int(n_baseline), p)
-
-
-def worst_rank_test(
-    variant: Sequence[float | None],
-    baseline: Sequence[float | None],
-    variant_diverged: int,
-    baseline_diverged: int,
-    higher_is_better: bool,
-) -> tuple[float, float]:
-    """Every seed kept: each side's completed values plus its diverged runs, ranked together with
-    a diverged run worst (below every value; Lachin 1999), the statistic the variant's mean rank
-    minus the baseline's (ties share their average rank), its two-sided p-value from the exact
-    permutation distribution over the seeds' assignment to the two sides
-    (``scipy.stats.permutation_test``; Monte Carlo with 20,000 draws, fixed seed, beyond 20,000
-    assignments). Returns ``(p, shift)``, shift > 0 when the variant ranks towards larger values.
-    With 3 seeds a side the smallest possible p is 0.1: three seeds cannot show much."""
-    worst = -math.inf if higher_is_better else math.inf
-    v = np.array([*finite(variant), *[worst] * variant_diverged])
-    b = np.array([*finite(baseline), *[worst] * baseline_diverged])
-    if len(v) < 2 or len(b) < 2:
-        return math.nan, math.nan
-
-    def shift(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-        ranks = stats.rankdata(np.concatenate([x, y], axis=axis), axis=axis)
-        n = x.shape[axis]
-        return ranks[..., :n].mean(axis=-1) - ranks[..., n:].mean(axis=-1)
-
-    observed = float(shift(v, b))
-    if np.all(np.concatenate([v, b]) == v[0]):
-        return math.nan, 0.0
-    exact = math.comb(len(v) + len(b), len(v)) <= 20_000
-    result = stats.permutation_test(
-        (v, b),
-        shift,
-        permutation_type="independent",
-        vectorized=True,
-        n_resamples=math.inf if exact else 20_000,
-        alternative="two-sided",
-        random_state=0,
-    )
-    return min(1.0, float(result.pvalue)), observed
-
-
 def verdict(
     comparison: Comparison,
     p_adjusted: float,
@@ -394,8 +304,8 @@ def verdict(
        smaller than anything that matters). Never when a seed diverged: a diverged run is not
        within δ of anything;
     3. ``better`` / ``worse`` when the difference test's p-value is below alpha (the paired or
-       crossed t-test; with diverged seeds the worst-rank test, :func:`worst_rank_test`, whose
-       direction is the rank shift);
+       crossed t-test; with diverged seeds the worst-rank test,
+       :func:`~ablate.analysis.divergence.worst_rank_test`, whose direction is the rank shift);
     4. with a margin: ``equivalence not shown`` (neither test passed: the difference is neither
        shown nor bounded by δ); without one: ``inconclusive``. Never "no difference", never
        "rejected".
@@ -430,137 +340,3 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     if not finite:
         return math.nan, math.nan
     return float(np.mean(finite)), float(np.std(finite, ddof=1)) if len(finite) > 1 else math.nan
-
-
-# ----------------------------------------------------------------------------- a 2 x 2 interaction
-
-INTERACTION = "interaction"
-NO_INTERACTION = "no interaction within"
-
-
-@dataclass(frozen=True)
-class Interaction:
-    """A 2 x 2 design, factor A (levels a1, a2) x factor B (b1, b2), on the seeds run in all four
-    cells. ``within_a1`` and ``within_a2`` are the simple effects of B, y[a, b1] - y[a, b2], as
-    paired comparisons (:func:`compare`, unadjusted); the interaction contrast is, per seed,
-
-        Δ_int = (y[a1, b1] - y[a1, b2]) - (y[a2, b1] - y[a2, b2]),
-
-    the difference of the two simple effects (equally: of A's simple effects within b1 and b2),
-    with its mean ``delta``, the ``confidence`` t interval (df = n - 1), the two-sided p-value of
-    the one-sample t-test of the per-seed contrasts against 0 and, with a ``margin`` δ, the TOST
-    p-value of |Δ_int| < δ (all unadjusted)."""
-
-    seeds: tuple[int, ...]  # the seeds the contrast rests on: a finite value in every cell
-    left_out: tuple[int, ...]  # seeds given with a non-finite value in some cell (e.g. diverged)
-    means: tuple[float, ...]  # the four cell means over ``seeds``: a1b1, a1b2, a2b1, a2b2
-    within_a1: Comparison
-    within_a2: Comparison
-    delta: float
-    low: float
-    high: float
-    p: float
-    se: float
-    df: float
-    margin: float = math.nan  # δ of the TOST (NaN: none)
-    p_tost: float = math.nan
-
-    @property
-    def n(self) -> int:
-        return len(self.seeds)
-
-    @property
-    def tested(self) -> bool:
-        return math.isfinite(self.p)
-
-
-def interaction_contrasts(a1b1: np.ndarray, a1b2: np.ndarray, a2b1: np.ndarray, a2b2: np.ndarray) -> np.ndarray:
-    """Per seed (elementwise): (a1b1 - a1b2) - (a2b1 - a2b2), the effect of B within a1 minus
-    its effect within a2. A seed's own offset, shared by its four cells (the same data order and
-    initialisation), cancels, which is why the contrast is taken per seed."""
-    return (a1b1 - a1b2) - (a2b1 - a2b2)
-
-
-def contrast_test(contrasts: np.ndarray, margin: float | None = None) -> tuple[Any, np.ndarray | float]:
-    """The one-sample t-test of per-seed contrasts against 0 along the last axis (vectorised over
-    the others; ``scipy.stats.ttest_1samp``: ``pvalue``, ``df``, ``confidence_interval``) and,
-    with a ``margin`` δ, the TOST p-value of |mean| < δ: the larger of the one-sided p-values of
-    H0: Δ <= -δ and H0: Δ >= +δ (NaN without a margin)."""
-    result = stats.ttest_1samp(contrasts, 0.0, axis=-1)
-    if margin is None:
-        return result, math.nan
-    lower = stats.ttest_1samp(contrasts, -margin, axis=-1, alternative="greater").pvalue
-    upper = stats.ttest_1samp(contrasts, margin, axis=-1, alternative="less").pvalue
-    p_tost = np.maximum(lower, upper)
-    return result, float(p_tost) if np.ndim(p_tost) == 0 else p_tost
-
-
-def interaction(
-    a1b1: Sequence[float],
-    a1b2: Sequence[float],
-    a2b1: Sequence[float],
-    a2b2: Sequence[float],
-    seeds: Sequence[int],
-    margin: float | None = None,
-    confidence: float = CONFIDENCE,
-) -> Interaction:
-    """The interaction contrast of four cells given per seed (``cell[i]`` is seed ``seeds[i]``'s
-    value): a seed with a non-finite value in any cell (a diverged run) is left out of every
-    statistic, since a contrast needs all four of its values. Untested (NaN p) with fewer than two
-    seeds left or when the per-seed contrasts show no spread (t undefined)."""
-    if margin is not None and not (math.isfinite(margin) and margin > 0):
-        raise ValueError(f"margin {margin!r}: the smallest difference of interest must be a positive number")
-    if any(len(cell) != len(seeds) for cell in (a1b1, a1b2, a2b1, a2b2)):
-        raise ValueError(f"each cell needs one value per seed ({len(seeds)} seeds)")
-    cells = np.array([a1b1, a1b2, a2b1, a2b2], dtype=float).reshape(4, len(seeds))  # (4, 0) without seeds
-    kept = np.isfinite(cells).all(axis=0)
-    used = tuple(int(s) for s, k in zip(seeds, kept) if k)
-    cells = cells[:, kept]
-    contrasts = interaction_contrasts(*cells)
-    se = float(contrasts.std(ddof=1) / math.sqrt(len(contrasts))) if len(contrasts) >= 2 else math.nan
-    low = high = p = df = p_tost = math.nan
-    if len(contrasts) >= 2 and not se > 1e-12 * np.abs(cells).max():  # identical contrasts up to rounding
-        se = 0.0  # t is undefined: untested, as compare() does
-    elif len(contrasts) >= 2:
-        result, equivalence = contrast_test(contrasts, margin)
-        ci = result.confidence_interval(confidence)
-        low, high, p_tost = float(ci.low), float(ci.high), float(equivalence)
-        p, df = float(result.pvalue), float(result.df)
-    return Interaction(
-        seeds=used,
-        left_out=tuple(int(s) for s, k in zip(seeds, kept) if not k),
-        means=tuple(float(c.mean()) if len(c) else math.nan for c in cells),
-        within_a1=compare(list(cells[0]), list(cells[1]), used, used),
-        within_a2=compare(list(cells[2]), list(cells[3]), used, used),
-        delta=float(contrasts.mean()) if len(contrasts) else math.nan,
-        low=low,
-        high=high,
-        p=p,
-        se=se,
-        df=df,
-        margin=math.nan if margin is None else float(margin),
-        p_tost=p_tost,
-    )
-
-
-def interaction_verdict(
-    result: Interaction, p_adjusted: float, p_tost_adjusted: float = math.nan, alpha: float = ALPHA
-) -> str:
-    """The verdict on an interaction contrast from its family-adjusted (Holm) p-values, in the
-    order of :func:`verdict`: ``not tested (...)`` without a test; ``no interaction within ±δ``
-    when the TOST p-value is below alpha (whatever the t-test says: any interaction is then
-    smaller than δ); ``interaction`` when the t-test's is (its interval excludes 0); else
-    ``inconclusive``, never "no interaction". A note ``(left out k/n)`` counts the seeds given
-    with a non-finite value in some cell, as :func:`verdict` notes ``(diverged k/n)``."""
-    given = result.n + len(result.left_out)
-    note = f"left out {len(result.left_out)}/{given}" if result.left_out else ""
-    if not result.tested:
-        why = "no seed spread" if result.se == 0 else f"n = {result.n} < 2"
-        return f"not tested ({why}" + (f"; {note})" if note else ")")
-    if p_tost_adjusted < alpha:
-        word = f"{NO_INTERACTION} ±{result.margin:g}"
-    elif p_adjusted < alpha:
-        word = INTERACTION
-    else:
-        word = INCONCLUSIVE
-    return word + (f" ({note})" if note else "")

@@ -39,6 +39,7 @@ import pandas as pd
 from ablate.analysis import budget, stats
 from ablate.analysis.convergence import is_stalled, late_change
 from ablate.analysis.crossed import crossed
+from ablate.analysis.divergence import divergence_test, worst_rank_test
 from ablate.analysis.paper import PaperResults
 from ablate.analysis.runs import Job, Sweep, canonical, higher_is_better
 from ablate.analysis.stats import mean_std
@@ -236,7 +237,7 @@ def compare_row(
     """The statistics of one row against the baseline (the ``diff`` ... ``inference`` cells):
 
     * a seed diverged on either side: the **worst-rank** test over every seed (diverged runs
-      ranked worst, :func:`ablate.analysis.stats.worst_rank_test`) is the row's difference test;
+      ranked worst, :func:`ablate.analysis.divergence.worst_rank_test`) is the row's difference test;
       Δ and its interval are the surviving seeds' (descriptive), no equivalence test;
     * else, with per-unit test losses for every completed seed of both sides (a ``test/loss`` or
       ``test/bpb`` metric, final values): the **crossed** seed x text interval and test
@@ -250,7 +251,7 @@ def compare_row(
     inference = c.test
     extra: dict[str, object] = {}
     if counts["diverged"] or base_counts["diverged"]:
-        p, shift = stats.worst_rank_test(values, base_values, counts["diverged"], base_counts["diverged"], better_up)
+        p, shift = worst_rank_test(values, base_values, counts["diverged"], base_counts["diverged"], better_up)
         c = dataclasses.replace(c, test="worst-rank" if math.isfinite(p) else "", p=p, shift=shift, p_tost=math.nan)
         inference = f"worst-rank, {len(jobs) - counts['crashed'] - counts['incomplete']} vs " + (
             f"{len(base_jobs) - base_counts['crashed'] - base_counts['incomplete']} seeds (diverged ranked worst)"
@@ -287,7 +288,7 @@ def compare_row(
                 )
         elif why or why_base:
             inference = f"{c.test} ({why or why_base})"
-    rates = stats.divergence_test(counts["diverged"], len(jobs), base_counts["diverged"], len(base_jobs))
+    rates = divergence_test(counts["diverged"], len(jobs), base_counts["diverged"], len(base_jobs))
     return dict(
         diff=c.diff,
         diff_ci_low=c.low,
@@ -351,7 +352,7 @@ def compare_to_baseline(
             "margin": math.nan if margin is None else margin,
         }
         counts = _counts(jobs)
-        rates = stats.divergence_test(counts["diverged"], len(jobs), base_counts["diverged"], len(variants[base_key]))
+        rates = divergence_test(counts["diverged"], len(jobs), base_counts["diverged"], len(variants[base_key]))
         cell.update(diverged_rate=rates.rate, diverged_ci_low=rates.low, diverged_ci_high=rates.high)
         if key != base_key:
             cell.update(compare_row(jobs, variants[base_key], metric, value, margin))

@@ -16,7 +16,8 @@ sd; ``--ci seeds``: the seeds resampled jointly), optionally with one asymptote 
 curves (``--shared-asymptote``), and a flag when the answer extrapolates the baseline's law past
 its measured computes (``--no-extrapolation`` refuses such rows). Prints the points and the fits as Markdown, and writes
 ``compute_multiplier.png`` and ``compute_multiplier.csv`` to ``--out`` (default ``<sweep>/figures``).
-Method, compute count and edge cases: ``src/ablate/analysis/scaling.py``.
+Method and edge cases: ``src/ablate/analysis/scaling.py`` (the fit: ``power_law.py``; the compute count:
+``scaling_sweep.py``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ import pandas as pd
 from ablate.analysis.compute import FLOPS
 from ablate.analysis.figures.comparisons import compute_multiplier_figure
 from ablate.analysis.runs import Sweep, at_tuned_rates, load_sweep, tuned_key
-from ablate.analysis.scaling import METHODS, Curve, Multiplier, compute_multiplier, find_curve, scaling_curves
+from ablate.analysis.scaling import METHODS, Curve, Multiplier, compute_multiplier
+from ablate.analysis.scaling_sweep import find_curve, scaling_curves
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -170,7 +172,7 @@ def notes(args: argparse.Namespace, results: list[Multiplier]) -> str:
         [
             f"Fit: final {args.metric} = E + A C^-α per variant over every (scale, seed) point: least squares in "
             "log-compute by variable projection (E and A in closed form for each α, a one-dimensional search over α; "
-            "src/ablate/analysis/scaling.py).",
+            "src/ablate/analysis/power_law.py).",
             f"Compute C = {compute} x steps x data.batch_size x data.seq_len (translation: x data.max_tokens), "
             "N = status.json params.",
             "Multiplier at C* (the variant's largest measured compute): the compute the baseline's fit needs to reach the "

@@ -23,8 +23,9 @@ from ablate.analysis.figures.common import (
     wants_log,
 )
 from ablate.analysis.paper import PaperResults
+from ablate.analysis.power_law import PowerLaw
 from ablate.analysis.runs import Sweep
-from ablate.analysis.scaling import Curve, Multiplier, PowerLaw
+from ablate.analysis.scaling import Curve, Multiplier
 from ablate.analysis.series import (
     STUCK_METRIC,
     STUCK_TOLERANCE,
