@@ -19,7 +19,7 @@ from typing import Any
 import lightning as L
 from torch.utils.data import Dataset
 
-from ablate.data.cache import ensure_cache
+from ablate.data.cache import CacheCorruptError, ensure_cache, read_meta
 from ablate.data.samplers import ResumableSampler
 from ablate.errors import UserError
 from ablate.seeds import ORDER_VERSION
@@ -52,6 +52,17 @@ class CachedCorpus(L.LightningDataModule):
         """Tokenise the corpus into the cache folder unless an intact cache exists (a damaged one
         is rebuilt: :func:`ablate.data.cache.ensure_cache`)."""
         ensure_cache(self.cache_path(), self._build_cache)
+
+    def cache_meta(self) -> dict[str, Any]:
+        """The cache's ``meta.json`` (sizes checked: a truncated token file is not trained on); a
+        cache that is missing (``setup()`` called first, no Trainer) or damaged since is built
+        first, or verified and rebuilt saying why."""
+        folder = self.cache_path()
+        try:
+            return read_meta(folder)
+        except CacheCorruptError:
+            self.prepare_data()
+            return read_meta(folder)
 
     # --- the training order --------------------------------------------------------------
 

@@ -247,11 +247,7 @@ class LMDataModule(CachedCorpus):
     def setup(self, stage: str | None = None) -> None:
         """Memory-map the cached splits needed for ``stage``; set :attr:`tokenizer` and :attr:`vocab_size`."""
         folder = self.cache_path()
-        try:
-            meta = read_meta(folder)  # sizes checked: a truncated token file is not trained on
-        except CacheCorruptError:  # none yet (setup() called first, no Trainer) or damaged since
-            self.prepare_data()  # builds it, or verifies it and rebuilds it saying why
-            meta = read_meta(folder)
+        meta = self.cache_meta()
         cls = tokenizer_class(self.tokenizer_kind)
         self.tokenizer = cls.load(folder / cls.FILENAME)
         self.vocab_size = int(meta["vocab_size"])

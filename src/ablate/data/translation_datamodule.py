@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
-from ablate.data.cache import CacheCorruptError, read_meta
+from ablate.data.cache import read_meta
 from ablate.data.corpus import CachedCorpus
 from ablate.data.samplers import ResumableSampler
 from ablate.data.sources import default_cache_dir, default_data_dir
@@ -186,11 +186,7 @@ class TranslationDataModule(CachedCorpus):
 
     def setup(self, stage: str | None = None) -> None:
         folder = self.cache_path()
-        try:
-            meta = read_meta(folder)  # sizes checked: a truncated token file is not trained on
-        except CacheCorruptError:  # none yet (setup() called first, no Trainer) or damaged since
-            self.prepare_data()  # builds it, or verifies it and rebuilds it saying why
-            meta = read_meta(folder)
+        meta = self.cache_meta()
         self.tokenizer = BPETokenizer.load(folder / BPETokenizer.FILENAME)
         special_ids(self.tokenizer)
         self.vocab_size = int(meta["vocab_size"])
