@@ -72,8 +72,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ablate.analysis.compute import job_compute
-from ablate.analysis.runs import Sweep, higher_is_better
-from ablate.analysis.tables import parse_baseline
+from ablate.analysis.job import higher_is_better
+from ablate.analysis.runs import Sweep
+from ablate.analysis.specs import parse_baseline
 
 MIN_SCALES = 3
 _ALPHA_BOUNDS = (1e-3, 5.0)
