@@ -53,7 +53,7 @@ def test_the_built_in_declarations() -> None:
 
 
 def test_an_undeclared_metric_is_refused_by_name_where_a_direction_is_needed() -> None:
-    from ablate.analysis.runs import higher_is_better
+    from ablate.analysis.job import higher_is_better
 
     with pytest.raises(metrics.UndeclaredMetricError, match=r"'val/f1'.*declared: .*bleu"):
         higher_is_better("val/f1")
@@ -69,7 +69,7 @@ def test_a_quantity_declared_twice_must_mean_the_same() -> None:
 
 
 def test_a_declared_metric_appears_everywhere(accuracy: Metric) -> None:
-    from ablate.analysis.runs import higher_is_better
+    from ablate.analysis.job import higher_is_better
     from ablate.callbacks.progress import TextProgress
     from ablate.cli.console import format_run_summary, headline_metrics
     from ablate.tracking.wandb_run import summary_goals

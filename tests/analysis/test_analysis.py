@@ -29,9 +29,10 @@ from PIL import Image
 
 import forked_python
 from ablate.analysis.attention import lm_attention, translation_attention
+from ablate.analysis.job import Job, canonical, read_metrics_csv
 from ablate.analysis.markdown import markdown_table
 from ablate.analysis.paper import load_paper
-from ablate.analysis.runs import Job, Sweep, canonical, load_sweep, read_metrics_csv
+from ablate.analysis.runs import Sweep, load_sweep
 from ablate.analysis.series import (
     axis_series,
     is_stuck,

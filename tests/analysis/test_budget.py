@@ -29,8 +29,9 @@ from test_stats import write_job
 
 import forked_python
 from ablate.analysis import budget
+from ablate.analysis.job import Job
 from ablate.analysis.markdown import markdown_table
-from ablate.analysis.runs import Job, load_sweep
+from ablate.analysis.runs import load_sweep
 from ablate.analysis.tables import summarize
 from ablate.config.model import model_spec
 from ablate.nn.transformer import TransformerLM

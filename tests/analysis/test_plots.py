@@ -18,7 +18,8 @@ from ablate.analysis.attention import checkpoint_label, map_title
 from ablate.analysis.figures.comparisons import loss_vs_lr_figure, metric_vs_axis_figure
 from ablate.analysis.figures.curves import validation_figure, warmup_figure
 from ablate.analysis.figures.depth import grad_norm_heatmap, uniform_steps
-from ablate.analysis.runs import Job, Sweep
+from ablate.analysis.job import Job
+from ablate.analysis.runs import Sweep
 from ablate.analysis.series import job_x, lr_schedule
 
 LR, WARMUP, MAX_STEPS, MIN_RATIO, LOG_EVERY = 1e-3, 50, 200, 0.1, 10

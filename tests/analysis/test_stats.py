@@ -32,7 +32,8 @@ from ablate.analysis.power_law import PowerLaw, fit_power_law
 from ablate.analysis.runs import at_tuned_rates, load_sweep
 from ablate.analysis.scaling import Curve, compute_multiplier, multiplier
 from ablate.analysis.scaling_sweep import scaling_curves
-from ablate.analysis.tables import find_baseline, summarize
+from ablate.analysis.specs import find_baseline
+from ablate.analysis.tables import summarize
 from conftest import HANG_TIMEOUT, REPO
 
 A = np.array([3.02, 2.95, 3.10, 3.04, 2.99])
@@ -588,7 +589,8 @@ def test_holm_family_across_slices(tmp_path: Path):
                     tmp_path / "sweep", index, [f"act={act}", f"scale={scale}", f"seed={seed}"], "val/loss", value
                 )
                 index += 1
-    from ablate.analysis.tables import adjust_family, where
+    from ablate.analysis.comparison import adjust_family
+    from ablate.analysis.specs import where
 
     sweep = load_sweep(tmp_path / "sweep")
     frames = [summarize(where(sweep, f"scale={s}"), "val/loss", baseline="act=gelu") for s in ("xs", "m")]
@@ -674,7 +676,7 @@ def test_stalled_is_its_own_outcome(tmp_path: Path):
     assert "| stalled |" in table and "3/3" in table and "never left the starting plateau" in table
     diverged = write_job(tmp_path / "d", 0, ["norm=post", "seed=1"], "val/loss", 3.35, status="diverged")
     from ablate.analysis.convergence import is_stalled
-    from ablate.analysis.runs import load_job
+    from ablate.analysis.job import load_job
 
     assert not is_stalled(load_job(diverged))
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from ablate.analysis.convergence import late_change
-from ablate.analysis.runs import Job
+from ablate.analysis.job import Job
 
 
 def _job(

@@ -252,7 +252,7 @@ def test_bpb_at_each_eval_length(tmp_path):
 
 
 def test_bpb_is_lower_is_better():
-    from ablate.analysis.runs import higher_is_better
+    from ablate.analysis.job import higher_is_better
 
     assert not higher_is_better("val/bpb") and not higher_is_better("test/bpb@512") and higher_is_better("val/bleu")
 

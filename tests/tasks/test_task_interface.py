@@ -144,7 +144,7 @@ def test_a_third_task_checks_its_own_config_before_data(copy_task, tmp_path: Pat
 
 
 def test_a_third_tasks_metric_is_known_wherever_metrics_are_shown(copy_task) -> None:
-    from ablate.analysis.runs import higher_is_better
+    from ablate.analysis.job import higher_is_better
     from ablate.cli.console import format_run_summary, format_sweep_summary
     from ablate.config.checks import optimized_metric_problem
     from ablate.run.status import RunStatus

@@ -41,7 +41,8 @@ import numpy as np
 import pandas as pd
 
 from ablate.analysis.compute import job_flops_per_token
-from ablate.analysis.runs import Job, Sweep
+from ablate.analysis.job import Job
+from ablate.analysis.runs import Sweep
 from ablate.analysis.stats import mean_std
 
 BASES = ("steps", "flops", "time")

@@ -6,7 +6,7 @@ count, in one place below both."""
 
 from __future__ import annotations
 
-from ablate.analysis.runs import Job
+from ablate.analysis.job import Job
 from ablate.nn.flops import flops_per_token
 from ablate.tasks import TASKS
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from ablate.analysis.runs import Job
+from ablate.analysis.job import Job
 
 LATE_FRACTION = 0.1
 LATE_METRIC = "val/loss"

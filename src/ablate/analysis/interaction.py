@@ -32,9 +32,12 @@ import numpy as np
 import pandas as pd
 
 from ablate.analysis import interaction_stats, stats
+from ablate.analysis.comparison import margin_for
+from ablate.analysis.job import Job, canonical, higher_is_better
 from ablate.analysis.markdown import fmt, format_ci, format_p
-from ablate.analysis.runs import Job, Sweep, canonical, higher_is_better
-from ablate.analysis.tables import margin_for, parse_baseline, pick_metric, where
+from ablate.analysis.runs import Sweep
+from ablate.analysis.specs import parse_baseline, where
+from ablate.analysis.tables import pick_metric
 
 FAMILIES = ("call", "table")
 
@@ -207,7 +210,7 @@ def _why(job: Job) -> str:
 
 def family_adjusted(contrasts: list[Contrast], family: str = "call") -> tuple[np.ndarray, np.ndarray]:
     """Holm-adjusted p-values of the interaction tests and of the TOSTs (each kind its own
-    family, as in :func:`~ablate.analysis.tables.adjust_family`): over every contrast of the call,
+    family, as in :func:`~ablate.analysis.comparison.adjust_family`): over every contrast of the call,
     or (``family="table"``) over each metric's contrasts."""
     if family not in FAMILIES:
         raise ValueError(f"family {family!r}: use one of {', '.join(FAMILIES)}")

@@ -1,6 +1,6 @@
 """The summary table of a sweep as Markdown (what ``scripts/summarize.py`` prints and writes as
 ``summary.md``): the main table with its notes, the table "against the baseline" with its legend
-(:func:`~ablate.analysis.tables.compare_to_baseline` computes its columns), the table "at equal
+(:func:`~ablate.analysis.comparison.compare_to_baseline` computes its columns), the table "at equal
 cost" (:func:`cost_table`), and writing ``summary.csv`` / ``summary.md``.
 """
 
@@ -13,7 +13,8 @@ import pandas as pd
 
 from ablate.analysis import budget
 from ablate.analysis.convergence import LATE_FRACTION, LATE_METRIC, STALL_TOLERANCE
-from ablate.analysis.runs import Sweep, higher_is_better
+from ablate.analysis.job import higher_is_better
+from ablate.analysis.runs import Sweep
 
 
 def fmt(value: float, std: float = math.nan) -> str:

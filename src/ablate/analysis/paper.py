@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from ablate.analysis.runs import Job, canonical
+from ablate.analysis.job import Job, canonical
 
 _RESERVED_CSV = ("value", "metric", "source", "note")
 

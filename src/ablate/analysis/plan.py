@@ -203,7 +203,7 @@ class Call:
 
 
 def _same_baseline(a: str | None, b: str | None) -> bool:
-    from ablate.analysis.tables import parse_baseline  # tables imports this module's users
+    from ablate.analysis.specs import parse_baseline  # pandas (through runs): this module is read without it
 
     if a is None or b is None:
         return a is b

@@ -23,9 +23,10 @@ import numpy as np
 import pandas as pd
 
 from ablate.analysis import sequential
+from ablate.analysis.job import higher_is_better
 from ablate.analysis.plan import Call, check_rows, first_result_time, read_plan
-from ablate.analysis.runs import TUNING_FILE, Sweep, higher_is_better
-from ablate.analysis.tables import find_baseline
+from ablate.analysis.runs import TUNING_FILE, Sweep
+from ablate.analysis.specs import find_baseline
 
 
 def compared_labels(frame: pd.DataFrame, sweep: Sweep) -> list[str]:

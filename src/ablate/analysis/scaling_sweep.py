@@ -17,9 +17,10 @@ import math
 from collections.abc import Sequence
 
 from ablate.analysis.compute import job_compute
-from ablate.analysis.runs import Sweep, higher_is_better
+from ablate.analysis.job import higher_is_better
+from ablate.analysis.runs import Sweep
 from ablate.analysis.scaling import Curve
-from ablate.analysis.tables import parse_baseline
+from ablate.analysis.specs import parse_baseline
 
 
 def scaling_curves(

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ablate.analysis.job import Job, higher_is_better
 from ablate.analysis.paper import PaperResults
-from ablate.analysis.runs import Job, Sweep, higher_is_better, shared_number
+from ablate.analysis.runs import Sweep, shared_number
 from ablate.tasks import TASKS
 
 LENGTH_METRIC = re.compile(r"^test/ppl@(?P<length>\d+)$")

@@ -29,7 +29,7 @@ test of a row where a seed diverged) in :mod:`~ablate.analysis.divergence`; the 
 contrast of a 2 x 2 design and its verdict in :mod:`~ablate.analysis.interaction_stats`; the
 crossed seed x text interval in :mod:`~ablate.analysis.crossed`.
 
-The functions take plain values (one per seed); :mod:`~ablate.analysis.tables` applies them to a
+The functions take plain values (one per seed); :mod:`~ablate.analysis.comparison` applies them to a
 sweep's final metric.
 """
 

@@ -1,7 +1,7 @@
 """Read a sweep back from W&B: every run of a group (``train.py -m`` puts a sweep's jobs in one
 group, named after its sweep directory; see :func:`ablate.tracking.naming.multirun_group`).
 
-Runs become the same :class:`~ablate.analysis.runs.Job` records as local job directories: the
+Runs become the same :class:`~ablate.analysis.job.Job` records as local job directories: the
 overrides from the run name (the job's sorted overrides, :func:`ablate.tracking.naming.run_name_from_overrides`),
 the resolved config (which carries the ``axes`` summary), the outcome from the run summary
 (``status``, ``steps``, ``wall_time_s``, written by ``train.py``) and the metric history.
@@ -19,7 +19,8 @@ from typing import Any
 
 import pandas as pd
 
-from ablate.analysis.runs import Job, Sweep, parse_overrides
+from ablate.analysis.job import Job, parse_overrides
+from ablate.analysis.runs import Sweep
 
 API_TIMEOUT_S = 30
 _STATE_TO_STATUS = {"finished": "completed", "crashed": "crashed", "failed": "crashed", "killed": "crashed"}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ablate.analysis.runs import read_metrics_csv
+from ablate.analysis.job import read_metrics_csv
 from ablate.metrics import higher_is_better
 from ablate.run.status import RunStatus
 

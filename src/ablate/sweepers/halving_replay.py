@@ -68,7 +68,7 @@ def replay_variant(
     label: str = "",
 ) -> ReplayRow:
     """Successive halving replayed on one variant's full-grid jobs (``{rate text: Job}`` of
-    :mod:`ablate.analysis.runs`): the metric at each rung's step from the job's validation curve
+    :mod:`ablate.analysis.job`): the metric at each rung's step from the job's validation curve
     (``metrics.csv`` step + 1 = optimiser steps done), the full length's from its
     ``status.json`` (as the full grid's selection reads it). Raises ValueError when a rung's
     step was not validated (naming the steps that were) or the length is unknown."""
@@ -140,7 +140,8 @@ def replay_sweep(sweep_dir: str | Path, fractions: Sequence[float], metric: str 
     """Successive halving replayed on every variant of a finished full-grid ``tune=lr`` stage 1
     (``<sweep_dir>/lr_tuning.json`` names the variants, their grids and the selection seed). Raises
     ValueError (a sweep that is not one, a halving stage 1, a missing job, a rung not validated)."""
-    from ablate.analysis.runs import TUNING_FILE, canonical, higher_is_better, load_sweep, parse_overrides
+    from ablate.analysis.job import canonical, higher_is_better, parse_overrides
+    from ablate.analysis.runs import TUNING_FILE, load_sweep
 
     given = list(fractions)
     try:

@@ -155,7 +155,7 @@ def read_outcome(job_dir: Path | None, metric: str, failed: bool = False) -> tup
         return status, None
     value = record.metrics.get(metric)
     if value is None and job_dir is not None:
-        from ablate.analysis.runs import read_metrics_csv  # pandas: imported when a sweep runs, not at plugin scan
+        from ablate.analysis.job import read_metrics_csv  # pandas: imported when a sweep runs, not at plugin scan
 
         frame = read_metrics_csv(job_dir / "csv" / "metrics.csv")
         if metric in frame:

@@ -236,7 +236,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         self.check_before_sweep()  # before multirun.yaml is written: a refused command changes nothing
-        from ablate.analysis.runs import higher_is_better  # pandas: imported when a sweep runs, not at plugin scan
+        from ablate.analysis.job import higher_is_better  # pandas: imported when a sweep runs, not at plugin scan
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides([*sweeper_params_overrides(self), *arguments])

@@ -128,8 +128,8 @@ def declare_plan(
 
 
 def _baseline_variant(variants: list[Variant], baseline: str) -> Variant:
-    from ablate.analysis.runs import parse_overrides
-    from ablate.analysis.tables import parse_baseline
+    from ablate.analysis.job import parse_overrides
+    from ablate.analysis.specs import parse_baseline
 
     wanted = parse_baseline(baseline)
     matches = [v for v in variants if all(parse_overrides(v.overrides).get(k) == x for k, x in wanted.items())]
@@ -197,7 +197,7 @@ def sequential_stage2(
     was selected on; seeds both have a finite value for, in seed order); decided variants get
     no more seeds. A diverged seed has no difference: it delays the decision, and a variant
     still undecided after the last look is ``inconclusive``."""
-    from ablate.analysis.runs import higher_is_better
+    from ablate.analysis.job import higher_is_better
     from ablate.analysis.sequential import ALPHA, sequential_verdict
 
     higher = higher_is_better(metric)

@@ -206,7 +206,7 @@ def plan_standing(args: argparse.Namespace) -> str:
     --multiplier-scale-key``): the same baseline, metric, size axis, interval and asymptote, the
     plan intact; else it is exploratory, and the line says why."""
     from ablate.analysis.plan import PlanError, read_plan
-    from ablate.analysis.tables import parse_baseline
+    from ablate.analysis.specs import parse_baseline
 
     try:
         declaration = read_plan(args.sweep_dir[0])

@@ -16,7 +16,8 @@ and its metric at matched steps, FLOPs and training time (``src/ablate/analysis/
 
 The table and the paper-file format are described in ``src/ablate/analysis/tables.py`` and
 ``src/ablate/analysis/paper.py``, the statistics against a baseline in
-``src/ablate/analysis/stats.py``, the interaction contrast in ``src/ablate/analysis/interaction.py``;
+``src/ablate/analysis/comparison.py`` and ``src/ablate/analysis/stats.py``, the interaction
+contrast in ``src/ablate/analysis/interaction.py``;
 README section "Analysing a sweep".
 """
 
@@ -28,13 +29,15 @@ from pathlib import Path
 from typing import NoReturn
 
 from ablate.analysis.budget import BASES, DEFAULT_BASIS
+from ablate.analysis.comparison import adjust_family
 from ablate.analysis.interaction import DesignError, interaction_markdown, interaction_table
 from ablate.analysis.markdown import markdown_table, write_summary
 from ablate.analysis.paper import load_paper
 from ablate.analysis.plan import PlanError, read_plan
 from ablate.analysis.protocol import apply_sequential, label_plan, sequential_rule
 from ablate.analysis.runs import at_tuned_rates, load_sweep
-from ablate.analysis.tables import adjust_family, summarize, where
+from ablate.analysis.specs import where
+from ablate.analysis.tables import summarize
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -12,7 +12,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from PIL import Image
 
-from ablate.analysis.runs import Job, Sweep
+from ablate.analysis.job import Job
+from ablate.analysis.runs import Sweep
 from ablate.analysis.series import (
     job_x,
 )

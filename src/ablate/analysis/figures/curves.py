@@ -18,7 +18,8 @@ from ablate.analysis.figures.common import (
     wants_log,
     x_label,
 )
-from ablate.analysis.runs import Job, Sweep, shared_number
+from ablate.analysis.job import Job
+from ablate.analysis.runs import Sweep, shared_number
 from ablate.analysis.series import (
     LR_METRIC,
     is_stuck,

@@ -19,7 +19,8 @@ from ablate.analysis.figures.common import (
     variants,
     wants_log,
 )
-from ablate.analysis.runs import Job, Sweep
+from ablate.analysis.job import Job
+from ablate.analysis.runs import Sweep
 
 LAYER_METRIC = re.compile(
     r"^(?P<prefix>grad_norm|resid_rms)/(?P<stack>enc_|dec_)?layer_(?P<layer>\d+)(?:/(?P<part>.+))?$"

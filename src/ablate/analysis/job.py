@@ -1,0 +1,249 @@
+"""One job of a sweep: the :class:`Job` record and reading it from its directory.
+
+A job directory (``<sweep dir>/<job dir>/``, one per job of a Hydra multirun) holds
+``status.json`` (written by :func:`ablate.run.train.run`), ``csv/metrics.csv`` (Lightning's
+CSVLogger: one row per logged metric group, so a step can span several rows),
+``csv/hparams.yaml`` (the resolved config), ``.hydra/overrides.yaml`` and
+``.hydra/config.yaml``/``hydra.yaml``: :func:`load_job` reads them into a :class:`Job`, a file that
+cannot be read raising :class:`DamagedJob`. Also here: one spelling per override value
+(:func:`canonical`, :func:`parse_overrides`) and which way a metric improves
+(:func:`higher_is_better`). The jobs of a whole sweep are loaded by :mod:`ablate.analysis.runs`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from ablate import metrics
+from ablate.config.dotted import select as select_key
+from ablate.eval_units import FILENAME as UNITS_FILE
+from ablate.eval_units import Units, read_units
+from ablate.tasks import task_of_metrics
+
+STATUSES = ("completed", "diverged", "crashed", "incomplete")
+
+
+def override_key(override: str) -> str:
+    """``+optim.lr=1e-3`` -> ``optim.lr`` (Hydra's ``+``/``++``/``~`` prefixes dropped)."""
+    return override.split("=", 1)[0].lstrip("+~").strip()
+
+
+def canonical(value: Any) -> str:
+    """One spelling per value, so that ``1e-3`` and ``0.001`` name the same variant."""
+    text = str(value).strip()
+    if text.lower() in ("true", "false", "null", "none"):
+        return text.lower().replace("none", "null")
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return f"{number:g}" if math.isfinite(number) else text
+
+
+def parse_overrides(overrides: Iterable[str]) -> dict[str, str]:
+    """Hydra override strings -> ``{key: canonical value}`` (deletions ``~key`` are skipped)."""
+    parsed = {}
+    for item in overrides:
+        if "=" in item and not item.startswith("~"):
+            parsed[override_key(item)] = canonical(item.split("=", 1)[1])
+    return parsed
+
+
+def higher_is_better(metric: str) -> bool:
+    """Whether a larger value of ``metric`` is better, as its task declares it (BLEU up; loss,
+    perplexity and bits per byte down: :func:`ablate.metrics.higher_is_better`); a metric that no
+    task declares is refused by name rather than ranked by a guess."""
+    return metrics.higher_is_better(metric)
+
+
+def read_metrics_csv(path: Path) -> pd.DataFrame:
+    """A CSVLogger ``metrics.csv`` as one row per step (index ``step``), columns = metric names.
+
+    Lightning writes a separate row for each group of metrics logged at a step (grad norms,
+    train metrics, validation), and a resumed run repeats the steps since its last checkpoint;
+    both collapse to the last logged value of each metric at each step.
+    """
+    if not path.is_file():
+        return pd.DataFrame(index=pd.Index([], name="step", dtype=int))
+    frame = pd.read_csv(path)
+    frame = frame.drop(columns=[c for c in ("epoch",) if c in frame])
+    return frame.groupby("step").last().sort_index()
+
+
+@dataclass
+class Job:
+    """One training job of a sweep: identity, outcome and logged metrics."""
+
+    name: str  # the job directory's name (local) or the run's name (W&B)
+    source: str  # where it was read from: a directory or a W&B run path
+    overrides: dict[str, str]
+    status: str = "incomplete"  # one of STATUSES
+    record: dict[str, Any] = field(default_factory=dict)  # status.json (or the W&B summary)
+    config: dict[str, Any] = field(default_factory=dict)  # the resolved config
+    choices: dict[str, str] = field(default_factory=dict)  # Hydra's config group choices
+    metrics: pd.DataFrame = field(default_factory=pd.DataFrame)
+    started: float = 0.0  # when the job started (Unix time), to list configurations in run order
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def value(self, key: str) -> str | None:
+        """The job's value of config key ``key``: its override, else its config group choice,
+        else the resolved config value (the ``axes`` summary for groups: ``norm`` -> ``pre``)."""
+        if key in self.overrides:
+            return self.overrides[key]
+        if key in self.choices and self.choices[key] is not None:
+            return canonical(self.choices[key])
+        found = select_key(self.config, key)
+        if found is None or isinstance(found, dict):  # a config group (norm: {placement: pre, ...}): its option
+            axes = self.record.get("axes") or self.config.get("axes") or {}
+            found = axes.get(key) or (found.get("name") if isinstance(found, dict) else None)
+        return None if found is None else canonical(found)
+
+    @property
+    def seed(self) -> int | None:
+        value = self.value("seed")
+        return int(float(value)) if value not in (None, "null") else None
+
+    @property
+    def task(self) -> str:
+        return self.value("task") or task_of_metrics(set(self.metrics.columns) | set(self.record.get("metrics") or {}))
+
+    def series(self, metric: str) -> pd.Series:
+        """The logged values of ``metric`` by step (empty when never logged)."""
+        if metric not in self.metrics:
+            return pd.Series(dtype=float)
+        return self.metrics[metric].dropna()
+
+    def final(self, metric: str) -> float:
+        """The last logged value of ``metric``, else the one in ``status.json``; NaN if none."""
+        values = self.series(metric)
+        if len(values):
+            return float(values.iloc[-1])
+        recorded = (self.record.get("metrics") or {}).get(metric)
+        return float(recorded) if recorded is not None else math.nan
+
+    def best(self, metric: str) -> float:
+        """The best logged value of ``metric`` (max for BLEU-like metrics, min for loss/ppl)."""
+        values = self.series(metric)
+        if not len(values):
+            return self.final(metric)
+        return float(values.max() if higher_is_better(metric) else values.min())
+
+    def median(self, metric: str) -> float:
+        values = self.series(metric)
+        return float(values.median()) if len(values) else math.nan
+
+    def units(self, tag: str) -> Units | None:
+        """The per-unit losses of this job's test evaluation ``tag`` (``""``, ``"@512"``; see
+        :mod:`ablate.eval_units`), or None when the job recorded none (a run from before they
+        existed, a W&B run, a damaged file)."""
+        if "units" not in self._cache:
+            path = Path(self.source) / UNITS_FILE
+            try:
+                self._cache["units"] = read_units(path)[0] if path.is_file() else {}
+            except ValueError:
+                self._cache["units"] = {}
+        return self._cache["units"].get(tag)
+
+
+class DamagedJob(ValueError):
+    """A job directory whose files cannot be read (garbage ``status.json``, an empty or binary
+    ``metrics.csv``); the message names the file. The sweep is read without it, and says so."""
+
+
+def _read_status(path: Path) -> dict[str, Any]:
+    """``status.json`` as a mapping (``{}`` when absent); anything else is :class:`DamagedJob`."""
+    if not path.is_file():
+        return {}
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
+        raise DamagedJob(f"{path}: not readable as JSON ({err})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("status", ""), str):
+        raise DamagedJob(f"{path}: not a status record (a JSON object with a status string)")
+    return record
+
+
+def _read_metrics(path: Path) -> pd.DataFrame:
+    try:
+        return read_metrics_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError, KeyError) as err:  # EmptyDataError is a ValueError
+        why = "empty" if path.is_file() and path.stat().st_size == 0 else f"{type(err).__name__}: {err}"
+        raise DamagedJob(f"{path}: not a metrics table ({why})") from None
+
+
+def _yaml_list(path: Path) -> list[Any]:
+    try:
+        found = yaml.safe_load(path.read_text()) if path.is_file() else []
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        raise DamagedJob(f"{path}: not readable as YAML ({type(err).__name__})") from None
+    if not isinstance(found, list):
+        raise DamagedJob(f"{path}: not a list of overrides")
+    return found
+
+
+def _mapping(path: Path) -> dict[str, Any]:
+    try:
+        found = _read_yaml(path)
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        raise DamagedJob(f"{path}: not readable as YAML ({type(err).__name__})") from None
+    if not isinstance(found, dict):
+        raise DamagedJob(f"{path}: not a mapping")
+    return found
+
+
+def load_job(job_dir: Path) -> Job:
+    """Read one job directory (any of its files may be missing: a job killed early).
+
+    Its identity is what the run recorded itself: the overrides in ``status.json`` and the
+    resolved config the CSV logger wrote when the run started (``csv/hparams.yaml``). Hydra's
+    ``.hydra/`` files are the fallback (a job killed before either exists): a later command on
+    the same directory, even one that was refused, rewrites them, so when they are newer than the
+    finished run's ``status.json`` their group choices are not used. A file that cannot be read
+    raises :class:`DamagedJob` naming it."""
+    status_file, hydra_dir = job_dir / "status.json", job_dir / ".hydra"
+    record = _read_status(status_file)
+    overrides_file = hydra_dir / "overrides.yaml"
+    # .hydra/ newer than the finished run's status.json: a later command rewrote it (issue 32)
+    rewritten = (
+        status_file.is_file()
+        and overrides_file.is_file()
+        and overrides_file.stat().st_mtime > status_file.stat().st_mtime + 1
+    )
+    recorded = record.get("overrides")
+    if isinstance(recorded, list) and recorded and (rewritten or not overrides_file.is_file()):
+        overrides = recorded
+    else:
+        overrides = _yaml_list(overrides_file)
+    hparams = job_dir / "csv" / "hparams.yaml"
+    config = _mapping(hparams) if hparams.is_file() else {}
+    config = config if "model" in config or "data" in config else _mapping(hydra_dir / "config.yaml")
+    hydra_cfg = {} if rewritten else _mapping(hydra_dir / "hydra.yaml")
+    choices = (hydra_cfg.get("hydra") or {}).get("runtime", {}).get("choices") or {}
+    status = record.get("status", "incomplete")
+    marker = next((p for p in (hparams, hydra_dir / "config.yaml") if p.is_file()), job_dir)
+    if status not in STATUSES:
+        status = "incomplete"
+    return Job(
+        name=job_dir.name,
+        source=str(job_dir),
+        overrides=parse_overrides([str(o) for o in overrides or []]),
+        status=status,
+        record=record,
+        config=config,
+        choices=choices,
+        metrics=_read_metrics(job_dir / "csv" / "metrics.csv"),
+        started=marker.stat().st_mtime,
+    )
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    # Hydra writes plain YAML; interpolations (${...}) stay strings, which is all we need
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}

@@ -1,0 +1,53 @@
+"""The ``axis=value[,axis=value...]`` specs of the command line (``--baseline``, ``--where``):
+parsed (:func:`parse_baseline`), and matched against a sweep's jobs (:func:`where`: a slice of
+the sweep) and configurations (:func:`find_baseline`: the one row a baseline names).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ablate.analysis.job import canonical
+from ablate.analysis.runs import Sweep
+
+
+def parse_baseline(spec: str) -> dict[str, str]:
+    """``"norm=pre,optim.lr=1e-3"`` -> ``{"norm": "pre", "optim.lr": "0.001"}`` (a comma splits
+    only before ``key=``, so a value may hold commas: ``model.layers=[1,2]``)."""
+    items = [item for item in re.split(r",(?=\s*[\w.+~-]+=)", spec.strip()) if item.strip()]
+    if not items or any("=" not in item for item in items):
+        raise ValueError(f"--baseline {spec!r}: expected axis=value[,axis=value...], e.g. norm=pre")
+    return {key.strip(): canonical(value) for key, value in (item.split("=", 1) for item in items)}
+
+
+def where(sweep: Sweep, spec: str) -> Sweep:
+    """The jobs of ``sweep`` with the values ``spec`` names (``"scale=m"``: one size of a ladder,
+    so that variants are compared within it), as a sweep of their own."""
+    wanted = parse_baseline(spec)
+    kept = [job for job in sweep.jobs if all(job.value(sweep.full_name(k)) == v for k, v in wanted.items())]
+    if not kept:
+        values = {k: sorted({str(job.value(sweep.full_name(k))) for job in sweep.jobs}) for k in wanted}
+        raise ValueError(
+            f"--where {spec}: no job of {sweep.source} has these values; the jobs have "
+            + "; ".join(f"{k}: {', '.join(v)}" for k, v in values.items())
+        )
+    return Sweep.from_jobs(sweep.source, kept, sweep.notes)
+
+
+def find_baseline(sweep: Sweep, spec: str) -> tuple:
+    """The variant key of the one configuration that ``spec`` names (axes by full or short name;
+    keys that are not axes are compared with the jobs' config values)."""
+    wanted = parse_baseline(spec)
+    variants = sweep.variants()
+    matches = [
+        key for key, jobs in variants.items() if all(jobs[0].value(sweep.full_name(k)) == v for k, v in wanted.items())
+    ]
+    rows = "; ".join(sweep.label(key) for key in variants)
+    if not matches:
+        raise ValueError(f"--baseline {spec}: matches no configuration of {sweep.source}; its rows are: {rows}")
+    if len(matches) > 1:
+        raise ValueError(
+            f"--baseline {spec}: matches {len(matches)} configurations "
+            f"({'; '.join(sweep.label(k) for k in matches)}): name more axes to pick one of: {rows}"
+        )
+    return matches[0]
