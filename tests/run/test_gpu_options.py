@@ -345,14 +345,19 @@ def test_the_readmes_gpu_command_takes_steps_on_the_cpu(
 def test_a_run_sets_the_matmul_precision_auto_resolves_to(monkeypatch: pytest.MonkeyPatch, recwarn) -> None:
     """``runtime.matmul_precision=auto`` (the default) is resolved before it reaches torch: exact fp32
     on the CPU, TF32 on a GPU trainer (so Lightning's tip never prints); torch never sees "auto"."""
+    from ablate.run import preflight
     from ablate.run.assembly import seed_and_runtime
+    from ablate.run.preflight import check_config
 
     before = torch.get_float32_matmul_precision()
     try:
-        seed_and_runtime(composed())
+        cfg = composed()
+        seed_and_runtime(cfg, check_config(cfg).matmul_precision)  # as ablate.run.assembly.build
         assert torch.get_float32_matmul_precision() == "highest"
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        seed_and_runtime(composed("trainer=gpu"))
+        monkeypatch.setattr(preflight.memory, "check_training_step", lambda *a: None)  # it would ask the GPU
+        gpu = composed("trainer=gpu")
+        seed_and_runtime(gpu, check_config(gpu).matmul_precision)
         assert torch.get_float32_matmul_precision() == "high"
     finally:
         torch.set_float32_matmul_precision(before)

@@ -45,6 +45,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.callbacks.grad_norm import GradNormMonitor
+from ablate.config.checks import matmul_precision
 from ablate.config.locations import checkout_root
 from ablate.run.assembly import build_datamodule, build_model, seed_and_runtime
 from ablate.run.preflight import check_config
@@ -234,7 +235,7 @@ def run(norms: list[str] | None, overrides: list[str], batches: int, repeats: in
     """Measure every norm placement on the same batches; returns the JSON-ready result."""
     base = compose_config(overrides, norms[0] if norms else None)
     norms = norms or [base.norm.placement]
-    seed_and_runtime(base)  # as train.py: Post-LN's tiny gradients are slow as denormals
+    seed_and_runtime(base, matmul_precision(base))  # as train.py: Post-LN's tiny gradients are slow as denormals
     datamodule = build_datamodule(base)
     data = first_batches(datamodule, batches)
     result: dict[str, Any] = {

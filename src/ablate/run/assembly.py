@@ -26,7 +26,6 @@ from ablate.callbacks.interrupt import GracefulInterrupt
 from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.throughput import ThroughputMonitor
 from ablate.cli.console import format_run_header, param_estimate
-from ablate.config.checks import matmul_precision
 from ablate.config.model import ModelSpec, model_spec
 from ablate.nn.axes import spec_axes
 from ablate.nn.flops import flops_per_token
@@ -66,7 +65,7 @@ def build(cfg: DictConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly
     (``checked``: :func:`ablate.run.preflight.check_config` of ``cfg``; ``plan``: the checkpoint it
     resumes and its W&B run, :func:`ablate.run.lifecycle.decide`)."""
     arguments = trainer_arguments(cfg.trainer, checked.accumulate)
-    seed_and_runtime(cfg)
+    seed_and_runtime(cfg, checked.matmul_precision)
     datamodule = build_datamodule(cfg)
     task = build_model(cfg, datamodule, checked.max_len)
     spec, n_params = task.spec, cast(Any, task.model).num_params()  # TransformerLM, EncoderDecoder
@@ -114,16 +113,17 @@ def build(cfg: DictConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly
     return Assembly(datamodule, spec, task, n_params, callbacks, loggers, trainer)
 
 
-def seed_and_runtime(cfg: DictConfig) -> None:
-    """The run's seed (every RNG, data loader workers included) and its floating-point settings."""
+def seed_and_runtime(cfg: DictConfig, matmul_precision: str) -> None:
+    """The run's seed (every RNG, data loader workers included) and its floating-point settings
+    (``matmul_precision``: ``runtime.matmul_precision`` resolved, :func:`ablate.config.checks.matmul_precision`)."""
     L.seed_everything(cfg.seed, workers=True)
     if cfg.runtime.flush_denormal:
         # Post-LN's normalised outputs feed tiny gradients that go denormal on CPU and run
         # 12-18% slower there; flushing them to zero removes the gap (no effect on GPU).
         torch.set_flush_denormal(True)
     # auto: TF32 on CUDA (nanoGPT's setting; set before the Trainer, so Lightning's tip never
-    # prints), exact fp32 on the CPU (ablate.config.checks.matmul_precision)
-    torch.set_float32_matmul_precision(matmul_precision(cfg))
+    # prints), exact fp32 on the CPU
+    torch.set_float32_matmul_precision(matmul_precision)
 
 
 def build_datamodule(cfg: DictConfig) -> Any:

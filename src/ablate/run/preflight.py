@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from ablate.config.checks import check_run_numbers, clip_validation_interval, start_warnings
+from ablate.config.checks import check_run_numbers, clip_validation_interval, matmul_precision, start_warnings
 from ablate.config.identity import run_identity
 from ablate.config.model import model_spec
 from ablate.config.options import ConfigError
@@ -33,6 +33,7 @@ class Preflight:
     world_size: int
     accumulate: int  # gradient accumulation, from the global batch
     max_len: int  # the longest sequence the model sees (eval_max_len)
+    matmul_precision: str = "highest"  # runtime.matmul_precision resolved for the run's device
     warnings: list[str] = field(default_factory=list)  # valid settings that are probably not meant
 
 
@@ -82,4 +83,5 @@ def check_config(cfg: DictConfig) -> Preflight:
     max_len = eval_max_len(cfg)
     memory.check_training_step(cfg, model_spec(cfg, vocab_size=1, max_len=max_len))
     warnings = [shortened] if shortened else []
-    return Preflight(run_identity(cfg), world, accumulate, max_len, warnings + start_warnings(cfg, ranked))
+    notes = warnings + start_warnings(cfg, ranked)
+    return Preflight(run_identity(cfg), world, accumulate, max_len, matmul_precision(cfg), notes)
