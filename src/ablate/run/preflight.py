@@ -33,8 +33,8 @@ class Preflight:
     world_size: int
     accumulate: int  # gradient accumulation, from the global batch
     max_len: int  # the longest sequence the model sees (eval_max_len)
-    matmul_precision: str = "highest"  # runtime.matmul_precision resolved for the run's device
     warnings: list[str] = field(default_factory=list)  # valid settings that are probably not meant
+    matmul_precision: str = "highest"  # runtime.matmul_precision resolved for the run's device
 
 
 def eval_max_len(cfg: DictConfig) -> int:
@@ -84,4 +84,4 @@ def check_config(cfg: DictConfig) -> Preflight:
     memory.check_training_step(cfg, model_spec(cfg, vocab_size=1, max_len=max_len))
     warnings = [shortened] if shortened else []
     notes = warnings + start_warnings(cfg, ranked)
-    return Preflight(run_identity(cfg), world, accumulate, max_len, matmul_precision(cfg), notes)
+    return Preflight(run_identity(cfg), world, accumulate, max_len, notes, matmul_precision=matmul_precision(cfg))
