@@ -25,9 +25,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ablate.analysis.job import DamagedJob, Job, load_job, parse_overrides
+from ablate.config.dotted import flatten
 from ablate.config.dotted import select as select_key
 from ablate.tasks import TASKS
 
@@ -131,21 +131,12 @@ _NOT_IDENTITY = re.compile(
 )
 
 
-def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out.update(_flat(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: node}
-
-
 def run_key(job: Job) -> str | None:
     """What makes two jobs the same run: their resolved config (where things live and how they
     are logged left out) and seed, or None when the job has no config to compare."""
     if not job.config:
         return None
-    flat = {k: v for k, v in _flat(job.config).items() if not _NOT_IDENTITY.search(k)}
+    flat = {k: v for k, v in flatten(job.config).items() if not _NOT_IDENTITY.search(k)}
     flat["seed"] = job.seed
     # an override the config does not show (a partial config) keeps the job apart
     flat.update(

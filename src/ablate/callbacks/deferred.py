@@ -77,6 +77,19 @@ class DeferredLogging(Callback):
     def __init__(self) -> None:
         self.deferred = DeferredMetrics()
 
+    def compute_tensor(self) -> tuple[list[str], torch.Tensor] | None:
+        """``(names, values)`` on the device (no host sync), or None when there is nothing to log."""
+        raise NotImplementedError
+
+    def compute(self) -> dict[str, float]:
+        """:meth:`compute_tensor`'s metrics read on the host (one host sync): for tests and callers
+        off the training step."""
+        computed = self.compute_tensor()
+        if computed is None:
+            return {}
+        names, values = computed
+        return dict(zip(names, values.tolist()))
+
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:

@@ -116,14 +116,6 @@ class GradNormMonitor(DeferredLogging):
         values = groups.sqrt() if len(keep) == len(self.names) + 1 else groups[keep].sqrt()
         return [f"grad_norm/{self.names[i]}" for i in present] + ["grad_norm/total"], values
 
-    def compute(self) -> dict[str, float]:
-        """All group norms and the total, read on the host (one host sync)."""
-        computed = self.compute_tensor()
-        if computed is None:
-            return {}
-        names, values = computed
-        return dict(zip(names, values.tolist()))
-
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:

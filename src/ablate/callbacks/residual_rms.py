@@ -130,14 +130,6 @@ class ResidualRMSMonitor(DeferredLogging):
         self._sums, self._counts = {}, {}
         return [f"resid_rms/{layer}" for layer in layers], values
 
-    def compute(self) -> dict[str, float]:
-        """The RMS per layer since the last call, read on the host (one host sync); clears the sums."""
-        computed = self.compute_tensor()
-        if computed is None:
-            return {}
-        names, values = computed
-        return dict(zip(names, values.tolist()))
-
     # ------------------------------------------------------------------ Lightning hooks
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

@@ -14,3 +14,13 @@ def select(config: Mapping[str, Any], key: str) -> Any:
             return None
         node = node[part]
     return node
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as ``{dotted key: leaf}``; a list or tuple is one leaf, as a list."""
+    if isinstance(node, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: list(node) if isinstance(node, (list, tuple)) else node}

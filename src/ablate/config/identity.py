@@ -18,6 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from ablate.config.dotted import flatten
 from ablate.errors import UserError
 from ablate.nn.axes import ARCHITECTURE_GROUPS
 from ablate.optim import used_optim_config
@@ -54,15 +55,6 @@ class ResumeMismatchError(UserError, ValueError):
     """The checkpoint was trained with other settings than the current config."""
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, Mapping):
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out.update(_flatten(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: list(node) if isinstance(node, (list, tuple)) else node}
-
-
 def run_identity(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     """The run-defining settings of a composed config, flat (``{"optim.lr": 0.002, ...}``)."""
 
@@ -72,10 +64,10 @@ def run_identity(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(cfg, DictConfig):
         # resolve key by key: the keys left out (data.data_dir -> ${paths...} -> ${hydra:...})
         # need not resolve, e.g. outside a Hydra job
-        raw = _flatten(OmegaConf.to_container(cfg, resolve=False))
+        raw = flatten(OmegaConf.to_container(cfg, resolve=False))
         flat = {k: _plain(OmegaConf.select(cfg, k)) for k in raw if wanted(k)}
     else:
-        flat = {k: v for k, v in _flatten(cfg).items() if wanted(k)}
+        flat = {k: v for k, v in flatten(cfg).items() if wanted(k)}
     flat.update({key: flat.get(key) for key in IDENTITY_KEYS})
     flat = {k: v for k, v in flat.items() if k not in DEFAULT_SINCE_ADDED or DEFAULT_SINCE_ADDED[k] != v}
     # The training length defines the run only through the LR schedule: training an
