@@ -19,15 +19,22 @@ OPTIM = {"name": "adamw", "lr": 1e-3}
 CHARS = [chr(c) for c in range(32, 127)] + ["\n"]  # printable ASCII and newline
 
 
-def _save(task: L.LightningModule, path: Path) -> Path:
-    trainer = L.Trainer(
+def quiet_trainer(**kwargs: Any) -> L.Trainer:
+    """A CPU Trainer that writes and prints nothing of its own: no logger, checkpoints, bar or summary."""
+    return L.Trainer(
         accelerator="cpu",
         devices=1,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        **kwargs,
     )
+
+
+def save_task(task: L.LightningModule, path: Path) -> Path:
+    """``task`` saved as train.py saves it: Lightning's own writer, hyper-parameters and tokenizer included."""
+    trainer = quiet_trainer()
     trainer.strategy.connect(task)
     trainer.save_checkpoint(path)
     return path
@@ -41,7 +48,7 @@ def lm_checkpoint(path: Path, data: dict[str, Any] | None = None, **spec: Any) -
     tokenizer = CharTokenizer(CHARS)
     task = LanguageModelTask(tiny_spec(vocab_size=tokenizer.vocab_size, **spec).as_dict(), OPTIM, data=data)
     task.tokenizer = tokenizer
-    return _save(task, path)
+    return save_task(task, path)
 
 
 def translation_checkpoint(path: Path, data: dict[str, Any] | None = None) -> Path:
@@ -53,7 +60,7 @@ def translation_checkpoint(path: Path, data: dict[str, Any] | None = None) -> Pa
     spec = tiny_spec(vocab_size=tokenizer.vocab_size, encoder_layers=1, pos="sinusoidal", norm="post")
     task = TranslationTask(spec.as_dict(), OPTIM, decode={"beam_size": 1}, data=data)
     task.tokenizer = tokenizer
-    return _save(task, path)
+    return save_task(task, path)
 
 
 def rewrite(source: Path, out: Path, change: Callable[[dict[str, Any]], None]) -> Path:

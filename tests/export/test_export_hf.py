@@ -10,11 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
 
 import forked_python
+from _checkpoints import save_task
 from ablate.config.model import ModelSpec
 from ablate.data.tokenizers import CharTokenizer
 from ablate.export.hf import ExportError, export_checkpoint, hf_architecture
@@ -39,17 +39,7 @@ def save_checkpoint(path: Path, spec: ModelSpec, seed: int = 0) -> Path:
         for p in task.model.parameters():
             p.add_(0.2 * torch.randn_like(p))
     task.tokenizer = CharTokenizer([chr(ord("!") + i) for i in range(spec.vocab_size)])
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.strategy.connect(task)
-    trainer.save_checkpoint(path)
-    return path
+    return save_task(task, path)
 
 
 def compare_with_transformers(ckpt: Path, out: Path, expected_class: str) -> object:

@@ -10,12 +10,12 @@ import os
 import subprocess
 import sys
 
-import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
 
 import forked_python
+from _checkpoints import quiet_trainer
 from ablate.data.tokenizers import CharTokenizer
 from ablate.tasks.lm import LanguageModelTask
 from ablate.tasks.lm_eval import TextFileData, evaluate_lengths
@@ -36,17 +36,6 @@ def direct_loss(model, tokenizer, text: str, length: int) -> tuple[float, int]:
         return F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item(), y.numel()
 
 
-def trainer() -> L.Trainer:
-    return L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-
-
 @pytest.mark.parametrize("split", ["test", "val"])
 def test_text_file_at_each_length_is_the_token_weighted_nll(split, tmp_path):
     torch.manual_seed(0)
@@ -55,7 +44,7 @@ def test_text_file_at_each_length_is_the_token_weighted_nll(split, tmp_path):
     path = tmp_path / "text.txt"
     path.write_text(TEXT)
     dm = TextFileData(path, tokenizer, tmp_path, seq_len=16, eval_batch_size=3)  # batches of 48 tokens
-    metrics, info = evaluate_lengths(trainer(), task, dm, [16, 64], split)
+    metrics, info = evaluate_lengths(quiet_trainer(), task, dm, [16, 64], split)
     for length in (16, 64):  # 64 is twice the model's max_len: RoPE extrapolates
         loss, tokens = direct_loss(task.model, tokenizer, TEXT, length)
         assert info[str(length)] == {"tokens": tokens}
@@ -69,13 +58,13 @@ def test_learned_positions_skip_lengths_beyond_the_table(tmp_path):
     task = LanguageModelTask(tiny_spec(vocab_size=tokenizer.vocab_size).as_dict(), {"name": "adamw"}).eval()
     (tmp_path / "t.txt").write_text(TEXT)
     dm = TextFileData(tmp_path / "t.txt", tokenizer, tmp_path, seq_len=32, eval_batch_size=4)
-    metrics, info = evaluate_lengths(trainer(), task, dm, [32, 64])
+    metrics, info = evaluate_lengths(quiet_trainer(), task, dm, [32, 64])
     assert "test/loss@32" in metrics and "test/loss@64" not in metrics
     assert "pos=learned has 32 positions" in info["64"]["skipped"]
     # the fix is a training command (eval.py has no model.* keys): issue 35 item 4
     assert "train with pos=rope, alibi, sinusoidal or none (python train.py pos=rope)" in info["64"]["skipped"]
     with pytest.raises(ValueError, match="split='train'"):
-        evaluate_lengths(trainer(), task, dm, [32], "train")
+        evaluate_lengths(quiet_trainer(), task, dm, [32], "train")
 
 
 def test_a_character_outside_the_vocabulary_names_the_file(tmp_path):
@@ -246,7 +235,7 @@ def test_bpb_at_each_eval_length(tmp_path):
     task.tokenizer = tokenizer
     (tmp_path / "t.txt").write_text(TEXT)
     dm = TextFileData(tmp_path / "t.txt", tokenizer, tmp_path, seq_len=16, eval_batch_size=3)
-    metrics, _ = evaluate_lengths(trainer(), task, dm, [16, 32])
+    metrics, _ = evaluate_lengths(quiet_trainer(), task, dm, [16, 32])
     for length in (16, 32):
         assert metrics[f"test/bpb@{length}"] == pytest.approx(metrics[f"test/loss@{length}"] / math.log(2), rel=1e-5)
 

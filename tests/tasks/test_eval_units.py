@@ -3,12 +3,12 @@ its number, so that two runs' windows pair exactly; their sum is the logged test
 
 from __future__ import annotations
 
-import lightning as L
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from _checkpoints import quiet_trainer
 from ablate.data.tokenizers import CharTokenizer
 from ablate.eval_units import Units, block_of, read_units, write_units
 from ablate.tasks.lm import LanguageModelTask
@@ -20,17 +20,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 12
 
 
-def trainer() -> L.Trainer:
-    return L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-
-
 def test_each_window_is_recorded_under_its_number(tmp_path):
     torch.manual_seed(0)
     tokenizer = CharTokenizer.from_text(TEXT)
@@ -39,7 +28,7 @@ def test_each_window_is_recorded_under_its_number(tmp_path):
     task.eval()
     (tmp_path / "t.txt").write_text(TEXT)
     dm = TextFileData(tmp_path / "t.txt", tokenizer, tmp_path, seq_len=16, eval_batch_size=3)
-    tr = trainer()
+    tr = quiet_trainer()
     metrics, _ = evaluate_lengths(tr, task, dm, [16, 32])
     ids = torch.tensor(tokenizer.encode(TEXT))
     for length in (16, 32):

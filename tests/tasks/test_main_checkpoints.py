@@ -14,11 +14,11 @@ import json
 import math
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from _checkpoints import quiet_trainer
 from ablate.checkpoints.files import inspect_checkpoint
 from ablate.tasks.checkpoints import load_task_checkpoint
 
@@ -57,15 +57,7 @@ def test_training_resumes_from_a_checkpoint_of_main(tmp_path):
     path = FIXTURES / "main_780a50a_lm.ckpt"
     task = load_task_checkpoint(path, "lm")
     x = torch.randint(0, task.spec.vocab_size, (4, 9))
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_steps=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
+    trainer = quiet_trainer(max_steps=2, default_root_dir=tmp_path)
     before = {n: p.detach().clone() for n, p in task.model.named_parameters()}
     trainer.fit(task, DataLoader([(x[i, :-1], x[i, 1:]) for i in range(4)], batch_size=2), ckpt_path=str(path))
     assert trainer.global_step == 2  # resumed at step 1, trained one more
