@@ -60,6 +60,27 @@ def test_trust_checkpoint_loads_other_types(tmp_path):
     assert not safe_load.lightning_weights_only()
 
 
+def run_entry_point(script: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """``python <script> ARGS`` as a user runs it (forked: tests/forked_python.py), offline, with no
+    stdin, its logs under ``tmp_path``."""
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "HF_HUB_OFFLINE": "1",
+        "ABLATE_LOG_DIR": str(tmp_path / "logs"),
+        "OMP_NUM_THREADS": "1",
+    }
+    return forked_python.run(
+        [sys.executable, str(REPO / script), *args],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+    )
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize(
     "script",
@@ -81,22 +102,7 @@ def test_no_script_runs_a_crafted_checkpoints_code(script, tmp_path):
         "train.py": ["debug=fdr"],
     }.get(script, [])
     given = [f"ckpts=[{path}]", f"out={tmp_path / 'avg.ckpt'}"] if "average" in script else [f"ckpt_path={path}"]
-    env = {
-        **os.environ,
-        "WANDB_MODE": "offline",
-        "HF_HUB_OFFLINE": "1",
-        "ABLATE_LOG_DIR": str(tmp_path / "logs"),
-        "OMP_NUM_THREADS": "1",
-    }
-    proc = forked_python.run(
-        [sys.executable, str(REPO / script), *given, *args],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=HANG_TIMEOUT,
-    )
+    proc = run_entry_point(script, [*given, *args], tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "needs the type posix.system" in proc.stderr and not marker.exists()
 
@@ -189,22 +195,7 @@ def test_no_entry_point_instantiates_a_stored_target(script, task, crafted_store
         "train.py": ["model=tiny", "data.seq_len=16", "logger=csv", "debug=fdr"],
     }.get(script, [])
     given = [f"ckpts=[{path},{path}]", f"out={tmp_path / 'avg.ckpt'}"] if "average" in script else [f"ckpt_path={path}"]
-    env = {
-        **os.environ,
-        "WANDB_MODE": "offline",
-        "HF_HUB_OFFLINE": "1",
-        "ABLATE_LOG_DIR": str(tmp_path / "logs"),
-        "OMP_NUM_THREADS": "1",
-    }
-    proc = forked_python.run(
-        [sys.executable, str(REPO / script), *given, *args],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=HANG_TIMEOUT,
-    )
+    proc = run_entry_point(script, [*given, *args], tmp_path)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "hyper_parameters.data._target_='builtins.dict' is not one of ablate's data modules" in proc.stderr
     assert not any(f.exists() for f in files), "the stored config ran"
