@@ -292,7 +292,6 @@ def verdict(
     baseline_seeds: int = 0,
     alpha: float = ALPHA,
     p_tost_adjusted: float = math.nan,
-    divergence_p_adjusted: float = math.nan,
     stalled: int = 0,
     completed: int | None = None,
 ) -> str:
@@ -312,8 +311,7 @@ def verdict(
 
     Notes in brackets: diverged seeds (``diverged k/n``: ranked worst by the worst-rank test;
     not in Δ's mean) and stalled ones (``stalled k/n``: completed without leaving the plateau;
-    their values are in the test). ``divergence_p_adjusted`` is accepted for older callers and
-    ignored: divergence is judged by the row's one test."""
+    their values are in the test). Divergence is judged by the row's one test."""
     notes = []
     if diverged:
         notes.append(f"diverged {diverged}/{seeds}")
