@@ -139,13 +139,14 @@ def fit(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
     if diverged_at is None and not interrupted:  # Ctrl-C: last.ckpt was saved at this step; no evaluation
         evaluated, extra = task.evaluate_after_fit(trainer, assembled.datamodule, cfg.eval)  # the task's own
         metrics.update(evaluated)
+    elapsed = time.perf_counter() - start  # this segment: training and the evaluation after it
     return RunStatus(
         status="interrupted" if interrupted else "diverged" if diverged_at is not None else "completed",
         diverged_at_step=diverged_at,
         divergence_reason=divergence.reason if divergence is not None and diverged_at is not None else None,
         steps=trainer.global_step,
-        wall_time_s=round(earlier_s + (time.perf_counter() - start), 2),
-        segment_wall_time_s=round(time.perf_counter() - start, 2) if plan.ckpt_path is not None else None,
+        wall_time_s=round(earlier_s + elapsed, 2),
+        segment_wall_time_s=round(elapsed, 2) if plan.ckpt_path is not None else None,
         params=assembled.n_params,
         axes=spec_axes(assembled.spec),
         overrides=job.overrides,
