@@ -472,6 +472,23 @@ def test_a_selection_seed_among_the_verdict_seeds_is_refused(run_train, tmp_path
     assert not list((tmp_path / "logs").rglob("status.json"))  # refused before any job ran
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("hydra.sweeper.num_lrs=0", "error: hydra.sweeper.num_lrs=0: give a number of learning rates >= 1"),
+        ("hydra.sweeper.seeds=auto", "give hydra.sweeper.baseline=AXIS=VALUE and hydra.sweeper.margin=DELTA"),
+    ],
+)
+def test_a_bad_sweeper_setting_is_refused_as_every_bad_key(run_train, tmp_path, setting, message):
+    """Refused while Hydra builds the sweeper: exit 2 and the message, not Hydra's wrapper (exit 1)."""
+    proc = run_train("tune=lr", setting, *TINY, "logger=csv", check=False)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert message in proc.stderr
+    assert "full_key" not in proc.stderr and "Error in call to target" not in proc.stderr
+    assert not list((tmp_path / "logs").rglob("*.json"))  # nothing written
+
+
 # --------------------------------------------------------------------------- seeds=auto (issue 18.6)
 
 

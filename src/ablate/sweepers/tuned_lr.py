@@ -106,35 +106,41 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         margin_basis: str | None = None,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, params=params)
-        self.rungs = sh.check_rungs((halving or {}).get("rungs"))  # () : the full grid (ablate.sweepers.halving)
-        if not (isinstance(num_lrs, int) and num_lrs >= 1):
-            raise ValueError(f"hydra.sweeper.num_lrs={num_lrs!r}: give a number of learning rates >= 1")
-        if not (isinstance(lr_factor, (int, float)) and lr_factor > 1):
-            raise ValueError(
-                f"hydra.sweeper.lr_factor={lr_factor!r}: give the ratio of neighbouring learning rates, > 1"
-            )
-        auto = auto_settings(seeds, baseline, margin, looks, spending)
-        self.auto = auto is not None
-        # the comparison to declare before stage 2 (ablate.analysis.plan); seeds=auto decides it
-        self.baseline: str | None = baseline
-        self.margin: float | None = None if margin is None else float(margin)
-        self.looks, self.spending = [int(n) for n in looks], spending
-        if auto is not None:
-            self.baseline, self.margin, self.looks, self.spending = auto
-            seeds = list(range(1, self.looks[-1] + 1))
-        if seeds is None or isinstance(seeds, (str, int)) or not list(seeds):
-            raise ValueError(f"hydra.sweeper.seeds={seeds!r}: give a list of seeds, e.g. [1,2,3]")
-        self.num_lrs, self.lr_factor = num_lrs, float(lr_factor)
-        self.default_seeds = _dedupe(str(s) for s in seeds)
-        self.metric = metric
-        if selection_seed is None or isinstance(selection_seed, bool) or not str(selection_seed).strip():
-            raise ValueError(
-                f"hydra.sweeper.selection_seed={selection_seed!r}: give the seed of the stage-1 runs, "
-                "one that is not among the verdict seeds (default 0)"
-            )
-        self.selection_seed = str(selection_seed)
-        self.verdict_metric = verdict_metric
-        self.margin_basis = margin_basis
+        try:  # a bad setting exits 2 with its message, as every refused key does (not Hydra's wrapper, exit 1)
+            self.rungs = sh.check_rungs((halving or {}).get("rungs"))  # () : the full grid (ablate.sweepers.halving)
+            if not (isinstance(num_lrs, int) and num_lrs >= 1):
+                raise ValueError(f"hydra.sweeper.num_lrs={num_lrs!r}: give a number of learning rates >= 1")
+            if not (isinstance(lr_factor, (int, float)) and lr_factor > 1):
+                raise ValueError(
+                    f"hydra.sweeper.lr_factor={lr_factor!r}: give the ratio of neighbouring learning rates, > 1"
+                )
+            auto = auto_settings(seeds, baseline, margin, looks, spending)
+            self.auto = auto is not None
+            # the comparison to declare before stage 2 (ablate.analysis.plan); seeds=auto decides it
+            self.baseline: str | None = baseline
+            self.margin: float | None = None if margin is None else float(margin)
+            self.looks, self.spending = [int(n) for n in looks], spending
+            if auto is not None:
+                self.baseline, self.margin, self.looks, self.spending = auto
+                seeds = list(range(1, self.looks[-1] + 1))
+            if seeds is None or isinstance(seeds, (str, int)) or not list(seeds):
+                raise ValueError(f"hydra.sweeper.seeds={seeds!r}: give a list of seeds, e.g. [1,2,3]")
+            self.num_lrs, self.lr_factor = num_lrs, float(lr_factor)
+            self.default_seeds = _dedupe(str(s) for s in seeds)
+            self.metric = metric
+            if selection_seed is None or isinstance(selection_seed, bool) or not str(selection_seed).strip():
+                raise ValueError(
+                    f"hydra.sweeper.selection_seed={selection_seed!r}: give the seed of the stage-1 runs, "
+                    "one that is not among the verdict seeds (default 0)"
+                )
+            self.selection_seed = str(selection_seed)
+            self.verdict_metric = verdict_metric
+            self.margin_basis = margin_basis
+        except ValueError as err:
+            from ablate import cli
+            from ablate.config.options import ConfigError
+
+            cli.report_user_error(ConfigError(str(err)))
         self.job_idx = 0
 
     # -- what to run
