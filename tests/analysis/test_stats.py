@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -164,10 +165,12 @@ def write_job(
     steps: int = 100,
     config: dict | None = None,
     metrics: pd.DataFrame | None = None,
+    started_at: str | None = None,
 ) -> Path:
     """One job directory as train.py leaves it (the files the loader reads). ``metrics``: the
     whole ``metrics.csv`` (a ``step`` column and one per metric) instead of two rows of ``metric``
-    (``value`` + 1 half-way, ``value`` at the end)."""
+    (``value`` + 1 half-way, ``value`` at the end). As train.py, ``status.json`` records the start
+    (``started_at``, default now) and the hash of the plan in force in ``root`` (``plan_sha256``)."""
     job = root / f"{index:03d}"
     (job / ".hydra").mkdir(parents=True)
     (job / "csv").mkdir()
@@ -175,9 +178,17 @@ def write_job(
     config_file = job / ".hydra" / "config.yaml"
     config_file.write_text(yaml.safe_dump(config or {"data": {"batch_size": 4, "seq_len": 16}}))
     os.utime(config_file, (1e9 + index, 1e9 + index))  # run order = index
-    (job / "status.json").write_text(
-        json.dumps({"status": status, "steps": steps, "params": params, "wall_time_s": 1.0, "metrics": {}})
-    )
+    plan = root / "analysis_plan.json"
+    record = {
+        "status": status,
+        "steps": steps,
+        "params": params,
+        "wall_time_s": 1.0,
+        "metrics": {},
+        "started_at": started_at or datetime.now(UTC).isoformat(timespec="seconds"),
+        "plan_sha256": json.loads(plan.read_text())["sha256"] if plan.is_file() else None,
+    }
+    (job / "status.json").write_text(json.dumps(record))
     if metrics is not None:
         metrics.to_csv(job / "csv" / "metrics.csv", index=False)
         return job
@@ -291,7 +302,8 @@ def test_divergence_is_kept_as_an_outcome(tmp_path: Path):
     low, high = scipy_stats.binomtest(1, 3).proportion_ci(0.95, method="exact")
     assert (silu["diverged_ci_low"], silu["diverged_ci_high"]) == (pytest.approx(low), pytest.approx(high))
     assert tanh["test"] == "worst-rank" and tanh["p"] == pytest.approx(0.1)  # all 3 worst: 2 of 20
-    assert tanh["verdict"] == "inconclusive (diverged 3/3)"
+    # every seed diverged, but 3 vs 3 seeds cannot show it at alpha: the verdict says why (issue 43)
+    assert tanh["verdict"] == "inconclusive (diverged 3/3; 3 vs 3 seeds: p >= 0.1)"
     assert "p_diverged_holm" not in frame and frame.attrs["family"] == 2  # one family: the two rows' one test each
     table = markdown_table(frame, load_sweep(tmp_path / "a"))
     assert "inconclusive (diverged 1/3)" in table and "1/3 [0.01, 0.91]" in table and "worst-rank" in table

@@ -36,7 +36,12 @@ class RunStatus:
     (the whole run's, over its resumed segments, up to the checkpoint each resumed from) and
     ``segment_wall_time_s`` (a resumed run's last segment alone): the run's settings and cost; ``signal``/``pid``: the worker process of a killed job;
     ``tags``: the user's ``tags`` the run is labelled with (a re-run with others relabels it,
-    :mod:`ablate.tracking.relabel`); ``extra``: the task's own entries, written beside these."""
+    :mod:`ablate.tracking.relabel`); ``started_at``: when the run's first segment started (UTC,
+    ISO 8601; what an analysis plan's "declared before the first result" is checked against,
+    :mod:`ablate.analysis.plan`, instead of file times); ``plan_sha256``: the hash of the analysis
+    plan in force in the sweep folder when the run started (its ``analysis_plan.json``; None: none
+    was), the content proof that the plan predates the run; ``extra``: the task's own entries,
+    written beside these."""
 
     status: str
     overrides: list[str] = field(default_factory=list)
@@ -56,6 +61,8 @@ class RunStatus:
     signal: str | None = None
     pid: int | None = None
     tags: list[str] | None = None
+    started_at: str | None = None
+    plan_sha256: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
