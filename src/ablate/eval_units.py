@@ -4,7 +4,7 @@ Every test-split evaluation (after training, ``eval.seq_lens``, ``eval.py``) rec
 *unit* of the text it scored (a language model's non-overlapping window, a translation's
 sentence), the summed NLL in nats, the tokens predicted and the UTF-8 bytes they cover. Two
 runs evaluated on the same text pair unit by unit: :mod:`ablate.analysis.crossed` turns the
-pairs into an interval that covers a new seed *and* a new text.
+pairs into an interval for the mean difference over seeds *and* held-out text.
 
 One file per evaluation, ``test_units.npz`` (``numpy.savez_compressed``; float32 NLL, int32
 counts: a few kB for Tiny Shakespeare), holding per evaluation *tag* (``""`` for ``test/*``,

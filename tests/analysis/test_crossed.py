@@ -150,3 +150,19 @@ def test_summarize_uses_the_crossed_interval_when_the_runs_saved_their_windows(t
     frame = summarize(load_sweep(tmp_path), "test/loss", baseline="act=gelu")
     relu = frame[frame["act"] == "relu"].iloc[0]
     assert relu["test"] == "paired" and "no per-window losses for seed 3" in relu["inference"]
+
+
+def test_held_out_blocks_per_split_is_a_data_option():
+    """data.heldout_blocks: the blocks of each held-out split (Tiny Shakespeare's splits=blocks),
+    4 by default (the layout and cache key it always had); refused where it does not apply."""
+    from ablate.data.lm_data import TinyShakespeare
+
+    four = TinyShakespeare(data_dir="/nonexistent", cache_dir="/nonexistent", splits="blocks").block_cuts(8000)
+    eight = TinyShakespeare(
+        data_dir="/nonexistent", cache_dir="/nonexistent", splits="blocks", heldout_blocks=8
+    ).block_cuts(8000)
+    assert [len(four[s]) for s in ("test", "val")] == [4, 4] and [len(eight[s]) for s in ("test", "val")] == [8, 8]
+    share = sum(b - a for a, b in eight["test"]) / 8000
+    assert share == pytest.approx(sum(b - a for a, b in four["test"]) / 8000, abs=0.002)  # the same 5%
+    with pytest.raises(ValueError, match="applies to splits=blocks only"):
+        TinyShakespeare(data_dir="/nonexistent", cache_dir="/nonexistent", heldout_blocks=8)

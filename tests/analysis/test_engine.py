@@ -229,3 +229,33 @@ def test_the_sweeper_and_the_table_decide_alike(tmp_path: Path):
     decision = engine.sequential(arms["relu"], arms["gelu"], "test/loss", False, 0.05, LOOKS, adjust=False)
     assert decision.look == 2 and decision.seeds == (1, 2, 3, 4, 5, 6, 7)
     assert json.loads((root / "lr_tuning.json").read_text())["variants"][1]["sequential"]["looks"] == LOOKS
+
+
+def test_the_interval_is_one_for_the_mean_difference(tmp_path: Path):
+    """Issue 43 item 5: "covers a new seed and a new text" read as a prediction interval; the docs
+    and the table's legend call it what it is, an interval for the mean difference."""
+    from conftest import REPO
+
+    docs = (REPO / "docs" / "analysis.md").read_text()
+    assert "covers a new seed **and** a new text" not in docs and "interval for the **mean difference**" in docs
+    assert "It is not a prediction interval" in docs
+
+    from ablate.analysis.markdown import markdown_table
+    from ablate.analysis.runs import load_sweep
+    from ablate.analysis.tables import summarize
+
+    write_units_sweep(tmp_path, {"gelu": 0.0, "relu": 0.3})
+    sweep = load_sweep(tmp_path)
+    legend = markdown_table(summarize(sweep, "test/loss", baseline="act=gelu"), sweep)
+    assert "a 95% interval for the mean difference over seeds and held-out text" in legend
+    assert "not a prediction for one new run" in legend
+
+
+def test_the_simulation_script_prints_its_tables(capsys):
+    """scripts/simulate_verdicts.py at a tiny size: the tables docs/analysis.md quotes."""
+    from ablate.analysis.commands import simulate
+
+    simulate.main(["--scale", "0.001", "--only", "family", "divergence"])
+    out = capsys.readouterr().out
+    assert "| margin | two Holm families (old) | Holm, then Holm on the rest | one family (now) |" in out
+    assert "last look evaluated when needed" in out

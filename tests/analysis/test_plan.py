@@ -7,6 +7,7 @@ file times, and seeds, variants, split and stopping rule were never compared wit
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -99,17 +100,20 @@ def _sync_copy(sweep: Path, ledger: Path, index: int = 0) -> None:
 
 def test_an_edited_plan_is_exploratory_even_with_its_hash_recomputed(tmp_path: Path, capsys):
     sweep = declared_sweep(tmp_path)
-    ledger = tmp_path / LEDGER_FILE
 
-    # the copy in the sweep folder, edited with its hash recomputed: the ledger is the record
+    # the copy in the sweep folder, edited with its hash recomputed (as 20535cc hashed it: the plan's
+    # canonical JSON, the hash beside it): the ledger is the record
     copy = json.loads((sweep / PLAN_FILE).read_text())
     copy["plan"]["margin"] = 0.5
-    copy["sha256"] = _entry_digest({k: v for k, v in copy.items() if k != "ledger"})
+    copy["sha256"] = hashlib.sha256(
+        json.dumps(copy["plan"], sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
     (sweep / PLAN_FILE).write_text(json.dumps(copy))
     assert (
         "differs from its ledger entry"
         in rows(capsys, sweep, "--metric", "test/loss", "--baseline", "act=gelu", "--margin", "0.5")["silu"]
     )
+    ledger = tmp_path / LEDGER_FILE
 
     # the ledger's entry edited, hash not recomputed: the chain says so
     _rewrite_entry(ledger, 0, lambda e: e["plan"].update(margin=0.5), rehash=False)

@@ -469,6 +469,52 @@ def test_summaries_leave_the_selection_seed_out(tmp_path):
     assert sorted(j.seed for j in kept.jobs) == [0, 1, 2] and "won the selection (optimistic)" in note
 
 
+def test_the_verdict_table_states_each_arms_rate_and_edge(tmp_path, capsys):
+    """Issue 43 item 4: the table against the baseline says at which rate each arm ran and whether
+    it was at an edge of its grid (the optimum may lie beyond it), or got there after tune=lr
+    extended the grid."""
+    from ablate.analysis.commands import summarize as summarize_command
+
+    def job(index, act, lr, seed, value):
+        d = tmp_path / f"{index:02d}"
+        (d / ".hydra").mkdir(parents=True)
+        (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"act={act}", f"optim.lr={lr}", f"seed={seed}"]))
+        (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"seed": seed}))
+        (d / "status.json").write_text(json.dumps({"status": "completed", "metrics": {"val/loss": value}}))
+
+    index = 0
+    for act, lr, base in (("gelu", "0.008", 2.3), ("relu", "0.004", 2.5)):
+        for seed in (1, 2, 3):
+            job(index, act, lr, seed, base + 0.01 * seed)
+            index += 1
+    records = [
+        {
+            "variant": "act=gelu",
+            "overrides": ["act=gelu"],
+            "chosen_override": "optim.lr=0.008",
+            "selection_seed": 0,
+            "edge": "highest",
+            "extended": [0.004, 0.008],
+        },
+        {
+            "variant": "act=relu",
+            "overrides": ["act=relu"],
+            "chosen_override": "optim.lr=0.004",
+            "selection_seed": 0,
+            "edge": None,
+            "extended": [0.004],
+        },
+    ]
+    (tmp_path / "lr_tuning.json").write_text(json.dumps({"selection_seed": 0, "variants": records}))
+    summarize_command.main(
+        [str(tmp_path), "--metric", "val/loss", "--baseline", "act=gelu", "--out", str(tmp_path / "o")]
+    )
+    out = capsys.readouterr().out
+    assert "| act | lr | tuned LR |" in out
+    assert "| gelu | 0.008 | 0.008 (top edge; grid extended: 0.004, 0.008) |" in out
+    assert "| relu | 0.004 | 0.004 (grid extended: 0.004) |" in out
+
+
 @pytest.mark.integration
 def test_a_selection_seed_among_the_verdict_seeds_is_refused(run_train, tmp_path):
     proc = run_train("act=relu,gelu", "tune=lr", "seed=0,1", *TINY, "logger=csv", check=False)

@@ -14,7 +14,8 @@ What one comparison rests on (:func:`analyse`), variant - baseline on the final 
 * **Seeds and text both random.** Else, with per-window test losses for every completed seed of
   both arms (``test/loss*``, ``test/bpb*``), the crossed seed x text analysis
   (:mod:`~ablate.analysis.crossed`) with the **held-out block** as the text unit
-  (:func:`ablate.eval_units.text_groups`): its interval covers a new seed *and* a new text.
+  (:func:`ablate.eval_units.text_groups`): its interval is one for the mean difference over
+  seeds *and* held-out text (not a prediction for one new run).
 * Else the paired t-test over the shared seeds (Welch's without two): the text is then fixed, and
   the verdict is about this passage only (``summarize.py`` never labels it declared).
 

@@ -7,7 +7,7 @@
     python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre --basis flops   # verdicts at equal FLOPs
     python scripts/summarize.py logs/multirun/<sweep> --where scale=m --baseline act=gelu --out <dir>  # one size
     python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre --metric val/loss --margin 0.02   # + equivalence
-    python scripts/summarize.py logs/multirun/<sweep> --baseline act=gelu --where scale=xs --where scale=m  # one Holm family
+    python scripts/summarize.py logs/multirun/<sweep> --baseline act=gelu --where scale=xs --where scale=m  # one family
     python scripts/summarize.py logs/multirun/<sweep> --interaction norm=post,pre --interaction warmup_steps=0,30 \
         --metric test/bleu --out <dir>   # the 2x2 norm x warmup interaction at each other axis value (each lr)
 
@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="append",
         help="the metric to compare, any logged val/* or test/* (the test metrics are logged once, at the end "
         "of training: e.g. test/bleu, test/loss; default: val/ppl for LM, val/bleu for translation); repeat it "
-        "for several metrics: with --baseline or --interaction their tests form one Holm family",
+        "for several metrics: with --baseline or --interaction their tests form one family",
     )
     parser.add_argument("--paper", metavar="FILE", help="paper.yaml/.csv with the paper's numbers to show beside ours")
     parser.add_argument(
