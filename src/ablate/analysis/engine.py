@@ -266,7 +266,12 @@ def sequential(
         if missing or base_missing or n > len(order):
             waiting = ",".join(map(str, sorted(set(missing) | set(base_missing)))) or f"{n - len(order)} more"
             return Decision(
-                seq.CONTINUE, -1, (), None, history=history, waiting=f"look {k + 1} waits for seeds {waiting}"
+                seq.CONTINUE,
+                -1,
+                (),
+                None,
+                history=history,
+                waiting=f"look {k + 1} waits for seeds {waiting}: still to run, or crashed (re-run the command)",
             )
         evidence = analyse(mine, base, metric, higher_is_better, margin)
         c = evidence.comparison

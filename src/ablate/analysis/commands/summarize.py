@@ -255,7 +255,7 @@ def interaction_standing(args: argparse.Namespace) -> str:
         return "No analysis plan is declared for this sweep (scripts/declare.py): every verdict here is exploratory."
     plan, metrics = declaration.plan, args.metric or []
     checks = [
-        (declaration.intact, "the plan file was edited after it was declared"),
+        (declaration.intact, str(declaration.problem)),
         (plan.extra.get("interaction") == list(args.interaction), "the plan declares another (or no) interaction"),
         (set(metrics) == set(plan.metrics), "the metrics are not the plan's"),
         (all(args.margin == plan.margin_for(m) for m in metrics), "the margin is not the plan's"),
