@@ -10,7 +10,6 @@ own module from the spec.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -40,11 +39,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ablate.tasks.base import TaskModule
-
-# The data modules store their position in the training order in the checkpoint (their
-# state_dict), so a mid-epoch resume is exact; Lightning still warns because the DataLoader itself
-# has no state_dict. Silence that one misleading message.
-warnings.filterwarnings("ignore", message=r".*your dataloader is not resumable.*")
 
 
 @dataclass
