@@ -314,3 +314,58 @@ def test_the_config_walk_follows_the_config_and_not_its_parts(tmp_path: Path) ->
     assert walk.returns == 4  # check twice, other.check, Control.from_config; not optimiser
     assert {p.name for p in walk.files} == {"entry.py", "other.py"}
     assert any("pkg.other.deeper(x)" in line for line in walk.lines)
+
+
+# ------------------------------------------------------------------ the tests' own imports
+
+TESTS = SRC.parent / "tests"
+# what a test could import of the tests folder by name: its modules and folders, and "tests" itself
+TEST_NAMES = {p.stem for p in TESTS.rglob("*.py")} | {p.name for p in TESTS.iterdir() if p.is_dir()} | {"tests"}
+HYDRA_TARGET = re.compile(r"_target_=([\w.]+)")
+
+
+def imports_of_other_tests(source: str, test_names: set[str] = TEST_NAMES) -> list[str]:
+    """What a test file imports of the tests folder other than ``helpers``: a test module, conftest, a
+    relative import, or a class a run is handed by name (``+callbacks.x._target_=module.Class``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = ["." * node.level + (node.module or "")]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = HYDRA_TARGET.findall(node.value)
+        for name in names:
+            top = name.split(".")[0]
+            if name.startswith(".") or (top in test_names and top != "helpers"):
+                found.append(f"{node.lineno}: {name}")
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    """What the tests share is in ``tests/helpers/``: a test module imports no other test module nor
+    ``conftest`` (whose fixtures pytest hands over by name)."""
+    found = [
+        f"{path.relative_to(TESTS)}:{where}"
+        for path in sorted(TESTS.rglob("*.py"))
+        if "helpers" not in path.relative_to(TESTS).parts
+        for where in imports_of_other_tests(path.read_text())
+    ]
+    assert not found, "move what is shared into tests/helpers/:\n" + "\n".join(found)
+
+
+def test_the_test_import_reader_finds_what_it_looks_for() -> None:
+    source = (
+        "import forked_python\nfrom conftest import TINY\nfrom ._models import tiny_lm\nfrom test_stats import write_job\n"
+        "from helpers.runs import TINY\nimport torch\nfrom torch import nn\n"
+        "ARGS = ['+callbacks.kill._target_=_kill_at_step.KillAtStep', '+callbacks.k._target_=helpers.kill_at_step.KillAtStep']\n"
+    )
+    names = {"forked_python", "conftest", "_models", "test_stats", "_kill_at_step", "helpers"}
+    assert imports_of_other_tests(source, names) == [
+        "1: forked_python",
+        "2: conftest",
+        "3: ._models",
+        "4: test_stats",
+        "8: _kill_at_step.KillAtStep",
+    ]

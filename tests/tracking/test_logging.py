@@ -32,7 +32,7 @@ from ablate.tracking.naming import multirun_group, run_name_from_overrides
 from ablate.tracking.wandb_mode import decide_wandb_mode
 from ablate.tracking.wandb_reader import find_run_dirs, read_offline_run
 from ablate.tracking.wandb_run import AblateWandbLogger, finish_wandb
-from conftest import HANG_TIMEOUT
+from helpers.runs import HANG_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[2]
 LOGGER_CONF = REPO / "conf" / "logger"
@@ -822,7 +822,7 @@ def test_a_selected_logger_that_is_not_installed_names_the_pip_command(
 def test_train_with_tensorboard_and_mlflow(run_train, tmp_path: Path, no_mlflow_env: None) -> None:
     pytest.importorskip("tensorboard")
     pytest.importorskip("mlflow")
-    from conftest import TINY
+    from helpers.runs import TINY
 
     proc = run_train(
         *TINY, "logger=[tensorboard,mlflow]", "tags=[smoke]", "pos=rope", "hydra.run.dir=" + str(tmp_path / "run")
