@@ -115,7 +115,12 @@ def check_training_state(checkpoint: Mapping[str, Any], path: str | os.PathLike[
     own state (RNG states and run identity: without it, the resume could not be checked to be the
     same run), each callback's state with the fields its ``load_state_dict`` reads, the loops,
     optimiser and scheduler states Lightning indexes."""
-    for key, types in (("global_step", (int,)), ("epoch", (int,)), ("loops", (Mapping,))):
+    expected: tuple[tuple[str, tuple[type, ...]], ...] = (
+        ("global_step", (int,)),
+        ("epoch", (int,)),
+        ("loops", (Mapping,)),
+    )
+    for key, types in expected:
         if not isinstance(checkpoint.get(key), types):
             raise PartError(f"{path}: {key} is {_kind(checkpoint.get(key))}, not what train.py writes; not resumed")
     for key in ("optimizer_states", "lr_schedulers"):

@@ -110,7 +110,8 @@ def check_checkpoint_content(checkpoint: Mapping[str, Any], path: str | os.PathL
 def _task_of_older(checkpoint: Mapping[str, Any]) -> str:
     """Checkpoints from before the task field: translation when the model has an encoder."""
     spec = (checkpoint.get("hyper_parameters") or {}).get("spec") or {}
-    return "translation" if isinstance(spec, Mapping) and (spec.get("encoder_layers") or 0) > 0 else "lm"
+    layers = spec.get("encoder_layers") if isinstance(spec, Mapping) else None
+    return "translation" if isinstance(layers, int) and layers > 0 else "lm"
 
 
 def inspect_checked(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -136,8 +137,7 @@ def checkpoint_task(path: str | Path) -> str:
     checkpoint = inspect_checkpoint(path)
     if checkpoint.get("task"):
         return str(checkpoint["task"])
-    spec = (checkpoint.get("hyper_parameters") or {}).get("spec") or {}
-    return "translation" if (spec.get("encoder_layers") or 0) > 0 else "lm"
+    return _task_of_older(checkpoint)
 
 
 def require_checkpoint_task(path: str | Path, expected: str, script: str) -> None:
