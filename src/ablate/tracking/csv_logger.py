@@ -21,6 +21,7 @@ from typing import Any
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
+from lightning.pytorch.utilities import rank_zero_only
 
 from ablate.writes import DiskFullError, named_disk_full, write_text_atomically
 
@@ -65,24 +66,11 @@ class MetricsWriter(ExperimentWriter):
         self.metrics = []
 
 
-class RunCSVLogger(CSVLogger):
-    """Lightning's ``CSVLogger`` with :class:`MetricsWriter`."""
-
-    @property
-    @rank_zero_experiment
-    def experiment(self) -> Any:
-        if self._experiment is not None:
-            return self._experiment
-        self._fs.makedirs(self.root_dir, exist_ok=True)
-        self._experiment = MetricsWriter(log_dir=self.log_dir)
-        return self._experiment
-
-
-class AppendingCSVLogger(RunCSVLogger):
+class AppendingCSVLogger(CSVLogger):
     """A ``CSVLogger`` that continues an existing ``metrics.csv`` (a resumed job) instead of
     deleting it, as Lightning 2.6's writer does when it starts. Rows logged between the last
     checkpoint and the interruption appear again after the resume, with the same values when
-    the resume is exact; readers keep the last row of a step."""
+    the resume is exact; readers keep the last row of a step. Written by :class:`MetricsWriter`."""
 
     @property
     @rank_zero_experiment
@@ -94,8 +82,21 @@ class AppendingCSVLogger(RunCSVLogger):
         with warnings.catch_warnings():
             # Lightning warns that the previous log files "will be deleted": not here, they are kept
             warnings.filterwarnings("ignore", message=".*Previous log files in this directory will be deleted")
-            experiment = super().experiment
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            experiment = self._experiment = MetricsWriter(log_dir=self.log_dir)
         if previous:
             path.write_text(previous, encoding="utf-8")
             experiment.metrics_keys = sorted(next(csv.reader(previous.splitlines())))
         return experiment
+
+
+def whole_rows(logger: CSVLogger) -> CSVLogger:
+    """``logger`` (Lightning's ``CSVLogger`` of a new job) writing with :class:`MetricsWriter`: its
+    writer made now, on rank 0 (the only one that writes), where Lightning's ``experiment`` would
+    make its own on first use (the same folder, the same file)."""
+    if isinstance(logger, AppendingCSVLogger):
+        return logger  # a resumed job's: its own experiment keeps the file's rows, then writes so
+    if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
+        logger._fs.makedirs(logger.root_dir, exist_ok=True)
+        logger._experiment = MetricsWriter(log_dir=logger.log_dir)
+    return logger

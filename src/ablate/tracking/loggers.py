@@ -11,11 +11,11 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from ablate.compat import flatten_params
-from ablate.tracking.csv_logger import AppendingCSVLogger, RunCSVLogger
+from ablate.tracking.csv_logger import AppendingCSVLogger, whole_rows
 from ablate.tracking.hparams import new_hparams, scalar_hparams
 from ablate.tracking.naming import RunLabels, flat_axes, run_tags
 from ablate.tracking.options import MLflowOptions, TensorBoardOptions, WandbOptions, check_loggers, user_tags
@@ -65,8 +65,9 @@ def build_loggers(
     tags = run_tags(user_tags(cfg), labels.experiment, axes)
     # flushed at every logging step: a killed job's metrics up to its last checkpoint are on
     # disk, and the resumed job appends after them (rows it logs again carry the same values)
-    csv_class = AppendingCSVLogger if resuming else RunCSVLogger
-    csv_logger = csv_class(save_dir=output_dir, name="csv", version="", flush_logs_every_n_steps=1)
+    csv_class = AppendingCSVLogger if resuming else CSVLogger
+    # its rows written whole: a full disk leaves no half row (ablate.tracking.csv_logger)
+    csv_logger = whole_rows(csv_class(save_dir=output_dir, name="csv", version="", flush_logs_every_n_steps=1))
     # csv/hparams.yaml: the run config as W&B gets it (the optimiser's used keys only, the axes,
     # the parameter count); the task modules log no hyper-parameters of their own
     csv_logger.log_hyperparams(extra_config)
