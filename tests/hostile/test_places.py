@@ -54,6 +54,28 @@ def test_a_link_out_of_the_run_is_refused_by_name_and_one_inside_is_not(tmp_path
     assert (outside / "best.ckpt").read_bytes() == b"theirs"
 
 
+def test_the_sweep_files_are_not_written_through_a_link(tmp_path, capsys):
+    from ablate.callbacks.stop_file import request_stop
+    from analysis.test_stats import write_sweep
+
+    sweep, outside = write_sweep(tmp_path / "sweep", {"gelu": [3.0, 3.1], "relu": [3.2, 3.3]}), tmp_path / "outside"
+    outside.mkdir()
+    (sweep / ".stop").symlink_to(outside / "stop")  # a dangling link: writing it would create the target
+    request_stop(sweep / ".stop", "SIGINT")
+    assert not (outside / "stop").exists()
+    (sweep / ".sweep.lock").symlink_to(outside / "lock")
+    with pytest.raises(LinkOutsideError, match=r"\.sweep\.lock is a symbolic link"):
+        record_command(sweep, sweep_command(["act=relu,gelu"], {"act"}))
+    (outside / "theirs.md").write_text("theirs")
+    (sweep / "summary.md").symlink_to(outside / "theirs.md")
+    with pytest.raises(SystemExit) as exit_:
+        summarize_command.main([str(sweep), "--metric", "val/loss"])
+    assert exit_.value.code == 2 and "summary.md is a symbolic link" in capsys.readouterr().err
+    assert (
+        sorted(p.name for p in outside.iterdir()) == ["theirs.md"] and (outside / "theirs.md").read_text() == "theirs"
+    )
+
+
 def test_the_folders_a_run_writes_are_folders(tmp_path):
     (tmp_path / "wandb").write_text("not a folder")
     with pytest.raises(UserError, match=r"wandb is a file, not a folder: the run writes its wandb files there"):

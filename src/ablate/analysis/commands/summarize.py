@@ -39,7 +39,7 @@ from ablate.analysis.runs import at_tuned_rates, load_sweep
 from ablate.analysis.specs import where
 from ablate.analysis.tables import summarize
 from ablate.config.locations import folder_problem
-from ablate.writes import disk_full_message, is_disk_full
+from ablate.writes import LinkOutsideError, disk_full_message, inside, is_disk_full
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -212,6 +212,11 @@ def writable_out(args: argparse.Namespace) -> Path:
 
 def write_tables(frame: Any, table: str, out: Path, name: str = "summary") -> tuple[Path, Path]:
     """:func:`ablate.analysis.markdown.write_summary`, a failed write (a full disk) named with --out."""
+    try:
+        for path in (out / f"{name}.csv", out / f"{name}.md"):
+            inside(path, out)  # a link there out of the folder: refused by name, not written through
+    except LinkOutsideError as err:
+        argument_error(str(err))
     try:
         return write_summary(frame, table, out, name=name)
     except OSError as err:
