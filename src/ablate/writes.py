@@ -39,10 +39,7 @@ class DiskFullError(UserError, OSError):
     """The disk filled up while a file was written; the message names the file and the bytes."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(errno.ENOSPC, message)
-
-    def __str__(self) -> str:
-        return str(self.args[1])
+        super().__init__(errno.ENOSPC, message)  # printed as "[Errno 28] <message>"
 
 
 def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
@@ -86,7 +83,7 @@ def check_run_folder(folder: str | os.PathLike[str], checkpoint_dirs: Iterable[s
 
 
 def disk_full_message(path: str | os.PathLike[str], needed: int | None, err: OSError | None = None) -> str:
-    """``the disk filled up writing <path> (about N bytes needed, M free)``."""
+    """``No space left on device writing <path> (about N bytes needed, M free); ...``."""
     from ablate.data.cache import human_bytes  # the sizes as the cache messages give them
 
     try:
@@ -96,13 +93,13 @@ def disk_full_message(path: str | os.PathLike[str], needed: int | None, err: OSE
     sizes = ", ".join(
         part
         for part in (
-            f"about {human_bytes(needed)} needed" if needed is not None else "",
+            f"about {human_bytes(needed)} needed" if needed else "",
             f"{human_bytes(free)} free" if free is not None else "",
         )
         if part
     )
-    why = err.strerror if err is not None and err.strerror else "No space left on device"
-    return f"the disk filled up writing {path} ({why}{'; ' + sizes if sizes else ''}); the partial file was removed"
+    why = err.strerror if err is not None and err.errno in FULL and err.strerror else "No space left on device"
+    return f"{why} writing {path}{f' ({sizes})' if sizes else ''}; the partial file was removed"
 
 
 def is_disk_full(err: BaseException) -> bool:

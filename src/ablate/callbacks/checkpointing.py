@@ -83,14 +83,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 def _save(checkpoint: dict[str, Any], f: Any, path: Path) -> None:
     """``torch.save``, whose zip writer reports a full disk as ``RuntimeError: [enforce fail at
-    inline_container.cc] ... unexpected pos``: turned into the OSError it is (Errno 28, naming the path),
-    which is what status.json then records."""
+    inline_container.cc] ... unexpected pos``: turned into the OSError it is (Errno 28), which the
+    caller names with the path and the bytes (:func:`ablate.writes.named_disk_full`)."""
     try:
         torch.save(checkpoint, f)
     except RuntimeError as err:
         if "unexpected pos" in str(err) or "file write failed" in str(err):
-            free = shutil.disk_usage(path.parent).free
-            raise OSError(errno.ENOSPC, f"No space left on device writing {path} ({free:,} bytes free)") from err
+            raise OSError(errno.ENOSPC, "No space left on device") from err
         raise
 
 
