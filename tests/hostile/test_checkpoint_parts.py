@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-import forked_python
-from _checkpoints import CHARS, lm_checkpoint, rewrite, translation_checkpoint
 from ablate.callbacks.averaging import AveragingError, average_checkpoints
 from ablate.checkpoints.files import CheckpointError, CheckpointFileMissing, require_resumable, resolve_ckpt_path
 from ablate.data.tokenizers import CharTokenizer, tokenizer_to_dict
 from ablate.export.hf import ExportError, export_checkpoint
 from ablate.tasks.checkpoints import inspect_checked, load_task_checkpoint
-from conftest import HANG_TIMEOUT, REPO
+from helpers import forked_python
+from helpers.checkpoints import CHARS, lm_checkpoint, rewrite, translation_checkpoint
+from helpers.runs import HANG_TIMEOUT, REPO
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

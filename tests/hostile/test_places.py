@@ -56,7 +56,7 @@ def test_a_link_out_of_the_run_is_refused_by_name_and_one_inside_is_not(tmp_path
 
 def test_the_sweep_files_are_not_written_through_a_link(tmp_path, capsys):
     from ablate.callbacks.stop_file import request_stop
-    from analysis.test_stats import write_sweep
+    from helpers.sweeps import write_sweep
 
     sweep, outside = write_sweep(tmp_path / "sweep", {"gelu": [3.0, 3.1], "relu": [3.2, 3.3]}), tmp_path / "outside"
     outside.mkdir()
@@ -172,7 +172,7 @@ def test_a_full_disk_while_metrics_are_written_leaves_the_last_whole_row(tmp_pat
 
 
 def test_a_full_disk_while_the_summary_is_written_exits_2_naming_out(tmp_path, monkeypatch, capsys):
-    from analysis.test_stats import write_sweep
+    from helpers.sweeps import write_sweep
 
     sweep = write_sweep(tmp_path, {"gelu": [3.0, 3.1], "relu": [3.2, 3.3]})
     monkeypatch.setattr(summarize_command, "write_summary", enospc)
@@ -225,7 +225,7 @@ def read_only(monkeypatch):
 
 @pytest.mark.parametrize("command", [summarize_command, plot_command])
 def test_the_analysis_of_a_read_only_sweep_names_an_output_option(tmp_path, read_only, capsys, command):
-    from analysis.test_stats import write_sweep
+    from helpers.sweeps import write_sweep
 
     sweep = write_sweep(tmp_path, {"gelu": [3.0, 3.1], "relu": [3.2, 3.3]})
     read_only(sweep)
@@ -306,7 +306,7 @@ def test_a_sweep_record_that_is_not_a_list_of_commands_is_refused(tmp_path, reco
 
 
 def test_an_unknown_status_is_named_as_such(tmp_path, capsys):
-    from analysis.test_stats import write_sweep
+    from helpers.sweeps import write_sweep
 
     sweep = write_sweep(tmp_path, {"gelu": [3.0, 3.1], "relu": [3.2, 3.3]})
     job = sorted(p for p in sweep.iterdir() if p.is_dir())[-1]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import forked_python
-from _checkpoints import rewrite
-from conftest import HANG_TIMEOUT, REPO
+from helpers import forked_python
+from helpers.checkpoints import rewrite
+from helpers.runs import HANG_TIMEOUT, REPO
 
 pytestmark = pytest.mark.integration
 
