@@ -27,8 +27,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # another folder of its own layer.
 LAYERS: list[tuple[str, ...]] = [
     ("ablate.errors", "ablate.compat"),
-    # what a run measures; the models; the optimisers; the seed streams; per-unit test losses
-    ("ablate.metrics", "ablate.nn", "ablate.optim", "ablate.seeds", "ablate.eval_units"),
+    # what a run measures; the models; the optimisers; the seed streams; per-unit test losses; writing into
+    # a run's folder (no link out of it, a full disk named)
+    ("ablate.metrics", "ablate.nn", "ablate.optim", "ablate.seeds", "ablate.eval_units", "ablate.writes"),
     ("ablate.config", "ablate.checkpoints"),  # the config read and checked; checkpoint files read safely
     ("ablate.data",),
     ("ablate.tasks",),
@@ -39,6 +40,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.sweepers", "ablate.benchmark", "ablate.export"),  # sweeps of jobs; measurements; exports
     ("hydra_plugins",),
 ]
+# The run record: what a job leaves in its folder (status.json: its schema and reader; csv/metrics.csv: the
+# job's own reader). The analysis beside the job reads it; these modules stand on the layers below only.
+RUN_RECORD = ("ablate.run.status", "ablate.run.record")
 # Module-level imports that would make a light module heavy (the registries are read without torch).
 LIGHT: dict[str, tuple[str, ...]] = {
     "ablate.metrics": ("torch", "lightning"),
@@ -147,6 +151,8 @@ def not_down(imports: list[Import]) -> list[str]:
         if package_of(imp.target) == package_of(imp.module):
             continue
         own, other = layer_of(imp.module), layer_of(imp.target)
+        if imp.target in RUN_RECORD and own is not None and other is not None and other <= own:
+            continue  # the run record, read from beside (the analysis)
         if own is None or other is None or other >= own:
             wrong.append(f"{imp.module}:{imp.line} ({imp.kind}) -> {imp.target}")
     return wrong
@@ -166,6 +172,19 @@ def test_training_imports_no_analysis() -> None:
         f"{i.module}:{i.line} ({i.kind}) -> {i.target}"
         for i in ALL_IMPORTS
         if package_of(i.module) in training and package_of(i.target) == "ablate.analysis"
+    ]
+    assert not found
+
+
+def test_the_run_record_stands_on_the_layers_below() -> None:
+    """What the analysis may read of ``run/`` imports nothing else of it, nor anything beside or above."""
+    found = [
+        f"{i.module}:{i.line} -> {i.target}"
+        for i in ALL_IMPORTS
+        if i.module in RUN_RECORD
+        and i.target.startswith("ablate.")
+        and i.target not in RUN_RECORD
+        and (layer_of(i.target) or 0) >= (layer_of(i.module) or 0)
     ]
     assert not found
 

@@ -82,10 +82,16 @@ def check_run_folder(folder: str | os.PathLike[str], checkpoint_dirs: Iterable[s
             )
 
 
+def human_bytes(n: float) -> str:
+    """``412 B``, ``3.1 kB``, ``12.0 MB``, ``2.10 GB``: a size a person reads at a glance (never "0.00 GB")."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}" if unit == "GB" else f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
 def disk_full_message(path: str | os.PathLike[str], needed: int | None, err: OSError | None = None) -> str:
     """``No space left on device writing <path> (about N bytes needed, M free); ...``."""
-    from ablate.data.cache import human_bytes  # the sizes as the cache messages give them
-
     try:
         free: int | None = shutil.disk_usage(Path(path).parent).free
     except OSError:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import UserError
-from ablate.writes import is_disk_full
+from ablate.writes import human_bytes, is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +68,6 @@ def check_free_space(folder: Path, needed: int | None) -> None:
             f"the token cache needs about {human_bytes(needed)} but {folder.parent} has {human_bytes(free)} free: "
             "free some space, or put the cache on a larger disk with paths.cache_dir=... (or ABLATE_CACHE_DIR)"
         )
-
-
-def human_bytes(n: float) -> str:
-    """``412 B``, ``3.1 kB``, ``12.0 MB``, ``2.10 GB``: a size a person reads at a glance (never "0.00 GB")."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}" if unit == "GB" else f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 class CacheFolderError(UserError, OSError):
