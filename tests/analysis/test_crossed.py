@@ -130,11 +130,10 @@ def test_summarize_uses_the_crossed_interval_when_the_runs_saved_their_windows(t
     """A sweep whose runs saved test_units.npz: the row's test is crossed over its 4 held-out
     blocks, its Δ the logged metrics' difference, the seed and text SE in the table; a run
     without the file falls back to the paired t-test and the table says why."""
-    from verdict_sweeps import write_units_sweep
-
     from ablate.analysis.markdown import markdown_table
     from ablate.analysis.runs import load_sweep
     from ablate.analysis.tables import summarize
+    from helpers.verdict_sweeps import write_units_sweep
 
     write_units_sweep(tmp_path, {"gelu": 0.0, "relu": 0.3})
     sweep = load_sweep(tmp_path)

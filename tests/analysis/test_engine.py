@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
-from verdict_sweeps import LR, sequential_rule, write_units_sweep
 
 from ablate.analysis import calibration, engine, stats
 from ablate.analysis import sequential as seq
 from ablate.analysis.commands import summarize as summarize_command
 from ablate.analysis.engine import Outcome
+from helpers.verdict_sweeps import LR, sequential_rule, write_units_sweep
 
 LOOKS = [3, 5, 7, 10]
 
@@ -145,10 +145,9 @@ def test_every_seed_diverged_is_worse_when_the_rule_allows_it(tmp_path: Path, ca
 def test_equivalent_and_different_when_both_hold(tmp_path: Path):
     """Δ 0.0104 with a tiny spread and δ 0.03: 20535cc printed "equivalent (±0.03)", hiding a
     significant difference; both hold, and the verdict says both."""
-    from test_stats import write_sweep
-
     from ablate.analysis.runs import load_sweep
     from ablate.analysis.tables import summarize
+    from helpers.sweeps import write_sweep
 
     base = [3.0, 3.1, 2.9, 3.05]
     sweep = load_sweep(
@@ -183,10 +182,9 @@ def test_rows_asked_no_equivalence_leave_the_family_once_decided(tmp_path: Path)
     """Hopeless equivalence rows diluted the rest (issue 43: ALiBi's TOST p 0.05 -> 0.40 under Holm
     over 8 rows). With the equivalence question asked only of the rows it was meant for
     (--equivalence, declared in the plan), the decided differences leave the family."""
-    from test_stats import write_sweep
-
     from ablate.analysis.runs import load_sweep
     from ablate.analysis.tables import summarize
+    from helpers.sweeps import write_sweep
 
     base = np.array([3.0, 3.1, 2.9, 3.05, 2.95])
     values = {"gelu": list(base)}
@@ -234,7 +232,7 @@ def test_the_sweeper_and_the_table_decide_alike(tmp_path: Path):
 def test_the_interval_is_one_for_the_mean_difference(tmp_path: Path):
     """Issue 43 item 5: "covers a new seed and a new text" read as a prediction interval; the docs
     and the table's legend call it what it is, an interval for the mean difference."""
-    from conftest import REPO
+    from helpers.runs import REPO
 
     docs = (REPO / "docs" / "analysis.md").read_text()
     assert "covers a new seed **and** a new text" not in docs and "interval for the **mean difference**" in docs

@@ -16,8 +16,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from test_stats import write_sweep
-from verdict_sweeps import write_units_sweep
 
 from ablate.analysis.commands import declare as declare_command
 from ablate.analysis.commands import summarize as summarize_command
@@ -33,6 +31,8 @@ from ablate.analysis.plan import (
     read_ledger,
     read_plan,
 )
+from helpers.sweeps import write_sweep
+from helpers.verdict_sweeps import write_units_sweep
 
 BASIS = "a stated smallest effect of interest, set before the runs"
 SHIFTS = {"gelu": 0.0, "relu": 0.3, "silu": 0.001}  # nats per token: relu clearly worse, silu within the margin
@@ -265,7 +265,7 @@ def test_declare_needs_the_seeds_it_will_be_checked_against(tmp_path: Path, caps
 
 
 def test_a_declared_interaction_is_checked_too(tmp_path: Path, capsys):
-    from test_stats import write_design
+    from helpers.sweeps import write_design
 
     sweep = write_design(tmp_path / "sweep", lambda norm, warmup, lr, seed: 30.0 + seed / 100, lrs=("2.8e-3",))
     spec = ["--interaction", "norm=post,pre", "--interaction", "optim.warmup_steps=0,30"]

@@ -115,9 +115,3 @@ def worst_rank_test(
     lower = sum(c for s, c in counts.items() if s <= mine) / total
     upper = sum(c for s, c in counts.items() if s >= mine) / total
     return min(1.0, 2 * min(lower, upper)), observed
-
-
-def smallest_p(n: int, m: int) -> float:
-    """The smallest two-sided p-value the worst-rank test can give with ``n`` and ``m`` seeds a
-    side (no ties: one extreme assignment each way): 2 / C(n + m, n)."""
-    return min(1.0, 2 / math.comb(n + m, n)) if n and m else math.nan

@@ -311,13 +311,8 @@ def sequential(
 
 
 def stats_direction_code(c: stats.Comparison, higher_is_better: bool) -> int:
-    """``better`` / ``worse`` of a rejected difference test, by the metric's direction (the rank
-    shift for the worst-rank test)."""
-    if c.test == "worst-rank":
-        worse = (c.shift > 0) != higher_is_better
-    else:
-        worse = (c.diff > 0) != higher_is_better
-    return seq.WORSE if worse else seq.BETTER
+    """The code of a rejected difference test's direction (:func:`ablate.analysis.stats.difference_direction`)."""
+    return seq.WORSE if stats.difference_direction(c, higher_is_better) == stats.WORSE else seq.BETTER
 
 
 # --------------------------------------------------------------------------- vectorised (simulations)
@@ -474,25 +469,9 @@ def words(
     both: bool = False,
     extra: str = "",
 ) -> str:
-    """A verdict in the tool's words: ``better`` / ``worse`` / ``equivalent (±δ)`` /
-    ``equivalent (±δ), and different (better)`` (both tests hold: a real difference smaller than
-    δ) / ``equivalence not shown`` (a margin, neither test) / ``inconclusive`` (no margin), with
-    the notes in brackets (diverged, stalled, ``extra``)."""
-    notes = [n for n in (extra,) if n]
-    if diverged:
-        notes.insert(0, f"diverged {diverged}/{seeds}")
-    if stalled:
-        notes.insert(1 if diverged else 0, f"stalled {stalled}/{completed if completed is not None else seeds}")
-    note = f" ({'; '.join(notes)})" if notes else ""
-    name = seq.NAMES[code]
-    if code == seq.EQUIVALENT or (both and code in (seq.BETTER, seq.WORSE)):
-        head = f"{stats.EQUIVALENT} (±{margin:g})"
-        if both:
-            return f"{head}, and different ({name})" + note
-        return head + note
-    if code in (seq.BETTER, seq.WORSE):
-        return name + note
-    return (stats.NOT_EQUIVALENT if margin is not None and math.isfinite(margin) else stats.INCONCLUSIVE) + note
+    """A sequential code in the tool's words (:func:`ablate.analysis.stats.words`)."""
+    name = {seq.BETTER: stats.BETTER, seq.WORSE: stats.WORSE, seq.EQUIVALENT: stats.EQUIVALENT}.get(code, "")
+    return stats.words(name, margin, diverged, seeds, stalled, completed, both, extra)
 
 
 def has_units(metric: str) -> bool:

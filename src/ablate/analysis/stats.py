@@ -351,9 +351,6 @@ def verdict(
     Notes in brackets: diverged seeds (``diverged k/n``: ranked worst by the worst-rank test;
     not in Δ's mean) and stalled ones (``stalled k/n``: completed without leaving the plateau;
     their values are in the test). Divergence is judged by the row's one test."""
-    from ablate.analysis import engine, sequential  # engine imports this module
-    from ablate.analysis.divergence import smallest_p
-
     if not comparison.tested:
         why = "no seed spread" if comparison.se == 0 else "n < 2"
         notes = [why] + ([f"diverged {diverged}/{seeds}"] if diverged else [])
@@ -363,17 +360,46 @@ def verdict(
     different = p_adjusted < alpha
     extra = ""
     if diverged and diverged == seeds and not different and comparison.test == "worst-rank":
-        floor = smallest_p(seeds, baseline_seeds)
+        floor = min(1.0, 2 / math.comb(seeds + baseline_seeds, seeds))  # the rank test's smallest p (no ties)
         extra = f"{seeds} vs {baseline_seeds} seeds: p >= {floor:.2g}" if floor >= alpha else ""
-    if different:
-        c = comparison
-        code = engine.stats_direction_code(c, higher_is_better)
-    elif equivalent:
-        code = sequential.EQUIVALENT
-    else:
-        code = sequential.INCONCLUSIVE
+    name = difference_direction(comparison, higher_is_better) if different else EQUIVALENT if equivalent else ""
     margin = comparison.margin if math.isfinite(comparison.margin) else None
-    return engine.words(code, margin, diverged, seeds, stalled, completed, both=equivalent and different, extra=extra)
+    return words(name, margin, diverged, seeds, stalled, completed, both=equivalent and different, extra=extra)
+
+
+def difference_direction(comparison: Comparison, higher_is_better: bool) -> str:
+    """``better`` / ``worse`` of a rejected difference test, by the metric's direction (the rank
+    shift for the worst-rank test)."""
+    if comparison.test == "worst-rank":
+        return WORSE if (comparison.shift > 0) != higher_is_better else BETTER
+    return direction(comparison.diff, higher_is_better)
+
+
+def words(
+    name: str,
+    margin: float | None,
+    diverged: int = 0,
+    seeds: int = 0,
+    stalled: int = 0,
+    completed: int | None = None,
+    both: bool = False,
+    extra: str = "",
+) -> str:
+    """A verdict in the tool's words from its ``name`` (``better`` / ``worse`` / ``equivalent``, or
+    ``""`` when nothing was shown): ``equivalent (±δ)``, ``equivalent (±δ), and different (better)``
+    (both tests hold: a real difference smaller than δ), ``equivalence not shown`` (a margin,
+    neither test) or ``inconclusive`` (no margin), with the notes in brackets (diverged, stalled,
+    ``extra``)."""
+    notes = [f"diverged {diverged}/{seeds}"] if diverged else []
+    notes += [f"stalled {stalled}/{completed if completed is not None else seeds}"] if stalled else []
+    notes += [extra] if extra else []
+    note = f" ({'; '.join(notes)})" if notes else ""
+    if name == EQUIVALENT or (both and name in (BETTER, WORSE)):
+        head = f"{EQUIVALENT} (±{margin:g})"
+        return (f"{head}, and different ({name})" if both else head) + note
+    if name in (BETTER, WORSE):
+        return name + note
+    return (NOT_EQUIVALENT if margin is not None and math.isfinite(margin) else INCONCLUSIVE) + note
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:

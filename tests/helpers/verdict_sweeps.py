@@ -9,9 +9,10 @@ import math
 from pathlib import Path
 
 import numpy as np
-from test_stats import write_job
 
 from ablate.eval_units import write_units
+
+from .sweeps import write_job
 
 WINDOWS_PER_BLOCK = 8
 TOKENS = 64  # tokens (and bytes) per window
