@@ -119,10 +119,6 @@ class Plan:
         variants = self.variants or tuple(rows)
         return [(w, m, v) for w in (self.where or (None,)) for m in self.metrics for v in variants]
 
-    def declared_seeds(self) -> tuple[int, ...]:
-        """The seeds the design may run: the fixed seeds, or 1..looks[-1]."""
-        return tuple(range(1, self.looks[-1] + 1)) if self.stopping == "group-sequential" else self.seeds
-
     def canonical(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), default=str)
 
