@@ -12,8 +12,8 @@ user would not type, no stdin, W&B and the Hugging Face Hub offline, ``CI=true``
   appended: ``debug=smoke`` (conf/debug/smoke.yaml: fewer steps, batches, learning rates and seeds;
   same paths, outputs, loggers and console). Commands that are already a debug preset, and the
   other entry points (summarize.py, plot.py, eval.py, ...), run verbatim.
-- Placeholders (``<run>``, ``<sweep>``, ``<translation run>``, the example run directory
-  ``logs/runs/2026-11-21_21-19-25``) are filled from the run the relevant earlier command made.
+- Placeholders (``<run>``, ``<sweep>``, ``<translation run>``) are filled from the run the relevant
+  earlier command made.
 - COMMANDS below maps every README command to how it is checked: the exit code and the outputs the
   README promises. A README command missing from it fails the tier, naming it; so does an entry
   that no longer matches a README command. Commands that cannot run here (GPUs, SLURM, the test
@@ -372,16 +372,16 @@ def check_test_script(s: Session, command: str) -> None:
 
 
 def resume(more_steps: bool) -> Check:
-    """``hydra.run.dir=<run dir> ckpt_path=last``: <run dir> is the default experiment's run (the README's
-    example directory stands for the run to resume); the same settings plus the smoke preset. That run
-    is completed, so with the same settings nothing is trained or rewritten (completed is final); with
-    more steps allowed it trains on from its last step."""
+    """``hydra.run.dir=logs/runs/<run> ckpt_path=last``: <run> is the default experiment's run, resumed by
+    its directory alone (its own overrides are read in) plus the smoke preset. That run is completed,
+    so with the same settings nothing is trained or rewritten (completed is final); with more steps
+    allowed it trains on from its last step."""
 
     def check(s: Session, command: str) -> None:
         run = s.made["<default run>"]
         before = status(run)
         stamp = (run / "status.json").stat().st_mtime_ns
-        result = s.run(smoke(command.replace("logs/runs/2026-11-21_21-19-25", str(run.relative_to(s.clone)))))
+        result = s.run(smoke(with_run(command, run, s)))
         st = check_run(run)
         assert "val/loss" in st["metrics"], f"the resumed run's status.json lost its metrics: {st['metrics']}"
         if more_steps:
@@ -612,10 +612,10 @@ COMMANDS: dict[str, Entry] = {
         analysis("glu", says=("multiplier",)), "verbatim", chain="tuned"
     ),
     # checkpoints and resuming
-    "python train.py hydra.run.dir=logs/runs/2026-11-21_21-19-25 ckpt_path=last": Entry(
+    "python train.py hydra.run.dir=logs/runs/<run> ckpt_path=last": Entry(
         resume(more_steps=False), "run"
     ),
-    "python train.py hydra.run.dir=logs/runs/2026-11-21_21-19-25 ckpt_path=last trainer.max_steps=3000 "
+    "python train.py hydra.run.dir=logs/runs/<run> ckpt_path=last trainer.max_steps=3000 "
     "'+resume_allow_changes=[trainer.max_steps]'": Entry(
         resume(more_steps=True), "run (the preset's 6 s cap, not 3,000 steps)"
     ),

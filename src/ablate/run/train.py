@@ -42,7 +42,7 @@ from ablate.callbacks.checkpointing import ResumeState
 from ablate.callbacks.divergence import DivergenceMonitor
 from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.checkpoints import safe_load
-from ablate.cli.console import quiet_known_noise
+from ablate.cli.console import print_config_tree, quiet_known_noise
 from ablate.metrics import finite_or_none
 from ablate.nn.axes import spec_axes
 from ablate.run import distributed, environment, lifecycle
@@ -60,12 +60,14 @@ def run(cfg: DictConfig) -> float:
     """Run one job and always leave a record of it (see the module docstring); returns the value
     for sweepers to optimise."""
     quiet_known_noise()
-    environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
     job = Job.current(cfg)
     with lifecycle.recording(job) as record:  # hold the run directory; keep whatever ends this block
+        environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
         checked = check_config(cfg)  # check: keys, numbers, combinations, memory, before anything is read
         record.plan = lifecycle.decide(job, checked.identity)  # decide: skip, resume (the same run), fresh
         if record.plan.trains:
+            if job.control.print_config and is_rank_zero():  # print_config=true, the debug=* presets
+                print_config_tree(cfg)
             record.status = fit_job(cfg, job, checked, record.plan)  # build -> fit
     return lifecycle.finish(job, record)  # record: status.json, the summary, the value for a sweeper
 
