@@ -612,9 +612,7 @@ COMMANDS: dict[str, Entry] = {
         analysis("glu", says=("multiplier",)), "verbatim", chain="tuned"
     ),
     # checkpoints and resuming
-    "python train.py hydra.run.dir=logs/runs/<run> ckpt_path=last": Entry(
-        resume(more_steps=False), "run"
-    ),
+    "python train.py hydra.run.dir=logs/runs/<run> ckpt_path=last": Entry(resume(more_steps=False), "run"),
     "python train.py hydra.run.dir=logs/runs/<run> ckpt_path=last trainer.max_steps=3000 "
     "'+resume_allow_changes=[trainer.max_steps]'": Entry(
         resume(more_steps=True), "run (the preset's 6 s cap, not 3,000 steps)"

@@ -54,7 +54,9 @@ def finished_run(tmp_path: Path) -> Path:
 
 
 def checksums(run_dir: Path) -> dict[str, str]:
-    return {str(p.relative_to(run_dir)): hashlib.md5(p.read_bytes()).hexdigest() for p in run_dir.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(run_dir)): hashlib.md5(p.read_bytes()).hexdigest() for p in run_dir.rglob("*") if p.is_file()
+    }
 
 
 def test_every_outcome_of_a_single_run_and_of_a_sweeps_job_is_handled() -> None:
