@@ -410,7 +410,7 @@ def first_or_rerun(s: Session, command: str) -> None:
     if command in s.made:
         rerun_skips(s, command)
     else:
-        sweep(4, prefix="norm,pos-")(s, command)
+        sweep(4, prefix="norm+pos-")(s, command)
 
 
 COMPOSE = r"""
@@ -566,7 +566,7 @@ class Entry:
 COMMANDS: dict[str, Entry] = {
     # headline
     "python train.py -m norm=pre,post pos=sinusoidal,learned": Entry(
-        sweep(4, prefix="norm,pos-"), "run", chain="sweeps"
+        sweep(4, prefix="norm+pos-"), "run", chain="sweeps"
     ),
     # quickstart
     "bash scripts/run.sh python train.py": Entry(
@@ -591,7 +591,7 @@ COMMANDS: dict[str, Entry] = {
     ),
     "python scripts/plot.py logs/multirun/norm-pos": Entry(analysis("norm-pos", "figures"), "verbatim", chain="sweeps"),
     "OMP_NUM_THREADS=1 python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=2 norm=pre,post seed=1,2": Entry(
-        sweep(4, prefix="norm,seed-"), "run", chain="sweeps"
+        sweep(4, prefix="norm+seed-"), "run", chain="sweeps"
     ),
     # a tuned, multi-seed comparison
     "python train.py experiment=depth_stability_cpu model.n_layers=12 norm=post,pre,deepnorm seed=1,2,3 tune=lr "
@@ -631,7 +631,7 @@ COMMANDS: dict[str, Entry] = {
     # the joblib sweep above is the same sweep (a launcher and tags are not part of a sweep's identity):
     # in README order its 4 finished jobs are not trained again but relabelled: their W&B runs get `baseline`
     "python train.py -m norm=pre,post seed=1,2 tags=[baseline]": Entry(
-        sweep(4, prefix="norm,seed-", new=False, relabelled=4), "run", chain="sweeps"
+        sweep(4, prefix="norm+seed-", new=False, relabelled=4), "run", chain="sweeps"
     ),
     "python train.py logger=[wandb,tensorboard]": Entry(tensorboard_run, "run"),
     "python scripts/wandb_workspace.py logs/multirun/<sweep>": Entry(wandb_workspace, "verbatim", chain="sweeps"),

@@ -31,7 +31,7 @@ def sentences(cfg: DictConfig, task: TranslationTask) -> tuple[list[str], list[s
     data_cfg.update(data_dir=cfg.paths.data_dir, cache_dir=cfg.paths.cache_dir)
     data_cfg.update(cast(dict[str, Any], OmegaConf.to_container(cfg.data, resolve=True)))
     dm = build_data_module(data_cfg, str(ckpt))  # its _target_ is one of ablate's data modules, never imported by name
-    dm.setup()
+    dm.setup("test" if cfg.split == "test" else "validate")  # that split's pairs, no training pair
     return dm.sources(cfg.split), dm.references(cfg.split), ckpt.parent.parent / "translations" / f"{cfg.split}.hyp"
 
 
