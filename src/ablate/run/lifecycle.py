@@ -343,10 +343,10 @@ def finish(job: Job, record: Record) -> float:
     if writer and not job.multirun and not writes and outcome is not Outcome.FOUND_FINISHED:
         leave_nothing(job)  # a command that recorded nothing leaves no run folder behind
     value, pending = _sweeper_value(job, status) if job.multirun else (math.nan, None)
-    if outcome is Outcome.REFUSED and not job.multirun:
+    if err is not None and outcome is Outcome.REFUSED and not job.multirun:
         cli.report_user_error(err)  # exit 2, its message
-    if outcome is Outcome.CRASHED and not job.multirun:
-        raise err  # type: ignore[misc]  # a crash of a single run: its traceback, exit 1
+    if err is not None and outcome is Outcome.CRASHED and not job.multirun:
+        raise err  # a crash of a single run: its traceback, exit 1
     if outcome in (Outcome.REFUSED, Outcome.CRASHED):  # a sweep's job
         print(f"job crashed ({status.error}); recorded in {job.output_dir / 'status.json'}; the sweep continues")
     if outcome is Outcome.FOUND_FINISHED:
