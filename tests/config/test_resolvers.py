@@ -50,3 +50,10 @@ def test_distinct_sweep_names_never_share_a_directory():
     names = ["α", "β", "my sweep", "my_sweep", "a/b", "a_b"]
     dirs = [sweep_dirname(n, []) for n in names]
     assert len(set(dirs)) == len(names), dirs
+
+
+def test_a_long_name_keeps_its_seed():
+    noise = [f"trainer.option_{i}=value_{i}" for i in range(12)]
+    names = {job_name([*noise, "norm=post", f"seed={s}"]) for s in (1, 2)}
+    assert len(names) == 2 and all(len(n) <= MAX_DIRNAME for n in names)
+    assert any(".seed-1-" in n for n in names) and any(".seed-2-" in n for n in names)

@@ -54,12 +54,14 @@ def joined_name(parts: list[str], exact: list[str]) -> str:
     if len(name) <= MAX_DIRNAME and not lossy:
         return name
     digest = hashlib.sha1("\n".join(exact).encode()).hexdigest()[:8]
-    kept = ""
-    for part in parts:
-        if len(kept) + len(part) + 1 > MAX_DIRNAME - len(digest) - 1:
+    seed = [p for p in parts if p.startswith(f"seed{KV_SEP}")]  # a long name still says its seed
+    room = MAX_DIRNAME - len(digest) - 1 - sum(len(p) + 1 for p in seed)
+    kept: list[str] = []
+    for part in (p for p in parts if p not in seed):
+        if sum(len(k) + 1 for k in kept) + len(part) > room:
             break
-        kept = f"{kept}{ITEM_SEP}{part}" if kept else part
-    return f"{kept or 'job'}{KV_SEP}{digest}"
+        kept.append(part)
+    return f"{ITEM_SEP.join([*kept, *seed]) or 'job'}{KV_SEP}{digest}"
 
 
 def job_name(overrides: Iterable[str]) -> str:
