@@ -5,6 +5,7 @@ and is compared by the resume check, and that check never offers to change the m
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,45 @@ def test_a_refused_resume_never_offers_to_change_the_model() -> None:
     with pytest.raises(ResumeMismatchError) as refused:
         check_same_run(saved, only_model, [], "last.ckpt")
     assert "resume_allow_changes" not in str(refused.value)
+
+
+def test_a_typed_deletion_comes_after_what_it_deletes(tmp_path: Path) -> None:
+    stored = ["+callbacks.kill._target_=a.Kill", "+callbacks.kill.step=7", "seed=2"]
+    run_dir = run_with_overrides(tmp_path, stored)
+    typed = [f"hydra.run.dir={run_dir}", "ckpt_path=last", "~callbacks.kill"]
+    assert with_stored_overrides(typed) == [*stored, *typed]  # added, then deleted: Hydra applies them in order
+
+
+@pytest.mark.integration
+def test_the_run_directory_alone_resumes_an_interrupted_run(tmp_path: Path, data_dir: Path) -> None:
+    """Ctrl-C at step 4 of a run with its own settings; ``hydra.run.dir=<run> ckpt_path=last`` and
+    nothing else (the log folder aside, as every test run) continues it to its own 6 steps."""
+    import os
+    import subprocess
+    import sys
+
+    import forked_python
+    from conftest import HANG_TIMEOUT, REPO, TINY
+
+    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "ABLATE_DATA_DIR": str(data_dir),
+           "ABLATE_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    run_dir = tmp_path / "logs" / "my run"
+    base = [sys.executable, str(REPO / "train.py"), f"paths.log_dir={tmp_path / 'logs'}", f'hydra.run.dir="{run_dir}"']
+    ctrl_c = ["+callbacks.ctrl_c._target_=_signal_at_step.SignalAtStep", "+callbacks.ctrl_c.step=4"]
+    once = [f"+callbacks.ctrl_c.once_file={tmp_path / 'interrupted'}"]
+
+    def train(*args: str) -> subprocess.CompletedProcess:
+        return forked_python.run(
+            [*base, *args], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=HANG_TIMEOUT,
+        )  # fmt: skip
+
+    first = train(*TINY, "logger=csv", "seed=5", *ctrl_c, *once)
+    assert first.returncode == 130, first.stderr[-3000:]
+    resumed = train("ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "completed" and status["steps"] == 6, status
+    assert status["resumed_from"] == str(run_dir / "checkpoints" / "last.ckpt")
+    assert "seed=5" in status["overrides"] and "model=tiny" in status["overrides"]

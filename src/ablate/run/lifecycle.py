@@ -300,7 +300,7 @@ HANDLING: dict[tuple[Outcome, bool], Handling] = {
     (Outcome.INTERRUPTED, True): Handling("taken", True, cli.EXIT_INTERRUPTED),
     (Outcome.REFUSED, False): Handling("never", False, cli.EXIT_USER_ERROR),  # its message, nothing else
     (Outcome.REFUSED, True): Handling("always", True, cli.EXIT_USER_ERROR),  # its message, no traceback
-    (Outcome.CRASHED, False): Handling("taken", True, cli.EXIT_CRASHED),  # the traceback
+    (Outcome.CRASHED, False): Handling("taken", False, cli.EXIT_CRASHED),  # the traceback instead
     (Outcome.CRASHED, True): Handling("always", True, cli.EXIT_CRASHED),  # the sweep goes on
 }
 

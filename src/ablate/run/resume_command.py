@@ -1,7 +1,8 @@
 """The command line of a resume: ``python train.py hydra.run.dir=<run dir> ckpt_path=last`` continues
 that run as it was trained, so the run's own overrides (``<run dir>/.hydra/overrides.yaml``, written
 when it started) are read in before Hydra composes the config. What is typed beside them wins for its
-key and must agree with the run, or be named in ``resume_allow_changes``
+key and must agree with the run, or be named in ``resume_allow_changes``; a typed deletion comes
+after the stored overrides, so ``~callbacks.x`` removes a stored ``+callbacks.x...``
 (:func:`ablate.config.identity.check_same_run` compares the two after composition).
 
 Light on purpose (no torch, no Hydra runtime): it runs on ``sys.argv`` before anything else.
