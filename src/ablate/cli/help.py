@@ -60,3 +60,11 @@ def help_text(conf: Path | None = None) -> str:
     lines += [f"  {command:<{command_width}}{what}" for command, what in COMMANDS]
     lines += ["", f"Documentation: {DOCS}", "Hydra's own help: --hydra-help"]
     return "\n".join(lines).replace("$", "$$")  # a string.Template: no placeholder of Hydra's here
+
+
+def register() -> None:
+    """The ``ablate_help`` resolver of ``hydra.help.template`` (registered on import of :mod:`ablate`)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("ablate_help"):
+        OmegaConf.register_new_resolver("ablate_help", lambda: help_text())

@@ -211,12 +211,6 @@ def legacy_job_dirname(override_dirname: str) -> str:
     return f"{kept}..{digest}"
 
 
-def _help_text() -> str:
-    from ablate.cli.help import help_text
-
-    return help_text()
-
-
 def register() -> None:
     from ablate.config import locations
 
@@ -231,8 +225,6 @@ def register() -> None:
     ):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, lambda root=None, where=where: str(where(root)))
-    if not OmegaConf.has_resolver("ablate_help"):  # hydra.help.template: `train.py --help` (ablate.cli.help)
-        OmegaConf.register_new_resolver("ablate_help", _help_text)
     if not OmegaConf.has_resolver("job_dirname"):
         OmegaConf.register_new_resolver("job_dirname", job_dirname)
     if not OmegaConf.has_resolver("sweep_dirname"):
