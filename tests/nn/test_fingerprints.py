@@ -1,7 +1,7 @@
 """A freshly built model is the one main built before the one-Stack refactoring: the same parameter
 names, shapes and initial values, and the same loss and gradients on a fixed batch, for every
 registered option of every axis (decoder-only and encoder-decoder), the default experiment, the
-translation default and GPT-2 small (``tests/nn/_fingerprints.py``, ``tests/nn/fingerprints.json``).
+translation default and GPT-2 small (``tests/helpers/fingerprints.py``, ``tests/nn/fingerprints.json``).
 
 Two comparisons: on every machine, the numbers within a tolerance relative to their scale; and, only
 on a machine whose CPU model, vector ISA and torch are exactly those of a recording, the hashes, to
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ._fingerprints import (
+from helpers.fingerprints import (
     FIXTURE,
     LARGE,
     cases,

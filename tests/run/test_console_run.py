@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import TINY
+from helpers.runs import TINY
 
 FDR = [o for o in TINY if not o.startswith(("print_config", "trainer.max_steps", "trainer.val_check_interval"))]
 

@@ -20,7 +20,6 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from _rank_report import report_rank
 from ablate.data.samplers import ResumableSampler
 from ablate.run import distributed
 from ablate.run.control import RunControl
@@ -29,7 +28,8 @@ from ablate.run.lifecycle import Plan
 from ablate.run.preflight import Preflight
 from ablate.run.train import _rank_main
 from ablate.tracking.wandb_reader import read_offline_run
-from conftest import HANG_TIMEOUT
+from helpers.rank_report import report_rank
+from helpers.runs import HANG_TIMEOUT
 
 COMMON = [
     "model=tiny",

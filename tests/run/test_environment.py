@@ -14,7 +14,7 @@ import torch
 from ablate.config.options import ConfigError
 from ablate.run import environment, gpu_visibility
 from ablate.run.gpu_visibility import no_gpu_for_sure
-from conftest import HANG_TIMEOUT, REPO
+from helpers.runs import HANG_TIMEOUT, REPO
 
 SLURM = {"launcher": {"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}}
 

@@ -90,15 +90,15 @@ def test_the_run_directory_alone_resumes_an_interrupted_run(tmp_path: Path, data
     import subprocess
     import sys
 
-    import forked_python
-    from conftest import HANG_TIMEOUT, REPO, TINY
+    from helpers import forked_python
+    from helpers.runs import HANG_TIMEOUT, REPO, TINY
 
     env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "ABLATE_DATA_DIR": str(data_dir),
            "ABLATE_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
     run_dir = tmp_path / "logs" / "my run"
     base = [sys.executable, str(REPO / "train.py"), f"paths.log_dir={tmp_path / 'logs'}", f'hydra.run.dir="{run_dir}"']
-    ctrl_c = ["+callbacks.ctrl_c._target_=_signal_at_step.SignalAtStep", "+callbacks.ctrl_c.step=4"]
+    ctrl_c = ["+callbacks.ctrl_c._target_=helpers.signal_at_step.SignalAtStep", "+callbacks.ctrl_c.step=4"]
     once = [f"+callbacks.ctrl_c.once_file={tmp_path / 'interrupted'}"]
 
     def train(*args: str) -> subprocess.CompletedProcess:

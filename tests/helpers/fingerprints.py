@@ -17,10 +17,11 @@ per machine, compared only where the CPU model (name, family, model, stepping), 
 torch are exactly the recorded ones (``tests/nn/test_fingerprints.py``).
 
 Recorded on main 780a50a, before the one-Stack refactoring; the code of 780a50a and of later commits
-computes the same bits on the same machine. ``python tests/nn/_fingerprints.py`` adds (or replaces)
-this machine's hashes, after checking that its numbers agree with the recorded ones within the
-tolerance; ``--all`` rewrites the whole file (only ever from code whose numerics are known to be
-unchanged). A recording whose CPU model is unknown (``null``) matches no machine.
+computes the same bits on the same machine. ``cd tests && python -m helpers.fingerprints`` adds (or
+replaces) this machine's hashes in ``tests/nn/fingerprints.json``, after checking that its numbers
+agree with the recorded ones within the tolerance; ``--all`` rewrites the whole file (only ever from
+code whose numerics are known to be unchanged). A recording whose CPU model is unknown (``null``)
+matches no machine.
 """
 
 from __future__ import annotations
@@ -36,16 +37,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-HERE = Path(__file__).resolve().parent
-FIXTURE = HERE / "fingerprints.json"
-CONF = HERE.parents[1] / "conf"
-PAD = 0  # the translation models' padding id in these batches
+from helpers.tiny_models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, TINY  # read from the registries
 
-# the axes and their options, read from the registries
-try:
-    from ._models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, TINY
-except ImportError:  # run as a script: its folder is on the path
-    from _models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, TINY  # type: ignore[no-redef]
+TESTS = Path(__file__).resolve().parents[1]  # this file is tests/helpers/fingerprints.py
+FIXTURE = TESTS / "nn" / "fingerprints.json"
+CONF = TESTS.parent / "conf"
+PAD = 0  # the translation models' padding id in these batches
 
 
 def _variants() -> list[tuple[str, dict[str, Any]]]:
