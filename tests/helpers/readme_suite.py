@@ -320,7 +320,7 @@ def tuned_sweep(name: str, variants: int, seeds: int) -> Check:
         selection = json.loads((where / "lr_tuning.json").read_text())
         assert selection, where
         jobs = sweep_jobs(where)
-        verdict = [j for j in jobs if status(j).get("overrides") and "seed=0" not in j.name]
+        verdict = [j for j in jobs if status(j).get("overrides") and "seed=0" not in status(j)["overrides"]]
         assert len(verdict) == variants * seeds, f"{len(verdict)} stage-2 jobs:\n{result.tail()}"
         for job in jobs:
             check_run(job)
