@@ -137,6 +137,10 @@ class HostTensorTracker(TorchFunctionMode):
             host = True  # a factory without a device: the default device, the host
         else:
             host = all(is_host(t) for t in inputs)
+        if isinstance(out, torch.Tensor) and inputs and out is inputs[0] and is_host(out) != host:
+            # .to(d) / .cpu() of a tensor already there return it itself; on a GPU machine they would
+            # return a copy on the other device: an alias carries the new mark, the tensor keeps its own
+            out = out.view_as(out)
         where = None
         if host:  # where the value was first made on the host: inherited through clones and arithmetic
             where = next((t._made_at for t in inputs if is_host(t) and hasattr(t, "_made_at")), None)

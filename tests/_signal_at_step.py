@@ -106,3 +106,19 @@ class SignalJobAtStep(Callback):
             os.killpg(os.getpgid(0), self.signum)
         else:
             os.kill(os.getppid(), self.signum)  # the elastic agent runs in the launching process
+
+
+class CtrlCTwice(Callback):
+    """A user pressing Ctrl-C twice during a DDP job: rank 0 sends SIGINT to the job's process group
+    after ``step``, then again a second later, then waits (the second one ends the ranks at once)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step != self.step or not trainer.is_global_zero:
+            return
+        os.killpg(os.getpgid(0), signal.SIGINT)
+        time.sleep(1.0)
+        os.killpg(os.getpgid(0), signal.SIGINT)
+        time.sleep(120)

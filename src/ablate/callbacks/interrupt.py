@@ -19,7 +19,8 @@ SLURM's requeue signal (``sbatch --signal=USR1@90``; the ``requeue_signal`` of L
 ``SLURMEnvironment`` with ``auto_requeue``, its default under SLURM) is taken the same way: the job
 stops after the agreed step and saves it, then rank 0 asks SLURM to requeue it
 (``scontrol requeue <job id>``, what Lightning's own handler runs), and the SIGTERM with which
-SLURM then ends the job is expected, not a second request. Lightning's own handler saves its
+SLURM then ends the job is expected: blocked from the requeue signal on, it cannot cut the save or
+the record short (a blocked signal dies with the process). Lightning's own handler saves its
 ``hpc`` checkpoint and broadcasts from inside the signal handler, wherever each rank happens to
 be: under DDP a rank may be inside another collective then, and the ranks' collectives no longer
 pair up. The requeued job resumes with ``ckpt_path=last`` (``conf/hydra/launcher/slurm.yaml``).
@@ -155,6 +156,10 @@ class GracefulInterrupt(Callback):
             raise KeyboardInterrupt
         self._signalled = self._requested = True
         self._requeue = signum == self._requeue_signal
+        if (
+            self._requeue
+        ):  # SLURM's SIGTERM after the requeue waits (blocked) until this process has saved, recorded, exited
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         if self.stop_file is not None:
             request_stop(self.stop_file, f"{name} in a job")  # the other jobs of the sweep stop too
@@ -200,11 +205,11 @@ class GracefulInterrupt(Callback):
 
     def _finish(self, trainer: L.Trainer) -> None:
         """After training (the interrupted step's checkpoint saved): a SLURM requeue, then the
-        signal handlers as they were (SIGTERM ignored once a requeue is asked for: SLURM sends it)."""
+        signal handlers as they were."""
         if self._requeue and self.interrupted_at is not None and trainer.is_global_zero:
             requeue_slurm_job()
         for signum, previous in self._previous.items():
-            signal.signal(signum, signal.SIG_IGN if self._requeue and signum == signal.SIGTERM else previous)
+            signal.signal(signum, previous)
         self._previous = {}
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -1,0 +1,118 @@
+"""Several processes on a CPU machine only when asked for, in fp32 (issue 39 item 3); and the CPU
+imitation of NCCL's device rule that the DDP tests run under (``tests/_device_rules.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from _device_rules import HostTensorRefused, HostTensorTracker, _refusing, is_host
+from ablate.config.options import ConfigError
+from ablate.run import environment
+from conftest import REPO
+
+
+def hydra(*overrides: str) -> dict:
+    """The part of a job's ``hydra`` config the check reads: its command line."""
+    return {"overrides": {"task": list(overrides)}}
+
+
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+
+
+DDP = {"accelerator": "auto", "devices": "auto", "strategy": "ddp"}
+CPU = {"accelerator": "cpu", "devices": 1}
+
+
+@pytest.mark.parametrize(
+    ("trainer", "typed", "says"),
+    [
+        (DDP, ["trainer=ddp"], "trainer.strategy=ddp .* add trainer.accelerator=cpu trainer.devices=2; .*trainer=ddp"),
+        ({**DDP, "devices": 4}, ["trainer=ddp", "trainer.devices=4"], r"trainer.devices=4 .* 4 CPU processes"),
+        ({**CPU, "devices": 2}, ["trainer.devices=2"], r"trainer.devices=2 .* add trainer.accelerator=cpu; .*devices"),
+        ({**CPU, "devices": "0,1"}, ["trainer.devices='0,1'"], r"trainer.devices=0,1 .* 2 CPU processes"),
+    ],
+)
+def test_several_processes_without_a_gpu_are_refused_unless_asked_for(no_gpu, trainer, typed, says) -> None:
+    with pytest.raises(ConfigError, match=says):
+        environment.check_accelerator(trainer, hydra(*typed))
+    # the explicit way the message names: accepted
+    environment.check_accelerator({**trainer, "accelerator": "cpu"}, hydra(*typed, "trainer.accelerator=cpu"))
+
+
+def test_one_process_and_gpu_nodes_are_not_refused(monkeypatch: pytest.MonkeyPatch, no_gpu) -> None:
+    environment.check_accelerator(CPU, hydra())  # the default: trainer=cpu
+    environment.check_accelerator({**CPU, "devices": "auto"}, hydra())
+    environment.check_accelerator(DDP, None)  # not a Hydra job (a script, a test): not this check's to judge
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    slurm = {**hydra("trainer=ddp"), "launcher": {"_target_": "hydra_plugins.x.SlurmLauncher"}}
+    environment.check_accelerator(DDP, slurm)  # submitted: the jobs run on the cluster's GPU nodes
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    environment.check_accelerator({**DDP, "devices": 4}, hydra("trainer=ddp", "trainer.devices=4"))
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("train", overrides=list(overrides))
+
+
+def test_ddp_trains_in_fp32_on_the_cpu_and_in_bf16_on_gpus() -> None:
+    """conf/trainer/ddp.yaml's precision follows its accelerator (it was bf16-mixed on the CPU too)."""
+    assert composed("trainer=ddp", "trainer.accelerator=cpu").trainer.precision == "32-true"
+    assert composed("trainer=ddp").trainer.precision == "bf16-mixed"  # auto: a GPU node (the CPU is refused above)
+    assert composed("trainer=ddp", "trainer.accelerator=gpu").trainer.precision == "bf16-mixed"
+    assert composed("trainer=fsdp").trainer.precision == "bf16-mixed"
+    assert composed("trainer=ddp", "trainer.accelerator=cpu", "trainer.precision=bf16-mixed").trainer.precision == (
+        "bf16-mixed"  # a precision typed wins
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_trainer_ddp_on_a_cpu_machine_is_refused_before_any_run_folder(run_train, tmp_path: Path) -> None:
+    proc = run_train("trainer=ddp", "trainer.devices=4", check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.startswith("error: trainer.devices=4 asks for the processes of a GPU node"), proc.stderr
+    assert "trainer.accelerator=cpu" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "logs").exists()  # refused before Hydra made a run folder
+
+
+# ------------------------------------------------------------------ the NCCL imitation itself
+
+
+@pytest.fixture
+def tracker():
+    mode = HostTensorTracker()
+    with mode:
+        yield mode
+
+
+def test_the_tracker_knows_where_a_gpu_machine_would_keep_each_tensor(tracker) -> None:
+    device = torch.device("cpu")  # stands for the module's device (a torch.device object)
+    host_value = torch.tensor(3.0, dtype=torch.float64)  # a Python number made a tensor, no device: the host
+    on_device = torch.zeros(2, device=device)
+    assert is_host(host_value) and not is_host(on_device)
+    assert is_host(host_value.clone().detach() * 2)  # what is computed from host tensors only stays there
+    assert not is_host(on_device + host_value)  # a host scalar mixed into a device op: the device
+    assert not is_host(host_value.to(device))  # moved
+    assert is_host(torch.tensor(0.0).to(host_value.device))  # "moved" to a host tensor's device: still the host
+    assert is_host(on_device.cpu()) and is_host(torch.zeros(1, device="cpu"))
+    state = torch.tensor(0.0).to(host_value.device)
+    state += on_device.sum()  # in place: a tensor stays where it is
+    assert is_host(state)
+    assert not is_host(torch.zeros_like(on_device)) and is_host(torch.zeros_like(host_value))
+
+
+def test_a_collective_refuses_a_host_tensor_with_nccls_message(tracker) -> None:
+    all_reduce = _refusing("all_reduce", lambda tensor, **kwargs: tensor)
+    on_device = torch.ones(1, device=torch.device("cpu"))
+    assert all_reduce(on_device) is on_device
+    with pytest.raises(HostTensorRefused, match="No backend type associated with device type cpu"):
+        all_reduce(torch.tensor(1.0))
