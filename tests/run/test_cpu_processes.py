@@ -77,7 +77,8 @@ def test_ddp_trains_in_fp32_on_the_cpu_and_in_bf16_on_gpus() -> None:
 @pytest.mark.integration
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
 def test_trainer_ddp_on_a_cpu_machine_is_refused_before_any_run_folder(run_train, tmp_path: Path) -> None:
-    proc = run_train("trainer=ddp", "trainer.devices=4", check=False)
+    small = ["model=tiny", "data.seq_len=16", "data.batch_size=4", "trainer.max_steps=2"]  # if it ran: briefly
+    proc = run_train("trainer=ddp", "trainer.devices=4", *small, check=False)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.startswith("error: trainer.devices=4 asks for the processes of a GPU node"), proc.stderr
     assert "trainer.accelerator=cpu" in proc.stderr and "Traceback" not in proc.stderr
