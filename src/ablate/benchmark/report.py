@@ -155,6 +155,21 @@ def markdown_report(report: dict[str, Any], command: str) -> str:
         if report["peak_flops"]
         else "Peak: unknown.",
         "",
+    ]
+    lines += _markdown_speed(head, cfg) if "tokens_per_sec" in head else [f"**Training speed**: {head['note']}"]
+    lines += [
+        "",
+        "**Ratios** (median over rounds of per-round mean step-time ratios; min–max over rounds)",
+        "",
+        "| group | ratio | of | median | min–max | rounds | load | others' CPU |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    return _markdown_rest(report, lines)
+
+
+def _markdown_speed(head: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
+    """The headline variant's speed table (it ran: ``benchmark.only`` may leave its group out)."""
+    lines = [
         f"**Training speed** (`{head['variant']}`, {cfg['tokens_per_step']} tokens per step)",
         "",
         "| metric | value |",
@@ -172,13 +187,11 @@ def markdown_report(report: dict[str, Any], command: str) -> str:
     ]
     for cb, ms in (head.get("callback_ms_per_step") or {}).items():
         lines.append(f"| {cb} hooks per step | {ms:.3f} ms |")
-    lines += [
-        "",
-        "**Ratios** (median over rounds of per-round mean step-time ratios; min–max over rounds)",
-        "",
-        "| group | ratio | of | median | min–max | rounds | load | others' CPU |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
+    return lines
+
+
+def _markdown_rest(report: dict[str, Any], lines: list[str]) -> str:
+    """The ratios and budgets after the speed table."""
     for gname, g in report["groups"].items():
         for i, (rname, r) in enumerate(g["ratios"].items()):
             group, load, others = (
