@@ -117,3 +117,25 @@ def test_a_collective_refuses_a_host_tensor_with_nccls_message(tracker) -> None:
     assert all_reduce(on_device) is on_device
     with pytest.raises(HostTensorRefused, match="No backend type associated with device type cpu"):
         all_reduce(torch.tensor(1.0))
+
+
+# ------------------------------------------------------------------ FSDP, as far as the CPU goes
+
+
+@pytest.mark.parametrize("kind", ["full", "sharded"])
+def test_fsdp_composes_with_either_checkpoint_format(kind: str) -> None:
+    """Lightning runs FSDP on GPUs only; here: the strategy trainer=fsdp builds, with the checkpoint
+    format asked for (``full``: one ordinary file on rank 0; ``sharded``: a folder per checkpoint)."""
+    from hydra.utils import instantiate
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    cfg = composed("trainer=fsdp", f"trainer.strategy.state_dict_type={kind}", "trainer.devices=2")
+    strategy = instantiate(cfg.trainer.strategy)
+    assert isinstance(strategy, FSDPStrategy) and strategy._state_dict_type == kind
+    assert cfg.trainer.accelerator == "gpu" and cfg.trainer.precision == "bf16-mixed"
+
+
+def test_fsdp_on_a_machine_without_a_gpu_is_refused_in_one_line(no_gpu) -> None:
+    trainer = composed("trainer=fsdp", "trainer.devices=2").trainer
+    with pytest.raises(ConfigError, match=r"^trainer.accelerator=gpu needs a CUDA GPU, and none is visible here"):
+        environment.check_accelerator(trainer, hydra("trainer=fsdp", "trainer.devices=2"))
