@@ -42,7 +42,7 @@ def build(ckpt: str | None, overrides: list[str]) -> tuple[Any, list[str], Decod
     if ckpt is not None:  # its model, its tokenizer, its decode settings; the composed corpus's sentences
         from ablate.tasks.checkpoints import load_task_checkpoint
 
-        task = load_task_checkpoint(ckpt, expected="translation", script="scripts/benchmark_decoding.py")
+        task: Any = load_task_checkpoint(ckpt, expected="translation", script="scripts/benchmark_decoding.py")
         return task, build_datamodule(cfg).sources("test"), task.decode_cfg
     checked = check_config(cfg)
     datamodule = build_datamodule(cfg)

@@ -111,9 +111,10 @@ def requeue_slurm_job() -> None:
         return
     try:
         code = subprocess.call(["scontrol", "requeue", job])
+        failure = f"exit code {code}"
     except OSError as err:
-        code = f"{type(err).__name__}: {err}"
-    said = f"requeued SLURM job {job}" if code == 0 else f"requeueing SLURM job {job} failed ({code})"
+        code, failure = -1, f"{type(err).__name__}: {err}"
+    said = f"requeued SLURM job {job}" if code == 0 else f"requeueing SLURM job {job} failed ({failure})"
     print(said, file=sys.stderr, flush=True)
 
 
