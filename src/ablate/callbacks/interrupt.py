@@ -19,8 +19,8 @@ SLURM's requeue signal (``sbatch --signal=USR1@90``; the ``requeue_signal`` of L
 ``SLURMEnvironment`` with ``auto_requeue``, its default under SLURM) is taken the same way: the job
 stops after the agreed step and saves it, then rank 0 asks SLURM to requeue it
 (``scontrol requeue <job id>``, what Lightning's own handler runs), and the SIGTERM with which
-SLURM then ends the job is expected: blocked from the requeue signal on, it cannot cut the save or
-the record short (a blocked signal dies with the process). Lightning's own handler saves its
+SLURM then ends the job is expected: ignored from the requeue signal on, it cannot cut the save or
+the record short. Lightning's own handler saves its
 ``hpc`` checkpoint and broadcasts from inside the signal handler, wherever each rank happens to
 be: under DDP a rank may be inside another collective then, and the ranks' collectives no longer
 pair up. The requeued job resumes with ``ckpt_path=last`` (``conf/hydra/launcher/slurm.yaml``).
@@ -101,6 +101,17 @@ def slurm_requeue_signal(trainer: L.Trainer) -> int | None:
     return None
 
 
+def ignore_sigterm_from_now_on(trainer: L.Trainer | None) -> None:
+    """SIGTERM ignored by the whole process (every thread: a signal blocked in one thread only may be
+    taken by another, whose default action ends the process), also after the Trainer's end, when
+    Lightning puts back the handlers it found at its start (its signal connector's record of them;
+    not public in Lightning 2.6)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    originals = getattr(getattr(trainer, "_signal_connector", None), "_original_handlers", None)
+    if isinstance(originals, dict):
+        originals[signal.SIGTERM] = signal.SIG_IGN
+
+
 def requeue_slurm_job() -> None:
     """``scontrol requeue <job id>`` (an array task: ``<array job>_<task>``), as Lightning's handler runs it."""
     job = os.environ.get("SLURM_JOB_ID", "")
@@ -146,6 +157,7 @@ class GracefulInterrupt(Callback):
         self._requeue_signal: int | None = None  # SLURM's, when Lightning's SLURM environment requeues on it
         self._requeue = False  # that signal came: save, then ask SLURM to requeue the job
         self._previous: dict[int, Any] = {}
+        self._trainer: L.Trainer | None = None
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         if _relayed:  # the launching process said it, passed it on, and decides about a second one
@@ -157,10 +169,8 @@ class GracefulInterrupt(Callback):
             raise KeyboardInterrupt
         self._signalled = self._requested = True
         self._requeue = signum == self._requeue_signal
-        if (
-            self._requeue
-        ):  # SLURM's SIGTERM after the requeue waits (blocked) until this process has saved, recorded, exited
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        if self._requeue:  # SLURM ends the job it requeues with SIGTERM: ignored from here to the process's end
+            ignore_sigterm_from_now_on(self._trainer)
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         if self.stop_file is not None:
             request_stop(self.stop_file, f"{name} in a job")  # the other jobs of the sweep stop too
@@ -169,6 +179,7 @@ class GracefulInterrupt(Callback):
             print(f"\n{name}: stopping after this step and saving a checkpoint ({after})", file=sys.stderr, flush=True)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._trainer = trainer
         self._requeue_signal = slurm_requeue_signal(trainer)
         signals = (*self.SIGNALS, *((self._requeue_signal,) if self._requeue_signal else ()))
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
@@ -210,7 +221,7 @@ class GracefulInterrupt(Callback):
         if self._requeue and self.interrupted_at is not None and trainer.is_global_zero:
             requeue_slurm_job()
         for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
+            signal.signal(signum, signal.SIG_IGN if self._requeue and signum == signal.SIGTERM else previous)
         self._previous = {}
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
