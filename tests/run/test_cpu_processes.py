@@ -139,3 +139,72 @@ def test_fsdp_on_a_machine_without_a_gpu_is_refused_in_one_line(no_gpu) -> None:
     trainer = composed("trainer=fsdp", "trainer.devices=2").trainer
     with pytest.raises(ConfigError, match=r"^trainer.accelerator=gpu needs a CUDA GPU, and none is visible here"):
         environment.check_accelerator(trainer, hydra("trainer=fsdp", "trainer.devices=2"))
+
+
+# ------------------------------------------------------------------ the launching process's stop relay
+
+
+def test_the_launcher_relays_the_first_stop_signal_and_ends_the_ranks_on_the_second(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, capsys
+) -> None:
+    import signal
+    from types import SimpleNamespace
+
+    from ablate.run import distributed
+
+    sent: list[tuple[int, int]] = []
+    ranks = [SimpleNamespace(pid=101), SimpleNamespace(pid=102)]
+    monkeypatch.setattr(distributed.multiprocessing, "active_children", lambda: list(ranks))
+    monkeypatch.setattr(distributed.os, "kill", lambda pid, signum: sent.append((pid, signum)))
+    stop_file = tmp_path / "sweep" / ".stop"
+    before = signal.getsignal(signal.SIGTERM)
+    with distributed.StopRelay(stop_file) as relay:
+        assert signal.getsignal(signal.SIGTERM) == relay._handle
+        relay._handle(signal.SIGTERM, None)  # kill <launcher pid>: the ranks are told, nothing else yet
+        assert sent == [(101, signal.SIGTERM), (102, signal.SIGTERM)]
+        assert stop_file.read_text().startswith("SIGTERM in a job")  # the sweep's other jobs stop too
+        with pytest.raises(KeyboardInterrupt):
+            relay._handle(signal.SIGINT, None)  # again: at once
+        assert sent[2:] == [(101, signal.SIGKILL), (102, signal.SIGKILL)]
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert capsys.readouterr().err.count("every rank stops after the same step") == 1
+
+    ranks.clear()  # a signal before the agent started any rank: nothing to save, at once
+    with distributed.StopRelay() as relay, pytest.raises(KeyboardInterrupt):
+        relay._handle(signal.SIGINT, None)
+
+
+def test_a_relayed_rank_takes_any_number_of_copies_as_one_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The terminal's Ctrl-C and the launcher's relay of it both reach a rank: one request, never
+    "again: at once" (the launcher decides that)."""
+    import signal
+
+    from ablate.callbacks import interrupt
+
+    monkeypatch.setattr(interrupt, "_relayed", True)
+    callback = interrupt.GracefulInterrupt()
+    for _ in range(3):
+        callback._handler(signal.SIGINT, None)
+    assert callback._requested
+
+
+def test_slurms_sigterm_after_the_requeue_signal_is_ignored_process_wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+    from types import SimpleNamespace
+
+    from ablate.callbacks import interrupt
+
+    monkeypatch.setattr(interrupt, "_relayed", False)
+    before = signal.getsignal(signal.SIGTERM)
+    originals: dict = {signal.SIGTERM: signal.SIG_DFL}
+    callback = interrupt.GracefulInterrupt()
+    callback._trainer = SimpleNamespace(_signal_connector=SimpleNamespace(_original_handlers=originals))  # type: ignore[assignment]
+    callback._requeue_signal = int(signal.SIGUSR1)
+    try:
+        callback._handler(signal.SIGUSR1, None)
+        assert callback._requested and callback._requeue
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # whichever thread the kernel picks
+        assert originals[signal.SIGTERM] == signal.SIG_IGN  # what Lightning restores after the Trainer
+        callback._handler(signal.SIGTERM, None)  # (were it still handled) expected: no "stop at once"
+    finally:
+        signal.signal(signal.SIGTERM, before)

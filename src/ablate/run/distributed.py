@@ -176,7 +176,9 @@ class StopRelay:
     """In the process that launched a job's ranks, while they run: the first SIGINT, SIGTERM or
     SIGHUP is said once and passed on to every rank (a signal sent to this process alone, as
     ``kill`` or a container runtime sends it, reaches them too); the second ends the ranks at once
-    (SIGKILL) and raises ``KeyboardInterrupt`` here, which the job records as interrupted."""
+    (SIGKILL) and raises ``KeyboardInterrupt`` here, which the job records as interrupted. One that
+    comes before the agent has started any rank (nothing trained yet) raises at once too: a rank
+    started after it would never hear of it."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -199,7 +201,7 @@ class StopRelay:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         ranks = multiprocessing.active_children()  # the elastic agent starts them with multiprocessing
-        if self.received is not None:
+        if self.received is not None or not ranks:  # again, or before any rank exists (nothing trained): at once
             for rank in ranks:
                 _send(rank.pid, signal.SIGKILL)
             raise KeyboardInterrupt
