@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from ablate.benchmark.suite import selected_groups
-from conftest import REPO
+from helpers.runs import REPO
 
 
 def bench(*overrides: str):

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from ablate.config.model import model_spec
 from ablate.config.options import ConfigError, valid_keys
 from ablate.nn.positional import POSITIONAL, PositionalConfig
-from conftest import REPO
+from helpers.runs import REPO
 
 CONF = REPO / "conf"
 GROUPS = ("pos", "norm", "act", "init", "attn")

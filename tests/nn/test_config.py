@@ -6,8 +6,7 @@ import pytest
 
 from ablate.config.model import ModelSpec, model_spec, validate
 from ablate.config.options import ConfigError
-
-from ._models import TINY
+from helpers.tiny_models import TINY
 
 
 def spec(**kw) -> ModelSpec:

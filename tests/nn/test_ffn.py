@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from ablate.nn.ffn import ACTIVATIONS, GATES, FeedForward, GatedFeedForward, build_ffn, hidden_width
-
-from ._models import tiny_lm
+from helpers.tiny_models import tiny_lm
 
 
 def _gelu_erf(x):

@@ -9,8 +9,7 @@ import torch
 from torch import nn
 
 from ablate.nn.norms import ScaleNorm, build_norm
-
-from ._models import tiny_lm
+from helpers.tiny_models import tiny_lm
 
 D = 16
 

@@ -17,8 +17,7 @@ from ablate.nn import positional
 from ablate.nn.axes import AXES, INIT, PLACEMENT, POS
 from ablate.nn.positional import PositionalEncoding, Rotary
 from ablate.nn.stack import StackConfig
-
-from ._models import tiny_lm, tiny_spec
+from helpers.tiny_models import tiny_lm, tiny_spec
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 OPTIONS = [(axis, name) for axis in AXES for name in axis.options()]

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from ablate.nn.positional import ALiBi, Learned, Rotary, Sinusoidal, alibi_slopes, build_positional, sinusoid_table
-
-from ._models import ATTN, tiny_lm
+from helpers.tiny_models import ATTN, tiny_lm
 
 # ----------------------------------------------------------------------------------------------
 # sinusoidal

@@ -1,6 +1,6 @@
 """Generic suites over every registered option of every architecture axis.
 
-The options come from the registries (``tests/nn/_models.py``), so a new positional encoding,
+The options come from the registries (``tests/helpers/tiny_models.py``), so a new positional encoding,
 norm layer, placement, activation, init or attention implementation is covered the moment it
 is registered: it builds, trains a step with finite gradients everywhere, survives a
 state_dict round trip, and a causal LM built with it does not see the future. Each option is
@@ -14,7 +14,7 @@ import io
 import pytest
 import torch
 
-from ._models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, tiny_lm
+from helpers.tiny_models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, tiny_lm
 
 VARIANTS = (
     [("pos", v) for v in POS]

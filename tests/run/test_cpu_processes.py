@@ -1,5 +1,5 @@
 """Several processes on a CPU machine only when asked for, in fp32 (issue 39 item 3); and the CPU
-imitation of NCCL's device rule that the DDP tests run under (``tests/_device_rules.py``)."""
+imitation of NCCL's device rule that the DDP tests run under (``tests/helpers/device_rules.py``)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from _device_rules import HostTensorRefused, HostTensorTracker, _refusing, is_host
 from ablate.config.options import ConfigError
 from ablate.run import environment
-from conftest import REPO
+from helpers.device_rules import HostTensorRefused, HostTensorTracker, _refusing, is_host
+from helpers.runs import REPO
 
 
 def hydra(*overrides: str) -> dict:

@@ -21,7 +21,6 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from _rank_report import report_rank
 from ablate.data.samplers import ResumableSampler
 from ablate.run import distributed
 from ablate.run.control import RunControl
@@ -30,7 +29,8 @@ from ablate.run.lifecycle import Plan
 from ablate.run.preflight import Preflight
 from ablate.run.train import _rank_main
 from ablate.tracking.wandb_reader import read_offline_run
-from conftest import HANG_TIMEOUT, REPO
+from helpers.rank_report import report_rank
+from helpers.runs import HANG_TIMEOUT, REPO
 
 COMMON = [
     "model=tiny",
@@ -47,8 +47,8 @@ COMMON = [
     "print_config=false",
     "callbacks.throughput.peak_flops=1e12",
 ]
-# NCCL's rule enforced on gloo (tests/_device_rules.py): a host tensor handed to a collective fails the run
-NCCL_RULE = "+callbacks.nccl._target_=_device_rules.NcclDeviceRule"
+# NCCL's rule enforced on gloo (tests/helpers/device_rules.py): a host tensor handed to a collective fails the run
+NCCL_RULE = "+callbacks.nccl._target_=helpers.device_rules.NcclDeviceRule"
 DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", NCCL_RULE]
 LRS = ("0.004", "0.002")
 

@@ -7,7 +7,7 @@ process exits 130 with the job recorded as ``interrupted`` at that step, no trac
 command it prints resumes the run to exactly the uninterrupted run's numbers. A second Ctrl-C stops
 at once. A SLURM requeue (two tasks as ``srun`` starts them, SLURM's environment and its
 ``--signal=USR1`` then SIGTERM, a stand-in ``scontrol``) saves the same way and the requeued job
-resumes exactly. Every run here also enforces NCCL's device rule (``tests/_device_rules.py``).
+resumes exactly. Every run here also enforces NCCL's device rule (``tests/helpers/device_rules.py``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import forked_python
-from conftest import HANG_TIMEOUT, REPO
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT, REPO
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ RUN = [
     "trainer=ddp",
     "trainer.accelerator=cpu",
     "trainer.devices=2",
-    "+callbacks.nccl._target_=_device_rules.NcclDeviceRule",
+    "+callbacks.nccl._target_=helpers.device_rules.NcclDeviceRule",
 ]
 STOP_AT = 3
 
@@ -140,7 +140,7 @@ def uninterrupted(workdir: Path, data_dir: Path) -> Path:
 
 def signal_at(step: int, signum: int, to: str, once_file: Path) -> list[str]:
     return [
-        "+callbacks.stop._target_=_signal_at_step.SignalJobAtStep",
+        "+callbacks.stop._target_=helpers.signal_at_step.SignalJobAtStep",
         f"+callbacks.stop.step={step}",
         f"+callbacks.stop.signum={signum}",
         f"+callbacks.stop.to={to}",
@@ -201,7 +201,7 @@ def test_a_second_ctrl_c_stops_at_once(workdir: Path, data_dir: Path) -> None:
         workdir,
         data_dir,
         f"hydra.run.dir={run_dir}",
-        "+callbacks.stop._target_=_signal_at_step.CtrlCTwice",
+        "+callbacks.stop._target_=helpers.signal_at_step.CtrlCTwice",
         f"+callbacks.stop.step={STOP_AT}",
     )
     assert proc.returncode == 130, proc.stderr[-4000:]
@@ -223,7 +223,7 @@ def free_port() -> int:
 
 def srun(workdir: Path, data_dir: Path, bin_dir: Path, args: list[str], out: Path) -> list[subprocess.CompletedProcess]:
     """Two tasks of one SLURM job step on one node, as ``srun --ntasks-per-node=2`` starts them
-    (``tests/_srun.py``: each task a rank, with SLURM's environment variables, both in one new
+    (``tests/helpers/srun.py``: each task a rank, with SLURM's environment variables, both in one new
     process group, which is what SLURM signals)."""
     env = environment(
         workdir,
@@ -240,7 +240,7 @@ def srun(workdir: Path, data_dir: Path, bin_dir: Path, args: list[str], out: Pat
     )
     cmd = [sys.executable, str(REPO / "train.py"), f"paths.log_dir={workdir / 'logs'}", *RUN, *args]
     subprocess.run(
-        [sys.executable, str(REPO / "tests" / "_srun.py"), str(out), "2", *cmd],
+        [sys.executable, str(REPO / "tests" / "helpers" / "srun.py"), str(out), "2", *cmd],
         cwd=workdir, env=env, stdin=subprocess.DEVNULL, timeout=HANG_TIMEOUT, start_new_session=True, check=True,
     )  # fmt: skip
     return [

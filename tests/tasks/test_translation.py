@@ -27,7 +27,7 @@ from ablate.data.translation_datamodule import TranslationDataModule
 from ablate.data.translation_tokens import BOS, EOS, PAD, detokenize, encode_lines
 from ablate.tasks import build_task
 from ablate.tasks.translation import TranslationTask, corpus_bleu
-from conftest import SHARED_DATA
+from helpers.runs import SHARED_DATA
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 MULTI30K = SHARED_DATA / "multi30k"

@@ -126,6 +126,9 @@ def fit(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
         with warnings.catch_warnings():
             if plan.ckpt_path is not None:  # resuming writes on into its own checkpoint directory, as expected
                 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+                # the data modules keep their place in the training order in the checkpoint (their
+                # state_dict): a mid-epoch resume is exact, though the DataLoader itself has no state_dict
+                warnings.filterwarnings("ignore", message=r".*your dataloader is not resumable.*")
             # the checkpoint was read with the restricted unpickler (lifecycle.decide); Lightning reads it the same way
             weights_only = safe_load.lightning_weights_only()
             trainer.fit(task, datamodule=assembled.datamodule, ckpt_path=plan.ckpt_path, weights_only=weights_only)

@@ -1,4 +1,4 @@
-"""NCCL's device rule on a CPU-only machine, for the DDP tests (a callback: ``+callbacks.nccl._target_=_device_rules.NcclDeviceRule``).
+"""NCCL's device rule on a CPU-only machine, for the DDP tests (a callback: ``+callbacks.nccl._target_=helpers.device_rules.NcclDeviceRule``).
 
 NCCL reduces tensors on the GPU only: a tensor made on the host and handed to a collective stops a
 multi-GPU run with ``No backend type associated with device type cpu``. gloo, which every CPU test

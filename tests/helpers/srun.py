@@ -1,4 +1,4 @@
-"""A stand-in for ``srun`` on one node, for the SLURM tests: ``python _srun.py OUT_DIR NTASKS CMD...``
+"""A stand-in for ``srun`` on one node, for the SLURM tests: ``python srun.py OUT_DIR NTASKS CMD...``
 starts NTASKS copies of CMD, each with its task's ``SLURM_PROCID``/``SLURM_LOCALID``, all in this
 process's process group (which the caller makes a new one: what SLURM signals), waits for them and
 writes each one's exit code, stdout and stderr to ``OUT_DIR/task<i>.{rc,out,err}``. Like ``srun``
