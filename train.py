@@ -26,10 +26,12 @@ def check(cfg: DictConfig, overrides: list[str]) -> None:
 
     from ablate.config.locations import check_writable_folders
     from ablate.config.schema import check_command_line_config
+    from ablate.run.environment import check_accelerator
     from ablate.tasks import config_keys
     from ablate.tracking.options import logger_keys
 
     check_command_line_config(cfg, {**config_keys(cfg), **logger_keys()})  # keys, types, data choices
+    check_accelerator(cfg.trainer, running_hydra())  # a GPU or several processes this machine does not have
     check_writable_folders(cfg.paths, cli.run_dir())  # the log, cache and run folders: before Hydra writes
 
 

@@ -39,8 +39,9 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from ablate.callbacks.checkpointing import AtomicCheckpointIO
 from ablate.checkpoints.files import LAST_PATTERN, CheckpointError, inspect_checkpoint, resume_state
-from ablate.checkpoints.parts import PartError, check_tokenizer, load_tokenizer
+from ablate.checkpoints.parts import PartError
 from ablate.config.identity import change_allowed, identity_differences
+from ablate.data.stored_tokenizer import check_tokenizer, load_tokenizer
 from ablate.data.tokenizers import TOKENIZERS
 from ablate.errors import UserError
 

@@ -9,9 +9,8 @@ instead of failing inside Lightning's migration (``KeyError`` for ``pytorch-ligh
 ``IndexError`` where a tokenizer and the model's vocabulary disagree.
 
 * :func:`check_lightning_version` -- every load by Lightning (``load_from_checkpoint``, a resume).
-* :func:`check_tokenizer` -- every script that decodes or encodes text, and a resume: the kind is
-  known, its content parses (a mapping of distinct characters, a BPE file) and its size is the
-  model's vocabulary.
+* :func:`ablate.data.stored_tokenizer.check_tokenizer` -- every script that decodes or encodes text,
+  and a resume (beside the tokenizers, one layer up).
 * :func:`check_training_state` -- a resume: the run's own state (:class:`ResumeState`: RNG states,
   run identity), every callback state Lightning restores, the loops, optimiser and scheduler states.
 """
@@ -25,7 +24,6 @@ from typing import Any
 import torch
 from packaging.version import InvalidVersion, Version
 
-from ablate.data.tokenizers import Tokenizer, TokenizerStateError, tokenizer_from_dict
 from ablate.errors import UserError
 
 VERSION_KEY = "pytorch-lightning_version"
@@ -86,28 +84,6 @@ def check_lightning_version(checkpoint: Mapping[str, Any], path: str | os.PathLi
             f">= {OLDEST_LIGHTNING}, and Lightning's migration from {version} would fail on it: the file was altered "
             "or is not ablate's; refused"
         )
-
-
-def check_tokenizer(checkpoint: Mapping[str, Any], vocab_size: int | None, path: str | os.PathLike[str]) -> None:
-    """The tokenizer a checkpoint carries (none: an older checkpoint; the scripts that need one say
-    so) is a valid one of a known kind, with exactly the model's ``vocab_size`` tokens: a shorter one
-    would decode ids it does not have, a longer one encode ids the model has no embedding for."""
-    if "tokenizer" not in checkpoint:
-        return
-    tokenizer = load_tokenizer(checkpoint["tokenizer"], path)
-    if vocab_size is not None and tokenizer.vocab_size != vocab_size:
-        raise PartError(
-            f"{path}: its {checkpoint['tokenizer']['kind']} tokenizer has {tokenizer.vocab_size} tokens, but its model's "
-            f"vocabulary has {vocab_size}: the ids would not mean what the model learned (the file was altered); refused"
-        )
-
-
-def load_tokenizer(state: Any, path: str | os.PathLike[str]) -> Tokenizer:
-    """A checkpoint's stored tokenizer, or :class:`PartError` naming the file and what is wrong."""
-    try:
-        return tokenizer_from_dict(state, f"{path}: its tokenizer")
-    except TokenizerStateError as err:
-        raise PartError(f"{err}; refused") from None
 
 
 def check_training_state(checkpoint: Mapping[str, Any], path: str | os.PathLike[str]) -> None:

@@ -45,6 +45,9 @@ WARNING_NOISE = (
     r".*isinstance\(treespec, LeafSpec\)",
     # trainer.detect_anomaly=true, which the debug presets choose on purpose (conf/debug/default.yaml)
     r"Anomaly Detection has been enabled",
+    # under DDP, Lightning's advice to reduce every value logged at epoch level: ours are reduced
+    # already (torchmetrics states, by their compute) or the same on every rank (the throughput monitor's)
+    r"It is recommended to use `self\.log\('(train|val|test)/.*', \.\.\., sync_dist=True\)`",
 )
 LIGHTNING_LOGGERS = ("lightning.pytorch", "lightning.fabric", "lightning")
 

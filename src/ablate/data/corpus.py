@@ -11,7 +11,7 @@ cache built once, and a training order that a resumed run continues exactly.
   (``position``/``resume_sampler``), so checkpoints of either kind keep their format.
 * :meth:`CachedCorpus.content_fingerprint`: what each split holds, by content (the checksums the
   cache records); saved beside the position, so that a resume or an evaluation can tell that the
-  text changed since (:mod:`ablate.checkpoints.trained_data`).
+  text changed since (:mod:`ablate.tasks.trained_data`).
 """
 
 from __future__ import annotations

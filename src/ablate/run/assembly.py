@@ -26,7 +26,6 @@ from ablate.callbacks.checkpointing import AtomicCheckpointIO, ResumeState
 from ablate.callbacks.interrupt import GracefulInterrupt
 from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.throughput import ThroughputMonitor
-from ablate.checkpoints.trained_data import check_resumed_data
 from ablate.cli.console import format_run_header, param_estimate
 from ablate.config.model import ModelSpec, model_spec
 from ablate.nn.axes import spec_axes
@@ -36,6 +35,7 @@ from ablate.run.job import Job, is_rank_zero
 from ablate.run.lifecycle import Plan
 from ablate.run.preflight import Preflight
 from ablate.tasks import build_task
+from ablate.tasks.trained_data import check_resumed_data
 from ablate.tracking.loggers import build_loggers
 
 if TYPE_CHECKING:

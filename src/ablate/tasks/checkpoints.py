@@ -29,10 +29,11 @@ import torch
 
 from ablate.checkpoints import safe_load
 from ablate.checkpoints.files import CheckpointError, CheckpointFileMissing, inspect_checkpoint, require_file
-from ablate.checkpoints.parts import check_lightning_version, check_tokenizer
+from ablate.checkpoints.parts import check_lightning_version
 from ablate.checkpoints.stored_config import check_stored_config
 from ablate.config.model import ModelSpec, validate
 from ablate.data.registry import data_module_class
+from ablate.data.stored_tokenizer import check_tokenizer
 from ablate.errors import UserError
 from ablate.tasks import TASKS
 

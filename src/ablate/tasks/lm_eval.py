@@ -21,7 +21,6 @@ from typing import Any, cast
 import lightning as L
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from ablate.checkpoints.trained_data import check_evaluated_data
 from ablate.config.locations import checkout_root, project_root
 from ablate.data.lm_datamodule import LMDataModule
 from ablate.data.lm_windows import token_dtype
@@ -32,6 +31,7 @@ from ablate.data.token_files import write_tokens
 from ablate.data.tokenizers import TOKENIZERS, Tokenizer
 from ablate.tasks.base import pick_device
 from ablate.tasks.lm import EVAL_SPLITS, LanguageModelTask, evaluate_lengths
+from ablate.tasks.trained_data import check_evaluated_data
 from ablate.writes import inside
 
 

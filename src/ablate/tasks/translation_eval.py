@@ -10,10 +10,10 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.checkpoints.trained_data import check_evaluated_data
 from ablate.config.locations import folder_problem
 from ablate.data.registry import build_data_module
 from ablate.data.translation_text import read_lines
+from ablate.tasks.trained_data import check_evaluated_data
 from ablate.tasks.translation import TranslationTask, corpus_bleu, decode_config, load_translation_checkpoint
 from ablate.writes import inside
 

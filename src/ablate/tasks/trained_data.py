@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ablate.checkpoints.files import inspect_checkpoint
-from ablate.checkpoints.parts import load_tokenizer
 from ablate.config.identity import change_allowed
+from ablate.data.stored_tokenizer import load_tokenizer
 from ablate.data.tokenizers import tokenizer_to_dict
 from ablate.errors import UserError
 
