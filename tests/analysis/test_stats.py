@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -330,6 +331,15 @@ def test_power_law_fit_recovers_its_parameters():
         pytest.approx(ALPHA_TRUE, rel=1e-4),
     )
     assert law.compute_for(float(law.loss(3e17))) == pytest.approx(3e17) and law.compute_for(E_TRUE) == math.inf
+
+
+def test_a_flat_curve_needs_infinite_compute_without_a_numpy_overflow_warning():
+    """compute_multiplier.py printed numpy's ``RuntimeWarning: overflow encountered in exp``."""
+    flat = PowerLaw(E=1.0, a=1.0, alpha=1e-3, c0=1e16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert flat.compute_for(1.1) == math.inf
+        assert flat.compute_for(1.9) == pytest.approx(1e16 * math.exp(math.log(1 / 0.9) / 1e-3))
 
 
 def test_compute_multiplier_recovers_a_known_factor():

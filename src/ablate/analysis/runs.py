@@ -45,7 +45,8 @@ def find_job_dirs(root: Path) -> list[Path]:
 
     if not root.is_dir():
         raise FileNotFoundError(
-            f"{root} is not a directory: pass a multirun directory such as logs/multirun/<timestamp>"
+            f"{root} is not a directory: pass a sweep's directory, logs/multirun/<sweep> (its sweep_name, or the "
+            "name the end-of-sweep table printed: `sweep logs/multirun/<sweep>: ...`)"
         )
     jobs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and is_job(p))
     if not jobs and is_job(root):
@@ -53,7 +54,8 @@ def find_job_dirs(root: Path) -> list[Path]:
     if not jobs:
         raise FileNotFoundError(
             f"no jobs under {root}: expected <dir>/<job>/status.json or <dir>/<job>/.hydra/overrides.yaml "
-            "(the directory a `python train.py -m ...` sweep writes, e.g. logs/multirun/<timestamp>)"
+            "(the directory a `python train.py -m ...` sweep writes: logs/multirun/<sweep>, its sweep_name or the "
+            "name its end-of-sweep table printed)"
         )
     return jobs
 

@@ -189,6 +189,8 @@ def _markdown_header(report: dict[str, Any], command: str) -> list[str]:
 
 
 def _markdown_speed(head: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
+    if "tokens_per_sec" not in head:  # benchmark.only left the headline's group out
+        return [f"**Training speed**: {head.get('note', 'not measured')}"]
     lines = [
         f"**Training speed** (`{head['variant']}`, {cfg['tokens_per_step']} tokens per step)",
         "",

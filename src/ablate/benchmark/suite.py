@@ -82,6 +82,17 @@ def parse_ratios(name: str, spec: DictConfig, names: list[str]) -> dict[str, tup
     return ratios
 
 
+def selected_groups(bench: DictConfig) -> dict[str, Any]:
+    """The groups this run measures: those ``benchmark.only`` names (a group switched off by default,
+    as ``compile``, included: naming it is asking for it), else every enabled one."""
+    if bench.only:
+        unknown = sorted(set(bench.only) - set(bench.groups))
+        if unknown:
+            raise ValueError(f"benchmark.only={list(bench.only)}: no group {unknown}; the groups: {list(bench.groups)}")
+        return {k: v for k, v in bench.groups.items() if k in bench.only}
+    return {k: v for k, v in bench.groups.items() if v.get("enabled", True)}
+
+
 def summarise(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -211,9 +222,7 @@ class Benchmark:
         _quiet_runtime(cfg)
         report: dict[str, Any] = {"machine": machine_info(self.device)}
         self.setup_data()
-        groups = {
-            k: v for k, v in bench.groups.items() if v.get("enabled", True) and (not bench.only or k in bench.only)
-        }
+        groups = selected_groups(bench)
         longest = max(
             (
                 int(g.get("warmup_steps") or bench.warmup_steps)

@@ -23,6 +23,7 @@ from ablate.writes import write_text_atomically
 
 OUTCOMES = ("completed", "diverged", "interrupted", "crashed", "killed")
 FINISHED = ("completed", "diverged")  # a re-run of the sweep skips these (skip_completed)
+FAILED_RECORD = "status.failed.json"  # a failed attempt to resume a finished run (its status.json stays)
 
 
 @dataclass
@@ -133,7 +134,7 @@ def record_status(output_dir: Path, status: RunStatus) -> None:
     interrupted attempt to resume it: that record stays, the attempt goes to ``status.failed.json``."""
     previous = read_status(output_dir)
     if not status.finished and previous is not None and previous.finished:
-        write_text_atomically(output_dir / "status.failed.json", json.dumps(status.to_json(), indent=2, default=str))
+        write_text_atomically(output_dir / FAILED_RECORD, json.dumps(status.to_json(), indent=2, default=str))
         print(
             f"{output_dir / 'status.json'} still records the finished run ({previous.status}); this attempt's "
             f"{status.status} record is in status.failed.json",

@@ -43,9 +43,9 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from ablate import cli
 from ablate.callbacks.checkpointing import ResumeState
 from ablate.callbacks.divergence import DivergenceMonitor
-from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
+from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted, hold_stop_signals
 from ablate.checkpoints import safe_load
-from ablate.cli.console import quiet_known_noise
+from ablate.cli.console import print_config_tree, quiet_known_noise
 from ablate.metrics import finite_or_none
 from ablate.nn.axes import spec_axes
 from ablate.run import distributed, environment, lifecycle
@@ -63,12 +63,14 @@ def run(cfg: DictConfig) -> float:
     """Run one job and always leave a record of it (see the module docstring); returns the value
     for sweepers to optimise."""
     quiet_known_noise()
-    environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
     job = Job.current(cfg)
     with lifecycle.recording(job) as record:  # hold the run directory; keep whatever ends this block
+        environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
         checked = check_config(cfg)  # check: keys, numbers, combinations, memory, before anything is read
         record.plan = lifecycle.decide(job, checked.identity)  # decide: skip, resume (the same run), fresh
         if record.plan.trains:
+            if job.control.print_config and is_rank_zero():  # print_config=true, the debug=* presets
+                print_config_tree(cfg)
             record.status = fit_job(cfg, job, checked, record.plan)  # build -> fit
     return lifecycle.finish(job, record)  # record: status.json, the summary, the value for a sweeper
 
@@ -87,7 +89,10 @@ def fit_job(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunSta
         # (${hydra:runtime.output_dir}, ...) still resolve
         container = OmegaConf.to_container(cfg, resolve=True)
         return distributed.launch(
-            _rank_main, (container, job, checked, plan), distributed.devices_per_node(cfg.trainer)
+            _rank_main,
+            (container, job, checked, plan),
+            distributed.devices_per_node(cfg.trainer),
+            stop_file=job.stop_file,
         )
     with distributed.exclusive_gpu(torch.cuda.device_count()) if one_gpu else contextlib.nullcontext() as gpu:
         if gpu is not None:
@@ -100,6 +105,8 @@ def fit_job(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunSta
 @record  # a failing rank's traceback reaches the launching process
 def _rank_main(cfg_container: dict[str, Any], job: Job, checked: Preflight, plan: Plan) -> RunStatus | None:
     """One rank of a job started by :func:`ablate.run.distributed.launch`; rank 0 returns the status."""
+    hold_stop_signals()  # the launching process relays stop signals: here they are requests, held until training
+    quiet_known_noise()  # a spawned rank is a fresh interpreter: the filters the launching process set are not in it
     rank = distributed.global_rank()
     rank_zero_only.rank = rank  # type: ignore[attr-defined] # lightning was imported before the launcher set RANK
     status = None

@@ -44,7 +44,11 @@ from ablate.writes import LinkOutsideError, disk_full_message, inside, is_disk_f
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="summarize.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep_dir", nargs="?", help="a multirun directory (logs/multirun/<timestamp>)")
+    parser.add_argument(
+        "sweep_dir",
+        nargs="?",
+        help="a sweep's directory (logs/multirun/<sweep>: its sweep_name, or what the sweep's table printed)",
+    )
     parser.add_argument(
         "--wandb", metavar="ENTITY/PROJECT", help="read the runs of a W&B group instead (needs network)"
     )
