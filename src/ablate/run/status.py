@@ -21,7 +21,7 @@ from typing import Any
 
 from ablate.writes import write_text_atomically
 
-OUTCOMES = ("completed", "diverged", "interrupted", "crashed", "killed")
+OUTCOMES = ("completed", "diverged", "interrupted", "refused", "crashed", "killed")
 FINISHED = ("completed", "diverged")  # a re-run of the sweep skips these (skip_completed)
 FAILED_RECORD = "status.failed.json"  # a failed attempt to resume a finished run (its status.json stays)
 
@@ -32,8 +32,8 @@ class RunStatus:
 
     ``status``: one of :data:`OUTCOMES`; ``steps``: optimiser steps done (a killed job: those of
     its last checkpoint); ``metrics``: the last logged value of each metric (None where it was not
-    finite) and the evaluation after training; ``error``: what stopped it (crashed, interrupted,
-    killed), with the ``traceback`` of a crash; ``diverged_at_step``/``divergence_reason``: a
+    finite) and the evaluation after training; ``error``: what stopped it (refused: a user error's
+    message, what to change; crashed, interrupted, killed), with the ``traceback`` of a crash; ``diverged_at_step``/``divergence_reason``: a
     divergence; ``params``, ``axes`` (the architecture options), ``world_size``,
     ``accumulate_grad_batches``, ``resumed_from`` (the checkpoint it continued), ``wall_time_s``
     (the whole run's, over its resumed segments, up to the checkpoint each resumed from) and
