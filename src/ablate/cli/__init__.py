@@ -245,8 +245,8 @@ def check_no_missing_value(cfg: DictConfig) -> None:
         return
     from hydra.core.hydra_config import HydraConfig
 
-    hydra_cfg = HydraConfig.instance().cfg  # set for the first job composed (``runtime``)
-    choices = hydra_cfg.hydra.runtime.choices if hydra_cfg is not None else {}
+    # set for the first job composed (``runtime``); the options each group chose
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
 
     def needed_by(key: str) -> str:
         group = key.split(".")[0]
