@@ -112,9 +112,10 @@ def test_multirun_wandb_offline(run_train, tmp_path):
 
 
 def test_sweep_survives_divergence_and_crash(run_train, tmp_path):
-    """One job diverges (huge lr, no clipping), two crash (an eval_seq_len longer than the validation
-    split, found at data setup): both are recorded and the sweep still finishes its healthy job; it ends listing
-    the crashed jobs, with exit code 1 (a divergence alone would be 0: it is a result, not a failure)."""
+    """One job diverges (huge lr, no clipping), two are refused (an eval_seq_len longer than the validation
+    split, a user error found at data setup): all are recorded and the sweep still finishes its healthy job; it ends
+    listing the refused jobs, with exit code 2 as a refused run (a divergence alone would be 0: it is a result, not a
+    failure; a crash among them would make it 1, tests/sweepers/test_sweep_report.py)."""
     proc = run_train(
         "-m",
         *TINY,
@@ -124,8 +125,8 @@ def test_sweep_survives_divergence_and_crash(run_train, tmp_path):
         "logger=csv",
         check=False,
     )
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "1 completed, 2 crashed, 1 diverged" in proc.stdout and proc.stdout.count("  crashed: ") == 2
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "1 completed, 1 diverged, 2 refused" in proc.stdout and proc.stdout.count("  refused: ") == 2
     sweep = next((tmp_path / "logs" / "multirun").iterdir())
     statuses, dirs = {}, {}
     for job in sweep.iterdir():
@@ -135,7 +136,7 @@ def test_sweep_survives_divergence_and_crash(run_train, tmp_path):
             key = (values["data.eval_seq_len"] == "200000", float(values["optim.lr"]) > 1)
             statuses[key], dirs[key] = status, job
     assert len(statuses) == 4, proc.stdout[-2000:]
-    assert statuses[(True, False)]["status"] == statuses[(True, True)]["status"] == "crashed"
+    assert statuses[(True, False)]["status"] == statuses[(True, True)]["status"] == "refused"
     assert "too long" in statuses[(True, False)]["error"]
     assert statuses[(False, False)]["status"] == "completed"
     diverged = statuses[(False, True)]
