@@ -64,7 +64,7 @@ def run(cfg: DictConfig) -> float:
     with lifecycle.recording(job) as record:  # hold the run directory; keep whatever ends this block
         environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
         checked = check_config(cfg)  # check: keys, numbers, combinations, memory, before anything is read
-        record.plan = lifecycle.decide(job, checked.identity)  # decide: skip, resume (the same run), fresh
+        record.plan = lifecycle.decide(job, checked.identity, cfg.trainer)  # decide: skip, resume (the same run), fresh
         if record.plan.trains:
             if job.control.print_config and is_rank_zero():  # print_config=true, the debug=* presets
                 print_config_tree(cfg)
