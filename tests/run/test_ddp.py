@@ -229,3 +229,49 @@ def test_fsdp_config_builds_the_strategy() -> None:
     assert isinstance(strategy, FSDPStrategy) and isinstance(policy, ModuleWrapPolicy)
     assert set(policy._module_classes) == {Block}
     assert strategy.sharding_strategy.name == "FULL_SHARD" and strategy._state_dict_type == "full"
+
+
+# ------------------------------------------------------------------ how a failed rank is reported
+
+
+def _failure(tmp_path: Path, exitcode: int, data: dict | None, rank: int = 0):
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    error_file = tmp_path / f"error{len(list(tmp_path.iterdir()))}.json"
+    if data is not None:
+        error_file.write_text(json.dumps(data))
+    return ChildFailedError("_rank_main", {rank: ProcessFailure(rank, 1234, exitcode, str(error_file))})
+
+
+def _recorded(message: str, **extra) -> dict:
+    return {"message": {"message": message, "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1", **extra}}}
+
+
+def test_a_failed_rank_is_reported_as_its_own_error_with_its_exit_code(tmp_path: Path) -> None:
+    """It was a ChildFailedError (100+ lines, exit 1) whatever the rank's error was."""
+    user = distributed.rank_failure(_failure(tmp_path, 2, _recorded("data file x is missing", ablate_exit_code=2)))
+    assert isinstance(user, distributed.RankUserError) and str(user) == "data file x is missing"
+    stop = distributed.rank_failure(_failure(tmp_path, 130, _recorded("KeyboardInterrupt", ablate_exit_code=130)))
+    assert isinstance(stop, KeyboardInterrupt)
+    crash = distributed.rank_failure(_failure(tmp_path, 1, _recorded("RuntimeError: boom\n  more"), rank=1))
+    assert isinstance(crash, distributed.RankCrashed) and str(crash) == "rank 1 failed: RuntimeError: boom"
+    assert distributed.failure_message(crash) == ("rank 1 failed: RuntimeError: boom", "Traceback ...")
+    # an exit code that the rank did not choose (its error file says 2, it ended otherwise) is a crash
+    odd = distributed.rank_failure(_failure(tmp_path, 1, _recorded("x", ablate_exit_code=2)))
+    assert isinstance(odd, distributed.RankCrashed)
+    killed = distributed.rank_failure(_failure(tmp_path, -9, None))
+    assert str(killed) == "rank 0 failed: ended by signal SIGKILL (out of memory, or killed by another process)"
+    silent = distributed.rank_failure(_failure(tmp_path, 3, None))
+    assert str(silent) == "rank 0 failed: exit code 3, no error recorded"
+
+
+def test_a_rank_ends_with_its_user_error_written_for_the_launcher(tmp_path: Path, monkeypatch) -> None:
+    from ablate.data.sources import DataFormatError
+
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "error.json"))
+    with pytest.raises(SystemExit) as ended:
+        distributed.end_rank(DataFormatError("input.txt is not valid UTF-8"), 2)
+    assert ended.value.code == 2
+    written = json.loads((tmp_path / "error.json").read_text())
+    reported = distributed.rank_failure(_failure(tmp_path, 2, written))
+    assert isinstance(reported, distributed.RankUserError) and str(reported) == "input.txt is not valid UTF-8"

@@ -217,6 +217,47 @@ def test_a_second_ctrl_c_stops_at_once(workdir: Path, data_dir: Path) -> None:
     assert proc.stderr.count("Ctrl-C: every rank stops after the same step") == 1, proc.stderr[-3000:]
 
 
+# ------------------------------------------------------------------------------ a rank's own error
+
+
+def test_a_user_error_in_a_rank_is_said_in_one_message_with_exit_code_2(tmp_path: Path) -> None:
+    """A data file the ranks refuse (not UTF-8, found while each rank sets its data up): the job ends
+    as one process does, the error's message and exit 2, nothing recorded. It was a 100-line
+    ``ChildFailedError`` and exit 1."""
+    data_dir = tmp_path / "data"
+    (data_dir / "tinyshakespeare").mkdir(parents=True)
+    (data_dir / "tinyshakespeare" / "input.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1") * 500)
+    run_dir = tmp_path / "logs" / "bad_data"
+    proc = train(tmp_path, data_dir, f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 2, proc.stderr[-4000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "input.txt is not valid UTF-8" in errors[0], proc.stderr[-4000:]
+    for noise in ("Traceback", "ChildFailedError", "exitcode"):
+        assert noise not in proc.stderr, proc.stderr[-4000:]
+    assert not run_dir.exists()  # a user error of a single run records nothing, as in one process
+
+    single = forked_python.run(
+        [sys.executable, str(REPO / "train.py"), f"paths.log_dir={tmp_path / 'logs'}", *RUN[:-4]],
+        cwd=tmp_path, env=environment(tmp_path, data_dir), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=HANG_TIMEOUT,
+    )  # fmt: skip
+    assert single.returncode == 2 and errors[0] in single.stderr.splitlines(), single.stderr[-3000:]
+
+
+def test_a_crash_in_a_rank_is_said_as_the_ranks_error_with_exit_code_1(tmp_path: Path, data_dir: Path) -> None:
+    """A fault (here an exception at step 2 in rank 0): exit 1, the rank's traceback once and its
+    error's first line, recorded as crashed with that traceback."""
+    run_dir = tmp_path / "logs" / "crash"
+    crash = ["+callbacks.crash._target_=helpers.signal_at_step.CrashAtStep", "+callbacks.crash.step=2"]
+    proc = train(tmp_path, data_dir, f"hydra.run.dir={run_dir}", *crash)
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert "rank 0 failed: RuntimeError: injected crash at step 2" in proc.stderr, proc.stderr[-4000:]
+    assert "ChildFailedError" not in proc.stderr and proc.stderr.count('raise RuntimeError(f"injected crash') == 1
+    record = status(run_dir)
+    assert record["status"] == "crashed" and record["error"] == "rank 0 failed: RuntimeError: injected crash at step 2"
+    assert record["traceback"].rstrip().endswith("RuntimeError: injected crash at step 2")
+
+
 # ------------------------------------------------------------------------------ SLURM
 
 
