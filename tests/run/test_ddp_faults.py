@@ -267,16 +267,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def srun(workdir: Path, data_dir: Path, bin_dir: Path, args: list[str], out: Path) -> list[subprocess.CompletedProcess]:
-    """Two tasks of one SLURM job step on one node, as ``srun --ntasks-per-node=2`` starts them
-    (``tests/helpers/srun.py``: each task a rank, with SLURM's environment variables, both in one new
-    process group, which is what SLURM signals)."""
+def srun(
+    workdir: Path, data_dir: Path, bin_dir: Path, args: list[str], out: Path, ntasks: int = 2
+) -> list[subprocess.CompletedProcess]:
+    """``ntasks`` tasks of one SLURM job step on one node, as ``srun --ntasks-per-node=<ntasks>``
+    starts them (``tests/helpers/srun.py``: each task a rank, with SLURM's environment variables, all
+    in one new process group, which is what SLURM signals)."""
     env = environment(
         workdir,
         data_dir,
         SLURM_JOB_ID="4242",
         SLURM_JOB_NAME="ablate",
-        SLURM_NTASKS_PER_NODE="2",
+        SLURM_NTASKS_PER_NODE=str(ntasks),
         SLURM_NNODES="1",
         SLURM_NODEID="0",
         SLURM_NODELIST="localhost",
@@ -286,7 +288,7 @@ def srun(workdir: Path, data_dir: Path, bin_dir: Path, args: list[str], out: Pat
     )
     cmd = [sys.executable, str(REPO / "train.py"), f"paths.log_dir={workdir / 'logs'}", *RUN, *args]
     subprocess.run(
-        [sys.executable, str(REPO / "tests" / "helpers" / "srun.py"), str(out), "2", *cmd],
+        [sys.executable, str(REPO / "tests" / "helpers" / "srun.py"), str(out), str(ntasks), *cmd],
         cwd=workdir, env=env, stdin=subprocess.DEVNULL, timeout=HANG_TIMEOUT, start_new_session=True, check=True,
     )  # fmt: skip
     return [
@@ -296,8 +298,46 @@ def srun(workdir: Path, data_dir: Path, bin_dir: Path, args: list[str], out: Pat
             (out / f"task{r}.out").read_text(),
             (out / f"task{r}.err").read_text(),
         )
-        for r in (0, 1)
+        for r in range(ntasks)
     ]
+
+
+def stand_in_scontrol(tmp_path: Path) -> tuple[Path, Path]:
+    """A ``scontrol`` that records its arguments and, as SLURM does on a requeue, ends the job (SIGTERM to the group)."""
+    calls, bin_dir = tmp_path / "scontrol.calls", tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\nkill -TERM 0\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    return bin_dir, calls
+
+
+def test_a_slurm_task_that_starts_its_own_ranks_is_requeued_on_slurms_signal(
+    workdir: Path, data_dir: Path, uninterrupted: Path, tmp_path: Path
+) -> None:
+    """One SLURM task with ``trainer.devices=2`` starts its two ranks itself (the elastic launcher);
+    ``--signal=USR1`` killed it (no handler in the launching process). Now: every rank stops after the
+    same step and saves it, rank 0 runs ``scontrol requeue 4242``, whose SIGTERM is expected, the task
+    exits 130 with the job interrupted, and the requeued job resumes exactly."""
+    run_dir = workdir / "logs" / "slurm_one_task"
+    bin_dir, calls = stand_in_scontrol(tmp_path)
+    args = [
+        f"hydra.run.dir={run_dir}",
+        "ckpt_path=last",
+        *signal_at(STOP_AT, signal.SIGUSR1, "group", tmp_path / "usr1"),
+    ]
+    (first,) = srun(workdir, data_dir, bin_dir, args, tmp_path / "first", ntasks=1)
+    assert first.returncode == 130, first.stderr[-4000:]
+    assert "Traceback" not in first.stderr, first.stderr[-4000:]
+    assert first.stderr.count("SIGUSR1 (SLURM's requeue signal): every rank stops after the same step") == 1
+    assert calls.read_text().split() == ["requeue", "4242"]  # once, by rank 0
+    record = status(run_dir)
+    assert record["status"] == "interrupted" and record["world_size"] == 2, record
+    assert STOP_AT <= record["steps"] < 8 and saved_step(run_dir) == record["steps"]
+
+    (requeued,) = srun(workdir, data_dir, bin_dir, args, tmp_path / "requeued", ntasks=1)
+    assert requeued.returncode == 0, requeued.stderr[-4000:]
+    assert status(run_dir)["status"] == "completed"
+    assert_same_run(run_dir, uninterrupted)
 
 
 def test_slurm_requeue_signal_saves_every_rank_and_the_requeued_job_resumes_exactly(

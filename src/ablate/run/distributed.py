@@ -205,28 +205,43 @@ class StopRelay:
     ``kill`` or a container runtime sends it, reaches them too); the second ends the ranks at once
     (SIGKILL) and raises ``KeyboardInterrupt`` here, which the job records as interrupted. One that
     comes before the agent has started any rank (nothing trained yet) raises at once too: a rank
-    started after it would never hear of it."""
+    started after it would never hear of it.
+
+    Inside a SLURM job, SLURM's requeue signal (``sbatch --signal=USR1@<s>``, which ended a single
+    task that starts its own ranks) is passed on to the ranks as a requeue request: they stop after
+    the same step and save it, and rank 0 asks SLURM to requeue the job
+    (:class:`~ablate.callbacks.interrupt.GracefulInterrupt`); the SIGTERM with which SLURM then ends
+    the job is expected, so it is ignored here from the requeue signal on (not taken for a second
+    stop, which would end the ranks before they saved)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self, stop_file: Path | None = None) -> None:
         self.received: int | None = None
+        self.requeue = False  # SLURM's requeue signal came
         self.stop_file = stop_file
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopRelay:
         import threading
 
+        from ablate.callbacks.interrupt import relayed_signals
+
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
-            self._previous = {signum: signal.signal(signum, self._handle) for signum in self.SIGNALS}
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in relayed_signals()}
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
+        for signum, previous in self._previous.items():  # after a requeue, SLURM's SIGTERM may come late
+            signal.signal(signum, signal.SIG_IGN if self.requeue and signum == signal.SIGTERM else previous)
         self._previous = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        from ablate.callbacks.interrupt import REQUEUE_SIGNAL
+
+        if signum == REQUEUE_SIGNAL:
+            self._requeue(signum)
+            return
         ranks = multiprocessing.active_children()  # the elastic agent starts them with multiprocessing
         if self.received is not None or not ranks:  # again, or before any rank exists (nothing trained): at once
             for rank in ranks:
@@ -234,10 +249,7 @@ class StopRelay:
             raise KeyboardInterrupt
         self.received = signum
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        if self.stop_file is not None:  # the sweep's other jobs stop too
-            from ablate.callbacks.stop_file import request_stop
-
-            request_stop(self.stop_file, f"{name} in a job")
+        self._stop_sweep(name)
         print(
             f"\n{name}: every rank stops after the same step and saves it (press Ctrl-C again to stop at once)",
             file=sys.stderr,
@@ -245,6 +257,35 @@ class StopRelay:
         )
         for rank in ranks:
             _send(rank.pid, signum)
+
+    def _requeue(self, signum: int) -> None:
+        """SLURM's requeue signal: passed on once; SIGTERM ignored from now on (see the class)."""
+        from ablate.callbacks.interrupt import requeue_slurm_job
+
+        if self.requeue:
+            return
+        self.requeue = True
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        name = signal.Signals(signum).name
+        self._stop_sweep(f"{name} (SLURM's requeue signal)")
+        ranks = multiprocessing.active_children()
+        if not ranks:  # before any rank exists: nothing to save; the job is requeued as it is
+            requeue_slurm_job()
+            raise KeyboardInterrupt
+        print(
+            f"\n{name} (SLURM's requeue signal): every rank stops after the same step and saves it, then the job "
+            "is requeued",
+            file=sys.stderr,
+            flush=True,
+        )
+        for rank in ranks:
+            _send(rank.pid, signum)
+
+    def _stop_sweep(self, why: str) -> None:
+        if self.stop_file is not None:  # the sweep's other jobs stop too
+            from ablate.callbacks.stop_file import request_stop
+
+            request_stop(self.stop_file, f"{why} in a job")
 
 
 def _send(pid: int | None, signum: int) -> None:
