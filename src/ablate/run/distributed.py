@@ -350,8 +350,9 @@ def rank_failure(err: BaseException) -> BaseException:
     if not isinstance(err, ChildFailedError):
         return err
     rank, failure = err.get_first_failure()
-    info = failure.message if isinstance(failure.message, dict) else {"message": str(failure.message or "")}
-    extra = info.get("extraInfo") or {}
+    recorded: Any = failure.message  # the error file's JSON (torchelastic's stub says str)
+    info: dict[str, Any] = recorded if isinstance(recorded, dict) else {"message": str(recorded or "")}
+    extra: dict[str, Any] = info.get("extraInfo") or {}
     message, trace = str(info.get("message", "")), str(extra.get("py_callstack", ""))
     code = extra.get(_EXIT_CODE_KEY) if extra.get(_EXIT_CODE_KEY) == failure.exitcode else None
     if code == EXIT_USER_ERROR:

@@ -110,7 +110,8 @@ def _rank_main(cfg_container: dict[str, Any], job: Job, checked: Preflight, plan
     quiet_known_noise()  # a spawned rank is a fresh interpreter: the filters the launching process set are not in it
     rank = distributed.global_rank()
     rank_zero_only.rank = rank  # type: ignore[attr-defined] # lightning was imported before the launcher set RANK
-    status, code, stopped_by = None, cli.EXIT_CRASHED, None
+    status, code = None, cli.EXIT_CRASHED
+    stopped_by: BaseException | None = None  # a user error or an interrupt: the rank's exit code says which
     try:
         status = fit(OmegaConf.create(cfg_container), job, checked, plan)
         code = cli.EXIT_OK
