@@ -111,7 +111,7 @@ def test_a_sweep_records_a_jobs_user_error_as_its_message_and_goes_on(tmp_path: 
     value = finish(job(run_dir, multirun=True, new=True), record)
     assert value == math.inf  # ranks last
     status = json.loads((run_dir / "status.json").read_text())
-    assert status["status"] == "crashed" and "too long" in status["error"] and status["traceback"] is None
+    assert status["status"] == "refused" and "too long" in status["error"] and status["traceback"] is None
 
 
 def test_an_interrupt_before_the_directory_was_taken_records_nothing(tmp_path: Path, capsys) -> None:

@@ -325,7 +325,9 @@ HANDLING: dict[tuple[Outcome, bool], Handling] = {
     (Outcome.INTERRUPTED, False): Handling("taken", True, cli.EXIT_INTERRUPTED),
     (Outcome.INTERRUPTED, True): Handling("taken", True, cli.EXIT_INTERRUPTED),
     (Outcome.REFUSED, False): Handling("never", False, cli.EXIT_USER_ERROR),  # its message, nothing else
-    (Outcome.REFUSED, True): Handling("always", True, cli.EXIT_USER_ERROR),  # its message, no traceback
+    (Outcome.REFUSED, True): Handling(
+        "always", True, cli.EXIT_USER_ERROR
+    ),  # `refused`, its message; a re-run retries it
     (Outcome.CRASHED, False): Handling("taken", False, cli.EXIT_CRASHED),  # the traceback instead
     (Outcome.CRASHED, True): Handling("always", True, cli.EXIT_CRASHED),  # the sweep goes on
 }
@@ -336,8 +338,8 @@ def outcome_status(job: Job, record: Record, outcome: Outcome) -> RunStatus | No
     err = record.stopped_by
     if outcome is Outcome.INTERRUPTED:
         return RunStatus("interrupted", job.overrides, error=f"{type(err).__name__} before the end of a training step")
-    if outcome is Outcome.REFUSED:  # what to change, not where the program was
-        return RunStatus("crashed", job.overrides, error=str(err))
+    if outcome is Outcome.REFUSED:  # what to change, not where the program was: no traceback
+        return RunStatus("refused", job.overrides, error=str(err))
     if outcome is Outcome.CRASHED:
         assert err is not None
         message, rank_trace = distributed.failure_message(err)

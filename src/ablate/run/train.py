@@ -26,9 +26,12 @@ W&B run (:mod:`ablate.callbacks.checkpointing`; the data modules' own ``state_di
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 import warnings
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -52,7 +55,7 @@ from ablate.run.assembly import build
 from ablate.run.job import Job, is_rank_zero
 from ablate.run.lifecycle import Plan
 from ablate.run.preflight import Preflight, check_config
-from ablate.run.status import RunStatus
+from ablate.run.status import RunStatus, read_status
 from ablate.tracking.wandb_run import finish_wandb
 
 log = logging.getLogger(__name__)
@@ -126,6 +129,18 @@ def _rank_main(cfg_container: dict[str, Any], job: Job, checked: Preflight, plan
     return status if rank == 0 else None
 
 
+def plan_in_force(output_dir: Path) -> str | None:
+    """The hash of the analysis plan declared for this run's sweep folder (``<sweep dir>/analysis_plan.json``,
+    :mod:`ablate.analysis.plan`) as the run starts, or None: recorded in status.json, it shows in the
+    run's own record that the plan came first."""
+    try:
+        record = json.loads((Path(output_dir).parent / "analysis_plan.json").read_text())
+    except (OSError, ValueError):
+        return None
+    sha = record.get("sha256") if isinstance(record, dict) else None
+    return sha if isinstance(sha, str) else None
+
+
 def fit(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
     """Train one configuration in this process (one rank of it, under DDP) and return its status
     record: diverged, interrupted, or completed (with the task's own evaluation after training:
@@ -135,7 +150,7 @@ def fit(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
         log.warning(warning)
     assembled = build(cfg, checked, job, plan)
     trainer, task = assembled.trainer, assembled.task
-    start = time.perf_counter()
+    start, segment_started, plan_sha256 = time.perf_counter(), datetime.now(UTC), plan_in_force(job.output_dir)
     try:
         with warnings.catch_warnings():
             if plan.ckpt_path is not None:  # resuming writes on into its own checkpoint directory, as expected
@@ -162,6 +177,12 @@ def fit(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
         evaluated, extra = task.evaluate_after_fit(trainer, assembled.datamodule, cfg.eval)  # the task's own
         metrics.update(evaluated)
     elapsed = time.perf_counter() - start  # this segment: training and the evaluation after it
+    earlier = read_status(job.output_dir) if plan.ckpt_path is not None else None  # a resumed run: its first start
+    started_at = (earlier.started_at if earlier is not None else None) or (
+        segment_started - timedelta(seconds=earlier_s)
+    ).isoformat(timespec="seconds")
+    if earlier is not None and earlier.started_at:  # the plan in force when the run first started
+        plan_sha256 = earlier.plan_sha256
     return RunStatus(
         status="interrupted" if interrupted else "diverged" if diverged_at is not None else "completed",
         diverged_at_step=diverged_at,
@@ -176,6 +197,8 @@ def fit(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
         accumulate_grad_batches=checked.accumulate,
         resumed_from=plan.ckpt_path,
         tags=job.tags,
+        started_at=started_at,
+        plan_sha256=plan_sha256,
         metrics=metrics,
         extra=extra,
     )

@@ -223,7 +223,7 @@ def plan_standing(args: argparse.Namespace) -> str:
     }
     why = None
     if not declaration.intact:
-        why = "the plan file was edited after it was declared"
+        why = str(declaration.problem)
     elif not declared:
         why = "the plan declares no compute multiplier"
     elif parse_baseline(str(declaration.plan.baseline)) != parse_baseline(args.baseline):
