@@ -222,3 +222,13 @@ def test_tampered_training_state_and_weights_are_refused(tmp_path: Path, trained
     _, folder = run_with_sharded_last(tmp_path / "c", wrong)
     with pytest.raises(CheckpointError, match=rf"{name} has shape \(3\)"):
         inspect_checked(folder)
+
+
+def test_an_index_with_fields_of_other_types_is_refused_not_a_crash(tmp_path: Path, trained: dict) -> None:
+    _, folder = run_with_sharded_last(tmp_path, trained)
+    index = pickle.loads((folder / sharded.INDEX_FILE).read_bytes())
+    next(iter(index.storage_data.values())).offset = torch.Size([1, 2])  # a type the index may build
+    (folder / sharded.INDEX_FILE).write_bytes(pickle.dumps(index))
+    os.utime(folder / sharded.META_FILE, (time.time() + 5, time.time() + 5))
+    with pytest.raises(CheckpointError, match=r"is not a distributed checkpoint's index as Lightning writes it"):
+        inspect_checkpoint(folder)

@@ -112,7 +112,8 @@ def read_index(path: Path) -> Any:
         raise ShardedCheckpointError(
             f"{index_file} is damaged or truncated ({type(err).__name__}: {str(err)[:200]}); not resumed"
         ) from None
-    if not isinstance(index, Metadata) or not isinstance(getattr(index, "storage_data", None), Mapping):
+    fields = (getattr(index, "storage_data", None), getattr(index, "state_dict_metadata", None))
+    if not isinstance(index, Metadata) or not all(isinstance(f, Mapping) for f in fields):
         raise ShardedCheckpointError(f"{index_file} is not a distributed checkpoint's index; not resumed")
     return index
 
@@ -259,12 +260,20 @@ def load(path: str | os.PathLike[str], weights: bool = True) -> dict[str, Any]:
     path = Path(path)
     meta = read_meta(path)
     index = read_index(path)
-    check_pieces(path, index)
-    values = read_values(path, index)
     checkpoint = {k: v for k, v in meta.items() if k not in ("state_dict", "optimizer_states")}
-    if weights:
-        checkpoint["state_dict"] = read_weights(path, index, values)
-    optimizers = optimizer_entries(index)
+    try:
+        check_pieces(path, index)
+        values = read_values(path, index)
+        if weights:
+            checkpoint["state_dict"] = read_weights(path, index, values)
+        optimizers = optimizer_entries(index)
+    except UserError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as err:  # fields of other types
+        raise ShardedCheckpointError(
+            f"{path}: its {INDEX_FILE} is not a distributed checkpoint's index as Lightning writes it "
+            f"({type(err).__name__}: {str(err)[:200]}); not resumed"
+        ) from None
     if optimizers:
         checkpoint["optimizer_states"] = [
             {"sharded": name, "entries": optimizers[name]}
