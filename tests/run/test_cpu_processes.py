@@ -174,6 +174,52 @@ def test_the_launcher_relays_the_first_stop_signal_and_ends_the_ranks_on_the_sec
         relay._handle(signal.SIGINT, None)
 
 
+def test_in_a_slurm_job_the_launcher_relays_slurms_requeue_signal(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """A single SLURM task that starts its own ranks died on ``--signal=USR1`` (no handler): passed on
+    to the ranks as a requeue request, once, and SLURM's SIGTERM after it is no second stop."""
+    import signal
+    from types import SimpleNamespace
+
+    from ablate.run import distributed
+
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(distributed.multiprocessing, "active_children", lambda: [SimpleNamespace(pid=101)])
+    monkeypatch.setattr(distributed.os, "kill", lambda pid, signum: sent.append((pid, signum)))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    with distributed.StopRelay() as relay:
+        assert signal.SIGUSR1 not in relay._previous  # outside SLURM: not ours to take
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with distributed.StopRelay() as relay:
+            assert signal.getsignal(signal.SIGUSR1) == relay._handle
+            relay._handle(signal.SIGUSR1, None)
+            relay._handle(signal.SIGUSR1, None)  # SLURM's signal reached the ranks' group too: one request
+            assert sent == [(101, signal.SIGUSR1)] and relay.requeue
+            assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # scontrol requeue's SIGTERM: expected
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # also after the ranks are done
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert capsys.readouterr().err.count("SIGUSR1 (SLURM's requeue signal): every rank stops") == 1
+
+
+def test_a_relayed_rank_takes_slurms_requeue_signal_as_a_requeue(monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    from ablate.callbacks import interrupt
+
+    monkeypatch.setattr(interrupt, "_relayed", True)
+    before = signal.getsignal(signal.SIGTERM)
+    callback = interrupt.GracefulInterrupt()
+    callback._requeue_signal = int(interrupt.REQUEUE_SIGNAL)  # on_train_start's, in a SLURM job
+    try:
+        callback._handler(signal.SIGUSR1, None)
+        assert callback._requested and callback._requeue  # rank 0 runs scontrol requeue after the save
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_a_relayed_rank_takes_any_number_of_copies_as_one_request(monkeypatch: pytest.MonkeyPatch) -> None:
     """The terminal's Ctrl-C and the launcher's relay of it both reach a rank: one request, never
     "again: at once" (the launcher decides that)."""

@@ -112,6 +112,40 @@ def test_ddp_multirun_runs_each_job_once_on_two_ranks(
     assert column(jobs[LRS[1]], "train/loss")[5] != column(ddp, "train/loss")[5]
 
 
+@pytest.mark.slow
+def test_the_ddp_evaluation_counts_every_window_once(run_train, tmp_path: Path, monkeypatch) -> None:
+    """Lightning's distributed sampler evened out the ranks by repeating test windows, so test/loss
+    under DDP counted some twice. Now each window is evaluated by one rank (the ranks run different
+    numbers of batches) and test/loss is the single process's (token-weighted, synchronised sums)."""
+    from ablate.eval_units import read_units
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]))
+    common = [
+        "model=tiny",
+        "data.seq_len=16",
+        "data.batch_size=8",
+        "data.eval_seq_len=128",
+        "data.eval_batch_size=3",  # per rank: the ranks' last batches differ
+        "trainer.max_steps=2",
+        "trainer.val_check_interval=2",
+        "trainer.limit_val_batches=2",
+        "eval.test_at_end=true",  # the whole test split
+        "optim.warmup_steps=1",
+        *COMMON[-4:],
+        "logger=csv",
+    ]
+    runs = {}
+    for name, layout in (("single", []), ("ddp", DDP)):
+        run_train(*common, *layout, f"hydra.run.dir={tmp_path / name}")
+        status = json.loads((tmp_path / name / "status.json").read_text())
+        units = read_units(tmp_path / name / "test_units.npz")[0][""]
+        runs[name] = (status["metrics"]["test/loss"], list(units.index))
+    (single_loss, windows), (ddp_loss, ddp_windows) = runs["single"], runs["ddp"]
+    assert len(windows) % 2 and len(windows) % (2 * 3), len(windows)  # padding would repeat windows here
+    assert ddp_windows == windows == list(range(len(windows)))
+    assert ddp_loss == pytest.approx(single_loss, rel=5e-6)  # a repeated window: 1.6e-5 off here
+
+
 def test_global_batch_must_divide(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An indivisible layout fails before any process starts or data is read."""
     from hydra import compose, initialize_config_dir
@@ -229,3 +263,67 @@ def test_fsdp_config_builds_the_strategy() -> None:
     assert isinstance(strategy, FSDPStrategy) and isinstance(policy, ModuleWrapPolicy)
     assert set(policy._module_classes) == {Block}
     assert strategy.sharding_strategy.name == "FULL_SHARD" and strategy._state_dict_type == "full"
+
+
+# ------------------------------------------------------------------ how a failed rank is reported
+
+
+def _failure(tmp_path: Path, exitcode: int, data: dict | None, rank: int = 0):
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    error_file = tmp_path / f"error{len(list(tmp_path.iterdir()))}.json"
+    if data is not None:
+        error_file.write_text(json.dumps(data))
+    return ChildFailedError("_rank_main", {rank: ProcessFailure(rank, 1234, exitcode, str(error_file))})
+
+
+def _recorded(message: str, **extra) -> dict:
+    return {"message": {"message": message, "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1", **extra}}}
+
+
+def test_a_failed_rank_is_reported_as_its_own_error_with_its_exit_code(tmp_path: Path) -> None:
+    """It was a ChildFailedError (100+ lines, exit 1) whatever the rank's error was."""
+    user = distributed.rank_failure(_failure(tmp_path, 2, _recorded("data file x is missing", ablate_exit_code=2)))
+    assert isinstance(user, distributed.RankUserError) and str(user) == "data file x is missing"
+    stop = distributed.rank_failure(_failure(tmp_path, 130, _recorded("KeyboardInterrupt", ablate_exit_code=130)))
+    assert isinstance(stop, KeyboardInterrupt)
+    crash = distributed.rank_failure(_failure(tmp_path, 1, _recorded("RuntimeError: boom\n  more"), rank=1))
+    assert isinstance(crash, distributed.RankCrashed) and str(crash) == "rank 1 failed: RuntimeError: boom"
+    assert distributed.failure_message(crash) == ("rank 1 failed: RuntimeError: boom", "Traceback ...")
+    # an exit code that the rank did not choose (its error file says 2, it ended otherwise) is a crash
+    odd = distributed.rank_failure(_failure(tmp_path, 1, _recorded("x", ablate_exit_code=2)))
+    assert isinstance(odd, distributed.RankCrashed)
+    killed = distributed.rank_failure(_failure(tmp_path, -9, None))
+    assert str(killed) == "rank 0 failed: ended by signal SIGKILL (out of memory, or killed by another process)"
+    silent = distributed.rank_failure(_failure(tmp_path, 3, None))
+    assert str(silent) == "rank 0 failed: exit code 3, no error recorded"
+
+
+def test_a_rank_ends_with_its_user_error_written_for_the_launcher(tmp_path: Path, monkeypatch) -> None:
+    from ablate.data.sources import DataFormatError
+
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "error.json"))
+    with pytest.raises(SystemExit) as ended:
+        distributed.end_rank(DataFormatError("input.txt is not valid UTF-8"), 2)
+    assert ended.value.code == 2
+    written = json.loads((tmp_path / "error.json").read_text())
+    reported = distributed.rank_failure(_failure(tmp_path, 2, written))
+    assert isinstance(reported, distributed.RankUserError) and str(reported) == "input.txt is not valid UTF-8"
+
+
+def test_the_evaluation_sampler_deals_each_item_to_one_rank() -> None:
+    from types import SimpleNamespace
+
+    from ablate.data.corpus import CachedCorpus, SplitTooSmallForRanks
+
+    corpus = CachedCorpus()
+    items = list(range(11))
+    assert corpus.evaluation_sampler(items, "test") is None  # one process: the loader's own order
+    dealt = []
+    for rank in (0, 1, 2):
+        corpus.trainer = SimpleNamespace(world_size=3, global_rank=rank)  # type: ignore[assignment]
+        dealt.append(list(corpus.evaluation_sampler(items, "test")))
+    assert sorted(i for part in dealt for i in part) == items  # each once: no padding
+    assert [len(part) for part in dealt] == [4, 4, 3]
+    with pytest.raises(SplitTooSmallForRanks, match="the val split has 2 evaluation item"):
+        corpus.evaluation_sampler(items[:2], "val")

@@ -217,6 +217,47 @@ def test_a_second_ctrl_c_stops_at_once(workdir: Path, data_dir: Path) -> None:
     assert proc.stderr.count("Ctrl-C: every rank stops after the same step") == 1, proc.stderr[-3000:]
 
 
+# ------------------------------------------------------------------------------ a rank's own error
+
+
+def test_a_user_error_in_a_rank_is_said_in_one_message_with_exit_code_2(tmp_path: Path) -> None:
+    """A data file the ranks refuse (not UTF-8, found while each rank sets its data up): the job ends
+    as one process does, the error's message and exit 2, nothing recorded. It was a 100-line
+    ``ChildFailedError`` and exit 1."""
+    data_dir = tmp_path / "data"
+    (data_dir / "tinyshakespeare").mkdir(parents=True)
+    (data_dir / "tinyshakespeare" / "input.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1") * 500)
+    run_dir = tmp_path / "logs" / "bad_data"
+    proc = train(tmp_path, data_dir, f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 2, proc.stderr[-4000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "input.txt is not valid UTF-8" in errors[0], proc.stderr[-4000:]
+    for noise in ("Traceback", "ChildFailedError", "exitcode"):
+        assert noise not in proc.stderr, proc.stderr[-4000:]
+    assert not run_dir.exists()  # a user error of a single run records nothing, as in one process
+
+    single = forked_python.run(
+        [sys.executable, str(REPO / "train.py"), f"paths.log_dir={tmp_path / 'logs'}", *RUN[:-4]],
+        cwd=tmp_path, env=environment(tmp_path, data_dir), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=HANG_TIMEOUT,
+    )  # fmt: skip
+    assert single.returncode == 2 and errors[0] in single.stderr.splitlines(), single.stderr[-3000:]
+
+
+def test_a_crash_in_a_rank_is_said_as_the_ranks_error_with_exit_code_1(tmp_path: Path, data_dir: Path) -> None:
+    """A fault (here an exception at step 2 in rank 0): exit 1, the rank's traceback once and its
+    error's first line, recorded as crashed with that traceback."""
+    run_dir = tmp_path / "logs" / "crash"
+    crash = ["+callbacks.crash._target_=helpers.signal_at_step.CrashAtStep", "+callbacks.crash.step=2"]
+    proc = train(tmp_path, data_dir, f"hydra.run.dir={run_dir}", *crash)
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert "rank 0 failed: RuntimeError: injected crash at step 2" in proc.stderr, proc.stderr[-4000:]
+    assert "ChildFailedError" not in proc.stderr and proc.stderr.count('raise RuntimeError(f"injected crash') == 1
+    record = status(run_dir)
+    assert record["status"] == "crashed" and record["error"] == "rank 0 failed: RuntimeError: injected crash at step 2"
+    assert record["traceback"].rstrip().endswith("RuntimeError: injected crash at step 2")
+
+
 # ------------------------------------------------------------------------------ SLURM
 
 
@@ -226,16 +267,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def srun(workdir: Path, data_dir: Path, bin_dir: Path, args: list[str], out: Path) -> list[subprocess.CompletedProcess]:
-    """Two tasks of one SLURM job step on one node, as ``srun --ntasks-per-node=2`` starts them
-    (``tests/helpers/srun.py``: each task a rank, with SLURM's environment variables, both in one new
-    process group, which is what SLURM signals)."""
+def srun(
+    workdir: Path, data_dir: Path, bin_dir: Path, args: list[str], out: Path, ntasks: int = 2
+) -> list[subprocess.CompletedProcess]:
+    """``ntasks`` tasks of one SLURM job step on one node, as ``srun --ntasks-per-node=<ntasks>``
+    starts them (``tests/helpers/srun.py``: each task a rank, with SLURM's environment variables, all
+    in one new process group, which is what SLURM signals)."""
     env = environment(
         workdir,
         data_dir,
         SLURM_JOB_ID="4242",
         SLURM_JOB_NAME="ablate",
-        SLURM_NTASKS_PER_NODE="2",
+        SLURM_NTASKS_PER_NODE=str(ntasks),
         SLURM_NNODES="1",
         SLURM_NODEID="0",
         SLURM_NODELIST="localhost",
@@ -245,7 +288,7 @@ def srun(workdir: Path, data_dir: Path, bin_dir: Path, args: list[str], out: Pat
     )
     cmd = [sys.executable, str(REPO / "train.py"), f"paths.log_dir={workdir / 'logs'}", *RUN, *args]
     subprocess.run(
-        [sys.executable, str(REPO / "tests" / "helpers" / "srun.py"), str(out), "2", *cmd],
+        [sys.executable, str(REPO / "tests" / "helpers" / "srun.py"), str(out), str(ntasks), *cmd],
         cwd=workdir, env=env, stdin=subprocess.DEVNULL, timeout=HANG_TIMEOUT, start_new_session=True, check=True,
     )  # fmt: skip
     return [
@@ -255,8 +298,46 @@ def srun(workdir: Path, data_dir: Path, bin_dir: Path, args: list[str], out: Pat
             (out / f"task{r}.out").read_text(),
             (out / f"task{r}.err").read_text(),
         )
-        for r in (0, 1)
+        for r in range(ntasks)
     ]
+
+
+def stand_in_scontrol(tmp_path: Path) -> tuple[Path, Path]:
+    """A ``scontrol`` that records its arguments and, as SLURM does on a requeue, ends the job (SIGTERM to the group)."""
+    calls, bin_dir = tmp_path / "scontrol.calls", tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\nkill -TERM 0\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    return bin_dir, calls
+
+
+def test_a_slurm_task_that_starts_its_own_ranks_is_requeued_on_slurms_signal(
+    workdir: Path, data_dir: Path, uninterrupted: Path, tmp_path: Path
+) -> None:
+    """One SLURM task with ``trainer.devices=2`` starts its two ranks itself (the elastic launcher);
+    ``--signal=USR1`` killed it (no handler in the launching process). Now: every rank stops after the
+    same step and saves it, rank 0 runs ``scontrol requeue 4242``, whose SIGTERM is expected, the task
+    exits 130 with the job interrupted, and the requeued job resumes exactly."""
+    run_dir = workdir / "logs" / "slurm_one_task"
+    bin_dir, calls = stand_in_scontrol(tmp_path)
+    args = [
+        f"hydra.run.dir={run_dir}",
+        "ckpt_path=last",
+        *signal_at(STOP_AT, signal.SIGUSR1, "group", tmp_path / "usr1"),
+    ]
+    (first,) = srun(workdir, data_dir, bin_dir, args, tmp_path / "first", ntasks=1)
+    assert first.returncode == 130, first.stderr[-4000:]
+    assert "Traceback" not in first.stderr, first.stderr[-4000:]
+    assert first.stderr.count("SIGUSR1 (SLURM's requeue signal): every rank stops after the same step") == 1
+    assert calls.read_text().split() == ["requeue", "4242"]  # once, by rank 0
+    record = status(run_dir)
+    assert record["status"] == "interrupted" and record["world_size"] == 2, record
+    assert STOP_AT <= record["steps"] < 8 and saved_step(run_dir) == record["steps"]
+
+    (requeued,) = srun(workdir, data_dir, bin_dir, args, tmp_path / "requeued", ntasks=1)
+    assert requeued.returncode == 0, requeued.stderr[-4000:]
+    assert status(run_dir)["status"] == "completed"
+    assert_same_run(run_dir, uninterrupted)
 
 
 def test_slurm_requeue_signal_saves_every_rank_and_the_requeued_job_resumes_exactly(

@@ -88,6 +88,23 @@ def test_the_quick_gpu_refusal_is_the_late_ones(monkeypatch: pytest.MonkeyPatch)
     gpu_visibility.refuse_missing_gpu({"accelerator": "gpu"})  # torch decides, later
 
 
+def test_the_quick_refusal_of_cpu_processes_is_the_late_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no GPU is certain, several processes not asked for on the CPU are refused by the probe
+    alone (torch, asked here, would say there is a GPU); where it is not certain, torch decides later."""
+    ddp = {"accelerator": "auto", "devices": "auto", "strategy": "ddp"}
+    typed = {"overrides": {"task": ["trainer=ddp"]}}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(gpu_visibility, "no_gpu_for_sure", lambda: True)
+    with pytest.raises(ConfigError, match=r"^trainer.strategy=ddp asks for the processes of a GPU node"):
+        gpu_visibility.refuse_missing_gpu(ddp, typed)
+    asked = {"overrides": {"task": ["trainer=ddp", "trainer.accelerator=cpu"]}}
+    gpu_visibility.refuse_missing_gpu({**ddp, "accelerator": "cpu"}, asked)  # asked for: not refused
+    monkeypatch.setattr(gpu_visibility, "no_gpu_for_sure", lambda: False)
+    gpu_visibility.refuse_missing_gpu(ddp, typed)  # not certain: check_accelerator asks torch, later
+    environment.check_accelerator(ddp, typed)  # which finds the GPUs here
+
+
 # In a fresh interpreter (the forked test runs have torch loaded already): train.py as typed, and
 # whether torch was imported when it exited.
 _PROBE = (
@@ -103,13 +120,19 @@ _PROBE = (
 def test_the_gpu_refusal_comes_before_torch_is_imported(tmp_path: Path) -> None:
     """It came after torch and Lightning loaded (9.5 s on a quiet machine, 38-48 s on a loaded one)."""
     env = {**os.environ, "ABLATE_LOG_DIR": str(tmp_path / "logs"), "WANDB_MODE": "offline"}
-    for args in (["trainer=gpu"], ["-m", "trainer=gpu", "norm=pre,post"]):
+    refusals = {  # the command -> what its one line says
+        ("trainer=gpu",): "needs a CUDA GPU",
+        ("-m", "trainer=gpu", "norm=pre,post"): "needs a CUDA GPU",
+        ("trainer=ddp",): "trainer.strategy=ddp asks for the processes of a GPU node",  # issue 39: after torch
+        ("trainer.devices=2",): "trainer.devices=2 asks for the processes of a GPU node",
+    }
+    for args, says in refusals.items():
         proc = subprocess.run(
             [sys.executable, "-c", _PROBE, str(REPO / "train.py"), *args],
             cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT,
         )  # fmt: skip
-        assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr, proc.stderr[-2000:]
-        assert "torch imported: False" in proc.stderr
+        assert proc.returncode == 2 and says in proc.stderr.splitlines()[0], proc.stderr[-2000:]
+        assert "torch imported: False" in proc.stderr, args
     assert not (tmp_path / "logs").exists()
 
 

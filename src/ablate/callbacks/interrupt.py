@@ -38,7 +38,10 @@ In a rank that the job's own launcher started (:func:`ablate.run.distributed.lau
 signal is a request and nothing more (:func:`hold_stop_signals`): the launching process says it
 once, passes it on to every rank and decides that a second one stops at once; the terminal's
 Ctrl-C reaches the ranks too, so a rank sees each request once or twice. Ranks started otherwise
-(SLURM tasks, torchrun) get their signals each from the scheduler: rank 0 says it.
+(SLURM tasks, torchrun) get their signals each from the scheduler: rank 0 says it. A single SLURM
+task that starts its own ranks (``trainer.devices=N`` with one task) gets SLURM's requeue signal in
+its launching process, which relays it as a requeue request (:data:`REQUEUE_SIGNAL`): the ranks stop
+together, save, and rank 0 asks SLURM to requeue the job, as above.
 """
 
 from __future__ import annotations
@@ -68,23 +71,39 @@ __all__ = [
 ]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
+# SLURM's requeue signal where no SLURMEnvironment names it (the ranks a SLURM task launches itself):
+# the default requeue_signal of Lightning's SLURMEnvironment, which sbatch --signal=USR1@<s> sends
+REQUEUE_SIGNAL = signal.SIGUSR1
 _relayed = False  # this process is a rank whose launching process relays stop signals
 _held: int | None = None  # a stop signal that reached such a rank before its training started
+_held_requeue = False  # ... and it was SLURM's requeue signal
 
 
 def _hold(signum: int, frame: FrameType | None) -> None:
-    global _held
+    global _held, _held_requeue
     _held = _held or signum
+    _held_requeue = _held_requeue or signum == REQUEUE_SIGNAL
+
+
+def in_slurm_job() -> bool:
+    """This process runs inside a SLURM job (which may send its requeue signal)."""
+    return "SLURM_JOB_ID" in os.environ
+
+
+def relayed_signals() -> tuple[int, ...]:
+    """The signals the launching process of a job's ranks relays to them: the stop signals, and
+    SLURM's requeue signal inside a SLURM job."""
+    return (*STOP_SIGNALS, *((REQUEUE_SIGNAL,) if in_slurm_job() else ()))
 
 
 def hold_stop_signals() -> None:
     """Make this process a rank of the job's own launcher (:func:`ablate.run.distributed.launch`):
-    from now on a stop signal is a request only, held until training starts
-    (:class:`GracefulInterrupt` then stops after the first agreed step)."""
+    from now on a stop signal (and, in a SLURM job, SLURM's requeue signal) is a request only, held
+    until training starts (:class:`GracefulInterrupt` then stops after the first agreed step)."""
     global _relayed
     _relayed = True
     if threading.current_thread() is threading.main_thread():
-        for signum in STOP_SIGNALS:
+        for signum in relayed_signals():
             signal.signal(signum, _hold)
 
 
@@ -162,6 +181,9 @@ class GracefulInterrupt(Callback):
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         if _relayed:  # the launching process said it, passed it on, and decides about a second one
             self._requested = True
+            if signum == self._requeue_signal and not self._requeue:  # then SLURM's SIGTERM: expected
+                self._requeue = True
+                ignore_sigterm_from_now_on(self._trainer)
             return
         if self._requeue:  # SLURM ends the job it was asked to requeue (SIGTERM): already stopping
             return
@@ -181,11 +203,15 @@ class GracefulInterrupt(Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._trainer = trainer
         self._requeue_signal = slurm_requeue_signal(trainer)
+        if self._requeue_signal is None and _relayed and in_slurm_job():  # a SLURM task's own ranks
+            self._requeue_signal = int(REQUEUE_SIGNAL)
         signals = (*self.SIGNALS, *((self._requeue_signal,) if self._requeue_signal else ()))
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
             self._previous = {signum: signal.signal(signum, self._handler) for signum in signals}
         if _held is not None:  # a rank of the job's launcher, asked to stop while it was set up
             self._requested = True
+            if _held_requeue and self._requeue_signal is not None:
+                self._handler(self._requeue_signal, None)
         self._poll_stop_file()  # requested while the job was being set up: one step, saved, recorded
 
     def _poll_stop_file(self) -> None:

@@ -4,7 +4,11 @@ Everything here reads; nothing writes (the writers are the checkpoint callbacks,
 :mod:`ablate.callbacks.checkpointing`). A checkpoint is opened once, memory-mapped and with the
 restricted unpickler (:mod:`ablate.checkpoints.safe_load`), and a truncated, empty or foreign file is
 turned into :class:`CheckpointError` naming the file and the intact checkpoint before it, when there
-is one. The layers above (tasks, callbacks, the run) all read checkpoints through this module.
+is one. A sharded FSDP checkpoint (``trainer.strategy.state_dict_type=sharded``) is a folder in the
+place of the file (``last.ckpt/``): it is found, checked and read the same way
+(:mod:`ablate.checkpoints.sharded`), resumed by ``train.py`` under FSDP, and refused by name by the
+scripts that read one file. The layers above (tasks, callbacks, the run) all read checkpoints
+through this module.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ablate.checkpoints import safe_load
+from ablate.checkpoints import safe_load, sharded
 from ablate.checkpoints.parts import RESUME_STATE_KEY, PartError, check_training_state
 from ablate.checkpoints.stored_config import check_stored_config
 from ablate.errors import UserError
@@ -41,12 +45,25 @@ def previous_checkpoint(path: str | os.PathLike[str]) -> Path:
 
 
 def find_last_checkpoint(dirs: Sequence[str | os.PathLike[str]]) -> Path | None:
-    """The newest ``last.ckpt`` (or ``last-N.ckpt``) in ``dirs``: what Lightning's
-    ``ckpt_path="last"`` picks, found before the Trainer exists (W&B needs the run id first)."""
+    """The newest ``last.ckpt`` (or ``last-N.ckpt``) in ``dirs``, a file or a sharded checkpoint's
+    folder: what Lightning's ``ckpt_path="last"`` picks, found before the Trainer exists (W&B needs
+    the run id first). A folder counts whether its save completed or not: reading it says which
+    (:func:`inspect_checkpoint`), so a cut-short save is refused by name, never taken for no checkpoint."""
     found = [
-        p for d in dirs if Path(d).is_dir() for p in Path(d).iterdir() if LAST_PATTERN.match(p.name) and p.is_file()
+        p
+        for d in dirs
+        if Path(d).is_dir()
+        for p in Path(d).iterdir()
+        if LAST_PATTERN.match(p.name) and (p.is_file() or p.is_dir())
     ]
-    return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
+    return max(found, key=written_ns) if found else None
+
+
+def written_ns(path: Path) -> int:
+    """When a checkpoint was written: a file's modification time; a sharded folder's, that of its
+    ``meta.pt`` (written last) where there is one (a folder's own time changes only with its entries)."""
+    meta = path / sharded.META_FILE
+    return meta.stat().st_mtime_ns if path.is_dir() and meta.is_file() else path.stat().st_mtime_ns
 
 
 def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dirs: Sequence[str | os.PathLike[str]]) -> str | None:
@@ -66,10 +83,19 @@ def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dirs: Sequence[str | os.
     return ckpt_path
 
 
+def looks_sharded(path: Path) -> bool:
+    """A folder with what Lightning's sharded FSDP save writes (``meta.pt``, DCP's ``.metadata``, a
+    shard): a checkpoint, complete or not, as opposed to a run's or a checkpoints folder."""
+    return path.is_dir() and (
+        (path / sharded.META_FILE).exists() or (path / sharded.INDEX_FILE).exists() or any(path.glob("*.distcp"))
+    )
+
+
 def require_file(ckpt_path: str | os.PathLike[str], key: str = "ckpt_path") -> None:
-    """``ckpt_path`` names a regular file: a missing path, a directory or a device is refused as what it is."""
+    """``ckpt_path`` names a regular file or a sharded checkpoint's folder: a missing path, another
+    directory or a device is refused as what it is."""
     path = Path(ckpt_path)
-    if path.is_file():
+    if path.is_file() or looks_sharded(path):
         return
     if not path.exists():
         raise CheckpointFileMissing(f"{key}={ckpt_path}: no such checkpoint file")
@@ -79,7 +105,8 @@ def require_file(ckpt_path: str | os.PathLike[str], key: str = "ckpt_path") -> N
 
 
 def checkpoint_files(dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """Every ``*.ckpt`` in ``dirs`` (a run's record, with ``status.json``), sorted."""
+    """Every ``*.ckpt`` in ``dirs`` (a run's record, with ``status.json``; a sharded checkpoint's
+    folder included), sorted."""
     return sorted({p for d in dirs if Path(d).is_dir() for p in Path(d).iterdir() if p.suffix == ".ckpt"})
 
 
@@ -106,13 +133,24 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def inspect_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+def inspect_checkpoint(path: str | os.PathLike[str], weights: bool = True) -> dict[str, Any]:
     """The checkpoint's contents, memory-mapped (tensors are not read); :class:`CheckpointError`
     when the file is empty, truncated or not a checkpoint, or its stored configuration names
     something to import or call (:func:`ablate.checkpoints.stored_config.check_stored_config`).
-    Whether its weights fit the model it describes is the tasks' to check
-    (:func:`ablate.tasks.checkpoints.inspect_checked`)."""
+    A sharded checkpoint's folder is read by :func:`ablate.checkpoints.sharded.load` (its weights
+    read in full, unless ``weights=False`` says the caller reads none; its optimiser states
+    described, not read). Whether its weights fit the model it
+    describes is the tasks' to check (:func:`ablate.tasks.checkpoints.inspect_checked`)."""
     path = Path(path)
+    if path.is_dir():
+        try:
+            checkpoint = sharded.load(path, weights=weights)
+            check_stored_config(checkpoint, path)
+        except safe_load.UnsafeCheckpointError:
+            raise
+        except UserError as err:
+            raise CheckpointError(str(err)) from None
+        return checkpoint
     try:
         checkpoint = safe_load.load(path)  # never runs code from the file (ablate.checkpoints.safe_load)
     except safe_load.UnsafeCheckpointError:

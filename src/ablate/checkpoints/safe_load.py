@@ -14,6 +14,7 @@ same file with ``weights_only=True`` too (:func:`lightning_weights_only`).
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import re
@@ -34,6 +35,11 @@ def trust_checkpoints(trust: bool) -> None:
     """``trust_checkpoint=true`` of the running script: load files that need other types (runs their code)."""
     global _trusted
     _trusted = bool(trust)
+
+
+def trusted() -> bool:
+    """The running script was told ``trust_checkpoint=true``."""
+    return _trusted
 
 
 def lightning_weights_only() -> bool:
@@ -58,9 +64,25 @@ def load(path: str | os.PathLike[str], mmap: bool = True) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
-        found = re.search(r"GLOBAL ([\w.]+)", str(err))
-        needs = f"the type {found.group(1)}" if found else "a type outside tensors, containers and plain values"
-        raise UnsafeCheckpointError(
-            f"{path} needs {needs} to be loaded, which would run code from the file: refused. Our checkpoints never "
-            "need it. If you trust the file's source, load it with trust_checkpoint=true"
-        ) from None
+        raise _refusal(str(path), err) from None
+
+
+def load_bytes(data: io.BytesIO, what: str) -> Any:
+    """One value ``torch.save``'d into memory (a piece of a sharded checkpoint,
+    :mod:`ablate.checkpoints.sharded`), on the CPU, restricted unless the user trusts it; ``what``
+    names it in a refusal."""
+    import torch
+
+    try:
+        return torch.load(data, map_location="cpu", weights_only=not _trusted)
+    except pickle.UnpicklingError as err:
+        raise _refusal(what, err) from None
+
+
+def _refusal(what: str, err: pickle.UnpicklingError) -> UnsafeCheckpointError:
+    found = re.search(r"GLOBAL ([\w.]+)", str(err))
+    needs = f"the type {found.group(1)}" if found else "a type outside tensors, containers and plain values"
+    return UnsafeCheckpointError(
+        f"{what} needs {needs} to be loaded, which would run code from the file: refused. Our checkpoints never "
+        "need it. If you trust the file's source, load it with trust_checkpoint=true"
+    )

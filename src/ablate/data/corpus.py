@@ -9,6 +9,9 @@ cache built once, and a training order that a resumed run continues exactly.
   checkpoint (:meth:`~CachedCorpus.state_dict`, which Lightning calls) and restored before the
   next training loader is made. A subclass says what a position is in its own units
   (``position``/``resume_sampler``), so checkpoints of either kind keep their format.
+* :meth:`CachedCorpus.evaluation_sampler` deals the validation and test sets over the ranks without
+  repeating any item (Lightning's own distributed sampler pads the ranks to equal length by
+  repeating items, which then count twice in ``val/loss`` and ``test/loss``).
 * :meth:`CachedCorpus.content_fingerprint`: what each split holds, by content (the checksums the
   cache records); saved beside the position, so that a resume or an evaluation can tell that the
   text changed since (:mod:`ablate.tasks.trained_data`).
@@ -16,11 +19,12 @@ cache built once, and a training order that a resumed run continues exactly.
 
 from __future__ import annotations
 
+from collections.abc import Sized
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Sampler
 
 from ablate.data.cache import CacheCorruptError, ensure_cache, read_meta, split_fingerprints
 from ablate.data.samplers import ResumableSampler
@@ -31,6 +35,10 @@ from ablate.seeds import ORDER_VERSION
 class DataOrderMismatch(UserError, RuntimeError):
     """A checkpoint trained in another version's data order: resuming it would change the order
     mid-run, so it is refused (the message says what to do)."""
+
+
+class SplitTooSmallForRanks(UserError, ValueError):
+    """An evaluation split with fewer items than ranks: a rank would have nothing to evaluate."""
 
 
 class CachedCorpus(L.LightningDataModule):
@@ -84,6 +92,31 @@ class CachedCorpus(L.LightningDataModule):
             self.resume_sampler(sampler, state)
         self._train_sampler = sampler
         return sampler
+
+    def evaluation_sampler(self, dataset: Dataset[Any], split: str) -> Sampler[int] | None:
+        """The evaluation order: in one process none (the loader's own, in order); over several
+        ranks each item on exactly one rank, none repeated (Lightning's ``UnrepeatedDistributedSampler``:
+        rank ``r`` of ``w`` takes items ``r, r + w, ...``, so the ranks' counts differ by one at most).
+
+        The evaluation metrics are sums over items synchronised by torchmetrics (token-weighted
+        means), so every item counts once and the result is the single process's, up to float
+        rounding. A rank may then run one batch fewer than another: nothing in an evaluation step
+        waits for the other ranks (DDP syncs buffers on the first forward only, which every rank
+        runs: each has an item, checked here)."""
+        from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+
+        trainer = self.trainer
+        world = trainer.world_size if trainer is not None else 1
+        if world <= 1:
+            return None
+        assert trainer is not None
+        items = len(cast(Sized, dataset))
+        if items < world:
+            raise SplitTooSmallForRanks(
+                f"the {split} split has {items} evaluation item(s), fewer than the {world} ranks (each rank must "
+                "evaluate one at least): use a larger split (or shorter data.eval_seq_len), or fewer devices"
+            )
+        return UnrepeatedDistributedSampler(dataset, num_replicas=world, rank=trainer.global_rank, shuffle=False)
 
     def resume_sampler(self, sampler: ResumableSampler, state: dict[str, int]) -> None:
         """Move a fresh sampler to the position :meth:`position` saved."""

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Sampler
 
 from ablate.data.cache import CacheCorruptError, read_meta, sha256_file
 from ablate.data.corpus import CachedCorpus
@@ -294,12 +294,12 @@ class LMDataModule(CachedCorpus):
             self.setup({"train": "fit", "val": "validate", "test": "test"}[split])
         return self.datasets[split]
 
-    def _loader(self, split: str, batch_size: int, sampler: ResumableSampler | None = None) -> DataLoader:
+    def _loader(self, split: str, batch_size: int, sampler: Sampler[int] | None = None) -> DataLoader:
         return DataLoader(
             self._dataset(split),
             batch_size=batch_size,
-            sampler=sampler,  # training: ResumableSampler; evaluation: in order
-            drop_last=sampler is not None,
+            sampler=sampler,  # training: ResumableSampler; evaluation: in order, each window on one rank
+            drop_last=isinstance(sampler, ResumableSampler),
             collate_fn=collate_windows,  # batches come gathered in one go (TokenWindows.__getitems__)
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
@@ -328,7 +328,7 @@ class LMDataModule(CachedCorpus):
         sampler.resume_at(state["epoch"], state["samples_done"] // per_round)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", self.eval_batch_size)
+        return self._loader("val", self.eval_batch_size, self.evaluation_sampler(self._dataset("val"), "val"))
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", self.eval_batch_size)
+        return self._loader("test", self.eval_batch_size, self.evaluation_sampler(self._dataset("test"), "test"))

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ablate.data.cache import read_meta
 from ablate.data.corpus import CachedCorpus
@@ -281,7 +281,7 @@ class TranslationDataModule(CachedCorpus):
             self.setup()
         return self.datasets[split]
 
-    def _loader(self, dataset: Dataset, sampler: ResumableSampler | None = None) -> DataLoader:
+    def _loader(self, dataset: Dataset, sampler: Sampler[int] | None = None) -> DataLoader:
         return DataLoader(
             dataset,
             batch_size=None,
@@ -296,11 +296,11 @@ class TranslationDataModule(CachedCorpus):
         # an item is a whole token batch, so the sampler deals one item per rank and step
         return self._loader(self._dataset("train"), self.training_sampler(self._dataset("train"), 1))
 
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self._dataset("val"))
+    def val_dataloader(self) -> DataLoader:  # each batch on one rank (evaluation_sampler)
+        return self._loader(self._dataset("val"), self.evaluation_sampler(self._dataset("val"), "val"))
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self._dataset("test"))
+        return self._loader(self._dataset("test"), self.evaluation_sampler(self._dataset("test"), "test"))
 
     def position(self, sampler: ResumableSampler, steps_done: int) -> dict[str, int]:
         """The rounds (one token batch per rank each) this epoch has consumed."""

@@ -62,7 +62,7 @@ def build(cfg: DictConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly
     arguments = trainer_arguments(cfg.trainer, checked.accumulate)
     seed_and_runtime(cfg, checked.matmul_precision)
     datamodule = build_datamodule(cfg)
-    if plan.ckpt_path is not None and Path(plan.ckpt_path).is_file():  # the data it was trained on, nothing else
+    if plan.ckpt_path is not None and Path(plan.ckpt_path).exists():  # the data it was trained on, nothing else
         changes = check_resumed_data(plan.ckpt_path, datamodule, job.control.resume_allow_changes)
         if changes:
             rank_zero_info(f"resuming {plan.ckpt_path} on changed data, as allowed: {'; '.join(changes)}")

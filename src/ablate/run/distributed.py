@@ -33,21 +33,27 @@ however many copies arrive, one request is one stop.
 from __future__ import annotations
 
 import fcntl
+import json
+import logging
 import multiprocessing
 import os
 import signal
 import sys
 import tempfile
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from omegaconf import DictConfig, ListConfig
+
+from ablate.cli import EXIT_INTERRUPTED, EXIT_USER_ERROR
+from ablate.errors import UserError
 
 # strategies with which Lightning starts the processes itself, inside fit (spawn/fork)
 _SELF_SPAWNING = ("ddp_spawn", "ddp_fork", "ddp_notebook", "spawn", "fork")
@@ -160,8 +166,29 @@ def launch(
         start_method=method or start_method(),
         **options,
     )
-    with StopRelay(stop_file):
-        return elastic_launch(config, fn)(*args)[0]
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    with StopRelay(stop_file), quiet_agent_failures():
+        try:
+            return elastic_launch(config, fn)(*args)[0]
+        except ChildFailedError as err:
+            failure = rank_failure(err)
+        if isinstance(failure, RankCrashed) and failure.rank_traceback:
+            print(failure.rank_traceback, file=sys.stderr, flush=True)  # the rank's, once
+        raise failure from None
+
+
+@contextmanager
+def quiet_agent_failures() -> Iterator[None]:
+    """The elastic agent logs a failed rank as a 40-line traceback of its own process pool (and the
+    rank's, for a crash); :func:`launch` reports the rank's error itself (:func:`rank_failure`)."""
+    agent = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
+    level = agent.level
+    agent.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        agent.setLevel(level)
 
 
 RUN_ID_PREFIX = "ablate-"  # the elastic run id of the ranks launch() starts (TORCHELASTIC_RUN_ID)
@@ -178,28 +205,43 @@ class StopRelay:
     ``kill`` or a container runtime sends it, reaches them too); the second ends the ranks at once
     (SIGKILL) and raises ``KeyboardInterrupt`` here, which the job records as interrupted. One that
     comes before the agent has started any rank (nothing trained yet) raises at once too: a rank
-    started after it would never hear of it."""
+    started after it would never hear of it.
+
+    Inside a SLURM job, SLURM's requeue signal (``sbatch --signal=USR1@<s>``, which ended a single
+    task that starts its own ranks) is passed on to the ranks as a requeue request: they stop after
+    the same step and save it, and rank 0 asks SLURM to requeue the job
+    (:class:`~ablate.callbacks.interrupt.GracefulInterrupt`); the SIGTERM with which SLURM then ends
+    the job is expected, so it is ignored here from the requeue signal on (not taken for a second
+    stop, which would end the ranks before they saved)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self, stop_file: Path | None = None) -> None:
         self.received: int | None = None
+        self.requeue = False  # SLURM's requeue signal came
         self.stop_file = stop_file
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopRelay:
         import threading
 
+        from ablate.callbacks.interrupt import relayed_signals
+
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
-            self._previous = {signum: signal.signal(signum, self._handle) for signum in self.SIGNALS}
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in relayed_signals()}
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
+        for signum, previous in self._previous.items():  # after a requeue, SLURM's SIGTERM may come late
+            signal.signal(signum, signal.SIG_IGN if self.requeue and signum == signal.SIGTERM else previous)
         self._previous = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        from ablate.callbacks.interrupt import REQUEUE_SIGNAL
+
+        if signum == REQUEUE_SIGNAL:
+            self._requeue(signum)
+            return
         ranks = multiprocessing.active_children()  # the elastic agent starts them with multiprocessing
         if self.received is not None or not ranks:  # again, or before any rank exists (nothing trained): at once
             for rank in ranks:
@@ -207,10 +249,7 @@ class StopRelay:
             raise KeyboardInterrupt
         self.received = signum
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        if self.stop_file is not None:  # the sweep's other jobs stop too
-            from ablate.callbacks.stop_file import request_stop
-
-            request_stop(self.stop_file, f"{name} in a job")
+        self._stop_sweep(name)
         print(
             f"\n{name}: every rank stops after the same step and saves it (press Ctrl-C again to stop at once)",
             file=sys.stderr,
@@ -218,6 +257,35 @@ class StopRelay:
         )
         for rank in ranks:
             _send(rank.pid, signum)
+
+    def _requeue(self, signum: int) -> None:
+        """SLURM's requeue signal: passed on once; SIGTERM ignored from now on (see the class)."""
+        from ablate.callbacks.interrupt import requeue_slurm_job
+
+        if self.requeue:
+            return
+        self.requeue = True
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        name = signal.Signals(signum).name
+        self._stop_sweep(f"{name} (SLURM's requeue signal)")
+        ranks = multiprocessing.active_children()
+        if not ranks:  # before any rank exists: nothing to save; the job is requeued as it is
+            requeue_slurm_job()
+            raise KeyboardInterrupt
+        print(
+            f"\n{name} (SLURM's requeue signal): every rank stops after the same step and saves it, then the job "
+            "is requeued",
+            file=sys.stderr,
+            flush=True,
+        )
+        for rank in ranks:
+            _send(rank.pid, signum)
+
+    def _stop_sweep(self, why: str) -> None:
+        if self.stop_file is not None:  # the sweep's other jobs stop too
+            from ablate.callbacks.stop_file import request_stop
+
+            request_stop(self.stop_file, f"{why} in a job")
 
 
 def _send(pid: int | None, signum: int) -> None:
@@ -229,18 +297,82 @@ def _send(pid: int | None, signum: int) -> None:
         pass
 
 
-def failure_message(err: BaseException) -> tuple[str, str]:
-    """``(message, traceback)`` of the first failed rank of a ``ChildFailedError``; the error's
-    own text otherwise."""
+# ------------------------------------------------------- how a rank ends, told to the launching process
+
+_EXIT_CODE_KEY = "ablate_exit_code"  # beside torchelastic's own fields in a rank's error file
+
+
+class RankUserError(UserError):
+    """A rank stopped on a user error (missing data, a bad data file, ...): its own message, exit 2."""
+
+
+class RankInterrupted(KeyboardInterrupt):
+    """A rank was interrupted outside a training step: exit 130, the job recorded as interrupted."""
+
+
+class RankCrashed(RuntimeError):
+    """A rank crashed (a fault of the program or the machine): the first line of its error, its
+    traceback kept in :attr:`rank_traceback` for the job's record; exit 1."""
+
+    def __init__(self, message: str, rank_traceback: str = "") -> None:
+        super().__init__(message)
+        self.rank_traceback = rank_traceback
+
+
+def end_rank(err: BaseException, code: int) -> NoReturn:
+    """End this rank (one :func:`launch` started) with exit code ``code`` after writing ``err``'s
+    message where the launching process reads it (torchelastic's error file), so that the launching
+    process reports it as the rank's own (:func:`rank_failure`) instead of a ``ChildFailedError``."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:
+        message = str(err) if isinstance(err, UserError) else f"{type(err).__name__} in rank {global_rank()}"
+        data = {
+            "message": {
+                "message": message,
+                "extraInfo": {
+                    "py_callstack": traceback.format_exc(),
+                    "timestamp": str(int(time.time())),
+                    _EXIT_CODE_KEY: code,
+                },
+            }
+        }
+        with open(error_file, "w") as f:
+            json.dump(data, f)
+    raise SystemExit(code)
+
+
+def rank_failure(err: BaseException) -> BaseException:
+    """What a failed launch (a ``ChildFailedError``) becomes in the launching process: the first
+    failed rank's own error, with the exit code it chose (:func:`end_rank`): a user error (exit 2,
+    its message), an interrupt (exit 130) or a crash (exit 1, the first line of its error)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    if isinstance(err, ChildFailedError):
-        rank, failure = err.get_first_failure()
-        message = failure.message
-        if isinstance(message, dict):  # the error file written by @record
-            trace = message.get("extraInfo", {}).get("py_callstack", "")
-            return f"rank {rank}: {message.get('message', '')}", trace
-        return f"rank {rank}: {message}", ""
+    if not isinstance(err, ChildFailedError):
+        return err
+    rank, failure = err.get_first_failure()
+    recorded: Any = failure.message  # the error file's JSON (torchelastic's stub says str)
+    info: dict[str, Any] = recorded if isinstance(recorded, dict) else {"message": str(recorded or "")}
+    extra: dict[str, Any] = info.get("extraInfo") or {}
+    message, trace = str(info.get("message", "")), str(extra.get("py_callstack", ""))
+    code = extra.get(_EXIT_CODE_KEY) if extra.get(_EXIT_CODE_KEY) == failure.exitcode else None
+    if code == EXIT_USER_ERROR:
+        return RankUserError(message)
+    if code == EXIT_INTERRUPTED:
+        return RankInterrupted(message)
+    if failure.exitcode < 0:
+        first = f"ended by signal {failure.signal_name()} (out of memory, or killed by another process)"
+    elif extra:  # the rank's exception, recorded (@record)
+        first = next((line for line in message.strip().splitlines() if line.strip()), "")
+    else:
+        first = f"exit code {failure.exitcode}, no error recorded"
+    return RankCrashed(f"rank {rank} failed: {first}", trace)
+
+
+def failure_message(err: BaseException) -> tuple[str, str]:
+    """``(message, traceback)`` of a failed job's error for its record: a rank's crash with the
+    rank's traceback; the error's own text otherwise."""
+    if isinstance(err, RankCrashed):
+        return str(err), err.rank_traceback
     return f"{type(err).__name__}: {err}", ""
 
 

@@ -67,15 +67,19 @@ def typed_on_command_line(hydra_cfg: Mapping[str, Any] | None, key: str, value: 
     )
 
 
-def check_processes(trainer: Mapping[str, Any], hydra_cfg: Mapping[str, Any] | None) -> None:
+def check_processes(
+    trainer: Mapping[str, Any], hydra_cfg: Mapping[str, Any] | None, no_gpu_for_sure: bool = False
+) -> None:
     """Several training processes on a machine without a GPU only when the command line asks for them.
 
     ``trainer=ddp`` or ``trainer.devices=4`` where no CUDA GPU is visible would train in CPU
     processes (gloo) sharing the machine's cores: a command written for a GPU node, rarely meant
     here, and slower than one process. Refused, naming the explicit way: ``trainer.accelerator=cpu``
     on the command line (a config file's ``accelerator: cpu``, as ``trainer=cpu``'s, is the default,
-    not a request). Not checked outside a Hydra job (``hydra_cfg`` None). Torch is imported only
-    for a config that asks for a distributed strategy or several devices."""
+    not a request). Not checked outside a Hydra job (``hydra_cfg`` None). ``no_gpu_for_sure``: the
+    caller knows without torch that there is none (:func:`ablate.run.gpu_visibility.no_gpu_for_sure`);
+    otherwise torch is asked, and imported only for a config that asks for a distributed strategy or
+    several devices."""
     accelerator = str(trainer.get("accelerator", "auto")).lower()
     if hydra_cfg is None or accelerator in GPU_ACCELERATORS:
         return  # gpu/cuda: check_accelerator
@@ -87,10 +91,11 @@ def check_processes(trainer: Mapping[str, Any], hydra_cfg: Mapping[str, Any] | N
         return
     if typed_on_command_line(hydra_cfg, "trainer.accelerator", "cpu"):
         return
-    import torch
+    if not no_gpu_for_sure:
+        import torch
 
-    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-        return
+        if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+            return
     processes = devices if devices is not None and devices > 1 else 2
     asked = f"trainer.devices={trainer.get('devices')}" if devices and devices > 1 else f"trainer.strategy={name}"
     raise ConfigError(

@@ -1,6 +1,7 @@
 """Whether this machine has a CUDA GPU, decided without importing torch where the answer is certain,
-so that ``trainer=gpu`` on a CPU machine is refused in a second, before torch and Lightning load
-and before Hydra makes a run folder (``train.py``'s command-line check).
+so that ``trainer=gpu``, and ``trainer=ddp`` or ``trainer.devices=2`` not asked for on the CPU, are
+refused on a CPU machine in a second, before torch and Lightning load and before Hydra makes a run
+folder (``train.py``'s command-line check).
 
 Own code: torch answers only once imported (``torch.cuda.device_count()``, seconds to tens of
 seconds on a busy machine). The answer "none" is certain when the NVIDIA driver exposes no device
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config.options import ConfigError
-from ablate.run.environment import GPU_ACCELERATORS, jobs_run_elsewhere
+from ablate.run.environment import GPU_ACCELERATORS, check_processes, jobs_run_elsewhere
 
 DEV = Path("/dev")
 
@@ -38,11 +39,15 @@ def no_gpu_for_sure(environ: Mapping[str, str] | None = None, dev: Path = DEV, p
 
 
 def refuse_missing_gpu(trainer: Mapping[str, Any], hydra_cfg: Mapping[str, Any] | None = None) -> None:
-    """``trainer.accelerator=gpu|cuda`` on a machine that surely has no CUDA GPU: the refusal of
-    :func:`ablate.run.environment.check_accelerator`, without torch. Skipped where the jobs run on
-    other machines (a SLURM launcher's submitting node)."""
+    """``trainer.accelerator=gpu|cuda``, or several processes not asked for on the CPU
+    (:func:`ablate.run.environment.check_processes`), on a machine that surely has no CUDA GPU: the
+    refusals of :func:`ablate.run.environment.check_accelerator`, without torch. Skipped where the
+    jobs run on other machines (a SLURM launcher's submitting node)."""
+    if jobs_run_elsewhere(hydra_cfg) or not no_gpu_for_sure():
+        return
+    check_processes(trainer, hydra_cfg, no_gpu_for_sure=True)
     accelerator = str(trainer.get("accelerator", "auto")).lower()
-    if accelerator not in GPU_ACCELERATORS or jobs_run_elsewhere(hydra_cfg) or not no_gpu_for_sure():
+    if accelerator not in GPU_ACCELERATORS:
         return
     raise ConfigError(
         f"trainer.accelerator={accelerator} needs a CUDA GPU, and none is visible here "

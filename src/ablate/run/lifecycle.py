@@ -43,7 +43,7 @@ import shutil
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
@@ -155,9 +155,10 @@ class WorkerStopHandler:
         request_stop(self.path, f"{signal.Signals(signum).name} in a job")
 
 
-def decide(job: Job, identity: dict[str, Any]) -> Plan:
+def decide(job: Job, identity: dict[str, Any], trainer: Mapping[str, Any] | None = None) -> Plan:
     """What this job does with its directory (see the module docstring); ``identity``: the checked
-    config's run identity, which a resumed checkpoint's must equal. A refusal raises a
+    config's run identity, which a resumed checkpoint's must equal; ``trainer``: its ``trainer``
+    config, which must be able to load the checkpoint (:func:`require_sharded_loader`). A refusal raises a
     :class:`~ablate.errors.UserError` and changes nothing; a job that trains then takes the directory:
     a replaced run's files and a killed writer's temporary files go, the run's config is written."""
     control, output_dir = job.control, job.output_dir
@@ -167,7 +168,7 @@ def decide(job: Job, identity: dict[str, Any]) -> Plan:
     if job.multirun and control.skip_completed and status is not None and status.finished:
         return Plan(finished=status)
     fresh = (job.multirun and not control.skip_completed) or (not job.multirun and control.ckpt_path is None)
-    plan = Plan() if fresh else _resume(job, status, identity)
+    plan = Plan() if fresh else _resume(job, status, identity, trainer)
     records = (output_dir / "status.json", output_dir / FAILED_RECORD)
     found = [*checkpoint_files(control.checkpoint_dirs), *[p for p in records if p.exists()]]
     if fresh and found and not job.multirun and not control.overwrite and is_rank_zero():
@@ -182,14 +183,17 @@ def decide(job: Job, identity: dict[str, Any]) -> Plan:
             why = "skip_completed=false" if job.multirun else "overwrite=true"
             log.info(f"{why}: training {output_dir} from scratch; removing its previous status.json and checkpoints")
         for path in [*(found if fresh else []), *abandoned]:
-            path.unlink(missing_ok=True)
+            if path.is_dir() and not path.is_symlink():  # a sharded checkpoint's folder
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
         (output_dir / CONFIG_DIR).mkdir(parents=True, exist_ok=True)
         for name, text in job.config_files:  # what Hydra would have written before the checks
             (output_dir / CONFIG_DIR / name).write_text(text)
     return plan
 
 
-def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any]) -> Plan:
+def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], trainer: Mapping[str, Any] | None) -> Plan:
     """The checkpoint a job resumes (a sweep's job: its ``last.ckpt`` when it was killed or crashed),
     read once before any data is read: readable, and trained as the same run. A single run resuming
     a finished run that it would not train further reports it instead (``finished``)."""
@@ -207,8 +211,10 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any]) -> Pla
     more = status is not None and control.max_steps is not None and control.max_steps > int(status.steps or 0)
     finished = status if not job.multirun and status is not None and status.finished else None
     plan = Plan(ckpt_path, finished=None if more and finished and finished.status == "completed" else finished)
-    if ckpt_path is None or not Path(ckpt_path).is_file():
+    if ckpt_path is None or not Path(ckpt_path).exists():  # "best", "hpc", a URL: Lightning's to find
         return plan
+    if trainer is not None:
+        require_sharded_loader(ckpt_path, trainer)
     checkpoint = inspect_checked(ckpt_path)  # readable, its weights those of the spec it stores, finite
     require_resumable(checkpoint, ckpt_path)  # not best.ckpt's weights alone
     state = resume_state(checkpoint)
@@ -219,6 +225,24 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any]) -> Pla
         if changes:
             rank_zero_info(f"resuming {ckpt_path} with allowed changes: {'; '.join(changes)}")
     return replace(plan, wandb_run_id=state.get("wandb_run_id"))
+
+
+def require_sharded_loader(ckpt_path: str | None, trainer: Mapping[str, Any]) -> None:
+    """A sharded FSDP checkpoint (a folder of shards) is resumed by Lightning's FSDP strategy only:
+    under another strategy Lightning would try to read the folder as one file. Refused by name
+    before anything is read, with the two ways on."""
+    if ckpt_path is None or not Path(ckpt_path).is_dir():
+        return
+    strategy = trainer.get("strategy", "auto")
+    name = str(strategy.get("_target_", "")) if isinstance(strategy, Mapping) else str(strategy or "")
+    if "fsdp" in name.lower():
+        return
+    raise ConfigError(
+        f"{ckpt_path} is a sharded FSDP checkpoint (a folder of shards, written by trainer=fsdp "
+        f"trainer.strategy.state_dict_type=sharded), which only FSDP resumes; this run's trainer.strategy is "
+        f"{name.rsplit('.', 1)[-1] or 'auto'}. Resume it with trainer=fsdp (on GPUs); eval.py, generate.py and the "
+        "exports read it as it is"
+    )
 
 
 def first_run_may_resume(job: Job) -> bool:

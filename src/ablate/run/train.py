@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.distributed.elastic.multiprocessing.errors import record
 
@@ -46,6 +47,7 @@ from ablate.callbacks.divergence import DivergenceMonitor
 from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted, hold_stop_signals
 from ablate.checkpoints import safe_load
 from ablate.cli.console import print_config_tree, quiet_known_noise
+from ablate.errors import UserError
 from ablate.metrics import finite_or_none
 from ablate.nn.axes import spec_axes
 from ablate.run import distributed, environment, lifecycle
@@ -67,7 +69,7 @@ def run(cfg: DictConfig) -> float:
     with lifecycle.recording(job) as record:  # hold the run directory; keep whatever ends this block
         environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
         checked = check_config(cfg)  # check: keys, numbers, combinations, memory, before anything is read
-        record.plan = lifecycle.decide(job, checked.identity)  # decide: skip, resume (the same run), fresh
+        record.plan = lifecycle.decide(job, checked.identity, cfg.trainer)  # decide: skip, resume (the same run), fresh
         if record.plan.trains:
             if job.control.print_config and is_rank_zero():  # print_config=true, the debug=* presets
                 print_config_tree(cfg)
@@ -104,16 +106,26 @@ def fit_job(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunSta
 
 @record  # a failing rank's traceback reaches the launching process
 def _rank_main(cfg_container: dict[str, Any], job: Job, checked: Preflight, plan: Plan) -> RunStatus | None:
-    """One rank of a job started by :func:`ablate.run.distributed.launch`; rank 0 returns the status."""
+    """One rank of a job started by :func:`ablate.run.distributed.launch`; rank 0 returns the status.
+    A user error or an interrupt ends the rank with its exit code (2, 130) and its message, which the
+    launching process reports as the job's own (:func:`ablate.run.distributed.rank_failure`)."""
     hold_stop_signals()  # the launching process relays stop signals: here they are requests, held until training
     quiet_known_noise()  # a spawned rank is a fresh interpreter: the filters the launching process set are not in it
     rank = distributed.global_rank()
     rank_zero_only.rank = rank  # type: ignore[attr-defined] # lightning was imported before the launcher set RANK
-    status = None
+    status, code = None, cli.EXIT_CRASHED
+    stopped_by: BaseException | None = None  # a user error or an interrupt: the rank's exit code says which
     try:
         status = fit(OmegaConf.create(cfg_container), job, checked, plan)
+        code = cli.EXIT_OK
+    except UserError as err:
+        code, stopped_by = cli.EXIT_USER_ERROR, err
+    except (KeyboardInterrupt, SIGTERMException) as err:
+        code, stopped_by = cli.EXIT_INTERRUPTED, err
     finally:  # rank 0's W&B run ends here, with the outcome in its summary
-        finish_wandb(cli.EXIT_CRASHED if status is None else cli.EXIT_OK, None if status is None else status.outcome())
+        finish_wandb(code, None if status is None else status.outcome())
+    if stopped_by is not None:
+        distributed.end_rank(stopped_by, code)
     return status if rank == 0 else None
 
 

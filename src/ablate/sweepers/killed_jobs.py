@@ -78,7 +78,7 @@ def _saved_step(job_dir: Path) -> int | None:
     if not path.is_file():
         return None
     try:
-        return int(inspect_checkpoint(path).get("global_step", 0))
+        return int(inspect_checkpoint(path, weights=False).get("global_step", 0))
     except Exception:  # a checkpoint being written when the process died: the re-run names it
         return None
 

@@ -19,6 +19,7 @@ run from it.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -135,7 +136,7 @@ def checkpoint_task(path: str | Path) -> str:
     """The task a checkpoint was trained for: stored by :class:`~ablate.tasks.base.TaskModule`,
     or (older checkpoints) ``translation`` when its model has an encoder, else ``lm``. A file
     that is not a readable checkpoint raises :class:`ablate.checkpoints.files.CheckpointError`."""
-    checkpoint = inspect_checkpoint(path)
+    checkpoint = inspect_checkpoint(path, weights=False)
     if checkpoint.get("task"):
         return str(checkpoint["task"])
     return _task_of_older(checkpoint)
@@ -170,15 +171,20 @@ def load_task_checkpoint(
         if found not in TASKS:
             raise SystemExit(f"{path} holds a task={found} checkpoint; registered tasks: {', '.join(TASKS)}")
         # its weights are those of the model its stored config builds, and finite (ablate.tasks.checkpoints)
-        inspect_checked(path)
+        checked = inspect_checked(path)
     except CheckpointError as err:
         raise SystemExit(str(err)) from None
     # checkpoint_task read the file with the restricted unpickler already; Lightning reads it the same way
+    source: str | io.BytesIO = str(path)
+    if Path(path).is_dir():  # a sharded FSDP checkpoint: its checked contents, as one file in memory, weights only
+        source = io.BytesIO()
+        torch.save({k: v for k, v in checked.items() if k != "optimizer_states"}, source)
+        source.seek(0)
     loaded: L.LightningModule = (
         TASKS[found]
         .module_class()
         .load_from_checkpoint(
-            str(path), map_location=map_location, weights_only=safe_load.lightning_weights_only(), **kwargs
+            source, map_location=map_location, weights_only=safe_load.lightning_weights_only(), **kwargs
         )
     )
     return loaded

@@ -76,7 +76,7 @@ def check_resumed_data(ckpt_path: str | os.PathLike[str], datamodule: Any, allow
     """Refuse to resume ``ckpt_path`` on data (``datamodule``, prepared and set up) other than its
     own, unless each difference is named in ``allow`` (``resume_allow_changes``); returns the allowed
     differences, to be reported."""
-    checkpoint = inspect_checkpoint(ckpt_path)
+    checkpoint = inspect_checkpoint(ckpt_path, weights=False)
     diffs = differences(checkpoint, datamodule, ckpt_path)
     refused = {k: v for k, v in diffs.items() if not change_allowed(k, allow)}
     trained = ((checkpoint.get("hyper_parameters") or {}).get("spec") or {}).get("vocab_size")
@@ -127,7 +127,7 @@ def check_evaluated_data(
     not checked."""
     if set(overrides) - NEUTRAL_DATA_KEYS:
         return
-    diffs = differences(inspect_checkpoint(ckpt_path), datamodule, ckpt_path, splits=[split])
+    diffs = differences(inspect_checkpoint(ckpt_path, weights=False), datamodule, ckpt_path, splits=[split])
     diffs.pop(VOCABULARY, None)  # the evaluations compare the tokenizers themselves, with their own message
     if diffs:
         (old, new), name = next(iter(diffs.values())), getattr(datamodule, "name", "the corpus")
