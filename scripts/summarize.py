@@ -4,7 +4,7 @@
     python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre  # + 95% CIs, tests and verdicts vs norm=pre
     python scripts/summarize.py logs/multirun/<sweep> --plan               # the analysis its analysis_plan.json declares
 
-Options and methods: ``src/ablate/analysis/commands/summarize.py``; README "Is the difference real?".
+Options and methods: ``src/ablate/analysis/commands/summarize.py``; docs/recipes.md "Is the difference real?".
 """
 
 from ablate.analysis.commands.summarize import main

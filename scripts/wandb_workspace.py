@@ -9,7 +9,7 @@ With a sweep directory, ``summary.csv`` (scripts/summarize.py) and ``figures/*.p
 (scripts/plot.py), when present, are logged to a ``job_type=analysis`` run in the sweep's W&B
 group and shown in the workspace. Offline, the spec is written and the commands that upload the
 runs and save the workspace later are printed. The code: ``src/ablate/analysis/wandb_workspace.py``
-(the spec's sections: ``src/ablate/analysis/wandb_views.py``); README "W&B workspaces".
+(the spec's sections: ``src/ablate/analysis/wandb_views.py``); docs/analysis.md "W&B workspaces".
 """
 
 import sys

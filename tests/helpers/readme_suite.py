@@ -1,7 +1,8 @@
-"""Acceptance: the README's commands, as a user types them, in a fresh clone (issue 16.2).
+"""Acceptance: the documented commands, as a user types them, in a fresh clone (issue 16.2).
 
-What users type is what we test. Every command of README.md's ```bash blocks is read here (line
-continuations joined, comments dropped) and run verbatim, in README order, in a fresh copy of the
+What users type is what we test. Every command of the ```bash blocks of DOCUMENTS (README.md, then
+docs/recipes.md: one reading order) is read here (line continuations joined, comments dropped) and
+run verbatim, in reading order, in a fresh copy of the
 working tree per chain (CHAINS: commands that build on each other share a clone; the chains are
 independent, so pytest-xdist runs them side by side): a ``git clone`` of this checkout with its uncommitted changes copied over
 (the code as it is on disk), in a temp folder with ``../shared`` beside it (a symlink to the shared
@@ -14,11 +15,12 @@ user would not type, no stdin, W&B and the Hugging Face Hub offline, ``CI=true``
   other entry points (summarize.py, plot.py, eval.py, ...), run verbatim.
 - Placeholders (``<run>``, ``<sweep>``, ``<translation run>``) are filled from the run the relevant
   earlier command made.
-- COMMANDS below maps every README command to how it is checked: the exit code and the outputs the
-  README promises. A README command missing from it fails the tier, naming it; so does an entry
-  that no longer matches a README command. Commands that cannot run here (GPUs, SLURM, the test
-  suite itself, the 6-minute default run) are composed and validated as ``train.py`` would before
-  reading any data (``check_config``, ``training_layout``), with the reason in the table.
+- COMMANDS below maps every documented command to how it is checked: the exit code and the outputs
+  the document promises. A command missing from it fails the tier, naming it and its document; so
+  does an entry that no longer matches a documented command. Commands that cannot run here (GPUs,
+  SLURM, the test suite itself, the 6-minute default run) are composed and validated as ``train.py``
+  would before reading any data (``check_config``, ``training_layout``), with the reason in the
+  table. Refusals run verbatim and must exit 2, leaving no run folder.
 
 The environment: the clone's ``.venv`` is a folder of symlinks into this checkout's venv (no pip),
 whose site-packages points the editable install at the clone's ``src`` (PYTHONPATH too), with the
@@ -42,13 +44,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
+# the documents whose ```bash blocks the tier runs, in reading order: the README's recipes, then the longer ones
+DOCUMENTS = ("README.md", "docs/recipes.md")
 SHARED = REPO.parent / "shared"
 SMOKE = "debug=smoke"
 HANG_TIMEOUT = 1800  # a guard against a hung command, not a speed expectation
 
 
-# --- the README's commands ---------------------------------------------------------------------
+# --- the documents' commands ---------------------------------------------------------------------
 
 
 def strip_comment(line: str) -> str:
@@ -63,6 +66,10 @@ def strip_comment(line: str) -> str:
         elif ch == "#" and (i == 0 or line[i - 1].isspace()):
             return line[:i].rstrip()
     return line.rstrip()
+
+
+def document_text(name: str) -> str:
+    return (REPO / name).read_text()
 
 
 def readme_commands(text: str) -> list[str]:
@@ -346,17 +353,17 @@ def analysis(sweep_name: str, *files: str, says: tuple[str, ...] = ()) -> Check:
 
 
 def declared_table(sweep_name: str) -> Check:
-    """``summarize.py <sweep> --plan`` after the README's tuning command: it analyses what that
-    command declared (issue 43: the README's next line was "exploratory" before), and prints the
-    README's table: its columns (the crossed seed/text SE columns need the held-out blocks that
-    the smoke preset's 2 test batches do not reach) and its rows."""
+    """``summarize.py <sweep> --plan`` after the documented tuning command: it analyses what that
+    command declared (issue 43), and prints the table the document shows: its columns (the crossed
+    seed/text SE columns need the held-out blocks that the smoke preset's 2 test batches do not
+    reach) and its rows."""
 
     def check(s: Session, command: str) -> None:
         result = s.run(command)
         assert "Declared plan (ledger entry" in result.output, result.tail()
         assert "Every row is exploratory" not in result.output, result.tail()
-        readme = README.read_text()
-        header = next(line for line in readme.splitlines() if line.startswith("| norm | lr | tuned LR |"))
+        shown = "\n".join(document_text(name) for name in DOCUMENTS)
+        header = next(line for line in shown.splitlines() if line.startswith("| norm | lr | tuned LR |"))
         printed = next(line for line in result.output.splitlines() if line.startswith("| norm | lr | tuned LR |"))
         wanted = [c.strip() for c in header.strip("|").split("|") if c.strip() not in ("seed SE", "text SE")]
         assert [c.strip() for c in printed.strip("|").split("|") if c.strip() not in ("seed SE", "text SE")] == wanted
@@ -375,6 +382,23 @@ def verbatim(*says: str, made: str | None = None) -> Check:
             assert text in result.output, f"{text!r} not printed\n{result.tail()}"
         if made:
             check_run(s.new_dir(f"{made}/*", before), wandb=False, best=False)
+
+    return check
+
+
+def refused(*says: str) -> Check:
+    """A refusal, typed verbatim: exit 2, its message without a traceback, and no run or sweep folder
+    left behind (the README: a refusal leaves nothing behind)."""
+
+    def check(s: Session, command: str) -> None:
+        pattern = ("logs/runs/*", "logs/debug/runs/*", "logs/multirun/*")
+        before = set().union(*(s.dirs(p) for p in pattern))
+        result = s.run(command, expect=2)
+        for text in says:
+            assert text in result.output, f"{text!r} not printed\n{result.tail()}"
+        assert "Traceback" not in result.output, result.tail()
+        left = set().union(*(s.dirs(p) for p in pattern)) - before
+        assert not left, f"the refusal left {sorted(map(str, left))}\n{result.tail()}"
 
     return check
 
@@ -466,7 +490,7 @@ def composed(s: Session, command: str) -> list[dict]:
     process (on the first call)."""
     todo = [
         c
-        for c in COMMANDS_IN_README
+        for c in COMMANDS_IN_DOCS
         if c in COMMANDS and "train.py" in c.split() and COMMANDS[c].how.startswith(("compose", "run + compose"))
     ]
     if "composed" not in s.results:
@@ -509,7 +533,7 @@ def wandb_workspace(s: Session, command: str) -> None:
 
 
 def lm_run(s: Session) -> Path:
-    """<run>: the newest language-model run of the README's commands (`logger=[wandb,tensorboard]`)."""
+    """<run>: the newest language-model run of the documented commands (`logger=[wandb,tensorboard]`)."""
     return s.made["python train.py logger=[wandb,tensorboard]"]
 
 
@@ -525,7 +549,7 @@ def eval_lm(s: Session, command: str) -> None:
 
 
 def translation_run(s: Session) -> Path:
-    """<translation run>: no README command trains one; the README's Multi30k task (its results table:
+    """<translation run>: no documented command trains one; the Multi30k task (docs/results.md:
     `python train.py experiment=multi30k_small`), smoke-sized: a 1+1-layer d=64 model, 1,000 training
     pairs, 20 validation/test pairs (eval.py reads the data config from the checkpoint), no val/bleu."""
     if "<translation run>" not in s.made:
@@ -558,7 +582,7 @@ def export_hf(s: Session, command: str) -> None:
 
 
 def average_checkpoints(s: Session, command: str) -> None:
-    """<run>: a run that kept its last checkpoints, as the README's next sentence requires
+    """<run>: a run that kept its last checkpoints, as the recipe's next sentence requires
     (callbacks.checkpoint_keep.keep_last_n=5), a step checkpoint every step so that 6 steps leave 5."""
     before = s.dirs("logs/runs/*")
     s.run(
@@ -586,22 +610,28 @@ class Entry:
 
 
 COMMANDS: dict[str, Entry] = {
+    # ---- README.md
     # headline
     "python train.py -m norm=pre,post pos=sinusoidal,learned": Entry(
         sweep(4, prefix="norm+pos-"), "run", chain="sweeps"
     ),
-    # quickstart
+    # quickstart: the one-minute smoke run, the default experiment, the tests
+    "bash scripts/run.sh python train.py model=tiny trainer.max_steps=200 trainer.val_check_interval=100 logger=csv": Entry(
+        single_run(wandb=False, best=False), "run (the preset's 6 s cap may end it before step 100's validation)"
+    ),
     "bash scripts/run.sh python train.py": Entry(
         check_default_run, "run + compose: the default experiment takes ~6 min; run with the preset, composed as typed"
     ),
     "bash scripts/test.sh": Entry(
         check_test_script, "compose: it would run this tier again; the script runs and collects the tests"
     ),
-    # one ablation
-    "python train.py pos=rope": Entry(single_run(pos="rope"), "run"),
-    "python train.py model.n_layers=2 trainer.max_steps=200 trainer.val_check_interval=100 logger=csv seed=2": Entry(
-        single_run(wandb=False, best=False), "run (the preset's 6 s cap ends it before step 100's validation)"
+    # without a network: a Hub corpus refused at once
+    "HF_HUB_OFFLINE=1 python train.py data=wikitext2": Entry(
+        refused("cannot be loaded: HF_HUB_OFFLINE=1 is set", "Local alternative: put train.txt"),
+        "verbatim (a refusal: exit 2)",
     ),
+    # one run
+    "python train.py pos=rope": Entry(single_run(pos="rope"), "run"),
     "python train.py experiment=nanogpt_shakespeare_char": Entry(single_run(), "run"),
     "python train.py debug=fdr": Entry(verbatim("run completed", made="logs/debug/runs"), "verbatim (a debug preset)"),
     # a sweep and its table
@@ -611,11 +641,43 @@ COMMANDS: dict[str, Entry] = {
     "python scripts/summarize.py logs/multirun/norm-pos": Entry(
         analysis("norm-pos", "summary.csv", "summary.md"), "verbatim", chain="sweeps"
     ),
+    "python scripts/summarize.py logs/multirun/norm-pos --baseline norm=pre": Entry(
+        analysis("norm-pos", "summary.csv", "summary.md", says=("verdict", "baseline")), "verbatim", chain="sweeps"
+    ),
     "python scripts/plot.py logs/multirun/norm-pos": Entry(analysis("norm-pos", "figures"), "verbatim", chain="sweeps"),
+    # resume: a run by its folder; a sweep by its command typed again (the second skips every finished job)
+    "python train.py hydra.run.dir=logs/runs/<run> ckpt_path=last": Entry(resume(more_steps=False), "run"),
+    "python train.py hydra.run.dir=logs/runs/<run> ckpt_path=last trainer.max_steps=3000 "
+    "'+resume_allow_changes=[trainer.max_steps]'": Entry(
+        resume(more_steps=True), "run (the preset's 6 s cap, not 3,000 steps)"
+    ),
+    "python train.py -m norm=pre,post pos=rope,learned": Entry(first_or_rerun, "run", chain="sweeps"),
+    "python train.py -m norm=pre,post sweep_name=norm-study": Entry(sweep(2, "norm-study"), "run", chain="sweeps"),
+    # multi-GPU and SLURM
+    "python train.py trainer=gpu model=gpt2_small data.seq_len=1024 data.batch_size=16 model.compile=true": Entry(
+        composes(accelerator="gpu"), "compose: needs a GPU"
+    ),
+    "python train.py trainer=ddp trainer.devices=4": Entry(composes(world=4), "compose: needs 4 GPUs"),
+    "python train.py -m hydra/launcher=slurm hydra.launcher.partition=gpu norm=pre,post trainer=ddp trainer.devices=4 "
+    "ckpt_path=last": Entry(composes(launcher="SlurmLauncher", world=4), "compose: needs SLURM and GPUs"),
+    # when something is refused
+    "python train.py norm=prenorm": Entry(
+        refused("norm=prenorm is not an option of norm (did you mean norm=pre?)"), "verbatim (a refusal: exit 2)"
+    ),
+    "python train.py trainer.max_step=10": Entry(
+        refused("trainer.max_step is not a key of trainer (did you mean trainer.max_steps?)"),
+        "verbatim (a refusal: exit 2)",
+    ),
+    # ---- docs/recipes.md
+    # runs
+    "python train.py model.n_layers=2 trainer.max_steps=200 trainer.val_check_interval=100 logger=csv seed=2": Entry(
+        single_run(wandb=False, best=False), "run (the preset's 6 s cap ends it before step 100's validation)"
+    ),
+    # sweeps
     "OMP_NUM_THREADS=1 python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=2 norm=pre,post seed=1,2": Entry(
         sweep(4, prefix="norm+seed-"), "run", chain="sweeps"
     ),
-    # a tuned, multi-seed comparison
+    # is the difference real? a tuned, multi-seed comparison
     "python train.py experiment=depth_stability_cpu model.n_layers=12 norm=post,pre,deepnorm seed=1,2,3 tune=lr "
     "data.splits=blocks hydra.sweeper.baseline=\"'norm=pre'\" hydra.sweeper.margin=0.02 "
     "hydra.sweeper.margin_basis=\"'1% of the loss: our smallest effect of interest, set before any run'\" "
@@ -632,25 +694,9 @@ COMMANDS: dict[str, Entry] = {
     "python scripts/compute_multiplier.py logs/multirun/glu --baseline act=relu": Entry(
         analysis("glu", says=("multiplier",)), "verbatim", chain="tuned"
     ),
-    # checkpoints and resuming
-    "python train.py hydra.run.dir=logs/runs/<run> ckpt_path=last": Entry(resume(more_steps=False), "run"),
-    "python train.py hydra.run.dir=logs/runs/<run> ckpt_path=last trainer.max_steps=3000 "
-    "'+resume_allow_changes=[trainer.max_steps]'": Entry(
-        resume(more_steps=True), "run (the preset's 6 s cap, not 3,000 steps)"
-    ),
-    # re-running a sweep (the same command twice: the second skips every finished job)
-    "python train.py -m norm=pre,post pos=rope,learned": Entry(first_or_rerun, "run", chain="sweeps"),
-    "python train.py -m norm=pre,post sweep_name=norm-study": Entry(sweep(2, "norm-study"), "run", chain="sweeps"),
-    # multi-GPU and SLURM
-    "python train.py trainer=gpu model=gpt2_small data.seq_len=1024 data.batch_size=16 model.compile=true": Entry(
-        composes(accelerator="gpu"), "compose: needs a GPU"
-    ),
-    "python train.py trainer=ddp trainer.devices=4": Entry(composes(world=4), "compose: needs 4 GPUs"),
-    "python train.py -m hydra/launcher=slurm hydra.launcher.partition=gpu norm=pre,post trainer=ddp trainer.devices=4 "
-    "ckpt_path=last": Entry(composes(launcher="SlurmLauncher", world=4), "compose: needs SLURM and GPUs"),
     # W&B, TensorBoard, MLflow
     # the joblib sweep above is the same sweep (a launcher and tags are not part of a sweep's identity):
-    # in README order its 4 finished jobs are not trained again but relabelled: their W&B runs get `baseline`
+    # in reading order its 4 finished jobs are not trained again but relabelled: their W&B runs get `baseline`
     "python train.py -m norm=pre,post seed=1,2 tags=[baseline]": Entry(
         sweep(4, prefix="norm+seed-", new=False, relabelled=4), "run", chain="sweeps"
     ),
@@ -673,7 +719,11 @@ COMMANDS: dict[str, Entry] = {
     "out=logs/runs/<run>/checkpoints/averaged.ckpt": Entry(average_checkpoints, "verbatim"),
 }
 
-COMMANDS_IN_README = readme_commands(README.read_text())
+COMMAND_DOCUMENT: dict[str, str] = {}  # each documented command -> the first document that has it
+for _name in DOCUMENTS:
+    for _command in readme_commands(document_text(_name)):
+        COMMAND_DOCUMENT.setdefault(_command, _name)
+COMMANDS_IN_DOCS = [c for name in DOCUMENTS for c in readme_commands(document_text(name))]
 
 # Each chain is one test file (test_readme_<chain>.py) with its own clone: the sweeps and their tables;
 # the tuned comparisons and the translation checkpoint; single runs, resumes and what takes a checkpoint.
@@ -681,8 +731,8 @@ CHAINS = ("sweeps", "tuned", "runs")
 
 
 def chain_commands(chain: str) -> list[str]:
-    """The README's commands of ``chain``, in README order (a repeated command once per occurrence)."""
-    return [c for c in COMMANDS_IN_README if c in COMMANDS and COMMANDS[c].chain == chain]
+    """The documented commands of ``chain``, in reading order (a repeated command once per occurrence)."""
+    return [c for c in COMMANDS_IN_DOCS if c in COMMANDS and COMMANDS[c].chain == chain]
 
 
 def check_command(session: Session, command: str) -> None:

@@ -147,7 +147,9 @@ def log_analysis_run(facts: SweepFacts, mode: str, reason: str) -> tuple[Any, st
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Build a saved W&B workspace for a sweep (README: W&B workspaces).")
+    parser = argparse.ArgumentParser(
+        description="Build a saved W&B workspace for a sweep (docs/analysis.md: W&B workspaces)."
+    )
     parser.add_argument("sweep_dir", nargs="?", help="a multirun directory (logs/multirun/<sweep>)")
     parser.add_argument("--group", help="the sweep's W&B group (default with a sweep directory: its runs' group)")
     parser.add_argument("--project", help="W&B project (default: the sweep's logger.wandb.project, else ablate)")

@@ -20,7 +20,9 @@ COMMANDS = (
     ("python eval.py ckpt_path=<run dir>/checkpoints/best.ckpt", "evaluate a checkpoint"),
     ("bash scripts/test.sh -m unit", "the fast tests"),
 )
-DOCS = "README.md; docs/architecture.md, docs/analysis.md, docs/logging.md, docs/distributed.md"
+DOCS = (
+    "README.md; docs/recipes.md, docs/troubleshooting.md, docs/analysis.md, docs/architecture.md, docs/distributed.md"
+)
 
 
 def _options(conf: Path, group: str) -> list[str]:

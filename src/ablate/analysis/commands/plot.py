@@ -10,8 +10,8 @@ paper's numbers (PNG).
 
 Each figure is drawn on its own: one that cannot be drawn is reported on stderr (its file name
 and why) and the others are still written. The exit status is non-zero only when no figure was
-written. What each figure shows: ``src/ablate/analysis/figures/``; README section "Analysing a
-sweep".
+written. What each figure shows: ``src/ablate/analysis/figures/``; docs/analysis.md,
+"Analysing a sweep".
 """
 
 from __future__ import annotations

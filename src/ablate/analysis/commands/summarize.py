@@ -18,7 +18,7 @@ The table and the paper-file format are described in ``src/ablate/analysis/table
 ``src/ablate/analysis/paper.py``, the statistics against a baseline in
 ``src/ablate/analysis/comparison.py`` and ``src/ablate/analysis/stats.py``, the interaction
 contrast in ``src/ablate/analysis/interaction.py``;
-README section "Analysing a sweep".
+docs/analysis.md, "Analysing a sweep".
 """
 
 from __future__ import annotations

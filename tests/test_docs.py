@@ -1,0 +1,108 @@
+"""The documents a user reads: the README's axis table against the code, its length and line widths,
+no history in it, and every relative link of the README and docs/ pointing at a file and heading
+that exist. (The documents' commands are the acceptance tier's: tests/helpers/readme_suite.py.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ablate.nn.axes import AXES
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+SOURCES = [README, *sorted((REPO / "docs").glob("*.md"))]
+MAX_LINE = 200  # characters: a README line a reader can see whole
+MAX_README_LINES = 230  # "at most about 200 lines" (issue 42.8), with room for a few small edits
+
+FENCE = re.compile(r"^```.*?^```", flags=re.S | re.M)
+LINK = re.compile(r"\[(?:[^\[\]]|\[[^\]]*\])*?\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", flags=re.M)
+
+
+def prose(text: str) -> str:
+    """``text`` without its fenced code blocks."""
+    return FENCE.sub("", text)
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, code ticks dropped, every character that is not a
+    letter, digit, ``_``, ``-`` or space dropped, spaces made hyphens."""
+    text = heading.replace("`", "").strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for heading in HEADING.findall(prose(path.read_text())):
+        base = anchor(heading)
+        n = seen.get(base, 0)
+        out.add(base if n == 0 else f"{base}-{n}")
+        seen[base] = n + 1
+    return out
+
+
+def axis_rows(readme: str) -> dict[str, str]:
+    """The README's axis table: its first cell (`` `pos` ``, `` `norm.layer` ``) -> the whole row."""
+    rows = {}
+    for line in readme.splitlines():
+        match = re.match(r"^\| `([\w.]+)` \|", line)
+        if match:
+            rows.setdefault(match.group(1), line)
+    return rows
+
+
+def test_the_anchor_rule():
+    assert anchor("W&B, TensorBoard, MLflow") == "wb-tensorboard-mlflow"
+    assert anchor("Is the difference real? A tuned, multi-seed comparison") == (
+        "is-the-difference-real-a-tuned-multi-seed-comparison"
+    )
+    assert anchor("plot.py: learning-rate curves, log axes, heat maps and `--x`") == (
+        "plotpy-learning-rate-curves-log-axes-heat-maps-and---x"
+    )
+
+
+@pytest.mark.parametrize("axis", AXES, ids=lambda a: a.label)
+def test_the_readme_axis_table_lists_every_option(axis):
+    """A new option of an axis without its README row fails here (`python train.py --help` lists the
+    same options from the same table)."""
+    rows = axis_rows(README.read_text())
+    assert axis.label in rows, f"README.md's axis table has no row for `{axis.label}`"
+    options = set(axis.options())
+    if axis.label == axis.group:  # the group's own files are what `group=option` picks
+        options |= {p.stem for p in (REPO / "conf" / axis.group).glob("*.yaml")}
+    missing = sorted(o for o in options if f"`{o}`" not in rows[axis.label])
+    assert not missing, f"README.md's `{axis.label}` row misses {missing}"
+
+
+def test_the_readme_is_short_and_its_lines_fit():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines: move details to docs/"
+    long = [(n, len(line)) for n, line in enumerate(lines, 1) if len(line) > MAX_LINE]
+    assert not long, f"README.md lines over {MAX_LINE} characters (line, length): {long}"
+
+
+def test_the_readme_tells_no_history():
+    """What the tool does now, not what it once did wrong: history lives in git and the issues."""
+    history = re.compile(r"\b(?:it printed|used to|it was|before this|issue \d+|since then)\b", flags=re.I)
+    found = [line for line in prose(README.read_text()).splitlines() if history.search(line)]
+    assert not found, found
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_relative_link_resolves(source: Path):
+    broken = []
+    for target in LINK.findall(prose(source.read_text())):
+        if re.match(r"^[a-z]+:", target):
+            continue  # https:, mailto:
+        path, _, fragment = target.partition("#")
+        file = (source.parent / path).resolve() if path else source
+        if not file.exists():
+            broken.append(f"{target}: no such file")
+        elif fragment and file.suffix == ".md" and fragment not in anchors(file):
+            broken.append(f"{target}: no heading #{fragment} in {file.relative_to(REPO)}")
+    assert not broken, f"{source.relative_to(REPO)}: {broken}"
