@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from ablate.config.locations import checkout_root, project_root
-from ablate.config.schema import unknown_key_message
+from ablate.config.types import unknown_key_message
 
 
 def _key_error(err: BaseException | None) -> ConfigAttributeError | ConfigKeyError | None:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config.options import ConfigError
-from ablate.config.types import resolved_items, type_ok, wrong_type_message
+from ablate.config.types import resolved_items, top_level_key_message, type_ok, wrong_type_message
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,9 @@ def check_arguments(cfg: DictConfig, arguments: Mapping[str, Argument], script: 
             example = argument.example or f"{key}=..."
             raise ConfigError(f"{script} needs {key}: e.g. python {script} {example}")
     values = {key: value for key, value, resolved in resolved_items(cfg) if resolved}
+    for key in values:
+        if key not in arguments and key != "paths":  # paths: where data lives (conf/paths)
+            raise ConfigError(top_level_key_message(key, [*arguments, *(["paths"] if "paths" in values else [])]))
     for key, argument in arguments.items():
         if key not in values:
             continue

@@ -49,6 +49,11 @@ def project_root() -> Path:
     return _env_path(ENV_ROOT) or checkout_root() or Path.cwd()
 
 
+def conf_dir() -> Path:
+    """The ``conf/`` folder the entry points' ``@hydra.main`` read (``config_path``)."""
+    return (checkout_root() or project_root()) / "conf"
+
+
 def data_dir(root: str | Path | None = None) -> Path:
     """``$ABLATE_DATA_DIR``, else ``<root>/../shared/data`` when it exists, else ``<root>/data``."""
     explicit = _env_path(ENV_DATA_DIR)

@@ -51,25 +51,6 @@ def validate(spec: ModelSpec) -> ModelSpec:
     return spec
 
 
-# the keys of the ``model`` group: what :func:`model_spec` reads, and ``compile`` (the task's)
-MODEL_KEYS = frozenset(
-    {
-        "n_layers",
-        "encoder_layers",
-        "decoder_layers",
-        "d_model",
-        "n_heads",
-        "d_ff",
-        "max_len",
-        "dropout",
-        "bias",
-        "tie_embeddings",
-        "scale_embeddings",
-        "compile",
-    }
-)
-
-
 def model_spec(cfg: Mapping[str, Any], vocab_size: int, max_len: int | None = None) -> ModelSpec:
     """Build and validate the spec from a composed config (``cfg.model``, ``cfg.pos``, ...)."""
     check_option_keys(cfg)  # every key of pos/norm/act/init/attn applies to the chosen option

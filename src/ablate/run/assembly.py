@@ -10,7 +10,9 @@ own module from the spec.
 
 from __future__ import annotations
 
+import copy
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,14 +21,15 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ablate.callbacks.checkpointing import AtomicCheckpointIO, ResumeState
 from ablate.callbacks.interrupt import GracefulInterrupt
 from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.throughput import ThroughputMonitor
 from ablate.cli.console import format_run_header, param_estimate
-from ablate.config.model import ModelSpec, model_spec
+from ablate.config.model import ModelSpec
+from ablate.config.run import RunConfig
 from ablate.nn.axes import spec_axes
 from ablate.nn.flops import flops_per_token
 from ablate.optim import used_optim_config
@@ -60,7 +63,7 @@ class Assembly:
     trainer: L.Trainer
 
 
-def build(cfg: DictConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
+def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
     """Seed, then build the job's data module, task (and its model), callbacks, loggers and Trainer
     (``checked``: :func:`ablate.run.preflight.check_config` of ``cfg``; ``plan``: the checkpoint it
     resumes and its W&B run, :func:`ablate.run.lifecycle.decide`)."""
@@ -71,7 +74,7 @@ def build(cfg: DictConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly
     spec, n_params = task.spec, cast(Any, task.model).num_params()  # TransformerLM, EncoderDecoder
     estimate = param_estimate(spec.n_layers, spec.d_model, spec.vocab_size)
     config = {
-        **cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
+        **cast(dict[str, Any], copy.deepcopy(cfg.resolved)),
         "axes": spec_axes(spec),
         "params": n_params,
         "params_estimate": estimate,
@@ -80,14 +83,14 @@ def build(cfg: DictConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly
     }
     config["optim"] = used_optim_config(config["optim"])  # never record a key the optimiser ignores
     depth = spec.n_layers + spec.encoder_layers
-    fpt = flops_per_token(n_params, depth, spec.d_model, cfg.data.seq_len)  # at the training length
-    callbacks = build_callbacks(cfg.get("callbacks"), fpt, job.stop_file, checked.identity)
+    fpt = flops_per_token(n_params, depth, spec.d_model, cfg.data["seq_len"])  # at the training length
+    callbacks = build_callbacks(cfg.callbacks, fpt, job.stop_file, checked.identity)
     if is_rank_zero():
-        experiment, task_name, data = job.experiment, str(cfg.task.name), datamodule.name
+        experiment, task_name, data = job.experiment, cfg.task_name, datamodule.name
         print(format_run_header(experiment, task_name, data, spec, n_params, estimate, job.output_dir), flush=True)
     progress = wants_progress_bar(callbacks)  # without a progress callback, no bar of Lightning's own either
     loggers = build_loggers(
-        cfg,
+        cfg.resolved,
         job.output_dir,
         job.name,
         job.group,
@@ -113,7 +116,7 @@ def build(cfg: DictConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly
     return Assembly(datamodule, spec, task, n_params, callbacks, loggers, trainer)
 
 
-def seed_and_runtime(cfg: DictConfig, matmul_precision: str) -> None:
+def seed_and_runtime(cfg: RunConfig | DictConfig, matmul_precision: str) -> None:
     """The run's seed (every RNG, data loader workers included) and its floating-point settings
     (``matmul_precision``: ``runtime.matmul_precision`` resolved, :func:`ablate.config.checks.matmul_precision`)."""
     L.seed_everything(cfg.seed, workers=True)
@@ -126,25 +129,26 @@ def seed_and_runtime(cfg: DictConfig, matmul_precision: str) -> None:
     torch.set_float32_matmul_precision(matmul_precision)
 
 
-def build_datamodule(cfg: DictConfig) -> Any:
+def build_datamodule(cfg: RunConfig | DictConfig) -> Any:
     """The configured data module, prepared (downloaded, tokenised, cached) and set up for training."""
-    datamodule = instantiate(cfg.data, seed=cfg.seed)
+    datamodule = instantiate(RunConfig.of(cfg).data, seed=cfg.seed)
     datamodule.prepare_data()
     datamodule.setup("fit")
     return datamodule
 
 
-def build_model(cfg: DictConfig, datamodule: Any, max_len: int) -> TaskModule:
+def build_model(cfg: RunConfig | DictConfig, datamodule: Any, max_len: int) -> TaskModule:
     """The task module (``task.name``) with its model, built from the model spec for this data
     (``max_len``: the longest sequence the model sees, :func:`ablate.run.preflight.eval_max_len`;
     the spec is the task's ``spec``); the task carries the data's tokenizer into its checkpoints."""
-    task = build_task(cfg, datamodule, model_spec(cfg, vocab_size=datamodule.vocab_size, max_len=max_len))
+    cfg = RunConfig.of(cfg)
+    task = build_task(cfg, datamodule, cfg.model_spec(vocab_size=datamodule.vocab_size, max_len=max_len))
     task.tokenizer = datamodule.tokenizer
     return task
 
 
 def build_callbacks(
-    configured: DictConfig | None,
+    configured: Mapping[str, Any] | None,
     flops: float,
     stop_file: Path | None = None,
     identity: dict[str, Any] | None = None,
@@ -162,7 +166,7 @@ def build_callbacks(
     return callbacks
 
 
-def trainer_arguments(trainer: DictConfig, accumulate: int) -> dict[str, Any]:
+def trainer_arguments(trainer: Mapping[str, Any], accumulate: int) -> dict[str, Any]:
     """Trainer arguments derived from the config: accumulation from the global batch, the
     validation interval kept in optimiser steps (Lightning counts it in batches), and the
     atomic checkpoint writer."""

@@ -1,9 +1,11 @@
 """One training job: check -> decide -> build -> fit -> record.
 
-``train.py`` at the repository root is the ``@hydra.main`` entry point that calls :func:`run`,
-which reads top to bottom:
+``train.py`` at the repository root is the ``@hydra.main`` entry point that calls :func:`main`,
+which types the composed config once (:meth:`ablate.config.run.RunConfig.from_hydra`) and hands it
+to :func:`run`, which reads top to bottom:
 
-1. hold the run directory (one process per run) and check the config before anything is read
+1. hold the run directory (one process per run) and derive the batch layout, the memory of a step
+   and the run's identity before anything is read
    (:func:`ablate.run.preflight.check_config`);
 2. decide what the job does with its directory: skip a finished sweep job, resume (the checkpoint
    read once and checked to be the same run), start fresh, or refuse
@@ -29,12 +31,13 @@ import contextlib
 import logging
 import time
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from ablate import cli
@@ -43,6 +46,7 @@ from ablate.callbacks.divergence import DivergenceMonitor
 from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.checkpoints import safe_load
 from ablate.cli.console import quiet_known_noise
+from ablate.config.run import RunConfig, TargetConfig
 from ablate.metrics import finite_or_none
 from ablate.nn.axes import spec_axes
 from ablate.run import distributed, environment, lifecycle
@@ -56,62 +60,66 @@ from ablate.tracking.wandb_run import finish_wandb
 log = logging.getLogger(__name__)
 
 
-def run(cfg: DictConfig) -> float:
+def main(cfg: DictConfig) -> float:
+    """The job Hydra started (``train.py``'s task function): what Hydra knows of it (:class:`Job`,
+    which may continue an earlier run's directory), then its config typed, once, and run."""
+    job = Job.current(cfg)
+    return run(RunConfig.from_hydra(cfg, job.overrides), job)
+
+
+def run(cfg: RunConfig, job: Job) -> float:
     """Run one job and always leave a record of it (see the module docstring); returns the value
     for sweepers to optimise."""
     quiet_known_noise()
     environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
-    job = Job.current(cfg)
     with lifecycle.recording(job) as record:  # hold the run directory; keep whatever ends this block
-        checked = check_config(cfg)  # check: keys, numbers, combinations, memory, before anything is read
+        checked = check_config(cfg)  # the batch layout, memory, identity: before anything is read
         record.plan = lifecycle.decide(job, checked.identity)  # decide: skip, resume (the same run), fresh
         if record.plan.trains:
             record.status = fit_job(cfg, job, checked, record.plan)  # build -> fit
     return lifecycle.finish(job, record)  # record: status.json, the summary, the value for a sweeper
 
 
-def fit_job(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
+def fit_job(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
     """Train the job here, or in N processes started for it when it needs more than this one (in a
     sweep of worker processes on a node of several GPUs, a one-GPU job takes the first free one)."""
-    one_gpu = job.worker_processes and distributed.uses_one_gpu(cfg.trainer) and torch.cuda.device_count() > 1
-    if distributed.needs_launch(cfg.trainer) and not one_gpu:
-        if int(cfg.trainer.get("num_nodes", 1) or 1) > 1:
+    trainer = cfg.trainer
+    one_gpu = job.worker_processes and distributed.uses_one_gpu(trainer) and torch.cuda.device_count() > 1
+    if distributed.needs_launch(trainer) and not one_gpu:
+        if int(trainer.get("num_nodes", 1) or 1) > 1:
             raise ValueError(
-                f"trainer.num_nodes={cfg.trainer.num_nodes}: the processes of the other nodes must be started there, "
+                f"trainer.num_nodes={trainer['num_nodes']}: the processes of the other nodes must be started there, "
                 "by SLURM (hydra/launcher=slurm) or by torchrun on every node; a job started here runs on this node only."
             )
-        # the ranks get the job's config resolved here, where Hydra's interpolations
-        # (${hydra:runtime.output_dir}, ...) still resolve
-        container = OmegaConf.to_container(cfg, resolve=True)
-        return distributed.launch(
-            _rank_main, (container, job, checked, plan), distributed.devices_per_node(cfg.trainer)
-        )
+        # the ranks get the job's typed config, resolved here, where Hydra's interpolations
+        # (${hydra:runtime.output_dir}, ...) resolve
+        return distributed.launch(_rank_main, (cfg, job, checked, plan), distributed.devices_per_node(trainer))
     with distributed.exclusive_gpu(torch.cuda.device_count()) if one_gpu else contextlib.nullcontext() as gpu:
         if gpu is not None:
             print(f"this job trains on GPU {gpu} (the first one no other job of this node holds)")
-            with open_dict(cfg):
-                cfg.trainer.devices = [gpu]
+            cfg = replace(cfg, trainer=TargetConfig({**trainer, "devices": [gpu]}))
         return fit(cfg, job, checked, plan)
 
 
 @record  # a failing rank's traceback reaches the launching process
-def _rank_main(cfg_container: dict[str, Any], job: Job, checked: Preflight, plan: Plan) -> RunStatus | None:
+def _rank_main(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus | None:
     """One rank of a job started by :func:`ablate.run.distributed.launch`; rank 0 returns the status."""
     rank = distributed.global_rank()
     rank_zero_only.rank = rank  # type: ignore[attr-defined] # lightning was imported before the launcher set RANK
     status = None
     try:
-        status = fit(OmegaConf.create(cfg_container), job, checked, plan)
+        status = fit(cfg, job, checked, plan)
     finally:  # rank 0's W&B run ends here, with the outcome in its summary
         finish_wandb(cli.EXIT_CRASHED if status is None else cli.EXIT_OK, None if status is None else status.outcome())
     return status if rank == 0 else None
 
 
-def fit(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
+def fit(cfg: RunConfig | DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
     """Train one configuration in this process (one rank of it, under DDP) and return its status
     record: diverged, interrupted, or completed (with the task's own evaluation after training:
     the test split, ...). ``checked`` is :func:`ablate.run.preflight.check_config` of ``cfg`` and
     ``plan`` the job's :func:`ablate.run.lifecycle.decide`, both done by the caller."""
+    cfg = RunConfig.of(cfg)
     for warning in checked.warnings if is_rank_zero() else []:
         log.warning(warning)
     assembled = build(cfg, checked, job, plan)
@@ -137,7 +145,7 @@ def fit(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
     metrics = {k: finite_or_none(v) for k, v in trainer.callback_metrics.items()}
     extra: dict[str, Any] = {}
     if diverged_at is None and not interrupted:  # Ctrl-C: last.ckpt was saved at this step; no evaluation
-        evaluated, extra = task.evaluate_after_fit(trainer, assembled.datamodule, cfg.eval)  # the task's own
+        evaluated, extra = task.evaluate_after_fit(trainer, assembled.datamodule, cfg.eval.as_dict())  # the task's own
         metrics.update(evaluated)
     elapsed = time.perf_counter() - start  # this segment: training and the evaluation after it
     return RunStatus(

@@ -211,23 +211,6 @@ def check_task_config(cfg: DictConfig) -> None:
     task_class(cfg).check_config(cfg)
 
 
-def config_keys(cfg: DictConfig) -> dict[str, frozenset[str] | dict[str, Any]]:
-    """The keys of the config groups the chosen task reads, for
-    :func:`ablate.config.schema.check_config_keys` and :func:`ablate.config.types.check_config_types`:
-    ``task`` (its class's ``config_keys``), ``decode`` (with their types) and ``model`` (without
-    the other task's keys: an LM has no encoder, a translation model no ``n_layers``)."""
-    from ablate.config.model import MODEL_KEYS
-    from ablate.config.types import dataclass_hints
-    from ablate.tasks.decoding import DecodeConfig  # torch: only when a config is checked
-
-    task = task_class(cfg)
-    return {
-        "task": frozenset(getattr(task, "config_keys", {"name"})),
-        "decode": dataclass_hints(DecodeConfig),
-        "model": MODEL_KEYS - task.other_model_keys,
-    }
-
-
 def ranked_metrics(cfg: DictConfig | Mapping[str, Any]) -> tuple[str, ...] | None:
     """The quantities runs of the chosen task can be ranked by (its own metrics with a goal), or
     None when no task is registered under its name (refused elsewhere), for

@@ -117,7 +117,7 @@ class TaskModule(L.LightningModule):
 
     other_model_keys: ClassVar[frozenset[str]] = frozenset()
     """Keys of the ``model`` group that this task's model does not have (refused by
-    :mod:`ablate.config.schema`): an LM has no encoder, a translation model's depth is per stack."""
+    :class:`ablate.config.run.ModelConfig`): an LM has no encoder, a translation model's depth is per stack."""
 
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
@@ -214,6 +214,8 @@ def config_dict(node: Any) -> dict[str, Any]:
     """A config node (resolved) as a plain dict; ``{}`` for None."""
     if node is None:
         return {}
+    if hasattr(node, "as_dict"):  # a typed section (ablate.config.run)
+        return cast(dict[str, Any], node.as_dict())
     if isinstance(node, DictConfig):
         return cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))
     return dict(node)

@@ -18,7 +18,7 @@ from ablate.compat import flatten_params
 from ablate.tracking.csv_logger import AppendingCSVLogger
 from ablate.tracking.hparams import new_hparams, scalar_hparams
 from ablate.tracking.naming import RunLabels, flat_axes, run_tags
-from ablate.tracking.options import MLflowOptions, TensorBoardOptions, WandbOptions, check_loggers, user_tags
+from ablate.tracking.options import MLflowOptions, TensorBoardOptions, WandbOptions, user_tags
 from ablate.tracking.wandb_run import build_wandb_logger
 
 
@@ -59,7 +59,6 @@ def build_loggers(
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    check_loggers(cfg)
     labels = labels if labels is not None else RunLabels.current()
     axes = flat_axes(extra_config, labels.swept)
     tags = run_tags(user_tags(cfg), labels.experiment, axes)

@@ -1,6 +1,7 @@
 """The ``logger.*`` config nodes as dataclasses (``conf/logger/<name>.yaml``), the top-level
 ``tags`` list, and the check that a selected logger's package is installed, made before any data
-is read. :mod:`ablate.config.schema` takes the valid ``logger.<name>`` keys from these dataclasses.
+is read. The typed config (:mod:`ablate.config.run`) takes the valid ``logger.<name>`` keys and their
+types from these dataclasses.
 """
 
 from __future__ import annotations
@@ -103,20 +104,44 @@ def _installed(module: str) -> bool:
 
 
 def check_loggers(cfg: Any) -> None:
-    """Fail at once, before any data is read, when a selected logger's package is missing.
+    """Fail at once, before any data is read, when a selected logger's package is missing
+    (``cfg``: a composed config; :func:`require_installed` of each selected logger)."""
+    require_installed("tensorboard", TensorBoardOptions.from_cfg(cfg).enabled)
+    require_installed("mlflow", MLflowOptions.from_cfg(cfg).enabled)
+
+
+def require_installed(name: str, enabled: bool) -> None:
+    """A selected (``enabled``) logger's package is installed.
 
     Raises:
         LoggerUnavailable: naming the ``pip install`` command of the missing extra.
     """
-    selected = {"tensorboard": TensorBoardOptions.from_cfg(cfg).enabled, "mlflow": MLflowOptions.from_cfg(cfg).enabled}
-    for name, enabled in selected.items():
-        modules, extra = _LOGGER_PACKAGES[name]
-        if enabled and not any(_installed(m) for m in modules):
-            raise LoggerUnavailable(
-                f"logger {name} is selected (logger.{name}.enabled=true) but the {modules[0]} package is not "
-                f"installed. Install it with:\n  {PIP_EXTRA.format(extra=extra)}\n"
-                f"(from the repository root), or drop {name} from the logger list"
-            )
+    if not enabled or name not in _LOGGER_PACKAGES:
+        return
+    modules, extra = _LOGGER_PACKAGES[name]
+    if not any(_installed(m) for m in modules):
+        raise LoggerUnavailable(
+            f"logger {name} is selected (logger.{name}.enabled=true) but the {modules[0]} package is not "
+            f"installed. Install it with:\n  {PIP_EXTRA.format(extra=extra)}\n"
+            f"(from the repository root), or drop {name} from the logger list"
+        )
+
+
+LOGGER_OPTIONS: dict[str, type[WandbOptions] | type[TensorBoardOptions] | type[MLflowOptions]] = {
+    "wandb": WandbOptions,
+    "tensorboard": TensorBoardOptions,
+    "mlflow": MLflowOptions,
+}
+"""The ``logger.<name>`` nodes and their options dataclasses (``csv`` has none: always on)."""
+
+
+def logger_options(name: str, values: dict[str, Any]) -> Any:
+    """The options of ``logger.<name>`` from its checked values (``tags``: a list, or one string),
+    its package required when it is selected."""
+    known = _known_options(values, LOGGER_OPTIONS[name])
+    options = LOGGER_OPTIONS[name](**known)
+    require_installed(name, options.enabled)
+    return options
 
 
 def user_tags(cfg: Any) -> list[str]:
@@ -141,19 +166,3 @@ def _as_list(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value] if value else []
     return [str(v) for v in value]
-
-
-# ----------------------------------------------------------------------- loggers
-
-
-def logger_keys() -> dict[str, dict[str, Any]]:
-    """The keys of each ``logger.<name>`` node with their types (its options dataclass), for
-    :func:`ablate.config.schema.check_config_keys` and :func:`ablate.config.types.check_config_types`."""
-    from ablate.config.types import dataclass_hints
-
-    found = {
-        f"logger.{name}": dataclass_hints(options)
-        for name, options in (("wandb", WandbOptions), ("tensorboard", TensorBoardOptions), ("mlflow", MLflowOptions))
-    }
-    found["logger.wandb"]["tags"] = list[str] | str  # a single tag may be given as a string
-    return found
