@@ -18,7 +18,7 @@ from ablate.compat import flatten_params
 from ablate.tracking.csv_logger import AppendingCSVLogger
 from ablate.tracking.hparams import new_hparams, scalar_hparams
 from ablate.tracking.naming import RunLabels, flat_axes, run_tags
-from ablate.tracking.options import MLflowOptions, TensorBoardOptions, WandbOptions, user_tags
+from ablate.tracking.options import MLflowOptions, TensorBoardOptions, WandbOptions, require_installed, user_tags
 from ablate.tracking.wandb_run import build_wandb_logger
 
 
@@ -88,6 +88,7 @@ def build_loggers(
         if wandb_logger is not None:
             loggers.append(wandb_logger)
     if TensorBoardOptions.from_cfg(cfg).enabled:
+        require_installed("tensorboard", True)  # its package, named with the pip command when missing
         summary = {
             "run_name": run_name,
             "group": group or "",
@@ -101,6 +102,7 @@ def build_loggers(
             print(f"tensorboard  {output_dir / 'tensorboard'}  (view: tensorboard --logdir {output_dir.parent})")
     mlflow_options = MLflowOptions.from_cfg(cfg)
     if mlflow_options.enabled and rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # other ranks would race to create the store
+        require_installed("mlflow", True)
         loggers.append(
             _build_mlflow_logger(
                 mlflow_options,
