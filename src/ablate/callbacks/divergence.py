@@ -44,10 +44,13 @@ class DivergenceMonitor(Callback):
     # what each argument takes, checked where the config is typed (ablate.config.run), before the run
     CONFIG_RULES: ClassVar[dict[str, Rule]] = {
         "max_ratio": (
-            lambda v: v is None or (number(v) and (v == 0 or v > 1)),
-            "null or 0 (only a non-finite loss counts), or a ratio > 1 of the first loss",
+            lambda v: v is None or (number(v) and v >= 0),
+            "null or 0 (only a non-finite loss counts), or a positive multiple of the first loss",
         ),
-        "check_every_n_steps": (optional(positive_int), "null (trainer.log_every_n_steps) or a positive number of steps"),
+        "check_every_n_steps": (
+            optional(positive_int),
+            "null (trainer.log_every_n_steps) or a positive number of steps",
+        ),
     }
 
     def __init__(self, max_ratio: float | None = 10.0, check_every_n_steps: int | None = None) -> None:

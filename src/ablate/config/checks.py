@@ -48,7 +48,21 @@ def _max_time(value: Any) -> bool:
 
 
 # Lightning 2.6's precision values (lightning.fabric.plugins.precision.precision: _PRECISION_INPUT)
-PRECISIONS = (64, 32, 16, "64-true", "32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed", "64", "32", "16", "bf16")
+PRECISIONS = (
+    64,
+    32,
+    16,
+    "64-true",
+    "32-true",
+    "16-true",
+    "bf16-true",
+    "16-mixed",
+    "bf16-mixed",
+    "64",
+    "32",
+    "16",
+    "bf16",
+)
 TRAINER_RULES: dict[str, Rule] = {
     "max_steps": (
         lambda v: integer(v) and (v >= 1 or v == -1),

@@ -231,7 +231,9 @@ def check_trainer(trainer: Mapping[str, Any]) -> None:
     """The Trainer's arguments together: training ends, and the combinations of precision, strategy
     and device Lightning refuses late (:func:`ablate.config.checks.check_precision_and_strategy`)."""
     if trainer.get("max_steps", -1) == -1 and trainer.get("max_epochs") in (None, -1):
-        raise ConfigError("trainer.max_steps=-1 and trainer.max_epochs unset: training would never end; set one of them")
+        raise ConfigError(
+            "trainer.max_steps=-1 and trainer.max_epochs unset: training would never end; set one of them"
+        )
     check_precision_and_strategy({"trainer": trainer})
 
 
