@@ -192,7 +192,7 @@ def probe_child(out_path: Path, overrides: list[str]) -> None:
         build_callbacks,
         build_loggers,
     )
-    T.check_config = timed("config_checks", T.check_config)
+    T.preflight = timed("config_checks", T.preflight)
     LC.finish_wandb = timed("wandb_finish", LC.finish_wandb)
     status_record.write_status = timed("write_status", status_record.write_status)  # via record_status
 

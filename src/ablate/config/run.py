@@ -269,15 +269,35 @@ def _loggers(node: Any) -> dict[str, Any]:
     return found
 
 
-GROUPS = ("task", "decode", "model", "pos", "norm", "act", "init", "attn", "optim", "data", "trainer", "callbacks")
-GROUPS += ("logger", "eval", "log", "runtime", "paths")
+GROUPS: tuple[str, ...] = ("task", "decode", "model", "pos", "norm", "act", "init", "attn", "optim", "data")
+GROUPS += ("trainer", "callbacks", "logger", "eval", "log", "runtime", "paths")
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What the entry derives from a run's config, once: its identity (what a resume must match,
+    :func:`ablate.config.identity.run_identity`), the warnings its start gives (valid settings that
+    are probably not meant) and the fp32 matmul precision for its device."""
+
+    identity: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    matmul_precision: str = "highest"
+
+    @classmethod
+    def of(cls, resolved: Mapping[str, Any], notes: tuple[str, ...]) -> Derived:
+        from ablate.config.checks import matmul_precision, start_warnings
+        from ablate.config.identity import run_identity
+        from ablate.tasks import ranked_metrics
+
+        warnings = (*notes, *start_warnings(resolved, ranked_metrics(resolved)))
+        return cls(run_identity(resolved), warnings, matmul_precision(resolved))
 
 
 @dataclass(frozen=True)
 class RunConfig:
     """A training run's config, typed and checked (:meth:`from_hydra`). ``resolved`` is the composed
-    config as plain data, after the entry's derivations: what the run records (``.hydra/config.yaml``
-    is written from ``composed_yaml``) and what its identity is read from."""
+    config as plain data, after the entry's derivations: what the run records (W&B, ``hparams.yaml``)
+    and what its identity is read from (``derived``)."""
 
     seed: int = rule(1337, lambda v: SEED_RANGE[0] <= v <= SEED_RANGE[1], f"an integer in [0, {SEED_RANGE[1]}]")
     tags: list[str] | str = field(default_factory=list)
@@ -304,8 +324,7 @@ class RunConfig:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     resolved: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    composed_yaml: str = field(default="", repr=False)
-    notes: tuple[str, ...] = ()  # what the entry changed, and says at the start (a shortened interval)
+    derived: Derived = field(default_factory=Derived, repr=False)
 
     PATH: ClassVar[str] = ""
 
@@ -342,7 +361,6 @@ class RunConfig:
         line (``overrides``) appended it (``+foo=1``, ``+debug.foo=1``: no code reads it); one that a
         config file declares is that file's table for its interpolations (an experiment's
         ``init_by_norm``), kept in what the run records and read by nothing else."""
-        from omegaconf import OmegaConf
 
         from ablate.tasks import task_class
 
@@ -351,7 +369,7 @@ class RunConfig:
         note = clip_validation_interval(cfg.trainer)
         items = {k: v for k, v in plain_items(cfg) if k != "hydra"}  # a sweeper's job config carries Hydra's
         top = {f.name for f in dataclasses.fields(cls) if f.name not in GROUPS and f.init}
-        top -= {"architecture", "resolved", "composed_yaml", "notes"}
+        top -= {"architecture", "resolved", "derived"}
         appended = {o.lstrip("+").split("=", 1)[0].split(".", 1)[0] for o in overrides if o.startswith("+")}
         for key in items:
             if key not in top and key not in GROUPS and key in appended:
@@ -359,7 +377,9 @@ class RunConfig:
         own = typed_values({k: v for k, v in items.items() if k in top}, _top_hints(cls, top), "")
         trainer = TargetConfig.from_node("trainer", items["trainer"], TRAINER_RULES)
         check_trainer(trainer)
-        architecture = {g: dict(plain_items(items[g])) for g in ("pos", "norm", "act", "init", "attn") if g in items}
+        architecture: dict[str, Any] = {
+            g: dict(plain_items(items[g])) for g in ("pos", "norm", "act", "init", "attn") if g in items
+        }
         check_option_keys(architecture)
         config = cls(
             **own,
@@ -376,9 +396,8 @@ class RunConfig:
             log=LogConfig.from_node(items.get("log") or {}),
             runtime=RuntimeConfig.from_node(items.get("runtime") or {}),
             paths=PathsConfig.from_node(items.get("paths") or {}),
-            resolved=_resolved(cfg),
-            composed_yaml=OmegaConf.to_yaml(cfg),
-            notes=(note,) if note else (),
+            resolved=(resolved := _resolved(cfg)),
+            derived=Derived.of(resolved, (note,) if note else ()),
         )
         config.model_spec(vocab_size=1, max_len=config.eval_max_len)  # the architecture's combinations
         return config

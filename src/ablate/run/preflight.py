@@ -11,12 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ablate.config.checks import matmul_precision, start_warnings
-from ablate.config.identity import run_identity
 from ablate.config.options import ConfigError
 from ablate.config.run import RunConfig
 from ablate.run import distributed, memory
-from ablate.tasks import ranked_metrics
 
 
 @dataclass(frozen=True)
@@ -47,16 +44,20 @@ def training_layout(cfg: RunConfig | Any) -> tuple[int, int, int]:
 
 
 def check_config(cfg: RunConfig | Any) -> Preflight:
-    """What a job derives from its config before any data is read (a composed ``DictConfig`` is
-    typed first): the batch layout over the devices, the memory of a training step, the run's
-    identity and its start warnings."""
-    if not isinstance(cfg, RunConfig):
-        cfg = RunConfig.from_hydra(cfg)
+    """:func:`preflight` of a config (a composed ``DictConfig`` is typed first, as the entry types it)."""
+    return preflight(RunConfig.of(cfg))
+
+
+def preflight(cfg: RunConfig) -> Preflight:
+    """What a job derives from its typed config before any data is read: the batch layout over
+    the devices and the memory of a training step; with what the entry derived (the run's
+    identity, its start warnings, the matmul precision for its device)."""
     try:
         world, _, accumulate = training_layout(cfg)  # the per-device batch is the data module's to use
     except ValueError as err:  # a global batch that does not split over the devices
         raise ConfigError(str(err)) from None
     memory.check_training_step(cfg.resolved, cfg.model_spec(vocab_size=1, max_len=cfg.eval_max_len))
-    notes = [*cfg.notes, *start_warnings(cfg.resolved, ranked_metrics(cfg.resolved))]
-    matmul = matmul_precision(cfg.resolved)
-    return Preflight(run_identity(cfg.resolved), world, accumulate, cfg.eval_max_len, notes, matmul_precision=matmul)
+    derived = cfg.derived
+    return Preflight(
+        dict(derived.identity), world, accumulate, cfg.eval_max_len, list(derived.warnings), derived.matmul_precision
+    )

@@ -53,7 +53,7 @@ from ablate.run import distributed, environment, lifecycle
 from ablate.run.assembly import build
 from ablate.run.job import Job, is_rank_zero
 from ablate.run.lifecycle import Plan
-from ablate.run.preflight import Preflight, check_config
+from ablate.run.preflight import Preflight, preflight
 from ablate.run.status import RunStatus
 from ablate.tracking.wandb_run import finish_wandb
 
@@ -73,7 +73,7 @@ def run(cfg: RunConfig, job: Job) -> float:
     quiet_known_noise()
     environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
     with lifecycle.recording(job) as record:  # hold the run directory; keep whatever ends this block
-        checked = check_config(cfg)  # the batch layout, memory, identity: before anything is read
+        checked = preflight(cfg)  # the batch layout, the memory of a step: before anything is read
         record.plan = lifecycle.decide(job, checked.identity)  # decide: skip, resume (the same run), fresh
         if record.plan.trains:
             record.status = fit_job(cfg, job, checked, record.plan)  # build -> fit

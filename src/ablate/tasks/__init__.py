@@ -219,9 +219,10 @@ def ranked_metrics(cfg: DictConfig | Mapping[str, Any]) -> tuple[str, ...] | Non
     return None if spec is None else spec.ranked_metrics
 
 
-def build_task(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TaskModule:
-    """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec."""
-    build: Callable[[DictConfig, Any, ModelSpec], TaskModule] = resolve(TASKS[task_name(cfg)].build)
+def build_task(cfg: Any, datamodule: Any, spec: ModelSpec) -> TaskModule:
+    """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec (``cfg``: the
+    typed :class:`~ablate.config.run.RunConfig`, or a composed config)."""
+    build: Callable[[Any, Any, ModelSpec], TaskModule] = resolve(TASKS[task_name(cfg)].build)
     return build(cfg, datamodule, spec)
 
 
