@@ -4,7 +4,7 @@ python train.py                                   # the default experiment
 python train.py -m norm=pre,post pos=sinusoidal,learned
 python train.py experiment=nanogpt_shakespeare_char
 
-The command line is composed and typed (:meth:`ablate.config.run.RunConfig.from_hydra`: every key
+The command line is composed and typed (:meth:`ablate.run.config.RunConfig.from_hydra`: every key
 known, every value of its type and range) before Hydra runs (:func:`ablate.cli.entry_point`): a
 refusal is immediate and leaves no run folder; a misspelt key costs the composition only (no torch).
 """
@@ -18,7 +18,7 @@ from ablate import cli
 def check(cfg: DictConfig, overrides: list[str]) -> None:
     """What a command line must pass before Hydra starts a job (:func:`ablate.cli.entry_point`)."""
     from ablate.config.locations import check_writable_folders
-    from ablate.config.run import RunConfig
+    from ablate.run.config import RunConfig
 
     RunConfig.from_hydra(cfg, overrides)  # keys, types, ranges, combinations
     check_writable_folders(cfg.paths, cli.run_dir())  # the log, cache and run folders: before Hydra writes

@@ -1,4 +1,4 @@
-"""Every config group refuses a key no code reads, naming it and the valid keys (ablate.config.run)."""
+"""Every config group refuses a key no code reads, naming it and the valid keys (ablate.run.config)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from ablate.config.options import ConfigError
-from ablate.config.run import RunConfig
 from ablate.config.types import target_keys
+from ablate.errors import ConfigError
+from ablate.run.config import RunConfig
 from ablate.run.preflight import check_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,10 +15,10 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from ablate.config.checks import clip_validation_interval
-from ablate.config.options import ConfigError
 from ablate.data.cache import CacheCorruptError, read_meta
 from ablate.data.lm_data import TinyShakespeare
 from ablate.data.sources import DataFormatError
+from ablate.errors import ConfigError
 from ablate.optim import build_optimizer, used_optim_config
 from ablate.run.preflight import check_config
 from conftest import REPO, TINY

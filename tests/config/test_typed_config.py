@@ -1,4 +1,4 @@
-"""The composed config is typed once (ablate.config.run.RunConfig): each number is refused by the
+"""The composed config is typed once (ablate.run.config.RunConfig): each number is refused by the
 rule declared beside its key, naming the key and the valid range, before anything runs (issue 41
 item 4: each value here reached the code unchecked: a TypeError, numpy's ValueError, Lightning's
 MisconfigurationException, a run "diverged at step 1", a default silently used instead)."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from ablate.config.options import ConfigError
-from ablate.config.run import ModelConfig, RunConfig
+from ablate.errors import ConfigError
+from ablate.run.config import ModelConfig, RunConfig
 from conftest import REPO
 
 BAD_VALUES = [
@@ -91,3 +91,20 @@ def test_train_py_refuses_them_with_exit_2_and_no_run_folder(run_train, tmp_path
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "is invalid" in proc.stderr and "Traceback" not in proc.stderr
     assert not list((tmp_path / "logs").rglob("status.json"))  # nothing ran
+
+
+def test_a_checkpoint_from_before_an_architecture_key_or_axis_is_the_same_run() -> None:
+    """Every norm option carries every layer's keys (null unless set), and a new axis a selector:
+    a checkpoint written before either resumes at those defaults, and at no other value."""
+    from ablate.config.identity import identity_differences, run_identity
+
+    current = run_identity(composed())
+    assert current["norm.alpha_init"] is None and current["pos.name"] == "learned"
+    before = {k: v for k, v in current.items() if k not in ("norm.alpha_init", "pos.name")}
+    assert identity_differences(before, current) == {}
+    assert identity_differences(before, run_identity(composed("pos=rope"))) == {
+        "pos.base": ("<unset>", 10000.0),
+        "pos.fraction": ("<unset>", 1.0),
+        "pos.name": ("<unset>", "rope"),
+    }
+    assert identity_differences(before, run_identity(composed("norm.layer=dyt", "norm.alpha_init=0.3")))

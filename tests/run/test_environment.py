@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.run import environment
 
 SLURM = {"launcher": {"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}}

@@ -16,8 +16,8 @@ import pytest
 
 import forked_python
 from ablate.config.locations import check_writable_folders, folder_problem
-from ablate.config.options import ConfigError
 from ablate.data import cache
+from ablate.errors import ConfigError
 from conftest import HANG_TIMEOUT, REPO
 
 UNWRITABLE = Path("/proc/ablate-no-such-folder")

@@ -28,7 +28,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ablate.config.checks import check_precision_and_strategy
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.optim import clip_gradients, unscale_once
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,7 +97,7 @@ def test_fsdp_clips_through_its_root_module() -> None:
     collective ``clip_grad_norm_`` (Lightning's own clipping refuses norm clipping under FSDP)."""
     from lightning.pytorch.strategies import FSDPStrategy
 
-    from ablate.config.model import ModelSpec
+    from ablate.nn.spec import ModelSpec
     from ablate.tasks.lm import LanguageModelTask
 
     calls: list[float] = []
@@ -246,7 +246,7 @@ def test_fp16_with_a_scaler_and_fused_adamw_logs_unscaled_norms(tmp_path: Path, 
     from torch.utils.data import DataLoader, TensorDataset
 
     from ablate.callbacks.grad_norm import GradNormMonitor
-    from ablate.config.model import ModelSpec
+    from ablate.nn.spec import ModelSpec
     from ablate.tasks.lm import LanguageModelTask
 
     spec = ModelSpec(vocab_size=40, n_layers=1, d_model=32, n_heads=4, d_ff=64, max_len=16).as_dict()

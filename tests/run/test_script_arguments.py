@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 import forked_python
 from ablate.config.arguments import SCRIPT_ARGUMENTS, check_arguments
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from conftest import HANG_TIMEOUT, REPO
 
 

@@ -14,9 +14,9 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-from ablate.config.model import ModelSpec, validate
-from ablate.config.options import ConfigError
 from ablate.data.majority import PAD, MajorityData
+from ablate.errors import ConfigError
+from ablate.nn.spec import ModelSpec
 from ablate.tasks.classify import EncoderClassifier
 from conftest import REPO
 from nn._models import ATTN, POS
@@ -27,11 +27,8 @@ V = 9  # 8 symbols and the padding id
 
 def classifier(**overrides) -> EncoderClassifier:
     torch.manual_seed(0)
-    spec = validate(
-        ModelSpec(
-            vocab_size=V, n_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=16, tie_embeddings=False, **overrides
-        )
-    )
+    sizes = dict(vocab_size=V, n_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=16, tie_embeddings=False)
+    spec = ModelSpec.from_flat({**sizes, **overrides}).validate()
     return EncoderClassifier(spec, num_classes=2).eval()
 
 

@@ -21,7 +21,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
 from ablate import metrics
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.nn.transformer import TransformerLM
 from ablate.tasks import TASKS, TaskSpec, register_task, unregister_task
 from ablate.tasks.base import TaskModule
@@ -36,7 +36,7 @@ class CopyTask(TaskModule):
 
     def __init__(self, spec: dict[str, Any], optim: dict[str, Any]) -> None:
         super().__init__()
-        from ablate.config.model import ModelSpec
+        from ablate.nn.spec import ModelSpec
 
         self.spec, self.optim_cfg = ModelSpec(**spec), optim
         self.model = TransformerLM(self.spec)

@@ -808,7 +808,7 @@ def test_a_selected_logger_that_is_not_installed_names_the_pip_command(
     installed["tensorboard"] = False
     with pytest.raises(logger_options.LoggerUnavailable, match=r"'\.\[tensorboard\]'"):
         logger_options.check_loggers(multi_cfg(tmp_path, "tensorboard"))
-    from ablate.config.options import ConfigError
+    from ablate.errors import ConfigError
 
     assert issubclass(logger_options.LoggerUnavailable, ConfigError)  # train.py prints it as a user error
 

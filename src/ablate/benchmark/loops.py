@@ -31,8 +31,8 @@ from ablate.run.preflight import Preflight
 from ablate.tracking.loggers import build_loggers
 
 if TYPE_CHECKING:
-    from ablate.config.model import ModelSpec
     from ablate.nn.seq2seq import EncoderDecoder
+    from ablate.nn.spec import ModelSpec
     from ablate.nn.transformer import TransformerLM
 
 

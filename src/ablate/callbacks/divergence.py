@@ -41,7 +41,7 @@ class DivergenceMonitor(Callback):
             (None: ``trainer.log_every_n_steps``).
     """
 
-    # what each argument takes, checked where the config is typed (ablate.config.run), before the run
+    # what each argument takes, checked where the config is typed (ablate.run.config), before the run
     CONFIG_RULES: ClassVar[dict[str, Rule]] = {
         "max_ratio": (
             lambda v: v is None or (number(v) and v >= 0),

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.config.options import ConfigError
 from ablate.config.types import resolved_items, top_level_key_message, type_ok, wrong_type_message
+from ablate.errors import ConfigError
 
 
 @dataclass(frozen=True)

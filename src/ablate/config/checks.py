@@ -2,9 +2,9 @@
 (Lightning's ``Trainer``) or shares among classes (the data modules' batch keys), the combinations
 of precision, strategy and device Lightning refuses late, and the warnings a run gives at its start.
 
-A bad value raises :class:`~ablate.config.options.ConfigError` naming the key, the value and the
+A bad value raises :class:`~ablate.errors.ConfigError` naming the key, the value and the
 valid range (:func:`ablate.config.types.check_rules`, applied where the config is typed:
-:mod:`ablate.config.run`), instead of a ``ZeroDivisionError`` inside Lightning, a torch error after
+:mod:`ablate.run.config`), instead of a ``ZeroDivisionError`` inside Lightning, a torch error after
 the data load, or -- worst -- a run that "completes" having done something else
 (``trainer.max_steps=0`` training nothing, ``trainer.max_time=garbage`` failing every job of a sweep).
 """
@@ -16,8 +16,8 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from ablate.config.options import ConfigError
 from ablate.config.types import Rule, check_rules
+from ablate.errors import ConfigError
 from ablate.metrics import parse
 
 

@@ -110,7 +110,7 @@ def check_writable_folders(paths: Any, run_dir: str | Path | None = None) -> Non
     file or cannot be made (an existing read-only cache may hold what the run needs: it is read, and
     :func:`ablate.data.cache.ensure_cache` names the folder if it must build there), and an existing
     run folder (``hydra.run.dir``: a resume, or the report of a finished run) that cannot be written."""
-    from ablate.config.options import ConfigError
+    from ablate.errors import ConfigError
 
     for key, strict in (("log_dir", True), ("cache_dir", False)):
         try:

@@ -1,4 +1,4 @@
-"""Keys, types and rules of config values: the machinery of the typed config (:mod:`ablate.config.run`).
+"""Keys, types and rules of config values: the machinery of the typed config (:mod:`ablate.run.config`).
 
 Without a type check a wrong type either crashes deep inside (``model.n_layers=abc``: a TypeError in
 ``range``; ``trainer.precision=7``: Lightning's error after the run header) or, worse, is taken as
@@ -24,7 +24,7 @@ from typing import Any, Literal, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 
 UNRESOLVED = object()  # a value that does not resolve where the config is checked (``${hydra:...}`` outside a job)
 Rule = tuple[Callable[[Any], bool], str]  # (predicate, what the valid values are)

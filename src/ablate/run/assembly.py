@@ -28,11 +28,11 @@ from ablate.callbacks.interrupt import GracefulInterrupt
 from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.throughput import ThroughputMonitor
 from ablate.cli.console import format_run_header, param_estimate
-from ablate.config.model import ModelSpec
-from ablate.config.run import RunConfig
 from ablate.nn.axes import spec_axes
 from ablate.nn.flops import flops_per_token
+from ablate.nn.spec import ModelSpec
 from ablate.optim import used_optim_config
+from ablate.run.config import RunConfig
 from ablate.run.job import Job, is_rank_zero
 from ablate.run.lifecycle import Plan
 from ablate.run.preflight import Preflight

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ablate.config.model import ModelSpec
+    from ablate.nn.spec import ModelSpec
 
 MARGIN = 1.25
 OPTIMIZER_STATE_FLOATS = {"adamw": 2, "adam": 2, "sgd": 1}
@@ -285,6 +285,6 @@ def check_training_step(cfg: Mapping[str, Any], spec: ModelSpec) -> None:
         micro,
         optimizer=str(cfg["optim"].get("name", "adamw")),
         precision=cfg["trainer"].get("precision"),
-        materialised_attention=spec.attn == "math",
+        materialised_attention=spec.choice("attn") == "math",
     )
     check_fits(est, available_bytes(str(cfg["trainer"].get("accelerator", "cpu"))), batch_key, per_unit)

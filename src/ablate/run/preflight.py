@@ -1,6 +1,6 @@
 """What a job derives from its typed config before it reads data or allocates a tensor.
 
-The config was checked where it was typed (:meth:`ablate.config.run.RunConfig.from_hydra`: every
+The config was checked where it was typed (:meth:`ablate.run.config.RunConfig.from_hydra`: every
 key, type, range and combination); :func:`check_config` adds what only a job can judge (the batch
 layout over its devices, the memory of a training step) and returns a :class:`Preflight`: the
 run's identity (what a resume must match), its batch layout and the warnings to show at start.
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ablate.config.options import ConfigError
-from ablate.config.run import RunConfig
+from ablate.errors import ConfigError
 from ablate.run import distributed, memory
+from ablate.run.config import RunConfig
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """One training job: check -> decide -> build -> fit -> record.
 
 ``train.py`` at the repository root is the ``@hydra.main`` entry point that calls :func:`main`,
-which types the composed config once (:meth:`ablate.config.run.RunConfig.from_hydra`) and hands it
+which types the composed config once (:meth:`ablate.run.config.RunConfig.from_hydra`) and hands it
 to :func:`run`, which reads top to bottom:
 
 1. hold the run directory (one process per run) and derive the batch layout, the memory of a step
@@ -46,11 +46,11 @@ from ablate.callbacks.divergence import DivergenceMonitor
 from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
 from ablate.checkpoints import safe_load
 from ablate.cli.console import quiet_known_noise
-from ablate.config.run import RunConfig, TargetConfig
 from ablate.metrics import finite_or_none
 from ablate.nn.axes import spec_axes
 from ablate.run import distributed, environment, lifecycle
 from ablate.run.assembly import build
+from ablate.run.config import RunConfig, TargetConfig
 from ablate.run.job import Job, is_rank_zero
 from ablate.run.lifecycle import Plan
 from ablate.run.preflight import Preflight, preflight

@@ -46,8 +46,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate import cli
 from ablate.compat import sweeper_params_overrides
-from ablate.config.options import ConfigError
 from ablate.config.resolvers import RUN_CONTROL_KEYS, job_dirname
+from ablate.errors import ConfigError
 
 SWEEP_RECORD = "sweep.json"
 Signature = tuple[int, int, int] | None  # a file's (inode, size, mtime in ns); None: no such file

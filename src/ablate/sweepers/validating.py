@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from ablate import cli
 from ablate.cli.unknown_key import composition_error_message
 from ablate.compat import BasicSweeper, sweeper_params_overrides
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.run import environment
 from ablate.sweepers import killed_jobs
 from ablate.sweepers.job_dirs import NamedJobs
@@ -55,7 +55,7 @@ class ValidatingSweeperMixin(BasicSweeper):
         self.named_jobs.check()
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        from ablate.config.run import RunConfig  # the checks' imports: only when a sweep runs
+        from ablate.run.config import RunConfig  # the checks' imports: only when a sweep runs
         from ablate.run.preflight import check_config
 
         for overrides in batch:

@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from ablate import metrics
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.metrics import Metric
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from ablate.config.model import ModelSpec
+    from ablate.nn.spec import ModelSpec
     from ablate.tasks.base import TaskModule
 
 # "package.module:name" (imported when first used) or the object itself
@@ -221,7 +221,7 @@ def ranked_metrics(cfg: DictConfig | Mapping[str, Any]) -> tuple[str, ...] | Non
 
 def build_task(cfg: Any, datamodule: Any, spec: ModelSpec) -> TaskModule:
     """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec (``cfg``: the
-    typed :class:`~ablate.config.run.RunConfig`, or a composed config)."""
+    typed :class:`~ablate.run.config.RunConfig`, or a composed config)."""
     build: Callable[[Any, Any, ModelSpec], TaskModule] = resolve(TASKS[task_name(cfg)].build)
     return build(cfg, datamodule, spec)
 

@@ -1,6 +1,6 @@
 """The ``logger.*`` config nodes as dataclasses (``conf/logger/<name>.yaml``), the top-level
 ``tags`` list, and the check that a selected logger's package is installed, made before any data
-is read. The typed config (:mod:`ablate.config.run`) takes the valid ``logger.<name>`` keys and their
+is read. The typed config (:mod:`ablate.run.config`) takes the valid ``logger.<name>`` keys and their
 types from these dataclasses.
 """
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -8,8 +8,9 @@ so a key, its type and its range are declared in one place, beside each other. G
 belong to a class Hydra builds (``trainer``, ``data``, each ``callbacks.*``) are typed from that
 class's signature (:class:`TargetConfig`); the rules of the numbers ablate reads there are
 declared by the class itself where it is ours (``CONFIG_RULES``, ``CONFIG_CHOICES``), here for
-Lightning's ``Trainer``. The architecture groups are checked by their options' typed configs
-(:mod:`ablate.config.options`, :func:`ablate.config.model.model_spec`).
+Lightning's ``Trainer``. The architecture groups are Hydra's structured configs of their options
+(:mod:`ablate.nn.axes`), typed as the options' configs (:func:`ablate.nn.axes.typed_options`) and
+checked together with the model's sizes (:meth:`RunConfig.model_spec`).
 
 A refusal names the key, the value and what it takes, as :class:`ConfigError` (exit 2). It happens
 where the command line is first composed, before Hydra makes a run folder (:func:`ablate.cli.entry_point`),
@@ -34,7 +35,6 @@ from ablate.config.checks import (
     optional,
     positive_int,
 )
-from ablate.config.options import ConfigError, check_option_keys
 from ablate.config.types import (
     UNRESOLVED,
     Rule,
@@ -47,6 +47,9 @@ from ablate.config.types import (
     typed_values,
     unknown_key_message,
 )
+from ablate.errors import ConfigError
+from ablate.nn.axes import ARCHITECTURE_GROUPS, AXES, typed_options
+from ablate.nn.spec import ModelSpec
 
 S = TypeVar("S", bound="Section")
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and so Lightning's seed_everything's)
@@ -311,7 +314,7 @@ class RunConfig:
     print_config: bool = False
     # the groups
     model: ModelConfig = field(default_factory=ModelConfig)
-    architecture: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # pos, norm, act, init, attn
+    architecture: Mapping[str, Any] = field(default_factory=dict)  # ModelSpec's options and shared keys
     optim: OptimConfig = field(default_factory=OptimConfig)
     task: Mapping[str, Any] = field(default_factory=lambda: {"name": "lm"})
     decode: Mapping[str, Any] | None = None
@@ -339,11 +342,24 @@ class RunConfig:
     def task_name(self) -> str:
         return str(self.task.get("name", "lm"))
 
-    def model_spec(self, vocab_size: int, max_len: int | None = None) -> Any:
-        """The checked :class:`~ablate.nn.spec.ModelSpec` of this run for a vocabulary."""
-        from ablate.config.model import model_spec
-
-        return model_spec({"model": self.model.as_dict(), **self.architecture}, vocab_size, max_len)
+    def model_spec(self, vocab_size: int, max_len: int | None = None) -> ModelSpec:
+        """The checked :class:`~ablate.nn.spec.ModelSpec` of this run for a vocabulary (``max_len``:
+        the longest sequence of the data, where ``model.max_len`` is null)."""
+        model = self.model
+        return ModelSpec(
+            vocab_size=vocab_size,
+            n_layers=model.n_layers or model.decoder_layers,  # type: ignore[arg-type]  # one of them is set
+            encoder_layers=model.encoder_layers or 0,
+            d_model=model.d_model,
+            n_heads=model.n_heads,
+            d_ff=model.d_ff or 4 * model.d_model,
+            max_len=model.max_len or max_len or 0,
+            dropout=model.dropout,
+            bias=model.bias,
+            tie_embeddings=model.tie_embeddings,
+            scale_embeddings=model.scale_embeddings,
+            **self.architecture,
+        ).validate()
 
     @classmethod
     def of(cls, cfg: Any) -> RunConfig:
@@ -377,14 +393,10 @@ class RunConfig:
         own = typed_values({k: v for k, v in items.items() if k in top}, _top_hints(cls, top), "")
         trainer = TargetConfig.from_node("trainer", items["trainer"], TRAINER_RULES)
         check_trainer(trainer)
-        architecture: dict[str, Any] = {
-            g: dict(plain_items(items[g])) for g in ("pos", "norm", "act", "init", "attn") if g in items
-        }
-        check_option_keys(architecture)
         config = cls(
             **own,
             model=ModelConfig.from_node(items.get("model") or {}, exclude=task.other_model_keys),
-            architecture=architecture,
+            architecture=_architecture(items),
             optim=OptimConfig.from_node(items.get("optim") or {}),
             task=_task_node(task, items.get("task")),
             decode=_decode_node(items.get("decode")),
@@ -409,6 +421,16 @@ class RunConfig:
         (a learned position table's size changes its parameters and its initialisation)."""
         data = self.data
         return max(int(data.get("seq_len") or 0), int(data.get("eval_seq_len") or 0))
+
+
+def _architecture(items: Mapping[str, Any]) -> dict[str, Any]:
+    """The architecture groups typed (:func:`ablate.nn.axes.typed_options`), each value of its
+    key's type (Hydra types a key of the chosen option's node; ``+`` appends an untyped one)."""
+    typed = typed_options({g: dict(plain_items(items[g])) for g in ARCHITECTURE_GROUPS if g in items})
+    for axis in AXES:
+        option = typed["options"][axis.name]
+        typed_values(option.options(), {f.name: f.type for f in dataclasses.fields(option)}, axis.group)
+    return typed
 
 
 def _top_hints(cls: type, keys: set[str]) -> dict[str, Any]:
