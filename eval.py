@@ -18,8 +18,6 @@ lengths in non-overlapping windows: the same code as train.py's ``eval.seq_lens`
     python eval.py ckpt_path=... text_file=my_text.txt seq_lens=[256]
 """
 
-from pathlib import Path
-
 import hydra
 from omegaconf import DictConfig
 
@@ -44,12 +42,11 @@ def refuse_other_tasks_options(cfg: DictConfig, task: str) -> None:
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
 @cli.task
 def main(cfg: DictConfig) -> None:
-    from ablate.checkpoints.files import CheckpointError  # the stack (torch): only once the command is checked
+    from ablate.checkpoints.files import CheckpointError, require_file  # the stack (torch): once the command is checked
     from ablate.tasks import TASKS, resolve
     from ablate.tasks.checkpoints import checkpoint_task
 
-    if not Path(cfg.ckpt_path).is_file():
-        raise SystemExit(f"ckpt_path={cfg.ckpt_path}: no such checkpoint file")
+    require_file(cfg.ckpt_path)  # a missing path, a directory: said as what it is
     try:
         task = checkpoint_task(cfg.ckpt_path)
     except CheckpointError as err:

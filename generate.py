@@ -3,11 +3,16 @@
 python generate.py ckpt_path=logs/runs/<run>/checkpoints/last.ckpt prompt="ROMEO:" max_new_tokens=300
 """
 
+from typing import TYPE_CHECKING, cast
+
 import hydra
 from omegaconf import DictConfig
 
 from ablate import cli
 from ablate.config.arguments import checker
+
+if TYPE_CHECKING:
+    from ablate.tasks.lm import LanguageModelTask
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="generate")
@@ -18,7 +23,7 @@ def main(cfg: DictConfig) -> None:
     from ablate.tasks.checkpoints import load_task_checkpoint
     from ablate.tasks.generation import generate
 
-    task = load_task_checkpoint(cfg.ckpt_path, "lm", "generate.py")
+    task = cast("LanguageModelTask", load_task_checkpoint(cfg.ckpt_path, "lm", "generate.py"))  # checked: task=lm
     if task.tokenizer is None:
         raise SystemExit(f"{cfg.ckpt_path} carries no tokenizer (saved by an older version?); cannot decode")
     try:

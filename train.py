@@ -19,8 +19,10 @@ def check(cfg: DictConfig, overrides: list[str]) -> None:
     """What a command line must pass before Hydra starts a job (:func:`ablate.cli.entry_point`)."""
     from ablate.config.locations import check_writable_folders
     from ablate.run.config import RunConfig
+    from ablate.run.environment import check_accelerator, running_hydra
 
     RunConfig.from_hydra(cfg, overrides)  # keys, types, ranges, combinations
+    check_accelerator(cfg.trainer, running_hydra())  # a GPU or several processes this machine does not have
     check_writable_folders(cfg.paths, cli.run_dir())  # the log, cache and run folders: before Hydra writes
 
 

@@ -4,7 +4,6 @@ echo "Ein Hund rennt durch den Schnee." | python translate.py ckpt_path=logs/run
 python translate.py ckpt_path=... beam_size=1 < input.de > output.en
 """
 
-import io
 import sys
 from collections.abc import Iterable, Iterator
 
@@ -16,7 +15,7 @@ from ablate.config.arguments import checker
 from ablate.errors import UserError
 
 
-def text_lines(stream: io.BufferedIOBase) -> Iterator[str]:
+def text_lines(stream: Iterable[bytes]) -> Iterator[str]:
     """The lines of a byte stream as UTF-8 text; binary input (bytes that are not UTF-8, or NUL
     bytes) is refused naming the line, instead of a decoding traceback or translated garbage."""
     for number, raw in enumerate(stream, start=1):

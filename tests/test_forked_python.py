@@ -1,4 +1,4 @@
-"""The integration tests' forked runs (tests/forked_python.py) behave as subprocesses do: the same
+"""The integration tests' forked runs (tests/helpers/forked_python.py) behave as subprocesses do: the same
 exit code, output, working directory, argv, environment and stdin, and death by a signal as -N."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import forked_python
+from helpers import forked_python
 
 pytestmark = pytest.mark.integration
 

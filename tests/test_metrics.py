@@ -15,7 +15,7 @@ import pytest
 import ablate.tasks  # noqa: F401  (the tasks declare the built-in metrics)
 from ablate import metrics
 from ablate.metrics import Metric
-from tests.callbacks.test_progress import Clock, fake_trainer
+from helpers.fake_trainer import Clock, fake_trainer
 
 ACCURACY = Metric("accuracy", "max", "token accuracy", "fraction of tokens", format=".3f", progress_format="5.3f")
 

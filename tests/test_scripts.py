@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from helpers.runs import REPO
 
 SCRIPTS = sorted((REPO / "scripts").glob("*.py"))
 MAX_LINES = 80

@@ -1,4 +1,4 @@
-"""The test tiers are enforced (tests/conftest.py): a unit test cannot start a process or train."""
+"""The test tiers are enforced (tests/conftest.py, tests/helpers/tiers.py): a unit test cannot start a process or train."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 import lightning.pytorch as lp
 import pytest
 
-import forked_python
-from conftest import TierError, _tier_guard
+from helpers import forked_python
+from helpers.tiers import TierError, tier_guard
 
 # integration: so that the guard under test is the only one in place (a unit test runs under its own)
 pytestmark = pytest.mark.integration
@@ -25,7 +25,7 @@ class _Item:
 
 
 def test_an_unmarked_test_may_not_start_a_process_or_fit():
-    with _tier_guard(_Item()):
+    with tier_guard(_Item()):
         with pytest.raises(TierError, match="starts a subprocess: mark it @pytest.mark.integration"):
             subprocess.run([sys.executable, "-c", "pass"], check=False)
         with pytest.raises(TierError, match=r"starts a \(forked\) subprocess"):
@@ -38,6 +38,6 @@ def test_an_unmarked_test_may_not_start_a_process_or_fit():
 
 @pytest.mark.parametrize("marker", ["integration", "slow", "acceptance"])
 def test_a_marked_test_may(marker):
-    with _tier_guard(_Item(marker)):
+    with tier_guard(_Item(marker)):
         assert "refused" not in lp.Trainer.fit.__name__
         assert subprocess.Popen.__init__.__name__ == "__init__"

@@ -5,7 +5,8 @@ commands themselves run in test_readme_<chain>.py."""
 from __future__ import annotations
 
 import pytest
-from readme_suite import CHAINS, COMMANDS, COMMANDS_IN_README, readme_commands
+
+from helpers.readme_suite import CHAINS, COMMANDS, COMMANDS_IN_README, readme_commands
 
 pytestmark = pytest.mark.acceptance
 
@@ -22,13 +23,13 @@ def test_every_readme_command_is_checked():
     missing = [c for c in COMMANDS_IN_README if c not in COMMANDS]
     assert not missing, (
         f"README.md has commands the acceptance tier does not cover: {missing}. Add each to COMMANDS in "
-        "tests/acceptance/readme_suite.py (run it, or compose it with the reason it cannot run here)."
+        "tests/helpers/readme_suite.py (run it, or compose it with the reason it cannot run here)."
     )
 
 
 def test_every_table_entry_is_a_readme_command():
     stale = [c for c in COMMANDS if c not in COMMANDS_IN_README]
-    assert not stale, f"tests/acceptance/readme_suite.py lists commands the README no longer has: {stale}"
+    assert not stale, f"tests/helpers/readme_suite.py lists commands the README no longer has: {stale}"
 
 
 def test_every_entry_names_a_chain_with_a_test_file():

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from readme_suite import Session, chain_commands, check_command, session
+
+from helpers.readme_suite import Session, chain_commands, check_command, session
 
 pytestmark = pytest.mark.acceptance
 

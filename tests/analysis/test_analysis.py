@@ -27,7 +27,6 @@ import torch
 import yaml
 from PIL import Image
 
-import forked_python
 from ablate.analysis.attention import lm_attention, translation_attention
 from ablate.analysis.job import Job, canonical, read_metrics_csv
 from ablate.analysis.markdown import markdown_table
@@ -48,7 +47,8 @@ from ablate.analysis.wandb_group import WandbUnavailable, overrides_from_name, r
 from ablate.nn.seq2seq import EncoderDecoder
 from ablate.nn.spec import ModelSpec
 from ablate.nn.transformer import TransformerLM
-from conftest import HANG_TIMEOUT, REPO, TINY
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT, REPO, TINY
 
 pytestmark = pytest.mark.slow
 ARCH = ["pos=rope", "attn=sdpa", "attn.n_kv_heads=2", "logger=csv", "eval.seq_lens=[16,32]"]

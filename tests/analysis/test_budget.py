@@ -3,7 +3,7 @@ ladder (``conf/scale``, ``compute_multiplier.py``'s default ``--scale-key``).
 
 Interpolation and matched budgets are checked against hand computations on metrics frames built
 here; the point of the feature (a variant cheaper per step loses at equal steps and wins at equal
-FLOPs) on a synthetic sweep directory written with ``test_stats.write_job``, through the library
+FLOPs) on a synthetic sweep directory written with ``helpers.sweeps.write_job``, through the library
 and through ``scripts/summarize.py``; the ladder by composing the real Hydra configs and counting
 the parameters of the models they build (no training run).
 """
@@ -25,9 +25,7 @@ import pandas as pd
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
-from test_stats import write_job
 
-import forked_python
 from ablate.analysis import budget
 from ablate.analysis.job import Job
 from ablate.analysis.markdown import markdown_table
@@ -37,7 +35,9 @@ from ablate.nn.axes import ACT
 from ablate.nn.transformer import TransformerLM
 from ablate.run.config import RunConfig
 from ablate.run.preflight import check_config
-from conftest import HANG_TIMEOUT, REPO
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT, REPO
+from helpers.sweeps import write_job
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

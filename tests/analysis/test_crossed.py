@@ -111,12 +111,11 @@ def test_summarize_uses_the_crossed_interval_when_the_runs_saved_their_windows(t
     """A sweep whose runs saved test_units.npz: the row's test is crossed, its Δ the logged
     metrics' difference, the seed and text SE in the table; a run without the file falls back
     to the paired t-test and the table says why."""
-    from test_stats import write_job
-
     from ablate.analysis.markdown import markdown_table
     from ablate.analysis.runs import load_sweep
     from ablate.analysis.tables import summarize
     from ablate.eval_units import write_units
+    from helpers.sweeps import write_job
 
     rng = np.random.default_rng(1)
     difficulty = rng.gamma(4.0, 30.0, 64)

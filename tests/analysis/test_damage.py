@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_stats import write_job, write_sweep
 
 from ablate.analysis.commands import multiplier as multiplier_command
 from ablate.analysis.commands import plot as plot_command
 from ablate.analysis.commands import summarize as summarize_command
 from ablate.analysis.runs import load_sweep
 from ablate.analysis.tables import summarize
+from helpers.sweeps import write_job, write_sweep
 
 
 def test_a_job_that_crashed_before_timing_does_not_break_the_table(tmp_path: Path):

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from test_stats import write_sweep
 
 from ablate.analysis.commands import declare as declare_command
 from ablate.analysis.commands import summarize as summarize_command
 from ablate.analysis.plan import PLAN_FILE, Call, Plan, PlanError, check_rows, declare, read_plan
+from helpers.sweeps import write_sweep
 
 BASIS = "a stated smallest effect of interest, set before the runs"
 
@@ -81,7 +81,7 @@ def test_summarize_follows_the_declared_plan(tmp_path: Path, capsys):
 
 
 def test_a_declared_interaction_is_checked_too(tmp_path: Path, capsys):
-    from test_stats import write_design
+    from helpers.sweeps import write_design
 
     sweep = write_design(tmp_path / "sweep", lambda norm, warmup, lr, seed: 30.0 + seed / 100, lrs=("2.8e-3",))
     spec = ["--interaction", "norm=post,pre", "--interaction", "optim.warmup_steps=0,30"]

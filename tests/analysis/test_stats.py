@@ -24,7 +24,6 @@ import pytest
 import yaml
 from scipy import stats as scipy_stats
 
-import forked_python
 from ablate.analysis import interaction_stats, stats
 from ablate.analysis.interaction import interaction_table
 from ablate.analysis.markdown import markdown_table
@@ -34,7 +33,9 @@ from ablate.analysis.scaling import Curve, compute_multiplier, multiplier
 from ablate.analysis.scaling_sweep import scaling_curves
 from ablate.analysis.specs import find_baseline
 from ablate.analysis.tables import summarize
-from conftest import HANG_TIMEOUT, REPO
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT, REPO
+from helpers.sweeps import write_design, write_job, write_sweep
 
 A = np.array([3.02, 2.95, 3.10, 3.04, 2.99])
 B = np.array([3.11, 3.05, 3.12, 3.20, 3.08, 3.15])
@@ -151,63 +152,6 @@ def test_null_effect_is_flagged_at_the_nominal_rate_and_holm_holds_the_family():
 
 
 # ----------------------------------------------------------------------------- synthetic sweeps
-
-
-def write_job(
-    root: Path,
-    index: int,
-    overrides: list[str],
-    metric: str,
-    value: float | None,
-    status: str = "completed",
-    params: int = 1000,
-    steps: int = 100,
-    config: dict | None = None,
-    metrics: pd.DataFrame | None = None,
-) -> Path:
-    """One job directory as train.py leaves it (the files the loader reads). ``metrics``: the
-    whole ``metrics.csv`` (a ``step`` column and one per metric) instead of two rows of ``metric``
-    (``value`` + 1 half-way, ``value`` at the end)."""
-    job = root / f"{index:03d}"
-    (job / ".hydra").mkdir(parents=True)
-    (job / "csv").mkdir()
-    (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
-    config_file = job / ".hydra" / "config.yaml"
-    config_file.write_text(yaml.safe_dump(config or {"data": {"batch_size": 4, "seq_len": 16}}))
-    os.utime(config_file, (1e9 + index, 1e9 + index))  # run order = index
-    (job / "status.json").write_text(
-        json.dumps({"status": status, "steps": steps, "params": params, "wall_time_s": 1.0, "metrics": {}})
-    )
-    if metrics is not None:
-        metrics.to_csv(job / "csv" / "metrics.csv", index=False)
-        return job
-    rows = [f"{steps // 2},{(value if value is not None else math.nan) + 1}"]
-    rows += [f"{steps},{value}"] if value is not None else []
-    (job / "csv" / "metrics.csv").write_text(f"step,{metric}\n" + "\n".join(rows) + "\n")
-    return job
-
-
-def write_sweep(
-    root: Path,
-    values: dict[str, list[float | None]],
-    metric: str = "val/loss",
-    diverged: dict[str, list[int]] | None = None,
-) -> Path:
-    """``{act: [value per seed]}``; seeds 1..n; ``diverged``: ``{act: [seed, ...]}`` (no final value)."""
-    index = 0
-    for act, seeds in values.items():
-        for seed, value in enumerate(seeds, start=1):
-            bad = seed in (diverged or {}).get(act, [])
-            write_job(
-                root,
-                index,
-                [f"act={act}", f"seed={seed}"],
-                metric,
-                None if bad else value,
-                "diverged" if bad else "completed",
-            )
-            index += 1
-    return root
 
 
 def _row(frame: pd.DataFrame, act: str) -> pd.Series:
@@ -891,36 +835,6 @@ def test_interaction_error_rates_by_simulation():
             assert (p_tost < 0.05).mean() <= 0.055
     _, p_tost = interaction_stats.contrast_test(interaction_stats.interaction_contrasts(*null), 1.0)
     assert (p_tost < 0.05).mean() > 0.9  # no interaction, δ = 8 se: shown most of the time
-
-
-def write_design(
-    root: Path,
-    value,
-    seeds: tuple[int, ...] = (11, 12, 13),
-    lrs: tuple[str, ...] = ("1.4e-3", "2.8e-3"),
-    diverged: tuple = (),
-) -> Path:
-    """The issue-18 design: norm=post,pre x optim.warmup_steps=0,30 x optim.lr=``lrs`` x ``seeds``,
-    ``value(norm, warmup, lr, seed)`` the final test/bleu (val/loss logged too, 1/10 of it);
-    ``diverged``: (norm, warmup, lr, seed) jobs with no final value."""
-    index = 0
-    for lr in lrs:
-        for norm in ("post", "pre"):
-            for warmup in (0, 30):
-                for seed in seeds:
-                    bad = (norm, warmup, lr, seed) in diverged
-                    bleu = math.nan if bad else value(norm, warmup, lr, seed)
-                    metrics = pd.DataFrame(
-                        {
-                            "step": [49, 99, 99],
-                            "val/loss": [9.0, bleu / 10, math.nan],
-                            "test/bleu": [math.nan] * 2 + [bleu],
-                        }
-                    )
-                    overrides = [f"norm={norm}", f"optim.warmup_steps={warmup}", f"optim.lr={lr}", f"seed={seed}"]
-                    write_job(root, index, overrides, "", None, "diverged" if bad else "completed", metrics=metrics)
-                    index += 1
-    return root
 
 
 def planted_bleu(rng: np.random.Generator):

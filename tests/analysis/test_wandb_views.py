@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-import forked_python
 from ablate.analysis.wandb_views import SweepFacts, facts_from_runs, layer_parts, workspace_spec
 from ablate.analysis.wandb_workspace import to_workspace
 from ablate.tracking import wandb_reader
 from ablate.tracking.wandb_reader import find_run_dirs, read_offline_run
-from conftest import HANG_TIMEOUT, REPO, TINY
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT, REPO, TINY
 
 pytestmark = pytest.mark.slow
 

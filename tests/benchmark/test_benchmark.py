@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-import forked_python
 from ablate.callbacks import throughput
 from ablate.callbacks.grad_norm import GradNormMonitor
 from ablate.callbacks.throughput import ThroughputMonitor, nominal_peak_flops
 from ablate.data.lm_windows import TokenWindows, WindowBatch, collate_windows
 from ablate.nn.flops import flops_per_token
-from conftest import HANG_TIMEOUT
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT
 
 pytestmark = pytest.mark.integration  # every test reads one benchmark run (a subprocess)
 

@@ -21,7 +21,7 @@ from hydra.utils import instantiate
 from ablate.benchmark import grad_norm_at_init as gn
 from ablate.run.assembly import build_model
 from ablate.run.preflight import check_config
-from conftest import SHARED_DATA
+from helpers.runs import SHARED_DATA
 
 MULTI30K = SHARED_DATA / "multi30k"
 LAYERS = 6

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HANG_TIMEOUT, REPO
+from helpers.runs import HANG_TIMEOUT, REPO
 
 pytestmark = pytest.mark.slow
 

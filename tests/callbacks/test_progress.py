@@ -21,7 +21,8 @@ from lightning.pytorch.callbacks.progress import ProgressBar
 from ablate.callbacks.progress import TextProgress, progress_callback, wants_progress_bar
 from ablate.cli.console import format_run_summary, format_sweep_summary, format_wall_time
 from ablate.run.status import RunStatus
-from conftest import TINY
+from helpers.fake_trainer import Clock, fake_trainer
+from helpers.runs import TINY
 
 STEP = re.compile(r"^step\s+(\d+)/(\d+) \(\s*\d+%\)  loss ", re.M)
 VAL = re.compile(r"^val\s+(\d+)/(\d+) \(\s*\d+%\)  loss \d+\.\d{3}  ppl\s+\d+\.\d\d  elapsed \d+:\d\d$", re.M)
@@ -34,28 +35,6 @@ def steps(pattern: re.Pattern, text: str) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- the callback, driven
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def fake_trainer(max_steps: int = 100, log_every_n_steps: int = 10) -> SimpleNamespace:
-    return SimpleNamespace(
-        global_step=0,
-        max_steps=max_steps,
-        log_every_n_steps=log_every_n_steps,
-        is_global_zero=True,
-        sanity_checking=False,
-        state=SimpleNamespace(fn="fit"),
-        optimizers=[],
-        callback_metrics={"train/loss": 2.5, "train/lr": 1e-3, "train/tokens_per_sec": 17_100.0},
-        logged_metrics={},
-    )
 
 
 def drive(

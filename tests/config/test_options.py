@@ -17,7 +17,7 @@ from ablate.cli.unknown_key import composition_error_message
 from ablate.errors import ConfigError
 from ablate.nn.axes import ARCHITECTURE_GROUPS, group_axes, group_node
 from ablate.run.config import RunConfig
-from conftest import REPO
+from helpers.runs import REPO
 
 CONF = REPO / "conf"
 

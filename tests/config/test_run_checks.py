@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from ablate.config.checks import clip_validation_interval
 from ablate.data.cache import CacheCorruptError, read_meta
@@ -21,13 +20,7 @@ from ablate.data.sources import DataFormatError
 from ablate.errors import ConfigError
 from ablate.optim import build_optimizer, used_optim_config
 from ablate.run.preflight import check_config
-from conftest import REPO, TINY
-
-
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides))
-
+from helpers.runs import TINY, composed
 
 BAD_NUMBERS = [
     ("trainer.max_steps=0", "trainer.max_steps=0"),
@@ -140,7 +133,7 @@ def test_momentum_with_adam_is_refused() -> None:
 
 @pytest.mark.integration
 def test_sgd_run_records_and_trains_sgd(run_train, tmp_path: Path) -> None:
-    from conftest import TINY
+    from helpers.runs import TINY
 
     run_train(*TINY, "logger=csv", "optim.name=sgd", "optim.momentum=0.9")
     run = next((tmp_path / "logs" / "runs").glob("*/"))

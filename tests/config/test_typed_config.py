@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from ablate.errors import ConfigError
 from ablate.run.config import ModelConfig, RunConfig
-from conftest import REPO
+from helpers.runs import REPO
 
 BAD_VALUES = [
     (["model.n_layers=0"], "model.n_layers=0 is invalid: a positive number of layers"),

@@ -20,7 +20,7 @@ from ablate.data.text_stream import SplitText
 from ablate.errors import ConfigError
 from ablate.run.preflight import check_config
 from ablate.sweepers.lr_selection import validation_as_test_warning
-from conftest import REPO, SHARED_DATA
+from helpers.runs import REPO, SHARED_DATA
 
 SHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
 FIXED_MTIME_NS = 1_700_000_000_000_000_000

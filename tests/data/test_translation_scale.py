@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HANG_TIMEOUT, REPO
+from helpers.runs import HANG_TIMEOUT, REPO
 
 pytestmark = pytest.mark.integration  # a subprocess: the memory of a fresh process is measured
 

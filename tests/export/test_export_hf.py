@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-import forked_python
-from _checkpoints import save_task
 from ablate.data.tokenizers import CharTokenizer
 from ablate.export.hf import ExportError, export_checkpoint, hf_architecture
 from ablate.nn.spec import ModelSpec
 from ablate.tasks.lm import LanguageModelTask
-from conftest import HANG_TIMEOUT, REPO, TINY
-from nn._models import tiny_spec
+from helpers import forked_python
+from helpers.checkpoints import save_task
+from helpers.runs import HANG_TIMEOUT, REPO, TINY
+from helpers.tiny_models import tiny_spec
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -10,8 +10,7 @@ import torch
 
 from ablate.nn import axes
 from ablate.nn.attention import CrossAttention, KVCache, SelfAttention, build_attention_kernel
-
-from ._models import ATTN, POS, tiny_lm
+from helpers.tiny_models import ATTN, POS, tiny_lm
 
 D, H, T = 32, 4, 12
 

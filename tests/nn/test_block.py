@@ -8,8 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.nn.block import DeepNormResidual, PostNormResidual, PreNormResidual, SandwichResidual, deepnorm_constants
-
-from ._models import PLACEMENTS, tiny_lm
+from helpers.tiny_models import PLACEMENTS, tiny_lm
 
 D = 32
 

@@ -8,8 +8,7 @@ import pytest
 from ablate.errors import ConfigError
 from ablate.nn.axes import typed_options
 from ablate.nn.spec import ModelSpec
-
-from ._models import TINY
+from helpers.tiny_models import TINY
 
 
 def spec(**kw) -> ModelSpec:

@@ -9,8 +9,7 @@ import torch
 
 from ablate.nn.axes import ACT
 from ablate.nn.ffn import ACTIVATIONS, GATES, FeedForward, GatedFeedForward, hidden_width
-
-from ._models import tiny_lm
+from helpers.tiny_models import tiny_lm
 
 
 def _gelu_erf(x):

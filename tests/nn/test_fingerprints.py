@@ -1,7 +1,7 @@
 """A freshly built model is the one main built before the one-Stack refactoring, to the bit: the
 same parameter names, shapes and initial values, and the same loss and gradients on a fixed batch,
 for every registered option of every axis (decoder-only and encoder-decoder), the default
-experiment, the translation default and GPT-2 small (``tests/nn/_fingerprints.py``,
+experiment, the translation default and GPT-2 small (``tests/helpers/fingerprints.py``,
 ``tests/nn/fingerprints.json``).
 
 On a machine whose CPU kernels differ from the recording machine's (another vector ISA, another
@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 
-from ._fingerprints import FIXTURE, LARGE, cases, fingerprint
+from helpers.fingerprints import FIXTURE, LARGE, cases, fingerprint
 
 RECORDED = json.loads(FIXTURE.read_text())
 SAME_KERNELS = RECORDED["recorded_on"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and RECORDED[

@@ -10,8 +10,7 @@ import torch
 from torch import nn
 
 from ablate.nn.roles import Role, model_matrices
-
-from ._models import tiny_lm
+from helpers.tiny_models import tiny_lm
 
 D, N_LAYERS, VOCAB = 256, 2, 300
 TOL = 0.05  # relative tolerance on an estimated std (>= 64k samples per matrix: ~0.3% noise)

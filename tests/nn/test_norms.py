@@ -10,8 +10,7 @@ from torch import nn
 
 from ablate.nn.axes import NORM_LAYER
 from ablate.nn.norms import ScaleNorm
-
-from ._models import tiny_lm
+from helpers.tiny_models import tiny_lm
 
 D = 16
 

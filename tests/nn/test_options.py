@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import pickle
 import sys
 import textwrap
 import typing
@@ -19,8 +20,7 @@ from ablate.config.types import parameter_hints
 from ablate.nn.axes import AXES, INIT, PLACEMENT, POS
 from ablate.nn.options import option_configs
 from ablate.nn.positional import Rotary
-
-from ._models import tiny_spec
+from helpers.tiny_models import tiny_spec
 
 OPTIONS = [(axis, name) for axis in AXES for name in axis.options()]
 
@@ -57,6 +57,7 @@ def test_every_option_has_a_frozen_typed_config_of_its_own_keys(axis, name) -> N
             setattr(config, next(iter(config.options())), None)
     with pytest.raises(TypeError):
         cls(not_a_key=1)
+    assert pickle.loads(pickle.dumps(config)) == config  # a job's ranks receive it pickled
 
 
 def test_the_spec_chooses_the_config_and_the_config_builds_the_part() -> None:

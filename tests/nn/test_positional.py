@@ -9,8 +9,7 @@ import torch
 
 from ablate.nn.axes import POS
 from ablate.nn.positional import ALiBi, Learned, Rotary, Sinusoidal, alibi_slopes, sinusoid_table
-
-from ._models import ATTN, tiny_lm
+from helpers.tiny_models import ATTN, tiny_lm
 
 # ----------------------------------------------------------------------------------------------
 # sinusoidal

@@ -14,7 +14,7 @@ import io
 import pytest
 import torch
 
-from ._models import OPTIONS, tiny_lm
+from helpers.tiny_models import OPTIONS, tiny_lm
 
 VARIANTS = [(axis, value) for axis, values in OPTIONS.items() for value in values]
 IDS = [f"{axis}={value}" for axis, value in VARIANTS]

@@ -11,8 +11,7 @@ from ablate.callbacks.grad_norm import group_name
 from ablate.nn.block import DeepNormResidual, deepnorm_constants
 from ablate.nn.seq2seq import EncoderDecoder
 from ablate.nn.spec import ModelSpec
-
-from ._models import ATTN, PLACEMENTS, POS, tiny_spec
+from helpers.tiny_models import ATTN, PLACEMENTS, POS, tiny_spec
 
 V, PAD = 40, 0
 TINY_S2S = dict(vocab_size=V, n_layers=2, encoder_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=32)

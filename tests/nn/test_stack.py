@@ -12,8 +12,7 @@ from ablate.nn.block import DeepNormResidual
 from ablate.nn.seq2seq import EncoderDecoder
 from ablate.nn.stack import Stack, StackConfig
 from ablate.nn.transformer import TransformerLM
-
-from ._models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, tiny_spec
+from helpers.tiny_models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, tiny_spec
 
 VARIANTS = (
     [("pos", v) for v in POS]

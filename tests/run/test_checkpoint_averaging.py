@@ -13,7 +13,6 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-import forked_python
 from ablate.callbacks.averaging import (
     EMA,
     AveragingError,
@@ -25,8 +24,8 @@ from ablate.callbacks.averaging import (
     write_averaged,
 )
 from ablate.callbacks.checkpointing import AtomicCheckpointIO, LastCheckpoint
-from conftest import HANG_TIMEOUT
-from tests.conftest import REPO, TINY
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT, REPO, TINY
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

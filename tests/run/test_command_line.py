@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import forked_python
-from conftest import HANG_TIMEOUT, REPO
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT, REPO
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

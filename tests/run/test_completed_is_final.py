@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY
+from helpers.runs import TINY
 
 pytestmark = pytest.mark.integration
 

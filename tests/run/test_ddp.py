@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -20,7 +21,6 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from _rank_report import report_rank
 from ablate.data.samplers import ResumableSampler
 from ablate.run import distributed
 from ablate.run.control import RunControl
@@ -29,7 +29,8 @@ from ablate.run.lifecycle import Plan
 from ablate.run.preflight import Preflight
 from ablate.run.train import _rank_main
 from ablate.tracking.wandb_reader import read_offline_run
-from conftest import HANG_TIMEOUT
+from helpers.rank_report import report_rank
+from helpers.runs import HANG_TIMEOUT, REPO
 
 COMMON = [
     "model=tiny",
@@ -46,7 +47,9 @@ COMMON = [
     "print_config=false",
     "callbacks.throughput.peak_flops=1e12",
 ]
-DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]
+# NCCL's rule enforced on gloo (tests/helpers/device_rules.py): a host tensor handed to a collective fails the run
+NCCL_RULE = "+callbacks.nccl._target_=helpers.device_rules.NcclDeviceRule"
+DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", NCCL_RULE]
 LRS = ("0.004", "0.002")
 
 
@@ -68,7 +71,10 @@ def weights(job: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_ddp_multirun_runs_each_job_once_on_two_ranks(run_train, tmp_path: Path) -> None:
+def test_ddp_multirun_runs_each_job_once_on_two_ranks(
+    run_train, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]))
     proc = run_train("-m", f"optim.lr={','.join(LRS)}", *COMMON, *DDP, "logger=wandb", timeout=HANG_TIMEOUT)
     logs = tmp_path / "logs"
     # one sweep directory and nothing else: no runs/ of a re-run command, no second multirun

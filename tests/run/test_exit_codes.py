@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import forked_python
 from ablate import cli
 from ablate.errors import UserError
-from conftest import HANG_TIMEOUT
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[2]
 

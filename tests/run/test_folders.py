@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-import forked_python
 from ablate.config.locations import check_writable_folders, folder_problem
 from ablate.data import cache
 from ablate.errors import ConfigError
-from conftest import HANG_TIMEOUT, REPO
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT, REPO
 
 UNWRITABLE = Path("/proc/ablate-no-such-folder")
 
@@ -110,7 +110,7 @@ def test_train_refuses_a_folder_it_cannot_write_before_hydra(tmp_path, env, args
 
 @pytest.mark.integration
 def test_eval_checks_where_the_hypotheses_go_before_translating(tmp_path):
-    from _checkpoints import translation_checkpoint
+    from helpers.checkpoints import translation_checkpoint
 
     ckpt = translation_checkpoint(tmp_path / "tr.ckpt")
     (tmp_path / "s.de").write_text("ein hund\n")

@@ -14,7 +14,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import HANG_TIMEOUT, REPO, TINY
+from helpers.runs import HANG_TIMEOUT, REPO, TINY
 
 
 def statuses(sweep: Path) -> dict[str, dict]:

@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 import torch
 
-import forked_python
 from ablate.checkpoints.files import abandoned_writes
 from ablate.run.control import RunControl
 from ablate.run.job import Job
 from ablate.run.lock import RunDirectoryLock
-from conftest import HANG_TIMEOUT, REPO, TINY
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT, REPO, TINY
 
 RUN = [*TINY, "logger=csv", "callbacks.checkpoint_last.every_n_train_steps=3"]
-CTRL_C_AT_4 = ["+callbacks.ctrl_c._target_=_signal_at_step.SignalAtStep", "+callbacks.ctrl_c.step=4"]
+CTRL_C_AT_4 = ["+callbacks.ctrl_c._target_=helpers.signal_at_step.SignalAtStep", "+callbacks.ctrl_c.step=4"]
 
 
 def train(workdir: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess:
@@ -174,7 +174,7 @@ def test_a_closed_terminal_stops_after_the_step_like_sigterm(tmp_path: Path, dat
         tmp_path,
         data_dir,
         f"hydra.run.dir={run_dir}",
-        "+callbacks.hup._target_=_signal_at_step.SignalAtStep",
+        "+callbacks.hup._target_=helpers.signal_at_step.SignalAtStep",
         "+callbacks.hup.step=4",
         "+callbacks.hup.signum=1",
     )

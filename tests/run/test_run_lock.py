@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ablate.run.lock import RunDirectoryBusy, RunDirectoryLock
-from conftest import TINY
+from helpers.runs import TINY
 
 
 def test_a_second_holder_is_refused_naming_the_first(tmp_path: Path) -> None:

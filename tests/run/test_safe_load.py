@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import forked_python
 from ablate.checkpoints import safe_load
 from ablate.checkpoints.files import inspect_checkpoint
 from ablate.tasks.checkpoints import load_task_checkpoint
-from conftest import HANG_TIMEOUT, REPO
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT, REPO
 
 
 class _RunsCode:
@@ -61,7 +61,7 @@ def test_trust_checkpoint_loads_other_types(tmp_path):
 
 
 def run_entry_point(script: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    """``python <script> ARGS`` as a user runs it (forked: tests/forked_python.py), offline, with no
+    """``python <script> ARGS`` as a user runs it (forked: tests/helpers/forked_python.py), offline, with no
     stdin, its logs under ``tmp_path``."""
     env = {
         **os.environ,
@@ -114,7 +114,7 @@ def test_no_script_runs_a_crafted_checkpoints_code(script, tmp_path):
 def crafted_stored_config(tmp_path_factory):
     """Real tiny LM and translation checkpoints whose stored data config is issue 32's: with
     ``instantiate`` it writes a file and ``torch.load`` s a pickle that runs code."""
-    from _checkpoints import code_running_data_config, lm_checkpoint, rewrite, translation_checkpoint
+    from helpers.checkpoints import code_running_data_config, lm_checkpoint, rewrite, translation_checkpoint
 
     folder = tmp_path_factory.mktemp("crafted")
     config, files = code_running_data_config(folder)

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-import forked_python
 from ablate.config.arguments import SCRIPT_ARGUMENTS, check_arguments
 from ablate.errors import ConfigError
-from conftest import HANG_TIMEOUT, REPO
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT, REPO
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
-    from _checkpoints import lm_checkpoint, translation_checkpoint
+    from helpers.checkpoints import lm_checkpoint, translation_checkpoint
 
     folder = tmp_path_factory.mktemp("args")
     return {"lm": lm_checkpoint(folder / "lm.ckpt"), "translation": translation_checkpoint(folder / "tr.ckpt")}

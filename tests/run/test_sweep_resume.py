@@ -20,7 +20,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from ablate.config.resolvers import sweep_dirname
-from conftest import REPO, TINY
+from helpers.runs import REPO, TINY
 
 pytestmark = pytest.mark.slow
 
@@ -107,7 +107,7 @@ def test_rerun_skips_completed_and_diverged_jobs(run_train, tmp_path):
     ).is_dir()
 
 
-# SIGKILL after optimiser step $KILL_AT, as tests/_kill_at_step.py does after a fixed step: read
+# SIGKILL after optimiser step $KILL_AT, as tests/helpers/kill_at_step.py does after a fixed step: read
 # from the environment, so the run that is killed and the re-run are the same command
 KILLER = """
 import os, signal

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import forked_python
 from ablate.eval_units import read_units
 from ablate.nn.flops import flops_per_token
-from conftest import HANG_TIMEOUT, TINY
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT, TINY
 
 pytestmark = pytest.mark.slow
 
@@ -149,7 +149,7 @@ def test_checkpoint_generates(run_train, tmp_path):
     import subprocess
     import sys
 
-    from conftest import REPO
+    from helpers.runs import REPO
 
     run_train(*TINY, "logger=csv")
     ckpt = next((tmp_path / "logs" / "runs").glob("*/checkpoints/last.ckpt"))

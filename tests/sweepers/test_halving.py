@@ -31,7 +31,7 @@ from ablate.sweepers.halving import (
     segment_counts,
 )
 from ablate.sweepers.halving_replay import replay_sweep
-from conftest import REPO, TINY
+from helpers.runs import REPO, TINY
 
 
 def track(lr: float, value: float | None, status: str = "completed", step: int = 2) -> RateTrack:

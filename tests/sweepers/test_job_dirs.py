@@ -12,7 +12,7 @@ import pytest
 from ablate.config.resolvers import sweep_dirname
 from ablate.errors import ConfigError
 from ablate.sweepers.job_dirs import SweepCommand, full_name, job_directory, record_command, short_name
-from conftest import TINY
+from helpers.runs import TINY
 
 EXCLUDED = frozenset({"paths.log_dir", "logger", "sweep_name", "tags"})
 

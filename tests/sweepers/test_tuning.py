@@ -17,11 +17,11 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-import forked_python
 from ablate.run.objective import MetricNotLoggedError, best_metric_value
 from ablate.run.status import RunStatus
 from ablate.sweepers.lr_selection import LRResult, log_grid, read_outcome, save_selection, select_lr
-from conftest import REPO, TINY
+from helpers import forked_python
+from helpers.runs import REPO, TINY
 
 HAS_OPTUNA = importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None
 
@@ -315,7 +315,7 @@ def test_tuned_sweep_end_to_end(run_train, tmp_path):
     # summarize.py on a tuned sweep: each variant at its tuned rate, so --baseline names a variant
     import sys
 
-    from conftest import REPO
+    from helpers.runs import REPO
 
     proc = forked_python.run(
         [

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import forked_python
-from _checkpoints import lm_checkpoint, rewrite, translation_checkpoint
 from ablate.checkpoints.files import CheckpointError
 from ablate.tasks.checkpoints import inspect_checked, load_task_checkpoint
-from conftest import HANG_TIMEOUT, REPO
+from helpers import forked_python
+from helpers.checkpoints import lm_checkpoint, rewrite, translation_checkpoint
+from helpers.runs import HANG_TIMEOUT, REPO
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -18,8 +18,8 @@ from ablate.data.majority import PAD, MajorityData
 from ablate.errors import ConfigError
 from ablate.nn.spec import ModelSpec
 from ablate.tasks.classify import EncoderClassifier
-from conftest import REPO
-from nn._models import ATTN, POS
+from helpers.runs import REPO
+from helpers.tiny_models import ATTN, POS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 V = 9  # 8 symbols and the padding id

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from ablate.data.lm_data import TinyShakespeare
 from ablate.tasks.lm import LanguageModelTask
-from conftest import TINY
+from helpers.runs import TINY
 
 apply_eval_seq_len = LanguageModelTask.check_config  # task=lm's own config check
 

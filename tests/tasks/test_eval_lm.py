@@ -14,13 +14,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import forked_python
-from _checkpoints import quiet_trainer
 from ablate.data.tokenizers import CharTokenizer
 from ablate.tasks.lm import LanguageModelTask
 from ablate.tasks.lm_eval import TextFileData, evaluate_lengths
-from conftest import HANG_TIMEOUT, REPO, TINY
-from nn._models import tiny_spec
+from helpers import forked_python
+from helpers.checkpoints import quiet_trainer
+from helpers.runs import HANG_TIMEOUT, REPO, TINY
+from helpers.tiny_models import tiny_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -250,7 +250,7 @@ def test_bpb_is_lower_is_better():
 def test_eval_py_prints_a_number_per_length_where_positions_extrapolate(tmp_path):
     """Issue 35 item 4: past the training length, a RoPE checkpoint gives a number at every length; a
     learned table evaluates up to its size and names the training command for longer ones."""
-    from _checkpoints import lm_checkpoint
+    from helpers.checkpoints import lm_checkpoint
 
     (tmp_path / "t.txt").write_text(TEXT)
     outputs = {}

@@ -8,12 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _checkpoints import quiet_trainer
 from ablate.data.tokenizers import CharTokenizer
 from ablate.eval_units import Units, block_of, read_units, write_units
 from ablate.tasks.lm import LanguageModelTask
 from ablate.tasks.lm_eval import TextFileData, evaluate_lengths
-from nn._models import tiny_spec
+from helpers.checkpoints import quiet_trainer
+from helpers.tiny_models import tiny_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -18,9 +18,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from _checkpoints import quiet_trainer
 from ablate.checkpoints.files import inspect_checkpoint
 from ablate.tasks.checkpoints import load_task_checkpoint
+from helpers.checkpoints import quiet_trainer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 EXPECTED = json.loads((FIXTURES / "main_780a50a_checkpoints.json").read_text())

@@ -25,7 +25,7 @@ from ablate.errors import ConfigError
 from ablate.nn.transformer import TransformerLM
 from ablate.tasks import TASKS, TaskSpec, register_task, unregister_task
 from ablate.tasks.base import TaskModule
-from conftest import REPO, TINY
+from helpers.runs import REPO, TINY
 
 
 class CopyTask(TaskModule):

@@ -28,7 +28,7 @@ from ablate.nn.spec import ModelSpec
 from ablate.run.config import RunConfig
 from ablate.tasks import build_task
 from ablate.tasks.translation import TranslationTask, corpus_bleu
-from conftest import SHARED_DATA
+from helpers.runs import SHARED_DATA
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 MULTI30K = SHARED_DATA / "multi30k"

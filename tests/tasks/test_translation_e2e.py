@@ -18,9 +18,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-import forked_python
 from ablate.eval_units import read_units
-from conftest import HANG_TIMEOUT, REPO, SHARED_DATA
+from helpers import forked_python
+from helpers.runs import HANG_TIMEOUT, REPO, SHARED_DATA
 
 pytestmark = pytest.mark.slow
 MULTI30K = SHARED_DATA / "multi30k"

@@ -32,7 +32,7 @@ from ablate.tracking.naming import multirun_group, run_name_from_overrides
 from ablate.tracking.wandb_mode import decide_wandb_mode
 from ablate.tracking.wandb_reader import find_run_dirs, read_offline_run
 from ablate.tracking.wandb_run import AblateWandbLogger, finish_wandb
-from conftest import HANG_TIMEOUT
+from helpers.runs import HANG_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[2]
 LOGGER_CONF = REPO / "conf" / "logger"
@@ -44,9 +44,11 @@ FAKE_KEY = "0123456789abcdef0123456789abcdef01234567"  # 40 chars, the shape wan
 
 @pytest.fixture(autouse=True)
 def isolated_wandb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
-    """No W&B env, no proxies, a fresh HOME; any run left open is finished."""
+    """No W&B env, no proxies, a fresh HOME, no probe answer kept from another test; any run left
+    open is finished."""
+    wandb_mode._reachable_once.cache_clear()
     for name in list(os.environ):
-        if name.startswith(("WANDB_", "ABLATE_WANDB_")) or name.lower() in {
+        if name.startswith("WANDB_") or name.lower() in {
             "https_proxy",
             "http_proxy",
             "all_proxy",
@@ -143,7 +145,8 @@ def test_key_but_unreachable_host_is_offline_quickly(monkeypatch: pytest.MonkeyP
 
 def test_online_mode_asked_for_still_probes_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """WANDB_MODE=online with a key and no network used to cost ~80 s of wandb's retries per job:
-    the probe runs in this mode too, once per process (and its children, through the env)."""
+    the probe runs in this mode too, once per process, which keeps its answer to itself (nothing
+    is written to the environment a later process or job would inherit)."""
     monkeypatch.setenv("WANDB_MODE", "online")
     monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port()}")
@@ -155,12 +158,14 @@ def test_online_mode_asked_for_still_probes_once(monkeypatch: pytest.MonkeyPatch
         return real_probe(host, port, timeout_s)
 
     monkeypatch.setattr(wandb_mode, "_tcp_reachable", counting_probe)
+    environment = dict(os.environ)
     for _ in range(3):  # three jobs of one sweep
         mode, reason = decide_wandb_mode()
         assert mode == "offline" and "WANDB_MODE=online" in reason and "not reachable" in reason
     assert len(probes) == 1
     assert decide_wandb_mode("online")[0] == "offline"  # logger.wandb.mode=online alike, still no new probe
     assert len(probes) == 1
+    assert dict(os.environ) == environment
 
 
 def test_silent_host_is_given_up_after_about_3_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -817,7 +822,7 @@ def test_a_selected_logger_that_is_not_installed_names_the_pip_command(
 def test_train_with_tensorboard_and_mlflow(run_train, tmp_path: Path, no_mlflow_env: None) -> None:
     pytest.importorskip("tensorboard")
     pytest.importorskip("mlflow")
-    from conftest import TINY
+    from helpers.runs import TINY
 
     proc = run_train(
         *TINY, "logger=[tensorboard,mlflow]", "tags=[smoke]", "pos=rope", "hydra.run.dir=" + str(tmp_path / "run")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ablate.tracking.relabel import new_tags, wandb_run_id
-from conftest import TINY
+from helpers.runs import TINY
 
 
 def test_the_run_id_is_read_from_the_newest_run_folder(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -273,12 +273,16 @@ def checkpoint_maps(
     """The attention maps of a checkpoint (LM or translation) for one input, and a model description."""
     if not Path(ckpt_path).is_file():
         raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such file (a job's checkpoints/best.ckpt or last.ckpt)")
-    from ablate.tasks import TASKS, resolve
     from ablate.tasks.checkpoints import checkpoint_task
 
     task = checkpoint_task(ckpt_path)
-    draw = TASKS[task].attention_maps
-    if draw is None:
+    if task not in ATTENTION_MAPS:
         raise ValueError(f"{ckpt_path} holds a task={task} checkpoint, which has no attention maps to draw")
-    maps: tuple[list[AttentionMap], str] = resolve(draw)(ckpt_path, text, target, max_tokens)
-    return maps
+    return ATTENTION_MAPS[task](ckpt_path, text, target, max_tokens)
+
+
+# What ``scripts/attention_maps.py`` draws for a checkpoint of each task: ``(ckpt_path, text, target,
+# max_tokens) -> (maps, description)``. Kept here, by task name, so that the task registry
+# (:mod:`ablate.tasks`) names no analysis code; a task added elsewhere adds its entry.
+MapsOfCheckpoint = Callable[[str | Path, str, str | None, int], tuple[list[AttentionMap], str]]
+ATTENTION_MAPS: dict[str, MapsOfCheckpoint] = {"lm": lm_maps, "translation": translation_maps}

@@ -26,6 +26,7 @@ from ablate import metrics
 from ablate.config.dotted import select as select_key
 from ablate.eval_units import FILENAME as UNITS_FILE
 from ablate.eval_units import Units, read_units
+from ablate.run.status import OUTCOMES, unknown_outcome
 from ablate.tasks import task_of_metrics
 
 STATUSES = ("completed", "diverged", "crashed", "incomplete")
@@ -230,6 +231,8 @@ def load_job(job_dir: Path) -> Job:
     status = record.get("status", "incomplete")
     marker = next((p for p in (hparams, hydra_dir / "config.yaml") if p.is_file()), job_dir)
     if status not in STATUSES:
+        if status not in OUTCOMES:  # named, not reported as a missing record
+            record = {**record, "error": unknown_outcome(status_file, status)}
         status = "incomplete"
     return Job(
         name=job_dir.name,

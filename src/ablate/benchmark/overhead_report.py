@@ -16,72 +16,109 @@ def startup_parts(record: dict[str, Any], wall: float) -> dict[str, float]:
     """The parts of one job in seconds, in the order they happen. Lines without leading spaces
     are consecutive intervals of the same process (they add up to its wall time); indented lines
     break the line above them down; lines starting with "=" are cumulative."""
-    m, c = record["marks"], record["calls"]
+    timeline = _Timeline(record["marks"], record["calls"])
+    p = {
+        **_until_the_job(timeline),
+        **_job_until_fit(timeline),
+        **_fit(timeline),
+        **_after_fit(timeline, wall),
+    }
+    return {k: round(v, 3) for k, v in p.items()}
 
-    def first(name: str) -> float:
-        return (c.get(name) or [0.0])[0]
 
-    def total(name: str) -> float:
-        return sum(c.get(name) or [0.0])
+class _Timeline:
+    """A probe record's marks (``m``) and the durations of its calls: the ``first`` call's, or the
+    ``total`` of all of them (0 when never called)."""
 
-    p: dict[str, float] = {}
-    p["interpreter start"] = m["python_started"]
-    p["import torch"] = m["imported_torch"] - m["python_started"]
-    p["import lightning"] = m["imported_lightning"] - m["imported_torch"]
-    p["import hydra, omegaconf"] = m["imported_hydra"] - m["imported_lightning"]
-    p["import wandb"] = m["imported_wandb"] - m["imported_hydra"]
-    p["import ablate (the rest)"] = m["imported_ablate"] - m["imported_wandb"]
-    p["probe's own set-up"] = m["hydra_main_called"] - m["imported_ablate"]
-    p["hydra: compose, job dir, logging"] = m["task_function:start"] - m["hydra_main_called"]
-    p["job: before data (config checks, resume check, seeding)"] = (
-        m["data_instantiate:start"] - m["task_function:start"]
-    )
-    p["  of which config checks"] = first("config_checks")
-    p["data: instantiate, prepare_data, setup"] = m["model_build:start"] - m["data_instantiate:start"]
-    p["  of which prepare_data (cache verify, or build)"] = first("data_prepare")
-    # each prepare_data call verifies the same files: this call's share of all the SHA-256 time
-    p["  of which SHA-256 of the cache files"] = total("sha256_verify") / max(1, len(c.get("data_prepare", [])))
-    p["  of which setup (memory maps, tokenizer)"] = first("data_setup")
-    p["model build (task, init)"] = m["model_build:end"] - m["model_build:start"]
-    p["callbacks build"] = first("callbacks_build")
-    p["loggers build (CSV; W&B: wandb.init, offline)"] = first("loggers_build")
-    p["W&B init not done by the loggers build"] = first("wandb_init")
-    p["trainer build"] = first("trainer_build")
-    p["job: the rest before fit (header, run config, gaps)"] = (
-        m["trainer_fit:start"]
+    def __init__(self, marks: dict[str, float], calls: dict[str, list[float]]) -> None:
+        self.m, self.c = marks, calls
+
+    def first(self, name: str) -> float:
+        return (self.c.get(name) or [0.0])[0]
+
+    def total(self, name: str) -> float:
+        return sum(self.c.get(name) or [0.0])
+
+
+def _until_the_job(t: _Timeline) -> dict[str, float]:
+    """From the launch to the task function: the interpreter, the imports, the probe, Hydra."""
+    m = t.m
+    return {
+        "interpreter start": m["python_started"],
+        "import torch": m["imported_torch"] - m["python_started"],
+        "import lightning": m["imported_lightning"] - m["imported_torch"],
+        "import hydra, omegaconf": m["imported_hydra"] - m["imported_lightning"],
+        "import wandb": m["imported_wandb"] - m["imported_hydra"],
+        "import ablate (the rest)": m["imported_ablate"] - m["imported_wandb"],
+        "probe's own set-up": m["hydra_main_called"] - m["imported_ablate"],
+        "hydra: compose, job dir, logging": m["task_function:start"] - m["hydra_main_called"],
+    }
+
+
+def _job_until_fit(t: _Timeline) -> dict[str, float]:
+    """The job's checks, its data, model, callbacks, loggers and Trainer, up to ``trainer.fit``."""
+    m, first = t.m, t.first
+    return {
+        "job: before data (config checks, resume check, seeding)": m["data_instantiate:start"]
+        - m["task_function:start"],
+        "  of which config checks": first("config_checks"),
+        "data: instantiate, prepare_data, setup": m["model_build:start"] - m["data_instantiate:start"],
+        "  of which prepare_data (cache verify, or build)": first("data_prepare"),
+        # each prepare_data call verifies the same files: this call's share of all the SHA-256 time
+        "  of which SHA-256 of the cache files": t.total("sha256_verify") / max(1, len(t.c.get("data_prepare", []))),
+        "  of which setup (memory maps, tokenizer)": first("data_setup"),
+        "model build (task, init)": m["model_build:end"] - m["model_build:start"],
+        "callbacks build": first("callbacks_build"),
+        "loggers build (CSV; W&B: wandb.init, offline)": first("loggers_build"),
+        "W&B init not done by the loggers build": first("wandb_init"),
+        "trainer build": first("trainer_build"),
+        "job: the rest before fit (header, run config, gaps)": m["trainer_fit:start"]
         - m["model_build:end"]
-        - sum(first(k) for k in ("callbacks_build", "loggers_build", "wandb_init", "trainer_build"))
-    )
-    p["fit: Lightning set-up to callbacks' setup (prepare_data, setup again)"] = (
-        m["setup_fit_first"] - m["trainer_fit:start"]
-    )
-    p["fit: callbacks' setup"] = m["setup_fit_last"] - m["setup_fit_first"]
-    p["  of which CPU peak probe (peak_flops=auto)"] = first("cpu_peak_probe")
-    p["fit: callbacks' setup to first batch (optimiser, dataloader)"] = (
-        m["first_batch_start_first"] - m["setup_fit_last"]
-    )
-    p["= launch to first training step"] = m["first_batch_start_first"]
-    p["first training step"] = m["first_batch_end_last"] - m["first_batch_start_first"]
-    p["rest of fit: later steps, validation, checkpoints, teardown"] = m["trainer_fit:end"] - m["first_batch_end_last"]
-    p["  of which validation (full split at the last step)"] = total("validation_in_fit")
-    p["  of which after the last step (validation, last checkpoint, teardown)"] = (
-        m["trainer_fit:end"] - m["last_batch_end_last"]
-    )
+        - sum(first(k) for k in ("callbacks_build", "loggers_build", "wandb_init", "trainer_build")),
+    }
+
+
+def _fit(t: _Timeline) -> dict[str, float]:
+    """``trainer.fit``: Lightning's set-up, the callbacks' set-up, the first step, the rest."""
+    m = t.m
+    return {
+        "fit: Lightning set-up to callbacks' setup (prepare_data, setup again)": m["setup_fit_first"]
+        - m["trainer_fit:start"],
+        "fit: callbacks' setup": m["setup_fit_last"] - m["setup_fit_first"],
+        "  of which CPU peak probe (peak_flops=auto)": t.first("cpu_peak_probe"),
+        "fit: callbacks' setup to first batch (optimiser, dataloader)": m["first_batch_start_first"]
+        - m["setup_fit_last"],
+        "= launch to first training step": m["first_batch_start_first"],
+        "first training step": m["first_batch_end_last"] - m["first_batch_start_first"],
+        "rest of fit: later steps, validation, checkpoints, teardown": m["trainer_fit:end"] - m["first_batch_end_last"],
+        "  of which validation (full split at the last step)": t.total("validation_in_fit"),
+        "  of which after the last step (validation, last checkpoint, teardown)": m["trainer_fit:end"]
+        - m["last_batch_end_last"],
+    }
+
+
+def _after_fit(t: _Timeline, wall: float) -> dict[str, float]:
+    """After ``trainer.fit``: the task's evaluation, the record, Hydra's end, the interpreter's exit."""
+    m = t.m
     eval_start = m.get("evaluate_after_fit:start", m["trainer_fit:end"])
     eval_end = m.get("evaluate_after_fit:end", eval_start)
-    p["between fit and evaluation"] = eval_start - m["trainer_fit:end"]
-    p["post-fit evaluation (evaluate_after_fit)"] = eval_end - eval_start
+    p = {
+        "between fit and evaluation": eval_start - m["trainer_fit:end"],
+        "post-fit evaluation (evaluate_after_fit)": eval_end - eval_start,
+    }
     if "test_start_first" in m:
         p["  of which test set-up (prepare_data, setup, dataloader)"] = m["test_start_first"] - eval_start
         p["  of which test loop"] = m["test_end_last"] - m["test_start_first"]
         p["  of which after the test loop"] = eval_end - m["test_end_last"]
-    p["status, summary, W&B finish"] = m["task_function:end"] - eval_end
-    p["  of which W&B finish"] = total("wandb_finish")
-    p["hydra: after the job"] = m["hydra_main_returned"] - m["task_function:end"]
-    p["interpreter exit"] = wall - m["hydra_main_returned"]
-    p["= process wall time"] = wall
-    p["= SHA-256 verify, all prepare_data calls of the job"] = total("sha256_verify")
-    return {k: round(v, 3) for k, v in p.items()}
+    return {
+        **p,
+        "status, summary, W&B finish": m["task_function:end"] - eval_end,
+        "  of which W&B finish": t.total("wandb_finish"),
+        "hydra: after the job": m["hydra_main_returned"] - m["task_function:end"],
+        "interpreter exit": wall - m["hydra_main_returned"],
+        "= process wall time": wall,
+        "= SHA-256 verify, all prepare_data calls of the job": t.total("sha256_verify"),
+    }
 
 
 def last_value(csv_path: Path, column: str) -> float | None:

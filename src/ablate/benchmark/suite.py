@@ -82,6 +82,17 @@ def parse_ratios(name: str, spec: DictConfig, names: list[str]) -> dict[str, tup
     return ratios
 
 
+def selected_groups(bench: DictConfig) -> dict[str, Any]:
+    """The groups this run measures: those ``benchmark.only`` names (a group switched off by default,
+    as ``compile``, included: naming it is asking for it), else every enabled one."""
+    if bench.only:
+        unknown = sorted(set(bench.only) - set(bench.groups))
+        if unknown:
+            raise ValueError(f"benchmark.only={list(bench.only)}: no group {unknown}; the groups: {list(bench.groups)}")
+        return {k: v for k, v in bench.groups.items() if k in bench.only}
+    return {k: v for k, v in bench.groups.items() if v.get("enabled", True)}
+
+
 def summarise(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -115,6 +126,9 @@ class Benchmark:
     def run_group(
         self, name: str, spec: DictConfig, on_built: Callable[[Runner], None] | None = None
     ) -> dict[str, Any]:
+        """Build the group's variants, warm each up, then time them round-robin in rounds (each
+        round starts with the next variant; within a round the variants take turns of a few steps,
+        so that the steps compared are close in time); their times, ratios and the machine's load."""
         variants = parse_variants(name, spec)
         ratios = parse_ratios(name, spec, [v.name for v in variants])
         steps, rounds = int(spec.get("steps", 4)), int(spec.get("rounds") or self.bench.rounds)
@@ -124,23 +138,9 @@ class Benchmark:
         start = time.perf_counter()
         runners: list[Runner] = []
         try:
-            for variant in variants:
-                runner = self.make_runner(variant)
-                if isinstance(runner, LightningLoop):
-                    runner.peak_flops = self.peak_flops
-                runner.start()
-                if warmup:
-                    runner.run(warmup)
-                runners.append(runner)
-                if on_built is not None:
-                    on_built(runner)
+            self._build_runners(variants, warmup, on_built, runners)
             results = {r.variant.name: Result(r.variant) for r in runners}
-            first_timed_step: dict[str, int] = {}
-            for runner in runners:  # time from here on
-                runner.loader.waits.clear()
-                if isinstance(runner, LightningLoop):
-                    first_timed_step[runner.variant.name] = runner.step
-                    runner.hook_time = dict.fromkeys(runner.hook_time, 0.0)
+            first_timed_step = _start_timing(runners)
             turn = max(1, min(steps, int(spec.get("turn_steps") or self.bench.turn_steps)))
             if self.device.type == "cuda":
                 # a turn is the round's steps: the GPU gets them queued back to back, as in training,
@@ -148,31 +148,9 @@ class Benchmark:
                 turn = steps
             turns = [turn] * (steps // turn) + ([steps % turn] if steps % turn else [])
             for rnd in range(rounds):
-                order = runners[rnd % len(runners) :] + runners[: rnd % len(runners)]
-                in_round: dict[str, list[float]] = {r.variant.name: [] for r in runners}
-                for k in turns:  # A B C A B C ...: the steps compared are close in time
-                    for runner in order:
-                        in_round[runner.variant.name] += runner.run(k)
-                for vname, times in in_round.items():
-                    results[vname].steps += times
-                    results[vname].round_means.append(sum(times) / len(times))
-                print(
-                    f"[{name}] round {rnd + 1}/{rounds}: "
-                    + ", ".join(f"{n} {1e3 * r.round_means[-1]:.1f} ms" for n, r in results.items()),
-                    flush=True,
-                )
+                _timed_round(name, rnd, rounds, runners, turns, results)
             for runner in runners:
-                res = results[runner.variant.name]
-                res.waits = list(runner.loader.waits)
-                if isinstance(runner, LightningLoop):
-                    res.extra["logged_tokens_per_sec"] = runner.logged_tokens_per_sec(
-                        first_timed_step[runner.variant.name], self.tokens_per_step
-                    )
-                    if runner.hook_time:
-                        n = rounds * steps
-                        res.extra["callback_ms_per_step"] = {k: 1e3 * v / n for k, v in runner.hook_time.items()}
-                res.extra["n_params"] = runner.n_params
-                res.extra["spec"] = runner.spec
+                self._collect(runner, results[runner.variant.name], first_timed_step, rounds * steps)
         finally:
             for runner in runners:
                 runner.close()
@@ -184,44 +162,67 @@ class Benchmark:
             "wall_s": round(time.perf_counter() - start, 1),
             "load_avg_1min": os.getloadavg()[0],
             "other_processes_cpu_share": share.others(),
-            "variants": {},
+            "variants": {vname: self._variant_report(res) for vname, res in results.items()},
             "ratios": {},
         }
-        for vname, res in results.items():
-            mean_step = statistics.median(res.round_means)
-            out["variants"][vname] = {
-                "loop": res.variant.loop,
-                "overrides": res.variant.overrides,
-                "params": res.extra["n_params"],
-                "step_time_median_s": statistics.median(res.steps),
-                "round_mean_step_s": summarise(res.round_means),
-                "tokens_per_sec": self.tokens_per_step / mean_step,
-                "data_wait_median_ms": 1e3 * statistics.median(res.waits) if res.waits else None,
-                "data_wait_max_ms": 1e3 * max(res.waits) if res.waits else None,
-                "data_wait_fraction": (sum(res.waits) / sum(res.steps)) if res.waits else None,
-                "callback_ms_per_step": res.extra.get("callback_ms_per_step"),
-            }
         for rname, (a, b) in ratios.items():
             per_round = [x / y for x, y in zip(results[a].round_means, results[b].round_means)]
             out["ratios"][rname] = {"of": f"{a} / {b}", **summarise(per_round), "per_round": per_round}
         self.results[name] = results
         return out
 
+    def _build_runners(
+        self, variants: list[Variant], warmup: int, on_built: Callable[[Runner], None] | None, runners: list[Runner]
+    ) -> None:
+        """Build, start and warm up each variant in turn, into ``runners`` (the caller's list, so that
+        the runners built before a failure are closed all the same)."""
+        for variant in variants:
+            runner = self.make_runner(variant)
+            if isinstance(runner, LightningLoop):
+                runner.peak_flops = self.peak_flops
+            runner.start()
+            if warmup:
+                runner.run(warmup)
+            runners.append(runner)
+            if on_built is not None:
+                on_built(runner)
+
+    def _collect(self, runner: Runner, res: Result, first_timed_step: dict[str, int], timed_steps: int) -> None:
+        """What ``runner`` measured besides its step times: its data waits, the Lightning loop's
+        logged throughput and its callbacks' time per step, the model's size and spec."""
+        res.waits = list(runner.loader.waits)
+        if isinstance(runner, LightningLoop):
+            res.extra["logged_tokens_per_sec"] = runner.logged_tokens_per_sec(
+                first_timed_step[runner.variant.name], self.tokens_per_step
+            )
+            if runner.hook_time:
+                res.extra["callback_ms_per_step"] = {k: 1e3 * v / timed_steps for k, v in runner.hook_time.items()}
+        res.extra["n_params"] = runner.n_params
+        res.extra["spec"] = runner.spec
+
+    def _variant_report(self, res: Result) -> dict[str, Any]:
+        """One variant's step times, throughput and data wait, for the report."""
+        mean_step = statistics.median(res.round_means)
+        return {
+            "loop": res.variant.loop,
+            "overrides": res.variant.overrides,
+            "params": res.extra["n_params"],
+            "step_time_median_s": statistics.median(res.steps),
+            "round_mean_step_s": summarise(res.round_means),
+            "tokens_per_sec": self.tokens_per_step / mean_step,
+            "data_wait_median_ms": 1e3 * statistics.median(res.waits) if res.waits else None,
+            "data_wait_max_ms": 1e3 * max(res.waits) if res.waits else None,
+            "data_wait_fraction": (sum(res.waits) / sum(res.steps)) if res.waits else None,
+            "callback_ms_per_step": res.extra.get("callback_ms_per_step"),
+        }
+
     def run(self) -> dict[str, Any]:
         cfg, bench = self.cfg, self.bench
         t0 = time.perf_counter()
-        if cfg.runtime.flush_denormal:
-            torch.set_flush_denormal(True)  # as train.py; every variant sets its own in its thread
-        torch.set_float32_matmul_precision(matmul_precision(cfg))
-        logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-        warnings.filterwarnings("ignore", ".*does not have many workers.*")
-        warnings.filterwarnings("ignore", ".*isinstance.treespec, LeafSpec.*")
-        warnings.filterwarnings("ignore", ".*defined a `validation_step` but have no `val_dataloader`.*")
+        _quiet_runtime(cfg)
         report: dict[str, Any] = {"machine": machine_info(self.device)}
         self.setup_data()
-        groups = {
-            k: v for k, v in bench.groups.items() if v.get("enabled", True) and (not bench.only or k in bench.only)
-        }
+        groups = selected_groups(bench)
         longest = max(
             (
                 int(g.get("warmup_steps") or bench.warmup_steps)
@@ -249,9 +250,28 @@ class Benchmark:
             else:
                 memory.update(kind="peak RSS of the process", peak_mb=peak_rss_mb())
 
-        # the device's peak: given, nominal (GPU), or measured (CPU: before any model exists,
-        # and again after every group; the best probe counts, as a moment of interference only
-        # ever makes a probe slower)
+        how = self._first_peak()
+        memory["rss_before_model_mb"] = rss_mb()
+
+        report["groups"] = {}
+        for name, spec in groups.items():
+            report["groups"][name] = self.run_group(name, spec, after_build if name == head_group else None)
+            if self.probes:
+                self.probe_peak(3)
+        report["peak_flops"], report["peak_flops_source"] = self.peak_flops, how
+        report["peak_flops_probes"] = self.probes
+        report["headline"] = self.headline(head_group, head_variant, memory)
+        report["budgets"] = check_budgets(report, self.bench.budgets)
+        report["config"] = self._config_summary()
+        report["machine"]["load_avg_end"] = list(os.getloadavg())
+        report["wall_time_s"] = round(time.perf_counter() - t0, 1)
+        return report
+
+    def _first_peak(self) -> str:
+        """The device's peak (``self.peak_flops``): given, nominal (GPU), or measured (CPU: before any
+        model exists, and again after every group; the best probe counts, as a moment of
+        interference only ever makes a probe slower). Returns where it came from."""
+        bench = self.bench
         self.probes: list[dict[str, float]] = []
         if bench.peak_flops:
             self.peak_flops, how = float(bench.peak_flops), "benchmark.peak_flops"
@@ -264,18 +284,12 @@ class Benchmark:
             )
         else:
             self.peak_flops, how = device_peak_flops(self.device)
-        memory["rss_before_model_mb"] = rss_mb()
+        return how
 
-        report["groups"] = {}
-        for name, spec in groups.items():
-            report["groups"][name] = self.run_group(name, spec, after_build if name == head_group else None)
-            if self.probes:
-                self.probe_peak(3)
-        report["peak_flops"], report["peak_flops_source"] = self.peak_flops, how
-        report["peak_flops_probes"] = self.probes
-        report["headline"] = self.headline(head_group, head_variant, memory)
-        report["budgets"] = check_budgets(report, self.bench.budgets)
-        report["config"] = {
+    def _config_summary(self) -> dict[str, Any]:
+        """The configuration the report measured: overrides, model, axes, batch, trainer."""
+        cfg = self.cfg
+        return {
             "overrides": list(HydraConfig.get().overrides.task),
             "model": OmegaConf.to_container(cfg.model, resolve=True),
             "axes": spec_axes(self.headline_spec) if self.headline_spec else None,
@@ -284,9 +298,6 @@ class Benchmark:
             "tokens_per_step": self.tokens_per_step,
             "trainer": {k: cfg.trainer.get(k) for k in ("accelerator", "precision", "log_every_n_steps")},
         }
-        report["machine"]["load_avg_end"] = list(os.getloadavg())
-        report["wall_time_s"] = round(time.perf_counter() - t0, 1)
-        return report
 
     def probe_peak(self, repeats: int) -> None:
         peak, at_n = measure_cpu_peak(int(self.bench.peak_matmul_size), repeats)
@@ -334,6 +345,51 @@ class Benchmark:
             out["hand_loop_tokens_per_sec"] = hand_tps
             out["hand_loop_mfu"] = hand_tps * fpt / self.peak_flops if self.peak_flops else None
         return out
+
+
+def _quiet_runtime(cfg: DictConfig) -> None:
+    """The runtime settings of ``train.py`` (flush denormals, matmul precision), and none of the
+    messages the benchmark's own loops would print on every variant."""
+    if cfg.runtime.flush_denormal:
+        torch.set_flush_denormal(True)  # as train.py; every variant sets its own in its thread
+    torch.set_float32_matmul_precision(matmul_precision(cfg))
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    warnings.filterwarnings("ignore", ".*isinstance.treespec, LeafSpec.*")
+    warnings.filterwarnings("ignore", ".*defined a `validation_step` but have no `val_dataloader`.*")
+
+
+def _start_timing(runners: list[Runner]) -> dict[str, int]:
+    """Forget the warm-up: data waits and callback times count from here on. Returns the Lightning
+    loops' first timed step (their logged throughput is read from there)."""
+    first_timed_step: dict[str, int] = {}
+    for runner in runners:
+        runner.loader.waits.clear()
+        if isinstance(runner, LightningLoop):
+            first_timed_step[runner.variant.name] = runner.step
+            runner.hook_time = dict.fromkeys(runner.hook_time, 0.0)
+    return first_timed_step
+
+
+def _timed_round(
+    name: str, rnd: int, rounds: int, runners: list[Runner], turns: list[int], results: dict[str, Result]
+) -> None:
+    """Round ``rnd``: starting with variant ``rnd`` (rotated), the variants take turns of ``turns``
+    steps (A B C A B C ...: the steps compared are close in time); each variant's step times and
+    round mean go to ``results``."""
+    order = runners[rnd % len(runners) :] + runners[: rnd % len(runners)]
+    in_round: dict[str, list[float]] = {r.variant.name: [] for r in runners}
+    for k in turns:
+        for runner in order:
+            in_round[runner.variant.name] += runner.run(k)
+    for vname, times in in_round.items():
+        results[vname].steps += times
+        results[vname].round_means.append(sum(times) / len(times))
+    print(
+        f"[{name}] round {rnd + 1}/{rounds}: "
+        + ", ".join(f"{n} {1e3 * r.round_means[-1]:.1f} ms" for n, r in results.items()),
+        flush=True,
+    )
 
 
 def main(cfg: DictConfig) -> None:

@@ -300,43 +300,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     out = (args.out or REPO / "logs" / "sweep_overhead" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    sweep_text = (
-        f"model={args.model} {args.axis}={','.join(args.variants)} seed={','.join(map(str, args.seeds))} "
-        f"trainer.max_steps={args.steps} trainer.val_check_interval={args.steps} {' '.join(args.extra)}"
-    ).strip()
     report: dict[str, Any] = {
         "machine": {"cpu_count": os.cpu_count(), "python": sys.version.split()[0], "platform": sys.platform},
-        "settings": {
-            "axis": args.axis,
-            "variants": args.variants,
-            "seeds": args.seeds,
-            "model": args.model,
-            "steps": args.steps,
-            "probe_steps": args.probe_steps,
-            "extra": args.extra,
-            "modes": args.modes,
-            "n_jobs": args.n_jobs,
-            "threads_sequential": args.threads_sequential,
-            "sweep": sweep_text,
-        },
+        "settings": _settings(args),
         "started": datetime.now().isoformat(timespec="seconds"),
     }
     json_path = args.json or out / "sweep_overhead.json"
 
-    def save() -> None:
+    def save() -> None:  # after each part: an interrupted measurement keeps what it measured
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
 
     if args.probe_runs:
-        runs = []
-        for i in range(args.probe_runs):
-            print(f"[probe] start-up probe run {i + 1}/{args.probe_runs}", flush=True)
-            runs.append(startup_probe(args, out, i + 1))
-        report["startup"] = {
-            "runs": runs,
-            "command": f"python train.py {args.axis}={args.variants[0]} "
-            f"model={args.model} trainer.max_steps={args.probe_steps} (timestamped in-process)",
-        }
+        report["startup"] = _startup_probes(args, out)
         save()
     if not args.no_importtime:
         report["imports"] = import_times(child_env(args.threads_sequential))
@@ -344,17 +320,56 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for mode in args.modes:
         report["sweeps"][mode] = run_sweep(args, out, mode)
         save()
-    seq = report["sweeps"].get("sequential")
-    comparison = {}
-    for mode in ("parallel", "joblib"):
-        par = report["sweeps"].get(mode)
-        if seq and par:
-            comparison[f"speed-up {mode} vs sequential (wall)"] = round(seq["wall_s"] / par["wall_s"], 3)
-    if seq:
-        comparison["sequential wall / sum of train/time_s"] = seq["wall_over_sum_train"]
-    report["comparison"] = comparison
+    report["comparison"] = _comparison(report["sweeps"])
     report["finished"] = datetime.now().isoformat(timespec="seconds")
     save()
     print(render(report), flush=True)
     print(f"\nreport: {json_path}", flush=True)
     return report
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What was measured: the sweep's axis, variants, seeds, model, steps and launch settings."""
+    sweep_text = (
+        f"model={args.model} {args.axis}={','.join(args.variants)} seed={','.join(map(str, args.seeds))} "
+        f"trainer.max_steps={args.steps} trainer.val_check_interval={args.steps} {' '.join(args.extra)}"
+    ).strip()
+    return {
+        "axis": args.axis,
+        "variants": args.variants,
+        "seeds": args.seeds,
+        "model": args.model,
+        "steps": args.steps,
+        "probe_steps": args.probe_steps,
+        "extra": args.extra,
+        "modes": args.modes,
+        "n_jobs": args.n_jobs,
+        "threads_sequential": args.threads_sequential,
+        "sweep": sweep_text,
+    }
+
+
+def _startup_probes(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """``args.probe_runs`` timestamped single runs (:func:`startup_probe`) and the command they ran."""
+    runs = []
+    for i in range(args.probe_runs):
+        print(f"[probe] start-up probe run {i + 1}/{args.probe_runs}", flush=True)
+        runs.append(startup_probe(args, out, i + 1))
+    return {
+        "runs": runs,
+        "command": f"python train.py {args.axis}={args.variants[0]} "
+        f"model={args.model} trainer.max_steps={args.probe_steps} (timestamped in-process)",
+    }
+
+
+def _comparison(sweeps: dict[str, Any]) -> dict[str, Any]:
+    """The parallel modes' speed-up over the sequential sweep, and its wall time over its training time."""
+    seq = sweeps.get("sequential")
+    comparison = {}
+    for mode in ("parallel", "joblib"):
+        par = sweeps.get(mode)
+        if seq and par:
+            comparison[f"speed-up {mode} vs sequential (wall)"] = round(seq["wall_s"] / par["wall_s"], 3)
+    if seq:
+        comparison["sequential wall / sum of train/time_s"] = seq["wall_over_sum_train"]
+    return comparison

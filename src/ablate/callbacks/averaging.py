@@ -39,7 +39,10 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from ablate.callbacks.checkpointing import AtomicCheckpointIO
 from ablate.checkpoints.files import LAST_PATTERN, CheckpointError, inspect_checkpoint, resume_state
+from ablate.checkpoints.parts import PartError
 from ablate.config.identity import change_allowed, identity_differences
+from ablate.data.stored_tokenizer import check_tokenizer, load_tokenizer
+from ablate.data.tokenizers import TOKENIZERS
 from ablate.errors import UserError
 
 STEP_PATTERN = re.compile(r"^step-(\d+)\.ckpt$")
@@ -144,7 +147,38 @@ def _load(path: Path) -> dict[str, Any]:
         raise AveragingError(
             f"{path} is not an ablate checkpoint (no hyper_parameters.spec, the model's architecture): not averaged"
         )
+    _check_tokenizer(checkpoint, spec, path)
     return checkpoint
+
+
+def _check_tokenizer(checkpoint: dict[str, Any], spec: dict[str, Any], path: Path) -> None:
+    """The tokenizer the output will carry is a known kind, and its content (when stored) a valid
+    tokenizer of the model's vocabulary size (:mod:`ablate.checkpoints.parts`): an altered one is
+    not copied into the average."""
+    state = checkpoint.get("tokenizer")
+    if state is None:
+        return
+    kind = state.get("kind") if isinstance(state, dict) else None
+    try:
+        if "content" in (state if isinstance(state, dict) else {}):
+            check_tokenizer(checkpoint, spec.get("vocab_size"), path)
+        elif kind not in TOKENIZERS:
+            load_tokenizer(state, path)  # refuses it, naming what is wrong
+    except PartError as err:
+        raise AveragingError(f"{err}: not averaged") from None
+
+
+def _check_finite(paths: Sequence[Path], checkpoints: Sequence[dict[str, Any]], weights: str) -> None:
+    """Every floating-point weight to average is finite: one NaN makes the mean NaN."""
+    for path, ckpt in zip(paths, checkpoints):
+        for key, value in model_weights(ckpt, weights).items():
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                bad = int((~torch.isfinite(value)).sum())
+                if bad:
+                    raise AveragingError(
+                        f"{path}: {key} holds {bad} NaN/inf value(s) of {value.numel()}: the weights are damaged or "
+                        "the run diverged; not averaged (leave this checkpoint out)"
+                    )
 
 
 def model_weights(checkpoint: dict[str, Any], weights: str = "state_dict") -> dict[str, torch.Tensor]:
@@ -210,6 +244,11 @@ def check_compatible(
         bad = [k for k in ref_sd if sd[k].shape != ref_sd[k].shape or sd[k].dtype != ref_sd[k].dtype]
         if bad:
             raise AveragingError(f"{path} and {ref_path} differ in the shape or dtype of {', '.join(bad[:10])}")
+        if ckpt.get("tokenizer") != ref.get("tokenizer"):
+            raise AveragingError(
+                f"{path} and {ref_path} carry different tokenizers: their token ids do not mean the same; not averaged"
+            )
+    _check_finite(paths, checkpoints, weights)
 
 
 def average_checkpoints(

@@ -44,6 +44,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from ablate.checkpoints.files import LAST_PATTERN, previous_checkpoint
 from ablate.compat import is_local_path
 from ablate.errors import ConfigError
+from ablate.writes import named_disk_full
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -61,7 +62,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"  # ablate.checkpoints.files.abandoned_writes
         try:
-            with open(tmp, "wb") as f:
+            # a full disk: DiskFullError names the file and about how many bytes it needs (exit code 2)
+            with named_disk_full(path, tensor_bytes(checkpoint), tmp), open(tmp, "wb") as f:
                 _save(checkpoint, f, path)
                 f.flush()
                 os.fsync(f.fileno())
@@ -81,15 +83,25 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 def _save(checkpoint: dict[str, Any], f: Any, path: Path) -> None:
     """``torch.save``, whose zip writer reports a full disk as ``RuntimeError: [enforce fail at
-    inline_container.cc] ... unexpected pos``: turned into the OSError it is (Errno 28, naming the path),
-    which is what status.json then records."""
+    inline_container.cc] ... unexpected pos``: turned into the OSError it is (Errno 28), which the
+    caller names with the path and the bytes (:func:`ablate.writes.named_disk_full`)."""
     try:
         torch.save(checkpoint, f)
     except RuntimeError as err:
         if "unexpected pos" in str(err) or "file write failed" in str(err):
-            free = shutil.disk_usage(path.parent).free
-            raise OSError(errno.ENOSPC, f"No space left on device writing {path} ({free:,} bytes free)") from err
+            raise OSError(errno.ENOSPC, "No space left on device") from err
         raise
+
+
+def tensor_bytes(value: Any) -> int:
+    """The bytes of the tensors in a checkpoint (nested containers walked): about its size on disk."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v) for v in value)
+    return 0
 
 
 def keep_previous(path: Path) -> None:

@@ -1,24 +1,28 @@
 """Divergence detection: a run whose loss is non-finite, or above ``max_ratio`` times its first
 finite loss, is marked diverged and stopped cleanly, so a sweep moves on to its next job.
 
-Without a host synchronisation per step: reading the loss on the host (``float(loss)``) every
-step would make the CPU wait for the GPU to finish the step before it may queue the next one
-(on an H100 at GPT-2 small's shape that wait was 10% of the step: issue 31). The test runs on
-the device instead: a two-number record (the first step whose loss failed the test, and that
-loss) is updated by a few scalar kernels per step and read on the host only every
-``check_every_n_steps`` steps (by default the Trainer's ``log_every_n_steps``, where Lightning
-reads its logged values anyway), before each validation and when training ends (a checkpoint
-keeps the record, so a resumed run still names the first diverged step). The reference of the
-ratio test, the first loss, is read on the host once, at the first step.
-``diverged_at`` is still the first step whose loss failed, not the step at which it was read;
-training stops at the read, up to ``check_every_n_steps - 1`` steps later (the status's
-``steps`` says how many were trained).
+Without a host synchronisation per step, and with as little host work per step as a step allows:
+reading the loss on the host (``float(loss)``) every step would make the CPU wait for the GPU to
+finish the step before it may queue the next one (on an H100 at GPT-2 small's shape that wait was
+10% of the step: issue 31), and every kernel a callback launches per step costs host time, and more
+when the GPU's queue is full (a launch then waits for room: a test of a few scalar kernels per step
+measured 1.8 ms of host time per step there, issue 39). So each step's loss is only copied into a
+window on its device (one copy kernel); the test runs on the host over the whole window, read at
+once every ``check_every_n_steps`` steps (by default the Trainer's ``log_every_n_steps``, where
+Lightning reads its logged values anyway), before each validation and when training ends. Under
+DDP the window is averaged over the ranks at each check (one collective per check, none per step),
+so every rank reads the same losses and stops alike. A checkpoint keeps the record, with the
+window not yet checked tested into it (this rank's losses: the checkpoint is rank 0's), so a
+resumed run still names the first diverged step. ``diverged_at`` is still the first step whose
+loss failed, not the step at which it was read; training stops at the read, up to
+``check_every_n_steps - 1`` steps later (the status's ``steps`` says how many were trained).
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from typing import ClassVar
 
 import lightning as L
@@ -37,7 +41,7 @@ class DivergenceMonitor(Callback):
     Args:
         max_ratio: diverged when the loss exceeds ``max_ratio`` x the first finite loss (None or
             0: only a non-finite loss counts).
-        check_every_n_steps: optimiser steps between reads of the device record on the host
+        check_every_n_steps: optimiser steps between reads of the device window on the host
             (None: ``trainer.log_every_n_steps``).
     """
 
@@ -57,55 +61,71 @@ class DivergenceMonitor(Callback):
         check_rules({"max_ratio": max_ratio, "check_every_n_steps": check_every_n_steps}, "", self.CONFIG_RULES)
         self.max_ratio = max_ratio
         self.check_every_n_steps = check_every_n_steps
-        self.initial_loss: float | None = None  # the first finite loss (host copy; read at a check or restored)
+        self.initial_loss: float | None = None  # the first finite loss
         self.diverged_at: int | None = None
         self.reason = ""
-        self._threshold: float | None = None  # max_ratio x initial loss (or the largest float)
-        # on the loss's device, float64 (the test as the host did it in Python floats): the first
-        # step whose loss failed (inf: none yet) and that loss
-        self._first_step: torch.Tensor | None = None
-        self._first_loss: torch.Tensor | None = None
-        self._first_bad: tuple[float, float] | None = None  # host copy of (first failed step, its loss)
+        self._first_bad: tuple[float, float] | None = None  # (first failed step, its loss), as checked on the host
+        self._window: torch.Tensor | None = None  # float64, on the loss's device: the losses since the last check
+        self._steps: list[int] = []  # the step of each of them
 
-    # --- on the device, every step
+    # --- every step: one copy on the device
 
     def update(self, loss: torch.Tensor, step: int) -> None:
-        """Fold one step's (rank-averaged) loss into the device record: a few scalar kernels, no
-        sync, except at the first step of the process, whose loss is read once on the host (the
-        reference of the ratio test, unless a checkpoint restored it)."""
-        loss = loss.detach().to(torch.float64)
-        if self._threshold is None:
-            first = float(loss)  # once per process, at its first step (which logs anyway)
-            if self.initial_loss is None and math.isfinite(first):
-                self.initial_loss = first
-            # as before: a ratio test only against a positive first loss
-            ratio_applies = self.max_ratio and self.initial_loss is not None and self.initial_loss > 0
-            # the largest float when no ratio applies: then only NaN and +-inf fail
-            self._threshold = self.max_ratio * self.initial_loss if ratio_applies else sys.float_info.max  # type: ignore[operator]
-            step_at, loss_at = self._first_bad or (math.inf, math.nan)
-            self._first_step = torch.full((), step_at, dtype=torch.float64, device=loss.device)
-            self._first_loss = torch.full((), loss_at, dtype=torch.float64, device=loss.device)
-        assert self._first_step is not None and self._first_loss is not None
-        # fails: NaN, +-inf, or above the threshold (NaN compares False, so the test is "not <=")
-        first_failure = ~(loss.abs() <= self._threshold) & (self._first_step == math.inf)
-        self._first_step.masked_fill_(first_failure, step)
-        torch.where(first_failure, loss, self._first_loss, out=self._first_loss)
+        """Append one step's loss to the window: one copy kernel (float64, as the host tests it), no sync."""
+        count = len(self._steps)
+        if self._window is None or count == len(self._window) or self._window.device != loss.device:
+            self._grow(loss.device)
+        assert self._window is not None
+        self._window[count].copy_(loss.detach())
+        self._steps.append(step)
+
+    def _grow(self, device: torch.device) -> None:
+        """A window twice as long (at least 16), keeping what it holds (rare: checks empty it)."""
+        count = len(self._steps)
+        window = torch.empty(max(16, 2 * count), dtype=torch.float64, device=device)
+        if count:
+            assert self._window is not None
+            window[:count].copy_(self._window[:count])
+        self._window = window
 
     # --- on the host, at the checks
 
-    def read(self) -> None:
-        """Copy the device record to the host (the one host sync of a check)."""
-        if self._first_step is None or self._first_loss is None:
+    def _tested(
+        self, steps: list[int], losses: list[float], initial: float | None, first_bad: tuple[float, float] | None
+    ) -> tuple[float | None, tuple[float, float] | None]:
+        """``(first finite loss, first failure)`` after testing ``losses`` in order: a loss fails when
+        it is not finite or above ``max_ratio`` x the first finite loss (when that is positive)."""
+        for step, loss in zip(steps, losses):
+            if initial is None and math.isfinite(loss):
+                initial = loss
+            ratio_applies = self.max_ratio and initial is not None and initial > 0
+            threshold = self.max_ratio * initial if ratio_applies else sys.float_info.max  # type: ignore[operator]
+            if first_bad is None and not abs(loss) <= threshold:  # NaN compares False
+                first_bad = (float(step), loss)
+        return initial, first_bad
+
+    def read(self, reduce: Callable[..., torch.Tensor] | None = None) -> None:
+        """Test the window on the host (one read) and empty it; ``reduce``: the strategy's reduce,
+        to average the window over the ranks first (a collective: every rank calls it together)."""
+        if not self._steps:
             return
-        step, loss = torch.stack([self._first_step, self._first_loss]).tolist()
-        self._first_bad = None if math.isinf(step) else (step, loss)
+        assert self._window is not None
+        window = self._window[: len(self._steps)]
+        if reduce is not None:
+            window = reduce(window, reduce_op="mean")
+        self.initial_loss, self._first_bad = self._tested(
+            self._steps, window.tolist(), self.initial_loss, self._first_bad
+        )
+        self._steps = []
 
     def check(self, trainer: L.Trainer) -> bool:
         """Read the device record; on a diverged step, record it, log ``diverged`` at that step and
         stop training. Returns whether the run has diverged."""
         if self.diverged_at is not None:
             return True
-        self.read()
+        # the mean over ranks: every rank holds the same record and decides alike (one stopping alone
+        # would leave the others waiting in the next all-reduce)
+        self.read(trainer.strategy.reduce)
         if self._first_bad is None:
             return False
         step, loss = self._first_bad
@@ -135,9 +155,7 @@ class DivergenceMonitor(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
     ) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        # under DDP every rank must decide alike (one stopping alone leaves the others waiting in the
-        # next all-reduce): the test runs on the mean over ranks, so every rank holds the same record
-        self.update(trainer.strategy.reduce(loss.detach(), reduce_op="mean"), trainer.global_step)
+        self.update(loss, trainer.global_step)
         if self.check_due(trainer):
             self.check(trainer)
 
@@ -149,15 +167,16 @@ class DivergenceMonitor(Callback):
         self.check(trainer)
 
     def state_dict(self) -> dict:
-        # a checkpoint keeps the record as of its step (a host sync, as the checkpoint's own copies
-        # are): a run resumed from a checkpoint written between a diverged step and its check
-        # still reports the first diverged step
-        self.read()
-        first_step, first_loss = self._first_bad or (None, None)
-        return {"initial_loss": self.initial_loss, "first_bad_step": first_step, "first_bad_loss": first_loss}
+        # the record as of this step, the window not yet checked tested into it (a host read, as the
+        # checkpoint's own copies are; this rank's losses, without a collective), so that a run
+        # resumed from a checkpoint written between a diverged step and its check still reports it
+        window = self._window[: len(self._steps)].tolist() if self._window is not None and self._steps else []
+        initial, first_bad = self._tested(self._steps, window, self.initial_loss, self._first_bad)
+        first_step, first_loss = first_bad or (None, None)
+        return {"initial_loss": initial, "first_bad_step": first_step, "first_bad_loss": first_loss}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.initial_loss = state_dict.get("initial_loss")
         step = state_dict.get("first_bad_step")
         self._first_bad = None if step is None else (float(step), float(state_dict["first_bad_loss"]))
-        self._threshold = self._first_step = self._first_loss = None  # rebuilt from these at the next step
+        self._window, self._steps = None, []

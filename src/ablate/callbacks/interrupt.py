@@ -14,8 +14,16 @@ raises ``KeyboardInterrupt`` at once (the last periodic checkpoint is then the o
 SIGTERM, what a scheduler (SLURM before a kill or a requeue, Kubernetes, ``kill``) sends, and SIGHUP,
 what a closed terminal (or a dropped SSH connection) sends, are handled the same way: the job stops
 after its step with that step saved and its status recorded (exit 130), instead of dying at once.
-(SLURM's requeue signal, ``--signal=USR1@90``, stays Lightning's: its SLURM environment saves an
-``hpc`` checkpoint and requeues the job.)
+
+SLURM's requeue signal (``sbatch --signal=USR1@90``; the ``requeue_signal`` of Lightning's
+``SLURMEnvironment`` with ``auto_requeue``, its default under SLURM) is taken the same way: the job
+stops after the agreed step and saves it, then rank 0 asks SLURM to requeue it
+(``scontrol requeue <job id>``, what Lightning's own handler runs), and the SIGTERM with which
+SLURM then ends the job is expected: ignored from the requeue signal on, it cannot cut the save or
+the record short. Lightning's own handler saves its
+``hpc`` checkpoint and broadcasts from inside the signal handler, wherever each rank happens to
+be: under DDP a rank may be inside another collective then, and the ranks' collectives no longer
+pair up. The requeued job resumes with ``ckpt_path=last`` (``conf/hydra/launcher/slurm.yaml``).
 
 In a sweep whose jobs run in worker processes (``hydra/launcher=cpu_parallel``), a stop request of
 the whole sweep is a file, ``<sweep dir>/.stop`` (:data:`STOP_FILE`; the sweep's side is
@@ -26,11 +34,18 @@ however the signal arrived.
 Under DDP the ranks must stop at the same step, so they agree on the request with a collective
 read on the host (which makes the CPU wait for the GPU): every ``trainer.log_every_n_steps``
 steps rather than after every step, so a stop comes up to that many steps after the signal.
+In a rank that the job's own launcher started (:func:`ablate.run.distributed.launch`), a stop
+signal is a request and nothing more (:func:`hold_stop_signals`): the launching process says it
+once, passes it on to every rank and decides that a second one stops at once; the terminal's
+Ctrl-C reaches the ranks too, so a rank sees each request once or twice. Ranks started otherwise
+(SLURM tasks, torchrun) get their signals each from the scheduler: rank 0 says it.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -39,10 +54,79 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_only
 
 from ablate.callbacks.stop_file import STOP_FILE, request_stop, stop_requested
 
-__all__ = ["STOP_FILE", "GracefulInterrupt", "TrainingInterrupted", "request_stop", "stop_requested"]
+__all__ = [
+    "STOP_FILE",
+    "GracefulInterrupt",
+    "TrainingInterrupted",
+    "hold_stop_signals",
+    "request_stop",
+    "stop_requested",
+]
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
+_relayed = False  # this process is a rank whose launching process relays stop signals
+_held: int | None = None  # a stop signal that reached such a rank before its training started
+
+
+def _hold(signum: int, frame: FrameType | None) -> None:
+    global _held
+    _held = _held or signum
+
+
+def hold_stop_signals() -> None:
+    """Make this process a rank of the job's own launcher (:func:`ablate.run.distributed.launch`):
+    from now on a stop signal is a request only, held until training starts
+    (:class:`GracefulInterrupt` then stops after the first agreed step)."""
+    global _relayed
+    _relayed = True
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, _hold)
+
+
+def slurm_requeue_signal(trainer: L.Trainer) -> int | None:
+    """The signal with which SLURM announces the job's end, when Lightning's SLURM environment
+    requeues the job on it (``auto_requeue``), else None."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    # the environment Lightning's own signal connector reads (not public in Lightning 2.6)
+    connector = getattr(trainer, "_accelerator_connector", None)
+    environment = getattr(connector, "cluster_environment", None)
+    if isinstance(environment, SLURMEnvironment) and environment.auto_requeue and environment.requeue_signal:
+        return int(environment.requeue_signal)
+    return None
+
+
+def ignore_sigterm_from_now_on(trainer: L.Trainer | None) -> None:
+    """SIGTERM ignored by the whole process (every thread: a signal blocked in one thread only may be
+    taken by another, whose default action ends the process), also after the Trainer's end, when
+    Lightning puts back the handlers it found at its start (its signal connector's record of them;
+    not public in Lightning 2.6)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    originals = getattr(getattr(trainer, "_signal_connector", None), "_original_handlers", None)
+    if isinstance(originals, dict):
+        originals[signal.SIGTERM] = signal.SIG_IGN
+
+
+def requeue_slurm_job() -> None:
+    """``scontrol requeue <job id>`` (an array task: ``<array job>_<task>``), as Lightning's handler runs it."""
+    job = os.environ.get("SLURM_JOB_ID", "")
+    if os.environ.get("SLURM_ARRAY_JOB_ID"):
+        job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}"
+    if not job.replace("_", "").isdigit():
+        print(f"not requeued: SLURM_JOB_ID={job!r} is not a job id", file=sys.stderr, flush=True)
+        return
+    try:
+        code = subprocess.call(["scontrol", "requeue", job])
+        failure = f"exit code {code}"
+    except OSError as err:
+        code, failure = -1, f"{type(err).__name__}: {err}"
+    said = f"requeued SLURM job {job}" if code == 0 else f"requeueing SLURM job {job} failed ({failure})"
+    print(said, file=sys.stderr, flush=True)
 
 
 class TrainingInterrupted(BaseException):
@@ -63,31 +147,45 @@ class GracefulInterrupt(Callback):
         interrupted_at: the optimiser step training stopped at because of Ctrl-C, else ``None``.
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
+    SIGNALS = STOP_SIGNALS
 
     def __init__(self, stop_file: Path | None = None) -> None:
         self.interrupted_at: int | None = None
         self.stop_file = stop_file
         self._requested = False
         self._signalled = False
+        self._requeue_signal: int | None = None  # SLURM's, when Lightning's SLURM environment requeues on it
+        self._requeue = False  # that signal came: save, then ask SLURM to requeue the job
         self._previous: dict[int, Any] = {}
+        self._trainer: L.Trainer | None = None
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
-        if self._signalled:  # the second Ctrl-C (or SIGTERM): stop now
+        if _relayed:  # the launching process said it, passed it on, and decides about a second one
+            self._requested = True
+            return
+        if self._requeue:  # SLURM ends the job it was asked to requeue (SIGTERM): already stopping
+            return
+        if self._signalled and signum != self._requeue_signal:  # the second Ctrl-C (or SIGTERM): stop now
             raise KeyboardInterrupt
         self._signalled = self._requested = True
+        self._requeue = signum == self._requeue_signal
+        if self._requeue:  # SLURM ends the job it requeues with SIGTERM: ignored from here to the process's end
+            ignore_sigterm_from_now_on(self._trainer)
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         if self.stop_file is not None:
             request_stop(self.stop_file, f"{name} in a job")  # the other jobs of the sweep stop too
-        print(
-            f"\n{name}: stopping after this step and saving a checkpoint (press Ctrl-C again to stop at once)",
-            file=sys.stderr,
-            flush=True,
-        )
+        if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # every rank got it; one says it
+            after = "requeueing the job" if self._requeue else "press Ctrl-C again to stop at once"
+            print(f"\n{name}: stopping after this step and saving a checkpoint ({after})", file=sys.stderr, flush=True)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._trainer = trainer
+        self._requeue_signal = slurm_requeue_signal(trainer)
+        signals = (*self.SIGNALS, *((self._requeue_signal,) if self._requeue_signal else ()))
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
-            self._previous = {signum: signal.signal(signum, self._handler) for signum in self.SIGNALS}
+            self._previous = {signum: signal.signal(signum, self._handler) for signum in signals}
+        if _held is not None:  # a rank of the job's launcher, asked to stop while it was set up
+            self._requested = True
         self._poll_stop_file()  # requested while the job was being set up: one step, saved, recorded
 
     def _poll_stop_file(self) -> None:
@@ -117,13 +215,17 @@ class GracefulInterrupt(Callback):
         if self.interrupted_at is not None:  # the validation Lightning runs on should_stop
             raise TrainingInterrupted(f"Ctrl-C at step {self.interrupted_at}")
 
-    def _restore(self) -> None:
+    def _finish(self, trainer: L.Trainer) -> None:
+        """After training (the interrupted step's checkpoint saved): a SLURM requeue, then the
+        signal handlers as they were."""
+        if self._requeue and self.interrupted_at is not None and trainer.is_global_zero:
+            requeue_slurm_job()
         for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
+            signal.signal(signum, signal.SIG_IGN if self._requeue and signum == signal.SIGTERM else previous)
         self._previous = {}
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._restore()
+        self._finish(trainer)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self._restore()
+        self._finish(trainer)

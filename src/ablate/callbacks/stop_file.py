@@ -5,16 +5,24 @@ operations, no Lightning: the sweepers read it at Hydra's plugin scan, before a 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 STOP_FILE = ".stop"  # in the sweep directory: the sweep was asked to stop (its text says why)
 
 
 def request_stop(path: Path, why: str) -> None:
-    """Ask every process of the sweep to stop after its step (idempotent)."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{why}\n")
+    """Ask every process of the sweep to stop after its step (idempotent). Created, never opened
+    if something is there: a link named ``.stop`` is not written through (O_EXCL), wherever it leads."""
+    if path.exists() or path.is_symlink():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:  # another process asked first
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{why}\n")
 
 
 def stop_requested(path: Path | None) -> bool:

@@ -12,6 +12,14 @@ kept in checkpoints, so a resumed run goes on counting, and both are also logged
 validation, so validation metrics can be plotted against tokens or time (W&B: ``define_metric``
 in :mod:`ablate.tracking.wandb_run`).
 
+Under DDP every value here is this rank's own count and clock, and none is reduced across ranks:
+all ranks count the same tokens (a rank's batch times the world size: exact where every rank's
+batch has the same size, as a language model's; for translation's token batches, whose padded
+sizes differ a little from rank to rank, rank 0's batch scaled), and the time is rank 0's, which
+is what the loggers write. A reduction would cost a collective for a number every rank already
+has, and a host tensor handed to one stops NCCL (``No backend type associated with device type
+cpu``): these values are host tensors logged without ``sync_dist``.
+
 ``train/mfu`` is ``tokens/s * flops_per_token / peak_flops``. ``peak_flops="auto"`` takes the
 device's peak from :func:`device_peak_flops`: on a GPU the nominal dense bf16 peak of the
 detected card, on a CPU a large fp32 matmul timed at the current thread count
@@ -225,13 +233,13 @@ class ThroughputMonitor(Callback):
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # in the validation row too: W&B plots a metric against another only within one row
         if trainer.state.fn == "fit" and not trainer.sanity_checking and self._last_start is not None:
-            self._log_progress(pl_module, epoch_level=True)
+            self._log_progress(pl_module)
 
-    def _log_progress(self, pl_module: L.LightningModule, epoch_level: bool = False) -> None:
+    def _log_progress(self, pl_module: L.LightningModule) -> None:
         # float64: Lightning would store a plain number as float32, exact only up to 2**24 tokens.
-        # At epoch level (validation) Lightning asks for sync_dist under DDP: every rank has the same count
+        # Host tensors, never reduced (the module docstring): every rank holds the run's count already
         for name, value in (("train/tokens_seen", self.tokens_seen), ("train/time_s", self.elapsed())):
-            pl_module.log(name, torch.tensor(value, dtype=torch.float64), batch_size=1, sync_dist=epoch_level)
+            pl_module.log(name, torch.tensor(value, dtype=torch.float64), batch_size=1, sync_dist=False)
 
     def state_dict(self) -> dict[str, float]:
         return {"tokens_seen": self.tokens_seen, "time_s": self.elapsed()}

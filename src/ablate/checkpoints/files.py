@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import os
 import re
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ablate.checkpoints import safe_load
+from ablate.checkpoints.parts import RESUME_STATE_KEY, PartError, check_training_state
 from ablate.checkpoints.stored_config import check_stored_config
 from ablate.errors import UserError
 
 LAST_PATTERN = re.compile(r"^last(-\d+)?\.ckpt$")  # what Lightning's ckpt_path="last" looks for
-# the key of ablate.callbacks.checkpointing.ResumeState's entry in a checkpoint's "callbacks" (its
-# Lightning state key, the class name; tests/run/test_resume.py checks they agree)
-RESUME_STATE_KEY = "ResumeState"
 # the temporary names of ablate.callbacks.checkpointing's atomic writes: .<name>.tmp-<pid>, .<name>.previous-<pid>
 TEMPORARY = re.compile(r"^\..+\.(?:tmp|previous)-(\d+)$")
 
@@ -63,9 +62,20 @@ def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dirs: Sequence[str | os.
         return None if last is None else str(last)
     if ckpt_path in ("best", "hpc") or "://" in ckpt_path:
         return ckpt_path
-    if not Path(ckpt_path).is_file():
-        raise CheckpointFileMissing(f"ckpt_path={ckpt_path}: no such checkpoint file")
+    require_file(ckpt_path)
     return ckpt_path
+
+
+def require_file(ckpt_path: str | os.PathLike[str], key: str = "ckpt_path") -> None:
+    """``ckpt_path`` names a regular file: a missing path, a directory or a device is refused as what it is."""
+    path = Path(ckpt_path)
+    if path.is_file():
+        return
+    if not path.exists():
+        raise CheckpointFileMissing(f"{key}={ckpt_path}: no such checkpoint file")
+    what = "a directory" if path.is_dir() else "not a regular file (a device, a pipe or a socket)"
+    hint = f": give a checkpoint in it, e.g. {key}={path / 'last.ckpt'}" if path.is_dir() else ""
+    raise CheckpointFileMissing(f"{key}={ckpt_path} is {what}, not a checkpoint file{hint}")
 
 
 def checkpoint_files(dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -115,8 +125,9 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
             if previous.is_file() and _readable(previous)
             else " No earlier checkpoint of this run is kept."
         )
+        layout = "a zip archive, torch's format" if zipfile.is_zipfile(path) else "not a zip archive"
         raise CheckpointError(
-            f"{path} is corrupt or truncated ({size:,} bytes; {type(err).__name__}: {str(err)[:200]}).{offer}"
+            f"{path} is corrupt or truncated ({size:,} bytes, {layout}; {type(err).__name__}: {str(err)[:200]}).{offer}"
         ) from None
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f"{path} is not a checkpoint: it holds a {type(checkpoint).__name__}, not a dict")
@@ -137,6 +148,10 @@ def require_resumable(checkpoint: dict[str, Any], path: str | os.PathLike[str]) 
             "run's last.ckpt (ckpt_path=last with hydra.run.dir=<its run dir>). eval.py, generate.py, translate.py "
             "and the exports take it as it is"
         )
+    try:  # the training state Lightning and the callbacks restore is what train.py writes
+        check_training_state(checkpoint, path)
+    except PartError as err:
+        raise CheckpointError(str(err)) from None
 
 
 def _readable(path: Path) -> bool:

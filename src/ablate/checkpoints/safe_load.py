@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +44,15 @@ def lightning_weights_only() -> bool:
 def load(path: str | os.PathLike[str], mmap: bool = True) -> Any:
     """``torch.load`` of a user's checkpoint on the CPU, restricted unless the user trusts it.
 
-    Raises :class:`UnsafeCheckpointError` for a file that needs a type outside the restricted set;
-    any other failure (truncated, not a checkpoint) propagates for the caller to describe."""
+    Memory-mapped (``mmap``) when the file is in torch's zip format; a file in torch's legacy format
+    (``torch.save(..., _use_new_zipfile_serialization=False)``), which cannot be mapped, is read
+    whole, with the same restriction. Raises :class:`UnsafeCheckpointError` for a file that needs a
+    type outside the restricted set; any other failure (truncated, not a checkpoint) propagates for
+    the caller to describe."""
     import torch  # here, not at the top: ablate.cli imports this module before any checkpoint is read
 
     path = Path(path)
+    mmap = mmap and zipfile.is_zipfile(path)
     if _trusted:
         return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
     try:

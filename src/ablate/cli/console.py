@@ -113,6 +113,9 @@ _WARNING_NOISE = (
     # Lightning 2.6's copy of torch's pytree code calls LeafSpec(), which torch 2.13 deprecates;
     # nothing to change on our side, and flattening works the same
     r".*isinstance\(treespec, LeafSpec\)",
+    # under DDP, Lightning's advice to reduce every value logged at epoch level: ours are reduced
+    # already (torchmetrics states, by their compute) or the same on every rank (the throughput monitor's)
+    r"It is recommended to use `self\.log\('(train|val|test)/.*', \.\.\., sync_dist=True\)`",
 )
 
 

@@ -80,6 +80,9 @@ def folder_problem(folder: str | Path, must_exist_writable: bool = True) -> str 
     ``must_exist_writable=False``: an existing folder may be read-only (a shared, prebuilt cache
     is read there); only a file in its place, or a missing folder that cannot be made, is a problem."""
     folder = Path(folder)
+    too_long = _name_too_long(folder)  # first: any other look at such a path raises Errno 36
+    if too_long:
+        return too_long
     if folder.exists() and not folder.is_dir():
         return "it is a file, not a folder"
     existing = folder
@@ -97,6 +100,21 @@ def folder_problem(folder: str | Path, must_exist_writable: bool = True) -> str 
         where = "it" if existing == folder else f"{existing}, where it would be made,"
         return f"{where} cannot be written ({err.strerror or err})"
     return None
+
+
+def _name_too_long(folder: Path) -> str | None:
+    """Why the file system cannot hold ``folder`` by its name (a part longer than its longest file
+    name, 255 bytes on most), or None."""
+    parts = folder.absolute().parts
+    longest = max(parts, key=lambda part: len(os.fsencode(part)))
+    try:
+        limit = os.pathconf(parts[0], "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    size = len(os.fsencode(longest))
+    if size <= limit:
+        return None
+    return f"its part {longest[:24]}... is {size} bytes long, more than the {limit} a file name may have"
 
 
 def env_name(key: str) -> str | None:
@@ -128,7 +146,7 @@ def check_writable_folders(paths: Any, run_dir: str | Path | None = None) -> Non
             )
     problem = folder_problem(run_dir) if run_dir is not None else None
     if problem:
-        existing = "copy the run to a writable folder" if Path(str(run_dir)).exists() else "choose another folder"
+        existing = "copy the run to a writable folder" if os.path.exists(str(run_dir)) else "choose another folder"
         raise ConfigError(
             f"hydra.run.dir={run_dir} cannot be written: {problem}. A run writes its log, config and status there, "
             f"also to resume or to report a finished run: {existing}"

@@ -32,12 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import UserError
+from ablate.writes import human_bytes, is_disk_full
 
 log = logging.getLogger(__name__)
 
 META = "meta.json"
 _HASH_CHUNK = 1 << 22
 _VERIFIED: set[Path] = set()  # folders whose checksums this process has checked
+_NEEDED: dict[Path, int] = {}  # build folder -> the bytes check_free_space was told it needs
 
 
 class CacheCorruptError(RuntimeError):
@@ -59,6 +61,7 @@ def check_free_space(folder: Path, needed: int | None) -> None:
     (None: the size is not known beforehand, e.g. a streamed Hub dataset; nothing is checked)."""
     if needed is None:
         return
+    _NEEDED[Path(folder)] = needed  # named again if the disk fills up anyway (another writer)
     free = shutil.disk_usage(folder).free
     if needed > free:
         raise CacheSpaceError(
@@ -67,26 +70,24 @@ def check_free_space(folder: Path, needed: int | None) -> None:
         )
 
 
-def human_bytes(n: float) -> str:
-    """``412 B``, ``3.1 kB``, ``12.0 MB``, ``2.10 GB``: a size a person reads at a glance (never "0.00 GB")."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}" if unit == "GB" else f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
-
-
 class CacheFolderError(UserError, OSError):
     """The cache folder cannot be written where a cache must be built; the message names it."""
 
 
-def _folder_error(final: Path, err: OSError) -> UserError:
-    """A write into the cache folder failed: a full disk, or a folder that cannot be written, named
-    with the path (Errno 28 alone names none) and the setting that chose the folder."""
+def _folder_error(final: Path, err: OSError, needed: int | None = None) -> UserError:
+    """A write into the cache folder failed: a full disk (with the bytes the cache needs, when they
+    were estimated), or a folder that cannot be written, named with the path (Errno 28 alone names
+    none; numpy's short write, ``65546 requested and 1907 written``, no errno either) and the
+    setting that chose the folder."""
     where = err.filename or final.parent
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+    if is_disk_full(err):
+        why = err.strerror or "No space left on device"
+        size = f"about {human_bytes(needed)} needed, " if needed is not None else ""
+        free = shutil.disk_usage(final.parent).free
         return CacheSpaceError(
-            f"the disk filled up while the token cache was written ({where}: {err.strerror}); the partial cache was "
-            "removed. Free some space, or put the cache on a larger disk with paths.cache_dir=... (or ABLATE_CACHE_DIR)"
+            f"the disk filled up while the token cache was written ({where}: {why}); the partial cache was removed "
+            f"({size}{human_bytes(free)} free now). Free some space, or put the cache on a larger disk with "
+            "paths.cache_dir=... (or ABLATE_CACHE_DIR)"
         )
     return CacheFolderError(
         f"the token cache cannot be built in {final.parent} ({where}: {err.strerror or err}): set ABLATE_CACHE_DIR "
@@ -175,6 +176,21 @@ def write_meta(folder: Path, meta: dict[str, Any]) -> None:
     (folder / META).write_text(json.dumps({**meta, "files": files}, indent=2))
 
 
+DATA_SPLITS = ("train", "val", "test")
+
+
+def split_fingerprints(files: Mapping[str, Any]) -> dict[str, str]:
+    """The content of each split of a cache, from its ``meta.json`` ``files`` (name -> size and
+    SHA-256): the SHA-256 of its files' names and checksums (``train.bin``; a parallel corpus's
+    ``train.de.ids``, ``train.de.offsets``, ...). Equal fingerprints: the same tokens, split by split."""
+    by_split: dict[str, list[str]] = {}
+    for name, entry in sorted(files.items()):
+        split = name.split(".", 1)[0]
+        if split in DATA_SPLITS and isinstance(entry, Mapping):
+            by_split.setdefault(split, []).append(f"{name}:{entry.get('sha256')}")
+    return {split: hashlib.sha256("\n".join(lines).encode()).hexdigest() for split, lines in by_split.items()}
+
+
 def read_meta(folder: Path, checksums: bool = False) -> dict[str, Any]:
     """``meta.json`` of a complete cache, after checking that every listed file has its recorded
     size (and, with ``checksums``, its SHA-256). :class:`CacheCorruptError` names the first bad file."""
@@ -260,9 +276,11 @@ def _build(final: Path, build: Callable[[Path], None]) -> Path:
         try:
             build(tmp)
         except OSError as err:
-            if err.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(err, UserError):
-                raise _folder_error(final, err) from None
+            if is_disk_full(err) and not isinstance(err, UserError):
+                raise _folder_error(final, err, _NEEDED.get(tmp)) from None
             raise
+        finally:
+            _NEEDED.pop(tmp, None)
         if final.exists() and not (final / META).is_file():
             shutil.rmtree(final)  # an incomplete folder under the final name is never trusted
         try:

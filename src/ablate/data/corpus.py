@@ -9,6 +9,9 @@ cache built once, and a training order that a resumed run continues exactly.
   checkpoint (:meth:`~CachedCorpus.state_dict`, which Lightning calls) and restored before the
   next training loader is made. A subclass says what a position is in its own units
   (``position``/``resume_sampler``), so checkpoints of either kind keep their format.
+* :meth:`CachedCorpus.content_fingerprint`: what each split holds, by content (the checksums the
+  cache records); saved beside the position, so that a resume or an evaluation can tell that the
+  text changed since (:mod:`ablate.tasks.trained_data`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 import lightning as L
 from torch.utils.data import Dataset
 
-from ablate.data.cache import CacheCorruptError, ensure_cache, read_meta
+from ablate.data.cache import CacheCorruptError, ensure_cache, read_meta, split_fingerprints
 from ablate.data.samplers import ResumableSampler
 from ablate.errors import UserError
 from ablate.seeds import ORDER_VERSION
@@ -64,6 +67,10 @@ class CachedCorpus(L.LightningDataModule):
             self.prepare_data()
             return read_meta(folder)
 
+    def content_fingerprint(self) -> dict[str, str]:
+        """Split -> the SHA-256 of its tokens as the cache records them (:func:`ablate.data.cache.split_fingerprints`)."""
+        return split_fingerprints(self.cache_meta()["files"])
+
     # --- the training order --------------------------------------------------------------
 
     def training_sampler(self, dataset: Dataset[Any], batch_size: int) -> ResumableSampler:
@@ -91,14 +98,16 @@ class CachedCorpus(L.LightningDataModule):
         seed, its epoch and how far into the epoch the run is.
 
         How far is Lightning's own progress counter (batches that finished their training step),
-        not what the DataLoader has fetched: Lightning prefetches a batch ahead."""
+        not what the DataLoader has fetched: Lightning prefetches a batch ahead. Beside it, ``content``:
+        each split's :meth:`content_fingerprint`."""
         sampler, trainer = self._train_sampler, self.trainer
         if sampler is None or trainer is None:
             return {}
         # Lightning's progress counter (a _ProcessedTracker at run time; declared as its base class)
         done = trainer.fit_loop.epoch_loop.batch_progress.current.processed  # type: ignore[attr-defined]
         position = self.position(sampler, int(done))
-        return {"seed": sampler.seed, "epoch": sampler.epoch, "order": ORDER_VERSION, **position}
+        content = self.content_fingerprint()  # the text the run trains on (a resume checks it)
+        return {"seed": sampler.seed, "epoch": sampler.epoch, "order": ORDER_VERSION, **position, "content": content}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Remember the position; the next training loader starts there. A checkpoint written in

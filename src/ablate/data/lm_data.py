@@ -250,7 +250,8 @@ class TextFiles(LMDataModule):
         """Absolute paths of the split files; :class:`DataNotFoundError` names a missing one."""
         found = {}
         for split, path in self.paths.items():
-            hit = resolve_local(self.data_dir, path) or resolve_local(Path.cwd(), path)
+            what = f"data.{split}_path"
+            hit = resolve_local(self.data_dir, path, what) or resolve_local(Path.cwd(), path, what)
             if hit is None:
                 where = path if path.is_absolute() else self.data_dir / path
                 raise DataNotFoundError(missing_file_message(f"{split} text", where))

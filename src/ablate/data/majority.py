@@ -77,6 +77,10 @@ class MajorityData(CachedCorpus):
     def prepare_data(self) -> None:
         """Nothing to download or cache: :meth:`setup` generates the splits from the seed."""
 
+    def content_fingerprint(self) -> dict[str, str]:
+        """None: the splits are the seed's and the settings' (both in the run identity), not a file's."""
+        return {}
+
     def setup(self, stage: str | None = None) -> None:
         for index, split in enumerate(SPLITS):
             if split not in self.datasets:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import urllib.error
 import urllib.parse
@@ -80,14 +81,43 @@ def default_cache_dir() -> Path:
     return locations.cache_dir()
 
 
-def resolve_local(data_dir: str | os.PathLike[str] | None, relpath: str | os.PathLike[str]) -> Path | None:
-    """Return ``data_dir/relpath`` if that file exists, else ``None``.
+def resolve_local(
+    data_dir: str | os.PathLike[str] | None, relpath: str | os.PathLike[str], what: str = "data file"
+) -> Path | None:
+    """Return ``data_dir/relpath`` if that file exists, else ``None``; something else in its place
+    (a directory, a device, a pipe) raises :class:`DataFormatError` (:func:`regular_file`).
 
     An absolute ``relpath`` is used as is, so callers can take user-given paths too.
     """
     base = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
-    path = base / Path(relpath).expanduser()
-    return path if path.is_file() else None
+    return regular_file(base / Path(relpath).expanduser(), what)
+
+
+def regular_file(path: Path, what: str) -> Path | None:
+    """``path`` when it is a regular file (or a link to one), ``None`` when nothing is there. A
+    directory, a device (``/dev/zero``), a named pipe or a socket is named as what it is
+    (:class:`DataFormatError`), from its metadata alone: it is never opened (a pipe would block until
+    a writer came, ``/dev/zero`` never ends)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:  # missing, or a path through a file
+        return None
+    if stat.S_ISREG(mode):
+        return path
+    kind = next(
+        (name for test, name in _NOT_FILES if test(mode)),
+        "not a regular file",
+    )
+    raise DataFormatError(f"{what}: {path} is {kind}, not a text file; give the path of a text file")
+
+
+_NOT_FILES = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def missing_file_message(name: str, expected: Path, url: str | None = None, reason: str | None = None) -> str:

@@ -12,13 +12,15 @@ import logging
 import os
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from ablate.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,11 @@ def iter_chunks(text: str, size: int = _CHUNK_CHARS) -> Iterator[str]:
         end = len(text) if cut < 0 else cut + 1
         yield text[start:end]
         start = end
+
+
+class TokenizerStateError(UserError, ValueError):
+    """A stored tokenizer (a checkpoint's) that is not one: an unknown kind, content that does not
+    parse, duplicate characters; the message names what is wrong."""
 
 
 class Tokenizer(ABC):
@@ -96,8 +103,12 @@ class CharTokenizer(Tokenizer):
     FILENAME = "char_vocab.json"
 
     def __init__(self, chars: Sequence[str]) -> None:
-        if len(set(chars)) != len(chars) or any(len(c) != 1 for c in chars):
-            raise ValueError("CharTokenizer needs distinct single characters")
+        not_one = next((c for c in chars if not isinstance(c, str) or len(c) != 1), None)
+        if not_one is not None:
+            raise ValueError(f"CharTokenizer needs single characters; {not_one!r} is not one")
+        if len(set(chars)) != len(chars):
+            twice = next(c for i, c in enumerate(chars) if c in chars[:i])
+            raise ValueError(f"CharTokenizer needs distinct characters; {twice!r} is listed twice")
         self.chars: list[str] = list(chars)
         self._stoi = {c: i for i, c in enumerate(self.chars)}
         # Sorted code points + the id of each, for vectorised lookup in encode_array.
@@ -150,7 +161,10 @@ class CharTokenizer(Tokenizer):
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> CharTokenizer:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        return cls(data["chars"])
+        chars = data.get("chars") if isinstance(data, dict) else None
+        if not isinstance(chars, list):  # a string would pass as a sequence of characters
+            raise ValueError(f'not a character vocabulary: expected {{"chars": [...]}}, found a {type(data).__name__}')
+        return cls(chars)
 
 
 class BPETokenizer(Tokenizer):
@@ -226,7 +240,10 @@ class BPETokenizer(Tokenizer):
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> BPETokenizer:
-        return cls(HFTokenizer.from_file(str(path)))
+        hf = HFTokenizer.from_file(str(path))
+        if type(hf.model).__name__ != "BPE":
+            raise ValueError(f"a {type(hf.model).__name__} tokenizer, not a BPE one")
+        return cls(hf)
 
 
 TOKENIZERS: dict[str, type[Tokenizer]] = {"char": CharTokenizer, "bpe": BPETokenizer}
@@ -280,8 +297,25 @@ def tokenizer_to_dict(tokenizer: Tokenizer) -> dict[str, str]:
         return {"kind": kind, "content": path.read_text(encoding="utf-8")}
 
 
-def tokenizer_from_dict(state: dict[str, str]) -> Tokenizer:
+def tokenizer_from_dict(state: Any, where: str = "the tokenizer") -> Tokenizer:
+    """The tokenizer :func:`tokenizer_to_dict` stored; anything else (a checkpoint's tokenizer that
+    was altered: not a mapping, an unknown kind, content that is not that kind's file, duplicate
+    characters) raises :class:`TokenizerStateError`, naming ``where`` and what is wrong."""
+    if not isinstance(state, Mapping):
+        raise TokenizerStateError(f"{where} is a {type(state).__name__}, not a mapping of its kind and content")
+    kind, content = state.get("kind"), state.get("content")
+    if not isinstance(kind, str) or kind not in TOKENIZERS:
+        raise TokenizerStateError(f"{where} has kind={kind!r}, which is not a tokenizer kind ({', '.join(TOKENIZERS)})")
+    if not isinstance(content, str):
+        raise TokenizerStateError(
+            f"{where} ({kind}) holds a {type(content).__name__} as its content, not its file's text"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "tokenizer"
-        path.write_text(state["content"], encoding="utf-8")
-        return tokenizer_class(state["kind"]).load(path)
+        path.write_text(content, encoding="utf-8")
+        try:
+            return TOKENIZERS[kind].load(path)
+        except Exception as err:  # JSONDecodeError, duplicate characters, the Rust parser's own exception, ...
+            raise TokenizerStateError(
+                f"{where} is not a {kind} tokenizer: {str(err)[:200] or type(err).__name__}"
+            ) from None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.data.cache import file_fingerprint
-from ablate.data.sources import DataNotFoundError, load_hub_dataset, missing_file_message
+from ablate.data.sources import DataNotFoundError, load_hub_dataset, missing_file_message, regular_file
 from ablate.data.translation_cache import SPLITS
 from ablate.data.translation_datamodule import TranslationDataModule
 from ablate.data.translation_text import LineSource, file_source, find_file, hub_source
@@ -137,9 +137,8 @@ class ParallelFiles(TranslationDataModule):
         found = {}
         for key, path in self.paths.items():
             p = Path(path).expanduser()
-            hit = next(
-                (c for c in ((p,) if p.is_absolute() else (self.data_dir / p, Path.cwd() / p)) if c.is_file()), None
-            )
+            candidates = (p,) if p.is_absolute() else (self.data_dir / p, Path.cwd() / p)
+            hit = next((c for c in candidates if regular_file(c, f"data.{key.replace('.', '_')}")), None)
             if hit is None:
                 raise DataNotFoundError(
                     missing_file_message(f"{key} ({path})", p if p.is_absolute() else self.data_dir / p)

@@ -50,7 +50,7 @@ from torch.utils.data import DataLoader, Dataset
 from ablate.data.cache import read_meta
 from ablate.data.corpus import CachedCorpus
 from ablate.data.samplers import ResumableSampler
-from ablate.data.sources import default_cache_dir, default_data_dir
+from ablate.data.sources import DataFormatError, default_cache_dir, default_data_dir
 from ablate.data.tokenizers import BPETokenizer, Tokenizer
 from ablate.data.translation_batches import PairBatches, make_batches, padding_fraction
 from ablate.data.translation_cache import CACHE_FORMAT_VERSION, SPLITS, build_translation_cache
@@ -237,9 +237,11 @@ class TranslationDataModule(CachedCorpus):
         if not len(keep):
             both = (src.lengths > 0) & (tgt.lengths > 0)
             if not both.any():  # not a length problem: say so rather than blame data.seq_len
-                raise ValueError(f"{self.name}: every training pair has an empty side: the training files hold no text")
+                raise DataFormatError(
+                    f"{self.name}: every training pair has an empty side: the training files hold no text"
+                )
             shortest = int(np.maximum(src.lengths, tgt.lengths)[both].min())
-            raise ValueError(
+            raise DataFormatError(
                 f"{self.name}: no training pair is left with data.seq_len={self.seq_len}: the shortest pair has "
                 f"{shortest} tokens on its longer side; raise data.seq_len to at least {shortest}"
             )

@@ -352,12 +352,14 @@ def export_checkpoint(
 ) -> dict[str, Any]:
     """Export the model of a ``task=lm`` checkpoint (see :func:`export_model`); the architecture
     options that do not map are refused by name before anything is written."""
-    from ablate.checkpoints.files import CheckpointError
+    from ablate.checkpoints.files import CheckpointError, CheckpointFileMissing, require_file
     from ablate.tasks.checkpoints import checkpoint_task, inspect_checked
     from ablate.tasks.lm_eval import load_lm_checkpoint
 
-    if not Path(ckpt_path).is_file():
-        raise ExportError(f"ckpt_path={ckpt_path}: no such checkpoint file")
+    try:
+        require_file(ckpt_path)
+    except CheckpointFileMissing as err:
+        raise ExportError(str(err)) from None
     try:
         task_name = checkpoint_task(Path(ckpt_path))  # it reads Path(path) anyway
         spec = ModelSpec.from_dict(inspect_checked(ckpt_path)["hyper_parameters"]["spec"])

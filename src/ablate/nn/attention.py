@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ablate.nn.options import OptionConfig
 from ablate.nn.positional import PositionalEncoding
@@ -117,7 +118,16 @@ def sdpa_attention(
     attn_mask = mask
     if bias is not None:
         attn_mask = bias.to(q.dtype) if mask is None else bias.to(q.dtype).masked_fill(~mask, float("-inf"))
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, enable_gqa=enable_gqa)
+    with sdpa_kernel(SHAPE_FREE_BACKENDS):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, enable_gqa=enable_gqa)
+
+
+# The SDPA kernels that need no per-shape preparation. cuDNN's attention (which PyTorch may pick on
+# Hopper GPUs for a masked call) builds an execution graph for every new shape, a few hundred ms
+# each, cached by shape: padded batches of varying shape (translation's length-bucketed token
+# batches: nearly every batch of the first epoch a new shape) pay it at almost every step until
+# every shape has been seen. A padding or bias mask is such a call; the causal LM's is not.
+SHAPE_FREE_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 class AttentionKernel(nn.Module):

@@ -43,6 +43,12 @@ class OptionConfig:
     name: ClassVar[str]  # the option's name in its registry (``rope``)
     registry: ClassVar[str]  # ``module:REGISTRY``
     constructor: ClassVar[str | None]  # the class method that builds it, when not the class itself
+    dimensions: ClassVar[tuple[str, ...]]  # the parameters the axis passes
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as what makes it (a made class has no importable name): a job's ranks get it so."""
+        made = (self.axis, self.registry, self.constructor, self.dimensions)
+        return _remade, (made, self.name, self.options())
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
@@ -162,7 +168,13 @@ def option_configs(
         source = names.get(defined)
         namespace = {
             "__doc__": ast.get_docstring(source) if isinstance(source, (ast.ClassDef, ast.FunctionDef)) else None,
-            **{"axis": axis, "name": option, "registry": registry, "constructor": constructor},
+            **{
+                "axis": axis,
+                "name": option,
+                "registry": registry,
+                "constructor": constructor,
+                "dimensions": dimensions,
+            },
         }
         configs[option] = dataclasses.make_dataclass(
             f"{axis}[{option}]",
@@ -174,3 +186,7 @@ def option_configs(
         )
         configs[option].__module__ = __name__
     return configs
+
+
+def _remade(made: tuple[Any, ...], name: str, options: dict[str, Any]) -> OptionConfig:
+    return option_configs(*made)[name](**options)

@@ -7,6 +7,8 @@ any data is read, with :mod:`~ablate.run.memory` and :mod:`~ablate.run.distribut
 layout), :mod:`~ablate.run.lifecycle` (skip, resume, overwrite, interrupt: what the job does with
 its directory, and the record it leaves), :mod:`~ablate.run.assembly` (data, task, callbacks,
 loggers, Trainer), :mod:`~ablate.run.status` (``status.json``), :mod:`~ablate.run.lock` (one process
-per run directory) and :mod:`~ablate.run.objective` (what a sweeper optimises). Only the sweepers,
-the benchmark and the export import ``run`` (``tests/test_layers.py``).
+per run directory) and :mod:`~ablate.run.objective` (what a sweeper optimises, read back from the
+run record by :mod:`~ablate.run.record`). Only the sweepers, the benchmark and the export import
+``run``, and ``run`` imports no analysis: the two meet at the files a job leaves
+(``tests/test_layers.py``).
 """

@@ -11,9 +11,9 @@ own module from the spec.
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import lightning as L
@@ -21,6 +21,7 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig
 
 from ablate.callbacks.checkpointing import AtomicCheckpointIO, ResumeState
@@ -37,17 +38,11 @@ from ablate.run.job import Job, is_rank_zero
 from ablate.run.lifecycle import Plan
 from ablate.run.preflight import Preflight
 from ablate.tasks import build_task
+from ablate.tasks.trained_data import check_resumed_data
 from ablate.tracking.loggers import build_loggers
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from ablate.tasks.base import TaskModule
-
-# The data modules store their position in the training order in the checkpoint (their
-# state_dict), so a mid-epoch resume is exact; Lightning still warns because the DataLoader itself
-# has no state_dict. Silence that one misleading message.
-warnings.filterwarnings("ignore", message=r".*your dataloader is not resumable.*")
 
 
 @dataclass
@@ -70,6 +65,10 @@ def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
     arguments = trainer_arguments(cfg.trainer, checked.accumulate)
     seed_and_runtime(cfg, checked.matmul_precision)
     datamodule = build_datamodule(cfg)
+    if plan.ckpt_path is not None and Path(plan.ckpt_path).is_file():  # the data it was trained on, nothing else
+        changes = check_resumed_data(plan.ckpt_path, datamodule, job.control.resume_allow_changes)
+        if changes:
+            rank_zero_info(f"resuming {plan.ckpt_path} on changed data, as allowed: {'; '.join(changes)}")
     task = build_model(cfg, datamodule, checked.max_len)
     spec, n_params = task.spec, cast(Any, task.model).num_params()  # TransformerLM, EncoderDecoder
     estimate = param_estimate(spec.n_layers, spec.d_model, spec.vocab_size)

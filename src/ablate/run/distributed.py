@@ -18,18 +18,32 @@ the Hydra process, which never joined a process group, goes on with the next job
 runs exactly once, with N ranks, one output directory and one W&B run (rank 0's). A rank that
 fails makes the elastic agent stop the others and raise in the Hydra process, where the job is
 recorded as crashed and the sweep goes on.
+
+Stop signals (Ctrl-C, SIGTERM, SIGHUP) belong to the job, not to the elastic agent: left to it, the
+agent would kill the ranks at once (SIGINT, then SIGKILL) and raise a ``SignalException``, so a
+Ctrl-C lost the step, the checkpoint and the record. While the ranks run, the launching process
+holds those signals itself (:class:`StopRelay`): the first one is passed on to every rank, which
+stop together after an agreed step, save it and return (:mod:`ablate.callbacks.interrupt`); the
+job is then recorded as ``interrupted`` (exit 130). A second one ends the ranks at once (SIGKILL:
+the last periodic checkpoint is then the one to resume). The ranks themselves take a stop signal
+as a request only (the terminal sends Ctrl-C to them too, and the relay sends it again), so
+however many copies arrive, one request is one stop.
 """
 
 from __future__ import annotations
 
 import fcntl
+import multiprocessing
 import os
+import signal
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
@@ -117,24 +131,102 @@ def start_method() -> str:
     return "spawn" if torch.cuda.is_available() else "fork"
 
 
-def launch(fn: Callable[..., Any], args: tuple[Any, ...], nprocs: int, method: str | None = None) -> Any:
+def launch(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    nprocs: int,
+    method: str | None = None,
+    stop_file: Path | None = None,
+) -> Any:
     """Run ``fn(*args)`` in ``nprocs`` new processes forming one process group on this node
     (``torchrun --standalone --nproc-per-node=nprocs``); returns rank 0's return value.
-    ``fn`` must be importable (spawned processes unpickle it)."""
+    ``fn`` must be importable (spawned processes unpickle it). ``stop_file``: the stop request of
+    the sweep the job belongs to (worker-process sweeps), written by the first stop signal."""
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    options: dict[str, Any] = {}
+    if "signals_to_handle" in LaunchConfig.__dataclass_fields__:  # torch >= 2.9
+        # the stop signals are the job's (StopRelay); the agent keeps SIGQUIT, which ends everything
+        options["signals_to_handle"] = "SIGQUIT"
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
         nproc_per_node=nprocs,
-        run_id=f"ablate-{uuid.uuid4().hex[:12]}",
+        run_id=f"{RUN_ID_PREFIX}{uuid.uuid4().hex[:12]}",
         rdzv_backend="c10d",
         rdzv_endpoint="localhost:0",  # a free port, as torchrun --standalone
         max_restarts=0,
         monitor_interval=0.5,
         start_method=method or start_method(),
+        **options,
     )
-    return elastic_launch(config, fn)(*args)[0]
+    with StopRelay(stop_file):
+        return elastic_launch(config, fn)(*args)[0]
+
+
+RUN_ID_PREFIX = "ablate-"  # the elastic run id of the ranks launch() starts (TORCHELASTIC_RUN_ID)
+
+
+def started_by_launch() -> bool:
+    """This process is a rank that :func:`launch` started (its launching process relays stop signals)."""
+    return os.environ.get("TORCHELASTIC_RUN_ID", "").startswith(RUN_ID_PREFIX)
+
+
+class StopRelay:
+    """In the process that launched a job's ranks, while they run: the first SIGINT, SIGTERM or
+    SIGHUP is said once and passed on to every rank (a signal sent to this process alone, as
+    ``kill`` or a container runtime sends it, reaches them too); the second ends the ranks at once
+    (SIGKILL) and raises ``KeyboardInterrupt`` here, which the job records as interrupted. One that
+    comes before the agent has started any rank (nothing trained yet) raises at once too: a rank
+    started after it would never hear of it."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self, stop_file: Path | None = None) -> None:
+        self.received: int | None = None
+        self.stop_file = stop_file
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopRelay:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        ranks = multiprocessing.active_children()  # the elastic agent starts them with multiprocessing
+        if self.received is not None or not ranks:  # again, or before any rank exists (nothing trained): at once
+            for rank in ranks:
+                _send(rank.pid, signal.SIGKILL)
+            raise KeyboardInterrupt
+        self.received = signum
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        if self.stop_file is not None:  # the sweep's other jobs stop too
+            from ablate.callbacks.stop_file import request_stop
+
+            request_stop(self.stop_file, f"{name} in a job")
+        print(
+            f"\n{name}: every rank stops after the same step and saves it (press Ctrl-C again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
+        for rank in ranks:
+            _send(rank.pid, signum)
+
+
+def _send(pid: int | None, signum: int) -> None:
+    if pid is None:
+        return
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:  # it ended meanwhile
+        pass
 
 
 def failure_message(err: BaseException) -> tuple[str, str]:

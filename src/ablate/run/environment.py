@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from ablate.errors import ConfigError
@@ -22,15 +22,17 @@ GPU_ACCELERATORS = ("gpu", "cuda")
 
 def check_accelerator(trainer: Mapping[str, Any], hydra_cfg: Mapping[str, Any] | None = None) -> None:
     """``trainer.accelerator=gpu|cuda`` needs as many visible CUDA devices as ``trainer.devices``
-    asks for. Skipped where the jobs run on other machines (a SLURM launcher's submitting node),
+    asks for; several processes on a machine without a GPU must be asked for (:func:`check_processes`).
+    Skipped where the jobs run on other machines (a SLURM launcher's submitting node),
     :func:`jobs_run_elsewhere`."""
-    import torch
-
     if jobs_run_elsewhere(hydra_cfg):
         return
+    check_processes(trainer, hydra_cfg)
     accelerator = str(trainer.get("accelerator", "auto")).lower()
     if accelerator not in GPU_ACCELERATORS:
         return
+    import torch
+
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if visible == 0:
         raise ConfigError(
@@ -41,6 +43,63 @@ def check_accelerator(trainer: Mapping[str, Any], hydra_cfg: Mapping[str, Any] |
     wanted = len(devices) if isinstance(devices, (list, tuple)) else devices
     if isinstance(wanted, int) and not isinstance(wanted, bool) and wanted > visible:
         raise ConfigError(f"trainer.devices={devices} asks for {wanted} GPUs; {visible} visible here")
+
+
+def _requested_devices(devices: Any) -> int | None:
+    """How many devices ``trainer.devices`` names (``2``, ``"2"``, ``"0,1"``, ``[0, 1]``); None for ``auto``/``-1``."""
+    if isinstance(devices, str):
+        text = devices.strip()
+        if "," in text:
+            return len([d for d in text.split(",") if d.strip()])
+        devices = int(text) if text.isdigit() else None
+    if isinstance(devices, Sequence) and not isinstance(devices, str):
+        return len(devices)
+    return devices if isinstance(devices, int) and not isinstance(devices, bool) and devices >= 0 else None
+
+
+def typed_on_command_line(hydra_cfg: Mapping[str, Any] | None, key: str, value: str) -> bool:
+    """The job's command line (``hydra.overrides.task``) sets ``key=value`` (``+``/``++`` included)."""
+    overrides = ((hydra_cfg or {}).get("overrides") or {}).get("task") or []
+    return any(
+        o.split("=", 1)[0].lstrip("+~") == key and o.split("=", 1)[1].strip().lower() == value
+        for o in map(str, overrides)
+        if "=" in o
+    )
+
+
+def check_processes(trainer: Mapping[str, Any], hydra_cfg: Mapping[str, Any] | None) -> None:
+    """Several training processes on a machine without a GPU only when the command line asks for them.
+
+    ``trainer=ddp`` or ``trainer.devices=4`` where no CUDA GPU is visible would train in CPU
+    processes (gloo) sharing the machine's cores: a command written for a GPU node, rarely meant
+    here, and slower than one process. Refused, naming the explicit way: ``trainer.accelerator=cpu``
+    on the command line (a config file's ``accelerator: cpu``, as ``trainer=cpu``'s, is the default,
+    not a request). Not checked outside a Hydra job (``hydra_cfg`` None). Torch is imported only
+    for a config that asks for a distributed strategy or several devices."""
+    accelerator = str(trainer.get("accelerator", "auto")).lower()
+    if hydra_cfg is None or accelerator in GPU_ACCELERATORS:
+        return  # gpu/cuda: check_accelerator
+    strategy = trainer.get("strategy", "auto")
+    name = str(strategy.get("_target_", "")) if isinstance(strategy, Mapping) else str(strategy or "auto")
+    name = name.rsplit(".", 1)[-1].lower().removesuffix("strategy") or "auto"
+    devices = _requested_devices(trainer.get("devices", "auto"))
+    if name in ("auto", "single_device", "singledevice") and (devices is None or devices <= 1):
+        return
+    if typed_on_command_line(hydra_cfg, "trainer.accelerator", "cpu"):
+        return
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        return
+    processes = devices if devices is not None and devices > 1 else 2
+    asked = f"trainer.devices={trainer.get('devices')}" if devices and devices > 1 else f"trainer.strategy={name}"
+    raise ConfigError(
+        f"{asked} asks for the processes of a GPU node, and no CUDA GPU is visible here: to train in "
+        f"{processes} CPU processes (gloo, fp32) add trainer.accelerator=cpu"
+        + ("" if devices and devices > 1 else f" trainer.devices={processes}")
+        + "; for one process leave out "
+        + ("trainer.devices" if name in ("auto", "single_device", "singledevice") else "trainer=ddp")
+    )
 
 
 def running_hydra() -> Mapping[str, Any] | None:

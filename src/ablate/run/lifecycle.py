@@ -67,6 +67,7 @@ from ablate.tasks.checkpoints import inspect_checked
 from ablate.tracking.options import WandbOptions
 from ablate.tracking.relabel import relabel
 from ablate.tracking.wandb_run import finish_wandb
+from ablate.writes import check_run_folder
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,7 @@ def decide(job: Job, identity: dict[str, Any]) -> Plan:
         )
     abandoned = abandoned_writes(control.checkpoint_dirs)  # of processes killed while writing a checkpoint
     if plan.trains and is_rank_zero():  # rank 0 takes the directory, before any rank trains
+        check_run_folder(output_dir, control.checkpoint_dirs)  # no link out of it: nothing elsewhere is deleted
         if fresh and found:
             why = "skip_completed=false" if job.multirun else "overwrite=true"
             log.info(f"{why}: training {output_dir} from scratch; removing its previous status.json and checkpoints")

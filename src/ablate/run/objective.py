@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ablate.analysis.job import read_metrics_csv
 from ablate.metrics import higher_is_better
+from ablate.run.record import read_logged_metrics
 from ablate.run.status import RunStatus
 
 WORST_STATUSES = ("diverged", "crashed")
@@ -35,26 +35,30 @@ def best_metric_value(output_dir: Path, status: RunStatus, metric: str) -> float
     Diverged or crashed (``status.status``): the worst value, ``+inf``/``-inf``. A metric logged
     only as non-finite values: the worst value too. A metric logged nowhere:
     :class:`MetricNotLoggedError`."""
-    crashed = status.status in WORST_STATUSES  # its log is not read: a crash may have cut it short
-    frame = None if crashed else read_metrics_csv(Path(output_dir) / "csv" / "metrics.csv")
-    if frame is None:
-        return -math.inf if higher_is_better(metric) else math.inf  # what ranks last
+    if status.status in WORST_STATUSES:  # its log is not read: a crash may have cut it short
+        return _worst(metric)
+    logged = read_logged_metrics(Path(output_dir))  # csv/metrics.csv (ablate.run.record)
     recorded = status.metrics
-    values = [float(v) for v in frame[metric].dropna()] if metric in frame else []
+    values = logged.values(metric)
     final = recorded.get(metric)
     if final is not None:
         values.append(float(final))
     finite = [v for v in values if math.isfinite(v)]
     if finite:
         return max(finite) if higher_is_better(metric) else min(finite)
-    if metric in frame or metric in recorded:  # logged, never a finite number: ranks last
-        return -math.inf if higher_is_better(metric) else math.inf
-    logged = sorted({str(c) for c in frame.columns} | set(recorded))
+    if metric in logged.columns or metric in recorded:  # logged, never a finite number: ranks last
+        return _worst(metric)
+    names = sorted(logged.columns | set(recorded))
     raise MetricNotLoggedError(
         f"optimized_metric={metric!r} was never logged by the job in {output_dir} (csv/metrics.csv, status.json); "
-        f"logged: {_describe(logged)}. Set optimized_metric to one of them (e.g. optimized_metric=val/loss), or make "
+        f"logged: {_describe(names)}. Set optimized_metric to one of them (e.g. optimized_metric=val/loss), or make "
         "sure validation runs (trainer.val_check_interval <= trainer.max_steps, trainer.limit_val_batches > 0)."
     )
+
+
+def _worst(metric: str) -> float:
+    """What ranks last: ``-inf`` for a metric whose higher values are better, ``+inf`` otherwise."""
+    return -math.inf if higher_is_better(metric) else math.inf
 
 
 def _describe(names: list[str]) -> str:

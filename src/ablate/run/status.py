@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ablate.writes import write_text_atomically
+
 OUTCOMES = ("completed", "diverged", "interrupted", "crashed", "killed")
 FINISHED = ("completed", "diverged")  # a re-run of the sweep skips these (skip_completed)
 
@@ -96,10 +98,17 @@ class RunStatus:
         return cls(**known, extra={k: v for k, v in record.items() if k not in names})
 
 
+def unknown_outcome(path: Path, value: Any) -> str:
+    """What a reader says of a ``status.json`` whose status is not an outcome of this version: named
+    as such, never taken for a missing record ("still running, or killed")."""
+    return (
+        f"{path} says status={value!r}, which is not an outcome ({', '.join(OUTCOMES)}): edited, or another version's"
+    )
+
+
 def write_status(output_dir: Path, status: RunStatus) -> None:
-    tmp = output_dir / "status.json.tmp"
-    tmp.write_text(json.dumps(status.to_json(), indent=2, default=str))
-    tmp.replace(output_dir / "status.json")
+    """``status.json``, atomically (a full disk: :class:`ablate.writes.DiskFullError`, the old record kept)."""
+    write_text_atomically(output_dir / "status.json", json.dumps(status.to_json(), indent=2, default=str))
 
 
 def read_status(output_dir: Path) -> RunStatus | None:
@@ -117,7 +126,7 @@ def record_status(output_dir: Path, status: RunStatus) -> None:
     interrupted attempt to resume it: that record stays, the attempt goes to ``status.failed.json``."""
     previous = read_status(output_dir)
     if not status.finished and previous is not None and previous.finished:
-        (output_dir / "status.failed.json").write_text(json.dumps(status.to_json(), indent=2, default=str))
+        write_text_atomically(output_dir / "status.failed.json", json.dumps(status.to_json(), indent=2, default=str))
         print(
             f"{output_dir / 'status.json'} still records the finished run ({previous.status}); this attempt's "
             f"{status.status} record is in status.failed.json",

@@ -43,7 +43,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from ablate import cli
 from ablate.callbacks.checkpointing import ResumeState
 from ablate.callbacks.divergence import DivergenceMonitor
-from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted
+from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted, hold_stop_signals
 from ablate.checkpoints import safe_load
 from ablate.cli.console import quiet_known_noise
 from ablate.metrics import finite_or_none
@@ -93,7 +93,9 @@ def fit_job(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStat
             )
         # the ranks get the job's typed config, resolved here, where Hydra's interpolations
         # (${hydra:runtime.output_dir}, ...) resolve
-        return distributed.launch(_rank_main, (cfg, job, checked, plan), distributed.devices_per_node(trainer))
+        return distributed.launch(
+            _rank_main, (cfg, job, checked, plan), distributed.devices_per_node(trainer), stop_file=job.stop_file
+        )
     with distributed.exclusive_gpu(torch.cuda.device_count()) if one_gpu else contextlib.nullcontext() as gpu:
         if gpu is not None:
             print(f"this job trains on GPU {gpu} (the first one no other job of this node holds)")
@@ -104,6 +106,8 @@ def fit_job(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStat
 @record  # a failing rank's traceback reaches the launching process
 def _rank_main(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus | None:
     """One rank of a job started by :func:`ablate.run.distributed.launch`; rank 0 returns the status."""
+    hold_stop_signals()  # the launching process relays stop signals: here they are requests, held until training
+    quiet_known_noise()  # a spawned rank is a fresh interpreter: the filters the launching process set are not in it
     rank = distributed.global_rank()
     rank_zero_only.rank = rank  # type: ignore[attr-defined] # lightning was imported before the launcher set RANK
     status = None
@@ -129,6 +133,9 @@ def fit(cfg: RunConfig | DictConfig, job: Job, checked: Preflight, plan: Plan) -
         with warnings.catch_warnings():
             if plan.ckpt_path is not None:  # resuming writes on into its own checkpoint directory, as expected
                 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+                # the data modules keep their place in the training order in the checkpoint (their
+                # state_dict): a mid-epoch resume is exact, though the DataLoader itself has no state_dict
+                warnings.filterwarnings("ignore", message=r".*your dataloader is not resumable.*")
             # the checkpoint was read with the restricted unpickler (lifecycle.decide); Lightning reads it the same way
             weights_only = safe_load.lightning_weights_only()
             trainer.fit(task, datamodule=assembled.datamodule, ckpt_path=plan.ckpt_path, weights_only=weights_only)

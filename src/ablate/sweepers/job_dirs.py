@@ -48,6 +48,7 @@ from ablate import cli
 from ablate.compat import sweeper_params_overrides
 from ablate.config.resolvers import RUN_CONTROL_KEYS, job_dirname
 from ablate.errors import ConfigError
+from ablate.writes import inside
 
 SWEEP_RECORD = "sweep.json"
 Signature = tuple[int, int, int] | None  # a file's (inode, size, mtime in ns); None: no such file
@@ -195,11 +196,31 @@ def _quoted(value: str) -> str:
 
 
 def _earlier_commands(sweep_dir: Path) -> list[dict[str, Any]]:
-    path = sweep_dir / SWEEP_RECORD
+    """The commands ``sweep.json`` records: a list of at least one command (its ``overrides`` and
+    ``swept`` keys, lists of strings), as :func:`record_command` writes it. Anything else (``{"commands":
+    []}``, a command without its swept keys) would let another sweep's axes in unchecked: refused."""
+    path = inside(sweep_dir / SWEEP_RECORD, sweep_dir)
+    if not path.exists():
+        return []
     try:
-        return list(json.loads(path.read_text(encoding="utf-8")).get("commands", [])) if path.is_file() else []
-    except (OSError, ValueError, AttributeError) as err:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
         raise ConfigError(f"{path} is damaged ({err}); move it away to start the sweep directory afresh") from None
+    commands = record.get("commands") if isinstance(record, dict) else None
+    if not isinstance(commands, list) or not commands or not all(_is_command(c) for c in commands):
+        raise ConfigError(
+            f"{path} is not a list of the commands that ran in {sweep_dir} (it holds {json.dumps(record)[:120]}), so "
+            "this command cannot be checked against them: move it away only if the folder holds no other sweep"
+        )
+    return commands
+
+
+def _is_command(record: Any) -> bool:
+    """A command as :meth:`SweepCommand.to_json` writes it: its overrides and swept keys, lists of strings."""
+    return isinstance(record, dict) and all(
+        isinstance(record.get(key), list) and all(isinstance(v, str) for v in record[key])
+        for key in ("overrides", "swept")
+    )
 
 
 def check_compatible(sweep_dir: Path, command: SweepCommand) -> None:
@@ -220,7 +241,7 @@ def check_compatible(sweep_dir: Path, command: SweepCommand) -> None:
 def record_command(sweep_dir: Path, command: SweepCommand) -> None:
     """Add the command to ``sweep.json`` (checked again under a lock: two commands may start at once)."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    with open(sweep_dir / ".sweep.lock", "a+") as lock:
+    with open(inside(sweep_dir / ".sweep.lock", sweep_dir), "a+") as lock:  # nothing written through a link out
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         check_compatible(sweep_dir, command)
         earlier = _earlier_commands(sweep_dir)

@@ -67,9 +67,10 @@ class TaskSpec:
     ``batch_tokens_key``: the data key that, times ``data.batch_size``, gives the tokens of an
     optimiser step (the compute the analysis counts), and ``fixed_batch_tokens``: whether that is
     exact (a language model's windows) or an upper bound (translation's token budget, padding
-    included), which the analysis then reads from the logged ``train/tokens_seen`` instead;
-    ``attention_maps``: ``(ckpt_path, text, target, max_tokens) -> (maps, description)``, what
-    ``scripts/attention_maps.py`` draws for one of its checkpoints."""
+    included), which the analysis then reads from the logged ``train/tokens_seen`` instead.
+
+    What the analysis does with a task's runs and checkpoints is the analysis' own (e.g. the
+    attention maps of :data:`ablate.analysis.attention.ATTENTION_MAPS`): nothing here names it."""
 
     name: str
     module: Ref
@@ -84,7 +85,6 @@ class TaskSpec:
     batch_tokens_key: str = "data.seq_len"
     fixed_batch_tokens: bool = True
     grad_norm_parts: tuple[tuple[str, str], ...] = field(default=())
-    attention_maps: Ref | None = None
 
     def module_class(self) -> type[TaskModule]:
         return cast("type[TaskModule]", resolve(self.module))
@@ -152,7 +152,6 @@ register_task(
         eval_options=("text_file", "seq_lens"),
         panel_metrics=("val/loss", "val/ppl"),
         grad_norm_parts=tuple(("", p) for p in _NORMED_PARTS),
-        attention_maps="ablate.analysis.attention:lm_maps",
     )
 )
 register_task(
@@ -171,7 +170,6 @@ register_task(
         fixed_batch_tokens=False,
         grad_norm_parts=tuple((s, p) for s in ("enc_", "dec_") for p in _NORMED_PARTS)
         + (("dec_", "cross_attn_norm"), ("dec_", "cross_attn")),
-        attention_maps="ablate.analysis.attention:translation_maps",
     )
 )
 

@@ -12,7 +12,9 @@ run from it.
 * :func:`check_checkpoint_content` -- the weights match the model the stored configuration builds:
   the task is a registered one and its model builds from the stored spec (a translation task needs
   an encoder), every weight is there with its shape and none is extra, and every floating-point
-  weight is finite. The model is built on PyTorch's ``meta`` device (shapes only, no memory).
+  weight is finite. The model is built on PyTorch's ``meta`` device (shapes only, no memory). Its
+  tokenizer is a valid one of the model's vocabulary size, and its Lightning version one Lightning
+  loads (:mod:`ablate.checkpoints.parts`).
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import lightning as L
 import torch
 
 from ablate.checkpoints import safe_load
-from ablate.checkpoints.files import CheckpointError, inspect_checkpoint
+from ablate.checkpoints.files import CheckpointError, CheckpointFileMissing, inspect_checkpoint, require_file
+from ablate.checkpoints.parts import check_lightning_version
 from ablate.checkpoints.stored_config import check_stored_config
 from ablate.data.registry import data_module_class
+from ablate.data.stored_tokenizer import check_tokenizer
 from ablate.errors import UserError
 from ablate.nn.spec import ModelSpec
 from ablate.tasks import TASKS
@@ -99,12 +103,16 @@ def check_checkpoint_content(checkpoint: Mapping[str, Any], path: str | os.PathL
                     f"{path}: {name} holds {bad} NaN/inf value(s) of {value.numel()}: the weights are damaged or "
                     "the run diverged; not loaded (an earlier checkpoint of the run may be intact)"
                 )
+    spec = (checkpoint.get("hyper_parameters") or {}).get("spec") or {}
+    check_tokenizer(checkpoint, spec.get("vocab_size"), path)  # its kind, content and size: the model's vocabulary
+    check_lightning_version(checkpoint, path)  # Lightning's migration reads it when it loads the file
 
 
 def _task_of_older(checkpoint: Mapping[str, Any]) -> str:
     """Checkpoints from before the task field: translation when the model has an encoder."""
     spec = (checkpoint.get("hyper_parameters") or {}).get("spec") or {}
-    return "translation" if isinstance(spec, Mapping) and (spec.get("encoder_layers") or 0) > 0 else "lm"
+    layers = spec.get("encoder_layers") if isinstance(spec, Mapping) else None
+    return "translation" if isinstance(layers, int) and layers > 0 else "lm"
 
 
 def inspect_checked(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -130,18 +138,16 @@ def checkpoint_task(path: str | Path) -> str:
     checkpoint = inspect_checkpoint(path)
     if checkpoint.get("task"):
         return str(checkpoint["task"])
-    spec = (checkpoint.get("hyper_parameters") or {}).get("spec") or {}
-    return "translation" if (spec.get("encoder_layers") or 0) > 0 else "lm"
+    return _task_of_older(checkpoint)
 
 
 def require_checkpoint_task(path: str | Path, expected: str, script: str) -> None:
     """Stop with a message naming the checkpoint's task and the script that takes it when
     ``path`` holds a checkpoint of another task than ``expected`` (or is not a readable checkpoint)."""
-    if not Path(path).is_file():
-        raise SystemExit(f"ckpt_path={path}: no such checkpoint file")
     try:
+        require_file(path)
         found = checkpoint_task(path)
-    except CheckpointError as err:
+    except (CheckpointError, CheckpointFileMissing) as err:
         raise SystemExit(str(err)) from None
     if found != expected:
         other = TASKS[found].checkpoint_scripts if found in TASKS else "the script of that task"

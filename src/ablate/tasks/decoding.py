@@ -2,7 +2,10 @@
 
 Both decode a whole batch at once. The encoder runs once; the decoder runs one position per step
 with its self-attention keys/values cached (``use_cache=False`` recomputes the whole prefix every
-step instead: same tokens, for testing).
+step instead: same tokens, for testing). A sentence leaves the batch when it is done, so each step
+decodes only the sentences still open, and a step reads the device a fixed number of times (the
+limits are read once), not once per closed hypothesis. Throughput in sentences/s:
+``scripts/benchmark_decoding.py``.
 
 * Output length: at most ``max_len_a * source_length + max_len_b`` tokens before the end token
   (fairseq's ``--max-len-a/--max-len-b``; the source length counts its end token), and never
@@ -30,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ablate.nn.seq2seq import EncoderDecoder, reorder_caches
+from ablate.nn.seq2seq import EncoderDecoder
 
 NEG_INF = float("-inf")
 
@@ -87,11 +90,26 @@ class _IncrementalDecoder:
             logits = self.model.decode(tokens, self.memory, self.src_mask)
         return logits[:, -1].float().log_softmax(dim=-1)
 
-    def reorder(self, index: Tensor) -> None:
-        if self.caches is not None:
-            reorder_caches(self.caches, index)
-        # memory rows of one sentence's beams are identical, so ``index`` (which stays within
-        # each sentence) needs no gather of the memory itself
+    def select(self, rows: Tensor, sentence_rows: Tensor | None = None) -> None:
+        """Keep the decoder states of ``rows`` (beam search: the surviving hypotheses' parents, of
+        the sentences still decoded). What depends on the source alone (the encoder output, its
+        mask, the cross-attention keys and values) is the same for every row of a sentence, so it
+        is gathered only when sentences leave (``sentence_rows``: a row of each kept sentence's,
+        any of them, in the new order), not at every step."""
+        for cache in self.caches or []:
+            if cache.self_attn.k is not None:
+                assert cache.self_attn.v is not None  # KVCache.append sets both
+                cache.self_attn.k = cache.self_attn.k.index_select(0, rows)
+                cache.self_attn.v = cache.self_attn.v.index_select(0, rows)
+            if sentence_rows is not None and cache.cross_attn.k is not None:
+                assert cache.cross_attn.v is not None
+                cache.cross_attn.k = cache.cross_attn.k.index_select(0, sentence_rows)
+                cache.cross_attn.v = cache.cross_attn.v.index_select(0, sentence_rows)
+        if sentence_rows is not None:
+            self.memory, self.src_mask = (
+                self.memory.index_select(0, sentence_rows),
+                self.src_mask.index_select(0, sentence_rows),
+            )
 
 
 def _forbid(lprobs: Tensor, ids: SpecialIds) -> None:
@@ -99,9 +117,11 @@ def _forbid(lprobs: Tensor, ids: SpecialIds) -> None:
     lprobs[..., ids.bos] = NEG_INF
 
 
-def _force_eos(lprobs: Tensor, rows: Tensor, eos: int) -> None:
-    """Rows whose length limit is reached can only end: all mass on the end token."""
-    if rows.any():
+def _force_eos(lprobs: Tensor, ending: list[bool], eos: int) -> None:
+    """Rows (sentences) whose length limit is reached can only end: all mass on the end token.
+    ``ending`` is known on the host (the limits are read once), so this costs no device read."""
+    if any(ending):
+        rows = torch.tensor(ending, device=lprobs.device)
         lprobs[rows] = NEG_INF
         lprobs[rows, ..., eos] = 0.0
 
@@ -117,26 +137,36 @@ def greedy_search(
     max_len_b: int = 10,
     use_cache: bool = True,
 ) -> list[list[int]]:
-    """The most probable token at every step; returns each sentence's tokens without BOS/EOS."""
+    """The most probable token at every step; returns each sentence's tokens without BOS/EOS.
+    A sentence leaves the batch when it ends: the steps after it decode only the others."""
     n = src.size(0)
     memory = model.encode(src, src_mask)
-    limits = max_lengths(src_mask, max_len_a, max_len_b, model.spec.max_len - 1)
+    limits = max_lengths(src_mask, max_len_a, max_len_b, model.spec.max_len - 1).tolist()
     decoder = _IncrementalDecoder(model, memory, src_mask, use_cache)
     tokens = torch.full((n, 1), ids.bos, dtype=torch.long, device=src.device)
-    done = torch.zeros(n, dtype=torch.bool, device=src.device)
     out: list[list[int]] = [[] for _ in range(n)]
-    for t in range(int(limits.max()) + 1):
+    active = list(range(n))  # the sentence of each row
+    for t in range(max(limits) + 1):
         lprobs = decoder.log_probs(tokens)
         _forbid(lprobs, ids)
-        _force_eos(lprobs, limits <= t, ids.eos)
+        _force_eos(lprobs, [limits[s] <= t for s in active], ids.eos)
         nxt = lprobs.argmax(dim=-1)
-        nxt = nxt.masked_fill(done, ids.pad)
-        for i in (~done & (nxt != ids.eos)).nonzero().flatten().tolist():
-            out[i].append(int(nxt[i]))
-        done |= nxt == ids.eos
-        if bool(done.all()):
+        ended = []
+        for row, (s, token) in enumerate(zip(active, nxt.tolist())):  # one device read a step
+            if token == ids.eos:
+                ended.append(row)
+            else:
+                out[s].append(token)
+        if len(ended) == len(active):
             break
         tokens = torch.cat((tokens, nxt[:, None]), dim=1)
+        if ended:
+            stop = set(ended)
+            keep = [row for row in range(len(active)) if row not in stop]
+            rows = torch.tensor(keep, device=src.device)
+            tokens = tokens.index_select(0, rows)
+            decoder.select(rows, rows)
+            active = [active[row] for row in keep]
     return out
 
 
@@ -153,11 +183,15 @@ def beam_search(
     max_len_b: int = 10,
     use_cache: bool = True,
 ) -> list[list[int]]:
-    """Batched beam search (see the module docstring); returns the best hypothesis per sentence."""
+    """Batched beam search (see the module docstring); returns the best hypothesis per sentence.
+
+    A sentence leaves the batch as soon as it is done, so the steps after it decode only the
+    sentences still open (with a trained model most end long before the longest), and a step
+    reads the device twice whatever the number of hypotheses it closes."""
     b, k = src.size(0), beam_size
     device = src.device
     memory = model.encode(src, src_mask)
-    limits = max_lengths(src_mask, max_len_a, max_len_b, model.spec.max_len - 1)
+    limits = max_lengths(src_mask, max_len_a, max_len_b, model.spec.max_len - 1).tolist()
     decoder = _IncrementalDecoder(
         model, memory.repeat_interleave(k, dim=0), src_mask.repeat_interleave(k, dim=0), use_cache
     )
@@ -165,39 +199,48 @@ def beam_search(
     scores = torch.zeros(b, k, device=device)
     scores[:, 1:] = NEG_INF  # all beams start identical: expand only the first
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
-    done = [False] * b
+    active = list(range(b))  # the sentence of each block of k rows
     ranks = torch.arange(2 * k, device=device)
-    row_base = torch.arange(b, device=device)[:, None] * k
-    for t in range(int(limits.max()) + 1):
+    beams = torch.arange(k, device=device)
+    for t in range(max(limits) + 1):
+        n = len(active)
         lprobs = decoder.log_probs(tokens)
         vocab = lprobs.size(-1)
-        lprobs = lprobs.view(b, k, vocab)
+        lprobs = lprobs.view(n, k, vocab)
         _forbid(lprobs, ids)
-        _force_eos(lprobs, limits <= t, ids.eos)
-        candidates = (scores[:, :, None] + lprobs).view(b, k * vocab)
+        _force_eos(lprobs, [limits[s] <= t for s in active], ids.eos)
+        candidates = (scores[:, :, None] + lprobs).view(n, k * vocab)
         top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)
         parent, token = top_index // vocab, top_index % vocab
         is_eos = token == ids.eos
-        # close hypotheses: end tokens among the first k candidates
-        closing = is_eos[:, :k] & torch.isfinite(top_scores[:, :k])
-        if bool(closing.any()):
-            for s, r in closing.nonzero().tolist():
-                if done[s] or len(finished[s]) >= k:
-                    continue
-                hyp = tokens[s * k + int(parent[s, r]), 1:].tolist()
-                finished[s].append((float(top_scores[s, r]) / length_penalty(t + 1, length_penalty_alpha), hyp))
-        limit_reached = (limits <= t).tolist()
-        for s in range(b):
-            if len(finished[s]) >= k or limit_reached[s]:
-                done[s] = True
-        if all(done):
+        # close hypotheses: end tokens among the first k candidates, in order of sentence then rank
+        closing = (is_eos[:, :k] & torch.isfinite(top_scores[:, :k])).nonzero()
+        if len(closing):
+            sentence, rank = closing[:, 0], closing[:, 1]
+            hyps = tokens.index_select(0, sentence * k + parent[sentence, rank])[:, 1:].tolist()
+            closed = top_scores[sentence, rank].tolist()
+            for (i, _), hyp, score in zip(closing.tolist(), hyps, closed):
+                s = active[i]
+                if len(finished[s]) < k:
+                    finished[s].append((score / length_penalty(t + 1, length_penalty_alpha), hyp))
+        done = [i for i, s in enumerate(active) if len(finished[s]) >= k or limits[s] <= t]
+        if len(done) == n:
             break
         # continue with the k best non-end candidates (stable order: by rank)
         order = (is_eos.long() * (2 * k) + ranks[: is_eos.size(1)]).argsort(dim=1)[:, :k]
         scores = top_scores.gather(1, order).masked_fill(is_eos.gather(1, order), NEG_INF)
-        rows = (row_base + parent.gather(1, order)).view(-1)
-        tokens = torch.cat((tokens.index_select(0, rows), token.gather(1, order).view(-1, 1)), dim=1)
-        decoder.reorder(rows)
+        rows = torch.arange(n, device=device)[:, None] * k + parent.gather(1, order)  # (n, k) parents
+        next_tokens = token.gather(1, order)
+        blocks = None
+        if done:  # the sentences that are done leave
+            stop = set(done)
+            keep = torch.tensor([i for i in range(n) if i not in stop], device=device)
+            rows, next_tokens, scores = rows[keep], next_tokens[keep], scores[keep]
+            blocks = (keep[:, None] * k + beams).view(-1)
+            active = [s for i, s in enumerate(active) if i not in stop]
+        rows = rows.view(-1)
+        tokens = torch.cat((tokens.index_select(0, rows), next_tokens.view(-1, 1)), dim=1)
+        decoder.select(rows, blocks)
     best: list[list[int]] = []
     for s in range(b):
         if finished[s]:

@@ -25,12 +25,14 @@ from ablate.config.locations import checkout_root, project_root
 from ablate.data.lm_datamodule import LMDataModule
 from ablate.data.lm_windows import token_dtype
 from ablate.data.registry import StoredConfigError, build_data_module
-from ablate.data.sources import DataFormatError
+from ablate.data.sources import DataFormatError, regular_file
 from ablate.data.text_stream import SplitText
 from ablate.data.token_files import write_tokens
 from ablate.data.tokenizers import TOKENIZERS, Tokenizer
 from ablate.tasks.base import pick_device
 from ablate.tasks.lm import EVAL_SPLITS, LanguageModelTask, evaluate_lengths
+from ablate.tasks.trained_data import check_evaluated_data
+from ablate.writes import inside
 
 
 class TextFileData(LMDataModule):
@@ -161,7 +163,7 @@ def lm_datamodule(cfg: DictConfig, task: LanguageModelTask, work_dir: str) -> tu
                 f"{cfg.ckpt_path} carries no tokenizer (saved by an older version?): cannot tokenise "
                 f"text_file={cfg.text_file}"
             )
-        if not Path(cfg.text_file).is_file():
+        if regular_file(Path(cfg.text_file), "text_file") is None:  # a directory or a pipe: named as such
             raise SystemExit(f"text_file={cfg.text_file}: no such file")
         batch = overrides.get("eval_batch_size") or max(1, cfg.batch_tokens // length)
         dm = TextFileData(cfg.text_file, task.tokenizer, work_dir, seq_len=length, eval_batch_size=batch)
@@ -186,15 +188,18 @@ def lm_datamodule(cfg: DictConfig, task: LanguageModelTask, work_dir: str) -> tu
             f"{cfg.ckpt_path}: {problem}; the token ids would not mean what the model learned. "
             "Evaluate on the checkpoint's own corpus and tokenizer settings, or give text_file=..."
         )
+    check_evaluated_data(cfg.ckpt_path, dm, cfg.split, overrides)  # the text the checkpoint recorded, not an edited one
     return dm, {"split": cfg.split, "corpus": dm.name}
 
 
 def units_path(cfg: DictConfig) -> Path:
     """Where ``eval.py`` writes the per-window test losses (:mod:`ablate.eval_units`): beside the
-    checkpoint's run, ``<run dir>/eval/test_units@<file or corpus>.npz``, never over the run's own
-    ``test_units.npz``."""
+    checkpoint, named after it and the text, ``<ckpt dir>/<ckpt name>.test_units@<file or test>.npz``
+    (each checkpoint of a folder its own file, never the run's ``test_units.npz``); a link there
+    that leads out of the checkpoint's folder is refused (:func:`ablate.writes.inside`)."""
     name = Path(str(cfg.text_file)).name if cfg.text_file else "test"
-    return Path(str(cfg.ckpt_path)).resolve().parent.parent / "eval" / f"test_units@{name}.npz"
+    ckpt = Path(str(cfg.ckpt_path)).absolute()
+    return inside(ckpt.parent / f"{ckpt.stem}.test_units@{name}.npz", ckpt.parent)
 
 
 def evaluate_checkpoint(cfg: DictConfig) -> None:

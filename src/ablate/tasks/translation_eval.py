@@ -13,7 +13,9 @@ from omegaconf import DictConfig, OmegaConf
 from ablate.config.locations import folder_problem
 from ablate.data.registry import build_data_module
 from ablate.data.translation_text import read_lines
+from ablate.tasks.trained_data import check_evaluated_data
 from ablate.tasks.translation import TranslationTask, corpus_bleu, decode_config, load_translation_checkpoint
+from ablate.writes import inside
 
 
 def sentences(cfg: DictConfig, task: TranslationTask) -> tuple[list[str], list[str] | None, Path]:
@@ -28,11 +30,18 @@ def sentences(cfg: DictConfig, task: TranslationTask) -> tuple[list[str], list[s
     data_cfg = dict(task.hparams.get("data") or {})
     if not data_cfg:
         raise SystemExit(f"{ckpt} carries no data config: give src_file=... (and ref_file=...)")
+    overrides = cast(dict[str, Any], OmegaConf.to_container(cfg.data, resolve=True))
     data_cfg.update(data_dir=cfg.paths.data_dir, cache_dir=cfg.paths.cache_dir)
-    data_cfg.update(cast(dict[str, Any], OmegaConf.to_container(cfg.data, resolve=True)))
+    data_cfg.update(overrides)
     dm = build_data_module(data_cfg, str(ckpt))  # its _target_ is one of ablate's data modules, never imported by name
     dm.setup()
-    return dm.sources(cfg.split), dm.references(cfg.split), ckpt.parent.parent / "translations" / f"{cfg.split}.hyp"
+    check_evaluated_data(ckpt, dm, cfg.split, overrides)  # the text the checkpoint recorded, not an edited one
+    # beside the checkpoint, named after it: never over the run's own translations/test.hyp
+    return (
+        dm.sources(cfg.split),
+        dm.references(cfg.split),
+        inside(ckpt.parent / f"{ckpt.stem}.{cfg.split}.hyp", ckpt.parent),
+    )
 
 
 def evaluate_checkpoint(cfg: DictConfig) -> None:

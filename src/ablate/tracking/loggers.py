@@ -15,7 +15,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoa
 from lightning.pytorch.utilities import rank_zero_only
 
 from ablate.compat import flatten_params
-from ablate.tracking.csv_logger import AppendingCSVLogger
+from ablate.tracking.csv_logger import AppendingCSVLogger, whole_rows
 from ablate.tracking.hparams import new_hparams, scalar_hparams
 from ablate.tracking.naming import RunLabels, flat_axes, run_tags
 from ablate.tracking.options import MLflowOptions, TensorBoardOptions, WandbOptions, require_installed, user_tags
@@ -65,7 +65,8 @@ def build_loggers(
     # flushed at every logging step: a killed job's metrics up to its last checkpoint are on
     # disk, and the resumed job appends after them (rows it logs again carry the same values)
     csv_class = AppendingCSVLogger if resuming else CSVLogger
-    csv_logger = csv_class(save_dir=output_dir, name="csv", version="", flush_logs_every_n_steps=1)
+    # its rows written whole: a full disk leaves no half row (ablate.tracking.csv_logger)
+    csv_logger = whole_rows(csv_class(save_dir=output_dir, name="csv", version="", flush_logs_every_n_steps=1))
     # csv/hparams.yaml: the run config as W&B gets it (the optimiser's used keys only, the axes,
     # the parameter count); the task modules log no hyper-parameters of their own
     csv_logger.log_hyperparams(extra_config)

@@ -5,11 +5,12 @@ wandb 0.31 left to itself either prompts for an API key (stdin is a terminal), r
 not), or blocks for minutes (key present, network absent). So the decision is made here, before
 ``wandb.init`` runs: the configured or environment mode, else the credentials (env or netrc, read
 with the stdlib), else a TCP probe of the W&B host (through the HTTPS proxy if one applies) whose
-answer is kept in the environment for the other jobs of a sweep.
+answer the process keeps for the other jobs of a sweep it runs.
 """
 
 from __future__ import annotations
 
+import functools
 import netrc
 import os
 import socket
@@ -48,7 +49,7 @@ def decide_wandb_mode(requested: str | None = None) -> tuple[str, str]:
     if mode != "online":
         return mode, reason
     # online, whether asked for or detected: without network wandb retries for about 80 s per
-    # run before it falls back by itself, so probe first (once per process and its children)
+    # run before it falls back by itself, so probe first (once per process)
     host, port = _probe_target(*_host_port(_wandb_base_url()))
     target = f"{host}:{port}"
     if not _reachable_once(target):
@@ -56,19 +57,13 @@ def decide_wandb_mode(requested: str | None = None) -> tuple[str, str]:
     return "online", f"{reason} and {target} reachable"
 
 
-_PROBE_ENV = "ABLATE_WANDB_PROBE"  # "host:port=0|1": the probe's answer, inherited by the jobs of a sweep
-
-
+@functools.cache
 def _reachable_once(target: str) -> bool:
-    """The TCP probe of ``target``, made once: its answer is kept in the environment, so later
-    jobs of the same sweep (in this process, joblib workers, DDP ranks) do not wait again."""
-    cached = os.environ.get(_PROBE_ENV, "")
-    if cached.rpartition("=")[0] == target:
-        return cached.endswith("=1")
+    """The TCP probe of ``target``, made once per process: the later jobs of a sweep that this
+    process runs do not wait again (a worker process of a parallel sweep probes once for all the
+    jobs it runs)."""
     host, _, port = target.rpartition(":")
-    reachable = _tcp_reachable(host, int(port), PROBE_TIMEOUT_S)
-    os.environ[_PROBE_ENV] = f"{target}={int(reachable)}"
-    return reachable
+    return _tcp_reachable(host, int(port), PROBE_TIMEOUT_S)
 
 
 def _normalise_mode(mode: str, source: str) -> str:

@@ -30,6 +30,7 @@ from ablate.analysis.paper import load_paper
 from ablate.analysis.runs import Sweep, at_tuned_rates, load_sweep
 from ablate.analysis.series import X_AXES, paper_rank_correlation
 from ablate.analysis.tables import available_metrics, pick_metric
+from ablate.config.locations import folder_problem
 
 
 def paper_plot(sweep: Sweep, paper_file: str, metric: str | None, kind: str) -> Plot:
@@ -95,6 +96,13 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(2)
     if note:
         print(note.replace("--all-lrs shows them", "loss_vs_lr.png and --all-lrs show them"))
+    problem = folder_problem(out)  # a read-only sweep folder: named with the option, not an OSError traceback
+    if problem:
+        print(
+            f"plot.py: error: the figures go to {out}, but {problem}: write them elsewhere with --out DIR",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     extra = [paper_plot(sweep, args.paper, args.metric, "best" if args.best else "final")] if args.paper else []
     written = plot_sweep(sweep, out, args.metric, args.x, extra=extra, report=report, grid=grid if note else None)
     for path in written.paths:

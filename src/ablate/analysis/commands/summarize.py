@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ablate.analysis.budget import BASES, DEFAULT_BASIS
 from ablate.analysis.comparison import adjust_family
@@ -38,6 +38,8 @@ from ablate.analysis.protocol import apply_sequential, label_plan, sequential_ru
 from ablate.analysis.runs import at_tuned_rates, load_sweep
 from ablate.analysis.specs import where
 from ablate.analysis.tables import summarize
+from ablate.config.locations import folder_problem
+from ablate.writes import LinkOutsideError, disk_full_message, inside, is_disk_full
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -198,6 +200,32 @@ def out_dir(args: argparse.Namespace) -> Path:
     return Path(args.out or (args.sweep_dir if args.sweep_dir else Path("logs") / "summaries" / args.group))
 
 
+def writable_out(args: argparse.Namespace) -> Path:
+    """The folder the tables go to, once it is known to take files (a read-only sweep folder is
+    named with the option that sends them elsewhere, not met as an OSError traceback)."""
+    out = out_dir(args)
+    problem = folder_problem(out)
+    if problem:
+        argument_error(f"the tables go to {out}, but {problem}: write them elsewhere with --out DIR")
+    return out
+
+
+def write_tables(frame: Any, table: str, out: Path, name: str = "summary") -> tuple[Path, Path]:
+    """:func:`ablate.analysis.markdown.write_summary`, a failed write (a full disk) named with --out."""
+    try:
+        for path in (out / f"{name}.csv", out / f"{name}.md"):
+            inside(path, out)  # a link there out of the folder: refused by name, not written through
+    except LinkOutsideError as err:
+        argument_error(str(err))
+    try:
+        return write_summary(frame, table, out, name=name)
+    except OSError as err:
+        reason = disk_full_message(out / f"{name}.csv", len(table)) if is_disk_full(err) else (err.strerror or str(err))
+        argument_error(
+            f"cannot write the tables to {out}: {reason}. Free some space, or give another folder: --out DIR"
+        )
+
+
 def argument_error(message: str) -> NoReturn:
     """Exit 2 with the message, as argparse does for a bad argument: here one that only the sweep
     can check (a --metric no job logged, a --baseline or --where that matches no row, an
@@ -262,7 +290,7 @@ def write_interaction(args: argparse.Namespace) -> None:
         fail(err)
     report_skipped(full.notes)
     table = with_note(interaction_markdown(frame), "\n".join(filter(None, [note, interaction_standing(args)])))
-    csv_path, md_path = write_summary(frame, table, out_dir(args), name="interaction")
+    csv_path, md_path = write_tables(frame, table, writable_out(args), name="interaction")
     print(table)
     print(f"wrote {csv_path} and {md_path}")
 
@@ -301,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, ValueError) as err:  # missing files, bad input, W&B unreachable (ConnectionError)
         fail(err)
     report_skipped(full.notes)
-    out = out_dir(args)
+    out = writable_out(args)
     several = len(tables) > 1
     for spec, metric, frame, sweep in tables:
         table = with_note(markdown_table(frame, sweep), "\n".join(filter(None, [note, *notes, *full.notes])))
@@ -310,6 +338,6 @@ def main(argv: list[str] | None = None) -> None:
         parts = ([_slug(spec)] if spec and len(slices) > 1 else []) + (
             [_slug(metric)] if metric and len(metrics) > 1 else []
         )
-        csv_path, md_path = write_summary(frame, table, out.joinpath(*parts) if several else out)
+        csv_path, md_path = write_tables(frame, table, out.joinpath(*parts) if several else out)
         print(table)
         print(f"wrote {csv_path} and {md_path}")

@@ -1,7 +1,5 @@
-"""Shared helpers for the model-component tests: tiny specs and models (CPU, seconds).
-
-Imported relatively (``from ._models import tiny_lm``) so it works whether or not ``tests/`` is a package.
-"""
+"""Tiny specs and models for the model-component tests (CPU, seconds), and the options of every
+axis read from the registries."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import lightning as L
 import torch
 
 from ablate.data.tokenizers import CharTokenizer
-from nn._models import tiny_spec
+from helpers.tiny_models import tiny_spec
 
 OPTIM = {"name": "adamw", "lr": 1e-3}
 CHARS = [chr(c) for c in range(32, 127)] + ["\n"]  # printable ASCII and newline

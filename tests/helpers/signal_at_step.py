@@ -82,3 +82,43 @@ class KillOneWhenAllTraining(CtrlCWhenAllTraining):
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 time.sleep(0.1)
+
+
+class SignalJobAtStep(Callback):
+    """A DDP job's stop signal, sent by rank 0 after optimiser step ``step``: to the job's whole
+    process group (``to="group"``: a terminal's Ctrl-C or a closed terminal's SIGHUP reaches the
+    launching process and every rank) or to the launching process alone (``to="launcher"``: ``kill
+    <pid>``, a container runtime's SIGTERM). Once per ``once_file``, as :class:`SignalAtStep`."""
+
+    def __init__(self, step: int, signum: int = int(signal.SIGINT), to: str = "group", once_file: str | None = None):
+        if to not in ("group", "launcher"):
+            raise ValueError(f"to={to!r}: group or launcher")
+        self.step, self.signum, self.to, self.once_file = step, signum, to, once_file
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step != self.step or not trainer.is_global_zero:
+            return
+        if self.once_file is not None:
+            if Path(self.once_file).exists():
+                return
+            Path(self.once_file).touch()
+        if self.to == "group":
+            os.killpg(os.getpgid(0), self.signum)
+        else:
+            os.kill(os.getppid(), self.signum)  # the elastic agent runs in the launching process
+
+
+class CtrlCTwice(Callback):
+    """A user pressing Ctrl-C twice during a DDP job: rank 0 sends SIGINT to the job's process group
+    after ``step``, then again a second later, then waits (the second one ends the ranks at once)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step != self.step or not trainer.is_global_zero:
+            return
+        os.killpg(os.getpgid(0), signal.SIGINT)
+        time.sleep(1.0)
+        os.killpg(os.getpgid(0), signal.SIGINT)
+        time.sleep(120)

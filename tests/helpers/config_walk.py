@@ -1,7 +1,10 @@
 """Follow the run's raw config through the code: where does ``cfg`` travel?
 
-    python scripts/config_walk.py            # the tree of calls that pass the config on, and the counts
-    python scripts/config_walk.py --max-returns 8   # exit 1 if the entry file hands it out more often
+    python tests/helpers/config_walk.py                  # the tree of calls that pass the config on, and the counts
+    python tests/helpers/config_walk.py --max-returns 8  # exit 1 if the entry file hands it out more often
+
+A measuring tool of the code, not of a run: it lives with the tests (``tests/test_layers.py`` holds
+the count down) and reads ``src/`` without importing it.
 
 A static walk (``ast``, no import): it starts at ``ablate.run.train.run(cfg)`` and follows every call
 that passes the config object itself (the parameter that received it, by position or keyword) to
@@ -24,7 +27,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[2]  # src/ (this file is src/ablate/benchmark/config_walk.py)
+SRC = Path(__file__).resolve().parents[2] / "src"  # this file is tests/helpers/config_walk.py
 ENTRY = ("ablate.run.train", "run", "cfg")
 
 
@@ -185,3 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"more than {args.max_returns} returns", file=sys.stderr)
         return 1
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

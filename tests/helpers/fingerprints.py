@@ -12,7 +12,7 @@ matrices, the default experiment's model, the translation default and the GPT-2 
 Bitwise equality is what the hashes check; the same numbers also go in as float sums, compared
 with a tolerance only where the machine's CPU kernels differ from the recording machine's
 (``tests/nn/test_fingerprints.py``). Recorded on main 780a50a, before the one-Stack refactoring:
-``python tests/nn/_fingerprints.py`` rewrites ``tests/nn/fingerprints.json`` (only ever from code
+``cd tests && python -m helpers.fingerprints`` rewrites ``tests/nn/fingerprints.json`` (only ever from code
 whose numerics are known to be unchanged).
 """
 
@@ -28,16 +28,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-HERE = Path(__file__).resolve().parent
-FIXTURE = HERE / "fingerprints.json"
-CONF = HERE.parents[1] / "conf"
-PAD = 0  # the translation models' padding id in these batches
+from helpers.tiny_models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, TINY  # read from the registries
 
-# the axes and their options, read from the registries
-try:
-    from ._models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, TINY
-except ImportError:  # run as a script: its folder is on the path
-    from _models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, TINY  # type: ignore[no-redef]
+TESTS = Path(__file__).resolve().parents[1]  # this file is tests/helpers/fingerprints.py
+FIXTURE = TESTS / "nn" / "fingerprints.json"
+CONF = TESTS.parent / "conf"
+PAD = 0  # the translation models' padding id in these batches
 
 
 def _variants() -> list[tuple[str, dict[str, Any]]]:

@@ -1,0 +1,12 @@
+"""Decoding throughput of a translation model in sentences/s, greedy and beam search.
+
+    python scripts/benchmark_decoding.py                          # experiment=multi30k_small's model, random weights
+    python scripts/benchmark_decoding.py --ckpt logs/runs/<run>/checkpoints/best.ckpt --beams 5
+
+What it measures and reports: :mod:`ablate.benchmark.decoding`.
+"""
+
+from ablate.benchmark.decoding import main
+
+if __name__ == "__main__":
+    main()

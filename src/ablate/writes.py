@@ -1,0 +1,146 @@
+"""How the project writes into a run's (or a sweep's) folder: never through a link that leaves it,
+and a full disk named with the path and the bytes.
+
+* :func:`inside` -- a path the project writes or deletes under ``root`` (a run or sweep folder) is
+  reached through no symbolic link that leads out of ``root``: ``<run>/checkpoints`` linked to
+  another folder would make ``overwrite=true`` delete, and the next save replace, that folder's
+  ``best.ckpt`` and ``last.ckpt``. Such a link is refused, naming it and where it leads
+  (:class:`LinkOutsideError`). A link that stays inside the folder (W&B's ``latest-run``) is fine,
+  and so is a folder configured elsewhere on purpose (``callbacks.checkpoint_last.dirpath=/x``): only
+  what lies under ``root`` by its name is checked.
+* :func:`check_run_folder` -- before a job trains: every entry of its folder (and of its checkpoint
+  folders) passes :func:`inside`, and the folders a run writes (``checkpoints``, ``wandb``, ``csv``,
+  ``.hydra``) are folders, not files.
+* :class:`DiskFullError` / :func:`named_disk_full` -- a write that fills the disk (``ENOSPC``,
+  ``EDQUOT``) names the file, the bytes it needed and the space left, as a user error (exit code 2),
+  and leaves no partial file: the raw error names neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from ablate.errors import UserError
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+RUN_FOLDERS = ("checkpoints", "wandb", "csv", ".hydra")  # what a run writes into as folders
+
+
+class LinkOutsideError(UserError):
+    """A path the project would write or delete leads out of its run or sweep folder through a link."""
+
+
+class DiskFullError(UserError, OSError):
+    """The disk filled up while a file was written; the message names the file and the bytes."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.ENOSPC, message)  # printed as "[Errno 28] <message>"
+
+
+def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
+    """``path``, after checking that no symbolic link at or above it, below ``root``, leads out of
+    ``root`` (:class:`LinkOutsideError` names the first one). A ``path`` not under ``root`` by name
+    is returned unchecked."""
+    path, root = Path(path).absolute(), Path(root).absolute()
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return path
+    real_root, here = root.resolve(), root
+    for part in parts:
+        here = here / part
+        if here.is_symlink():
+            target = here.resolve()
+            if target != real_root and real_root not in target.parents:
+                raise LinkOutsideError(
+                    f"{here} is a symbolic link to {target}, outside {root}: refused, so that nothing of another "
+                    f"folder is written or deleted through it. Remove the link (or copy what it points to into {root})",
+                )
+    return path
+
+
+def check_run_folder(folder: str | os.PathLike[str], checkpoint_dirs: Iterable[str | os.PathLike[str]] = ()) -> None:
+    """Before a job writes into ``folder``: no entry of it, or of its checkpoint folders, is a link
+    leading out of it, and the folders a run writes into are folders (a file named ``wandb`` is
+    named as such, not met as W&B's traceback). Reads only."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    for entry in [*folder.iterdir(), *(p for d in checkpoint_dirs if Path(d).is_dir() for p in Path(d).iterdir())]:
+        inside(entry, folder)
+    for name in RUN_FOLDERS:
+        path = folder / name
+        if path.exists() and not path.is_dir():
+            raise UserError(
+                f"{path} is a file, not a folder: the run writes its {name} files there. Move it away, or run in "
+                "another directory"
+            )
+
+
+def human_bytes(n: float) -> str:
+    """``412 B``, ``3.1 kB``, ``12.0 MB``, ``2.10 GB``: a size a person reads at a glance (never "0.00 GB")."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}" if unit == "GB" else f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def disk_full_message(path: str | os.PathLike[str], needed: int | None, err: OSError | None = None) -> str:
+    """``No space left on device writing <path> (about N bytes needed, M free); ...``."""
+    try:
+        free: int | None = shutil.disk_usage(Path(path).parent).free
+    except OSError:
+        free = None
+    sizes = ", ".join(
+        part
+        for part in (
+            f"about {human_bytes(needed)} needed" if needed else "",
+            f"{human_bytes(free)} free" if free is not None else "",
+        )
+        if part
+    )
+    why = err.strerror if err is not None and err.errno in FULL and err.strerror else "No space left on device"
+    return f"{why} writing {path}{f' ({sizes})' if sizes else ''}; the partial file was removed"
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """A full disk or quota; also numpy's ``tofile``, whose short write is an ``OSError`` without an errno."""
+    return isinstance(err, OSError) and (
+        err.errno in FULL or (err.errno is None and "requested and" in str(err) and "written" in str(err))
+    )
+
+
+@contextlib.contextmanager
+def named_disk_full(
+    path: str | os.PathLike[str], needed: int | None = None, partial: Path | None = None
+) -> Iterator[None]:
+    """Inside the block, a full disk raises :class:`DiskFullError` naming ``path`` and ``needed``
+    bytes, after removing ``partial`` (the temporary file being written, when there is one)."""
+    try:
+        yield
+    except OSError as err:
+        if not is_disk_full(err) or isinstance(err, UserError):
+            raise
+        if partial is not None:
+            partial.unlink(missing_ok=True)
+        raise DiskFullError(f"{disk_full_message(path, needed, err)}. Free some space and run again") from None
+
+
+def write_text_atomically(path: str | os.PathLike[str], text: str) -> Path:
+    """``text`` into ``path`` through a temporary file beside it, renamed into place: a reader sees
+    the old file or the new one, and a full disk (:class:`DiskFullError`) leaves the old one."""
+    path = Path(path)
+    data = text.encode("utf-8")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with named_disk_full(path, len(data), tmp):
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
