@@ -188,13 +188,16 @@ def on_the_cpu(cfg: DictConfig, tmp_path: Path, data_dir: Path) -> DictConfig:
 
 def fit_here(cfg: DictConfig, tmp_path: Path):
     """``train.py``'s fit of ``cfg`` in this process, as a single run into ``tmp_path / "run"``."""
+    from ablate.run.config import RunConfig
     from ablate.run.control import RunControl
     from ablate.run.job import Job
     from ablate.run.lifecycle import Plan
     from ablate.run.preflight import check_config
     from ablate.run.train import fit
 
-    return fit(cfg, Job(control=RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan())
+    return fit(
+        RunConfig.from_hydra(cfg), Job(control=RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan()
+    )
 
 
 def one_step(cfg: DictConfig, tmp_path: Path):

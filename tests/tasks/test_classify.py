@@ -96,6 +96,7 @@ def test_majority_rows_and_labels() -> None:
 @pytest.mark.integration
 def test_classify_trains_through_train_py(tmp_path: Path) -> None:
     """The in-process equivalent of ``python train.py task=classify``: ablate.run.train.fit."""
+    from ablate.run.config import RunConfig
     from ablate.run.control import RunControl
     from ablate.run.job import Job
     from ablate.run.lifecycle import Plan
@@ -113,6 +114,8 @@ def test_classify_trains_through_train_py(tmp_path: Path) -> None:
         "callbacks.progress_bar=null",
         "callbacks.throughput.peak_flops=1e12",
     )
-    status = fit(cfg, Job(control=RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan())
+    status = fit(
+        RunConfig.from_hydra(cfg), Job(control=RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan()
+    )
     assert status.status == "completed" and status.steps == 60
     assert status.metrics["val/acc"] > 0.9 and status.metrics["test/acc"] > 0.9  # learned (chance: 0.5)

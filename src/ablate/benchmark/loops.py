@@ -298,9 +298,10 @@ class LightningLoop(Runner):
         depth = self.spec.n_layers + self.spec.encoder_layers
         flops = flops_per_token(self.n_params, depth, self.spec.d_model, cfg.data.seq_len)
         not_steps = (ProgressBar, Checkpoint, ResumeState)  # a terminal display; what checkpoints hold
-        callbacks = [cb for cb in build_callbacks(cfg.get("callbacks"), flops) if not isinstance(cb, not_steps)]
+        callbacks = [cb for cb in build_callbacks(cfg.get("callbacks")) if not isinstance(cb, not_steps)]
         for cb in callbacks:
             if isinstance(cb, ThroughputMonitor):
+                cb.flops_per_token = cb.flops_per_token or flops
                 self.window = cb.window
                 if cb.peak_flops in (None, "auto"):
                     cb.peak_flops = self.peak_flops  # the benchmark's peak, so logged and measured MFU compare

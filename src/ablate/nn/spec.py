@@ -35,6 +35,20 @@ class ModelSpec:
     encoder_layers: int = 0
     options: Mapping[str, OptionConfig] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """Options given as :meth:`as_dict` stores them (``{"pos": {"name": "rope", "base": ...}}``)
+        become their typed configs; an axis that is not one is refused."""
+        rows = {a.name: a for a in AXES}
+        options: dict[str, OptionConfig] = {}
+        for axis, option in self.options.items():
+            if axis not in rows:
+                raise ConfigError(f"{axis} is not an architecture axis; the axes are {', '.join(rows)}")
+            if not isinstance(option, OptionConfig):
+                keys = dict(option)
+                option = rows[axis].config_class(str(keys.pop("name", rows[axis].default)))(**keys)
+            options[axis] = option
+        object.__setattr__(self, "options", options)
+
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
@@ -58,18 +72,8 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, stored: Mapping[str, Any]) -> ModelSpec:
-        """A spec as :meth:`as_dict` writes it (options by axis name; an axis left out takes its
-        default), or in the flat layout of older checkpoints (:meth:`from_flat`)."""
-        if "options" not in stored:
-            return cls.from_flat(stored)
-        rows, values = {a.name: a for a in AXES}, dict(stored)
-        options: dict[str, OptionConfig] = {}
-        for axis, keys in dict(values.pop("options")).items():
-            if axis not in rows:
-                raise ConfigError(f"{axis} is not an architecture axis; the axes are {', '.join(rows)}")
-            keys = dict(keys)
-            options[axis] = rows[axis].config_class(str(keys.pop("name", rows[axis].default)))(**keys)
-        return cls(**values, options=options)
+        """A spec as :meth:`as_dict` writes it, or in the flat layout of older checkpoints (:meth:`from_flat`)."""
+        return cls(**stored) if "options" in stored else cls.from_flat(stored)
 
     @classmethod
     def from_flat(cls, flat: Mapping[str, Any]) -> ModelSpec:

@@ -56,37 +56,46 @@ class Assembly:
     callbacks: list[Callback]
     loggers: list[Logger]
     trainer: L.Trainer
+    config: dict[str, Any]  # what the loggers record: the resolved config, the axes, the parameter count
 
 
 def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
-    """Seed, then build the job's data module, task (and its model), callbacks, loggers and Trainer
-    (``checked``: :func:`ablate.run.preflight.check_config` of ``cfg``; ``plan``: the checkpoint it
+    """Seed, then build the job's data module, callbacks, task (and its model), loggers and Trainer
+    (``checked``: :func:`ablate.run.preflight.preflight` of ``cfg``; ``plan``: the checkpoint it
     resumes and its W&B run, :func:`ablate.run.lifecycle.decide`)."""
     arguments = trainer_arguments(cfg.trainer, checked.accumulate)
     seed_and_runtime(cfg, checked.matmul_precision)
     datamodule = build_datamodule(cfg)
+    spec = cfg.model_spec(vocab_size=datamodule.vocab_size, max_len=checked.max_len)
+    callbacks = build_callbacks(cfg.callbacks, job.stop_file, checked.identity)
+    task = build_task(cfg, datamodule, spec)  # the task module of task.name, with its model
+    task.tokenizer = datamodule.tokenizer  # carried into its checkpoints
     if plan.ckpt_path is not None and Path(plan.ckpt_path).is_file():  # the data it was trained on, nothing else
         changes = check_resumed_data(plan.ckpt_path, datamodule, job.control.resume_allow_changes)
         if changes:
             rank_zero_info(f"resuming {plan.ckpt_path} on changed data, as allowed: {'; '.join(changes)}")
-    task = build_model(cfg, datamodule, checked.max_len)
-    spec, n_params = task.spec, cast(Any, task.model).num_params()  # TransformerLM, EncoderDecoder
+    n_params = cast(Any, task.model).num_params()  # TransformerLM, EncoderDecoder
+    axes = spec_axes(spec)
+    fpt = flops_per_token(n_params, spec.n_layers + spec.encoder_layers, spec.d_model, cfg.data["seq_len"])
+    optim = used_optim_config(cfg.resolved["optim"])  # never record a key the optimiser ignores
+    for cb in callbacks:  # the model's FLOPs per token (at the training length), unless configured
+        if isinstance(cb, ThroughputMonitor) and cb.flops_per_token is None:
+            cb.flops_per_token = fpt
     estimate = param_estimate(spec.n_layers, spec.d_model, spec.vocab_size)
+    if is_rank_zero():
+        experiment, task_name, data = job.experiment, cfg.task_name, datamodule.name
+        print(
+            format_run_header(experiment, task_name, data, spec, axes, n_params, estimate, job.output_dir), flush=True
+        )
     config = {
         **cast(dict[str, Any], copy.deepcopy(cfg.resolved)),
-        "axes": spec_axes(spec),
+        "optim": optim,
+        "axes": axes,
         "params": n_params,
         "params_estimate": estimate,
         "world_size": checked.world_size,
         "accumulate_grad_batches": checked.accumulate,
     }
-    config["optim"] = used_optim_config(config["optim"])  # never record a key the optimiser ignores
-    depth = spec.n_layers + spec.encoder_layers
-    fpt = flops_per_token(n_params, depth, spec.d_model, cfg.data["seq_len"])  # at the training length
-    callbacks = build_callbacks(cfg.callbacks, fpt, job.stop_file, checked.identity)
-    if is_rank_zero():
-        experiment, task_name, data = job.experiment, cfg.task_name, datamodule.name
-        print(format_run_header(experiment, task_name, data, spec, n_params, estimate, job.output_dir), flush=True)
     progress = wants_progress_bar(callbacks)  # without a progress callback, no bar of Lightning's own either
     loggers = build_loggers(
         cfg.resolved,
@@ -112,7 +121,7 @@ def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
         enable_progress_bar=progress,
         **arguments,
     )
-    return Assembly(datamodule, spec, task, n_params, callbacks, loggers, trainer)
+    return Assembly(datamodule, spec, task, n_params, callbacks, loggers, trainer, config)
 
 
 def seed_and_runtime(cfg: RunConfig | DictConfig, matmul_precision: str) -> None:
@@ -147,19 +156,13 @@ def build_model(cfg: RunConfig | DictConfig, datamodule: Any, max_len: int) -> T
 
 
 def build_callbacks(
-    configured: Mapping[str, Any] | None,
-    flops: float,
-    stop_file: Path | None = None,
-    identity: dict[str, Any] | None = None,
+    configured: Mapping[str, Any] | None, stop_file: Path | None = None, identity: dict[str, Any] | None = None
 ) -> list[Callback]:
-    """The configured callbacks (``callbacks.*``), the model's FLOPs per token given to the throughput
-    monitor (unless configured), the graceful Ctrl-C handler (polling the sweep's ``stop_file``, if
-    any) and the resume state every checkpoint carries (the run's ``identity``; :func:`build` adds
-    the W&B run id once the loggers exist)."""
+    """The configured callbacks (``callbacks.*``), the graceful Ctrl-C handler (polling the sweep's
+    ``stop_file``, if any) and the resume state every checkpoint carries (the run's ``identity``;
+    :func:`build` adds the model's FLOPs per token to the throughput monitor and the W&B run id
+    once the loggers exist)."""
     callbacks = [instantiate(c) for c in (configured or {}).values() if c is not None]
-    for cb in callbacks:
-        if isinstance(cb, ThroughputMonitor) and cb.flops_per_token is None:
-            cb.flops_per_token = flops
     callbacks.append(GracefulInterrupt(stop_file))  # Ctrl-C: stop after the step, save last.ckpt
     callbacks.append(ResumeState(run_identity=identity))
     return callbacks

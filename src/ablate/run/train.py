@@ -11,7 +11,7 @@ to :func:`run`, which reads top to bottom:
    read once and checked to be the same run), start fresh, or refuse
    (:func:`ablate.run.lifecycle.decide`);
 3. build the data, model, task, callbacks, loggers and Trainer (:func:`ablate.run.assembly.build`)
-   and fit, in this process or in the N processes it starts (:func:`fit_job`);
+   and fit, in this process (:func:`fit`) or in the N processes it starts;
 4. record what happened in ``status.json`` and return the value a sweeper optimises
    (:func:`ablate.run.lifecycle.finish`).
 
@@ -47,7 +47,6 @@ from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted, h
 from ablate.checkpoints import safe_load
 from ablate.cli.console import quiet_known_noise
 from ablate.metrics import finite_or_none
-from ablate.nn.axes import spec_axes
 from ablate.run import distributed, environment, lifecycle
 from ablate.run.assembly import build
 from ablate.run.config import RunConfig, TargetConfig
@@ -73,34 +72,16 @@ def run(cfg: RunConfig, job: Job) -> float:
     quiet_known_noise()
     environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
     with lifecycle.recording(job) as record:  # hold the run directory; keep whatever ends this block
-        checked = preflight(cfg)  # the batch layout, the memory of a step: before anything is read
-        record.plan = lifecycle.decide(job, checked.identity)  # decide: skip, resume (the same run), fresh
-        if record.plan.trains:
-            record.status = fit_job(cfg, job, checked, record.plan)  # build -> fit
-    return lifecycle.finish(job, record)  # record: status.json, the summary, the value for a sweeper
-
-
-def fit_job(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
-    """Train the job here, or in N processes started for it when it needs more than this one (in a
-    sweep of worker processes on a node of several GPUs, a one-GPU job takes the first free one)."""
-    trainer = cfg.trainer
-    one_gpu = job.worker_processes and distributed.uses_one_gpu(trainer) and torch.cuda.device_count() > 1
-    if distributed.needs_launch(trainer) and not one_gpu:
-        if int(trainer.get("num_nodes", 1) or 1) > 1:
-            raise ValueError(
-                f"trainer.num_nodes={trainer['num_nodes']}: the processes of the other nodes must be started there, "
-                "by SLURM (hydra/launcher=slurm) or by torchrun on every node; a job started here runs on this node only."
+        checked = preflight(cfg)  # the batch layout, the processes, the memory of a step: before anything is read
+        record.plan = plan = lifecycle.decide(job, checked.identity)  # decide: skip, resume (the same run), fresh
+        if plan.trains and checked.processes > 1:  # build -> fit in the N processes started for it
+            # the ranks get the job's typed config, resolved here, where Hydra's interpolations resolve
+            record.status = distributed.launch(
+                _rank_main, (cfg, job, checked, plan), checked.processes, stop_file=job.stop_file
             )
-        # the ranks get the job's typed config, resolved here, where Hydra's interpolations
-        # (${hydra:runtime.output_dir}, ...) resolve
-        return distributed.launch(
-            _rank_main, (cfg, job, checked, plan), distributed.devices_per_node(trainer), stop_file=job.stop_file
-        )
-    with distributed.exclusive_gpu(torch.cuda.device_count()) if one_gpu else contextlib.nullcontext() as gpu:
-        if gpu is not None:
-            print(f"this job trains on GPU {gpu} (the first one no other job of this node holds)")
-            cfg = replace(cfg, trainer=TargetConfig({**trainer, "devices": [gpu]}))
-        return fit(cfg, job, checked, plan)
+        elif plan.trains:
+            record.status = fit(cfg, job, checked, plan)  # build -> fit, here
+    return lifecycle.finish(job, record)  # record: status.json, the summary, the value for a sweeper
 
 
 @record  # a failing rank's traceback reaches the launching process
@@ -118,12 +99,21 @@ def _rank_main(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunS
     return status if rank == 0 else None
 
 
-def fit(cfg: RunConfig | DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
+def fit(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
     """Train one configuration in this process (one rank of it, under DDP) and return its status
     record: diverged, interrupted, or completed (with the task's own evaluation after training:
-    the test split, ...). ``checked`` is :func:`ablate.run.preflight.check_config` of ``cfg`` and
-    ``plan`` the job's :func:`ablate.run.lifecycle.decide`, both done by the caller."""
-    cfg = RunConfig.of(cfg)
+    the test split, ...). ``checked`` is :func:`ablate.run.preflight.preflight` of ``cfg`` and
+    ``plan`` the job's :func:`ablate.run.lifecycle.decide`, both done by the caller. In a sweep of
+    worker processes on a node of several GPUs, a one-GPU job takes the first free one."""
+    one_gpu = job.worker_processes and checked.one_gpu and torch.cuda.device_count() > 1
+    with distributed.exclusive_gpu(torch.cuda.device_count()) if one_gpu else contextlib.nullcontext() as gpu:
+        if gpu is not None:
+            print(f"this job trains on GPU {gpu} (the first one no other job of this node holds)")
+            cfg = replace(cfg, trainer=TargetConfig({**cfg.trainer, "devices": [gpu]}))
+        return _fit_here(cfg, job, checked, plan)
+
+
+def _fit_here(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
     for warning in checked.warnings if is_rank_zero() else []:
         log.warning(warning)
     assembled = build(cfg, checked, job, plan)
@@ -153,7 +143,7 @@ def fit(cfg: RunConfig | DictConfig, job: Job, checked: Preflight, plan: Plan) -
     extra: dict[str, Any] = {}
     if diverged_at is None and not interrupted:  # Ctrl-C: last.ckpt was saved at this step; no evaluation
         evaluated, extra = task.evaluate_after_fit(trainer, assembled.datamodule, cfg.eval.as_dict())  # the task's own
-        metrics.update(evaluated)
+        metrics |= evaluated
     elapsed = time.perf_counter() - start  # this segment: training and the evaluation after it
     return RunStatus(
         status="interrupted" if interrupted else "diverged" if diverged_at is not None else "completed",
@@ -163,7 +153,7 @@ def fit(cfg: RunConfig | DictConfig, job: Job, checked: Preflight, plan: Plan) -
         wall_time_s=round(earlier_s + elapsed, 2),
         segment_wall_time_s=round(elapsed, 2) if plan.ckpt_path is not None else None,
         params=assembled.n_params,
-        axes=spec_axes(assembled.spec),
+        axes=assembled.config["axes"],
         overrides=job.overrides,
         world_size=trainer.world_size,
         accumulate_grad_batches=checked.accumulate,
