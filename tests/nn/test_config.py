@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ablate.errors import ConfigError
-from ablate.nn.axes import typed_options
+from ablate.nn.axes import AXES, typed_options
 from ablate.nn.spec import ModelSpec
 from helpers.tiny_models import TINY
 
@@ -95,6 +95,13 @@ def test_dropout_range(dropout):
         spec(dropout=dropout).validate()
 
 
+def _stored_options(spec: ModelSpec) -> dict[str, dict]:
+    """The options a checkpoint stores of the axes above; any axis added since stays at its default."""
+    options = spec.as_dict()["options"]
+    assert all(options[a.name] == {"name": a.default, **spec.option(a.name).options()} for a in AXES[6:])
+    return {a.name: options[a.name] for a in AXES[:6]}
+
+
 def test_the_config_groups_typed_into_a_spec():
     groups = {
         "pos": {"name": "rope", "fraction": 0.5, "base": 500.0},
@@ -104,7 +111,7 @@ def test_the_config_groups_typed_into_a_spec():
         "attn": {"impl": "math", "n_kv_heads": 2},
     }
     s = ModelSpec(**TINY, **typed_options(groups)).validate()
-    assert s.as_dict()["options"] == {
+    assert _stored_options(s) == {
         "pos": {"name": "rope", "base": 500.0, "fraction": 0.5},
         "norm": {"name": "post"},
         "norm_layer": {"name": "rmsnorm", "eps": 1e-5},
@@ -122,7 +129,7 @@ def test_the_flat_layout_of_older_checkpoints_reads_as_the_same_spec():
     flat |= {"norm_bias": True, "norm_eps": 1e-5, "norm_options": {"alpha_init": 0.8}, "act": "relu"}
     flat |= {"match_params": True, "init": "xavier", "init_std": 0.02, "attn": "sdpa", "n_kv_heads": None}
     spec = ModelSpec.from_dict(flat)
-    assert spec.as_dict()["options"] == {
+    assert _stored_options(spec) == {
         "pos": {"name": "rope", "base": 10000.0, "fraction": 0.5},
         "norm": {"name": "pre"},
         "norm_layer": {"name": "dyt", "alpha_init": 0.8},  # LayerNorm's eps and bias do not apply
