@@ -1,5 +1,5 @@
 """The table of architecture axes (ablate.nn.axes.AXES) is what Hydra composes, the spec holds and
-the docs show: every option of a group's first axis is a config of the group (registered, no YAML),
+the docs show: every option of a group's first axis is a config of the group (ablate://, no YAML),
 the default of every group is its row's, the spec holds exactly the table's axes, and the docs'
 table of axes is the one the table makes."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.core.config_store import ConfigStore
 
 from ablate.nn.axes import ARCHITECTURE_GROUPS, AXES, group_axes, markdown_table, spec_axes
 from ablate.nn.spec import ModelSpec
+from hydra_plugins.ablate_sweepers.architecture import ArchitectureGroups
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,8 +24,8 @@ def test_every_option_is_a_config_of_its_group(group) -> None:
         first, *others = group_axes(group)
         assert cfg[group][first.selector] == first.default
         assert all(cfg[group][axis.selector] == axis.default for axis in others)
-        registered = sorted(name.removesuffix(".yaml") for name in ConfigStore.instance().list(group))
-        assert registered == sorted(first.options())
+        source = ArchitectureGroups("ablate", "ablate://axes")  # what conf/train.yaml's search path adds
+        assert source.list(group, None) == sorted(first.options()) and source.is_group(group)
         for option in first.options():
             node = compose("train", [f"{group}={option}"])[group]
             defaults = first.config_class(option).defaults()

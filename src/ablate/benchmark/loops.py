@@ -309,7 +309,7 @@ class LightningLoop(Runner):
             self._time_hooks(cb)  # about a microsecond per hook call
         output_dir = Path(cfg.paths.output_dir) / variant.group / variant.name
         # CSV only (a config without logger.wandb): W&B allows one run per process
-        loggers = [*build_loggers(None, output_dir, f"{variant.group}.{variant.name}", None, {}), self.recorder]
+        loggers = [*build_loggers({}, [], output_dir, f"{variant.group}.{variant.name}", None, {}), self.recorder]
         measured = {"max_steps": self.max_steps, "enable_checkpointing": False, "limit_val_batches": 0}
         arguments = {
             **trainer_arguments(cfg.trainer, variant.checked.accumulate),

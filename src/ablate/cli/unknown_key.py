@@ -5,8 +5,8 @@ Hydra refuses ``data.splits=disjoint`` under ``data=multi30k`` with ``Key 'split
 it names the key but not what would work. :func:`unknown_key_hint` adds the keys the node does have
 and, for a config group, the options of the group that do have the key (``data.splits`` is a key of
 ``data=tinyshakespeare`` only; ``pos.fraction`` of ``pos=rope``), read from ``conf/<group>/*.yaml``
-with OmegaConf's YAML loader (no code runs) and from the options registered in Hydra's ConfigStore
-(the architecture groups: :func:`ablate.nn.axes.register_groups`). It never suggests ``+key=``: a
+with OmegaConf's YAML loader (no code runs) and from the architecture groups' options
+(:func:`ablate.nn.axes.group_node`). It never suggests ``+key=``: a
 key that belongs to another option does not apply to this one, and ablate's checks refuse it. The
 other errors: an unknown option (``norm=prenorm`` -> did you mean ``norm=pre``), a value of the
 wrong type for a registered option's key (``pos.base=abc``), an override Hydra cannot parse (how to
@@ -54,18 +54,17 @@ def _has_key(path: Path, full_key: str, group: str) -> bool:
 
 def options_with_key(full_key: str, conf_dir: Path) -> tuple[str, list[str]]:
     """``(group, options)``: the options of ``full_key``'s top-level group that set it (a file of
-    ``conf/<group>/`` or a structured config registered for the group)."""
-    from hydra.core.config_store import ConfigStore
+    ``conf/<group>/``, or an architecture group's option: :func:`ablate.nn.axes.group_node`)."""
+    from ablate.nn.axes import ARCHITECTURE_GROUPS, group_axes, group_node
 
-    group = full_key.split(".", 1)[0]
-    if "." not in full_key:
+    group, _, key = full_key.partition(".")
+    if group in ARCHITECTURE_GROUPS:
+        options = group_axes(group)[0].options()
+        return group, sorted(o for o in options if key in {f.name for f in dataclasses.fields(group_node(group, o))})
+    folder = conf_dir / group
+    if not key or not folder.is_dir():
         return group, []
-    folder, store = conf_dir / group, ConfigStore.instance()
-    files = [p.stem for p in folder.glob("*.yaml") if _has_key(p, full_key, group)] if folder.is_dir() else []
-    stored = store.list(group) if store.repo.get(group) else []
-    key = full_key.removeprefix(f"{group}.")
-    nodes = [name.removesuffix(".yaml") for name in stored if key in store.load(f"{group}/{name}").node]
-    return group, sorted(files + nodes)
+    return group, sorted(p.stem for p in folder.glob("*.yaml") if _has_key(p, full_key, group))
 
 
 def unknown_key_hint(err: BaseException | None, conf_dir: Path | None = None) -> str | None:

@@ -4,9 +4,10 @@ are registered, its default and what a Hugging Face export makes of it.
 A row is all there is to an axis besides its options' module and the code that builds its part:
 
 * the options' typed configs are read from their registry (:mod:`ablate.nn.options`);
-* :func:`register_groups` makes each config group's options Hydra's own (``pos=rope``; no YAML):
-  a structured config per option, its keys with their types and defaults, so Hydra refuses a key or
-  a value of the wrong type as it composes, and an option's keys need no ``+``;
+* each config group's options are Hydra's own (``pos=rope``; no YAML): a structured config per
+  option (:func:`group_node`, served by the config source ``ablate://``,
+  ``src/hydra_plugins/ablate_sweepers/architecture.py``), its keys with their types and defaults, so
+  Hydra refuses a key or a value of the wrong type as it composes, and an option's keys need no ``+``;
 * :class:`~ablate.nn.spec.ModelSpec` holds the chosen option of every row (``spec.options``),
   and writes and reads it as the row's name;
 * the export (:mod:`ablate.export.hf`) refuses an option a row does not list for its target, and
@@ -139,19 +140,6 @@ def group_node(group: str, option: str) -> type:
     node = dataclasses.make_dataclass(f"{group}_{option}", list(unique.values())[::-1])
     node.__doc__ = config.__doc__
     return node
-
-
-def register_groups() -> None:
-    """Every option of every architecture group as a Hydra config (``pos/rope``), and the
-    defaults of the groups as the config ``architecture`` (``conf/train.yaml`` lists it)."""
-    from hydra.core.config_store import ConfigStore
-
-    store = ConfigStore.instance()
-    for group in ARCHITECTURE_GROUPS:
-        for option in group_axes(group)[0].options():
-            store.store(group=group, name=option, node=group_node(group, option))
-    defaults = [{group: group_axes(group)[0].default} for group in ARCHITECTURE_GROUPS]
-    store.store(name="architecture", node={"defaults": defaults})
 
 
 def typed_options(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from ablate.run.preflight import Preflight
 from ablate.tasks import build_task
 from ablate.tasks.trained_data import check_resumed_data
 from ablate.tracking.loggers import build_loggers
+from ablate.tracking.options import as_tags
 
 if TYPE_CHECKING:
     from ablate.tasks.base import TaskModule
@@ -98,7 +99,8 @@ def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
     }
     progress = wants_progress_bar(callbacks)  # without a progress callback, no bar of Lightning's own either
     loggers = build_loggers(
-        cfg.resolved,
+        cfg.logger,
+        as_tags(cfg.tags),
         job.output_dir,
         job.name,
         job.group,

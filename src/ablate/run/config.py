@@ -272,8 +272,8 @@ def _loggers(node: Any) -> dict[str, Any]:
     return found
 
 
-GROUPS: tuple[str, ...] = ("task", "decode", "model", "pos", "norm", "act", "init", "attn", "optim", "data")
-GROUPS += ("trainer", "callbacks", "logger", "eval", "log", "runtime", "paths")
+GROUPS = ("task", "decode", "model", *ARCHITECTURE_GROUPS, "optim", "data", "trainer", "callbacks", "logger", "eval")
+GROUPS += ("log", "runtime", "paths")
 
 
 @dataclass(frozen=True)

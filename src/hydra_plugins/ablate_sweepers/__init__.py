@@ -3,5 +3,5 @@
 Hydra 1.3 instantiates sweepers and launchers only from classes in the ``hydra_plugins`` namespace
 (``hydra.core.plugins.Plugins._instantiate``), which it scans at start-up. The code lives in
 :mod:`ablate.sweepers`; each module here only gives a class its ``hydra_plugins.`` name; the
-architecture groups are registered by a search-path plugin (:mod:`.architecture`).
+architecture groups are a config source of their own (:mod:`.architecture`, ``ablate://``).
 """
