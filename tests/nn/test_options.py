@@ -16,7 +16,7 @@ import typing
 
 import pytest
 
-from ablate.config.types import parameter_hints
+from ablate.config.types import signature
 from ablate.nn.axes import AXES, INIT, PLACEMENT, POS
 from ablate.nn.options import option_configs
 from ablate.nn.positional import Rotary
@@ -30,7 +30,7 @@ def _inspected(axis, name: str) -> dict[str, tuple[object, object]]:
     module, _, registry = axis.registry.partition(":")
     option = getattr(importlib.import_module(f"ablate.nn.{module}"), registry)[name]
     signed = getattr(option, axis.constructor) if axis.constructor else option
-    hints = parameter_hints(signed)  # each annotation resolved on its own (a TYPE_CHECKING name is left out)
+    hints = signature(signed)[0]  # each annotation resolved on its own (a TYPE_CHECKING name: Any)
     return {
         p.name: (hints.get(p.name, typing.Any), p.default)
         for p in inspect.signature(signed).parameters.values()

@@ -98,75 +98,43 @@ def describe(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-def parameter_hints(function: Callable[..., Any]) -> dict[str, Any]:
-    """``parameter -> type hint`` of a function or class (its ``__init__`` and, through
-    ``**kwargs``, its bases'); a hint that does not resolve is left out (not checked)."""
-    functions: list[Callable[..., Any]] = (
-        [vars(c)["__init__"] for c in function.__mro__ if "__init__" in vars(c)]
-        if inspect.isclass(function)
-        else [function]
+def signature(target: Any) -> tuple[dict[str, Any], bool]:
+    """``(keyword -> type hint, closed)`` of a function or class (``module.Name`` or the object;
+    a class: its ``__init__`` and, through ``**kwargs``, its bases'), each hint resolved on its own
+    (one naming what only ``TYPE_CHECKING`` imports is ``Any``: not checked); ``closed`` is False
+    when ``**kwargs`` goes all the way up (any keyword is taken: nothing to refuse)."""
+    if isinstance(target, str):
+        from hydra.utils import get_object
+
+        target = get_object(target)
+    functions = (
+        [vars(c)["__init__"] for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else [target]
     )
     hints: dict[str, Any] = {}
-    for fn in functions:
-        try:
-            resolved = typing.get_type_hints(fn)
-        except Exception:  # a hint naming what only TYPE_CHECKING imports: resolve them one by one
-            resolved = {}
-            for name, annotation in getattr(fn, "__annotations__", {}).items():
-                try:
-                    resolved[name] = (
-                        eval(annotation, getattr(fn, "__globals__", {})) if isinstance(annotation, str) else annotation
-                    )
-                except Exception:
-                    continue
-        params = inspect.signature(fn).parameters.values()
+    for function in functions:
+        annotations, names = getattr(function, "__annotations__", {}), getattr(function, "__globals__", {})
+        params = inspect.signature(function).parameters.values()
         for p in params:
-            if p.name in resolved and p.name not in hints and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
-                hints[p.name] = resolved[p.name]
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self" and p.name not in hints:
+                try:
+                    hint = annotations.get(p.name, Any)
+                    hints[p.name] = eval(hint, names) if isinstance(hint, str) else hint
+                except Exception:
+                    hints[p.name] = Any
         if not any(p.kind is p.VAR_KEYWORD for p in params):
-            break
-    return hints
+            return hints, True
+    return hints, False
+
+
+def target_keys(target: Any) -> frozenset[str] | None:
+    """The keyword arguments ``target`` accepts (:func:`signature`); None when it takes any."""
+    hints, closed = signature(target)
+    return frozenset(hints) if closed else None
 
 
 def dataclass_hints(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
-
-
-def target_keys(target: Any) -> frozenset[str] | None:
-    """The keyword arguments ``target`` accepts (a class: its ``__init__`` and, through
-    ``**kwargs``, its bases'); None when it takes any keyword (nothing to check)."""
-    obj = target
-    if isinstance(target, str):
-        from hydra.utils import get_object
-
-        obj = get_object(target)
-    functions: list[Callable[..., Any]] = (
-        [vars(c)["__init__"] for c in obj.__mro__ if "__init__" in vars(c)] if inspect.isclass(obj) else [obj]
-    )
-    keys: set[str] = set()
-    for function in functions:
-        params = inspect.signature(function).parameters.values()
-        keys.update(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self")
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            return frozenset(keys)
-    return None  # **kwargs all the way up (object.__init__ would refuse them, but a wrapper may not)
-
-
-def resolved_items(node: DictConfig) -> list[tuple[str, Any, bool]]:
-    """``(key, value, resolved)`` of a config node's keys: the value resolved and plain, or
-    ``resolved=False`` when it does not resolve here (``${hydra:runtime.output_dir}`` before a job)."""
-    items = []
-    for key in node:
-        try:
-            value = node[key]
-            value = (
-                OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
-            )
-            items.append((str(key), value, True))
-        except Exception:
-            items.append((str(key), None, False))
-    return items
 
 
 def _has_literal(hint: Any) -> bool:

@@ -40,9 +40,8 @@ from ablate.config.types import (
     Rule,
     check_rules,
     dataclass_hints,
-    parameter_hints,
     plain_items,
-    target_keys,
+    signature,
     top_level_key_message,
     typed_values,
     unknown_key_message,
@@ -216,12 +215,9 @@ class TargetConfig(dict[str, Any]):
         from hydra.utils import get_object
 
         target = get_object(str(node["_target_"]))
-        keys = target_keys(target)
-        hints = parameter_hints(target)
-        if keys is not None:
-            hints = {k: hints.get(k, Any) for k in keys | _BUILD_KEYS}
-        else:
-            hints = {**hints, **{k: hints.get(k, Any) for k, _ in plain_items(node)}}
+        hints, closed = signature(target)
+        build = dict.fromkeys(_BUILD_KEYS, Any) if closed else {k: Any for k, _ in plain_items(node)}
+        hints = {**build, **hints}
         values = typed_values(node, hints, path)
         declared = {**getattr(target, "CONFIG_RULES", {}), **(rules or {})}
         for key, choices in getattr(target, "CONFIG_CHOICES", {}).items():
