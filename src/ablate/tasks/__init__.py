@@ -204,11 +204,6 @@ def task_class(cfg: DictConfig) -> type[TaskModule]:
     return TASKS[task_name(cfg)].module_class()
 
 
-def check_task_config(cfg: DictConfig) -> None:
-    """The chosen task's own config checks (``TaskModule.check_config``), before any data is read."""
-    task_class(cfg).check_config(cfg)
-
-
 def ranked_metrics(cfg: DictConfig | Mapping[str, Any]) -> tuple[str, ...] | None:
     """The quantities runs of the chosen task can be ranked by (its own metrics with a goal), or
     None when no task is registered under its name (refused elsewhere), for
