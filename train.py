@@ -9,6 +9,8 @@ known, every value of its type and range) before Hydra runs (:func:`ablate.cli.e
 refusal is immediate and leaves no run folder; a misspelt key costs the composition only (no torch).
 """
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
@@ -17,9 +19,14 @@ from ablate import cli
 
 def check(cfg: DictConfig, overrides: list[str]) -> None:
     """What a command line must pass before Hydra starts a job (:func:`ablate.cli.entry_point`)."""
+    from ablate.run.environment import running_hydra
+    from ablate.run.gpu_visibility import refuse_missing_gpu
+
+    refuse_missing_gpu(cfg.trainer, running_hydra())  # first: before the checks below import torch
+
     from ablate.config.locations import check_writable_folders
     from ablate.run.config import RunConfig
-    from ablate.run.environment import check_accelerator, running_hydra
+    from ablate.run.environment import check_accelerator
 
     RunConfig.from_hydra(cfg, overrides)  # keys, types, ranges, combinations
     check_accelerator(cfg.trainer, running_hydra())  # a GPU or several processes this machine does not have
@@ -35,4 +42,7 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    from ablate.run.resume_command import with_stored_overrides
+
+    sys.argv[1:] = with_stored_overrides(sys.argv[1:])  # hydra.run.dir=<run> ckpt_path=last: that run's overrides
     cli.entry_point(main, "train", check)

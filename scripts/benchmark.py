@@ -3,6 +3,7 @@
     python scripts/benchmark.py                                 # the default experiment
     python scripts/benchmark.py model.n_layers=2 data.seq_len=64 benchmark.compile=true
     python scripts/benchmark.py trainer=gpu model=gpt2_small data.seq_len=1024 benchmark.compile=true
+    python scripts/benchmark.py benchmark.only=[startup]        # time to the first line (ablate.benchmark.startup)
 
 Config: ``conf/benchmark.yaml`` (it composes ``conf/train.yaml``). The runner, the hand-written
 reference loop and the report are in the :mod:`ablate.benchmark` package;
@@ -19,6 +20,11 @@ from ablate.benchmark.suite import main as run_benchmark
 @hydra.main(version_base="1.3", config_path="../conf", config_name="benchmark")
 @cli.task
 def main(cfg: DictConfig) -> None:
+    if list(cfg.benchmark.get("only") or []) == ["startup"]:  # time to the first line (ablate.benchmark.startup)
+        from ablate.benchmark.startup import main as run_startup
+
+        run_startup(cfg)
+        return
     run_benchmark(cfg)
 
 

@@ -4,7 +4,7 @@ Every test-split evaluation (after training, ``eval.seq_lens``, ``eval.py``) rec
 *unit* of the text it scored (a language model's non-overlapping window, a translation's
 sentence), the summed NLL in nats, the tokens predicted and the UTF-8 bytes they cover. Two
 runs evaluated on the same text pair unit by unit: :mod:`ablate.analysis.crossed` turns the
-pairs into an interval that covers a new seed *and* a new text.
+pairs into an interval for the mean difference over seeds *and* held-out text.
 
 One file per evaluation, ``test_units.npz`` (``numpy.savez_compressed``; float32 NLL, int32
 counts: a few kB for Tiny Shakespeare), holding per evaluation *tag* (``""`` for ``test/*``,
@@ -14,12 +14,22 @@ counts: a few kB for Tiny Shakespeare), holding per evaluation *tag* (``""`` for
 * ``<tag>.nats``, ``<tag>.tokens``, ``<tag>.bytes``: its summed NLL, tokens and bytes (bytes 0
   when the tokenizer's byte lengths are unknown);
 * ``<tag>.block``: which held-out block of the corpus the unit lies in (0 when the split is one
-  text; Tiny Shakespeare's ``data.splits=blocks`` has 4);
+  text; Tiny Shakespeare's ``data.splits=blocks`` has ``data.heldout_blocks``, default 4);
 
 and ``meta``: a JSON string with ``version``, ``task``, ``corpus``, ``split``, ``layout`` (the
 split scheme, e.g. ``blocks``) and per tag ``text``: the key of the exact text and windowing
 scored (a hash of the split's token file and the window length). Units pair across two runs only
 when their tags' ``text`` keys are equal.
+
+**The text unit of a verdict** (:func:`text_groups`): a verdict generalises to new text only as
+far as its text units are independent draws of the corpus. Neighbouring windows of one passage
+are not: they share its topic, speakers and style. So the unit is the **held-out block** when the
+split has several (Tiny Shakespeare's ``data.splits=blocks``: contiguous runs inside one block
+would be pseudo-replicates, and the interval would cover far less than it says, issue 43); finer
+units only where the corpus' test split is made of independent passages
+(:data:`INDEPENDENT_PASSAGES`: Multi30k's captions each describe another image, WikiText's test
+split is whole, separate articles), cut into :data:`PASSAGE_GROUPS` contiguous groups; otherwise
+the split is one passage, one unit.
 
 Pure numpy: read by the analysis without torch.
 """
@@ -38,6 +48,13 @@ import numpy as np
 FILENAME = "test_units.npz"
 VERSION = 1
 FIELDS = ("index", "nats", "tokens", "bytes", "block")
+PASSAGE_GROUPS = 16  # text units of a test split made of independent passages
+# corpora whose test split is a sequence of independent passages (corpus name -> what a passage is)
+INDEPENDENT_PASSAGES = {
+    "multi30k": "captions, each of another image",
+    "wikitext2": "whole Wikipedia articles",
+    "wikitext103": "whole Wikipedia articles",
+}
 
 
 @dataclass(frozen=True)
@@ -50,6 +67,7 @@ class Units:
     bytes: np.ndarray
     block: np.ndarray
     text: str  # the key of the text and windowing scored
+    corpus: str | None = None  # the corpus' name (meta), which says whether its units are independent passages
 
     def __len__(self) -> int:
         return len(self.index)
@@ -65,6 +83,19 @@ class Units:
         if name == "loss":
             return self.tokens.astype(float)
         raise ValueError(f"{metric}: per-unit values exist for loss and bpb metrics only")
+
+
+def text_groups(units: Units) -> tuple[np.ndarray, str]:
+    """Each unit's *text unit* (the module docstring) and what a text unit is: the held-out blocks
+    when the split has two or more; :data:`PASSAGE_GROUPS` contiguous groups of a split made of
+    independent passages (:data:`INDEPENDENT_PASSAGES`); else one unit, the whole passage."""
+    blocks, block_index = np.unique(units.block, return_inverse=True)
+    if len(blocks) >= 2:
+        return block_index.astype(int), "held-out blocks"
+    if units.corpus in INDEPENDENT_PASSAGES and len(units) >= 2:
+        parts = min(PASSAGE_GROUPS, len(units))
+        return (np.arange(len(units)) * parts) // len(units), f"groups of {INDEPENDENT_PASSAGES[units.corpus]}"
+    return np.zeros(len(units), dtype=int), "one passage"
 
 
 def metric_tag(metric: str) -> str:
@@ -112,7 +143,7 @@ def read_units(path: str | os.PathLike[str]) -> tuple[dict[str, Units], dict[str
                 fields = {name: data[f"{tag}.{name}"] for name in FIELDS}
                 if len({len(v) for v in fields.values()}) != 1:
                     raise ValueError(f"evaluation {tag or 'test'} has arrays of different lengths")
-                out[tag] = Units(**fields, text=str(text))
+                out[tag] = Units(**fields, text=str(text), corpus=meta.get("corpus"))
     except (OSError, KeyError, ValueError, TypeError, AttributeError) as err:  # zip, JSON or shape trouble
         raise ValueError(f"{path}: not a readable units file ({type(err).__name__}: {err})") from None
     return out, meta

@@ -103,7 +103,8 @@ def test_runs_are_named_by_the_swept_axis_and_the_seed(sweep: dict[str, Any]) ->
     for run_dir in sweep["run_dirs"]:
         job_dir = run_dir.parents[1]
         name = read_offline_run(run_dir)["name"]
-        assert all(item in job_dir.name.split(",") for item in name.split(","))
+        # the folder writes each `key=value` of the name as `key-value`, joined by dots
+        assert all(item.replace("=", "-") in job_dir.name.split(".") for item in name.split(","))
 
 
 def test_runs_have_flat_axis_keys_tags_and_job_type(sweep: dict[str, Any]) -> None:

@@ -103,7 +103,7 @@ def test_sweep_overhead_report(tmp_path: Path, data_dir: Path) -> None:
         jobs = sweep["jobs"]
         assert sweep["jobs_run"] == sweep["jobs_completed"] == len(jobs) == 2, mode
         # a job's directory names what varies (ablate.sweepers.job_dirs): its pos and its seed
-        assert {j["job"] for j in jobs} == {"pos=learned,seed=1", "pos=rope,seed=1"}
+        assert {j["job"] for j in jobs} == {"pos-learned.seed-1", "pos-rope.seed-1"}
         for job in jobs:
             assert job["status"] == "completed" and job["steps"] == 3
             assert 0 < job["train_time_s"] <= job["wall_time_s"]

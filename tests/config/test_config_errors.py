@@ -64,3 +64,18 @@ def test_invalid_architecture_fails_before_data_or_model(run_train, tmp_path):
 def test_deepnorm_requires_deepnet(run_train):
     proc = run_train("norm=deepnorm", check=False)
     assert proc.returncode != 0 and "norm=deepnorm init=deepnet" in proc.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sweep", [False, True])
+def test_a_mandatory_value_left_unset_is_refused_naming_it(run_train, tmp_path, sweep):
+    """``data=text`` needs both of its files: without ``data.val_path`` the command is refused (its
+    key, the option that needs it), in a single run and in a sweep, before any job runs."""
+    (tmp_path / "train.txt").write_text("to be or not to be\n" * 50)
+    train = str(tmp_path / "train.txt")
+    args = ["-m", f"data.train_path={train},{train}"] if sweep else [f"data.train_path={train}"]
+    proc = run_train("data=text", *args, "model=tiny", check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "no value given for data.val_path (data=text needs it)" in proc.stderr
+    assert "Traceback" not in proc.stderr and "MissingMandatoryValue" not in proc.stdout + proc.stderr
+    assert not list((tmp_path / "logs").rglob("status.json"))  # no job ran, none recorded

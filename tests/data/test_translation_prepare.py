@@ -212,3 +212,19 @@ def test_a_bad_bpe_train_mb_fails_with_the_config_naming_the_key(hydra_init: Non
     # the task's own check, before the generic type check: one message for any value that is not a positive number
     with pytest.raises(ConfigError, match=rf"(?i)data\.bpe_train_mb={value}: give a positive number of MB"):
         check_config(cfg)
+
+
+def test_a_test_or_validation_stage_reads_no_training_pair(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """eval.py on a translation checkpoint printed "29000 training pairs in 249 batches": it read the
+    training data to evaluate."""
+    files = {**_corpus(tmp_path), "test_src": _write(tmp_path / "test.de", _sentences(30, 4))}
+    files["test_tgt"] = _write(tmp_path / "test.en", _sentences(30, 5))
+    _module(files, tmp_path / "cache").prepare_data()  # the cache, as training left it
+    for stage, split in (("test", "test"), ("validate", "val")):
+        module = _module(files, tmp_path / "cache")
+        with caplog.at_level("INFO"):
+            module.setup(stage)
+        assert set(module.datasets) == {split} and len(module.sources(split)) == len(module.references(split))
+        assert "training pairs" not in caplog.text
+    module.setup("fit")  # training reads them all
+    assert set(module.datasets) == {"train", "val", "test"}

@@ -115,6 +115,14 @@ def test_export_loads_in_transformers_with_our_logits(name, tmp_path):
     compare_with_transformers(ckpt, out, cls)
 
 
+def test_the_export_prints_no_progress_bar(tmp_path, capfd):
+    """transformers' tqdm bar "Writing model shards" (one shard) reached the console."""
+    ckpt = save_checkpoint(tmp_path / "last.ckpt", tiny_spec())
+    export_checkpoint(ckpt, tmp_path / "hf", verify=False)
+    captured = capfd.readouterr()
+    assert "Writing model shards" not in captured.err + captured.out
+
+
 REFUSED = {
     # spec overrides -> the option the refusal must name
     "alibi": (dict(pos="alibi"), "pos=alibi has no GPT-2/Llama equivalent"),

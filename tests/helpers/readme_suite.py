@@ -12,8 +12,8 @@ user would not type, no stdin, W&B and the Hugging Face Hub offline, ``CI=true``
   appended: ``debug=smoke`` (conf/debug/smoke.yaml: fewer steps, batches, learning rates and seeds;
   same paths, outputs, loggers and console). Commands that are already a debug preset, and the
   other entry points (summarize.py, plot.py, eval.py, ...), run verbatim.
-- Placeholders (``<run>``, ``<sweep>``, ``<translation run>``, the example run directory
-  ``logs/runs/2026-11-21_21-19-25``) are filled from the run the relevant earlier command made.
+- Placeholders (``<run>``, ``<sweep>``, ``<translation run>``) are filled from the run the relevant
+  earlier command made.
 - COMMANDS below maps every README command to how it is checked: the exit code and the outputs the
   README promises. A README command missing from it fails the tier, naming it; so does an entry
   that no longer matches a README command. Commands that cannot run here (GPUs, SLURM, the test
@@ -320,7 +320,7 @@ def tuned_sweep(name: str, variants: int, seeds: int) -> Check:
         selection = json.loads((where / "lr_tuning.json").read_text())
         assert selection, where
         jobs = sweep_jobs(where)
-        verdict = [j for j in jobs if status(j).get("overrides") and "seed=0" not in j.name]
+        verdict = [j for j in jobs if status(j).get("overrides") and "seed=0" not in status(j)["overrides"]]
         assert len(verdict) == variants * seeds, f"{len(verdict)} stage-2 jobs:\n{result.tail()}"
         for job in jobs:
             check_run(job)
@@ -341,6 +341,28 @@ def analysis(sweep_name: str, *files: str, says: tuple[str, ...] = ()) -> Check:
             assert path.exists() and (path.is_file() or any(path.iterdir())), f"{path} missing\n{result.tail()}"
         for text in says:
             assert text in result.output, f"{text!r} not printed\n{result.tail()}"
+
+    return check
+
+
+def declared_table(sweep_name: str) -> Check:
+    """``summarize.py <sweep> --plan`` after the README's tuning command: it analyses what that
+    command declared (issue 43: the README's next line was "exploratory" before), and prints the
+    README's table: its columns (the crossed seed/text SE columns need the held-out blocks that
+    the smoke preset's 2 test batches do not reach) and its rows."""
+
+    def check(s: Session, command: str) -> None:
+        result = s.run(command)
+        assert "Declared plan (ledger entry" in result.output, result.tail()
+        assert "Every row is exploratory" not in result.output, result.tail()
+        readme = README.read_text()
+        header = next(line for line in readme.splitlines() if line.startswith("| norm | lr | tuned LR |"))
+        printed = next(line for line in result.output.splitlines() if line.startswith("| norm | lr | tuned LR |"))
+        wanted = [c.strip() for c in header.strip("|").split("|") if c.strip() not in ("seed SE", "text SE")]
+        assert [c.strip() for c in printed.strip("|").split("|") if c.strip() not in ("seed SE", "text SE")] == wanted
+        for norm in ("post", "pre", "deepnorm"):
+            assert f"| {norm} |" in result.output, result.tail()
+        assert (s.clone / "logs" / "multirun" / sweep_name / "summary.md").is_file()
 
     return check
 
@@ -372,16 +394,16 @@ def check_test_script(s: Session, command: str) -> None:
 
 
 def resume(more_steps: bool) -> Check:
-    """``hydra.run.dir=<run dir> ckpt_path=last``: <run dir> is the default experiment's run (the README's
-    example directory stands for the run to resume); the same settings plus the smoke preset. That run
-    is completed, so with the same settings nothing is trained or rewritten (completed is final); with
-    more steps allowed it trains on from its last step."""
+    """``hydra.run.dir=logs/runs/<run> ckpt_path=last``: <run> is the default experiment's run, resumed by
+    its directory alone (its own overrides are read in) plus the smoke preset. That run is completed,
+    so with the same settings nothing is trained or rewritten (completed is final); with more steps
+    allowed it trains on from its last step."""
 
     def check(s: Session, command: str) -> None:
         run = s.made["<default run>"]
         before = status(run)
         stamp = (run / "status.json").stat().st_mtime_ns
-        result = s.run(smoke(command.replace("logs/runs/2026-11-21_21-19-25", str(run.relative_to(s.clone)))))
+        result = s.run(smoke(with_run(command, run, s)))
         st = check_run(run)
         assert "val/loss" in st["metrics"], f"the resumed run's status.json lost its metrics: {st['metrics']}"
         if more_steps:
@@ -410,7 +432,7 @@ def first_or_rerun(s: Session, command: str) -> None:
     if command in s.made:
         rerun_skips(s, command)
     else:
-        sweep(4, prefix="norm,pos-")(s, command)
+        sweep(4, prefix="norm+pos-")(s, command)
 
 
 COMPOSE = r"""
@@ -566,7 +588,7 @@ class Entry:
 COMMANDS: dict[str, Entry] = {
     # headline
     "python train.py -m norm=pre,post pos=sinusoidal,learned": Entry(
-        sweep(4, prefix="norm,pos-"), "run", chain="sweeps"
+        sweep(4, prefix="norm+pos-"), "run", chain="sweeps"
     ),
     # quickstart
     "bash scripts/run.sh python train.py": Entry(
@@ -591,16 +613,15 @@ COMMANDS: dict[str, Entry] = {
     ),
     "python scripts/plot.py logs/multirun/norm-pos": Entry(analysis("norm-pos", "figures"), "verbatim", chain="sweeps"),
     "OMP_NUM_THREADS=1 python train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=2 norm=pre,post seed=1,2": Entry(
-        sweep(4, prefix="norm,seed-"), "run", chain="sweeps"
+        sweep(4, prefix="norm+seed-"), "run", chain="sweeps"
     ),
     # a tuned, multi-seed comparison
     "python train.py experiment=depth_stability_cpu model.n_layers=12 norm=post,pre,deepnorm seed=1,2,3 tune=lr "
+    "data.splits=blocks hydra.sweeper.baseline=\"'norm=pre'\" hydra.sweeper.margin=0.02 "
+    "hydra.sweeper.margin_basis=\"'1% of the loss: our smallest effect of interest, set before any run'\" "
     "hydra.sweep.dir=logs/multirun/depth12": Entry(tuned_sweep("depth12", variants=3, seeds=3), "run", chain="tuned"),
-    "python scripts/summarize.py logs/multirun/depth12 --metric val/loss --baseline norm=pre": Entry(
-        analysis("depth12", "summary.csv", "summary.md", says=("baseline", "p (Holm)")), "verbatim", chain="tuned"
-    ),
-    "python scripts/summarize.py logs/multirun/depth12 --metric val/loss --baseline norm=pre --margin 0.02": Entry(
-        analysis("depth12", "summary.csv", says=("baseline",)), "verbatim", chain="tuned"
+    "python scripts/summarize.py logs/multirun/depth12 --plan": Entry(
+        declared_table("depth12"), "verbatim", chain="tuned"
     ),
     "python scripts/summarize.py logs/multirun/depth12 --metric val/loss --baseline norm=pre --basis flops": Entry(
         analysis("depth12", "summary.csv", says=("baseline",)), "verbatim", chain="tuned"
@@ -612,10 +633,8 @@ COMMANDS: dict[str, Entry] = {
         analysis("glu", says=("multiplier",)), "verbatim", chain="tuned"
     ),
     # checkpoints and resuming
-    "python train.py hydra.run.dir=logs/runs/2026-11-21_21-19-25 ckpt_path=last": Entry(
-        resume(more_steps=False), "run"
-    ),
-    "python train.py hydra.run.dir=logs/runs/2026-11-21_21-19-25 ckpt_path=last trainer.max_steps=3000 "
+    "python train.py hydra.run.dir=logs/runs/<run> ckpt_path=last": Entry(resume(more_steps=False), "run"),
+    "python train.py hydra.run.dir=logs/runs/<run> ckpt_path=last trainer.max_steps=3000 "
     "'+resume_allow_changes=[trainer.max_steps]'": Entry(
         resume(more_steps=True), "run (the preset's 6 s cap, not 3,000 steps)"
     ),
@@ -633,7 +652,7 @@ COMMANDS: dict[str, Entry] = {
     # the joblib sweep above is the same sweep (a launcher and tags are not part of a sweep's identity):
     # in README order its 4 finished jobs are not trained again but relabelled: their W&B runs get `baseline`
     "python train.py -m norm=pre,post seed=1,2 tags=[baseline]": Entry(
-        sweep(4, prefix="norm,seed-", new=False, relabelled=4), "run", chain="sweeps"
+        sweep(4, prefix="norm+seed-", new=False, relabelled=4), "run", chain="sweeps"
     ),
     "python train.py logger=[wandb,tensorboard]": Entry(tensorboard_run, "run"),
     "python scripts/wandb_workspace.py logs/multirun/<sweep>": Entry(wandb_workspace, "verbatim", chain="sweeps"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -24,10 +25,12 @@ def write_job(
     steps: int = 100,
     config: dict | None = None,
     metrics: pd.DataFrame | None = None,
+    started_at: str | None = None,
 ) -> Path:
     """One job directory as train.py leaves it (the files the loader reads). ``metrics``: the
     whole ``metrics.csv`` (a ``step`` column and one per metric) instead of two rows of ``metric``
-    (``value`` + 1 half-way, ``value`` at the end)."""
+    (``value`` + 1 half-way, ``value`` at the end). As train.py, ``status.json`` records the start
+    (``started_at``, default now) and the hash of the plan in force in ``root`` (``plan_sha256``)."""
     job = root / f"{index:03d}"
     (job / ".hydra").mkdir(parents=True)
     (job / "csv").mkdir()
@@ -35,9 +38,17 @@ def write_job(
     config_file = job / ".hydra" / "config.yaml"
     config_file.write_text(yaml.safe_dump(config or {"data": {"batch_size": 4, "seq_len": 16}}))
     os.utime(config_file, (1e9 + index, 1e9 + index))  # run order = index
-    (job / "status.json").write_text(
-        json.dumps({"status": status, "steps": steps, "params": params, "wall_time_s": 1.0, "metrics": {}})
-    )
+    plan = root / "analysis_plan.json"
+    record = {
+        "status": status,
+        "steps": steps,
+        "params": params,
+        "wall_time_s": 1.0,
+        "metrics": {},
+        "started_at": started_at or datetime.now(UTC).isoformat(timespec="seconds"),
+        "plan_sha256": json.loads(plan.read_text())["sha256"] if plan.is_file() else None,
+    }
+    (job / "status.json").write_text(json.dumps(record))
     if metrics is not None:
         metrics.to_csv(job / "csv" / "metrics.csv", index=False)
         return job

@@ -3,13 +3,18 @@ item 6): ``trainer=gpu`` without a GPU, ``hydra/launcher=slurm`` without SLURM (
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from ablate.errors import ConfigError
-from ablate.run import environment
+from ablate.run import environment, gpu_visibility
+from ablate.run.gpu_visibility import no_gpu_for_sure
+from helpers.runs import HANG_TIMEOUT, REPO
 
 SLURM = {"launcher": {"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}}
 
@@ -48,10 +53,64 @@ def test_gpu_trainer_without_a_gpu_through_train_py(run_train, tmp_path: Path) -
     proc = run_train("trainer=gpu", "logger=csv", check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "needs a CUDA GPU" in proc.stderr and "Traceback" not in proc.stderr
-    assert not list((tmp_path / "logs").rglob("status.json"))  # no run record
+    assert not (tmp_path / "logs").exists()  # no run record, no run folder, no log file
     sweep = run_train("-m", "trainer=gpu", "norm=pre,post", "logger=csv", check=False)
     assert sweep.returncode == 2 and "needs a CUDA GPU" in sweep.stderr
     assert not (tmp_path / "logs" / "multirun").exists()  # a refused sweep leaves nothing
+
+
+def test_no_gpu_is_certain_only_without_nvidia_devices_or_with_every_device_hidden(tmp_path: Path) -> None:
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    assert no_gpu_for_sure({}, dev, "linux")  # no NVIDIA device node: no driver, no GPU
+    assert no_gpu_for_sure({"CUDA_VISIBLE_DEVICES": ""}, dev, "darwin")
+    assert not no_gpu_for_sure({}, dev, "darwin")  # another system: torch decides
+    (dev / "nvidiactl").touch()
+    assert no_gpu_for_sure({}, dev, "linux")  # the control node alone is no device
+    (dev / "nvidia0").touch()
+    assert not no_gpu_for_sure({}, dev, "linux")
+    assert not no_gpu_for_sure({"CUDA_VISIBLE_DEVICES": "0"}, dev, "linux")
+    for hidden in ("", "-1", "-1,0"):
+        assert no_gpu_for_sure({"CUDA_VISIBLE_DEVICES": hidden}, dev, "linux")
+    (dev / "nvidia0").unlink()
+    (dev / "dxg").touch()  # WSL 2
+    assert not no_gpu_for_sure({}, dev, "linux")
+
+
+def test_the_quick_gpu_refusal_is_the_late_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu_visibility, "no_gpu_for_sure", lambda: True)
+    with pytest.raises(ConfigError, match="trainer.accelerator=gpu needs a CUDA GPU.*use trainer=cpu"):
+        gpu_visibility.refuse_missing_gpu({"accelerator": "gpu", "devices": 1})
+    gpu_visibility.refuse_missing_gpu({"accelerator": "cpu"})
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    gpu_visibility.refuse_missing_gpu({"accelerator": "gpu"}, SLURM)  # submitted: the GPUs are there
+    monkeypatch.setattr(gpu_visibility, "no_gpu_for_sure", lambda: False)
+    gpu_visibility.refuse_missing_gpu({"accelerator": "gpu"})  # torch decides, later
+
+
+# In a fresh interpreter (the forked test runs have torch loaded already): train.py as typed, and
+# whether torch was imported when it exited.
+_PROBE = (
+    "import atexit, runpy, sys\n"
+    "atexit.register(lambda: print('torch imported:', 'torch' in sys.modules, file=sys.stderr))\n"
+    "sys.argv = sys.argv[1:]\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not no_gpu_for_sure(), reason="needs a machine that surely has no GPU")
+def test_the_gpu_refusal_comes_before_torch_is_imported(tmp_path: Path) -> None:
+    """It came after torch and Lightning loaded (9.5 s on a quiet machine, 38-48 s on a loaded one)."""
+    env = {**os.environ, "ABLATE_LOG_DIR": str(tmp_path / "logs"), "WANDB_MODE": "offline"}
+    for args in (["trainer=gpu"], ["-m", "trainer=gpu", "norm=pre,post"]):
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE, str(REPO / "train.py"), *args],
+            cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_TIMEOUT,
+        )  # fmt: skip
+        assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr, proc.stderr[-2000:]
+        assert "torch imported: False" in proc.stderr
+    assert not (tmp_path / "logs").exists()
 
 
 @pytest.mark.integration

@@ -115,3 +115,6 @@ def test_user_errors_of_the_entry_points_exit_2_without_traceback(tmp_path, scri
     assert proc.returncode == cli.EXIT_USER_ERROR, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert message in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
+    # nothing left: no run folder, no log file, no crashed record (the missing-data error, found
+    # while the data module is built, wrote a crashed record with a traceback)
+    assert not [p for p in (tmp_path / "logs").rglob("*") if p.is_file()], list((tmp_path / "logs").rglob("*"))

@@ -138,7 +138,7 @@ def test_kill_and_resume_is_exact(workdir: Path, data_dir: Path, uninterrupted: 
     assert checkpoint(run_dir)["global_step"] == 6
     assert not (run_dir / "status.json").exists()
 
-    resumed_run = train(workdir, data_dir, run_dir, "ckpt_path=last")
+    resumed_run = train(workdir, data_dir, run_dir, "ckpt_path=last", "~callbacks.kill")  # the run, without the kill
     assert "exists and is not empty" not in resumed_run.stderr  # resuming into its own directory is no news
     assert "not resumable" not in resumed_run.stderr  # the data module resumes mid-epoch: Lightning's doubt is noise
     status = json.loads((run_dir / "status.json").read_text())
@@ -180,7 +180,7 @@ def test_kill_at_a_random_step_loses_nothing(workdir: Path, data_dir: Path, unin
     last = find_last_checkpoint([run_dir / "checkpoints"])
     saved = 0 if last is None else checkpoint(run_dir)["global_step"]
     assert saved % 3 == 0 and step - 3 <= saved <= step, (saved, step)
-    train(workdir, data_dir, run_dir, "ckpt_path=last")
+    train(workdir, data_dir, run_dir, "ckpt_path=last", "~callbacks.kill")  # its own overrides, less the kill
     assert json.loads((run_dir / "status.json").read_text())["steps"] == 12
     expected, resumed = metrics_by_step(uninterrupted), metrics_by_step(run_dir)
     for key in COMPARED:

@@ -179,7 +179,7 @@ def test_sweep_directory_identity(tmp_path):
     assert a == sweep_dir_of(["norm=pre,post", "pos=rope,learned", log, "skip_completed=false", "logger=csv"])
     assert a != sweep_dir_of(["norm=pre,post", "pos=rope", log])  # a sweep value more or less
     assert a != sweep_dir_of(["norm=pre,post", "pos=rope,learned", log, "optim.lr=1e-3"])
-    assert Path(a).parent == tmp_path / "multirun" and Path(a).name.startswith("norm,pos-")
+    assert Path(a).parent == tmp_path / "multirun" and Path(a).name.startswith("norm+pos-")
     assert Path(sweep_dir_of(["experiment=nanogpt_shakespeare_char", "seed=1,2", log])).name.startswith(
         "nanogpt_shakespeare_char-"
     )

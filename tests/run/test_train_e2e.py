@@ -46,7 +46,7 @@ def job_dirs(log_dir: Path) -> dict[tuple[str, str], Path]:
             axes = json.loads((d / "status.json").read_text())["axes"]
             jobs[(axes["norm"], axes["pos"])] = d
             # the directory is named by the job's overrides, not by a timestamp or index
-            assert f"norm={axes['norm']}" in d.name and f"pos={axes['pos']}" in d.name
+            assert f"norm-{axes['norm']}" in d.name and f"pos-{axes['pos']}" in d.name
     return jobs
 
 
@@ -199,7 +199,7 @@ def test_quick_run_overrides(run_train, tmp_path, data_dir):
         "print_config=false",
     )
     jobs = sorted(d for d in sweep_dir.iterdir() if (d / "status.json").exists())
-    assert [d.name.split(",")[0] for d in jobs] == ["seed=1", "seed=2"]  # seeds lead long names
+    assert [d.name for d in jobs] == ["seed-1", "seed-2"]  # the constants are in the sweep's name
     losses = []
     for job in jobs:
         status = json.loads((job / "status.json").read_text())

@@ -268,6 +268,7 @@ def test_tuned_sweep_end_to_end(run_train, tmp_path):
         "hydra.sweeper.num_lrs=3",
         "hydra.sweeper.lr_factor=30",
         "hydra.sweeper.seeds=[1,2]",
+        "hydra.sweeper.extend_edges=0",  # the grid as given (the extension past an edge: the next test)
         *TINY,
         "logger=csv",
     ]
@@ -356,10 +357,12 @@ def test_tuned_sweep_end_to_end(run_train, tmp_path):
 
 @pytest.mark.slow
 def test_tuned_sweep_edge_and_all_diverged(run_train, tmp_path):
-    """Variant max_ratio=10: 1e-3 completes and 1e4 diverges, so 1e-3 is chosen and flagged as the
-    edge of the grid, with the override that extends it. Variant max_ratio=0.5 (a loss above half
-    the first one counts as diverged): every rate diverges, so it gets no stage 2. The sweep ends
-    normally (exit code 0: diverged is a result, not a crash)."""
+    """Variant max_ratio=10: 1e-3 completes and 1e4 diverges, so 1e-3 is chosen at the edge of the
+    grid, and tune=lr extends the grid below it by itself before stage 2 (issue 43 item 4: one rate
+    at a time, a factor lr_factor apart, at most extend_edges=2), recorded in lr_tuning.json.
+    Variant max_ratio=0.5 (a loss above half the first one counts as diverged): every rate
+    diverges, so it gets no stage 2 and no extension. The sweep ends normally (exit code 0:
+    diverged is a result, not a crash)."""
     proc = run_train(
         "tune=lr",
         "callbacks.divergence.max_ratio=10,0.5",
@@ -381,30 +384,33 @@ def test_tuned_sweep_edge_and_all_diverged(run_train, tmp_path):
         if (job / ".hydra" / "overrides.yaml").is_file():
             items = dict(o.split("=", 1) for o in yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text()))
             found[(items["callbacks.divergence.max_ratio"], items["optim.lr"], items["seed"])] = job
+    variants = {v["variant"]: v for v in json.loads((sweep / "lr_tuning.json").read_text())["variants"]}
+    edge, dead = variants["callbacks.divergence.max_ratio=10"], variants["callbacks.divergence.max_ratio=0.5"]
+    extended = edge["extended"]
+    assert extended[0] == 0.0005 and len(extended) <= 2  # below the edge, one rate at a time, bounded
+    assert [s["lr"] for s in edge["stage1"]] == sorted([*extended, 0.001, 10000.0])
+    chosen = edge["chosen_override"].split("=", 1)[1]
+    assert edge["edge"] is None or len(extended) == 2  # inside the grid now, or the bound was reached
     assert set(found) == {
         ("10", "0.001", "0"),
         ("10", "10000.0", "0"),
         ("0.5", "0.001", "0"),
         ("0.5", "10000.0", "0"),
-        ("10", "0.001", "1"),
-        ("10", "0.001", "2"),
+        *{("10", f"{x:g}", "0") for x in extended},
+        ("10", chosen, "1"),
+        ("10", chosen, "2"),
     }
-    assert {k: json.loads((j / "status.json").read_text())["status"] for k, j in found.items()} == {
-        ("10", "0.001", "0"): "completed",
-        ("10", "10000.0", "0"): "diverged",
+    assert {k: json.loads((j / "status.json").read_text())["status"] for k, j in found.items() if k[0] == "0.5"} == {
         ("0.5", "0.001", "0"): "diverged",
         ("0.5", "10000.0", "0"): "diverged",
-        ("10", "0.001", "1"): "completed",
-        ("10", "0.001", "2"): "completed",
     }
-    variants = {v["variant"]: v for v in json.loads((sweep / "lr_tuning.json").read_text())["variants"]}
-    edge, dead = variants["callbacks.divergence.max_ratio=10"], variants["callbacks.divergence.max_ratio=0.5"]
-    assert edge["chosen_lr"] == 0.001 and edge["edge"] == "lowest"
-    assert edge["extend_with"] == f"optim.lr=0.00025,0.0005,0.001,10000.0 hydra.sweep.dir={sweep}"  # lr_factor=2
-    assert "the optimum may be outside the grid: extend it with optim.lr=0.00025" in edge["warning"]
     assert [s["seed"] for s in edge["seeds"]] == [1, 2]
     assert dead["chosen_lr"] is None and "every learning rate diverged" in dead["warning"] and "seeds" not in dead
-    assert "every learning rate diverged" in proc.stdout and "the optimum may be outside the grid" in proc.stdout
+    assert dead["extended"] == []
+    assert (
+        "every learning rate diverged" in proc.stdout
+        and "best rate at the edge of the grid; extending it" in proc.stdout
+    )
 
 
 @pytest.mark.slow
@@ -461,6 +467,52 @@ def test_summaries_leave_the_selection_seed_out(tmp_path):
     (tmp_path / "lr_tuning.json").write_text(json.dumps({"tuning_seed": 0, "seeds": [0, 1, 2], "variants": [record]}))
     kept, note = at_tuned_rates(load_sweep(tmp_path), tmp_path)
     assert sorted(j.seed for j in kept.jobs) == [0, 1, 2] and "won the selection (optimistic)" in note
+
+
+def test_the_verdict_table_states_each_arms_rate_and_edge(tmp_path, capsys):
+    """Issue 43 item 4: the table against the baseline says at which rate each arm ran and whether
+    it was at an edge of its grid (the optimum may lie beyond it), or got there after tune=lr
+    extended the grid."""
+    from ablate.analysis.commands import summarize as summarize_command
+
+    def job(index, act, lr, seed, value):
+        d = tmp_path / f"{index:02d}"
+        (d / ".hydra").mkdir(parents=True)
+        (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"act={act}", f"optim.lr={lr}", f"seed={seed}"]))
+        (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"seed": seed}))
+        (d / "status.json").write_text(json.dumps({"status": "completed", "metrics": {"val/loss": value}}))
+
+    index = 0
+    for act, lr, base in (("gelu", "0.008", 2.3), ("relu", "0.004", 2.5)):
+        for seed in (1, 2, 3):
+            job(index, act, lr, seed, base + 0.01 * seed)
+            index += 1
+    records = [
+        {
+            "variant": "act=gelu",
+            "overrides": ["act=gelu"],
+            "chosen_override": "optim.lr=0.008",
+            "selection_seed": 0,
+            "edge": "highest",
+            "extended": [0.004, 0.008],
+        },
+        {
+            "variant": "act=relu",
+            "overrides": ["act=relu"],
+            "chosen_override": "optim.lr=0.004",
+            "selection_seed": 0,
+            "edge": None,
+            "extended": [0.004],
+        },
+    ]
+    (tmp_path / "lr_tuning.json").write_text(json.dumps({"selection_seed": 0, "variants": records}))
+    summarize_command.main(
+        [str(tmp_path), "--metric", "val/loss", "--baseline", "act=gelu", "--out", str(tmp_path / "o")]
+    )
+    out = capsys.readouterr().out
+    assert "| act | lr | tuned LR |" in out
+    assert "| gelu | 0.008 | 0.008 (top edge; grid extended: 0.004, 0.008) |" in out
+    assert "| relu | 0.004 | 0.004 (grid extended: 0.004) |" in out
 
 
 @pytest.mark.integration

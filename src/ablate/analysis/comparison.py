@@ -20,19 +20,16 @@ one family, and :func:`margin_for` finds the margin δ.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 import pandas as pd
 
-from ablate.analysis import budget, stats
-from ablate.analysis.crossed import crossed
-from ablate.analysis.divergence import divergence_test, worst_rank_test
+from ablate.analysis import budget, engine, stats
+from ablate.analysis.divergence import divergence_test
 from ablate.analysis.job import Job, higher_is_better
 from ablate.analysis.runs import Sweep
 from ablate.analysis.specs import find_baseline
-from ablate.eval_units import Units, metric_tag
 
 
 def status_counts(jobs: list[Job]) -> dict[str, int]:
@@ -72,21 +69,6 @@ def margin_for(sweep: Sweep, metric: str, margin: float | None = None) -> float 
     return found.pop() if found else None
 
 
-def _units_by_seed(jobs: list[Job], metric: str) -> tuple[dict[int, Units] | None, str]:
-    """The completed seeds' per-unit test losses for ``metric`` (seed -> units), or None and why not."""
-    if not metric.startswith("test/") or metric.split("/", 1)[1].split("@", 1)[0] not in ("loss", "bpb"):
-        return None, ""
-    out: dict[int, Units] = {}
-    for job in jobs:
-        if job.status != "completed" or job.seed is None:
-            continue
-        units = job.units(metric_tag(metric))
-        if units is None:
-            return None, f"no per-window losses for seed {job.seed} ({job.name})"
-        out[job.seed] = units
-    return out, ""
-
-
 def compare_row(
     jobs: list[Job],
     base_jobs: list[Job],
@@ -94,61 +76,31 @@ def compare_row(
     value=None,
     margin: float | None = None,
 ) -> dict[str, object]:
-    """The statistics of one row against the baseline (the ``diff`` ... ``inference`` cells):
-
-    * a seed diverged on either side: the **worst-rank** test over every seed (diverged runs
-      ranked worst, :func:`ablate.analysis.divergence.worst_rank_test`) is the row's difference test;
-      Δ and its interval are the surviving seeds' (descriptive), no equivalence test;
-    * else, with per-unit test losses for every completed seed of both sides (a ``test/loss`` or
-      ``test/bpb`` metric, final values): the **crossed** seed x text interval and test
-      (:mod:`ablate.analysis.crossed`), with its seed and text standard errors;
-    * else the paired t-test over shared seeds (Welch's without two), as before."""
-    values, seeds = _finals(jobs, metric, value)
-    base_values, base_seeds = _finals(base_jobs, metric, value)
-    counts, base_counts = status_counts(jobs), status_counts(base_jobs)
-    better_up = higher_is_better(metric)
-    c = stats.compare(values, base_values, seeds, base_seeds, margin=margin)
-    inference = c.test
-    extra: dict[str, object] = {}
-    if counts["diverged"] or base_counts["diverged"]:
-        p, shift = worst_rank_test(values, base_values, counts["diverged"], base_counts["diverged"], better_up)
-        c = dataclasses.replace(c, test="worst-rank" if math.isfinite(p) else "", p=p, shift=shift, p_tost=math.nan)
-        inference = f"worst-rank, {len(jobs) - counts['crashed'] - counts['incomplete']} vs " + (
-            f"{len(base_jobs) - base_counts['crashed'] - base_counts['incomplete']} seeds (diverged ranked worst)"
-        )
-    elif value is None:
-        mine, why = _units_by_seed(jobs, metric)
-        base, why_base = _units_by_seed(base_jobs, metric)
-        if mine is not None and base is not None and len(set(mine) & set(base)) >= 2:
-            try:
-                x = crossed(mine, base, metric, margin=margin)
-            except ValueError as err:
-                inference = f"{c.test} ({err})"
-            else:
-                c = dataclasses.replace(
-                    c,
-                    diff=x.diff,
-                    low=x.low,
-                    high=x.high,
-                    p=x.p,
-                    test="crossed",
-                    se=x.se,
-                    df=x.df,
-                    n_pairs=x.n_seeds,
-                    p_tost=x.p_tost,
-                    seeds=x.seeds,
-                )
-                inference = f"crossed, {x.n_seeds} seeds x {x.n_units} text blocks"
-                extra = dict(
-                    seed_se=x.seed_se,
-                    text_se=x.text_se,
-                    text_se_unpaired=x.text_se_unpaired,
-                    half_width_unpaired=x.half_width_unpaired,
-                    text_blocks=x.n_units,
-                )
-        elif why or why_base:
-            inference = f"{c.test} ({why or why_base})"
+    """The statistics of one row against the baseline (the ``diff`` ... ``inference`` cells), by
+    the one inference engine (:func:`ablate.analysis.engine.analyse`): the worst-rank test over
+    every seed when a seed diverged, else the crossed seed x block analysis where every completed
+    seed saved its per-window test losses, else the paired t-test over shared seeds (Welch's
+    without two)."""
+    evidence = engine.analyse(
+        engine.outcomes(jobs, metric, value),
+        engine.outcomes(base_jobs, metric, value),
+        metric,
+        higher_is_better(metric),
+        margin,
+        per_window=value is None,
+    )
+    c, counts, base_counts = evidence.comparison, status_counts(jobs), status_counts(base_jobs)
     rates = divergence_test(counts["diverged"], len(jobs), base_counts["diverged"], len(base_jobs))
+    extra = (
+        dict(
+            seed_se=evidence.seed_se,
+            text_se=evidence.text_se,
+            text_se_unpaired=evidence.text_se_unpaired,
+            half_width_unpaired=evidence.half_width_unpaired,
+        )
+        if evidence.crossed
+        else {}
+    )
     return dict(
         diff=c.diff,
         diff_ci_low=c.low,
@@ -166,7 +118,8 @@ def compare_row(
         p_diverged=rates.p,
         baseline_diverged=base_counts["diverged"],
         baseline_seeds=len(base_jobs),
-        inference=inference,
+        inference=evidence.inference,
+        text_blocks=evidence.n_blocks,
         **extra,
     )
 
@@ -178,12 +131,16 @@ def compare_to_baseline(
     alpha: float = stats.ALPHA,
     basis: str = budget.DEFAULT_BASIS,
     margin: float | None = None,
+    equivalence: tuple[str, ...] = (),
 ) -> pd.DataFrame:
     """``frame`` with the statistics of the final metric (``basis="steps"``), or of the metric at
     the matched FLOPs/time budget (``frame.attrs["matched"]``), per row and against the baseline
     row (column names in the module docstring; :func:`compare_row` for the tests). The p-values
     are Holm-adjusted within this frame; :func:`adjust_family` re-adjusts several frames (slices,
-    metrics) as one family."""
+    metrics) as one family. ``equivalence``: with a margin, only the rows these ``axis=value``
+    specs name get the equivalence test (default: every row): a comparison asked only "is there a
+    difference?" leaves the family once that is answered, so rows where equivalence is hopeless do
+    not dilute the others' (issue 43), when the plan says so before the data."""
     metric = frame.attrs["metric"]
     name, matched = budget.basis_column(metric, basis), frame.attrs.get("matched", {}).get(basis)
     if basis != "steps" and matched is None:
@@ -215,7 +172,9 @@ def compare_to_baseline(
         rates = divergence_test(counts["diverged"], len(jobs), base_counts["diverged"], len(variants[base_key]))
         cell.update(diverged_rate=rates.rate, diverged_ci_low=rates.low, diverged_ci_high=rates.high)
         if key != base_key:
-            cell.update(compare_row(jobs, variants[base_key], metric, value, margin))
+            asked = margin if not equivalence or _named(sweep, jobs, equivalence) else None
+            cell["margin"] = math.nan if asked is None else asked
+            cell.update(compare_row(jobs, variants[base_key], metric, value, asked))
         cells.append(cell)
     columns = [f"{name} {stat}" for stat in ("n", "ci_low", "ci_high")] + [
         "mean_seeds",
@@ -263,37 +222,53 @@ def compare_to_baseline(
         basis_column=name,
         basis_text=budget.describe_basis(metric, basis, matched),
         margin=margin,
+        equivalence=tuple(equivalence),
     )
     return adjust_family([out], alpha)[0]
 
 
+def _named(sweep: Sweep, jobs: list[Job], specs: tuple[str, ...]) -> bool:
+    """Whether the row of ``jobs`` matches one of the ``axis=value`` ``specs``."""
+    from ablate.analysis.specs import parse_baseline
+
+    return any(all(jobs[0].value(sweep.full_name(k)) == v for k, v in parse_baseline(spec).items()) for spec in specs)
+
+
 def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> list[pd.DataFrame]:
-    """Holm over every comparison of ``frames`` (the rows against their baseline, in every frame:
-    the ``--where`` slices and metrics of one write-up): one family for the difference tests (each
-    row's one test: paired, crossed or, with diverged seeds, worst-rank) and one for the
-    equivalence tests, each keeping its family-wise error rate at ``alpha`` (a row can err only
-    one way: a false difference needs |Δ| < δ, a false equivalence |Δ| >= δ); then the MDE at
-    alpha/m (m: the difference tests of the family, the threshold Holm applies to the first of
-    them) and each row's verdict (:func:`ablate.analysis.stats.verdict`)."""
-    compared = [f["verdict"].ne("baseline").to_numpy() for f in frames]
-    adjusted = {}
-    for column in ("p", "p_tost"):
-        flat = np.concatenate([f[column].to_numpy(dtype=float)[mask] for f, mask in zip(frames, compared, strict=True)])
-        adjusted[column] = np.split(stats.holm(flat), np.cumsum([mask.sum() for mask in compared])[:-1])
-    m = int(np.isfinite(np.concatenate([f["p"].to_numpy(dtype=float) for f in frames])).sum())
+    """One error-controlling procedure over every comparison of ``frames`` (the rows against
+    their baseline, in every frame: the ``--where`` slices and metrics of one write-up): the
+    difference tests (each row's one test: crossed, paired or, with diverged seeds, worst-rank)
+    and the equivalence tests together, by :func:`ablate.analysis.stats.family_adjusted` (Holm
+    with Shaffer's constraint: at most one of a row's two nulls is true), so the chance of any
+    false ``better``, ``worse`` or ``equivalent`` in the family is at most ``alpha``. Then the MDE
+    at alpha/m (m: the rows with a difference test, the threshold the first step applies) and
+    each row's verdict (:func:`ablate.analysis.stats.verdict`). Rows a group-sequential rule
+    decided (``test == "group-sequential"``) keep its verdict: its own alpha / m spending covers them."""
+    compared = [(f["verdict"].ne("baseline") & f["test"].ne("group-sequential")).to_numpy() for f in frames]
+    flat = {
+        column: np.concatenate(
+            [f[column].to_numpy(dtype=float)[mask] for f, mask in zip(frames, compared, strict=True)]
+        )
+        for column in ("p", "p_tost")
+    }
+    cuts = np.cumsum([mask.sum() for mask in compared])[:-1]
+    p_adjusted, tost_adjusted = stats.family_adjusted(flat["p"], flat["p_tost"]) if len(flat["p"]) else (flat["p"],) * 2
+    adjusted = {"p": np.split(p_adjusted, cuts), "p_tost": np.split(tost_adjusted, cuts)}
+    m = int(np.isfinite(flat["p"]).sum())
     out = []
     for index, (frame, mask) in enumerate(zip(frames, compared, strict=True)):
         frame = frame.copy()
         for column in ("p", "p_tost"):
-            values = np.full(len(frame), np.nan)
+            values = frame[f"{column}_holm"].to_numpy(dtype=float).copy() if f"{column}_holm" in frame else None
+            values = np.full(len(frame), np.nan) if values is None else np.where(mask, np.nan, values)
             values[mask] = adjusted[column][index]
             frame[f"{column}_holm"] = values
         metric, better_up = frame.attrs["metric"], higher_is_better(frame.attrs["metric"])
         verdicts, mdes = [], []
-        for _, row in frame.iterrows():
-            if row["verdict"] == "baseline":
-                verdicts.append("baseline")
-                mdes.append(math.nan)
+        for (_, row), in_family in zip(frame.iterrows(), mask, strict=True):
+            if row["verdict"] == "baseline" or not in_family:
+                verdicts.append(row["verdict"])
+                mdes.append(row.get("mde", math.nan))
                 continue
             comparison = stats.Comparison(
                 row["diff"],

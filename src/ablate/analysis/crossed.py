@@ -8,32 +8,38 @@ the corpus (Clark 1973, "The language-as-fixed-effect fallacy"; issue 34: on one
 block the ALiBi − sinusoidal difference changed sign between quarters of the text).
 
 Here both are random effects of a crossed design (Baayen, Davidson & Bates 2008): every seed
-pair (variant and baseline on the same seed) is scored on every *text unit* (a contiguous run of
-evaluation windows or sentences: the same units for both, :mod:`ablate.eval_units`), and the
-per-seed, per-unit difference is
+pair (variant and baseline on the same seed) is scored on every *text unit* (the same units for
+both, :mod:`ablate.eval_units`), and the per-seed, per-unit difference is
 
     d[s, t] = Δ + a[s] + b[t] + e[s, t],      a ~ N(0, σ_a²), b ~ N(0, σ_b²), e ~ N(0, σ_e²)
 
-(a: the seed's effect on the difference, b: the text unit's, e: their interaction). Its mean
-over n_s seeds and n_t units has variance σ_a²/n_s + σ_b²/n_t + σ_e²/(n_s n_t), estimated
+(a: the seed's effect on the difference, b: the text unit's, e: their interaction). The text unit
+is the **held-out block** (:func:`ablate.eval_units.text_groups`): windows of one block share its
+passage, so cutting a block into runs of windows would count one passage several times and the
+interval would cover 78-92% instead of 95% when passages differ at block level (issue 43). Its
+mean over n_s seeds and n_t units has variance σ_a²/n_s + σ_b²/n_t + σ_e²/(n_s n_t), estimated
 without bias by the two-way ANOVA mean squares (Searle, Casella & McCulloch 1992, ch. 4):
 
     Var(mean) = (MS_seed + MS_text − MS_error) / (n_s n_t)
 
-(floored at the larger of MS_seed, MS_text over n_s n_t, below which the true variance cannot
-be), with Satterthwaite's (1946) degrees of freedom for the Student t interval, test and TOST.
-The two components are reported apart: **seed SE** = sqrt(MS_seed / (n_s n_t)), the standard
-error a paired t-test over seeds gives on this text, and **text SE** = sqrt(MS_text / (n_s n_t)),
-the part another passage would add. Pairing the windows (both variants scored on the same units)
-is what keeps the text SE small: the difficulty of a passage, shared by both, cancels in d;
-:attr:`CrossedResult.text_se_unpaired` is the text SE two independent passages would give.
+with Satterthwaite's (1946) degrees of freedom for the Student t interval, test and TOST. Where
+the combination falls below max(MS_seed, MS_text) / (n_s n_t), below which the true variance
+cannot be, that floor is used, and it keeps the seed df: MS_seed's own n_s − 1 where it is the
+floor, and never more than n_s − 1 where MS_text is (the df of the larger mean square, as before,
+gave a text-floored 2-seed interval 15 df and 89.5% coverage). One unit (a split that is one passage) is the paired
+t-test over seeds. The two components are reported apart: **seed SE** = sqrt(MS_seed / (n_s n_t)),
+the standard error a paired t-test over seeds gives on this text, and **text SE** =
+sqrt(MS_text / (n_s n_t)), the part another passage would add. Pairing the windows (both variants
+scored on the same units) is what keeps the text SE small: the difficulty of a passage, shared by
+both, cancels in d; :attr:`CrossedResult.text_se_unpaired` is the text SE two independent
+passages would give.
 
 A metric is a ratio (summed NLL over tokens, or over bytes x ln 2 for bits per byte), so each
 unit's difference is linearised around the seed's overall difference D_s (the usual ratio
 estimator): z[s, t] = D_s + (A[s, t] − D_s W[t]) / mean(W), with A the unit's NLL difference and
-W its denominator; mean_t z[s, t] = D_s exactly. Calibration (``tests/analysis/test_crossed.py``):
-the 95% interval covers the true difference in >= 93% of simulated sweeps with 3 seeds and 16
-text units when both vary; a seed-only interval covers far less.
+W its denominator; mean_t z[s, t] = D_s exactly. Calibration: ``scripts/simulate_verdicts.py``
+(seeds 2/3/5 x blocks 4/8 x text/seed SD 0.3-6, numbers in docs/analysis.md) and
+``tests/analysis/test_crossed.py``.
 """
 
 from __future__ import annotations
@@ -45,9 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from ablate.eval_units import Units
-
-TEXT_UNITS = 16  # text units per evaluation: contiguous runs of windows, spread over the held-out blocks
+from ablate.eval_units import Units, text_groups
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class CrossedResult:
     seeds: tuple[int, ...]
     p_tost: float = math.nan
     margin: float = math.nan
+    unit_kind: str = "held-out blocks"  # what a text unit is (ablate.eval_units.text_groups)
+    mean_squares: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # MS_seed, MS_text, MS_error
 
     @property
     def half_width_unpaired(self) -> float:
@@ -76,13 +82,18 @@ class CrossedResult:
         return float(stats.t.ppf(0.975, self.df) * math.sqrt(max(var, 0.0))) if self.df > 0 else math.nan
 
 
-def anova(z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, variance of the mean, Satterthwaite df, MS_seed and MS_text of ``z`` (..., n_s, n_t),
-    vectorised over the leading axes (the simulations run thousands of sweeps at once)."""
+def anova(z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Mean, variance of the mean, df, MS_seed, MS_text and MS_error of ``z`` (..., n_s, n_t),
+    vectorised over the leading axes (the simulations run thousands of sweeps at once). One text
+    unit (n_t = 1): the paired t-test's variance and df, MS_text and MS_error NaN."""
     n_s, n_t = z.shape[-2], z.shape[-1]
     grand = z.mean((-2, -1))
-    rows, cols = z.mean(-1), z.mean(-2)
+    rows = z.mean(-1)
     ms_s = n_t * ((rows - grand[..., None]) ** 2).sum(-1) / (n_s - 1)
+    if n_t == 1:
+        nan = np.full_like(grand, np.nan)
+        return grand, ms_s / n_s, np.full_like(grand, n_s - 1.0), ms_s, nan, nan
+    cols = z.mean(-2)
     ms_t = n_s * ((cols - grand[..., None]) ** 2).sum(-1) / (n_t - 1)
     resid = z - rows[..., :, None] - cols[..., None, :] + grand[..., None, None]
     df_s, df_t, df_e = n_s - 1, n_t - 1, (n_s - 1) * (n_t - 1)
@@ -92,24 +103,30 @@ def anova(z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     use_floor = combined < floor
     with np.errstate(divide="ignore", invalid="ignore"):
         satterthwaite = combined**2 / (ms_s**2 / df_s + ms_t**2 / df_t + ms_e**2 / df_e)
-    df = np.where(use_floor, np.where(ms_s >= ms_t, df_s, df_t), satterthwaite)
+    # the floor keeps the seed df: MS_seed's own df where it is the floor; the text floor never more than the seeds'
+    df = np.where(use_floor, np.where(ms_s >= ms_t, float(df_s), float(min(df_s, df_t))), satterthwaite)
     var = np.where(use_floor, floor, combined) / (n_s * n_t)
-    return grand, var, df, ms_s, ms_t
+    return grand, var, df, ms_s, ms_t, ms_e
 
 
-def unit_groups(units: Units, n_units: int = TEXT_UNITS) -> np.ndarray:
-    """Each window's text unit: within each held-out block, contiguous runs of windows, ``n_units``
-    in all (as equal in size as the block allows; at least one per block)."""
-    groups = np.zeros(len(units), dtype=int)
-    blocks = np.unique(units.block)
-    per_block = max(1, n_units // len(blocks))
-    offset = 0
-    for b in blocks:
-        where = np.flatnonzero(units.block == b)
-        parts = min(per_block, len(where))
-        groups[where] = offset + (np.arange(len(where)) * parts) // len(where)
-        offset += parts
-    return groups
+def t_tests(
+    mean: np.ndarray, var: np.ndarray, df: np.ndarray, margin: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two-sided p-value of mean = 0 and the TOST p-value of |mean| < ``margin`` (NaN without one)
+    from the mean, its variance and df (vectorised; NaN where the variance is 0)."""
+    se = np.sqrt(var)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(se > 0, 2 * stats.t.sf(np.abs(mean) / se, df), np.nan)
+        if margin is None:
+            return p, np.full_like(p, np.nan)
+        lower = stats.t.sf((mean + margin) / se, df)  # H0: Δ <= -δ
+        upper = stats.t.cdf((mean - margin) / se, df)  # H0: Δ >= +δ
+    return p, np.where(se > 0, np.maximum(lower, upper), np.nan)
+
+
+def unit_groups(units: Units) -> np.ndarray:
+    """Each window's text unit (:func:`ablate.eval_units.text_groups`): its held-out block."""
+    return text_groups(units)[0]
 
 
 def _check_same_text(runs: Mapping[int, Units], other: Mapping[int, Units]) -> Units:
@@ -150,7 +167,6 @@ def crossed(
     baseline: Mapping[int, Units],
     metric: str,
     margin: float | None = None,
-    n_units: int = TEXT_UNITS,
     confidence: float = 0.95,
 ) -> CrossedResult:
     """Variant - baseline on ``metric`` (a ``*/loss`` or ``*/bpb`` metric) from per-unit test losses,
@@ -161,19 +177,14 @@ def crossed(
         raise ValueError(f"{len(shared)} seed(s) with per-unit losses on both sides: a crossed interval needs 2")
     v, b = {s: variant[s] for s in shared}, {s: baseline[s] for s in shared}
     ref = _check_same_text(v, b)
-    groups = unit_groups(ref, n_units)
+    groups, kind = text_groups(ref)
     z, arms, seeds = linearised(v, b, metric, groups)
     n_s, n_t = z.shape
-    if n_t < 2:
-        raise ValueError(f"{len(ref)} windows make {n_t} text unit: a crossed interval needs 2")
-    mean, var, df, ms_s, ms_t = (float(x) for x in anova(z))
+    mean, var, df, ms_s, ms_t, ms_e = (float(x) for x in anova(z))
+    p, p_tost = (float(x) for x in t_tests(np.array(mean), np.array(var), np.array(df), margin))
     se = math.sqrt(var)
-    unpaired = math.sqrt((arms["variant"].var(ddof=1) + arms["baseline"].var(ddof=1)) / n_t)
     crit = stats.t.ppf((1 + confidence) / 2, df)
-    p = float(2 * stats.t.sf(abs(mean) / se, df)) if se > 0 else math.nan
-    p_tost = math.nan
-    if margin is not None and se > 0:
-        p_tost = float(max(stats.t.sf((mean + margin) / se, df), stats.t.cdf((mean - margin) / se, df)))
+    unpaired = math.sqrt((arms["variant"].var(ddof=1) + arms["baseline"].var(ddof=1)) / n_t) if n_t > 1 else math.nan
     return CrossedResult(
         diff=mean,
         low=mean - crit * se,
@@ -182,11 +193,13 @@ def crossed(
         se=se,
         df=df,
         seed_se=math.sqrt(ms_s / (n_s * n_t)),
-        text_se=math.sqrt(ms_t / (n_s * n_t)),
+        text_se=math.sqrt(ms_t / (n_s * n_t)) if n_t > 1 else math.nan,
         text_se_unpaired=unpaired,
         n_seeds=n_s,
         n_units=n_t,
         seeds=seeds,
         p_tost=p_tost,
         margin=math.nan if margin is None else float(margin),
+        unit_kind=kind,
+        mean_squares=(ms_s, ms_t, ms_e),
     )

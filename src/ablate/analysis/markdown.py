@@ -98,7 +98,8 @@ def _rate(row: pd.Series) -> str:
 def _delta_on(row: pd.Series) -> str:
     """Which seeds the Δ rests on: the pairs' seeds, or the two sample sizes (Welch)."""
     if row["test"] == "paired":
-        return f"paired, seeds {row['diff_seeds']}"
+        one = " (the test text is one passage)" if row.get("text_blocks") == 1 else ""
+        return f"paired, seeds {row['diff_seeds']}{one}"
     if row["test"] == "welch":
         return f"welch, {int(row['n_variant'])} vs {int(row['n_baseline'])} seeds"
     if row["test"] == "crossed":
@@ -123,22 +124,27 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     margin = frame.attrs.get("margin")
     diverging = bool(frame["diverged"].sum())
     crossed = bool((frame["test"] == "crossed").any())
-    header = [names[a] for a in sweep.axes] + [
-        "seeds",
-        "n",
-        column,
-        "95% CI",
-        "Δ vs baseline",
-        "Δ 95% CI",
-        "Δ on",
-        "p",
-        "p (Holm)",
-    ]
+    choices = frame.attrs.get("lr_choice") or {}
+    header = (
+        [names[a] for a in sweep.axes]
+        + (["tuned LR"] if choices else [])
+        + [
+            "seeds",
+            "n",
+            column,
+            "95% CI",
+            "Δ vs baseline",
+            "Δ 95% CI",
+            "Δ on",
+            "p",
+            "p (Holm)",
+        ]
+    )
     header += ["seed SE", "text SE"] if crossed else []
     header += [f"p equiv ±{margin:g} (Holm)"] if margin is not None else []
     header += ["diverged (95% CI)"] if diverging else []
     header += ["MDE (80%, α/m)", "verdict"]
-    left = ("seeds", "Δ on", "verdict", "diverged (95% CI)")
+    left = ("seeds", "Δ on", "verdict", "diverged (95% CI)", "tuned LR")
     align = [" --- " if i < len(sweep.axes) or name in left else " ---: " for i, name in enumerate(header)]
     lines = [
         f"Against the baseline {frame.attrs['baseline']} ({frame.attrs['basis_text']}):",
@@ -146,9 +152,10 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
         "| " + " | ".join(header) + " |",
         "|" + "|".join(align) + "|",
     ]
-    for _, row in frame.iterrows():
+    for key, (_, row) in zip(sweep.variants(), frame.iterrows(), strict=True):
         base = row["verdict"] == "baseline"
-        cells = [str(row[a]) for a in sweep.axes] + [row["mean_seeds"] or "—", str(int(row[f"{column} n"]))]
+        cells = [str(row[a]) for a in sweep.axes] + ([choices.get(key, "—")] if choices else [])
+        cells += [row["mean_seeds"] or "—", str(int(row[f"{column} n"]))]
         cells += [
             fmt(row[f"{column} mean"], row[f"{column} std"]),
             format_ci(row[f"{column} ci_low"], row[f"{column} ci_high"]),
@@ -158,8 +165,9 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
             cells += [_rate(row)] if diverging else []
             cells += ["—"]
         else:
+            adjusted = row.get("diff_adjusted")
             cells += [
-                fmt(row["diff"]),
+                fmt(row["diff"]) + (f" (adj. {fmt(adjusted)})" if adjusted is not None and pd.notna(adjusted) else ""),
                 format_ci(row["diff_ci_low"], row["diff_ci_high"]),
                 _delta_on(row),
                 format_p(row["p"]),
@@ -188,16 +196,18 @@ def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
         "seeds / n: the seeds the mean and its 95% CI (Student t) rest on; Δ on: the seeds Δ, its CI and p rest on "
         "(paired t-test on the seeds both share when they share >= 2, else Welch's t-test on all of them; "
         "crossed: seeds and text both random, below; worst-rank: a seed diverged, below). "
-        f"p (Holm): one family of difference tests, {family} (Holm 1979); verdicts at alpha = {alpha:g}."
+        f"p (Holm): one family, {family}: the difference and the equivalence tests together, Holm's step-down "
+        "counting rows, not tests (Shaffer 1986: a row's two nulls, Δ = 0 and |Δ| >= δ, cannot both be true), so "
+        f"the chance of any false better, worse or equivalent in the family is at most alpha = {alpha:g}."
     ]
     cross = frame[frame["test"] == "crossed"]
     if len(cross):
         shrink = (cross["diff_ci_high"] - cross["diff"]) / cross["half_width_unpaired"]
         notes.append(
-            "crossed: the interval covers a new seed *and* a new held-out text (both random effects, "
-            "Clark 1973): two-way ANOVA of the per-seed, per-text-block differences from each run's "
-            "per-window test losses (test_units.npz), Var = (MS_seed + MS_text - MS_error) / (n_seeds n_blocks), "
-            "Satterthwaite df (src/ablate/analysis/crossed.py). seed SE: the part another set of seeds adds "
+            "crossed: a 95% interval for the mean difference over seeds and held-out text, both random effects "
+            "(Clark 1973), not a prediction for one new run: two-way ANOVA of the per-seed, per-held-out-block "
+            "differences from each run's per-window test losses (test_units.npz), Var = (MS_seed + MS_text - "
+            "MS_error) / (n_seeds n_blocks), Satterthwaite df (src/ablate/analysis/crossed.py). seed SE: the part another set of seeds adds "
             "(what a paired t-test over seeds uses); text SE: the part another passage adds. Pairing the "
             f"windows (both variants scored on the same text) gives intervals {shrink.min():.2f}-{shrink.max():.2f} "
             "times as wide as two independent texts would (below 1: the passages' difficulty, shared by both, "
@@ -206,8 +216,8 @@ def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
     if margin is not None:
         notes.append(
             f"Equivalence: TOST (two one-sided t-tests, same pairing) of |Δ| < {margin:g}, the smallest "
-            'difference of interest; Holm over the same family. "equivalent (±δ)" when it holds, whatever '
-            "the difference test says (any difference is then smaller than δ)."
+            'difference of interest, in the same family. "equivalent (±δ)" when it holds; "equivalent (±δ), and '
+            'different (...)" when the difference test holds too (a real difference, smaller than δ).'
         )
     verdicts = (
         "better / worse: p (Holm) < alpha; "
@@ -231,7 +241,7 @@ def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
         notes.append(
             "Diverged seeds are kept as an outcome: a row where some seed diverged (its own or the baseline's) "
             "is tested by the worst-rank test, every seed ranked with a diverged run worst (Lachin 1999), exact "
-            "permutation p, in the same Holm family; its Δ and CI are the surviving seeds' (descriptive) and it "
+            "permutation p, in the same family; its Δ and CI are the surviving seeds' (descriptive) and it "
             "gets no equivalence test. The rate is shown with its Clopper-Pearson 95% interval (summary.csv: "
             "Boschloo's p_diverged, descriptive). With 3 seeds a side no rank test can reach p < 0.1."
         )
@@ -239,6 +249,19 @@ def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
         notes.append(
             f"stalled k/n: completed seeds whose final {STALL_METRIC_TEXT} is within {STALL_TOLERANCE:.0%} of "
             "their first validation's (they never left the starting plateau); their values are in the test."
+        )
+    if frame.attrs.get("lr_choice"):
+        notes.append(
+            "tuned LR: each arm's learning rate, chosen on the selection seed (tune=lr); an edge means the best "
+            "rate was the lowest or highest tried, so the optimum may lie outside the grid and that arm may be "
+            "handicapped; tune=lr extends the grid past an edge before stage 2 (hydra.sweeper.extend_edges)."
+        )
+    if (frame["test"] == "group-sequential").any():
+        notes.append(
+            "group-sequential: the row's verdict is the sweep's stopping rule (below), at the look it stopped at, "
+            "on the seeds that ran by that look; Δ 95% CI is that look's repeated confidence interval, adj. the "
+            "bias-adjusted estimate (the raw Δ at an early stop is too large on average); p: that look's p-value, "
+            "judged against the look's boundary, not 0.05, and outside the table's family."
         )
     few = [sweep.label(key) for key, n in zip(sweep.variants(), frame[f"{frame.attrs['basis_column']} n"]) if n < 2]
     if few:

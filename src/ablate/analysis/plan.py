@@ -1,44 +1,59 @@
-"""A locked analysis plan: what a sweep's verdicts will be, declared before its results exist.
+"""A locked analysis plan: what a sweep's verdicts will be, declared before its results exist,
+in a record the sweep folder cannot rewrite.
 
-A verdict is only as good as the rule that produced it: a metric, margin or family chosen after
-seeing the numbers can make anything look decided (issue 34: ALiBi's δ was set after the verdict
-seeds' validation losses were on screen). So a sweep directory can hold a *declaration*,
-``<sweep dir>/analysis_plan.json``, written before its verdict runs start:
+A verdict is only as good as the rule that produced it: a metric, margin, seed set or family
+chosen after seeing the numbers can make anything look decided (issue 34: ALiBi's δ was set after
+the verdict seeds' validation losses were on screen). So a plan is declared before the verdict
+runs start:
 
-* by ``train.py`` itself before stage 2 of a ``tune=lr`` sweep (:mod:`ablate.sweepers.tuned_lr`:
-  the verdict metric, the seeds or looks and the stopping rule from ``hydra.sweeper.*``, the
-  baseline and δ from ``hydra.sweeper.baseline`` / ``hydra.sweeper.margin`` when given);
-* by ``python scripts/declare.py <sweep dir> --metric ... --baseline ... --margin ...`` for any
-  other sweep (a plain ``-m`` sweep: declare, then run it with ``hydra.sweep.dir=<sweep dir>``).
+* by ``train.py`` itself before stage 2 of a ``tune=lr`` sweep (:mod:`ablate.sweepers.tuning_stage2`:
+  the verdict metric, seeds or looks, stopping rule, split layout and compared variants, the
+  baseline and δ from ``hydra.sweeper.baseline`` / ``hydra.sweeper.margin``);
+* by ``python scripts/declare.py <sweep dir> --metric ... --baseline ... --margin ... --seeds ...``
+  for any other sweep (then run it with ``hydra.sweep.dir=<sweep dir>``).
 
-The file holds the plan (:class:`Plan`: metrics, split, baseline, margin δ and why it is that
-number, the compared rows, slices, basis, the Holm family they form, the verdict seeds or the
-looks, the stopping rule), its SHA-256 (of the plan's canonical JSON) and the UTC time it was
-written. It is never overwritten: a different plan for the same directory is refused, so a plan
-cannot be edited to fit the data; a file whose hash no longer matches its plan was edited, and
-every row is then exploratory.
+**The ledger** (issue 43 item 2). The plan of record is an entry of an append-only ledger,
+``analysis_ledger.jsonl``, kept *outside* the sweep folder (in the logs folder the sweep lives in,
+``<paths.log_dir>/analysis_ledger.jsonl``, else beside the folder; :func:`ledger_for`). Each entry holds the plan, the sweep
+folder it is for, the UTC time, the git commit of the code, the W&B run id of the declaring
+process when it has one, and the previous entry's hash; its own SHA-256 covers all of these, time
+included. So an edited plan, a back-dated time (outside the hash before) or a recomputed hash
+breaks the entry or the chain after it, and a copied sweep folder (``cp -r``) has no entry of its
+own. ``<sweep dir>/analysis_plan.json`` is a copy for the reader; where it differs from the ledger,
+the ledger wins and the rows are exploratory. Every run also records, in its own ``status.json``,
+the hash of the plan in force in its sweep folder when it started (``plan_sha256``) and its start
+time (``started_at``): a plan declared after a compared run started, or rewritten since (even with
+its hashes recomputed through the whole chain), no longer matches what the runs recorded. What a
+local file cannot prove against its own owner rewriting both the ledger and the runs' records,
+the W&B run id (a server-side time) and the commit let a reviewer check.
 
-:func:`check_rows` is what ``summarize.py`` and ``compute_multiplier.py`` do with it: a row is
-**declared** when its metric, baseline, slice, basis and margin are the plan's, the call covers
-the plan's whole Holm family (so the correction is the declared one) and the plan was written
-before the first result of the compared jobs existed (their earliest ``status.json``); anything
-else is **exploratory**, and the table says so next to its verdict.
+:func:`check_rows` is what ``summarize.py`` does with it: a row is **declared** only when the
+plan is intact in the ledger, was declared before the first compared job *started* (the
+``started_at`` each run records in its ``status.json``, not file times: ``touch`` or an archive copy
+changes nothing), the call covers the plan's whole family, and the row's metric, slice, variant,
+baseline, basis, margin, split layout, stopping rule and seeds are the plan's; it rests on at least
+:data:`~ablate.analysis.engine.MIN_SEEDS` seeds and :data:`~ablate.analysis.engine.MIN_BLOCKS`
+held-out text blocks. Anything else is **exploratory**, and the table names why.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 PLAN_FILE = "analysis_plan.json"
+LEDGER_FILE = "analysis_ledger.jsonl"
 STOPPING = ("fixed", "group-sequential")
+GENESIS = "0" * 64  # the "previous hash" of the ledger's first entry
 
 
 class PlanError(ValueError):
@@ -49,7 +64,10 @@ class PlanError(ValueError):
 class Plan:
     """What the verdicts of a sweep will be (see the module docstring). ``margin`` is δ in the
     units of each metric (a number, or one per metric); ``variants``: the rows compared with the
-    baseline (empty: every other row); the Holm family is every (slice, metric, variant)."""
+    baseline, as ``axis=value`` specs (empty: every other row); the family is every (slice, metric,
+    variant); ``layout``: the data split scheme the jobs must have (``data.splits``, e.g.
+    ``blocks``; None: not declared); ``seeds``: the verdict seeds of a fixed design; ``looks`` and
+    ``spending``: a group-sequential one (seeds 1..looks[-1])."""
 
     metrics: tuple[str, ...]
     baseline: str | None = None
@@ -65,9 +83,11 @@ class Plan:
     stopping: str = "fixed"  # fixed: every declared seed; group-sequential: looks + spending
     spending: str | None = None
     selection: str = ""  # how the compared settings were chosen (tune=lr: metric and selection seed)
-    inference: str = "crossed seed x text where per-unit test losses exist, else paired t over seeds"
+    inference: str = "crossed seed x held-out block where per-window test losses exist, else paired t over seeds"
     note: str = ""
     declared_by: str = "scripts/declare.py"
+    layout: str | None = None
+    equivalence: tuple[str, ...] = ()  # the rows asked the equivalence question (empty: every row)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -94,7 +114,7 @@ class Plan:
         return None if self.margin is None else float(self.margin)
 
     def family(self, rows: Sequence[str] = ()) -> list[tuple[str | None, str, str]]:
-        """The Holm family: every (slice, metric, variant) the plan compares with its baseline;
+        """The family: every (slice, metric, variant) the plan compares with its baseline;
         ``rows`` (the sweep's row labels other than the baseline) when the plan lists none."""
         variants = self.variants or tuple(rows)
         return [(w, m, v) for w in (self.where or (None,)) for m in self.metrics for v in variants]
@@ -115,91 +135,325 @@ class Plan:
             if self.stopping == "group-sequential"
             else f"fixed: seeds {','.join(map(str, self.seeds))}"
             if self.seeds
-            else "fixed"
+            else "fixed (no seeds declared)"
         )
         compared = (
             f"the interaction of {' and '.join(self.extra['interaction'])}"
             if self.extra.get("interaction")
             else f"against {self.baseline or '(no baseline)'}"
+            + (f" ({'; '.join(self.variants)})" if self.variants else "")
         )
+        if self.equivalence:
+            margin += f" (equivalence asked of {'; '.join(self.equivalence)} only)"
         return (
-            f"{', '.join(self.metrics)} on {self.split}, {compared}"
+            f"{', '.join(self.metrics)} on {self.split}"
+            + (f" (data.splits={self.layout})" if self.layout else "")
+            + f", {compared}"
             + (f" in {'; '.join(self.where)}" if self.where else "")
-            + f"; margin {margin}; {how}; alpha {self.alpha:g}, Holm over the declared family"
+            + f"; margin {margin}; {how}; alpha {self.alpha:g}, one family (Holm-Shaffer) over the declared comparisons"
         )
 
 
 @dataclass(frozen=True)
 class Declaration:
-    """A plan as declared: the plan, its hash, when and whether the file still matches it."""
+    """A plan as declared: the plan, its ledger entry's hash and time, where the sweep's copy is,
+    and whether it can be trusted (``problem``: why not, or None)."""
 
     plan: Plan
     sha256: str
     declared_at: str  # ISO 8601, UTC
     path: Path
-    intact: bool  # the hash matches the plan (False: the file was edited after it was written)
+    problem: str | None = None
+    entry: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def intact(self) -> bool:
+        return self.problem is None
 
     @property
     def timestamp(self) -> float:
         return datetime.fromisoformat(self.declared_at).timestamp()
 
 
-def declare(sweep_dir: str | os.PathLike[str], plan: Plan, now: datetime | None = None) -> Declaration:
-    """Write ``plan`` to ``<sweep_dir>/analysis_plan.json`` (hash, UTC time); the same plan
-    declared again keeps the first file (and its time); a different one is refused."""
-    path = Path(sweep_dir) / PLAN_FILE
-    if path.is_file():
-        existing = read_plan(sweep_dir)
-        if existing is not None and existing.intact and existing.sha256 == plan.digest():
-            return existing
-        raise PlanError(
-            f"{path} already declares another plan (sha256 {existing.sha256[:12] if existing else '?'}, "
-            f"{existing.declared_at if existing else 'unreadable'}): a declared plan is never changed. "
-            "Run the new plan in a new sweep directory, or analyse without it (its rows are then exploratory)"
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    stamp = (now or datetime.now(UTC)).astimezone(UTC).isoformat(timespec="seconds")
-    body = {"plan": json.loads(plan.canonical()), "sha256": plan.digest(), "declared_at": stamp}
+# --------------------------------------------------------------------------- the ledger
+
+
+def ledger_for(sweep_dir: str | os.PathLike[str], log_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where a new plan for ``sweep_dir`` is recorded: ``<log_dir>/analysis_ledger.jsonl`` when the
+    sweep lies in ``log_dir`` (the run's ``paths.log_dir``; default
+    :func:`ablate.config.locations.log_dir`, ``<root>/logs``), else beside the sweep folder. Never
+    inside it: what the sweep folder holds, a copy of it holds too. (A plan is read back through
+    the ledger its folder's copy names, :func:`read_plan`.)"""
+    from ablate.config.locations import log_dir as default_log_dir
+
+    sweep = Path(sweep_dir).resolve()
+    logs = Path(log_dir).resolve() if log_dir is not None else default_log_dir().resolve()
+    return logs / LEDGER_FILE if logs in sweep.parents else sweep.parent / LEDGER_FILE
+
+
+def _entry_digest(entry: Mapping[str, Any]) -> str:
+    body = {k: v for k, v in entry.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def read_ledger(path: Path) -> tuple[list[dict[str, Any]], int | None, str]:
+    """The ledger's entries, the index of the first one that breaks the chain (its hash does not
+    recompute, it does not name the previous entry's hash, its time goes back, or the line is not
+    an entry: it and every later entry are untrusted), or None, and why."""
+    if not path.is_file():
+        return [], None, ""
+    entries: list[dict[str, Any]] = []
+    previous, last_time = GENESIS, ""
+    broken, why = None, ""
+    for number, line in enumerate(path.read_text().splitlines()):
+        try:
+            entry = json.loads(line)
+            ok = isinstance(entry, dict)
+        except ValueError:
+            entry, ok = {}, False
+        entries.append(entry if ok else {})
+        if broken is not None:
+            continue
+        if not ok:
+            broken, why = number, f"line {number + 1} is not a ledger entry"
+        elif entry.get("sha256") != _entry_digest(entry):
+            broken, why = number, f"entry {number + 1} was edited after it was written (its hash does not match)"
+        elif entry.get("previous") != previous:
+            broken, why = number, f"entry {number + 1} does not follow the entry before it (the chain is broken)"
+        elif str(entry.get("declared_at", "")) < last_time:
+            broken, why = number, f"entry {number + 1} is dated before the entry before it (back-dated)"
+        else:
+            previous, last_time = entry["sha256"], str(entry["declared_at"])
+    return entries, broken, why
+
+
+def _git_commit() -> str | None:
+    """The commit the project's checkout is at (read from ``.git``: no subprocess), or None."""
+    from ablate.config.locations import project_root
+
+    try:
+        git = project_root() / ".git"
+        if git.is_file():  # a worktree or submodule: "gitdir: <path>"
+            git = Path(git.read_text().split(":", 1)[1].strip())
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref:"):
+            return head or None
+        ref = head.split(":", 1)[1].strip()
+        common = git / "commondir"
+        roots = [git] + ([(git / common.read_text().strip()).resolve()] if common.is_file() else [])
+        for root in roots:
+            if (root / ref).is_file():
+                return (root / ref).read_text().strip() or None
+            packed = root / "packed-refs"
+            if packed.is_file():
+                for line in packed.read_text().splitlines():
+                    if line.endswith(" " + ref):
+                        return line.split(" ", 1)[0]
+    except (OSError, IndexError):
+        return None
+    return None
+
+
+def _wandb_run_id() -> str | None:
+    """The W&B run of this process, when one is running (never imports wandb)."""
+    wandb = sys.modules.get("wandb")
+    run = getattr(wandb, "run", None) if wandb is not None else None
+    return str(run.id) if run is not None and getattr(run, "id", None) else os.environ.get("WANDB_RUN_ID")
+
+
+def _same_dir(entry: Mapping[str, Any], sweep: Path) -> bool:
+    return str(entry.get("sweep_dir", "")) == str(sweep)
+
+
+def declare(
+    sweep_dir: str | os.PathLike[str],
+    plan: Plan,
+    now: datetime | None = None,
+    log_dir: str | os.PathLike[str] | None = None,
+) -> Declaration:
+    """Append ``plan`` for ``sweep_dir`` to its ledger (:func:`ledger_for`), under a lock, and write
+    the reader's copy ``<sweep_dir>/analysis_plan.json``. The same plan declared again keeps the
+    first entry (and its time); a different one for the same folder is refused, as is declaring
+    into a ledger whose chain is broken."""
+    sweep = Path(sweep_dir).resolve()
+    existing = read_plan(sweep, log_dir)
+    if existing is not None and existing.entry.get("ledger"):
+        ledger = Path(str(existing.entry["ledger"]))
+    else:
+        ledger = ledger_for(sweep, log_dir)
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    with open(ledger.with_name(ledger.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries, broken, why = read_ledger(ledger)
+        if broken is not None:
+            raise PlanError(f"{ledger}: {why}: no plan is added to a broken ledger; restore it, or start a new one")
+        mine = [e for e in entries if _same_dir(e, sweep)]
+        if mine:
+            first = mine[0]
+            if first.get("plan_sha256") == plan.digest():
+                _write_copy(sweep, first, ledger)
+                return _declaration(first, sweep, ledger)
+            raise PlanError(
+                f"{sweep} already has a declared plan (ledger {ledger}, entry {first.get('entry')}, sha256 "
+                f"{str(first.get('sha256'))[:12]}, {first.get('declared_at')}): a declared plan is never changed. "
+                "Run the new plan in a new sweep directory, or analyse without it (its rows are then exploratory)"
+            )
+        stamp = (now or datetime.now(UTC)).astimezone(UTC).isoformat(timespec="seconds")
+        entry: dict[str, Any] = {
+            "entry": len(entries) + 1,
+            "declared_at": stamp,
+            "sweep_dir": str(sweep),
+            "plan": json.loads(plan.canonical()),
+            "plan_sha256": plan.digest(),
+            "git_commit": _git_commit(),
+            "wandb_run_id": _wandb_run_id(),
+            "previous": entries[-1]["sha256"] if entries else GENESIS,
+        }
+        entry["sha256"] = _entry_digest(entry)
+        with open(ledger, "a") as f:
+            f.write(json.dumps(entry, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    _write_copy(sweep, entry, ledger)
+    return _declaration(entry, sweep, ledger)
+
+
+def _write_copy(sweep: Path, entry: Mapping[str, Any], ledger: Path) -> None:
+    path = sweep / PLAN_FILE
+    sweep.mkdir(parents=True, exist_ok=True)
+    body = {**entry, "ledger": str(ledger)}
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(body, indent=2) + "\n")
+    tmp.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
     tmp.replace(path)
-    return Declaration(plan, plan.digest(), stamp, path, True)
 
 
 def _tuple(value: Any) -> tuple:
     return tuple(value) if isinstance(value, (list, tuple)) else () if value is None else (value,)
 
 
-def read_plan(sweep_dir: str | os.PathLike[str]) -> Declaration | None:
-    """The declaration of ``sweep_dir``, or None when it has none; an unreadable file raises
-    :class:`PlanError` naming it."""
-    path = Path(sweep_dir) / PLAN_FILE
-    if not path.is_file():
+def _plan_of(raw: Mapping[str, Any]) -> Plan:
+    raw = dict(raw)
+    for key in ("metrics", "where", "variants", "seeds", "looks", "equivalence"):
+        raw[key] = _tuple(raw.get(key))
+    known = set(Plan.__dataclass_fields__)
+    return Plan(**{k: v for k, v in raw.items() if k in known})
+
+
+def _declaration(entry: Mapping[str, Any], sweep: Path, ledger: Path, problem: str | None = None) -> Declaration:
+    return Declaration(
+        _plan_of(entry["plan"]),
+        str(entry["sha256"]),
+        str(entry["declared_at"]),
+        sweep / PLAN_FILE,
+        problem,
+        {**entry, "ledger": str(ledger)},
+    )
+
+
+def read_plan(sweep_dir: str | os.PathLike[str], log_dir: str | os.PathLike[str] | None = None) -> Declaration | None:
+    """The plan of record of ``sweep_dir``: its first ledger entry, with ``problem`` set when it
+    cannot be trusted (the chain is broken at or before it, or the folder's copy differs); a copy
+    in the folder with no ledger entry (a copied folder, a plan written by hand or before the
+    ledger existed) is returned with that problem; None when neither exists. An unreadable copy
+    or plan raises :class:`PlanError` naming it."""
+    sweep = Path(sweep_dir).resolve()
+    copy_path = sweep / PLAN_FILE
+    copy = None
+    if copy_path.is_file():
+        try:
+            copy = json.loads(copy_path.read_text())
+            if not isinstance(copy, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as err:
+            raise PlanError(f"{copy_path}: not a readable analysis plan ({type(err).__name__}: {err})") from None
+    named = Path(str(copy["ledger"])).resolve() if copy is not None and copy.get("ledger") else None
+    ledger = named if named is not None and sweep not in named.parents else ledger_for(sweep, log_dir)
+    entries, broken, why = read_ledger(ledger)
+    for number, entry in enumerate(entries):
+        if not _same_dir(entry, sweep):
+            continue
+        try:
+            declaration = _declaration(entry, sweep, ledger)
+        except (KeyError, TypeError, ValueError) as err:
+            raise PlanError(
+                f"{ledger}: entry {number + 1} is not a readable plan ({type(err).__name__}: {err})"
+            ) from None
+        if broken is not None and broken <= number:
+            return _replace_problem(declaration, f"the ledger {ledger.name} is broken: {why}")
+        if copy is not None and (copy.get("sha256") != entry["sha256"] or copy.get("plan") != entry["plan"]):
+            return _replace_problem(
+                declaration,
+                f"{PLAN_FILE} in the sweep folder differs from its ledger entry (edited); the ledger's is used",
+            )
+        return declaration
+    if copy is None:
         return None
     try:
-        body = json.loads(path.read_text())
-        raw = dict(body["plan"])
-        for key in ("metrics", "where", "variants", "seeds", "looks"):
-            raw[key] = _tuple(raw.get(key))
-        plan = Plan(**raw)
-        datetime.fromisoformat(body["declared_at"])
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise PlanError(f"{path}: not a readable analysis plan ({type(err).__name__}: {err})") from None
+        plan = _plan_of(copy["plan"])
+        stamp = str(copy.get("declared_at", ""))
+        datetime.fromisoformat(stamp)
+    except (KeyError, TypeError, ValueError) as err:
+        raise PlanError(f"{copy_path}: not a readable analysis plan ({type(err).__name__}: {err})") from None
+    where = f"the ledger {ledger}" if ledger.is_file() else f"a ledger ({ledger} does not exist)"
     return Declaration(
-        plan, str(body.get("sha256")), str(body["declared_at"]), path, plan.digest() == body.get("sha256")
+        plan,
+        str(copy.get("sha256")),
+        stamp,
+        copy_path,
+        f"{PLAN_FILE} has no entry for this folder in {where}: copied from another folder, written by hand, "
+        "or declared before the ledger existed",
+        dict(copy),
     )
+
+
+def _replace_problem(declaration: Declaration, problem: str) -> Declaration:
+    return Declaration(
+        declaration.plan, declaration.sha256, declaration.declared_at, declaration.path, problem, declaration.entry
+    )
+
+
+# --------------------------------------------------------------------------- checking a call against it
+
+
+@dataclass(frozen=True)
+class Row:
+    """One compared row of a call, as the plan check needs it: its seeds (every job's), the
+    baseline's, the seed pairs and text blocks its test rests on, and a sequential rule's verdict
+    on whether its seeds follow the rule (``""``: they do)."""
+
+    seeds: tuple[int, ...] = ()
+    baseline_seeds: tuple[int, ...] = ()
+    pairs: int = 0
+    blocks: int = 0
+    test: str = ""
+    rule_check: str = ""
+    declared_as: str | None = None  # the plan's variant spec this row is (None: none matches)
 
 
 @dataclass(frozen=True)
 class Call:
     """What one ``summarize.py`` call compares: per table its slice and metric, the baseline,
-    basis, margin per metric, and the row labels compared (other than the baseline)."""
+    basis, margin per metric, and the row labels compared (other than the baseline); with
+    ``rows`` (label -> :class:`Row`), what each rests on; the sweep's stopping rule, the split
+    layouts of its jobs, when its first compared job started (``first_start``; None: some job
+    records no start) and the plan's variants that match no row."""
 
     baseline: str | None
     basis: str
     margins: Mapping[str, float | None]
     tables: Sequence[tuple[str | None, str, Sequence[str]]]  # (slice, metric, compared rows)
-    family_is_call: bool = True  # --family call (one Holm family over the call's tables)
+    family_is_call: bool = True  # --family call (one family over the call's tables)
+    rows: Mapping[tuple[str | None, str, str], Row] = field(default_factory=dict)
+    stopping: str = "fixed"
+    looks: tuple[int, ...] = ()
+    spending: str | None = None
+    layouts: frozenset[str] = frozenset()
+    first_start: tuple[float, str] | None = None  # (Unix time, job) of the earliest recorded start
+    unstarted: tuple[str, ...] = ()  # compared jobs that record no start time
+    job_plans: tuple[tuple[str, str | None], ...] = ()  # (job, the plan hash its status.json records)
+    missing_variants: tuple[str, ...] = ()
+    equivalence: tuple[str, ...] = ()  # --equivalence: the rows asked the equivalence question (empty: all)
 
 
 def _same_baseline(a: str | None, b: str | None) -> bool:
@@ -213,10 +467,100 @@ def _same_baseline(a: str | None, b: str | None) -> bool:
         return False
 
 
-def check_rows(declaration: Declaration | None, call: Call, first_result: float | None) -> tuple[dict, list[str]]:
+def _global_problem(declaration: Declaration, call: Call) -> str | None:
+    """Why no row of ``call`` is declared, or None."""
+    plan = declaration.plan
+    if not declaration.intact:
+        return str(declaration.problem)
+    before = [job for job, sha in call.job_plans if sha is None]
+    other = [(job, sha) for job, sha in call.job_plans if sha is not None and sha != declaration.sha256]
+    if before:
+        return (
+            f"{len(before)} compared job(s) started with no plan in the sweep folder (e.g. {before[0]}: their "
+            "status.json records no plan_sha256), so the plan was declared after they started"
+        )
+    if other:
+        return f"compared job {other[0][0]} started under another plan (sha256 {str(other[0][1])[:12]})"
+    if call.unstarted:
+        return (
+            f"{len(call.unstarted)} compared job(s) record no start time (status.json started_at: runs from before "
+            f"it was recorded, e.g. {call.unstarted[0]}), so the plan cannot be shown to predate them"
+        )
+    if call.first_start is not None and declaration.timestamp > call.first_start[0]:
+        when = datetime.fromtimestamp(call.first_start[0], UTC).isoformat(timespec="seconds")
+        return f"the plan ({declaration.declared_at}) was declared after the first compared job started ({call.first_start[1]}, {when})"
+    if not _same_baseline(plan.baseline, call.baseline):
+        return f"the baseline is not the plan's ({plan.baseline})"
+    if call.basis != plan.basis:
+        return f"--basis {call.basis} is not the plan's ({plan.basis})"
+    if call.stopping != plan.stopping:
+        return f"the sweep's stopping rule ({call.stopping}) is not the plan's ({plan.stopping})"
+    if plan.stopping == "group-sequential" and (
+        tuple(call.looks) != tuple(plan.looks) or (call.spending or None) != (plan.spending or None)
+    ):
+        return (
+            f"the sweep's looks {','.join(map(str, call.looks))} ({call.spending}) are not the plan's "
+            f"{','.join(map(str, plan.looks))} ({plan.spending})"
+        )
+    if plan.layout is not None and call.layouts and call.layouts != {plan.layout}:
+        return f"the jobs' data.splits ({', '.join(sorted(call.layouts))}) is not the plan's ({plan.layout})"
+    if sorted(call.equivalence) != sorted(plan.equivalence):
+        return (
+            f"the rows asked the equivalence question ({'; '.join(call.equivalence) or 'all'}) are not the plan's "
+            f"({'; '.join(plan.equivalence) or 'all'})"
+        )
+    if call.missing_variants:
+        return f"the declared comparison(s) {'; '.join(call.missing_variants)} have no jobs (the family changed)"
+    compared = {(w, m) for w, m, _ in call.tables}
+    family = plan.family([r for _, _, rs in call.tables for r in rs])
+    missing = [(w, m) for w, m, _ in family if (w, m) not in compared]
+    if missing or (not call.family_is_call and len(family) > 1):
+        return (
+            "the call does not cover the plan's whole family (run it with every declared --metric and --where, "
+            "--family call)"
+        )
+    return None
+
+
+def _seed_problem(plan: Plan, row: Row) -> str | None:
+    """Why the row's seeds are not the plan's, or None."""
+    if plan.stopping == "group-sequential":
+        return row.rule_check or None
+    if not plan.seeds:
+        return "the plan declares no seeds (declare.py --seeds), so seeds added later cannot be told"
+    declared = set(plan.seeds)
+    for side, seeds in (("", row.seeds), ("the baseline's ", row.baseline_seeds)):
+        extra = sorted(set(seeds) - declared)
+        if extra:
+            return f"{side}seeds {','.join(map(str, extra))} are not declared ({','.join(map(str, plan.seeds))})"
+        lost = sorted(declared - set(seeds))
+        if lost:
+            return f"declared seed(s) {','.join(map(str, lost))} have no job{' in the baseline' if side else ''}"
+    return None
+
+
+def _limits(row: Row) -> str | None:
+    """Why the row's evidence is too thin for a declared verdict (issue 43 item 3), or None."""
+    from ablate.analysis.engine import MIN_BLOCKS, MIN_SEEDS
+
+    if row.test == "worst-rank":
+        n = min(len(row.seeds), len(row.baseline_seeds))
+        return None if n >= MIN_SEEDS else f"{n} seeds: a declared verdict needs >= {MIN_SEEDS}"
+    if row.pairs < MIN_SEEDS:
+        return f"{row.pairs} seed pair(s): a declared verdict needs >= {MIN_SEEDS}"
+    if row.blocks < MIN_BLOCKS:
+        what = (
+            "no per-window test losses (a val/* or BLEU metric, or runs that did not save them): the text is fixed"
+            if row.blocks == 0
+            else f"{row.blocks} held-out text block(s)"
+        )
+        return f"{what}; a declared verdict needs >= {MIN_BLOCKS} held-out blocks (test/loss or test/bpb)"
+    return None
+
+
+def check_rows(declaration: Declaration | None, call: Call) -> tuple[dict, list[str]]:
     """Which rows of ``call`` the declared plan covers: ``{(slice, metric, row): "declared" |
-    "exploratory (<why>)"}``, and the notes to print under the tables. ``first_result``: the Unix
-    time of the compared jobs' first result (None: unknown)."""
+    "exploratory (<why>)"}``, and the notes to print under the tables."""
     rows = [(w, m, r) for w, m, compared in call.tables for r in compared]
     if declaration is None:
         return {key: "exploratory (no declared plan)" for key in rows}, [
@@ -224,46 +568,51 @@ def check_rows(declaration: Declaration | None, call: Call, first_result: float 
             "verdict here is exploratory."
         ]
     plan = declaration.plan
-    notes = [f"Declared plan ({declaration.path.name}, sha256 {declaration.sha256[:12]}, {declaration.declared_at}): "]
-    notes[0] += plan.describe() + "."
+    commit = str(declaration.entry.get("git_commit") or "")[:12]
+    run_id = declaration.entry.get("wandb_run_id")
+    notes = [
+        f"Declared plan (ledger entry {declaration.entry.get('entry', '?')}, sha256 {declaration.sha256[:12]}, "
+        f"{declaration.declared_at}"
+        + (f", commit {commit}" if commit else "")
+        + (f", W&B run {run_id}" if run_id else "")
+        + "): "
+        + plan.describe()
+        + "."
+    ]
     if plan.margin_basis:
         notes.append(f"Margin: {plan.margin_basis}")
-    problem: str | None = None
-    if not declaration.intact:
-        problem = "the plan file was edited after it was declared (its hash does not match)"
-    elif first_result is not None and declaration.timestamp > first_result:
-        problem = "the plan was declared after the first result of the compared jobs existed"
-    elif not _same_baseline(plan.baseline, call.baseline):
-        problem = f"the baseline is not the plan's ({plan.baseline})"
-    elif call.basis != plan.basis:
-        problem = f"--basis {call.basis} is not the plan's ({plan.basis})"
-    compared = {(w, m) for w, m, _ in call.tables}
-    family = plan.family([r for _, _, rs in call.tables for r in rs])
-    missing = [(w, m) for w, m, _ in family if (w, m) not in compared]
-    if problem is None and (missing or (not call.family_is_call and len(family) > 1)):
-        problem = (
-            "the call does not cover the plan's whole Holm family (run it with every declared --metric and --where, "
-            "--family call)"
-        )
+    problem = _global_problem(declaration, call)
     out = {}
     for w, m, r in rows:
+        row = call.rows.get((w, m, r), Row())
         why: str | None = problem
         if why is None and m not in plan.metrics:
             why = f"{m} is not a declared metric"
+        elif why is None and m.split("/", 1)[0] != plan.split:
+            why = f"{m} is not on the declared split ({plan.split})"
         elif why is None and (w or None) not in (plan.where or (None,)):
             why = f"the slice {w} is not declared"
-        elif why is None and plan.variants and r not in plan.variants:
+        elif why is None and plan.variants and row.declared_as is None:
             why = f"{r} is not a declared comparison"
         elif why is None and call.margins.get(m) != plan.margin_for(m):
             why = f"margin {call.margins.get(m)} is not the declared {plan.margin_for(m)}"
+        if why is None:
+            why = _seed_problem(plan, row) or _limits(row)
         out[(w, m, r)] = "declared" if why is None else f"exploratory ({why})"
     if problem is not None:
         notes.append(f"Every row is exploratory: {problem}.")
     return out, notes
 
 
-def first_result_time(paths: Iterable[str | os.PathLike[str]]) -> float | None:
-    """The earliest ``status.json`` modification time of the job directories ``paths`` (when the
-    first of them finished), or None when none has one."""
-    times = [(Path(p) / "status.json").stat().st_mtime for p in paths if (Path(p) / "status.json").is_file()]
-    return min(times) if times else None
+def first_start(records: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[tuple[float, str] | None, tuple[str, ...]]:
+    """The earliest ``started_at`` recorded in the compared jobs' ``status.json`` records
+    ``(job name, record)``, with its job, and the jobs that record none (their start is unknown;
+    file times are not evidence: ``touch`` and ``cp`` change them)."""
+    times, missing = [], []
+    for name, record in records:
+        stamp = record.get("started_at")
+        try:
+            times.append((datetime.fromisoformat(str(stamp)).timestamp(), name))
+        except ValueError:
+            missing.append(name)
+    return (min(times) if times else None), tuple(missing)

@@ -52,7 +52,10 @@ class PowerLaw:
         """The compute at which the curve reaches ``loss``; infinite at or below the asymptote E."""
         if loss <= self.E:
             return math.inf
-        return float(self.c0 * np.exp(np.log(self.a / (loss - self.E)) / self.alpha))
+        try:  # past the largest float (a flat curve, alpha near 0): infinite, without numpy's overflow warning
+            return self.c0 * math.exp(math.log(self.a / (loss - self.E)) / self.alpha)
+        except OverflowError:
+            return math.inf
 
 
 _AMIN = 1e-12

@@ -45,7 +45,8 @@ def find_job_dirs(root: Path) -> list[Path]:
 
     if not root.is_dir():
         raise FileNotFoundError(
-            f"{root} is not a directory: pass a multirun directory such as logs/multirun/<timestamp>"
+            f"{root} is not a directory: pass a sweep's directory, logs/multirun/<sweep> (its sweep_name, or the "
+            "name the end-of-sweep table printed: `sweep logs/multirun/<sweep>: ...`)"
         )
     jobs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and is_job(p))
     if not jobs and is_job(root):
@@ -53,7 +54,8 @@ def find_job_dirs(root: Path) -> list[Path]:
     if not jobs:
         raise FileNotFoundError(
             f"no jobs under {root}: expected <dir>/<job>/status.json or <dir>/<job>/.hydra/overrides.yaml "
-            "(the directory a `python train.py -m ...` sweep writes, e.g. logs/multirun/<timestamp>)"
+            "(the directory a `python train.py -m ...` sweep writes: logs/multirun/<sweep>, its sweep_name or the "
+            "name its end-of-sweep table printed)"
         )
     return jobs
 
@@ -250,3 +252,29 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
         "left out; --all-lrs shows them)"
     )
     return Sweep.from_jobs(sweep.source, kept, sweep.notes), note
+
+
+EDGE_WORDS = {"lowest": "bottom edge", "highest": "top edge", "only": "the grid's only rate"}
+
+
+def tuned_choices(sweep: Sweep, root: str | Path) -> dict[tuple[str | None, ...], str]:
+    """Each variant's tuned learning rate as the verdict table states it (issue 43 item 4): the
+    rate, and whether it was at an edge of its grid (``0.008 (top edge)``) or got there only after
+    ``tune=lr`` extended the grid (``0.016 (grid extended: 0.016, 0.032)``); empty when ``root``
+    is not a ``tune=lr`` sweep."""
+    path = Path(root) / TUNING_FILE
+    if not path.is_file():
+        return {}
+    records = [v for v in json.loads(path.read_text()).get("variants", []) if v.get("chosen_override")]
+    out = {}
+    for key, jobs in sweep.variants().items():
+        for record in records:
+            want = parse_overrides([*record["overrides"], record["chosen_override"]])
+            if all(jobs[0].overrides.get(k) == v for k, v in want.items()):
+                rate = record["chosen_override"].split("=", 1)[1]
+                notes = [EDGE_WORDS.get(record.get("edge"), str(record.get("edge")))] if record.get("edge") else []
+                if record.get("extended"):
+                    notes.append("grid extended: " + ", ".join(f"{x:g}" for x in record["extended"]))
+                out[key] = rate + (f" ({'; '.join(notes)})" if notes else "")
+                break
+    return out

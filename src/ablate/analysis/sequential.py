@@ -30,6 +30,10 @@ two-sided difference test and, the same way, for each one-sided test of TOST (eq
 better/worse at 4-5% when there is no difference and a power of >= 78% at the fixed design's
 minimum detectable effect. Several variants against one baseline: pass alpha / m.
 
+:func:`boundaries` is what :mod:`ablate.analysis.engine` applies, as each look's nominal level,
+to the row's own test (crossed seed x block, or worst-rank with a diverged seed) on the seeds that
+ran by that look; :func:`decide` and :func:`sequential_verdict` are the paired-t form on
+differences, kept for designs on one passage.
 :func:`decide` is vectorised over leading axes (the simulation tests run many sweeps at once);
 :func:`seeds_for_precision` plans a fixed-n sweep instead: the seeds for a 95% interval of Δ of a
 given half-width at a given seed-to-seed sd.

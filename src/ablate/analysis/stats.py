@@ -12,8 +12,12 @@ small to matter, and how large a difference could the sweep have seen?
   larger of the two one-sided tests of H0: Δ <= -δ and H0: Δ >= +δ on the same pairing
   (Schuirmann 1987; equivalent to the 1 - 2·alpha interval lying inside (-δ, +δ));
 * :func:`holm`: Holm's step-down correction of a family of p-values, which keeps the family-wise
-  error rate at alpha (Holm 1979); the difference tests, the equivalence tests and the divergence
-  tests of a write-up are each corrected as one family;
+  error rate at alpha (Holm 1979);
+* :func:`family_adjusted`: one procedure over the difference *and* equivalence tests of a
+  write-up (Holm's step-down with Shaffer's 1986 logical constraint: a row's two null hypotheses,
+  Δ = 0 and |Δ| >= δ, cannot both be true), so the chance of any false ``better`` / ``worse`` /
+  ``equivalent`` in the whole write-up is at most alpha (two Holm families, one per kind, allowed
+  up to about 2 alpha);
 * :func:`mde`: the minimum detectable effect, a *design* quantity: the true difference that the
   same test, with this standard error and degrees of freedom, would detect with probability
   ``power`` (default 80%) at level alpha (two-sided; power from the noncentral t,
@@ -277,6 +281,39 @@ def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
     return np.where(tested, adjusted, np.nan)
 
 
+def family_adjusted(
+    p: Sequence[float] | np.ndarray, p_tost: Sequence[float] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Adjusted p-values of the difference tests ``p`` and equivalence tests ``p_tost`` of m rows
+    (along the last axis; NaN: not tested), one family: Holm's step-down (Holm 1979) where step j
+    divides alpha by t_j, the number of *rows* with a hypothesis not yet rejected, instead of the
+    hypotheses left (Shaffer 1986, procedure S1). Valid because a row's two nulls, Δ = 0 and
+    |Δ| >= δ, exclude each other: at most one per row is true, so at most t_j true nulls remain
+    at step j. A hypothesis is rejected at level alpha when its adjusted p-value is below alpha;
+    the family-wise error rate, over every false ``better``, ``worse`` and ``equivalent`` of the
+    family, is at most alpha (strong control). A row with both rejected is ``equivalent (±δ), and
+    different``: a real difference smaller than δ."""
+    p0, pe = np.asarray(p, dtype=float), np.asarray(p_tost, dtype=float)
+    m = p0.shape[-1]
+    both = np.concatenate([p0, pe], axis=-1)
+    row = np.concatenate([np.arange(m), np.arange(m)])
+    tested = np.isfinite(both)
+    order = np.argsort(np.where(tested, both, np.inf), axis=-1, kind="stable")
+    position = np.argsort(order, axis=-1, kind="stable")  # each hypothesis' place in the sorted order
+    last = np.full(both.shape[:-1] + (m,), -1)  # the last place of each row's tested hypotheses
+    for r in range(m):
+        mine = np.where(tested[..., row == r], position[..., row == r], -1)
+        last[..., r] = mine.max(-1)
+    steps = np.arange(2 * m)
+    open_rows = (last[..., None, :] >= steps[:, None]).sum(-1)  # t_j: rows with a hypothesis at place >= j
+    ranked = np.take_along_axis(np.where(tested, both, np.nan), order, axis=-1)
+    scaled = np.minimum(1.0, open_rows * ranked)
+    adjusted = np.empty_like(both)
+    np.put_along_axis(adjusted, order, np.fmax.accumulate(scaled, axis=-1), axis=-1)
+    adjusted = np.where(tested, adjusted, np.nan)
+    return adjusted[..., :m], adjusted[..., m:]
+
+
 def direction(diff: float, higher_is_better: bool) -> str:
     """``better`` when the difference goes the metric's good way, else ``worse``."""
     return BETTER if (diff > 0) == higher_is_better else WORSE
@@ -295,16 +332,18 @@ def verdict(
     stalled: int = 0,
     completed: int | None = None,
 ) -> str:
-    """The verdict against the baseline, from the family-adjusted p-values (Holm):
+    """The verdict against the baseline, from the family-adjusted p-values (:func:`family_adjusted`):
 
     1. too few values for a test: ``not tested (...)`` (``inconclusive (...)`` when seeds diverged);
     2. ``equivalent (±δ)`` when the TOST p-value is below alpha: |Δ| < δ, the smallest
-       difference of interest (even when the difference test also passes: the difference is
-       smaller than anything that matters). Never when a seed diverged: a diverged run is not
-       within δ of anything;
+       difference of interest; ``equivalent (±δ), and different (better)`` when the difference
+       test passes too: a real difference, smaller than anything that matters. Never when a seed
+       diverged: a diverged run is not within δ of anything;
     3. ``better`` / ``worse`` when the difference test's p-value is below alpha (the paired or
        crossed t-test; with diverged seeds the worst-rank test,
-       :func:`~ablate.analysis.divergence.worst_rank_test`, whose direction is the rank shift);
+       :func:`~ablate.analysis.divergence.worst_rank_test`, whose direction is the rank shift;
+       a variant whose every seed diverged reads ``worse (diverged 3/3)`` when the test allows it,
+       else the note says how small a p-value its seeds could give);
     4. with a margin: ``equivalence not shown`` (neither test passed: the difference is neither
        shown nor bounded by δ); without one: ``inconclusive``. Never "no difference", never
        "rejected".
@@ -312,24 +351,55 @@ def verdict(
     Notes in brackets: diverged seeds (``diverged k/n``: ranked worst by the worst-rank test;
     not in Δ's mean) and stalled ones (``stalled k/n``: completed without leaving the plateau;
     their values are in the test). Divergence is judged by the row's one test."""
-    notes = []
-    if diverged:
-        notes.append(f"diverged {diverged}/{seeds}")
-    if stalled:
-        notes.append(f"stalled {stalled}/{completed if completed is not None else seeds}")
-    note = f" ({'; '.join(notes)})" if notes else ""
     if not comparison.tested:
         why = "no seed spread" if comparison.se == 0 else "n < 2"
-        return (INCONCLUSIVE if diverged else "not tested") + f" ({why}" + (f"; {note[2:]}" if note else ")")
-    if p_tost_adjusted < alpha and not (diverged or baseline_diverged):
-        return f"{EQUIVALENT} (±{comparison.margin:g})" + note
-    if p_adjusted < alpha:
-        if comparison.test == "worst-rank":
-            return (WORSE if (comparison.shift > 0) != higher_is_better else BETTER) + note
-        return direction(comparison.diff, higher_is_better) + note
-    if math.isfinite(comparison.margin):
-        return NOT_EQUIVALENT + note
-    return INCONCLUSIVE + note
+        notes = [why] + ([f"diverged {diverged}/{seeds}"] if diverged else [])
+        notes += [f"stalled {stalled}/{completed if completed is not None else seeds}"] if stalled else []
+        return (INCONCLUSIVE if diverged else "not tested") + f" ({'; '.join(notes)})"
+    equivalent = p_tost_adjusted < alpha and not (diverged or baseline_diverged)
+    different = p_adjusted < alpha
+    extra = ""
+    if diverged and diverged == seeds and not different and comparison.test == "worst-rank":
+        floor = min(1.0, 2 / math.comb(seeds + baseline_seeds, seeds))  # the rank test's smallest p (no ties)
+        extra = f"{seeds} vs {baseline_seeds} seeds: p >= {floor:.2g}" if floor >= alpha else ""
+    name = difference_direction(comparison, higher_is_better) if different else EQUIVALENT if equivalent else ""
+    margin = comparison.margin if math.isfinite(comparison.margin) else None
+    return words(name, margin, diverged, seeds, stalled, completed, both=equivalent and different, extra=extra)
+
+
+def difference_direction(comparison: Comparison, higher_is_better: bool) -> str:
+    """``better`` / ``worse`` of a rejected difference test, by the metric's direction (the rank
+    shift for the worst-rank test)."""
+    if comparison.test == "worst-rank":
+        return WORSE if (comparison.shift > 0) != higher_is_better else BETTER
+    return direction(comparison.diff, higher_is_better)
+
+
+def words(
+    name: str,
+    margin: float | None,
+    diverged: int = 0,
+    seeds: int = 0,
+    stalled: int = 0,
+    completed: int | None = None,
+    both: bool = False,
+    extra: str = "",
+) -> str:
+    """A verdict in the tool's words from its ``name`` (``better`` / ``worse`` / ``equivalent``, or
+    ``""`` when nothing was shown): ``equivalent (±δ)``, ``equivalent (±δ), and different (better)``
+    (both tests hold: a real difference smaller than δ), ``equivalence not shown`` (a margin,
+    neither test) or ``inconclusive`` (no margin), with the notes in brackets (diverged, stalled,
+    ``extra``)."""
+    notes = [f"diverged {diverged}/{seeds}"] if diverged else []
+    notes += [f"stalled {stalled}/{completed if completed is not None else seeds}"] if stalled else []
+    notes += [extra] if extra else []
+    note = f" ({'; '.join(notes)})" if notes else ""
+    if name == EQUIVALENT or (both and name in (BETTER, WORSE)):
+        head = f"{EQUIVALENT} (±{margin:g})"
+        return (f"{head}, and different ({name})" if both else head) + note
+    if name in (BETTER, WORSE):
+        return name + note
+    return (NOT_EQUIVALENT if margin is not None and math.isfinite(margin) else INCONCLUSIVE) + note
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:

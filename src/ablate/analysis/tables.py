@@ -103,12 +103,14 @@ def summarize(
     baseline: str | None = None,
     basis: str = budget.DEFAULT_BASIS,
     margin: float | None = None,
+    equivalence: tuple[str, ...] = (),
 ) -> pd.DataFrame:
     """The summary table as numbers: one row per variant (see the module docstring), with its
     cost and metric at equal cost; with ``baseline`` (``"axis=value,..."``) the statistics
     against that row as well, on the final metric (``basis="steps"``) or the metric at the
     matched FLOPs (``"flops"``) or training time (``"time"``); ``margin``: the smallest difference of
-    interest δ for the equivalence test (default: the jobs' ``analysis.margin``,
+    interest δ for the equivalence test, asked of the rows ``equivalence`` names (default: all;
+    :func:`~ablate.analysis.comparison.compare_to_baseline`) (default δ: the jobs' ``analysis.margin``,
     :func:`~ablate.analysis.comparison.margin_for`)."""
     budget.check_basis(basis)
     metric = pick_metric(sweep, metric)
@@ -118,5 +120,7 @@ def summarize(
     frame.attrs.update(metric=metric, test=test, paper=paper, baseline=None)
     frame = budget.add_cost_columns(frame, sweep, metric)
     if baseline is not None:
-        frame = compare_to_baseline(frame, sweep, baseline, basis=basis, margin=margin_for(sweep, metric, margin))
+        frame = compare_to_baseline(
+            frame, sweep, baseline, basis=basis, margin=margin_for(sweep, metric, margin), equivalence=equivalence
+        )
     return frame

@@ -186,8 +186,9 @@ def check_command_line(
         _multirun = bool(args.multirun) or _config_sweeps(config_name, list(args.overrides))
         jobs = _job_overrides(list(args.overrides), _multirun)
         cfg = _compose(config_name, jobs[0], runtime=True)
+        check_no_missing_value(cfg)
         for job in jobs[1:]:
-            _compose(config_name, job)
+            check_no_missing_value(_compose(config_name, job))
         if check is not None:
             check(cfg, jobs[0])
     except HydraException as err:
@@ -201,6 +202,31 @@ def check_command_line(
         from hydra.core.hydra_config import HydraConfig
 
         HydraConfig.instance().cfg = None  # @hydra.main sets its own
+
+
+def check_no_missing_value(cfg: DictConfig) -> None:
+    """Refuse a config with a mandatory value left unset (``???`` in its YAML, e.g. ``data=text``'s
+    ``val_path``), naming the key and the option that needs it, before anything reads it."""
+    from omegaconf import OmegaConf
+
+    missing = sorted(str(key) for key in OmegaConf.missing_keys(cfg) if not str(key).startswith("hydra."))
+    if not missing:
+        return
+    from hydra.core.hydra_config import HydraConfig
+
+    # set for the first job composed (``runtime``); the options each group chose
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+
+    def needed_by(key: str) -> str:
+        group = key.split(".")[0]
+        return f" ({group}={choices[group]} needs it)" if choices.get(group) else ""
+
+    raise UserError(
+        "no value given for "
+        + ", ".join(f"{key}{needed_by(key)}" for key in missing)
+        + ": set it on the command line, e.g. "
+        + " ".join(f"{key}=..." for key in missing)
+    )
 
 
 def run_dir() -> str | None:

@@ -37,13 +37,13 @@ class RunRecord(Protocol):
 FIRST = ("task", "data", "model", *ARCHITECTURE_GROUPS, "optim", "trainer")
 
 
-def print_config_tree(cfg: DictConfig) -> None:
+def print_config_tree(cfg: Mapping[str, Any]) -> None:
     tree = rich.tree.Tree("config", guide_style="dim")
     keys = [k for k in FIRST if k in cfg] + [cast(str, k) for k in cfg if k not in FIRST]  # config keys are strings
     for key in keys:
         branch = tree.add(f"[bold]{key}[/bold]")
         value = cfg[key]
-        text = OmegaConf.to_yaml(value, resolve=True) if isinstance(value, DictConfig) else str(value)
+        text = OmegaConf.to_yaml(value, resolve=True) if isinstance(value, (DictConfig, Mapping)) else str(value)
         branch.add(rich.syntax.Syntax(text.rstrip(), "yaml", background_color="default"))
     rich.print(tree)
 
@@ -94,31 +94,7 @@ def format_run_header(
     )
 
 
-# --- Known console noise, each checked harmless, filtered by its exact text ----------------------
-
-# rank_zero_info lines of Lightning 2.6 that say nothing about this run
-_LIGHTNING_NOISE = (
-    "💡 Tip: For seamless cloud logging",  # an advertisement, on every Trainer
-    "TPU available:",  # on every CPU/GPU machine; "GPU available" is kept (it says whether the GPU is used)
-    "was configured so 100% of the batches",  # `limit_val_batches: 1.0` in conf/trainer/*.yaml is the default
-    # the normal end of every run; the summary block says "run completed" and its steps. Other
-    # reasons to stop (max_epochs, max_time) are kept: they are not in the summary's words
-    "`Trainer.fit` stopped: `max_steps=",
-    # on an Ampere or later GPU when the fp32 matmul precision is "highest": runtime.matmul_precision
-    # (auto: "high", TF32 as nanoGPT, on CUDA) is set before the Trainer exists, so it prints only
-    # when a user chose runtime.matmul_precision=highest (exact fp32) on purpose, or in an entry
-    # point that trains nothing
-    "that has Tensor Cores. To properly utilize them, you should set `torch.set_float32_matmul_precision",
-)
-# warnings.filterwarnings message patterns
-_WARNING_NOISE = (
-    # Lightning 2.6's copy of torch's pytree code calls LeafSpec(), which torch 2.13 deprecates;
-    # nothing to change on our side, and flattening works the same
-    r".*isinstance\(treespec, LeafSpec\)",
-    # under DDP, Lightning's advice to reduce every value logged at epoch level: ours are reduced
-    # already (torchmetrics states, by their compute) or the same on every rank (the throughput monitor's)
-    r"It is recommended to use `self\.log\('(train|val|test)/.*', \.\.\., sync_dist=True\)`",
-)
+# --- Known console noise (ablate.cli.log_format), and the one line Lightning repeats per GPU ----
 
 
 class _DropOneDeviceRankLine:
@@ -134,29 +110,15 @@ class _DropOneDeviceRankLine:
         return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-class _DropLines:
-    """A logging filter that drops records starting with (or containing) known noise."""
-
-    def __init__(self, needles: tuple[str, ...]) -> None:
-        self.needles = needles
-
-    def filter(self, record: Any) -> bool:
-        message = record.getMessage()
-        return not any(needle in message for needle in self.needles)
-
-
 def quiet_known_noise() -> None:
-    """Filter the console noise listed above (idempotent). Only these exact texts: every other
-    warning and message still reaches the console."""
+    """Every entry point's console in one format, without the known noise (idempotent;
+    :func:`ablate.cli.log_format.route_to_console`): every other warning and message still
+    reaches the console."""
     import logging
-    import warnings
 
-    for pattern in _WARNING_NOISE:
-        warnings.filterwarnings("ignore", message=pattern)
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _DropLines) for f in logger.filters):
-            logger.addFilter(_DropLines(_LIGHTNING_NOISE))
+    from ablate.cli.log_format import route_to_console
+
+    route_to_console()
     accelerator = logging.getLogger("lightning.pytorch.accelerators.cuda")
     if not any(isinstance(f, _DropOneDeviceRankLine) for f in accelerator.filters):
         accelerator.addFilter(_DropOneDeviceRankLine())

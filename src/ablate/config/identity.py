@@ -24,6 +24,7 @@ from ablate.nn.axes import ARCHITECTURE_GROUPS, AXES
 from ablate.optim import used_optim_config
 
 IDENTITY_GROUPS = ("task", "model", *ARCHITECTURE_GROUPS, "data", "optim")
+MODEL_GROUPS = ("task", "model", *ARCHITECTURE_GROUPS)  # a resume never changes these (the weights' shapes and roles)
 IDENTITY_KEYS = (
     "seed",
     "trainer.max_steps",
@@ -124,11 +125,22 @@ def check_same_run(
     refused = {k: v for k, v in diffs.items() if not change_allowed(k, allow)}
     if refused:
         lines = "\n".join(f"  {k}: checkpoint {old!r}, now {new!r}" for k, (old, new) in refused.items())
-        keys = ",".join(refused)
+        model = [k for k in refused if k.split(".", 1)[0] in MODEL_GROUPS]  # never offered: another model
+        others = [k for k in refused if k not in model]
+        if model:
+            advice = (
+                f"{', '.join(model)} define the model, which a resume cannot change: leave them off the command "
+                "(a resume reads the run's own overrides), or start a new run (another directory, or no ckpt_path)."
+            )
+        else:
+            advice = "Resume with the checkpoint's settings, or start a new run (another directory, or ckpt_path=null)."
+        if others:
+            advice += (
+                f" If changing {', '.join(others)} is deliberate and safe (e.g. training longer), allow it "
+                f"explicitly: '+resume_allow_changes=[{','.join(others)}]'"
+            )
         raise ResumeMismatchError(
             f"refusing to resume {ckpt_path}: it was trained with different settings, so the result would be "
-            f"neither run:\n{lines}\nResume with the checkpoint's settings, start a new run (another directory, or "
-            f"ckpt_path=null), or, if the change is deliberate and safe (e.g. training longer), allow it "
-            f"explicitly: '+resume_allow_changes=[{keys}]'"
+            f"neither run:\n{lines}\n{advice}"
         )
     return [f"{k}: {old!r} -> {new!r}" for k, (old, new) in diffs.items()]

@@ -19,30 +19,69 @@ MAX_DIRNAME = 120
 
 # Overrides that define a variant come first in a job's directory name, run-control ones last.
 ARCHITECTURE_FIRST = ("experiment", "seed", "task", *ARCHITECTURE_GROUPS, "model", "data", "optim")
+# What a folder name may hold: nothing Hydra's override grammar treats specially (``=``, ``,``,
+# brackets, quotes, spaces, ``$``, ``~``), so that any path the project prints pastes into
+# ``ckpt_path=`` unquoted. Key and value are joined by ``-``, the overrides by ``.``.
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+KV_SEP, ITEM_SEP = "-", "."
 
 
-def _priority(item: str) -> int:
-    top = item.lstrip("+~").split("=", 1)[0].split(".", 1)[0]
-    return ARCHITECTURE_FIRST.index(top) if top in ARCHITECTURE_FIRST else len(ARCHITECTURE_FIRST)
+def name_order(override: str) -> tuple[int, str]:
+    """The order of overrides in a job's name (folders and logger run names alike): the architecture
+    first (:data:`ARCHITECTURE_FIRST`), the seed last."""
+    key = override.lstrip("+~").split("=", 1)[0]
+    if key == "seed":
+        return len(ARCHITECTURE_FIRST) + 1, override
+    top = key.split(".", 1)[0]
+    return (ARCHITECTURE_FIRST.index(top) if top in ARCHITECTURE_FIRST else len(ARCHITECTURE_FIRST)), override
+
+
+def name_part(override: str) -> str:
+    """``norm=pre`` -> ``norm-pre``; ``+model.dropout=0.1`` -> ``model.dropout-0.1``; ``~key`` -> ``no-key``;
+    other characters than letters, digits, ``._+-`` become ``_``."""
+    if override.startswith("~"):
+        return "no-" + _UNSAFE.sub("_", override.lstrip("~").split("=", 1)[0])
+    key, sep, value = override.lstrip("+").partition("=")
+    return _UNSAFE.sub("_", key) + (KV_SEP + _UNSAFE.sub("_", value) if sep else "")
+
+
+def joined_name(parts: list[str], exact: list[str]) -> str:
+    """``parts`` joined by ``.`` (``default`` when none). A name whose parts lost characters to
+    :func:`name_part`, or longer than :data:`MAX_DIRNAME` (the first parts kept), ends with a hash of
+    the ``exact`` overrides, so two jobs never share a name."""
+    name = ITEM_SEP.join(parts) or "default"
+    lossy = any(_UNSAFE.search(part) for o in exact for part in o.lstrip("+~").split("=", 1))
+    if len(name) <= MAX_DIRNAME and not lossy:
+        return name
+    digest = hashlib.sha1("\n".join(exact).encode()).hexdigest()[:8]
+    seed = [p for p in parts if p.startswith(f"seed{KV_SEP}")]  # a long name still says its seed
+    room = MAX_DIRNAME - len(digest) - 1 - sum(len(p) + 1 for p in seed)
+    kept: list[str] = []
+    for part in (p for p in parts if p not in seed):
+        if sum(len(k) + 1 for k in kept) + len(part) > room:
+            break
+        kept.append(part)
+    return f"{ITEM_SEP.join([*kept, *seed]) or 'job'}{KV_SEP}{digest}"
+
+
+def job_name(overrides: Iterable[str]) -> str:
+    """A sweep job's directory name (and its run name in every logger) from its overrides: readable
+    (``norm-pre.pos-rope.seed-1``), stable across re-runs of the same sweep, in :func:`name_order`,
+    short enough for a file system and safe to paste unquoted (see :data:`_UNSAFE`)."""
+    items = sorted((str(o) for o in overrides), key=name_order)
+    return joined_name([name_part(o) for o in items], [o.lstrip("+") for o in items])
+
+
+def split_override_dirname(override_dirname: str) -> list[str]:
+    """Hydra's ``override_dirname`` (``norm=pre,optim.betas=[0.9,0.95]``, ``kv_sep: "="``, ``item_sep: ","``)
+    back into its overrides: a comma starts a new one only where a key and ``=`` follow."""
+    return re.split(r",(?=[+~]*[\w.@/-]+=)", override_dirname) if override_dirname else []
 
 
 def job_dirname(override_dirname: str) -> str:
-    """A sweep job's directory name from its overrides (``norm=post,pos=rope``): readable, stable
-    across re-runs of the same sweep, and short enough for a file system (255 bytes a name).
-
-    A long name keeps the architecture overrides first and ends with a hash of the whole, so
-    two jobs never share a directory."""
-    name = override_dirname.replace("/", "_") or "default"
-    if len(name) <= MAX_DIRNAME:
-        return name
-    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
-    items = sorted(name.split(","), key=_priority)  # stable: command-line order within a rank
-    kept = ""
-    for item in items:
-        if len(kept) + len(item) + 1 > MAX_DIRNAME - 12:
-            break
-        kept = f"{kept},{item}" if kept else item
-    return f"{kept}..{digest}"
+    """:func:`job_name` of Hydra's ``override_dirname`` (the resolver of ``hydra.sweep.subdir``, for a
+    sweeper that does not name its jobs: :mod:`ablate.sweepers.job_dirs` names every job of ours)."""
+    return job_name(split_override_dirname(override_dirname))
 
 
 MAX_SWEEP_PREFIX = 60
@@ -68,15 +107,16 @@ def sweep_dirname(
     """The name of a sweep's directory, the same whenever the same command is run again.
 
     ``sweep_name`` wins when set. Otherwise ``<experiment>-<constants>-<hash>`` (``<swept
-    keys>-<constants>-<hash>`` without an ``experiment=`` override): the constants are the
-    command's single-valued overrides, keys shortened to their last part (``-m norm=pre,post
-    model.n_layers=2`` gives ``norm-n_layers=2-<hash>``), so that two sweeps of the same keys
-    with other constants are told apart at a glance; the jobs' directories then name only what
-    varies (:mod:`ablate.sweepers.job_dirs`). The hash covers the command-line overrides, sweep
-    values included, independent of their order. Run-control overrides (``exclude_keys``, i.e.
-    ``hydra.job.config.override_dirname.exclude_keys``, plus :data:`RUN_CONTROL_KEYS`) are left
-    out. A directory of the same command named without its constants (before they were shown)
-    keeps its name when it exists under ``log_dir/multirun``, so that sweep resumes where it is.
+    keys>-<constants>-<hash>`` without an ``experiment=`` override, the keys joined by ``+``): the
+    constants are the command's single-valued overrides as in job names, keys shortened to their last
+    part (``-m norm=pre,post pos=rope,learned model.n_layers=2`` gives ``norm+pos-n_layers-2-<hash>``),
+    so that two sweeps of the same keys with other constants are told apart at a glance; the jobs'
+    directories then name only what varies (:mod:`ablate.sweepers.job_dirs`). The hash covers the
+    command-line overrides, sweep values included, independent of their order. Run-control overrides
+    (``exclude_keys``, i.e. ``hydra.job.config.override_dirname.exclude_keys``, plus
+    :data:`RUN_CONTROL_KEYS`) are left out. A directory of the same command named in an earlier
+    way (without its constants, or with ``=`` and ``,``) keeps its name when it exists under
+    ``log_dir/multirun``, so that sweep resumes where it is.
 
     Hydra resolves ``hydra.sweep.dir`` once on the sweep's config, where ``hydra.overrides.task``
     holds the overrides as typed (``norm=pre,post``), and then copies the resolver cache into
@@ -102,30 +142,73 @@ def sweep_dirname(
     canonical = sorted(_canonical_override(o) for o in parsed)
     digest = hashlib.sha1("\n".join(canonical).encode()).hexdigest()[:8]
     experiments = [o for o in parsed if o.key_or_group == "experiment"]
+    swept = sorted(o.key_or_group for o in parsed if o.is_sweep_override())
+    constants = [o for o in parsed if not o.is_sweep_override() and o.key_or_group != "experiment"]
     if experiments:
         prefix = "+".join(_canonical_override(o).split("=", 1)[1] for o in experiments)
     else:
-        prefix = ",".join(sorted(o.key_or_group for o in parsed if o.is_sweep_override())) or "default"
+        prefix = "+".join(swept) or "default"
     prefix = _safe_dirname(prefix)[:MAX_SWEEP_PREFIX] or "sweep"
-    unnamed = f"{prefix}-{digest}"
-    constants = _constants_label([o for o in parsed if not o.is_sweep_override() and o.key_or_group != "experiment"])
-    if not constants or (log_dir and (Path(log_dir) / "multirun" / unnamed).is_dir()):
-        return unnamed
-    return f"{prefix}-{constants[: max(0, MAX_SWEEP_NAME - len(prefix))].rstrip(',._=')}-{digest}"
+    label = _constants_label(constants)[: max(0, MAX_SWEEP_NAME - len(prefix))].rstrip("._-")
+    name = f"{prefix}-{label}-{digest}" if label else f"{prefix}-{digest}"
+    if log_dir:  # a sweep named before keeps its directory
+        earlier = _earlier_names(prefix, experiments, swept, constants, digest)
+        return next((n for n in earlier if (Path(log_dir) / "multirun" / n).is_dir()), name)
+    return name
 
 
 def _constants_label(constants: list[Any]) -> str:
-    """``n_layers=2,max_steps=100``: the constant overrides, each key by its last part where no
-    other constant shares it, architecture first (as in job names)."""
-    items = sorted((_canonical_override(o).lstrip("+") for o in constants), key=_priority)
+    """``n_layers-2.max_steps-100``: the constant overrides as in job names (:func:`job_name`), each
+    key by its last part where no other constant shares it."""
+    items = sorted((_canonical_override(o).lstrip("+") for o in constants), key=name_order)
     keys = [item.split("=", 1)[0] for item in items]
     last = [k.rsplit(".", 1)[-1] for k in keys]
     short = [item.replace(k, s, 1) if last.count(s) == 1 else item for item, k, s in zip(items, keys, last)]
-    return _safe_dirname(",".join(short))
+    return ITEM_SEP.join(name_part(item) for item in short)
 
 
 def _safe_dirname(text: str) -> str:
+    return _UNSAFE.sub("_", text).strip("._")
+
+
+def _earlier_names(
+    prefix: str, experiments: list[Any], swept: list[str], constants: list[Any], digest: str
+) -> list[str]:
+    """The names an earlier version gave the same command's sweep: without its constants, and with
+    ``=`` and ``,`` (``norm,pos-n_layers=2,max_steps=100-<hash>``)."""
+    old_prefix = prefix if experiments else _legacy_safe(",".join(swept) or "default")[:MAX_SWEEP_PREFIX] or "sweep"
+    items = sorted((_canonical_override(o).lstrip("+") for o in constants), key=_legacy_priority)
+    keys = [item.split("=", 1)[0] for item in items]
+    last = [k.rsplit(".", 1)[-1] for k in keys]
+    short = [item.replace(k, s, 1) if last.count(s) == 1 else item for item, k, s in zip(items, keys, last)]
+    label = _legacy_safe(",".join(short))[: max(0, MAX_SWEEP_NAME - len(old_prefix))].rstrip(",._=")
+    names = [f"{old_prefix}-{digest}", f"{prefix}-{digest}"]
+    return names + ([f"{old_prefix}-{label}-{digest}"] if label else [])
+
+
+def _legacy_priority(item: str) -> int:
+    top = item.lstrip("+~").split("=", 1)[0].split(".", 1)[0]
+    return ARCHITECTURE_FIRST.index(top) if top in ARCHITECTURE_FIRST else len(ARCHITECTURE_FIRST)
+
+
+def _legacy_safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._,=+-]+", "_", text.replace("/", "_")).strip("._")
+
+
+def legacy_job_dirname(override_dirname: str) -> str:
+    """A job directory's name as an earlier version gave it (``model.n_layers=2,norm=pre``; Hydra's
+    ``override_dirname``), to find and resume a sweep's jobs named so."""
+    name = override_dirname.replace("/", "_") or "default"
+    if len(name) <= MAX_DIRNAME:
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+    items = sorted(name.split(","), key=_legacy_priority)
+    kept = ""
+    for item in items:
+        if len(kept) + len(item) + 1 > MAX_DIRNAME - 12:
+            break
+        kept = f"{kept},{item}" if kept else item
+    return f"{kept}..{digest}"
 
 
 def data_parallel_precision(accelerator: str) -> str:

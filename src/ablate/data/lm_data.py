@@ -57,6 +57,9 @@ class TinyShakespeare(LMDataModule):
             a verdict is not about one passage (issue 34: Δ changed sign between quarters of the
             ``disjoint`` test text). Train 90%, validation 5%, test 5%, as ``disjoint``, but
             other text: its numbers compare with neither.
+        heldout_blocks: ``splits=blocks`` only: the held-out blocks of each of validation and test
+            (null: 4; the corpus is cut into twice as many segments). The block is the text unit of
+            a verdict (:func:`ablate.eval_units.text_groups`): at least 4 for a declared one.
         **kwargs: the arguments of :class:`LMDataModule`.
 
     Read from ``{data_dir}/tinyshakespeare/input.txt``; downloaded from :attr:`URL` if missing.
@@ -67,15 +70,22 @@ class TinyShakespeare(LMDataModule):
     RELPATH = "tinyshakespeare/input.txt"
     TRAIN_FRACTION = 0.9
     VAL_END_FRACTION = 0.95  # splits=disjoint: validation ends here, test is the rest
-    SEGMENTS = 8  # splits=blocks: held-out blocks at the end of each segment, test and validation alternating
+    HELDOUT_BLOCKS = 4  # splits=blocks: held-out blocks per split (test and validation alternating, one per segment)
     CONFIG_CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"splits": ("nanogpt", "disjoint", "blocks")}
 
-    def __init__(self, *args: Any, splits: str = "nanogpt", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, splits: str = "nanogpt", heldout_blocks: int | None = None, **kwargs: Any) -> None:
         valid = self.CONFIG_CHOICES["splits"]
         if splits not in valid:  # before anything is read or downloaded
             raise ValueError(f"splits={splits!r} is invalid: one of {', '.join(valid)}")
+        if heldout_blocks is not None and splits != "blocks":
+            raise ValueError(f"heldout_blocks={heldout_blocks} applies to splits=blocks only, not splits={splits}")
+        if heldout_blocks is not None and not (
+            isinstance(heldout_blocks, int) and not isinstance(heldout_blocks, bool) and heldout_blocks >= 1
+        ):
+            raise ValueError(f"heldout_blocks={heldout_blocks!r}: give a whole number of blocks >= 1 (or null: 4)")
         super().__init__(*args, **kwargs)
         self.splits = splits
+        self.heldout_blocks = heldout_blocks or self.HELDOUT_BLOCKS
 
     @classmethod
     def validation_as_test(cls, config: Mapping[str, Any]) -> str | None:
@@ -93,14 +103,21 @@ class TinyShakespeare(LMDataModule):
 
     def source_key(self) -> Any:
         files = file_fingerprint({"input": self.input_file()}, memo_dir=self.cache_dir)
-        # nanogpt keeps the key it always had, so its caches (and every number made with them) stay valid
-        return files if self.splits == "nanogpt" else {"input": files, "splits": self.splits}
+        # nanogpt keeps the key it always had, so its caches (and every number made with them) stay valid;
+        # so do 4 held-out blocks, the layout before their number was an option
+        if self.splits == "nanogpt":
+            return files
+        key: dict[str, Any] = {"input": files, "splits": self.splits}
+        if self.splits == "blocks" and self.heldout_blocks != self.HELDOUT_BLOCKS:
+            key["heldout_blocks"] = self.heldout_blocks
+        return key
 
     def block_cuts(self, n: int) -> dict[str, list[tuple[int, int]]]:
         """``splits=blocks``: the character ranges of each split in a text of ``n`` characters."""
-        edges = [n * k // self.SEGMENTS for k in range(self.SEGMENTS + 1)]
+        segments = 2 * self.heldout_blocks
+        edges = [n * k // segments for k in range(segments + 1)]
         cuts: dict[str, list[tuple[int, int]]] = {"train": [], "val": [], "test": []}
-        for k in range(self.SEGMENTS):
+        for k in range(segments):
             start, end = edges[k], edges[k + 1]
             held = start + int((end - start) * self.TRAIN_FRACTION)
             cuts["train"].append((start, held))

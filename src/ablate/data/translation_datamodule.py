@@ -58,6 +58,8 @@ from ablate.data.translation_text import LineSource, head_lines
 from ablate.data.translation_tokens import TokenSide, special_ids
 
 log = logging.getLogger(__name__)
+# the splits a Lightning stage reads (setup); any other stage (fit, None) reads them all
+STAGE_SPLITS = {"validate": ("val",), "test": ("test",)}
 
 
 class TranslationDataModule(CachedCorpus):
@@ -185,15 +187,18 @@ class TranslationDataModule(CachedCorpus):
     # --- Lightning hooks --------------------------------------------------------------
 
     def setup(self, stage: str | None = None) -> None:
+        """The tokenizer and the splits ``stage`` needs: Lightning's ``validate`` the validation pairs,
+        ``test`` the test pairs (``eval.py`` reads no training pair), anything else every split."""
         folder = self.cache_path()
         meta = self.cache_meta()
         self.tokenizer = BPETokenizer.load(folder / BPETokenizer.FILENAME)
         special_ids(self.tokenizer)
         self.vocab_size = int(meta["vocab_size"])
-        if self.datasets:
+        needed = [s for s in STAGE_SPLITS.get(stage or "", SPLITS) if s not in self.datasets]
+        if not needed:
             return
         dtype, limit = np.dtype(meta["ids_dtype"]), self.seq_len - 1  # room for the end token
-        for split in SPLITS:
+        for split in needed:
             src, tgt = (TokenSide.open(folder / f"{split}.{lang}", dtype) for lang in (self.src_lang, self.tgt_lang))
             if split == "train":
                 src, tgt = self._trainable(src, tgt, limit)
@@ -209,6 +214,8 @@ class TranslationDataModule(CachedCorpus):
             batches = make_batches(src_lens, tgt_lens, max_tokens, self.max_sentences if split == "train" else None)
             self.padding_fraction[split] = padding_fraction(src_lens, tgt_lens, batches)
             self.datasets[split] = PairBatches(src, tgt, batches)
+        if "train" not in needed:
+            return
         train = self.datasets["train"]
         log.info(
             "%s %s->%s: %d training pairs in %d batches of <= %d tokens, padding %.1f%%",

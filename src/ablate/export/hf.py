@@ -343,7 +343,13 @@ def export_model(
     )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    hf.save_pretrained(out)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a "Writing model shards" bar for one file: the script names what it wrote
+    try:
+        hf.save_pretrained(out)
+    finally:
+        hf_logging.enable_progress_bar()
     return info
 
 

@@ -8,10 +8,11 @@ describe it (``.hydra/``, written once the job is decided: a refused command rew
 whether its directory was made for this command (a refused command leaves none behind). Nothing
 else in the package asks Hydra's runtime about the running job.
 
-A single run whose directory is new (``logs/runs/<time>``) is the command the user typed again:
-with ``ckpt_path=last`` it continues the latest unfinished run of the same overrides, in that run's
-directory; without, it starts a new run and says which unfinished run it could have resumed
-(:func:`earlier_run`).
+A single run whose directory is new (``logs/runs/<time>``, no ``hydra.run.dir`` typed) is the command
+the user typed again: with ``ckpt_path=last`` it continues the latest unfinished run of the same
+overrides, in that run's directory; without, it starts a new run and says which unfinished run it
+could have resumed (:func:`earlier_run`). A run whose directory is typed is that directory's run,
+whatever else exists.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class Job:
     wandb_options: Any = field(default_factory=dict)  # logger.wandb, resolved: to relabel a finished run
     config_files: tuple[tuple[str, str], ...] = ()  # (name, text) of .hydra/, as composed (before any check)
     new_directory: bool = False  # Hydra made the job's directory for this command: nothing of a run is in it
+    directory_given: bool = False  # the command line names it (hydra.run.dir=...): a resume continues that one
 
     @classmethod
     def current(cls, cfg: DictConfig) -> Job:
@@ -126,8 +128,9 @@ class Job:
             else {},
             config_files=config_files(cfg),
             new_directory=made_for_this_command(Path(cfg.paths.output_dir)),
+            directory_given=run_dir_given(),
         )
-        return job.retyped(cfg) if job.new_directory and not job.multirun else job
+        return job.retyped(cfg) if job.new_directory and not job.multirun and not job.directory_given else job
 
     @property
     def output_dir(self) -> Path:
@@ -142,7 +145,7 @@ class Job:
         one paste away."""
         runs_dir = self.control.log_dir / "runs"
         if self.output_dir.parent.resolve() != runs_dir.resolve():
-            return self  # hydra.run.dir was given: the user named the directory
+            return self  # another run directory pattern (a preset's): not the timestamped runs of this command
         unfinished = earlier_run(runs_dir, self.overrides, self.output_dir)
         if self.control.ckpt_path is None and unfinished is not None:
             print(
@@ -177,6 +180,13 @@ class Job:
 def override_key(override: str) -> str:
     """``+a.b=1`` -> ``a.b``."""
     return override.split("=", 1)[0].lstrip("+~")
+
+
+def run_dir_given() -> bool:
+    """The command line names the single run's directory (``hydra.run.dir=...``)."""
+    if not HydraConfig.initialized():
+        return False
+    return any(override_key(str(o)) == "hydra.run.dir" for o in HydraConfig.get().overrides.hydra)
 
 
 def config_files(cfg: DictConfig) -> tuple[tuple[str, str], ...]:

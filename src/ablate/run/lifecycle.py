@@ -14,24 +14,32 @@
      a sweep run by worker processes that was asked to stop: not started (a re-run runs it);
    * a single run with ``ckpt_path`` (``last`` or a path): resumed; a finished run that a resume
      would not train further (``trainer.max_steps`` not raised) is reported, not retrained;
+     ``ckpt_path=last`` where there is no checkpoint is refused (it names a run to continue), except
+     for a sweep's job and inside a SLURM job, where the same command is also the job's first run;
    * a single run without ``ckpt_path`` into a directory that holds another run: refused, unless
      ``overwrite=true`` (which removes the old record first).
 
    A resumed checkpoint is read once, here: it must be readable and trained with the same
    run-defining settings (:func:`ablate.config.identity.check_same_run`).
-3. The end of the block records the outcome -- completion, divergence, Ctrl-C or SIGTERM
-   (``interrupted``, exit code 130, with the command that resumes the run), a crash (in a sweep
-   recorded and the sweep goes on; in a single run raised) -- in ``status.json``
-   (:mod:`ablate.run.status`), prints the run's summary and sets the value a sweeper optimises.
-   A refusal (a bad config, a directory that holds another run, a checkpoint of another run) is a
-   user error: exit code 2 and its message.
+3. :func:`finish` -- the end of the block, by one table (:data:`HANDLING`) of the job's
+   :class:`Outcome` (trained, found finished, not started, interrupted, refused, crashed) for a
+   single run and for a sweep's job: whether ``status.json`` is written (:mod:`ablate.run.status`),
+   the summary printed, the exit code (0; 130 interrupted, with the command that resumes the run;
+   2 a user error, its message; 1 a crash, its traceback) or the value a sweeper optimises.
+   ``crashed`` records faults of the program or the machine. A user error of a single run -- a bad
+   config, no GPU, missing data, a directory that holds another run, a checkpoint of another run --
+   records nothing, and a directory made for the command goes (:func:`leave_nothing`); a command
+   that fails before it took its directory changes no run's record.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import math
+import os
+import shutil
 import signal
 import sys
 import traceback
@@ -39,15 +47,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ablate import cli
 from ablate.callbacks.stop_file import request_stop
 from ablate.checkpoints.files import (
-    CheckpointError,
     abandoned_writes,
     checkpoint_files,
     find_last_checkpoint,
@@ -59,10 +66,10 @@ from ablate.cli.console import format_run_summary
 from ablate.config.identity import check_same_run
 from ablate.errors import ConfigError, UserError
 from ablate.run import distributed
-from ablate.run.job import CONFIG_DIR, Job, is_rank_zero, job_log_name
-from ablate.run.lock import LOCK_FILE, RunDirectoryBusy, RunDirectoryLock
+from ablate.run.job import CONFIG_DIR, Job, is_rank_zero
+from ablate.run.lock import RunDirectoryBusy, RunDirectoryLock
 from ablate.run.objective import MetricNotLoggedError, best_metric_value
-from ablate.run.status import RunStatus, read_status, record_status, write_status
+from ablate.run.status import FAILED_RECORD, RunStatus, read_status, record_status, write_status
 from ablate.tasks.checkpoints import inspect_checked
 from ablate.tracking.options import WandbOptions
 from ablate.tracking.relabel import relabel
@@ -160,7 +167,8 @@ def decide(job: Job, identity: dict[str, Any]) -> Plan:
         return Plan(finished=status)
     fresh = (job.multirun and not control.skip_completed) or (not job.multirun and control.ckpt_path is None)
     plan = Plan() if fresh else _resume(job, status, identity)
-    found = [*checkpoint_files(control.checkpoint_dirs), *[p for p in (output_dir / "status.json",) if p.exists()]]
+    records = (output_dir / "status.json", output_dir / FAILED_RECORD)
+    found = [*checkpoint_files(control.checkpoint_dirs), *[p for p in records if p.exists()]]
     if fresh and found and not job.multirun and not control.overwrite and is_rank_zero():
         raise ConfigError(  # two runs would mix their checkpoints
             f"{output_dir} already holds a run ({', '.join(p.name for p in found[:3])}): continue it with "
@@ -191,9 +199,10 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any]) -> Pla
         ckpt_path: str | None = str(last)
     else:
         ckpt_path = resolve_ckpt_path(control.ckpt_path, control.checkpoint_dirs)
-    if ckpt_path is None and control.ckpt_path == "last":  # a job's first run (a requeue scheme)
-        dirs = ", ".join(map(str, control.checkpoint_dirs))
-        rank_zero_warn(f"ckpt_path=last: no last checkpoint in {dirs}; starting from scratch")
+    if ckpt_path is None and control.ckpt_path == "last":
+        if not first_run_may_resume(job):
+            raise ConfigError(nothing_to_resume(job))
+        log.info(f"ckpt_path=last: no checkpoint in {job.output_dir} yet; this first run of the job starts from step 0")
     more = status is not None and control.max_steps is not None and control.max_steps > int(status.steps or 0)
     finished = status if not job.multirun and status is not None and status.finished else None
     plan = Plan(ckpt_path, finished=None if more and finished and finished.status == "completed" else finished)
@@ -211,79 +220,209 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any]) -> Pla
     return replace(plan, wandb_run_id=state.get("wandb_run_id"))
 
 
-def finish(job: Job, record: Record) -> float:
-    """The end of the job, recorded (see the module docstring): a refusal exits 2; a finished run is
-    reported (a sweep's job skipped, a single run not retrained); what ended the training is written
-    to ``status.json`` and summarised, and an interrupted run says how to resume it and exits 130.
-    Returns the value for a sweeper."""
-    plan, err, writer = record.plan, record.stopped_by, is_rank_zero()
-    refused = isinstance(err, UserError) and plan is None  # its config or its directory: before it trained
-    resume = job.resume_command() if not job.multirun else "re-run the same sweep command to resume it"
-    if isinstance(err, (KeyboardInterrupt, SystemExit, SIGTERMException)):  # a second Ctrl-C, SIGTERM, Lightning's exit
-        error = f"{type(err).__name__} before the end of a training step"
-        status = RunStatus("interrupted", job.overrides, error=error)
-    elif err is not None and refused and not job.multirun:  # kept only for a damaged checkpoint (below)
-        status = RunStatus("crashed", job.overrides, error=str(err))
-    elif err is not None:
+def first_run_may_resume(job: Job) -> bool:
+    """Whether ``ckpt_path=last`` may find no checkpoint and start the job from step 0: a sweep's job
+    (the sweep names its directory; a requeued sweep resumes the jobs that have one) and a run inside a
+    SLURM job (the same command is the first submission and every requeue). Typed at a terminal,
+    ``ckpt_path=last`` means a run to continue, never a new one."""
+    return job.multirun or "SLURM_JOB_ID" in os.environ
+
+
+def nothing_to_resume(job: Job) -> str:
+    """Why a single run's ``ckpt_path=last`` continues nothing, and what to type instead."""
+    if job.directory_given:
+        return (
+            f"ckpt_path=last: {job.output_dir} holds no checkpoint to continue (no last.ckpt in "
+            f"{', '.join(map(str, job.control.checkpoint_dirs))}); nothing was started. Give the directory of the run "
+            "to continue (printed at its start and in its summary), or leave out ckpt_path=last to start a new run there"
+        )
+    return (
+        f"ckpt_path=last: no run of this configuration under {job.control.log_dir / 'runs'} holds a checkpoint; "
+        "nothing was started. Give the run's directory (hydra.run.dir=<run dir> ckpt_path=last), or leave out "
+        "ckpt_path=last to start a new run"
+    )
+
+
+class Outcome(enum.Enum):
+    """How a job ended, as :func:`finish` sees it (:func:`outcome_of`)."""
+
+    TRAINED = "trained"  # training returned its status: completed, diverged, or stopped after a step (Ctrl-C)
+    FOUND_FINISHED = "found finished"  # its run was finished already: reported (a sweep's job: skipped)
+    NOT_STARTED = "not started"  # its sweep was asked to stop before it started
+    INTERRUPTED = "interrupted"  # a second Ctrl-C, SIGTERM or Lightning's exit, outside a training step
+    REFUSED = "refused"  # a user error (:class:`~ablate.errors.UserError`): its message says what to change
+    CRASHED = "crashed"  # anything else: a fault of the program or of the machine
+
+
+INTERRUPTS = (KeyboardInterrupt, SystemExit, SIGTERMException)
+
+
+def outcome_of(record: Record) -> Outcome:
+    err, plan = record.stopped_by, record.plan
+    if isinstance(err, INTERRUPTS):
+        return Outcome.INTERRUPTED
+    if isinstance(err, UserError):
+        return Outcome.REFUSED
+    if err is not None:
+        return Outcome.CRASHED
+    if plan is not None and plan.finished is not None:
+        return Outcome.FOUND_FINISHED
+    if record.status is not None:
+        return Outcome.TRAINED
+    return Outcome.NOT_STARTED
+
+
+@dataclass(frozen=True)
+class Handling:
+    """What :func:`finish` does for one outcome of a single run or of a sweep's job.
+
+    ``writes``: when the job's record (``status.json``) is written: ``always``; ``taken``: only by a
+    job that took its directory (its plan trains: :func:`decide` wrote the run's config there), so a
+    command that fails before that changes no run's record; ``never``. ``summary``: the run's
+    summary block is printed. ``exit_code``: how a single run ends (a sweep's job returns the value
+    for its sweeper instead)."""
+
+    writes: Literal["always", "taken", "never"]
+    summary: bool
+    exit_code: int
+
+
+# (outcome, a job of a sweep?) -> what finish does. A sweep records every job it ran, so that its
+# table lists them and a re-run retries the failed ones; a single run records what trained, and a
+# user error leaves nothing (a new directory is removed: :func:`leave_nothing`).
+HANDLING: dict[tuple[Outcome, bool], Handling] = {
+    (Outcome.TRAINED, False): Handling("always", True, cli.EXIT_OK),  # EXIT_INTERRUPTED after a Ctrl-C
+    (Outcome.TRAINED, True): Handling("always", True, cli.EXIT_OK),
+    (Outcome.FOUND_FINISHED, False): Handling("never", True, cli.EXIT_OK),  # "already completed", not retrained
+    (Outcome.FOUND_FINISHED, True): Handling("never", False, cli.EXIT_OK),  # "skipped"
+    (Outcome.NOT_STARTED, False): Handling("never", False, cli.EXIT_OK),
+    (Outcome.NOT_STARTED, True): Handling("never", False, cli.EXIT_OK),  # a re-run runs it
+    (Outcome.INTERRUPTED, False): Handling("taken", True, cli.EXIT_INTERRUPTED),
+    (Outcome.INTERRUPTED, True): Handling("taken", True, cli.EXIT_INTERRUPTED),
+    (Outcome.REFUSED, False): Handling("never", False, cli.EXIT_USER_ERROR),  # its message, nothing else
+    (Outcome.REFUSED, True): Handling(
+        "always", True, cli.EXIT_USER_ERROR
+    ),  # `refused`, its message; a re-run retries it
+    (Outcome.CRASHED, False): Handling("taken", False, cli.EXIT_CRASHED),  # the traceback instead
+    (Outcome.CRASHED, True): Handling("always", True, cli.EXIT_CRASHED),  # the sweep goes on
+}
+
+
+def outcome_status(job: Job, record: Record, outcome: Outcome) -> RunStatus | None:
+    """The record an outcome leaves (None: a job its sweep stopped before it started)."""
+    err = record.stopped_by
+    if outcome is Outcome.INTERRUPTED:
+        return RunStatus("interrupted", job.overrides, error=f"{type(err).__name__} before the end of a training step")
+    if outcome is Outcome.REFUSED:  # what to change, not where the program was: no traceback
+        return RunStatus("refused", job.overrides, error=str(err))
+    if outcome is Outcome.CRASHED:
+        assert err is not None
         message, rank_trace = distributed.failure_message(err)
-        status = RunStatus("crashed", job.overrides, error=message, traceback=rank_trace or record.traceback)
-    elif plan is not None and plan.finished is not None:
-        status = plan.finished
-    elif record.status is not None:
-        status = record.status
-    else:  # the sweep was asked to stop before this job started: no record, a re-run runs it
+        return RunStatus("crashed", job.overrides, error=message, traceback=rank_trace or record.traceback)
+    if outcome is Outcome.FOUND_FINISHED:
+        assert record.plan is not None
+        return record.plan.finished
+    return record.status
+
+
+def finish(job: Job, record: Record) -> float:
+    """The end of the job (see the module docstring): the outcome (:func:`outcome_of`) decides, by
+    :data:`HANDLING`, what is recorded and printed and how the command ends. Returns the value for a
+    sweeper."""
+    outcome = outcome_of(record)
+    handling, plan, err, writer = HANDLING[outcome, job.multirun], record.plan, record.stopped_by, is_rank_zero()
+    taken = plan is not None and plan.trains
+    status = outcome_status(job, record, outcome)
+    if status is None:  # the sweep was asked to stop before this job started: no record, a re-run runs it
         print(f"not started: the sweep was interrupted; re-run the same command to run {job.output_dir.name}")
         return math.nan
-    known = status is plan.finished if plan is not None else False  # its record is there already
-    if writer and not known and (job.multirun or not refused or isinstance(err, CheckpointError)):
-        record_status(job.output_dir, status)  # a damaged checkpoint is recorded; a finished run's record stays
-    value, pending = math.nan, None
-    if job.multirun and status.status != "interrupted":
-        try:  # the best value the run logged; diverged and crashed jobs rank last
-            value = best_metric_value(job.output_dir, status, job.control.optimized_metric)
-        except MetricNotLoggedError as missing:
-            pending = missing if job.optimised else None  # a grid sweep does not use the value
-    if plan is not None and plan.trains:  # the W&B run ends with the outcome in its summary (a crash: none)
-        interrupted = status.status == "interrupted"
-        code = cli.EXIT_INTERRUPTED if interrupted else cli.EXIT_CRASHED if err is not None else cli.EXIT_OK
-        finish_wandb(code, status.outcome() if err is None else None)
-    if refused and not job.multirun and job.new_directory and writer:  # a refused command leaves no run behind
-        for path in (job.output_dir / name for name in (LOCK_FILE, job_log_name()) if name):  # its lock, its log
-            path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # not empty: something that is not this command's is in it
-            job.output_dir.rmdir()
-    if isinstance(err, UserError) and not job.multirun:  # its message says what to fix: exit 2, no traceback
-        cli.report_user_error(err)
-    if err is not None and not job.multirun and not isinstance(err, (KeyboardInterrupt, SystemExit, SIGTERMException)):
+    writes = handling.writes == "always" or (handling.writes == "taken" and taken)
+    if writer and writes:
+        record_status(job.output_dir, status)  # a finished run's record stays (a failed attempt: status.failed.json)
+    if taken:  # the W&B run ends with the outcome in its summary (a crash: none)
+        finish_wandb(
+            handling.exit_code if outcome is not Outcome.TRAINED else _trained_exit(status), _summary(status, err)
+        )
+    if writer and not job.multirun and not writes and outcome is not Outcome.FOUND_FINISHED:
+        leave_nothing(job)  # a command that recorded nothing leaves no run folder behind
+    value, pending = _sweeper_value(job, status) if job.multirun else (math.nan, None)
+    if err is not None and outcome is Outcome.REFUSED and not job.multirun:
+        cli.report_user_error(err)  # exit 2, its message
+    if err is not None and outcome is Outcome.CRASHED and not job.multirun:
         raise err  # a crash of a single run: its traceback, exit 1
-    if err is not None and status.status == "crashed":
+    if outcome in (Outcome.REFUSED, Outcome.CRASHED):  # a sweep's job
         print(f"job crashed ({status.error}); recorded in {job.output_dir / 'status.json'}; the sweep continues")
-    if known:  # a finished run found again: new tags relabel it (ablate.tracking.relabel), nothing else changes
-        relabel_finished(job, status)
-    if known and job.multirun:
+    if outcome is Outcome.FOUND_FINISHED:
+        report_finished(job, status)
+    if writer and handling.summary and (writes or outcome is Outcome.FOUND_FINISHED):
+        print(format_run_summary(status, job.output_dir), flush=True)
+    if pending is not None:
+        raise pending  # a metric the sweeper optimises was never logged: stop the sweep, naming it
+    if status.status == "interrupted" and outcome is not Outcome.FOUND_FINISHED:
+        return report_interrupted(job, status, recorded=writes)
+    return value
+
+
+def _trained_exit(status: RunStatus) -> int:
+    return cli.EXIT_INTERRUPTED if status.status == "interrupted" else cli.EXIT_OK
+
+
+def _summary(status: RunStatus, err: BaseException | None) -> dict[str, Any] | None:
+    return status.outcome() if err is None else None
+
+
+def _sweeper_value(job: Job, status: RunStatus) -> tuple[float, MetricNotLoggedError | None]:
+    """The best value the job logged (diverged and crashed jobs rank last), and a metric the sweeper
+    optimises that was never logged (an interrupted job has no value)."""
+    if status.status == "interrupted":
+        return math.nan, None
+    try:
+        return best_metric_value(job.output_dir, status, job.control.optimized_metric), None
+    except MetricNotLoggedError as missing:
+        return math.nan, missing if job.optimised else None  # a grid sweep does not use the value
+
+
+def report_finished(job: Job, status: RunStatus) -> None:
+    """A finished run found again: new tags relabel it (:mod:`ablate.tracking.relabel`), nothing else changes."""
+    relabel_finished(job, status)
+    if job.multirun:
         log.info(
             f"skipped: {job.output_dir} is already {status.status} (its status.json); skip_completed=false retrains it"
         )
-    elif known and writer:
+    elif is_rank_zero():
         print(
             f"already {status.status}: {job.output_dir} (its status.json: {status.steps} steps of trainer.max_steps="
             f"{job.control.max_steps}); nothing was trained or rewritten. To train it longer: "
             "trainer.max_steps=<more> '+resume_allow_changes=[trainer.max_steps]'",
             flush=True,
         )
-    if writer and not (known and job.multirun):
-        print(format_run_summary(status, job.output_dir), flush=True)
-    if pending is not None:
-        raise pending  # a metric the sweeper optimises was never logged: stop the sweep, naming it
-    if status.status == "interrupted" and not known:  # where it stopped, and the command that resumes it
+
+
+def report_interrupted(job: Job, status: RunStatus, recorded: bool) -> float:
+    """Where an interrupted job stopped and the command that resumes it (one stopped before it took
+    its directory: that nothing was recorded); exit 130 (a worker of a parallel sweep returns: the
+    sweep's main process ends the sweep with its table and 130)."""
+    if not recorded:
+        print("interrupted before training started: nothing was recorded", file=sys.stderr, flush=True)
+    else:
         last = find_last_checkpoint(job.control.checkpoint_dirs)
         where = f"step {status.steps}" if status.steps is not None else "mid-step"
-        resume = resume if job.multirun else f"resume with: {resume}"
+        resume = (
+            "re-run the same sweep command to resume it" if job.multirun else f"resume with: {job.resume_command()}"
+        )
         print(f"interrupted at {where}; last checkpoint: {last or 'none'}; {resume}", file=sys.stderr, flush=True)
-        if job.worker_processes:
-            return math.nan  # the sweep's main process ends the sweep with its table and exit code 130
-        raise SystemExit(cli.EXIT_INTERRUPTED)  # a sweep stops too: the user asked to stop
-    return value
+    if job.worker_processes:
+        return math.nan
+    raise SystemExit(cli.EXIT_INTERRUPTED)  # a sweep stops too: the user asked to stop
+
+
+def leave_nothing(job: Job) -> None:
+    """A single run that recorded nothing leaves no run folder: the directory Hydra made for this
+    command (its log, lock and the config :func:`decide` wrote) goes. A directory that held
+    something before the command keeps it, unchanged by the record."""
+    if not job.new_directory:
+        return
+    shutil.rmtree(job.output_dir, ignore_errors=True)
 
 
 def relabel_finished(job: Job, done: RunStatus) -> None:

@@ -20,7 +20,7 @@ from ablate.metrics import higher_is_better
 from ablate.run.record import read_logged_metrics
 from ablate.run.status import RunStatus
 
-WORST_STATUSES = ("diverged", "crashed")
+WORST_STATUSES = ("diverged", "refused", "crashed")
 _SHOWN_PREFIXES = ("val/", "test/", "train/")
 
 

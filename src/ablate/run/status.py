@@ -21,8 +21,9 @@ from typing import Any
 
 from ablate.writes import write_text_atomically
 
-OUTCOMES = ("completed", "diverged", "interrupted", "crashed", "killed")
+OUTCOMES = ("completed", "diverged", "interrupted", "refused", "crashed", "killed")
 FINISHED = ("completed", "diverged")  # a re-run of the sweep skips these (skip_completed)
+FAILED_RECORD = "status.failed.json"  # a failed attempt to resume a finished run (its status.json stays)
 
 
 @dataclass
@@ -31,14 +32,19 @@ class RunStatus:
 
     ``status``: one of :data:`OUTCOMES`; ``steps``: optimiser steps done (a killed job: those of
     its last checkpoint); ``metrics``: the last logged value of each metric (None where it was not
-    finite) and the evaluation after training; ``error``: what stopped it (crashed, interrupted,
-    killed), with the ``traceback`` of a crash; ``diverged_at_step``/``divergence_reason``: a
+    finite) and the evaluation after training; ``error``: what stopped it (refused: a user error's
+    message, what to change; crashed, interrupted, killed), with the ``traceback`` of a crash; ``diverged_at_step``/``divergence_reason``: a
     divergence; ``params``, ``axes`` (the architecture options), ``world_size``,
     ``accumulate_grad_batches``, ``resumed_from`` (the checkpoint it continued), ``wall_time_s``
     (the whole run's, over its resumed segments, up to the checkpoint each resumed from) and
     ``segment_wall_time_s`` (a resumed run's last segment alone): the run's settings and cost; ``signal``/``pid``: the worker process of a killed job;
     ``tags``: the user's ``tags`` the run is labelled with (a re-run with others relabels it,
-    :mod:`ablate.tracking.relabel`); ``extra``: the task's own entries, written beside these."""
+    :mod:`ablate.tracking.relabel`); ``started_at``: when the run's first segment started (UTC,
+    ISO 8601; what an analysis plan's "declared before the first result" is checked against,
+    :mod:`ablate.analysis.plan`, instead of file times); ``plan_sha256``: the hash of the analysis
+    plan in force in the sweep folder when the run started (its ``analysis_plan.json``; None: none
+    was), the content proof that the plan predates the run; ``extra``: the task's own entries,
+    written beside these."""
 
     status: str
     overrides: list[str] = field(default_factory=list)
@@ -58,6 +64,8 @@ class RunStatus:
     signal: str | None = None
     pid: int | None = None
     tags: list[str] | None = None
+    started_at: str | None = None
+    plan_sha256: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -126,7 +134,7 @@ def record_status(output_dir: Path, status: RunStatus) -> None:
     interrupted attempt to resume it: that record stays, the attempt goes to ``status.failed.json``."""
     previous = read_status(output_dir)
     if not status.finished and previous is not None and previous.finished:
-        write_text_atomically(output_dir / "status.failed.json", json.dumps(status.to_json(), indent=2, default=str))
+        write_text_atomically(output_dir / FAILED_RECORD, json.dumps(status.to_json(), indent=2, default=str))
         print(
             f"{output_dir / 'status.json'} still records the finished run ({previous.status}); this attempt's "
             f"{status.status} record is in status.failed.json",

@@ -28,10 +28,13 @@ W&B run (:mod:`ablate.callbacks.checkpointing`; the data modules' own ``state_di
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 import warnings
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,7 +56,7 @@ from ablate.run.config import RunConfig, TargetConfig
 from ablate.run.job import Job, is_rank_zero
 from ablate.run.lifecycle import Plan
 from ablate.run.preflight import Preflight, preflight
-from ablate.run.status import RunStatus
+from ablate.run.status import RunStatus, read_status
 from ablate.tracking.wandb_run import finish_wandb
 
 log = logging.getLogger(__name__)
@@ -70,8 +73,8 @@ def run(cfg: RunConfig, job: Job) -> float:
     """Run one job and always leave a record of it (see the module docstring); returns the value
     for sweepers to optimise."""
     quiet_known_noise()
-    environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
     with lifecycle.recording(job) as record:  # hold the run directory; keep whatever ends this block
+        environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
         checked = preflight(cfg)  # the batch layout, the processes, the memory of a step: before anything is read
         record.plan = plan = lifecycle.decide(job, checked.identity)  # decide: skip, resume (the same run), fresh
         if plan.trains and checked.processes > 1:  # build -> fit in the N processes started for it
@@ -99,6 +102,18 @@ def _rank_main(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunS
     return status if rank == 0 else None
 
 
+def plan_in_force(output_dir: Path) -> str | None:
+    """The hash of the analysis plan declared for this run's sweep folder (``<sweep dir>/analysis_plan.json``,
+    :mod:`ablate.analysis.plan`) as the run starts, or None: recorded in status.json, it shows in the
+    run's own record that the plan came first."""
+    try:
+        record = json.loads((Path(output_dir).parent / "analysis_plan.json").read_text())
+    except (OSError, ValueError):
+        return None
+    sha = record.get("sha256") if isinstance(record, dict) else None
+    return sha if isinstance(sha, str) else None
+
+
 def fit(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
     """Train one configuration in this process (one rank of it, under DDP) and return its status
     record: diverged, interrupted, or completed (with the task's own evaluation after training:
@@ -114,11 +129,12 @@ def fit(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
 
 
 def _fit_here(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
+    """:func:`fit` on the devices ``cfg.trainer`` names."""
     for warning in checked.warnings if is_rank_zero() else []:
         log.warning(warning)
     assembled = build(cfg, checked, job, plan)
     trainer, task = assembled.trainer, assembled.task
-    start = time.perf_counter()
+    start, segment_started, plan_sha256 = time.perf_counter(), datetime.now(UTC), plan_in_force(job.output_dir)
     try:
         with warnings.catch_warnings():
             if plan.ckpt_path is not None:  # resuming writes on into its own checkpoint directory, as expected
@@ -145,6 +161,12 @@ def _fit_here(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunSt
         evaluated, extra = task.evaluate_after_fit(trainer, assembled.datamodule, cfg.eval.as_dict())  # the task's own
         metrics |= evaluated
     elapsed = time.perf_counter() - start  # this segment: training and the evaluation after it
+    earlier = read_status(job.output_dir) if plan.ckpt_path is not None else None  # a resumed run: its first start
+    started_at = (earlier.started_at if earlier is not None else None) or (
+        segment_started - timedelta(seconds=earlier_s)
+    ).isoformat(timespec="seconds")
+    if earlier is not None and earlier.started_at:  # the plan in force when the run first started
+        plan_sha256 = earlier.plan_sha256
     return RunStatus(
         status="interrupted" if interrupted else "diverged" if diverged_at is not None else "completed",
         diverged_at_step=diverged_at,
@@ -159,6 +181,8 @@ def _fit_here(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunSt
         accumulate_grad_batches=checked.accumulate,
         resumed_from=plan.ckpt_path,
         tags=job.tags,
+        started_at=started_at,
+        plan_sha256=plan_sha256,
         metrics=metrics,
         extra=extra,
     )

@@ -1,20 +1,21 @@
 """Where a sweep's jobs live, and which sweeps may share a directory.
 
 **Job directories hold what varies.** A job's directory is named by its overrides *minus the
-command's constants* (``-m norm=pre,post model.n_layers=12 seed=1,2`` gives ``norm=pre,seed=1``,
-not ``model.n_layers=12,norm=pre,seed=1``): the constants are already in the sweep directory's
+command's constants* (``-m norm=pre,post model.n_layers=12 seed=1,2`` gives ``norm-pre.seed-1``,
+not ``norm-pre.model.n_layers-12.seed-1``): the constants are already in the sweep directory's
 name (:func:`ablate.config.resolvers.sweep_dirname`). The seed always stays in the name (the
 tuned-LR sweeper adds a selection seed of its own). Run-control keys
-(``hydra.job.config.override_dirname.exclude_keys``) are left out, as before.
+(``hydra.job.config.override_dirname.exclude_keys``) are left out. Names hold no character Hydra's
+override grammar treats specially (:func:`ablate.config.resolvers.job_name`): a printed path pastes
+into ``ckpt_path=`` unquoted. A job directory named by an earlier version (``norm=pre,seed=1``) is
+found by its recorded overrides and kept: such a sweep resumes and skips where it is.
 
 Several commands may share one sweep directory (``sweep_name`` or ``hydra.sweep.dir``: more
 seeds, a grid extended, one size of a ladder per command). Two rules keep their jobs apart:
 
 * a job directory that already holds *another* job (its recorded overrides differ, e.g. the same
-  ``act=relu,optim.lr=0.001,seed=0`` of ``scale=xs`` and of ``scale=m``) is not reused: the new job
-  gets the full name with every override, as directories were named before this module; a job
-  whose full-named directory already exists (a sweep from before) keeps it, so it resumes or skips
-  as it did;
+  ``act-relu.optim.lr-0.001.seed-0`` of ``scale=xs`` and of ``scale=m``) is not reused: the new job
+  gets the full name with every override;
 * a command whose swept keys (the seed aside: more seeds are more of the same study) neither
   contain nor are contained in those of the directory's earlier commands (``-m norm=pre,post`` then ``-m act=relu,gelu`` under one ``sweep_name``) is a
   different study, refused before any job starts: its jobs would mix with the other's, and a table
@@ -29,6 +30,7 @@ not among the job's own overrides (``hydra.overrides.task``, ``status.json``).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -46,7 +48,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate import cli
 from ablate.compat import sweeper_params_overrides
-from ablate.config.resolvers import RUN_CONTROL_KEYS, job_dirname
+from ablate.config.resolvers import RUN_CONTROL_KEYS, job_name, legacy_job_dirname
 from ablate.errors import ConfigError
 from ablate.writes import inside
 
@@ -139,19 +141,29 @@ def excluded_keys(config: DictConfig) -> frozenset[str]:
 
 
 def full_name(job_overrides: Iterable[str], excluded: frozenset[str]) -> str:
-    """Every override of the job: the name Hydra's ``override_dirname`` gives (sorted, run control
-    left out), the job directory's name before this module."""
-    return job_dirname(",".join(sorted(o for o in job_overrides if _key(o) not in excluded)))
+    """Every override of the job (run control left out)."""
+    return job_name(o for o in job_overrides if _key(o) not in excluded)
 
 
 def short_name(job_overrides: Iterable[str], command: SweepCommand, excluded: frozenset[str]) -> str:
     """The job's overrides without the command's constants (the seed kept)."""
-    kept = [
+    return job_name(_varying(job_overrides, command, excluded))
+
+
+def _varying(job_overrides: Iterable[str], command: SweepCommand, excluded: frozenset[str]) -> list[str]:
+    return [
         o
         for o in job_overrides
         if _key(o) not in excluded and (o.lstrip("+") not in command.constants or _key(o) in ALWAYS_NAMED)
     ]
-    return job_dirname(",".join(sorted(kept)))
+
+
+def legacy_names(job_overrides: Sequence[str], command: SweepCommand, excluded: frozenset[str]) -> list[str]:
+    """The names an earlier version gave the job's directory (``norm=pre,seed=1``, and with every
+    override), found and kept so that such a sweep resumes and skips where it is."""
+    every = [o for o in job_overrides if _key(o) not in excluded]
+    varying = _varying(job_overrides, command, excluded)
+    return [legacy_job_dirname(",".join(sorted(o))) for o in (varying, every)]
 
 
 def _identity(overrides: Iterable[str], excluded: frozenset[str]) -> frozenset[str]:
@@ -180,14 +192,29 @@ def job_directory(
     identity = _identity(job_overrides, excluded)
     full = full_name(job_overrides, excluded)
     short = short_name(job_overrides, command, excluded)
-    if full != short and (sweep_dir / full).is_dir():
-        held = recorded_overrides(sweep_dir / full)
-        if held is not None and _identity(held, excluded) == identity:
-            return full  # a sweep named before this module: resume or skip it where it is
+    for earlier in [*legacy_names(job_overrides, command, excluded), *([full] if full != short else [])]:
+        if (sweep_dir / earlier).is_dir():
+            held = recorded_overrides(sweep_dir / earlier)
+            if held is not None and _identity(held, excluded) == identity:
+                return earlier  # named before: resume or skip it where it is
     held = recorded_overrides(sweep_dir / short) if (sweep_dir / short).is_dir() else None
     if held is not None and _identity(held, excluded) != identity:
         return full  # another command's job holds the short name
     return short
+
+
+def told_apart(names: Sequence[str], identities: Sequence[frozenset[str]]) -> list[str]:
+    """``names`` where no two jobs of other overrides share one: such a name gets a hash of each
+    job's overrides (folder names replace some characters, so two values can meet in one name)."""
+    holders: dict[str, set[frozenset[str]]] = {}
+    for name, identity in zip(names, identities):
+        holders.setdefault(name, set()).add(identity)
+    return [
+        name
+        if len(holders[name]) == 1
+        else f"{name}-{hashlib.sha1(chr(10).join(sorted(identity)).encode()).hexdigest()[:8]}"
+        for name, identity in zip(names, identities)
+    ]
 
 
 def _quoted(value: str) -> str:
@@ -283,6 +310,7 @@ class NamedJobs(Launcher):
                 cli.report_user_error(err)
             self._recorded = True
         names = [job_directory(self.sweep_dir, o, self.command, self.excluded) for o in job_overrides]
+        names = told_apart(names, [_identity(o, self.excluded) for o in job_overrides])
         for name in names:
             LAUNCHED.setdefault(self.sweep_dir / name, job_signature(self.sweep_dir / name))
         named = [[*o, f"hydra.sweep.subdir={_quoted(name)}"] for o, name in zip(job_overrides, names)]

@@ -27,7 +27,7 @@ from ablate.run.status import FINISHED, read_status
 log = logging.getLogger(__name__)
 
 LR_KEY = "optim.lr"
-FAILED_STATUSES = ("diverged", "crashed")
+FAILED_STATUSES = ("diverged", "refused", "crashed")
 
 
 # --------------------------------------------------------------------------- selection (pure)

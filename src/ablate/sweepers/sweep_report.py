@@ -5,7 +5,8 @@ records its outcome in its own ``status.json`` (:mod:`ablate.run.train`); at the
 this reads the records that *this* command wrote (those modified since it started: jobs skipped
 as already finished keep their old record and count as finished), prints a table of those jobs
 and the command that uploads their offline W&B runs, and ends the process with exit code 1 when any job crashed
-or was killed (:mod:`ablate.sweepers.killed_jobs`), so that scripts and schedulers see the failure. Diverged is a result, not a failure (exit code 0). The callback
+or was killed (:mod:`ablate.sweepers.killed_jobs`), or 2 when every failed job was refused (a user error,
+``refused`` in its record), so that scripts and schedulers see the failure. Diverged is a result, not a failure (exit code 0). The callback
 works with any launcher: the records are files, wherever the jobs ran.
 
 When the jobs run in worker processes (joblib), it also owns Ctrl-C for the sweep
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from ablate.sweepers.killed_jobs import KILLED, KILLED_REASON
 from ablate.sweepers.sweep_stop import SweepStopHandler
 
 EXIT_CRASHED = cli.EXIT_CRASHED
-FAILED = ("crashed", KILLED)  # the sweep exits with 1; a re-run retries these jobs
+FAILED = ("refused", "crashed", KILLED)  # the sweep exits with 2 (all refused) or 1; a re-run retries these jobs
 
 
 SKIPPED = "skipped"  # a finished job this command did not train (its record is older than the command)
@@ -76,6 +77,12 @@ def job_records(
         else:
             records[job_dir] = ("ran", record)
     return records
+
+
+def failed_sweep_exit_code(failed: Iterable[RunStatus]) -> int:
+    """A sweep whose every failed job was refused (a user error: a value or a file to change) ends
+    like a refused run, with exit code 2; any crash or kill among them makes it 1."""
+    return cli.EXIT_USER_ERROR if all(record.status == "refused" for record in failed) else EXIT_CRASHED
 
 
 class SweepReport(Callback):
@@ -130,11 +137,13 @@ class SweepReport(Callback):
             )
             raise SystemExit(cli.EXIT_INTERRUPTED)
         if failed:
+            code = failed_sweep_exit_code(failed.values())
             print(
-                f"{len(failed)} job(s) crashed or were killed (exit code {EXIT_CRASHED}); fix the cause (a killed job: "
-                "often memory; fewer parallel jobs, hydra.launcher.n_jobs) and re-run the same command: finished "
-                "jobs are skipped, the others resume from their last checkpoint",
+                f"{len(failed)} job(s) refused, crashed or were killed (exit code {code}); fix the cause (a refused "
+                "job: its message says what to change; a killed job: often memory; fewer parallel jobs, "
+                "hydra.launcher.n_jobs) and re-run the same command: finished jobs are skipped, the others resume "
+                "from their last checkpoint",
                 file=sys.stderr,
                 flush=True,
             )
-            raise SystemExit(EXIT_CRASHED)
+            raise SystemExit(code)

@@ -63,6 +63,7 @@ from ablate.sweepers import halving as sh
 from ablate.sweepers.lr_selection import (
     LR_KEY,
     LRResult,
+    format_lr,
     job_dir_of,
     log_grid,
     read_outcome,
@@ -104,6 +105,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         halving: Any = None,
         verdict_metric: str | None = None,
         margin_basis: str | None = None,
+        extend_edges: int = 2,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, params=params)
         try:  # a bad setting exits 2 with its message, as every refused key does (not Hydra's wrapper, exit 1)
@@ -125,6 +127,12 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 seeds = list(range(1, self.looks[-1] + 1))
             if seeds is None or isinstance(seeds, (str, int)) or not list(seeds):
                 raise ValueError(f"hydra.sweeper.seeds={seeds!r}: give a list of seeds, e.g. [1,2,3]")
+            if not (isinstance(extend_edges, int) and not isinstance(extend_edges, bool) and extend_edges >= 0):
+                raise ValueError(
+                    f"hydra.sweeper.extend_edges={extend_edges!r}: give how many rates a variant's grid may grow "
+                    "past its edge before stage 2, >= 0 (0: never)"
+                )
+            self.extend_edges = extend_edges
             self.num_lrs, self.lr_factor = num_lrs, float(lr_factor)
             self.default_seeds = _dedupe(str(s) for s in seeds)
             self.metric = metric
@@ -313,8 +321,14 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             v.selection = select_lr(
                 v.results, higher_is_better=higher, factor=self.lr_factor, lr_key=lr_name, also=extend_also
             )
+        extension = self._extend_edges(variants, metric, higher, lr_name, seed_name, select, extend_also)
+        stage1 = [*stage1, *extension]
+        if self._interrupted():
+            print("LR tuning interrupted while extending the grid: nothing chosen; re-run the same command", flush=True)
+            return [stage1]
         print(stage1_table(variants, metric, higher, seed_name, select), flush=True)
         self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=False)
+        composed = self.hydra_context.config_loader.load_sweep_config(self.config, list(variants[0].overrides))
         declare_plan(  # the verdict's rule, before its data
             sweep_dir,
             selection=f"tune=lr: each variant's learning rate by its final {metric} on {seed_name}={select}",
@@ -325,6 +339,9 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             margin_basis=self.margin_basis,
             looks=self.looks if self.auto else None,
             spending=self.spending,
+            variants=tuple(v.label for v in variants if v.selection.chosen is not None and not self._is_baseline(v)),
+            layout=OmegaConf.select(composed, "data.splits", default=None),
+            log_dir=OmegaConf.select(composed, "paths.log_dir", default=None),
         )
 
         if self.auto:  # stage 2 in batches of seeds, until every comparison is decided
@@ -354,6 +371,73 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             _ = ret.return_value  # as BasicSweeper: a job that failed inside Hydra raises here, once all have run
         return [stage1, stage2]
 
+    def _extend_edges(
+        self,
+        variants: list[Variant],
+        metric: str,
+        higher: bool,
+        lr_name: str,
+        seed_name: str,
+        select: str,
+        also: str,
+    ) -> list[JobReturn]:
+        """A chosen rate at the edge of its grid may not be the variant's best: before stage 2 the
+        grid grows past that edge by one rate (``lr_factor`` beyond it) at a time, on the selection
+        seed, and the rate is chosen again, until the choice is inside the grid or
+        ``hydra.sweeper.extend_edges`` rates were added (recorded: ``extended``, and whether the
+        bound was reached). A variant left at its baseline's rate on a too-narrow grid is
+        handicapped (issue 43 item 4: one grid step moved Pre-LN by 0.08 bpb). The extra rates
+        run at full length, also after a halving stage 1."""
+        returns: list[JobReturn] = []
+        for _ in range(self.extend_edges):
+            todo = [v for v in variants if v.selection.chosen is not None and v.selection.edge is not None]
+            if not todo:
+                break
+            batch: list[tuple[Variant, str]] = []
+            for v in todo:
+                rates = sorted(float(t) for t in v.grid)
+                edge = v.selection.edge
+                new = [format_lr(rates[0] / self.lr_factor)] if edge in ("lowest", "only") else []
+                new += [format_lr(rates[-1] * self.lr_factor)] if edge in ("highest", "only") else []
+                new = [t for t in new if t not in v.grid]
+                v.grid = sorted([*v.grid, *new], key=float)
+                v.extended += new
+                batch += [(v, t) for t in new]
+            print(
+                "LR tuning, stage 1: best rate at the edge of the grid; extending it: "
+                + "; ".join(f"{v.label}: {t}" for v, t in batch),
+                flush=True,
+            )
+            rets = self._launch([[*v.overrides, f"{lr_name}={t}", f"{seed_name}={select}"] for v, t in batch])
+            returns += rets
+            if self._interrupted():
+                break
+            for (v, text), ret in zip(batch, rets, strict=True):
+                job_dir = job_dir_of(ret)
+                status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
+                v.results.append(LRResult(float(text), text, status, value, job_dir.name if job_dir else None))
+            for v in todo:
+                v.selection = select_lr(
+                    v.results, higher_is_better=higher, factor=self.lr_factor, lr_key=lr_name, also=also
+                )
+        for v in variants:
+            if v.extended and v.selection.edge is not None:
+                v.selection.note = (
+                    f"still at the {v.selection.edge} edge after extending the grid by {len(v.extended)} rate(s) "
+                    f"(hydra.sweeper.extend_edges={self.extend_edges}): " + (v.selection.note or "")
+                )
+        return returns
+
+    def _is_baseline(self, v: Variant) -> bool:
+        """Whether ``v`` is the variant ``hydra.sweeper.baseline`` names."""
+        if not self.baseline:
+            return False
+        from ablate.analysis.job import parse_overrides
+        from ablate.analysis.specs import parse_baseline
+
+        mine = parse_overrides(v.overrides)
+        return all(mine.get(k) == x for k, x in parse_baseline(self.baseline).items())
+
     def _write(
         self,
         sweep_dir: Path,
@@ -380,6 +464,8 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             "margin": self.margin,
             "looks": self.looks,
             "spending": self.spending,
+            "alpha": 0.05,
+            "order": [int(s) for s in self.default_seeds if s.lstrip("-").isdigit()],
         }
         record = tuning_record(
             variants, metric, higher, lr_name, grid, self.selection_seed, seeds, self.rungs, stage2_done, sequential

@@ -25,7 +25,10 @@ class Variant:
     results: list[LRResult] = field(default_factory=list)  # stage 1: one per learning rate
     selection: Selection = field(default_factory=lambda: Selection(None))  # stage 1's choice
     seeds: list[dict[str, Any]] = field(default_factory=list)  # stage 2: one record per seed
-    decision: Any = None  # seeds=auto: the sequential verdict against the baseline
+    decision: Any = None  # seeds=auto: the sequential decision against the baseline (ablate.analysis.engine.Decision)
+    verdict_text: str = ""  # ... in the tool's words
+    outcomes: list[Any] = field(default_factory=list)  # seeds=auto: each stage-2 seed's outcome, for the engine
+    extended: list[str] = field(default_factory=list)  # rates added past the grid's edge before stage 2
     rung_steps: tuple[int, ...] = ()  # halving: the steps each rate may be cut at, then trainer.max_steps
     tracks: list[sh.RateTrack] = field(default_factory=list)  # halving: each rate through the rungs
 
@@ -41,8 +44,7 @@ class Variant:
         leaves it unjudged."""
         if self.decision is None:
             return "not judged (interrupted)"
-        verdict = str(self.decision.verdict)
-        return verdict if verdict != "continue" else "inconclusive (diverged seeds)"
+        return self.verdict_text
 
 
 def number(text: str) -> Any:
@@ -136,6 +138,7 @@ def variant_record(
         "edge": sel.edge,
         "warning": sel.note,
         "extend_with": sel.extend_with,
+        "extended": [float(t) for t in v.extended],  # rates tune=lr added past the edge, before stage 2
     }
     if v.tracks:
         record["halving"] = sh.history(v.tracks, v.rung_steps, rungs)

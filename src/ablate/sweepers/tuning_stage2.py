@@ -61,13 +61,13 @@ def held_out_metric(metric: str, given: str | None = None) -> str:
     return "test/" + metric.split("/", 1)[1] if metric.startswith("val/") else metric
 
 
-def read_plan_quietly(sweep_dir: Path) -> Any:
+def read_plan_quietly(sweep_dir: Path, log_dir: str | None = None) -> Any:
     """The sweep directory's declared plan (:func:`ablate.analysis.plan.read_plan`), or None when it
     has none or it cannot be read."""
     from ablate.analysis.plan import PlanError, read_plan
 
     try:
-        return read_plan(sweep_dir)
+        return read_plan(sweep_dir, log_dir)
     except PlanError:
         return None
 
@@ -83,11 +83,16 @@ def declare_plan(
     margin_basis: str | None,
     looks: list[int] | None,
     spending: str,
+    variants: tuple[str, ...] = (),
+    layout: str | None = None,
+    log_dir: str | None = None,
 ) -> None:
-    """Write the verdict's rule to ``<sweep dir>/analysis_plan.json`` before stage 2 starts.
-    ``looks`` None: a fixed set of ``seeds``; a list: ``seeds=auto``'s looks. A plan the user
-    declared before (``scripts/declare.py``) is kept, and a different one is not written over it:
-    a message says so."""
+    """Declare the verdict's rule in the ledger (:mod:`ablate.analysis.plan`; a copy in
+    ``<sweep dir>/analysis_plan.json``) before stage 2 starts: the held-out metric, the baseline
+    and margin, the compared ``variants`` (those with a chosen rate), the split ``layout``
+    (``data.splits``), the seeds or looks and the stopping rule. ``looks`` None: a fixed set of
+    ``seeds``; a list: ``seeds=auto``'s looks. A plan the user declared before
+    (``scripts/declare.py``) is kept, and a different one is not written over it: a message says so."""
     from ablate.analysis.plan import Plan, PlanError, declare
 
     basis = margin_basis or (
@@ -111,10 +116,12 @@ def declare_plan(
             selection=selection,
             declared_by="train.py (tune=lr), before stage 2",
             note="" if baseline else "no hydra.sweeper.baseline: no comparison was declared",
+            variants=variants if baseline else (),
+            layout=layout,
         )
-        declared = declare(sweep_dir, plan)
+        declared = declare(sweep_dir, plan, log_dir=log_dir)
     except PlanError as err:
-        existing = read_plan_quietly(sweep_dir)
+        existing = read_plan_quietly(sweep_dir, log_dir)
         if existing is None:
             log.warning("tuned_lr: %s", err)
         else:  # declared before the sweep (scripts/declare.py): that is the plan of record
@@ -124,7 +131,11 @@ def declare_plan(
                 flush=True,
             )
         return
-    print(f"LR tuning: analysis plan {declared.path} (sha256 {declared.sha256[:12]}): {plan.describe()}", flush=True)
+    print(
+        f"LR tuning: analysis plan declared (ledger entry {declared.entry.get('entry')}, sha256 {declared.sha256[:12]}; "
+        f"copy in {declared.path}): {plan.describe()}",
+        flush=True,
+    )
 
 
 def _baseline_variant(variants: list[Variant], baseline: str) -> Variant:
@@ -177,6 +188,22 @@ def fixed_stage2(
     return returns
 
 
+def _outcome(record: dict[str, Any], job_dir: Path | None, metric: str) -> Any:
+    """The engine's outcome of one stage-2 job (:class:`ablate.analysis.engine.Outcome`): read from
+    its directory as ``summarize.py`` reads it (per-window test losses included), so the sweeper
+    and the table decide on the same numbers."""
+    from ablate.analysis.engine import Outcome, outcomes
+    from ablate.analysis.job import DamagedJob, load_job
+
+    if job_dir is not None and job_dir.is_dir():
+        try:
+            return outcomes([load_job(job_dir)], metric)[0]
+        except DamagedJob:
+            pass
+    value = record["value"] if record["value"] is not None else float("nan")
+    return Outcome(number(str(record["seed"])), record["status"], value)
+
+
 def sequential_stage2(
     variants: list[Variant],
     launch: Callable[[list[list[str]]], list[JobReturn]],
@@ -192,23 +219,27 @@ def sequential_stage2(
     spending: str,
 ) -> list[JobReturn]:
     """``seeds=auto``: the baseline and every undecided variant at their chosen rates, seeds
-    added up to each look; after each look every undecided variant gets the sequential verdict
-    on its paired differences of ``metric`` (the held-out verdict metric, not the one the rate
-    was selected on; seeds both have a finite value for, in seed order); decided variants get
-    no more seeds. A diverged seed has no difference: it delays the decision, and a variant
-    still undecided after the last look is ``inconclusive``."""
+    added up to each look; after each look every undecided variant gets the sequential verdict of
+    the one inference engine (:func:`ablate.analysis.engine.sequential`) on ``metric`` (the
+    held-out verdict metric, not the one the rate was selected on): the row's own test on the
+    seeds that ran by that look (crossed seed x block where the runs saved per-window test losses;
+    the worst-rank test when a seed diverged: a diverged seed is an outcome, never dropped).
+    Decided variants get no more seeds; a variant still undecided after the last look is
+    ``inconclusive`` (``equivalence not shown``)."""
+    from ablate.analysis import engine
     from ablate.analysis.job import higher_is_better
-    from ablate.analysis.sequential import ALPHA, sequential_verdict
+    from ablate.analysis.sequential import ALPHA
 
     higher = higher_is_better(metric)
     base = _baseline_variant(variants, baseline)
     for v in variants:
-        v.seeds = []
+        v.seeds, v.outcomes = [], []
     if base.selection.chosen is None:
         log.warning("tuned_lr: the baseline %s has no usable learning rate: no stage 2", base.label)
         return []
     others = [v for v in variants if v is not base and v.selection.chosen is not None]
     alpha = ALPHA / max(len(others), 1)
+    order = [int(number(s)) for s in seeds]
     undecided, returns, done = list(others), [], 0
     for n in looks:
         batch = seeds[done:n]
@@ -223,24 +254,33 @@ def sequential_stage2(
         if interrupted():  # this look's seeds are incomplete: no verdict rests on them
             break
         _record_outcomes(plan, rets, metric)
+        for (v, _), ret in zip(plan, rets, strict=True):
+            v.outcomes.append(_outcome(v.seeds[len(v.outcomes)], job_dir_of(ret), metric))
         done = n
-        base_values = {str(r["seed"]): r["value"] for r in base.seeds if r["value"] is not None}
         for v in list(undecided):
-            mine = {str(r["seed"]): r["value"] for r in v.seeds if r["value"] is not None}
-            diffs = [mine[s] - base_values[s] for s in seeds[:n] if s in mine and s in base_values]
-            v.decision = sequential_verdict(diffs, margin, looks, alpha, spending, higher)
-            if v.decision.verdict != "continue":
+            v.decision = engine.sequential(
+                v.outcomes, base.outcomes, metric, higher, margin, looks, alpha, spending, order, adjust=False
+            )
+            evidence = v.decision.evidence
+            v.verdict_text = (
+                engine.words(v.decision.code, margin, evidence.diverged, evidence.ran, both=v.decision.both)
+                if evidence is not None
+                else f"not decided ({v.decision.waiting})"
+            )
+            if v.decision.decided:
                 undecided.remove(v)
         if not undecided:
             break
-    rows = [["variant", f"verdict vs {base.label}", "seeds", "look"]]
+    rows = [["variant", f"verdict vs {base.label}", "seeds", "look", "on"]]
     for v in others:
-        look = v.decision.look + 1 if v.decision is not None and v.decision.look >= 0 else "-"
-        rows.append([v.label, v.verdict, str(len(v.seeds)), str(look)])
+        decision = v.decision
+        look = decision.look + 1 if decision is not None and decision.look >= 0 else "-"
+        on = decision.evidence.inference if decision is not None and decision.evidence is not None else "-"
+        rows.append([v.label, v.verdict, str(len(v.seeds)), str(look), on])
     print(
         f"LR tuning, stage 2 (seeds=auto): group-sequential verdicts on {metric} (held-out text; the rates were "
         f"selected on validation), margin ±{margin:g}, looks at {','.join(map(str, looks))} seeds, "
-        f"{spending} spending (exact boundaries), alpha {alpha:.3g} per variant\n" + table(rows),
+        f"{spending} spending, alpha {alpha:.3g} per variant, each look on the seeds that ran by it\n" + table(rows),
         flush=True,
     )
     return returns

@@ -93,13 +93,19 @@ class LanguageModelTask(TaskModule):
 
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
-        """``data.bpe_train_mb`` needs ``data.tokenizer=bpe``; ``eval.seq_len`` is the validation/test
+        """``data.bpe_train_mb`` needs ``data.tokenizer=bpe``; ``data.heldout_blocks`` needs
+        ``data.splits=blocks`` and a whole number >= 1; ``eval.seq_len`` is the validation/test
         length: copied into ``data.eval_seq_len`` (which also still works on its own);
         ``eval.seq_lens`` must be a list of positive lengths."""
         sample, kind = cfg.data.get("bpe_train_mb"), cfg.data.get("tokenizer")
         if sample is not None and kind != "bpe":
             raise ConfigError(f"data.bpe_train_mb={sample} applies to data.tokenizer=bpe only, not {kind}")
         check_bpe_train_mb(cfg.data)
+        blocks, splits = cfg.data.get("heldout_blocks"), cfg.data.get("splits")
+        if blocks is not None and splits != "blocks":
+            raise ConfigError(f"data.heldout_blocks={blocks} applies to data.splits=blocks only, not {splits}")
+        if blocks is not None and (isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1):
+            raise ConfigError(f"data.heldout_blocks={blocks}: give a whole number of held-out blocks >= 1 (null: 4)")
         evaluation = cfg.get("eval") or {}
         length, lengths = evaluation.get("seq_len"), evaluation.get("seq_lens")
         if (length or lengths) and "eval_seq_len" not in cfg.data:

@@ -34,7 +34,7 @@ def sentences(cfg: DictConfig, task: TranslationTask) -> tuple[list[str], list[s
     data_cfg.update(data_dir=cfg.paths.data_dir, cache_dir=cfg.paths.cache_dir)
     data_cfg.update(overrides)
     dm = build_data_module(data_cfg, str(ckpt))  # its _target_ is one of ablate's data modules, never imported by name
-    dm.setup()
+    dm.setup("test" if cfg.split == "test" else "validate")  # that split's pairs, no training pair
     check_evaluated_data(ckpt, dm, cfg.split, overrides)  # the text the checkpoint recorded, not an edited one
     # beside the checkpoint, named after it: never over the run's own translations/test.hyp
     return (

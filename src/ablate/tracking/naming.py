@@ -5,6 +5,7 @@ name), its ablation axes as flat ``axis_<name>`` config keys, and its tags.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Collection, Iterable, Mapping
@@ -15,7 +16,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from ablate.config.dotted import select as select_key
-from ablate.config.resolvers import ARCHITECTURE_FIRST, RUN_CONTROL_KEYS, job_dirname
+from ablate.config.resolvers import RUN_CONTROL_KEYS, name_order
 from ablate.nn.axes import AXES
 
 # Flat config keys of the ablation axes (``axis_act``, ``axis_lr``): the resolved config already
@@ -31,6 +32,7 @@ _NON_VARIANT_KEYS = re.compile(
 _SPEC_AXIS_OF_KEY = {axis.key: axis.name for axis in AXES}
 _WANDB_GROUP_MAX = 128
 _TAG_MAX = 64  # W&B's limit on the length of a tag
+RUN_NAME_MAX = 120
 
 
 @dataclass(frozen=True)
@@ -83,19 +85,20 @@ _FROM_HYDRA: Any = object()
 
 
 def run_name_from_overrides(overrides: list[str], swept: Collection[str] | None = _FROM_HYDRA) -> str:
-    """A short, stable run name from the job's command-line overrides.
+    """A short, stable run name from the job's command-line overrides, its axes in the order of job
+    folder names (:func:`ablate.config.resolvers.name_order`: the architecture first, the seed last).
 
     In a multirun (``swept``: the keys the sweep varies; by default read from the running Hydra
     job, :func:`swept_keys`), the swept overrides and the seed, with their full keys, as in the
     job directory names: ``-m act=gelu,swiglu seed=1 trainer.max_steps=600`` names its jobs
-    ``act=gelu,seed=1`` and ``act=swiglu,seed=1``. Otherwise (a single run, or a sweep of
-    nothing) the experiment name and the other overrides with their keys shortened to the last
-    part where that is unambiguous: ``experiment=glu act=swiglu trainer.max_steps=100`` gives
-    ``glu,act=swiglu,max_steps=100``. Architecture keys come first, the seed last; overrides of
-    where or how a job runs or logs (``hydra.*``, ``paths.*``, ``logger``, ``tags``, ``ckpt_path``,
-    ... and ``hydra.job.config.override_dirname.exclude_keys``) are dropped; a name longer than
-    120 characters ends with a hash (:func:`ablate.config.resolvers.job_dirname`). Nothing left gives
-    ``"default"``.
+    ``act=gelu,seed=1`` and ``act=swiglu,seed=1`` (folders ``act-gelu.seed-1``, ...; a run name
+    keeps ``=`` and ``,``, from which the analysis of a W&B group reads the overrides back). Otherwise
+    (a single run, or a sweep of nothing) the experiment name and the other overrides with their
+    keys shortened to the last part where that is unambiguous: ``experiment=glu act=swiglu
+    trainer.max_steps=100`` gives ``glu,act=swiglu,max_steps=100``. Overrides of where or how a job
+    runs or logs (``hydra.*``, ``paths.*``, ``logger``, ``tags``, ``ckpt_path``, ... and
+    ``hydra.job.config.override_dirname.exclude_keys``) are dropped; a name longer than 120
+    characters ends with a hash of the whole. Nothing left gives ``"default"``.
     """
     hydra_cfg = _hydra_config()
     if swept is _FROM_HYDRA:
@@ -111,21 +114,26 @@ def run_name_from_overrides(overrides: list[str], swept: Collection[str] | None 
     if swept is not None:
         chosen = [o for o in kept if _override_key(o) in swept or _override_key(o) == "seed"]
         if chosen:
-            return job_dirname(",".join(sorted(chosen, key=_name_order)))
+            return _run_name(sorted(chosen, key=name_order))
     experiment = [o.split("=", 1)[1] for o in kept if _override_key(o) == "experiment" and "=" in o]
-    others = sorted((o for o in kept if _override_key(o) != "experiment"), key=_name_order)
+    others = sorted((o for o in kept if _override_key(o) != "experiment"), key=name_order)
     short = _short_names([_override_key(o) for o in others])
     items = [o.replace(_override_key(o), short[_override_key(o)], 1) for o in others]
-    return job_dirname(",".join([*experiment, *items])) if experiment or items else "default"
+    return _run_name([*experiment, *items]) if experiment or items else "default"
 
 
-def _name_order(override: str) -> tuple[int, str]:
-    """Architecture overrides first (:data:`ablate.config.resolvers.ARCHITECTURE_FIRST`), the seed last."""
-    key = _override_key(override)
-    top = key.split(".", 1)[0]
-    if key == "seed":
-        return len(ARCHITECTURE_FIRST) + 1, override
-    return (ARCHITECTURE_FIRST.index(top) if top in ARCHITECTURE_FIRST else len(ARCHITECTURE_FIRST)), override
+def _run_name(items: list[str]) -> str:
+    """``items`` joined by ``,``; past :data:`RUN_NAME_MAX` characters, the first items and a hash of the whole."""
+    name = ",".join(items).replace("/", "_")
+    if len(name) <= RUN_NAME_MAX:
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+    kept = ""
+    for item in items:
+        if len(kept) + len(item) + 1 > RUN_NAME_MAX - 12:
+            break
+        kept = f"{kept},{item}" if kept else item
+    return f"{kept}..{digest}"
 
 
 def _short_names(keys: list[str]) -> dict[str, str]:

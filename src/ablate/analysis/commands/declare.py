@@ -2,12 +2,14 @@
 
     python scripts/declare.py logs/multirun/depth --metric test/bpb --baseline norm=pre --margin 0.03 \\
         --margin-basis "2% in per-character perplexity, our smallest effect of interest, set before any run" \\
-        --seeds 11,12,13
-    python train.py -m ... seed=11,12,13 hydra.sweep.dir=logs/multirun/depth     # then run the sweep
+        --seeds 11,12,13 --layout blocks
+    python train.py -m ... seed=11,12,13 data.splits=blocks hydra.sweep.dir=logs/multirun/depth   # then run it
     python scripts/summarize.py logs/multirun/depth --plan                      # the declared analysis
 
-Writes ``<sweep dir>/analysis_plan.json`` (:mod:`ablate.analysis.plan`): hashed, time-stamped,
-never overwritten by a different plan.
+Appends the plan to the ledger beside the sweep folder (``<logs>/analysis_ledger.jsonl``,
+:mod:`ablate.analysis.plan`: time and content hashed together, each entry chained to the one
+before) and writes a copy to ``<sweep dir>/analysis_plan.json``; a different plan for the same
+folder is refused.
 """
 
 from __future__ import annotations
@@ -46,8 +48,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--variant", action="append", default=[], help="a compared row, e.g. 'norm=post' (repeat; default: all)"
     )
+    parser.add_argument(
+        "--equivalence",
+        action="append",
+        default=[],
+        metavar="AXIS=VALUE",
+        help="with --margin: the rows asked the equivalence question (repeat; default: every row)",
+    )
     parser.add_argument("--basis", choices=BASES, default=DEFAULT_BASIS)
-    parser.add_argument("--seeds", type=_ints, default=(), help="the verdict seeds, e.g. 11,12,13")
+    parser.add_argument(
+        "--seeds",
+        type=_ints,
+        default=(),
+        help="the verdict seeds, e.g. 11,12,13 (or --looks): checked against the jobs",
+    )
+    parser.add_argument(
+        "--layout",
+        metavar="SPLITS",
+        help="the data split scheme the jobs must use (data.splits, e.g. blocks); checked against the jobs",
+    )
     parser.add_argument("--looks", type=_ints, default=(), help="group-sequential: seeds at each look, e.g. 3,5,7,10")
     parser.add_argument("--spending", choices=SPENDING, default=None)
     parser.add_argument("--alpha", type=float, default=0.05)
@@ -67,6 +86,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if bool(args.baseline) == bool(args.interaction) or (args.interaction and len(args.interaction) != 2):
         parser.error("declare either --baseline AXIS=VALUE or --interaction twice (two axes of two levels)")
+    if args.baseline and not (args.seeds or args.looks):
+        parser.error(
+            "declare the verdict seeds (--seeds 1,2,3) or the looks of a group-sequential design (--looks 3,5,7,10): "
+            "the analysis checks them against the jobs, so seeds added after the results show"
+        )
     return args
 
 
@@ -104,11 +128,16 @@ def main(argv: list[str] | None = None) -> None:
             spending=args.spending or (DEFAULT_SPENDING if args.looks else None),
             selection=args.selection,
             note=args.note,
+            layout=args.layout,
+            equivalence=tuple(args.equivalence),
             extra=extra(args),
         )
         declaration = declare(args.sweep_dir, plan)
     except (PlanError, OSError) as err:
         print(f"declare.py: error: {err}", file=sys.stderr)
         sys.exit(2)
-    print(f"declared {declaration.path} (sha256 {declaration.sha256[:12]}, {declaration.declared_at}):")
+    print(
+        f"declared in {declaration.entry.get('ledger') or 'the ledger'} as entry {declaration.entry.get('entry')} "
+        f"(sha256 {declaration.sha256[:12]}, {declaration.declared_at}; copy: {declaration.path}):"
+    )
     print("  " + plan.describe())

@@ -46,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "sweep_dir",
         nargs="+",
-        help="a multirun directory (logs/multirun/<timestamp>), or several whose jobs are pooled (e.g. one "
+        help="a sweep's directory (logs/multirun/<sweep>), or several whose jobs are pooled (e.g. one "
         "tune=lr sweep per size, each at its own tuned rates)",
     )
     parser.add_argument(
@@ -223,7 +223,7 @@ def plan_standing(args: argparse.Namespace) -> str:
     }
     why = None
     if not declaration.intact:
-        why = "the plan file was edited after it was declared"
+        why = str(declaration.problem)
     elif not declared:
         why = "the plan declares no compute multiplier"
     elif parse_baseline(str(declaration.plan.baseline)) != parse_baseline(args.baseline):

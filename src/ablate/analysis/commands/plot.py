@@ -54,7 +54,10 @@ def report(filename: str, reason: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="plot.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep_dir", help="a multirun directory (logs/multirun/<timestamp>)")
+    parser.add_argument(
+        "sweep_dir",
+        help="a sweep's directory (logs/multirun/<sweep>: its sweep_name, or what the sweep's table printed)",
+    )
     parser.add_argument("--out", metavar="DIR", help="where the PNG files go (default: <sweep_dir>/figures)")
     parser.add_argument(
         "--metric",

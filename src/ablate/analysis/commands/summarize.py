@@ -7,7 +7,7 @@
     python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre --basis flops   # verdicts at equal FLOPs
     python scripts/summarize.py logs/multirun/<sweep> --where scale=m --baseline act=gelu --out <dir>  # one size
     python scripts/summarize.py logs/multirun/<sweep> --baseline norm=pre --metric val/loss --margin 0.02   # + equivalence
-    python scripts/summarize.py logs/multirun/<sweep> --baseline act=gelu --where scale=xs --where scale=m  # one Holm family
+    python scripts/summarize.py logs/multirun/<sweep> --baseline act=gelu --where scale=xs --where scale=m  # one family
     python scripts/summarize.py logs/multirun/<sweep> --interaction norm=post,pre --interaction warmup_steps=0,30 \
         --metric test/bleu --out <dir>   # the 2x2 norm x warmup interaction at each other axis value (each lr)
 
@@ -35,7 +35,7 @@ from ablate.analysis.markdown import markdown_table, write_summary
 from ablate.analysis.paper import load_paper
 from ablate.analysis.plan import PlanError, read_plan
 from ablate.analysis.protocol import apply_sequential, label_plan, sequential_rule
-from ablate.analysis.runs import at_tuned_rates, load_sweep
+from ablate.analysis.runs import at_tuned_rates, load_sweep, tuned_choices
 from ablate.analysis.specs import where
 from ablate.analysis.tables import summarize
 from ablate.config.locations import folder_problem
@@ -44,7 +44,11 @@ from ablate.writes import LinkOutsideError, disk_full_message, inside, is_disk_f
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="summarize.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep_dir", nargs="?", help="a multirun directory (logs/multirun/<timestamp>)")
+    parser.add_argument(
+        "sweep_dir",
+        nargs="?",
+        help="a sweep's directory (logs/multirun/<sweep>: its sweep_name, or what the sweep's table printed)",
+    )
     parser.add_argument(
         "--wandb", metavar="ENTITY/PROJECT", help="read the runs of a W&B group instead (needs network)"
     )
@@ -54,7 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="append",
         help="the metric to compare, any logged val/* or test/* (the test metrics are logged once, at the end "
         "of training: e.g. test/bleu, test/loss; default: val/ppl for LM, val/bleu for translation); repeat it "
-        "for several metrics: with --baseline or --interaction their tests form one Holm family",
+        "for several metrics: with --baseline or --interaction their tests form one family",
     )
     parser.add_argument("--paper", metavar="FILE", help="paper.yaml/.csv with the paper's numbers to show beside ours")
     parser.add_argument(
@@ -83,6 +87,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "units (e.g. 0.02 nats of val/loss): adds the equivalence test (TOST), so that a result can be "
         "'equivalent (±DELTA)' ('no interaction within ±DELTA'); default: analysis.margin from the "
         "jobs' config, else none",
+    )
+    parser.add_argument(
+        "--equivalence",
+        metavar="AXIS=VALUE,...",
+        action="append",
+        help="with --margin: ask the equivalence question of this row only (repeat for several; default: every "
+        "row). A row asked only whether it differs leaves the family once that is answered, so a row where "
+        "equivalence is hopeless does not dilute the others; declare it in the plan (declare.py --equivalence)",
     )
     parser.add_argument(
         "--family",
@@ -145,6 +157,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     if args.interaction and (args.baseline or args.paper):
         parser.error("--interaction writes its own table (interaction.md): run --baseline / --paper in another call")
+    if args.equivalence and args.margin is None and not args.plan:
+        parser.error("--equivalence names the rows asked the equivalence question of --margin: give --margin too")
     if args.margin is not None and not args.margin > 0:
         parser.error(f"--margin {args.margin}: the smallest difference of interest must be > 0")
     if bool(args.sweep_dir) == bool(args.wandb):
@@ -169,12 +183,19 @@ def from_plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     margins = {plan.margin_for(m) for m in plan.metrics}
     if len(margins) > 1:
         parser.error("--plan: the plan declares a margin per metric; run one --metric and --margin per call")
-    given = {"--metric": args.metric, "--baseline": args.baseline, "--where": args.where, "--margin": args.margin}
+    given = {
+        "--metric": args.metric,
+        "--baseline": args.baseline,
+        "--where": args.where,
+        "--margin": args.margin,
+        "--equivalence": args.equivalence,
+    }
     clash = [name for name, value in given.items() if value]
     if clash:
         parser.error(f"--plan sets {', '.join(clash)} itself: leave them out (or analyse without --plan: exploratory)")
     args.metric, args.baseline, args.where = list(plan.metrics), plan.baseline, list(plan.where) or None
     args.margin, args.basis, args.family = margins.pop(), plan.basis, "call"
+    args.equivalence = list(plan.equivalence) or None
 
 
 def load_wandb_sweep(project_path: str, group: str):
@@ -266,7 +287,7 @@ def interaction_standing(args: argparse.Namespace) -> str:
         return "No analysis plan is declared for this sweep (scripts/declare.py): every verdict here is exploratory."
     plan, metrics = declaration.plan, args.metric or []
     checks = [
-        (declaration.intact, "the plan file was edited after it was declared"),
+        (declaration.intact, str(declaration.problem)),
         (plan.extra.get("interaction") == list(args.interaction), "the plan declares another (or no) interaction"),
         (set(metrics) == set(plan.metrics), "the metrics are not the plan's"),
         (all(args.margin == plan.margin_for(m) for m in metrics), "the margin is not the plan's"),
@@ -304,7 +325,16 @@ def verdict_notes(args: argparse.Namespace, tables: list) -> list[str]:
     rule = sequential_rule(args.sweep_dir) if args.sweep_dir else None
     if rule is not None:
         notes += list(dict.fromkeys(apply_sequential(frame, sweep, rule) for _, _, frame, sweep in tables))
-    return notes + label_plan(args.sweep_dir, tables, args.baseline, args.basis, args.family == "call")
+        # the rows the rule judged leave the family; the others are adjusted among themselves
+        frames = (
+            adjust_family([frame for _, _, frame, _ in tables])
+            if args.family == "call"
+            else [adjust_family([frame])[0] for _, _, frame, _ in tables]
+        )
+        tables[:] = [(s, m, frame, sweep) for (s, m, _, sweep), frame in zip(tables, frames, strict=True)]
+    return notes + label_plan(
+        args.sweep_dir, tables, args.baseline, args.basis, args.family == "call", tuple(args.equivalence or ())
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -320,7 +350,11 @@ def main(argv: list[str] | None = None) -> None:
         for spec in slices:
             sweep = where(full, spec) if spec else full
             for metric in metrics:
-                frame = summarize(sweep, metric, paper, args.baseline, args.basis, args.margin)
+                frame = summarize(
+                    sweep, metric, paper, args.baseline, args.basis, args.margin, tuple(args.equivalence or ())
+                )
+                if args.sweep_dir and not args.all_lrs:
+                    frame.attrs["lr_choice"] = tuned_choices(sweep, args.sweep_dir)
                 tables.append((spec, metric, frame, sweep))
         if args.baseline and args.family == "call" and len(tables) > 1:
             frames = adjust_family([frame for _, _, frame, _ in tables])
