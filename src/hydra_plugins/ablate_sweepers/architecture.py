@@ -1,15 +1,20 @@
 """``ablate://``: the architecture groups (``pos``, ``norm``, ...) as a config source of their own.
 
 Each option of a group is a structured config made from its class (:func:`ablate.nn.axes.group_node`;
-no YAML), and the config ``architecture`` lists every group's default. ``conf/train.yaml`` puts
-the source on its search path (``hydra.searchpath``), so only ablate's configs see the groups: a
-Hydra application of its own with a key ``norm`` is not told that it has a config group ``norm``.
+no YAML), and the config ``architecture`` lists every group's default. :class:`ArchitectureSearchPath`
+puts the source on the search path of ablate's own configs only (a checkout's ``conf/``, whichever
+of its files is the primary one: ``train.yaml``, ``benchmark.yaml``), so a Hydra application of its
+own with a key ``norm`` is not told that it has a config group ``norm``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from hydra.core.config_search_path import ConfigSearchPath
 from hydra.core.object_type import ObjectType
 from hydra.plugins.config_source import ConfigResult, ConfigSource
+from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import OmegaConf
 
 from ablate.nn.axes import ARCHITECTURE_GROUPS, group_axes, group_node
@@ -49,3 +54,12 @@ class ArchitectureGroups(ConfigSource):
         for name in names:
             self._list_add_result(found, f"{path}/{name}".strip("/"), name, results_filter)
         return sorted(set(found))
+
+
+class ArchitectureSearchPath(SearchPathPlugin):
+    """``ablate://`` after the primary config folder, when that folder is the ``conf/`` of an ablate checkout."""
+
+    def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+        folders = [Path(e.path.removeprefix("file://")) for e in search_path.get_path() if e.provider == "main"]
+        if any((f / "train.yaml").is_file() and (f.parent / "src" / "ablate").is_dir() for f in folders):
+            search_path.append("ablate", "ablate://axes")
