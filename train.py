@@ -4,9 +4,9 @@ python train.py                                   # the default experiment
 python train.py -m norm=pre,post pos=sinusoidal,learned
 python train.py experiment=nanogpt_shakespeare_char
 
-The command line is composed and checked (every key known, every value of its type) before Hydra
-runs and before torch or Lightning is imported (:func:`ablate.cli.entry_point`): a refusal is
-immediate and leaves no run folder.
+The command line is composed and typed (:meth:`ablate.run.config.RunConfig.from_hydra`: every key
+known, every value of its type and range) before Hydra runs (:func:`ablate.cli.entry_point`): a
+refusal is immediate and leaves no run folder; a misspelt key costs the composition only (no torch).
 """
 
 import sys
@@ -25,12 +25,10 @@ def check(cfg: DictConfig, overrides: list[str]) -> None:
     refuse_missing_gpu(cfg.trainer, running_hydra())  # first: before the checks below import torch
 
     from ablate.config.locations import check_writable_folders
-    from ablate.config.schema import check_command_line_config
+    from ablate.run.config import RunConfig
     from ablate.run.environment import check_accelerator
-    from ablate.tasks import config_keys
-    from ablate.tracking.options import logger_keys
 
-    check_command_line_config(cfg, {**config_keys(cfg), **logger_keys()})  # keys, types, data choices
+    RunConfig.from_hydra(cfg, overrides)  # keys, types, ranges, combinations
     check_accelerator(cfg.trainer, running_hydra())  # a GPU or several processes this machine does not have
     check_writable_folders(cfg.paths, cli.run_dir())  # the log, cache and run folders: before Hydra writes
 
@@ -38,9 +36,9 @@ def check(cfg: DictConfig, overrides: list[str]) -> None:
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 @cli.task
 def main(cfg: DictConfig) -> float:
-    from ablate.run.train import run  # the training stack (torch, Lightning): only once the command is checked
+    from ablate.run.train import main  # the training stack (torch, Lightning): only once the command is checked
 
-    return run(cfg)
+    return main(cfg)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ablate.config.model import ModelSpec, validate
+from ablate.nn.spec import ModelSpec
 from ablate.nn.transformer import TransformerLM
 from ablate.optim import build_optimizer, build_schedule, param_groups
 
@@ -54,7 +54,7 @@ def test_unknown_schedule_lists_options():
 
 
 def test_weight_decay_on_matrices_only():
-    model = TransformerLM(validate(ModelSpec(vocab_size=30, n_layers=1, d_model=16, n_heads=2, d_ff=32, max_len=8)))
+    model = TransformerLM(ModelSpec(vocab_size=30, n_layers=1, d_model=16, n_heads=2, d_ff=32, max_len=8).validate())
     decay, no_decay = param_groups(model, 0.1)
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])

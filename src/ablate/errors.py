@@ -7,3 +7,7 @@ from __future__ import annotations
 
 class UserError(Exception):
     """An error whose message tells the user what to change; never a bug of ours."""
+
+
+class ConfigError(UserError, ValueError):
+    """An invalid configuration; the message says what to change."""

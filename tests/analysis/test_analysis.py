@@ -44,8 +44,8 @@ from ablate.analysis.series import (
 )
 from ablate.analysis.tables import summarize
 from ablate.analysis.wandb_group import WandbUnavailable, overrides_from_name, require_online
-from ablate.config.model import ModelSpec, validate
 from ablate.nn.seq2seq import EncoderDecoder
+from ablate.nn.spec import ModelSpec
 from ablate.nn.transformer import TransformerLM
 from helpers import forked_python
 from helpers.runs import HANG_TIMEOUT, REPO, TINY
@@ -528,8 +528,8 @@ def _assert_distributions(weights: torch.Tensor) -> None:
 @pytest.mark.parametrize("pos", ["rope", "alibi", "learned"])
 def test_lm_attention_is_causal_normalised_and_leaves_the_model_alone(pos: str):
     torch.manual_seed(0)
-    spec = validate(
-        ModelSpec(
+    spec = ModelSpec.from_flat(
+        dict(
             vocab_size=30,
             n_layers=2,
             d_model=32,
@@ -541,7 +541,7 @@ def test_lm_attention_is_causal_normalised_and_leaves_the_model_alone(pos: str):
             attn="sdpa",
             dropout=0.1,
         )
-    )
+    ).validate()
     model = TransformerLM(spec).eval()
     ids = torch.randint(0, 30, (12,))
     before = model(ids[None])
@@ -557,8 +557,8 @@ def test_lm_attention_is_causal_normalised_and_leaves_the_model_alone(pos: str):
 
 def test_translation_attention_kinds():
     torch.manual_seed(0)
-    spec = validate(
-        ModelSpec(
+    spec = ModelSpec.from_flat(
+        dict(
             vocab_size=30,
             n_layers=2,
             encoder_layers=1,
@@ -570,7 +570,7 @@ def test_translation_attention_kinds():
             norm="post",
             attn="sdpa",
         )
-    )
+    ).validate()
     model = EncoderDecoder(spec)
     maps = translation_attention(model, torch.tensor([5, 6, 7, 8, 2]), torch.tensor([1, 9, 10]))
     assert maps["encoder self-attention"].shape == (1, 4, 5, 5)

@@ -31,8 +31,9 @@ from ablate.analysis.job import Job
 from ablate.analysis.markdown import markdown_table
 from ablate.analysis.runs import load_sweep
 from ablate.analysis.tables import summarize
-from ablate.config.model import model_spec
+from ablate.nn.axes import ACT
 from ablate.nn.transformer import TransformerLM
+from ablate.run.config import RunConfig
 from ablate.run.preflight import check_config
 from helpers import forked_python
 from helpers.runs import HANG_TIMEOUT, REPO
@@ -307,7 +308,7 @@ def hydra_init():
         yield
 
 
-@pytest.mark.parametrize("act", sorted(p.stem for p in (CONF / "act").glob("*.yaml")))
+@pytest.mark.parametrize("act", sorted(ACT.options()))
 def test_scale_ladder_composes_with_a_fixed_tokens_per_parameter(hydra_init, act: str):
     sizes = []
     for scale in SCALES:
@@ -316,7 +317,7 @@ def test_scale_ladder_composes_with_a_fixed_tokens_per_parameter(hydra_init, act
         trainer = cfg.trainer
         assert trainer.max_steps % trainer.val_check_interval == 0  # the last validation is the end of training
         assert 0 < cfg.optim.warmup_steps < trainer.max_steps / 10
-        model = TransformerLM(model_spec(cfg, vocab_size=65, max_len=cfg.data.seq_len))
+        model = TransformerLM(RunConfig.from_hydra(cfg).model_spec(vocab_size=65, max_len=cfg.data.seq_len))
         params = non_embedding_params(model)
         tokens = trainer.max_steps * cfg.data.batch_size * cfg.data.seq_len
         assert tokens / params == pytest.approx(TOKENS_PER_PARAM, rel=TOLERANCE), (scale, act, params, tokens)

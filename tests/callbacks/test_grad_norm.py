@@ -13,15 +13,15 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 from ablate.callbacks.grad_norm import GradNormMonitor, group_name
-from ablate.config.model import ModelSpec, validate
+from ablate.nn.spec import ModelSpec
 from ablate.tasks.lm import LanguageModelTask
 
 OPTIM = {"lr": 1e-3, "betas": [0.9, 0.99], "weight_decay": 0.1, "schedule": "constant", "warmup_steps": 0}
 
 
 def make_task(norm: str = "sandwich", tie: bool = False) -> LanguageModelTask:
-    spec = validate(
-        ModelSpec(
+    spec = ModelSpec.from_flat(
+        dict(
             vocab_size=40,
             n_layers=2,
             d_model=32,
@@ -32,7 +32,7 @@ def make_task(norm: str = "sandwich", tie: bool = False) -> LanguageModelTask:
             tie_embeddings=tie,
             pos="learned",
         )
-    )
+    ).validate()
     return LanguageModelTask(spec.as_dict(), OPTIM)
 
 

@@ -12,8 +12,8 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 from ablate.callbacks.residual_rms import ResidualRMSMonitor, block_name
-from ablate.config.model import ModelSpec, validate
 from ablate.nn.seq2seq import EncoderDecoder
+from ablate.nn.spec import ModelSpec
 from ablate.nn.transformer import TransformerLM
 from ablate.tasks.lm import LanguageModelTask
 
@@ -22,7 +22,7 @@ OPTIM = {"lr": 1e-3, "betas": [0.9, 0.99], "weight_decay": 0.1, "schedule": "con
 
 def spec(**kw) -> ModelSpec:
     base = dict(vocab_size=50, n_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=16, pos="learned")
-    return validate(ModelSpec(**{**base, **kw}))
+    return ModelSpec.from_flat({**base, **kw}).validate()
 
 
 def rms(x: torch.Tensor, mask: torch.Tensor | None = None) -> float:

@@ -1,81 +1,78 @@
 """Every key of an architecture group applies to the chosen option, or the config is refused
-(issue 11): swept over every option of every group, with the keys of every other option.
-The valid keys come from the registries, so a new option is covered with no edit here."""
+(issue 11): swept over every option of every group, with the keys of every other option. The valid
+keys come from the options' own signatures (ablate.nn.axes.AXES), so a new option is covered with
+no edit here. Hydra refuses a key the option's node does not have (ablate.cli.unknown_key words
+it); one appended with '+', or a second axis' key the chosen option does not take, is refused by
+ablate.nn.axes.typed_options."""
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import pytest
-import yaml
 from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 
-from ablate.config.model import model_spec
-from ablate.config.options import ConfigError, valid_keys
-from ablate.nn.positional import POSITIONAL, PositionalConfig
+from ablate.cli.unknown_key import composition_error_message
+from ablate.errors import ConfigError
+from ablate.nn.axes import ARCHITECTURE_GROUPS, group_axes, group_node
+from ablate.run.config import RunConfig
 from helpers.runs import REPO
 
 CONF = REPO / "conf"
-GROUPS = ("pos", "norm", "act", "init", "attn")
-
-
-def options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
 def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides))
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            return compose(config_name="train", overrides=list(overrides))
+    except HydraException as err:  # what ablate.cli prints for it
+        raise ConfigError(composition_error_message(err, CONF)) from None
 
 
-def check(*overrides: str) -> None:
-    model_spec(composed(*overrides), vocab_size=65, max_len=128)
+def check(*overrides: str):
+    return RunConfig.from_hydra(composed(*overrides)).model_spec(vocab_size=65, max_len=128)
 
 
 def every_key(group: str) -> dict[str, object]:
-    """Every key some option of ``group`` takes, with a value of the right type."""
+    """Every key some option of ``group`` takes, with a value of its type."""
     keys: dict[str, object] = {}
-    for option in options(group):
-        node = yaml.safe_load((CONF / group / f"{option}.yaml").read_text())
-        for key, default in valid_keys(group, node).items():
-            value = default if default not in (None, inspect.Parameter.empty) else 1
-            keys.setdefault(key, value)
-    keys.update({"alpha_init": 0.5, "std": 0.02, "match_params": False})
-    return keys
+    for axis in group_axes(group):
+        for name in axis.options():
+            keys.update({k: 1 if v is None else v for k, v in axis.config_class(name).defaults().items()})
+    return keys | {"alpha_init": 0.5, "std": 0.03, "match_params": False}
 
 
-SELECTORS = ("name", "impl", "placement", "layer")  # keys that choose the option itself
 CASES = [
     (group, option, key, value)
-    for group in GROUPS
-    for option in options(group)
+    for group in ARCHITECTURE_GROUPS
+    for option in group_axes(group)[0].options()
     for key, value in every_key(group).items()
-    if key not in SELECTORS
 ]
 
 
 @pytest.mark.parametrize(("group", "option", "key", "value"), CASES, ids=[f"{g}={o}+{k}" for g, o, k, _ in CASES])
 def test_a_key_applies_to_the_option_or_is_refused_by_name(group: str, option: str, key: str, value: object) -> None:
-    node = yaml.safe_load((CONF / group / f"{option}.yaml").read_text())
-    valid = valid_keys(group, node)
-    prefix = "" if key in node else "+"
+    first, *others = group_axes(group)
+    taken = {*first.config_class(option).defaults(), *(k for a in others for k in a.config_class(a.default).defaults())}
+    in_node = key in {f for f in group_node(group, option).__dataclass_fields__}
     value_text = str(value).lower() if isinstance(value, bool) else str(value)
-    override = f"{prefix}{group}.{key}={value_text}"
+    override = f"{'' if in_node else '+'}{group}.{key}={value_text}"
     extra = ["init=deepnet"] if (group, option) == ("norm", "deepnorm") else []
     extra += ["norm=deepnorm"] if (group, option) == ("init", "deepnet") else []
-    if key in valid:
-        check(f"{group}={option}", *extra, override)
+    if key in taken:
+        assert check(f"{group}={option}", *extra, override)
     else:
         with pytest.raises(ConfigError) as err:
             check(f"{group}={option}", *extra, override)
-        assert f"{group}.{key} does not apply to" in str(err.value)
-        assert f"its keys are {', '.join(valid)}" in str(err.value)
+        assert f"{group}.{key}" in str(err.value) and "does not apply to" in str(err.value)
 
 
 def test_the_issue_example_is_refused() -> None:
     with pytest.raises(ConfigError, match="pos.fraction does not apply to pos=sinusoidal: its keys are name, base"):
         check("pos=sinusoidal", "+pos.fraction=0.5")
+    with pytest.raises(ConfigError, match="pos.fraction is not a key of pos; valid keys: base, name"):
+        check("pos=sinusoidal", "pos.fraction=0.5")
 
 
 @pytest.mark.parametrize(
@@ -83,11 +80,18 @@ def test_the_issue_example_is_refused() -> None:
     [
         (("norm.layer=rmsnorm", "norm.bias=true"), "norm.bias=True does not apply to norm.layer=rmsnorm"),
         (("norm.layer=dyt", "norm.eps=1e-6"), "norm.eps=1e-06 does not apply to norm.layer=dyt"),
-        (("+norm.alpha_init=0.5",), "norm.alpha_init does not apply to norm.layer=layernorm"),
-        (("act=relu", "+act.match_params=false"), "act.match_params does not apply to act=relu"),
+        (("norm.alpha_init=0.5",), "norm.alpha_init=0.5 does not apply to norm.layer=layernorm"),
+        (("act=relu", "act.match_params=false"), "'act.match_params' is a key of act=bilinear, act=geglu"),
         (("init=xavier", "+init.std=0.01"), "init.std does not apply to init=xavier"),
-        (("pos=rope", "pos.fraction=half"), "pos.fraction='half' has the wrong type: expected float"),
-        (("act=swiglu", "act.match_params=3"), "act.match_params=3 has the wrong type: expected bool"),
+        (("pos=rope", "pos.fraction=half"), "pos.fraction='half' has the wrong type: expected null or a number"),
+        (
+            ("act=swiglu", "act.match_params=maybe"),
+            "act.match_params='maybe' has the wrong type: expected null or true",
+        ),
+        (
+            ("norm.layer=batchnorm",),
+            "unknown norm.layer='batchnorm'; valid options: layernorm, rmsnorm, scalenorm, dyt",
+        ),
     ],
 )
 def test_inapplicable_or_mistyped_values_are_refused(overrides: tuple[str, ...], message: str) -> None:
@@ -96,28 +100,17 @@ def test_inapplicable_or_mistyped_values_are_refused(overrides: tuple[str, ...],
     assert message in str(err.value)
 
 
-def test_layer_options_reach_the_layer() -> None:
+def test_an_options_keys_need_no_plus_and_reach_the_layer() -> None:
     from ablate.nn.transformer import TransformerLM
 
-    spec = model_spec(composed("norm.layer=dyt", "+norm.alpha_init=0.8", "model=tiny"), vocab_size=65, max_len=32)
-    alphas = [m.alpha.item() for m in TransformerLM(spec).modules() if hasattr(m, "alpha")]
-    assert alphas and all(a == pytest.approx(0.8) for a in alphas)
-
-
-@pytest.mark.parametrize("option", options("pos"))
-def test_pos_yaml_declares_exactly_the_class_options(option: str) -> None:
-    """The YAML lists the encoding's options with the class's own defaults (one source of truth:
-    the class signature; the YAML repeats it so `pos.base=...` works without a '+')."""
-    node = yaml.safe_load((CONF / "pos" / f"{option}.yaml").read_text())
-    params = inspect.signature(POSITIONAL[node["name"]]).parameters.values()
-    declared = {
-        p.name: p.default
-        for p in params
-        if p.kind is not p.VAR_KEYWORD
-        and p.name not in PositionalConfig.DIMENSIONS
-        and p.default is not inspect.Parameter.empty
-    }
-    assert {k: v for k, v in node.items() if k != "name"} == declared
+    for plus in ("", "+"):  # '+' on a key the node has (null) still works
+        cfg = RunConfig.from_hydra(composed("norm.layer=dyt", f"{plus}norm.alpha_init=0.8", "model=tiny"))
+        alphas = [
+            m.alpha.item()
+            for m in TransformerLM(cfg.model_spec(vocab_size=65, max_len=32)).modules()
+            if hasattr(m, "alpha")
+        ]
+        assert alphas and all(a == pytest.approx(0.8) for a in alphas)
 
 
 @pytest.mark.integration

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from ablate.config.checks import check_run_numbers, clip_validation_interval
-from ablate.config.options import ConfigError
+from ablate.config.checks import clip_validation_interval
 from ablate.data.cache import CacheCorruptError, read_meta
 from ablate.data.lm_data import TinyShakespeare
 from ablate.data.sources import DataFormatError
+from ablate.errors import ConfigError
 from ablate.optim import build_optimizer, used_optim_config
 from ablate.run.preflight import check_config
 from helpers.runs import TINY, composed
@@ -53,9 +53,9 @@ def test_good_config_passes_and_validation_can_be_switched_off() -> None:
     check_config(composed("trainer.max_steps=200", "trainer.val_check_interval=200"))
     # an interval longer than the run is fine when validation is off on purpose
     check_config(composed("trainer.max_steps=200", "trainer.limit_val_batches=0"))
-    check_run_numbers({"trainer": {"max_steps": -1, "max_epochs": 3}})
+    check_config(composed("trainer.max_steps=-1", "trainer.max_epochs=3"))
     with pytest.raises(ConfigError, match="never end"):
-        check_run_numbers({"trainer": {"max_steps": -1, "max_epochs": None}})
+        check_config(composed("trainer.max_steps=-1", "trainer.max_epochs=null"))
 
 
 def test_an_interval_longer_than_the_run_validates_at_its_end() -> None:

@@ -14,10 +14,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
 from ablate.config.identity import run_identity
-from ablate.config.options import ConfigError
 from ablate.data.cache import read_meta
 from ablate.data.lm_data import TinyShakespeare
 from ablate.data.text_stream import SplitText
+from ablate.errors import ConfigError
 from ablate.run.preflight import check_config
 from ablate.sweepers.lr_selection import validation_as_test_warning
 from helpers.runs import REPO, SHARED_DATA

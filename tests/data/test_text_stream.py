@@ -12,14 +12,13 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from ablate.config.options import ConfigError
 from ablate.data import cache, lm_data, progress
 from ablate.data.cache import CacheSpaceError, ensure_cache, write_meta
 from ablate.data.lm_data import TextFiles, WikiText2
 from ablate.data.sources import DataFormatError
 from ablate.data.text_stream import SplitText, join_rows, read_file_chunks
 from ablate.data.tokenizers import BPETokenizer, CharTokenizer
-from ablate.errors import UserError
+from ablate.errors import ConfigError, UserError
 from ablate.tasks.lm import LanguageModelTask
 
 TEXT = "".join(f"line {i}: the quick brown fox, naïve café {i * 7919 % 1000}\n" for i in range(3000))

@@ -14,14 +14,13 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_dir
 
-from ablate.config.options import ConfigError
 from ablate.data import cache, translation_cache, translation_text
 from ablate.data.cache import CacheSpaceError
 from ablate.data.sources import DataFormatError
 from ablate.data.tokenizers import BPETokenizer
 from ablate.data.translation_data import ParallelFiles
 from ablate.data.translation_text import MisalignedFilesError, count_lines, read_lines
-from ablate.errors import UserError
+from ablate.errors import ConfigError, UserError
 from ablate.run.preflight import check_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ablate.config.model import ModelSpec
 from ablate.data.tokenizers import CharTokenizer
 from ablate.export.hf import ExportError, export_checkpoint, hf_architecture
+from ablate.nn.spec import ModelSpec
 from ablate.tasks.lm import LanguageModelTask
 from helpers import forked_python
 from helpers.checkpoints import save_task
@@ -132,10 +132,10 @@ REFUSED = {
     "sandwich": (dict(**ROPE, norm="sandwich"), "norm=sandwich"),
     "deepnorm": (dict(norm="deepnorm"), "norm=deepnorm"),
     "scalenorm": (dict(norm_layer="scalenorm"), "norm.layer=scalenorm"),
-    "gpt2_rmsnorm": (dict(norm_layer="rmsnorm"), "norm.layer=rmsnorm: GPT-2 uses norm.layer=layernorm"),
-    "llama_layernorm": (dict(pos="rope", act="swiglu"), "norm.layer=layernorm: Llama uses norm.layer=rmsnorm"),
-    "gpt2_gated": (dict(act="swiglu"), "act=swiglu: GPT-2's MLP has no gate"),
-    "llama_plain": (dict(pos="rope", norm_layer="rmsnorm", act="gelu"), "act=gelu: Llama's MLP is gated"),
+    "gpt2_rmsnorm": (dict(norm_layer="rmsnorm"), "norm.layer=rmsnorm: GPT-2 takes norm.layer=layernorm"),
+    "llama_layernorm": (dict(pos="rope", act="swiglu"), "norm.layer=layernorm: Llama takes norm.layer=rmsnorm"),
+    "gpt2_gated": (dict(act="swiglu"), "act=swiglu: GPT-2 takes act=gelu, gelu_tanh, relu, silu, relu2"),
+    "llama_plain": (dict(pos="rope", norm_layer="rmsnorm", act="gelu"), "act=gelu: Llama takes act=swiglu, geglu"),
     "partial_rotary": (dict(**ROPE, pos_options={"fraction": 0.5}), "pos.fraction=0.5"),
     "scaled_embeddings": (dict(scale_embeddings=True), "model.scale_embeddings=true"),
 }
@@ -156,6 +156,20 @@ def test_every_option_that_prevents_it_is_named():
     assert all(s in str(err.value) for s in ("norm=post", "norm.layer=rmsnorm", "act=geglu"))
     for init in ("pytorch", "xavier", "small"):  # init and attn do not matter
         assert hf_architecture(tiny_spec(init=init, attn="math", **ROPE)) == "llama"
+
+
+def test_an_axis_without_an_export_entry_is_refused_never_dropped(monkeypatch):
+    """A new axis the export does not know (no export entry in its row of AXES) is refused by name,
+    whatever its option: the exported model would not be the one trained."""
+    import dataclasses
+
+    from ablate.export import hf as hf_export
+    from ablate.nn.axes import ATTN, AXES
+
+    assert hf_architecture(tiny_spec(**ROPE)) == "llama"
+    monkeypatch.setattr(hf_export, "AXES", [dataclasses.replace(a, export=None) if a == ATTN else a for a in AXES])
+    with pytest.raises(ExportError, match="attn=sdpa: the export does not know the axis attn"):
+        hf_architecture(tiny_spec(**ROPE))
 
 
 def test_a_wrong_mapping_is_caught_before_anything_is_written(tmp_path, monkeypatch):

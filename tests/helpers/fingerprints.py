@@ -146,17 +146,17 @@ def seq2seq_step(vocab: int) -> Callable[[torch.nn.Module], torch.Tensor]:
 def composed_spec(overrides: list[str], vocab_size: int, max_len: int) -> Any:
     from hydra import compose, initialize_config_dir
 
-    from ablate.config.model import model_spec
+    from ablate.run.config import RunConfig
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
-    return model_spec(cfg, vocab_size=vocab_size, max_len=max_len)
+    return RunConfig.from_hydra(cfg).model_spec(vocab_size=vocab_size, max_len=max_len)
 
 
 def cases(include_large: bool = True) -> dict[str, tuple[Callable[[], torch.nn.Module], Callable]]:
     """name -> (build, step): every fingerprinted model."""
-    from ablate.config.model import ModelSpec, validate
     from ablate.nn.seq2seq import EncoderDecoder
+    from ablate.nn.spec import ModelSpec
     from ablate.nn.transformer import TransformerLM
 
     def lm(spec: ModelSpec) -> Callable[[], torch.nn.Module]:
@@ -167,11 +167,14 @@ def cases(include_large: bool = True) -> dict[str, tuple[Callable[[], torch.nn.M
 
     out: dict[str, tuple[Callable[[], torch.nn.Module], Callable]] = {}
     for name, over in _variants():
-        spec = validate(ModelSpec(**{**TINY, **over}))
+        spec = ModelSpec.from_flat({**TINY, **over}).validate()
         out[f"lm/{name}"] = (lm(spec), lm_step(TINY["vocab_size"]))
-        out[f"seq2seq/{name}"] = (s2s(validate(ModelSpec(**{**TINY, "encoder_layers": 2, **over}))), seq2seq_step(50))
+        out[f"seq2seq/{name}"] = (
+            s2s(ModelSpec.from_flat({**TINY, "encoder_layers": 2, **over}).validate()),
+            seq2seq_step(50),
+        )
     for tie in ("decoder", "none"):
-        spec = validate(ModelSpec(**{**TINY, "encoder_layers": 3, "n_layers": 2, "tie_embeddings": tie}))
+        spec = ModelSpec(**{**TINY, "encoder_layers": 3, "n_layers": 2, "tie_embeddings": tie}).validate()
         out[f"seq2seq/tie={tie}"] = (s2s(spec), seq2seq_step(50))
     # the default experiment (Tiny Shakespeare characters: 65 of them, windows of 128)
     default = composed_spec([], vocab_size=65, max_len=128)

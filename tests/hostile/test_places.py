@@ -23,12 +23,11 @@ from ablate.analysis.commands import summarize as summarize_command
 from ablate.analysis.job import load_job
 from ablate.callbacks.checkpointing import AtomicCheckpointIO
 from ablate.config.locations import check_writable_folders, folder_problem
-from ablate.config.options import ConfigError
 from ablate.data import cache
 from ablate.data.lm_data import TextFiles
 from ablate.data.sources import DataFormatError
 from ablate.data.translation_data import ParallelFiles
-from ablate.errors import UserError
+from ablate.errors import ConfigError, UserError
 from ablate.run.status import RunStatus, read_status, record_status, write_status
 from ablate.sweepers.job_dirs import SweepCommand, check_compatible, record_command
 from ablate.tasks.lm_eval import units_path

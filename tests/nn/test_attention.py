@@ -8,15 +8,17 @@ import math
 import pytest
 import torch
 
+from ablate.nn import axes
 from ablate.nn.attention import CrossAttention, KVCache, SelfAttention, build_attention_kernel
-from ablate.nn.positional import build_positional
 from helpers.tiny_models import ATTN, POS, tiny_lm
 
 D, H, T = 32, 4, 12
 
 
 def _pos(name: str, n_heads: int = H, d_model: int = D, max_len: int = 32):
-    return build_positional(name, d_model=d_model, n_heads=n_heads, max_len=max_len)
+    return axes.POS.config_class(name)().build(
+        d_model=d_model, n_heads=n_heads, head_dim=d_model // n_heads, max_len=max_len
+    )
 
 
 # ----------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from ablate.nn.ffn import ACTIVATIONS, GATES, FeedForward, GatedFeedForward, build_ffn, hidden_width
+from ablate.nn.axes import ACT
+from ablate.nn.ffn import ACTIVATIONS, GATES, FeedForward, GatedFeedForward, hidden_width
 from helpers.tiny_models import tiny_lm
 
 
@@ -38,6 +39,11 @@ GATED = {  # gate nonlinearity applied to x W; multiplied by x V (Shazeer 2020, 
     "swiglu": lambda a: a / (1 + torch.exp(-a)),
     "bilinear": lambda a: a,
 }
+
+
+def build_ffn(act: str, d_model: int, d_ff: int, *, bias: bool = True, **options):
+    """The FFN of ``act``, as a model builds it (its typed config)."""
+    return ACT.config_class(act)(**options).build(d_model, d_ff, act, bias=bias, dropout=0.0)
 
 
 def test_every_registered_activation_is_covered():

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ablate.config.model import ModelSpec, validate
 from ablate.export.hf import load_gpt2_weights
+from ablate.nn.spec import ModelSpec
 from ablate.nn.transformer import TransformerLM
 
 transformers = pytest.importorskip("transformers")
@@ -45,8 +45,8 @@ def tiny_hf_gpt2():
 @pytest.mark.parametrize("attn", ["math", "sdpa"])
 def test_logits_match_hf_gpt2(attn):
     hf = tiny_hf_gpt2()
-    spec = validate(
-        ModelSpec(
+    spec = ModelSpec.from_flat(
+        dict(
             vocab_size=VOCAB,
             n_layers=N_LAYER,
             d_model=N_EMBD,
@@ -62,7 +62,7 @@ def test_logits_match_hf_gpt2(attn):
             norm_bias=True,
             attn=attn,
         )
-    )
+    ).validate()
     model = TransformerLM(spec).eval()
     load_gpt2_weights(model, hf.state_dict())  # the GPT-2 mapping scripts/export_hf.py uses, reversed
     assert model.head.weight is model.tok_emb.weight

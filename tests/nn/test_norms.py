@@ -8,10 +8,16 @@ import pytest
 import torch
 from torch import nn
 
-from ablate.nn.norms import ScaleNorm, build_norm
+from ablate.nn.axes import NORM_LAYER
+from ablate.nn.norms import ScaleNorm
 from helpers.tiny_models import tiny_lm
 
 D = 16
+
+
+def build_norm(layer: str, d_model: int, **options):
+    """The norm layer ``layer`` with ``options``, as a model builds it (its typed config)."""
+    return NORM_LAYER.config_class(layer)(**options).build(d_model)
 
 
 def test_layernorm_matches_the_formula():

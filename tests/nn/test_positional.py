@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from ablate.nn.positional import ALiBi, Learned, Rotary, Sinusoidal, alibi_slopes, build_positional, sinusoid_table
+from ablate.nn.axes import POS
+from ablate.nn.positional import ALiBi, Learned, Rotary, Sinusoidal, alibi_slopes, sinusoid_table
 from helpers.tiny_models import ATTN, tiny_lm
 
 # ----------------------------------------------------------------------------------------------
@@ -180,6 +181,6 @@ def test_non_learned_schemes_run_past_the_training_length(pos, attn):
     torch.testing.assert_close(long[:, :8], short, atol=1e-5, rtol=1e-5)
 
 
-def test_build_positional_rejects_unknown_names():
+def test_an_unknown_scheme_is_refused_with_the_valid_ones():
     with pytest.raises(ValueError, match="valid options: none, sinusoidal, learned, rope, alibi"):
-        build_positional("xpos", d_model=8, n_heads=2, max_len=4)
+        POS.config_class("xpos")

@@ -1,8 +1,8 @@
 """Generic suites over every registered option of every architecture axis.
 
-The options come from the registries (``tests/helpers/tiny_models.py``), so a new positional encoding,
-norm layer, placement, activation, init or attention implementation is covered the moment it
-is registered: it builds, trains a step with finite gradients everywhere, survives a
+The axes and their options come from the table of axes (``ablate.nn.axes.AXES``), so a new
+axis, positional encoding, norm layer, placement, activation, init or attention implementation is
+covered the moment it is registered: it builds, trains a step with finite gradients everywhere, survives a
 state_dict round trip, and a causal LM built with it does not see the future. Each option is
 varied alone from a default spec (pre-LN, LayerNorm, GELU, GPT-2 init, SDPA, learned positions).
 """
@@ -14,16 +14,9 @@ import io
 import pytest
 import torch
 
-from helpers.tiny_models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, tiny_lm
+from helpers.tiny_models import OPTIONS, tiny_lm
 
-VARIANTS = (
-    [("pos", v) for v in POS]
-    + [("norm", v) for v in PLACEMENTS]
-    + [("norm_layer", v) for v in NORM_LAYERS]
-    + [("act", v) for v in ACTS]
-    + [("init", v) for v in INITS]
-    + [("attn", v) for v in ATTN]
-)
+VARIANTS = [(axis, value) for axis, values in OPTIONS.items() for value in values]
 IDS = [f"{axis}={value}" for axis, value in VARIANTS]
 
 

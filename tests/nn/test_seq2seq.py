@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from ablate.callbacks.grad_norm import group_name
-from ablate.config.model import ModelSpec
 from ablate.nn.block import DeepNormResidual, deepnorm_constants
 from ablate.nn.seq2seq import EncoderDecoder
+from ablate.nn.spec import ModelSpec
 from helpers.tiny_models import ATTN, PLACEMENTS, POS, tiny_spec
 
 V, PAD = 40, 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ablate.config.model import ModelSpec
+from ablate.nn.spec import ModelSpec
 from ablate.tasks.lm import LanguageModelTask
 
 SPEC = ModelSpec(vocab_size=11, n_layers=1, d_model=16, n_heads=2, d_ff=32, max_len=8).as_dict()

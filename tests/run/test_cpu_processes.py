@@ -9,7 +9,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.run import environment
 from helpers.device_rules import HostTensorRefused, HostTensorTracker, _refusing, is_host
 from helpers.runs import REPO

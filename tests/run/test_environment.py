@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.run import environment, gpu_visibility
 from ablate.run.gpu_visibility import no_gpu_for_sure
 from helpers.runs import HANG_TIMEOUT, REPO

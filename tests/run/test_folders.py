@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from ablate.config.locations import check_writable_folders, folder_problem
-from ablate.config.options import ConfigError
 from ablate.data import cache
+from ablate.errors import ConfigError
 from helpers import forked_python
 from helpers.runs import HANG_TIMEOUT, REPO
 

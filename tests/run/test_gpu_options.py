@@ -28,7 +28,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ablate.config.checks import check_precision_and_strategy
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.optim import clip_gradients, unscale_once
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,7 +97,7 @@ def test_fsdp_clips_through_its_root_module() -> None:
     collective ``clip_grad_norm_`` (Lightning's own clipping refuses norm clipping under FSDP)."""
     from lightning.pytorch.strategies import FSDPStrategy
 
-    from ablate.config.model import ModelSpec
+    from ablate.nn.spec import ModelSpec
     from ablate.tasks.lm import LanguageModelTask
 
     calls: list[float] = []
@@ -190,13 +190,16 @@ def on_the_cpu(cfg: DictConfig, tmp_path: Path, data_dir: Path) -> DictConfig:
 
 def fit_here(cfg: DictConfig, tmp_path: Path):
     """``train.py``'s fit of ``cfg`` in this process, as a single run into ``tmp_path / "run"``."""
+    from ablate.run.config import RunConfig
     from ablate.run.control import RunControl
     from ablate.run.job import Job
     from ablate.run.lifecycle import Plan
     from ablate.run.preflight import check_config
     from ablate.run.train import fit
 
-    return fit(cfg, Job(control=RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan())
+    return fit(
+        RunConfig.from_hydra(cfg), Job(control=RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan()
+    )
 
 
 def one_step(cfg: DictConfig, tmp_path: Path):
@@ -248,7 +251,7 @@ def test_fp16_with_a_scaler_and_fused_adamw_logs_unscaled_norms(tmp_path: Path, 
     from torch.utils.data import DataLoader, TensorDataset
 
     from ablate.callbacks.grad_norm import GradNormMonitor
-    from ablate.config.model import ModelSpec
+    from ablate.nn.spec import ModelSpec
     from ablate.tasks.lm import LanguageModelTask
 
     spec = ModelSpec(vocab_size=40, n_layers=1, d_model=32, n_heads=4, d_ff=64, max_len=16).as_dict()

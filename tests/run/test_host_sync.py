@@ -134,6 +134,7 @@ def compose_run(tmp_path: Path, data_dir: Path, *overrides: str):
 def test_steps_that_log_nothing_read_nothing_from_the_device(
     counter: SyncCounter, tmp_path: Path, data_dir: Path, one_thread, progress: str
 ) -> None:
+    from ablate.run.config import RunConfig
     from ablate.run.control import RunControl
     from ablate.run.job import Job
     from ablate.run.lifecycle import Plan
@@ -141,7 +142,9 @@ def test_steps_that_log_nothing_read_nothing_from_the_device(
     from ablate.run.train import fit
 
     cfg = compose_run(tmp_path, data_dir, f"callbacks.progress_bar.mode={progress}")
-    status = fit(cfg, Job(control=RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan())
+    status = fit(
+        RunConfig.from_hydra(cfg), Job(control=RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan()
+    )
     assert status.status == "completed" and status.steps == STEPS
     quiet = [s for s in range(STEPS) if not logging_window(s)]
     assert quiet == [1, 2, 3, 6, 7, 8]

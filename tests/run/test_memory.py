@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.run import memory
 from ablate.run.preflight import check_config
 

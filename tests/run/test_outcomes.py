@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from ablate import cli
-from ablate.config.options import ConfigError
 from ablate.data.sources import DataNotFoundError
+from ablate.errors import ConfigError
 from ablate.run import lifecycle
 from ablate.run.control import RunControl
 from ablate.run.job import Job

@@ -13,7 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from ablate.config.arguments import SCRIPT_ARGUMENTS, check_arguments
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from helpers import forked_python
 from helpers.runs import HANG_TIMEOUT, REPO
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ablate.config.options import ConfigError
 from ablate.config.resolvers import sweep_dirname
+from ablate.errors import ConfigError
 from ablate.sweepers.job_dirs import SweepCommand, full_name, job_directory, record_command, short_name, told_apart
 from helpers.runs import TINY
 

@@ -14,9 +14,9 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-from ablate.config.model import ModelSpec, validate
-from ablate.config.options import ConfigError
 from ablate.data.majority import PAD, MajorityData
+from ablate.errors import ConfigError
+from ablate.nn.spec import ModelSpec
 from ablate.tasks.classify import EncoderClassifier
 from helpers.runs import REPO
 from helpers.tiny_models import ATTN, POS
@@ -27,11 +27,8 @@ V = 9  # 8 symbols and the padding id
 
 def classifier(**overrides) -> EncoderClassifier:
     torch.manual_seed(0)
-    spec = validate(
-        ModelSpec(
-            vocab_size=V, n_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=16, tie_embeddings=False, **overrides
-        )
-    )
+    sizes = dict(vocab_size=V, n_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=16, tie_embeddings=False)
+    spec = ModelSpec.from_flat({**sizes, **overrides}).validate()
     return EncoderClassifier(spec, num_classes=2).eval()
 
 
@@ -99,6 +96,7 @@ def test_majority_rows_and_labels() -> None:
 @pytest.mark.integration
 def test_classify_trains_through_train_py(tmp_path: Path) -> None:
     """The in-process equivalent of ``python train.py task=classify``: ablate.run.train.fit."""
+    from ablate.run.config import RunConfig
     from ablate.run.control import RunControl
     from ablate.run.job import Job
     from ablate.run.lifecycle import Plan
@@ -116,6 +114,8 @@ def test_classify_trains_through_train_py(tmp_path: Path) -> None:
         "callbacks.progress_bar=null",
         "callbacks.throughput.peak_flops=1e12",
     )
-    status = fit(cfg, Job(control=RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan())
+    status = fit(
+        RunConfig.from_hydra(cfg), Job(control=RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan()
+    )
     assert status.status == "completed" and status.steps == 60
     assert status.metrics["val/acc"] > 0.9 and status.metrics["test/acc"] > 0.9  # learned (chance: 0.5)

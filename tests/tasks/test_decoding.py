@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ablate.config.model import ModelSpec, validate
 from ablate.nn.seq2seq import EncoderDecoder
+from ablate.nn.spec import ModelSpec
 from ablate.tasks.decoding import DecodeConfig, SpecialIds, beam_search, greedy_search, length_penalty, translate_tokens
 
 V = 24
@@ -18,8 +18,8 @@ def random_model(seed: int, pos: str = "sinusoidal", attn: str = "sdpa") -> Enco
     """A random model with peaked, source-dependent output distributions (so beams differ and
     sentences end): untied head scaled up, end token made likely."""
     torch.manual_seed(seed)
-    spec = validate(
-        ModelSpec(
+    spec = ModelSpec.from_flat(
+        dict(
             vocab_size=V,
             n_layers=2,
             encoder_layers=2,
@@ -34,7 +34,7 @@ def random_model(seed: int, pos: str = "sinusoidal", attn: str = "sdpa") -> Enco
             init="pytorch",
             tie_embeddings=False,
         )
-    )
+    ).validate()
     model = EncoderDecoder(spec, pad_id=0).eval()
     with torch.no_grad():
         model.head.weight.mul_(2.0)

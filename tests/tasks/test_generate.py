@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ablate.config.model import ModelSpec, validate
+from ablate.nn.spec import ModelSpec
 from ablate.nn.transformer import TransformerLM
 from ablate.tasks.generation import generate, sample_next
 
@@ -14,11 +14,9 @@ from ablate.tasks.generation import generate, sample_next
 @pytest.mark.parametrize("attn", ["sdpa", "math"])
 def test_cached_equals_recomputed(pos, attn):
     torch.manual_seed(0)
-    spec = validate(
-        ModelSpec(
-            vocab_size=20, n_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=12, pos=pos, attn=attn, n_kv_heads=2
-        )
-    )
+    spec = ModelSpec.from_flat(
+        dict(vocab_size=20, n_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=12, pos=pos, attn=attn, n_kv_heads=2)
+    ).validate()
     model = TransformerLM(spec)
     prompt = torch.randint(0, 20, (3, 4))
     # greedy, then sampling with the same random stream; 16 new tokens cross the 12-token context

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def test_a_language_model_checkpoint_from_main_loads_and_computes_what_it_did():
     task = load_task_checkpoint(FIXTURES / "main_780a50a_lm.ckpt", "lm", "generate.py")
-    assert task.tokenizer is not None and task.spec.pos == "rope" and task.spec.n_kv_heads == 1
+    assert task.tokenizer is not None and task.spec.choice("pos") == "rope" and task.spec.n_kv_heads == 1
     with torch.no_grad():
         got = task.model.eval()(torch.tensor(EXPECTED["lm_probe"])).double().sum().item()
     assert math.isclose(got, EXPECTED["lm"], rel_tol=1e-6)

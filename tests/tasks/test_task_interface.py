@@ -21,7 +21,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
 from ablate import metrics
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.nn.transformer import TransformerLM
 from ablate.tasks import TASKS, TaskSpec, register_task, unregister_task
 from ablate.tasks.base import TaskModule
@@ -36,9 +36,9 @@ class CopyTask(TaskModule):
 
     def __init__(self, spec: dict[str, Any], optim: dict[str, Any]) -> None:
         super().__init__()
-        from ablate.config.model import ModelSpec
+        from ablate.nn.spec import ModelSpec
 
-        self.spec, self.optim_cfg = ModelSpec(**spec), optim
+        self.spec, self.optim_cfg = ModelSpec(**spec), optim  # as the spec stores itself (as_dict)
         self.model = TransformerLM(self.spec)
 
     @classmethod
@@ -67,7 +67,7 @@ class CopyTask(TaskModule):
 
 
 def build_copy(cfg, datamodule, spec):
-    return CopyTask(spec.as_dict(), dict(cfg.optim))
+    return CopyTask(spec.as_dict(), cfg.optim.as_dict())
 
 
 COPY_ACCURACY = metrics.Metric("copy_accuracy", "max", "copy accuracy", "fraction of tokens", format=".3f")
@@ -123,6 +123,7 @@ def test_train_py_names_no_task() -> None:
 
 @pytest.mark.integration
 def test_a_third_task_trains_through_train_py(copy_task, tmp_path: Path, data_dir: Path, one_thread) -> None:
+    from ablate.run.config import RunConfig
     from ablate.run.control import RunControl
     from ablate.run.job import Job
     from ablate.run.lifecycle import Plan
@@ -130,7 +131,9 @@ def test_a_third_task_trains_through_train_py(copy_task, tmp_path: Path, data_di
     from ablate.run.train import fit
 
     cfg = composed(tmp_path, data_dir)
-    status = fit(cfg, Job(RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan())
+    status = fit(
+        RunConfig.from_hydra(cfg), Job(RunControl.from_config(cfg, tmp_path / "run")), check_config(cfg), Plan()
+    )
     assert status.status == "completed" and status.steps == 30
     assert status.metrics["test/copy_accuracy"] > 0.5  # learned to copy
     assert status.extra == {"copy": {"evaluated_tokens": 4 * 16}}  # the task's own entry

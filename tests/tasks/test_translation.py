@@ -16,8 +16,6 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from ablate.config.model import ModelSpec, model_spec, validate
-from ablate.config.options import ConfigError
 from ablate.data import translation_data, translation_text
 from ablate.data.samplers import ResumableSampler, epoch_order
 from ablate.data.sources import DataFormatError, DataNotFoundError
@@ -25,6 +23,9 @@ from ablate.data.translation_batches import collate, make_batches, padding_fract
 from ablate.data.translation_data import ParallelCorpus, ParallelFiles
 from ablate.data.translation_datamodule import TranslationDataModule
 from ablate.data.translation_tokens import BOS, EOS, PAD, detokenize, encode_lines
+from ablate.errors import ConfigError
+from ablate.nn.spec import ModelSpec
+from ablate.run.config import RunConfig
 from ablate.tasks import build_task
 from ablate.tasks.translation import TranslationTask, corpus_bleu
 from helpers.runs import SHARED_DATA
@@ -56,7 +57,7 @@ def test_task_translation_selects_translation_defaults(hydra_init):
     assert (cfg.pos.name, cfg.norm.placement, cfg.act.name, cfg.init.name) == ("sinusoidal", "post", "relu", "xavier")
     assert cfg.model.encoder_layers > 0 and cfg.model.decoder_layers > 0
     assert cfg.decode.beam_size >= 1
-    spec = model_spec(cfg, vocab_size=100, max_len=cfg.data.seq_len)
+    spec = RunConfig.from_hydra(cfg).model_spec(vocab_size=100, max_len=cfg.data.seq_len)
     assert (spec.encoder_layers, spec.n_layers) == (cfg.model.encoder_layers, cfg.model.decoder_layers)
 
 
@@ -72,12 +73,12 @@ def test_command_line_and_experiment_override_the_task_defaults(hydra_init):
         ],
     )
     assert cfg.data.name == "iwslt14" and cfg.norm.placement == "pre"
-    spec = model_spec(cfg, vocab_size=100, max_len=256)
+    spec = RunConfig.from_hydra(cfg).model_spec(vocab_size=100, max_len=256)
     assert (spec.encoder_layers, spec.n_layers, spec.d_model, spec.n_heads, spec.d_ff) == (2, 6, 512, 4, 1024)
     exp = compose(config_name="train", overrides=["experiment=multi30k_small"])
     assert exp.task.name == "translation" and exp.norm.placement == "pre" and exp.data.max_tokens == 2048
     base = compose(config_name="train", overrides=["task=translation", "model=transformer_base"])
-    spec = model_spec(base, vocab_size=37000, max_len=256)
+    spec = RunConfig.from_hydra(base).model_spec(vocab_size=37000, max_len=256)
     assert (spec.encoder_layers, spec.n_layers, spec.d_model, spec.n_heads, spec.d_ff) == (6, 6, 512, 8, 2048)
     # the LM default is untouched
     lm = compose(config_name="train")
@@ -86,7 +87,7 @@ def test_command_line_and_experiment_override_the_task_defaults(hydra_init):
 
 def test_task_and_data_must_match(hydra_init):
     cfg = compose(config_name="train", overrides=["task=translation"])
-    spec = validate(ModelSpec(vocab_size=20, n_layers=1, encoder_layers=1, d_model=16, n_heads=2, d_ff=32, max_len=16))
+    spec = ModelSpec(vocab_size=20, n_layers=1, encoder_layers=1, d_model=16, n_heads=2, d_ff=32, max_len=16).validate()
     with pytest.raises(ConfigError, match="parallel corpus"):
         build_task(cfg, object(), spec)
     lm_cfg = compose(config_name="train")
@@ -94,7 +95,7 @@ def test_task_and_data_must_match(hydra_init):
     with pytest.raises(ConfigError, match="task=translation"):
         build_task(lm_cfg, dm, spec)
     with pytest.raises(ConfigError, match="encoder"):
-        build_task(cfg, dm, validate(ModelSpec(vocab_size=20, n_layers=1, d_model=16, n_heads=2, d_ff=32, max_len=16)))
+        build_task(cfg, dm, ModelSpec(vocab_size=20, n_layers=1, d_model=16, n_heads=2, d_ff=32, max_len=16).validate())
 
 
 # ----------------------------------------------------------------------------------------------

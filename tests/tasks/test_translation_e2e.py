@@ -38,8 +38,8 @@ def first_lines(path: Path, n: int) -> list[str]:
 
 
 def test_tiny_model_overfits_to_near_perfect_bleu(tmp_path):
-    from ablate.config.model import ModelSpec, validate
     from ablate.data.translation_data import ParallelFiles
+    from ablate.nn.spec import ModelSpec
     from ablate.tasks.decoding import DecodeConfig
     from ablate.tasks.translation import TranslationTask, corpus_bleu
 
@@ -63,8 +63,8 @@ def test_tiny_model_overfits_to_near_perfect_bleu(tmp_path):
             max_tokens=1024,
         )
         dm.setup()
-        spec = validate(
-            ModelSpec(
+        spec = ModelSpec.from_flat(
+            dict(
                 vocab_size=dm.vocab_size,
                 n_layers=2,
                 encoder_layers=2,
@@ -78,7 +78,7 @@ def test_tiny_model_overfits_to_near_perfect_bleu(tmp_path):
                 init="xavier",
                 scale_embeddings=True,
             )
-        )
+        ).validate()
         task = TranslationTask(
             spec.as_dict(),
             {

@@ -85,6 +85,11 @@ def listening_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
+def typed(cfg: Any) -> tuple[dict[str, Any], list[str]]:
+    """What the typed run config hands build_loggers: each logger's options and the tags."""
+    return logger_options.configured(cfg.get("logger")), logger_options.as_tags(cfg.get("tags"))
+
+
 def logger_cfg(name: str, **wandb_overrides: object):
     """A config with ``logger`` loaded from ``conf/logger/<name>.yaml``."""
     cfg = OmegaConf.create({"logger": OmegaConf.load(LOGGER_CONF / f"{name}.yaml")})
@@ -324,7 +329,7 @@ ROWS = [
 def test_offline_run_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "job"
     extra = {"model": {"d_model": 64, "norm": "pre"}, "axes": {"norm": "pre"}}
-    loggers = build_loggers(logger_cfg("wandb", tags=["t1"]), out, "norm=pre", "sweep-1", extra)
+    loggers = build_loggers(*typed(logger_cfg("wandb", tags=["t1"])), out, "norm=pre", "sweep-1", extra)
     assert [type(lg) for lg in loggers] == [CSVLogger, AblateWandbLogger]
 
     log_rows(loggers, ROWS)
@@ -356,7 +361,7 @@ def test_offline_run_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[st
 @pytest.mark.integration
 def test_reader_falls_back_to_the_wandb_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "job"
-    log_rows(build_loggers(logger_cfg("wandb"), out, "r", None, {"a": 1}), ROWS)
+    log_rows(build_loggers(*typed(logger_cfg("wandb")), out, "r", None, {"a": 1}), ROWS)
     finish_wandb()
     fast = read_offline_run(out)
     monkeypatch.setattr(wandb_reader, "_inspect_with_core", lambda run_file: None)
@@ -368,7 +373,7 @@ def test_reader_falls_back_to_the_wandb_cli(tmp_path: Path, monkeypatch: pytest.
 @pytest.mark.integration
 def test_non_finite_metrics_read_back_as_floats(tmp_path: Path) -> None:
     out = tmp_path / "job"
-    loggers = build_loggers(logger_cfg("wandb"), out, "r", None, {})
+    loggers = build_loggers(*typed(logger_cfg("wandb")), out, "r", None, {})
     log_rows(loggers, [(1, {"val/loss": float("nan"), "train/loss": float("inf")})])
     finish_wandb(exit_code=1)
     run = read_offline_run(out)
@@ -379,7 +384,7 @@ def test_non_finite_metrics_read_back_as_floats(tmp_path: Path) -> None:
 
 def test_csv_profile_has_no_wandb(tmp_path: Path) -> None:
     out = tmp_path / "job"
-    loggers = build_loggers(logger_cfg("csv"), out, "r", None, {})
+    loggers = build_loggers(*typed(logger_cfg("csv")), out, "r", None, {})
     assert [type(lg) for lg in loggers] == [CSVLogger]
     log_rows(loggers, ROWS[:1])
     finish_wandb(summary={"diverged": True})  # no-op: nothing started
@@ -388,14 +393,14 @@ def test_csv_profile_has_no_wandb(tmp_path: Path) -> None:
 
 
 def test_disabled_mode_gives_csv_only(tmp_path: Path) -> None:
-    loggers = build_loggers(logger_cfg("wandb", mode="disabled"), tmp_path / "job", "r", None, {})
+    loggers = build_loggers(*typed(logger_cfg("wandb", mode="disabled")), tmp_path / "job", "r", None, {})
     assert [type(lg) for lg in loggers] == [CSVLogger]
 
 
 @pytest.mark.integration
 def test_configured_group_wins_over_the_sweep_group(tmp_path: Path) -> None:
     out = tmp_path / "job"
-    build_loggers(logger_cfg("wandb", group="mine"), out, "r", "sweep-group", {})
+    build_loggers(*typed(logger_cfg("wandb", group="mine")), out, "r", "sweep-group", {})
     finish_wandb()
     assert read_offline_run(out)["group"] == "mine"
 
@@ -406,7 +411,9 @@ def test_two_jobs_in_one_process_get_two_runs(tmp_path: Path) -> None:
     for job, name in enumerate(["norm=pre", "norm=post"]):
         out = tmp_path / str(job)
         try:
-            log_rows(build_loggers(logger_cfg("wandb"), out, name, "g", {"job": job}), [(1, {"val/ppl": 10.0 + job})])
+            log_rows(
+                build_loggers(*typed(logger_cfg("wandb")), out, name, "g", {"job": job}), [(1, {"val/ppl": 10.0 + job})]
+            )
         finally:
             finish_wandb()
         runs.append(out)
@@ -421,9 +428,9 @@ def test_two_jobs_in_one_process_get_two_runs(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_a_forgotten_finish_does_not_merge_jobs(tmp_path: Path) -> None:
-    build_loggers(logger_cfg("wandb"), tmp_path / "a", "a", None, {})
+    build_loggers(*typed(logger_cfg("wandb")), tmp_path / "a", "a", None, {})
     with pytest.warns(RuntimeWarning, match="still active"):
-        build_loggers(logger_cfg("wandb"), tmp_path / "b", "b", None, {})
+        build_loggers(*typed(logger_cfg("wandb")), tmp_path / "b", "b", None, {})
     finish_wandb()
     assert read_offline_run(tmp_path / "a")["name"] == "a"
     assert read_offline_run(tmp_path / "b")["name"] == "b"
@@ -454,7 +461,7 @@ def test_failed_online_start_falls_back_to_offline(
         monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
         monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.server_port}")
         out = tmp_path / "job"
-        loggers = build_loggers(logger_cfg("wandb"), out, "r", None, {})
+        loggers = build_loggers(*typed(logger_cfg("wandb")), out, "r", None, {})
         log_rows(loggers, ROWS[:1])
         finish_wandb()
     finally:
@@ -475,14 +482,14 @@ from pathlib import Path
 
 from ablate.tracking.loggers import build_loggers
 from ablate.tracking.naming import multirun_group, run_name_from_overrides
+from ablate.tracking.options import as_tags, configured
 from ablate.tracking.wandb_run import finish_wandb
 
 
 @hydra.main(version_base="1.3", config_path=".", config_name="config")
 def main(cfg):
     hc = HydraConfig.get()
-    loggers = build_loggers(
-        cfg,
+    loggers = build_loggers(configured(cfg.logger), as_tags(cfg.get("tags")),
         Path(hc.runtime.output_dir),
         run_name_from_overrides(list(hc.overrides.task)),
         multirun_group(cfg.logger.wandb.group),
@@ -646,7 +653,7 @@ def test_wandb_run_gets_flat_axes_tags_job_type_and_no_spec_block(tmp_path: Path
         name="optim.lr=1e-3,seed=1", job_type="sweep", experiment="glu", swept=(("optim.lr", "1e-3"),)
     )
     extra = {"axes": {"norm": "pre"}, "optim": {"lr": 0.001}, "seed": 1, "act": {"name": "gelu"}}
-    loggers = build_loggers(cfg, out, labels.name, "g", extra, labels=labels)
+    loggers = build_loggers(*typed(cfg), out, labels.name, "g", extra, labels=labels)
     wandb_logger = loggers[1]
     # a key the run config holds is not overwritten; the translation task's signature is new
     wandb_logger.log_hyperparams({"optim": {"lr": 0.5}, "seed": 7})
@@ -665,7 +672,7 @@ def test_wandb_run_gets_flat_axes_tags_job_type_and_no_spec_block(tmp_path: Path
 @pytest.mark.integration
 def test_tokens_and_time_are_declared_as_x_axes(tmp_path: Path) -> None:
     out = tmp_path / "job"
-    loggers = build_loggers(logger_cfg("wandb"), out, "r", None, {})
+    loggers = build_loggers(*typed(logger_cfg("wandb")), out, "r", None, {})
     log_rows(
         loggers,
         [
@@ -707,9 +714,8 @@ def test_logger_files_compose_as_a_list() -> None:
         tb_only = compose("train", overrides=["logger=tensorboard"])
     assert both.logger.wandb.enabled and both.logger.tensorboard.enabled and both.logger.mlflow.enabled
     assert list(both.tags) == ["a"]
-    assert logger_options.TensorBoardOptions.from_cfg(tb_only).enabled
-    assert not logger_options.WandbOptions.from_cfg(tb_only).enabled  # not selected: no W&B at all
-    assert not logger_options.MLflowOptions.from_cfg(tb_only).enabled
+    assert set(logger_options.configured(tb_only.logger)) == {"tensorboard"}  # not selected: no W&B at all
+    assert logger_options.configured(tb_only.logger)["tensorboard"].enabled
 
 
 def read_tensorboard(log_dir: Path) -> tuple[dict[str, list[tuple[int, float]]], str]:
@@ -731,7 +737,7 @@ def test_tensorboard_logger_writes_metrics_tags_and_axes(tmp_path: Path, no_mlfl
     pytest.importorskip("tensorboard")
     out = tmp_path / "job"
     loggers = build_loggers(
-        multi_cfg(tmp_path, "csv", "tensorboard", tags=["baseline"]),
+        *typed(multi_cfg(tmp_path, "csv", "tensorboard", tags=["baseline"])),
         out,
         "norm=pre",
         "g",
@@ -764,7 +770,9 @@ def test_mlflow_logger_writes_metrics_params_and_tags(tmp_path: Path, no_mlflow_
     out = tmp_path / "logs" / "sweep" / "job"
     cfg = multi_cfg(tmp_path, "mlflow", tags=["baseline"])
     labels = naming.RunLabels(name="norm=pre", job_type="sweep")
-    loggers = build_loggers(cfg, out, "norm=pre", "g1", {"axes": {"norm": "pre"}, "optim": {"lr": 0.5}}, labels=labels)
+    loggers = build_loggers(
+        *typed(cfg), out, "norm=pre", "g1", {"axes": {"norm": "pre"}, "optim": {"lr": 0.5}}, labels=labels
+    )
     assert [type(lg) for lg in loggers] == [CSVLogger, tracking_loggers.AblateMLFlowLogger]
     loggers[1].log_hyperparams({"optim": {"lr": 0.1}})  # the run config's value stays
     log_rows(loggers, [*ROWS, (30, {"test/ppl@32": 5.0})])
@@ -784,7 +792,7 @@ def test_mlflow_logger_writes_metrics_params_and_tags(tmp_path: Path, no_mlflow_
 
     # the job resumes: the same MLflow run goes on (params already there are not logged again)
     resumed = build_loggers(
-        cfg,
+        *typed(cfg),
         out,
         "norm=pre",
         "g1",
@@ -805,15 +813,15 @@ def test_a_selected_logger_that_is_not_installed_names_the_pip_command(
 ) -> None:
     installed = {"tensorboard": True, "tensorboardX": False, "mlflow": False}
     monkeypatch.setattr(logger_options, "_installed", lambda module: installed[module])
-    logger_options.check_loggers(multi_cfg(tmp_path, "csv", "tensorboard"))  # installed: fine
+    typed(multi_cfg(tmp_path, "csv", "tensorboard"))  # installed: fine
     with pytest.raises(
         logger_options.LoggerUnavailable, match=r"pip install -c requirements/constraints.txt -e '\.\[mlflow\]'"
     ):
-        build_loggers(multi_cfg(tmp_path, "tensorboard", "mlflow"), tmp_path / "job", "r", None, {})
+        build_loggers(*typed(multi_cfg(tmp_path, "tensorboard", "mlflow")), tmp_path / "job", "r", None, {})
     installed["tensorboard"] = False
     with pytest.raises(logger_options.LoggerUnavailable, match=r"'\.\[tensorboard\]'"):
-        logger_options.check_loggers(multi_cfg(tmp_path, "tensorboard"))
-    from ablate.config.options import ConfigError
+        typed(multi_cfg(tmp_path, "tensorboard"))
+    from ablate.errors import ConfigError
 
     assert issubclass(logger_options.LoggerUnavailable, ConfigError)  # train.py prints it as a user error
 

@@ -216,7 +216,7 @@ class AttentionMap:
 def describe(spec) -> str:
     """``pos=rope, norm=pre, attn=sdpa, 4 heads (2 kv)``: what the maps' title says about the model."""
     kv = f" ({spec.n_kv_heads} kv)" if spec.n_kv_heads and spec.n_kv_heads != spec.n_heads else ""
-    return f"pos={spec.pos}, norm={spec.norm}, attn={spec.attn}, {spec.n_layers} layers x {spec.n_heads} heads{kv}"
+    return f"pos={spec.choice('pos')}, norm={spec.choice('norm')}, attn={spec.choice('attn')}, {spec.n_layers} layers x {spec.n_heads} heads{kv}"
 
 
 def lm_maps(ckpt_path: str | Path, text: str, target: str | None, max_tokens: int) -> tuple[list[AttentionMap], str]:

@@ -31,8 +31,8 @@ from ablate.run.preflight import Preflight
 from ablate.tracking.loggers import build_loggers
 
 if TYPE_CHECKING:
-    from ablate.config.model import ModelSpec
     from ablate.nn.seq2seq import EncoderDecoder
+    from ablate.nn.spec import ModelSpec
     from ablate.nn.transformer import TransformerLM
 
 
@@ -298,9 +298,10 @@ class LightningLoop(Runner):
         depth = self.spec.n_layers + self.spec.encoder_layers
         flops = flops_per_token(self.n_params, depth, self.spec.d_model, cfg.data.seq_len)
         not_steps = (ProgressBar, Checkpoint, ResumeState)  # a terminal display; what checkpoints hold
-        callbacks = [cb for cb in build_callbacks(cfg.get("callbacks"), flops) if not isinstance(cb, not_steps)]
+        callbacks = [cb for cb in build_callbacks(cfg.get("callbacks")) if not isinstance(cb, not_steps)]
         for cb in callbacks:
             if isinstance(cb, ThroughputMonitor):
+                cb.flops_per_token = cb.flops_per_token or flops
                 self.window = cb.window
                 if cb.peak_flops in (None, "auto"):
                     cb.peak_flops = self.peak_flops  # the benchmark's peak, so logged and measured MFU compare
@@ -308,7 +309,7 @@ class LightningLoop(Runner):
             self._time_hooks(cb)  # about a microsecond per hook call
         output_dir = Path(cfg.paths.output_dir) / variant.group / variant.name
         # CSV only (a config without logger.wandb): W&B allows one run per process
-        loggers = [*build_loggers(None, output_dir, f"{variant.group}.{variant.name}", None, {}), self.recorder]
+        loggers = [*build_loggers({}, [], output_dir, f"{variant.group}.{variant.name}", None, {}), self.recorder]
         measured = {"max_steps": self.max_steps, "enable_checkpointing": False, "limit_val_batches": 0}
         arguments = {
             **trainer_arguments(cfg.trainer, variant.checked.accumulate),

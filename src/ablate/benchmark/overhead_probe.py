@@ -176,7 +176,7 @@ def _wrap_the_job(probe: _Probe) -> None:
     A.build_task = _probed_build_task(probe, A.build_task)
     A.build_callbacks = _probed_build_callbacks(probe, A.build_callbacks, first, last)
     A.build_loggers = _probed_build_loggers(probe, A.build_loggers)
-    T.check_config = probe.timed("config_checks", T.check_config)
+    T.preflight = probe.timed("config_checks", T.preflight)
     LC.finish_wandb = probe.timed("wandb_finish", LC.finish_wandb)
     status_record.write_status = probe.timed("write_status", status_record.write_status)  # via record_status
 

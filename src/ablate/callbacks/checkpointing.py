@@ -43,7 +43,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ablate.checkpoints.files import LAST_PATTERN, previous_checkpoint
 from ablate.compat import is_local_path
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.writes import named_disk_full
 
 

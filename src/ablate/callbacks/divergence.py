@@ -23,11 +23,15 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
+from typing import ClassVar
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
+
+from ablate.config.checks import number, optional, positive_int
+from ablate.config.types import Rule, check_rules
 
 
 class DivergenceMonitor(Callback):
@@ -41,9 +45,20 @@ class DivergenceMonitor(Callback):
             (None: ``trainer.log_every_n_steps``).
     """
 
+    # what each argument takes, checked where the config is typed (ablate.run.config), before the run
+    CONFIG_RULES: ClassVar[dict[str, Rule]] = {
+        "max_ratio": (
+            lambda v: v is None or (number(v) and v >= 0),
+            "null or 0 (only a non-finite loss counts), or a positive multiple of the first loss",
+        ),
+        "check_every_n_steps": (
+            optional(positive_int),
+            "null (trainer.log_every_n_steps) or a positive number of steps",
+        ),
+    }
+
     def __init__(self, max_ratio: float | None = 10.0, check_every_n_steps: int | None = None) -> None:
-        if check_every_n_steps is not None and (not isinstance(check_every_n_steps, int) or check_every_n_steps < 1):
-            raise ValueError(f"check_every_n_steps must be a positive integer or null, got {check_every_n_steps!r}")
+        check_rules({"max_ratio": max_ratio, "check_every_n_steps": check_every_n_steps}, "", self.CONFIG_RULES)
         self.max_ratio = max_ratio
         self.check_every_n_steps = check_every_n_steps
         self.initial_loss: float | None = None  # the first finite loss

@@ -88,9 +88,9 @@ def task(fn: F) -> F:
 
 def conf_dir() -> Path:
     """The ``conf/`` folder the entry points' ``@hydra.main`` read (``config_path``)."""
-    from ablate.config.locations import checkout_root, project_root
+    from ablate.config.locations import conf_dir
 
-    return (checkout_root() or project_root()) / "conf"
+    return conf_dir()
 
 
 def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
@@ -154,34 +154,6 @@ def _config_sweeps(config_name: str, overrides: list[str]) -> bool:
     return bool(cfg.hydra.get("mode") == RunMode.MULTIRUN)
 
 
-def _appended_top_level_key(config_name: str, overrides: list[str], cfg: DictConfig) -> str | None:
-    """A top-level key that only a ``+key=...`` / ``++key=...`` override put into ``cfg`` (``+foo=1``,
-    ``+debug.foo=1``): no code reads it. Found by composing the command line without its appends."""
-    appended = [o for o in overrides if o.startswith("+")]
-    if not appended:
-        return None
-    try:
-        base = _compose(config_name, [o for o in overrides if not o.startswith("+")])
-    except Exception:  # another override needs the appended key: Hydra and the checks judge it
-        return None
-    new = [str(k) for k in cfg if k not in base]
-    return new[0] if new else None
-
-
-def top_level_key_message(key: str, cfg: DictConfig) -> str:
-    """``foo is not a key of the top level (did you mean ...?); valid keys: ...``, and for the name of
-    a config group without a node of its own (``debug``), how to choose one of its options."""
-    from ablate.config.schema import unknown_key_message
-
-    valid = [str(k) for k in cfg if str(k) != key]
-    message = unknown_key_message("", key, valid)
-    group = conf_dir() / key
-    if group.is_dir():
-        options = ", ".join(sorted(p.stem for p in group.glob("*.yaml")))
-        message += f". {key} is a config group: choose one of its options with {key}=<name> ({options})"
-    return message
-
-
 def check_command_line(
     config_name: str, argv: list[str], check: Callable[[DictConfig, list[str]], None] | None = None
 ) -> None:
@@ -215,9 +187,6 @@ def check_command_line(
         _multirun = bool(args.multirun) or _config_sweeps(config_name, list(args.overrides))
         jobs = _job_overrides(list(args.overrides), _multirun)
         cfg = _compose(config_name, jobs[0], runtime=True)
-        new_key = _appended_top_level_key(config_name, jobs[0], cfg)
-        if new_key is not None:
-            raise UserError(top_level_key_message(new_key, cfg))
         if check is not None:  # first: a script's own check names its missing argument with an example
             try:
                 check(cfg, jobs[0])

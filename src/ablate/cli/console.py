@@ -13,7 +13,7 @@ import rich.tree
 from omegaconf import DictConfig, OmegaConf
 
 from ablate import metrics
-from ablate.nn.axes import ARCHITECTURE_GROUPS, spec_axes
+from ablate.nn.axes import ARCHITECTURE_GROUPS
 from ablate.nn.spec import ModelSpec
 from ablate.tasks import TASKS, task_of_metrics
 
@@ -37,13 +37,13 @@ class RunRecord(Protocol):
 FIRST = ("task", "data", "model", *ARCHITECTURE_GROUPS, "optim", "trainer")
 
 
-def print_config_tree(cfg: DictConfig) -> None:
+def print_config_tree(cfg: Mapping[str, Any]) -> None:
     tree = rich.tree.Tree("config", guide_style="dim")
     keys = [k for k in FIRST if k in cfg] + [cast(str, k) for k in cfg if k not in FIRST]  # config keys are strings
     for key in keys:
         branch = tree.add(f"[bold]{key}[/bold]")
         value = cfg[key]
-        text = OmegaConf.to_yaml(value, resolve=True) if isinstance(value, DictConfig) else str(value)
+        text = OmegaConf.to_yaml(value, resolve=True) if isinstance(value, (DictConfig, Mapping)) else str(value)
         branch.add(rich.syntax.Syntax(text.rstrip(), "yaml", background_color="default"))
     rich.print(tree)
 
@@ -70,12 +70,14 @@ def format_run_header(
     task: str,
     data: str,
     spec: ModelSpec,
+    axes: Mapping[str, Any],
     n_params: int,
     estimate: int,
     output_dir: Path | str,
 ) -> str:
     """The few lines a run prints at its start instead of the whole config (which is in
-    ``<output_dir>/.hydra/config.yaml``; ``print_config=true`` prints it)::
+    ``<output_dir>/.hydra/config.yaml``; ``print_config=true`` prints it; ``axes``: the spec's
+    :func:`~ablate.nn.axes.spec_axes`)::
 
         run     experiment=default  task=lm  data=tinyshakespeare
         axes    pos=learned norm=pre norm_layer=layernorm act=gelu init=gpt2 attn=sdpa
@@ -85,7 +87,7 @@ def format_run_header(
     return "\n".join(
         [
             f"run     experiment={experiment or 'default'}  task={task}  data={data}",
-            "axes    " + " ".join(f"{k}={v}" for k, v in spec_axes(spec).items()),
+            "axes    " + " ".join(f"{k}={v}" for k, v in axes.items()),
             f"model   {describe_model(spec)}: {n_params:,} parameters (12·L·d² + V·d: {estimate:,})",
             f"output  {output_dir}  (config: .hydra/config.yaml)",
         ]

@@ -1,38 +1,40 @@
-"""What to say when a command line sets a key the composed config does not have.
+"""Hydra's composition errors in ablate's words: :func:`composition_error_message`, the one
+translation :mod:`ablate.cli` and the sweepers print (exit 2) before Hydra speaks.
 
 Hydra refuses ``data.splits=disjoint`` under ``data=multi30k`` with ``Key 'splits' is not in struct``:
 it names the key but not what would work. :func:`unknown_key_hint` adds the keys the node does have
 and, for a config group, the options of the group that do have the key (``data.splits`` is a key of
-``data=tinyshakespeare`` only), read from ``conf/<group>/*.yaml`` with OmegaConf's YAML loader (no
-code runs). It never suggests ``+key=``: a key that belongs to another option does not apply to
-this one, and ablate's checks refuse it.
-
-:func:`composition_error_message` says the same for every error Hydra's composition raises (an
-unknown option: ``norm=prenorm`` -> did you mean ``norm=pre``; an override Hydra cannot parse: how
-to quote it), so that :mod:`ablate.cli` can speak before Hydra does.
+``data=tinyshakespeare`` only; ``pos.fraction`` of ``pos=rope``), read from ``conf/<group>/*.yaml``
+with OmegaConf's YAML loader (no code runs) and from the architecture groups' options
+(:func:`ablate.nn.axes.group_node`). It never suggests ``+key=``: a
+key that belongs to another option does not apply to this one, and ablate's checks refuse it. The
+other errors: an unknown option (``norm=prenorm`` -> did you mean ``norm=pre``), a value of the
+wrong type for a registered option's key (``pos.base=abc``), an override Hydra cannot parse (how to
+quote it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
 from ablate.config.locations import checkout_root, project_root
-from ablate.config.schema import unknown_key_message
+from ablate.config.types import unknown_key_message, wrong_type_message
+
+E = TypeVar("E", bound=BaseException)
 
 
-def _key_error(err: BaseException | None) -> ConfigAttributeError | ConfigKeyError | None:
-    """The OmegaConf error behind Hydra's composition error (its cause chain), if any."""
+def _cause(err: BaseException | None, kind: type[E]) -> E | None:
+    """The OmegaConf error of ``kind`` with a key behind Hydra's composition error (its cause chain)."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, (ConfigAttributeError, ConfigKeyError)) and isinstance(
-            getattr(err, "parent_node", None), DictConfig
-        ):
+        if isinstance(err, kind) and getattr(err, "full_key", None):
             return err
         err = err.__cause__ or err.__context__
     return None
@@ -51,18 +53,24 @@ def _has_key(path: Path, full_key: str, group: str) -> bool:
 
 
 def options_with_key(full_key: str, conf_dir: Path) -> tuple[str, list[str]]:
-    """``(group, options)``: the options of ``full_key``'s top-level group that set it."""
-    group = full_key.split(".", 1)[0]
+    """``(group, options)``: the options of ``full_key``'s top-level group that set it (a file of
+    ``conf/<group>/``, or an architecture group's option: :func:`ablate.nn.axes.group_node`)."""
+    from ablate.nn.axes import ARCHITECTURE_GROUPS, group_axes, group_node
+
+    group, _, key = full_key.partition(".")
+    if group in ARCHITECTURE_GROUPS:
+        options = group_axes(group)[0].options()
+        return group, sorted(o for o in options if key in {f.name for f in dataclasses.fields(group_node(group, o))})
     folder = conf_dir / group
-    if "." not in full_key or not folder.is_dir():
+    if not key or not folder.is_dir():
         return group, []
     return group, sorted(p.stem for p in folder.glob("*.yaml") if _has_key(p, full_key, group))
 
 
 def unknown_key_hint(err: BaseException | None, conf_dir: Path | None = None) -> str | None:
     """One paragraph for a user who set a key that is not in the config, or None for any other error."""
-    found = _key_error(err)
-    if found is None or not found.full_key:
+    found = _cause(err, (ConfigAttributeError, ConfigKeyError))  # type: ignore[arg-type]
+    if found is None or not isinstance(found.parent_node, DictConfig):
         return None
     full_key = str(found.full_key)
     parent_key, _, key = full_key.rpartition(".")
@@ -113,6 +121,11 @@ def composition_error_message(err: BaseException, conf_dir: Path | None = None) 
     hint = unknown_key_hint(err, conf_dir)
     if hint:
         return hint
+    invalid = _cause(err, ValidationError)
+    if invalid is not None and dataclasses.is_dataclass(invalid.object_type):  # a registered option's key
+        key = str(invalid.full_key).rpartition(".")[2]
+        expected = {f.name: f.type for f in dataclasses.fields(invalid.object_type)}.get(key, Any)
+        return wrong_type_message(str(invalid.full_key), invalid.value, expected)
     if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
         return unknown_option_message(str(err.missing_cfg_file), sorted(err.options))
     if isinstance(err, OverrideParseException):

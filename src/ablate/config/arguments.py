@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.config.options import ConfigError
-from ablate.config.types import resolved_items, type_ok, wrong_type_message
+from ablate.config.types import UNRESOLVED, plain_items, top_level_key_message, type_ok, wrong_type_message
+from ablate.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,10 @@ def check_arguments(cfg: DictConfig, arguments: Mapping[str, Argument], script: 
         if OmegaConf.is_missing(cfg, key):  # (`key in cfg` is False for a ??? value)
             example = argument.example or f"{key}=..."
             raise ConfigError(f"{script} needs {key}: e.g. python {script} {example}")
-    values = {key: value for key, value, resolved in resolved_items(cfg) if resolved}
+    values = {key: value for key, value in plain_items(cfg) if value is not UNRESOLVED}
+    for key in values:
+        if key not in arguments and key != "paths":  # paths: where data lives (conf/paths)
+            raise ConfigError(top_level_key_message(key, [*arguments, *(["paths"] if "paths" in values else [])]))
     for key, argument in arguments.items():
         if key not in values:
             continue

@@ -1,102 +1,100 @@
-"""Run-control numbers checked at compose time, before any data is read or tensor allocated.
+"""The rules of the numbers ablate reads from nodes whose keys belong to a class it does not own
+(Lightning's ``Trainer``) or shares among classes (the data modules' batch keys), the combinations
+of precision, strategy and device Lightning refuses late, and the warnings a run gives at its start.
 
-:func:`ablate.config.model.model_spec` checks the architecture; this module checks everything else a
-user types as a number: the training length and validation cadence (``trainer.*``), the batch
-(``data.*``) and the optimiser and schedule (``optim.*``). A bad value raises
-:class:`~ablate.config.options.ConfigError` naming the key, the value and the valid range, instead of a
-``ZeroDivisionError`` inside Lightning, a torch error after the data load, or -- worst -- a run
-that "completes" having done something else (``optim.min_lr_ratio=5`` raising the LR 5x,
-``optim.grad_clip=-1`` silently disabling clipping, ``trainer.max_steps=0`` training nothing).
+A bad value raises :class:`~ablate.errors.ConfigError` naming the key, the value and the
+valid range (:func:`ablate.config.types.check_rules`, applied where the config is typed:
+:mod:`ablate.run.config`), instead of a ``ZeroDivisionError`` inside Lightning, a torch error after
+the data load, or -- worst -- a run that "completes" having done something else
+(``trainer.max_steps=0`` training nothing, ``trainer.max_time=garbage`` failing every job of a sweep).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from omegaconf import ListConfig
-
-from ablate.config.options import ConfigError
+from ablate.config.types import Rule, check_rules
+from ablate.errors import ConfigError
 from ablate.metrics import parse
-from ablate.optim import OPTIMIZERS, SCHEDULES
 
 
-def _number(value: Any) -> bool:
+def number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _integer(value: Any) -> bool:
+def integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _require(ok: bool, key: str, value: Any, valid: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}={value!r} is invalid: {valid}")
+def positive_int(value: Any) -> bool:
+    return integer(value) and value >= 1
 
 
-def _check(node: Mapping[str, Any], prefix: str, rules: dict[str, tuple[Callable[[Any], bool], str]]) -> None:
-    """Apply ``key -> (predicate, description of the valid values)`` to the keys present in ``node``."""
-    for key, (predicate, valid) in rules.items():
-        if key in node:
-            try:
-                ok = bool(predicate(node[key]))
-            except (TypeError, ValueError):  # a value of another type (optim.betas=0.9: no len())
-                ok = False
-            _require(ok, f"{prefix}.{key}", node[key], valid)
-
-
-def _positive_int(v: Any) -> bool:
-    return _integer(v) and v >= 1
-
-
-def _optional(predicate: Callable[[Any], bool]) -> Callable[[Any], bool]:
+def optional(predicate: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda v: v is None or predicate(v)
 
 
-TRAINER_RULES = {
+def _max_time(value: Any) -> bool:
+    """Lightning's ``Timer`` durations: ``DD:HH:MM:SS`` or a mapping of ``timedelta``'s units."""
+    if isinstance(value, str):
+        return re.fullmatch(r"\d+:\d\d:\d\d:\d\d", value.strip()) is not None
+    if isinstance(value, Mapping):
+        units = {"weeks", "days", "hours", "minutes", "seconds", "milliseconds", "microseconds"}
+        return bool(value) and all(k in units and number(v) and v >= 0 for k, v in value.items())
+    return False
+
+
+# Lightning 2.6's precision values (lightning.fabric.plugins.precision.precision: _PRECISION_INPUT)
+PRECISIONS = (
+    64,
+    32,
+    16,
+    "64-true",
+    "32-true",
+    "16-true",
+    "bf16-true",
+    "16-mixed",
+    "bf16-mixed",
+    "64",
+    "32",
+    "16",
+    "bf16",
+)
+TRAINER_RULES: dict[str, Rule] = {
     "max_steps": (
-        lambda v: _integer(v) and (v >= 1 or v == -1),
+        lambda v: integer(v) and (v >= 1 or v == -1),
         "a positive number of optimiser steps (-1: bounded by trainer.max_epochs)",
     ),
-    "max_epochs": (_optional(lambda v: _integer(v) and (v >= 1 or v == -1)), "null or a positive number of epochs"),
+    "max_epochs": (optional(lambda v: integer(v) and (v >= 1 or v == -1)), "null or a positive number of epochs"),
     "val_check_interval": (
-        _optional(lambda v: (_integer(v) and v >= 1) or (isinstance(v, float) and 0 < v <= 1)),
+        optional(lambda v: (integer(v) and v >= 1) or (isinstance(v, float) and 0 < v <= 1)),
         "a positive number of optimiser steps, or a fraction of an epoch in (0, 1]",
     ),
-    "log_every_n_steps": (_positive_int, "a positive number of steps"),
+    "log_every_n_steps": (positive_int, "a positive number of steps"),
     "limit_val_batches": (
-        lambda v: (_integer(v) and v >= 0) or (isinstance(v, float) and 0 <= v <= 1),
+        lambda v: (integer(v) and v >= 0) or (isinstance(v, float) and 0 <= v <= 1),
         "a number of batches >= 0, or a fraction in [0, 1]",
     ),
-}
-DATA_RULES = {
-    "batch_size": (_positive_int, "a positive number of sequences (token batches for translation) per optimiser step"),
-    "micro_batch_size": (_optional(_positive_int), "null or a positive per-device batch"),
-    "eval_batch_size": (_optional(_positive_int), "null or a positive per-device batch"),
-    "seq_len": (_positive_int, "a positive number of tokens"),
-    "eval_seq_len": (_optional(_positive_int), "null or a positive number of tokens"),
-    "max_tokens": (_positive_int, "a positive number of tokens per batch"),
-    "num_workers": (lambda v: _integer(v) and v >= 0, "a number of worker processes >= 0"),
-}
-OPTIM_RULES = {
-    "name": (lambda v: v in OPTIMIZERS, f"one of {', '.join(OPTIMIZERS)}"),
-    "schedule": (lambda v: v in SCHEDULES, f"one of {', '.join(SCHEDULES)}"),
-    "lr": (lambda v: _number(v) and v > 0, "a positive learning rate"),
-    "warmup_steps": (lambda v: _integer(v) and v >= 0, "a number of steps >= 0"),
-    "decay_steps": (_optional(_positive_int), "null (= trainer.max_steps) or a positive number of steps"),
-    "min_lr_ratio": (lambda v: _number(v) and 0 <= v <= 1, "a fraction of the peak LR in [0, 1]"),
-    "grad_clip": (_optional(lambda v: _number(v) and v > 0), "null (no clipping) or a positive maximum gradient norm"),
-    "weight_decay": (lambda v: _number(v) and v >= 0, "a weight decay >= 0"),
-    "label_smoothing": (lambda v: _number(v) and 0 <= v < 1, "a value in [0, 1)"),
-    "eps": (lambda v: _number(v) and v > 0, "a positive epsilon"),
-    "betas": (
-        lambda v: (
-            isinstance(v, (list, tuple, ListConfig)) and len(v) == 2 and all(_number(b) and 0 <= b < 1 for b in v)
-        ),
-        "two coefficients in [0, 1), e.g. [0.9, 0.99]",
+    "max_time": (
+        optional(_max_time),
+        "null, a duration DD:HH:MM:SS (e.g. 00:12:00:00) or a mapping of days, hours, minutes, seconds",
     ),
-    "momentum": (_optional(lambda v: _number(v) and 0 <= v < 1), "null or a momentum in [0, 1)"),
+    "precision": (
+        lambda v: v in PRECISIONS and not isinstance(v, bool),
+        "expected null or one of " + ", ".join(map(repr, PRECISIONS)),
+    ),
+}
+DATA_RULES: dict[str, Rule] = {
+    "batch_size": (positive_int, "a positive number of sequences (token batches for translation) per optimiser step"),
+    "micro_batch_size": (optional(positive_int), "null or a positive per-device batch"),
+    "eval_batch_size": (optional(positive_int), "null or a positive per-device batch"),
+    "seq_len": (positive_int, "a positive number of tokens"),
+    "eval_seq_len": (optional(positive_int), "null or a positive number of tokens"),
+    "max_tokens": (positive_int, "a positive number of tokens per batch"),
+    "num_workers": (lambda v: integer(v) and v >= 0, "a number of worker processes >= 0"),
 }
 
 
@@ -107,7 +105,7 @@ def clip_validation_interval(trainer: Any) -> str | None:
     in place (so the config recorded everywhere is the one used) and returns what it did, or None.
     Nothing to do when validation is off (``trainer.limit_val_batches=0``)."""
     interval, max_steps = trainer.get("val_check_interval"), trainer.get("max_steps", -1)
-    if not (_integer(interval) and _integer(max_steps)) or max_steps <= 0 or interval <= max_steps:
+    if not (integer(interval) and integer(max_steps)) or max_steps <= 0 or interval <= max_steps:
         return None
     if trainer.get("limit_val_batches", 1.0) == 0:
         return None
@@ -118,22 +116,6 @@ def clip_validation_interval(trainer: Any) -> str | None:
     )
 
 
-# Lightning 2.6's precision values (lightning.fabric.plugins.precision.precision: _PRECISION_INPUT)
-PRECISIONS = (
-    "32-true",
-    "bf16-mixed",
-    "16-mixed",
-    "bf16-true",
-    "16-true",
-    "64-true",
-    "32",
-    "16",
-    "bf16",
-    "64",
-    32,
-    16,
-    64,
-)
 GPU_ACCELERATORS = ("gpu", "cuda")
 
 
@@ -155,9 +137,6 @@ def _strategy_name(strategy: Any) -> str:
     return str(strategy or "auto").lower()
 
 
-MATMUL_PRECISIONS = ("auto", "highest", "high", "medium")
-
-
 def matmul_precision(cfg: Mapping[str, Any]) -> str:
     """The fp32 matmul precision a run sets before its Trainer exists (``runtime.matmul_precision``):
     ``auto`` is ``high`` (TF32 on Ampere and later GPUs, what nanoGPT's ``allow_tf32`` does) when the
@@ -165,8 +144,6 @@ def matmul_precision(cfg: Mapping[str, Any]) -> str:
     Set on a GPU, it also keeps Lightning from printing its tip to set it."""
     runtime, trainer = cfg.get("runtime") or {}, cfg.get("trainer") or {}
     value = runtime.get("matmul_precision", "auto")
-    if value not in MATMUL_PRECISIONS:
-        raise ConfigError(f"runtime.matmul_precision={value!r} is invalid: one of {', '.join(MATMUL_PRECISIONS)}")
     if value != "auto":
         return str(value)
     accelerator = trainer.get("accelerator", "auto")
@@ -187,12 +164,9 @@ def check_precision_and_strategy(cfg: Mapping[str, Any]) -> None:
     * ``16-mixed`` on the CPU (Lightning would train bf16 instead, while the run records 16-mixed);
     * FSDP without ``trainer.accelerator=gpu`` (Lightning accepts FSDP on explicit GPUs only).
     """
-    matmul_precision(cfg)  # a valid runtime.matmul_precision
     trainer = cfg.get("trainer") or {}
+    check_rules(trainer, "trainer", {"precision": TRAINER_RULES["precision"]})
     precision = trainer.get("precision", "32-true")
-    if precision not in PRECISIONS:
-        valid = ", ".join(p for p in PRECISIONS if isinstance(p, str) and "-" in p)
-        raise ConfigError(f"trainer.precision={precision!r} is invalid: one of {valid}")
     accelerator = trainer.get("accelerator", "auto")
     if str(precision) in ("16-mixed", "16") and _resolves_to_cpu(accelerator):
         raise ConfigError(
@@ -206,27 +180,12 @@ def check_precision_and_strategy(cfg: Mapping[str, Any]) -> None:
         )
 
 
-def check_run_numbers(cfg: Mapping[str, Any]) -> None:
-    """Check the run-control numbers of a composed config (raises :class:`ConfigError`)."""
-    trainer, data, optim = (cfg.get(k) or {} for k in ("trainer", "data", "optim"))
-    _check(trainer, "trainer", TRAINER_RULES)
-    if trainer.get("max_steps", -1) == -1 and trainer.get("max_epochs") in (None, -1):
-        raise ConfigError(
-            "trainer.max_steps=-1 and trainer.max_epochs unset: training would never end; set one of them"
-        )
-    _check(data, "data", DATA_RULES)
-    _check(optim, "optim", OPTIM_RULES)
-    if "seed" in cfg:
-        _require(_integer(cfg["seed"]), "seed", cfg["seed"], "an integer")
-    check_precision_and_strategy(cfg)
-
-
 def warmup_problem(cfg: Mapping[str, Any]) -> str | None:
     """Why the LR warmup would take the whole run (or more), or None. A warning, not an error: a
     short debugging run may mean it; a real run whose LR never leaves warmup measures warmup only."""
     optim, trainer = cfg.get("optim") or {}, cfg.get("trainer") or {}
     warmup, max_steps = optim.get("warmup_steps") or 0, trainer.get("max_steps", -1)
-    if not (_integer(warmup) and _integer(max_steps)) or warmup <= 0 or max_steps <= 0 or warmup < max_steps:
+    if not (integer(warmup) and integer(max_steps)) or warmup <= 0 or max_steps <= 0 or warmup < max_steps:
         return None
     if trainer.get("fast_dev_run"):  # one step through every code path: no schedule to speak of
         return None

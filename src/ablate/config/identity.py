@@ -20,7 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ablate.config.dotted import flatten
 from ablate.errors import UserError
-from ablate.nn.axes import ARCHITECTURE_GROUPS
+from ablate.nn.axes import ARCHITECTURE_GROUPS, AXES
 from ablate.optim import used_optim_config
 
 IDENTITY_GROUPS = ("task", "model", *ARCHITECTURE_GROUPS, "data", "optim")
@@ -93,11 +93,20 @@ def change_allowed(key: str, allow: Iterable[str]) -> bool:
 
 
 def identity_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """``key -> (checkpoint value, current value)`` for every key that differs or exists on one side only."""
+    """``key -> (checkpoint value, current value)`` for every key that differs or exists on one side
+    only; but an architecture key one side does not have is no difference at null on the other
+    (the option's default: a key every option of a group carries now, or no longer), nor, for an
+    axis' selector the checkpoint does not have, at the axis' default (an axis added since, whose
+    default is what the model did before it)."""
     missing = object()
+    added = {axis.key: axis.default for axis in AXES}
     diffs = {}
     for key in sorted(set(saved) | set(current)):
         old, new = saved.get(key, missing), current.get(key, missing)
+        if key.split(".", 1)[0] in ARCHITECTURE_GROUPS and (
+            (old is missing and (new is None or added.get(key) == new)) or (new is missing and old is None)
+        ):
+            continue
         if old != new:
             diffs[key] = ("<unset>" if old is missing else old, "<unset>" if new is missing else new)
     return diffs

@@ -49,6 +49,11 @@ def project_root() -> Path:
     return _env_path(ENV_ROOT) or checkout_root() or Path.cwd()
 
 
+def conf_dir() -> Path:
+    """The ``conf/`` folder the entry points' ``@hydra.main`` read (``config_path``)."""
+    return (checkout_root() or project_root()) / "conf"
+
+
 def data_dir(root: str | Path | None = None) -> Path:
     """``$ABLATE_DATA_DIR``, else ``<root>/../shared/data`` when it exists, else ``<root>/data``."""
     explicit = _env_path(ENV_DATA_DIR)
@@ -123,7 +128,7 @@ def check_writable_folders(paths: Any, run_dir: str | Path | None = None) -> Non
     file or cannot be made (an existing read-only cache may hold what the run needs: it is read, and
     :func:`ablate.data.cache.ensure_cache` names the folder if it must build there), and an existing
     run folder (``hydra.run.dir``: a resume, or the report of a finished run) that cannot be written."""
-    from ablate.config.options import ConfigError
+    from ablate.errors import ConfigError
 
     for key, strict in (("log_dir", True), ("cache_dir", False)):
         try:

@@ -1,79 +1,36 @@
-"""Every config value has the type the code that reads it expects, checked before any data is read.
+"""Keys, types and rules of config values: the machinery of the typed config (:mod:`ablate.run.config`).
 
-Without this check a wrong type either crashes deep inside (``model.n_layers=abc``: a TypeError in
+Without a type check a wrong type either crashes deep inside (``model.n_layers=abc``: a TypeError in
 ``range``; ``trainer.precision=7``: Lightning's error after the run header) or, worse, is taken as
-another value (``model.d_model=true`` built a model of width 1: ``True == 1`` in Python). Like the
-key sets of :mod:`ablate.config.schema`, the types come from the code that reads the values:
-
-- a node with ``_target_`` (``data``, ``trainer``, each ``callbacks.*``): the type hints of the
-  target's parameters (``trainer.precision``: Lightning's ``Literal`` of precisions);
-- ``model``: :class:`ablate.nn.spec.ModelSpec`'s fields, with the config's own nullable keys
-  (:data:`MODEL_CONFIG_TYPES`); ``decode``: :class:`ablate.tasks.decoding.DecodeConfig`;
-  ``logger.*``: the option dataclasses of :mod:`ablate.tracking.options`;
-- the top level, ``eval``, ``log``, ``runtime``, ``paths``: declared in :mod:`ablate.config.schema`.
-
-``optim`` has its value rules (:data:`ablate.config.checks.OPTIM_RULES`), the architecture groups
-theirs (:mod:`ablate.config.options`). Rules: ``bool`` is not an ``int``; a ``float`` accepts an
-``int``; null only where the hint allows ``None``; a node with ``_target_`` stands for the object
-Hydra builds from it. An annotation this module cannot judge accepts any value: a missing check,
-never a false refusal.
+another value (``model.d_model=true`` built a model of width 1: ``True == 1`` in Python). The types
+are those of the code that reads the values: a section's dataclass fields, a target's type hints.
+Rules: ``bool`` is not an ``int``; a ``float`` accepts an ``int``; null only where the hint allows
+``None``; a node with ``_target_`` stands for the object Hydra builds from it. An annotation this
+module cannot judge accepts any value: a missing check, never a false refusal.
 """
 
 from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import difflib
 import inspect
 import os
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import PurePath
 from typing import Any, Literal, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 
-# the groups read by code that has no signature to read: each key with its type (ablate.config.types)
-EVAL_TYPES: dict[str, Any] = {"test_at_end": bool, "seq_len": int | None, "seq_lens": list[int] | None}
-LOG_TYPES: dict[str, Any] = {"grad_norm_every_n_steps": int, "grad_norm_dense_steps": int}
-RUNTIME_TYPES: dict[str, Any] = {
-    "flush_denormal": bool,
-    # torch.set_float32_matmul_precision's, or auto (ablate.config.checks.matmul_precision)
-    "matmul_precision": Literal["auto", "highest", "high", "medium"],
-}
-PATHS_TYPES: dict[str, Any] = {
-    **dict.fromkeys(("root_dir", "data_dir", "cache_dir", "log_dir"), str),
-    "output_dir": Any,  # Hydra's job directory, set by Hydra itself
-}
-# the top level of conf/train.yaml (its keys; the groups are checked by their own sources)
-TOP_LEVEL_TYPES: dict[str, Any] = {
-    "seed": int,
-    "tags": list[str] | str,
-    "ckpt_path": str | None,
-    "trust_checkpoint": bool,
-    "overwrite": bool,
-    "resume_allow_changes": list[str],
-    "sweep_name": str | None,
-    "skip_completed": bool,
-    "optimized_metric": str | None,
-    "print_config": bool,
-}
+UNRESOLVED = object()  # a value that does not resolve where the config is checked (``${hydra:...}`` outside a job)
+Rule = tuple[Callable[[Any], bool], str]  # (predicate, what the valid values are)
 
 _SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.Iterable, collections.abc.Collection)
 _MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
-
-# ``model`` keys that only the config has, or that the config may leave null (derived by model_spec)
-MODEL_CONFIG_TYPES: dict[str, Any] = {
-    "n_layers": int,
-    "encoder_layers": int,
-    "decoder_layers": int,
-    "d_ff": int | None,  # null: 4 * d_model
-    "max_len": int | None,  # null: the longest data length
-    "tie_embeddings": bool | str,  # an encoder-decoder also takes "decoder" (ablate.nn.seq2seq.TIE_MODES)
-    "compile": bool,
-}
 
 
 def type_ok(value: Any, hint: Any) -> bool:
@@ -141,88 +98,43 @@ def describe(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-def parameter_hints(function: Callable[..., Any]) -> dict[str, Any]:
-    """``parameter -> type hint`` of a function or class (its ``__init__`` and, through
-    ``**kwargs``, its bases'); a hint that does not resolve is left out (not checked)."""
-    functions: list[Callable[..., Any]] = (
-        [vars(c)["__init__"] for c in function.__mro__ if "__init__" in vars(c)]
-        if inspect.isclass(function)
-        else [function]
+def signature(target: Any) -> tuple[dict[str, Any], bool]:
+    """``(keyword -> type hint, closed)`` of a function or class (``module.Name`` or the object;
+    a class: its ``__init__`` and, through ``**kwargs``, its bases'), each hint resolved on its own
+    (one naming what only ``TYPE_CHECKING`` imports is ``Any``: not checked); ``closed`` is False
+    when ``**kwargs`` goes all the way up (any keyword is taken: nothing to refuse)."""
+    if isinstance(target, str):
+        from hydra.utils import get_object
+
+        target = get_object(target)
+    functions = (
+        [vars(c)["__init__"] for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else [target]
     )
     hints: dict[str, Any] = {}
-    for fn in functions:
-        try:
-            resolved = typing.get_type_hints(fn)
-        except Exception:  # a hint naming what only TYPE_CHECKING imports: resolve them one by one
-            resolved = {}
-            for name, annotation in getattr(fn, "__annotations__", {}).items():
-                try:
-                    resolved[name] = (
-                        eval(annotation, getattr(fn, "__globals__", {})) if isinstance(annotation, str) else annotation
-                    )
-                except Exception:
-                    continue
-        params = inspect.signature(fn).parameters.values()
+    for function in functions:
+        annotations, names = getattr(function, "__annotations__", {}), getattr(function, "__globals__", {})
+        params = inspect.signature(function).parameters.values()
         for p in params:
-            if p.name in resolved and p.name not in hints and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
-                hints[p.name] = resolved[p.name]
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self" and p.name not in hints:
+                try:
+                    hint = annotations.get(p.name, Any)
+                    hints[p.name] = eval(hint, names) if isinstance(hint, str) else hint
+                except Exception:
+                    hints[p.name] = Any
         if not any(p.kind is p.VAR_KEYWORD for p in params):
-            break
-    return hints
+            return hints, True
+    return hints, False
+
+
+def target_keys(target: Any) -> frozenset[str] | None:
+    """The keyword arguments ``target`` accepts (:func:`signature`); None when it takes any."""
+    hints, closed = signature(target)
+    return frozenset(hints) if closed else None
 
 
 def dataclass_hints(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
-
-
-def model_types() -> dict[str, Any]:
-    """``model.<key> -> hint``: :class:`~ablate.nn.spec.ModelSpec`'s fields for the keys the ``model``
-    group shares with it, :data:`MODEL_CONFIG_TYPES` for the config's own."""
-    from ablate.config.model import MODEL_KEYS
-    from ablate.nn.spec import ModelSpec
-
-    spec = dataclass_hints(ModelSpec)
-    return {k: MODEL_CONFIG_TYPES.get(k, spec.get(k, Any)) for k in MODEL_KEYS}
-
-
-def group_types(cfg: DictConfig, declared: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """``config path -> {key: hint}`` for the groups of this composed config ("" is the top level);
-    ``declared``: the types of groups whose readers live above this layer (``decode``, the loggers':
-    :func:`ablate.tasks.config_keys`, :func:`ablate.tracking.options.logger_keys`; a group declared
-    by its keys alone has no types to check)."""
-    from hydra.utils import get_object
-
-    found: dict[str, dict[str, Any]] = {
-        "": dict(TOP_LEVEL_TYPES),
-        "model": model_types(),
-        "eval": dict(EVAL_TYPES),
-        "log": dict(LOG_TYPES),
-        "runtime": dict(RUNTIME_TYPES),
-        "paths": dict(PATHS_TYPES),
-        **{path: dict(hints) for path, hints in declared.items() if isinstance(hints, Mapping)},
-    }
-    for path in ("data", "trainer", *(f"callbacks.{name}" for name in (cfg.get("callbacks") or {}))):
-        node = OmegaConf.select(cfg, path)
-        if isinstance(node, Mapping) and node.get("_target_"):
-            found[path] = parameter_hints(get_object(str(node["_target_"])))
-    return found
-
-
-def resolved_items(node: DictConfig) -> list[tuple[str, Any, bool]]:
-    """``(key, value, resolved)`` of a config node's keys: the value resolved and plain, or
-    ``resolved=False`` when it does not resolve here (``${hydra:runtime.output_dir}`` before a job)."""
-    items = []
-    for key in node:
-        try:
-            value = node[key]
-            value = (
-                OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
-            )
-            items.append((str(key), value, True))
-        except Exception:
-            items.append((str(key), None, False))
-    return items
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
 
 
 def _has_literal(hint: Any) -> bool:
@@ -235,18 +147,75 @@ def wrong_type_message(key: str, value: Any, hint: Any) -> str:
     return f"{key}={shown} {problem}: expected {describe(hint)}"
 
 
-def check_node_types(node: Any, hints: Mapping[str, Any], prefix: str = "") -> None:
-    """Refuse the first value of ``node`` whose type does not fit its key's hint, naming the key."""
+def unknown_key_message(path: str, key: str, valid: Iterable[str]) -> str:
+    """``path.key is not a key of path (did you mean ...?); valid keys: ...``; ``path`` "" is the top level."""
+    valid = sorted(k for k in valid if not k.startswith("_"))
+    prefix = f"{path}." if path else ""
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+    return f"{prefix}{key} is not a key of {path or 'the top level'}{hint}; valid keys: {', '.join(valid)}"
+
+
+def plain_items(node: Any) -> list[tuple[str, Any]]:
+    """``(key, value)`` of a config node, each value resolved and plain; :data:`UNRESOLVED` where it
+    does not resolve here, and a sub-node that does not resolve whole stays a node (its keys are
+    judged one by one)."""
     if not isinstance(node, DictConfig):
-        return
-    for key, value, resolved in resolved_items(node):
-        if resolved and key in hints and not type_ok(value, hints[key]):
+        return [(str(k), v) for k, v in (node or {}).items()]
+    items: list[tuple[str, Any]] = []
+    for key in node:
+        try:
+            value = node[key]
+            if isinstance(value, (DictConfig, ListConfig)):
+                try:
+                    value = OmegaConf.to_container(value, resolve=True)
+                except Exception:  # a key inside does not resolve here
+                    value = value if isinstance(value, DictConfig) else UNRESOLVED
+        except Exception:
+            value = UNRESOLVED
+        items.append((str(key), value))
+    return items
+
+
+def typed_values(node: Any, hints: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """The values of ``node`` by key, refusing the first key that is not in ``hints`` (naming the
+    valid ones) and the first value whose type does not fit its key's hint; values that do not
+    resolve here are left out."""
+    prefix = f"{path}." if path else ""
+    values: dict[str, Any] = {}
+    for key, value in plain_items(node):
+        if key not in hints:
+            raise ConfigError(unknown_key_message(path, key, hints))
+        if value is UNRESOLVED:
+            continue
+        if not type_ok(value, hints[key]):
             raise ConfigError(wrong_type_message(f"{prefix}{key}", value, hints[key]))
+        values[key] = value
+    return values
 
 
-def check_config_types(cfg: DictConfig, declared: Mapping[str, Any]) -> None:
-    """Refuse the first value of a composed training config whose type is not the one the code
-    reading it expects, naming the key and the expected type (:func:`group_types`)."""
-    for path, hints in group_types(cfg, declared).items():
-        node = cfg if not path else OmegaConf.select(cfg, path)
-        check_node_types(node, hints, f"{path}." if path else "")
+def check_rules(values: Mapping[str, Any], path: str, rules: Mapping[str, Rule]) -> None:
+    """Refuse the first value that its key's rule refuses: ``path.key=value is invalid: <valid values>``."""
+    prefix = f"{path}." if path else ""
+    for key, (predicate, valid) in rules.items():
+        if key not in values or values[key] is UNRESOLVED:
+            continue
+        try:
+            ok = bool(predicate(values[key]))
+        except (TypeError, ValueError):  # a value of another type (optim.betas=0.9: no len())
+            ok = False
+        if not ok:
+            raise ConfigError(f"{prefix}{key}={values[key]!r} is invalid: {valid}")
+
+
+def top_level_key_message(key: str, valid: list[str]) -> str:
+    """``foo is not a key of the top level (did you mean ...?); valid keys: ...``, and for the name of
+    a config group without a node of its own (``debug``), how to choose one of its options."""
+    from ablate.config.locations import conf_dir  # here: the light modules need no locations
+
+    message = unknown_key_message("", key, valid)
+    group = conf_dir() / key
+    if group.is_dir():
+        options = ", ".join(sorted(p.stem for p in group.glob("*.yaml")))
+        message += f". {key} is a config group: choose one of its options with {key}=<name> ({options})"
+    return message

@@ -48,7 +48,7 @@ def build_data_module(config: Mapping[str, Any], source: str, **overrides: Any) 
     :data:`DATA_MODULES`, its other keys passed as keyword arguments (with ``overrides``, e.g. the
     current ``data_dir``). A key the class does not take, or any nested instantiation key, is
     refused naming ``source`` and the key."""
-    from ablate.config.schema import target_keys
+    from ablate.config.types import target_keys
 
     values = {**config, **overrides}
     cls = data_module_class(values.pop("_target_", None), source)

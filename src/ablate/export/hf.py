@@ -29,21 +29,21 @@ from __future__ import annotations
 import inspect
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
-from ablate.config.model import ModelSpec
 from ablate.errors import UserError
+from ablate.nn.axes import ACT, AXES, Axis
 from ablate.nn.ffn import hidden_width
+from ablate.nn.spec import ModelSpec
 from ablate.nn.transformer import TransformerLM
 
-# our act -> transformers' ACT2FN name of the same function
-GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu", "relu2": "relu2"}
-LLAMA_GATES = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu", "glu": "sigmoid", "bilinear": "linear"}
 TARGETS = {"learned": "gpt2", "rope": "llama"}  # decided by the position scheme
+NAMES = {"gpt2": "GPT-2", "llama": "Llama"}
 
 
 class ExportError(UserError, ValueError):
@@ -52,39 +52,46 @@ class ExportError(UserError, ValueError):
 
 def hf_architecture(spec: ModelSpec) -> str:
     """``gpt2`` or ``llama``: the HF architecture ``spec`` maps onto exactly. Raises
-    :class:`ExportError` naming every option that prevents it."""
+    :class:`ExportError` naming every option that prevents it: one its axis' export entry does not
+    list for the target (:data:`ablate.nn.axes.AXES`), and any option of an axis without an entry
+    (an axis the export does not know is refused, never dropped)."""
     if spec.encoder_layers:
         raise ExportError(
             "task=translation (an encoder-decoder) has no GPT-2/Llama equivalent; only decoder-only "
             "task=lm checkpoints export"
         )
-    target = TARGETS.get(spec.pos)
+    target = TARGETS.get(spec.choice("pos"))
     if target is None:
-        raise ExportError(f"pos={spec.pos} has no GPT-2/Llama equivalent (GPT-2: pos=learned, Llama: pos=rope)")
-    name = {"gpt2": "GPT-2", "llama": "Llama"}[target]
-    problems = []
-    if spec.norm != "pre":
-        problems.append(f"norm={spec.norm}: {name} is pre-norm (norm=pre)")
-    wanted_norm = {"gpt2": "layernorm", "llama": "rmsnorm"}[target]
-    if spec.norm_layer != wanted_norm:
-        problems.append(f"norm.layer={spec.norm_layer}: {name} uses norm.layer={wanted_norm}")
-    if target == "gpt2" and spec.act not in GPT2_ACTIVATIONS:
-        problems.append(f"act={spec.act}: GPT-2's MLP has no gate (act={', '.join(GPT2_ACTIVATIONS)})")
-    if target == "llama" and spec.act not in LLAMA_GATES:
-        problems.append(f"act={spec.act}: Llama's MLP is gated (act={', '.join(LLAMA_GATES)})")
-    if target == "llama" and float(spec.pos_options.get("fraction", 1.0)) != 1.0:
-        problems.append(
-            f"pos.fraction={spec.pos_options['fraction']}: Llama rotates every feature of a head (pos.fraction=1.0)"
+        raise ExportError(
+            f"pos={spec.choice('pos')} has no GPT-2/Llama equivalent (GPT-2: pos=learned, Llama: pos=rope)"
         )
+    name, problems = NAMES[target], []
+    for axis in AXES:
+        chosen = spec.choice(axis.name)
+        if axis.export is None:
+            problems.append(f"{axis.label}={chosen}: the export does not know the axis {axis.name} (no export entry)")
+            continue
+        supported = axis.export[target]
+        if supported is not None and chosen not in supported:
+            problems.append(f"{axis.label}={chosen}: {name} takes {axis.label}={', '.join(supported)}")
+    fraction = spec.option("pos").options().get("fraction", 1.0)
+    if target == "llama" and float(fraction) != 1.0:
+        problems.append(f"pos.fraction={fraction}: Llama rotates every feature of a head (pos.fraction=1.0)")
     if spec.scale_embeddings:
         problems.append(f"model.scale_embeddings=true: {name} does not scale embeddings by sqrt(d_model)")
     if problems:
-        raise ExportError(f"no {name} equivalent (chosen by pos={spec.pos}): " + "; ".join(problems))
+        raise ExportError(f"no {name} equivalent (chosen by pos={spec.choice('pos')}): " + "; ".join(problems))
     return target
 
 
 def _ffn_width(spec: ModelSpec) -> int:
-    return hidden_width(spec.act, spec.d_ff, spec.match_params)
+    match_params = spec.option("act").options().get("match_params", True)
+    return hidden_width(spec.choice("act"), spec.d_ff, match_params)
+
+
+def _hf_name(spec: ModelSpec, target: str, axis: Axis) -> str:
+    """What the target calls the option chosen on ``axis`` (``act=gelu_tanh``: ``gelu_pytorch_tanh``)."""
+    return cast(Mapping[str, str], axis.export and axis.export[target])[spec.choice(axis.name)]
 
 
 def hf_config(spec: ModelSpec) -> Any:
@@ -98,18 +105,18 @@ def hf_config(spec: ModelSpec) -> Any:
             n_head=spec.n_heads,
             n_inner=_ffn_width(spec),
             n_positions=spec.max_len,
-            activation_function=GPT2_ACTIVATIONS[spec.act],
-            layer_norm_epsilon=spec.norm_eps,
+            activation_function=_hf_name(spec, "gpt2", ACT),
+            layer_norm_epsilon=spec.option("norm_layer").options()["eps"],
             resid_pdrop=spec.dropout,
             embd_pdrop=spec.dropout,
             attn_pdrop=spec.dropout,
             vocab_size=spec.vocab_size,
-            tie_word_embeddings=spec.tie_embeddings,
+            tie_word_embeddings=bool(spec.tie_embeddings),
             bos_token_id=None,
             eos_token_id=None,
             pad_token_id=None,
         )
-    theta = float(spec.pos_options.get("base", 10000.0))
+    theta = float(spec.option("pos").options()["base"])
     rope: dict[str, Any]  # the keyword depends on the transformers version
     if "rope_parameters" in inspect.signature(transformers.LlamaConfig.__init__).parameters:  # transformers >= 5
         rope = {"rope_parameters": {"rope_type": "default", "rope_theta": theta}}
@@ -122,14 +129,14 @@ def hf_config(spec: ModelSpec) -> Any:
         num_key_value_heads=spec.n_kv_heads or spec.n_heads,
         head_dim=spec.head_dim,
         intermediate_size=_ffn_width(spec),
-        hidden_act=LLAMA_GATES[spec.act],
+        hidden_act=_hf_name(spec, "llama", ACT),
         max_position_embeddings=spec.max_len,
-        rms_norm_eps=spec.norm_eps,
+        rms_norm_eps=spec.option("norm_layer").options()["eps"],
         attention_bias=spec.bias,
         mlp_bias=spec.bias,
         attention_dropout=spec.dropout,
         vocab_size=spec.vocab_size,
-        tie_word_embeddings=spec.tie_embeddings,
+        tie_word_embeddings=bool(spec.tie_embeddings),
         bos_token_id=None,
         eos_token_id=None,
         pad_token_id=None,
@@ -361,7 +368,7 @@ def export_checkpoint(
         raise ExportError(str(err)) from None
     try:
         task_name = checkpoint_task(Path(ckpt_path))  # it reads Path(path) anyway
-        spec = ModelSpec(**inspect_checked(ckpt_path)["hyper_parameters"]["spec"])
+        spec = ModelSpec.from_dict(inspect_checked(ckpt_path)["hyper_parameters"]["spec"])
     except CheckpointError as err:
         raise ExportError(str(err)) from None
     if task_name != "lm":

@@ -10,8 +10,7 @@ The kernels compute the same function, chosen by the ``attn`` option (``attn.imp
 Everything around the kernel (projections, positional hooks, masks, caching) is shared, so a
 comparison of the two measures the kernel alone. Adding a kernel: a subclass of
 :class:`AttentionKernel` implementing :meth:`~AttentionKernel.attend` (queries, keys, values and
-one :class:`Masking`), its registry entry, its
-name in ``conf/attn/``, and a test of its maths against ``math``; the generic suites
+one :class:`Masking`), its registry entry and a test of its maths against ``math``; the generic suites
 (``tests/nn/test_registry_suites.py``) cover it.
 
 ``n_kv_heads`` < ``n_heads`` gives grouped-query attention (Ainslie et al. 2023); 1 gives
@@ -181,18 +180,10 @@ class SdpaAttention(AttentionKernel):
 ATTENTION_KERNELS: dict[str, type[AttentionKernel]] = {"math": MathAttention, "sdpa": SdpaAttention}
 
 
-class KernelConfig(OptionConfig):
-    """The typed config of an attention kernel (``attn.impl``): its keyword arguments besides
-    ``dropout`` (none so far; ``attn.n_kv_heads`` is the attention's, shared by every kernel)."""
-
-    DIMENSIONS = ("dropout",)
-
-    def build(self, dropout: float) -> AttentionKernel:
-        return self.option(dropout, **self.options())
-
-
-def build_attention_kernel(impl: str, dropout: float) -> AttentionKernel:
-    """The kernel registered as ``impl`` (``attn.impl``)."""
+def build_attention_kernel(impl: str | OptionConfig, dropout: float) -> AttentionKernel:
+    """The kernel registered as ``impl`` (``attn.impl``), or built by its typed config with its keys."""
+    if isinstance(impl, OptionConfig):
+        return impl.build(dropout)
     if impl not in ATTENTION_KERNELS:
         raise ValueError(f"unknown attn={impl!r}; valid options: {', '.join(ATTENTION_KERNELS)}")
     return ATTENTION_KERNELS[impl](dropout)
@@ -219,7 +210,7 @@ class SelfAttention(nn.Module):
         n_heads: int,
         n_kv_heads: int | None = None,
         *,
-        impl: str = "sdpa",
+        impl: str | OptionConfig = "sdpa",
         causal: bool = True,
         bias: bool = True,
         dropout: float = 0.0,
@@ -263,7 +254,7 @@ class CrossAttention(nn.Module):
         n_heads: int,
         n_kv_heads: int | None = None,
         *,
-        impl: str = "sdpa",
+        impl: str | OptionConfig = "sdpa",
         bias: bool = True,
         dropout: float = 0.0,
     ) -> None:

@@ -1,166 +1,188 @@
-"""The architecture axes in one table: which config group and key choose each option, the registry
-of its options, and the :class:`~ablate.nn.spec.ModelSpec` field that holds the choice.
+"""The architecture axes in one table (:data:`AXES`): what chooses each option, where its options
+are registered, its default and what a Hugging Face export makes of it.
 
-Everything that lists the axes iterates :data:`AXES`: the validation of a spec
-(:func:`ablate.config.model.validate`), the keys of each option and the refusal of those an
-option does not take (:mod:`ablate.config.options`), the build of each part of a stack
-(:mod:`ablate.nn.stack`: each option builds itself from its typed config, :mod:`ablate.nn.options`), ``spec_axes(spec)`` (the flat names W&B, ``status.json`` and the
-tables group runs by), the run names and W&B axis keys (:mod:`ablate.tracking.naming`), the order
-of config groups in sweep directories, the config tree and the resume identity.
+A row is all there is to an axis besides its options' module and the code that builds its part:
+
+* the options' typed configs are read from their registry (:mod:`ablate.nn.options`);
+* each config group's options are Hydra's own (``pos=rope``; no YAML): a structured config per
+  option (:func:`group_node`, served by the config source ``ablate://``,
+  ``src/hydra_plugins/ablate_sweepers/architecture.py``), its keys with their types and defaults, so
+  Hydra refuses a key or a value of the wrong type as it composes, and an option's keys need no ``+``;
+* :class:`~ablate.nn.spec.ModelSpec` holds the chosen option of every row (``spec.options``),
+  and writes and reads it as the row's name;
+* the export (:mod:`ablate.export.hf`) refuses an option a row does not list for its target, and
+  a row without an export entry;
+* ``spec_axes(spec)`` (what W&B, ``status.json`` and the tables group runs by), the run names, the
+  order of config groups in sweep directories, the resume identity, the tests' option lists and the
+  docs' table of axes (:func:`markdown_table`) iterate the table.
 
 The key that selects an option is the group's own, as the README documents it (``pos.name``,
-``norm.placement``, ``attn.impl``): renaming them would break every command line and config
-that users have. The table says which it is, and which other keys a group's YAML carries, so no
-code special-cases a group for it.
+``norm.placement``, ``attn.impl``). A group may hold a second axis, chosen by a value of the group
+(``norm.layer``): the group's node then carries that axis' keys for every one of its options, null
+(the option's default) unless set, and a key the chosen option does not take must stay null.
 
-Light on purpose (the registries are imported when asked for): the naming of runs and the
-resolvers of the configs read the table without importing torch.
+Light on purpose (no torch): the run names, the resolvers and the composition read the table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Optional
 
-from ablate.nn.options import OptionConfig, option_config
-
-if TYPE_CHECKING:
-    from ablate.nn.attention import KernelConfig
-    from ablate.nn.block import PlacementConfig
-    from ablate.nn.ffn import FFNConfig
-    from ablate.nn.init import InitConfig
-    from ablate.nn.norms import NormLayerConfig
-    from ablate.nn.positional import PositionalConfig
-    from ablate.nn.spec import ModelSpec
-
-
-# --- each axis' registry and config class, imported when first asked for -------------------
-
-
-def _positional() -> tuple[Mapping[str, Any], type[PositionalConfig]]:
-    from ablate.nn.positional import POSITIONAL, PositionalConfig
-
-    return POSITIONAL, PositionalConfig
-
-
-def _placements() -> tuple[Mapping[str, Any], type[PlacementConfig]]:
-    from ablate.nn.block import PLACEMENTS, PlacementConfig
-
-    return PLACEMENTS, PlacementConfig
-
-
-def _norm_layers() -> tuple[Mapping[str, Any], type[NormLayerConfig]]:
-    from ablate.nn.norms import NORM_LAYERS, NormLayerConfig
-
-    return NORM_LAYERS, NormLayerConfig
-
-
-def _feed_forwards() -> tuple[Mapping[str, Any], type[FFNConfig]]:
-    from ablate.nn.ffn import FEED_FORWARDS, FFNConfig
-
-    return FEED_FORWARDS, FFNConfig
-
-
-def _inits() -> tuple[Mapping[str, Any], type[InitConfig]]:
-    from ablate.nn.init import INITS, InitConfig
-
-    return INITS, InitConfig
-
-
-def _attention_kernels() -> tuple[Mapping[str, Any], type[KernelConfig]]:
-    from ablate.nn.attention import ATTENTION_KERNELS, KernelConfig
-
-    return ATTENTION_KERNELS, KernelConfig
-
-
-def _none(spec: ModelSpec) -> Mapping[str, Any]:
-    return {}
-
-
-C = TypeVar("C", bound=OptionConfig)
+from ablate.nn.options import OptionConfig, option_configs
 
 
 @dataclass(frozen=True)
-class Axis(Generic[C]):
-    """One architecture choice: ``group`` (the config group, ``conf/<group>/``), ``selector``
-    (the key of the group that names the option; ``default`` when absent), ``spec_field`` (the
-    ``ModelSpec`` field, also the axis' flat name in ``status.json`` and W&B), ``options_and_config``
-    (its registry and the config class of its options, :mod:`ablate.nn.options`).
+class Axis:
+    """One architecture choice. ``name``: its key in ``ModelSpec.options``, ``status.json`` and W&B;
+    ``key``: the config key that names the option (``norm.layer``: group ``norm``, selector
+    ``layer``); ``registry``: ``module:NAME`` of its options in :mod:`ablate.nn`; ``dimensions``:
+    the parameters the code that builds an option passes (the rest are the option's keys);
+    ``constructor``: the class method that builds one, when not the class itself; ``shared``: keys
+    of the group that apply to every option, with their types, null by default, and are
+    ``ModelSpec`` fields of the same name (``attn.n_kv_heads``);
+    ``export``: Hugging Face target -> the options it maps (with their names there, where it names
+    them), None where the axis does not change the exported function."""
 
-    What the group's YAML carries besides the selector and the chosen option's own keys:
-    ``shared_keys`` (``key -> default``) apply to every option (``attn.n_kv_heads``);
-    ``nullable_keys`` may be null for every option and set only for one that takes them
-    (``norm.eps``, ``norm.bias``). ``spec_options`` says where a ``ModelSpec`` keeps the chosen
-    option's keys (the spec's flat fields are what checkpoints store)."""
-
-    group: str
-    selector: str
-    spec_field: str
-    options_and_config: Callable[[], tuple[Mapping[str, Any], type[C]]]
-    spec_options: Callable[[ModelSpec], Mapping[str, Any]] = _none
-    shared_keys: Mapping[str, Any] = field(default_factory=dict)
-    nullable_keys: tuple[str, ...] = ()
-    default: str | None = None
+    name: str
+    key: str
+    registry: str
+    default: str
+    dimensions: tuple[str, ...] = ()
+    constructor: str | None = None
+    shared: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    export: Mapping[str, Collection[str] | None] | None = field(default=None, repr=False, compare=False)
 
     @property
-    def key(self) -> str:
-        """The dotted config key: ``norm.layer``."""
-        return f"{self.group}.{self.selector}"
+    def group(self) -> str:
+        return self.key.split(".")[0]
+
+    @property
+    def selector(self) -> str:
+        return self.key.split(".")[1]
 
     @property
     def label(self) -> str:
-        """How messages name it: the group for its first axis (``pos``, ``attn``), the dotted key
-        for a second one (``norm.layer``)."""
-        first = next(a for a in AXES if a.group == self.group)
-        return self.group if first is self else self.key
+        """How messages name it: the group for its first axis (``pos``), the key for a second."""
+        return self.group if group_axes(self.group)[0] == self else self.key
 
-    def registry(self) -> Mapping[str, Any]:
-        return self.options_and_config()[0]
+    def configs(self) -> dict[str, type[OptionConfig]]:
+        return option_configs(self.name, f"ablate.nn.{self.registry}", self.constructor, self.dimensions)
 
     def options(self) -> list[str]:
-        return list(self.registry())
+        return list(self.configs())
 
-    def config_class(self, name: str) -> type[C]:
-        """The typed config of the option ``name`` (registered on this axis)."""
-        registry, base = self.options_and_config()
-        return option_config(base, name, registry[name])
+    def config_class(self, name: str) -> type[OptionConfig]:
+        """The typed config of the option ``name``; unknown names are refused, listing the valid ones."""
+        configs = self.configs()
+        if name not in configs:
+            from ablate.errors import ConfigError
 
-    def config(self, spec: ModelSpec) -> C:
-        """The typed config of the option ``spec`` chose on this axis, with the spec's values of
-        its keys (those it does not take, and nulls, left out: the option's defaults apply)."""
-        cls = self.config_class(getattr(spec, self.spec_field))
-        taken = cls.defaults()
-        return cls(**{k: v for k, v in self.spec_options(spec).items() if k in taken and v is not None})
+            raise ConfigError(f"unknown {self.label}={name!r}; valid options: {', '.join(configs)}")
+        return configs[name]
 
 
-POS = Axis("pos", "name", "pos", _positional, spec_options=lambda spec: spec.pos_options)
-PLACEMENT = Axis("norm", "placement", "norm", _placements)
-NORM_LAYER = Axis(
-    "norm",
-    "layer",
-    "norm_layer",
-    _norm_layers,
-    spec_options=lambda spec: {"eps": spec.norm_eps, "bias": spec.norm_bias, **spec.norm_options},
-    nullable_keys=("eps", "bias"),
-    default="layernorm",
-)
-ACT = Axis("act", "name", "act", _feed_forwards, spec_options=lambda spec: {"match_params": spec.match_params})
-INIT = Axis("init", "name", "init", _inits, spec_options=lambda spec: {"std": spec.init_std})
-ATTN = Axis("attn", "impl", "attn", _attention_kernels, shared_keys={"n_kv_heads": None})
-
-AXES: tuple[Axis[Any], ...] = (POS, PLACEMENT, NORM_LAYER, ACT, INIT, ATTN)
+_ANY = dict.fromkeys(("gpt2", "llama"))  # the axis does not change the exported function
+_GPT2_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu", "relu2": "relu2"}
+_LLAMA_GATES = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu", "glu": "sigmoid", "bilinear": "linear"}
+AXES: tuple[Axis, ...] = (
+    Axis("pos", "pos.name", "positional:POSITIONAL", "learned", ("d_model", "n_heads", "head_dim", "max_len"),
+         export={"gpt2": ("learned",), "llama": ("rope",)}),
+    Axis("norm", "norm.placement", "block:PLACEMENTS", "pre", ("make_norm", "stack"), "for_stack",
+         export={"gpt2": ("pre",), "llama": ("pre",)}),
+    Axis("norm_layer", "norm.layer", "norms:NORM_LAYERS", "layernorm", ("d_model",),
+         export={"gpt2": ("layernorm",), "llama": ("rmsnorm",)}),
+    Axis("act", "act.name", "ffn:FEED_FORWARDS", "gelu", ("d_model", "d_ff", "act", "bias", "dropout"),
+         export={"gpt2": _GPT2_ACTS, "llama": _LLAMA_GATES}),
+    Axis("init", "init.name", "init:INITS", "gpt2", export=_ANY),
+    Axis("attn", "attn.impl", "attention:ATTENTION_KERNELS", "sdpa", ("dropout",), shared={"n_kv_heads": int}, export=_ANY),
+)  # fmt: skip
+POS, PLACEMENT, NORM_LAYER, ACT, INIT, ATTN = AXES[:6]  # the README's six, by name
 
 ARCHITECTURE_GROUPS = tuple(dict.fromkeys(axis.group for axis in AXES))
 """The config groups of the architecture, in table order: pos, norm, act, init, attn."""
 
 
-def spec_axes(spec: ModelSpec) -> dict[str, Any]:
-    """A spec's ablation axes, flat, for grouping runs in W&B and in the summary table
-    (``pos``, ``norm``, ``norm_layer``, ``act``, ``init``, ``attn``: each axis' spec field and value)."""
-    return {axis.spec_field: getattr(spec, axis.spec_field) for axis in AXES}
-
-
-def group_axes(group: str) -> list[Axis[Any]]:
+def group_axes(group: str) -> list[Axis]:
     """The axes of a config group, in table order (``norm``: placement, then layer)."""
     return [axis for axis in AXES if axis.group == group]
+
+
+def spec_axes(spec: Any) -> dict[str, str]:
+    """A :class:`~ablate.nn.spec.ModelSpec`'s chosen options by axis name, flat (``pos``, ``norm``, ``norm_layer``, ``act``,
+    ``init``, ``attn``), for grouping runs in W&B, ``status.json`` and the summary table."""
+    return {axis.name: spec.option(axis.name).name for axis in AXES}
+
+
+# --- the groups as Hydra's config groups -------------------------------------------------------
+
+
+def _nullable(hint: Any) -> Any:
+    return Any if hint is Any else Optional[hint]  # noqa: UP045  (OmegaConf reads typing's Optional)
+
+
+def group_node(group: str, option: str) -> type:
+    """The structured config of ``group=option``: the selectors, the shared keys, the option's
+    keys with its defaults and a second axis' keys, null (its option's default) unless set. Every
+    key takes null: the option's default (an experiment's interpolated option may not take it)."""
+    first, *others = group_axes(group)
+    config = first.config_class(option)
+    fields: list[tuple[str, Any, Any]] = [(first.selector, str, option)]
+    fields += [(axis.selector, str, axis.default) for axis in others]
+    fields += [(key, _nullable(hint), None) for axis in group_axes(group) for key, hint in axis.shared.items()]
+    fields += [(f.name, _nullable(f.type), f.default) for f in dataclasses.fields(config)]  # type: ignore[arg-type]
+    for axis in others:
+        for name in axis.options():
+            fields += [(f.name, _nullable(f.type), None) for f in dataclasses.fields(axis.configs()[name])]  # type: ignore[arg-type]
+    unique = {name: (name, hint, dataclasses.field(default=default)) for name, hint, default in fields[::-1]}
+    node = dataclasses.make_dataclass(f"{group}_{option}", list(unique.values())[::-1])
+    node.__doc__ = config.__doc__
+    return node
+
+
+def typed_options(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``ModelSpec`` fields of the composed architecture groups: ``options`` (each axis' chosen
+    option's typed config) and the shared keys. A key no chosen option takes is refused unless null
+    (null: the option's default), naming the option's keys (``pos=sinusoidal +pos.fraction=0.5``)."""
+    from ablate.errors import ConfigError
+
+    options: dict[str, OptionConfig] = {}
+    shared: dict[str, Any] = {}
+    for group in ARCHITECTURE_GROUPS:
+        node, axes = dict(groups.get(group) or {}), group_axes(group)
+        chosen = {axis: axis.config_class(str(node.get(axis.selector, axis.default))) for axis in axes}
+        keys = {k for axis in axes for k in (axis.selector, *axis.shared)}
+        for key, value in node.items():
+            owner = next((a for a, c in chosen.items() if key in c.defaults()), None)
+            if key in keys or value is None or owner is not None:
+                continue
+            axis = next((a for a in axes[1:] if any(key in c.defaults() for c in a.configs().values())), None)
+            if axis is not None:  # a second axis' key another of its options takes
+                raise ConfigError(
+                    f"{group}.{key}={value} does not apply to {axis.label}={chosen[axis].name} (it has no {key}); "
+                    f"leave {group}.{key}=null"
+                )
+            valid = [*keys, *(k for c in chosen.values() for k in c.defaults())]
+            raise ConfigError(
+                f"{group}.{key} does not apply to {axes[-1].label}={chosen[axes[-1]].name}: its keys are "
+                f"{', '.join(valid)}. Remove {group}.{key} (in a sweep: sweep it only with the options that take it)"
+            )
+        for axis, config in chosen.items():
+            options[axis.name] = config(**{k: node[k] for k in config.defaults() if node.get(k) is not None})
+            shared.update({k: node[k] for k in axis.shared if k in node})
+    return {"options": options, **shared}
+
+
+def markdown_table() -> str:
+    """The docs' table of the axes (``docs/architecture.md``), made from :data:`AXES`."""
+    rows = ["| axis | config | options (default first) | registry |", "|---|---|---|---|"]
+    for axis in AXES:
+        options = [axis.default, *(o for o in axis.options() if o != axis.default)]
+        module, _, registry = axis.registry.partition(":")
+        path = f"nn/{module}"
+        rows.append(
+            f"| {axis.name} | `{axis.key}` | {', '.join(f'`{o}`' for o in options)} | `{registry}` (`{path}.py`) |"
+        )
+    return "\n".join(rows)

@@ -16,8 +16,7 @@ sub-layer exists. A placement's constants come from the placement: :meth:`Residu
 (DeepNorm's alpha and beta depend on the model's depth), :attr:`Residual.branch_gain` (the gain
 an init gives the sub-layer's matrices) and ``check_options`` (DeepNorm needs DeepNet's init).
 
-Adding a placement: one residual class, one ``PLACEMENTS`` entry, one ``conf/norm/<name>.yaml``,
-one test in ``tests/nn/test_block.py``.
+Adding a placement: one residual class, its ``PLACEMENTS`` entry, one test in ``tests/nn/test_block.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from torch import Tensor, nn
 
 from ablate.nn.attention import CrossAttention, KVCache, SelfAttention
-from ablate.nn.options import OptionConfig
 from ablate.nn.positional import PositionalEncoding
 
 if TYPE_CHECKING:
@@ -56,7 +54,7 @@ class Residual(nn.Module):
     @classmethod
     def for_stack(cls, make_norm: NormFactory, stack: StackConfig) -> Wrap:
         """How the sub-layers of one stack are wrapped; its keyword arguments besides these two
-        would be the placement's options (:class:`PlacementConfig`)."""
+        would be the placement's options (``norm.<key>``: :mod:`ablate.nn.options`)."""
         return partial(cls, make_norm=make_norm)
 
 
@@ -119,31 +117,13 @@ PLACEMENTS: dict[str, type[Residual]] = {
 }
 
 
-class PlacementConfig(OptionConfig):
-    """The typed config of a placement (``norm.placement``): the keyword arguments of its
-    :meth:`Residual.for_stack` besides the norm factory and the stack (none so far)."""
-
-    DIMENSIONS = ("make_norm", "stack")
-
-    @classmethod
-    def signature_of(cls, option: Callable[..., Any]) -> Callable[..., Any]:
-        return option.for_stack  # type: ignore[attr-defined]  # a Residual subclass
-
-    @property
-    def needs_final_norm(self) -> bool:
-        """Whether a stack of this placement ends with a norm (pre, sandwich)."""
-        return bool(self.option.needs_final_norm)  # type: ignore[attr-defined]  # a Residual subclass
-
-    def build(self, make_norm: NormFactory, stack: StackConfig) -> Wrap:
-        return self.option.for_stack(make_norm, stack, **self.options())  # type: ignore[attr-defined]
-
-
 def check_deepnorm_pair(spec: ModelSpec) -> None:
     """DeepNorm's alpha and DeepNet's beta are derived together (Wang et al. 2022): one without
     the other is refused (by ``norm=deepnorm`` and by ``init=deepnet``)."""
-    if (spec.norm == "deepnorm") != (spec.init == "deepnet"):
+    norm, init = spec.choice("norm"), spec.choice("init")
+    if (norm == "deepnorm") != (init == "deepnet"):
         raise ValueError(
-            f"norm={spec.norm} with init={spec.init}: DeepNorm's residual scale alpha is derived together with the "
+            f"norm={norm} with init={init}: DeepNorm's residual scale alpha is derived together with the "
             f"init gain beta (Wang et al. 2022), so use them as a pair: norm=deepnorm init=deepnet"
         )
 

@@ -6,10 +6,9 @@ Shazeer keeps parameter counts equal by shrinking the hidden width of the three-
 FFN to 2/3 of the two-matrix one; ``gated_width_scale`` does the same (turn it off with
 ``act.match_params=false``).
 
-Adding an activation: one entry in ``ACTIVATIONS`` (plain) or ``GATES`` (gated), one
-``conf/act/<name>.yaml`` and a test in ``tests/nn/test_ffn.py``. Each activation's FFN is in
-``FEED_FORWARDS``; its keyword arguments besides the dimensions are the ``act`` options
-(:class:`FFNConfig`: ``match_params`` for the gated ones).
+Adding an activation: one entry in ``ACTIVATIONS`` (plain) or ``GATES`` (gated) and a test in
+``tests/nn/test_ffn.py``. Each activation's FFN is in ``FEED_FORWARDS``; its keyword arguments
+besides the dimensions are the ``act`` options (``match_params`` for the gated ones).
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from collections.abc import Callable
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ablate.nn.options import OptionConfig, option_config
 from ablate.nn.roles import Matrix, Role, fused, whole
 
 Activation = Callable[[Tensor], Tensor]
@@ -112,24 +110,3 @@ FEED_FORWARDS: dict[str, type[nn.Module]] = {
     **dict.fromkeys(ACTIVATIONS, FeedForward),
     **dict.fromkeys(GATES, GatedFeedForward),
 }
-
-
-class FFNConfig(OptionConfig):
-    """The typed config of an ``act`` option: its FFN's keyword arguments besides the
-    dimensions (``match_params`` for a gated one)."""
-
-    DIMENSIONS = ("d_model", "d_ff", "act", "bias", "dropout")
-
-    def build(self, d_model: int, d_ff: int, *, bias: bool, dropout: float) -> nn.Module:
-        return self.option(d_model, d_ff, self.name, bias=bias, dropout=dropout, **self.options())
-
-
-def build_ffn(
-    act: str, d_model: int, d_ff: int, *, match_params: bool = True, bias: bool = True, dropout: float = 0.0
-) -> nn.Module:
-    """Build the FFN for activation ``act``, shrinking gated variants to match parameters."""
-    if act not in FEED_FORWARDS:
-        raise ValueError(f"unknown act={act!r}; valid options: {', '.join(activation_names())}")
-    config = option_config(FFNConfig, act, FEED_FORWARDS[act])
-    options = {"match_params": match_params} if "match_params" in config.defaults() else {}
-    return config(**options).build(d_model, d_ff, bias=bias, dropout=dropout)

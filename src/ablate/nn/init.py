@@ -1,7 +1,7 @@
 """Weight initialisation schemes (the ``init`` option).
 
 Each scheme is an :class:`InitScheme` subclass in ``INITS``, applied once after the model is
-built; its keyword arguments are its options (``init.std`` for ``gpt2``: :class:`InitConfig`).
+built; its keyword arguments are its options (``init.std`` for ``gpt2``).
 Schemes treat matrices by the roles the modules declare (:mod:`ablate.nn.roles`), never by
 position or name:
 
@@ -24,7 +24,6 @@ import torch
 from torch import Tensor, nn
 
 from ablate.nn.block import Residual, check_deepnorm_pair
-from ablate.nn.options import OptionConfig
 from ablate.nn.roles import RESIDUAL_OUTPUTS, Matrix, Role, model_matrices
 
 if TYPE_CHECKING:
@@ -152,10 +151,3 @@ INITS: dict[str, type[InitScheme]] = {
     "small": SmallInit,
     "deepnet": DeepNetInit,
 }
-
-
-class InitConfig(OptionConfig):
-    """The typed config of an init scheme (``init``): its constructor's keyword arguments."""
-
-    def build(self) -> InitScheme:
-        return self.option(**self.options())

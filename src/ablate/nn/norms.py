@@ -2,24 +2,22 @@
 (``block.py``); this module only says how a vector is normalised.
 
 Each layer is a factory ``(d_model, **options)`` in ``NORM_LAYERS``; its keyword arguments *are*
-its options (its typed config, :class:`NormLayerConfig`): ``norm.eps`` and ``norm.bias`` where the
-layer takes them, any other as ``+norm.<option>=...``. ``ablate.config.options`` refuses a key the
-chosen layer does not take, so nothing is set without being used.
+its options (its typed config, :mod:`ablate.nn.options`): ``norm.eps``, ``norm.bias``,
+``norm.alpha_init``, ... where the layer takes them. The ``norm`` group carries every layer's keys,
+null unless set; one the chosen layer does not take must stay null (:func:`ablate.nn.axes.typed_options`),
+so nothing is set without being used.
 
-Adding a layer: one class or factory with its registry entry here, its name in the comment of
-``conf/norm/*.yaml``'s ``layer`` key (optional), and a test of its maths in ``tests/nn/test_norms.py``;
-the generic suites (``tests/config/test_options.py``, ``tests/nn/test_registry_suites.py``) cover it.
+Adding a layer: one class or factory with its registry entry here and a test of its maths in
+``tests/nn/test_norms.py``; the generic suites (``tests/config/test_options.py``,
+``tests/nn/test_registry_suites.py``) cover it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import Tensor, nn
-
-from ablate.nn.options import OptionConfig, option_config
 
 
 class ScaleNorm(nn.Module):
@@ -77,23 +75,3 @@ NORM_LAYERS: dict[str, Callable[..., nn.Module]] = {
     "scalenorm": scale_norm,
     "dyt": DyT,
 }
-
-
-class NormLayerConfig(OptionConfig):
-    """The typed config of a norm layer (``norm.layer``): its keyword arguments after ``d_model``."""
-
-    DIMENSIONS = ("d_model",)
-
-    def build(self, d_model: int) -> nn.Module:
-        return self.option(d_model, **self.options())
-
-
-def build_norm(layer: str, d_model: int, **options: Any) -> nn.Module:
-    """Build the norm layer registered as ``layer`` with the ``options`` it takes; options it
-    does not take (``bias`` for RMSNorm: the spec carries every layer's defaults) are dropped
-    here, and refused at the config boundary when set explicitly (``ablate.config.options``)."""
-    if layer not in NORM_LAYERS:
-        raise ValueError(f"unknown norm.layer={layer!r}; valid options: {', '.join(NORM_LAYERS)}")
-    config = option_config(NormLayerConfig, layer, NORM_LAYERS[layer])
-    taken = config.defaults()
-    return config(**{k: v for k, v in options.items() if k in taken and v is not None}).build(d_model)

@@ -1,111 +1,192 @@
-"""The typed config of an option of an architecture axis: its keys, ``build()`` and ``validate()``.
+"""The typed config of each option of an architecture axis, read from the option's own source.
 
-An option is a class (or factory) in its axis' registry (:data:`ablate.nn.axes.AXES`). Its
-keyword parameters are its options, declared once, where it is implemented: everything but the
-*dimensions* its axis supplies when it builds one (``d_model``, ``max_len``, the sub-layer, ...).
-:func:`option_config` turns that signature into a frozen dataclass, a subclass of the axis'
-config class (``PositionalConfig``, ``NormLayerConfig``, ``PlacementConfig``, ``FFNConfig``,
-``InitConfig``, ``KernelConfig``), whose ``build`` makes the option's module with the model's
-dimensions. So ``pos=rope pos.fraction=0.5`` becomes ``PositionalConfig[rope](base=10000,
-fraction=0.5)`` and, in every stack, ``Rotary(head_dim=..., base=10000, fraction=0.5)``.
+An option is a class or factory in its axis' registry (``POSITIONAL`` in :mod:`ablate.nn.positional`,
+...; the axes: :data:`ablate.nn.axes.AXES`). Its keyword parameters besides the *dimensions* its
+axis supplies when it builds one (``d_model``, ``max_len``, the sub-layer, ...) are its options,
+declared once, where it is implemented, with their types and defaults: ``Rotary(head_dim, base:
+float = 10000.0, fraction: float = 1.0)`` is ``pos=rope`` with the keys ``base`` and ``fraction``.
 
-``validate(spec)`` asks the option whether it can serve the whole spec: an option class may
-define ``check_options(spec, **options)``, raising ``ValueError`` with a message that names the
-key to change (``Rotary``: an odd rotary dimension; DeepNorm and DeepNet: one without the other).
-:func:`ablate.config.model.validate` turns that into a :class:`~ablate.config.options.ConfigError`
-before any data is read. Like OLMo-core's config dataclasses, a config is plain data until built.
+:func:`option_configs` reads them from the module's source with :mod:`ast`, without importing it:
+a command line is composed and checked before torch is imported (:mod:`ablate.cli`). The registry
+is a dict literal of names the module defines (``**dict.fromkeys(NAMES, Class)`` gives one class
+to every key of another literal); a class's options are those of its constructor (``__init__``, or
+the axis' ``constructor``), looked up through its bases in the module; a factory's are its
+parameters; every default is a literal. ``tests/nn/test_options.py`` holds this reading against
+:mod:`inspect` of the imported options, every one of them, so the two cannot drift.
 
-Light on purpose (no torch): the config checks read the keys without importing the models.
+Each option's config is a frozen dataclass, :class:`OptionConfig` ``pos[rope](base=10000.0,
+fraction=1.0)``, with the option's docstring (its paper). Like OLMo-core's config dataclasses it is
+plain data until built: ``build(*dims)`` imports the option and makes it with the model's
+dimensions; ``validate(spec)`` asks the option (``check_options(spec, **options)``, raising
+``ValueError`` naming the key to change) whether it can serve the whole spec: ``Rotary``, an odd
+rotary dimension; DeepNorm and DeepNet, one without the other.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
-import inspect
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+import functools
+import importlib
+import importlib.util
+import typing
+from pathlib import Path
+from typing import Any, ClassVar
 
-if TYPE_CHECKING:
-    from ablate.nn.spec import ModelSpec
-
-REQUIRED = inspect.Parameter.empty  # the default of an option that has none
+_HINTS = {"bool": bool, "int": int, "float": float, "str": str, "None": None, "Literal": typing.Literal}
 
 
 class OptionConfig:
-    """Base of the typed configs (each made by :func:`option_config`: a frozen dataclass whose
-    fields are the option's keys, with its defaults)."""
+    """Base of the typed option configs (each made by :func:`option_configs`)."""
 
-    DIMENSIONS: ClassVar[tuple[str, ...]] = ()  # the parameters the axis supplies, not options
+    axis: ClassVar[str]  # the axis' name (``pos``, ``norm_layer``)
     name: ClassVar[str]  # the option's name in its registry (``rope``)
-    option: ClassVar[Callable[..., Any]]  # the registered class or factory
+    registry: ClassVar[str]  # ``module:REGISTRY``
+    constructor: ClassVar[str | None]  # the class method that builds it, when not the class itself
+    dimensions: ClassVar[tuple[str, ...]]  # the parameters the axis passes
 
-    @classmethod
-    def signature_of(cls, option: Callable[..., Any]) -> Callable[..., Any]:
-        """The callable whose keyword parameters are the option's keys: the option itself."""
-        return option
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as what makes it (a made class has no importable name): a job's ranks get it so."""
+        made = (self.axis, self.registry, self.constructor, self.dimensions)
+        return _remade, (made, self.name, self.options())
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
-        """``key -> default`` (:data:`REQUIRED` when it has none), in declaration order."""
-        return {
-            f.name: REQUIRED if f.default is dataclasses.MISSING else f.default
-            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-        }
+        """``key -> default``, in declaration order."""
+        return {f.name: f.default for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
 
     def options(self) -> dict[str, Any]:
         """The option's keys and their values, to build it with."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
-    def validate(self, spec: ModelSpec) -> None:
-        """Raise ``ValueError`` (naming the key to change) when the option cannot serve ``spec``."""
+    @property
+    def option(self) -> Any:
+        """The registered class or factory (importing its module: torch)."""
+        module, _, registry = self.registry.partition(":")
+        return getattr(importlib.import_module(module), registry)[self.name]
+
+    def build(self, *dims: Any, **named_dims: Any) -> Any:
+        """The option made with the axis' dimensions and its keys."""
+        make = getattr(self.option, self.constructor) if self.constructor else self.option
+        return make(*dims, **named_dims, **self.options())
+
+    def validate(self, spec: Any) -> None:
+        """Raise ``ValueError`` (naming the key to change) when the option cannot serve ``spec`` (a
+        :class:`~ablate.nn.spec.ModelSpec`)."""
         check = getattr(self.option, "check_options", None)
         if check is not None:
             check(spec, **self.options())
 
 
-def option_parameters(option: Callable[..., Any], dimensions: Iterable[str] = ()) -> dict[str, Any]:
-    """``key -> default`` from ``option``'s signature: its parameters less ``self``, ``*args``,
-    ``**kwargs`` and ``dimensions``; :data:`REQUIRED` for one without a default."""
-    skip = set(dimensions)
-    return {
-        p.name: p.default
-        for p in inspect.signature(option).parameters.values()
-        if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name not in skip and p.name != "self"
-    }
+@functools.cache
+def _definitions(module: str) -> dict[str, ast.AST]:
+    """The top-level classes, functions and assigned values of ``module``, by name (not imported)."""
+    found = importlib.util.find_spec(module)
+    assert found is not None and found.origin is not None, module
+    tree = ast.parse(Path(found.origin).read_text(encoding="utf-8"))
+    names: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            names[node.name] = node
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            names[node.target.id] = node.value
+        elif isinstance(node, ast.Assign):
+            names.update({t.id: node.value for t in node.targets if isinstance(t, ast.Name)})
+    return names
 
 
-C = TypeVar("C", bound=OptionConfig)
-_CONFIGS: dict[tuple[type[OptionConfig], str, object], type[OptionConfig]] = {}
+def _registry(names: dict[str, ast.AST], node: ast.AST) -> dict[str, str]:
+    """``option -> the name it is registered as`` of a registry's dict literal."""
+    if isinstance(node, ast.Name):
+        return _registry(names, names[node.id])
+    if isinstance(node, ast.Call) and ast.unparse(node.func) == "dict.fromkeys":
+        return dict.fromkeys(_registry(names, node.args[0]), ast.unparse(node.args[1]))
+    if isinstance(node, ast.Dict):
+        entries: dict[str, str] = {}
+        for key, value in zip(node.keys, node.values):
+            entries.update(_registry(names, value) if key is None else {ast.literal_eval(key): ast.unparse(value)})
+        return entries
+    raise TypeError(f"a registry is a dict literal (or dict.fromkeys of one), not {ast.unparse(node)}")
 
 
-def option_config(base: type[C], name: str, option: Callable[..., Any]) -> type[C]:
-    """The typed config of the option ``name`` (``option``, registered on the axis whose config
-    class is ``base``): a frozen dataclass subclass of ``base`` named ``<base>[<name>]``, made once."""
-    key = (base, name, option)
-    if key not in _CONFIGS:
-        _CONFIGS[key] = _make_config(base, name, option)
-    return _CONFIGS[key]  # type: ignore[return-value]  # made from base
+def _signature(names: dict[str, ast.AST], name: str, method: str) -> tuple[ast.arguments, bool] | None:
+    """The parameters of the function ``name``, or of the method ``method`` of the class ``name``
+    (found through its bases in the module; None: it has none of its own, as ``object``), and
+    whether the first one is ``self``/``cls``."""
+    node = names.get(name)
+    if isinstance(node, ast.FunctionDef):
+        return node.args, False
+    if isinstance(node, ast.ClassDef):
+        own = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == method), None)
+        if own is not None:
+            return own.args, not any(ast.unparse(d) == "staticmethod" for d in own.decorator_list)
+        for base in node.bases:
+            found = _signature(names, ast.unparse(base), method)
+            if found is not None:
+                return found
+    return None
 
 
-def _make_config(base: type[C], name: str, option: Callable[..., Any]) -> type[C]:
-    source = base.signature_of(option)
-    signed = source.__init__ if isinstance(source, type) else source  # type: ignore[misc]  # a class: its constructor's
-    annotations = getattr(signed, "__annotations__", {})
-    fields = [
-        (
-            key,
-            annotations.get(key, Any),
-            dataclasses.field() if default is REQUIRED else dataclasses.field(default=default),
+def _hint(annotation: ast.expr | None) -> Any:
+    """A parameter's annotation as a type (``float``, ``bool | None``); ``Any`` for another name."""
+    try:
+        return Any if annotation is None else eval(ast.unparse(annotation), {"__builtins__": {}}, _HINTS)
+    except Exception:  # a name of the module's own (a tensor type, ...): not a config value's
+        return Any
+
+
+def option_fields(module: str, option: str, method: str, dimensions: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
+    """``(key, type, default)`` of the option registered as ``option``'s keys, read from the source."""
+    names = _definitions(module)
+    found = _signature(names, option, method)
+    if found is None:
+        return []
+    args, bound = found
+    positional = [*args.posonlyargs, *args.args][1 if bound else 0 :]
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    parameters = [*zip(positional, defaults), *zip(args.kwonlyargs, args.kw_defaults)]
+    fields = []
+    for arg, default in parameters:
+        if arg.arg in dimensions:
+            continue
+        if default is None:
+            raise TypeError(f"{module}.{option}: {arg.arg} is neither a dimension of its axis nor has a default")
+        fields.append((arg.arg, _hint(arg.annotation), ast.literal_eval(default)))
+    return fields
+
+
+@functools.cache
+def option_configs(
+    axis: str, registry: str, constructor: str | None, dimensions: tuple[str, ...]
+) -> dict[str, type[OptionConfig]]:
+    """``option -> its typed config`` of the registry ``module:NAME`` (an axis' options)."""
+    module, _, variable = registry.partition(":")
+    names = _definitions(module)
+    configs: dict[str, type[OptionConfig]] = {}
+    for option, defined in _registry(names, names[variable]).items():
+        fields = option_fields(module, defined, constructor or "__init__", dimensions)
+        source = names.get(defined)
+        namespace = {
+            "__doc__": ast.get_docstring(source) if isinstance(source, (ast.ClassDef, ast.FunctionDef)) else None,
+            **{
+                "axis": axis,
+                "name": option,
+                "registry": registry,
+                "constructor": constructor,
+                "dimensions": dimensions,
+            },
+        }
+        configs[option] = dataclasses.make_dataclass(
+            f"{axis}[{option}]",
+            [(key, hint, dataclasses.field(default=default)) for key, hint, default in fields],
+            bases=(OptionConfig,),
+            frozen=True,
+            kw_only=True,
+            namespace=namespace,
         )
-        for key, default in option_parameters(source, base.DIMENSIONS).items()
-    ]
-    cls = dataclasses.make_dataclass(
-        f"{base.__name__}[{name}]",
-        fields,
-        bases=(base,),
-        frozen=True,
-        kw_only=True,  # keys by name, required ones anywhere among them
-        namespace={"name": name, "option": staticmethod(option)},
-    )
-    cls.__module__ = base.__module__
-    return cls
+        configs[option].__module__ = __name__
+    return configs
+
+
+def _remade(made: tuple[Any, ...], name: str, options: dict[str, Any]) -> OptionConfig:
+    return option_configs(*made)[name](**options)

@@ -10,20 +10,19 @@ Positions are absolute token indices; ``offset`` is the index of the first token
 which is non-zero when decoding with a KV cache.
 
 Adding a scheme: subclass :class:`PositionalEncoding` (its keyword arguments with defaults are its
-options: :class:`PositionalConfig`), register it in ``POSITIONAL``, add ``conf/pos/<name>.yaml``
-and a test in ``tests/nn/test_positional.py``.
+options, ``pos.<key>``: :mod:`ablate.nn.options`), register it in ``POSITIONAL`` and test its
+maths in ``tests/nn/test_positional.py``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
-from ablate.nn.options import OptionConfig, option_config
 from ablate.nn.roles import Matrix, Role, whole
 
 if TYPE_CHECKING:
@@ -34,7 +33,7 @@ class PositionalEncoding(nn.Module):
     """Base class: a scheme that does nothing (NoPE). Subclasses override one or more hooks.
 
     Constructors receive every model dimension as a keyword (d_model, n_heads, head_dim,
-    max_len: :attr:`PositionalConfig.DIMENSIONS`) plus the scheme's own YAML options, and take
+    max_len: the dimensions of its axis, :data:`ablate.nn.axes.AXES`) plus the scheme's own options, and take
     the ones they need. A scheme may check its options against the whole spec with a static
     ``check_options(spec, **options)`` (:meth:`ablate.nn.options.OptionConfig.validate`).
     """
@@ -205,22 +204,3 @@ POSITIONAL: dict[str, Callable[..., PositionalEncoding]] = {
     "rope": Rotary,
     "alibi": ALiBi,
 }
-
-
-class PositionalConfig(OptionConfig):
-    """The typed config of a positional scheme (``pos``): its keyword arguments besides the
-    model dimensions (:mod:`ablate.nn.options`)."""
-
-    DIMENSIONS = ("d_model", "n_heads", "head_dim", "max_len")
-
-    def build(self, *, d_model: int, n_heads: int, max_len: int) -> PositionalEncoding:
-        dims = {"d_model": d_model, "n_heads": n_heads, "head_dim": d_model // n_heads, "max_len": max_len}
-        return self.option(**dims, **self.options())
-
-
-def build_positional(name: str, *, d_model: int, n_heads: int, max_len: int, **options: Any) -> PositionalEncoding:
-    """Build the scheme registered as ``name`` (the ``pos`` config group option)."""
-    if name not in POSITIONAL:
-        raise ValueError(f"unknown pos={name!r}; valid options: {', '.join(POSITIONAL)}")
-    config = option_config(PositionalConfig, name, POSITIONAL[name])(**options)
-    return config.build(d_model=d_model, n_heads=n_heads, max_len=max_len)

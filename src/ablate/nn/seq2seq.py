@@ -32,7 +32,6 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ablate.nn.attention import KVCache
-from ablate.nn.axes import INIT
 from ablate.nn.block import LayerCache
 from ablate.nn.embedding import TokenEmbedding
 from ablate.nn.spec import ModelSpec
@@ -79,7 +78,7 @@ class EncoderDecoder(nn.Module):
         self.encoder = Stack(spec, encoder)
         self.decoder = Stack(spec, decoder)
         self.head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
-        INIT.config(spec).build().apply(self)
+        spec.option("init").build().apply(self)
         if self.tie != "none":
             self.head.weight = self.target_embedding.weight
 

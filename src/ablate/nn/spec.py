@@ -1,17 +1,24 @@
-"""The typed architecture spec every model is built from (:class:`ModelSpec`). Which options go
-together is checked where a config becomes a spec (:func:`ablate.config.model.model_spec`); the models
+"""The typed architecture spec every model is built from (:class:`ModelSpec`): the model's sizes
+and, for every axis of :data:`ablate.nn.axes.AXES`, the chosen option's typed config. It is made
+where the config is typed (:meth:`ablate.run.config.RunConfig.model_spec`) or read from a
+checkpoint (:meth:`ModelSpec.from_dict`), and checked there (:meth:`ModelSpec.validate`); the models
 (:mod:`ablate.nn.transformer`, :mod:`ablate.nn.seq2seq`) only read it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from ablate.errors import ConfigError
+from ablate.nn.axes import AXES
+from ablate.nn.options import OptionConfig
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Everything needed to build a model, validated."""
+    """Everything needed to build a model. ``options``: axis name -> the chosen option's typed
+    config (an axis not there: its default option)."""
 
     vocab_size: int
     n_layers: int
@@ -21,33 +28,106 @@ class ModelSpec:
     max_len: int
     dropout: float = 0.0
     bias: bool = True
-    tie_embeddings: bool = True
+    tie_embeddings: bool | str = True
     scale_embeddings: bool = False
-    pos: str = "learned"
-    pos_options: Mapping[str, Any] = field(default_factory=dict)
-    norm: str = "pre"
-    norm_layer: str = "layernorm"
-    norm_bias: bool = True
-    norm_eps: float = 1e-5
-    norm_options: Mapping[str, Any] = field(default_factory=dict)  # the layer's own, e.g. DyT's alpha_init
-    act: str = "gelu"
-    match_params: bool = True
-    init: str = "gpt2"
-    init_std: float = 0.02
-    attn: str = "sdpa"
     n_kv_heads: int | None = None
     # encoder-decoder only (0 means a decoder-only LM)
     encoder_layers: int = 0
+    options: Mapping[str, OptionConfig] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Options given as :meth:`as_dict` stores them (``{"pos": {"name": "rope", "base": ...}}``)
+        become their typed configs; an axis that is not one is refused."""
+        rows = {a.name: a for a in AXES}
+        options: dict[str, OptionConfig] = {}
+        for axis, option in self.options.items():
+            if axis not in rows:
+                raise ConfigError(f"{axis} is not an architecture axis; the axes are {', '.join(rows)}")
+            if not isinstance(option, OptionConfig):
+                keys = dict(option)
+                option = rows[axis].config_class(str(keys.pop("name", rows[axis].default)))(**keys)
+            options[axis] = option
+        object.__setattr__(self, "options", options)
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+    def option(self, axis: str) -> OptionConfig:
+        """The typed config of the option chosen on the axis named ``axis`` (``pos``, ``norm_layer``)."""
+        if axis in self.options:
+            return self.options[axis]
+        row = next(a for a in AXES if a.name == axis)
+        return row.config_class(row.default)()
+
+    def choice(self, axis: str) -> str:
+        """The option chosen on the axis ``axis``: ``spec.choice("pos") == "rope"``."""
+        return self.option(axis).name
+
     def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["pos_options"] = dict(self.pos_options)
-        d["norm_options"] = dict(self.norm_options)
-        return d
+        """What a checkpoint stores: the sizes and, per axis, the option's name and keys."""
+        stored: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "options"}
+        options = {a.name: self.option(a.name) for a in AXES}
+        return {**stored, "options": {k: {"name": c.name, **c.options()} for k, c in options.items()}}
+
+    @classmethod
+    def from_dict(cls, stored: Mapping[str, Any]) -> ModelSpec:
+        """A spec as :meth:`as_dict` writes it, or in the flat layout of older checkpoints (:meth:`from_flat`)."""
+        return cls(**stored) if "options" in stored else cls.from_flat(stored)
+
+    @classmethod
+    def from_flat(cls, flat: Mapping[str, Any]) -> ModelSpec:
+        """The flat layout of the checkpoints written before the spec held typed configs (main
+        780a50a, ``tests/fixtures``): each axis' option in a field named as the axis, and its keys
+        in fields of their own (``pos_options``, ``norm_eps``, ``norm_bias``, ``norm_options``,
+        ``match_params``, ``init_std``); a key the option does not take was stored with its default."""
+        values = dict(flat)
+        keys = {
+            "pos": values.pop("pos_options", None) or {},
+            "norm_layer": {
+                "eps": values.pop("norm_eps", None),
+                "bias": values.pop("norm_bias", None),
+                **(values.pop("norm_options", None) or {}),
+            },
+            "act": {"match_params": values.pop("match_params", None)},
+            "init": {"std": values.pop("init_std", None)},
+        }
+        options: dict[str, OptionConfig] = {}
+        for axis in AXES:
+            config = axis.config_class(str(values.pop(axis.name, axis.default)))
+            taken = config.defaults()
+            options[axis.name] = config(
+                **{k: v for k, v in keys.get(axis.name, {}).items() if k in taken and v is not None}
+            )
+        return cls(**values, options=options)
+
+    def validate(self) -> ModelSpec:
+        """Refuse what no model can be built from, naming the fix: the sizes here, each option's
+        own constraints by its typed config (``Rotary``: an odd rotary dimension; ``norm=deepnorm``
+        and ``init=deepnet`` only as a pair: :meth:`ablate.nn.options.OptionConfig.validate`)."""
+        for key in ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff", "max_len"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"model.{key} must be positive, got {getattr(self, key)}")
+        if self.d_model % self.n_heads:
+            divisors = ", ".join(str(h) for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0)
+            raise ConfigError(
+                f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}: "
+                f"choose n_heads among the divisors of d_model ({divisors})"
+            )
+        n_kv = self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+        if n_kv <= 0 or self.n_heads % n_kv:
+            raise ConfigError(
+                f"model.n_heads={self.n_heads} is not divisible by attn.n_kv_heads={n_kv}: grouped-query attention "
+                f"shares each key/value head among n_heads/n_kv_heads query heads; use a divisor of {self.n_heads} (1 = multi-query)"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        for axis in AXES:
+            try:
+                self.option(axis.name).validate(self)
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
+        return self
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ stack is within its model, a :class:`StackConfig` says:
   bidirectional stack.
 
 Every architecture option of the spec applies to every stack; each option builds its part from
-its typed config (:mod:`ablate.nn.options`, :data:`ablate.nn.axes.AXES`), so nothing here
+its typed config (``spec.option(axis)``: :mod:`ablate.nn.options`), so nothing here
 branches on an option's name. The placement says how a sub-layer is wrapped in this stack
 (DeepNorm's constants depend on the model's depth: :meth:`ablate.nn.block.Residual.for_stack`).
 """
@@ -24,14 +24,8 @@ from functools import partial
 from torch import Tensor, nn
 
 from ablate.nn.attention import CrossAttention, SelfAttention
-from ablate.nn.axes import ACT, NORM_LAYER, PLACEMENT, POS
-from ablate.nn.block import Block, LayerCache, NormFactory
+from ablate.nn.block import Block, LayerCache
 from ablate.nn.spec import ModelSpec, StackConfig
-
-
-def norm_factory(spec: ModelSpec) -> NormFactory:
-    """A new norm layer of the spec's ``norm.layer`` per call."""
-    return partial(NORM_LAYER.config(spec).build, spec.d_model)
 
 
 class Stack(nn.Module):
@@ -47,11 +41,12 @@ class Stack(nn.Module):
         if embedding is not None:
             self.tok_emb = embedding
         self.config = config
-        self.pos = POS.config(spec).build(d_model=spec.d_model, n_heads=spec.n_heads, max_len=spec.max_len)
+        dims = {"d_model": spec.d_model, "n_heads": spec.n_heads, "head_dim": spec.head_dim, "max_len": spec.max_len}
+        self.pos = spec.option("pos").build(**dims)
         self.emb_dropout = nn.Dropout(spec.dropout)
-        placement, make_norm = PLACEMENT.config(spec), norm_factory(spec)
+        placement, attn, ffn = spec.option("norm"), spec.option("attn"), spec.option("act")
+        make_norm = partial(spec.option("norm_layer").build, spec.d_model)  # a new norm layer per call
         wrap = placement.build(make_norm, config)
-        ffn = ACT.config(spec)
 
         def block() -> Block:
             return Block(
@@ -60,21 +55,21 @@ class Stack(nn.Module):
                     spec.n_heads,
                     spec.n_kv_heads,
                     causal=config.causal,
-                    impl=spec.attn,
+                    impl=attn,
                     bias=spec.bias,
                     dropout=spec.dropout,
                 ),
-                ffn.build(spec.d_model, spec.d_ff, bias=spec.bias, dropout=spec.dropout),
+                ffn.build(spec.d_model, spec.d_ff, ffn.name, bias=spec.bias, dropout=spec.dropout),
                 wrap,
                 CrossAttention(
-                    spec.d_model, spec.n_heads, spec.n_kv_heads, impl=spec.attn, bias=spec.bias, dropout=spec.dropout
+                    spec.d_model, spec.n_heads, spec.n_kv_heads, impl=attn, bias=spec.bias, dropout=spec.dropout
                 )
                 if config.cross
                 else None,
             )
 
         self.blocks = nn.ModuleList(block() for _ in range(config.n_layers))
-        self.final_norm = make_norm() if placement.needs_final_norm else nn.Identity()
+        self.final_norm = make_norm() if placement.option.needs_final_norm else nn.Identity()
 
     def forward(
         self,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ablate.nn.axes import INIT
 from ablate.nn.block import LayerCache
 from ablate.nn.embedding import TokenEmbedding
 from ablate.nn.spec import ModelSpec
@@ -25,7 +24,7 @@ class TransformerLM(Stack):
         super().__init__(spec, StackConfig.decoder_only(spec.n_layers), embedding)
         self.spec = spec
         self.head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
-        INIT.config(spec).build().apply(self)
+        spec.option("init").build().apply(self)
         if spec.tie_embeddings:  # Press & Wolf 2017: one matrix for input and output embeddings
             self.head.weight = self.tok_emb.weight
 

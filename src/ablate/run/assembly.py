@@ -10,6 +10,8 @@ own module from the spec.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -20,23 +22,25 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ablate.callbacks.checkpointing import AtomicCheckpointIO, ResumeState
 from ablate.callbacks.interrupt import GracefulInterrupt
 from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.throughput import ThroughputMonitor
 from ablate.cli.console import format_run_header, param_estimate
-from ablate.config.model import ModelSpec, model_spec
 from ablate.nn.axes import spec_axes
 from ablate.nn.flops import flops_per_token
+from ablate.nn.spec import ModelSpec
 from ablate.optim import used_optim_config
+from ablate.run.config import RunConfig
 from ablate.run.job import Job, is_rank_zero
 from ablate.run.lifecycle import Plan
 from ablate.run.preflight import Preflight
 from ablate.tasks import build_task
 from ablate.tasks.trained_data import check_resumed_data
 from ablate.tracking.loggers import build_loggers
+from ablate.tracking.options import as_tags
 
 if TYPE_CHECKING:
     from ablate.tasks.base import TaskModule
@@ -53,40 +57,51 @@ class Assembly:
     callbacks: list[Callback]
     loggers: list[Logger]
     trainer: L.Trainer
+    config: dict[str, Any]  # what the loggers record: the resolved config, the axes, the parameter count
 
 
-def build(cfg: DictConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
-    """Seed, then build the job's data module, task (and its model), callbacks, loggers and Trainer
-    (``checked``: :func:`ablate.run.preflight.check_config` of ``cfg``; ``plan``: the checkpoint it
+def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
+    """Seed, then build the job's data module, callbacks, task (and its model), loggers and Trainer
+    (``checked``: :func:`ablate.run.preflight.preflight` of ``cfg``; ``plan``: the checkpoint it
     resumes and its W&B run, :func:`ablate.run.lifecycle.decide`)."""
     arguments = trainer_arguments(cfg.trainer, checked.accumulate)
     seed_and_runtime(cfg, checked.matmul_precision)
     datamodule = build_datamodule(cfg)
-    if plan.ckpt_path is not None and Path(plan.ckpt_path).exists():  # the data it was trained on, nothing else
+    spec = cfg.model_spec(vocab_size=datamodule.vocab_size, max_len=checked.max_len)
+    callbacks = build_callbacks(cfg.callbacks, job.stop_file, checked.identity)
+    task = build_task(cfg, datamodule, spec)  # the task module of task.name, with its model
+    task.tokenizer = datamodule.tokenizer  # carried into its checkpoints
+    # a file, or a sharded checkpoint's folder: the data it was trained on, nothing else
+    if plan.ckpt_path is not None and Path(plan.ckpt_path).exists():
         changes = check_resumed_data(plan.ckpt_path, datamodule, job.control.resume_allow_changes)
         if changes:
             rank_zero_info(f"resuming {plan.ckpt_path} on changed data, as allowed: {'; '.join(changes)}")
-    task = build_model(cfg, datamodule, checked.max_len)
-    spec, n_params = task.spec, cast(Any, task.model).num_params()  # TransformerLM, EncoderDecoder
+    n_params = cast(Any, task.model).num_params()  # TransformerLM, EncoderDecoder
+    axes = spec_axes(spec)
+    fpt = flops_per_token(n_params, spec.n_layers + spec.encoder_layers, spec.d_model, cfg.data["seq_len"])
+    optim = used_optim_config(cfg.resolved["optim"])  # never record a key the optimiser ignores
+    for cb in callbacks:  # the model's FLOPs per token (at the training length), unless configured
+        if isinstance(cb, ThroughputMonitor) and cb.flops_per_token is None:
+            cb.flops_per_token = fpt
     estimate = param_estimate(spec.n_layers, spec.d_model, spec.vocab_size)
+    if is_rank_zero():
+        experiment, task_name, data = job.experiment, cfg.task_name, datamodule.name
+        print(
+            format_run_header(experiment, task_name, data, spec, axes, n_params, estimate, job.output_dir), flush=True
+        )
     config = {
-        **cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)),
-        "axes": spec_axes(spec),
+        **cast(dict[str, Any], copy.deepcopy(cfg.resolved)),
+        "optim": optim,
+        "axes": axes,
         "params": n_params,
         "params_estimate": estimate,
         "world_size": checked.world_size,
         "accumulate_grad_batches": checked.accumulate,
     }
-    config["optim"] = used_optim_config(config["optim"])  # never record a key the optimiser ignores
-    depth = spec.n_layers + spec.encoder_layers
-    fpt = flops_per_token(n_params, depth, spec.d_model, cfg.data.seq_len)  # at the training length
-    callbacks = build_callbacks(cfg.get("callbacks"), fpt, job.stop_file, checked.identity)
-    if is_rank_zero():
-        experiment, task_name, data = job.experiment, str(cfg.task.name), datamodule.name
-        print(format_run_header(experiment, task_name, data, spec, n_params, estimate, job.output_dir), flush=True)
     progress = wants_progress_bar(callbacks)  # without a progress callback, no bar of Lightning's own either
     loggers = build_loggers(
-        cfg,
+        cfg.logger,
+        as_tags(cfg.tags),
         job.output_dir,
         job.name,
         job.group,
@@ -109,10 +124,10 @@ def build(cfg: DictConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly
         enable_progress_bar=progress,
         **arguments,
     )
-    return Assembly(datamodule, spec, task, n_params, callbacks, loggers, trainer)
+    return Assembly(datamodule, spec, task, n_params, callbacks, loggers, trainer, config)
 
 
-def seed_and_runtime(cfg: DictConfig, matmul_precision: str) -> None:
+def seed_and_runtime(cfg: RunConfig | DictConfig, matmul_precision: str) -> None:
     """The run's seed (every RNG, data loader workers included) and its floating-point settings
     (``matmul_precision``: ``runtime.matmul_precision`` resolved, :func:`ablate.config.checks.matmul_precision`)."""
     L.seed_everything(cfg.seed, workers=True)
@@ -125,43 +140,38 @@ def seed_and_runtime(cfg: DictConfig, matmul_precision: str) -> None:
     torch.set_float32_matmul_precision(matmul_precision)
 
 
-def build_datamodule(cfg: DictConfig) -> Any:
+def build_datamodule(cfg: RunConfig | DictConfig) -> Any:
     """The configured data module, prepared (downloaded, tokenised, cached) and set up for training."""
-    datamodule = instantiate(cfg.data, seed=cfg.seed)
+    datamodule = instantiate(RunConfig.of(cfg).data, seed=cfg.seed)
     datamodule.prepare_data()
     datamodule.setup("fit")
     return datamodule
 
 
-def build_model(cfg: DictConfig, datamodule: Any, max_len: int) -> TaskModule:
+def build_model(cfg: RunConfig | DictConfig, datamodule: Any, max_len: int) -> TaskModule:
     """The task module (``task.name``) with its model, built from the model spec for this data
     (``max_len``: the longest sequence the model sees, :func:`ablate.run.preflight.eval_max_len`;
     the spec is the task's ``spec``); the task carries the data's tokenizer into its checkpoints."""
-    task = build_task(cfg, datamodule, model_spec(cfg, vocab_size=datamodule.vocab_size, max_len=max_len))
+    cfg = RunConfig.of(cfg)
+    task = build_task(cfg, datamodule, cfg.model_spec(vocab_size=datamodule.vocab_size, max_len=max_len))
     task.tokenizer = datamodule.tokenizer
     return task
 
 
 def build_callbacks(
-    configured: DictConfig | None,
-    flops: float,
-    stop_file: Path | None = None,
-    identity: dict[str, Any] | None = None,
+    configured: Mapping[str, Any] | None, stop_file: Path | None = None, identity: dict[str, Any] | None = None
 ) -> list[Callback]:
-    """The configured callbacks (``callbacks.*``), the model's FLOPs per token given to the throughput
-    monitor (unless configured), the graceful Ctrl-C handler (polling the sweep's ``stop_file``, if
-    any) and the resume state every checkpoint carries (the run's ``identity``; :func:`build` adds
-    the W&B run id once the loggers exist)."""
+    """The configured callbacks (``callbacks.*``), the graceful Ctrl-C handler (polling the sweep's
+    ``stop_file``, if any) and the resume state every checkpoint carries (the run's ``identity``;
+    :func:`build` adds the model's FLOPs per token to the throughput monitor and the W&B run id
+    once the loggers exist)."""
     callbacks = [instantiate(c) for c in (configured or {}).values() if c is not None]
-    for cb in callbacks:
-        if isinstance(cb, ThroughputMonitor) and cb.flops_per_token is None:
-            cb.flops_per_token = flops
     callbacks.append(GracefulInterrupt(stop_file))  # Ctrl-C: stop after the step, save last.ckpt
     callbacks.append(ResumeState(run_identity=identity))
     return callbacks
 
 
-def trainer_arguments(trainer: DictConfig, accumulate: int) -> dict[str, Any]:
+def trainer_arguments(trainer: Mapping[str, Any], accumulate: int) -> dict[str, Any]:
     """Trainer arguments derived from the config: accumulation from the global batch, the
     validation interval kept in optimiser steps (Lightning counts it in batches), and the
     atomic checkpoint writer."""

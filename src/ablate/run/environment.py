@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 
 GPU_ACCELERATORS = ("gpu", "cuda")
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.run.environment import GPU_ACCELERATORS, check_processes, jobs_run_elsewhere
 
 DEV = Path("/dev")

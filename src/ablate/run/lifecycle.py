@@ -64,8 +64,7 @@ from ablate.checkpoints.files import (
 )
 from ablate.cli.console import format_run_summary
 from ablate.config.identity import check_same_run
-from ablate.config.options import ConfigError
-from ablate.errors import UserError
+from ablate.errors import ConfigError, UserError
 from ablate.run import distributed
 from ablate.run.job import CONFIG_DIR, Job, is_rank_zero
 from ablate.run.lock import RunDirectoryBusy, RunDirectoryLock

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ablate.config.model import ModelSpec
+    from ablate.nn.spec import ModelSpec
 
 MARGIN = 1.25
 OPTIMIZER_STATE_FLOATS = {"adamw": 2, "adam": 2, "sgd": 1}
@@ -256,11 +256,10 @@ def check_fits(est: MemoryEstimate, available: tuple[float, str] | None, batch_k
     )
 
 
-def check_training_step(cfg: Mapping[str, Any], spec: ModelSpec) -> None:
+def check_training_step(cfg: Mapping[str, Any], spec: ModelSpec, micro_batch: int) -> None:
     """Refuse a training step of this config that cannot fit in the machine's memory, before
-    any data is read: the vocabulary is the configured one for BPE, at most 256 characters otherwise."""
-    from ablate.run.distributed import batch_layout, world_size
-
+    any data is read (``micro_batch``: the per-device batch of the batch layout): the vocabulary is
+    the configured one for BPE, at most 256 characters otherwise."""
     data = cfg["data"]
     vocab = int(data.get("vocab_size") or 256) if data.get("tokenizer", "bpe") != "char" else 256
     layers = spec.n_layers + spec.encoder_layers
@@ -269,11 +268,7 @@ def check_training_step(cfg: Mapping[str, Any], spec: ModelSpec) -> None:
         seq_len = int(spec.max_len or 128)
         micro, batch_key, per_unit = max(1, int(data["max_tokens"]) // seq_len), "data.max_tokens", seq_len
     else:
-        try:
-            micro = batch_layout(data["batch_size"], data.get("micro_batch_size"), world_size(cfg["trainer"]))[0]
-        except ValueError:
-            return  # an impossible layout is reported by training_layout, with its own message
-        seq_len, batch_key, per_unit = int(data["seq_len"]), "data.micro_batch_size", 1
+        micro, seq_len, batch_key, per_unit = micro_batch, int(data["seq_len"]), "data.micro_batch_size", 1
     est = estimate(
         n_params,
         layers,
@@ -285,6 +280,6 @@ def check_training_step(cfg: Mapping[str, Any], spec: ModelSpec) -> None:
         micro,
         optimizer=str(cfg["optim"].get("name", "adamw")),
         precision=cfg["trainer"].get("precision"),
-        materialised_attention=spec.attn == "math",
+        materialised_attention=spec.choice("attn") == "math",
     )
     check_fits(est, available_bytes(str(cfg["trainer"].get("accelerator", "cpu"))), batch_key, per_unit)

@@ -1,15 +1,17 @@
 """One training job: check -> decide -> build -> fit -> record.
 
-``train.py`` at the repository root is the ``@hydra.main`` entry point that calls :func:`run`,
-which reads top to bottom:
+``train.py`` at the repository root is the ``@hydra.main`` entry point that calls :func:`main`,
+which types the composed config once (:meth:`ablate.run.config.RunConfig.from_hydra`) and hands it
+to :func:`run`, which reads top to bottom:
 
-1. hold the run directory (one process per run) and check the config before anything is read
+1. hold the run directory (one process per run) and derive the batch layout, the memory of a step
+   and the run's identity before anything is read
    (:func:`ablate.run.preflight.check_config`);
 2. decide what the job does with its directory: skip a finished sweep job, resume (the checkpoint
    read once and checked to be the same run), start fresh, or refuse
    (:func:`ablate.run.lifecycle.decide`);
 3. build the data, model, task, callbacks, loggers and Trainer (:func:`ablate.run.assembly.build`)
-   and fit, in this process or in the N processes it starts (:func:`fit_job`);
+   and fit, in this process (:func:`fit`) or in the N processes it starts;
 4. record what happened in ``status.json`` and return the value a sweeper optimises
    (:func:`ablate.run.lifecycle.finish`).
 
@@ -30,6 +32,7 @@ import json
 import logging
 import time
 import warnings
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from ablate import cli
@@ -49,63 +52,48 @@ from ablate.checkpoints import safe_load
 from ablate.cli.console import print_config_tree, quiet_known_noise
 from ablate.errors import UserError
 from ablate.metrics import finite_or_none
-from ablate.nn.axes import spec_axes
 from ablate.run import distributed, environment, lifecycle
 from ablate.run.assembly import build
+from ablate.run.config import RunConfig, TargetConfig
 from ablate.run.job import Job, is_rank_zero
 from ablate.run.lifecycle import Plan
-from ablate.run.preflight import Preflight, check_config
+from ablate.run.preflight import Preflight, preflight
 from ablate.run.status import RunStatus, read_status
 from ablate.tracking.wandb_run import finish_wandb
 
 log = logging.getLogger(__name__)
 
 
-def run(cfg: DictConfig) -> float:
+def main(cfg: DictConfig) -> float:
+    """The job Hydra started (``train.py``'s task function): what Hydra knows of it (:class:`Job`,
+    which may continue an earlier run's directory), then its config typed, once, and run."""
+    job = Job.current(cfg)
+    return run(RunConfig.from_hydra(cfg, job.overrides), job)
+
+
+def run(cfg: RunConfig, job: Job) -> float:
     """Run one job and always leave a record of it (see the module docstring); returns the value
     for sweepers to optimise."""
     quiet_known_noise()
-    job = Job.current(cfg)
     with lifecycle.recording(job) as record:  # hold the run directory; keep whatever ends this block
         environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
-        checked = check_config(cfg)  # check: keys, numbers, combinations, memory, before anything is read
-        record.plan = lifecycle.decide(job, checked.identity, cfg.trainer)  # decide: skip, resume (the same run), fresh
-        if record.plan.trains:
-            if job.control.print_config and is_rank_zero():  # print_config=true, the debug=* presets
-                print_config_tree(cfg)
-            record.status = fit_job(cfg, job, checked, record.plan)  # build -> fit
+        checked = preflight(cfg)  # the batch layout, the processes, the memory of a step: before anything is read
+        # decide: skip, resume (the same run), fresh
+        record.plan = plan = lifecycle.decide(job, checked.identity, cfg.trainer)
+        if plan.trains and job.control.print_config and is_rank_zero():  # print_config=true, the debug=* presets
+            print_config_tree(cfg.resolved)
+        if plan.trains and checked.processes > 1:  # build -> fit in the N processes started for it
+            # the ranks get the job's typed config, resolved here, where Hydra's interpolations resolve
+            record.status = distributed.launch(
+                _rank_main, (cfg, job, checked, plan), checked.processes, stop_file=job.stop_file
+            )
+        elif plan.trains:
+            record.status = fit(cfg, job, checked, plan)  # build -> fit, here
     return lifecycle.finish(job, record)  # record: status.json, the summary, the value for a sweeper
 
 
-def fit_job(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
-    """Train the job here, or in N processes started for it when it needs more than this one (in a
-    sweep of worker processes on a node of several GPUs, a one-GPU job takes the first free one)."""
-    one_gpu = job.worker_processes and distributed.uses_one_gpu(cfg.trainer) and torch.cuda.device_count() > 1
-    if distributed.needs_launch(cfg.trainer) and not one_gpu:
-        if int(cfg.trainer.get("num_nodes", 1) or 1) > 1:
-            raise ValueError(
-                f"trainer.num_nodes={cfg.trainer.num_nodes}: the processes of the other nodes must be started there, "
-                "by SLURM (hydra/launcher=slurm) or by torchrun on every node; a job started here runs on this node only."
-            )
-        # the ranks get the job's config resolved here, where Hydra's interpolations
-        # (${hydra:runtime.output_dir}, ...) still resolve
-        container = OmegaConf.to_container(cfg, resolve=True)
-        return distributed.launch(
-            _rank_main,
-            (container, job, checked, plan),
-            distributed.devices_per_node(cfg.trainer),
-            stop_file=job.stop_file,
-        )
-    with distributed.exclusive_gpu(torch.cuda.device_count()) if one_gpu else contextlib.nullcontext() as gpu:
-        if gpu is not None:
-            print(f"this job trains on GPU {gpu} (the first one no other job of this node holds)")
-            with open_dict(cfg):
-                cfg.trainer.devices = [gpu]
-        return fit(cfg, job, checked, plan)
-
-
 @record  # a failing rank's traceback reaches the launching process
-def _rank_main(cfg_container: dict[str, Any], job: Job, checked: Preflight, plan: Plan) -> RunStatus | None:
+def _rank_main(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus | None:
     """One rank of a job started by :func:`ablate.run.distributed.launch`; rank 0 returns the status.
     A user error or an interrupt ends the rank with its exit code (2, 130) and its message, which the
     launching process reports as the job's own (:func:`ablate.run.distributed.rank_failure`)."""
@@ -116,7 +104,7 @@ def _rank_main(cfg_container: dict[str, Any], job: Job, checked: Preflight, plan
     status, code = None, cli.EXIT_CRASHED
     stopped_by: BaseException | None = None  # a user error or an interrupt: the rank's exit code says which
     try:
-        status = fit(OmegaConf.create(cfg_container), job, checked, plan)
+        status = fit(cfg, job, checked, plan)
         code = cli.EXIT_OK
     except UserError as err:
         code, stopped_by = cli.EXIT_USER_ERROR, err
@@ -141,11 +129,22 @@ def plan_in_force(output_dir: Path) -> str | None:
     return sha if isinstance(sha, str) else None
 
 
-def fit(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
+def fit(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
     """Train one configuration in this process (one rank of it, under DDP) and return its status
     record: diverged, interrupted, or completed (with the task's own evaluation after training:
-    the test split, ...). ``checked`` is :func:`ablate.run.preflight.check_config` of ``cfg`` and
-    ``plan`` the job's :func:`ablate.run.lifecycle.decide`, both done by the caller."""
+    the test split, ...). ``checked`` is :func:`ablate.run.preflight.preflight` of ``cfg`` and
+    ``plan`` the job's :func:`ablate.run.lifecycle.decide`, both done by the caller. In a sweep of
+    worker processes on a node of several GPUs, a one-GPU job takes the first free one."""
+    one_gpu = job.worker_processes and checked.one_gpu and torch.cuda.device_count() > 1
+    with distributed.exclusive_gpu(torch.cuda.device_count()) if one_gpu else contextlib.nullcontext() as gpu:
+        if gpu is not None:
+            print(f"this job trains on GPU {gpu} (the first one no other job of this node holds)")
+            cfg = replace(cfg, trainer=TargetConfig({**cfg.trainer, "devices": [gpu]}))
+        return _fit_here(cfg, job, checked, plan)
+
+
+def _fit_here(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
+    """:func:`fit` on the devices ``cfg.trainer`` names."""
     for warning in checked.warnings if is_rank_zero() else []:
         log.warning(warning)
     assembled = build(cfg, checked, job, plan)
@@ -174,8 +173,8 @@ def fit(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
     metrics = {k: finite_or_none(v) for k, v in trainer.callback_metrics.items()}
     extra: dict[str, Any] = {}
     if diverged_at is None and not interrupted:  # Ctrl-C: last.ckpt was saved at this step; no evaluation
-        evaluated, extra = task.evaluate_after_fit(trainer, assembled.datamodule, cfg.eval)  # the task's own
-        metrics.update(evaluated)
+        evaluated, extra = task.evaluate_after_fit(trainer, assembled.datamodule, cfg.eval.as_dict())  # the task's own
+        metrics |= evaluated
     elapsed = time.perf_counter() - start  # this segment: training and the evaluation after it
     earlier = read_status(job.output_dir) if plan.ckpt_path is not None else None  # a resumed run: its first start
     started_at = (earlier.started_at if earlier is not None else None) or (
@@ -191,7 +190,7 @@ def fit(cfg: DictConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
         wall_time_s=round(earlier_s + elapsed, 2),
         segment_wall_time_s=round(elapsed, 2) if plan.ckpt_path is not None else None,
         params=assembled.n_params,
-        axes=spec_axes(assembled.spec),
+        axes=assembled.config["axes"],
         overrides=job.overrides,
         world_size=trainer.world_size,
         accumulate_grad_batches=checked.accumulate,

@@ -48,8 +48,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate import cli
 from ablate.compat import sweeper_params_overrides
-from ablate.config.options import ConfigError
 from ablate.config.resolvers import RUN_CONTROL_KEYS, job_name, legacy_job_dirname
+from ablate.errors import ConfigError
 from ablate.writes import inside
 
 SWEEP_RECORD = "sweep.json"

@@ -146,7 +146,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             self.margin_basis = margin_basis
         except ValueError as err:
             from ablate import cli
-            from ablate.config.options import ConfigError
+            from ablate.errors import ConfigError
 
             cli.report_user_error(ConfigError(str(err)))
         self.job_idx = 0
@@ -219,7 +219,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         """``hydra.sweeper.halving.rungs`` as steps of this variant's run, checked (exit 2 naming the key)."""
         assert self.hydra_context is not None and self.config is not None
         from ablate import cli
-        from ablate.config.options import ConfigError
+        from ablate.errors import ConfigError
 
         try:
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(v.overrides))

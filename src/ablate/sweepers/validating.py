@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from ablate import cli
 from ablate.cli.unknown_key import composition_error_message
 from ablate.compat import BasicSweeper, sweeper_params_overrides
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.run import environment
 from ablate.sweepers import killed_jobs
 from ablate.sweepers.job_dirs import NamedJobs
@@ -55,7 +55,8 @@ class ValidatingSweeperMixin(BasicSweeper):
         self.named_jobs.check()
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        from ablate.run.preflight import check_config  # the checks' imports: only when a sweep runs
+        from ablate.run.config import RunConfig  # the checks' imports: only when a sweep runs
+        from ablate.run.preflight import check_config
 
         for overrides in batch:
             if tuple(overrides) in self.validated:
@@ -70,7 +71,7 @@ class ValidatingSweeperMixin(BasicSweeper):
                     )
                 )
             try:
-                check_config(cfg)
+                check_config(RunConfig.from_hydra(cfg, list(overrides)))  # typed as its job will type it
                 environment.check_accelerator(cfg.trainer, cfg.hydra)  # where the jobs run here
             except (ConfigError, ValueError) as err:
                 # printed and exit 2 (ablate.cli), not a traceback through Hydra's error report

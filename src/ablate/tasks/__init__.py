@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from ablate import metrics
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.metrics import Metric
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from ablate.config.model import ModelSpec
+    from ablate.nn.spec import ModelSpec
     from ablate.tasks.base import TaskModule
 
 # "package.module:name" (imported when first used) or the object itself
@@ -204,28 +204,6 @@ def task_class(cfg: DictConfig) -> type[TaskModule]:
     return TASKS[task_name(cfg)].module_class()
 
 
-def check_task_config(cfg: DictConfig) -> None:
-    """The chosen task's own config checks (``TaskModule.check_config``), before any data is read."""
-    task_class(cfg).check_config(cfg)
-
-
-def config_keys(cfg: DictConfig) -> dict[str, frozenset[str] | dict[str, Any]]:
-    """The keys of the config groups the chosen task reads, for
-    :func:`ablate.config.schema.check_config_keys` and :func:`ablate.config.types.check_config_types`:
-    ``task`` (its class's ``config_keys``), ``decode`` (with their types) and ``model`` (without
-    the other task's keys: an LM has no encoder, a translation model no ``n_layers``)."""
-    from ablate.config.model import MODEL_KEYS
-    from ablate.config.types import dataclass_hints
-    from ablate.tasks.decoding import DecodeConfig  # torch: only when a config is checked
-
-    task = task_class(cfg)
-    return {
-        "task": frozenset(getattr(task, "config_keys", {"name"})),
-        "decode": dataclass_hints(DecodeConfig),
-        "model": MODEL_KEYS - task.other_model_keys,
-    }
-
-
 def ranked_metrics(cfg: DictConfig | Mapping[str, Any]) -> tuple[str, ...] | None:
     """The quantities runs of the chosen task can be ranked by (its own metrics with a goal), or
     None when no task is registered under its name (refused elsewhere), for
@@ -234,9 +212,10 @@ def ranked_metrics(cfg: DictConfig | Mapping[str, Any]) -> tuple[str, ...] | Non
     return None if spec is None else spec.ranked_metrics
 
 
-def build_task(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TaskModule:
-    """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec."""
-    build: Callable[[DictConfig, Any, ModelSpec], TaskModule] = resolve(TASKS[task_name(cfg)].build)
+def build_task(cfg: Any, datamodule: Any, spec: ModelSpec) -> TaskModule:
+    """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec (``cfg``: the
+    typed :class:`~ablate.run.config.RunConfig`, or a composed config)."""
+    build: Callable[[Any, Any, ModelSpec], TaskModule] = resolve(TASKS[task_name(cfg)].build)
     return build(cfg, datamodule, spec)
 
 

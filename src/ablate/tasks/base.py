@@ -17,12 +17,12 @@ from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from ablate.config.model import ModelSpec
-from ablate.config.options import ConfigError
 from ablate.data.tokenizers import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
+from ablate.errors import ConfigError
 from ablate.eval_units import FILENAME as UNITS_FILE
 from ablate.eval_units import block_of, write_units
 from ablate.metrics import finite_or_none
+from ablate.nn.spec import ModelSpec
 from ablate.optim import build_optimizer, build_schedule, clip_gradients, unscale_once
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class TaskModule(L.LightningModule):
         :attr:`optim_cfg`, :attr:`model` (``model(spec)``) and its forward (:meth:`set_forward`)."""
         caller = inspect.currentframe()
         self.save_hyperparameters(logger=False, frame=caller.f_back if caller else None)  # the subclass's arguments
-        self.spec = ModelSpec(**spec)
+        self.spec = ModelSpec.from_dict(spec)
         self.optim_cfg = dict(optim)
         self.model = model(self.spec)
         self.set_forward(compile)
@@ -117,7 +117,7 @@ class TaskModule(L.LightningModule):
 
     other_model_keys: ClassVar[frozenset[str]] = frozenset()
     """Keys of the ``model`` group that this task's model does not have (refused by
-    :mod:`ablate.config.schema`): an LM has no encoder, a translation model's depth is per stack."""
+    :class:`ablate.run.config.ModelConfig`): an LM has no encoder, a translation model's depth is per stack."""
 
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
@@ -214,6 +214,8 @@ def config_dict(node: Any) -> dict[str, Any]:
     """A config node (resolved) as a plain dict; ``{}`` for None."""
     if node is None:
         return {}
+    if hasattr(node, "as_dict"):  # a typed section (ablate.run.config)
+        return cast(dict[str, Any], node.as_dict())
     if isinstance(node, DictConfig):
         return cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))
     return dict(node)

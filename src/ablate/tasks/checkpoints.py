@@ -32,10 +32,10 @@ from ablate.checkpoints import safe_load
 from ablate.checkpoints.files import CheckpointError, CheckpointFileMissing, inspect_checkpoint, require_file
 from ablate.checkpoints.parts import check_lightning_version
 from ablate.checkpoints.stored_config import check_stored_config
-from ablate.config.model import ModelSpec, validate
 from ablate.data.registry import data_module_class
 from ablate.data.stored_tokenizer import check_tokenizer
 from ablate.errors import UserError
+from ablate.nn.spec import ModelSpec
 from ablate.tasks import TASKS
 
 
@@ -58,7 +58,7 @@ def expected_state(task: str, params: Mapping[str, Any], path: str | os.PathLike
 
     cls = TASKS[task].module_class()
     try:
-        validate(ModelSpec(**params["spec"]))  # what train.py checked before it wrote the file
+        ModelSpec.from_dict(params["spec"]).validate()  # what train.py checked before it wrote the file
         with torch.device("meta"):
             module = cls(**{**params, "compile": False})
     except Exception as err:  # an unknown or missing key, an invalid spec, a spec of another task

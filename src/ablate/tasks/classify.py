@@ -23,10 +23,9 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from ablate.config.model import ModelSpec
-from ablate.config.options import ConfigError
-from ablate.nn.axes import INIT
+from ablate.errors import ConfigError
 from ablate.nn.embedding import TokenEmbedding
+from ablate.nn.spec import ModelSpec
 from ablate.nn.stack import Stack, StackConfig
 from ablate.optim import used_optim_config
 from ablate.tasks.base import TaskModule, config_dict
@@ -45,7 +44,7 @@ class EncoderClassifier(Stack):
         super().__init__(spec, StackConfig.encoder_only(spec.n_layers), embedding)
         self.spec, self.pad_id = spec, pad_id
         self.head = nn.Linear(spec.d_model, num_classes)
-        INIT.config(spec).build().apply(self)
+        spec.option("init").build().apply(self)
 
     def forward(self, tokens: Tensor) -> Tensor:  # type: ignore[override]
         real = tokens != self.pad_id

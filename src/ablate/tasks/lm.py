@@ -28,10 +28,10 @@ from omegaconf import DictConfig, open_dict
 from torch import Tensor
 from torchmetrics import MeanMetric, SumMetric
 
-from ablate.config.model import ModelSpec
-from ablate.config.options import ConfigError
 from ablate.data.tokenizers import Tokenizer
+from ablate.errors import ConfigError
 from ablate.metrics import finite_or_none
+from ablate.nn.spec import ModelSpec
 from ablate.nn.transformer import TransformerLM
 from ablate.optim import used_optim_config
 from ablate.tasks.base import TaskModule, UnitRecorder, check_bpe_train_mb, config_dict
@@ -248,7 +248,7 @@ def evaluate_lengths(
     for length in lengths:
         if limit is not None and length > limit:
             reason = (
-                f"pos={spec.pos} has {limit} positions (model.max_len, fixed when the model was trained) and no "
+                f"pos={spec.choice('pos')} has {limit} positions (model.max_len, fixed when the model was trained) and no "
                 f"rows beyond them; lengths past training need positions that extrapolate: train with pos=rope, "
                 f"alibi, sinusoidal or none (python train.py pos=rope), or with model.max_len={length} (rows "
                 "untrained beyond the training length)"

@@ -36,11 +36,11 @@ from omegaconf import DictConfig
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from ablate.config.model import ModelSpec
-from ablate.config.options import ConfigError
 from ablate.data.translation_batches import PairBatch
 from ablate.data.translation_tokens import BOS, EOS, PAD, detokenize
+from ablate.errors import ConfigError
 from ablate.nn.seq2seq import EncoderDecoder
+from ablate.nn.spec import ModelSpec
 from ablate.optim import used_optim_config
 from ablate.tasks.base import TaskModule, UnitRecorder, check_bpe_train_mb, config_dict, pick_device
 from ablate.tasks.decoding import DecodeConfig, SpecialIds, translate_tokens

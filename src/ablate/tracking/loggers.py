@@ -7,7 +7,7 @@ MLflow loggers, Lightning's with the changes ablate needs. The W&B run itself is
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +18,13 @@ from ablate.compat import flatten_params
 from ablate.tracking.csv_logger import AppendingCSVLogger, whole_rows
 from ablate.tracking.hparams import new_hparams, scalar_hparams
 from ablate.tracking.naming import RunLabels, flat_axes, run_tags
-from ablate.tracking.options import MLflowOptions, TensorBoardOptions, WandbOptions, check_loggers, user_tags
+from ablate.tracking.options import MLflowOptions, TensorBoardOptions, WandbOptions, require_installed
 from ablate.tracking.wandb_run import build_wandb_logger
 
 
 def build_loggers(
-    cfg: Any,
+    options: Mapping[str, Any],
+    user_tags: Sequence[str],
     output_dir: Path,
     run_name: str,
     group: str | None,
@@ -38,7 +39,8 @@ def build_loggers(
     train it); TensorBoard is Lightning's logger, which writes from rank 0 by itself.
 
     Args:
-        cfg: the composed config (reads ``logger.*`` and ``tags``; no ``logger`` means CSV only).
+        options: each selected ``logger.<name>``'s options (:mod:`ablate.tracking.options`; none:
+            CSV only). user_tags: the config's ``tags``.
         output_dir: the job's output directory; CSV goes to ``output_dir/csv/``, W&B files to
             ``output_dir/wandb/``, TensorBoard to ``output_dir/tensorboard/``.
         run_name: the run's display name in every logger (see
@@ -59,10 +61,9 @@ def build_loggers(
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    check_loggers(cfg)
     labels = labels if labels is not None else RunLabels.current()
     axes = flat_axes(extra_config, labels.swept)
-    tags = run_tags(user_tags(cfg), labels.experiment, axes)
+    tags = run_tags(user_tags, labels.experiment, axes)
     # flushed at every logging step: a killed job's metrics up to its last checkpoint are on
     # disk, and the resumed job appends after them (rows it logs again carry the same values)
     csv_class = AppendingCSVLogger if resuming else CSVLogger
@@ -73,12 +74,12 @@ def build_loggers(
     csv_logger.log_hyperparams(extra_config)
     loggers: list[Logger] = [csv_logger]
     config_keys = frozenset(extra_config)
-    options = WandbOptions.from_cfg(cfg)
-    group = options.group or group  # a configured logger.wandb.group names the group in every logger
-    if options.enabled and rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
-        wandb_tags = list(dict.fromkeys([*options.tags, *tags]))  # in order, no duplicates
+    wandb = options.get("wandb") or WandbOptions()
+    group = wandb.group or group  # a configured logger.wandb.group names the group in every logger
+    if wandb.enabled and rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
+        wandb_tags = list(dict.fromkeys([*wandb.tags, *tags]))  # in order, no duplicates
         wandb_logger = build_wandb_logger(
-            options,
+            wandb,
             output_dir,
             run_name,
             group,
@@ -89,7 +90,8 @@ def build_loggers(
         )
         if wandb_logger is not None:
             loggers.append(wandb_logger)
-    if TensorBoardOptions.from_cfg(cfg).enabled:
+    if (options.get("tensorboard") or TensorBoardOptions()).enabled:
+        require_installed("tensorboard", True)  # its package, named with the pip command when missing
         summary = {
             "run_name": run_name,
             "group": group or "",
@@ -101,8 +103,9 @@ def build_loggers(
         loggers.append(_build_tensorboard_logger(output_dir, summary, tags, config_keys))
         if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
             print(f"tensorboard  {output_dir / 'tensorboard'}  (view: tensorboard --logdir {output_dir.parent})")
-    mlflow_options = MLflowOptions.from_cfg(cfg)
+    mlflow_options = options.get("mlflow") or MLflowOptions()
     if mlflow_options.enabled and rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # other ranks would race to create the store
+        require_installed("mlflow", True)
         loggers.append(
             _build_mlflow_logger(
                 mlflow_options,

@@ -29,7 +29,7 @@ _NON_VARIANT_KEYS = re.compile(
     rf"|^({'|'.join(RUN_CONTROL_KEYS)})$"
 )
 # An override key that names a ModelSpec axis (ablate.nn.axes.spec_axes) maps to that axis' flat name.
-_SPEC_AXIS_OF_KEY = {axis.key: axis.spec_field for axis in AXES}
+_SPEC_AXIS_OF_KEY = {axis.key: axis.name for axis in AXES}
 _WANDB_GROUP_MAX = 128
 _TAG_MAX = 64  # W&B's limit on the length of a tag
 RUN_NAME_MAX = 120

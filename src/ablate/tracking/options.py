@@ -1,6 +1,7 @@
 """The ``logger.*`` config nodes as dataclasses (``conf/logger/<name>.yaml``), the top-level
 ``tags`` list, and the check that a selected logger's package is installed, made before any data
-is read. :mod:`ablate.config.schema` takes the valid ``logger.<name>`` keys from these dataclasses.
+is read. The typed config (:mod:`ablate.run.config`) takes the valid ``logger.<name>`` keys and their
+types from these dataclasses and hands the loggers their options (:func:`ablate.tracking.loggers.build_loggers`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -31,11 +32,6 @@ class WandbOptions:
     tags: tuple[str, ...] = field(default_factory=tuple)
 
     @classmethod
-    def from_cfg(cls, cfg: Any) -> WandbOptions:
-        """Read ``cfg.logger.wandb``; a config without it means W&B off."""
-        return cls(**_options_node(cfg, "wandb", cls))
-
-    @classmethod
     def from_logger(cls, logger: Any) -> WandbOptions:
         """Read ``logger.wandb`` from the ``logger`` node alone (interpolations resolve in its config)."""
         return cls(**_known_options(logger.get("wandb") if logger is not None else None, cls))
@@ -46,10 +42,6 @@ class TensorBoardOptions:
     """The ``logger.tensorboard`` config node (``conf/logger/tensorboard.yaml``); absent means off."""
 
     enabled: bool = False
-
-    @classmethod
-    def from_cfg(cls, cfg: Any) -> TensorBoardOptions:
-        return cls(**_options_node(cfg, "tensorboard", cls))
 
 
 @dataclass(frozen=True)
@@ -63,19 +55,6 @@ class MLflowOptions:
     enabled: bool = False
     experiment_name: str = "ablate"
     tracking_uri: str | None = None
-
-    @classmethod
-    def from_cfg(cls, cfg: Any) -> MLflowOptions:
-        return cls(**_options_node(cfg, "mlflow", cls))
-
-
-def _options_node(cfg: Any, name: str, options: type[DataclassInstance]) -> dict[str, Any]:
-    """The known keys of ``cfg.logger.<name>``, resolved (``{}`` when the node is absent)."""
-    if cfg is None:
-        return {}
-    if not isinstance(cfg, DictConfig):
-        cfg = OmegaConf.create(cfg)
-    return _known_options(OmegaConf.select(cfg, f"logger.{name}", default=None), options)
 
 
 def _known_options(node: Any, options: type[DataclassInstance]) -> dict[str, Any]:
@@ -102,30 +81,49 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def check_loggers(cfg: Any) -> None:
-    """Fail at once, before any data is read, when a selected logger's package is missing.
+def require_installed(name: str, enabled: bool) -> None:
+    """A selected (``enabled``) logger's package is installed.
 
     Raises:
         LoggerUnavailable: naming the ``pip install`` command of the missing extra.
     """
-    selected = {"tensorboard": TensorBoardOptions.from_cfg(cfg).enabled, "mlflow": MLflowOptions.from_cfg(cfg).enabled}
-    for name, enabled in selected.items():
-        modules, extra = _LOGGER_PACKAGES[name]
-        if enabled and not any(_installed(m) for m in modules):
-            raise LoggerUnavailable(
-                f"logger {name} is selected (logger.{name}.enabled=true) but the {modules[0]} package is not "
-                f"installed. Install it with:\n  {PIP_EXTRA.format(extra=extra)}\n"
-                f"(from the repository root), or drop {name} from the logger list"
-            )
+    if not enabled or name not in _LOGGER_PACKAGES:
+        return
+    modules, extra = _LOGGER_PACKAGES[name]
+    if not any(_installed(m) for m in modules):
+        raise LoggerUnavailable(
+            f"logger {name} is selected (logger.{name}.enabled=true) but the {modules[0]} package is not "
+            f"installed. Install it with:\n  {PIP_EXTRA.format(extra=extra)}\n"
+            f"(from the repository root), or drop {name} from the logger list"
+        )
 
 
-def user_tags(cfg: Any) -> list[str]:
-    """The top-level ``tags`` config key (a list; a single string is one tag)."""
-    if cfg is None:
-        return []
-    if not isinstance(cfg, DictConfig):
-        cfg = OmegaConf.create(cfg)
-    return _as_list(OmegaConf.select(cfg, "tags", default=None))
+LOGGER_OPTIONS: dict[str, type[WandbOptions] | type[TensorBoardOptions] | type[MLflowOptions]] = {
+    "wandb": WandbOptions,
+    "tensorboard": TensorBoardOptions,
+    "mlflow": MLflowOptions,
+}
+"""The ``logger.<name>`` nodes and their options dataclasses (``csv`` has none: always on)."""
+
+
+def configured(logger: Any) -> dict[str, Any]:
+    """The options of every ``logger.<name>`` of a ``logger`` node that has options (``csv`` has
+    none), each selected logger's package required (the typed config's are :meth:`RunConfig.logger
+    <ablate.run.config.RunConfig>`)."""
+    values = cast(
+        dict[str, Any],
+        OmegaConf.to_container(logger, resolve=True) if isinstance(logger, DictConfig) else dict(logger or {}),
+    )
+    return {name: logger_options(name, node or {}) for name, node in values.items() if name in LOGGER_OPTIONS}
+
+
+def logger_options(name: str, values: dict[str, Any]) -> Any:
+    """The options of ``logger.<name>`` from its checked values (``tags``: a list, or one string),
+    its package required when it is selected."""
+    known = _known_options(values, LOGGER_OPTIONS[name])
+    options = LOGGER_OPTIONS[name](**known)
+    require_installed(name, options.enabled)
+    return options
 
 
 def as_tags(value: Any) -> list[str]:
@@ -141,19 +139,3 @@ def _as_list(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value] if value else []
     return [str(v) for v in value]
-
-
-# ----------------------------------------------------------------------- loggers
-
-
-def logger_keys() -> dict[str, dict[str, Any]]:
-    """The keys of each ``logger.<name>`` node with their types (its options dataclass), for
-    :func:`ablate.config.schema.check_config_keys` and :func:`ablate.config.types.check_config_types`."""
-    from ablate.config.types import dataclass_hints
-
-    found = {
-        f"logger.{name}": dataclass_hints(options)
-        for name, options in (("wandb", WandbOptions), ("tensorboard", TensorBoardOptions), ("mlflow", MLflowOptions))
-    }
-    found["logger.wandb"]["tags"] = list[str] | str  # a single tag may be given as a string
-    return found
