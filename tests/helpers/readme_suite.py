@@ -641,7 +641,7 @@ COMMANDS: dict[str, Entry] = {
     "python scripts/summarize.py logs/multirun/norm-pos": Entry(
         analysis("norm-pos", "summary.csv", "summary.md"), "verbatim", chain="sweeps"
     ),
-    "python scripts/summarize.py logs/multirun/norm-pos --baseline norm=pre": Entry(
+    "python scripts/summarize.py logs/multirun/norm-pos --baseline norm=pre,pos=learned": Entry(
         analysis("norm-pos", "summary.csv", "summary.md", says=("verdict", "baseline")), "verbatim", chain="sweeps"
     ),
     "python scripts/plot.py logs/multirun/norm-pos": Entry(analysis("norm-pos", "figures"), "verbatim", chain="sweeps"),

@@ -78,7 +78,8 @@ def test_norm_bias_false_in_the_model_leaves_no_norm_bias(norm):
 )
 def test_norm_layer_option_reaches_every_norm_in_the_model(layer, cls):
     model = tiny_lm(norm="sandwich", norm_layer=layer)
-    norms = [m for n, m in model.named_modules() if n.endswith("norm")]
+    residual = ("norm", "post_norm", "final_norm")  # by name: a norm of another axis (a QK-norm) is not norm.layer's
+    norms = [m for n, m in model.named_modules() if n.rsplit(".", 1)[-1] in residual]
     assert len(norms) == 2 * 2 * 2 + 1  # 2 layers x 2 sub-layers x (norm, post_norm) + final
     assert all(isinstance(m, cls) for m in norms)
 

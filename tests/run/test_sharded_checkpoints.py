@@ -25,7 +25,7 @@ from ablate.checkpoints.files import (
     resolve_ckpt_path,
 )
 from ablate.config.identity import ResumeMismatchError
-from ablate.config.options import ConfigError
+from ablate.errors import ConfigError
 from ablate.run.control import RunControl
 from ablate.run.job import Job
 from ablate.run.lifecycle import decide
