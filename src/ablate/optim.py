@@ -20,10 +20,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
-from torch import nn
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -36,16 +37,23 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class OptimizerKind:
-    """A torch optimiser and the ``optim`` keys it takes (besides ``lr`` and ``weight_decay``)."""
+    """A torch optimiser (its class' name in :mod:`torch.optim`: the config is checked before torch
+    is imported) and the ``optim`` keys it takes (besides ``lr`` and ``weight_decay``)."""
 
-    cls: type[torch.optim.Optimizer]
+    name: str
     keys: tuple[str, ...]
+
+    @property
+    def cls(self) -> type[torch.optim.Optimizer]:
+        import torch
+
+        return getattr(torch.optim, self.name)
 
 
 OPTIMIZERS: dict[str, OptimizerKind] = {
-    "adamw": OptimizerKind(torch.optim.AdamW, ("betas", "eps", "fused")),
-    "adam": OptimizerKind(torch.optim.Adam, ("betas", "eps", "fused")),
-    "sgd": OptimizerKind(torch.optim.SGD, ("momentum",)),
+    "adamw": OptimizerKind("AdamW", ("betas", "eps", "fused")),
+    "adam": OptimizerKind("Adam", ("betas", "eps", "fused")),
+    "sgd": OptimizerKind("SGD", ("momentum",)),
 }
 # keys that belong to some optimiser; the rest of `optim` (lr, schedule, ...) applies to all
 _OPTIMIZER_KEYS = {key for kind in OPTIMIZERS.values() for key in kind.keys}
@@ -152,6 +160,8 @@ def build_schedule(
         decay_steps=decay_steps,
         min_ratio=cfg.get("min_lr_ratio", 0.0),
     )
+    import torch
+
     return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
 
 
@@ -194,6 +204,8 @@ def clip_gradients(
     as Lightning's own clipping, so a run's numbers do not change. An FSDP model's gradients are
     sharded over the ranks, and only the root module can compute their global norm
     (``sharded_root.clip_grad_norm_``, a collective every rank calls)."""
+    import torch
+
     if algorithm == "value":
         torch.nn.utils.clip_grad_value_(parameters, max_value)
     elif algorithm != "norm":

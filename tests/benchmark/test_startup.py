@@ -25,6 +25,7 @@ def test_timing_stops_at_the_marker_or_the_exit(tmp_path: Path) -> None:
 def test_the_refusal_timed_is_the_gpu_one_where_there_is_no_gpu(tmp_path: Path) -> None:
     assert commands(tmp_path, [], no_gpu=True)["refusal"][0][-1] == "trainer=gpu"
     assert commands(tmp_path, [], no_gpu=False)["refusal"][0][-1] == "model.n_layers=abc"
+    assert commands(tmp_path, [], no_gpu=True)["value_refusal"][0][-1] == "model.n_layers=0"
     run, marker, _ = commands(tmp_path, ["model=tiny"], no_gpu=True)["run_header"]
     assert run[-1] == "model=tiny" and marker == "run     experiment="
 

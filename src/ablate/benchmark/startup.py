@@ -8,6 +8,8 @@ Each round runs, in fresh interpreters and in turn:
 * ``import lightning`` -- the baseline: what any Lightning program pays before its first line;
 * a refusal -- ``train.py trainer=gpu`` on a machine without a GPU (else ``train.py
   model.n_layers=abc``): the seconds to its exit code 2;
+* a value's refusal -- ``train.py model.n_layers=0``: a key/value check of the typed config
+  (:meth:`ablate.run.config.RunConfig.from_hydra`), which reads the targets' source and imports no torch;
 * ``train.py`` with the given overrides (default: the default experiment) -- the seconds until the
   run header's first line (``run     experiment=...``), when the process is stopped.
 
@@ -30,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+VALUE_REFUSAL = "model.n_layers=0"  # a value the typed config refuses (a range rule)
 HEADER = "run     experiment="  # the run header's first line (ablate.cli.console.format_run_header)
 TIMEOUT_S = 900.0  # a guard against a hung command, not an expectation
 
@@ -69,6 +72,7 @@ def commands(
     return {
         "import_lightning": ([python, "-c", "import lightning"], None, 0),
         "refusal": ([python, train, *refusal], None, 2),
+        "value_refusal": ([python, train, VALUE_REFUSAL], None, 2),
         "run_header": ([python, train, *train_overrides], HEADER, None),
     }
 
@@ -96,6 +100,7 @@ def measure(
     return {
         "rounds": rounds,
         "refusal": " ".join(todo["refusal"][0][2:]),
+        "value_refusal": VALUE_REFUSAL,
         "run": " ".join(["train.py", *train_overrides]),
         "warm_up_s": round(warm, 2),
         "seconds": {name: [round(v, 3) for v in values] for name, values in times.items()},
@@ -112,7 +117,8 @@ def report_lines(result: dict[str, Any]) -> list[str]:
         ratio = result["ratio_to_import_lightning"].get(name)
         text = f"  {name:<17}{result['median_s'][name]:7.2f} s  ({min(values):.2f}-{max(values):.2f})"
         lines.append(text + (f"  x{ratio:.2f}" if ratio is not None else ""))
-    lines.append(f"  refusal: train.py {result['refusal']}; run_header: {result['run']} until its header")
+    value = f"; value_refusal: train.py {result['value_refusal']}" if "value_refusal" in result else ""
+    lines.append(f"  refusal: train.py {result['refusal']}{value}; run_header: {result['run']} until its header")
     return lines
 
 

@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from torch import Tensor, nn
 
 from ablate.nn.attention import CrossAttention, KVCache, SelfAttention
+from ablate.nn.option_checks import check_deepnorm_pair
 from ablate.nn.positional import PositionalEncoding
 
 if TYPE_CHECKING:
-    from ablate.nn.spec import ModelSpec, StackConfig
+    from ablate.nn.spec import StackConfig
 
 NormFactory = Callable[[], nn.Module]
 Wrap = Callable[[nn.Module], "Residual"]
@@ -101,9 +102,7 @@ class DeepNormResidual(Residual):
         alpha, beta = deepnorm_constants(stack.encoder_layers, stack.decoder_layers)[stack.role]
         return partial(cls, make_norm=make_norm, alpha=alpha, beta=beta)
 
-    @staticmethod
-    def check_options(spec: ModelSpec, **_: object) -> None:
-        check_deepnorm_pair(spec)
+    check_options = staticmethod(check_deepnorm_pair)  # with init=deepnet only
 
     def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         return self.norm(self.alpha * x + self.sublayer(x, *args, **kwargs))
@@ -115,17 +114,6 @@ PLACEMENTS: dict[str, type[Residual]] = {
     "sandwich": SandwichResidual,
     "deepnorm": DeepNormResidual,
 }
-
-
-def check_deepnorm_pair(spec: ModelSpec) -> None:
-    """DeepNorm's alpha and DeepNet's beta are derived together (Wang et al. 2022): one without
-    the other is refused (by ``norm=deepnorm`` and by ``init=deepnet``)."""
-    norm, init = spec.choice("norm"), spec.choice("init")
-    if (norm == "deepnorm") != (init == "deepnet"):
-        raise ValueError(
-            f"norm={norm} with init={init}: DeepNorm's residual scale alpha is derived together with the "
-            f"init gain beta (Wang et al. 2022), so use them as a pair: norm=deepnorm init=deepnet"
-        )
 
 
 def deepnorm_constants(n_encoder: int, n_decoder: int) -> dict[str, tuple[float, float]]:

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from ablate.nn.block import Residual, check_deepnorm_pair
+from ablate.nn.block import Residual
+from ablate.nn.option_checks import check_deepnorm_pair
 from ablate.nn.roles import RESIDUAL_OUTPUTS, Matrix, Role, model_matrices
 
 if TYPE_CHECKING:
-    from ablate.nn.spec import ModelSpec
+    pass
 
 # the matrices DeepNet gives the gain beta (Wang et al. 2022, Sec. 3): W_v, W_o and the FFN's
 DEEPNET_GAINED = frozenset({Role.VALUE, Role.ATTN_OUT, Role.FFN_GATE, Role.FFN_IN, Role.FFN_OUT})
@@ -127,9 +128,7 @@ class DeepNetInit(InitScheme):
     computed by one fused matrix with V here, so their rows keep gain 1 while the value rows get
     beta. Only with ``norm=deepnorm``, whose residuals carry beta."""
 
-    @staticmethod
-    def check_options(spec: ModelSpec, **_: object) -> None:
-        check_deepnorm_pair(spec)
+    check_options = staticmethod(check_deepnorm_pair)  # with norm=deepnorm only
 
     def apply(self, model: nn.Module) -> None:
         for matrix in linear_matrices(model):

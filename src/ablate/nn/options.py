@@ -33,6 +33,8 @@ import typing
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ablate.nn.source import Unresolved, declared_value
+
 _HINTS = {"bool": bool, "int": int, "float": float, "str": str, "None": None, "Literal": typing.Literal}
 
 
@@ -70,10 +72,21 @@ class OptionConfig:
         make = getattr(self.option, self.constructor) if self.constructor else self.option
         return make(*dims, **named_dims, **self.options())
 
+    def _check(self) -> Any:
+        """The option's ``check_options``, read from its class's source where it is declared as a
+        function of :mod:`ablate.nn.option_checks` (no torch), else from the imported option."""
+        module, _, registry = self.registry.partition(":")
+        names = _definitions(module)
+        defined = _registry(names, names[registry])[self.name]
+        try:
+            return declared_value(f"{module}.{defined}", "check_options", ("ablate.nn.option_checks",))
+        except Unresolved:
+            return getattr(self.option, "check_options", None)
+
     def validate(self, spec: Any) -> None:
         """Raise ``ValueError`` (naming the key to change) when the option cannot serve ``spec`` (a
         :class:`~ablate.nn.spec.ModelSpec`)."""
-        check = getattr(self.option, "check_options", None)
+        check = self._check()
         if check is not None:
             check(spec, **self.options())
 

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
+from ablate.nn.option_checks import check_rotary, rotary_dim
 from ablate.nn.roles import Matrix, Role, whole
 
 if TYPE_CHECKING:
-    from ablate.nn.spec import ModelSpec
+    pass
 
 
 class PositionalEncoding(nn.Module):
@@ -143,21 +144,7 @@ class Rotary(PositionalEncoding):
     def rotate(self, q: Tensor, k: Tensor, q_offset: int = 0, k_offset: int = 0) -> tuple[Tensor, Tensor]:
         return self._rotate(q, q_offset), self._rotate(k, k_offset)
 
-    @staticmethod
-    def check_options(spec: ModelSpec, *, fraction: float = 1.0, **_: object) -> None:
-        """The rotated features per head, ``head_dim * fraction``, must be a positive even number."""
-        rotary_dim(spec.head_dim, float(fraction))
-
-
-def rotary_dim(head_dim: int, fraction: float) -> int:
-    """The number of rotated features per head; it must be a positive even integer."""
-    rot = head_dim * fraction
-    if fraction <= 0 or fraction > 1 or rot != int(rot) or int(rot) % 2:
-        raise ValueError(
-            f"pos=rope rotates head_dim * pos.fraction = {head_dim} * {fraction} = {rot} features per head, "
-            f"which must be a positive even integer: change model.d_model / model.n_heads or pos.fraction"
-        )
-    return int(rot)
+    check_options = staticmethod(check_rotary)  # the rotated features per head: a positive even number
 
 
 def alibi_slopes(n_heads: int) -> Tensor:

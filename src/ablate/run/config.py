@@ -40,6 +40,7 @@ from ablate.config.types import (
     Rule,
     check_rules,
     dataclass_hints,
+    declared_rules,
     plain_items,
     signature,
     top_level_key_message,
@@ -212,17 +213,12 @@ class TargetConfig(dict[str, Any]):
     @classmethod
     def from_node(cls, path: str, node: Any, rules: Mapping[str, Rule] | None = None) -> TargetConfig:
         """The node at ``path`` of a composed config, checked (``rules``: those ablate adds)."""
-        from hydra.utils import get_object
-
-        target = get_object(str(node["_target_"]))
-        hints, closed = signature(target)
+        target = str(node["_target_"])
+        hints, closed = signature(target)  # read from its source: the check imports no torch
         build = dict.fromkeys(_BUILD_KEYS, Any) if closed else {k: Any for k, _ in plain_items(node)}
         hints = {**build, **hints}
         values = typed_values(node, hints, path)
-        declared = {**getattr(target, "CONFIG_RULES", {}), **(rules or {})}
-        for key, choices in getattr(target, "CONFIG_CHOICES", {}).items():
-            declared[key] = (lambda v, c=choices: v in c, f"one of {', '.join(map(str, choices))}")
-        check_rules(values, path, declared)
+        check_rules(values, path, declared_rules(target, rules))
         return cls((k, v) for k, v in plain_items(node) if v is not UNRESOLVED)
 
 
@@ -374,9 +370,9 @@ class RunConfig:
         config file declares is that file's table for its interpolations (an experiment's
         ``init_by_norm``), kept in what the run records and read by nothing else."""
 
-        from ablate.tasks import task_class
+        from ablate.tasks import task_checks
 
-        task = task_class(cfg)
+        task = task_checks(cfg)
         task.check_config(cfg)  # may fill derived keys
         note = clip_validation_interval(cfg.trainer)
         items = {k: v for k, v in plain_items(cfg) if k != "hydra"}  # a sweeper's job config carries Hydra's
@@ -446,7 +442,7 @@ def _task_node(task: Any, node: Any) -> dict[str, Any]:
 def _decode_node(node: Any) -> dict[str, Any] | None:
     if node is None:
         return None
-    from ablate.tasks.decoding import DecodeConfig  # torch: only when a config has a decode group
+    from ablate.tasks.decode_config import DecodeConfig
 
     return typed_values(node, dataclass_hints(DecodeConfig), "decode")
 

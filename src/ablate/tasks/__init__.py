@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from ablate.nn.spec import ModelSpec
     from ablate.tasks.base import TaskModule
+    from ablate.tasks.config_checks import TaskChecks
 
 # "package.module:name" (imported when first used) or the object itself
 Ref = str | Any
@@ -64,6 +65,9 @@ class TaskSpec:
     (named when a checkpoint reaches the wrong one); ``panel_metrics``: the metrics the W&B
     workspace compares runs on (one panel per metric and axis); ``grad_norm_parts``:
     ``(stack prefix, part)`` of the per-layer gradient norms it charts before any is logged;
+    ``checks``: its :class:`~ablate.tasks.config_checks.TaskChecks` (``task`` keys, the ``model`` keys
+    its model has not, the checks of a composed config), which its module inherits: read to type a
+    command line without importing torch (without it, the module's own are read);
     ``batch_tokens_key``: the data key that, times ``data.batch_size``, gives the tokens of an
     optimiser step (the compute the analysis counts), and ``fixed_batch_tokens``: whether that is
     exact (a language model's windows) or an upper bound (translation's token budget, padding
@@ -85,9 +89,15 @@ class TaskSpec:
     batch_tokens_key: str = "data.seq_len"
     fixed_batch_tokens: bool = True
     grad_norm_parts: tuple[tuple[str, str], ...] = field(default=())
+    checks: Ref | None = None
 
     def module_class(self) -> type[TaskModule]:
         return cast("type[TaskModule]", resolve(self.module))
+
+    def checks_class(self) -> type[TaskChecks]:
+        """Its config declarations and checks (:class:`~ablate.tasks.config_checks.TaskChecks`): the
+        light class ``checks`` names, or else the module itself (which imports torch)."""
+        return cast("type[TaskChecks]", resolve(self.checks) if self.checks is not None else self.module_class())
 
     def logs(self, name: str) -> bool:
         """Whether this task logs the metric ``name`` (declared by it, or by every run)."""
@@ -143,6 +153,7 @@ register_task(
     TaskSpec(
         name="lm",
         module="ablate.tasks.lm:LanguageModelTask",
+        checks="ablate.tasks.config_checks:LanguageModelChecks",
         build="ablate.tasks.lm:build_lm",
         metrics=(LOSS, PPL, BPB),
         headline_metric="val/ppl",
@@ -158,6 +169,7 @@ register_task(
     TaskSpec(
         name="translation",
         module="ablate.tasks.translation:TranslationTask",  # imported when asked for: it pulls in sacreBLEU
+        checks="ablate.tasks.config_checks:TranslationChecks",
         build="ablate.tasks.translation:build_translation",
         metrics=(LOSS, PPL, BLEU),
         headline_metric="val/bleu",
@@ -177,6 +189,7 @@ register_task(
     TaskSpec(
         name="classify",
         module="ablate.tasks.classify:ClassificationTask",
+        checks="ablate.tasks.config_checks:ClassificationChecks",
         build="ablate.tasks.classify:build_classify",
         metrics=(LOSS, PPL, ACC),
         headline_metric="val/acc",
@@ -202,6 +215,11 @@ def task_name(cfg: DictConfig) -> str:
 def task_class(cfg: DictConfig) -> type[TaskModule]:
     """The :class:`~ablate.tasks.base.TaskModule` subclass of ``cfg.task.name``."""
     return TASKS[task_name(cfg)].module_class()
+
+
+def task_checks(cfg: DictConfig) -> type[TaskChecks]:
+    """The config declarations and checks of ``cfg.task.name`` (:meth:`TaskSpec.checks_class`)."""
+    return TASKS[task_name(cfg)].checks_class()
 
 
 def ranked_metrics(cfg: DictConfig | Mapping[str, Any]) -> tuple[str, ...] | None:

@@ -7,7 +7,7 @@ import inspect
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import lightning as L
 import torch
@@ -18,33 +18,22 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from ablate.data.tokenizers import Tokenizer, tokenizer_from_dict, tokenizer_to_dict
-from ablate.errors import ConfigError
 from ablate.eval_units import FILENAME as UNITS_FILE
 from ablate.eval_units import block_of, write_units
 from ablate.metrics import finite_or_none
 from ablate.nn.spec import ModelSpec
 from ablate.optim import build_optimizer, build_schedule, clip_gradients, unscale_once
+from ablate.tasks.config_checks import TaskChecks
 
 log = logging.getLogger(__name__)
 
 
-def check_bpe_train_mb(data: Any) -> None:
-    """``data.bpe_train_mb`` (both tasks' BPE training sample) is null or a positive number of MB:
-    checked with the config, before any data is read, so a typo does not fail after the download."""
-    sample = data.get("bpe_train_mb")
-    if sample is not None and (isinstance(sample, bool) or not isinstance(sample, (int, float)) or sample <= 0):
-        raise ConfigError(f"data.bpe_train_mb={sample}: give a positive number of MB, or null for all of train")
-
-
-class TaskModule(L.LightningModule):
+class TaskModule(L.LightningModule, TaskChecks):
     """Base of the task modules. A subclass's constructor calls :meth:`build_model` (which sets
     ``self.model``, the network, and ``self.optim_cfg``, the ``optim`` config as a dict);
     ``train.py`` sets :attr:`tokenizer`."""
 
     tokenizer: Tokenizer | None = None
-    task_name: str = (
-        ""  # the ``task.name`` it implements; stored in checkpoints (ablate.tasks.checkpoints.checkpoint_task)
-    )
     # set by each subclass's __init__; declared here so that they are not nn.Module's untyped attributes
     model: nn.Module
     optim_cfg: dict[str, Any]
@@ -111,21 +100,6 @@ class TaskModule(L.LightningModule):
             return None
 
     # --- the task interface train.py uses (it names no task) ---------------------------------
-
-    config_keys: ClassVar[frozenset[str]] = frozenset({"name"})
-    """The keys of the ``task`` config group this task reads (``task.name`` selects the task)."""
-
-    other_model_keys: ClassVar[frozenset[str]] = frozenset()
-    """Keys of the ``model`` group that this task's model does not have (refused by
-    :class:`ablate.run.config.ModelConfig`): an LM has no encoder, a translation model's depth is per stack."""
-
-    @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
-        """Task-specific checks of a composed config before any data is read (may fill derived
-        keys, e.g. the LM's ``data.eval_seq_len`` from ``eval.seq_len``). Default: none."""
-        evaluation = cfg.get("eval") or {}
-        if evaluation.get("seq_len") or evaluation.get("seq_lens"):
-            raise ConfigError(f"eval.seq_len / eval.seq_lens apply to task=lm; remove them for task={cls.task_name}")
 
     def evaluate_after_fit(
         self, trainer: L.Trainer, datamodule: Any, evaluation: Mapping[str, Any]

@@ -29,6 +29,7 @@ from ablate.nn.spec import ModelSpec
 from ablate.nn.stack import Stack, StackConfig
 from ablate.optim import used_optim_config
 from ablate.tasks.base import TaskModule, config_dict
+from ablate.tasks.config_checks import ClassificationChecks
 
 PAD = 0
 
@@ -56,10 +57,9 @@ class EncoderClassifier(Stack):
         return sum(p.numel() for p in self.parameters())
 
 
-class ClassificationTask(TaskModule):
+class ClassificationTask(ClassificationChecks, TaskModule):
     """Cross-entropy over the classes of each sequence; accuracy on validation and test."""
 
-    task_name = "classify"
     model: EncoderClassifier
 
     def __init__(
@@ -73,20 +73,6 @@ class ClassificationTask(TaskModule):
         super().__init__()
         self.build_model(spec, optim, lambda s: EncoderClassifier(s, num_classes), compile)
         self.eval_loss, self.eval_acc = MeanMetric(), MeanMetric()  # per sequence; synced across ranks
-
-    @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
-        """One stack of ``model.n_layers``, and no tied output embedding (there is no output vocabulary)."""
-        super().check_config(cfg)
-        model = cfg.model
-        if model.get("encoder_layers") or model.get("decoder_layers"):
-            raise ConfigError(
-                "task=classify is encoder-only: set model.n_layers (its depth), not model.encoder_layers/decoder_layers"
-            )
-        if model.get("tie_embeddings"):
-            raise ConfigError(
-                "model.tie_embeddings applies to models with an output vocabulary; task=classify has none"
-            )
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.forward_fn(tokens)

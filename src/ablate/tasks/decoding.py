@@ -26,34 +26,15 @@ The pad and begin-of-sentence tokens are never generated.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from ablate.nn.seq2seq import EncoderDecoder
+from ablate.tasks.decode_config import DecodeConfig
 
 NEG_INF = float("-inf")
-
-
-@dataclass(frozen=True)
-class DecodeConfig:
-    beam_size: int = 4
-    length_penalty: float = 0.6
-    max_len_a: float = 1.2
-    max_len_b: int = 10
-    use_cache: bool = True
-
-    @classmethod
-    def from_mapping(cls, cfg: Mapping[str, Any] | None, **overrides: Any) -> DecodeConfig:
-        values = {k: v for k, v in dict(cfg or {}).items() if k in cls.__dataclass_fields__}
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        out = cls(**values)
-        if out.beam_size < 1:
-            raise ValueError(f"decode.beam_size must be >= 1, got {out.beam_size}")
-        return out
 
 
 @dataclass(frozen=True)

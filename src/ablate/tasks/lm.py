@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 from torch import Tensor
 from torchmetrics import MeanMetric, SumMetric
 
@@ -34,7 +34,8 @@ from ablate.metrics import finite_or_none
 from ablate.nn.spec import ModelSpec
 from ablate.nn.transformer import TransformerLM
 from ablate.optim import used_optim_config
-from ablate.tasks.base import TaskModule, UnitRecorder, check_bpe_train_mb, config_dict
+from ablate.tasks.base import TaskModule, UnitRecorder, config_dict
+from ablate.tasks.config_checks import LanguageModelChecks
 
 
 def token_byte_lengths(tokenizer: Tokenizer) -> np.ndarray:
@@ -64,11 +65,9 @@ def token_byte_lengths(tokenizer: Tokenizer) -> np.ndarray:
     return np.array([len(tokenizer.decode([i]).encode("utf-8")) for i in range(tokenizer.vocab_size)], dtype=np.int64)
 
 
-class LanguageModelTask(TaskModule):
+class LanguageModelTask(LanguageModelChecks, TaskModule):
     """Next-token prediction with cross-entropy (optionally label-smoothed for training)."""
 
-    task_name = "lm"
-    other_model_keys = frozenset({"encoder_layers", "decoder_layers"})  # decoder-only: model.n_layers
     model: TransformerLM
 
     def __init__(
@@ -90,41 +89,6 @@ class LanguageModelTask(TaskModule):
         self.eval_tag = ""  # appended to the eval metric names: "@512" -> test/ppl@512 (train.py)
         self._units: UnitRecorder | None = None  # during a test evaluation: each window's loss
         self.test_units: dict[str, dict[str, Any]] = {}  # eval tag -> the last test evaluation's windows
-
-    @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
-        """``data.bpe_train_mb`` needs ``data.tokenizer=bpe``; ``data.heldout_blocks`` needs
-        ``data.splits=blocks`` and a whole number >= 1; ``eval.seq_len`` is the validation/test
-        length: copied into ``data.eval_seq_len`` (which also still works on its own);
-        ``eval.seq_lens`` must be a list of positive lengths."""
-        sample, kind = cfg.data.get("bpe_train_mb"), cfg.data.get("tokenizer")
-        if sample is not None and kind != "bpe":
-            raise ConfigError(f"data.bpe_train_mb={sample} applies to data.tokenizer=bpe only, not {kind}")
-        check_bpe_train_mb(cfg.data)
-        blocks, splits = cfg.data.get("heldout_blocks"), cfg.data.get("splits")
-        if blocks is not None and splits != "blocks":
-            raise ConfigError(f"data.heldout_blocks={blocks} applies to data.splits=blocks only, not {splits}")
-        if blocks is not None and (isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1):
-            raise ConfigError(f"data.heldout_blocks={blocks}: give a whole number of held-out blocks >= 1 (null: 4)")
-        evaluation = cfg.get("eval") or {}
-        length, lengths = evaluation.get("seq_len"), evaluation.get("seq_lens")
-        if (length or lengths) and "eval_seq_len" not in cfg.data:
-            raise ConfigError(
-                "eval.seq_len / eval.seq_lens need an LM data config (data.eval_seq_len); "
-                f"data={cfg.data.get('_target_')} has none"
-            )
-        listed = lengths is not None and not isinstance(lengths, (str, int))
-        if lengths is not None and not (listed and all(isinstance(n, int) and n > 0 for n in lengths)):
-            raise ConfigError(
-                f"eval.seq_lens={lengths}: give a list of positive lengths, e.g. eval.seq_lens=[256,512,1024]"
-            )
-        if length is None:
-            return
-        current = cfg.data.get("eval_seq_len")
-        if current not in (None, length):
-            raise ConfigError(f"eval.seq_len={length} but data.eval_seq_len={current}: set only one of them")
-        with open_dict(cfg):
-            cfg.data.eval_seq_len = length
 
     def evaluate_after_fit(
         self, trainer: L.Trainer, datamodule: Any, evaluation: Mapping[str, Any]

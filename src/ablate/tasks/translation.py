@@ -42,16 +42,9 @@ from ablate.errors import ConfigError
 from ablate.nn.seq2seq import EncoderDecoder
 from ablate.nn.spec import ModelSpec
 from ablate.optim import used_optim_config
-from ablate.tasks.base import TaskModule, UnitRecorder, check_bpe_train_mb, config_dict, pick_device
+from ablate.tasks.base import TaskModule, UnitRecorder, config_dict, pick_device
+from ablate.tasks.config_checks import TRANSLATION_TASK_DEFAULTS, TranslationChecks
 from ablate.tasks.decoding import DecodeConfig, SpecialIds, translate_tokens
-
-DEFAULT_TASK = {
-    "val_bleu_samples": 500,
-    "val_beam_size": 1,
-    "log_examples": 5,
-    "bleu_tokenize": "13a",
-    "sample_seed": 0,
-}
 
 
 def corpus_bleu(hypotheses: list[str], references: list[str], tokenize: str = "13a") -> tuple[float, str]:
@@ -75,28 +68,14 @@ def _all_gather_dict(local: dict[int, str]) -> dict[int, str]:
     return merged
 
 
-class TranslationTask(TaskModule):
+class TranslationTask(TranslationChecks, TaskModule):
     """Sequence-to-sequence training with label smoothing; BLEU evaluation with greedy/beam search."""
 
-    task_name = "translation"
-    config_keys = frozenset({"name", *DEFAULT_TASK})
-    other_model_keys = frozenset({"n_layers"})  # model.encoder_layers / model.decoder_layers
     model: EncoderDecoder
 
     def tokens_in_batch(self, batch: PairBatch) -> int:
         """Source and target positions, padding included: the encoder reads one, the decoder the other."""
         return int(batch.src.numel() + batch.tgt_in.numel())
-
-    @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
-        """An encoder, and a valid ``data.bpe_train_mb`` (the joint BPE's training sample)."""
-        super().check_config(cfg)
-        check_bpe_train_mb(cfg.data)
-        if not (cfg.model.get("encoder_layers") or 0) > 0:
-            raise ConfigError(
-                "task=translation needs an encoder: set model.encoder_layers and model.decoder_layers, or "
-                "use model=translation_small, transformer_iwslt_de_en or transformer_base"
-            )
 
     def __init__(
         self,
@@ -110,7 +89,7 @@ class TranslationTask(TaskModule):
         super().__init__()
         # everything needed to rebuild the model, decode, and find the corpus again (eval.py) from a checkpoint
         self.build_model(spec, optim, lambda s: EncoderDecoder(s, pad_id=PAD), compile)
-        self.task_cfg = {**DEFAULT_TASK, **dict(task or {})}
+        self.task_cfg = {**TRANSLATION_TASK_DEFAULTS, **dict(task or {})}
         self.decode_cfg = DecodeConfig.from_mapping(decode)
         self.ids = SpecialIds(pad=PAD, bos=BOS, eos=EOS)
         self.eval_nll = MeanMetric()
