@@ -28,7 +28,7 @@ from ablate.callbacks.checkpointing import AtomicCheckpointIO, ResumeState
 from ablate.callbacks.interrupt import GracefulInterrupt
 from ablate.callbacks.progress import wants_progress_bar
 from ablate.callbacks.throughput import ThroughputMonitor
-from ablate.cli.console import format_run_header, param_estimate
+from ablate.cli.console import format_run_header, param_estimate, print_config_tree
 from ablate.nn.axes import spec_axes
 from ablate.nn.flops import flops_per_token
 from ablate.nn.spec import ModelSpec
@@ -85,6 +85,8 @@ def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
             cb.flops_per_token = fpt
     estimate = param_estimate(spec.n_layers, spec.d_model, spec.vocab_size)
     if is_rank_zero():
+        if job.control.print_config:  # print_config=true, the debug=* presets: the whole tree, then the header
+            print_config_tree(cfg.resolved)
         experiment, task_name, data = job.experiment, cfg.task_name, datamodule.name
         print(
             format_run_header(experiment, task_name, data, spec, axes, n_params, estimate, job.output_dir), flush=True

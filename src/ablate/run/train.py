@@ -49,7 +49,7 @@ from ablate.callbacks.checkpointing import ResumeState
 from ablate.callbacks.divergence import DivergenceMonitor
 from ablate.callbacks.interrupt import GracefulInterrupt, TrainingInterrupted, hold_stop_signals
 from ablate.checkpoints import safe_load
-from ablate.cli.console import print_config_tree, quiet_known_noise
+from ablate.cli.console import quiet_known_noise
 from ablate.errors import UserError
 from ablate.metrics import finite_or_none
 from ablate.run import distributed, environment, lifecycle
@@ -80,8 +80,6 @@ def run(cfg: RunConfig, job: Job) -> float:
         checked = preflight(cfg)  # the batch layout, the processes, the memory of a step: before anything is read
         # decide: skip, resume (the same run), fresh
         record.plan = plan = lifecycle.decide(job, checked.identity, cfg.trainer)
-        if plan.trains and job.control.print_config and is_rank_zero():  # print_config=true, the debug=* presets
-            print_config_tree(cfg.resolved)
         if plan.trains and checked.processes > 1:  # build -> fit in the N processes started for it
             # the ranks get the job's typed config, resolved here, where Hydra's interpolations resolve
             record.status = distributed.launch(
