@@ -6,7 +6,8 @@ axis supplies when it builds one (``d_model``, ``max_len``, the sub-layer, ...) 
 declared once, where it is implemented, with their types and defaults: ``Rotary(head_dim, base:
 float = 10000.0, fraction: float = 1.0)`` is ``pos=rope`` with the keys ``base`` and ``fraction``.
 
-:func:`option_configs` reads them from the module's source with :mod:`ast`, without importing it:
+:func:`option_configs` reads them from the module's source with :mod:`ast` (:mod:`ablate.nn.source`,
+the reader of the targets Hydra builds too), without importing it:
 a command line is composed and checked before torch is imported (:mod:`ablate.cli`). The registry
 is a dict literal of names the module defines (``**dict.fromkeys(NAMES, Class)`` gives one class
 to every key of another literal); a class's options are those of its constructor (``__init__``, or
@@ -29,13 +30,9 @@ import dataclasses
 import functools
 import importlib
 import importlib.util
-import typing
-from pathlib import Path
 from typing import Any, ClassVar
 
-from ablate.nn.source import Unresolved, declared_value
-
-_HINTS = {"bool": bool, "int": int, "float": float, "str": str, "None": None, "Literal": typing.Literal}
+from ablate.nn.source import Unresolved, declared_value, definitions, hint
 
 
 class OptionConfig:
@@ -91,21 +88,9 @@ class OptionConfig:
             check(spec, **self.options())
 
 
-@functools.cache
 def _definitions(module: str) -> dict[str, ast.AST]:
     """The top-level classes, functions and assigned values of ``module``, by name (not imported)."""
-    found = importlib.util.find_spec(module)
-    assert found is not None and found.origin is not None, module
-    tree = ast.parse(Path(found.origin).read_text(encoding="utf-8"))
-    names: dict[str, ast.AST] = {}
-    for node in tree.body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
-            names[node.name] = node
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            names[node.target.id] = node.value
-        elif isinstance(node, ast.Assign):
-            names.update({t.id: node.value for t in node.targets if isinstance(t, ast.Name)})
-    return names
+    return definitions(module).defined
 
 
 def _registry(names: dict[str, ast.AST], node: ast.AST) -> dict[str, str]:
@@ -140,14 +125,6 @@ def _signature(names: dict[str, ast.AST], name: str, method: str) -> tuple[ast.a
     return None
 
 
-def _hint(annotation: ast.expr | None) -> Any:
-    """A parameter's annotation as a type (``float``, ``bool | None``); ``Any`` for another name."""
-    try:
-        return Any if annotation is None else eval(ast.unparse(annotation), {"__builtins__": {}}, _HINTS)
-    except Exception:  # a name of the module's own (a tensor type, ...): not a config value's
-        return Any
-
-
 def option_fields(module: str, option: str, method: str, dimensions: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
     """``(key, type, default)`` of the option registered as ``option``'s keys, read from the source."""
     names = _definitions(module)
@@ -164,7 +141,7 @@ def option_fields(module: str, option: str, method: str, dimensions: tuple[str, 
             continue
         if default is None:
             raise TypeError(f"{module}.{option}: {arg.arg} is neither a dimension of its axis nor has a default")
-        fields.append((arg.arg, _hint(arg.annotation), ast.literal_eval(default)))
+        fields.append((arg.arg, hint(arg.annotation, module), ast.literal_eval(default)))
     return fields
 
 

@@ -48,7 +48,7 @@ class Module:
     package: str
     defined: dict[str, ast.AST]
     imported: dict[str, tuple[str, str | None]]
-    star: tuple[str, ...]
+    star: list[str]
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def _collect(module: str, package: str, body: list[ast.stmt], found: Module) -> 
             source = _absolute(node, package)
             for alias in node.names:
                 if alias.name == "*":
-                    object.__setattr__(found, "star", (*found.star, source))
+                    found.star.append(source)
                 else:
                     found.imported[alias.asname or alias.name] = (source, alias.name)
         elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
@@ -126,7 +126,7 @@ def definitions(module: str) -> Module:
     if path is None:
         raise Unresolved(f"no source file for {module}")
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found = Module(module, package, {}, {}, ())
+    found = Module(module, package, {}, {}, [])
     _collect(module, package, ast.parse(path.read_text(encoding="utf-8")).body, found)
     return found
 
