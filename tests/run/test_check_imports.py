@@ -32,6 +32,9 @@ REFUSED = [
     (["optim.schedule=foo"], "optim.schedule='foo' is invalid: one of cosine, linear, inverse_sqrt, constant"),
     (["pos=sinusoidal", "pos.fraction=0.5"], "pos.fraction is not a key of pos"),
     (["model.d_model=true"], "model.d_model=true has the wrong type: expected an integer"),
+    (["norm=deepnorm"], "use them as a pair: norm=deepnorm init=deepnet"),  # an option's own check of the spec
+    (["pos=rope", "pos.fraction=0.3"], "which must be a positive even integer"),
+    (["-m", "model.n_layers=2,0"], "the sweep's job 'model.n_layers=0' is invalid"),  # every job of a sweep
     (["task=classify", "data=majority", "model.tie_embeddings=true"], "task=classify has none"),  # the task's check
     (["task=translation", "data=multi30k", "model=translation_small", "decode.beam_size=x"], "decode.beam_size="),
 ]

@@ -49,7 +49,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-import torch
 from omegaconf import DictConfig, ListConfig
 
 from ablate.cli import EXIT_INTERRUPTED, EXIT_USER_ERROR
@@ -72,8 +71,8 @@ def devices_per_node(trainer_cfg: DictConfig | dict[str, Any]) -> int:
     if isinstance(devices, (list, tuple, ListConfig)):
         return len(devices)
     if devices in ("auto", -1):
-        gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-        return max(1, torch.cuda.device_count()) if gpu else 1
+        gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and _cuda_available())
+        return max(1, _cuda_devices()) if gpu else 1
     return int(devices)
 
 
@@ -134,7 +133,19 @@ def start_method() -> str:
     """``spawn`` (fresh interpreters, the CUDA-safe way) where CUDA is present; ``fork`` on
     CPU-only machines, where nothing in this process makes forking unsafe and it saves each
     rank re-importing torch and Lightning (about 10 s per job on 2 CPU cores)."""
-    return "spawn" if torch.cuda.is_available() else "fork"
+    return "spawn" if _cuda_available() else "fork"
+
+
+def _cuda_available() -> bool:
+    import torch  # here: a job's config is checked (every job of a sweep) before torch is imported
+
+    return torch.cuda.is_available()
+
+
+def _cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def launch(
@@ -382,7 +393,7 @@ def failure_message(err: BaseException) -> tuple[str, str]:
 def uses_one_gpu(trainer_cfg: DictConfig | dict[str, Any]) -> bool:
     """A job that trains on exactly one CUDA device, left for Lightning to pick (devices: 1)."""
     accelerator = str(trainer_cfg.get("accelerator", "auto")).lower()
-    gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and _cuda_available())
     return gpu and str(trainer_cfg.get("devices", "auto")) == "1" and int(trainer_cfg.get("num_nodes", 1) or 1) == 1
 
 

@@ -27,7 +27,6 @@ from typing import Any
 import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ablate.callbacks.stop_file import STOP_FILE
@@ -42,6 +41,8 @@ _PLAIN_VALUE = re.compile(r"[\w./-]+")
 
 def is_rank_zero() -> bool:
     """Lightning's global rank is 0 (it sets ``rank_zero_only.rank`` at import; its stubs do not declare it)."""
+    from lightning.pytorch.utilities import rank_zero_only  # here: a sweep's jobs are checked before Lightning
+
     return rank_zero_only.rank == 0  # type: ignore[attr-defined]
 
 
