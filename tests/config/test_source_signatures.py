@@ -1,4 +1,4 @@
-"""The classes Hydra builds are read from their source (ablate.nn.source), so that a command line is
+"""The classes Hydra builds are read from their source (ablate.source), so that a command line is
 typed before torch is imported: for every ``_target_`` a config file names, the keys, their type
 hints and the declared rules read by ast equal what inspect reads from the imported class (so the
 two readings cannot drift). A hint may be ``Any`` (not checked) only where it names a class that
@@ -16,7 +16,7 @@ from hydra.utils import get_object
 
 from ablate.config.types import declared_rules, signature
 from ablate.nn.axes import AXES
-from ablate.nn.source import Unresolved, resolve, source_signature
+from ablate.source import Unresolved, resolve, source_signature
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 TARGETS = sorted(

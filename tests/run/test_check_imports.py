@@ -1,6 +1,6 @@
 """A command line is refused before torch is imported (issue 42 item 6): every key/value refusal of
 the typed config (:meth:`ablate.run.config.RunConfig.from_hydra`), not only a misspelt key, runs on
-the composition and the targets' source (:mod:`ablate.nn.source`), and so does the typing of an
+the composition and the targets' source (:mod:`ablate.source`), and so does the typing of an
 accepted config. A fresh interpreter (not the tests' fork server, which has torch loaded) reports
 what it imported."""
 

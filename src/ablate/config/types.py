@@ -104,7 +104,7 @@ def signature(target: Any) -> tuple[dict[str, Any], bool]:
     (one naming what only ``TYPE_CHECKING`` imports is ``Any``: not checked); ``closed`` is False
     when ``**kwargs`` goes all the way up (any keyword is taken: nothing to refuse)."""
     if isinstance(target, str):
-        from ablate.nn.source import Unresolved, source_signature
+        from ablate.source import Unresolved, source_signature
 
         try:
             return source_signature(target)  # without importing it (torch): the command line's check
@@ -138,7 +138,7 @@ def declared_rules(target: str, added: Mapping[str, Rule] | None = None) -> dict
     Read from its source where they are literals or use only the light helpers of
     :mod:`ablate.config` and the standard library (so a command line is checked without importing
     the target: torch); otherwise from the imported class."""
-    from ablate.nn.source import Unresolved, declared_value
+    from ablate.source import Unresolved, declared_value
 
     try:
         rules = dict(declared_value(target, "CONFIG_RULES", ("ablate.config",)) or {})

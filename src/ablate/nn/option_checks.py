@@ -3,7 +3,7 @@
 An option may refuse a spec it cannot serve (``check_options(spec, **options)``, raising
 ``ValueError`` naming the key to change: :meth:`ablate.nn.options.OptionConfig.validate`). Its class
 declares it (``check_options = staticmethod(check_rotary)``) and the function lives here, so that a
-command line is checked before torch is imported: :mod:`ablate.nn.source` reads the declaration
+command line is checked before torch is imported: :mod:`ablate.source` reads the declaration
 from the class's source and imports only this module.
 """
 

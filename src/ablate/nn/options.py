@@ -6,7 +6,7 @@ axis supplies when it builds one (``d_model``, ``max_len``, the sub-layer, ...) 
 declared once, where it is implemented, with their types and defaults: ``Rotary(head_dim, base:
 float = 10000.0, fraction: float = 1.0)`` is ``pos=rope`` with the keys ``base`` and ``fraction``.
 
-:func:`option_configs` reads them from the module's source with :mod:`ast` (:mod:`ablate.nn.source`,
+:func:`option_configs` reads them from the module's source with :mod:`ast` (:mod:`ablate.source`,
 the reader of the targets Hydra builds too), without importing it:
 a command line is composed and checked before torch is imported (:mod:`ablate.cli`). The registry
 is a dict literal of names the module defines (``**dict.fromkeys(NAMES, Class)`` gives one class
@@ -32,7 +32,7 @@ import importlib
 import importlib.util
 from typing import Any, ClassVar
 
-from ablate.nn.source import Unresolved, declared_value, definitions, hint
+from ablate.source import Unresolved, declared_value, definitions, hint
 
 
 class OptionConfig:
