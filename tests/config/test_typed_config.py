@@ -20,6 +20,10 @@ BAD_VALUES = [
     (["callbacks.divergence.max_ratio=-1"], "callbacks.divergence.max_ratio=-1 is invalid: null or 0"),
     (["model.max_len=0"], "model.max_len=0 is invalid: null (the longest data length) or a positive number"),
     (["model.d_ff=0"], "model.d_ff=0 is invalid: null (4 x model.d_model) or a positive width"),
+    # accepted as a string by Lightning's hint, then int('abc') crashed the job with a traceback
+    (["trainer.devices=abc"], "trainer.devices='abc' is invalid: a positive number of devices, -1 or \"auto\""),
+    (["trainer.devices=0"], "trainer.devices=0 is invalid: a positive number of devices"),
+    (["trainer.devices=[]"], "trainer.devices=[] is invalid: a positive number of devices"),
 ]
 
 
@@ -44,6 +48,10 @@ def test_a_bad_number_is_refused_by_the_rule_beside_its_key(overrides: list[str]
         ["callbacks.divergence.max_ratio=0"],
         ["seed=0"],
         ["seed=4294967295"],
+        ["trainer.devices=1"],
+        ["trainer.devices=auto"],
+        ["trainer.devices=-1"],
+        ["trainer.devices='0'"],
     ],
 )
 def test_the_valid_values_next_to_them_are_accepted(overrides: list[str]) -> None:

@@ -63,6 +63,23 @@ PRECISIONS = (
     "16",
     "bf16",
 )
+
+
+def _devices(value: Any) -> bool:
+    """``trainer.devices`` as Lightning reads it: ``"auto"``, ``-1``, a positive count, a list of
+    indices, or a string of them (``"0,1"``, ``"3"``)."""
+    if value == "auto" or value == -1:
+        return True
+    if integer(value):
+        return value >= 1
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        return value.strip() == "-1" or (bool(parts) and all(p.isdigit() for p in parts))
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(integer(i) and i >= 0 for i in value)
+    return False
+
+
 TRAINER_RULES: dict[str, Rule] = {
     "max_steps": (
         lambda v: integer(v) and (v >= 1 or v == -1),
@@ -81,6 +98,10 @@ TRAINER_RULES: dict[str, Rule] = {
     "max_time": (
         optional(_max_time),
         "null, a duration DD:HH:MM:SS (e.g. 00:12:00:00) or a mapping of days, hours, minutes, seconds",
+    ),
+    "devices": (
+        _devices,
+        'a positive number of devices, -1 or "auto" (all of them), a list of device indices, or their string "0,1"',
     ),
     "precision": (
         lambda v: v in PRECISIONS and not isinstance(v, bool),
