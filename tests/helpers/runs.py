@@ -32,6 +32,21 @@ TINY = [
 ]
 
 
+def offline_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of an entry point run by a test: offline, one thread, its logs and caches in
+    ``tmp_path``, and Hydra's own error reporting off (the project's messages are what is tested)."""
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "HF_HUB_OFFLINE": "1",
+        "ABLATE_LOG_DIR": str(tmp_path / "logs"),
+        "ABLATE_CACHE_DIR": str(tmp_path / "cache"),
+        "OMP_NUM_THREADS": "1",
+    }
+    env.pop("HYDRA_FULL_ERROR", None)
+    return env
+
+
 def composed(*overrides: str) -> Any:
     """``conf/train.yaml`` composed with ``overrides`` (Hydra's compose API, no run)."""
     from hydra import compose, initialize_config_dir

@@ -7,14 +7,13 @@ what it imported."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from helpers.runs import HANG_TIMEOUT, REPO
+from helpers.runs import HANG_TIMEOUT, REPO, offline_env
 
 HEAVY = ("torch", "lightning", "pytorch_lightning", "torchmetrics", "transformers")
 
@@ -40,19 +39,6 @@ REFUSED = [
 ]
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "WANDB_MODE": "offline",
-        "HF_HUB_OFFLINE": "1",
-        "ABLATE_LOG_DIR": str(tmp_path / "logs"),
-        "ABLATE_CACHE_DIR": str(tmp_path / "cache"),
-        "OMP_NUM_THREADS": "1",
-    }
-    env.pop("HYDRA_FULL_ERROR", None)
-    return env
-
-
 def _python(tmp_path: Path, code: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Run ``code`` in a fresh interpreter; the heavy modules it had imported when it ended."""
     probe = (
@@ -64,7 +50,7 @@ def _python(tmp_path: Path, code: str) -> tuple[subprocess.CompletedProcess, lis
     proc = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=tmp_path,
-        env=_env(tmp_path),
+        env=offline_env(tmp_path),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

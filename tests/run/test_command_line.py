@@ -5,7 +5,6 @@ its type, and no run folder for a refused command. The refusal imports neither t
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,27 +12,14 @@ from pathlib import Path
 import pytest
 
 from helpers import forked_python
-from helpers.runs import HANG_TIMEOUT, REPO
-
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "WANDB_MODE": "offline",
-        "HF_HUB_OFFLINE": "1",
-        "ABLATE_LOG_DIR": str(tmp_path / "logs"),
-        "ABLATE_CACHE_DIR": str(tmp_path / "cache"),
-        "OMP_NUM_THREADS": "1",
-    }
-    env.pop("HYDRA_FULL_ERROR", None)
-    return env
+from helpers.runs import HANG_TIMEOUT, REPO, offline_env
 
 
 def run_script(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess:
     return forked_python.run(
         [sys.executable, str(REPO / script), *args],
         cwd=tmp_path,
-        env=_env(tmp_path),
+        env=offline_env(tmp_path),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -121,7 +107,7 @@ def test_a_refused_key_imports_neither_torch_nor_lightning(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=tmp_path,
-        env=_env(tmp_path),
+        env=offline_env(tmp_path),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

@@ -3,7 +3,6 @@ with a traceback, interrupts 130."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 from ablate import cli
 from ablate.errors import UserError
 from helpers import forked_python
-from helpers.runs import HANG_TIMEOUT
+from helpers.runs import HANG_TIMEOUT, offline_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -93,15 +92,7 @@ def test_hydra_composition_error_exits_2_but_a_crashed_sweep_exits_1():
     ],
 )
 def test_user_errors_of_the_entry_points_exit_2_without_traceback(tmp_path, script, args, message):
-    env = {
-        **os.environ,
-        "WANDB_MODE": "offline",
-        "HF_HUB_OFFLINE": "1",
-        "ABLATE_LOG_DIR": str(tmp_path / "logs"),
-        "ABLATE_CACHE_DIR": str(tmp_path / "cache"),
-        "OMP_NUM_THREADS": "1",
-    }
-    env.pop("HYDRA_FULL_ERROR", None)
+    env = offline_env(tmp_path)
     extra = ["debug=fdr", "logger=csv"] if script == "train.py" else []
     proc = forked_python.run(
         [sys.executable, str(REPO / script), *args, *extra],
