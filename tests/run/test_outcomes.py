@@ -144,6 +144,19 @@ def test_ckpt_path_last_without_a_checkpoint_is_refused_for_a_single_run(
     assert list(run_dir.iterdir()) == []  # not taken: no config written
 
 
+def test_ckpt_path_last_continues_a_run_stopped_before_its_first_checkpoint_from_step_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run killed before it saved anything (its config written when it took the folder, no
+    checkpoint) loses nothing: its own ``hydra.run.dir=<dir> ckpt_path=last`` starts it again."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    run_dir = tmp_path / "runs" / "killed"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "config.yaml").write_text("seed: 1\n")
+    plan = decide(job(run_dir, given=True, ckpt_path="last"), {})
+    assert plan.trains and plan.ckpt_path is None
+
+
 @pytest.mark.parametrize("where", ["sweep", "slurm"])
 def test_ckpt_path_last_without_a_checkpoint_is_a_first_run_in_a_sweep_or_a_slurm_job(
     tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch

@@ -204,9 +204,16 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], traine
     else:
         ckpt_path = resolve_ckpt_path(control.ckpt_path, control.checkpoint_dirs)
     if ckpt_path is None and control.ckpt_path == "last":
-        if not first_run_may_resume(job):
+        if stopped_before_its_first_checkpoint(job):
+            log.info(
+                f"ckpt_path=last: {job.output_dir} stopped before its first checkpoint; it starts again from step 0"
+            )
+        elif first_run_may_resume(job):
+            log.info(
+                f"ckpt_path=last: no checkpoint in {job.output_dir} yet; this first run of the job starts from step 0"
+            )
+        else:
             raise ConfigError(nothing_to_resume(job))
-        log.info(f"ckpt_path=last: no checkpoint in {job.output_dir} yet; this first run of the job starts from step 0")
     more = status is not None and control.max_steps is not None and control.max_steps > int(status.steps or 0)
     finished = status if not job.multirun and status is not None and status.finished else None
     plan = Plan(ckpt_path, finished=None if more and finished and finished.status == "completed" else finished)
@@ -250,6 +257,14 @@ def first_run_may_resume(job: Job) -> bool:
     SLURM job (the same command is the first submission and every requeue). Typed at a terminal,
     ``ckpt_path=last`` means a run to continue, never a new one."""
     return job.multirun or "SLURM_JOB_ID" in os.environ
+
+
+def stopped_before_its_first_checkpoint(job: Job) -> bool:
+    """The named directory holds a run that started (its config was written when it took the
+    directory) and was stopped before it saved a checkpoint (killed, or interrupted in its first
+    steps): ``ckpt_path=last`` continues it from step 0, having lost nothing. A mistyped or empty
+    folder holds no such run, and is refused (:func:`nothing_to_resume`)."""
+    return job.directory_given and (job.output_dir / CONFIG_DIR / "config.yaml").is_file()
 
 
 def nothing_to_resume(job: Job) -> str:
