@@ -19,6 +19,7 @@ HEAVY = ("torch", "lightning", "pytorch_lightning", "torchmetrics", "transformer
 
 # (overrides, what the refusal says): one per kind of check the typed config makes
 REFUSED = [
+    (["trainer.max_step=10"], "did you mean trainer.max_steps?"),  # a misspelt key: the composition's refusal
     (["model.n_layers=0"], "model.n_layers=0 is invalid: a positive number of layers"),
     (["+model.foo=1"], "model.foo is not a key of model"),
     (["seed=-1"], "seed=-1 is invalid"),
