@@ -222,13 +222,8 @@ def beam_search(
         rows = rows.view(-1)
         tokens = torch.cat((tokens.index_select(0, rows), next_tokens.view(-1, 1)), dim=1)
         decoder.select(rows, blocks)
-    best: list[list[int]] = []
-    for s in range(b):
-        if finished[s]:
-            best.append(max(finished[s], key=lambda h: h[0])[1])  # max keeps the first of equals
-        else:  # cannot happen with a finite model; kept total
-            best.append([])
-    return best
+    # max keeps the first of equals; a sentence with no hypothesis cannot happen with a finite model (kept total)
+    return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
 
 
 def translate_tokens(
