@@ -103,6 +103,14 @@ def _record_outcomes(batch: list[tuple[Variant, str]], returns: list[JobReturn],
         v.results.append(LRResult(float(text), text, status, value, job_dir.name if job_dir else None))
 
 
+def _check_grid_settings(num_lrs: Any, lr_factor: Any) -> None:
+    """``hydra.sweeper.num_lrs`` and ``lr_factor`` make a grid: ValueError naming the key otherwise."""
+    if not (isinstance(num_lrs, int) and num_lrs >= 1):
+        raise ValueError(f"hydra.sweeper.num_lrs={num_lrs!r}: give a number of learning rates >= 1")
+    if not (isinstance(lr_factor, (int, float)) and lr_factor > 1):
+        raise ValueError(f"hydra.sweeper.lr_factor={lr_factor!r}: give the ratio of neighbouring learning rates, > 1")
+
+
 def _dedupe(values: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
@@ -132,12 +140,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         super().__init__(max_batch_size=max_batch_size, params=params)
         try:  # a bad setting exits 2 with its message, as every refused key does (not Hydra's wrapper, exit 1)
             self.rungs = sh.check_rungs((halving or {}).get("rungs"))  # () : the full grid (ablate.sweepers.halving)
-            if not (isinstance(num_lrs, int) and num_lrs >= 1):
-                raise ValueError(f"hydra.sweeper.num_lrs={num_lrs!r}: give a number of learning rates >= 1")
-            if not (isinstance(lr_factor, (int, float)) and lr_factor > 1):
-                raise ValueError(
-                    f"hydra.sweeper.lr_factor={lr_factor!r}: give the ratio of neighbouring learning rates, > 1"
-                )
+            _check_grid_settings(num_lrs, lr_factor)
             auto = auto_settings(seeds, baseline, margin, looks, spending)
             self.auto = auto is not None
             # the comparison to declare before stage 2 (ablate.analysis.plan); seeds=auto decides it
