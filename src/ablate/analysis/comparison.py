@@ -214,8 +214,7 @@ _COLUMNS = [
 
 
 def _basis_value(metric: str, basis: str, matched: budget.Matched | None) -> Callable[[Job], float] | None:
-    """How a job's value is read: None for its final ``metric`` (``basis="steps"``), else the
-    matched budget's reader; refused when ``metric`` or the jobs have no such budget."""
+    """A job's value reader: None for the final ``metric`` (``steps``), else the matched budget's; refused if none."""
     if basis == "steps":
         return None
     if matched is None:
@@ -300,8 +299,7 @@ def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> lis
 
 
 def _judge(row: pd.Series, better_up: bool, alpha: float, m: int) -> tuple[str, float]:
-    """One compared row's verdict (:func:`ablate.analysis.stats.verdict`, on its family-adjusted
-    p-values) and its MDE at alpha/m (NaN where no difference test ran, or a worst-rank one)."""
+    """One compared row's verdict (:func:`ablate.analysis.stats.verdict`) and its MDE at alpha/m (NaN: no t test)."""
     comparison = stats.Comparison(
         row["diff"],
         row["diff_ci_low"],

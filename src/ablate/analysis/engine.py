@@ -298,8 +298,7 @@ def sequential(
 
 
 def _waiting(k: int, unplanned: int, missing: list[int], history: list[dict[str, float]]) -> Decision:
-    """Look ``k`` cannot be evaluated yet: its ``missing`` seeds have not ended (or the design's
-    order names ``unplanned`` too few seeds); the decision goes on, saying what it waits for."""
+    """Look ``k`` waits for its ``missing`` seeds (or ``unplanned`` ones the order lacks): the decision goes on."""
     waiting = ",".join(map(str, sorted(set(missing)))) or f"{unplanned} more"
     return Decision(
         seq.CONTINUE,
@@ -312,8 +311,7 @@ def _waiting(k: int, unplanned: int, missing: list[int], history: list[dict[str,
 
 
 def _stop_code(c: stats.Comparison, equivalent: bool, different: bool, higher_is_better: bool) -> int:
-    """The code of a look that stops: a rejected difference test's direction first, then equivalence,
-    else (the last look) inconclusive."""
+    """The code of a look that stops: a difference's direction first, then equivalence, else inconclusive."""
     if different:
         return stats_direction_code(c, higher_is_better)
     return seq.EQUIVALENT if equivalent else seq.INCONCLUSIVE

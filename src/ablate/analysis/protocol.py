@@ -194,8 +194,7 @@ def apply_sequential(frame: pd.DataFrame, sweep: Sweep, rule: dict[str, Any]) ->
 
 
 def _write_decision(frame: pd.DataFrame, index: Any, decision: engine.Decision, margin: float) -> None:
-    """Row ``index`` of ``frame`` at the look its rule stopped at: its test, repeated interval,
-    bias-adjusted estimate and verdict."""
+    """Row ``index`` at the look its rule stopped at: test, repeated interval, adjusted estimate, verdict."""
     evidence = decision.evidence
     assert evidence is not None  # the caller writes a look that still waits for seeds
     c = evidence.comparison

@@ -113,8 +113,7 @@ def replay_variant(
 
 
 def _replayed_steps(first: Any, fractions: Sequence[float], label: str) -> tuple[int, tuple[int, ...]]:
-    """The jobs' full length (``trainer.max_steps`` of ``first``, the grid's first job) and the
-    rungs' steps at ``fractions`` of it."""
+    """The grid's full length (``trainer.max_steps`` of its ``first`` job) and the rungs' steps at ``fractions``."""
     max_steps = first.value(MAX_STEPS_KEY)
     try:
         max_steps = int(float(max_steps))
@@ -130,8 +129,7 @@ def _replayed_steps(first: Any, fractions: Sequence[float], label: str) -> tuple
 
 
 def _outcome_at(job: Any, step: int, metric: str, name: str) -> RungOutcome:
-    """``job``'s outcome at a rung's ``step``, read from its validation curve; refused when that
-    step was not validated although the job got there (the error names the steps that were)."""
+    """``job``'s outcome at a rung's ``step`` from its validation curve; refused if it passed the step unvalidated."""
     from ablate.analysis.budget import validation_curve
 
     curve = validation_curve(job.metrics, metric, "steps")

@@ -294,8 +294,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         return [stage1, stage2]
 
     def _read_command(self, arguments: list[str]) -> tuple[_Command, list[Variant]]:
-        """The sweep's overrides (``hydra.sweeper.params``, then the command line's) as the settings of
-        both stages and the variants; a command that cannot run is refused before any job starts."""
+        """The overrides (params, then command line) as both stages' settings and variants; refused before any job."""
         assert self.config is not None and self.hydra_context is not None
         from ablate.analysis.job import higher_is_better  # pandas: imported when a sweep runs, not at plugin scan
 
@@ -335,9 +334,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         return variants
 
     def _stage1(self, cmd: _Command, variants: list[Variant]) -> tuple[list[JobReturn], bool]:
-        """Stage 1: every variant at every learning rate of its grid on the selection seed (the full
-        grid or by successive halving), each variant's rate chosen and its grid grown past an edge
-        choice; and whether a Ctrl-C stopped it (then nothing is chosen)."""
+        """Stage 1 (full grid or halving), rates chosen and edges extended; and whether a Ctrl-C stopped it."""
         for v in variants if self.rungs else []:  # checked before any job starts
             v.rung_steps = self._rung_steps(v)
         plan = [(v, text) for v in variants for text in v.grid]
@@ -451,8 +448,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         )
 
     def _stage2(self, cmd: _Command, variants: list[Variant]) -> list[JobReturn]:
-        """Stage 2: every variant at its chosen rate with every seed, or (``seeds=auto``) in batches
-        of seeds until every comparison is decided."""
+        """Stage 2: each variant at its rate with every seed, or (``seeds=auto``) in looks until decided."""
         if not self.auto:
             return fixed_stage2(
                 variants, self._launch, metric=cmd.metric, lr_name=cmd.lr_name, seed_name=cmd.seed_name, seeds=cmd.seeds

@@ -131,8 +131,7 @@ def declare_plan(
 
 
 def _keep_declared_plan(sweep_dir: Path, log_dir: str | None, err: Exception) -> None:
-    """Say which plan stands when the sweep's could not be declared: the one declared before the
-    sweep (``scripts/declare.py``), the plan of record, or none (a warning with the reason)."""
+    """Say which plan stands when the sweep's was refused: one declared before (scripts/declare.py), or none."""
     existing = read_plan_quietly(sweep_dir, log_dir)
     if existing is None:
         log.warning("tuned_lr: %s", err)
@@ -161,8 +160,7 @@ def _baseline_variant(variants: list[Variant], baseline: str) -> Variant:
 def _record_outcomes(
     plan: list[tuple[Variant, str]], returns: list[JobReturn], metric: str, with_outcomes: bool = False
 ) -> None:
-    """Append each launched job's final ``metric`` to its variant's seed records (``with_outcomes``:
-    and its outcome for the inference engine, :func:`_outcome`)."""
+    """Append each launched job's final ``metric`` to its variant's seeds (and, if asked, its engine outcome)."""
     for (v, s), ret in zip(plan, returns, strict=True):
         job_dir = job_dir_of(ret)
         status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)

@@ -187,8 +187,7 @@ def grad_norm_heatmap(sweep: Sweep) -> Figure | None:
 
 
 def _heatmap_panel(ax: Any, table: pd.DataFrame, x_edges: np.ndarray, norm: LogNorm, left: float, right: float) -> Any:
-    """One variant's (and stack's) steps x layers map on ``ax``, over the common step range
-    ``left``-``right``, saying where its run stopped early; returns its mesh (for the colour bar)."""
+    """One variant's steps x layers map on ``ax`` (common step range, an early stop noted); returns the mesh."""
     steps, layers = table.index.to_numpy(), table.columns.to_numpy()
     mesh = ax.pcolormesh(x_edges, _edges(layers), table.to_numpy().T, norm=norm, cmap="viridis")
     ax.set_xlim(left, right)  # one step range for all panels: a run that stopped early shows where
