@@ -338,22 +338,16 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         for v in variants if self.rungs else []:  # checked before any job starts
             v.rung_steps = self._rung_steps(v)
         plan = [(v, text) for v in variants for text in v.grid]
+        select = self.selection_seed
         print(
             f"LR tuning, stage 1: {len(variants)} variant(s) x {len(variants[0].grid)} learning rates, "
-            f"{cmd.seed_name}={self.selection_seed} (the selection seed, no verdict rests on it)"
+            f"{cmd.seed_name}={select} (the selection seed, no verdict rests on it)"
             + (f", successive halving at {','.join(f'{r:g}' for r in self.rungs)} of the steps" if self.rungs else ""),
             flush=True,
         )
         if self.rungs:
             stage1, stopped = sh.run_stage1(
-                variants,
-                self._launch,
-                self._interrupted,
-                cmd.metric,
-                cmd.higher,
-                cmd.lr_name,
-                cmd.seed_name,
-                self.selection_seed,
+                variants, self._launch, self._interrupted, cmd.metric, cmd.higher, cmd.lr_name, cmd.seed_name, select
             )
         else:
             stage1 = self._launch(self._selection_jobs(cmd, plan))
