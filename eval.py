@@ -42,11 +42,13 @@ def refuse_other_tasks_options(cfg: DictConfig, task: str) -> None:
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
 @cli.task
 def main(cfg: DictConfig) -> None:
-    from ablate.checkpoints.files import CheckpointError, require_file  # the stack (torch): once the command is checked
+    from ablate.checkpoints.paths import require_file
+
+    require_file(cfg.ckpt_path)  # a missing path, a directory: said as what it is, before torch is imported
+    from ablate.checkpoints.files import CheckpointError  # the stack (torch): once the command is checked
     from ablate.tasks import TASKS, resolve
     from ablate.tasks.checkpoints import checkpoint_task
 
-    require_file(cfg.ckpt_path)  # a missing path, a directory: said as what it is
     try:
         task = checkpoint_task(cfg.ckpt_path)
     except CheckpointError as err:

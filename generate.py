@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 @hydra.main(version_base="1.3", config_path="conf", config_name="generate")
 @cli.task
 def main(cfg: DictConfig) -> None:
+    from ablate.checkpoints.paths import require_file
+
+    require_file(cfg.ckpt_path)  # a missing path, a directory: said as what it is, before torch is imported
     import torch  # the stack: only once the command is checked
 
     from ablate.tasks.checkpoints import load_task_checkpoint

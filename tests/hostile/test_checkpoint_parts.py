@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from ablate.callbacks.averaging import AveragingError, average_checkpoints
-from ablate.checkpoints.files import CheckpointError, CheckpointFileMissing, require_resumable, resolve_ckpt_path
+from ablate.checkpoints.files import CheckpointError, require_resumable, resolve_ckpt_path
+from ablate.checkpoints.paths import CheckpointFileMissing
 from ablate.data.tokenizers import CharTokenizer, tokenizer_to_dict
 from ablate.export.hf import ExportError, export_checkpoint
 from ablate.tasks.checkpoints import inspect_checked, load_task_checkpoint

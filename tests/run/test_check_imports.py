@@ -90,3 +90,20 @@ def test_typing_an_accepted_config_imports_no_torch(tmp_path: Path, overrides: l
     proc, heavy = _python(tmp_path, code)
     assert proc.returncode == 0 and "divergence" in proc.stdout, proc.stderr
     assert heavy == [], f"imported to type the config: {heavy[:5]}"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("script", ["eval.py", "generate.py"])
+@pytest.mark.parametrize(("path", "message"), [("no_such.ckpt", "no such checkpoint file"), (".", "is a directory")])
+def test_a_checkpoint_script_refuses_a_wrong_path_without_torch(
+    tmp_path: Path, script: str, path: str, message: str
+) -> None:
+    """eval.py and generate.py: a mistyped ``ckpt_path`` (or a folder) is refused before the stack loads."""
+    code = (
+        "import runpy\n"
+        f"sys.argv = [{str(REPO / script)!r}, 'ckpt_path={path}']\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    proc, heavy = _python(tmp_path, code)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert heavy == [], f"imported before the refusal: {heavy[:5]}"

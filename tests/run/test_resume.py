@@ -141,6 +141,9 @@ def test_kill_and_resume_is_exact(workdir: Path, data_dir: Path, uninterrupted: 
     resumed_run = train(workdir, data_dir, run_dir, "ckpt_path=last", "~callbacks.kill")  # the run, without the kill
     assert "exists and is not empty" not in resumed_run.stderr  # resuming into its own directory is no news
     assert "not resumable" not in resumed_run.stderr  # the data module resumes mid-epoch: Lightning's doubt is noise
+    console = resumed_run.stdout + resumed_run.stderr
+    assert f"resuming {run_dir / 'checkpoints' / 'last.ckpt'} at step 6" in console.splitlines()
+    assert "Restor" not in console  # Lightning's two lines that say it again
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "completed" and status["steps"] == 12
     assert status["resumed_from"] == str(run_dir / "checkpoints" / "last.ckpt")

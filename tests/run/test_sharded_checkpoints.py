@@ -17,13 +17,12 @@ import torch
 from ablate.checkpoints import safe_load, sharded
 from ablate.checkpoints.files import (
     CheckpointError,
-    CheckpointFileMissing,
     find_last_checkpoint,
     inspect_checkpoint,
-    require_file,
     require_resumable,
     resolve_ckpt_path,
 )
+from ablate.checkpoints.paths import CheckpointFileMissing, require_file
 from ablate.config.identity import ResumeMismatchError
 from ablate.errors import ConfigError
 from ablate.run.control import RunControl

@@ -22,6 +22,7 @@ from typing import Any
 
 from ablate.checkpoints import safe_load, sharded
 from ablate.checkpoints.parts import RESUME_STATE_KEY, PartError, check_training_state
+from ablate.checkpoints.paths import require_file
 from ablate.checkpoints.stored_config import check_stored_config
 from ablate.errors import UserError
 
@@ -32,10 +33,6 @@ TEMPORARY = re.compile(r"^\..+\.(?:tmp|previous)-(\d+)$")
 
 class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be resumed; the message names the file and what to do."""
-
-
-class CheckpointFileMissing(UserError, FileNotFoundError):
-    """``ckpt_path=`` names no file."""
 
 
 def previous_checkpoint(path: str | os.PathLike[str]) -> Path:
@@ -81,27 +78,6 @@ def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dirs: Sequence[str | os.
         return ckpt_path
     require_file(ckpt_path)
     return ckpt_path
-
-
-def looks_sharded(path: Path) -> bool:
-    """A folder with what Lightning's sharded FSDP save writes (``meta.pt``, DCP's ``.metadata``, a
-    shard): a checkpoint, complete or not, as opposed to a run's or a checkpoints folder."""
-    return path.is_dir() and (
-        (path / sharded.META_FILE).exists() or (path / sharded.INDEX_FILE).exists() or any(path.glob("*.distcp"))
-    )
-
-
-def require_file(ckpt_path: str | os.PathLike[str], key: str = "ckpt_path") -> None:
-    """``ckpt_path`` names a regular file or a sharded checkpoint's folder: a missing path, another
-    directory or a device is refused as what it is."""
-    path = Path(ckpt_path)
-    if path.is_file() or looks_sharded(path):
-        return
-    if not path.exists():
-        raise CheckpointFileMissing(f"{key}={ckpt_path}: no such checkpoint file")
-    what = "a directory" if path.is_dir() else "not a regular file (a device, a pipe or a socket)"
-    hint = f": give a checkpoint in it, e.g. {key}={path / 'last.ckpt'}" if path.is_dir() else ""
-    raise CheckpointFileMissing(f"{key}={ckpt_path} is {what}, not a checkpoint file{hint}")
 
 
 def checkpoint_files(dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:

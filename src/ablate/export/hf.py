@@ -358,7 +358,8 @@ def export_checkpoint(
 ) -> dict[str, Any]:
     """Export the model of a ``task=lm`` checkpoint (see :func:`export_model`); the architecture
     options that do not map are refused by name before anything is written."""
-    from ablate.checkpoints.files import CheckpointError, CheckpointFileMissing, require_file
+    from ablate.checkpoints.files import CheckpointError
+    from ablate.checkpoints.paths import CheckpointFileMissing, require_file
     from ablate.tasks.checkpoints import checkpoint_task, inspect_checked
     from ablate.tasks.lm_eval import load_lm_checkpoint
 

@@ -198,9 +198,11 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], traine
     a finished run that it would not train further reports it instead (``finished``)."""
     control = job.control
     last = find_last_checkpoint(control.checkpoint_dirs)
+    announced = False  # the console's one line that says the run resumes (Lightning's own are dropped)
     if job.multirun and last is not None and control.ckpt_path is None:  # killed or crashed before
         log.info(f"resuming {job.output_dir} ({status.status if status else 'interrupted'}) from {last}")
         ckpt_path: str | None = str(last)
+        announced = True
     else:
         ckpt_path = resolve_ckpt_path(control.ckpt_path, control.checkpoint_dirs)
     if ckpt_path is None and control.ckpt_path == "last":
@@ -218,6 +220,8 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], traine
     finished = status if not job.multirun and status is not None and status.finished else None
     plan = Plan(ckpt_path, finished=None if more and finished and finished.status == "completed" else finished)
     if ckpt_path is None or not Path(ckpt_path).exists():  # "best", "hpc", a URL: Lightning's to find
+        if ckpt_path is not None:
+            rank_zero_info(f"resuming {ckpt_path}")
         return plan
     if trainer is not None:
         require_sharded_loader(ckpt_path, trainer)
@@ -230,6 +234,9 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], traine
         changes = check_same_run(state["run_identity"], identity, list(control.resume_allow_changes), ckpt_path)
         if changes:
             rank_zero_info(f"resuming {ckpt_path} with allowed changes: {'; '.join(changes)}")
+            announced = True
+    if not announced:
+        rank_zero_info(f"resuming {ckpt_path} at step {checkpoint['global_step']}")
     return replace(plan, wandb_run_id=state.get("wandb_run_id"))
 
 

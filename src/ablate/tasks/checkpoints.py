@@ -29,8 +29,9 @@ import lightning as L
 import torch
 
 from ablate.checkpoints import safe_load
-from ablate.checkpoints.files import CheckpointError, CheckpointFileMissing, inspect_checkpoint, require_file
+from ablate.checkpoints.files import CheckpointError, inspect_checkpoint
 from ablate.checkpoints.parts import check_lightning_version
+from ablate.checkpoints.paths import CheckpointFileMissing, require_file
 from ablate.checkpoints.stored_config import check_stored_config
 from ablate.data.registry import data_module_class
 from ablate.data.stored_tokenizer import check_tokenizer
