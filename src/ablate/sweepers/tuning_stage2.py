@@ -136,6 +136,7 @@ def _keep_declared_plan(sweep_dir: Path, log_dir: str | None, err: Exception) ->
     if existing is None:
         log.warning("tuned_lr: %s", err)
         return
+    # declared before the sweep (scripts/declare.py): that is the plan of record
     print(
         f"LR tuning: keeping the analysis plan declared before this sweep, {existing.path} (sha256 "
         f"{existing.sha256[:12]}, {existing.declared_at}): {existing.plan.describe()}",
