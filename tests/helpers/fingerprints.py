@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from helpers.tiny_models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, TINY  # read from the registries
+from helpers.tiny_models import OPTIONS, TINY  # read from the table of axes
 
 TESTS = Path(__file__).resolve().parents[1]  # this file is tests/helpers/fingerprints.py
 FIXTURE = TESTS / "nn" / "fingerprints.json"
@@ -47,14 +47,7 @@ PAD = 0  # the translation models' padding id in these batches
 
 def _variants() -> list[tuple[str, dict[str, Any]]]:
     cases: list[tuple[str, dict[str, Any]]] = []
-    for field, values in (
-        ("pos", POS),
-        ("norm", PLACEMENTS),
-        ("norm_layer", NORM_LAYERS),
-        ("act", ACTS),
-        ("init", INITS),
-        ("attn", ATTN),
-    ):
+    for field, values in OPTIONS.items():  # every axis of the table, a new one included (recorded once it is)
         for value in values:
             over: dict[str, Any] = {field: value}
             if value == "deepnorm" or value == "deepnet":
