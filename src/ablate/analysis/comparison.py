@@ -21,6 +21,7 @@ one family, and :func:`margin_for` finds the margin δ.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -143,76 +144,23 @@ def compare_to_baseline(
     not dilute the others' (issue 43), when the plan says so before the data."""
     metric = frame.attrs["metric"]
     name, matched = budget.basis_column(metric, basis), frame.attrs.get("matched", {}).get(basis)
-    if basis != "steps" and matched is None:
-        raise ValueError(
-            f"--basis {basis}: {metric} is measured once, after training, so it has no value at a matched "
-            "budget; compare a validation metric (e.g. --metric val/loss) at equal cost, or this one with --basis steps"
-        )
-    value = None if basis == "steps" else matched.value
-    if value is not None and not math.isfinite(matched.budget):
-        why = "; ".join(dict.fromkeys(matched.problems.values())) or "no completed job"
-        raise ValueError(f"--basis {basis}: no completed job has a {basis} budget ({why})")
+    value = _basis_value(metric, basis, matched)
     base_key = find_baseline(sweep, spec)
     variants = sweep.variants()
-    base_counts = status_counts(variants[base_key])
+    base_jobs, base_counts = variants[base_key], status_counts(variants[base_key])
     cells = []
     for key, jobs in variants.items():
-        values, seeds = _finals(jobs, metric, value)
-        ci = stats.interval(values)
-        used = [s for s, v in zip(seeds, values, strict=True) if v is not None and math.isfinite(v)]
-        cell: dict[str, object] = {
-            f"{name} n": ci.n,
-            f"{name} ci_low": ci.low,
-            f"{name} ci_high": ci.high,
-            "basis": basis,
-            "mean_seeds": ",".join(str(s) for s in used),
-            "margin": math.nan if margin is None else margin,
-        }
+        cell = _mean_cells(jobs, metric, value, name, basis, margin)
         counts = status_counts(jobs)
-        rates = divergence_test(counts["diverged"], len(jobs), base_counts["diverged"], len(variants[base_key]))
+        rates = divergence_test(counts["diverged"], len(jobs), base_counts["diverged"], len(base_jobs))
         cell.update(diverged_rate=rates.rate, diverged_ci_low=rates.low, diverged_ci_high=rates.high)
         if key != base_key:
             asked = margin if not equivalence or _named(sweep, jobs, equivalence) else None
             cell["margin"] = math.nan if asked is None else asked
-            cell.update(compare_row(jobs, variants[base_key], metric, value, asked))
-        cells.append(cell)
-    columns = [f"{name} {stat}" for stat in ("n", "ci_low", "ci_high")] + [
-        "mean_seeds",
-        "diff",
-        "diff_ci_low",
-        "diff_ci_high",
-        "diff_seeds",
-        "n_variant",
-        "n_baseline",
-        "p",
-        "p_holm",
-        "test",
-        "inference",
-        "pairs",
-        "se",
-        "df",
-        "seed_se",
-        "text_se",
-        "text_se_unpaired",
-        "half_width_unpaired",
-        "text_blocks",
-        "mde",
-        "margin",
-        "p_tost",
-        "p_tost_holm",
-        "shift",
-        "diverged_rate",
-        "diverged_ci_low",
-        "diverged_ci_high",
-        "p_diverged",
-        "baseline_diverged",
-        "baseline_seeds",
-        "verdict",
-        "plan",
-        "basis",
-    ]
-    for cell, key in zip(cells, variants, strict=True):
+            cell.update(compare_row(jobs, base_jobs, metric, value, asked))
         cell["verdict"] = "baseline" if key == base_key else ""
+        cells.append(cell)
+    columns = [f"{name} {stat}" for stat in ("n", "ci_low", "ci_high")] + _COLUMNS
     out = pd.concat([frame, pd.DataFrame(cells, index=frame.index, columns=columns)], axis=1)
     out.attrs.update(
         frame.attrs,
@@ -225,6 +173,76 @@ def compare_to_baseline(
         equivalence=tuple(equivalence),
     )
     return adjust_family([out], alpha)[0]
+
+
+# the columns compare_to_baseline adds after the interval of the mean ("<metric> n", "ci_low", "ci_high")
+_COLUMNS = [
+    "mean_seeds",
+    "diff",
+    "diff_ci_low",
+    "diff_ci_high",
+    "diff_seeds",
+    "n_variant",
+    "n_baseline",
+    "p",
+    "p_holm",
+    "test",
+    "inference",
+    "pairs",
+    "se",
+    "df",
+    "seed_se",
+    "text_se",
+    "text_se_unpaired",
+    "half_width_unpaired",
+    "text_blocks",
+    "mde",
+    "margin",
+    "p_tost",
+    "p_tost_holm",
+    "shift",
+    "diverged_rate",
+    "diverged_ci_low",
+    "diverged_ci_high",
+    "p_diverged",
+    "baseline_diverged",
+    "baseline_seeds",
+    "verdict",
+    "plan",
+    "basis",
+]
+
+
+def _basis_value(metric: str, basis: str, matched: budget.Matched | None) -> Callable[[Job], float] | None:
+    """A job's value reader: None for the final ``metric`` (``steps``), else the matched budget's; refused if none."""
+    if basis == "steps":
+        return None
+    if matched is None:
+        raise ValueError(
+            f"--basis {basis}: {metric} is measured once, after training, so it has no value at a matched "
+            "budget; compare a validation metric (e.g. --metric val/loss) at equal cost, or this one with --basis steps"
+        )
+    if not math.isfinite(matched.budget):
+        why = "; ".join(dict.fromkeys(matched.problems.values())) or "no completed job"
+        raise ValueError(f"--basis {basis}: no completed job has a {basis} budget ({why})")
+    return matched.value
+
+
+def _mean_cells(
+    jobs: list[Job], metric: str, value: Callable[[Job], float] | None, name: str, basis: str, margin: float | None
+) -> dict[str, object]:
+    """One row's 95% t interval of the mean over its completed seeds, and the seeds it used."""
+    values, seeds = _finals(jobs, metric, value)
+    ci = stats.interval(values)
+    used = [s for s, v in zip(seeds, values, strict=True) if v is not None and math.isfinite(v)]
+    return {
+        f"{name} n": ci.n,
+        f"{name} ci_low": ci.low,
+        f"{name} ci_high": ci.high,
+        "basis": basis,
+        "mean_seeds": ",".join(str(s) for s in used),
+        "margin": math.nan if margin is None else margin,
+    }
 
 
 def _named(sweep: Sweep, jobs: list[Job], specs: tuple[str, ...]) -> bool:
@@ -264,46 +282,11 @@ def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> lis
             values[mask] = adjusted[column][index]
             frame[f"{column}_holm"] = values
         metric, better_up = frame.attrs["metric"], higher_is_better(frame.attrs["metric"])
-        verdicts, mdes = [], []
-        for (_, row), in_family in zip(frame.iterrows(), mask, strict=True):
-            if row["verdict"] == "baseline" or not in_family:
-                verdicts.append(row["verdict"])
-                mdes.append(row.get("mde", math.nan))
-                continue
-            comparison = stats.Comparison(
-                row["diff"],
-                row["diff_ci_low"],
-                row["diff_ci_high"],
-                row["p"],
-                row["test"] if isinstance(row["test"], str) else "",
-                row["se"],
-                row["df"],
-                math.nan,
-                int(row["n_variant"]),
-                int(row["n_baseline"]),
-                int(row["pairs"]),
-                row["margin"],
-                row["p_tost"],
-                shift=row["shift"],
-            )
-            tested = comparison.tested and comparison.test != "worst-rank"
-            mdes.append(stats.mde(row["se"], row["df"], alpha / max(m, 1)) if tested else math.nan)
-            verdicts.append(
-                stats.verdict(
-                    comparison,
-                    row["p_holm"],
-                    better_up,
-                    int(row["diverged"]),
-                    int(row["seeds"]),
-                    int(row["baseline_diverged"]),
-                    int(row["baseline_seeds"]),
-                    alpha,
-                    p_tost_adjusted=row["p_tost_holm"],
-                    stalled=int(row["stalled"]),
-                    completed=int(row["completed"]),
-                )
-            )
-        frame["verdict"], frame["mde"] = verdicts, mdes
+        judged = [
+            _judge(row, better_up, alpha, m) if in_family else (row["verdict"], row.get("mde", math.nan))
+            for (_, row), in_family in zip(frame.iterrows(), mask, strict=True)
+        ]
+        frame["verdict"], frame["mde"] = [v for v, _ in judged], [mde for _, mde in judged]
         frame.attrs.update(
             alpha=alpha,
             family=m,
@@ -313,3 +296,39 @@ def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> lis
         )
         out.append(frame)
     return out
+
+
+def _judge(row: pd.Series, better_up: bool, alpha: float, m: int) -> tuple[str, float]:
+    """One compared row's verdict (:func:`ablate.analysis.stats.verdict`) and its MDE at alpha/m (NaN: no t test)."""
+    comparison = stats.Comparison(
+        row["diff"],
+        row["diff_ci_low"],
+        row["diff_ci_high"],
+        row["p"],
+        row["test"] if isinstance(row["test"], str) else "",
+        row["se"],
+        row["df"],
+        math.nan,
+        int(row["n_variant"]),
+        int(row["n_baseline"]),
+        int(row["pairs"]),
+        row["margin"],
+        row["p_tost"],
+        shift=row["shift"],
+    )
+    tested = comparison.tested and comparison.test != "worst-rank"
+    mde = stats.mde(row["se"], row["df"], alpha / max(m, 1)) if tested else math.nan
+    verdict = stats.verdict(
+        comparison,
+        row["p_holm"],
+        better_up,
+        int(row["diverged"]),
+        int(row["seeds"]),
+        int(row["baseline_diverged"]),
+        int(row["baseline_seeds"]),
+        alpha,
+        p_tost_adjusted=row["p_tost_holm"],
+        stalled=int(row["stalled"]),
+        completed=int(row["completed"]),
+    )
+    return verdict, mde

@@ -264,15 +264,7 @@ def sequential(
         mine, missing = _at_look(variant, order[:n])
         base, base_missing = _at_look(baseline, order[:n])
         if missing or base_missing or n > len(order):
-            waiting = ",".join(map(str, sorted(set(missing) | set(base_missing)))) or f"{n - len(order)} more"
-            return Decision(
-                seq.CONTINUE,
-                -1,
-                (),
-                None,
-                history=history,
-                waiting=f"look {k + 1} waits for seeds {waiting}: still to run, or crashed (re-run the command)",
-            )
+            return _waiting(k, n - len(order), [*missing, *base_missing], history)
         evidence = analyse(mine, base, metric, higher_is_better, margin)
         c = evidence.comparison
         history.append(dict(look=k, seeds=n, p=c.p, p_tost=c.p_tost, level=float(two[k]), tost_level=float(one[k])))
@@ -282,12 +274,7 @@ def sequential(
         last = k == len(looks) - 1
         if not (equivalent or different or last):
             continue
-        if different:
-            code = stats_direction_code(c, higher_is_better)
-        elif equivalent:
-            code = seq.EQUIVALENT
-        else:
-            code = seq.INCONCLUSIVE
+        code = _stop_code(c, equivalent, different, higher_is_better)
         low = high = adjusted = math.nan
         if c.test in ("crossed", "paired") and c.se > 0:
             crit = scipy_stats.t.ppf(1 - two[k] / 2, c.df)
@@ -308,6 +295,26 @@ def sequential(
             history=history,
         )
     raise AssertionError("not reached: the last look always returns")
+
+
+def _waiting(k: int, unplanned: int, missing: list[int], history: list[dict[str, float]]) -> Decision:
+    """Look ``k`` waits for its ``missing`` seeds (or ``unplanned`` ones the order lacks): the decision goes on."""
+    waiting = ",".join(map(str, sorted(set(missing)))) or f"{unplanned} more"
+    return Decision(
+        seq.CONTINUE,
+        -1,
+        (),
+        None,
+        history=history,
+        waiting=f"look {k + 1} waits for seeds {waiting}: still to run, or crashed (re-run the command)",
+    )
+
+
+def _stop_code(c: stats.Comparison, equivalent: bool, different: bool, higher_is_better: bool) -> int:
+    """The code of a look that stops: a difference's direction first, then equivalence, else inconclusive."""
+    if different:
+        return stats_direction_code(c, higher_is_better)
+    return seq.EQUIVALENT if equivalent else seq.INCONCLUSIVE
 
 
 def stats_direction_code(c: stats.Comparison, higher_is_better: bool) -> int:

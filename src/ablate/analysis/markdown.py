@@ -125,25 +125,7 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     diverging = bool(frame["diverged"].sum())
     crossed = bool((frame["test"] == "crossed").any())
     choices = frame.attrs.get("lr_choice") or {}
-    header = (
-        [names[a] for a in sweep.axes]
-        + (["tuned LR"] if choices else [])
-        + [
-            "seeds",
-            "n",
-            column,
-            "95% CI",
-            "Δ vs baseline",
-            "Δ 95% CI",
-            "Δ on",
-            "p",
-            "p (Holm)",
-        ]
-    )
-    header += ["seed SE", "text SE"] if crossed else []
-    header += [f"p equiv ±{margin:g} (Holm)"] if margin is not None else []
-    header += ["diverged (95% CI)"] if diverging else []
-    header += ["MDE (80%, α/m)", "verdict"]
+    header = _baseline_header([names[a] for a in sweep.axes], column, bool(choices), crossed, margin, diverging)
     left = ("seeds", "Δ on", "verdict", "diverged (95% CI)", "tuned LR")
     align = [" --- " if i < len(sweep.axes) or name in left else " ---: " for i, name in enumerate(header)]
     lines = [
@@ -182,55 +164,47 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     return "\n".join(lines) + "\n\n" + baseline_legend(frame, sweep)
 
 
-def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
-    metric, alpha, margin = frame.attrs["metric"], frame.attrs["alpha"], frame.attrs.get("margin")
-    m, slices = frame.attrs.get("family", frame.attrs.get("tested", 0)), frame.attrs.get("family_frames", 1)
-    way = "higher" if higher_is_better(metric) else "lower"
-    family = (
-        f"the {m} comparisons of this table"
-        if slices == 1
-        else f"the {m} comparisons of all {slices} tables of this call"
+def _baseline_header(
+    axes: list[str], column: str, tuned: bool, crossed: bool, margin: float | None, diverging: bool
+) -> list[str]:
+    """The columns of :func:`baseline_table`: the axes, then those its rows need."""
+    header = (
+        axes
+        + (["tuned LR"] if tuned else [])
+        + [
+            "seeds",
+            "n",
+            column,
+            "95% CI",
+            "Δ vs baseline",
+            "Δ 95% CI",
+            "Δ on",
+            "p",
+            "p (Holm)",
+        ]
     )
-    notes = [
-        f"Δ = variant - baseline of the {frame.attrs['basis_text']}; over completed seeds ({way} is better). "
-        "seeds / n: the seeds the mean and its 95% CI (Student t) rest on; Δ on: the seeds Δ, its CI and p rest on "
-        "(paired t-test on the seeds both share when they share >= 2, else Welch's t-test on all of them; "
-        "crossed: seeds and text both random, below; worst-rank: a seed diverged, below). "
-        f"p (Holm): one family, {family}: the difference and the equivalence tests together, Holm's step-down "
-        "counting rows, not tests (Shaffer 1986: a row's two nulls, Δ = 0 and |Δ| >= δ, cannot both be true), so "
-        f"the chance of any false better, worse or equivalent in the family is at most alpha = {alpha:g}."
-    ]
+    header += ["seed SE", "text SE"] if crossed else []
+    header += [f"p equiv ±{margin:g} (Holm)"] if margin is not None else []
+    header += ["diverged (95% CI)"] if diverging else []
+    header += ["MDE (80%, α/m)", "verdict"]
+    return header
+
+
+def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
+    """The notes under :func:`baseline_table`: what its columns and verdicts mean, and the notes its rows need."""
+    alpha, margin = frame.attrs["alpha"], frame.attrs.get("margin")
+    m = frame.attrs.get("family", frame.attrs.get("tested", 0))
+    notes = [_family_note(frame, m)]
     cross = frame[frame["test"] == "crossed"]
     if len(cross):
-        shrink = (cross["diff_ci_high"] - cross["diff"]) / cross["half_width_unpaired"]
-        notes.append(
-            "crossed: a 95% interval for the mean difference over seeds and held-out text, both random effects "
-            "(Clark 1973), not a prediction for one new run: two-way ANOVA of the per-seed, per-held-out-block "
-            "differences from each run's per-window test losses (test_units.npz), Var = (MS_seed + MS_text - "
-            "MS_error) / (n_seeds n_blocks), Satterthwaite df (src/ablate/analysis/crossed.py). seed SE: the part another set of seeds adds "
-            "(what a paired t-test over seeds uses); text SE: the part another passage adds. Pairing the "
-            f"windows (both variants scored on the same text) gives intervals {shrink.min():.2f}-{shrink.max():.2f} "
-            "times as wide as two independent texts would (below 1: the passages' difficulty, shared by both, "
-            "cancels; text SE unpaired in summary.csv)."
-        )
+        notes.append(_crossed_note(cross))
     if margin is not None:
         notes.append(
             f"Equivalence: TOST (two one-sided t-tests, same pairing) of |Δ| < {margin:g}, the smallest "
             'difference of interest, in the same family. "equivalent (±δ)" when it holds; "equivalent (±δ), and '
             'different (...)" when the difference test holds too (a real difference, smaller than δ).'
         )
-    verdicts = (
-        "better / worse: p (Holm) < alpha; "
-        + (
-            f"equivalent (±{margin:g}): p equiv (Holm) < alpha; equivalence not shown: neither (the data are "
-            f"compatible with the whole Δ 95% CI, differences beyond ±{margin:g} included)"
-            if margin is not None
-            else "inconclusive: neither (no equivalence margin given: --margin δ, or analysis.margin in the "
-            "experiment config, adds the equivalence test)"
-        )
-        + '. Neither is "no difference", and nothing is "rejected".'
-    )
-    notes.append(verdicts)
+    notes.append(_verdicts_note(margin))
     notes.append(
         f"MDE (80%, α/m): design information for the next sweep: the true |Δ| this test, at this n and this "
         f"seed spread, would detect with 80% power at alpha/m = {alpha:g}/{max(m, 1)}. It is not a bound on "
@@ -270,6 +244,56 @@ def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
             "need the seed spread, which one value does not give); run more seeds (seed=1,2,3)."
         )
     return "\n".join(notes) + "\n"
+
+
+def _family_note(frame: pd.DataFrame, m: int) -> str:
+    """What Δ, the seeds and the Holm family of the table are."""
+    metric, alpha, slices = frame.attrs["metric"], frame.attrs["alpha"], frame.attrs.get("family_frames", 1)
+    way = "higher" if higher_is_better(metric) else "lower"
+    family = (
+        f"the {m} comparisons of this table"
+        if slices == 1
+        else f"the {m} comparisons of all {slices} tables of this call"
+    )
+    return (
+        f"Δ = variant - baseline of the {frame.attrs['basis_text']}; over completed seeds ({way} is better). "
+        "seeds / n: the seeds the mean and its 95% CI (Student t) rest on; Δ on: the seeds Δ, its CI and p rest on "
+        "(paired t-test on the seeds both share when they share >= 2, else Welch's t-test on all of them; "
+        "crossed: seeds and text both random, below; worst-rank: a seed diverged, below). "
+        f"p (Holm): one family, {family}: the difference and the equivalence tests together, Holm's step-down "
+        "counting rows, not tests (Shaffer 1986: a row's two nulls, Δ = 0 and |Δ| >= δ, cannot both be true), so "
+        f"the chance of any false better, worse or equivalent in the family is at most alpha = {alpha:g}."
+    )
+
+
+def _crossed_note(cross: pd.DataFrame) -> str:
+    """The crossed seed x text analysis of the ``cross`` rows, with how much pairing the text narrowed them."""
+    shrink = (cross["diff_ci_high"] - cross["diff"]) / cross["half_width_unpaired"]
+    return (
+        "crossed: a 95% interval for the mean difference over seeds and held-out text, both random effects "
+        "(Clark 1973), not a prediction for one new run: two-way ANOVA of the per-seed, per-held-out-block "
+        "differences from each run's per-window test losses (test_units.npz), Var = (MS_seed + MS_text - "
+        "MS_error) / (n_seeds n_blocks), Satterthwaite df (src/ablate/analysis/crossed.py). seed SE: the part another set of seeds adds "
+        "(what a paired t-test over seeds uses); text SE: the part another passage adds. Pairing the "
+        f"windows (both variants scored on the same text) gives intervals {shrink.min():.2f}-{shrink.max():.2f} "
+        "times as wide as two independent texts would (below 1: the passages' difficulty, shared by both, "
+        "cancels; text SE unpaired in summary.csv)."
+    )
+
+
+def _verdicts_note(margin: float | None) -> str:
+    """What each verdict means, with or without an equivalence margin."""
+    return (
+        "better / worse: p (Holm) < alpha; "
+        + (
+            f"equivalent (±{margin:g}): p equiv (Holm) < alpha; equivalence not shown: neither (the data are "
+            f"compatible with the whole Δ 95% CI, differences beyond ±{margin:g} included)"
+            if margin is not None
+            else "inconclusive: neither (no equivalence margin given: --margin δ, or analysis.margin in the "
+            "experiment config, adds the equivalence test)"
+        )
+        + '. Neither is "no difference", and nothing is "rejected".'
+    )
 
 
 STALL_METRIC_TEXT = "val/loss"

@@ -186,38 +186,45 @@ def apply_sequential(frame: pd.DataFrame, sweep: Sweep, rule: dict[str, Any]) ->
             frame.loc[index, "verdict"] = f"not decided yet ({decision.waiting})"
             frame.loc[index, ["p", "p_tost", "diff", "diff_ci_low", "diff_ci_high"]] = math.nan
             continue
-        evidence, c = decision.evidence, decision.evidence.comparison
-        frame.loc[index, "sequential_test"] = c.test
-        frame.loc[index, ["diff", "diff_ci_low", "diff_ci_high", "diff_adjusted"]] = [
-            c.diff,
-            decision.low,
-            decision.high,
-            decision.adjusted,
-        ]
-        frame.loc[index, ["p", "p_tost", "se", "df", "pairs"]] = [c.p, c.p_tost, c.se, c.df, c.n_pairs]
-        if evidence.crossed:
-            frame.loc[index, ["seed_se", "text_se", "text_se_unpaired", "half_width_unpaired"]] = [
-                evidence.seed_se,
-                evidence.text_se,
-                evidence.text_se_unpaired,
-                evidence.half_width_unpaired,
-            ]
-        frame.loc[index, "text_blocks"] = evidence.n_blocks
-        n = len(decision.seeds)
-        frame.loc[index, "inference"] = f"group-sequential, look {decision.look + 1} ({n} seeds): {evidence.inference}"
-        frame.loc[index, "diff_seeds"] = ",".join(str(s) for s in decision.seeds)
-        frame.loc[index, "verdict"] = engine.words(
-            decision.code,
-            margin,
-            evidence.diverged,
-            evidence.ran,
-            int(frame.loc[index, "stalled"]),
-            int(frame.loc[index, "completed"]),
-            both=decision.both,
-        )
+        _write_decision(frame, index, decision, margin)
     return note + (
         " Each row shows its verdict at the look it stopped at, the repeated 95% interval there and the "
         "bias-adjusted estimate (adj.; Whitehead 1986): the raw Δ at an early stop exaggerates the effect."
+    )
+
+
+def _write_decision(frame: pd.DataFrame, index: Any, decision: engine.Decision, margin: float) -> None:
+    """Row ``index`` at the look its rule stopped at: test, repeated interval, adjusted estimate, verdict."""
+    evidence = decision.evidence
+    assert evidence is not None  # the caller writes a look that still waits for seeds
+    c = evidence.comparison
+    frame.loc[index, "sequential_test"] = c.test
+    frame.loc[index, ["diff", "diff_ci_low", "diff_ci_high", "diff_adjusted"]] = [
+        c.diff,
+        decision.low,
+        decision.high,
+        decision.adjusted,
+    ]
+    frame.loc[index, ["p", "p_tost", "se", "df", "pairs"]] = [c.p, c.p_tost, c.se, c.df, c.n_pairs]
+    if evidence.crossed:
+        frame.loc[index, ["seed_se", "text_se", "text_se_unpaired", "half_width_unpaired"]] = [
+            evidence.seed_se,
+            evidence.text_se,
+            evidence.text_se_unpaired,
+            evidence.half_width_unpaired,
+        ]
+    frame.loc[index, "text_blocks"] = evidence.n_blocks
+    n = len(decision.seeds)
+    frame.loc[index, "inference"] = f"group-sequential, look {decision.look + 1} ({n} seeds): {evidence.inference}"
+    frame.loc[index, "diff_seeds"] = ",".join(str(s) for s in decision.seeds)
+    frame.loc[index, "verdict"] = engine.words(
+        decision.code,
+        margin,
+        evidence.diverged,
+        evidence.ran,
+        int(frame.loc[index, "stalled"]),
+        int(frame.loc[index, "completed"]),
+        both=decision.both,
     )
 
 

@@ -211,61 +211,29 @@ def workspace_spec(
     """The workspace of a sweep as plain JSON-able data (see the module docstring for the
     sections); ``table``/``images``: the keys of the analysis run's summary table and figures."""
     val_metrics = list(TASKS[facts.task].panel_metrics if facts.task in TASKS else TASKS["lm"].panel_metrics)
-    sections = []
-    comparisons = facts.axes.items() if facts.axes else [(None, None)]
-    for axis, key in comparisons:
-        suffix = f" by {axis}" if axis else ""
-        panels = [line(f"{m}{suffix}", [m], groupby=key) for m in val_metrics]
-        panels += [
-            line(f"train/loss{suffix}", ["train/loss"], groupby=key),
-            line(f"val/loss vs tokens{suffix}", ["val/loss"], x=TOKENS_METRIC, groupby=key),
-        ]
-        sections.append({"name": f"Compare by {axis}" if axis else "Compare runs", "is_open": True, "panels": panels})
+    sections = _comparison_sections(facts, val_metrics)
     warmup_range = (0, 3 * facts.warmup_steps) if facts.warmup_steps else None
-    sections.append(
-        {
-            "name": "LR and warmup",
-            "is_open": True,
-            "panels": [
-                line("train/lr", ["train/lr"]),
-                line("train/loss during warmup", ["train/loss"], range_x=warmup_range),
-                line("grad_norm/total during warmup", ["grad_norm/total"], range_x=warmup_range),
-            ],
-        }
-    )
-    grad_panels = [
-        line("grad_norm/total", ["grad_norm/total"]),
-        line(
-            "grad_norm of embeddings, head, final norm", regex=r"^grad_norm/((enc_|dec_)?(embed|pos|final_norm)|head)$"
-        ),
+    lr_panels = [
+        line("train/lr", ["train/lr"]),
+        line("train/loss during warmup", ["train/loss"], range_x=warmup_range),
+        line("grad_norm/total during warmup", ["grad_norm/total"], range_x=warmup_range),
     ]
-    grad_panels += [
-        line(f"grad_norm/{stack}layer_*/{part}", regex=rf"^grad_norm/{stack}layer_\d+/{part}$")
-        for stack, part in layer_parts(facts.metrics, facts.task)
+    sections.append(_section("LR and warmup", lr_panels, is_open=True))
+    sections.append(_section("Gradient norms per layer", _grad_norm_panels(facts)))
+    sections.append(_section("Residual stream RMS", _resid_panels(facts.metrics)))
+    throughput = [
+        line("train/tokens_per_sec", ["train/tokens_per_sec"]),
+        line("train/mfu", ["train/mfu"]),
+        line(TOKENS_METRIC, [TOKENS_METRIC]),
+        line(TIME_METRIC, [TIME_METRIC]),
+        line("val/loss vs training time", ["val/loss"], x=TIME_METRIC),
     ]
-    sections.append({"name": "Gradient norms per layer", "is_open": False, "panels": grad_panels})
-    resid_panels = [line("resid_rms (every layer)", regex=r"^resid_rms/.*$")]
-    stacks = sorted({m.group(1) for m in map(_RESID_LAYER.match, facts.metrics) if m and m.group(1)})
-    resid_panels += [line(f"resid_rms/{stack}layer_*", regex=rf"^resid_rms/{stack}layer_\d+$") for stack in stacks]
-    sections.append({"name": "Residual stream RMS", "is_open": False, "panels": resid_panels})
-    sections.append(
-        {
-            "name": "Throughput",
-            "is_open": False,
-            "panels": [
-                line("train/tokens_per_sec", ["train/tokens_per_sec"]),
-                line("train/mfu", ["train/mfu"]),
-                line(TOKENS_METRIC, [TOKENS_METRIC]),
-                line(TIME_METRIC, [TIME_METRIC]),
-                line("val/loss vs training time", ["val/loss"], x=TIME_METRIC),
-            ],
-        }
-    )
+    sections.append(_section("Throughput", throughput))
     images = list(images)
     if table or images:
-        panels = [{"type": "table", "title": "summary.csv", "table": table}] if table else []
+        panels: list[dict[str, Any]] = [{"type": "table", "title": "summary.csv", "table": table}] if table else []
         panels += [{"type": "media", "title": "figures", "keys": images}] if images else []
-        sections.append({"name": "Analysis", "is_open": True, "panels": panels})
+        sections.append(_section("Analysis", panels, is_open=True))
     pinned = [f"config:{key}" for key in facts.axes.values()] + [f"summary:{m}" for m in val_metrics]
     return {
         "version": SPEC_VERSION,
@@ -279,6 +247,46 @@ def workspace_spec(
         "pinned_columns": pinned,
         "sections": sections,
     }
+
+
+def _section(name: str, panels: list[dict[str, Any]], is_open: bool = False) -> dict[str, Any]:
+    """One section of the workspace: its name, whether it starts open, its panels."""
+    return {"name": name, "is_open": is_open, "panels": panels}
+
+
+def _comparison_sections(facts: SweepFacts, val_metrics: list[str]) -> list[dict[str, Any]]:
+    """One open section per swept axis (or one for all runs), its runs grouped by that axis."""
+    sections = []
+    for axis, key in facts.axes.items() if facts.axes else [(None, None)]:
+        suffix = f" by {axis}" if axis else ""
+        panels = [line(f"{m}{suffix}", [m], groupby=key) for m in val_metrics]
+        panels += [
+            line(f"train/loss{suffix}", ["train/loss"], groupby=key),
+            line(f"val/loss vs tokens{suffix}", ["val/loss"], x=TOKENS_METRIC, groupby=key),
+        ]
+        sections.append(_section(f"Compare by {axis}" if axis else "Compare runs", panels, is_open=True))
+    return sections
+
+
+def _grad_norm_panels(facts: SweepFacts) -> list[dict[str, Any]]:
+    """The total gradient norm, the embeddings' and head's, and one panel per layer part logged."""
+    panels = [
+        line("grad_norm/total", ["grad_norm/total"]),
+        line(
+            "grad_norm of embeddings, head, final norm", regex=r"^grad_norm/((enc_|dec_)?(embed|pos|final_norm)|head)$"
+        ),
+    ]
+    return panels + [
+        line(f"grad_norm/{stack}layer_*/{part}", regex=rf"^grad_norm/{stack}layer_\d+/{part}$")
+        for stack, part in layer_parts(facts.metrics, facts.task)
+    ]
+
+
+def _resid_panels(metrics: Iterable[str]) -> list[dict[str, Any]]:
+    """The residual stream's RMS at every layer, and per stack (encoder, decoder) when there are several."""
+    stacks = sorted({m.group(1) for m in map(_RESID_LAYER.match, metrics) if m and m.group(1)})
+    resid = [line("resid_rms (every layer)", regex=r"^resid_rms/.*$")]
+    return resid + [line(f"resid_rms/{stack}layer_*", regex=rf"^resid_rms/{stack}layer_\d+$") for stack in stacks]
 
 
 def layer_parts(metrics: Iterable[str], task: str = "lm") -> list[tuple[str, str]]:

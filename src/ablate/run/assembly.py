@@ -71,11 +71,7 @@ def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
     callbacks = build_callbacks(cfg.callbacks, job.stop_file, checked.identity)
     task = build_task(cfg, datamodule, spec)  # the task module of task.name, with its model
     task.tokenizer = datamodule.tokenizer  # carried into its checkpoints
-    # a file, or a sharded checkpoint's folder: the data it was trained on, nothing else
-    if plan.ckpt_path is not None and Path(plan.ckpt_path).exists():
-        changes = check_resumed_data(plan.ckpt_path, datamodule, job.control.resume_allow_changes)
-        if changes:
-            rank_zero_info(f"resuming {plan.ckpt_path} on changed data, as allowed: {'; '.join(changes)}")
+    _check_resumed_data(plan, datamodule, job)
     n_params = cast(Any, task.model).num_params()  # TransformerLM, EncoderDecoder
     axes = spec_axes(spec)
     fpt = flops_per_token(n_params, spec.n_layers + spec.encoder_layers, spec.d_model, cfg.data["seq_len"])
@@ -85,12 +81,7 @@ def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
             cb.flops_per_token = fpt
     estimate = param_estimate(spec.n_layers, spec.d_model, spec.vocab_size)
     if is_rank_zero():
-        if job.control.print_config:  # print_config=true, the debug=* presets: the whole tree, then the header
-            print_config_tree(cfg.resolved)
-        experiment, task_name, data = job.experiment, cfg.task_name, datamodule.name
-        print(
-            format_run_header(experiment, task_name, data, spec, axes, n_params, estimate, job.output_dir), flush=True
-        )
+        _print_header(cfg, job, datamodule.name, spec, axes, n_params, estimate)
     config = {
         **cast(dict[str, Any], copy.deepcopy(cfg.resolved)),
         "optim": optim,
@@ -127,6 +118,27 @@ def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
         **arguments,
     )
     return Assembly(datamodule, spec, task, n_params, callbacks, loggers, trainer, config)
+
+
+def _check_resumed_data(plan: Plan, datamodule: Any, job: Job) -> None:
+    """A resumed job trains on the data its checkpoint was trained on, or on changes it allows (said on rank 0)."""
+    # a file, or a sharded checkpoint's folder: the data it was trained on, nothing else
+    if plan.ckpt_path is not None and Path(plan.ckpt_path).exists():
+        changes = check_resumed_data(plan.ckpt_path, datamodule, job.control.resume_allow_changes)
+        if changes:
+            rank_zero_info(f"resuming {plan.ckpt_path} on changed data, as allowed: {'; '.join(changes)}")
+
+
+def _print_header(
+    cfg: RunConfig, job: Job, data: str, spec: ModelSpec, axes: dict[str, str], n_params: int, estimate: int
+) -> None:
+    """The run header (:func:`~ablate.cli.console.format_run_header`), after the whole config tree when asked."""
+    if job.control.print_config:  # print_config=true, the debug=* presets: the whole tree, then the header
+        print_config_tree(cfg.resolved)
+    print(
+        format_run_header(job.experiment, cfg.task_name, data, spec, axes, n_params, estimate, job.output_dir),
+        flush=True,
+    )
 
 
 def seed_and_runtime(cfg: RunConfig | DictConfig, matmul_precision: str) -> None:

@@ -72,22 +72,8 @@ def replay_variant(
     (``metrics.csv`` step + 1 = optimiser steps done), the full length's from its
     ``status.json`` (as the full grid's selection reads it). Raises ValueError when a rung's
     step was not validated (naming the steps that were) or the length is unknown."""
-    from ablate.analysis.budget import validation_curve
-
     ordered = sorted(grid, key=float)
-    first = jobs[ordered[0]]
-    max_steps = first.value(MAX_STEPS_KEY)
-    try:
-        max_steps = int(float(max_steps))
-    except (TypeError, ValueError):
-        raise ValueError(f"{label}: {first.name} has no trainer.max_steps to cut at fractions of") from None
-    decay = first.value(DECAY_KEY)
-    decay_steps = int(float(decay)) if decay not in (None, "null") else None
-    # the curves say which steps were validated (the error below names them); the configured
-    # interval, when it is a whole number of steps, names them up front
-    interval = first.value("trainer.val_check_interval")
-    every = int(float(interval)) if _whole(interval) else 1
-    steps = rung_steps(fractions, max_steps, every, decay_steps, label, "--rungs")
+    max_steps, steps = _replayed_steps(jobs[ordered[0]], fractions, label)
     tracks = [RateTrack(float(text), text) for text in ordered]
     full_results = {}  # the full length's outcome, read once: also the last rung's
     for track in tracks:
@@ -103,17 +89,7 @@ def replay_variant(
                 outcome = full_results[track.text]
                 track.rungs.append(RungOutcome(step, outcome.status, outcome.value, job.name))
                 continue
-            curve = validation_curve(job.metrics, metric, "steps")
-            value = _value_at(curve, step)
-            if value is None and ((len(curve) and curve.index[-1] >= step) or job.status == "completed"):
-                validated = ", ".join(f"{s:.0f}" for s in curve.index) or "none"
-                raise ValueError(
-                    f"{label} {track.text}: step {step} was not validated in {job.name}/csv/metrics.csv; the steps that "
-                    f"were: {validated}. Choose rungs at those steps (--rungs)"
-                )
-            usable = value is not None and math.isfinite(value)
-            status = "completed" if usable else (job.status if job.status != "completed" else "diverged")
-            track.rungs.append(RungOutcome(step, status, value if usable else None, job.name))
+            track.rungs.append(_outcome_at(job, step, metric, f"{label} {track.text}"))
         if rung < len(steps) - 1:
             halve(tracks, step, higher_is_better)
     full = select_lr(list(full_results.values()), higher_is_better=higher_is_better)
@@ -134,6 +110,39 @@ def replay_variant(
         steps,
         metric,
     )
+
+
+def _replayed_steps(first: Any, fractions: Sequence[float], label: str) -> tuple[int, tuple[int, ...]]:
+    """The grid's full length (``trainer.max_steps`` of its ``first`` job) and the rungs' steps at ``fractions``."""
+    max_steps = first.value(MAX_STEPS_KEY)
+    try:
+        max_steps = int(float(max_steps))
+    except (TypeError, ValueError):
+        raise ValueError(f"{label}: {first.name} has no trainer.max_steps to cut at fractions of") from None
+    decay = first.value(DECAY_KEY)
+    decay_steps = int(float(decay)) if decay not in (None, "null") else None
+    # the curves say which steps were validated (the error below names them); the configured
+    # interval, when it is a whole number of steps, names them up front
+    interval = first.value("trainer.val_check_interval")
+    every = int(float(interval)) if _whole(interval) else 1
+    return max_steps, rung_steps(fractions, max_steps, every, decay_steps, label, "--rungs")
+
+
+def _outcome_at(job: Any, step: int, metric: str, name: str) -> RungOutcome:
+    """``job``'s outcome at a rung's ``step`` from its validation curve; refused if it passed the step unvalidated."""
+    from ablate.analysis.budget import validation_curve
+
+    curve = validation_curve(job.metrics, metric, "steps")
+    value = _value_at(curve, step)
+    if value is None and ((len(curve) and curve.index[-1] >= step) or job.status == "completed"):
+        validated = ", ".join(f"{s:.0f}" for s in curve.index) or "none"
+        raise ValueError(
+            f"{name}: step {step} was not validated in {job.name}/csv/metrics.csv; the steps that "
+            f"were: {validated}. Choose rungs at those steps (--rungs)"
+        )
+    usable = value is not None and math.isfinite(value)
+    status = "completed" if usable else (job.status if job.status != "completed" else "diverged")
+    return RungOutcome(step, status, value if usable else None, job.name)
 
 
 def replay_sweep(sweep_dir: str | Path, fractions: Sequence[float], metric: str | None = None) -> list[ReplayRow]:

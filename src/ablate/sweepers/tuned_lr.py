@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,35 @@ SEED_KEY = "seed"
 RESULT_FILE = "lr_tuning.json"
 
 
+@dataclass(frozen=True)
+class _Command:
+    """What a ``tune=lr`` command fixed before its first job (:meth:`TunedLRSweeper._read_command`)."""
+
+    lr: Override | None  # the sweep's own optim.lr override (a grid or a centre), if any
+    lr_name: str  # optim.lr as the command spells it, e.g. +optim.lr
+    seed_name: str  # seed, likewise
+    seeds: list[str]  # the verdict seeds (stage 2)
+    metric: str  # the selection metric
+    higher: bool  # whether a larger metric is better
+    sweep_dir: Path
+
+
+def _record_outcomes(batch: list[tuple[Variant, str]], returns: list[JobReturn], metric: str) -> None:
+    """Append each stage-1 job's outcome (its status and final ``metric``) to its variant's results."""
+    for (v, text), ret in zip(batch, returns, strict=True):
+        job_dir = job_dir_of(ret)
+        status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
+        v.results.append(LRResult(float(text), text, status, value, job_dir.name if job_dir else None))
+
+
+def _check_grid_settings(num_lrs: Any, lr_factor: Any) -> None:
+    """``hydra.sweeper.num_lrs`` and ``lr_factor`` make a grid: ValueError naming the key otherwise."""
+    if not (isinstance(num_lrs, int) and num_lrs >= 1):
+        raise ValueError(f"hydra.sweeper.num_lrs={num_lrs!r}: give a number of learning rates >= 1")
+    if not (isinstance(lr_factor, (int, float)) and lr_factor > 1):
+        raise ValueError(f"hydra.sweeper.lr_factor={lr_factor!r}: give the ratio of neighbouring learning rates, > 1")
+
+
 def _dedupe(values: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
@@ -110,12 +140,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         super().__init__(max_batch_size=max_batch_size, params=params)
         try:  # a bad setting exits 2 with its message, as every refused key does (not Hydra's wrapper, exit 1)
             self.rungs = sh.check_rungs((halving or {}).get("rungs"))  # () : the full grid (ablate.sweepers.halving)
-            if not (isinstance(num_lrs, int) and num_lrs >= 1):
-                raise ValueError(f"hydra.sweeper.num_lrs={num_lrs!r}: give a number of learning rates >= 1")
-            if not (isinstance(lr_factor, (int, float)) and lr_factor > 1):
-                raise ValueError(
-                    f"hydra.sweeper.lr_factor={lr_factor!r}: give the ratio of neighbouring learning rates, > 1"
-                )
+            _check_grid_settings(num_lrs, lr_factor)
             auto = auto_settings(seeds, baseline, margin, looks, spending)
             self.auto = auto is not None
             # the comparison to declare before stage 2 (ablate.analysis.plan); seeds=auto decides it
@@ -250,6 +275,27 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         self.check_before_sweep()  # before multirun.yaml is written: a refused command changes nothing
+        cmd, variants = self._read_command(arguments)
+        cmd.sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, cmd.sweep_dir / "multirun.yaml")
+        stage1, stopped = self._stage1(cmd, variants)
+        if stopped:
+            return [stage1]
+        print(stage1_table(variants, cmd.metric, cmd.higher, cmd.seed_name, self.selection_seed), flush=True)
+        self._write(cmd, variants, stage2_done=False)
+        self._declare_plan(cmd, variants)  # the verdict's rule, before its data
+        stage2 = self._stage2(cmd, variants)
+        path = self._write(cmd, variants, stage2_done=not self._interrupted())
+        if not self.auto:
+            print(stage2_table(variants, cmd.metric, cmd.lr_name, cmd.seed_name, cmd.seeds), flush=True)
+        print(f"LR tuning: {path}", flush=True)
+        for ret in [*stage1, *stage2]:
+            _ = ret.return_value  # as BasicSweeper: a job that failed inside Hydra raises here, once all have run
+        return [stage1, stage2]
+
+    def _read_command(self, arguments: list[str]) -> tuple[_Command, list[Variant]]:
+        """The overrides (params, then command line) as both stages' settings and variants; refused before any job."""
+        assert self.config is not None and self.hydra_context is not None
         from ablate.analysis.job import higher_is_better  # pandas: imported when a sweep runs, not at plugin scan
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -262,8 +308,6 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         lr_name = lr.get_key_element() if lr is not None else LR_KEY
         seed_name = seed.get_key_element() if seed is not None else SEED_KEY
         self._say_what_the_grid_ignores(lr, arguments)
-        rest = [o for o in overrides if o.key_or_group not in (LR_KEY, SEED_KEY)]
-        swept = {o.get_key_element() for o in rest if o.is_sweep_override()}
         seeds = self._seeds(seed)
         if self.selection_seed in seeds:
             raise HydraException(
@@ -272,115 +316,70 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 "which biases it towards that variant. Choose a selection seed outside them, e.g. "
                 f"hydra.sweeper.selection_seed={_free_seed(seeds)}"
             )
-        select = self.selection_seed
         metric = str(self.metric or self.config.get("optimized_metric") or "val/loss")
-        higher = higher_is_better(metric)
-        verdict_metric = held_out_metric(metric, self.verdict_metric)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        cmd = _Command(lr, lr_name, seed_name, seeds, metric, higher_is_better(metric), sweep_dir)
         shared_text = validation_as_test_warning(self.config)
         if shared_text:
             log.warning(shared_text)
+        return cmd, self._variants(lr, [o for o in overrides if o.key_or_group not in (LR_KEY, SEED_KEY)])
 
+    def _variants(self, lr: Override | None, rest: list[Override]) -> list[Variant]:
+        """Each combination of the sweep's other values, labelled by its swept ones, with its grid."""
+        swept = {o.get_key_element() for o in rest if o.is_sweep_override()}
         variants = []
         for items in self.split_arguments(rest, None)[0]:
             label = ",".join(i for i in items if i.split("=", 1)[0] in swept) or "all"
             variants.append(Variant(list(items), label, self._grid(lr, list(items))))
+        return variants
 
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        extend_also = f"hydra.sweep.dir={sweep_dir}"
-
-        # stage 1: every variant at every learning rate of its grid, the selection seed
+    def _stage1(self, cmd: _Command, variants: list[Variant]) -> tuple[list[JobReturn], bool]:
+        """Stage 1 (full grid or halving), rates chosen and edges extended; and whether a Ctrl-C stopped it."""
         for v in variants if self.rungs else []:  # checked before any job starts
             v.rung_steps = self._rung_steps(v)
         plan = [(v, text) for v in variants for text in v.grid]
+        select = self.selection_seed
         print(
             f"LR tuning, stage 1: {len(variants)} variant(s) x {len(variants[0].grid)} learning rates, "
-            f"{seed_name}={select} (the selection seed, no verdict rests on it)"
+            f"{cmd.seed_name}={select} (the selection seed, no verdict rests on it)"
             + (f", successive halving at {','.join(f'{r:g}' for r in self.rungs)} of the steps" if self.rungs else ""),
             flush=True,
         )
         if self.rungs:
             stage1, stopped = sh.run_stage1(
-                variants, self._launch, self._interrupted, metric, higher, lr_name, seed_name, select
+                variants, self._launch, self._interrupted, cmd.metric, cmd.higher, cmd.lr_name, cmd.seed_name, select
             )
         else:
-            stage1 = self._launch([[*v.overrides, f"{lr_name}={text}", f"{seed_name}={select}"] for v, text in plan])
+            stage1 = self._launch(self._selection_jobs(cmd, plan))
             stopped = self._interrupted()
         if stopped:
             # an incomplete grid chooses nothing: no learning rate is recorded from it
             print("LR tuning interrupted in stage 1: nothing chosen; re-run the same command to resume", flush=True)
-            return [stage1]
+            return stage1, True
         for v in variants:
             v.results = [t.result(v.rung_steps[-1]) for t in v.tracks] if self.rungs else []
-        for (v, text), ret in zip(plan, [] if self.rungs else stage1):
-            job_dir = job_dir_of(ret)
-            status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
-            v.results.append(LRResult(float(text), text, status, value, job_dir.name if job_dir else None))
-        for v in variants:
-            v.selection = select_lr(
-                v.results, higher_is_better=higher, factor=self.lr_factor, lr_key=lr_name, also=extend_also
-            )
-        extension = self._extend_edges(variants, metric, higher, lr_name, seed_name, select, extend_also)
-        stage1 = [*stage1, *extension]
+        if not self.rungs:
+            _record_outcomes(plan, stage1, cmd.metric)
+        self._choose(cmd, variants)
+        stage1 = [*stage1, *self._extend_edges(cmd, variants)]
         if self._interrupted():
             print("LR tuning interrupted while extending the grid: nothing chosen; re-run the same command", flush=True)
-            return [stage1]
-        print(stage1_table(variants, metric, higher, seed_name, select), flush=True)
-        self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=False)
-        composed = self.hydra_context.config_loader.load_sweep_config(self.config, list(variants[0].overrides))
-        declare_plan(  # the verdict's rule, before its data
-            sweep_dir,
-            selection=f"tune=lr: each variant's learning rate by its final {metric} on {seed_name}={select}",
-            verdict_metric=verdict_metric,
-            seeds=seeds,
-            baseline=self.baseline,
-            margin=self.margin,
-            margin_basis=self.margin_basis,
-            looks=self.looks if self.auto else None,
-            spending=self.spending,
-            variants=tuple(v.label for v in variants if v.selection.chosen is not None and not self._is_baseline(v)),
-            layout=OmegaConf.select(composed, "data.splits", default=None),
-            log_dir=OmegaConf.select(composed, "paths.log_dir", default=None),
-        )
+            return stage1, True
+        return stage1, False
 
-        if self.auto:  # stage 2 in batches of seeds, until every comparison is decided
-            assert self.baseline is not None and self.margin is not None  # auto_settings checked them
-            stage2 = sequential_stage2(
-                variants,
-                self._launch,
-                self._interrupted,
-                metric=verdict_metric,
-                lr_name=lr_name,
-                seed_name=seed_name,
-                seeds=seeds,
-                baseline=self.baseline,
-                margin=self.margin,
-                looks=self.looks,
-                spending=self.spending,
-            )
-        else:
-            stage2 = fixed_stage2(
-                variants, self._launch, metric=metric, lr_name=lr_name, seed_name=seed_name, seeds=seeds
-            )
-        path = self._write(sweep_dir, variants, metric, higher, seeds, lr, stage2_done=not self._interrupted())
-        if not self.auto:
-            print(stage2_table(variants, metric, lr_name, seed_name, seeds), flush=True)
-        print(f"LR tuning: {path}", flush=True)
-        for ret in [*stage1, *stage2]:
-            _ = ret.return_value  # as BasicSweeper: a job that failed inside Hydra raises here, once all have run
-        return [stage1, stage2]
+    def _selection_jobs(self, cmd: _Command, batch: list[tuple[Variant, str]]) -> list[list[str]]:
+        """The overrides of stage-1 jobs: each variant at a learning rate, on the selection seed."""
+        return [[*v.overrides, f"{cmd.lr_name}={t}", f"{cmd.seed_name}={self.selection_seed}"] for v, t in batch]
 
-    def _extend_edges(
-        self,
-        variants: list[Variant],
-        metric: str,
-        higher: bool,
-        lr_name: str,
-        seed_name: str,
-        select: str,
-        also: str,
-    ) -> list[JobReturn]:
+    def _choose(self, cmd: _Command, variants: list[Variant]) -> None:
+        """Each variant's learning rate from its stage-1 results (:func:`select_lr`)."""
+        also = f"hydra.sweep.dir={cmd.sweep_dir}"  # an edge's note names the override that extends the grid
+        for v in variants:
+            v.selection = select_lr(
+                v.results, higher_is_better=cmd.higher, factor=self.lr_factor, lr_key=cmd.lr_name, also=also
+            )
+
+    def _extend_edges(self, cmd: _Command, variants: list[Variant]) -> list[JobReturn]:
         """A chosen rate at the edge of its grid may not be the variant's best: before stage 2 the
         grid grows past that edge by one rate (``lr_factor`` beyond it) at a time, on the selection
         seed, and the rate is chosen again, until the choice is inside the grid or
@@ -408,18 +407,12 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 + "; ".join(f"{v.label}: {t}" for v, t in batch),
                 flush=True,
             )
-            rets = self._launch([[*v.overrides, f"{lr_name}={t}", f"{seed_name}={select}"] for v, t in batch])
+            rets = self._launch(self._selection_jobs(cmd, batch))
             returns += rets
             if self._interrupted():
                 break
-            for (v, text), ret in zip(batch, rets, strict=True):
-                job_dir = job_dir_of(ret)
-                status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
-                v.results.append(LRResult(float(text), text, status, value, job_dir.name if job_dir else None))
-            for v in todo:
-                v.selection = select_lr(
-                    v.results, higher_is_better=higher, factor=self.lr_factor, lr_key=lr_name, also=also
-                )
+            _record_outcomes(batch, rets, cmd.metric)
+            self._choose(cmd, todo)
         for v in variants:
             if v.extended and v.selection.edge is not None:
                 v.selection.note = (
@@ -427,6 +420,47 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                     f"(hydra.sweeper.extend_edges={self.extend_edges}): " + (v.selection.note or "")
                 )
         return returns
+
+    def _declare_plan(self, cmd: _Command, variants: list[Variant]) -> None:
+        """Declare the analysis plan of stage 2's verdicts (:func:`declare_plan`) before its first job."""
+        assert self.config is not None and self.hydra_context is not None
+        composed = self.hydra_context.config_loader.load_sweep_config(self.config, list(variants[0].overrides))
+        declare_plan(
+            cmd.sweep_dir,
+            selection=f"tune=lr: each variant's learning rate by its final {cmd.metric} on "
+            f"{cmd.seed_name}={self.selection_seed}",
+            verdict_metric=held_out_metric(cmd.metric, self.verdict_metric),
+            seeds=cmd.seeds,
+            baseline=self.baseline,
+            margin=self.margin,
+            margin_basis=self.margin_basis,
+            looks=self.looks if self.auto else None,
+            spending=self.spending,
+            variants=tuple(v.label for v in variants if v.selection.chosen is not None and not self._is_baseline(v)),
+            layout=OmegaConf.select(composed, "data.splits", default=None),
+            log_dir=OmegaConf.select(composed, "paths.log_dir", default=None),
+        )
+
+    def _stage2(self, cmd: _Command, variants: list[Variant]) -> list[JobReturn]:
+        """Stage 2: each variant at its rate with every seed, or (``seeds=auto``) in looks until decided."""
+        if not self.auto:
+            return fixed_stage2(
+                variants, self._launch, metric=cmd.metric, lr_name=cmd.lr_name, seed_name=cmd.seed_name, seeds=cmd.seeds
+            )
+        assert self.baseline is not None and self.margin is not None  # auto_settings checked them
+        return sequential_stage2(
+            variants,
+            self._launch,
+            self._interrupted,
+            metric=held_out_metric(cmd.metric, self.verdict_metric),
+            lr_name=cmd.lr_name,
+            seed_name=cmd.seed_name,
+            seeds=cmd.seeds,
+            baseline=self.baseline,
+            margin=self.margin,
+            looks=self.looks,
+            spending=self.spending,
+        )
 
     def _is_baseline(self, v: Variant) -> bool:
         """Whether ``v`` is the variant ``hydra.sweeper.baseline`` names."""
@@ -438,17 +472,9 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         mine = parse_overrides(v.overrides)
         return all(mine.get(k) == x for k, x in parse_baseline(self.baseline).items())
 
-    def _write(
-        self,
-        sweep_dir: Path,
-        variants: list[Variant],
-        metric: str,
-        higher: bool,
-        seeds: list[str],
-        lr: Override | None,
-        stage2_done: bool,
-    ) -> Path:
-        lr_name = lr.get_key_element() if lr is not None else LR_KEY
+    def _write(self, cmd: _Command, variants: list[Variant], stage2_done: bool) -> Path:
+        """The selection so far as ``<sweep dir>/lr_tuning.json`` (:func:`tuning_record`)."""
+        lr, seeds = cmd.lr, cmd.seeds
         if lr is not None and lr.is_sweep_override():
             grid = f"the sweep's {lr.input_line}"
         else:
@@ -459,7 +485,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         if self.auto:  # stage 2's verdict seeds: those that ran
             seeds = [s for s in seeds if any(str(r["seed"]) == s for v in variants for r in v.seeds)]
         sequential = {
-            "metric": held_out_metric(metric, self.verdict_metric),
+            "metric": held_out_metric(cmd.metric, self.verdict_metric),
             "baseline": self.baseline,
             "margin": self.margin,
             "looks": self.looks,
@@ -468,9 +494,18 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             "order": [int(s) for s in self.default_seeds if s.lstrip("-").isdigit()],
         }
         record = tuning_record(
-            variants, metric, higher, lr_name, grid, self.selection_seed, seeds, self.rungs, stage2_done, sequential
+            variants,
+            cmd.metric,
+            cmd.higher,
+            cmd.lr_name,
+            grid,
+            self.selection_seed,
+            seeds,
+            self.rungs,
+            stage2_done,
+            sequential,
         )
-        path = sweep_dir / RESULT_FILE
+        path = cmd.sweep_dir / RESULT_FILE
         save_selection(path, record)
         return path
 

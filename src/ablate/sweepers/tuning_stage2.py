@@ -121,19 +121,25 @@ def declare_plan(
         )
         declared = declare(sweep_dir, plan, log_dir=log_dir)
     except PlanError as err:
-        existing = read_plan_quietly(sweep_dir, log_dir)
-        if existing is None:
-            log.warning("tuned_lr: %s", err)
-        else:  # declared before the sweep (scripts/declare.py): that is the plan of record
-            print(
-                f"LR tuning: keeping the analysis plan declared before this sweep, {existing.path} (sha256 "
-                f"{existing.sha256[:12]}, {existing.declared_at}): {existing.plan.describe()}",
-                flush=True,
-            )
+        _keep_declared_plan(sweep_dir, log_dir, err)
         return
     print(
         f"LR tuning: analysis plan declared (ledger entry {declared.entry.get('entry')}, sha256 {declared.sha256[:12]}; "
         f"copy in {declared.path}): {plan.describe()}",
+        flush=True,
+    )
+
+
+def _keep_declared_plan(sweep_dir: Path, log_dir: str | None, err: Exception) -> None:
+    """Say which plan stands when the sweep's was refused: one declared before (scripts/declare.py), or none."""
+    existing = read_plan_quietly(sweep_dir, log_dir)
+    if existing is None:
+        log.warning("tuned_lr: %s", err)
+        return
+    # declared before the sweep (scripts/declare.py): that is the plan of record
+    print(
+        f"LR tuning: keeping the analysis plan declared before this sweep, {existing.path} (sha256 "
+        f"{existing.sha256[:12]}, {existing.declared_at}): {existing.plan.describe()}",
         flush=True,
     )
 
@@ -152,12 +158,16 @@ def _baseline_variant(variants: list[Variant], baseline: str) -> Variant:
     return matches[0]
 
 
-def _record_outcomes(plan: list[tuple[Variant, str]], returns: list[JobReturn], metric: str) -> None:
-    """Append each launched job's final ``metric`` to its variant's seed records."""
+def _record_outcomes(
+    plan: list[tuple[Variant, str]], returns: list[JobReturn], metric: str, with_outcomes: bool = False
+) -> None:
+    """Append each launched job's final ``metric`` to its variant's seeds (and, if asked, its engine outcome)."""
     for (v, s), ret in zip(plan, returns, strict=True):
         job_dir = job_dir_of(ret)
         status, value = read_outcome(job_dir, metric, failed=ret.status == JobStatus.FAILED)
         v.seeds.append(seed_record(s, status, value, job_dir.name if job_dir else None))
+        if with_outcomes:
+            v.outcomes.append(_outcome(v.seeds[-1], job_dir, metric))
 
 
 def _jobs(plan: list[tuple[Variant, str]], lr_name: str, seed_name: str) -> list[list[str]]:
@@ -244,33 +254,49 @@ def sequential_stage2(
     for n in looks:
         batch = seeds[done:n]
         plan = [(v, s) for v in [base, *undecided] for s in batch]
-        print(
-            f"LR tuning, stage 2 (seeds=auto): {seed_name}={','.join(batch)} for {base.label} (baseline) and "
-            f"{len(undecided)} undecided variant(s)",
-            flush=True,
-        )
+        _announce_look(seed_name, batch, base, len(undecided))
         rets = launch(_jobs(plan, lr_name, seed_name))
         returns += rets
         if interrupted():  # this look's seeds are incomplete: no verdict rests on them
             break
-        _record_outcomes(plan, rets, metric)
-        for (v, _), ret in zip(plan, rets, strict=True):
-            v.outcomes.append(_outcome(v.seeds[len(v.outcomes)], job_dir_of(ret), metric))
+        _record_outcomes(plan, rets, metric, with_outcomes=True)
         done = n
         for v in list(undecided):
             v.decision = engine.sequential(
                 v.outcomes, base.outcomes, metric, higher, margin, looks, alpha, spending, order, adjust=False
             )
-            evidence = v.decision.evidence
-            v.verdict_text = (
-                engine.words(v.decision.code, margin, evidence.diverged, evidence.ran, both=v.decision.both)
-                if evidence is not None
-                else f"not decided ({v.decision.waiting})"
-            )
+            v.verdict_text = _verdict_text(v.decision, margin)
             if v.decision.decided:
                 undecided.remove(v)
         if not undecided:
             break
+    _print_verdicts(others, base, metric, margin, looks, spending, alpha)
+    return returns
+
+
+def _announce_look(seed_name: str, batch: list[str], base: Variant, undecided: int) -> None:
+    """The seeds one look of ``seeds=auto`` adds, and to how many variants."""
+    print(
+        f"LR tuning, stage 2 (seeds=auto): {seed_name}={','.join(batch)} for {base.label} (baseline) and "
+        f"{undecided} undecided variant(s)",
+        flush=True,
+    )
+
+
+def _verdict_text(decision: Any, margin: float) -> str:
+    """A variant's sequential decision (:class:`ablate.analysis.engine.Decision`) in the tool's words."""
+    from ablate.analysis import engine
+
+    evidence = decision.evidence
+    if evidence is None:
+        return f"not decided ({decision.waiting})"
+    return engine.words(decision.code, margin, evidence.diverged, evidence.ran, both=decision.both)
+
+
+def _print_verdicts(
+    others: list[Variant], base: Variant, metric: str, margin: float, looks: list[int], spending: str, alpha: float
+) -> None:
+    """Each compared variant's verdict against ``base``, its seeds, the look it stopped at and the test it rests on."""
     rows = [["variant", f"verdict vs {base.label}", "seeds", "look", "on"]]
     for v in others:
         decision = v.decision
@@ -283,4 +309,3 @@ def sequential_stage2(
         f"{spending} spending, alpha {alpha:.3g} per variant, each look on the seeds that ran by it\n" + table(rows),
         flush=True,
     )
-    return returns

@@ -185,33 +185,20 @@ def beam_search(
     beams = torch.arange(k, device=device)
     for t in range(max(limits) + 1):
         n = len(active)
-        lprobs = decoder.log_probs(tokens)
-        vocab = lprobs.size(-1)
-        lprobs = lprobs.view(n, k, vocab)
+        lprobs = decoder.log_probs(tokens).view(n, k, -1)
         _forbid(lprobs, ids)
         _force_eos(lprobs, [limits[s] <= t for s in active], ids.eos)
-        candidates = (scores[:, :, None] + lprobs).view(n, k * vocab)
-        top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)
-        parent, token = top_index // vocab, top_index % vocab
+        top_scores, parent, token = _best_extensions(scores, lprobs)
         is_eos = token == ids.eos
         # close hypotheses: end tokens among the first k candidates, in order of sentence then rank
         closing = (is_eos[:, :k] & torch.isfinite(top_scores[:, :k])).nonzero()
         if len(closing):
-            sentence, rank = closing[:, 0], closing[:, 1]
-            hyps = tokens.index_select(0, sentence * k + parent[sentence, rank])[:, 1:].tolist()
-            closed = top_scores[sentence, rank].tolist()
-            for (i, _), hyp, score in zip(closing.tolist(), hyps, closed):
-                s = active[i]
-                if len(finished[s]) < k:
-                    finished[s].append((score / length_penalty(t + 1, length_penalty_alpha), hyp))
+            penalty = length_penalty(t + 1, length_penalty_alpha)
+            _close_hypotheses(finished, active, closing, tokens, parent, top_scores, k, penalty)
         done = [i for i, s in enumerate(active) if len(finished[s]) >= k or limits[s] <= t]
         if len(done) == n:
             break
-        # continue with the k best non-end candidates (stable order: by rank)
-        order = (is_eos.long() * (2 * k) + ranks[: is_eos.size(1)]).argsort(dim=1)[:, :k]
-        scores = top_scores.gather(1, order).masked_fill(is_eos.gather(1, order), NEG_INF)
-        rows = torch.arange(n, device=device)[:, None] * k + parent.gather(1, order)  # (n, k) parents
-        next_tokens = token.gather(1, order)
+        scores, rows, next_tokens = _continuing(top_scores, parent, token, is_eos, k, ranks)
         blocks = None
         if done:  # the sentences that are done leave
             stop = set(done)
@@ -222,13 +209,47 @@ def beam_search(
         rows = rows.view(-1)
         tokens = torch.cat((tokens.index_select(0, rows), next_tokens.view(-1, 1)), dim=1)
         decoder.select(rows, blocks)
-    best: list[list[int]] = []
-    for s in range(b):
-        if finished[s]:
-            best.append(max(finished[s], key=lambda h: h[0])[1])  # max keeps the first of equals
-        else:  # cannot happen with a finite model; kept total
-            best.append([])
-    return best
+    # max keeps the first of equals; a sentence with no hypothesis cannot happen with a finite model (kept total)
+    return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
+
+
+def _best_extensions(scores: Tensor, lprobs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The ``2k`` best extensions of each sentence's ``k`` beams (``lprobs``: (n, k, V)): scores, parent beams, tokens."""
+    n, k, vocab = lprobs.shape
+    candidates = (scores[:, :, None] + lprobs).view(n, k * vocab)
+    top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)
+    return top_scores, top_index // vocab, top_index % vocab
+
+
+def _close_hypotheses(
+    finished: list[list[tuple[float, list[int]]]],
+    active: list[int],
+    closing: Tensor,
+    tokens: Tensor,
+    parent: Tensor,
+    top_scores: Tensor,
+    k: int,
+    penalty: float,
+) -> None:
+    """Close the ``(sentence, rank)`` candidates of ``closing``: a sentence keeps its first ``k``, scored log P / lp."""
+    sentence, rank = closing[:, 0], closing[:, 1]
+    hyps = tokens.index_select(0, sentence * k + parent[sentence, rank])[:, 1:].tolist()
+    closed = top_scores[sentence, rank].tolist()
+    for (i, _), hyp, score in zip(closing.tolist(), hyps, closed):
+        s = active[i]
+        if len(finished[s]) < k:
+            finished[s].append((score / penalty, hyp))
+
+
+def _continuing(
+    top_scores: Tensor, parent: Tensor, token: Tensor, is_eos: Tensor, k: int, ranks: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The ``k`` best non-end extensions of each sentence (stable order: by rank): scores, parent rows, tokens."""
+    n = parent.size(0)
+    order = (is_eos.long() * (2 * k) + ranks[: is_eos.size(1)]).argsort(dim=1)[:, :k]
+    scores = top_scores.gather(1, order).masked_fill(is_eos.gather(1, order), NEG_INF)
+    rows = torch.arange(n, device=parent.device)[:, None] * k + parent.gather(1, order)  # (n, k) parents
+    return scores, rows, token.gather(1, order)
 
 
 def translate_tokens(

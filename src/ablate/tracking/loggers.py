@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,51 @@ def build_loggers(
     output_dir.mkdir(parents=True, exist_ok=True)
     labels = labels if labels is not None else RunLabels.current()
     axes = flat_axes(extra_config, labels.swept)
+    wandb = options.get("wandb") or WandbOptions()
+    group = wandb.group or group  # a configured logger.wandb.group names the group in every logger
     tags = run_tags(user_tags, labels.experiment, axes)
+    run = _LoggedRun(output_dir, run_name, group, labels.job_type, tags, extra_config, axes)
+    loggers: list[Logger] = [_build_csv_logger(output_dir, extra_config, resuming)]
+    if wandb.enabled and rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
+        wandb_tags = list(dict.fromkeys([*wandb.tags, *run.tags]))  # in order, no duplicates
+        wandb_logger = build_wandb_logger(
+            wandb, run.output_dir, run.name, run.group, run.params, resume_id, tags=wandb_tags, job_type=run.job_type
+        )
+        if wandb_logger is not None:
+            loggers.append(wandb_logger)
+    if (options.get("tensorboard") or TensorBoardOptions()).enabled:
+        loggers.append(_build_tensorboard_logger(run))
+    mlflow_options = options.get("mlflow") or MLflowOptions()
+    if mlflow_options.enabled and rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # other ranks would race to create the store
+        loggers.append(_build_mlflow_logger(mlflow_options, run, resuming))
+    return loggers
+
+
+@dataclass(frozen=True)
+class _LoggedRun:
+    """The job as every logger labels it: output directory, name, group, job type, tags, config, flat axes."""
+
+    output_dir: Path
+    name: str
+    group: str | None
+    job_type: str
+    tags: list[str]
+    config: dict[str, Any]
+    axes: dict[str, Any]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The run config W&B and MLflow store: the resolved config plus the flat ``axis_*`` keys."""
+        return {**self.config, **self.axes}
+
+    @property
+    def config_keys(self) -> frozenset[str]:
+        """The config's top-level keys, which the task's own hyper-parameters must not log again."""
+        return frozenset(self.config)
+
+
+def _build_csv_logger(output_dir: Path, extra_config: dict[str, Any], resuming: bool) -> Logger:
+    """``output_dir/csv/metrics.csv`` (appended to by a resumed job) and ``csv/hparams.yaml``."""
     # flushed at every logging step: a killed job's metrics up to its last checkpoint are on
     # disk, and the resumed job appends after them (rows it logs again carry the same values)
     csv_class = AppendingCSVLogger if resuming else CSVLogger
@@ -72,54 +117,7 @@ def build_loggers(
     # csv/hparams.yaml: the run config as W&B gets it (the optimiser's used keys only, the axes,
     # the parameter count); the task modules log no hyper-parameters of their own
     csv_logger.log_hyperparams(extra_config)
-    loggers: list[Logger] = [csv_logger]
-    config_keys = frozenset(extra_config)
-    wandb = options.get("wandb") or WandbOptions()
-    group = wandb.group or group  # a configured logger.wandb.group names the group in every logger
-    if wandb.enabled and rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
-        wandb_tags = list(dict.fromkeys([*wandb.tags, *tags]))  # in order, no duplicates
-        wandb_logger = build_wandb_logger(
-            wandb,
-            output_dir,
-            run_name,
-            group,
-            {**extra_config, **axes},
-            resume_id,
-            tags=wandb_tags,
-            job_type=labels.job_type,
-        )
-        if wandb_logger is not None:
-            loggers.append(wandb_logger)
-    if (options.get("tensorboard") or TensorBoardOptions()).enabled:
-        require_installed("tensorboard", True)  # its package, named with the pip command when missing
-        summary = {
-            "run_name": run_name,
-            "group": group or "",
-            "job_type": labels.job_type,
-            "tags": ", ".join(tags),
-            **scalar_hparams(extra_config),
-            **axes,
-        }
-        loggers.append(_build_tensorboard_logger(output_dir, summary, tags, config_keys))
-        if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
-            print(f"tensorboard  {output_dir / 'tensorboard'}  (view: tensorboard --logdir {output_dir.parent})")
-    mlflow_options = options.get("mlflow") or MLflowOptions()
-    if mlflow_options.enabled and rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # other ranks would race to create the store
-        require_installed("mlflow", True)
-        loggers.append(
-            _build_mlflow_logger(
-                mlflow_options,
-                output_dir,
-                run_name,
-                group,
-                labels.job_type,
-                {**extra_config, **axes},
-                tags,
-                resuming,
-                config_keys,
-            )
-        )
-    return loggers
+    return csv_logger
 
 
 class AblateTensorBoardLogger(TensorBoardLogger):
@@ -137,17 +135,25 @@ class AblateTensorBoardLogger(TensorBoardLogger):
             super().log_hyperparams(params, metrics=metrics, step=step)
 
 
-def _build_tensorboard_logger(
-    output_dir: Path, summary: dict[str, Any], tags: list[str], config_keys: Collection[str]
-) -> TensorBoardLogger:
+def _build_tensorboard_logger(run: _LoggedRun) -> TensorBoardLogger:
     """``output_dir/tensorboard/`` with the run's name, group, job type, tags and axes as
     hyper-parameters (TensorBoard's HPARAMS tab) and the tags as text."""
+    require_installed("tensorboard", True)  # its package, named with the pip command when missing
+    summary = {
+        "run_name": run.name,
+        "group": run.group or "",
+        "job_type": run.job_type,
+        "tags": ", ".join(run.tags),
+        **scalar_hparams(run.config),
+        **run.axes,
+    }
     logger = AblateTensorBoardLogger(
-        save_dir=output_dir, name="tensorboard", version="", default_hp_metric=False, config_keys=config_keys
+        save_dir=run.output_dir, name="tensorboard", version="", default_hp_metric=False, config_keys=run.config_keys
     )
     if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types
         TensorBoardLogger.log_hyperparams(logger, summary)
-        logger.experiment.add_text("run/tags", "\n".join(f"- {t}" for t in tags) or "(none)", 0)
+        logger.experiment.add_text("run/tags", "\n".join(f"- {t}" for t in run.tags) or "(none)", 0)
+        print(f"tensorboard  {run.output_dir / 'tensorboard'}  (view: tensorboard --logdir {run.output_dir.parent})")
     return logger
 
 
@@ -183,40 +189,31 @@ class AblateMLFlowLogger(MLFlowLogger):
 OUTPUT_DIR_TAG = "ablate.output_dir"
 
 
-def _build_mlflow_logger(
-    options: MLflowOptions,
-    output_dir: Path,
-    run_name: str,
-    group: str | None,
-    job_type: str,
-    params: dict[str, Any],
-    tags: list[str],
-    resuming: bool,
-    config_keys: Collection[str],
-) -> MLFlowLogger:
-    """An MLflow run in ``options.tracking_uri`` named ``run_name``, tagged with the group, job
+def _build_mlflow_logger(options: MLflowOptions, run: _LoggedRun, resuming: bool) -> MLFlowLogger:
+    """An MLflow run in ``options.tracking_uri`` named ``run.name``, tagged with the group, job
     type, output directory and the run's tags (``key:value`` -> tag ``key=value``; a plain tag
     ``t`` -> ``t=""``); the resolved config and flat axes as params. A resumed job reopens the
     run that carries its output directory."""
-    uri = options.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"file:{output_dir.parent / 'mlruns'}"
+    require_installed("mlflow", True)
+    uri = options.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"file:{run.output_dir.parent / 'mlruns'}"
     if uri.startswith("file:"):
         # MLflow 3 keeps the file store only as an opt-in (it otherwise raises, asking for a
         # database); a file store needs no server and takes concurrent jobs (one folder per run)
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    mlflow_tags = {"group": group or "", "job_type": job_type, OUTPUT_DIR_TAG: str(output_dir.resolve())}
-    for tag in tags:
+    mlflow_tags = {"group": run.group or "", "job_type": run.job_type, OUTPUT_DIR_TAG: str(run.output_dir.resolve())}
+    for tag in run.tags:
         key, _, value = tag.partition(":")
         mlflow_tags.setdefault(key, value)
-    run_id = _prepare_mlflow(uri, options.experiment_name, output_dir if resuming else None)
+    run_id = _prepare_mlflow(uri, options.experiment_name, run.output_dir if resuming else None)
     logger = AblateMLFlowLogger(
         experiment_name=options.experiment_name,
-        run_name=run_name,
+        run_name=run.name,
         tracking_uri=uri,
         tags=mlflow_tags,
         run_id=run_id,
-        config_keys=config_keys,
+        config_keys=run.config_keys,
     )
-    logger.log_params(params)
+    logger.log_params(run.params)
     print(
         f"mlflow       {uri}  experiment {options.experiment_name}, run {logger.run_id}  (view: mlflow ui "
         f"--backend-store-uri {uri})"

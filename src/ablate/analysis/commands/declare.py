@@ -30,6 +30,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line of ``scripts/declare.py``, checked (exit 2 on a plan that cannot be declared)."""
     parser = argparse.ArgumentParser(prog="declare.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir", help="the sweep directory the runs will write (hydra.sweep.dir)")
     parser.add_argument("--metric", action="append", required=True, help="a verdict metric, e.g. test/bpb (repeat)")
@@ -75,6 +76,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--split", default="test", help="the split the verdict reads (default: test)")
     parser.add_argument("--note", default="")
+    _add_multiplier_options(parser)
+    args = parser.parse_args(argv)
+    _check_what_is_declared(parser, args)
+    return args
+
+
+def _add_multiplier_options(parser: argparse.ArgumentParser) -> None:
+    """The compute multiplier declared with the comparison (``compute_multiplier.py``'s options)."""
     parser.add_argument(
         "--multiplier-scale-key",
         metavar="AXIS",
@@ -83,7 +92,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--multiplier-ci", choices=("parametric", "seeds"), default="parametric")
     parser.add_argument("--shared-asymptote", action="store_true", help="the declared multiplier shares E")
-    args = parser.parse_args(argv)
+
+
+def _check_what_is_declared(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (exit 2) a plan that declares no comparison, two, or a comparison without its seeds."""
     if bool(args.baseline) == bool(args.interaction) or (args.interaction and len(args.interaction) != 2):
         parser.error("declare either --baseline AXIS=VALUE or --interaction twice (two axes of two levels)")
     if args.baseline and not (args.seeds or args.looks):
@@ -91,7 +103,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "declare the verdict seeds (--seeds 1,2,3) or the looks of a group-sequential design (--looks 3,5,7,10): "
             "the analysis checks them against the jobs, so seeds added after the results show"
         )
-    return args
 
 
 def extra(args: argparse.Namespace) -> dict:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import matplotlib
 
@@ -52,7 +53,8 @@ def report(filename: str, reason: str) -> None:
     print(f"plot.py: {filename} not written: {reason}", file=sys.stderr)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line of ``scripts/plot.py``."""
     parser = argparse.ArgumentParser(prog="plot.py", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "sweep_dir",
@@ -81,31 +83,35 @@ def main(argv: list[str] | None = None) -> None:
         help="a tune=lr sweep: every rate of the grid in every figure (default: each variant at its "
         "tuned rate, except loss_vs_lr.png, the tuning curve, which shows the whole grid)",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def _refuse(message: str) -> NoReturn:
+    """A user's error (the sweep, --metric, --out): said on stderr, exit 2, before any figure."""
+    print(f"plot.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     out = Path(args.out or Path(args.sweep_dir) / "figures")
     try:
         grid = load_sweep(args.sweep_dir)
         sweep, note = (grid, None) if args.all_lrs else at_tuned_rates(grid, args.sweep_dir)
     except (OSError, ValueError) as err:  # a sweep directory that is not one, a bad --metric: the user's
-        print(f"plot.py: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        _refuse(str(err))
     for skipped in grid.notes:  # damaged jobs left out, duplicates counted once
         print(f"plot.py: note: {skipped}", file=sys.stderr)
     if args.metric:
         try:
             pick_metric(sweep, args.metric)  # a metric no job logged: the user's error, before any figure
         except ValueError as err:
-            print(f"plot.py: error: {err}", file=sys.stderr)
-            sys.exit(2)
+            _refuse(str(err))
     if note:
         print(note.replace("--all-lrs shows them", "loss_vs_lr.png and --all-lrs show them"))
     problem = folder_problem(out)  # a read-only sweep folder: named with the option, not an OSError traceback
     if problem:
-        print(
-            f"plot.py: error: the figures go to {out}, but {problem}: write them elsewhere with --out DIR",
-            file=sys.stderr,
-        )
-        sys.exit(2)
+        _refuse(f"the figures go to {out}, but {problem}: write them elsewhere with --out DIR")
     extra = [paper_plot(sweep, args.paper, args.metric, "best" if args.best else "final")] if args.paper else []
     written = plot_sweep(sweep, out, args.metric, args.x, extra=extra, report=report, grid=grid if note else None)
     for path in written.paths:

@@ -43,7 +43,20 @@ from ablate.writes import LinkOutsideError, disk_full_message, inside, is_disk_f
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line of ``scripts/summarize.py``; ``--plan`` filled in, bad combinations refused (exit 2)."""
     parser = argparse.ArgumentParser(prog="summarize.py", description=__doc__.split("\n\n")[0])
+    _add_source_options(parser)
+    _add_comparison_options(parser)
+    _add_scope_options(parser)
+    args = parser.parse_args(argv)
+    if args.plan:
+        from_plan(parser, args)
+    _check_combinations(parser, args)
+    return args
+
+
+def _add_source_options(parser: argparse.ArgumentParser) -> None:
+    """Where the runs are: a sweep directory, or a W&B group."""
     parser.add_argument(
         "sweep_dir",
         nargs="?",
@@ -53,6 +66,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--wandb", metavar="ENTITY/PROJECT", help="read the runs of a W&B group instead (needs network)"
     )
     parser.add_argument("--group", help="the W&B group (with --wandb)")
+
+
+def _add_comparison_options(parser: argparse.ArgumentParser) -> None:
+    """What is compared: the metrics, the paper's numbers, the baseline or interaction, and the margin."""
     parser.add_argument(
         "--metric",
         action="append",
@@ -104,6 +121,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "comparison of the call (default: the write-up is one family), or per table; with "
         "--interaction: over every contrast of the call, or per metric",
     )
+
+
+def _add_scope_options(parser: argparse.ArgumentParser) -> None:
+    """On what the statistics are computed (basis, slices, rates, the declared plan), and where they go."""
     parser.add_argument(
         "--basis",
         choices=BASES,
@@ -137,9 +158,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="DIR",
         help="where summary.csv/.md go (default: the sweep directory; with --wandb: logs/summaries/<group>)",
     )
-    args = parser.parse_args(argv)
-    if args.plan:
-        from_plan(parser, args)
+
+
+def _check_combinations(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (exit 2, naming the options) a combination of options that does not go together."""
     if args.basis != DEFAULT_BASIS and not args.baseline:
         parser.error(
             f"--basis {args.basis} chooses what --baseline compares: give --baseline AXIS=VALUE too "
@@ -165,7 +187,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("give either a sweep directory or --wandb ENTITY/PROJECT --group NAME")
     if args.wandb and not args.group:
         parser.error("--wandb needs --group NAME (the sweep's W&B group)")
-    return args
 
 
 def from_plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

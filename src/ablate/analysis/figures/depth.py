@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -176,32 +177,38 @@ def grad_norm_heatmap(sweep: Sweep) -> Figure | None:
         if table is None:
             ax.set_axis_off()
             continue
-        steps, layers = table.index.to_numpy(), table.columns.to_numpy()
-        mesh = ax.pcolormesh(edges[variant.label, stack], _edges(layers), table.to_numpy().T, norm=norm, cmap="viridis")
-        ax.set_xlim(left, right)  # one step range for all panels: a run that stopped early shows where
-        ax.set_facecolor("#e6e6e6")
-        end = edges[variant.label, stack][-1]
-        if (right - end) > 0.15 * (right - left):
-            ax.text(
-                (end + right) / 2,
-                layers.mean(),
-                f"no steps\nafter {int(steps[-1]) + 1}",
-                ha="center",
-                va="center",
-                fontsize="small",
-                color="dimgrey",
-            )
-        gap = int(steps[1] - steps[0]) if len(steps) > 1 else 1
-        ax.set_xlabel(STEP_LABEL + (f" (a column every {gap} steps)" if gap > 1 else ""))
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.set_ylabel("layer")
-        ax.yaxis.get_major_locator().set_params(integer=True)
+        mesh = _heatmap_panel(ax, table, edges[variant.label, stack], norm, left, right)
     for ax in axes[cols:]:
         ax.set_axis_off()
     if mesh is not None:
         fig.colorbar(mesh, ax=axes[:cols].tolist(), label="gradient L2 norm of the layer (log scale)")
     fig.suptitle("Gradient norm per layer over training (mean over seeds)")
     return fig
+
+
+def _heatmap_panel(ax: Any, table: pd.DataFrame, x_edges: np.ndarray, norm: LogNorm, left: float, right: float) -> Any:
+    """One variant's steps x layers map on ``ax`` (common step range, an early stop noted); returns the mesh."""
+    steps, layers = table.index.to_numpy(), table.columns.to_numpy()
+    mesh = ax.pcolormesh(x_edges, _edges(layers), table.to_numpy().T, norm=norm, cmap="viridis")
+    ax.set_xlim(left, right)  # one step range for all panels: a run that stopped early shows where
+    ax.set_facecolor("#e6e6e6")
+    end = x_edges[-1]
+    if (right - end) > 0.15 * (right - left):
+        ax.text(
+            (end + right) / 2,
+            layers.mean(),
+            f"no steps\nafter {int(steps[-1]) + 1}",
+            ha="center",
+            va="center",
+            fontsize="small",
+            color="dimgrey",
+        )
+    gap = int(steps[1] - steps[0]) if len(steps) > 1 else 1
+    ax.set_xlabel(STEP_LABEL + (f" (a column every {gap} steps)" if gap > 1 else ""))
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylabel("layer")
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    return mesh
 
 
 def _edges(centres: np.ndarray) -> np.ndarray:
