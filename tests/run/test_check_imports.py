@@ -60,17 +60,22 @@ def _python(tmp_path: Path, code: str) -> tuple[subprocess.CompletedProcess, lis
     return proc, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize(("overrides", "message"), REFUSED, ids=[" ".join(o) for o, _ in REFUSED])
-def test_a_refused_value_imports_no_torch(tmp_path: Path, overrides: list[str], message: str) -> None:
+def _assert_refused_without_torch(tmp_path: Path, script: str, arguments: list[str], message: str) -> None:
+    """``python <script> <arguments>`` exits 2 saying ``message``, with no heavy module imported."""
     code = (
         "import runpy\n"
-        f"sys.argv = [{str(REPO / 'train.py')!r}, *{overrides!r}]\n"
+        f"sys.argv = [{str(REPO / script)!r}, *{arguments!r}]\n"
         "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
     proc, heavy = _python(tmp_path, code)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert heavy == [], f"imported before the refusal: {heavy[:5]}"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("overrides", "message"), REFUSED, ids=[" ".join(o) for o, _ in REFUSED])
+def test_a_refused_value_imports_no_torch(tmp_path: Path, overrides: list[str], message: str) -> None:
+    _assert_refused_without_torch(tmp_path, "train.py", overrides, message)
 
 
 @pytest.mark.integration
@@ -99,11 +104,4 @@ def test_a_checkpoint_script_refuses_a_wrong_path_without_torch(
     tmp_path: Path, script: str, path: str, message: str
 ) -> None:
     """eval.py and generate.py: a mistyped ``ckpt_path`` (or a folder) is refused before the stack loads."""
-    code = (
-        "import runpy\n"
-        f"sys.argv = [{str(REPO / script)!r}, 'ckpt_path={path}']\n"
-        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
-    )
-    proc, heavy = _python(tmp_path, code)
-    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
-    assert heavy == [], f"imported before the refusal: {heavy[:5]}"
+    _assert_refused_without_torch(tmp_path, script, [f"ckpt_path={path}"], message)
