@@ -36,11 +36,11 @@ NOISE = (
     # when a user chose runtime.matmul_precision=highest (exact fp32) on purpose, or in an entry
     # point that trains nothing
     "that has Tensor Cores. To properly utilize them, you should set `torch.set_float32_matmul_precision",
-    "Joblib.Parallel(",
-    # a resumed run's header says "resuming <checkpoint> ..." once (ablate.run.lifecycle); Lightning
-    # says it twice more, once before and once after loading
+    "Joblib.Parallel(",  # hydra-joblib-launcher's repr of its settings (hydra.launcher.* says them)
+    # a resumed run says "resuming <checkpoint> ..." once (ablate.run.lifecycle); Lightning says it
+    # twice more, once before and once after loading
     "Restoring states from the checkpoint path at ",
-    "Restored all states from the checkpoint at ",  # hydra-joblib-launcher's repr of its settings (hydra.launcher.* says them)
+    "Restored all states from the checkpoint at ",
 )
 # warnings.filterwarnings message patterns
 WARNING_NOISE = (
