@@ -92,6 +92,7 @@ class _Command:
     seeds: list[str]  # the verdict seeds (stage 2)
     metric: str  # the selection metric
     higher: bool  # whether a larger metric is better
+    verdict_metric: str  # stage 2's: the held-out version of the selection metric (held_out_metric)
     sweep_dir: Path
 
 
@@ -318,7 +319,8 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             )
         metric = str(self.metric or self.config.get("optimized_metric") or "val/loss")
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        cmd = _Command(lr, lr_name, seed_name, seeds, metric, higher_is_better(metric), sweep_dir)
+        verdict_metric = held_out_metric(metric, self.verdict_metric)
+        cmd = _Command(lr, lr_name, seed_name, seeds, metric, higher_is_better(metric), verdict_metric, sweep_dir)
         shared_text = validation_as_test_warning(self.config)
         if shared_text:
             log.warning(shared_text)
@@ -429,7 +431,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             cmd.sweep_dir,
             selection=f"tune=lr: each variant's learning rate by its final {cmd.metric} on "
             f"{cmd.seed_name}={self.selection_seed}",
-            verdict_metric=held_out_metric(cmd.metric, self.verdict_metric),
+            verdict_metric=cmd.verdict_metric,
             seeds=cmd.seeds,
             baseline=self.baseline,
             margin=self.margin,
@@ -452,7 +454,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             variants,
             self._launch,
             self._interrupted,
-            metric=held_out_metric(cmd.metric, self.verdict_metric),
+            metric=cmd.verdict_metric,
             lr_name=cmd.lr_name,
             seed_name=cmd.seed_name,
             seeds=cmd.seeds,
@@ -485,7 +487,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         if self.auto:  # stage 2's verdict seeds: those that ran
             seeds = [s for s in seeds if any(str(r["seed"]) == s for v in variants for r in v.seeds)]
         sequential = {
-            "metric": held_out_metric(cmd.metric, self.verdict_metric),
+            "metric": cmd.verdict_metric,
             "baseline": self.baseline,
             "margin": self.margin,
             "looks": self.looks,
