@@ -42,6 +42,15 @@ def test_blocks_as_units_cover_with_block_level_text_effects(seeds, ratio):
         assert c["runs in blocks (old)"] < 0.90, c
 
 
+def test_eight_blocks_keep_the_level_of_a_large_familys_first_steps():
+    """docs/analysis.md's advice (the crossed test at small α): at α = 1% (Holm's first step over
+    5 rows), 10 seeds and a text that varies 3x the seeds, 4 held-out blocks make the test liberal
+    (1.8x in 200,000 sweeps) and 8 blocks bring it near its level (1.1x)."""
+    four = calibration.test_levels(10, 4, 3.0, [0.01], 40_000, np.random.default_rng([43, 4]))[0]
+    eight = calibration.test_levels(10, 8, 3.0, [0.01], 40_000, np.random.default_rng([43, 8]))[0]
+    assert four > 1.4 and 0.8 < eight < 1.35, (four, eight)
+
+
 def test_the_floor_keeps_the_seed_df():
     """Where MS_seed + MS_text - MS_error falls below max(MS_seed, MS_text), the floor is used
     and never with more df than the seeds give (20535cc took the larger mean square's: 15 text

@@ -253,8 +253,9 @@ def test_the_simulation_script_prints_its_tables(capsys):
     """scripts/simulate_verdicts.py at a tiny size: the tables docs/analysis.md quotes."""
     from ablate.analysis.commands import simulate
 
-    simulate.main(["--scale", "0.001", "--only", "family", "divergence", "sequential"])
+    simulate.main(["--scale", "0.001", "--only", "family", "divergence", "sequential", "levels"])
     out = capsys.readouterr().out
     assert "| fixed 10 seeds, nominal α: false better/worse | fixed: power at the MDE |" in out
     assert "| margin | two Holm families (old) | Holm, then Holm on the rest | one family (now) |" in out
     assert "last look evaluated when needed" in out
+    assert "| design | α = 0.05 | α = 0.01 | α = 0.002 |" in out

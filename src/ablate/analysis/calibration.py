@@ -9,6 +9,8 @@ tables run (:mod:`ablate.analysis.crossed`, :mod:`ablate.analysis.engine`,
   effects at *block* level (each block cut into runs of windows that share its passage); beside
   it the old analysis (runs of windows inside the blocks as the text unit: pseudo-replicated) and
   the seed-only paired t (text fixed);
+* :func:`test_levels`: the crossed test's false-positive rate at small nominal levels (the
+  thresholds of the early looks and of Holm's first steps), where Satterthwaite's df are least exact;
 * :func:`sequential_rates`: the group-sequential design's false better/worse rate, power at the
   fixed design's minimum detectable effect (:func:`mde_fixed`), E[seeds] and the bias of the
   estimate at stopping, raw and adjusted (:func:`bias`); :func:`divergence_rates`: the same with
@@ -78,6 +80,23 @@ def coverage(seeds: int, blocks: int, ratio: float, sims: int, rng: np.random.Ge
         "runs in blocks (old)": float(_covered(mean_r, var_r, df_r).mean()),
         "seed only": float(_covered(per_seed.mean(-1), seed_var, np.full(sims, seeds - 1.0)).mean()),
     }
+
+
+def test_levels(
+    seeds: int, blocks: int, sd_text: float, alphas: Sequence[float], sims: int, rng: np.random.Generator
+) -> list[float]:
+    """The crossed test's false-positive rate over its nominal level (1: exact), at each of
+    ``alphas`` (the thresholds the sequential looks and Holm's steps apply), Δ = 0 and text effects
+    at block level. Satterthwaite's df are estimated: where one mean square with few df dominates,
+    the estimate runs high exactly when that mean square is small, and the error grows into the tail."""
+    hits, done = np.zeros(len(alphas)), 0
+    while done < sims:
+        chunk = min(50_000, sims - done)
+        mean, var, df, *_ = anova(simulate_runs(rng, chunk, seeds, blocks, sd_text).mean(-1))
+        p = t_tests(mean, var, df)[0]
+        hits += [(p <= a).sum() for a in alphas]
+        done += chunk
+    return [float(h / sims / a) for h, a in zip(hits, alphas, strict=True)]
 
 
 @dataclass(frozen=True)
