@@ -160,6 +160,25 @@ def test_summarize_uses_the_crossed_interval_when_the_runs_saved_their_windows(t
     assert relu["test"] == "paired" and "no per-window losses for seed 3" in relu["inference"]
 
 
+@pytest.mark.parametrize("blocks", [4, 8])
+def test_a_large_family_on_four_text_dominated_blocks_is_cautioned(tmp_path, blocks):
+    """Where the crossed test is liberal at Holm's first steps (4 blocks, 5+ seeds, text SE above
+    seed SE, alpha/m <= 1.25%: 4 rows here) the table says so and names the remedy; 8 blocks do not."""
+    from ablate.analysis.markdown import markdown_table
+    from ablate.analysis.runs import load_sweep
+    from ablate.analysis.tables import summarize
+    from helpers.verdict_sweeps import write_units_sweep
+
+    shifts = {"gelu": 0.0, "relu": 0.01, "silu": 0.0, "swiglu": -0.01, "geglu": 0.02}
+    write_units_sweep(tmp_path, shifts, seeds=range(1, 7), blocks=blocks, seed_sd=0.002, text_sd=0.05)
+    sweep = load_sweep(tmp_path)
+    frame = summarize(sweep, "test/loss", baseline="act=gelu")
+    cross = frame[frame["test"] == "crossed"]
+    assert len(cross) == 4 and (cross["text_se"] > cross["seed_se"]).all()
+    cautioned = "Caution: in 4 crossed row(s) the text SE exceeds the seed SE" in markdown_table(frame, sweep)
+    assert cautioned == (blocks == 4)
+
+
 def test_held_out_blocks_per_split_is_a_data_option():
     """data.heldout_blocks: the blocks of each held-out split (Tiny Shakespeare's splits=blocks),
     4 by default (the layout and cache key it always had); refused where it does not apply."""
