@@ -42,10 +42,6 @@ class Rates:
     def rate(self) -> float:
         return self.k / self.n if self.n else math.nan
 
-    @property
-    def baseline_rate(self) -> float:
-        return self.k_baseline / self.n_baseline if self.n_baseline else math.nan
-
 
 def rate_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Clopper-Pearson (exact) interval of a rate k/n (``scipy.stats.binomtest``); NaN for n = 0."""

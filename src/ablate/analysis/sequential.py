@@ -194,18 +194,6 @@ def nominal_level(looks: Sequence[int], look: int, alpha: float = ALPHA, kind: s
     return float(2 * scipy_stats.t.sf(c, looks[look] - 1)) if math.isfinite(c) else 0.0
 
 
-def repeated_interval(
-    diffs: Sequence[float], looks: Sequence[int], look: int, alpha: float = ALPHA, kind: str = DEFAULT_SPENDING
-) -> tuple[float, float]:
-    """The repeated confidence interval of Δ at look ``look`` (Jennison & Turnbull 1989): mean ±
-    c_k se with the look's two-sided boundary c_k, so that the intervals of every look cover Δ
-    together with probability >= 1 - alpha; the interval that matches a sequential verdict."""
-    d = np.asarray(diffs, dtype=float)
-    c = boundaries(tuple(int(n) for n in looks), alpha, kind, 2)[look]
-    mean, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d)))
-    return mean - c * se, mean + c * se
-
-
 def sequential_verdict(
     diffs: Sequence[float],
     margin: float,

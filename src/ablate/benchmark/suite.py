@@ -112,7 +112,6 @@ class Benchmark:
                 f"the benchmark measures one device without gradient accumulation (trainer.devices={devices}, "
                 f"trainer.num_nodes={nodes}, data.micro_batch_size={micro}): use trainer=cpu or trainer=gpu"
             )
-        self.steps_needed = 0
 
     def setup_data(self) -> None:
         cfg = self.cfg

@@ -59,12 +59,6 @@ def param_estimate(n_layers: int, d_model: int, vocab_size: int) -> int:
     return 12 * n_layers * d_model**2 + vocab_size * d_model
 
 
-def print_param_count(n_params: int, estimate: int) -> None:
-    rich.print(
-        f"[bold]parameters:[/bold] {n_params:,} (12·L·d² + V·d estimate: {estimate:,}; ratio {n_params / estimate:.3f})"
-    )
-
-
 def format_run_header(
     experiment: str | None,
     task: str,

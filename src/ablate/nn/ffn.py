@@ -55,10 +55,6 @@ GATES: dict[str, Activation] = {
 }
 
 
-def activation_names() -> list[str]:
-    return [*ACTIVATIONS, *GATES]
-
-
 def hidden_width(act: str, d_ff: int, match_params: bool = True) -> int:
     """The hidden width a gated FFN needs to have the parameters of a plain one of width d_ff."""
     return round(2 * d_ff / 3) if act in GATES and match_params else d_ff

@@ -205,11 +205,6 @@ def quiet_agent_failures() -> Iterator[None]:
 RUN_ID_PREFIX = "ablate-"  # the elastic run id of the ranks launch() starts (TORCHELASTIC_RUN_ID)
 
 
-def started_by_launch() -> bool:
-    """This process is a rank that :func:`launch` started (its launching process relays stop signals)."""
-    return os.environ.get("TORCHELASTIC_RUN_ID", "").startswith(RUN_ID_PREFIX)
-
-
 class StopRelay:
     """In the process that launched a job's ranks, while they run: the first SIGINT, SIGTERM or
     SIGHUP is said once and passed on to every rank (a signal sent to this process alone, as

@@ -104,12 +104,6 @@ class TaskSpec:
         quantity = metrics.parse(name).quantity
         return any(m.name == quantity for m in (*self.metrics, *metrics.RUN_METRICS))
 
-    def ranks_by(self, name: str) -> bool:
-        """Whether runs of this task can be ranked by the logged metric ``name`` (a sweeper's
-        ``optimized_metric``): a training, validation or test metric of its own with a goal."""
-        parsed = metrics.parse(name)
-        return parsed.split in ("train", "val", "test") and parsed.quantity in self.ranked_metrics
-
     @property
     def ranked_metrics(self) -> tuple[str, ...]:
         """The quantities of its own that have a goal (what a run of it can be ranked by)."""
@@ -210,11 +204,6 @@ def task_name(cfg: DictConfig) -> str:
     if name not in TASKS:
         raise ConfigError(f"unknown task={name!r}; valid options: {', '.join(TASKS)}")
     return name
-
-
-def task_class(cfg: DictConfig) -> type[TaskModule]:
-    """The :class:`~ablate.tasks.base.TaskModule` subclass of ``cfg.task.name``."""
-    return TASKS[task_name(cfg)].module_class()
 
 
 def task_checks(cfg: DictConfig) -> type[TaskChecks]:
