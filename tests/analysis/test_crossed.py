@@ -46,8 +46,8 @@ def test_eight_blocks_keep_the_level_of_a_large_familys_first_steps():
     """docs/analysis.md's advice (the crossed test at small α): at α = 1% (Holm's first step over
     5 rows), 10 seeds and a text that varies 3x the seeds, 4 held-out blocks make the test liberal
     (1.8x in 200,000 sweeps) and 8 blocks bring it near its level (1.1x)."""
-    four = calibration.test_levels(10, 4, 3.0, [0.01], 40_000, np.random.default_rng([43, 4]))[0]
-    eight = calibration.test_levels(10, 8, 3.0, [0.01], 40_000, np.random.default_rng([43, 8]))[0]
+    four = calibration.level_ratios(10, 4, 3.0, [0.01], 40_000, np.random.default_rng([43, 4]))[0]
+    eight = calibration.level_ratios(10, 8, 3.0, [0.01], 40_000, np.random.default_rng([43, 8]))[0]
     assert four > 1.4 and 0.8 < eight < 1.35, (four, eight)
 
 

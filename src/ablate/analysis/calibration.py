@@ -9,7 +9,7 @@ tables run (:mod:`ablate.analysis.crossed`, :mod:`ablate.analysis.engine`,
   effects at *block* level (each block cut into runs of windows that share its passage); beside
   it the old analysis (runs of windows inside the blocks as the text unit: pseudo-replicated) and
   the seed-only paired t (text fixed);
-* :func:`test_levels`: the crossed test's false-positive rate at small nominal levels (the
+* :func:`level_ratios`: the crossed test's false-positive rate at small nominal levels (the
   thresholds of the early looks and of Holm's first steps), where Satterthwaite's df are least exact;
 * :func:`sequential_rates`: the group-sequential design's false better/worse rate, power at the
   fixed design's minimum detectable effect (:func:`mde_fixed`), E[seeds] and the bias of the
@@ -20,7 +20,7 @@ tables run (:mod:`ablate.analysis.crossed`, :mod:`ablate.analysis.engine`,
   procedure the tables use, in the configurations where they differ most.
 
 ``scripts/simulate_verdicts.py`` prints them (the numbers in docs/analysis.md);
-``tests/analysis/test_calibration.py`` runs each at a small size.
+``tests/analysis/test_crossed.py`` and ``test_engine.py`` run each at a small size.
 
 The model of one comparison (variant - baseline), per seed s, held-out block b and run of
 windows r inside it: d = Δ + a[s] + B[b] + R[b, r] + e[s, b, r], a ~ N(0, σ_seed²),
@@ -82,7 +82,7 @@ def coverage(seeds: int, blocks: int, ratio: float, sims: int, rng: np.random.Ge
     }
 
 
-def test_levels(
+def level_ratios(
     seeds: int, blocks: int, sd_text: float, alphas: Sequence[float], sims: int, rng: np.random.Generator
 ) -> list[float]:
     """The crossed test's false-positive rate over its nominal level (1: exact), at each of

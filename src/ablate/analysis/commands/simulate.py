@@ -173,7 +173,7 @@ def levels(scale: float, rng: np.random.Generator) -> str:
     rows = []
     for seeds, blocks in LEVEL_DESIGNS:
         for ratio in (0.3, 1.0, 3.0):
-            ratios = cal.test_levels(seeds, blocks, ratio, ALPHAS, sims, rng)
+            ratios = cal.level_ratios(seeds, blocks, ratio, ALPHAS, sims, rng)
             rows.append([f"{seeds} seeds x {blocks} blocks, text/seed SD {ratio:g}", *(f"{r:.2f}" for r in ratios)])
     return (
         f"The crossed test's false-positive rate over its nominal level α (1.00: exact), Δ = 0, {sims:,} sweeps "
