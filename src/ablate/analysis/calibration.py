@@ -15,6 +15,10 @@ tables run (:mod:`ablate.analysis.crossed`, :mod:`ablate.analysis.engine`,
   fixed design's minimum detectable effect (:func:`mde_fixed`), E[seeds] and the bias of the
   estimate at stopping, raw and adjusted (:func:`bias`); :func:`divergence_rates`: the same with
   one diverged seed in ten (the worst-rank test at every look that holds it);
+* :func:`exact_test_rates`: what the sequential rule would give with an exact test, with the
+  levels of the design's own joint law (the looks share the held-out blocks), and with those
+  levels at estimated variance components (why the power at the MDE falls short where the crossed
+  test is conservative, and what a fix needs);
 * :func:`family_rates`: the family-wise error of the old two Holm families, of testing
   equivalence only where the difference was not rejected (Holm then Holm), and of the one
   procedure the tables use, in the configurations where they differ most.
@@ -62,6 +66,16 @@ def simulate_runs(
         + rng.normal(0, sd_text, (sims, 1, blocks, 1))
         + rng.normal(0, sd_text / 2, (sims, 1, blocks, RUNS_PER_BLOCK))
         + rng.normal(0, SD_ERROR, shape)
+    )
+
+
+def crossed_noise(rng: np.random.Generator, sims: int, seeds: int, blocks: int, sd_text: float) -> np.ndarray:
+    """``sims`` sweeps of d - Δ on the crossed model at block level (seed, block and interaction
+    effects, no runs inside the blocks), (sims, seeds, blocks): what the sequential design reads."""
+    return (
+        rng.normal(0, SD_SEED, (sims, seeds, 1))
+        + rng.normal(0, sd_text, (sims, 1, blocks))
+        + rng.normal(0, SD_ERROR, (sims, seeds, blocks))
     )
 
 
@@ -135,11 +149,7 @@ def mde_fixed(design: Design, sims: int, rng: np.random.Generator, power: float 
     depending on the variance components; calibrating it compares the sequential design with an
     honest fixed one). Simulated with common random numbers, solved by bisection."""
     n = design.looks[-1]
-    noise = (
-        rng.normal(0, SD_SEED, (sims, n, 1))
-        + rng.normal(0, design.sd_text, (sims, 1, design.blocks))
-        + rng.normal(0, SD_ERROR, (sims, n, design.blocks))
-    )
+    noise = crossed_noise(rng, sims, n, design.blocks, design.sd_text)
     _, var, df, *_ = anova(noise)
     base = noise.mean((-2, -1))
     critical = float(np.quantile(t_tests(base, var, df)[0], design.alpha))
@@ -164,6 +174,83 @@ def sequential_rates(design: Design, delta: float, mde: float, sims: int, rng: n
     out["E[seeds]"] = float(seeds.mean())
     out["mean estimate"] = float(estimate.mean())
     return out
+
+
+RATIO_GRID = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 15.0)  # text/seed SD
+
+
+def look_statistics(z: np.ndarray, looks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Each look's crossed p-value and its observed text/seed SD ratio (the variance components
+    its mean squares estimate, negative ones set to 0), each (paths, looks), from ``z`` (paths,
+    n_max, blocks)."""
+    p, ratio = [], []
+    for n in looks:
+        mean, var, df, ms_s, ms_t, ms_e = anova(z[:, :n, :])
+        p.append(t_tests(mean, var, df)[0])
+        text = np.maximum(ms_t - ms_e, 0.0) / n
+        seed = np.maximum(ms_s - ms_e, 1e-12) / z.shape[-1]
+        ratio.append(np.sqrt(text / seed))
+    return np.stack(p, 1), np.stack(ratio, 1)
+
+
+def spending_thresholds(null_p: np.ndarray, increments: np.ndarray) -> np.ndarray:
+    """The threshold on each look's p-value at which a null sweep first rejects there with
+    probability ``increments[k]`` (the error spent between look k-1 and k), from the p-values of
+    null sweeps (paths, looks): the looks' levels for this design's own joint law, however
+    correlated its looks are and however exact each look's test is."""
+    alive = np.ones(len(null_p), dtype=bool)
+    out = []
+    for k, spend in enumerate(increments):
+        count = round(float(spend) * len(null_p))
+        level = float(np.sort(null_p[alive, k])[count - 1]) if count > 0 else 0.0
+        out.append(level)
+        alive &= null_p[:, k] > level
+    return np.array(out)
+
+
+def exact_test_rates(design: Design, mde: float, sims: int, rng: np.random.Generator) -> dict[str, tuple[float, float]]:
+    """What the sequential rule's error and power would be with a better test (difference test
+    only, no TOST), as (false better/worse, power at ``mde``):
+
+    * the crossed (Satterthwaite) p-value at the paired t's levels (:func:`~ablate.analysis.engine.nominal_levels`,
+      what the engine does);
+    * each look's test made exact (its p-value calibrated on null sweeps at the *true* variance
+      components), at the same levels;
+    * the p-value at the levels of this design's own joint law (:func:`spending_thresholds` on
+      null sweeps at the true components; the same as an exact test at the exact levels): the looks
+      share the held-out blocks, so they are more correlated than the paired t's;
+    * the same levels read off a grid of text/seed SD (:data:`RATIO_GRID`, the interaction SD
+      known) at each look's *estimated* ratio: what a rule that knows no component could do at best
+      by plugging in its estimates."""
+    looks, n_max = design.looks, design.looks[-1]
+    increments = np.diff(seq.spent(np.asarray(looks) / n_max, design.alpha, design.spending), prepend=0.0)
+    paired, _ = nominal_levels(looks, design.alpha, design.spending)
+    null_p, _ = look_statistics(crossed_noise(rng, sims, n_max, design.blocks, design.sd_text), looks)
+    own = spending_thresholds(null_p, increments)
+    reference = np.sort(null_p, axis=0)
+    grid = np.array(
+        [
+            spending_thresholds(
+                look_statistics(crossed_noise(rng, sims, n_max, design.blocks, r), looks)[0], increments
+            )
+            for r in RATIO_GRID
+        ]
+    )
+    x = np.log(np.asarray(RATIO_GRID) + 0.05)
+    noise = crossed_noise(rng, sims, n_max, design.blocks, design.sd_text)
+    rates: dict[str, list[float]] = {}
+    for delta in (0.0, mde):
+        p, ratio = look_statistics(noise + delta, looks)
+        exact = np.stack([np.searchsorted(reference[:, k], p[:, k], side="right") / sims for k in range(len(looks))], 1)
+        plugged = np.stack([np.interp(np.log(ratio[:, k] + 0.05), x, grid[:, k]) for k in range(len(looks))], 1)
+        for name, rejected in (
+            ("crossed test, paired-t levels (now)", p <= paired),
+            ("exact test, paired-t levels", exact <= paired),
+            ("the design's own levels, components known", p <= own),
+            ("the design's own levels, components estimated", p <= plugged),
+        ):
+            rates.setdefault(name, []).append(float(rejected.any(1).mean()))
+    return {name: (null, power) for name, (null, power) in rates.items()}
 
 
 def bias(design: Design, delta: float, mde: float, sims: int, rng: np.random.Generator) -> dict[str, float]:
@@ -222,11 +309,7 @@ def divergence_rates(design: Design, delta: float, mde: float, sims: int, rng: n
     looks, n_max = design.looks, design.looks[-1]
     two, one = nominal_levels(looks, design.alpha, design.spending)
     margin = design.margin_mdes * mde
-    z = delta + (
-        rng.normal(0, SD_SEED, (sims, n_max, 1))
-        + rng.normal(0, design.sd_text, (sims, 1, design.blocks))
-        + rng.normal(0, SD_ERROR, (sims, n_max, design.blocks))
-    )
+    z = delta + crossed_noise(rng, sims, n_max, design.blocks, design.sd_text)
     arm_sd = float(np.sqrt(SD_SEED**2 + SD_ERROR**2 / design.blocks))
     baseline = rng.normal(0, arm_sd, (sims, n_max))
     variant = baseline + z.mean(-1)
@@ -267,11 +350,7 @@ def old_false_rate(design: Design, sims: int, rng: np.random.Generator) -> float
     and a new text: its false better/worse rate when there is no difference (the text's block
     effects are then a shift that every seed shares)."""
     n_max = design.looks[-1]
-    d = (
-        rng.normal(0, SD_SEED, (sims, n_max, 1))
-        + rng.normal(0, design.sd_text, (sims, 1, design.blocks))
-        + rng.normal(0, SD_ERROR, (sims, n_max, design.blocks))
-    ).mean(-1, keepdims=True)
+    d = crossed_noise(rng, sims, n_max, design.blocks, design.sd_text).mean(-1, keepdims=True)
     code, _, _ = sequential_codes(d, 1e-9, design.looks, design.alpha, design.spending)
     return float(np.isin(code, (seq.BETTER, seq.WORSE)).mean())
 

@@ -1,7 +1,7 @@
 """``scripts/simulate_verdicts.py``: re-simulate the verdict machinery and print the tables of
 docs/analysis.md ("Does each verdict keep its promise?").
 
-    python scripts/simulate_verdicts.py                  # every table (about 15 min on one core)
+    python scripts/simulate_verdicts.py                  # every table (about 4 min of CPU)
     python scripts/simulate_verdicts.py --scale 0.05     # the same at 1/20 of the sweeps (a smoke check)
     python scripts/simulate_verdicts.py --only coverage sequential
 
@@ -21,7 +21,7 @@ import numpy as np
 from ablate.analysis import calibration as cal
 from ablate.analysis.sequential import SPENDING
 
-SECTIONS = ("coverage", "sequential", "spending", "bias", "divergence", "family", "levels")
+SECTIONS = ("coverage", "sequential", "spending", "bias", "divergence", "family", "levels", "exact")
 SEED = 20261128
 FIXED_STREAM = 6  # the fixed-test columns' streams ([SEED, 6, i]: no section's [SEED, k])
 
@@ -65,33 +65,57 @@ DESIGNS = (
 )
 
 
+SMALL_MARGIN = tuple(  # a margin too small for TOST to stop a null sweep: the difference test's own error
+    (f"{blocks} blocks, text/seed SD {sd:g}, δ = MDE/100", cal.Design(blocks=blocks, sd_text=sd, margin_mdes=0.01))
+    for blocks, sd in ((4, 1.5), (4, 2.0), (4, 3.0), (8, 2.0))
+)
+SMALL_MARGIN_STREAM = 9  # their rows' streams ([SEED, 9, j]: no section's), so the rows before are unchanged
+
+
+def _sequential_row(
+    name: str, design: cal.Design, sims: int, scale: float, rng: np.random.Generator, fixed_rng: np.random.Generator
+) -> list[str]:
+    mde = cal.mde_fixed(design, _n(100_000, scale), rng)
+    null = cal.sequential_rates(design, 0.0, mde, sims, rng)
+    alt = cal.sequential_rates(design, mde, mde, sims, rng)
+    # the fixed 10-seed test at its nominal level, on a stream of its own (the columns before are
+    # unchanged by it): what the crossed test itself gives up where it is conservative
+    fixed = replace(design, looks=design.looks[-1:])
+    fixed_null = cal.sequential_rates(fixed, 0.0, mde, sims, fixed_rng)
+    fixed_alt = cal.sequential_rates(fixed, mde, mde, sims, fixed_rng)
+    return [
+        name,
+        f"{mde:.3g}",
+        cal.fmt_pct(null["better"] + null["worse"]),
+        cal.fmt_pct(alt["worse"]),
+        f"{null['E[seeds]']:.2f}",
+        f"{alt['E[seeds]']:.2f}",
+        cal.fmt_pct(fixed_null["better"] + fixed_null["worse"]),
+        cal.fmt_pct(fixed_alt["worse"]),
+    ]
+
+
 def sequential(scale: float, rng: np.random.Generator) -> str:
-    rows = []
     sims = _n(200_000, scale)
-    for i, (name, design) in enumerate(DESIGNS):
-        mde = cal.mde_fixed(design, _n(100_000, scale), rng)
-        null = cal.sequential_rates(design, 0.0, mde, sims, rng)
-        alt = cal.sequential_rates(design, mde, mde, sims, rng)
-        # the fixed 10-seed test at its nominal level, on streams of its own (the columns before are
-        # unchanged by it): what the crossed test itself gives up where it is conservative
-        fixed, fixed_rng = replace(design, looks=design.looks[-1:]), np.random.default_rng([SEED, FIXED_STREAM, i])
-        fixed_null = cal.sequential_rates(fixed, 0.0, mde, sims, fixed_rng)
-        fixed_alt = cal.sequential_rates(fixed, mde, mde, sims, fixed_rng)
-        rows.append(
-            [
-                name,
-                f"{mde:.3g}",
-                cal.fmt_pct(null["better"] + null["worse"]),
-                cal.fmt_pct(alt["worse"]),
-                f"{null['E[seeds]']:.2f}",
-                f"{alt['E[seeds]']:.2f}",
-                cal.fmt_pct(fixed_null["better"] + fixed_null["worse"]),
-                cal.fmt_pct(fixed_alt["worse"]),
-            ]
-        )
+    rows = [
+        _sequential_row(name, design, sims, scale, rng, np.random.default_rng([SEED, FIXED_STREAM, i]))
+        for i, (name, design) in enumerate(DESIGNS)
+    ]
     old = cal.old_false_rate(cal.Design(sd_text=1.0), sims, rng)
+    rows += [
+        _sequential_row(
+            name,
+            design,
+            sims,
+            scale,
+            np.random.default_rng([SEED, SMALL_MARGIN_STREAM, j]),
+            np.random.default_rng([SEED, FIXED_STREAM, len(DESIGNS) + j]),
+        )
+        for j, (name, design) in enumerate(SMALL_MARGIN)
+    ]
     return (
-        f"Group-sequential, looks at 3, 5, 7, 10 seeds, kim-demets spending, δ = MDE/2, {sims:,} sweeps per cell; "
+        f"Group-sequential, looks at 3, 5, 7, 10 seeds, kim-demets spending, δ = MDE/2 (but the δ = MDE/100 rows), {sims:,} "
+        "sweeps per cell; "
         "MDE: the effect the fixed 10-seed test (calibrated to a 5% false-positive rate) finds 80% of the time.\n\n"
         + table(
             [
@@ -183,6 +207,21 @@ def levels(scale: float, rng: np.random.Generator) -> str:
     )
 
 
+def exact(scale: float, rng: np.random.Generator) -> str:
+    sims = _n(200_000, scale)
+    rows, names = [], []
+    for name, design in DESIGNS[1:]:  # the crossed designs (one passage is the paired t: exact)
+        mde = cal.mde_fixed(design, _n(100_000, scale), rng)
+        rates = cal.exact_test_rates(design, mde, sims, rng)
+        names = list(rates)
+        rows.append([name, *(f"{cal.fmt_pct(null)} / {cal.fmt_pct(power)}" for null, power in rates.values())])
+    return (
+        "The sequential rule (looks at 3, 5, 7, 10 seeds, kim-demets, difference test only) with a better test: "
+        f"false better/worse / power at the MDE, {sims:,} sweeps per cell and per reference:\n\n"
+        + table(["design", *names], rows)
+    )
+
+
 RUN: dict[str, Callable[[float, np.random.Generator], str]] = {
     "coverage": coverage,
     "sequential": sequential,
@@ -191,6 +230,7 @@ RUN: dict[str, Callable[[float, np.random.Generator], str]] = {
     "divergence": divergence,
     "family": family,
     "levels": levels,
+    "exact": exact,
 }
 
 
