@@ -292,4 +292,3 @@ def test_spending_thresholds_spend_the_increments_whatever_the_looks_share():
     assert independent == pytest.approx(expected, rel=0.25)
     assert shared[-1] == pytest.approx(0.05, rel=0.03) and independent[-1] == pytest.approx(expected[-1], rel=0.03)
     assert independent[-1] < 0.04 < shared[-1]
-
