@@ -66,10 +66,10 @@ DESIGNS = (
 
 
 SMALL_MARGIN = tuple(  # a margin too small for TOST to stop a null sweep: the difference test's own error
-    (f"{blocks} blocks, text/seed SD {sd:g}, δ = MDE/100", cal.Design(blocks=blocks, sd_text=sd, margin_mdes=0.01))
-    for blocks, sd in ((4, 1.5), (4, 2.0), (4, 3.0), (8, 2.0))
+    (f"{blocks} blocks, text/seed SD {sd:g}, δ = MDE/100", cal.Design(blocks=blocks, sd_text=sd, margin_mdes=0.01), j)
+    for blocks, sd, j in ((4, 1.0, 4), (4, 1.5, 0), (4, 2.0, 1), (4, 3.0, 2), (8, 2.0, 3))
 )
-SMALL_MARGIN_STREAM = 9  # their rows' streams ([SEED, 9, j]: no section's), so the rows before are unchanged
+SMALL_MARGIN_STREAM = 9  # row j's streams ([SEED, 9, j]: no section's), so no row's numbers depend on another's
 
 
 def _sequential_row(
@@ -111,7 +111,7 @@ def sequential(scale: float, rng: np.random.Generator) -> str:
             np.random.default_rng([SEED, SMALL_MARGIN_STREAM, j]),
             np.random.default_rng([SEED, FIXED_STREAM, len(DESIGNS) + j]),
         )
-        for j, (name, design) in enumerate(SMALL_MARGIN)
+        for name, design, j in SMALL_MARGIN
     ]
     return (
         f"Group-sequential, looks at 3, 5, 7, 10 seeds, kim-demets spending, δ = MDE/2 (but the δ = MDE/100 rows), {sims:,} "
