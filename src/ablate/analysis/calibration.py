@@ -41,6 +41,7 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as scipy_stats
 
+from ablate.analysis import engine
 from ablate.analysis import sequential as seq
 from ablate.analysis.crossed import anova, t_tests
 from ablate.analysis.divergence import rank_sum_distribution
@@ -72,11 +73,7 @@ def simulate_runs(
 def crossed_noise(rng: np.random.Generator, sims: int, seeds: int, blocks: int, sd_text: float) -> np.ndarray:
     """``sims`` sweeps of d - Δ on the crossed model at block level (seed, block and interaction
     effects, no runs inside the blocks), (sims, seeds, blocks): what the sequential design reads."""
-    return (
-        rng.normal(0, SD_SEED, (sims, seeds, 1))
-        + rng.normal(0, sd_text, (sims, 1, blocks))
-        + rng.normal(0, SD_ERROR, (sims, seeds, blocks))
-    )
+    return engine.crossed_noise(rng, sims, seeds, blocks, SD_SEED, sd_text, SD_ERROR)
 
 
 def coverage(seeds: int, blocks: int, ratio: float, sims: int, rng: np.random.Generator) -> dict[str, float]:

@@ -359,6 +359,19 @@ def sequential_codes(
     return code, look, estimate
 
 
+def crossed_noise(
+    rng: np.random.Generator, paths: int, n_seeds: int, n_blocks: int, sd_seed: float, sd_text: float, sd_error: float
+) -> np.ndarray:
+    """``paths`` draws of d - Δ on the crossed model (module docstring of
+    :mod:`~ablate.analysis.crossed`): a seed effect, a block effect and their interaction, each
+    normal, (paths, n_seeds, n_blocks)."""
+    return (
+        rng.normal(0, sd_seed, (paths, n_seeds, 1))
+        + rng.normal(0, sd_text, (paths, 1, n_blocks))
+        + rng.normal(0, sd_error, (paths, n_seeds, n_blocks))
+    )
+
+
 def simulate_design(
     delta: np.ndarray | float,
     sd_seed: float,
@@ -378,12 +391,7 @@ def simulate_design(
     numbers across ``delta``: the same draws shifted, one Δ at a time to bound the memory).
     Returns (code, look, estimate) of shape (len(delta), paths)."""
     delta = np.atleast_1d(np.asarray(delta, dtype=float))
-    n_max = looks[-1]
-    noise = (
-        rng.normal(0, sd_seed, (paths, n_max, 1))
-        + rng.normal(0, sd_text, (paths, 1, n_blocks))
-        + rng.normal(0, sd_error, (paths, n_max, n_blocks))
-    )
+    noise = crossed_noise(rng, paths, looks[-1], n_blocks, sd_seed, sd_text, sd_error)
     out = [sequential_codes(d + noise, margin, looks, alpha, spending, higher_is_better) for d in delta]
     return tuple(np.stack(parts) for parts in zip(*out, strict=True))  # type: ignore[return-value]
 
