@@ -269,6 +269,7 @@ def test_the_simulation_script_prints_its_tables(capsys):
     out = capsys.readouterr().out
     assert "| fixed 10 seeds, nominal α: false better/worse | fixed: power at the MDE |" in out
     assert "| 4 blocks, text/seed SD 2, δ = MDE/100 |" in out
+    assert "| 8 blocks, text/seed SD 6, δ = MDE/100 |" in out
     assert "| the design's own levels, components known | the design's own levels, components estimated |" in out
     assert "| margin | two Holm families (old) | Holm, then Holm on the rest | one family (now) |" in out
     assert "last look evaluated when needed" in out
