@@ -315,8 +315,8 @@ def _liberal_sequential(rows: pd.DataFrame) -> str | None:
     """A warning where the group-sequential rule can exceed its alpha: 4 or fewer held-out blocks
     and a text SE over twice the seed SE (docs/analysis.md, "Seeds to a decision": with a margin too
     small for equivalence stops, 5.2-5.4% false better/worse at text/seed SD 1.5-3 on 4 blocks, where
-    the text SE is 2.3-4.6 seed SEs; 4.7% at SD 1, 1.5 seed SEs; 4.5% on 8 blocks). A screen, not a
-    measurement."""
+    the text SE is 2.3-4.6 seed SEs; 4.7% at SD 1, 1.5 seed SEs; 4.5-5.0% on 8 blocks at text/seed SD
+    0.3-6). A screen, not a measurement."""
     if not {"text_se", "seed_se", "text_blocks"} <= set(rows.columns):
         return None
     risky = rows[(rows["text_blocks"] <= 4) & (rows["text_se"] > SEQUENTIAL_TEXT_RATIO * rows["seed_se"])]
