@@ -13,7 +13,9 @@ and a full disk named with the path and the bytes.
   ``.hydra``) are folders, not files.
 * :class:`DiskFullError` / :func:`named_disk_full` -- a write that fills the disk (``ENOSPC``,
   ``EDQUOT``) names the file, the bytes it needed and the space left, as a user error (exit code 2),
-  and leaves no partial file: the raw error names neither.
+  and leaves no partial file: the raw error names neither. A write refused for the file's size
+  (``EFBIG``: the shell's ``ulimit -f``, or the filesystem's largest file) is another cause, named as
+  such (:func:`size_limit`), not as a full disk.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import resource
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -40,6 +43,13 @@ class DiskFullError(UserError, OSError):
 
     def __init__(self, message: str) -> None:
         super().__init__(errno.ENOSPC, message)  # printed as "[Errno 28] <message>"
+
+
+class FileTooLargeError(UserError, OSError):
+    """A write reached a file size limit (``ulimit -f``) with space left; the message names the limit."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EFBIG, message)
 
 
 def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
@@ -108,11 +118,33 @@ def disk_full_message(path: str | os.PathLike[str], needed: int | None, err: OSE
     return f"{why} writing {path}{f' ({sizes})' if sizes else ''}; the partial file was removed"
 
 
+def _short_write(err: OSError) -> bool:
+    """numpy's ``tofile`` reports any failed write as an ``OSError`` without an errno."""
+    return err.errno is None and "requested and" in str(err) and "written" in str(err)
+
+
+def size_limit(err: BaseException) -> tuple[str, str] | None:
+    """What refused a write for the file's size and the remedy, or None: ``EFBIG`` or (numpy's
+    errno-less short write) a file size limit in force. A full disk and a limit need different
+    remedies, so the message must not say "the disk filled up" with gigabytes free."""
+    if not isinstance(err, OSError):
+        return None
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    limited = limit != resource.RLIM_INFINITY
+    if err.errno != errno.EFBIG and not (limited and _short_write(err)):
+        return None
+    if limited:  # bash's ulimit -f counts 1024-byte blocks
+        return (
+            f"the file size limit (ulimit -f {limit // 1024}, {human_bytes(limit)})",
+            "Raise it (ulimit -f unlimited)",
+        )
+    return "the largest file this filesystem holds", "Write to another filesystem"
+
+
 def is_disk_full(err: BaseException) -> bool:
-    """A full disk or quota; also numpy's ``tofile``, whose short write is an ``OSError`` without an errno."""
-    return isinstance(err, OSError) and (
-        err.errno in FULL or (err.errno is None and "requested and" in str(err) and "written" in str(err))
-    )
+    """A full disk or quota; also numpy's ``tofile``, whose short write is an ``OSError`` without an
+    errno (unless a file size limit refused it: :func:`size_limit`)."""
+    return isinstance(err, OSError) and (err.errno in FULL or _short_write(err)) and size_limit(err) is None
 
 
 @contextlib.contextmanager
@@ -124,10 +156,14 @@ def named_disk_full(
     try:
         yield
     except OSError as err:
-        if not is_disk_full(err) or isinstance(err, UserError):
+        limit = size_limit(err)
+        if not (is_disk_full(err) or limit) or isinstance(err, UserError):
             raise
         if partial is not None:
             partial.unlink(missing_ok=True)
+        if limit:
+            message = f"File too large writing {path}: it reached {limit[0]}; the partial file was removed. {limit[1]}"
+            raise FileTooLargeError(message) from None
         raise DiskFullError(f"{disk_full_message(path, needed, err)}. Free some space and run again") from None
 
 

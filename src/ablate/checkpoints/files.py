@@ -129,7 +129,7 @@ def inspect_checkpoint(path: str | os.PathLike[str], weights: bool = True) -> di
         return checkpoint
     try:
         checkpoint = safe_load.load(path)  # never runs code from the file (ablate.checkpoints.safe_load)
-    except safe_load.UnsafeCheckpointError:
+    except (safe_load.UnsafeCheckpointError, safe_load.NotACheckpointError):
         raise
     except Exception as err:
         size = path.stat().st_size if path.exists() else 0

@@ -31,6 +31,27 @@ class UnsafeCheckpointError(UserError):
     """The checkpoint needs a type the restricted unpickler does not build."""
 
 
+class NotACheckpointError(UserError):
+    """The file is not one ``torch.save`` writes (a text file, an image): named as such, not as a
+    file needing unsafe types or a damaged checkpoint, which the unpickler would make of its bytes."""
+
+
+# what torch.save writes first: a zip entry (its format since 1.6; a truncated file keeps it) or a
+# pickle's PROTO opcode (the legacy format)
+TORCH_HEADERS = (b"PK\x03\x04", b"\x80")
+
+
+def check_torch_file(path: Path) -> None:
+    """:class:`NotACheckpointError` when the non-empty file ``path`` begins with neither header."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head and not head.startswith(TORCH_HEADERS):
+        raise NotACheckpointError(
+            f"{path} is not an ablate checkpoint: it is not a file torch.save writes (it begins with {head!r}, "
+            "not a zip archive or a pickle)"
+        )
+
+
 def trust_checkpoints(trust: bool) -> None:
     """``trust_checkpoint=true`` of the running script: load files that need other types (runs their code)."""
     global _trusted
@@ -52,12 +73,14 @@ def load(path: str | os.PathLike[str], mmap: bool = True) -> Any:
 
     Memory-mapped (``mmap``) when the file is in torch's zip format; a file in torch's legacy format
     (``torch.save(..., _use_new_zipfile_serialization=False)``), which cannot be mapped, is read
-    whole, with the same restriction. Raises :class:`UnsafeCheckpointError` for a file that needs a
-    type outside the restricted set; any other failure (truncated, not a checkpoint) propagates for
+    whole, with the same restriction. Raises :class:`NotACheckpointError` for a file torch did not
+    write and :class:`UnsafeCheckpointError` for one that needs a type outside the restricted set; any other failure (truncated, not a checkpoint) propagates for
     the caller to describe."""
     import torch  # here, not at the top: ablate.cli imports this module before any checkpoint is read
 
     path = Path(path)
+    if path.is_file():
+        check_torch_file(path)
     mmap = mmap and zipfile.is_zipfile(path)
     if _trusted:
         return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)

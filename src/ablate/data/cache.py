@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import UserError
-from ablate.writes import human_bytes, is_disk_full
+from ablate.writes import human_bytes, is_disk_full, size_limit
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,11 @@ def _folder_error(final: Path, err: OSError, needed: int | None = None) -> UserE
     none; numpy's short write, ``65546 requested and 1907 written``, no errno either) and the
     setting that chose the folder."""
     where = err.filename or final.parent
+    if limit := size_limit(err):
+        return CacheFolderError(
+            f"the token cache cannot be built in {final.parent} ({where}): a file reached {limit[0]}, with "
+            f"{human_bytes(shutil.disk_usage(final.parent).free)} free on the disk; the partial cache was removed. {limit[1]}"
+        )
     if is_disk_full(err):
         why = err.strerror or "No space left on device"
         size = f"about {human_bytes(needed)} needed, " if needed is not None else ""
@@ -276,7 +281,7 @@ def _build(final: Path, build: Callable[[Path], None]) -> Path:
         try:
             build(tmp)
         except OSError as err:
-            if is_disk_full(err) and not isinstance(err, UserError):
+            if (is_disk_full(err) or size_limit(err)) and not isinstance(err, UserError):
                 raise _folder_error(final, err, _NEEDED.get(tmp)) from None
             raise
         finally:

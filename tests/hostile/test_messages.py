@@ -1,0 +1,68 @@
+"""Issue 52 items 4 (messages), 6 and 7 on real commands (the fifth hostile round): every message is
+about the actual cause (a file size limit is not a full disk, a text file is not an ablate
+checkpoint, the key named is the key given), a value a config accepts is used as recorded or
+refused before work naming the key, and tampered numbers are refused before generation or
+evaluation."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers.runs import HANG_TIMEOUT, REPO, SHARED_DATA, offline_env
+
+pytestmark = pytest.mark.integration
+
+
+def run(script: str, args: list[str], where: Path, limit_bytes: int | None = None) -> subprocess.CompletedProcess:
+    """``python <script> args`` offline in ``where``, in a fresh interpreter (a file size limit, when
+    given, is set in it alone)."""
+
+    def limited() -> None:
+        if limit_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    return subprocess.run(
+        [sys.executable, str(REPO / script), *args],
+        cwd=where,
+        env=offline_env(where),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+        preexec_fn=limited,
+    )
+
+
+def refused(proc: subprocess.CompletedProcess, *messages: str) -> None:
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert all(m in proc.stderr for m in messages), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_file_size_limit_is_named_as_such_not_as_a_full_disk(tmp_path):
+    """``ulimit -f 200`` while the token cache is built: the limit is named, with its remedy."""
+    proc = run(
+        "train.py",
+        ["model=tiny", "trainer.max_steps=2", "logger=csv", f"paths.data_dir={SHARED_DATA}"],
+        tmp_path,
+        limit_bytes=200 * 1024,
+    )
+    refused(proc, "the file size limit (ulimit -f 200", "ulimit -f unlimited")
+    assert "disk filled up" not in proc.stderr
+
+
+@pytest.mark.parametrize("content", ["hello world, notes\n", "PK garbage\n"])
+def test_a_text_file_given_as_a_checkpoint_is_not_an_ablate_checkpoint(tmp_path, content):
+    """Not "needs a type ... which would run code" nor "corrupt or truncated": what the bytes of a
+    text file make of the unpickler depends on its first letters; the file is simply not one."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text(content)
+    proc = run("scripts/average_checkpoints.py", [f"ckpts=[{notes},{notes}]", f"out={tmp_path / 'avg.ckpt'}"], tmp_path)
+    refused(proc, f"{notes} is not an ablate checkpoint")
+    assert "run code" not in proc.stderr and "corrupt" not in proc.stderr
+    assert not (tmp_path / "avg.ckpt").exists()
