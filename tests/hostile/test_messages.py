@@ -66,3 +66,18 @@ def test_a_text_file_given_as_a_checkpoint_is_not_an_ablate_checkpoint(tmp_path,
     refused(proc, f"{notes} is not an ablate checkpoint")
     assert "run code" not in proc.stderr and "corrupt" not in proc.stderr
     assert not (tmp_path / "avg.ckpt").exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("data.train_stride=-1", "data.train_stride=-1 is invalid"),  # was refused naming seq_len, after the data load
+        ("data.train_stride=0", "data.train_stride=0 is invalid"),  # was null in effect, 0 in the record
+        ("norm.eps=-1", "norm.eps=-1.0 is invalid: a positive finite number"),  # was "diverged at step 1", exit 0
+        ("norm.eps=nan", "norm.eps=nan is invalid: a positive finite number"),
+    ],
+)
+def test_a_value_the_run_cannot_use_is_refused_before_work_naming_its_key(tmp_path, override, named):
+    proc = run("train.py", ["model=tiny", "trainer.max_steps=2", "logger=csv", "data=text", override], tmp_path)
+    refused(proc, named)
+    assert "Fitting" not in proc.stderr + proc.stdout  # before any data is read

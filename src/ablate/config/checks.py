@@ -114,6 +114,10 @@ DATA_RULES: dict[str, Rule] = {
     "eval_batch_size": (optional(positive_int), "null or a positive per-device batch"),
     "seq_len": (positive_int, "a positive number of tokens"),
     "eval_seq_len": (optional(positive_int), "null or a positive number of tokens"),
+    "train_stride": (
+        optional(positive_int),
+        "null (training windows side by side: a stride of data.seq_len) or a positive number of tokens",
+    ),
     "max_tokens": (positive_int, "a positive number of tokens per batch"),
     "num_workers": (lambda v: integer(v) and v >= 0, "a number of worker processes >= 0"),
 }

@@ -27,7 +27,8 @@ Light on purpose (no torch): the run names, the resolvers and the composition re
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping
+import math
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -142,10 +143,21 @@ def group_node(group: str, option: str) -> type:
     return node
 
 
+# Option keys that must be a positive finite number wherever an option takes them: ``eps`` guards a
+# division (0, a negative, NaN or inf makes the first step NaN, a run "diverged at step 1").
+POSITIVE_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "eps": (
+        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0,
+        "a positive finite number (e.g. 1e-5)",
+    ),
+}
+
+
 def typed_options(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The ``ModelSpec`` fields of the composed architecture groups: ``options`` (each axis' chosen
     option's typed config) and the shared keys. A key no chosen option takes is refused unless null
     (null: the option's default), naming the option's keys (``pos=sinusoidal +pos.fraction=0.5``)."""
+    from ablate.config.types import check_rules
     from ablate.errors import ConfigError
 
     options: dict[str, OptionConfig] = {}
@@ -170,7 +182,9 @@ def typed_options(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
                 f"{', '.join(valid)}. Remove {group}.{key} (in a sweep: sweep it only with the options that take it)"
             )
         for axis, config in chosen.items():
-            options[axis.name] = config(**{k: node[k] for k in config.defaults() if node.get(k) is not None})
+            values = {k: node[k] for k in config.defaults() if node.get(k) is not None}
+            check_rules(values, group, {k: rule for k, rule in POSITIVE_KEYS.items() if k in values})
+            options[axis.name] = config(**values)
             shared.update({k: node[k] for k in axis.shared if k in node})
     return {"options": options, **shared}
 
