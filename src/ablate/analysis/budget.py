@@ -168,7 +168,7 @@ def match(jobs: list[Job], metric: str, basis: str) -> Matched:
     """The matched budget of ``basis`` over the completed ``jobs`` and every one's ``metric`` there."""
     curves, problems = {}, {}
     for job in jobs:
-        if job.status != "completed":
+        if not job.measured(metric):
             continue
         try:
             curves[job.source] = job_curve(job, metric, basis)
@@ -185,7 +185,7 @@ def measured_once(jobs: Iterable[Job], metric: str) -> bool:
     """Whether ``metric`` has no curve to match a budget on: every completed job logged it at most
     once (a ``test/*`` metric, evaluated after training), so there is no earlier value to compare
     at a smaller budget."""
-    counts = [int(job.series(metric).notna().sum()) for job in jobs if job.status == "completed"]
+    counts = [int(job.series(metric).notna().sum()) for job in jobs if job.measured(metric)]
     return bool(counts) and max(counts) <= 1
 
 
@@ -201,7 +201,7 @@ def add_cost_columns(frame: pd.DataFrame, sweep: Sweep, metric: str) -> pd.DataF
     matched = {} if once else {basis: match(sweep.jobs, metric, basis) for basis in BASES}
     rows = []
     for jobs in sweep.variants().values():
-        done = [job for job in jobs if job.status == "completed"]
+        done = [job for job in jobs if job.measured(metric)]
         fpt = []
         for job in done:
             try:

@@ -44,7 +44,7 @@ def status_counts(jobs: list[Job]) -> dict[str, int]:
 def _finals(jobs: list[Job], metric: str, value=None) -> tuple[list[float], list[int | None]]:
     """The final ``metric`` (or ``value(job)``) of the completed seeds (a diverged seed has no
     valid final value), and their seeds."""
-    done = [job for job in jobs if job.status == "completed"]
+    done = [job for job in jobs if job.measured(metric)]
     return [value(job) if value else job.final(metric) for job in done], [job.seed for job in done]
 
 

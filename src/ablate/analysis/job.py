@@ -123,12 +123,31 @@ class Job:
         return self.metrics[metric].dropna()
 
     def final(self, metric: str) -> float:
-        """The last logged value of ``metric``, else the one in ``status.json``; NaN if none."""
+        """The last logged value of ``metric``, else (never logged) the one in ``status.json``; NaN
+        if none, and when the log holds NaN only: the record's number is then not what was logged."""
         values = self.series(metric)
         if len(values):
             return float(values.iloc[-1])
+        if metric in self.metrics:
+            return math.nan
         recorded = (self.record.get("metrics") or {}).get(metric)
         return float(recorded) if recorded is not None else math.nan
+
+    def measured(self, metric: str) -> bool:
+        """Whether the job enters the means of ``metric``: completed, with a finite final value.
+        Every column of a summary uses these jobs, so that one n holds for the whole row."""
+        return self.status == "completed" and math.isfinite(self.final(metric))
+
+    def unmeasured(self, metric: str) -> str | None:
+        """Why a completed job has no final ``metric`` (the note saying it was left out), or None."""
+        if self.status != "completed" or self.measured(metric):
+            return None
+        if metric in self.metrics:
+            where = "in every row of csv/metrics.csv"
+        else:
+            where = "in status.json" if metric in (self.record.get("metrics") or {}) else "never logged, nor recorded"
+        why = where if where.startswith("never") else f"NaN {where}"
+        return f"{self.name} (seed {self.seed}) completed, but its {metric} is {why}: left out of every mean"
 
     def best(self, metric: str) -> float:
         """The best logged value of ``metric`` (max for BLEU-like metrics, min for loss/ppl)."""

@@ -370,6 +370,7 @@ def legend(frame: pd.DataFrame, sweep: Sweep) -> str:
     ]
     if paper is not None:
         notes.append(f"Paper: {paper.metric} from {paper.source or 'the paper file'}.")
+    notes += [f"left out: {why}." for why in frame.attrs.get("left_out", ())]
     failed = [job for job in sweep.jobs if job.status in ("crashed", "incomplete")]
     for job in failed:
         why = (job.record.get("error") or "no status.json: still running, or killed").strip().splitlines()[0]

@@ -11,19 +11,24 @@ from ablate.analysis.job import canonical
 from ablate.analysis.runs import Sweep
 
 
-def parse_baseline(spec: str) -> dict[str, str]:
+def parse_baseline(spec: str, flag: str = "--baseline") -> dict[str, str]:
     """``"norm=pre,optim.lr=1e-3"`` -> ``{"norm": "pre", "optim.lr": "0.001"}`` (a comma splits
-    only before ``key=``, so a value may hold commas: ``model.layers=[1,2]``)."""
+    only before ``key=``, so a value may hold commas: ``model.layers=[1,2]``); a key named twice is
+    refused (``flag`` names the option in the message)."""
     items = [item for item in re.split(r",(?=\s*[\w.+~-]+=)", spec.strip()) if item.strip()]
     if not items or any("=" not in item for item in items):
-        raise ValueError(f"--baseline {spec!r}: expected axis=value[,axis=value...], e.g. norm=pre")
-    return {key.strip(): canonical(value) for key, value in (item.split("=", 1) for item in items)}
+        raise ValueError(f"{flag} {spec!r}: expected axis=value[,axis=value...], e.g. norm=pre")
+    pairs = [(key.strip(), canonical(value)) for key, value in (item.split("=", 1) for item in items)]
+    keys = [key for key, _ in pairs]
+    if twice := next((key for key in keys if keys.count(key) > 1), None):  # else the last one would win silently
+        raise ValueError(f"{flag} {spec}: names {twice} {keys.count(twice)} times; give each key once")
+    return dict(pairs)
 
 
 def where(sweep: Sweep, spec: str) -> Sweep:
     """The jobs of ``sweep`` with the values ``spec`` names (``"scale=m"``: one size of a ladder,
     so that variants are compared within it), as a sweep of their own."""
-    wanted = parse_baseline(spec)
+    wanted = parse_baseline(spec, "--where")
     kept = [job for job in sweep.jobs if all(job.value(sweep.full_name(k)) == v for k, v in wanted.items())]
     if not kept:
         values = {k: sorted({str(job.value(sweep.full_name(k))) for job in sweep.jobs}) for k in wanted}
@@ -39,6 +44,17 @@ def find_baseline(sweep: Sweep, spec: str) -> tuple:
     keys that are not axes are compared with the jobs' config values)."""
     wanted = parse_baseline(spec)
     variants = sweep.variants()
+    axes = ", ".join(sweep.short_names().values()) or "none"
+    for key in wanted:  # each key is used or refused by name
+        if all(job.value(sweep.full_name(key)) is None for job in sweep.jobs):
+            raise ValueError(
+                f"--baseline {spec}: {key} is neither an axis nor a config key of the jobs; the axes are: {axes}"
+            )
+        if any(len({job.value(sweep.full_name(key)) for job in jobs}) > 1 for jobs in variants.values()):
+            raise ValueError(
+                f"--baseline {spec}: {key} is not a variant key (its value differs between the seeds of one "
+                f"configuration): a baseline selects a configuration, all of its seeds. The axes are: {axes}"
+            )
     matches = [
         key for key, jobs in variants.items() if all(jobs[0].value(sweep.full_name(k)) == v for k, v in wanted.items())
     ]

@@ -72,7 +72,7 @@ def variant_row(
     sweep: Sweep, key: tuple, jobs: list[Job], metric: str, test: str | None, paper: PaperResults | None
 ) -> dict[str, object]:
     """One summary row (numbers, not formatted) for the ``jobs`` of one variant."""
-    done = [job for job in jobs if job.status == "completed"]
+    done = [job for job in jobs if job.measured(metric)]
     row: dict[str, object] = dict(zip(sweep.axes, key))
     row.update(
         seeds=len(jobs), seed_values=",".join(str(j.seed) for j in jobs if j.seed is not None), **status_counts(jobs)
@@ -117,7 +117,8 @@ def summarize(
     test = test_metric(sweep, metric)
     rows = [variant_row(sweep, key, jobs, metric, test, paper) for key, jobs in sweep.variants().items()]
     frame = pd.DataFrame(rows)
-    frame.attrs.update(metric=metric, test=test, paper=paper, baseline=None)
+    left_out = [why for job in sweep.jobs if (why := job.unmeasured(metric))]
+    frame.attrs.update(metric=metric, test=test, paper=paper, baseline=None, left_out=left_out)
     frame = budget.add_cost_columns(frame, sweep, metric)
     if baseline is not None:
         frame = compare_to_baseline(
