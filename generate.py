@@ -23,10 +23,11 @@ def main(cfg: DictConfig) -> None:
     require_file(cfg.ckpt_path)  # a missing path, a directory: said as what it is, before torch is imported
     import torch  # the stack: only once the command is checked
 
-    from ablate.tasks.checkpoints import load_task_checkpoint
     from ablate.tasks.generation import generate
+    from ablate.tasks.lm_eval import load_lm_checkpoint
 
-    task = cast("LanguageModelTask", load_task_checkpoint(cfg.ckpt_path, "lm", "generate.py"))  # checked: task=lm
+    # checked: task=lm, its weights and its logits finite
+    task = cast("LanguageModelTask", load_lm_checkpoint(cfg.ckpt_path, script="generate.py"))
     if task.tokenizer is None:
         raise SystemExit(f"{cfg.ckpt_path} carries no tokenizer (saved by an older version?); cannot decode")
     try:

@@ -81,3 +81,39 @@ def test_a_value_the_run_cannot_use_is_refused_before_work_naming_its_key(tmp_pa
     proc = run("train.py", ["model=tiny", "trainer.max_steps=2", "logger=csv", "data=text", override], tmp_path)
     refused(proc, named)
     assert "Fitting" not in proc.stderr + proc.stdout  # before any data is read
+
+
+def _huge(checkpoint: dict) -> None:
+    """Every weight x1e30: finite, and out of any range a model computes in."""
+    state = checkpoint["state_dict"]
+    for name, value in state.items():
+        if value.is_floating_point():
+            state[name] = value * 1e30  # a new tensor: tied weights are scaled once
+
+
+@pytest.fixture(scope="module")
+def huge(tmp_path_factory) -> Path:
+    from helpers.checkpoints import lm_checkpoint, rewrite
+
+    folder = tmp_path_factory.mktemp("huge")
+    return rewrite(lm_checkpoint(folder / "good.ckpt"), folder / "huge.ckpt", _huge)
+
+
+@pytest.mark.parametrize("script", ["generate.py", "eval.py"])
+def test_finite_but_huge_weights_are_refused_before_generation_or_evaluation(huge, tmp_path, script):
+    """Was: generate.py's torch error "probability tensor contains either inf, nan", eval.py's
+    TypeError after writing its per-unit losses; export_hf.py refused it (the same check now)."""
+    text = tmp_path / "text.txt"
+    text.write_text("the cat sat on the mat\n" * 40)
+    args = [f"ckpt_path={huge}", *(["max_new_tokens=5"] if script == "generate.py" else [f"text_file={text}"])]
+    proc = run(script, args, tmp_path)
+    refused(proc, f"{huge}: the model's logits on random tokens are not finite", "largest |weight| is")
+    assert not list(huge.parent.glob("*.npz"))  # nothing evaluated, nothing written
+
+
+@pytest.mark.parametrize("lr", ["1e300", "1e39"])
+def test_an_absurd_learning_rate_is_refused_before_work(tmp_path, lr):
+    """Was: 1e300 a traceback and a folder recorded crashed (the first update overflows float32)."""
+    proc = run("train.py", ["model=tiny", "trainer.max_steps=2", "logger=csv", f"optim.lr={lr}"], tmp_path)
+    refused(proc, f"optim.lr={float(lr):g} is invalid: a positive learning rate, at most 1e+06")
+    assert not (tmp_path / "logs" / "runs").exists() or not any((tmp_path / "logs" / "runs").iterdir())

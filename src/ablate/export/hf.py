@@ -295,16 +295,10 @@ def max_logit_difference(
 ) -> tuple[float, float]:
     """Largest |logit difference| between ``model`` and ``hf`` on random tokens, and the largest
     |logit| of ``model`` (the scale the difference is judged against)."""
-    spec = model.spec
-    generator = torch.Generator().manual_seed(seed)
-    idx = torch.randint(0, spec.vocab_size, (batch, min(length, spec.max_len)), generator=generator)
-    was_training = model.training
-    model.eval()
-    try:
-        ours = model(idx)
-        return (hf(idx).logits - ours).abs().max().item(), ours.abs().max().item()
-    finally:
-        model.train(was_training)
+    from ablate.tasks.lm_eval import random_logits
+
+    idx, ours = random_logits(model, batch, length, seed)
+    return (hf(idx).logits - ours).abs().max().item(), ours.abs().max().item()
 
 
 def export_model(

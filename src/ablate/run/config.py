@@ -122,13 +122,19 @@ def _schedule(value: Any) -> bool:
     return value in SCHEDULES
 
 
+LR_MAX = 1e6
+
+
 @dataclass(frozen=True)
 class OptimConfig(Section):
     """The ``optim`` group (:mod:`ablate.optim`): the optimiser, its schedule and clipping."""
 
     PATH = "optim"
     name: str = rule("adamw", _optim_name, "one of adamw, adam, sgd")
-    lr: float = rule(2e-3, lambda v: number(v) and v > 0, "a positive learning rate")
+    # at most LR_MAX: far past any rate that trains (a divergence test's 1e4 included), and below the
+    # rates whose first update float32 cannot hold (1e300: torch's "cannot be converted ... without
+    # overflow" in the optimiser step, a crash, not a divergence)
+    lr: float = rule(2e-3, lambda v: number(v) and 0 < v <= LR_MAX, f"a positive learning rate, at most {LR_MAX:g}")
     betas: Any = rule(  # noqa: RUF009  (a rule, not a call per instance)
         (0.9, 0.99),
         lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(number(b) and 0 <= b < 1 for b in v),

@@ -96,7 +96,40 @@ def load_lm_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", 
     with a message naming the script that takes it."""
     from ablate.tasks.checkpoints import load_task_checkpoint
 
-    return load_task_checkpoint(Path(path), "lm", script, map_location=map_location, compile=False).eval()
+    task = load_task_checkpoint(Path(path), "lm", script, map_location=map_location, compile=False).eval()
+    check_finite_logits(task.model, path)
+    return task
+
+
+def random_logits(model: Any, batch: int = 2, length: int = 64, seed: int = 0) -> tuple[Any, Any]:
+    """Random tokens (seeded; at most the model's context) and ``model``'s logits on them, in eval
+    mode: the probe of a model's numbers (here, and against its export: ``ablate.export.hf``)."""
+    import torch
+
+    spec = model.spec
+    generator = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, spec.vocab_size, (batch, min(length, spec.max_len)), generator=generator)
+    idx = idx.to(next(model.parameters()).device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return idx, model(idx)
+    finally:
+        model.train(was_training)
+
+
+def check_finite_logits(model: Any, path: str | os.PathLike[str]) -> None:
+    """Refuse (exit 2) a model whose weights are finite but whose logits are not (weights scaled
+    far out of range, e.g. x1e30: float32 overflows in the first matmul), before it generates or
+    evaluates: else torch's "probability tensor contains inf/nan" or a perplexity of NaN."""
+    _, logits = random_logits(model, batch=1, length=16)
+    if not bool(logits.isfinite().all()):
+        largest = max(float(p.detach().abs().max()) for p in model.parameters())
+        raise SystemExit(
+            f"{path}: the model's logits on random tokens are not finite (inf/NaN), though its weights are (the "
+            f"largest |weight| is {largest:.3g}): the weights are damaged or altered; not used"
+        )
 
 
 def tokenizer_mismatch(model_tokenizer: Tokenizer | None, data_tokenizer: Tokenizer, vocab_size: int) -> str | None:
