@@ -117,3 +117,16 @@ def test_an_absurd_learning_rate_is_refused_before_work(tmp_path, lr):
     proc = run("train.py", ["model=tiny", "trainer.max_steps=2", "logger=csv", f"optim.lr={lr}"], tmp_path)
     refused(proc, f"optim.lr={float(lr):g} is invalid: a positive learning rate, at most 1e+06")
     assert not (tmp_path / "logs" / "runs").exists() or not any((tmp_path / "logs" / "runs").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("override", "hint"),
+    [
+        ("norm=rmsnorm", "(did you mean norm.layer=rmsnorm?)"),  # an option of the group's other axis
+        ("lr=1e-3", "(did you mean optim.lr?)"),  # a group's key at the top level
+        ("+lr=1e-3", "(did you mean optim.lr?)"),
+        ("eps=1e-5", "(did you mean norm.eps or optim.eps?)"),  # not difflib's "pos"
+    ],
+)
+def test_a_cross_group_mistake_points_at_the_key_meant(tmp_path, override, hint):
+    refused(run("train.py", ["model=tiny", override], tmp_path), hint)

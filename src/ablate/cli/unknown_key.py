@@ -93,13 +93,34 @@ def _closest(name: str, options: list[str]) -> str | None:
     return close[0] if close else None
 
 
+def groups_with_key(key: str, conf_dir: Path | None = None) -> list[str]:
+    """``<group>.<key>`` for each config group with an option that has ``key`` (``lr`` ->
+    ``optim.lr``): the hint for a group's key given at the top level."""
+    from ablate.nn.axes import ARCHITECTURE_GROUPS
+
+    conf_dir = conf_dir or (checkout_root() or project_root()) / "conf"
+    groups = sorted({*(p.name for p in conf_dir.iterdir() if p.is_dir()), *ARCHITECTURE_GROUPS})
+    return [f"{group}.{key}" for group in groups if options_with_key(f"{group}.{key}", conf_dir)[1]]
+
+
+def _other_axis(group: str, name: str) -> str | None:
+    """``norm.layer=rmsnorm`` when ``name`` is no option of ``group`` but one of another axis of it."""
+    from ablate.nn.axes import ARCHITECTURE_GROUPS, group_axes
+
+    if group not in ARCHITECTURE_GROUPS:
+        return None
+    axis = next((a for a in group_axes(group)[1:] if name in a.options()), None)
+    return f"{axis.key}={name}" if axis else None
+
+
 def unknown_option_message(missing: str, options: list[str]) -> str:
     """``norm=prenorm is not an option of norm (did you mean norm=pre?); options: ...`` for Hydra's
-    ``Could not find 'norm/prenorm'`` (``missing``: the group path and the name asked for)."""
+    ``Could not find 'norm/prenorm'`` (``missing``: the group path and the name asked for); an option
+    of another axis of the group is pointed at (``norm=rmsnorm``: ``norm.layer=rmsnorm``)."""
     group, _, name = missing.rpartition("/")
     label = group.replace("/", ".") if group else "the config"
-    close = _closest(name, options)
-    hint = f" (did you mean {group}={close}?)" if close else ""
+    close = _other_axis(group, name) or (f"{group}={found}" if (found := _closest(name, options)) else None)
+    hint = f" (did you mean {close}?)" if close else ""
     return f"{group}={name} is not an option of {label}{hint}; options: {', '.join(options)}"
 
 

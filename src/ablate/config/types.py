@@ -179,8 +179,13 @@ def unknown_key_message(path: str, key: str, valid: Iterable[str]) -> str:
     """``path.key is not a key of path (did you mean ...?); valid keys: ...``; ``path`` "" is the top level."""
     valid = sorted(k for k in valid if not k.startswith("_"))
     prefix = f"{path}." if path else ""
-    close = difflib.get_close_matches(key, valid, n=1)
-    hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+    close: list[str] = []
+    if not path:  # a group's key given at the top level: lr=1e-3 for optim.lr=1e-3
+        from ablate.cli.unknown_key import groups_with_key
+
+        close = groups_with_key(key)
+    close = close or [prefix + k for k in difflib.get_close_matches(key, valid, n=1)]
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
     return f"{prefix}{key} is not a key of {path or 'the top level'}{hint}; valid keys: {', '.join(valid)}"
 
 
