@@ -106,3 +106,25 @@ def test_every_relative_link_resolves(source: Path):
         elif fragment and file.suffix == ".md" and fragment not in anchors(file):
             broken.append(f"{target}: no heading #{fragment} in {file.relative_to(REPO)}")
     assert not broken, f"{source.relative_to(REPO)}: {broken}"
+
+
+def test_the_first_code_block_runs_as_typed_in_a_fresh_clone():
+    """A new user types the README's first command before reading the set-up below it: plain
+    ``python train.py`` there failed with "No module named 'hydra'" (issue 52 item 8)."""
+    first = FENCE.search(README.read_text())
+    assert first is not None
+    commands = [line.split("#", 1)[0].strip() for line in first.group(0).splitlines()[1:-1]]
+    assert all(c.startswith("bash scripts/run.sh ") for c in commands if "python" in c.split()), commands
+
+
+def test_the_job_folder_the_readme_names_is_the_one_a_sweep_makes():
+    """The README's example folder of ``-m norm=pre,post pos=rope,learned seed=1,2,3``, against the
+    naming code (the axes in AXES order: ``pos`` before ``norm``; the README had them the other way)."""
+    from ablate.sweepers.job_dirs import SweepCommand, short_name
+
+    found = re.search(r"named by what varies[^(]*\(`([^`]+)`\)", README.read_text())
+    assert found, "the README names a job folder"
+    typed = ("norm=pre,post", "pos=rope,learned", "seed=1,2,3")
+    command = SweepCommand(typed, frozenset({"norm", "pos", "seed"}), frozenset())
+    excluded = frozenset({"paths.log_dir", "logger", "sweep_name", "tags"})
+    assert found.group(1) == short_name(["norm=pre", "pos=rope", "seed=1"], command, excluded)

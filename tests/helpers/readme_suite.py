@@ -612,10 +612,10 @@ class Entry:
 COMMANDS: dict[str, Entry] = {
     # ---- README.md
     # headline
-    "python train.py -m norm=pre,post pos=sinusoidal,learned": Entry(
+    "bash scripts/run.sh python train.py -m norm=pre,post pos=sinusoidal,learned": Entry(
         sweep(4, prefix="norm+pos-"), "run", chain="sweeps"
     ),
-    # quickstart: the one-minute smoke run, the default experiment, the tests
+    # quickstart: the smoke run, the default experiment, the tests
     "bash scripts/run.sh python train.py model=tiny trainer.max_steps=200 trainer.val_check_interval=100 logger=csv": Entry(
         single_run(wandb=False, best=False), "run (the preset's 6 s cap may end it before step 100's validation)"
     ),
@@ -625,7 +625,7 @@ COMMANDS: dict[str, Entry] = {
     "bash scripts/test.sh": Entry(
         check_test_script, "compose: it would run this tier again; the script runs and collects the tests"
     ),
-    # without a network: a Hub corpus refused at once
+    # without a network: a Hub corpus refused within seconds
     "HF_HUB_OFFLINE=1 python train.py data=wikitext2": Entry(
         refused("cannot be loaded: HF_HUB_OFFLINE=1 is set", "Local alternative: put train.txt"),
         "verbatim (a refusal: exit 2)",
