@@ -130,3 +130,46 @@ def test_an_absurd_learning_rate_is_refused_before_work(tmp_path, lr):
 )
 def test_a_cross_group_mistake_points_at_the_key_meant(tmp_path, override, hint):
     refused(run("train.py", ["model=tiny", override], tmp_path), hint)
+
+
+def test_a_resume_from_another_runs_checkpoint_file_says_how_to_continue_that_run(tmp_path):
+    """``ckpt_path=<run>/checkpoints/last.ckpt`` without ``hydra.run.dir`` silently started a new
+    folder, recorded ``completed``: the run went on in two folders."""
+    words = [
+        "the",
+        "cat",
+        "sat",
+        "on",
+        "a",
+        "mat",
+        "and",
+        "a",
+        "dog",
+        "ran",
+        "far",
+        "away",
+        "to",
+        "see",
+        "the",
+        "red",
+        "sun",
+    ]
+    corpus = tmp_path / "T.txt"
+    corpus.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(10)) for i in range(300)) + "\n")
+    tiny = ["model=tiny", "data=text", f"data.train_path={corpus}", f"data.val_path={corpus}", "data.seq_len=16"]
+    tiny += [
+        "data.batch_size=4",
+        "trainer.max_steps=4",
+        "trainer.val_check_interval=2",
+        "optim.warmup_steps=1",
+        "logger=csv",
+    ]
+    first = run("train.py", [*tiny, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    proc = run("train.py", [*tiny, f"ckpt_path={last}"], tmp_path)
+    refused(
+        proc, f"is a checkpoint of the run {tmp_path / 'run'}", "ckpt_path=last", f"hydra.run.dir={tmp_path / 'run'}"
+    )
+    runs = tmp_path / "logs" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())  # no new folder, recorded or not
