@@ -84,3 +84,40 @@ def test_a_completed_seed_with_nan_metrics_is_named_and_left_out_of_every_column
     assert gelu["val/loss @steps mean"] == pytest.approx(seeds_1_2)  # the same seeds in the matched-budget column
     assert gelu["late_change"] == pytest.approx(-0.15)  # and in the slope: seeds 1 and 2 (-0.1, -0.2)
     assert gelu["val/loss final n"] == 2 and gelu["mean_seeds"] == "1,2"
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--metric", "val/ppl", "--seeds", "1,2,3"], "--metric val/ppl is not on the plan's split (test"),
+        (["--metric", "test/ppl", "--seeds", "1,2,3"], "--metric test/ppl: runs save per-window losses"),
+        (
+            ["--metric", "test/loss", "--seeds", "1,2,3", "--layout", "nanogpt"],
+            "--layout nanogpt: its test split is one",
+        ),
+        (["--metric", "test/loss", "--seeds", "1,2"], "--seeds 1,2: a declared verdict needs >= 3 seeds"),
+        (
+            ["--metric", "test/loss", "--looks", "2,4,6"],
+            "--looks 2,4,6: seeds at each look, increasing, the first >= 3",
+        ),
+    ],
+)
+def test_declare_refuses_a_plan_that_can_never_give_a_declared_verdict(tmp_path: Path, args, named):
+    """Was: declared and recorded, and every verdict it governs labelled exploratory by summarize.py."""
+    proc = forked_python.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "declare.py"),
+            str(tmp_path / "sweep"),
+            "--baseline",
+            "norm=pre",
+            *args,
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
+    assert named in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(tmp_path.rglob("analysis_*"))  # no plan, no ledger entry

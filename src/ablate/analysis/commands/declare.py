@@ -79,6 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     _add_multiplier_options(parser)
     args = parser.parse_args(argv)
     _check_what_is_declared(parser, args)
+    if args.baseline:
+        _check_declarable(parser, args)
     return args
 
 
@@ -102,6 +104,38 @@ def _check_what_is_declared(parser: argparse.ArgumentParser, args: argparse.Name
         parser.error(
             "declare the verdict seeds (--seeds 1,2,3) or the looks of a group-sequential design (--looks 3,5,7,10): "
             "the analysis checks them against the jobs, so seeds added after the results show"
+        )
+
+
+def _check_declarable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (exit 2) a comparison that could never give a declared verdict: summarize.py labels a
+    row declared only on the plan's split, with >= MIN_SEEDS seed pairs and >= MIN_BLOCKS held-out
+    text blocks of per-window test losses (:func:`ablate.analysis.plan.check_rows`), so a plan
+    that misses one of these would be recorded, and every verdict it governs be exploratory."""
+    from ablate.analysis.engine import MIN_BLOCKS, MIN_SEEDS, has_units
+
+    for metric in args.metric:
+        if metric.split("/", 1)[0] != args.split:
+            parser.error(
+                f"--metric {metric} is not on the plan's split ({args.split}, --split): no row of it is declared"
+            )
+        if not has_units(metric):
+            parser.error(
+                f"--metric {metric}: runs save per-window losses (the held-out text blocks a declared verdict needs, "
+                f">= {MIN_BLOCKS}) for test/loss and test/bpb only: declare one of them (ppl = exp(loss))"
+            )
+    if args.layout is not None and args.layout != "blocks":
+        parser.error(
+            f"--layout {args.layout}: its test split is one passage, not >= {MIN_BLOCKS} held-out text blocks; "
+            "a declared verdict needs --layout blocks (data.splits=blocks)"
+        )
+    if args.seeds and len(set(args.seeds)) < MIN_SEEDS:
+        parser.error(f"--seeds {','.join(map(str, args.seeds))}: a declared verdict needs >= {MIN_SEEDS} seeds")
+    looks = list(args.looks)
+    if looks and (looks[0] < MIN_SEEDS or looks != sorted(set(looks))):
+        parser.error(
+            f"--looks {','.join(map(str, looks))}: seeds at each look, increasing, the first >= {MIN_SEEDS} "
+            f"(a stop at fewer seeds is never a declared verdict), e.g. {MIN_SEEDS},5,7,10"
         )
 
 
