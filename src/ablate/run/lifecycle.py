@@ -65,6 +65,7 @@ from ablate.checkpoints.files import (
 from ablate.cli.console import format_run_summary
 from ablate.config.identity import check_same_run
 from ablate.errors import ConfigError, UserError
+from ablate.nn.spec import ModelSpec
 from ablate.run import distributed
 from ablate.run.job import CONFIG_DIR, Job, is_rank_zero
 from ablate.run.lock import RunDirectoryBusy, RunDirectoryLock
@@ -227,6 +228,7 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], traine
         require_sharded_loader(ckpt_path, trainer)
     checkpoint = inspect_checked(ckpt_path)  # readable, its weights those of the spec it stores, finite
     require_resumable(checkpoint, ckpt_path)  # not best.ckpt's weights alone
+    require_same_scales(checkpoint, ckpt_path)
     state = resume_state(checkpoint)
     if state.get("run_identity") is None:
         rank_zero_info(f"{ckpt_path} predates the resume check: its settings cannot be compared with this config")
@@ -238,6 +240,20 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], traine
     if not announced:
         rank_zero_info(f"resuming {ckpt_path} at step {checkpoint['global_step']}")
     return replace(plan, wandb_run_id=state.get("wandb_run_id"))
+
+
+def require_same_scales(checkpoint: Mapping[str, Any], ckpt_path: str) -> None:
+    """A run trained before the scale contract with a model the contract changes (a unit sinusoid)
+    would go on as another model: refused, naming what changed (eval.py, generate.py and the
+    exports build it from its stored spec, as it was trained)."""
+    stored = (checkpoint.get("hyper_parameters") or {}).get("spec")
+    if isinstance(stored, Mapping) and ModelSpec.from_dict(stored).contract_changes_model():
+        raise ConfigError(
+            f"{ckpt_path} was trained before the scale contract (docs/architecture.md#the-scale-contract): its "
+            "additive position signal has the old scale (a unit-amplitude sinusoid, or a learned table not "
+            "scaled with model.scale_embeddings), which this version no longer builds for training, so resuming it "
+            "would change the model mid-run. Evaluate it as it is (eval.py, generate.py), or train it anew"
+        )
 
 
 def require_sharded_loader(ckpt_path: str | None, trainer: Mapping[str, Any]) -> None:

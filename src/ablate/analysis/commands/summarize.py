@@ -289,6 +289,20 @@ def report_skipped(notes: list[str]) -> None:
         print(f"summarize.py: note: {note}", file=sys.stderr)
 
 
+def run_notes(sweep: Any, metrics: list[str | None]) -> list[str]:
+    """What the jobs' records say of every table: a variant whose scale probe warned at
+    initialisation (:mod:`ablate.nn.probe`), and a test metric read on the validation text."""
+    notes = []
+    for key, jobs in sweep.variants().items():
+        warned = sorted({w for job in jobs for w in (job.record.get("scale_at_init") or {}).get("warnings") or []})
+        if warned:
+            notes.append(f"Scale at init, {sweep.label(key)}: {'; '.join(warned)} (the run header's scale line).")
+    same = next((job.record["test_is_validation"] for job in sweep.jobs if job.record.get("test_is_validation")), None)
+    if same and any(m is None or str(m).startswith("test/") for m in metrics):
+        notes.append(f"test/* here is the validation text, not held-out text: {same}.")
+    return notes
+
+
 def with_note(table: str, note: str | None) -> str:
     """The table and, under it, the note on which jobs it rests on (a tune=lr sweep's tuned rates
     and held-out selection seed): in summary.md too, where a reader of the table looks."""
@@ -380,7 +394,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.baseline and args.family == "call" and len(tables) > 1:
             frames = adjust_family([frame for _, _, frame, _ in tables])
             tables = [(s, m, frame, sweep) for (s, m, _, sweep), frame in zip(tables, frames, strict=True)]
-        notes = verdict_notes(args, tables)
+        notes = verdict_notes(args, tables) + run_notes(full, metrics)
     except (OSError, ValueError) as err:  # missing files, bad input, W&B unreachable (ConnectionError)
         fail(err)
     report_skipped(full.notes)
