@@ -82,13 +82,19 @@ def false_rate(
     return float(np.mean([w.split(" (")[0] in (stats.BETTER, stats.WORSE) for w in words]))
 
 
-def table(sweeps: int, curvatures: Sequence[float], seed_counts: Sequence[int], seed: int = 0) -> str:
+def table(
+    sweeps: int,
+    curvatures: Sequence[float],
+    seed_counts: Sequence[int],
+    procedures: Sequence[str] = PROCEDURES,
+    seed: int = 0,
+) -> str:
     """The false better/worse rate of each procedure per curvature and verdict-seed count, as markdown."""
     rng = np.random.default_rng(seed)
     se = math.sqrt(0.05 * 0.95 / sweeps)
     head = "| procedure | verdict seeds | " + " | ".join(f"c={c:g}" for c in curvatures) + " | worst |"
     rows = [head, "|" + " --- |" * (len(curvatures) + 3)]
-    for procedure in PROCEDURES:
+    for procedure in procedures:
         for n in seed_counts:
             rates = [false_rate(procedure, c, n, sweeps, rng) for c in curvatures]
             rows.append(f"| {procedure} | {n} | " + " | ".join(f"{r:.1%}" for r in rates) + f" | {max(rates):.1%} |")
@@ -103,8 +109,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sweeps", type=int, default=1000, help="simulated sweeps per cell (default 1000)")
     parser.add_argument("--curvatures", type=float, nargs="+", default=[0.5, 1.0, 2.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[5, 10], help="verdict seeds (default 5 10)")
+    parser.add_argument("--procedures", nargs="+", choices=PROCEDURES, default=list(PROCEDURES))
+    parser.add_argument("--rng-seed", type=int, default=0, help="the simulation's random seed (default 0)")
     args = parser.parse_args(argv)
-    print(table(args.sweeps, args.curvatures, args.seeds))
+    print(table(args.sweeps, args.curvatures, args.seeds, args.procedures, args.rng_seed))
 
 
 if __name__ == "__main__":

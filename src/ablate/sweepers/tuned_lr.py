@@ -6,14 +6,21 @@ A Hydra sweeper (:class:`TunedLRSweeper`, Hydra's ``BasicSweeper`` with two stag
 launcher batches:
 
 1. **Stage 1, the grid**: every variant (each combination of the sweep's other values) at each
-   learning rate of a log-spaced grid, with one seed: the *selection seed*
-   ``hydra.sweeper.selection_seed`` (default 0), which must not be one of the verdict seeds (a
-   collision is refused), so that the rate is chosen on a run that no verdict rests on. The grid is the
+   learning rate of a log-spaced grid, once per verdict seed s, on the *selection seed*
+   s + ``hydra.sweeper.selection_offset`` (default 1000; ``hydra.sweeper.selection=nested``, the
+   default), so that each verdict seed's rate is chosen by a selection of its own: the arms' rates
+   then differ by chance *within* the seeds' spread, which the verdict's interval estimates, and
+   identical variants are called different 5% of the time (13-20% when every verdict seed shares
+   one selection: ``benchmarks/lr_selection/simulate.py``, docs/analysis.md "LR selection inside
+   the verdict"). ``selection=shared`` runs one grid per variant on ``hydra.sweeper.selection_seed``
+   (default 0; ``seeds=auto`` needs it). No selection seed may be a verdict seed (refused), so
+   that the rate is chosen on a run that no verdict rests on. The grid is the
    sweep's own ``optim.lr=a,b,c`` when it gives one, else ``hydra.sweeper.num_lrs`` values
    (default 5) a factor ``hydra.sweeper.lr_factor`` (default 2) apart, centred on the variant's
    configured ``optim.lr``. ``hydra.sweeper.halving.rungs=[0.25,0.5]`` runs it by successive
    halving instead (:mod:`ablate.sweepers.halving`; default off: the full grid).
-2. **Stage 2, the seeds**: every variant at its best learning rate -- the best final ``metric``
+2. **Stage 2, the seeds**: every variant at its best learning rate (nested: each verdict seed at
+   its own selection's) -- the best final ``metric``
    (``optimized_metric``, default ``val/loss``: lowest; BLEU-like metrics: highest) recorded in
    the job's ``status.json``; a diverged or crashed job ranks last -- with every seed. The seeds
    are the sweep's own ``seed=1,2,3`` when it gives them (command line, or an experiment's
