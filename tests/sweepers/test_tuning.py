@@ -585,7 +585,6 @@ def test_seeds_auto_stops_when_decided(run_train, tmp_path):
         "hydra.sweeper.baseline='act=gelu'",
         "hydra.sweeper.margin=10",
         "hydra.sweeper.looks=[2,3]",
-        "hydra.sweeper.selection=shared",  # seeds=auto: one rate per variant
         *TINY,
         "logger=csv",
     )

@@ -13,7 +13,7 @@ launcher batches:
    identical variants are called different 5% of the time (13-20% when every verdict seed shares
    one selection: ``benchmarks/lr_selection/simulate.py``, docs/analysis.md "LR selection inside
    the verdict"). ``selection=shared`` runs one grid per variant on ``hydra.sweeper.selection_seed``
-   (default 0; ``seeds=auto`` needs it). No selection seed may be a verdict seed (refused), so
+   (default 0; ``seeds=auto`` uses it, and says so). No selection seed may be a verdict seed (refused), so
    that the rate is chosen on a run that no verdict rests on. The grid is the
    sweep's own ``optim.lr=a,b,c`` when it gives one, else ``hydra.sweeper.num_lrs`` values
    (default 5) a factor ``hydra.sweeper.lr_factor`` (default 2) apart, centred on the variant's
@@ -191,11 +191,14 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                     f"hydra.sweeper.selection_offset={selection_offset!r}: give the number added to a verdict seed "
                     "to make the seed of its selection grid, > 0 (default 1000)"
                 )
-            if self.auto and selection == "nested":
-                raise ValueError(
-                    "hydra.sweeper.seeds=auto adds verdict seeds after the rates are chosen, one rate per variant: "
-                    "give hydra.sweeper.selection=shared with it"
+            if self.auto and selection == "nested":  # its seeds come after the rates: one rate per variant
+                log.warning(
+                    "tuned_lr: hydra.sweeper.seeds=auto adds verdict seeds after the rates are chosen, so it selects "
+                    "one rate per variant (hydra.sweeper.selection=shared, on hydra.sweeper.selection_seed): the "
+                    "arms' rates differ by chance and its verdicts do not cover that (docs/analysis.md \"LR "
+                    "selection inside the verdict\"); a fixed list of seeds selects each seed's rate on its own"
                 )
+                selection = "shared"
             self.selection, self.selection_offset = selection, selection_offset
             self.verdict_metric = verdict_metric
             self.margin_basis = margin_basis
