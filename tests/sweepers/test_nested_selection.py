@@ -173,14 +173,14 @@ def load_simulation():
 
 
 def test_the_simulation_shows_nested_selection_at_5_percent_and_shared_far_above():
-    """Identical arms, 10 verdict seeds, a one-step miss costing one noise SD (the shared rule's worst
-    case in docs/analysis.md), 300 sweeps through the package's verdict: the nested procedure's false
-    better/worse rate is within 2.5 Monte-Carlo SEs of 5%, the shared one's far above it (about 20%)."""
+    """Identical arms, 10 verdict seeds, a one-step miss costing one noise SD, 2000 sweeps (the first
+    100 through the package's whole verdict path): the nested procedure's false better/worse rate is
+    within 2.5 Monte-Carlo SEs of 5%, the shared one's far above it (about 19%)."""
     sim = load_simulation()
     rng = np.random.default_rng(0)
-    sweeps = 300
+    sweeps = 2000
     se = math.sqrt(0.05 * 0.95 / sweeps)
-    nested = sim.false_rate("nested", 1.0, 10, sweeps, rng)
-    shared = sim.false_rate("shared", 1.0, 10, sweeps, rng)
+    nested = sim.false_rate("nested", 1.0, 10, sweeps, rng, checked=100)
+    shared = sim.false_rate("shared", 1.0, 10, sweeps, rng, checked=100)
     assert nested <= 0.05 + 2.5 * se, nested
-    assert shared >= 0.05 + 5 * se, shared
+    assert shared >= 0.05 + 10 * se, shared

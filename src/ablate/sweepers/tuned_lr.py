@@ -10,7 +10,7 @@ launcher batches:
    s + ``hydra.sweeper.selection_offset`` (default 1000; ``hydra.sweeper.selection=nested``, the
    default), so that each verdict seed's rate is chosen by a selection of its own: the arms' rates
    then differ by chance *within* the seeds' spread, which the verdict's interval estimates, and
-   identical variants are called different 5% of the time (13-20% when every verdict seed shares
+   identical variants are called different 5% of the time (10-20% when every verdict seed shares
    one selection: ``benchmarks/lr_selection/simulate.py``, docs/analysis.md "LR selection inside
    the verdict"). ``selection=shared`` runs one grid per variant on ``hydra.sweeper.selection_seed``
    (default 0; ``seeds=auto`` uses it, and says so). No selection seed may be a verdict seed (refused), so
@@ -302,7 +302,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             for s in cmd.seeds
         ]
 
-    def _selection_text(self, cmd: _Command) -> str:
+    def _selection_text(self) -> str:
         """The seed stage 1 ran on, as the stage-1 table's title says it."""
         if self.selection == "shared":
             return self.selection_seed
@@ -367,7 +367,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         stage1, stopped = self._stage1(cmd, variants)
         if stopped:
             return [stage1]
-        print(stage1_table(variants, cmd.metric, cmd.higher, cmd.seed_name, self._selection_text(cmd)), flush=True)
+        print(stage1_table(variants, cmd.metric, cmd.higher, cmd.seed_name, self._selection_text()), flush=True)
         self._write(cmd, variants, stage2_done=False)
         self._declare_plan(cmd, variants)  # the verdict's rule, before its data
         stage2 = self._stage2(cmd, variants)
@@ -440,7 +440,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             what = f"{len({v.label for v in variants})} variant(s) x {len(cmd.seeds)} verdict seeds"
         print(
             f"LR tuning, stage 1: {what} x {len(variants[0].grid)} learning rates, "
-            f"{cmd.seed_name}={self._selection_text(cmd)} (the selection seed, no verdict rests on it)"
+            f"{cmd.seed_name}={self._selection_text()} (the selection seed, no verdict rests on it)"
             + (f", successive halving at {','.join(f'{r:g}' for r in self.rungs)} of the steps" if self.rungs else ""),
             flush=True,
         )
