@@ -106,7 +106,7 @@ def stage1_table(variants: list[Variant], metric: str, higher: bool, seed_name: 
         f"{'highest' if higher else 'lowest'} wins, diverged/crashed rank last)"
     )
     lines = [title, table(rows)]
-    lines += sh.stage1_lines([v for v in variants if v.tracks])
+    lines += dict.fromkeys(sh.stage1_lines([v for v in variants if v.tracks]))  # nested: one line per variant
     lines += [f"  {v.name}: {v.selection.note}" for v in variants if v.selection.note]
     return "\n".join(lines)
 
