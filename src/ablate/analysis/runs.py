@@ -282,7 +282,7 @@ def tuned_choices(sweep: Sweep, root: str | Path) -> dict[tuple[str | None, ...]
     path = Path(root) / TUNING_FILE
     if not path.is_file():
         return {}
-    from ablate.sweepers.tuning_report import neighbour_text
+    from ablate.sweepers.tuning_report import neighbour_text, rates_text
 
     records = [v for v in json.loads(path.read_text()).get("variants", []) if v.get("chosen_override")]
     out = {}
@@ -290,8 +290,8 @@ def tuned_choices(sweep: Sweep, root: str | Path) -> dict[tuple[str | None, ...]
         mine = [r for r in records if any(_ran_at(job, r) for job in jobs)]  # selection=nested: one per seed
         if not mine:
             continue
-        mine.sort(key=lambda r: (r.get("verdict_seed") is None, str(r.get("verdict_seed"))))
-        rates = ",".join(r["chosen_override"].split("=", 1)[1] for r in mine)
+        mine.sort(key=lambda r: int(r.get("verdict_seed") or 0))  # nested: integer seeds (the sweeper refuses others)
+        rates = rates_text([r["chosen_override"].split("=", 1)[1] for r in mine])
         notes = list(dict.fromkeys(EDGE_WORDS.get(r["edge"], str(r["edge"])) for r in mine if r.get("edge")))
         extended = sorted({x for r in mine for x in r.get("extended") or []})
         if extended:

@@ -135,6 +135,12 @@ def neighbour_text(gaps: list[list[float | None]]) -> str:
     return f"{mean([g[0] for g in gaps])} / {mean([g[1] for g in gaps])}"
 
 
+def rates_text(texts: list[str]) -> str:
+    """An arm's chosen rates as a cell: one value when every selection chose it, else each verdict
+    seed's in seed order (``selection=nested``)."""
+    return texts[0] if len(set(texts)) == 1 else ",".join(texts)
+
+
 def stage2_table(variants: list[Variant], metric: str, lr_name: str, seed_name: str, seeds: list[str]) -> str:
     """Each variant's final ``metric`` per seed at its chosen learning rate (``selection=nested``: each
     seed's own, listed in seed order), with mean ± std and the cost of a one-step miss in stage 1."""
@@ -155,7 +161,7 @@ def stage2_table(variants: list[Variant], metric: str, lr_name: str, seed_name: 
         rows.append(
             [
                 label,
-                ",".join(u.chosen_text for u in chosen),
+                rates_text([u.chosen_text for u in chosen]),
                 *cells,
                 summary,
                 neighbour_text([neighbours(u) for u in chosen]),
