@@ -126,6 +126,29 @@ def test_a_selection_offset_that_lands_on_a_verdict_seed_is_refused(tmp_path):
         sweeper._selection_seeds(["a"], "seed")
 
 
+def test_a_command_adding_verdict_seeds_keeps_the_earlier_seeds_selections(tmp_path):
+    """Nested: one record per variant and verdict seed. A second command with seeds 3,4 in the same
+    sweep directory keeps seeds 1 and 2's selections (their jobs stay in the verdict) and replaces
+    only its own seeds'; a shared selection of the variant replaces all of them."""
+    from ablate.sweepers.lr_selection import save_selection
+
+    path = tmp_path / "lr_tuning.json"
+
+    def record(seed: int | None, lr: float) -> dict:
+        r = {"variant": "act=relu", "overrides": ["act=relu"], "chosen_lr": lr, "selection_seed": 1000 + (seed or 0)}
+        return r if seed is None else {**r, "verdict_seed": seed}
+
+    def chosen() -> dict:
+        return {r.get("verdict_seed"): r["chosen_lr"] for r in json.loads(path.read_text())["variants"]}
+
+    save_selection(path, {"variants": [record(1, 1e-3), record(2, 2e-3)]})
+    save_selection(path, {"variants": [record(2, 4e-3), record(3, 8e-3)]})
+    assert chosen() == {1: 1e-3, 2: 4e-3, 3: 8e-3}
+    assert json.loads(path.read_text())["selection_seeds"] == [1001, 1002, 1003]
+    save_selection(path, {"variants": [record(None, 1e-2)]})
+    assert chosen() == {None: 1e-2}
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
