@@ -269,6 +269,7 @@ def test_tuned_sweep_end_to_end(run_train, tmp_path):
         "hydra.sweeper.lr_factor=30",
         "hydra.sweeper.seeds=[1,2]",
         "hydra.sweeper.extend_edges=0",  # the grid as given (the extension past an edge: the next test)
+        "hydra.sweeper.selection=shared",  # one grid per variant, on seed 0 (nested: test_nested_selection_...)
         *TINY,
         "logger=csv",
     ]
@@ -370,6 +371,7 @@ def test_tuned_sweep_edge_and_all_diverged(run_train, tmp_path):
         "optim.grad_clip=null",
         "hydra.sweeper.seeds=[1,2]",
         "hydra.sweeper.num_lrs=7",
+        "hydra.sweeper.selection=shared",
         *TINY,
         "logger=csv",
     )
@@ -517,7 +519,9 @@ def test_the_verdict_table_states_each_arms_rate_and_edge(tmp_path, capsys):
 
 @pytest.mark.integration
 def test_a_selection_seed_among_the_verdict_seeds_is_refused(run_train, tmp_path):
-    proc = run_train("act=relu,gelu", "tune=lr", "seed=0,1", *TINY, "logger=csv", check=False)
+    proc = run_train(
+        "act=relu,gelu", "tune=lr", "seed=0,1", "hydra.sweeper.selection=shared", *TINY, "logger=csv", check=False
+    )
     assert proc.returncode != 0
     assert "hydra.sweeper.selection_seed=0 is one of the verdict seeds (seed=0,1)" in proc.stderr + proc.stdout
     assert "hydra.sweeper.selection_seed=2" in proc.stderr + proc.stdout
@@ -530,6 +534,7 @@ def test_a_selection_seed_among_the_verdict_seeds_is_refused(run_train, tmp_path
     [
         ("hydra.sweeper.num_lrs=0", "error: hydra.sweeper.num_lrs=0: give a number of learning rates >= 1"),
         ("hydra.sweeper.seeds=auto", "give hydra.sweeper.baseline=AXIS=VALUE and hydra.sweeper.margin=DELTA"),
+        ("hydra.sweeper.selection=once", "error: hydra.sweeper.selection='once': give nested (each verdict seed's"),
     ],
 )
 def test_a_bad_sweeper_setting_is_refused_as_every_bad_key(run_train, tmp_path, setting, message):

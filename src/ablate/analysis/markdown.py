@@ -229,7 +229,9 @@ def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
         )
     if frame.attrs.get("lr_choice"):
         notes.append(
-            "tuned LR: each arm's learning rate, chosen on the selection seed (tune=lr); an edge means the best "
+            "tuned LR: each arm's learning rate, chosen on held-out runs (tune=lr; one per verdict seed under "
+            "hydra.sweeper.selection=nested; Δ a step down / up: stage 1's loss one grid step either side minus the "
+            "chosen rate's); an edge means the best "
             "rate was the lowest or highest tried, so the optimum may lie outside the grid and that arm may be "
             "handicapped; tune=lr extends the grid past an edge before stage 2 (hydra.sweeper.extend_edges)."
         )

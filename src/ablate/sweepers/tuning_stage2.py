@@ -183,12 +183,14 @@ def fixed_stage2(
     seed_name: str,
     seeds: list[str],
 ) -> list[JobReturn]:
-    """Every variant with a usable learning rate at that rate, with every verdict seed, fresh."""
-    plan = [(v, s) for v in variants if v.selection.chosen is not None for s in seeds]
+    """Every variant with a usable learning rate at that rate, with every verdict seed, fresh
+    (``selection=nested``: each variant's selection of one verdict seed, with that seed only)."""
+    plan = [(v, s) for v in variants if v.selection.chosen is not None for s in ([v.seed] if v.seed else seeds)]
     if plan:
         print(
-            f"LR tuning, stage 2: {len({id(v) for v, _ in plan})} variant(s) at their chosen learning rate, "
-            f"{seed_name}={','.join(seeds)}",
+            f"LR tuning, stage 2: {len({v.label for v, _ in plan})} variant(s) at their chosen learning rate"
+            + (" (each verdict seed's own)" if any(v.seed for v, _ in plan) else "")
+            + f", {seed_name}={','.join(seeds)}",
             flush=True,
         )
     returns = launch(_jobs(plan, lr_name, seed_name))
