@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, ...]] = [
     # beside each other: the analysis reads what jobs leave (status.json, metrics.csv), never the training
     # code; a job (checks, lifecycle, assembly, training) imports no analysis
     ("ablate.analysis", "ablate.run"),
-    ("ablate.sweepers", "ablate.benchmark", "ablate.export"),  # sweeps of jobs; measurements; exports
+    ("ablate.sweepers", "ablate.export"),  # sweeps of jobs; exports
     ("hydra_plugins",),
 ]
 # The run record: what a job leaves in its folder (status.json: its schema and reader; csv/metrics.csv: the
