@@ -15,6 +15,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from ablate.analysis.commands import declare as declare_command
@@ -56,6 +57,22 @@ def rows(capsys, sweep: Path, *args: str) -> dict[str, str]:
     summarize_command.main([str(sweep), *(args or ["--plan"]), "--out", str(sweep.parent / "out")])
     out = capsys.readouterr().out
     return {act: next(line for line in out.splitlines() if line.startswith(f"| {act} |")) for act in ("relu", "silu")}
+
+
+def test_a_declared_sweep_whose_arms_stalled_gets_no_verdict(tmp_path: Path, capsys):
+    """Issue 50 item 4: every arm stayed on its starting plateau (val/loss fell by < 1%): a
+    declared comparison prints ``not trained (stalled k/n)``, never better / worse / equivalent
+    (on f5f6d26: relu ``worse (stalled 3/3)``, silu ``equivalent (±0.2) (stalled 3/3)``)."""
+    sweep = declared_sweep(tmp_path)
+    for metrics in sweep.glob("*/csv/metrics.csv"):
+        frame = pd.read_csv(metrics)
+        frame["val/loss"] = [3.352, 3.351]  # the unigram plateau, at both validations
+        frame.to_csv(metrics, index=False)
+    lines = rows(capsys, sweep)
+    for act, line in lines.items():
+        verdict = line.rsplit("|", 2)[-2]
+        assert "not trained (stalled 3/3)" in verdict, (act, line)
+        assert not any(word in verdict for word in ("better", "worse", "equivalent")), (act, line)
 
 
 def test_a_plan_is_a_chained_ledger_entry_outside_the_sweep_folder(tmp_path: Path):

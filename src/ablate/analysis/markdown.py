@@ -15,6 +15,7 @@ from ablate.analysis import budget
 from ablate.analysis.convergence import LATE_FRACTION, LATE_METRIC, STALL_TOLERANCE
 from ablate.analysis.job import higher_is_better
 from ablate.analysis.runs import Sweep
+from ablate.analysis.stats import NOT_TRAINED
 
 
 def fmt(value: float, std: float = math.nan) -> str:
@@ -226,6 +227,13 @@ def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
         notes.append(
             f"stalled k/n: completed seeds whose final {STALL_METRIC_TEXT} is within {STALL_TOLERANCE:.0%} of "
             "their first validation's (they never left the starting plateau); their values are in the test."
+        )
+    if frame["verdict"].astype(str).str.startswith(NOT_TRAINED).any():
+        notes.append(
+            "not trained (stalled k/n): most seeds of the row, or of the baseline, stalled, so there is no "
+            "verdict and the row is outside the family: a difference between plateaus says nothing about the "
+            "component. Make both arms train first: a longer budget (trainer.max_steps), another learning rate "
+            "(optim.lr, or tune=lr), and the run header's scale probe line (a signal far off its expected scale)."
         )
     if frame.attrs.get("lr_choice"):
         notes.append(

@@ -52,6 +52,21 @@ POWER = 0.8
 
 BETTER, WORSE, EQUIVALENT, INCONCLUSIVE = "better", "worse", "equivalent", "inconclusive"
 NOT_EQUIVALENT = "equivalence not shown"  # a margin was asked and neither test passed: never "rejected"
+NOT_TRAINED = "not trained"  # most seeds of an arm never left the starting plateau: no verdict (issue 50)
+
+
+def not_trained(stalled: int, completed: int, baseline_stalled: int = 0, baseline_completed: int = 0) -> str:
+    """``not trained (stalled k/n)`` when most completed seeds of the variant stalled (never left the
+    starting plateau, :func:`ablate.analysis.convergence.is_stalled`), ``not trained (baseline stalled
+    k/n)`` when most of the baseline's did, else ``""``. A majority, not any: one seed of ten stuck on
+    the plateau is an outcome of that seed (noted in the verdict); most of them say the recipe does not
+    train this arm, and a difference between plateaus measures the recipe, not the component (a row
+    "equivalent" between two untrained arms read as "this component does not matter")."""
+    if completed and 2 * stalled > completed:
+        return f"{NOT_TRAINED} (stalled {stalled}/{completed})"
+    if baseline_completed and 2 * baseline_stalled > baseline_completed:
+        return f"{NOT_TRAINED} (baseline stalled {baseline_stalled}/{baseline_completed})"
+    return ""
 
 
 @dataclass(frozen=True)
