@@ -180,6 +180,17 @@ def test_training_imports_no_analysis() -> None:
     assert not found
 
 
+def test_the_package_never_imports_the_lab() -> None:
+    """The measurements and the verdict simulations sit beside the package (``benchmarks/``, the
+    experiments' code under ``experiments/``), not installed (issue 51 item 1): they import the
+    package, never the reverse, and no module of them is left inside it."""
+    lab = ("benchmarks", "experiments")
+    found = [f"{i.module}:{i.line} ({i.kind}) -> {i.target}" for i in ALL_IMPORTS if i.target.split(".")[0] in lab]
+    assert not found
+    inside = [m for m in MODULES if m.split(".")[1:2] == ["benchmark"] or m.endswith((".calibration", ".simulate"))]
+    assert not inside, inside
+
+
 def test_the_run_record_stands_on_the_layers_below() -> None:
     """What the analysis may read of ``run/`` imports nothing else of it, nor anything beside or above."""
     found = [

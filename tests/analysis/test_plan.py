@@ -27,6 +27,7 @@ from ablate.analysis.plan import (
     Plan,
     PlanError,
     _entry_digest,
+    anchor_note,
     check_rows,
     declare,
     read_ledger,
@@ -209,7 +210,7 @@ def test_seeds_added_or_removed_after_the_results_are_exploratory(tmp_path: Path
     assert "declared seed(s) 2 have no job" in rows(capsys, sweep)["silu"]
 
 
-def test_variants_split_metric_and_stopping_rule_are_checked_against_the_jobs(tmp_path: Path, capsys):
+def test_variants_split_metric_and_design_are_checked_against_the_jobs(tmp_path: Path, capsys):
     sweep = declared_sweep(tmp_path, variants=("act=relu",))
     found = rows(capsys, sweep)
     assert "act=silu is not a declared comparison" in found["silu"] and found["relu"].endswith("| worse |")
@@ -220,8 +221,16 @@ def test_variants_split_metric_and_stopping_rule_are_checked_against_the_jobs(tm
     sweep = declared_sweep(tmp_path / "layout", layout="disjoint")
     assert "data.splits (blocks) is not the plan's (disjoint)" in rows(capsys, sweep)["relu"]
 
-    sweep = declared_sweep(tmp_path / "seq", stopping="group-sequential", looks=(3, 5), spending="kim-demets", seeds=())
-    assert "stopping rule (fixed) is not the plan's (group-sequential)" in rows(capsys, sweep)["relu"]
+    # a group-sequential plan (seeds=auto) in a ledger from before that design went: no row is declared under it
+    sweep = tmp_path / "seq" / "sweep"
+    ledger = Path(declare(sweep, plan()).entry["ledger"])
+    entry = json.loads(ledger.read_text())
+    entry["plan"].update(stopping="group-sequential", looks=[3, 5], spending="kim-demets", seeds=[])
+    entry["sha256"] = _entry_digest(entry)
+    ledger.write_text(json.dumps(entry, sort_keys=True) + "\n")
+    (sweep / PLAN_FILE).write_text(json.dumps({**entry, "ledger": str(ledger)}))
+    write_units_sweep(sweep, SHIFTS)
+    assert "a group-sequential plan (seeds=auto): that design is gone" in rows(capsys, sweep)["relu"]
 
 
 def test_too_few_seeds_or_blocks_cannot_be_declared(tmp_path: Path, capsys):
@@ -262,6 +271,28 @@ def test_declare_needs_the_seeds_it_will_be_checked_against(tmp_path: Path, caps
     with pytest.raises(SystemExit) as exit_info:
         declare_command.main([str(tmp_path / "s"), "--metric", "test/loss", "--baseline", "act=gelu"])
     assert exit_info.value.code == 2 and "declare the verdict seeds" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # the group-sequential design's looks: gone, and what replaces them
+        declare_command.main([str(tmp_path / "s"), "--metric", "test/loss", "--baseline", "act=gelu", "--looks", "3,5"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "group-sequential design is gone" in err and "--seeds 1,2,3,4,5" in err
+    assert "planner" in err and not (tmp_path / "s").exists()
+
+
+def test_the_plan_note_names_its_outside_anchor_and_earlier_plans(tmp_path: Path, capsys):
+    """Issue 51 item 2: the note under a declared table says what vouches for the plan's time
+    outside the folder (the git commit, the W&B run) or that nothing does, and lists earlier plans
+    for the same comparison in the ledger (a comparison declared again after a first result)."""
+    first = tmp_path / "first"
+    declare(first, plan(margin=0.5))
+    sweep = tmp_path / "sweep"
+    declaration = declare(sweep, plan())
+    write_units_sweep(sweep, SHIFTS)
+    summarize_command.main([str(sweep), "--plan", "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert f"Anchored outside the folder: git commit {declaration.entry['git_commit'][:12]}" in out
+    assert "Earlier plans for this comparison in the ledger (1): entry 1 (" in out and "first, margin 0.5" in out
+    none = dict(declaration.entry, git_commit=None, wandb_run_id=None)
+    assert "Not anchored outside the folder" in anchor_note(none)
     declare_command.main(
         [
             str(tmp_path / "s"),

@@ -260,13 +260,10 @@ def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> lis
     with Shaffer's constraint: at most one of a row's two nulls is true), so the chance of any
     false ``better``, ``worse`` or ``equivalent`` in the family is at most ``alpha``. Then the MDE
     at alpha/m (m: the rows with a difference test, the threshold the first step applies) and
-    each row's verdict (:func:`ablate.analysis.stats.verdict`). Rows a group-sequential rule
-    decided (``test == "group-sequential"``) keep its verdict: its own alpha / m spending covers them."""
+    each row's verdict (:func:`ablate.analysis.stats.verdict`); a row whose arms did not train
+    gets ``not trained (...)`` and stays out of the family (:func:`_untrained`)."""
     untrained = [_untrained(f) for f in frames]
-    compared = [
-        (f["verdict"].ne("baseline") & f["test"].ne("group-sequential")).to_numpy() & (u == "")
-        for f, u in zip(frames, untrained, strict=True)
-    ]
+    compared = [f["verdict"].ne("baseline").to_numpy() & (u == "") for f, u in zip(frames, untrained, strict=True)]
     flat = {
         column: np.concatenate(
             [f[column].to_numpy(dtype=float)[mask] for f, mask in zip(frames, compared, strict=True)]

@@ -37,8 +37,8 @@ passages would give.
 A metric is a ratio (summed NLL over tokens, or over bytes x ln 2 for bits per byte), so each
 unit's difference is linearised around the seed's overall difference D_s (the usual ratio
 estimator): z[s, t] = D_s + (A[s, t] − D_s W[t]) / mean(W), with A the unit's NLL difference and
-W its denominator; mean_t z[s, t] = D_s exactly. Calibration: ``scripts/simulate_verdicts.py``
-(seeds 2/3/5 x blocks 4/8 x text/seed SD 0.3-6, numbers in docs/analysis.md) and
+W its denominator; mean_t z[s, t] = D_s exactly. Calibration: ``python -m benchmarks.verdicts.simulate``
+(seeds 2/3/5 x blocks 4/8 x text/seed SD 0.3-6, numbers in benchmarks/verdicts/README.md) and
 ``tests/analysis/test_crossed.py``.
 """
 

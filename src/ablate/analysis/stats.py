@@ -281,6 +281,40 @@ def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> flo
     return float(effect * se)
 
 
+def seeds_for(
+    delta: float,
+    seed_se: float,
+    text_se: float,
+    n_seeds: int,
+    n_blocks: int = 1,
+    alpha: float = ALPHA,
+    power: float = POWER,
+    least: int = 3,
+    most: int = 1000,
+) -> int | None:
+    """The planner of a fixed design: the fewest seeds (at least ``least``, the declared minimum)
+    whose test detects a true |Δ| = ``delta`` with ``power`` at ``alpha`` (:func:`mde`), from a
+    pilot's standard error at ``n_seeds`` seeds. The seed part of the SE shrinks as 1/sqrt(n); the
+    text part (``text_se``, another passage: the crossed analysis' text SE, 0 for a paired test)
+    is held fixed (a little conservative: it carries a share of the seed x text interaction that
+    more seeds would shrink), and the df combine the two by Satterthwaite (n - 1 and ``n_blocks`` - 1). None when
+    even ``most`` seeds leave the MDE above δ (the text alone is too noisy: hold out more blocks)."""
+
+    def detects(n: int) -> bool:
+        seed_var, text_var = seed_se**2 * n_seeds / n, text_se**2
+        text_df = text_var**2 / (n_blocks - 1) if text_var > 0 and n_blocks > 1 else 0.0
+        df = (seed_var + text_var) ** 2 / (seed_var**2 / (n - 1) + text_df)
+        return bool(mde(math.sqrt(seed_var + text_var), df, alpha, power) <= delta)
+
+    if not (delta > 0 and seed_se > 0 and n_seeds >= 2) or not detects(most):
+        return None
+    low, high = least - 1, most  # detects(high) holds; find the first n that does (MDE falls with n)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if detects(mid) else (mid, high)
+    return max(high, least)
+
+
 def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
     """Holm's step-down adjusted p-values (Holm 1979): with the m finite p-values sorted
     ascending, p_adj(i) = max_{j <= i} min(1, (m - j + 1) p(j)). NaN entries (untested
