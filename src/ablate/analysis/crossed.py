@@ -72,8 +72,6 @@ class CrossedResult:
     seeds: tuple[int, ...]
     p_tost: float = math.nan
     margin: float = math.nan
-    unit_kind: str = "held-out blocks"  # what a text unit is (ablate.eval_units.text_groups)
-    mean_squares: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # MS_seed, MS_text, MS_error
 
     @property
     def half_width_unpaired(self) -> float:
@@ -177,10 +175,10 @@ def crossed(
         raise ValueError(f"{len(shared)} seed(s) with per-unit losses on both sides: a crossed interval needs 2")
     v, b = {s: variant[s] for s in shared}, {s: baseline[s] for s in shared}
     ref = _check_same_text(v, b)
-    groups, kind = text_groups(ref)
+    groups, _ = text_groups(ref)
     z, arms, seeds = linearised(v, b, metric, groups)
     n_s, n_t = z.shape
-    mean, var, df, ms_s, ms_t, ms_e = (float(x) for x in anova(z))
+    mean, var, df, ms_s, ms_t, _ = (float(x) for x in anova(z))
     p, p_tost = (float(x) for x in t_tests(np.array(mean), np.array(var), np.array(df), margin))
     se = math.sqrt(var)
     crit = stats.t.ppf((1 + confidence) / 2, df)
@@ -200,6 +198,4 @@ def crossed(
         seeds=seeds,
         p_tost=p_tost,
         margin=math.nan if margin is None else float(margin),
-        unit_kind=kind,
-        mean_squares=(ms_s, ms_t, ms_e),
     )

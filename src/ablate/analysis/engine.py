@@ -68,16 +68,12 @@ class Evidence:
     comparison: stats.Comparison
     inference: str
     n_blocks: int = 0
-    unit_kind: str = ""
     seed_se: float = math.nan
     text_se: float = math.nan
     text_se_unpaired: float = math.nan
     half_width_unpaired: float = math.nan
-    mean_squares: tuple[float, float, float] = (math.nan, math.nan, math.nan)
     diverged: int = 0
     baseline_diverged: int = 0
-    ran: int = 0  # seeds of the variant with an outcome (completed or diverged)
-    baseline_ran: int = 0
 
     @property
     def test(self) -> str:
@@ -157,12 +153,10 @@ def analyse(
             )
             extra = dict(
                 n_blocks=x.n_units,
-                unit_kind=x.unit_kind,
                 seed_se=x.seed_se,
                 text_se=x.text_se,
                 text_se_unpaired=x.text_se_unpaired,
                 half_width_unpaired=x.half_width_unpaired,
-                mean_squares=x.mean_squares,
             )
     elif why or why_base:
         inference = f"{c.test} ({why or why_base})"
@@ -170,7 +164,7 @@ def analyse(
         p, shift = worst_rank_test(values, base_values, k, k_base, higher_is_better)
         c = replace(c, test="worst-rank" if math.isfinite(p) else "", p=p, shift=shift, p_tost=math.nan)
         inference = f"worst-rank, {ran} vs {base_ran} seeds (diverged ranked worst)"
-    return Evidence(c, inference, diverged=k, baseline_diverged=k_base, ran=ran, baseline_ran=base_ran, **extra)
+    return Evidence(c, inference, diverged=k, baseline_diverged=k_base, **extra)
 
 
 def has_units(metric: str) -> bool:
