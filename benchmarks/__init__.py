@@ -1,5 +1,11 @@
-"""Measure the training speed of the configured experiment, in one process, and check the budgets.
-The library part of ``scripts/benchmark.py`` (its entry point, :func:`benchmarks.suite.main`).
+"""Measurements beside the package, not installed (issue 51: the lab is not the product): they
+import ``ablate``, never the reverse (tests/test_layers.py), and ``scripts/benchmark*.py`` and
+``scripts/sweep_overhead.py`` put the checkout's root on the path to reach them. The verdict
+simulations are :mod:`benchmarks.verdicts`.
+
+The speed benchmark measures the training speed of the configured experiment, in one process, and
+checks the budgets: the library part of ``scripts/benchmark.py`` (its entry point,
+:func:`benchmarks.suite.main`).
 
     python scripts/benchmark.py                                 # the default experiment
     python scripts/benchmark.py model.n_layers=2 data.seq_len=64 benchmark.compile=true
