@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ablate.analysis.crossed import anova, crossed, unit_groups
+from ablate.analysis.crossed import anova, crossed
 from ablate.eval_units import Units, text_groups
 from benchmarks.verdicts import calibration
 
@@ -20,7 +20,7 @@ def test_the_text_unit_is_the_held_out_block():
     """Issue 43 item 3: 4 held-out blocks are 4 text units (20535cc cut each into 4 runs of
     windows: 16 units, pseudo-replicated); independent passages are grouped, one passage is one."""
     u = units(np.zeros(40), np.repeat(np.arange(4), 10))
-    groups = unit_groups(u)
+    groups = text_groups(u)[0]
     assert len(np.unique(groups)) == 4 and all(len(set(groups[u.block == b])) == 1 for b in range(4))
     one = units(np.zeros(40), np.zeros(40))
     captions = Units(one.index, one.nats, one.tokens, one.bytes, one.block, "k", corpus="multi30k")

@@ -122,11 +122,6 @@ def t_tests(
     return p, np.where(se > 0, np.maximum(lower, upper), np.nan)
 
 
-def unit_groups(units: Units) -> np.ndarray:
-    """Each window's text unit (:func:`ablate.eval_units.text_groups`): its held-out block."""
-    return text_groups(units)[0]
-
-
 def _check_same_text(runs: Mapping[int, Units], other: Mapping[int, Units]) -> Units:
     first = next(iter(runs.values()))
     for u in [*runs.values(), *other.values()]:
