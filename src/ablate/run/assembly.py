@@ -1,7 +1,7 @@
 """One assembly path: a checked config -> data module -> model spec -> task -> callbacks -> loggers
 -> Trainer.
 
-:func:`build` is what a training job trains with; the benchmark (:mod:`ablate.benchmark`) and the
+:func:`build` is what a training job trains with; the benchmark (:mod:`benchmarks`) and the
 scripts build from the same parts (:func:`build_datamodule`, :func:`build_model`,
 :func:`build_callbacks`, :func:`trainer_arguments`), so that what they measure is what ``train.py``
 runs. Nothing here is specific to a task: the task (``task.name``, :mod:`ablate.tasks`) builds its

@@ -28,10 +28,8 @@ launcher batches:
    every one of them fresh: the selection job is not reused, so no verdict seed is the run that
    won the selection (which would bias it by the selection's winner's curse); summaries and
    figures (:func:`ablate.analysis.runs.at_tuned_rates`) leave the selection seed's jobs out.
-   ``hydra.sweeper.seeds=auto`` (with ``hydra.sweeper.baseline=<axis=value>`` and
-   ``hydra.sweeper.margin=<δ>``) adds the seeds in batches instead, up to each of
-   ``hydra.sweeper.looks`` (default 3, 5, 7, 10 seeds), until each comparison is decided
-   (:mod:`ablate.sweepers.tuning_stage2`).
+   The seeds are fixed before the data (``hydra.sweeper.seeds=auto``, the group-sequential design, is
+   refused: :func:`ablate.sweepers.tuning_stage2.refuse_auto_seeds`).
 
 Both stages go through ``self.launcher.launch``: any launcher works (basic, joblib, submitit), and
 the jobs are ordinary jobs of the sweep directory named by their overrides (``optim.lr=...``,
@@ -43,8 +41,8 @@ grid; a variant whose every learning rate diverged or crashed is reported and ge
 sweep goes on: the sweep-end report, :mod:`ablate.sweepers.sweep_report`, owns crashes and exit codes).
 
 This module holds the sweeper. The grid, the selection rule and reading a job's outcome are
-:mod:`ablate.sweepers.lr_selection`; the analysis plan declared before stage 2 and ``seeds=auto``
-are :mod:`ablate.sweepers.tuning_stage2`; the tables and the ``lr_tuning.json`` record are
+:mod:`ablate.sweepers.lr_selection`; the analysis plan declared before stage 2 and stage 2's
+jobs are :mod:`ablate.sweepers.tuning_stage2`; the tables and the ``lr_tuning.json`` record are
 :mod:`ablate.sweepers.tuning_report`; a halving stage 1 is :mod:`ablate.sweepers.halving`.
 
 Hydra only instantiates sweepers from the ``hydra_plugins`` namespace: ``_target_`` in
@@ -80,7 +78,7 @@ from ablate.sweepers.lr_selection import (
     validation_as_test_warning,
 )
 from ablate.sweepers.tuning_report import Variant, stage1_table, stage2_table, tuning_record
-from ablate.sweepers.tuning_stage2 import auto_settings, declare_plan, fixed_stage2, held_out_metric, sequential_stage2
+from ablate.sweepers.tuning_stage2 import declare_plan, fixed_stage2, held_out_metric, refuse_auto_seeds
 from ablate.sweepers.validating import ValidatingSweeperMixin
 
 log = logging.getLogger(__name__)
@@ -139,8 +137,6 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         selection_seed: Any = 0,
         baseline: str | None = None,
         margin: float | None = None,
-        looks: Sequence[int] = (3, 5, 7, 10),
-        spending: str = "kim-demets",
         halving: Any = None,
         verdict_metric: str | None = None,
         margin_basis: str | None = None,
@@ -152,15 +148,10 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         try:  # a bad setting exits 2 with its message, as every refused key does (not Hydra's wrapper, exit 1)
             self.rungs = sh.check_rungs((halving or {}).get("rungs"))  # () : the full grid (ablate.sweepers.halving)
             _check_grid_settings(num_lrs, lr_factor)
-            auto = auto_settings(seeds, baseline, margin, looks, spending)
-            self.auto = auto is not None
-            # the comparison to declare before stage 2 (ablate.analysis.plan); seeds=auto decides it
+            refuse_auto_seeds(seeds)
+            # the comparison to declare before stage 2 (ablate.analysis.plan)
             self.baseline: str | None = baseline
             self.margin: float | None = None if margin is None else float(margin)
-            self.looks, self.spending = [int(n) for n in looks], spending
-            if auto is not None:
-                self.baseline, self.margin, self.looks, self.spending = auto
-                seeds = list(range(1, self.looks[-1] + 1))
             if seeds is None or isinstance(seeds, (str, int)) or not list(seeds):
                 raise ValueError(f"hydra.sweeper.seeds={seeds!r}: give a list of seeds, e.g. [1,2,3]")
             if not (isinstance(extend_edges, int) and not isinstance(extend_edges, bool) and extend_edges >= 0):
@@ -191,14 +182,6 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                     f"hydra.sweeper.selection_offset={selection_offset!r}: give the number added to a verdict seed "
                     "to make the seed of its selection grid, > 0 (default 1000)"
                 )
-            if self.auto and selection == "nested":  # its seeds come after the rates: one rate per variant
-                log.warning(
-                    "tuned_lr: hydra.sweeper.seeds=auto adds verdict seeds after the rates are chosen, so it selects "
-                    "one rate per variant (hydra.sweeper.selection=shared, on hydra.sweeper.selection_seed): the "
-                    "arms' rates differ by chance and its verdicts do not cover that (docs/analysis.md \"LR "
-                    "selection inside the verdict\"); a fixed list of seeds selects each seed's rate on its own"
-                )
-                selection = "shared"
             self.selection, self.selection_offset = selection, selection_offset
             self.verdict_metric = verdict_metric
             self.margin_basis = margin_basis
@@ -309,14 +292,6 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         return f"each verdict seed + {self.selection_offset}, one grid per verdict seed"
 
     def _seeds(self, seed: Override | None) -> list[str]:
-        if self.auto:
-            if seed is not None:
-                log.warning(
-                    "tuned_lr: hydra.sweeper.seeds=auto chooses the seeds (1..%d): %s is ignored",
-                    self.looks[-1],
-                    seed.input_line,
-                )
-            return list(self.default_seeds)
         if seed is None:
             return list(self.default_seeds)
         if seed.is_sweep_override():
@@ -372,8 +347,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         self._declare_plan(cmd, variants)  # the verdict's rule, before its data
         stage2 = self._stage2(cmd, variants)
         path = self._write(cmd, variants, stage2_done=not self._interrupted())
-        if not self.auto:
-            print(stage2_table(variants, cmd.metric, cmd.lr_name, cmd.seed_name, cmd.seeds), flush=True)
+        print(stage2_table(variants, cmd.metric, cmd.lr_name, cmd.seed_name, cmd.seeds), flush=True)
         print(f"LR tuning: {path}", flush=True)
         for ret in [*stage1, *stage2]:
             _ = ret.return_value  # as BasicSweeper: a job that failed inside Hydra raises here, once all have run
@@ -542,32 +516,15 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             baseline=self.baseline,
             margin=self.margin,
             margin_basis=self.margin_basis,
-            looks=self.looks if self.auto else None,
-            spending=self.spending,
             variants=tuple(dict.fromkeys(compared)),
             layout=OmegaConf.select(composed, "data.splits", default=None),
             log_dir=OmegaConf.select(composed, "paths.log_dir", default=None),
         )
 
     def _stage2(self, cmd: _Command, variants: list[Variant]) -> list[JobReturn]:
-        """Stage 2: each variant at its rate with every seed, or (``seeds=auto``) in looks until decided."""
-        if not self.auto:
-            return fixed_stage2(
-                variants, self._launch, metric=cmd.metric, lr_name=cmd.lr_name, seed_name=cmd.seed_name, seeds=cmd.seeds
-            )
-        assert self.baseline is not None and self.margin is not None  # auto_settings checked them
-        return sequential_stage2(
-            variants,
-            self._launch,
-            self._interrupted,
-            metric=cmd.verdict_metric,
-            lr_name=cmd.lr_name,
-            seed_name=cmd.seed_name,
-            seeds=cmd.seeds,
-            baseline=self.baseline,
-            margin=self.margin,
-            looks=self.looks,
-            spending=self.spending,
+        """Stage 2: each variant at its rate with every seed."""
+        return fixed_stage2(
+            variants, self._launch, metric=cmd.metric, lr_name=cmd.lr_name, seed_name=cmd.seed_name, seeds=cmd.seeds
         )
 
     def _is_baseline(self, v: Variant) -> bool:
@@ -590,17 +547,6 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 f"hydra.sweeper.num_lrs={self.num_lrs} values hydra.sweeper.lr_factor={self.lr_factor:g} apart, "
                 f"centred on each variant's {LR_KEY}"
             )
-        if self.auto:  # stage 2's verdict seeds: those that ran
-            seeds = [s for s in seeds if any(str(r["seed"]) == s for v in variants for r in v.seeds)]
-        sequential = {
-            "metric": cmd.verdict_metric,
-            "baseline": self.baseline,
-            "margin": self.margin,
-            "looks": self.looks,
-            "spending": self.spending,
-            "alpha": 0.05,
-            "order": [int(s) for s in self.default_seeds if s.lstrip("-").isdigit()],
-        }
         record = tuning_record(
             variants,
             cmd.metric,
@@ -611,7 +557,6 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             seeds,
             self.rungs,
             stage2_done,
-            sequential,
             self.selection_offset if self.selection == "nested" else None,
         )
         path = cmd.sweep_dir / RESULT_FILE

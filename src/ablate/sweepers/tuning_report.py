@@ -25,9 +25,6 @@ class Variant:
     results: list[LRResult] = field(default_factory=list)  # stage 1: one per learning rate
     selection: Selection = field(default_factory=lambda: Selection(None))  # stage 1's choice
     seeds: list[dict[str, Any]] = field(default_factory=list)  # stage 2: one record per seed
-    decision: Any = None  # seeds=auto: the sequential decision against the baseline (ablate.analysis.engine.Decision)
-    verdict_text: str = ""  # ... in the tool's words
-    outcomes: list[Any] = field(default_factory=list)  # seeds=auto: each stage-2 seed's outcome, for the engine
     extended: list[str] = field(default_factory=list)  # rates added past the grid's edge before stage 2
     rung_steps: tuple[int, ...] = ()  # halving: the steps each rate may be cut at, then trainer.max_steps
     tracks: list[sh.RateTrack] = field(default_factory=list)  # halving: each rate through the rungs
@@ -44,14 +41,6 @@ class Variant:
         """The chosen learning rate as its override spells it (stage 2 launches only chosen variants)."""
         assert self.selection.chosen is not None, f"{self.label}: no learning rate was chosen"
         return self.selection.chosen.text
-
-    @property
-    def verdict(self) -> str:
-        """The sequential verdict in the tool's words (``seeds=auto``); a Ctrl-C before the first look
-        leaves it unjudged."""
-        if self.decision is None:
-            return "not judged (interrupted)"
-        return self.verdict_text
 
 
 def number(text: str) -> Any:
@@ -174,7 +163,7 @@ def variant_record(
     v: Variant, lr_name: str, selection_seed: str, rungs: tuple[float, ...], stage2_done: bool
 ) -> dict[str, Any]:
     """One variant of ``lr_tuning.json``: its grid, every stage-1 outcome, the choice and (once
-    stage 2 is done) its seeds; the sequential verdict is added by the sweeper."""
+    stage 2 is done) its seeds."""
     sel = v.selection
     record: dict[str, Any] = {
         "variant": v.label,
@@ -214,13 +203,12 @@ def tuning_record(
     seeds: list[str],
     rungs: tuple[float, ...],
     stage2_done: bool,
-    sequential: dict[str, Any],
     offset: int | None = None,
 ) -> dict[str, Any]:
     """The whole of ``lr_tuning.json``: the selection rule, the selection and verdict seeds, and
-    each variant (:func:`variant_record`, with ``sequential`` and its verdict when it has one).
-    ``offset``: ``selection=nested`` with that ``selection_offset`` (one record per variant and
-    verdict seed, each with its own selection seed); None: ``selection=shared``."""
+    each variant (:func:`variant_record`). ``offset``: ``selection=nested`` with that
+    ``selection_offset`` (one record per variant and verdict seed, each with its own selection
+    seed); None: ``selection=shared``."""
     nested = offset is not None
     out: dict[str, Any] = {
         "metric": metric,
@@ -241,8 +229,5 @@ def tuning_record(
     if rungs:
         out["halving"] = {"rungs": list(rungs), "rule": sh.RULE}
     for v in variants:
-        record = variant_record(v, lr_name, selection_seed, rungs, stage2_done)
-        if v.decision is not None:
-            record["sequential"] = {"verdict": v.verdict, "seeds": len(v.seeds), "look": v.decision.look, **sequential}
-        out["variants"].append(record)
+        out["variants"].append(variant_record(v, lr_name, selection_seed, rungs, stage2_done))
     return out

@@ -34,7 +34,7 @@ from ablate.analysis.interaction import DesignError, interaction_markdown, inter
 from ablate.analysis.markdown import markdown_table, write_summary
 from ablate.analysis.paper import load_paper
 from ablate.analysis.plan import PlanError, read_plan
-from ablate.analysis.protocol import apply_sequential, label_plan, sequential_rule
+from ablate.analysis.protocol import label_plan
 from ablate.analysis.runs import at_tuned_rates, load_sweep, tuned_choices
 from ablate.analysis.specs import where
 from ablate.analysis.tables import summarize
@@ -352,22 +352,11 @@ def write_interaction(args: argparse.Namespace) -> None:
 
 
 def verdict_notes(args: argparse.Namespace, tables: list) -> list[str]:
-    """With --baseline: a seeds=auto sweep's stopping rule applied to its rows, and each row
-    labelled declared or exploratory against the sweep's analysis plan; the notes saying so."""
+    """With --baseline: each row labelled declared or exploratory against the sweep's analysis
+    plan; the notes saying so."""
     if not args.baseline:
         return []
-    notes = []
-    rule = sequential_rule(args.sweep_dir) if args.sweep_dir else None
-    if rule is not None:
-        notes += list(dict.fromkeys(apply_sequential(frame, sweep, rule) for _, _, frame, sweep in tables))
-        # the rows the rule judged leave the family; the others are adjusted among themselves
-        frames = (
-            adjust_family([frame for _, _, frame, _ in tables])
-            if args.family == "call"
-            else [adjust_family([frame])[0] for _, _, frame, _ in tables]
-        )
-        tables[:] = [(s, m, frame, sweep) for (s, m, _, sweep), frame in zip(tables, frames, strict=True)]
-    return notes + label_plan(
+    return label_plan(
         args.sweep_dir, tables, args.baseline, args.basis, args.family == "call", tuple(args.equivalence or ())
     )
 
