@@ -166,15 +166,6 @@ def test_a_bad_selection_setting_is_refused_by_name(monkeypatch, capsys, setting
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_seeds_auto_selects_one_rate_per_variant_and_says_so(caplog):
-    """seeds=auto adds seeds after the rates are chosen: it falls back to the shared selection, with a warning."""
-    from ablate.sweepers.tuned_lr import TunedLRSweeper
-
-    sweeper = TunedLRSweeper(seeds="auto", baseline="act=gelu", margin=0.1)
-    assert sweeper.selection == "shared"
-    assert "seeds=auto adds verdict seeds after the rates are chosen, so it selects one rate" in caplog.text
-
-
 def test_shared_selection_keeps_one_rate_per_arm(tmp_path):
     """selection=shared (the rule before issue 50): one grid per arm on selection_seed 0, every verdict seed at its rate."""
     sweeper, cmd, units, launched = fake_sweep(tmp_path, selection="shared")

@@ -271,6 +271,23 @@ def _job_value(job: Job, key: str) -> str | None:
     return job.overrides.get(key)
 
 
+def neighbour_text(gaps: list[list[float | None]]) -> str:
+    """``neighbours`` of one arm (one list per selection: ``selection=nested`` has one per verdict
+    seed) as a cell: the mean cost of a step down and of a step up, ``-`` where none finished."""
+
+    def mean(values: list[float | None]) -> str:
+        finite = [x for x in values if x is not None]
+        return f"{sum(finite) / len(finite):+.3g}" if finite else "-"
+
+    return f"{mean([g[0] for g in gaps])} / {mean([g[1] for g in gaps])}"
+
+
+def rates_text(texts: list[str]) -> str:
+    """An arm's chosen rates as a cell: one value when every selection chose it, else each verdict
+    seed's in seed order (``selection=nested``)."""
+    return texts[0] if len(set(texts)) == 1 else ",".join(texts)
+
+
 EDGE_WORDS = {"lowest": "bottom edge", "highest": "top edge", "only": "the grid's only rate"}
 
 
@@ -282,8 +299,6 @@ def tuned_choices(sweep: Sweep, root: str | Path) -> dict[tuple[str | None, ...]
     path = Path(root) / TUNING_FILE
     if not path.is_file():
         return {}
-    from ablate.sweepers.tuning_report import neighbour_text, rates_text
-
     records = [v for v in json.loads(path.read_text()).get("variants", []) if v.get("chosen_override")]
     out = {}
     for key, jobs in sweep.variants().items():

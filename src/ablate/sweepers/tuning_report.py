@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ablate.analysis.runs import neighbour_text, rates_text
 from ablate.sweepers import halving as sh
 from ablate.sweepers.lr_selection import LRResult, Selection, format_lr
 
@@ -111,23 +112,6 @@ def neighbours(v: Variant) -> list[float | None]:
     i = ordered.index(best)
     around = [ordered[i - 1] if i > 0 else None, ordered[i + 1] if i + 1 < len(ordered) else None]
     return [r.value - best.value if r is not None and r.usable and r.value is not None else None for r in around]
-
-
-def neighbour_text(gaps: list[list[float | None]]) -> str:
-    """``neighbours`` of one arm (one list per selection: ``selection=nested`` has one per verdict
-    seed) as a cell: the mean cost of a step down and of a step up, ``-`` where none finished."""
-
-    def mean(values: list[float | None]) -> str:
-        finite = [x for x in values if x is not None]
-        return f"{sum(finite) / len(finite):+.3g}" if finite else "-"
-
-    return f"{mean([g[0] for g in gaps])} / {mean([g[1] for g in gaps])}"
-
-
-def rates_text(texts: list[str]) -> str:
-    """An arm's chosen rates as a cell: one value when every selection chose it, else each verdict
-    seed's in seed order (``selection=nested``)."""
-    return texts[0] if len(set(texts)) == 1 else ",".join(texts)
 
 
 def stage2_table(variants: list[Variant], metric: str, lr_name: str, seed_name: str, seeds: list[str]) -> str:
