@@ -46,8 +46,9 @@ def keep(run_dir: Path, checkpoint_dirs: Sequence[Path]) -> Path:
     if folder.exists():  # a killed attempt's: what it left is the run now
         shutil.rmtree(folder)
     folder.mkdir()
-    kept: dict[str, str] = {}
-    for i, path in enumerate(p for p in _restorable(run_dir, checkpoint_dirs) if p.is_file()):
+    found = _restorable(run_dir, checkpoint_dirs)
+    kept: dict[str, str | None] = {str(p): None for p in found}  # None: there, not kept (a sharded checkpoint)
+    for i, path in enumerate(p for p in found if p.is_file()):
         copy = folder / str(i)
         if path.suffix == ".ckpt":
             try:
@@ -66,10 +67,13 @@ def settle(run_dir: Path, checkpoint_dirs: Sequence[Path], failed: bool) -> None
     kept copies go."""
     folder = run_dir / KEPT
     if failed:
-        kept: dict[str, str] = json.loads((folder / _MANIFEST).read_text())
+        kept: dict[str, str | None] = json.loads((folder / _MANIFEST).read_text())
         for path in {*_restorable(run_dir, checkpoint_dirs), *map(Path, kept)}:
-            if str(path) in kept:
-                os.replace(folder / kept[str(path)], path)
+            copy = kept.get(str(path))
+            if copy is not None:
+                os.replace(folder / copy, path)
+            elif str(path) in kept:  # there before, as a folder: left as it is
+                continue
             elif path.is_dir() and not path.is_symlink():  # a sharded checkpoint's folder the attempt wrote
                 shutil.rmtree(path)
             else:
