@@ -202,6 +202,22 @@ def decide(job: Job, identity: dict[str, Any], trainer: Mapping[str, Any] | None
     return plan
 
 
+def refuse_another_runs_checkpoint(job: Job, ckpt_path: Path) -> None:
+    """A single run given ``ckpt_path=<run>/checkpoints/<file>`` of another run folder would resume
+    that run in this command's folder: one run in two folders, the new one recorded ``completed``
+    (with Lightning's "dirpath has changed" warning only). Refused, naming the command that
+    continues it where it is."""
+    run = ckpt_path.resolve().parent.parent
+    if ckpt_path.resolve().parent.name != "checkpoints" or not (run / CONFIG_DIR).is_dir():
+        return  # not a run's checkpoint: a file of the user's, loaded as asked
+    if run == job.output_dir.resolve():
+        return
+    raise ConfigError(
+        f"ckpt_path={ckpt_path} is a checkpoint of the run {run}; this command would continue it in another "
+        f"folder, {job.output_dir}. Continue it in its own folder: {job.resume_command(run)}"
+    )
+
+
 def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], trainer: Mapping[str, Any] | None) -> Plan:
     """The checkpoint a job resumes (a sweep's job: its ``last.ckpt`` when it was killed or crashed),
     read once before any data is read: readable, and trained as the same run. A single run resuming
@@ -237,6 +253,8 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], traine
         require_sharded_loader(ckpt_path, trainer)
     checkpoint = inspect_checked(ckpt_path)  # readable, its weights those of the spec it stores, finite
     require_resumable(checkpoint, ckpt_path)  # not best.ckpt's weights alone
+    if not job.multirun:
+        refuse_another_runs_checkpoint(job, Path(ckpt_path))
     state = resume_state(checkpoint)
     if state.get("run_identity") is None:
         rank_zero_info(f"{ckpt_path} predates the resume check: its settings cannot be compared with this config")
