@@ -22,7 +22,6 @@ def test_a_lock_file_linked_to_another_file_is_refused_and_that_file_kept(tmp_pa
     else:
         os.link(theirs, run / ".lock")
     with pytest.raises(UserError, match=rf"{run / '.lock'} is a (symbolic link|hard link to another file)"):
-        with RunDirectoryLock(run):
-            pass
+        RunDirectoryLock(run).__enter__()
     assert theirs.read_text() == "the user's notes"
 
