@@ -24,4 +24,3 @@ def test_a_lock_file_linked_to_another_file_is_refused_and_that_file_kept(tmp_pa
     with pytest.raises(UserError, match=rf"{run / '.lock'} is a (symbolic link|hard link to another file)"):
         RunDirectoryLock(run).__enter__()
     assert theirs.read_text() == "the user's notes"
-
