@@ -246,7 +246,7 @@ class ResumeState(Callback):
             self._rng_to_restore = None
 
 
-def follow_copied_run(state: dict[str, Any] | None, dirpath: str) -> None:
+def follow_copied_run(state: dict[str, Any] | None, dirpath: str | os.PathLike[str]) -> None:
     """A run copied to another folder and resumed there (``cp -a run copy``): its ``best.ckpt``
     callback's state names the old folder, and Lightning, seeing another ``dirpath``, restores only
     the best path, so the copy's next validation wrote its best to ``best-v1.ckpt`` (``best.ckpt``
