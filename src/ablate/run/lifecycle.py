@@ -188,6 +188,8 @@ def decide(job: Job, identity: dict[str, Any], trainer: Mapping[str, Any] | None
         check_run_folder(output_dir, control.checkpoint_dirs)  # no link out of it: nothing elsewhere is deleted
         if plan.kept:  # before anything of the run changes: a failed resume puts it back
             attempt.keep(output_dir, control.checkpoint_dirs)
+        else:  # a fresh run: what a killed resume kept (hard links to old checkpoints) goes
+            attempt.settle(output_dir, control.checkpoint_dirs, failed=False)
         if fresh and found:
             why = "skip_completed=false" if job.multirun else "overwrite=true"
             log.info(f"{why}: training {output_dir} from scratch; removing its previous status.json and checkpoints")
