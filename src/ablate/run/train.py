@@ -108,6 +108,9 @@ def _rank_main(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunS
         code, stopped_by = cli.EXIT_USER_ERROR, err
     except (KeyboardInterrupt, SIGTERMException) as err:
         code, stopped_by = cli.EXIT_INTERRUPTED, err
+    except Exception as err:  # a crash: noted at once, before the agent stops this rank for another's failure
+        distributed.note_crash(err)
+        raise
     finally:  # rank 0's W&B run ends here, with the outcome in its summary
         finish_wandb(code, None if status is None else status.outcome())
     if stopped_by is not None:
