@@ -25,12 +25,14 @@ def check(cfg: DictConfig, overrides: list[str]) -> None:
     refuse_missing_gpu(cfg.trainer, running_hydra())  # first: before the checks below import torch
 
     from ablate.config.locations import check_writable_folders
+    from ablate.run import footprint
     from ablate.run.config import RunConfig
     from ablate.run.environment import check_accelerator
 
     RunConfig.from_hydra(cfg, overrides)  # keys, types, ranges, combinations
     check_accelerator(cfg.trainer, running_hydra())  # a GPU or several processes this machine does not have
     check_writable_folders(cfg.paths, cli.run_dir())  # the log, cache and run folders: before Hydra writes
+    footprint.note(cli.run_dir())  # what the run folder holds before Hydra writes: a refusal takes back the rest
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

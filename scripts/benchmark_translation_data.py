@@ -4,10 +4,15 @@
     python scripts/benchmark_translation_data.py --pairs 1000000 --dir /tmp/synthetic   # files kept there
     python scripts/benchmark_translation_data.py --pairs 200000 --words 8 --json   # one JSON line (tests)
 
-What it measures and reports: :mod:`ablate.benchmark.translation_prep`.
+What it measures and reports: :mod:`benchmarks.translation_prep`.
 """
 
-from ablate.benchmark.translation_prep import main
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ sits beside src/: not installed
+
+from benchmarks.translation_prep import main
 
 if __name__ == "__main__":
     main()

@@ -16,6 +16,7 @@ README = REPO / "README.md"
 SOURCES = [README, *sorted((REPO / "docs").glob("*.md"))]
 MAX_LINE = 200  # characters: a README line a reader can see whole
 MAX_README_LINES = 230  # "at most about 200 lines" (issue 42.8), with room for a few small edits
+MAX_ANALYSIS_LINES = 500  # issue 51: the reference; the simulations live in benchmarks/verdicts/README.md
 
 FENCE = re.compile(r"^```.*?^```", flags=re.S | re.M)
 LINK = re.compile(r"\[(?:[^\[\]]|\[[^\]]*\])*?\]\(([^)\s]+)\)")
@@ -128,3 +129,11 @@ def test_the_job_folder_the_readme_names_is_the_one_a_sweep_makes():
     command = SweepCommand(typed, frozenset({"norm", "pos", "seed"}), frozenset())
     excluded = frozenset({"paths.log_dir", "logger", "sweep_name", "tags"})
     assert found.group(1) == short_name(["norm=pre", "pos=rope", "seed=1"], command, excluded)
+
+
+def test_the_analysis_reference_stays_short():
+    """docs/analysis.md is what a reader of a verdict table needs (1,150 lines when it also held the
+    simulations of the verdicts and the sequential design, issue 51); the lab's numbers live beside
+    the code that makes them (benchmarks/verdicts/README.md), LR tuning and cost in docs of their own."""
+    lines = len((REPO / "docs" / "analysis.md").read_text().splitlines())
+    assert lines <= MAX_ANALYSIS_LINES, f"docs/analysis.md has {lines} lines (at most {MAX_ANALYSIS_LINES})"

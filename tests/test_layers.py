@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, ...]] = [
     # beside each other: the analysis reads what jobs leave (status.json, metrics.csv), never the training
     # code; a job (checks, lifecycle, assembly, training) imports no analysis
     ("ablate.analysis", "ablate.run"),
-    ("ablate.sweepers", "ablate.benchmark", "ablate.export"),  # sweeps of jobs; measurements; exports
+    ("ablate.sweepers", "ablate.export"),  # sweeps of jobs; exports
     ("hydra_plugins",),
 ]
 # The run record: what a job leaves in its folder (status.json: its schema and reader; csv/metrics.csv: the
@@ -178,6 +178,17 @@ def test_training_imports_no_analysis() -> None:
         if package_of(i.module) in training and package_of(i.target) == "ablate.analysis"
     ]
     assert not found
+
+
+def test_the_package_never_imports_the_lab() -> None:
+    """The measurements and the verdict simulations sit beside the package (``benchmarks/``, the
+    experiments' code under ``experiments/``), not installed (issue 51 item 1): they import the
+    package, never the reverse, and no module of them is left inside it."""
+    lab = ("benchmarks", "experiments")
+    found = [f"{i.module}:{i.line} ({i.kind}) -> {i.target}" for i in ALL_IMPORTS if i.target.split(".")[0] in lab]
+    assert not found
+    inside = [m for m in MODULES if m.split(".")[1:2] == ["benchmark"] or m.endswith((".calibration", ".simulate"))]
+    assert not inside, inside
 
 
 def test_the_run_record_stands_on_the_layers_below() -> None:

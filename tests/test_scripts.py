@@ -1,5 +1,7 @@
 """Scripts are thin entry points: the logic is in the package (type-checked, importable, tested
-there), a script parses its command line and calls it, and no script edits ``sys.path``."""
+there), a script parses its command line and calls it, and no script edits ``sys.path``, but to
+reach the measurements beside the package (``benchmarks/``, not installed by design: the lab is not
+the product), and then only by putting the checkout's root first."""
 
 from __future__ import annotations
 
@@ -27,4 +29,10 @@ def test_no_script_edits_the_import_path(script: Path) -> None:
         for node in ast.walk(ast.parse(script.read_text()))
         if isinstance(node, ast.Call) and ast.unparse(node.func).startswith("sys.path.")
     ]
+    source = script.read_text()
+    if "from benchmarks." in source:  # the lab beside src/: its root on the path, and nothing else
+        calls = [c for c in calls if c != LAB_ROOT]
     assert not calls, f"{script.name}: {calls} (the package is installed: import it)"
+
+
+LAB_ROOT = "sys.path.insert(0, str(Path(__file__).resolve().parents[1]))"

@@ -15,6 +15,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from ablate.analysis.commands import declare as declare_command
@@ -26,6 +27,7 @@ from ablate.analysis.plan import (
     Plan,
     PlanError,
     _entry_digest,
+    anchor_note,
     check_rows,
     declare,
     read_ledger,
@@ -56,6 +58,22 @@ def rows(capsys, sweep: Path, *args: str) -> dict[str, str]:
     summarize_command.main([str(sweep), *(args or ["--plan"]), "--out", str(sweep.parent / "out")])
     out = capsys.readouterr().out
     return {act: next(line for line in out.splitlines() if line.startswith(f"| {act} |")) for act in ("relu", "silu")}
+
+
+def test_a_declared_sweep_whose_arms_stalled_gets_no_verdict(tmp_path: Path, capsys):
+    """Issue 50 item 4: every arm stayed on its starting plateau (val/loss fell by < 1%): a
+    declared comparison prints ``not trained (stalled k/n)``, never better / worse / equivalent
+    (on f5f6d26: relu ``worse (stalled 3/3)``, silu ``equivalent (±0.2) (stalled 3/3)``)."""
+    sweep = declared_sweep(tmp_path)
+    for metrics in sweep.glob("*/csv/metrics.csv"):
+        frame = pd.read_csv(metrics)
+        frame["val/loss"] = [3.352, 3.351]  # the unigram plateau, at both validations
+        frame.to_csv(metrics, index=False)
+    lines = rows(capsys, sweep)
+    for act, line in lines.items():
+        verdict = line.rsplit("|", 2)[-2]
+        assert "not trained (stalled 3/3)" in verdict, (act, line)
+        assert not any(word in verdict for word in ("better", "worse", "equivalent")), (act, line)
 
 
 def test_a_plan_is_a_chained_ledger_entry_outside_the_sweep_folder(tmp_path: Path):
@@ -192,7 +210,7 @@ def test_seeds_added_or_removed_after_the_results_are_exploratory(tmp_path: Path
     assert "declared seed(s) 2 have no job" in rows(capsys, sweep)["silu"]
 
 
-def test_variants_split_metric_and_stopping_rule_are_checked_against_the_jobs(tmp_path: Path, capsys):
+def test_variants_split_metric_and_design_are_checked_against_the_jobs(tmp_path: Path, capsys):
     sweep = declared_sweep(tmp_path, variants=("act=relu",))
     found = rows(capsys, sweep)
     assert "act=silu is not a declared comparison" in found["silu"] and found["relu"].endswith("| worse |")
@@ -203,8 +221,16 @@ def test_variants_split_metric_and_stopping_rule_are_checked_against_the_jobs(tm
     sweep = declared_sweep(tmp_path / "layout", layout="disjoint")
     assert "data.splits (blocks) is not the plan's (disjoint)" in rows(capsys, sweep)["relu"]
 
-    sweep = declared_sweep(tmp_path / "seq", stopping="group-sequential", looks=(3, 5), spending="kim-demets", seeds=())
-    assert "stopping rule (fixed) is not the plan's (group-sequential)" in rows(capsys, sweep)["relu"]
+    # a group-sequential plan (seeds=auto) in a ledger from before that design went: no row is declared under it
+    sweep = tmp_path / "seq" / "sweep"
+    ledger = Path(declare(sweep, plan()).entry["ledger"])
+    entry = json.loads(ledger.read_text())
+    entry["plan"].update(stopping="group-sequential", looks=[3, 5], spending="kim-demets", seeds=[])
+    entry["sha256"] = _entry_digest(entry)
+    ledger.write_text(json.dumps(entry, sort_keys=True) + "\n")
+    (sweep / PLAN_FILE).write_text(json.dumps({**entry, "ledger": str(ledger)}))
+    write_units_sweep(sweep, SHIFTS)
+    assert "a group-sequential plan (seeds=auto): that design is gone" in rows(capsys, sweep)["relu"]
 
 
 def test_too_few_seeds_or_blocks_cannot_be_declared(tmp_path: Path, capsys):
@@ -245,6 +271,28 @@ def test_declare_needs_the_seeds_it_will_be_checked_against(tmp_path: Path, caps
     with pytest.raises(SystemExit) as exit_info:
         declare_command.main([str(tmp_path / "s"), "--metric", "test/loss", "--baseline", "act=gelu"])
     assert exit_info.value.code == 2 and "declare the verdict seeds" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # the group-sequential design's looks: gone, and what replaces them
+        declare_command.main([str(tmp_path / "s"), "--metric", "test/loss", "--baseline", "act=gelu", "--looks", "3,5"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "group-sequential design is gone" in err and "--seeds 1,2,3,4,5" in err
+    assert "planner" in err and not (tmp_path / "s").exists()
+
+
+def test_the_plan_note_names_its_outside_anchor_and_earlier_plans(tmp_path: Path, capsys):
+    """Issue 51 item 2: the note under a declared table says what vouches for the plan's time
+    outside the folder (the git commit, the W&B run) or that nothing does, and lists earlier plans
+    for the same comparison in the ledger (a comparison declared again after a first result)."""
+    first = tmp_path / "first"
+    declare(first, plan(margin=0.5))
+    sweep = tmp_path / "sweep"
+    declaration = declare(sweep, plan())
+    write_units_sweep(sweep, SHIFTS)
+    summarize_command.main([str(sweep), "--plan", "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert f"Anchored outside the folder: git commit {declaration.entry['git_commit'][:12]}" in out
+    assert "Earlier plans for this comparison in the ledger (1): entry 1 (" in out and "first, margin 0.5" in out
+    none = dict(declaration.entry, git_commit=None, wandb_run_id=None)
+    assert "Not anchored outside the folder" in anchor_note(none)
     declare_command.main(
         [
             str(tmp_path / "s"),

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ablate.benchmark.decoding import main
+from benchmarks.decoding import main
 
 pytestmark = pytest.mark.integration  # builds a corpus (a BPE, a token cache)
 

@@ -7,7 +7,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from ablate.benchmark.suite import selected_groups
+from benchmarks.suite import selected_groups
 from helpers.runs import REPO
 
 

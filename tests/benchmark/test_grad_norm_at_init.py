@@ -1,4 +1,4 @@
-"""scripts/grad_norm_at_init.py (:mod:`ablate.benchmark.grad_norm_at_init`; Xiong et al. 2020, Fig. 3): its per-layer values equal a hand
+"""experiments/xiong2020_prenorm/grad_norm_at_init.py (:mod:`experiments.xiong2020_prenorm.grad_norm_at_init`; Xiong et al. 2020, Fig. 3): its per-layer values equal a hand
 computation, and at a small size it shows the paper's effect: at initialisation the FFN gradient
 norm grows with the layer index in Post-LN and does not in Pre-LN, in the encoder and the decoder.
 
@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from hydra.utils import instantiate
 
-from ablate.benchmark import grad_norm_at_init as gn
 from ablate.run.assembly import build_model
 from ablate.run.preflight import check_config
+from experiments.xiong2020_prenorm import grad_norm_at_init as gn
 from helpers.runs import SHARED_DATA
 
 MULTI30K = SHARED_DATA / "multi30k"

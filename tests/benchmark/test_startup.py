@@ -1,4 +1,4 @@
-"""The start-up benchmark (ablate.benchmark.startup) measures what it says: the time until a line
+"""The start-up benchmark (benchmarks.startup) measures what it says: the time until a line
 appears (the process is then stopped) or until the exit, and ratios to the baseline of the same
 rounds. The speed itself is the benchmark's to report, never a test's to assert."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ablate.benchmark.startup import commands, report_lines, timed_until
+from benchmarks.startup import commands, report_lines, timed_until
 
 
 @pytest.mark.integration

@@ -197,6 +197,14 @@ def test_format_run_summary_completed():
     ]
 
 
+def test_a_test_metric_on_the_validation_text_says_so():
+    """data.splits=nanogpt: test/* grades the validation text again; the summary must not read as two measurements."""
+    reason = "data.splits=nanogpt: Tiny Shakespeare's test split is its validation text"
+    text = format_run_summary(RunStatus.from_json({**COMPLETED, "test_is_validation": reason}), "out")
+    assert re.search(r"test/loss\s+1\.4821  \(the validation text\)$", text, re.M)
+    assert re.search(r"val/loss\s+1\.4712$", text, re.M) and f"test text  {reason}" in text
+
+
 def test_format_run_summary_other_outcomes():
     diverged = {
         "status": "diverged",

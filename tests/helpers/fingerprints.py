@@ -16,8 +16,10 @@ only be held to what that same machine computed: ``machines`` holds sha256 hashe
 per machine, compared only where the CPU model (name, family, model, stepping), the vector ISA and
 torch are exactly the recorded ones (``tests/nn/test_fingerprints.py``).
 
-Recorded on main 780a50a, before the one-Stack refactoring; the code of 780a50a and of later commits
-computes the same bits on the same machine. ``cd tests && python -m helpers.fingerprints`` adds (or
+First recorded on main 780a50a, before the one-Stack refactoring; re-recorded (``--all``) for the
+scale contract of issue 50, which moved the numbers on purpose: the default init became xavier, the
+sinusoid's amplitude the token signal's RMS, ``init=pytorch``'s tables nn.Linear's scale and DyT's
+alpha its input's (``docs/architecture.md``, "The scale contract"). ``cd tests && python -m helpers.fingerprints`` adds (or
 replaces) this machine's hashes in ``tests/nn/fingerprints.json``, after checking that its numbers
 agree with the recorded ones within the tolerance; ``--all`` rewrites the whole file (only ever from
 code whose numerics are known to be unchanged). A recording whose CPU model is unknown (``null``)

@@ -56,14 +56,40 @@ class CtrlCWhenAllTraining(Callback):
 
 
 class CrashAtStep(Callback):
-    """A job that crashes while it runs (a bug's RuntimeError at ``step``), for the sweep-report tests."""
+    """A job that crashes while it runs (a bug's RuntimeError at ``step``), for the sweep-report tests;
+    with ``rank``, in that rank alone (the others fail on their next collective)."""
 
-    def __init__(self, step: int) -> None:
-        self.step = step
+    def __init__(self, step: int, rank: int | None = None) -> None:
+        self.step, self.rank = step, rank
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step == self.step:
+        if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
             raise RuntimeError(f"injected crash at step {self.step}")
+
+
+class DiskFullAtStep(Callback):
+    """The disk fills up at optimiser step ``step``: from then on every write of a checkpoint named
+    ``name`` fails as ``torch.save`` fails on a full disk (ENOSPC), and the checkpoint writer names
+    it (a 1 MB tmpfs cannot be mounted everywhere the tests run)."""
+
+    def __init__(self, step: int, name: str = "last.ckpt") -> None:
+        self.step, self.name = step, name
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step != self.step:
+            return
+        import errno
+
+        from ablate.callbacks import checkpointing
+
+        save, name = checkpointing._save, self.name
+
+        def full(checkpoint, f, path) -> None:
+            if Path(path).name == name:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            save(checkpoint, f, path)
+
+        checkpointing._save = full
 
 
 class KillOneWhenAllTraining(CtrlCWhenAllTraining):

@@ -1,10 +1,9 @@
 """Synthetic sweep folders whose runs saved per-window test losses (``test_units.npz``), as a
 ``data.splits=blocks`` language-model sweep leaves them: what a declared verdict needs (>= 3 seeds,
->= 4 held-out blocks). Shared by the tests of the engine, the plan and the sequential rule."""
+>= 4 held-out blocks). Shared by the tests of the engine and the plan."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -99,18 +98,6 @@ def write_units_sweep(
             )
             index += 1
     return root
-
-
-def sequential_rule(root: Path, baseline: str, margin: float, looks: list[int], variants: list[str]) -> None:
-    """The ``lr_tuning.json`` of a ``seeds=auto`` sweep at ``optim.lr=LR`` (what summarize.py reads):
-    ``variants`` compared with ``baseline`` by the rule."""
-    rule = {"metric": "test/loss", "baseline": baseline, "margin": margin, "looks": looks, "spending": "kim-demets"}
-    records = [
-        {"variant": v, "overrides": [v], "chosen_override": f"optim.lr={LR}", "selection_seed": 0}
-        | ({"sequential": rule} if v != baseline else {})
-        for v in [baseline, *variants]
-    ]
-    (root / "lr_tuning.json").write_text(json.dumps({"selection_seed": 0, "variants": records}))
 
 
 def finite(x: float) -> bool:

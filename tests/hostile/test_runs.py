@@ -7,82 +7,16 @@ places (a run name too long, a FIFO or a directory as the text) are named, exit 
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import forked_python
 from helpers.checkpoints import rewrite
-from helpers.runs import HANG_TIMEOUT, REPO
+from helpers.hostile_runs import TINY_RUN, command, refused, text
 
 pytestmark = pytest.mark.integration
-
-WORDS = [
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "a",
-    "mat",
-    "and",
-    "a",
-    "dog",
-    "ran",
-    "far",
-    "away",
-    "to",
-    "see",
-    "the",
-    "red",
-    "sun",
-]
-TINY_RUN = [
-    "model=tiny",
-    "data=text",
-    "data.seq_len=16",
-    "data.batch_size=4",
-    "trainer.max_steps=6",
-    "trainer.val_check_interval=3",
-    "callbacks.progress_bar=null",
-    "optim.warmup_steps=2",
-    "logger=csv",
-]
-
-
-def text(lines: int, seed: int) -> str:
-    rng = random.Random(seed)
-    return "\n".join(" ".join(rng.choice(WORDS) for _ in range(10)) for _ in range(lines)) + "\n"
-
-
-def command(script: str, args: list[str], where: Path) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "WANDB_MODE": "offline",
-        "HF_HUB_OFFLINE": "1",
-        "OMP_NUM_THREADS": "1",
-        "ABLATE_LOG_DIR": str(where / "logs"),
-        "ABLATE_CACHE_DIR": str(where / "cache"),
-    }
-    env.pop("HYDRA_FULL_ERROR", None)
-    return forked_python.run(
-        [sys.executable, str(REPO / script), *args],
-        cwd=where,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=HANG_TIMEOUT,
-    )
-
-
-def refused(proc: subprocess.CompletedProcess, *messages: str) -> None:
-    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert all(m in proc.stderr for m in messages), proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
 
 
 @pytest.fixture(scope="module")

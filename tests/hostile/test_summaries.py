@@ -96,10 +96,6 @@ def test_a_completed_seed_with_nan_metrics_is_named_and_left_out_of_every_column
             "--layout nanogpt: its test split is one",
         ),
         (["--metric", "test/loss", "--seeds", "1,2"], "--seeds 1,2: a declared verdict needs >= 3 seeds"),
-        (
-            ["--metric", "test/loss", "--looks", "2,4,6"],
-            "--looks 2,4,6: seeds at each look, increasing, the first >= 3",
-        ),
     ],
 )
 def test_declare_refuses_a_plan_that_can_never_give_a_declared_verdict(tmp_path: Path, args, named):

@@ -155,8 +155,13 @@ def test_tied_embeddings_share_one_tensor():
     assert tied.tok_emb.weight.grad is not None and tied.tok_emb.weight.grad.abs().sum() > 0
 
 
-def test_pytorch_init_leaves_module_defaults():
-    model = wide_lm(init="pytorch", tie_embeddings=False)
-    fc_in = model.blocks[0].ffn.sublayer.fc_in.weight
-    assert fc_in.abs().max().item() <= 1 / math.sqrt(D) + 1e-6  # kaiming-uniform(a=sqrt 5) bound 1/sqrt(fan_in)
-    _assert_std(model.tok_emb.weight, 1.0, "tok_emb")
+def test_pytorch_init_leaves_module_defaults_and_draws_tables_as_the_head():
+    """Linears keep PyTorch's defaults; every embedding table (tied or not, token or position)
+    takes nn.Linear's U(-1/sqrt(d), 1/sqrt(d)), not nn.Embedding's N(0, 1) (logits of std sqrt(d) tied)."""
+    for tied in (False, True):
+        model = wide_lm(init="pytorch", tie_embeddings=tied)
+        fc_in = model.blocks[0].ffn.sublayer.fc_in.weight
+        assert fc_in.abs().max().item() <= 1 / math.sqrt(D) + 1e-6  # kaiming-uniform(a=sqrt 5) bound 1/sqrt(fan_in)
+        for table in (model.tok_emb.weight, model.pos.weight):
+            assert table.abs().max().item() <= 1 / math.sqrt(D) + 1e-6
+            _assert_std(table, (3 * D) ** -0.5, "embedding table")

@@ -61,7 +61,7 @@ def checksums(run_dir: Path) -> dict[str, str]:
 
 def test_every_outcome_of_a_single_run_and_of_a_sweeps_job_is_handled() -> None:
     assert set(HANDLING) == set(itertools.product(Outcome, (False, True)))
-    assert HANDLING[Outcome.REFUSED, False].writes == "never"  # a user error records nothing
+    assert HANDLING[Outcome.REFUSED, False].writes == "trained"  # a user error records nothing, unless it trained
     assert {h.exit_code for (o, _), h in HANDLING.items() if o is Outcome.REFUSED} == {cli.EXIT_USER_ERROR}
 
 

@@ -268,6 +268,7 @@ def test_halving_sweep_end_to_end(run_train, tmp_path):
         "hydra.sweeper.lr_factor=4",
         "hydra.sweeper.seeds=[1]",
         "hydra.sweeper.extend_edges=0",  # the halving grid as given (tune=lr's extension past an edge: test_tuning)
+        "hydra.sweeper.selection=shared",  # stage 1 on seed 0 (nested: test_tuning)
         *HALVING_RUN,
     ]
     first = run_train(*command)

@@ -269,6 +269,7 @@ def test_tuned_sweep_end_to_end(run_train, tmp_path):
         "hydra.sweeper.lr_factor=30",
         "hydra.sweeper.seeds=[1,2]",
         "hydra.sweeper.extend_edges=0",  # the grid as given (the extension past an edge: the next test)
+        "hydra.sweeper.selection=shared",  # one grid per variant, on seed 0 (nested: test_nested_selection_...)
         *TINY,
         "logger=csv",
     ]
@@ -370,6 +371,7 @@ def test_tuned_sweep_edge_and_all_diverged(run_train, tmp_path):
         "optim.grad_clip=null",
         "hydra.sweeper.seeds=[1,2]",
         "hydra.sweeper.num_lrs=7",
+        "hydra.sweeper.selection=shared",
         *TINY,
         "logger=csv",
     )
@@ -517,7 +519,9 @@ def test_the_verdict_table_states_each_arms_rate_and_edge(tmp_path, capsys):
 
 @pytest.mark.integration
 def test_a_selection_seed_among_the_verdict_seeds_is_refused(run_train, tmp_path):
-    proc = run_train("act=relu,gelu", "tune=lr", "seed=0,1", *TINY, "logger=csv", check=False)
+    proc = run_train(
+        "act=relu,gelu", "tune=lr", "seed=0,1", "hydra.sweeper.selection=shared", *TINY, "logger=csv", check=False
+    )
     assert proc.returncode != 0
     assert "hydra.sweeper.selection_seed=0 is one of the verdict seeds (seed=0,1)" in proc.stderr + proc.stdout
     assert "hydra.sweeper.selection_seed=2" in proc.stderr + proc.stdout
@@ -529,7 +533,8 @@ def test_a_selection_seed_among_the_verdict_seeds_is_refused(run_train, tmp_path
     ("setting", "message"),
     [
         ("hydra.sweeper.num_lrs=0", "error: hydra.sweeper.num_lrs=0: give a number of learning rates >= 1"),
-        ("hydra.sweeper.seeds=auto", "give hydra.sweeper.baseline=AXIS=VALUE and hydra.sweeper.margin=DELTA"),
+        ("hydra.sweeper.seeds=auto", "hydra.sweeper.seeds=auto: the group-sequential design is gone"),
+        ("hydra.sweeper.selection=once", "error: hydra.sweeper.selection='once': give nested (each verdict seed's"),
     ],
 )
 def test_a_bad_sweeper_setting_is_refused_as_every_bad_key(run_train, tmp_path, setting, message):
@@ -541,100 +546,18 @@ def test_a_bad_sweeper_setting_is_refused_as_every_bad_key(run_train, tmp_path, 
     assert not list((tmp_path / "logs").rglob("*.json"))  # nothing written
 
 
-# --------------------------------------------------------------------------- seeds=auto (issue 18.6)
+# --------------------------------------------------------------------------- seeds=auto (issue 51 item 2)
 
 
-def test_seeds_auto_needs_a_baseline_and_a_margin():
-    from ablate.sweepers.tuning_stage2 import auto_settings
+def test_seeds_auto_is_refused_naming_the_fixed_design_and_the_planner():
+    """The group-sequential design is gone: seeds=auto is refused before any job, and the message
+    says what replaces it (a fixed list of verdict seeds) and how to size it (the planner)."""
+    from ablate.sweepers.tuning_stage2 import refuse_auto_seeds
 
-    sweeper = compose_train(
-        ["tune=lr", "hydra.sweeper.seeds=auto", "hydra.sweeper.baseline='act=gelu'", "hydra.sweeper.margin=0.02"]
-    ).hydra.sweeper
-    assert sweeper.seeds == "auto" and sweeper.baseline == "act=gelu" and list(sweeper.looks) == [3, 5, 7, 10]
-    assert auto_settings(sweeper.seeds, sweeper.baseline, sweeper.margin, sweeper.looks, sweeper.spending) == (
-        "act=gelu",
-        0.02,
-        [3, 5, 7, 10],
-        "kim-demets",
-    )
-    assert auto_settings([1, 2, 3], None, None, [3, 5], "pocock") is None
-    with pytest.raises(ValueError, match="hydra.sweeper.baseline=AXIS=VALUE and hydra.sweeper.margin"):
-        auto_settings("auto", None, None, [3, 5], "pocock")
-    with pytest.raises(ValueError, match="increasing"):
-        auto_settings("auto", "act=gelu", 0.02, [5, 3], "pocock")
-
-
-@pytest.mark.slow
-def test_seeds_auto_stops_when_decided(run_train, tmp_path):
-    """seeds=auto, looks at 2 and 3 seeds, a margin of 10 nats (every tiny model is within it):
-    act=relu is decided equivalent to act=gelu at the first look, so it gets seeds 1-2 only; the
-    recorded verdict is the one recomputed here from the jobs' own status.json, on the held-out
-    test/loss (the rates were selected on val/loss); the plan was declared before stage 2."""
-    from ablate.analysis.sequential import sequential_verdict
-
-    run_train(
-        "act=relu,gelu",
-        "tune=lr",
-        "hydra.sweeper.num_lrs=2",
-        "hydra.sweeper.seeds=auto",
-        "hydra.sweeper.baseline='act=gelu'",
-        "hydra.sweeper.margin=10",
-        "hydra.sweeper.looks=[2,3]",
-        *TINY,
-        "logger=csv",
-    )
-    sweep = the_sweep(tmp_path / "logs")
-    jobs = jobs_by_overrides(sweep)
-    tuning = json.loads((sweep / "lr_tuning.json").read_text())
-    by_variant = {v["variant"]: v for v in tuning["variants"]}
-    relu, gelu = by_variant["act=relu"], by_variant["act=gelu"]
-    assert relu["sequential"]["verdict"] == "equivalent (±10)" and relu["sequential"]["seeds"] == 2
-    assert relu["sequential"]["metric"] == "test/loss"  # decided on held-out text, not on the selection's
-    assert [s["seed"] for s in relu["seeds"]] == [1, 2] and [s["seed"] for s in gelu["seeds"]] == [1, 2]
-    lr_r, lr_g = relu["chosen_override"].split("=")[1], gelu["chosen_override"].split("=")[1]
-    diffs = [
-        final_loss(jobs[("relu", lr_r, s)], "test/loss") - final_loss(jobs[("gelu", lr_g, s)], "test/loss")
-        for s in ("1", "2")
-    ]
-    assert sequential_verdict(diffs, 10.0, [2, 3]).verdict == relu["sequential"]["verdict"]
-    assert not any(seed == "3" for _, _, seed in jobs)  # no third seed: decided at the first look
-    plan = json.loads((sweep / "analysis_plan.json").read_text())
-    assert plan["plan"]["metrics"] == ["test/loss"] and plan["plan"]["stopping"] == "group-sequential"
-    assert plan["plan"]["baseline"] == "act=gelu" and plan["plan"]["looks"] == [2, 3] and len(plan["sha256"]) == 64
-
-
-def test_seeds_auto_interrupted_at_its_first_look_reports_no_verdict(capsys):
-    """Ctrl-C during the first look: the launched seeds are incomplete, so no variant is judged, and
-    the verdict table says so instead of failing on a verdict that was never computed."""
-    from ablate.sweepers.lr_selection import LRResult, Selection
-    from ablate.sweepers.tuning_report import Variant
-    from ablate.sweepers.tuning_stage2 import sequential_stage2
-
-    def chosen(label: str) -> Variant:
-        v = Variant([label], label, ["0.001"])
-        v.selection = Selection(LRResult(1e-3, "0.001", "completed", 1.0))
-        return v
-
-    variants = [chosen("act=gelu"), chosen("act=relu")]
-    launched: list[list[str]] = []
-
-    def launch(batch: list[list[str]]) -> list:
-        launched.extend(batch)
-        return [None] * len(batch)  # never read: the look was interrupted
-
-    returns = sequential_stage2(
-        variants,
-        launch,
-        lambda: True,
-        metric="test/loss",
-        lr_name="optim.lr",
-        seed_name="seed",
-        seeds=["1", "2", "3"],
-        baseline="act=gelu",
-        margin=0.1,
-        looks=[2, 3],
-        spending="kim-demets",
-    )
-    assert len(returns) == len(launched) == 4  # both variants, the first look's 2 seeds
-    assert variants[1].decision is None and variants[1].verdict == "not judged (interrupted)"
-    assert "act=relu  not judged (interrupted)" in capsys.readouterr().out
+    sweeper = compose_train(["tune=lr", "hydra.sweeper.seeds=auto"]).hydra.sweeper
+    with pytest.raises(ValueError, match="group-sequential design is gone") as refused:
+        refuse_auto_seeds(sweeper.seeds)
+    assert "hydra.sweeper.seeds=[1,2,3,4,5]" in str(refused.value) and "planner" in str(refused.value)
+    assert "scripts/summarize.py <pilot sweep> --baseline AXIS=VALUE --margin δ" in str(refused.value)
+    refuse_auto_seeds([1, 2, 3])  # a fixed design passes
+    assert "looks" not in sweeper and "spending" not in sweeper  # its settings went with it

@@ -260,9 +260,10 @@ def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> lis
     with Shaffer's constraint: at most one of a row's two nulls is true), so the chance of any
     false ``better``, ``worse`` or ``equivalent`` in the family is at most ``alpha``. Then the MDE
     at alpha/m (m: the rows with a difference test, the threshold the first step applies) and
-    each row's verdict (:func:`ablate.analysis.stats.verdict`). Rows a group-sequential rule
-    decided (``test == "group-sequential"``) keep its verdict: its own alpha / m spending covers them."""
-    compared = [(f["verdict"].ne("baseline") & f["test"].ne("group-sequential")).to_numpy() for f in frames]
+    each row's verdict (:func:`ablate.analysis.stats.verdict`); a row whose arms did not train
+    gets ``not trained (...)`` and stays out of the family (:func:`_untrained`)."""
+    untrained = [_untrained(f) for f in frames]
+    compared = [f["verdict"].ne("baseline").to_numpy() & (u == "") for f, u in zip(frames, untrained, strict=True)]
     flat = {
         column: np.concatenate(
             [f[column].to_numpy(dtype=float)[mask] for f, mask in zip(frames, compared, strict=True)]
@@ -283,8 +284,10 @@ def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> lis
             frame[f"{column}_holm"] = values
         metric, better_up = frame.attrs["metric"], higher_is_better(frame.attrs["metric"])
         judged = [
-            _judge(row, better_up, alpha, m) if in_family else (row["verdict"], row.get("mde", math.nan))
-            for (_, row), in_family in zip(frame.iterrows(), mask, strict=True)
+            _judge(row, better_up, alpha, m)
+            if in_family
+            else (no_verdict or row["verdict"], math.nan if no_verdict else row.get("mde", math.nan))
+            for (_, row), in_family, no_verdict in zip(frame.iterrows(), mask, untrained[index], strict=True)
         ]
         frame["verdict"], frame["mde"] = [v for v, _ in judged], [mde for _, mde in judged]
         frame.attrs.update(
@@ -296,6 +299,23 @@ def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> lis
         )
         out.append(frame)
     return out
+
+
+def _untrained(frame: pd.DataFrame) -> np.ndarray:
+    """Each row's ``not trained (...)`` verdict (:func:`ablate.analysis.stats.not_trained`; ``""``
+    where both arms trained): those rows get no verdict and leave the family (a test between plateaus
+    should not spend the alpha of the comparisons that mean something)."""
+    base = frame[frame["verdict"] == "baseline"]
+    b_stalled, b_done = (int(base.iloc[0]["stalled"]), int(base.iloc[0]["completed"])) if len(base) else (0, 0)
+    return np.array(
+        [
+            ""
+            if row["verdict"] == "baseline"
+            else stats.not_trained(int(row["stalled"]), int(row["completed"]), b_stalled, b_done)
+            for _, row in frame.iterrows()
+        ],
+        dtype=object,
+    )
 
 
 def _judge(row: pd.Series, better_up: bool, alpha: float, m: int) -> tuple[str, float]:

@@ -37,8 +37,8 @@ passages would give.
 A metric is a ratio (summed NLL over tokens, or over bytes x ln 2 for bits per byte), so each
 unit's difference is linearised around the seed's overall difference D_s (the usual ratio
 estimator): z[s, t] = D_s + (A[s, t] − D_s W[t]) / mean(W), with A the unit's NLL difference and
-W its denominator; mean_t z[s, t] = D_s exactly. Calibration: ``scripts/simulate_verdicts.py``
-(seeds 2/3/5 x blocks 4/8 x text/seed SD 0.3-6, numbers in docs/analysis.md) and
+W its denominator; mean_t z[s, t] = D_s exactly. Calibration: ``python -m benchmarks.verdicts.simulate``
+(seeds 2/3/5 x blocks 4/8 x text/seed SD 0.3-6, numbers in benchmarks/verdicts/README.md) and
 ``tests/analysis/test_crossed.py``.
 """
 
@@ -72,8 +72,6 @@ class CrossedResult:
     seeds: tuple[int, ...]
     p_tost: float = math.nan
     margin: float = math.nan
-    unit_kind: str = "held-out blocks"  # what a text unit is (ablate.eval_units.text_groups)
-    mean_squares: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # MS_seed, MS_text, MS_error
 
     @property
     def half_width_unpaired(self) -> float:
@@ -124,11 +122,6 @@ def t_tests(
     return p, np.where(se > 0, np.maximum(lower, upper), np.nan)
 
 
-def unit_groups(units: Units) -> np.ndarray:
-    """Each window's text unit (:func:`ablate.eval_units.text_groups`): its held-out block."""
-    return text_groups(units)[0]
-
-
 def _check_same_text(runs: Mapping[int, Units], other: Mapping[int, Units]) -> Units:
     first = next(iter(runs.values()))
     for u in [*runs.values(), *other.values()]:
@@ -177,10 +170,10 @@ def crossed(
         raise ValueError(f"{len(shared)} seed(s) with per-unit losses on both sides: a crossed interval needs 2")
     v, b = {s: variant[s] for s in shared}, {s: baseline[s] for s in shared}
     ref = _check_same_text(v, b)
-    groups, kind = text_groups(ref)
+    groups, _ = text_groups(ref)
     z, arms, seeds = linearised(v, b, metric, groups)
     n_s, n_t = z.shape
-    mean, var, df, ms_s, ms_t, ms_e = (float(x) for x in anova(z))
+    mean, var, df, ms_s, ms_t, _ = (float(x) for x in anova(z))
     p, p_tost = (float(x) for x in t_tests(np.array(mean), np.array(var), np.array(df), margin))
     se = math.sqrt(var)
     crit = stats.t.ppf((1 + confidence) / 2, df)
@@ -200,6 +193,4 @@ def crossed(
         seeds=seeds,
         p_tost=p_tost,
         margin=math.nan if margin is None else float(margin),
-        unit_kind=kind,
-        mean_squares=(ms_s, ms_t, ms_e),
     )

@@ -15,6 +15,7 @@ from ablate.analysis import budget
 from ablate.analysis.convergence import LATE_FRACTION, LATE_METRIC, STALL_TOLERANCE
 from ablate.analysis.job import higher_is_better
 from ablate.analysis.runs import Sweep
+from ablate.analysis.stats import NOT_TRAINED
 
 
 def fmt(value: float, std: float = math.nan) -> str:
@@ -104,7 +105,7 @@ def _delta_on(row: pd.Series) -> str:
         return f"welch, {int(row['n_variant'])} vs {int(row['n_baseline'])} seeds"
     if row["test"] == "crossed":
         return f"crossed, seeds {row['diff_seeds']} x {int(row['text_blocks'])} text blocks"
-    if row["test"] in ("worst-rank", "group-sequential"):
+    if row["test"] == "worst-rank":
         return str(row["inference"])
     return "—"
 
@@ -147,9 +148,8 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
             cells += [_rate(row)] if diverging else []
             cells += ["—"]
         else:
-            adjusted = row.get("diff_adjusted")
             cells += [
-                fmt(row["diff"]) + (f" (adj. {fmt(adjusted)})" if adjusted is not None and pd.notna(adjusted) else ""),
+                fmt(row["diff"]),
                 format_ci(row["diff_ci_low"], row["diff_ci_high"]),
                 _delta_on(row),
                 format_p(row["p"]),
@@ -190,71 +190,65 @@ def _baseline_header(
     return header
 
 
+METHODS = "docs/analysis.md"  # where every column, test and verdict of the table is explained
+
+
 def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
-    """The notes under :func:`baseline_table`: what its columns and verdicts mean, and the notes its rows need."""
+    """The legend under :func:`baseline_table`: one short line per thing the rows need, and where the
+    methods are explained (:data:`METHODS`), rather than the methods themselves."""
     alpha, margin = frame.attrs["alpha"], frame.attrs.get("margin")
     m = frame.attrs.get("family", frame.attrs.get("tested", 0))
     notes = [_family_note(frame, m)]
     cross = frame[frame["test"] == "crossed"]
     if len(cross):
         notes.append(_crossed_note(cross))
-        liberal = _liberal_first_steps(cross, alpha / max(m, 1))
-        if liberal:
-            notes.append(liberal)
-    if margin is not None:
-        notes.append(
-            f"Equivalence: TOST (two one-sided t-tests, same pairing) of |Δ| < {margin:g}, the smallest "
-            'difference of interest, in the same family. "equivalent (±δ)" when it holds; "equivalent (±δ), and '
-            'different (...)" when the difference test holds too (a real difference, smaller than δ).'
-        )
+        caution = _text_dominated(cross)
+        if caution:
+            notes.append(caution)
     notes.append(_verdicts_note(margin))
     notes.append(
-        f"MDE (80%, α/m): design information for the next sweep: the true |Δ| this test, at this n and this "
-        f"seed spread, would detect with 80% power at alpha/m = {alpha:g}/{max(m, 1)}. It is not a bound on "
-        "the true effect of an inconclusive row (that reading is the post-hoc power fallacy); only the "
-        "equivalence test bounds it."
+        f"MDE (80%, α/m): the true |Δ| this test would detect with 80% power at alpha/m = {alpha:g}/{max(m, 1)}: "
+        "design information for the next sweep, not a bound on this one's effect."
     )
+    planner = _planner_note(frame, sweep, margin, alpha / max(m, 1))
+    if planner:
+        notes.append(planner)
     if bool(frame["diverged"].sum()):
         notes.append(
-            "Diverged seeds are kept as an outcome: a row where some seed diverged (its own or the baseline's) "
-            "is tested by the worst-rank test, every seed ranked with a diverged run worst (Lachin 1999), exact "
-            "permutation p, in the same family; its Δ and CI are the surviving seeds' (descriptive) and it "
-            "gets no equivalence test. The rate is shown with its Clopper-Pearson 95% interval (summary.csv: "
-            "Boschloo's p_diverged, descriptive). With 3 seeds a side no rank test can reach p < 0.1."
+            "diverged: kept as an outcome; such a row is tested by the worst-rank test (a diverged run ranked worst, "
+            "exact p), its Δ is the surviving seeds' and it gets no equivalence test."
         )
     if bool(frame["stalled"].sum()):
         notes.append(
             f"stalled k/n: completed seeds whose final {STALL_METRIC_TEXT} is within {STALL_TOLERANCE:.0%} of "
             "their first validation's (they never left the starting plateau); their values are in the test."
         )
+    if frame["verdict"].astype(str).str.startswith(NOT_TRAINED).any():
+        notes.append(
+            "not trained (stalled k/n): most seeds of the row, or of the baseline, stalled, so there is no "
+            "verdict and the row is outside the family: a difference between plateaus says nothing about the "
+            "component. Make both arms train first: a longer budget (trainer.max_steps), another learning rate "
+            "(optim.lr, or tune=lr), and the run header's scale probe line (a signal far off its expected scale)."
+        )
     if frame.attrs.get("lr_choice"):
         notes.append(
-            "tuned LR: each arm's learning rate, chosen on the selection seed (tune=lr); an edge means the best "
-            "rate was the lowest or highest tried, so the optimum may lie outside the grid and that arm may be "
-            "handicapped; tune=lr extends the grid past an edge before stage 2 (hydra.sweeper.extend_edges)."
+            "tuned LR: each arm's rate, chosen on held-out runs (tune=lr; one per verdict seed under "
+            "hydra.sweeper.selection=nested; Δ a step down / up: stage 1's loss one grid step either side minus the "
+            "chosen rate's); an edge: the best rate was the lowest or highest tried, so the optimum may lie outside "
+            "the grid."
         )
-    sequential = frame[frame["test"] == "group-sequential"]
-    if len(sequential):
-        notes.append(
-            "group-sequential: the row's verdict is the sweep's stopping rule (below), at the look it stopped at, "
-            "on the seeds that ran by that look; Δ 95% CI is that look's repeated confidence interval, adj. the "
-            "bias-adjusted estimate (the raw Δ at an early stop is too large on average); p: that look's p-value, "
-            "judged against the look's boundary, not 0.05, and outside the table's family."
-        )
-        liberal = _liberal_sequential(sequential)
-        if liberal:
-            notes.append(liberal)
     few = [sweep.label(key) for key, n in zip(sweep.variants(), frame[f"{frame.attrs['basis_column']} n"]) if n < 2]
     if few:
         notes.append(
             f"No CI or test for {'; '.join(few)}: fewer than 2 completed seeds (a t interval and a t-test "
             "need the seed spread, which one value does not give); run more seeds (seed=1,2,3)."
         )
+    notes.append(f"Methods, and what each column means: {METHODS}.")
     return "\n".join(notes) + "\n"
 
 
 def _family_note(frame: pd.DataFrame, m: int) -> str:
-    """What Δ, the seeds and the Holm family of the table are."""
+    """What Δ is and the one Holm family of the table."""
     metric, alpha, slices = frame.attrs["metric"], frame.attrs["alpha"], frame.attrs.get("family_frames", 1)
     way = "higher" if higher_is_better(metric) else "lower"
     family = (
@@ -263,13 +257,9 @@ def _family_note(frame: pd.DataFrame, m: int) -> str:
         else f"the {m} comparisons of all {slices} tables of this call"
     )
     return (
-        f"Δ = variant - baseline of the {frame.attrs['basis_text']}; over completed seeds ({way} is better). "
-        "seeds / n: the seeds the mean and its 95% CI (Student t) rest on; Δ on: the seeds Δ, its CI and p rest on "
-        "(paired t-test on the seeds both share when they share >= 2, else Welch's t-test on all of them; "
-        "crossed: seeds and text both random, below; worst-rank: a seed diverged, below). "
-        f"p (Holm): one family, {family}: the difference and the equivalence tests together, Holm's step-down "
-        "counting rows, not tests (Shaffer 1986: a row's two nulls, Δ = 0 and |Δ| >= δ, cannot both be true), so "
-        f"the chance of any false better, worse or equivalent in the family is at most alpha = {alpha:g}."
+        f"Δ = variant - baseline of the {frame.attrs['basis_text']} ({way} is better); Δ on: the test and seeds it "
+        f"rests on. p (Holm): one family, {family}, difference and equivalence tests together (Holm-Shaffer): "
+        f"at most alpha = {alpha:g} chance of any false better, worse or equivalent."
     )
 
 
@@ -277,57 +267,55 @@ def _crossed_note(cross: pd.DataFrame) -> str:
     """The crossed seed x text analysis of the ``cross`` rows, with how much pairing the text narrowed them."""
     shrink = (cross["diff_ci_high"] - cross["diff"]) / cross["half_width_unpaired"]
     return (
-        "crossed: a 95% interval for the mean difference over seeds and held-out text, both random effects "
-        "(Clark 1973), not a prediction for one new run: two-way ANOVA of the per-seed, per-held-out-block "
-        "differences from each run's per-window test losses (test_units.npz), Var = (MS_seed + MS_text - "
-        "MS_error) / (n_seeds n_blocks), Satterthwaite df (src/ablate/analysis/crossed.py). seed SE: the part another set of seeds adds "
-        "(what a paired t-test over seeds uses); text SE: the part another passage adds. Pairing the "
-        f"windows (both variants scored on the same text) gives intervals {shrink.min():.2f}-{shrink.max():.2f} "
-        "times as wide as two independent texts would (below 1: the passages' difficulty, shared by both, "
-        "cancels; text SE unpaired in summary.csv)."
+        "crossed: a 95% interval for the mean difference over seeds and held-out text, both random, not a "
+        "prediction for one new run (seed SE, text SE: the part each adds); pairing the windows made it "
+        f"{shrink.min():.2f}-{shrink.max():.2f} times as wide as two independent texts would."
     )
 
 
-LIBERAL_STEP = 0.0125  # Holm's first threshold at or below which docs/analysis.md measures the crossed test liberal
+TEXT_DOMINATED_BLOCKS = 4  # at or below this many held-out blocks, a text-dominated crossed test runs liberal
 
 
-def _liberal_first_steps(cross: pd.DataFrame, first_step: float) -> str | None:
-    """A warning where the family's first Holm steps are small and the crossed test can run liberal
-    there: 4 or fewer held-out blocks, 5 or more seeds and a text SE above the seed SE (Satterthwaite's
-    df run high when the 3 block df carry the variance; docs/analysis.md, "the crossed test at small α":
-    1.3-1.8x at 1% with 10 seeds; with 5 seeds only where the text dominates). A screen, not a measurement."""
-    risky = cross[(cross["text_blocks"] <= 4) & (cross["pairs"] >= 5) & (cross["text_se"] > cross["seed_se"])]
-    if first_step > LIBERAL_STEP or risky.empty:
-        return None
-    return (
-        f"Caution: in {len(risky)} crossed row(s) the text SE exceeds the seed SE on {int(risky['text_blocks'].max())} "
-        f"held-out blocks; there the crossed test can be liberal at the family's first thresholds (alpha/m = "
-        f"{first_step:.2g}; simulated with 10 seeds: 1.3-1.8 times its level at 1%, docs/analysis.md), so the "
-        "family's error may exceed alpha. Hold out 8 blocks (data.splits=blocks data.heldout_blocks=8) for such "
-        "a family."
-    )
-
-
-SEQUENTIAL_TEXT_RATIO = 2.0  # text SE / seed SE above which docs/analysis.md measures the 4-block rule over alpha
-
-
-def _liberal_sequential(rows: pd.DataFrame) -> str | None:
-    """A warning where the group-sequential rule can exceed its alpha: 4 or fewer held-out blocks
-    and a text SE over twice the seed SE (docs/analysis.md, "Seeds to a decision": with a margin too
-    small for equivalence stops, 5.2-5.4% false better/worse at text/seed SD 1.5-3 on 4 blocks, where
-    the text SE is 2.3-4.6 seed SEs; 4.7% at SD 1, 1.5 seed SEs; 4.5-5.0% on 8 blocks at text/seed SD
-    0.3-6). A screen, not a measurement."""
-    if not {"text_se", "seed_se", "text_blocks"} <= set(rows.columns):
-        return None
-    risky = rows[(rows["text_blocks"] <= 4) & (rows["text_se"] > SEQUENTIAL_TEXT_RATIO * rows["seed_se"])]
+def _text_dominated(cross: pd.DataFrame) -> str | None:
+    """A caution where the crossed test runs liberal, at any alpha: 4 or fewer held-out blocks, 5 or
+    more seeds and a text SE above the seed SE (Satterthwaite's df run high when the 3 block df carry
+    the variance; benchmarks/verdicts/README.md: with 10 seeds, 5.4-5.9% false better/worse at alpha
+    5%, 1.3-1.8 times its level at 1%). One rule whatever the family's size: a fixed table of one comparison at
+    5.97% had no caution while a large family did. A screen, not a measurement."""
+    risky = cross[
+        (cross["text_blocks"] <= TEXT_DOMINATED_BLOCKS) & (cross["pairs"] >= 5) & (cross["text_se"] > cross["seed_se"])
+    ]
     if risky.empty:
         return None
     return (
-        f"Caution: in {len(risky)} group-sequential row(s) the text SE is more than twice the seed SE on "
-        f"{int(risky['text_blocks'].max())} held-out blocks; there the crossed test is liberal and the stopping "
-        "rule's false better/worse rate can exceed alpha (simulated: 5.2-5.4% at alpha 5%, docs/analysis.md). "
-        "Hold out 8 blocks (data.splits=blocks data.heldout_blocks=8) for such a sweep."
+        f"Caution: in {len(risky)} crossed row(s) the text SE exceeds the seed SE on {int(risky['text_blocks'].max())} "
+        "held-out blocks; there the crossed test runs liberal (simulated with 10 seeds: 5.4-5.9% false better/worse "
+        f"at alpha 5%, 1.3-1.8 times its level at 1%; {METHODS}). Hold out 8 blocks (data.splits=blocks "
+        "data.heldout_blocks=8)."
     )
+
+
+def _planner_note(frame: pd.DataFrame, sweep: Sweep, margin: float | None, level: float) -> str | None:
+    """The planner of the next, fixed design: per compared row, the seeds whose test would detect a
+    difference of δ (the margin) with 80% power at alpha/m, at this row's seed and text spread
+    (:func:`ablate.analysis.stats.seeds_for`). None without a margin."""
+    if margin is None:
+        return None
+    from ablate.analysis.stats import seeds_for
+
+    names = []
+    for key, (_, row) in zip(sweep.variants(), frame.iterrows(), strict=True):
+        crossed = row["test"] == "crossed"
+        if row["verdict"] == "baseline" or row["test"] not in ("crossed", "paired") or not row["se"] > 0:
+            continue
+        seed_se = row["seed_se"] if crossed else row["se"]
+        text_se = row["text_se"] if crossed else 0.0
+        n = seeds_for(margin, seed_se, text_se, int(row["pairs"]), int(row["text_blocks"]) if crossed else 1, level)
+        label = sweep.label(key)
+        names.append(f"{label}: {n}" if n else f"{label}: none (the text alone is too noisy: hold out more blocks)")
+    if not names:
+        return None
+    return f"Planner, seeds to detect ±{margin:g} (80%, α/m) at each row's spread: " + "; ".join(names) + "."
 
 
 def _verdicts_note(margin: float | None) -> str:
@@ -335,13 +323,11 @@ def _verdicts_note(margin: float | None) -> str:
     return (
         "better / worse: p (Holm) < alpha; "
         + (
-            f"equivalent (±{margin:g}): p equiv (Holm) < alpha; equivalence not shown: neither (the data are "
-            f"compatible with the whole Δ 95% CI, differences beyond ±{margin:g} included)"
+            f"equivalent (±{margin:g}): p equiv (Holm) < alpha (TOST); equivalence not shown: neither"
             if margin is not None
-            else "inconclusive: neither (no equivalence margin given: --margin δ, or analysis.margin in the "
-            "experiment config, adds the equivalence test)"
+            else "inconclusive: neither (--margin δ adds the equivalence test)"
         )
-        + '. Neither is "no difference", and nothing is "rejected".'
+        + '. Neither is "no difference".'
     )
 
 

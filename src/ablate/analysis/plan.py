@@ -7,7 +7,7 @@ the verdict seeds' validation losses were on screen). So a plan is declared befo
 runs start:
 
 * by ``train.py`` itself before stage 2 of a ``tune=lr`` sweep (:mod:`ablate.sweepers.tuning_stage2`:
-  the verdict metric, seeds or looks, stopping rule, split layout and compared variants, the
+  the verdict metric, seeds, split layout and compared variants, the
   baseline and δ from ``hydra.sweeper.baseline`` / ``hydra.sweeper.margin``);
 * by ``python scripts/declare.py <sweep dir> --metric ... --baseline ... --margin ... --seeds ...``
   for any other sweep (then run it with ``hydra.sweep.dir=<sweep dir>``).
@@ -31,7 +31,7 @@ the W&B run id (a server-side time) and the commit let a reviewer check.
 plan is intact in the ledger, was declared before the first compared job *started* (the
 ``started_at`` each run records in its ``status.json``, not file times: ``touch`` or an archive copy
 changes nothing), the call covers the plan's whole family, and the row's metric, slice, variant,
-baseline, basis, margin, split layout, stopping rule and seeds are the plan's; it rests on at least
+baseline, basis, margin, split layout and seeds are the plan's; it rests on at least
 :data:`~ablate.analysis.engine.MIN_SEEDS` seeds and :data:`~ablate.analysis.engine.MIN_BLOCKS`
 held-out text blocks. Anything else is **exploratory**, and the table names why.
 """
@@ -52,7 +52,6 @@ from typing import Any
 
 PLAN_FILE = "analysis_plan.json"
 LEDGER_FILE = "analysis_ledger.jsonl"
-STOPPING = ("fixed", "group-sequential")
 GENESIS = "0" * 64  # the "previous hash" of the ledger's first entry
 
 
@@ -66,8 +65,8 @@ class Plan:
     units of each metric (a number, or one per metric); ``variants``: the rows compared with the
     baseline, as ``axis=value`` specs (empty: every other row); the family is every (slice, metric,
     variant); ``layout``: the data split scheme the jobs must have (``data.splits``, e.g.
-    ``blocks``; None: not declared); ``seeds``: the verdict seeds of a fixed design; ``looks`` and
-    ``spending``: a group-sequential one (seeds 1..looks[-1])."""
+    ``blocks``; None: not declared); ``seeds``: the verdict seeds (a fixed design, chosen before
+    the data: docs/analysis.md, "Planning a sweep")."""
 
     metrics: tuple[str, ...]
     baseline: str | None = None
@@ -79,9 +78,6 @@ class Plan:
     basis: str = "steps"
     alpha: float = 0.05
     seeds: tuple[int, ...] = ()
-    looks: tuple[int, ...] = ()
-    stopping: str = "fixed"  # fixed: every declared seed; group-sequential: looks + spending
-    spending: str | None = None
     selection: str = ""  # how the compared settings were chosen (tune=lr: metric and selection seed)
     inference: str = "crossed seed x held-out block where per-window test losses exist, else paired t over seeds"
     note: str = ""
@@ -93,10 +89,6 @@ class Plan:
     def __post_init__(self) -> None:
         if not self.metrics:
             raise PlanError("a plan names at least one metric (--metric)")
-        if self.stopping not in STOPPING:
-            raise PlanError(f"stopping={self.stopping!r}: one of {', '.join(STOPPING)}")
-        if self.stopping == "group-sequential" and not self.looks:
-            raise PlanError("a group-sequential plan names its looks")
         for metric in self.metrics:
             value = self.margin_for(metric)
             if value is not None and not (math.isfinite(value) and value > 0):
@@ -130,13 +122,7 @@ class Plan:
         margin = (
             ", ".join(f"{m} ±{self.margin_for(m):g}" for m in self.metrics if self.margin_for(m) is not None) or "none"
         )
-        how = (
-            f"group-sequential, looks at {','.join(map(str, self.looks))} seeds ({self.spending} spending)"
-            if self.stopping == "group-sequential"
-            else f"fixed: seeds {','.join(map(str, self.seeds))}"
-            if self.seeds
-            else "fixed (no seeds declared)"
-        )
+        how = f"fixed: seeds {','.join(map(str, self.seeds))}" if self.seeds else "fixed (no seeds declared)"
         compared = (
             f"the interaction of {' and '.join(self.extra['interaction'])}"
             if self.extra.get("interaction")
@@ -334,13 +320,18 @@ def _tuple(value: Any) -> tuple:
 
 def _plan_of(raw: Mapping[str, Any]) -> Plan:
     raw = dict(raw)
-    for key in ("metrics", "where", "variants", "seeds", "looks", "equivalence"):
+    for key in ("metrics", "where", "variants", "seeds", "equivalence"):
         raw[key] = _tuple(raw.get(key))
     known = set(Plan.__dataclass_fields__)
     return Plan(**{k: v for k, v in raw.items() if k in known})
 
 
+SEQUENTIAL_GONE = "a group-sequential plan (seeds=auto): that design is gone, so no row is declared under it"
+
+
 def _declaration(entry: Mapping[str, Any], sweep: Path, ledger: Path, problem: str | None = None) -> Declaration:
+    if problem is None and entry["plan"].get("stopping", "fixed") != "fixed":  # a ledger from before the design went
+        problem = SEQUENTIAL_GONE
     return Declaration(
         _plan_of(entry["plan"]),
         str(entry["sha256"]),
@@ -419,15 +410,13 @@ def _replace_problem(declaration: Declaration, problem: str) -> Declaration:
 @dataclass(frozen=True)
 class Row:
     """One compared row of a call, as the plan check needs it: its seeds (every job's), the
-    baseline's, the seed pairs and text blocks its test rests on, and a sequential rule's verdict
-    on whether its seeds follow the rule (``""``: they do)."""
+    baseline's, and the seed pairs and text blocks its test rests on."""
 
     seeds: tuple[int, ...] = ()
     baseline_seeds: tuple[int, ...] = ()
     pairs: int = 0
     blocks: int = 0
     test: str = ""
-    rule_check: str = ""
     declared_as: str | None = None  # the plan's variant spec this row is (None: none matches)
 
 
@@ -435,8 +424,7 @@ class Row:
 class Call:
     """What one ``summarize.py`` call compares: per table its slice and metric, the baseline,
     basis, margin per metric, and the row labels compared (other than the baseline); with
-    ``rows`` (label -> :class:`Row`), what each rests on; the sweep's stopping rule, the split
-    layouts of its jobs, when its first compared job started (``first_start``; None: some job
+    ``rows`` (label -> :class:`Row`), what each rests on; the split layouts of its jobs, when its first compared job started (``first_start``; None: some job
     records no start) and the plan's variants that match no row."""
 
     baseline: str | None
@@ -445,9 +433,6 @@ class Call:
     tables: Sequence[tuple[str | None, str, Sequence[str]]]  # (slice, metric, compared rows)
     family_is_call: bool = True  # --family call (one family over the call's tables)
     rows: Mapping[tuple[str | None, str, str], Row] = field(default_factory=dict)
-    stopping: str = "fixed"
-    looks: tuple[int, ...] = ()
-    spending: str | None = None
     layouts: frozenset[str] = frozenset()
     first_start: tuple[float, str] | None = None  # (Unix time, job) of the earliest recorded start
     unstarted: tuple[str, ...] = ()  # compared jobs that record no start time
@@ -493,15 +478,6 @@ def _global_problem(declaration: Declaration, call: Call) -> str | None:
         return f"the baseline is not the plan's ({plan.baseline})"
     if call.basis != plan.basis:
         return f"--basis {call.basis} is not the plan's ({plan.basis})"
-    if call.stopping != plan.stopping:
-        return f"the sweep's stopping rule ({call.stopping}) is not the plan's ({plan.stopping})"
-    if plan.stopping == "group-sequential" and (
-        tuple(call.looks) != tuple(plan.looks) or (call.spending or None) != (plan.spending or None)
-    ):
-        return (
-            f"the sweep's looks {','.join(map(str, call.looks))} ({call.spending}) are not the plan's "
-            f"{','.join(map(str, plan.looks))} ({plan.spending})"
-        )
     if plan.layout is not None and call.layouts and call.layouts != {plan.layout}:
         return f"the jobs' data.splits ({', '.join(sorted(call.layouts))}) is not the plan's ({plan.layout})"
     if sorted(call.equivalence) != sorted(plan.equivalence):
@@ -524,8 +500,6 @@ def _global_problem(declaration: Declaration, call: Call) -> str | None:
 
 def _seed_problem(plan: Plan, row: Row) -> str | None:
     """Why the row's seeds are not the plan's, or None."""
-    if plan.stopping == "group-sequential":
-        return row.rule_check or None
     if not plan.seeds:
         return "the plan declares no seeds (declare.py --seeds), so seeds added later cannot be told"
     declared = set(plan.seeds)
@@ -558,6 +532,46 @@ def _limits(row: Row) -> str | None:
     return None
 
 
+def anchor_note(entry: Mapping[str, Any]) -> str:
+    """What vouches for the plan's time beyond the ledger, a local file its owner could rewrite
+    whole: the git commit of the code it was declared with and the W&B run of the declaring process
+    (a server-side time), or that nothing does."""
+    commit, run_id = str(entry.get("git_commit") or "")[:12], entry.get("wandb_run_id")
+    anchors = [f"git commit {commit}"] * bool(commit) + [f"W&B run {run_id}"] * bool(run_id)
+    if anchors:
+        return f"Anchored outside the folder: {' and '.join(anchors)} (check them against the plan's time)."
+    return (
+        "Not anchored outside the folder: no git commit (not declared from a checkout) and no W&B run; only the "
+        "ledger vouches for the plan's time."
+    )
+
+
+def earlier_plans(declaration: Declaration) -> list[str]:
+    """Earlier ledger entries for the same comparison (same metrics and baseline) in other sweep
+    folders: a comparison declared again after a first sweep's result is a forking path a reader
+    should see."""
+    ledger = declaration.entry.get("ledger")
+    if not ledger:
+        return []
+    plan, entries = declaration.plan, read_ledger(Path(str(ledger)))[0]
+    mine = next((i for i, e in enumerate(entries) if e.get("sha256") == declaration.sha256), len(entries))
+    before = [
+        e
+        for e in entries[:mine]  # the ledger's order: appended under a lock, chained
+        if isinstance(e.get("plan"), dict)
+        and tuple(_tuple(e["plan"].get("metrics"))) == plan.metrics
+        and _same_baseline(e["plan"].get("baseline"), plan.baseline)
+    ]
+    if not before:
+        return []
+    listed = "; ".join(
+        f"entry {e.get('entry', '?')} ({e.get('declared_at')}, {Path(str(e.get('sweep_dir', '?'))).name}, "
+        f"margin {e['plan'].get('margin')}, seeds {','.join(map(str, _tuple(e['plan'].get('seeds')))) or 'none'})"
+        for e in before
+    )
+    return [f"Earlier plans for this comparison in the ledger ({len(before)}): {listed}."]
+
+
 def check_rows(declaration: Declaration | None, call: Call) -> tuple[dict, list[str]]:
     """Which rows of ``call`` the declared plan covers: ``{(slice, metric, row): "declared" |
     "exploratory (<why>)"}``, and the notes to print under the tables."""
@@ -568,16 +582,11 @@ def check_rows(declaration: Declaration | None, call: Call) -> tuple[dict, list[
             "verdict here is exploratory."
         ]
     plan = declaration.plan
-    commit = str(declaration.entry.get("git_commit") or "")[:12]
-    run_id = declaration.entry.get("wandb_run_id")
     notes = [
         f"Declared plan (ledger entry {declaration.entry.get('entry', '?')}, sha256 {declaration.sha256[:12]}, "
-        f"{declaration.declared_at}"
-        + (f", commit {commit}" if commit else "")
-        + (f", W&B run {run_id}" if run_id else "")
-        + "): "
-        + plan.describe()
-        + "."
+        f"{declaration.declared_at}): {plan.describe()}.",
+        anchor_note(declaration.entry),
+        *earlier_plans(declaration),
     ]
     if plan.margin_basis:
         notes.append(f"Margin: {plan.margin_basis}")

@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ablate.analysis.job import DamagedJob, Job, load_job, parse_overrides
 from ablate.config.dotted import flatten
@@ -208,15 +209,14 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
     recorded = [str(s) for s in tuning.get("selection_seeds") or []]
     top = tuning.get("selection_seed")
     every = set(recorded) | ({str(top)} if top is not None else set())
-    wanted: list[tuple[dict[str, str], set[str]]] = []
+    wanted: list[tuple[dict[str, Any], set[str]]] = []
     for variant in tuning.get("variants", []):
         if variant.get("chosen_override"):
             own = variant.get("selection_seed")
-            held = {str(own)} if own is not None else every
-            wanted.append((parse_overrides([*variant["overrides"], variant["chosen_override"]]), held))
+            wanted.append((variant, {str(own)} if own is not None else every))
 
     def matching(job: Job) -> list[set[str]]:
-        return [held for want, held in wanted if all(job.overrides.get(k) == v for k, v in want.items())]
+        return [held for variant, held in wanted if _ran_at(job, variant)]
 
     at_rate = [job for job in sweep.jobs if matching(job)]
     kept = [job for job in at_rate if job.seed is None or not any(str(job.seed) in held for held in matching(job))]
@@ -234,7 +234,14 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
     # the seeds the kept jobs have, not lr_tuning.json's "seeds": that list is the last command's,
     # and a sweep finished by several commands (a few seeds each) has more
     seeds = ",".join(str(seed) for seed in sorted({job.seed for job in kept if job.seed is not None}))
-    if held_out is not None:
+    nested = tuning.get("selection") == "nested"
+    if nested:
+        how = (
+            f"seeds {seeds}, each trained at the rate its own selection grid chose (on that seed + "
+            f"{tuning.get('selection_offset')}, hydra.sweeper.selection=nested), so the selection's noise is in "
+            "the seeds' spread"
+        )
+    elif held_out is not None:
         how = (
             f"seeds {seeds}, each trained at that rate after the selection; the selection ran on "
             + (f"seed {held_out}" if "," not in held_out else f"seeds {held_out} (each command's own)")
@@ -251,7 +258,34 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
         f"{TUNING_FILE}: each variant at its tuned learning rate, {how} ({dropped} job(s) of the other grid rates "
         "left out; --all-lrs shows them)"
     )
-    return Sweep.from_jobs(sweep.source, kept, sweep.notes), note
+    out = Sweep.from_jobs(sweep.source, kept, sweep.notes)
+    if nested:  # the rate is each seed's own, not a variant's: its seeds are one row
+        out.axes = [a for a in out.axes if a != tuning.get("key", "optim.lr")]
+    return out, note
+
+
+def _job_value(job: Job, key: str) -> str | None:
+    """A job's override of ``key``, its seed as text for ``seed`` (written as an override or not)."""
+    if key == "seed":
+        return None if job.seed is None else str(job.seed)
+    return job.overrides.get(key)
+
+
+def neighbour_text(gaps: list[list[float | None]]) -> str:
+    """``neighbours`` of one arm (one list per selection: ``selection=nested`` has one per verdict
+    seed) as a cell: the mean cost of a step down and of a step up, ``-`` where none finished."""
+
+    def mean(values: list[float | None]) -> str:
+        finite = [x for x in values if x is not None]
+        return f"{sum(finite) / len(finite):+.3g}" if finite else "-"
+
+    return f"{mean([g[0] for g in gaps])} / {mean([g[1] for g in gaps])}"
+
+
+def rates_text(texts: list[str]) -> str:
+    """An arm's chosen rates as a cell: one value when every selection chose it, else each verdict
+    seed's in seed order (``selection=nested``)."""
+    return texts[0] if len(set(texts)) == 1 else ",".join(texts)
 
 
 EDGE_WORDS = {"lowest": "bottom edge", "highest": "top edge", "only": "the grid's only rate"}
@@ -268,13 +302,25 @@ def tuned_choices(sweep: Sweep, root: str | Path) -> dict[tuple[str | None, ...]
     records = [v for v in json.loads(path.read_text()).get("variants", []) if v.get("chosen_override")]
     out = {}
     for key, jobs in sweep.variants().items():
-        for record in records:
-            want = parse_overrides([*record["overrides"], record["chosen_override"]])
-            if all(jobs[0].overrides.get(k) == v for k, v in want.items()):
-                rate = record["chosen_override"].split("=", 1)[1]
-                notes = [EDGE_WORDS.get(record.get("edge"), str(record.get("edge")))] if record.get("edge") else []
-                if record.get("extended"):
-                    notes.append("grid extended: " + ", ".join(f"{x:g}" for x in record["extended"]))
-                out[key] = rate + (f" ({'; '.join(notes)})" if notes else "")
-                break
+        mine = [r for r in records if any(_ran_at(job, r) for job in jobs)]  # selection=nested: one per seed
+        if not mine:
+            continue
+        mine.sort(key=lambda r: int(r.get("verdict_seed") or 0))  # nested: integer seeds (the sweeper refuses others)
+        rates = rates_text([r["chosen_override"].split("=", 1)[1] for r in mine])
+        notes = list(dict.fromkeys(EDGE_WORDS.get(r["edge"], str(r["edge"])) for r in mine if r.get("edge")))
+        extended = sorted({x for r in mine for x in r.get("extended") or []})
+        if extended:
+            notes.append("grid extended: " + ", ".join(f"{x:g}" for x in extended))
+        if any("neighbours" in r for r in mine):
+            notes.append("Δ a step down / up: " + neighbour_text([r.get("neighbours") or [None, None] for r in mine]))
+        out[key] = rates + (f" ({'; '.join(notes)})" if notes else "")
     return out
+
+
+def _ran_at(job: Job, record: dict[str, Any]) -> bool:
+    """Whether ``job`` ran at the rate ``record`` (a variant of ``lr_tuning.json``) chose: its overrides,
+    and under ``selection=nested`` its verdict seed."""
+    want = parse_overrides([*record["overrides"], record["chosen_override"]])
+    if record.get("verdict_seed") is not None:
+        want["seed"] = str(record["verdict_seed"])
+    return all(_job_value(job, k) == v for k, v in want.items())

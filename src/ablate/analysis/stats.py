@@ -52,6 +52,21 @@ POWER = 0.8
 
 BETTER, WORSE, EQUIVALENT, INCONCLUSIVE = "better", "worse", "equivalent", "inconclusive"
 NOT_EQUIVALENT = "equivalence not shown"  # a margin was asked and neither test passed: never "rejected"
+NOT_TRAINED = "not trained"  # most seeds of an arm never left the starting plateau: no verdict (issue 50)
+
+
+def not_trained(stalled: int, completed: int, baseline_stalled: int = 0, baseline_completed: int = 0) -> str:
+    """``not trained (stalled k/n)`` when most completed seeds of the variant stalled (never left the
+    starting plateau, :func:`ablate.analysis.convergence.is_stalled`), ``not trained (baseline stalled
+    k/n)`` when most of the baseline's did, else ``""``. A majority, not any: one seed of ten stuck on
+    the plateau is an outcome of that seed (noted in the verdict); most of them say the recipe does not
+    train this arm, and a difference between plateaus measures the recipe, not the component (a row
+    "equivalent" between two untrained arms read as "this component does not matter")."""
+    if completed and 2 * stalled > completed:
+        return f"{NOT_TRAINED} (stalled {stalled}/{completed})"
+    if baseline_completed and 2 * baseline_stalled > baseline_completed:
+        return f"{NOT_TRAINED} (baseline stalled {baseline_stalled}/{baseline_completed})"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -264,6 +279,40 @@ def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> flo
         high *= 2
     effect = optimize.brentq(lambda d: power_t(d, df, alpha) - power, 0.0, high, xtol=1e-10)
     return float(effect * se)
+
+
+def seeds_for(
+    delta: float,
+    seed_se: float,
+    text_se: float,
+    n_seeds: int,
+    n_blocks: int = 1,
+    alpha: float = ALPHA,
+    power: float = POWER,
+    least: int = 3,
+    most: int = 1000,
+) -> int | None:
+    """The planner of a fixed design: the fewest seeds (at least ``least``, the declared minimum)
+    whose test detects a true |Δ| = ``delta`` with ``power`` at ``alpha`` (:func:`mde`), from a
+    pilot's standard error at ``n_seeds`` seeds. The seed part of the SE shrinks as 1/sqrt(n); the
+    text part (``text_se``, another passage: the crossed analysis' text SE, 0 for a paired test)
+    is held fixed (a little conservative: it carries a share of the seed x text interaction that
+    more seeds would shrink), and the df combine the two by Satterthwaite (n - 1 and ``n_blocks`` - 1). None when
+    even ``most`` seeds leave the MDE above δ (the text alone is too noisy: hold out more blocks)."""
+
+    def detects(n: int) -> bool:
+        seed_var, text_var = seed_se**2 * n_seeds / n, text_se**2
+        text_df = text_var**2 / (n_blocks - 1) if text_var > 0 and n_blocks > 1 else 0.0
+        df = (seed_var + text_var) ** 2 / (seed_var**2 / (n - 1) + text_df)
+        return bool(mde(math.sqrt(seed_var + text_var), df, alpha, power) <= delta)
+
+    if not (delta > 0 and seed_se > 0 and n_seeds >= 2) or not detects(most):
+        return None
+    low, high = least - 1, most  # detects(high) holds; find the first n that does (MDE falls with n)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if detects(mid) else (mid, high)
+    return max(high, least)
 
 
 def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:

@@ -38,7 +38,7 @@ from typing import Any, cast
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import Callback, Checkpoint
+from lightning.pytorch.callbacks import Callback, Checkpoint, ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ablate.checkpoints.files import LAST_PATTERN, previous_checkpoint
@@ -235,10 +235,38 @@ class ResumeState(Callback):
         self._rng_to_restore = state_dict.get("rng")
         self.earlier_s = float(state_dict.get("wall_time_s") or 0.0)  # checkpoints before it had none: 0
 
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        for callback in trainer.checkpoint_callbacks:  # before their states are loaded
+            if isinstance(callback, ModelCheckpoint) and callback.dirpath:
+                follow_copied_run(checkpoint.get("callbacks", {}).get(callback.state_key), callback.dirpath)
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._rng_to_restore is not None:
             set_rng_states(self._rng_to_restore)
             self._rng_to_restore = None
+
+
+def follow_copied_run(state: dict[str, Any] | None, dirpath: str | os.PathLike[str]) -> None:
+    """A run copied to another folder and resumed there (``cp -a run copy``): its ``best.ckpt``
+    callback's state names the old folder, and Lightning, seeing another ``dirpath``, restores only
+    the best path, so the copy's next validation wrote its best to ``best-v1.ckpt`` (``best.ckpt``
+    stayed the old best, which eval.py and the exports read) whatever its score. When the copy holds
+    the best file under the same name, the state (read, not the file) is moved to the copy's folder
+    and restored whole: the best stays the best of this run, in ``best.ckpt``."""
+    if not state or not state.get("dirpath") or Path(state["dirpath"]) == Path(dirpath):
+        return
+    old, new = Path(state["dirpath"]), Path(dirpath)
+    best = state.get("best_model_path")
+    if not best or not Path(best).is_relative_to(old) or not (new / Path(best).relative_to(old)).is_file():
+        return  # not a copy of that run (a new run started from its checkpoint): Lightning's own handling
+
+    def moved(path: Any) -> Any:
+        return str(new / Path(path).relative_to(old)) if path and Path(path).is_relative_to(old) else path
+
+    for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+        state[key] = moved(state.get(key))
+    state["best_k_models"] = {moved(k): v for k, v in (state.get("best_k_models") or {}).items()}
+    state["dirpath"] = str(dirpath)
 
 
 def collect_rng_states() -> dict[str, Any]:

@@ -180,7 +180,18 @@ def format_run_summary(status: RunRecord, output_dir: Path | str) -> str:
         wall += f" ({format_wall_time(status.segment_wall_time_s)} since the resume)"
     rows.append(("wall time", wall))
     values = status.metrics
-    rows += [(name, format_metric(name, values[name])) for name in headline_metrics() if name in values]
+    same_text = (getattr(status, "extra", None) or {}).get("test_is_validation")
+    rows += [
+        (
+            name,
+            format_metric(name, values[name])
+            + ("  (the validation text)" if same_text and name.startswith("test/") else ""),
+        )
+        for name in headline_metrics()
+        if name in values
+    ]
+    if same_text:
+        rows.append(("test text", same_text))
     rows.append(("output", str(output_dir)))
     width = max(len(label) for label, _ in rows)
     return "\n".join([f"run {state}"] + [f"  {label:<{width}}  {value}" for label, value in rows])

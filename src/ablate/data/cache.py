@@ -70,6 +70,10 @@ def check_free_space(folder: Path, needed: int | None) -> None:
         )
 
 
+class CacheLinkError(UserError):
+    """A damaged cache reached through a symbolic link: refused, naming the link and its target."""
+
+
 class CacheFolderError(UserError, OSError):
     """The cache folder cannot be written where a cache must be built; the message names it."""
 
@@ -265,8 +269,16 @@ def _intact(final: Path) -> bool:
                 log.info("Using cached tokens from %s", final)
             return True
         except CacheCorruptError as err:
+            if final.is_symlink():  # rebuilding would replace the link, not repair what it points at
+                raise CacheLinkError(
+                    f"{err}; the cache {final} is a symbolic link to {final.resolve()}, which is not rebuilt through "
+                    "the link: remove the link (the cache is then built in its place) or repair what it points at"
+                ) from None
             log.warning("%s; rebuilding the cache %s", err, final)
-            shutil.rmtree(final, ignore_errors=True)
+            try:
+                shutil.rmtree(final)
+            except OSError as gone:  # a shared cache this user cannot clear: named, never used damaged
+                raise _folder_error(final, gone) from None
     return False
 
 
@@ -291,8 +303,10 @@ def _build(final: Path, build: Callable[[Path], None]) -> Path:
         try:
             os.rename(tmp, final)
         except OSError:
-            if not (final / META).is_file():  # not a concurrent run finishing first
-                raise
+            try:  # a concurrent build renamed its intact cache into place first: that one is used
+                read_meta(final, checksums=True)
+            except CacheCorruptError:
+                raise _folder_error(final, OSError(errno.EEXIST, "cannot be replaced", str(final))) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final

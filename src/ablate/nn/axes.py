@@ -89,7 +89,7 @@ _ANY = dict.fromkeys(("gpt2", "llama"))  # the axis does not change the exported
 _GPT2_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu", "relu2": "relu2"}
 _LLAMA_GATES = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu", "glu": "sigmoid", "bilinear": "linear"}
 AXES: tuple[Axis, ...] = (
-    Axis("pos", "pos.name", "positional:POSITIONAL", "learned", ("d_model", "n_heads", "head_dim", "max_len"),
+    Axis("pos", "pos.name", "positional:POSITIONAL", "learned", ("d_model", "n_heads", "head_dim", "max_len", "token_rms", "embed_scale"),
          export={"gpt2": ("learned",), "llama": ("rope",)}),
     Axis("norm", "norm.placement", "block:PLACEMENTS", "pre", ("make_norm", "stack"), "for_stack",
          export={"gpt2": ("pre",), "llama": ("pre",)}),
@@ -97,7 +97,7 @@ AXES: tuple[Axis, ...] = (
          export={"gpt2": ("layernorm",), "llama": ("rmsnorm",)}),
     Axis("act", "act.name", "ffn:FEED_FORWARDS", "gelu", ("d_model", "d_ff", "act", "bias", "dropout"),
          export={"gpt2": _GPT2_ACTS, "llama": _LLAMA_GATES}),
-    Axis("init", "init.name", "init:INITS", "gpt2", export=_ANY),
+    Axis("init", "init.name", "init:INITS", "xavier", export=_ANY),
     Axis("attn", "attn.impl", "attention:ATTENTION_KERNELS", "sdpa", ("dropout",), shared={"n_kv_heads": int}, export=_ANY),
 )  # fmt: skip
 POS, PLACEMENT, NORM_LAYER, ACT, INIT, ATTN = AXES[:6]  # the README's six, by name

@@ -6,7 +6,9 @@ Schemes treat matrices by the roles the modules declare (:mod:`ablate.nn.roles`)
 position or name:
 
 * residual outputs: the attention output and FFN output matrices (:data:`RESIDUAL_OUTPUTS`);
-* embeddings: the token and position tables (:attr:`Role.EMBEDDING`);
+* embeddings: the token and position tables (:attr:`Role.EMBEDDING`), one std for both
+  (:meth:`InitScheme.embedding_std`), which the additive position signals are scaled to
+  (:meth:`ablate.nn.spec.ModelSpec.token_rms`: the scale contract);
 * fused layers: each matrix of a fused Q/K/V (or K/V, or GLU gate/value) projection by itself;
 * DeepNorm sub-layers: the matrices of a residual whose placement declares a
   :attr:`~ablate.nn.block.Residual.branch_gain` (DeepNet's beta).
@@ -66,15 +68,29 @@ class InitScheme:
     """Base of the schemes: :meth:`apply` initialises a built model in place. A scheme may check
     the spec it serves with a static ``check_options(spec, **options)``."""
 
+    def embedding_std(self, d_model: int) -> float:
+        """The std of every embedding table (token and learned position): what the additive
+        position signals are scaled to (:meth:`ablate.nn.spec.ModelSpec.token_rms`)."""
+        return d_model**-0.5
+
     def apply(self, model: nn.Module) -> None:
         raise NotImplementedError
 
 
 class PytorchInit(InitScheme):
-    """PyTorch's module defaults (Kaiming-uniform linears, N(0, 1) embeddings), untouched."""
+    """PyTorch's module defaults for every linear layer (Kaiming-uniform, a = sqrt(5)), and the
+    embedding tables at ``nn.Linear``'s default, U(-1/sqrt(d), 1/sqrt(d)) (std (3d)^-1/2), not
+    ``nn.Embedding``'s N(0, 1): a table tied to the output head *is* a linear layer, and N(0, 1)
+    there gives logits of std sqrt(d) (an initial loss of ~110 nats at d=128). Untied tables get
+    the same, so flipping ``model.tie_embeddings`` changes only the tying."""
+
+    def embedding_std(self, d_model: int) -> float:
+        return (3 * d_model) ** -0.5
 
     def apply(self, model: nn.Module) -> None:
-        pass
+        for weight in embedding_weights(model):
+            bound = weight.size(-1) ** -0.5
+            nn.init.uniform_(weight, -bound, bound)
 
 
 class XavierInit(InitScheme):
@@ -86,7 +102,7 @@ class XavierInit(InitScheme):
             xavier_(matrix)
         _zero_biases(model)
         for weight in embedding_weights(model):
-            nn.init.normal_(weight, std=weight.size(-1) ** -0.5)
+            nn.init.normal_(weight, std=self.embedding_std(weight.size(-1)))
 
 
 class Gpt2Init(InitScheme):
@@ -95,6 +111,9 @@ class Gpt2Init(InitScheme):
 
     def __init__(self, std: float = 0.02) -> None:
         self.std = std
+
+    def embedding_std(self, d_model: int) -> float:
+        return self.std
 
     def apply(self, model: nn.Module) -> None:
         for weight in linear_weights(model):
@@ -112,6 +131,9 @@ class SmallInit(InitScheme):
     N(0, sqrt(2 / (5 d))) for every matrix and embedding, zero biases. d is d_model (the
     embedding width) for every matrix, the FFN's output one included, as in GPT-NeoX."""
 
+    def embedding_std(self, d_model: int) -> float:
+        return math.sqrt(2 / (5 * d_model))
+
     def apply(self, model: nn.Module) -> None:
         embeddings = list(embedding_weights(model))
         d = embeddings[0].size(-1) if embeddings else None
@@ -119,7 +141,7 @@ class SmallInit(InitScheme):
             nn.init.normal_(weight, std=math.sqrt(2 / (5 * (d or weight.size(-1)))))
         _zero_biases(model)
         for embedding in embeddings:
-            nn.init.normal_(embedding, std=math.sqrt(2 / (5 * embedding.size(-1))))
+            nn.init.normal_(embedding, std=self.embedding_std(embedding.size(-1)))
 
 
 class DeepNetInit(InitScheme):

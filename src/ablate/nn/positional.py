@@ -1,6 +1,9 @@
 """Positional encodings, in the two places a Transformer can put position information.
 
-* Additive schemes (``sinusoidal``, ``learned``) add a vector to each token embedding.
+* Additive schemes (``sinusoidal``, ``learned``) add a vector to each token embedding, at the
+  scale of the token signal (the scale contract, :attr:`ablate.nn.spec.ModelSpec.token_rms`):
+  a position signal that drowns the tokens (or vanishes beside them) would make a ``pos=`` flip
+  compare signal-to-noise ratios rather than encodings.
 * Attention schemes act inside attention: ``rope`` rotates queries and keys, ``alibi`` adds a
   distance-proportional bias to the attention scores.
 
@@ -18,16 +21,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from ablate.nn.option_checks import check_rotary, rotary_dim
 from ablate.nn.roles import Matrix, Role, whole
-
-if TYPE_CHECKING:
-    pass
 
 
 class PositionalEncoding(nn.Module):
@@ -80,24 +79,34 @@ def sinusoid_table(positions: Tensor, d_model: int, base: float = 10000.0) -> Te
 
 
 class Sinusoidal(PositionalEncoding):
-    """Fixed sinusoidal encodings added to the embeddings (Vaswani et al. 2017, Sec. 3.5)."""
+    """Fixed sinusoidal encodings added to the embeddings (Vaswani et al. 2017, Sec. 3.5), with
+    amplitude ``token_rms``, the RMS of the token signal at initialisation.
 
-    def __init__(self, d_model: int, base: float = 10000.0, **_: object) -> None:
+    The paper adds the unit-amplitude table to tokens of RMS 1 (N(0, d^-1/2) scaled by sqrt(d),
+    as fairseq does: ``init=xavier model.scale_embeddings=true``), where this is exactly its
+    table. Under any other pairing the table keeps that ratio (position RMS 1/sqrt(2) of the
+    token RMS) instead of drowning GPT-2's N(0, 0.02) tokens 36-fold.
+    """
+
+    def __init__(self, d_model: int, token_rms: float = 1.0, base: float = 10000.0, **_: object) -> None:
         super().__init__()
-        self.d_model, self.base = d_model, base
+        self.d_model, self.base, self.amplitude = d_model, base, token_rms
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         positions = torch.arange(offset, offset + x.size(1), device=x.device)
-        return x + sinusoid_table(positions, self.d_model, self.base).to(x.dtype)
+        return x + (self.amplitude * sinusoid_table(positions, self.d_model, self.base)).to(x.dtype)
 
 
 class Learned(PositionalEncoding):
     """A learned absolute position embedding table added to the embeddings (GPT-2; Radford et al.
-    2019). It cannot represent positions beyond ``max_len``."""
+    2019). It cannot represent positions beyond ``max_len``. The init draws it like the token
+    table, and it is multiplied by the tokens' ``embed_scale`` (sqrt(d) with
+    ``model.scale_embeddings``), so it starts at the token signal's scale under every pairing."""
 
-    def __init__(self, d_model: int, max_len: int, **_: object) -> None:
+    def __init__(self, d_model: int, max_len: int, embed_scale: float = 1.0, **_: object) -> None:
         super().__init__()
         self.max_len = self.max_positions = max_len
+        self.embed_scale = embed_scale
         self.weight = nn.Parameter(torch.empty(max_len, d_model))
         nn.init.normal_(self.weight, std=0.02)
 
@@ -108,7 +117,8 @@ class Learned(PositionalEncoding):
                 f"pos=learned has {self.max_len} positions but the input reaches position {end}: "
                 f"raise model.max_len (it must cover data.eval_seq_len) or use pos=sinusoidal/rope/alibi, which extrapolate"
             )
-        return x + self.weight[offset:end]
+        table = self.weight[offset:end]
+        return x + (table * self.embed_scale if self.embed_scale != 1.0 else table)
 
     def matrices(self) -> list[Matrix]:
         return [whole(Role.EMBEDDING, self)]

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from ablate.nn.attention import KVCache
 from ablate.nn.block import LayerCache
 from ablate.nn.embedding import TokenEmbedding
+from ablate.nn.norms import calibrate_to_inputs, example_tokens
 from ablate.nn.spec import ModelSpec
 from ablate.nn.stack import Stack, StackConfig
 
@@ -81,6 +82,7 @@ class EncoderDecoder(nn.Module):
         spec.option("init").build().apply(self)
         if self.tie != "none":
             self.head.weight = self.target_embedding.weight
+        calibrate_to_inputs(self, lambda: self(*[example_tokens(spec.vocab_size, min(spec.max_len, 64))] * 2))
 
     @property
     def target_embedding(self) -> TokenEmbedding:

@@ -34,6 +34,9 @@ class ModelSpec:
     # encoder-decoder only (0 means a decoder-only LM)
     encoder_layers: int = 0
     options: Mapping[str, OptionConfig] = field(default_factory=dict)
+    # the additive position signals at the token signal's scale (:attr:`token_rms`); False: a spec
+    # stored before the contract, which builds the model it was trained as (a unit sinusoid)
+    scale_contract: bool = True
 
     def __post_init__(self) -> None:
         """Options given as :meth:`as_dict` stores them (``{"pos": {"name": "rope", "base": ...}}``)
@@ -52,6 +55,17 @@ class ModelSpec:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def embed_scale(self) -> float:
+        """The token embeddings' multiplier: sqrt(d) with ``scale_embeddings`` (Vaswani et al. 2017, Sec. 3.4), else 1."""
+        return self.d_model**0.5 if self.scale_embeddings else 1.0
+
+    @property
+    def token_rms(self) -> float:
+        """The token signal's RMS at initialisation: the init's embedding std times :attr:`embed_scale`.
+        Every additive position signal starts at this scale (the scale contract: :mod:`ablate.nn.positional`)."""
+        return float(self.option("init").build().embedding_std(self.d_model)) * self.embed_scale
 
     def option(self, axis: str) -> OptionConfig:
         """The typed config of the option chosen on the axis named ``axis`` (``pos``, ``norm_layer``)."""
@@ -72,8 +86,26 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, stored: Mapping[str, Any]) -> ModelSpec:
-        """A spec as :meth:`as_dict` writes it, or in the flat layout of older checkpoints (:meth:`from_flat`)."""
+        """A spec as :meth:`as_dict` writes it, or in the flat layout of older checkpoints (:meth:`from_flat`).
+        One stored before the scale contract (no ``scale_contract``) builds the model it was trained as."""
+        stored = {"scale_contract": False, **stored}
         return cls(**stored) if "options" in stored else cls.from_flat(stored)
+
+    @property
+    def position_scales(self) -> dict[str, float]:
+        """What an additive position scheme is built with (the scale contract): the sinusoid's
+        amplitude (``token_rms``) and the learned table's multiplier (``embed_scale``); 1 and 1 in
+        a spec stored before the contract."""
+        if not self.scale_contract:
+            return {"token_rms": 1.0, "embed_scale": 1.0}
+        return {"token_rms": self.token_rms, "embed_scale": self.embed_scale}
+
+    def contract_changes_model(self) -> bool:
+        """A spec stored before the scale contract whose model the contract would change: a sinusoid
+        (now at the tokens' scale), a learned table with ``scale_embeddings`` (now scaled with them)."""
+        return not self.scale_contract and (
+            self.choice("pos") == "sinusoidal" or (self.choice("pos") == "learned" and self.scale_embeddings)
+        )
 
     @classmethod
     def from_flat(cls, flat: Mapping[str, Any]) -> ModelSpec:

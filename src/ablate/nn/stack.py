@@ -42,7 +42,7 @@ class Stack(nn.Module):
             self.tok_emb = embedding
         self.config = config
         dims = {"d_model": spec.d_model, "n_heads": spec.n_heads, "head_dim": spec.head_dim, "max_len": spec.max_len}
-        self.pos = spec.option("pos").build(**dims)
+        self.pos = spec.option("pos").build(**dims, **spec.position_scales)  # the scale contract
         self.emb_dropout = nn.Dropout(spec.dropout)
         placement, attn, ffn = spec.option("norm"), spec.option("attn"), spec.option("act")
         make_norm = partial(spec.option("norm_layer").build, spec.d_model)  # a new norm layer per call

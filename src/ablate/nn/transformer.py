@@ -7,6 +7,7 @@ from torch import Tensor, nn
 
 from ablate.nn.block import LayerCache
 from ablate.nn.embedding import TokenEmbedding
+from ablate.nn.norms import calibrate_to_inputs, example_tokens
 from ablate.nn.spec import ModelSpec
 from ablate.nn.stack import Stack, StackConfig
 
@@ -27,6 +28,7 @@ class TransformerLM(Stack):
         spec.option("init").build().apply(self)
         if spec.tie_embeddings:  # Press & Wolf 2017: one matrix for input and output embeddings
             self.head.weight = self.tok_emb.weight
+        calibrate_to_inputs(self, lambda: self(example_tokens(spec.vocab_size, min(spec.max_len, 64))))
 
     def forward(self, idx: Tensor, caches: list[LayerCache] | None = None) -> Tensor:  # type: ignore[override]
         """idx (B, T) token ids -> logits (B, T, vocab). With ``caches`` (one per layer), ``idx``

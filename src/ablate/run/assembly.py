@@ -1,7 +1,7 @@
 """One assembly path: a checked config -> data module -> model spec -> task -> callbacks -> loggers
 -> Trainer.
 
-:func:`build` is what a training job trains with; the benchmark (:mod:`ablate.benchmark`) and the
+:func:`build` is what a training job trains with; the benchmark (:mod:`benchmarks`) and the
 scripts build from the same parts (:func:`build_datamodule`, :func:`build_model`,
 :func:`build_callbacks`, :func:`trainer_arguments`), so that what they measure is what ``train.py``
 runs. Nothing here is specific to a task: the task (``task.name``, :mod:`ablate.tasks`) builds its
@@ -11,6 +11,7 @@ own module from the spec.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from ablate.callbacks.throughput import ThroughputMonitor
 from ablate.cli.console import format_run_header, param_estimate, print_config_tree
 from ablate.nn.axes import spec_axes
 from ablate.nn.flops import flops_per_token
+from ablate.nn.probe import ScaleReport, measure
 from ablate.nn.spec import ModelSpec
 from ablate.optim import used_optim_config
 from ablate.run.config import RunConfig
@@ -58,6 +60,7 @@ class Assembly:
     loggers: list[Logger]
     trainer: L.Trainer
     config: dict[str, Any]  # what the loggers record: the resolved config, the axes, the parameter count
+    scale: ScaleReport | None = None  # the scale probe at initialisation (rank 0)
 
 
 def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
@@ -80,8 +83,10 @@ def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
         if isinstance(cb, ThroughputMonitor) and cb.flops_per_token is None:
             cb.flops_per_token = fpt
     estimate = param_estimate(spec.n_layers, spec.d_model, spec.vocab_size)
+    scale = None
     if is_rank_zero():
-        _print_header(cfg, job, datamodule.name, spec, axes, n_params, estimate)
+        scale = probe_scales(task, datamodule)
+        _print_header(cfg, job, datamodule.name, spec, axes, n_params, estimate, scale)
     config = {
         **cast(dict[str, Any], copy.deepcopy(cfg.resolved)),
         "optim": optim,
@@ -117,7 +122,31 @@ def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
         enable_progress_bar=progress,
         **arguments,
     )
-    return Assembly(datamodule, spec, task, n_params, callbacks, loggers, trainer, config)
+    return Assembly(datamodule, spec, task, n_params, callbacks, loggers, trainer, config, scale)
+
+
+def probe_scales(task: TaskModule, datamodule: Any, rows: int = 4) -> ScaleReport:
+    """The scale probe (:func:`ablate.nn.probe.measure`) of the freshly built model on the first
+    ``rows`` sequences of the first validation batch: the model, the RNG and the data order are
+    left as they were (a DataLoader's iterator draws its seed from the global RNG: restored too)."""
+    with torch.random.fork_rng(devices=[]):
+        batch = first_rows(next(iter(datamodule.val_dataloader())), rows)
+        return measure(task.model, lambda: task.train_loss(batch)[0], datamodule.vocab_size)
+
+
+def first_rows(batch: Any, rows: int) -> Any:
+    """A batch's first ``rows`` rows: of every tensor in a tuple, list, dict or dataclass."""
+    if isinstance(batch, torch.Tensor):
+        return batch[:rows]
+    if isinstance(batch, tuple | list):
+        return type(batch)(first_rows(b, rows) for b in batch)
+    if isinstance(batch, dict):
+        return {k: first_rows(v, rows) for k, v in batch.items()}
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return dataclasses.replace(
+            batch, **{f.name: first_rows(getattr(batch, f.name), rows) for f in dataclasses.fields(batch)}
+        )
+    return batch
 
 
 def _check_resumed_data(plan: Plan, datamodule: Any, job: Job) -> None:
@@ -130,15 +159,23 @@ def _check_resumed_data(plan: Plan, datamodule: Any, job: Job) -> None:
 
 
 def _print_header(
-    cfg: RunConfig, job: Job, data: str, spec: ModelSpec, axes: dict[str, str], n_params: int, estimate: int
+    cfg: RunConfig,
+    job: Job,
+    data: str,
+    spec: ModelSpec,
+    axes: dict[str, str],
+    n_params: int,
+    estimate: int,
+    scale: ScaleReport | None,
 ) -> None:
-    """The run header (:func:`~ablate.cli.console.format_run_header`), after the whole config tree when asked."""
+    """The run header (:func:`~ablate.cli.console.format_run_header`), after the whole config tree
+    when asked, and the scale probe's line when a scale is far off."""
     if job.control.print_config:  # print_config=true, the debug=* presets: the whole tree, then the header
         print_config_tree(cfg.resolved)
-    print(
-        format_run_header(job.experiment, cfg.task_name, data, spec, axes, n_params, estimate, job.output_dir),
-        flush=True,
-    )
+    header = format_run_header(job.experiment, cfg.task_name, data, spec, axes, n_params, estimate, job.output_dir)
+    if scale is not None and scale.warnings():
+        header += f"\nscale   {'; '.join(scale.warnings())}  ({scale.line()}; docs/architecture.md#the-scale-contract)"
+    print(header, flush=True)
 
 
 def seed_and_runtime(cfg: RunConfig | DictConfig, matmul_precision: str) -> None:

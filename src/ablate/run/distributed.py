@@ -179,11 +179,11 @@ def launch(
     )
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    with StopRelay(stop_file), quiet_agent_failures():
+    with StopRelay(stop_file), quiet_agent_failures(), crash_notes() as notes:
         try:
             return elastic_launch(config, fn)(*args)[0]
         except ChildFailedError as err:
-            failure = rank_failure(err)
+            failure = rank_failure(err, notes)
         if isinstance(failure, RankCrashed) and failure.rank_traceback:
             print(failure.rank_traceback, file=sys.stderr, flush=True)  # the rank's, once
         raise failure from None
@@ -347,31 +347,96 @@ def end_rank(err: BaseException, code: int) -> NoReturn:
     raise SystemExit(code)
 
 
-def rank_failure(err: BaseException) -> BaseException:
+@contextmanager
+def crash_notes() -> Iterator[Path]:
+    """A folder where each rank :func:`note_crash` es its error as it happens, for the launching
+    process: the agent reports the first rank to exit, and stops the others (a rank that crashed
+    while another failed on the collective it left is stopped before its own error is reported)."""
+    previous = os.environ.get(CRASH_NOTES)
+    with tempfile.TemporaryDirectory(prefix="ablate-crashes-") as folder:
+        os.environ[CRASH_NOTES] = folder  # the ranks inherit it
+        try:
+            yield Path(folder)
+        finally:
+            if previous is None:
+                os.environ.pop(CRASH_NOTES, None)
+            else:
+                os.environ[CRASH_NOTES] = previous
+
+
+CRASH_NOTES = "ABLATE_CRASH_NOTES"
+
+
+def note_crash(err: BaseException) -> None:
+    """In a rank that :func:`launch` started, as its crash reaches the rank's entry: its error and
+    traceback, for :func:`rank_failure`."""
+    folder = os.environ.get(CRASH_NOTES)
+    if folder and Path(folder).is_dir():
+        note = {"message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+        (Path(folder) / f"{global_rank()}.json").write_text(json.dumps(note))
+
+
+def rank_failure(err: BaseException, notes: Path | None = None) -> BaseException:
     """What a failed launch (a ``ChildFailedError``) becomes in the launching process: the first
     failed rank's own error, with the exit code it chose (:func:`end_rank`): a user error (exit 2,
-    its message), an interrupt (exit 130) or a crash (exit 1, the first line of its error)."""
+    its message), an interrupt (exit 130) or a crash (exit 1, the first line of its error, then
+    every other failed rank's, also those the agent stopped, from their ``notes``). A rank's crash
+    makes the others fail on their next collective, with a "Connection closed by peer" that says
+    nothing of the cause, often before the crashed rank exits: such a failure (:data:`PEER_GONE`)
+    is named after the others."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     if not isinstance(err, ChildFailedError):
         return err
-    rank, failure = err.get_first_failure()
-    recorded: Any = failure.message  # the error file's JSON (torchelastic's stub says str)
-    info: dict[str, Any] = recorded if isinstance(recorded, dict) else {"message": str(recorded or "")}
-    extra: dict[str, Any] = info.get("extraInfo") or {}
-    message, trace = str(info.get("message", "")), str(extra.get("py_callstack", ""))
-    code = extra.get(_EXIT_CODE_KEY) if extra.get(_EXIT_CODE_KEY) == failure.exitcode else None
+    failed = sorted(err.failures.items(), key=lambda item: (_peer_went_away(_rank_error(item[1])[1]), item[0]))
+    _, failure = failed[0]
+    code, message, trace, _ = _rank_error(failure)
     if code == EXIT_USER_ERROR:
         return RankUserError(message)
     if code == EXIT_INTERRUPTED:
         return RankInterrupted(message)
+    crashes = {r: (_first_line(f), _rank_error(f)[2]) for r, f in failed}
+    for path in sorted(notes.glob("*.json")) if notes is not None else ():
+        noted = json.loads(path.read_text())
+        first = next((line for line in str(noted["message"]).splitlines() if line.strip()), "")
+        crashes.setdefault(int(path.stem), (first, str(noted["traceback"])))  # stopped before it was reported
+    order = sorted(crashes, key=lambda r: (_peer_went_away(crashes[r][0]), r))
+    order = [r for i, r in enumerate(order) if crashes[r][0] not in (crashes[o][0] for o in order[:i])]  # said once
+    lines = [
+        f"rank {r} failed: {crashes[r][0]}" if i == 0 else f"then rank {r}: {crashes[r][0]}"
+        for i, r in enumerate(order)
+    ]
+    traces = [f"rank {r}:\n{crashes[r][1]}" for r in order if crashes[r][1]] if len(order) > 1 else [trace]
+    return RankCrashed("; ".join(lines), "\n".join(traces))
+
+
+# what a rank says when another rank of its process group went away (gloo, NCCL): a consequence
+PEER_GONE = ("closed by peer", "reset by peer", "remote worker crash", "Broken pipe", "communicator was aborted")
+
+
+def _peer_went_away(message: str) -> bool:
+    """The rank failed because another one did (its collective lost its peer)."""
+    return any(sign in message for sign in PEER_GONE)
+
+
+def _rank_error(failure: Any) -> tuple[int | None, str, str, bool]:
+    """``(exit code the rank chose, message, traceback, recorded)`` of one rank's failure, from its
+    error file (``recorded``: the rank's exception is in it, by ``@record`` or :func:`end_rank`)."""
+    recorded: Any = failure.message  # the error file's JSON (torchelastic's stub says str)
+    info: dict[str, Any] = recorded if isinstance(recorded, dict) else {"message": str(recorded or "")}
+    extra: dict[str, Any] = info.get("extraInfo") or {}
+    code = extra.get(_EXIT_CODE_KEY) if extra.get(_EXIT_CODE_KEY) == failure.exitcode else None
+    return code, str(info.get("message", "")), str(extra.get("py_callstack", "")), bool(extra)
+
+
+def _first_line(failure: Any) -> str:
+    """One rank's failure in a line: a signal, its error's first line, or its exit code."""
+    _, message, _, recorded = _rank_error(failure)
     if failure.exitcode < 0:
-        first = f"ended by signal {failure.signal_name()} (out of memory, or killed by another process)"
-    elif extra:  # the rank's exception, recorded (@record)
-        first = next((line for line in message.strip().splitlines() if line.strip()), "")
-    else:
-        first = f"exit code {failure.exitcode}, no error recorded"
-    return RankCrashed(f"rank {rank} failed: {first}", trace)
+        return f"ended by signal {failure.signal_name()} (out of memory, or killed by another process)"
+    if recorded:
+        return next((line for line in message.strip().splitlines() if line.strip()), "")
+    return f"exit code {failure.exitcode}, no error recorded"
 
 
 def failure_message(err: BaseException) -> tuple[str, str]:

@@ -28,8 +28,11 @@
    2 a user error, its message; 1 a crash, its traceback) or the value a sweeper optimises.
    ``crashed`` records faults of the program or the machine. A user error of a single run -- a bad
    config, no GPU, missing data, a directory that holds another run, a checkpoint of another run --
-   records nothing, and a directory made for the command goes (:func:`leave_nothing`); a command
-   that fails before it took its directory changes no run's record.
+   records nothing, and what the command added goes (:func:`leave_nothing`), unless it came after
+   the run trained (a full disk at step 30): then the run stays, recorded as refused. A command
+   that fails before it took its directory changes no run's record, and a failed resume (refused
+   before it trained, or an attempt to train a finished run longer) leaves the run's files as they
+   were (:mod:`ablate.run.attempt`).
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ import os
 import shutil
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
@@ -65,9 +69,10 @@ from ablate.checkpoints.files import (
 from ablate.cli.console import format_run_summary
 from ablate.config.identity import check_same_run
 from ablate.errors import ConfigError, UserError
-from ablate.run import distributed
-from ablate.run.job import CONFIG_DIR, Job, is_rank_zero
-from ablate.run.lock import RunDirectoryBusy, RunDirectoryLock
+from ablate.nn.spec import ModelSpec
+from ablate.run import attempt, distributed, footprint
+from ablate.run.job import CONFIG_DIR, Job, is_rank_zero, job_log_name
+from ablate.run.lock import RunDirectoryLock
 from ablate.run.objective import MetricNotLoggedError, best_metric_value
 from ablate.run.status import FAILED_RECORD, RunStatus, read_status, record_status, write_status
 from ablate.tasks.checkpoints import inspect_checked
@@ -90,6 +95,7 @@ class Plan:
     wandb_run_id: str | None = None
     finished: RunStatus | None = None
     stopped: bool = False
+    kept: bool = False  # a resume: the run's files are kept until the job ends (ablate.run.attempt)
 
     @property
     def trains(self) -> bool:
@@ -105,6 +111,7 @@ class Record:
     status: RunStatus | None = None
     stopped_by: BaseException | None = None
     traceback: str | None = None
+    started_ns: int = field(default_factory=time.time_ns)  # a checkpoint written since: this command trained
 
 
 @contextlib.contextmanager
@@ -113,16 +120,17 @@ def recording(job: Job) -> Iterator[Record]:
     worker-process sweep the first Ctrl-C outside training becomes the sweep's stop request), and
     keep whatever ends the block for :func:`finish`. Rank 0 writes; under SLURM tasks / torchrun
     every rank runs the job."""
-    record = Record()
+    record, held = Record(), False
     try:
         with (
             WorkerStopHandler(job.stop_file) if job.stop_file is not None else contextlib.nullcontext(),
             RunDirectoryLock(job.output_dir) if is_rank_zero() else contextlib.nullcontext(),
         ):
+            held = True
             yield record
-    except RunDirectoryBusy:
-        raise
     except BaseException as err:  # Ctrl-C, SIGTERM, a crash, a refusal: finish says what it was
+        if not held:  # the directory is another process's, or its lock file a link: refused as it is
+            raise
         record.stopped_by, record.traceback = err, traceback.format_exc()
 
 
@@ -176,8 +184,13 @@ def decide(job: Job, identity: dict[str, Any], trainer: Mapping[str, Any] | None
             "ckpt_path=last, replace it with overwrite=true, or choose another directory"
         )
     abandoned = abandoned_writes(control.checkpoint_dirs)  # of processes killed while writing a checkpoint
+    plan = replace(plan, kept=plan.trains and not fresh)
     if plan.trains and is_rank_zero():  # rank 0 takes the directory, before any rank trains
         check_run_folder(output_dir, control.checkpoint_dirs)  # no link out of it: nothing elsewhere is deleted
+        if plan.kept:  # before anything of the run changes: a failed resume puts it back
+            attempt.keep(output_dir, control.checkpoint_dirs)
+        else:  # a fresh run: what a killed resume kept (hard links to old checkpoints) goes
+            attempt.settle(output_dir, control.checkpoint_dirs, failed=False)
         if fresh and found:
             why = "skip_completed=false" if job.multirun else "overwrite=true"
             log.info(f"{why}: training {output_dir} from scratch; removing its previous status.json and checkpoints")
@@ -243,6 +256,7 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], traine
         require_sharded_loader(ckpt_path, trainer)
     checkpoint = inspect_checked(ckpt_path)  # readable, its weights those of the spec it stores, finite
     require_resumable(checkpoint, ckpt_path)  # not best.ckpt's weights alone
+    require_same_scales(checkpoint, ckpt_path)
     if not job.multirun:
         refuse_another_runs_checkpoint(job, Path(ckpt_path))
     state = resume_state(checkpoint)
@@ -256,6 +270,20 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], traine
     if not announced:
         rank_zero_info(f"resuming {ckpt_path} at step {checkpoint['global_step']}")
     return replace(plan, wandb_run_id=state.get("wandb_run_id"))
+
+
+def require_same_scales(checkpoint: Mapping[str, Any], ckpt_path: str) -> None:
+    """A run trained before the scale contract with a model the contract changes (a unit sinusoid)
+    would go on as another model: refused, naming what changed (eval.py, generate.py and the
+    exports build it from its stored spec, as it was trained)."""
+    stored = (checkpoint.get("hyper_parameters") or {}).get("spec")
+    if isinstance(stored, Mapping) and ModelSpec.from_dict(stored).contract_changes_model():
+        raise ConfigError(
+            f"{ckpt_path} was trained before the scale contract (docs/architecture.md#the-scale-contract): its "
+            "additive position signal has the old scale (a unit-amplitude sinusoid, or a learned table not "
+            "scaled with model.scale_embeddings), which this version no longer builds for training, so resuming it "
+            "would change the model mid-run. Evaluate it as it is (eval.py, generate.py), or train it anew"
+        )
 
 
 def require_sharded_loader(ckpt_path: str | None, trainer: Mapping[str, Any]) -> None:
@@ -297,7 +325,7 @@ def nothing_to_resume(job: Job) -> str:
     if job.directory_given:
         return (
             f"ckpt_path=last: {job.output_dir} holds no checkpoint to continue (no last.ckpt in "
-            f"{', '.join(map(str, job.control.checkpoint_dirs))}); nothing was started. Give the directory of the run "
+            f"{', '.join(dict.fromkeys(map(str, job.control.checkpoint_dirs)))}); nothing was started. Give the directory of the run "
             "to continue (printed at its start and in its summary), or leave out ckpt_path=last to start a new run there"
         )
     return (
@@ -342,11 +370,12 @@ class Handling:
 
     ``writes``: when the job's record (``status.json``) is written: ``always``; ``taken``: only by a
     job that took its directory (its plan trains: :func:`decide` wrote the run's config there), so a
-    command that fails before that changes no run's record; ``never``. ``summary``: the run's
+    command that fails before that changes no run's record; ``trained``: only by a job that wrote a
+    checkpoint (a full disk at step 30 keeps the run it trained, :func:`trained_here`); ``never``. ``summary``: the run's
     summary block is printed. ``exit_code``: how a single run ends (a sweep's job returns the value
     for its sweeper instead)."""
 
-    writes: Literal["always", "taken", "never"]
+    writes: Literal["always", "taken", "trained", "never"]
     summary: bool
     exit_code: int
 
@@ -363,7 +392,7 @@ HANDLING: dict[tuple[Outcome, bool], Handling] = {
     (Outcome.NOT_STARTED, True): Handling("never", False, cli.EXIT_OK),  # a re-run runs it
     (Outcome.INTERRUPTED, False): Handling("taken", True, cli.EXIT_INTERRUPTED),
     (Outcome.INTERRUPTED, True): Handling("taken", True, cli.EXIT_INTERRUPTED),
-    (Outcome.REFUSED, False): Handling("never", False, cli.EXIT_USER_ERROR),  # its message, nothing else
+    (Outcome.REFUSED, False): Handling("trained", False, cli.EXIT_USER_ERROR),  # its message; recorded if it trained
     (Outcome.REFUSED, True): Handling(
         "always", True, cli.EXIT_USER_ERROR
     ),  # `refused`, its message; a re-run retries it
@@ -401,6 +430,11 @@ def finish(job: Job, record: Record) -> float:
         print(f"not started: the sweep was interrupted; re-run the same command to run {job.output_dir.name}")
         return math.nan
     writes = handling.writes == "always" or (handling.writes == "taken" and taken)
+    writes = writes or (handling.writes == "trained" and taken and trained_here(job, record))
+    if writer and plan is not None and plan.kept:  # a failed resume leaves the run's files as they were
+        attempt.settle(job.output_dir, job.control.checkpoint_dirs, failed=failed_resume(job, record, outcome))
+    if writer and outcome is Outcome.CRASHED:  # the job's log says what its record says (every failed rank's error)
+        to_job_log(f"crashed: {status.error}\n{status.traceback or ''}".rstrip())
     if writer and writes:
         record_status(job.output_dir, status)  # a finished run's record stays (a failed attempt: status.failed.json)
     if taken:  # the W&B run ends with the outcome in its summary (a crash: none)
@@ -411,6 +445,14 @@ def finish(job: Job, record: Record) -> float:
         leave_nothing(job)  # a command that recorded nothing leaves no run folder behind
     value, pending = _sweeper_value(job, status) if job.multirun else (math.nan, None)
     if err is not None and outcome is Outcome.REFUSED and not job.multirun:
+        if writer and writes:  # it stopped after it trained: the run and its record stay
+            print(
+                f"{job.output_dir} keeps what it trained (last checkpoint: "
+                f"{find_last_checkpoint(job.control.checkpoint_dirs) or 'none'}), recorded as refused in its "
+                f"status; once fixed, resume with: {job.resume_command()}",
+                file=sys.stderr,
+                flush=True,
+            )
         cli.report_user_error(err)  # exit 2, its message
     if err is not None and outcome is Outcome.CRASHED and not job.multirun:
         raise err  # a crash of a single run: its traceback, exit 1
@@ -425,6 +467,30 @@ def finish(job: Job, record: Record) -> float:
     if status.status == "interrupted" and outcome is not Outcome.FOUND_FINISHED:
         return report_interrupted(job, status, recorded=writes)
     return value
+
+
+def to_job_log(message: str) -> None:
+    """``message`` into the job's log files (Hydra's ``train.log``) only: the console has it already
+    (the traceback a crash prints), the log file had nothing of the crash."""
+    entry = logging.LogRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(entry)
+
+
+def trained_here(job: Job, record: Record) -> bool:
+    """This command wrote a checkpoint into the run (it trained): what it trained is kept and recorded."""
+    return any(p.stat().st_mtime_ns >= record.started_ns for p in checkpoint_files(job.control.checkpoint_dirs))
+
+
+def failed_resume(job: Job, record: Record, outcome: Outcome) -> bool:
+    """A resume that failed (a user error or a crash) and whose files go back (:mod:`ablate.run.attempt`):
+    one that trained nothing yet (refused on changed data), or an attempt to train a finished run longer,
+    whose record stays that of the finished run. An unfinished run that trained on keeps its progress."""
+    if outcome not in (Outcome.REFUSED, Outcome.CRASHED):
+        return False
+    previous = read_status(job.output_dir)
+    return not trained_here(job, record) or (previous is not None and previous.finished)
 
 
 def _trained_exit(status: RunStatus) -> int:
@@ -481,12 +547,16 @@ def report_interrupted(job: Job, status: RunStatus, recorded: bool) -> float:
 
 
 def leave_nothing(job: Job) -> None:
-    """A single run that recorded nothing leaves no run folder: the directory Hydra made for this
-    command (its log, lock and the config :func:`decide` wrote) goes. A directory that held
-    something before the command keeps it, unchanged by the record."""
-    if not job.new_directory:
-        return
-    shutil.rmtree(job.output_dir, ignore_errors=True)
+    """A single run that recorded nothing takes back what the command added
+    (:func:`ablate.run.footprint.take_back`): the directory Hydra made for it (its log, lock and the
+    config :func:`decide` wrote) and the parents made with it; in a directory that was there, only
+    the entries that were not, and the job log's new lines. Without a note of what was there, a
+    directory made for this command goes, and any other is left as it is."""
+    found = footprint.found(job.output_dir, made=job.new_directory)
+    if found is not None:
+        footprint.take_back(found, job_log_name())
+    elif job.new_directory:
+        shutil.rmtree(job.output_dir, ignore_errors=True)
 
 
 def relabel_finished(job: Job, done: RunStatus) -> None:

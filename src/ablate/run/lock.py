@@ -5,6 +5,10 @@ twice, a sweep started twice) would interleave their metrics, checkpoints and st
 job; a second process is refused, naming the holder (pid, host, start time). The kernel releases
 the lock when its process ends, however it ends, so a lock file left by a killed process is stale
 by construction: the next run takes it over and says so.
+
+The lock file is opened without following a link (``O_NOFOLLOW``) and must be the run's own regular
+file: a ``.lock`` replaced by a link (or a hard link) to a file elsewhere would otherwise have that
+file truncated when the lock is taken and released.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
 from ablate.errors import UserError
+from ablate.writes import LinkOutsideError
 
 LOCK_FILE = ".lock"
 
@@ -36,17 +42,17 @@ class RunDirectoryLock:
 
     def __enter__(self) -> RunDirectoryLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path, "a+")
+        handle = _open_own(self.path)
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _holder(self.path)
+            holder = _holder(handle)
             handle.close()
             raise RunDirectoryBusy(
                 f"{self.path.parent} is in use by another process ({holder}): two processes would corrupt one run. "
                 "Wait for it, stop it, or run in another directory"
             ) from None
-        previous = _holder(self.path)
+        previous = _holder(handle)
         if previous != "unknown":  # a lock file whose process ended without releasing it (killed)
             print(f"note: taking over the stale lock of {previous} on {self.path.parent} (that process has ended)")
         handle.seek(0)
@@ -65,9 +71,34 @@ class RunDirectoryLock:
             self._file = None
 
 
-def _holder(path: Path) -> str:
+def _open_own(path: Path) -> IO[str]:
+    """``path`` opened for reading and writing (created if missing), refused when it is a link or
+    not the run's own regular file: the lock is truncated on every take and release."""
     try:
-        info: dict[str, Any] = json.loads(path.read_text() or "{}")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as err:
+        if not path.is_symlink():
+            raise
+        raise LinkOutsideError(
+            f"{path} is a symbolic link (to {os.readlink(path)}): refused, so that no file outside the run is "
+            "written through it. Remove the link; the run makes its own lock file"
+        ) from err
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+        os.close(fd)
+        what = "a hard link to another file" if stat.S_ISREG(info.st_mode) else "not a regular file"
+        raise LinkOutsideError(
+            f"{path} is {what}: refused, so that no other file is truncated through it. Remove it; the run "
+            "makes its own lock file"
+        )
+    os.set_blocking(fd, True)
+    return open(fd, "r+")
+
+
+def _holder(handle: IO[str]) -> str:
+    try:
+        handle.seek(0)
+        info: dict[str, Any] = json.loads(handle.read() or "{}")
     except (OSError, ValueError):
         return "unknown"
     if not info:

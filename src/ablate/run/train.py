@@ -108,6 +108,9 @@ def _rank_main(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunS
         code, stopped_by = cli.EXIT_USER_ERROR, err
     except (KeyboardInterrupt, SIGTERMException) as err:
         code, stopped_by = cli.EXIT_INTERRUPTED, err
+    except Exception as err:  # a crash: noted at once, before the agent stops this rank for another's failure
+        distributed.note_crash(err)
+        raise
     finally:  # rank 0's W&B run ends here, with the outcome in its summary
         finish_wandb(code, None if status is None else status.outcome())
     if stopped_by is not None:
@@ -169,10 +172,16 @@ def _fit_here(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunSt
         cb for cb in callbacks_run if isinstance(cb, ResumeState)
     ).earlier_s  # resumed: the segments before
     metrics = {k: finite_or_none(v) for k, v in trainer.callback_metrics.items()}
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"scale_at_init": assembled.scale.as_dict()} if assembled.scale is not None else {}
+    same_text = getattr(assembled.datamodule, "validation_as_test", None)
+    if callable(same_text) and same_text(cfg.data):  # test/* then grades the validation text again: say so
+        extra["test_is_validation"] = same_text(cfg.data)
     if diverged_at is None and not interrupted:  # Ctrl-C: last.ckpt was saved at this step; no evaluation
-        evaluated, extra = task.evaluate_after_fit(trainer, assembled.datamodule, cfg.eval.as_dict())  # the task's own
+        evaluated, task_extra = task.evaluate_after_fit(
+            trainer, assembled.datamodule, cfg.eval.as_dict()
+        )  # the task's own
         metrics |= evaluated
+        extra |= task_extra
     elapsed = time.perf_counter() - start  # this segment: training and the evaluation after it
     earlier = read_status(job.output_dir) if plan.ckpt_path is not None else None  # a resumed run: its first start
     started_at = (earlier.started_at if earlier is not None else None) or (

@@ -11,8 +11,8 @@ the code and the tests live here.
   own tuned learning rate, in one command. Its grid and selection rule are in
   :mod:`ablate.sweepers.lr_selection`; its successive-halving stage 1
   (``hydra.sweeper.halving.rungs``) in :mod:`ablate.sweepers.halving`, and the replay of it on a
-  finished grid in :mod:`ablate.sweepers.halving_replay`; its stage 2 (the declared plan, fixed or
-  ``seeds=auto`` seeds) in :mod:`ablate.sweepers.tuning_stage2`; its tables and ``lr_tuning.json``
+  finished grid in :mod:`ablate.sweepers.halving_replay`; its stage 2 (the declared plan, the
+  fixed verdict seeds) in :mod:`ablate.sweepers.tuning_stage2`; its tables and ``lr_tuning.json``
   record in :mod:`ablate.sweepers.tuning_report`.
 
 And the end of every sweep: :mod:`ablate.sweepers.sweep_report` (the table of this command's jobs,

@@ -177,6 +177,7 @@ def save_selection(path: Path, out: dict[str, Any]) -> None:
         # every command's selection seed: each one's jobs stay out of every verdict
         seeds = {r.get("selection_seed") for r in earlier if r.get("selection_seed") is not None}
         seeds |= set(_earlier_selection_seeds(path)) | {out.get("selection_seed")}
+        seeds |= {r.get("selection_seed") for r in out["variants"]}  # selection=nested: one per verdict seed
         out["selection_seeds"] = sorted((s for s in seeds if s is not None), key=str)
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(out, indent=2, default=_jsonable) + "\n")
@@ -205,8 +206,22 @@ def _earlier_variants(path: Path, records: list[dict[str, Any]]) -> list[dict[st
     except (OSError, ValueError):
         log.warning("tuned_lr: %s is unreadable: its earlier selections are replaced by this command's", path)
         return []
-    ours = {frozenset(r["overrides"]) for r in records}
-    return [r for r in earlier if frozenset(r.get("overrides", [])) not in ours]
+    # selection=nested has one record per variant and verdict seed: a command adding seeds keeps the earlier
+    # seeds' records; a shared selection (no verdict_seed) replaces every record of its variant, and is replaced
+    ours: dict[frozenset[str], set[Any] | None] = {}
+    for r in records:
+        key, seed = frozenset(r["overrides"]), r.get("verdict_seed")
+        mine = ours.setdefault(key, set())
+        ours[key] = None if seed is None or mine is None else mine | {seed}
+
+    def kept(r: dict[str, Any]) -> bool:
+        key = frozenset(r.get("overrides", []))
+        if key not in ours:
+            return True
+        mine = ours[key]
+        return mine is not None and r.get("verdict_seed") is not None and r["verdict_seed"] not in mine
+
+    return [r for r in earlier if kept(r)]
 
 
 def _earlier_selection_seeds(path: Path) -> list[Any]:

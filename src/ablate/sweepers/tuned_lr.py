@@ -6,14 +6,21 @@ A Hydra sweeper (:class:`TunedLRSweeper`, Hydra's ``BasicSweeper`` with two stag
 launcher batches:
 
 1. **Stage 1, the grid**: every variant (each combination of the sweep's other values) at each
-   learning rate of a log-spaced grid, with one seed: the *selection seed*
-   ``hydra.sweeper.selection_seed`` (default 0), which must not be one of the verdict seeds (a
-   collision is refused), so that the rate is chosen on a run that no verdict rests on. The grid is the
+   learning rate of a log-spaced grid, once per verdict seed s, on the *selection seed*
+   s + ``hydra.sweeper.selection_offset`` (default 1000; ``hydra.sweeper.selection=nested``, the
+   default), so that each verdict seed's rate is chosen by a selection of its own: the arms' rates
+   then differ by chance *within* the seeds' spread, which the verdict's interval estimates, and
+   identical variants are called different 5% of the time (10-20% when every verdict seed shares
+   one selection: ``benchmarks/lr_selection/simulate.py``, docs/analysis.md "LR selection inside
+   the verdict"). ``selection=shared`` runs one grid per variant on ``hydra.sweeper.selection_seed``
+   (default 0; ``seeds=auto`` uses it, and says so). No selection seed may be a verdict seed (refused), so
+   that the rate is chosen on a run that no verdict rests on. The grid is the
    sweep's own ``optim.lr=a,b,c`` when it gives one, else ``hydra.sweeper.num_lrs`` values
    (default 5) a factor ``hydra.sweeper.lr_factor`` (default 2) apart, centred on the variant's
    configured ``optim.lr``. ``hydra.sweeper.halving.rungs=[0.25,0.5]`` runs it by successive
    halving instead (:mod:`ablate.sweepers.halving`; default off: the full grid).
-2. **Stage 2, the seeds**: every variant at its best learning rate -- the best final ``metric``
+2. **Stage 2, the seeds**: every variant at its best learning rate (nested: each verdict seed at
+   its own selection's) -- the best final ``metric``
    (``optimized_metric``, default ``val/loss``: lowest; BLEU-like metrics: highest) recorded in
    the job's ``status.json``; a diverged or crashed job ranks last -- with every seed. The seeds
    are the sweep's own ``seed=1,2,3`` when it gives them (command line, or an experiment's
@@ -21,10 +28,8 @@ launcher batches:
    every one of them fresh: the selection job is not reused, so no verdict seed is the run that
    won the selection (which would bias it by the selection's winner's curse); summaries and
    figures (:func:`ablate.analysis.runs.at_tuned_rates`) leave the selection seed's jobs out.
-   ``hydra.sweeper.seeds=auto`` (with ``hydra.sweeper.baseline=<axis=value>`` and
-   ``hydra.sweeper.margin=<δ>``) adds the seeds in batches instead, up to each of
-   ``hydra.sweeper.looks`` (default 3, 5, 7, 10 seeds), until each comparison is decided
-   (:mod:`ablate.sweepers.tuning_stage2`).
+   The seeds are fixed before the data (``hydra.sweeper.seeds=auto``, the group-sequential design, is
+   refused: :func:`ablate.sweepers.tuning_stage2.refuse_auto_seeds`).
 
 Both stages go through ``self.launcher.launch``: any launcher works (basic, joblib, submitit), and
 the jobs are ordinary jobs of the sweep directory named by their overrides (``optim.lr=...``,
@@ -36,8 +41,8 @@ grid; a variant whose every learning rate diverged or crashed is reported and ge
 sweep goes on: the sweep-end report, :mod:`ablate.sweepers.sweep_report`, owns crashes and exit codes).
 
 This module holds the sweeper. The grid, the selection rule and reading a job's outcome are
-:mod:`ablate.sweepers.lr_selection`; the analysis plan declared before stage 2 and ``seeds=auto``
-are :mod:`ablate.sweepers.tuning_stage2`; the tables and the ``lr_tuning.json`` record are
+:mod:`ablate.sweepers.lr_selection`; the analysis plan declared before stage 2 and stage 2's
+jobs are :mod:`ablate.sweepers.tuning_stage2`; the tables and the ``lr_tuning.json`` record are
 :mod:`ablate.sweepers.tuning_report`; a halving stage 1 is :mod:`ablate.sweepers.halving`.
 
 Hydra only instantiates sweepers from the ``hydra_plugins`` namespace: ``_target_`` in
@@ -73,7 +78,7 @@ from ablate.sweepers.lr_selection import (
     validation_as_test_warning,
 )
 from ablate.sweepers.tuning_report import Variant, stage1_table, stage2_table, tuning_record
-from ablate.sweepers.tuning_stage2 import auto_settings, declare_plan, fixed_stage2, held_out_metric, sequential_stage2
+from ablate.sweepers.tuning_stage2 import declare_plan, fixed_stage2, held_out_metric, refuse_auto_seeds
 from ablate.sweepers.validating import ValidatingSweeperMixin
 
 log = logging.getLogger(__name__)
@@ -94,6 +99,7 @@ class _Command:
     higher: bool  # whether a larger metric is better
     verdict_metric: str  # stage 2's: the held-out version of the selection metric (held_out_metric)
     sweep_dir: Path
+    selection_seeds: dict[str, str]  # selection=nested: verdict seed -> the seed of its own stage-1 grid
 
 
 def _record_outcomes(batch: list[tuple[Variant, str]], returns: list[JobReturn], metric: str) -> None:
@@ -131,26 +137,21 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         selection_seed: Any = 0,
         baseline: str | None = None,
         margin: float | None = None,
-        looks: Sequence[int] = (3, 5, 7, 10),
-        spending: str = "kim-demets",
         halving: Any = None,
         verdict_metric: str | None = None,
         margin_basis: str | None = None,
         extend_edges: int = 2,
+        selection: str = "nested",
+        selection_offset: int = 1000,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, params=params)
         try:  # a bad setting exits 2 with its message, as every refused key does (not Hydra's wrapper, exit 1)
             self.rungs = sh.check_rungs((halving or {}).get("rungs"))  # () : the full grid (ablate.sweepers.halving)
             _check_grid_settings(num_lrs, lr_factor)
-            auto = auto_settings(seeds, baseline, margin, looks, spending)
-            self.auto = auto is not None
-            # the comparison to declare before stage 2 (ablate.analysis.plan); seeds=auto decides it
+            refuse_auto_seeds(seeds)
+            # the comparison to declare before stage 2 (ablate.analysis.plan)
             self.baseline: str | None = baseline
             self.margin: float | None = None if margin is None else float(margin)
-            self.looks, self.spending = [int(n) for n in looks], spending
-            if auto is not None:
-                self.baseline, self.margin, self.looks, self.spending = auto
-                seeds = list(range(1, self.looks[-1] + 1))
             if seeds is None or isinstance(seeds, (str, int)) or not list(seeds):
                 raise ValueError(f"hydra.sweeper.seeds={seeds!r}: give a list of seeds, e.g. [1,2,3]")
             if not (isinstance(extend_edges, int) and not isinstance(extend_edges, bool) and extend_edges >= 0):
@@ -168,6 +169,20 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                     "one that is not among the verdict seeds (default 0)"
                 )
             self.selection_seed = str(selection_seed)
+            if selection not in ("nested", "shared"):
+                raise ValueError(
+                    f"hydra.sweeper.selection={selection!r}: give nested (each verdict seed's rate chosen by a "
+                    "stage-1 grid of its own, the default) or shared (one grid per variant, on "
+                    "hydra.sweeper.selection_seed)"
+                )
+            if not (
+                isinstance(selection_offset, int) and not isinstance(selection_offset, bool) and selection_offset > 0
+            ):
+                raise ValueError(
+                    f"hydra.sweeper.selection_offset={selection_offset!r}: give the number added to a verdict seed "
+                    "to make the seed of its selection grid, > 0 (default 1000)"
+                )
+            self.selection, self.selection_offset = selection, selection_offset
             self.verdict_metric = verdict_metric
             self.margin_basis = margin_basis
         except ValueError as err:
@@ -205,11 +220,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         and name where the grid came from, so a command-line setting is never silently dropped."""
         if lr is None or not lr.is_sweep_override():
             return
-        assert self.config is not None
-        typed = [str(o) for o in OmegaConf.select(self.config, "hydra.overrides.hydra", default=[]) or []]
-        moot = [
-            o for o in typed if o.split("=", 1)[0].lstrip("+") in ("hydra.sweeper.num_lrs", "hydra.sweeper.lr_factor")
-        ]
+        moot = self._typed("hydra.sweeper.num_lrs", "hydra.sweeper.lr_factor")
         if not moot:
             return
         source = (
@@ -224,15 +235,63 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             lr.input_line,
         )
 
+    def _typed(self, *keys: str) -> list[str]:
+        """The overrides of ``keys`` that the command line typed (``hydra.overrides.hydra``)."""
+        assert self.config is not None
+        typed = [str(o) for o in OmegaConf.select(self.config, "hydra.overrides.hydra", default=[]) or []]
+        return [o for o in typed if o.split("=", 1)[0].lstrip("+") in keys]
+
+    def _selection_seeds(self, seeds: list[str], seed_name: str) -> dict[str, str]:
+        """``selection=nested``: each verdict seed's selection seed (the seed + ``selection_offset``),
+        refused where one is itself a verdict seed; ``shared``: {} (its one seed was checked apart)."""
+        if self.selection == "shared":
+            return {}
+        moot = self._typed("hydra.sweeper.selection_seed")
+        if moot:
+            log.warning(
+                "tuned_lr: %s ignored: under hydra.sweeper.selection=nested each verdict seed's grid runs on that "
+                "seed + hydra.sweeper.selection_offset=%d; hydra.sweeper.selection=shared uses one selection seed",
+                moot[0],
+                self.selection_offset,
+            )
+        bad = [s for s in seeds if not s.lstrip("-").isdigit()]
+        if bad:
+            raise HydraException(
+                f"tuned_lr: {seed_name}={bad[0]}: hydra.sweeper.selection=nested makes each verdict seed's selection "
+                "seed by adding hydra.sweeper.selection_offset to it: give integer seeds, or "
+                "hydra.sweeper.selection=shared"
+            )
+        out = {s: str(int(s) + self.selection_offset) for s in seeds}
+        clash = [s for s in seeds if out[s] in seeds]
+        if clash:
+            span = max(int(s) for s in seeds) - min(int(s) for s in seeds)
+            raise HydraException(
+                f"tuned_lr: hydra.sweeper.selection_offset={self.selection_offset} makes {seed_name}={clash[0]}'s "
+                f"selection seed {out[clash[0]]}, one of the verdict seeds ({seed_name}={','.join(seeds)}): the rate "
+                f"would be chosen on a run a verdict rests on. Give hydra.sweeper.selection_offset={span + 1000}"
+            )
+        return out
+
+    def _units(self, cmd: _Command, variants: list[Variant]) -> list[Variant]:
+        """What stage 1 selects a rate for: each variant (``shared``, on the selection seed), or
+        (``nested``) each variant once per verdict seed, on that seed's own selection seed."""
+        if self.selection == "shared":
+            for v in variants:
+                v.selection_seed = self.selection_seed
+            return variants
+        return [
+            Variant(list(v.overrides), v.label, list(v.grid), selection_seed=cmd.selection_seeds[s], seed=s)
+            for v in variants
+            for s in cmd.seeds
+        ]
+
+    def _selection_text(self) -> str:
+        """The seed stage 1 ran on, as the stage-1 table's title says it."""
+        if self.selection == "shared":
+            return self.selection_seed
+        return f"each verdict seed + {self.selection_offset}, one grid per verdict seed"
+
     def _seeds(self, seed: Override | None) -> list[str]:
-        if self.auto:
-            if seed is not None:
-                log.warning(
-                    "tuned_lr: hydra.sweeper.seeds=auto chooses the seeds (1..%d): %s is ignored",
-                    self.looks[-1],
-                    seed.input_line,
-                )
-            return list(self.default_seeds)
         if seed is None:
             return list(self.default_seeds)
         if seed.is_sweep_override():
@@ -277,18 +336,18 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         self.check_before_sweep()  # before multirun.yaml is written: a refused command changes nothing
         cmd, variants = self._read_command(arguments)
+        variants = self._units(cmd, variants)  # selection=nested: one per variant and verdict seed
         cmd.sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, cmd.sweep_dir / "multirun.yaml")
         stage1, stopped = self._stage1(cmd, variants)
         if stopped:
             return [stage1]
-        print(stage1_table(variants, cmd.metric, cmd.higher, cmd.seed_name, self.selection_seed), flush=True)
+        print(stage1_table(variants, cmd.metric, cmd.higher, cmd.seed_name, self._selection_text()), flush=True)
         self._write(cmd, variants, stage2_done=False)
         self._declare_plan(cmd, variants)  # the verdict's rule, before its data
         stage2 = self._stage2(cmd, variants)
         path = self._write(cmd, variants, stage2_done=not self._interrupted())
-        if not self.auto:
-            print(stage2_table(variants, cmd.metric, cmd.lr_name, cmd.seed_name, cmd.seeds), flush=True)
+        print(stage2_table(variants, cmd.metric, cmd.lr_name, cmd.seed_name, cmd.seeds), flush=True)
         print(f"LR tuning: {path}", flush=True)
         for ret in [*stage1, *stage2]:
             _ = ret.return_value  # as BasicSweeper: a job that failed inside Hydra raises here, once all have run
@@ -310,7 +369,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         seed_name = seed.get_key_element() if seed is not None else SEED_KEY
         self._say_what_the_grid_ignores(lr, arguments)
         seeds = self._seeds(seed)
-        if self.selection_seed in seeds:
+        if self.selection == "shared" and self.selection_seed in seeds:
             raise HydraException(
                 f"tuned_lr: hydra.sweeper.selection_seed={self.selection_seed} is one of the verdict seeds "
                 f"({seed_name}={','.join(seeds)}): the learning rate would be chosen on a run a verdict rests on, "
@@ -320,7 +379,17 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         metric = str(self.metric or self.config.get("optimized_metric") or "val/loss")
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         verdict_metric = held_out_metric(metric, self.verdict_metric)
-        cmd = _Command(lr, lr_name, seed_name, seeds, metric, higher_is_better(metric), verdict_metric, sweep_dir)
+        cmd = _Command(
+            lr,
+            lr_name,
+            seed_name,
+            seeds,
+            metric,
+            higher_is_better(metric),
+            verdict_metric,
+            sweep_dir,
+            self._selection_seeds(seeds, seed_name),
+        )
         shared_text = validation_as_test_warning(self.config)
         if shared_text:
             log.warning(shared_text)
@@ -340,17 +409,25 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         for v in variants if self.rungs else []:  # checked before any job starts
             v.rung_steps = self._rung_steps(v)
         plan = [(v, text) for v in variants for text in v.grid]
-        select = self.selection_seed
+        what = f"{len(variants)} variant(s)"
+        if self.selection == "nested":
+            what = f"{len({v.label for v in variants})} variant(s) x {len(cmd.seeds)} verdict seeds"
         print(
-            f"LR tuning, stage 1: {len(variants)} variant(s) x {len(variants[0].grid)} learning rates, "
-            f"{cmd.seed_name}={select} (the selection seed, no verdict rests on it)"
+            f"LR tuning, stage 1: {what} x {len(variants[0].grid)} learning rates, "
+            f"{cmd.seed_name}={self._selection_text()} (the selection seed, no verdict rests on it)"
             + (f", successive halving at {','.join(f'{r:g}' for r in self.rungs)} of the steps" if self.rungs else ""),
             flush=True,
         )
-        if self.rungs:
-            stage1, stopped = sh.run_stage1(
-                variants, self._launch, self._interrupted, cmd.metric, cmd.higher, cmd.lr_name, cmd.seed_name, select
-            )
+        if self.rungs:  # one halving per selection seed (selection=nested: per verdict seed)
+            stage1, stopped = [], False
+            for seed in dict.fromkeys(v.selection_seed for v in variants):
+                group = [v for v in variants if v.selection_seed == seed]
+                rets, stopped = sh.run_stage1(
+                    group, self._launch, self._interrupted, cmd.metric, cmd.higher, cmd.lr_name, cmd.seed_name, seed
+                )
+                stage1 += rets
+                if stopped:
+                    break
         else:
             stage1 = self._launch(self._selection_jobs(cmd, plan))
             stopped = self._interrupted()
@@ -370,8 +447,8 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         return stage1, False
 
     def _selection_jobs(self, cmd: _Command, batch: list[tuple[Variant, str]]) -> list[list[str]]:
-        """The overrides of stage-1 jobs: each variant at a learning rate, on the selection seed."""
-        return [[*v.overrides, f"{cmd.lr_name}={t}", f"{cmd.seed_name}={self.selection_seed}"] for v, t in batch]
+        """The overrides of stage-1 jobs: each variant at a learning rate, on its selection seed."""
+        return [[*v.overrides, f"{cmd.lr_name}={t}", f"{cmd.seed_name}={v.selection_seed}"] for v, t in batch]
 
     def _choose(self, cmd: _Command, variants: list[Variant]) -> None:
         """Each variant's learning rate from its stage-1 results (:func:`select_lr`)."""
@@ -406,7 +483,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 batch += [(v, t) for t in new]
             print(
                 "LR tuning, stage 1: best rate at the edge of the grid; extending it: "
-                + "; ".join(f"{v.label}: {t}" for v, t in batch),
+                + "; ".join(f"{v.name}: {t}" for v, t in batch),
                 flush=True,
             )
             rets = self._launch(self._selection_jobs(cmd, batch))
@@ -427,41 +504,27 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         """Declare the analysis plan of stage 2's verdicts (:func:`declare_plan`) before its first job."""
         assert self.config is not None and self.hydra_context is not None
         composed = self.hydra_context.config_loader.load_sweep_config(self.config, list(variants[0].overrides))
+        on = f"{cmd.seed_name}={self.selection_seed}"
+        if self.selection == "nested":
+            on = f"a grid per verdict seed, on that {cmd.seed_name} + {self.selection_offset}"
+        compared = (v.label for v in variants if v.selection.chosen is not None and not self._is_baseline(v))
         declare_plan(
             cmd.sweep_dir,
-            selection=f"tune=lr: each variant's learning rate by its final {cmd.metric} on "
-            f"{cmd.seed_name}={self.selection_seed}",
+            selection=f"tune=lr: each variant's learning rate by its final {cmd.metric} on {on}",
             verdict_metric=cmd.verdict_metric,
             seeds=cmd.seeds,
             baseline=self.baseline,
             margin=self.margin,
             margin_basis=self.margin_basis,
-            looks=self.looks if self.auto else None,
-            spending=self.spending,
-            variants=tuple(v.label for v in variants if v.selection.chosen is not None and not self._is_baseline(v)),
+            variants=tuple(dict.fromkeys(compared)),
             layout=OmegaConf.select(composed, "data.splits", default=None),
             log_dir=OmegaConf.select(composed, "paths.log_dir", default=None),
         )
 
     def _stage2(self, cmd: _Command, variants: list[Variant]) -> list[JobReturn]:
-        """Stage 2: each variant at its rate with every seed, or (``seeds=auto``) in looks until decided."""
-        if not self.auto:
-            return fixed_stage2(
-                variants, self._launch, metric=cmd.metric, lr_name=cmd.lr_name, seed_name=cmd.seed_name, seeds=cmd.seeds
-            )
-        assert self.baseline is not None and self.margin is not None  # auto_settings checked them
-        return sequential_stage2(
-            variants,
-            self._launch,
-            self._interrupted,
-            metric=cmd.verdict_metric,
-            lr_name=cmd.lr_name,
-            seed_name=cmd.seed_name,
-            seeds=cmd.seeds,
-            baseline=self.baseline,
-            margin=self.margin,
-            looks=self.looks,
-            spending=self.spending,
+        """Stage 2: each variant at its rate with every seed."""
+        return fixed_stage2(
+            variants, self._launch, metric=cmd.metric, lr_name=cmd.lr_name, seed_name=cmd.seed_name, seeds=cmd.seeds
         )
 
     def _is_baseline(self, v: Variant) -> bool:
@@ -484,17 +547,6 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 f"hydra.sweeper.num_lrs={self.num_lrs} values hydra.sweeper.lr_factor={self.lr_factor:g} apart, "
                 f"centred on each variant's {LR_KEY}"
             )
-        if self.auto:  # stage 2's verdict seeds: those that ran
-            seeds = [s for s in seeds if any(str(r["seed"]) == s for v in variants for r in v.seeds)]
-        sequential = {
-            "metric": cmd.verdict_metric,
-            "baseline": self.baseline,
-            "margin": self.margin,
-            "looks": self.looks,
-            "spending": self.spending,
-            "alpha": 0.05,
-            "order": [int(s) for s in self.default_seeds if s.lstrip("-").isdigit()],
-        }
         record = tuning_record(
             variants,
             cmd.metric,
@@ -505,7 +557,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             seeds,
             self.rungs,
             stage2_done,
-            sequential,
+            self.selection_offset if self.selection == "nested" else None,
         )
         path = cmd.sweep_dir / RESULT_FILE
         save_selection(path, record)

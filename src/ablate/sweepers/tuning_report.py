@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ablate.analysis.runs import neighbour_text, rates_text
 from ablate.sweepers import halving as sh
 from ablate.sweepers.lr_selection import LRResult, Selection, format_lr
 
@@ -25,26 +26,22 @@ class Variant:
     results: list[LRResult] = field(default_factory=list)  # stage 1: one per learning rate
     selection: Selection = field(default_factory=lambda: Selection(None))  # stage 1's choice
     seeds: list[dict[str, Any]] = field(default_factory=list)  # stage 2: one record per seed
-    decision: Any = None  # seeds=auto: the sequential decision against the baseline (ablate.analysis.engine.Decision)
-    verdict_text: str = ""  # ... in the tool's words
-    outcomes: list[Any] = field(default_factory=list)  # seeds=auto: each stage-2 seed's outcome, for the engine
     extended: list[str] = field(default_factory=list)  # rates added past the grid's edge before stage 2
     rung_steps: tuple[int, ...] = ()  # halving: the steps each rate may be cut at, then trainer.max_steps
     tracks: list[sh.RateTrack] = field(default_factory=list)  # halving: each rate through the rungs
+    selection_seed: str = ""  # the seed of its stage-1 jobs
+    seed: str | None = None  # selection=nested: the one verdict seed this selection chooses the rate of
+
+    @property
+    def name(self) -> str:
+        """The label, and under ``selection=nested`` the seed the selection ran on (one variant has one per verdict seed)."""
+        return self.label if self.seed is None else f"{self.label} seed={self.selection_seed}"
 
     @property
     def chosen_text(self) -> str:
         """The chosen learning rate as its override spells it (stage 2 launches only chosen variants)."""
         assert self.selection.chosen is not None, f"{self.label}: no learning rate was chosen"
         return self.selection.chosen.text
-
-    @property
-    def verdict(self) -> str:
-        """The sequential verdict in the tool's words (``seeds=auto``); a Ctrl-C before the first look
-        leaves it unjudged."""
-        if self.decision is None:
-            return "not judged (interrupted)"
-        return self.verdict_text
 
 
 def number(text: str) -> Any:
@@ -81,7 +78,8 @@ def mean_std(records: list[dict[str, Any]]) -> tuple[float | None, float | None,
 
 
 def stage1_table(variants: list[Variant], metric: str, higher: bool, seed_name: str, seed: str) -> str:
-    """Each variant's final ``metric`` at each learning rate of stage 1, and the rate chosen."""
+    """Each variant's final ``metric`` at each learning rate of stage 1, and the rate chosen (``seed``:
+    which seed the selection ran on, as the title says it)."""
     lrs = sorted({r.lr for v in variants for r in v.results})
     rows = [["variant", *(format_lr(lr) for lr in lrs), "chosen"]]
     for v in variants:
@@ -92,29 +90,56 @@ def stage1_table(variants: list[Variant], metric: str, higher: bool, seed_name: 
             cells = [tracks.get(lr, "") for lr in lrs]
         sel = v.selection
         chosen = "none" if sel.chosen is None else sel.chosen.text + (" (edge)" if sel.edge else "")
-        rows.append([v.label, *cells, chosen])
+        rows.append([v.name, *cells, chosen])
     title = (
         f"LR tuning, stage 1: final {metric} at each learning rate ({seed_name}={seed}; "
         f"{'highest' if higher else 'lowest'} wins, diverged/crashed rank last)"
     )
     lines = [title, table(rows)]
-    lines += sh.stage1_lines([v for v in variants if v.tracks])
-    lines += [f"  {v.label}: {v.selection.note}" for v in variants if v.selection.note]
+    lines += dict.fromkeys(sh.stage1_lines([v for v in variants if v.tracks]))  # nested: one line per variant
+    lines += [f"  {v.name}: {v.selection.note}" for v in variants if v.selection.note]
     return "\n".join(lines)
 
 
+def neighbours(v: Variant) -> list[float | None]:
+    """Stage 1's ``metric`` at the chosen rate's grid neighbours (the rate ``lr_factor`` below, then
+    above) minus its value at the chosen rate: what a one-step miss of the rate costs this arm, so a
+    reader sees whether a verdict hangs on the rate (None: no neighbour there, or it did not finish)."""
+    best = v.selection.chosen
+    ordered = sorted(v.results, key=lambda r: r.lr)
+    if best is None or best.value is None or best not in ordered:
+        return [None, None]
+    i = ordered.index(best)
+    around = [ordered[i - 1] if i > 0 else None, ordered[i + 1] if i + 1 < len(ordered) else None]
+    return [r.value - best.value if r is not None and r.usable and r.value is not None else None for r in around]
+
+
 def stage2_table(variants: list[Variant], metric: str, lr_name: str, seed_name: str, seeds: list[str]) -> str:
-    """Each variant's final ``metric`` per seed at its chosen learning rate, with mean ± std."""
-    rows = [["variant", lr_name, *(f"{seed_name}={s}" for s in seeds), f"{metric} mean ± std"]]
+    """Each variant's final ``metric`` per seed at its chosen learning rate (``selection=nested``: each
+    seed's own, listed in seed order), with mean ± std and the cost of a one-step miss in stage 1."""
+    rows = [["variant", lr_name, *(f"{seed_name}={s}" for s in seeds), f"{metric} mean ± std", "Δ a step down / up"]]
+    arms: dict[str, list[Variant]] = {}
     for v in variants:
-        if v.selection.chosen is None:
-            rows.append([v.label, "none", *("" for _ in seeds), "no stage 2"])
+        arms.setdefault(v.label, []).append(v)
+    for label, units in arms.items():
+        chosen = [u for u in units if u.selection.chosen is not None]
+        if not chosen:
+            rows.append([label, "none", *("" for _ in seeds), "no stage 2", ""])
             continue
-        by_seed = {str(r["seed"]): r for r in v.seeds}
+        records = [r for u in chosen for r in u.seeds]
+        by_seed = {str(r["seed"]): r for r in records}
         cells = [_cell(by_seed[s]["value"], by_seed[s]["status"]) if s in by_seed else "" for s in seeds]
-        mean, std, n = mean_std(v.seeds)
+        mean, std, n = mean_std(records)
         summary = "n/a" if n == 0 else f"{mean:.4f}" + (f" ± {std:.4f}" if n > 1 else "") + f" (n={n})"
-        rows.append([v.label, v.selection.chosen.text, *cells, summary])
+        rows.append(
+            [
+                label,
+                rates_text([u.chosen_text for u in chosen]),
+                *cells,
+                summary,
+                neighbour_text([neighbours(u) for u in chosen]),
+            ]
+        )
     return f"LR tuning, stage 2: final {metric} at each variant's chosen learning rate\n{table(rows)}"
 
 
@@ -122,12 +147,12 @@ def variant_record(
     v: Variant, lr_name: str, selection_seed: str, rungs: tuple[float, ...], stage2_done: bool
 ) -> dict[str, Any]:
     """One variant of ``lr_tuning.json``: its grid, every stage-1 outcome, the choice and (once
-    stage 2 is done) its seeds; the sequential verdict is added by the sweeper."""
+    stage 2 is done) its seeds."""
     sel = v.selection
     record: dict[str, Any] = {
         "variant": v.label,
         "overrides": v.overrides,
-        "selection_seed": number(selection_seed),  # this command's: no verdict of this variant uses it
+        "selection_seed": number(v.selection_seed or selection_seed),  # no verdict of this variant uses it
         "grid": [float(t) for t in v.grid],
         "stage1": [
             {"lr": r.lr, "override": f"{lr_name}={r.text}", "status": r.status, "value": r.value, "job": r.job}
@@ -139,7 +164,10 @@ def variant_record(
         "warning": sel.note,
         "extend_with": sel.extend_with,
         "extended": [float(t) for t in v.extended],  # rates tune=lr added past the edge, before stage 2
+        "neighbours": neighbours(v),  # stage 1's metric one grid step below / above the chosen rate, minus its own
     }
+    if v.seed is not None:  # selection=nested: this selection chose the rate of this verdict seed only
+        record["verdict_seed"] = number(v.seed)
     if v.tracks:
         record["halving"] = sh.history(v.tracks, v.rung_steps, rungs)
     if stage2_done and sel.chosen is not None:
@@ -159,27 +187,31 @@ def tuning_record(
     seeds: list[str],
     rungs: tuple[float, ...],
     stage2_done: bool,
-    sequential: dict[str, Any],
+    offset: int | None = None,
 ) -> dict[str, Any]:
     """The whole of ``lr_tuning.json``: the selection rule, the selection and verdict seeds, and
-    each variant (:func:`variant_record`, with ``sequential`` and its verdict when it has one)."""
+    each variant (:func:`variant_record`). ``offset``: ``selection=nested`` with that
+    ``selection_offset`` (one record per variant and verdict seed, each with its own selection
+    seed); None: ``selection=shared``."""
+    nested = offset is not None
     out: dict[str, Any] = {
         "metric": metric,
         "key": lr_name,  # the tuned key: a property of each job, not of a variant (compute_multiplier.py)
         "direction": "max" if higher else "min",
         "ranking": "the final value in each stage-1 job's status.json; diverged or crashed jobs rank last",
         "grid": grid,
-        "selection_seed": number(selection_seed),  # stage 1 only: no verdict rests on it
-        "tuning_seed": number(selection_seed),
+        "selection": "nested" if nested else "shared",
+        # stage 1 only: no verdict rests on it (nested: each record's own, verdict seed + selection_offset)
+        "selection_seed": None if nested else number(selection_seed),
+        "tuning_seed": None if nested else number(selection_seed),
         "seeds": [number(s) for s in seeds],  # stage 2: the verdict seeds, each fresh
         "stage2": "done" if stage2_done else "pending",
         "variants": [],
     }
+    if nested:
+        out["selection_offset"] = offset
     if rungs:
         out["halving"] = {"rungs": list(rungs), "rule": sh.RULE}
     for v in variants:
-        record = variant_record(v, lr_name, selection_seed, rungs, stage2_done)
-        if v.decision is not None:
-            record["sequential"] = {"verdict": v.verdict, "seeds": len(v.seeds), "look": v.decision.look, **sequential}
-        out["variants"].append(record)
+        out["variants"].append(variant_record(v, lr_name, selection_seed, rungs, stage2_done))
     return out

@@ -122,7 +122,7 @@ class TaskModule(L.LightningModule, TaskChecks):
     def train_loss(self, batch: Any) -> tuple[Tensor, Tensor]:
         """``(loss, nll)`` of one training batch: the loss to minimise (label-smoothed per
         ``optim.label_smoothing``) and the plain NLL, detached, for ``train/ppl``.
-        ``training_step`` and ``scripts/grad_norm_at_init.py`` both use it."""
+        ``training_step`` and ``experiments/xiong2020_prenorm/grad_norm_at_init.py`` both use it."""
         raise NotImplementedError
 
     def log_training_step(self, loss: Tensor, nll: Tensor, **extra: Tensor) -> None:

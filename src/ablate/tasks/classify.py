@@ -25,6 +25,7 @@ from torchmetrics import MeanMetric
 
 from ablate.errors import ConfigError
 from ablate.nn.embedding import TokenEmbedding
+from ablate.nn.norms import calibrate_to_inputs, example_tokens
 from ablate.nn.spec import ModelSpec
 from ablate.nn.stack import Stack, StackConfig
 from ablate.optim import used_optim_config
@@ -46,6 +47,7 @@ class EncoderClassifier(Stack):
         self.spec, self.pad_id = spec, pad_id
         self.head = nn.Linear(spec.d_model, num_classes)
         spec.option("init").build().apply(self)
+        calibrate_to_inputs(self, lambda: self(example_tokens(spec.vocab_size, min(spec.max_len, 64))))
 
     def forward(self, tokens: Tensor) -> Tensor:  # type: ignore[override]
         real = tokens != self.pad_id

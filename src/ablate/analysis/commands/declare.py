@@ -19,7 +19,6 @@ import sys
 
 from ablate.analysis.budget import BASES, DEFAULT_BASIS
 from ablate.analysis.plan import Plan, PlanError, declare
-from ablate.analysis.sequential import DEFAULT_SPENDING, SPENDING
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -61,15 +60,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--seeds",
         type=_ints,
         default=(),
-        help="the verdict seeds, e.g. 11,12,13 (or --looks): checked against the jobs",
+        help="the verdict seeds, e.g. 11,12,13: checked against the jobs",
     )
     parser.add_argument(
         "--layout",
         metavar="SPLITS",
         help="the data split scheme the jobs must use (data.splits, e.g. blocks); checked against the jobs",
     )
-    parser.add_argument("--looks", type=_ints, default=(), help="group-sequential: seeds at each look, e.g. 3,5,7,10")
-    parser.add_argument("--spending", choices=SPENDING, default=None)
+    parser.add_argument(
+        "--looks", help=argparse.SUPPRESS
+    )  # the group-sequential design's: refused, with what replaces it
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument(
         "--selection", default="", help="how the compared settings were chosen (e.g. tune=lr on seed 0)"
@@ -100,9 +100,15 @@ def _check_what_is_declared(parser: argparse.ArgumentParser, args: argparse.Name
     """Refuse (exit 2) a plan that declares no comparison, two, or a comparison without its seeds."""
     if bool(args.baseline) == bool(args.interaction) or (args.interaction and len(args.interaction) != 2):
         parser.error("declare either --baseline AXIS=VALUE or --interaction twice (two axes of two levels)")
-    if args.baseline and not (args.seeds or args.looks):
+    if args.looks is not None:
         parser.error(
-            "declare the verdict seeds (--seeds 1,2,3) or the looks of a group-sequential design (--looks 3,5,7,10): "
+            "--looks: the group-sequential design is gone; declare a fixed design, the verdict seeds (--seeds 1,2,3,4,5). "
+            "How many seeds detect a difference of δ: the planner line under `python scripts/summarize.py <pilot sweep> "
+            '--baseline AXIS=VALUE --margin δ` (docs/analysis.md, "Planning a sweep")'
+        )
+    if args.baseline and not args.seeds:
+        parser.error(
+            "declare the verdict seeds (--seeds 1,2,3): "
             "the analysis checks them against the jobs, so seeds added after the results show"
         )
 
@@ -131,12 +137,6 @@ def _check_declarable(parser: argparse.ArgumentParser, args: argparse.Namespace)
         )
     if args.seeds and len(set(args.seeds)) < MIN_SEEDS:
         parser.error(f"--seeds {','.join(map(str, args.seeds))}: a declared verdict needs >= {MIN_SEEDS} seeds")
-    looks = list(args.looks)
-    if looks and (looks[0] < MIN_SEEDS or looks != sorted(set(looks))):
-        parser.error(
-            f"--looks {','.join(map(str, looks))}: seeds at each look, increasing, the first >= {MIN_SEEDS} "
-            f"(a stop at fewer seeds is never a declared verdict), e.g. {MIN_SEEDS},5,7,10"
-        )
 
 
 def extra(args: argparse.Namespace) -> dict:
@@ -168,9 +168,6 @@ def main(argv: list[str] | None = None) -> None:
             basis=args.basis,
             alpha=args.alpha,
             seeds=args.seeds,
-            looks=args.looks,
-            stopping="group-sequential" if args.looks else "fixed",
-            spending=args.spending or (DEFAULT_SPENDING if args.looks else None),
             selection=args.selection,
             note=args.note,
             layout=args.layout,

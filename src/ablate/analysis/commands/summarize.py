@@ -34,7 +34,7 @@ from ablate.analysis.interaction import DesignError, interaction_markdown, inter
 from ablate.analysis.markdown import markdown_table, write_summary
 from ablate.analysis.paper import load_paper
 from ablate.analysis.plan import PlanError, read_plan
-from ablate.analysis.protocol import apply_sequential, label_plan, sequential_rule
+from ablate.analysis.protocol import label_plan
 from ablate.analysis.runs import at_tuned_rates, load_sweep, tuned_choices
 from ablate.analysis.specs import where
 from ablate.analysis.tables import summarize
@@ -289,6 +289,20 @@ def report_skipped(notes: list[str]) -> None:
         print(f"summarize.py: note: {note}", file=sys.stderr)
 
 
+def run_notes(sweep: Any, metrics: list[str | None]) -> list[str]:
+    """What the jobs' records say of every table: a variant whose scale probe warned at
+    initialisation (:mod:`ablate.nn.probe`), and a test metric read on the validation text."""
+    notes = []
+    for key, jobs in sweep.variants().items():
+        warned = sorted({w for job in jobs for w in (job.record.get("scale_at_init") or {}).get("warnings") or []})
+        if warned:
+            notes.append(f"Scale at init, {sweep.label(key)}: {'; '.join(warned)} (the run header's scale line).")
+    same = next((job.record["test_is_validation"] for job in sweep.jobs if job.record.get("test_is_validation")), None)
+    if same and any(m is None or str(m).startswith("test/") for m in metrics):
+        notes.append(f"test/* here is the validation text, not held-out text: {same}.")
+    return notes
+
+
 def with_note(table: str, note: str | None) -> str:
     """The table and, under it, the note on which jobs it rests on (a tune=lr sweep's tuned rates
     and held-out selection seed): in summary.md too, where a reader of the table looks."""
@@ -338,22 +352,11 @@ def write_interaction(args: argparse.Namespace) -> None:
 
 
 def verdict_notes(args: argparse.Namespace, tables: list) -> list[str]:
-    """With --baseline: a seeds=auto sweep's stopping rule applied to its rows, and each row
-    labelled declared or exploratory against the sweep's analysis plan; the notes saying so."""
+    """With --baseline: each row labelled declared or exploratory against the sweep's analysis
+    plan; the notes saying so."""
     if not args.baseline:
         return []
-    notes = []
-    rule = sequential_rule(args.sweep_dir) if args.sweep_dir else None
-    if rule is not None:
-        notes += list(dict.fromkeys(apply_sequential(frame, sweep, rule) for _, _, frame, sweep in tables))
-        # the rows the rule judged leave the family; the others are adjusted among themselves
-        frames = (
-            adjust_family([frame for _, _, frame, _ in tables])
-            if args.family == "call"
-            else [adjust_family([frame])[0] for _, _, frame, _ in tables]
-        )
-        tables[:] = [(s, m, frame, sweep) for (s, m, _, sweep), frame in zip(tables, frames, strict=True)]
-    return notes + label_plan(
+    return label_plan(
         args.sweep_dir, tables, args.baseline, args.basis, args.family == "call", tuple(args.equivalence or ())
     )
 
@@ -380,7 +383,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.baseline and args.family == "call" and len(tables) > 1:
             frames = adjust_family([frame for _, _, frame, _ in tables])
             tables = [(s, m, frame, sweep) for (s, m, _, sweep), frame in zip(tables, frames, strict=True)]
-        notes = verdict_notes(args, tables)
+        notes = verdict_notes(args, tables) + run_notes(full, metrics)
     except (OSError, ValueError) as err:  # missing files, bad input, W&B unreachable (ConnectionError)
         fail(err)
     report_skipped(full.notes)

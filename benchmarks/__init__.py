@@ -1,5 +1,11 @@
-"""Measure the training speed of the configured experiment, in one process, and check the budgets.
-The library part of ``scripts/benchmark.py`` (its entry point, :func:`ablate.benchmark.suite.main`).
+"""Measurements beside the package, not installed (issue 51: the lab is not the product): they
+import ``ablate``, never the reverse (tests/test_layers.py), and ``scripts/benchmark*.py`` and
+``scripts/sweep_overhead.py`` put the checkout's root on the path to reach them. The verdict
+simulations are :mod:`benchmarks.verdicts`.
+
+The speed benchmark measures the training speed of the configured experiment, in one process, and
+checks the budgets: the library part of ``scripts/benchmark.py`` (its entry point,
+:func:`benchmarks.suite.main`).
 
     python scripts/benchmark.py                                 # the default experiment
     python scripts/benchmark.py model.n_layers=2 data.seq_len=64 benchmark.compile=true
@@ -22,10 +28,10 @@ median.
 
 Modules (import from them; this package re-exports nothing):
 
-- :mod:`~ablate.benchmark.suite` -- the run: groups, rounds, ratios, headline, ``main``.
-- :mod:`~ablate.benchmark.budgets` -- the overhead budgets checked against the measurements.
-- :mod:`~ablate.benchmark.loops` -- one variant's training loop in its thread (hand-written or
+- :mod:`~benchmarks.suite` -- the run: groups, rounds, ratios, headline, ``main``.
+- :mod:`~benchmarks.budgets` -- the overhead budgets checked against the measurements.
+- :mod:`~benchmarks.loops` -- one variant's training loop in its thread (hand-written or
   Lightning).
-- :mod:`~ablate.benchmark.machine` -- the machine, the interference from other processes, memory.
-- :mod:`~ablate.benchmark.report` -- the console tables, the Markdown summary, the JSON form.
+- :mod:`~benchmarks.machine` -- the machine, the interference from other processes, memory.
+- :mod:`~benchmarks.report` -- the console tables, the Markdown summary, the JSON form.
 """

@@ -1,6 +1,6 @@
 """The benchmark run: every configured group's variants composed and run round-robin in rounds,
 the ratios between them, the headline variant's speed, MFU and memory, the budgets checked
-(:mod:`ablate.benchmark.budgets`), and :func:`main`, which writes ``benchmark.json`` and its Markdown summary."""
+(:mod:`benchmarks.budgets`), and :func:`main`, which writes ``benchmark.json`` and its Markdown summary."""
 
 from __future__ import annotations
 
@@ -21,16 +21,16 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import ablate  # noqa: F401  (registers the config resolvers)
-from ablate.benchmark.budgets import check_budgets
-from ablate.benchmark.loops import HandLoop, LightningLoop, Runner, Variant
-from ablate.benchmark.machine import CpuShare, machine_info, peak_rss_mb, rss_mb
-from ablate.benchmark.report import jsonable, markdown_report, print_report
 from ablate.callbacks.throughput import device_peak_flops, measure_cpu_peak
 from ablate.config.checks import matmul_precision
 from ablate.nn.axes import spec_axes
 from ablate.nn.flops import flops_per_token
 from ablate.run.assembly import build_datamodule
 from ablate.run.preflight import check_config
+from benchmarks.budgets import check_budgets
+from benchmarks.loops import HandLoop, LightningLoop, Runner, Variant
+from benchmarks.machine import CpuShare, machine_info, peak_rss_mb, rss_mb
+from benchmarks.report import jsonable, markdown_report, print_report
 
 
 @dataclass

@@ -22,8 +22,8 @@ time, and writes
   decoder-only LM), layer index on x, mean gradient norm on y, one line per norm placement and
   sub-layer (``--slots``), a band of +-1 std over batches and seeds.
 
-    python scripts/grad_norm_at_init.py experiment=xiong2020_prenorm_cpu --norms post pre
-    python scripts/grad_norm_at_init.py task=translation data=multi30k model=transformer_iwslt_de_en \\
+    python experiments/xiong2020_prenorm/grad_norm_at_init.py experiment=xiong2020_prenorm_cpu --norms post pre
+    python experiments/xiong2020_prenorm/grad_norm_at_init.py task=translation data=multi30k model=transformer_iwslt_de_en \\
         norm=post,pre --batches 50 --repeats 3 --slots ffn attn --out experiments/xiong2020_prenorm/figures
 
 Dropout stays as configured (the model is in training mode, as in the first training step); add
@@ -274,3 +274,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     plot(result["summary"], args.slots, args.out / "grad_norm_at_init.png", title)
     print(f"wrote {args.out / 'grad_norm_at_init.json'} and {args.out / 'grad_norm_at_init.png'}")
     return result
+
+
+if __name__ == "__main__":
+    main()

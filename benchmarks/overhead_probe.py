@@ -1,10 +1,10 @@
-"""The per-job probes of :mod:`ablate.benchmark.sweep_overhead`, imported by the jobs it starts.
+"""The per-job probes of :mod:`benchmarks.sweep_overhead`, imported by the jobs it starts.
 
 - :func:`job_probe`: a Lightning callback added to each sweep job
-  (``+callbacks.overhead_probe._target_=ablate.benchmark.overhead_probe.job_probe``) that writes
+  (``+callbacks.overhead_probe._target_=benchmarks.overhead_probe.job_probe``) that writes
   ``overhead_probe.json`` to the job's directory: pid, torch threads, and the wall-clock times of
   its hooks.
-- :func:`probe_child` (``python -m ablate.benchmark.overhead_probe <marks.json> -- <train.py overrides>``):
+- :func:`probe_child` (``python -m benchmarks.overhead_probe <marks.json> -- <train.py overrides>``):
   one single run of ``train.py`` in this process, with timestamps around each part of the job: the
   imports, Hydra's compose, the config checks, the data (instantiate, ``prepare_data`` and its
   SHA-256 cache verify, ``setup``), the model, callbacks, loggers and W&B init, the Trainer, the fit
@@ -31,7 +31,7 @@ LAUNCH_ENV = "SWEEP_OVERHEAD_LAUNCH"  # wall-clock time at which the parent star
 def job_probe(path: str | None = None) -> Any:
     """A Lightning callback that records when its hooks run (wall clock, ``time.time()``) and the
     thread count of the job, into ``<trainer.default_root_dir>/overhead_probe.json`` (or ``path``).
-    Added to a sweep's jobs as ``+callbacks.overhead_probe._target_=ablate.benchmark.overhead_probe.job_probe``.
+    Added to a sweep's jobs as ``+callbacks.overhead_probe._target_=benchmarks.overhead_probe.job_probe``.
     A factory so that importing this module does not import Lightning."""
     import lightning as L
     import torch

@@ -1,4 +1,4 @@
-"""The numbers of :mod:`ablate.benchmark.sweep_overhead`: the parts of a timestamped start-up, one
+"""The numbers of :mod:`benchmarks.sweep_overhead`: the parts of a timestamped start-up, one
 sweep job's times from its directory, a sweep's summary, and the report's tables."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ablate.benchmark.overhead_probe import PROBE_FILE
+from benchmarks.overhead_probe import PROBE_FILE
 
 
 def startup_parts(record: dict[str, Any], wall: float) -> dict[str, float]:

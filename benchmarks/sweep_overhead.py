@@ -11,7 +11,7 @@ spends outside its training steps becomes the user's wait. This script measures 
    model build, callbacks, loggers and the W&B init, Trainer build, Lightning's fit set-up (the
    callbacks' ``setup``: the CPU peak probe of ``callbacks.throughput.peak_flops=auto``), the first
    training step, the training loop, validation, the post-fit evaluation (the test split), status,
-   ``wandb.finish`` and interpreter exit (:func:`ablate.benchmark.overhead_probe.probe_child`).
+   ``wandb.finish`` and interpreter exit (:func:`benchmarks.overhead_probe.probe_child`).
    Plus ``python -X importtime`` of ``import ablate.run.train, wandb``: the top-level packages'
    cumulative import times.
 2. **Sweeps** (``--modes``): the same sweep (``--axis`` over ``--variants`` x ``--seeds``,
@@ -25,7 +25,7 @@ spends outside its training steps becomes the user's wait. This script measures 
    - ``joblib``: ``hydra/launcher=joblib hydra.launcher.n_jobs=<--n-jobs>`` with
      ``OMP_NUM_THREADS=1`` (the command README.md gave before ``cpu_parallel``).
 
-   Each job gets a small callback (:func:`ablate.benchmark.overhead_probe.job_probe`,
+   Each job gets a small callback (:func:`benchmarks.overhead_probe.job_probe`,
    ``+callbacks.overhead_probe``) that writes
    ``overhead_probe.json`` to its directory: pid, torch threads, and wall-clock times of its hooks.
    From the job directories: the sweep's wall time against the sum of the jobs' training time
@@ -42,8 +42,8 @@ processes (``/proc/stat`` minus the CPU time of this script's children).
     python scripts/sweep_overhead.py --variants learned,rope --seeds 1 --steps 3 --probe-runs 1 \
         --extra data.seq_len=16 data.batch_size=4                      # the test's setting (tests/benchmark/test_sweep_overhead.py)
 
-The probes of the jobs are :mod:`ablate.benchmark.overhead_probe`, the numbers and tables
-:mod:`ablate.benchmark.overhead_report`. The parent process does not need torch.
+The probes of the jobs are :mod:`benchmarks.overhead_probe`, the numbers and tables
+:mod:`benchmarks.overhead_report`. The parent process does not need torch.
 """
 
 from __future__ import annotations
@@ -60,10 +60,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ablate.benchmark.load_window import LoadWindow
-from ablate.benchmark.overhead_probe import LAUNCH_ENV
-from ablate.benchmark.overhead_report import read_job, render, startup_parts, summarize_sweep
 from ablate.config.locations import checkout_root
+from benchmarks.load_window import LoadWindow
+from benchmarks.overhead_probe import LAUNCH_ENV
+from benchmarks.overhead_report import read_job, render, startup_parts, summarize_sweep
 
 REPO = checkout_root() or Path.cwd()  # train.py and logs/ of this checkout
 MODES = ("sequential", "parallel", "joblib")
@@ -123,7 +123,7 @@ def startup_probe(args: argparse.Namespace, out: Path, index: int) -> dict[str, 
         f"hydra.run.dir={run_dir}",
     ]
     env = child_env(args.threads_sequential)
-    cmd = [sys.executable, "-m", "ablate.benchmark.overhead_probe", str(marks_path), "--", *overrides]
+    cmd = [sys.executable, "-m", "benchmarks.overhead_probe", str(marks_path), "--", *overrides]
     with LoadWindow() as load:
         env[LAUNCH_ENV] = repr(time.time())
         code, wall = run_logged(cmd, env, out / "probe" / f"run{index}.log", args.timeout)
@@ -182,7 +182,7 @@ def sweep_command(args: argparse.Namespace, out: Path, mode: str) -> tuple[list[
         f"{args.axis}={','.join(args.variants)}",
         f"seed={','.join(str(s) for s in args.seeds)}",
         "skip_completed=false",
-        "+callbacks.overhead_probe._target_=ablate.benchmark.overhead_probe.job_probe",
+        "+callbacks.overhead_probe._target_=benchmarks.overhead_probe.job_probe",
     ]
     if mode == "sequential":
         return cmd, args.threads_sequential, 1
