@@ -110,5 +110,5 @@ def test_hidden_width():
 
 
 def test_unknown_activation_lists_the_valid_ones():
-    with pytest.raises(ValueError, match=re.escape("valid options: " + ", ".join(ACT.options()))):
+    with pytest.raises(ValueError, match=re.escape("valid options: " + ", ".join(ACT.options())) + "$"):
         build_ffn("tanh", 8, 16)
