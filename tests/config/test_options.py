@@ -15,7 +15,7 @@ from hydra.errors import HydraException
 
 from ablate.cli.unknown_key import composition_error_message
 from ablate.errors import ConfigError
-from ablate.nn.axes import ARCHITECTURE_GROUPS, group_axes, group_node
+from ablate.nn.axes import ARCHITECTURE_GROUPS, NORM_LAYER, group_axes, group_node
 from ablate.run.config import RunConfig
 from helpers.runs import REPO
 
@@ -90,7 +90,7 @@ def test_the_issue_example_is_refused() -> None:
         ),
         (
             ("norm.layer=batchnorm",),
-            "unknown norm.layer='batchnorm'; valid options: layernorm, rmsnorm, scalenorm, dyt",
+            "unknown norm.layer='batchnorm'; valid options: " + ", ".join(NORM_LAYER.options()),
         ),
     ],
 )

@@ -5,6 +5,7 @@ table of axes is the one the table makes."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ def test_every_option_is_a_config_of_its_group(group) -> None:
         first, *others = group_axes(group)
         assert cfg[group][first.selector] == first.default
         assert all(cfg[group][axis.selector] == axis.default for axis in others)
+        assert not (REPO / "conf" / group).exists()  # no YAML: the registry's options are the group's
         source = ArchitectureGroups("ablate", "ablate://axes")  # what conf/train.yaml's search path adds
         assert source.list(group, None) == sorted(first.options()) and source.is_group(group)
         for option in first.options():
@@ -39,5 +41,39 @@ def test_the_spec_holds_every_axis() -> None:
     assert ARCHITECTURE_GROUPS[:5] == ("pos", "norm", "act", "init", "attn")  # the README's groups, first
 
 
+def _cells(row: str) -> list[str]:
+    return [cell.strip() for cell in row.strip().strip("|").split("|")]
+
+
 def test_the_docs_table_of_axes_is_made_from_the_table() -> None:
-    assert markdown_table() in (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    """docs/architecture.md's table is :func:`markdown_table`'s, every row its axis' row, except that
+    it may lag behind the registries: it lists the options it lists, in the registry's order, the
+    default first, and none that is gone. A new option is no edit of the docs (``markdown_table()``
+    prints them all); a row of an axis that is not in the table (or a key, a registry, a default that
+    changed) fails."""
+    made = {_cells(row)[0]: _cells(row) for row in markdown_table().splitlines()[2:]}
+    header = markdown_table().splitlines()[0]
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8").splitlines()
+    assert header in text, "docs/architecture.md has no table of axes"
+    rows = [_cells(line) for line in text[text.index(header) + 2 :]]
+    rows = rows[: next((n for n, cells in enumerate(rows) if cells == [""]), len(rows))]
+    assert rows
+    for axis, config, options, registry in rows:
+        assert axis in made, f"docs/architecture.md's table of axes has a row `{axis}`: no axis of AXES"
+        _, made_config, made_options, made_registry = made[axis]
+        assert (config, registry) == (made_config, made_registry), axis
+        listed, known = re.findall(r"`(\w+)`", options), re.findall(r"`(\w+)`", made_options)
+        assert listed[:1] == known[:1], f"`{axis}`: the default ({known[0]}) first"
+        assert _in_order(listed, known), f"`{axis}`: {listed} not among {known}, in order"
+
+
+def _in_order(listed: list[str], known: list[str]) -> bool:
+    """``listed`` is ``known`` with some left out (a subsequence)."""
+    remaining = iter(known)
+    return all(option in remaining for option in listed)
+
+
+def test_the_docs_table_may_lag_a_new_option_but_names_none_that_is_gone() -> None:
+    known = ["gelu", "relu", "relu6", "silu"]  # relu6 registered since the docs were written
+    assert _in_order(["gelu", "relu", "silu"], known)
+    assert not _in_order(["gelu", "tanh"], known) and not _in_order(["gelu", "silu", "relu"], known)

@@ -19,7 +19,7 @@ import pytest
 from ablate.config.types import signature
 from ablate.nn.axes import AXES, INIT, PLACEMENT, POS
 from ablate.nn.options import option_configs
-from ablate.nn.positional import Rotary
+from ablate.nn.positional import POSITIONAL, Rotary
 from helpers.tiny_models import tiny_spec
 
 OPTIONS = [(axis, name) for axis in AXES for name in axis.options()]
@@ -41,7 +41,7 @@ def _inspected(axis, name: str) -> dict[str, tuple[object, object]]:
 def test_every_axis_has_options_and_its_default_among_them() -> None:
     for axis in AXES:
         assert axis.default in axis.options(), axis.name
-    assert POS.options() == ["none", "sinusoidal", "learned", "rope", "alibi"]
+    assert POS.options() == list(POSITIONAL)  # the registry's order
 
 
 @pytest.mark.parametrize(("axis", "name"), OPTIONS, ids=[f"{a.key}={n}" for a, n in OPTIONS])

@@ -11,7 +11,7 @@ from ablate.callbacks.grad_norm import group_name
 from ablate.nn.block import DeepNormResidual, deepnorm_constants
 from ablate.nn.seq2seq import EncoderDecoder
 from ablate.nn.spec import ModelSpec
-from helpers.tiny_models import ATTN, PLACEMENTS, POS, tiny_spec
+from helpers.tiny_models import ACTS, ATTN, INITS, NORM_LAYERS, PLACEMENTS, POS, tiny_spec
 
 V, PAD = 40, 0
 TINY_S2S = dict(vocab_size=V, n_layers=2, encoder_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=32)
@@ -297,16 +297,16 @@ def test_matches_torch_transformer_layers(norm):
 
 @pytest.mark.parametrize(
     "option",
-    [("act", a) for a in ("relu", "gelu", "gelu_tanh", "silu", "relu2", "glu", "reglu", "geglu", "swiglu", "bilinear")]
-    + [("init", i) for i in ("pytorch", "xavier", "gpt2", "small")]
-    + [("norm_layer", n) for n in ("layernorm", "rmsnorm", "scalenorm")]
-    + [("n_kv_heads", 1), ("n_kv_heads", 2)],
-    ids=lambda o: f"{o[0]}={o[1]}",
+    [{"act": a} for a in ACTS]
+    + [{"init": i} | ({"norm": "deepnorm"} if i == "deepnet" else {}) for i in INITS]  # a pair (config.validate)
+    + [{"norm_layer": n} for n in NORM_LAYERS]
+    + [{"n_kv_heads": 1}, {"n_kv_heads": 2}],
+    ids=lambda o: "+".join(f"{k}={v}" for k, v in o.items()),
 )
 def test_every_option_reaches_both_stacks_and_trains(option):
-    """The option is built into the encoder and the decoder alike; a few steps lower the loss."""
-    key, value = option
-    model = tiny_s2s(**{key: value}).train()
+    """The option (every one of the table's acts, inits and norm layers) is built into the encoder
+    and the decoder alike; a few steps lower the loss."""
+    model = tiny_s2s(**option).train()
     enc_ffn, dec_ffn = model.encoder.blocks[0].ffn.sublayer, model.decoder.blocks[0].ffn.sublayer
     assert type(enc_ffn) is type(dec_ffn) and enc_ffn.fc_in.weight.shape == dec_ffn.fc_in.weight.shape
     assert type(model.encoder.blocks[0].attn.norm) is type(model.decoder.blocks[0].cross_attn.norm)
