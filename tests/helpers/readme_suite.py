@@ -635,13 +635,13 @@ COMMANDS: dict[str, Entry] = {
     "python train.py experiment=nanogpt_shakespeare_char": Entry(single_run(), "run"),
     "python train.py debug=fdr": Entry(verbatim("run completed", made="logs/debug/runs"), "verbatim (a debug preset)"),
     # a sweep and its table
-    "python train.py -m norm=pre,post pos=rope,learned seed=1,2,3 sweep_name=norm-pos": Entry(
+    "python train.py -m norm=pre,post pos=rope,learned seed=1,2,3 data.splits=blocks sweep_name=norm-pos": Entry(
         sweep(12, "norm-pos"), "run", chain="sweeps"
     ),
     "python scripts/summarize.py logs/multirun/norm-pos": Entry(
         analysis("norm-pos", "summary.csv", "summary.md"), "verbatim", chain="sweeps"
     ),
-    "python scripts/summarize.py logs/multirun/norm-pos --baseline norm=pre,pos=learned": Entry(
+    "python scripts/summarize.py logs/multirun/norm-pos --metric test/loss --baseline norm=pre,pos=learned": Entry(
         analysis("norm-pos", "summary.csv", "summary.md", says=("verdict", "baseline")), "verbatim", chain="sweeps"
     ),
     "python scripts/plot.py logs/multirun/norm-pos": Entry(analysis("norm-pos", "figures"), "verbatim", chain="sweeps"),
