@@ -26,6 +26,8 @@ PROCESS_WIDE = {
 # environment.
 ALLOWED_ENVIRONMENT = {
     "MLFLOW_ALLOW_FILE_STORE": "MLflow 3 opens a file store only when this is set (tracking/loggers.py)",
+    "ABLATE_CRASH_NOTES": "the DDP ranks Lightning starts inherit only the environment: where each notes its crash, "
+    "set for the launch and restored after it (run/distributed.py:crash_notes)",
 }
 
 

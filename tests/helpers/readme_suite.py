@@ -327,7 +327,10 @@ def tuned_sweep(name: str, variants: int, seeds: int) -> Check:
         selection = json.loads((where / "lr_tuning.json").read_text())
         assert selection, where
         jobs = sweep_jobs(where)
-        verdict = [j for j in jobs if status(j).get("overrides") and "seed=0" not in status(j)["overrides"]]
+        verdict_seeds = {
+            f"seed={seed}" for seed in selection["seeds"]
+        }  # stage 1 runs on other seeds (nested: s + 1000)
+        verdict = [j for j in jobs if verdict_seeds & set(status(j).get("overrides") or [])]
         assert len(verdict) == variants * seeds, f"{len(verdict)} stage-2 jobs:\n{result.tail()}"
         for job in jobs:
             check_run(job)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.hostile_runs import WORDS
 from helpers.runs import HANG_TIMEOUT, REPO, SHARED_DATA, offline_env
 
 pytestmark = pytest.mark.integration
@@ -135,27 +136,8 @@ def test_a_cross_group_mistake_points_at_the_key_meant(tmp_path, override, hint)
 def test_a_resume_from_another_runs_checkpoint_file_says_how_to_continue_that_run(tmp_path):
     """``ckpt_path=<run>/checkpoints/last.ckpt`` without ``hydra.run.dir`` silently started a new
     folder, recorded ``completed``: the run went on in two folders."""
-    words = [
-        "the",
-        "cat",
-        "sat",
-        "on",
-        "a",
-        "mat",
-        "and",
-        "a",
-        "dog",
-        "ran",
-        "far",
-        "away",
-        "to",
-        "see",
-        "the",
-        "red",
-        "sun",
-    ]
     corpus = tmp_path / "T.txt"
-    corpus.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(10)) for i in range(300)) + "\n")
+    corpus.write_text("\n".join(" ".join(WORDS[(i + j) % len(WORDS)] for j in range(10)) for i in range(300)) + "\n")
     tiny = ["model=tiny", "data=text", f"data.train_path={corpus}", f"data.val_path={corpus}", "data.seq_len=16"]
     tiny += [
         "data.batch_size=4",

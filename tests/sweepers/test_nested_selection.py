@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,14 +27,28 @@ from helpers.runs import REPO
 SELECTION = {("0.001", "1001"): 2.0, ("0.01", "1001"): 2.1, ("0.001", "1002"): 2.1, ("0.01", "1002"): 2.0}
 
 
+def sweeper_class():
+    """``TunedLRSweeper`` whose base is Hydra's current ``BasicSweeper``: Hydra's plugin scan (a
+    test before this one may run it) executes ``basic_sweeper`` again in place, and a class made
+    on the old ``BasicSweeper`` then fails its ``super()`` call."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    import ablate.sweepers.tuned_lr as module
+
+    if BasicSweeper not in module.TunedLRSweeper.__mro__:
+        module = importlib.reload(module)
+    return module.TunedLRSweeper
+
+
 def fake_sweep(tmp_path: Path, **settings):
     """A TunedLRSweeper over act=relu,gelu x optim.lr=0.001,0.01 x seeds 1,2 whose launcher writes
     each job as train.py would (overrides, config, status.json) with a loss from ``SELECTION``
     (stage 1) or the seed (stage 2); returns the sweeper, its command, its units and the launched jobs."""
     from ablate.sweepers.lr_selection import LR_KEY
-    from ablate.sweepers.tuned_lr import TunedLRSweeper, _Command
     from ablate.sweepers.tuning_report import Variant
 
+    TunedLRSweeper = sweeper_class()
+    _Command = sys.modules[TunedLRSweeper.__module__]._Command
     sweeper = TunedLRSweeper(seeds=[1, 2], extend_edges=0, **settings)
     sweeper.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "overrides": {"hydra": []}}})
     launched: list[list[str]] = []
@@ -116,8 +131,7 @@ def test_a_selection_offset_that_lands_on_a_verdict_seed_is_refused(tmp_path):
     """seed s + selection_offset must not be a verdict seed: the rate would be chosen on a run a verdict rests on."""
     from hydra.errors import HydraException
 
-    from ablate.sweepers.tuned_lr import TunedLRSweeper
-
+    TunedLRSweeper = sweeper_class()
     sweeper = TunedLRSweeper(selection_offset=1)
     sweeper.config = OmegaConf.create({"hydra": {"overrides": {"hydra": []}}})
     with pytest.raises(HydraException, match=r"selection_offset=1 makes seed=1's selection seed 2, one of the verdict"):
@@ -158,7 +172,7 @@ def test_a_command_adding_verdict_seeds_keeps_the_earlier_seeds_selections(tmp_p
 )
 def test_a_bad_selection_setting_is_refused_by_name(monkeypatch, capsys, settings, message):
     """Exit 2 naming the key and what is valid, as every refused sweeper setting."""
-    from ablate.sweepers.tuned_lr import TunedLRSweeper
+    TunedLRSweeper = sweeper_class()
 
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     with pytest.raises(SystemExit) as exit_info:

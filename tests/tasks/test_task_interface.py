@@ -136,7 +136,9 @@ def test_a_third_task_trains_through_train_py(copy_task, tmp_path: Path, data_di
     )
     assert status.status == "completed" and status.steps == 30
     assert status.metrics["test/copy_accuracy"] > 0.5  # learned to copy
-    assert status.extra == {"copy": {"evaluated_tokens": 4 * 16}}  # the task's own entry
+    assert status.extra["copy"] == {"evaluated_tokens": 4 * 16}  # the task's own entry
+    assert set(status.extra) - {"copy"} <= {"scale_at_init", "test_is_validation"}  # the run's own records
+    assert status.extra["scale_at_init"]["vocab_size"] > 0  # the scale probe measured this task's model too
 
 
 def test_a_third_task_checks_its_own_config_before_data(copy_task, tmp_path: Path, data_dir: Path) -> None:

@@ -181,7 +181,7 @@ def unknown_key_message(path: str, key: str, valid: Iterable[str]) -> str:
     prefix = f"{path}." if path else ""
     close: list[str] = []
     if not path:  # a group's key given at the top level: lr=1e-3 for optim.lr=1e-3
-        from ablate.cli.unknown_key import groups_with_key
+        from ablate.config.key_hints import groups_with_key
 
         close = groups_with_key(key)
     close = close or [prefix + k for k in difflib.get_close_matches(key, valid, n=1)]

@@ -157,7 +157,6 @@ def typed_options(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The ``ModelSpec`` fields of the composed architecture groups: ``options`` (each axis' chosen
     option's typed config) and the shared keys. A key no chosen option takes is refused unless null
     (null: the option's default), naming the option's keys (``pos=sinusoidal +pos.fraction=0.5``)."""
-    from ablate.config.types import check_rules
     from ablate.errors import ConfigError
 
     options: dict[str, OptionConfig] = {}
@@ -183,7 +182,9 @@ def typed_options(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             )
         for axis, config in chosen.items():
             values = {k: node[k] for k in config.defaults() if node.get(k) is not None}
-            check_rules(values, group, {k: rule for k, rule in POSITIVE_KEYS.items() if k in values})
+            for key, (valid, expected) in POSITIVE_KEYS.items():
+                if key in values and values[key] is not None and not valid(values[key]):
+                    raise ConfigError(f"{group}.{key}={values[key]!r} is invalid: {expected}")
             options[axis.name] = config(**values)
             shared.update({k: node[k] for k in axis.shared if k in node})
     return {"options": options, **shared}

@@ -138,6 +138,8 @@ def first_rows(batch: Any, rows: int) -> Any:
     """A batch's first ``rows`` rows: of every tensor in a tuple, list, dict or dataclass."""
     if isinstance(batch, torch.Tensor):
         return batch[:rows]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a NamedTuple (the translation's PairBatch)
+        return type(batch)(*(first_rows(b, rows) for b in batch))
     if isinstance(batch, tuple | list):
         return type(batch)(first_rows(b, rows) for b in batch)
     if isinstance(batch, dict):

@@ -354,14 +354,14 @@ def crash_notes() -> Iterator[Path]:
     while another failed on the collective it left is stopped before its own error is reported)."""
     previous = os.environ.get(CRASH_NOTES)
     with tempfile.TemporaryDirectory(prefix="ablate-crashes-") as folder:
-        os.environ[CRASH_NOTES] = folder  # the ranks inherit it
+        os.environ["ABLATE_CRASH_NOTES"] = folder  # the ranks inherit it (Lightning starts them with the environment)
         try:
             yield Path(folder)
         finally:
             if previous is None:
                 os.environ.pop(CRASH_NOTES, None)
             else:
-                os.environ[CRASH_NOTES] = previous
+                os.environ["ABLATE_CRASH_NOTES"] = previous
 
 
 CRASH_NOTES = "ABLATE_CRASH_NOTES"
