@@ -182,8 +182,8 @@ def typed_options(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             )
         for axis, config in chosen.items():
             values = {k: node[k] for k in config.defaults() if node.get(k) is not None}
-            for key, (valid, expected) in POSITIVE_KEYS.items():
-                if key in values and values[key] is not None and not valid(values[key]):
+            for key, (accepts, expected) in POSITIVE_KEYS.items():
+                if key in values and values[key] is not None and not accepts(values[key]):
                     raise ConfigError(f"{group}.{key}={values[key]!r} is invalid: {expected}")
             options[axis.name] = config(**values)
             shared.update({k: node[k] for k in axis.shared if k in node})
