@@ -69,7 +69,7 @@ def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
             if target != real_root and real_root not in target.parents:
                 raise LinkOutsideError(
                     f"{here} is a symbolic link to {target}, outside {root}: refused, so that nothing of another "
-                    f"folder is written or deleted through it. Remove the link (or copy what it points to into {root})",
+                    f"folder is written or deleted through it. Remove the link (or copy what it points to into {root})"
                 )
     return path
 

@@ -71,11 +71,7 @@ def margin_for(sweep: Sweep, metric: str, margin: float | None = None) -> float 
 
 
 def compare_row(
-    jobs: list[Job],
-    base_jobs: list[Job],
-    metric: str,
-    value=None,
-    margin: float | None = None,
+    jobs: list[Job], base_jobs: list[Job], metric: str, value=None, margin: float | None = None
 ) -> dict[str, object]:
     """The statistics of one row against the baseline (the ``diff`` ... ``inference`` cells), by
     the one inference engine (:func:`ablate.analysis.engine.analyse`): the worst-rank test over

@@ -171,17 +171,7 @@ def _baseline_header(
     header = (
         axes
         + (["tuned LR"] if tuned else [])
-        + [
-            "seeds",
-            "n",
-            column,
-            "95% CI",
-            "Δ vs baseline",
-            "Δ 95% CI",
-            "Δ on",
-            "p",
-            "p (Holm)",
-        ]
+        + ["seeds", "n", column, "95% CI", "Δ vs baseline", "Δ 95% CI", "Δ on", "p", "p (Holm)"]
     )
     header += ["seed SE", "text SE"] if crossed else []
     header += [f"p equiv ±{margin:g} (Holm)"] if margin is not None else []

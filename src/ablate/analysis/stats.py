@@ -1,32 +1,12 @@
 """Seed statistics for comparing a variant with a baseline: is the difference real, is it too
 small to matter, and how large a difference could the sweep have seen?
 
-* :func:`interval`: mean, sample std, n and the Student t confidence interval of the mean
-  (``scipy.stats.t``);
-* :func:`compare`: the difference variant - baseline with its confidence interval and two-sided
-  p-value: a **paired** t-test on the seeds both share when they share at least two (same seed =
-  same data order and initialisation, so pairing removes that part of the seed noise;
-  ``scipy.stats.ttest_rel``), else **Welch's** t-test, which does not assume equal variances
-  (Welch 1947; ``scipy.stats.ttest_ind(equal_var=False)``); with a ``margin`` δ (the smallest
-  difference of interest, in the metric's units) also the **TOST** p-value of equivalence, the
-  larger of the two one-sided tests of H0: Δ <= -δ and H0: Δ >= +δ on the same pairing
-  (Schuirmann 1987; equivalent to the 1 - 2·alpha interval lying inside (-δ, +δ));
-* :func:`holm`: Holm's step-down correction of a family of p-values, which keeps the family-wise
-  error rate at alpha (Holm 1979);
-* :func:`family_adjusted`: one procedure over the difference *and* equivalence tests of a
-  write-up (Holm's step-down with Shaffer's 1986 logical constraint: a row's two null hypotheses,
-  Δ = 0 and |Δ| >= δ, cannot both be true), so the chance of any false ``better`` / ``worse`` /
-  ``equivalent`` in the whole write-up is at most alpha (two Holm families, one per kind, allowed
-  up to about 2 alpha);
-* :func:`mde`: the minimum detectable effect, a *design* quantity: the true difference that the
-  same test, with this standard error and degrees of freedom, would detect with probability
-  ``power`` (default 80%) at level alpha (two-sided; power from the noncentral t,
-  ``scipy.stats.nct``; Cohen 1988, ch. 2). The tables compute it at alpha/m, the threshold Holm
-  applies to the first of m comparisons. It plans the next sweep; it says nothing about the size
-  of the true effect of this one (a non-significant result with a small MDE is not evidence of a
-  small effect: that is the post-hoc power fallacy, Hoenig & Heisey 2001; only TOST is);
-* :func:`verdict`: ``better`` / ``worse`` / ``equivalent (±δ)`` / ``equivalence not shown`` /
-  ``inconclusive`` (see there).
+Paired t-test on shared seeds (same seed = same data order and initialisation), else Welch's
+(Welch 1947); TOST equivalence within a margin δ (Schuirmann 1987); Holm's step-down correction
+(Holm 1979) with Shaffer's (1986) logical constraint over a write-up's difference *and*
+equivalence tests; the minimum detectable effect from the noncentral t (Cohen 1988, ch. 2), a
+*design* quantity that plans the next sweep and says nothing about this one's true effect (the
+post-hoc power fallacy, Hoenig & Heisey 2001; only TOST bounds it).
 
 Elsewhere: divergence kept as an outcome (the rates with Boschloo's test, and the worst-rank
 test of a row where a seed diverged) in :mod:`~ablate.analysis.divergence`; the interaction
@@ -106,15 +86,15 @@ class Comparison:
     freedom, the minimum detectable effect, and how many values entered it."""
 
     diff: float
-    low: float
-    high: float
-    p: float
-    test: str
-    se: float
-    df: float
-    mde: float
-    n_variant: int
-    n_baseline: int
+    low: float = math.nan
+    high: float = math.nan
+    p: float = math.nan
+    test: str = ""
+    se: float = math.nan
+    df: float = math.nan
+    mde: float = math.nan
+    n_variant: int = 0
+    n_baseline: int = 0
     n_pairs: int = 0
     margin: float = math.nan  # δ of the equivalence test (NaN: none)
     p_tost: float = math.nan  # TOST p-value of |Δ| < δ (unadjusted; NaN without a margin or a test)
@@ -157,30 +137,17 @@ def compare(
     v, b = finite(variant), finite(baseline)
     if len(v) < 2 or len(b) < 2:
         diff = float(v.mean() - b.mean()) if len(v) and len(b) else math.nan
-        return Comparison(
-            diff,
-            math.nan,
-            math.nan,
-            math.nan,
-            "",
-            math.nan,
-            math.nan,
-            math.nan,
-            len(v),
-            len(b),
-            margin=math.nan if margin is None else margin,
-        )
+        return Comparison(diff, n_variant=len(v), n_baseline=len(b), margin=math.nan if margin is None else margin)
     se = math.sqrt(v.var(ddof=1) / len(v) + b.var(ddof=1) / len(b))
     return _test("welch", v, b, se, confidence, power, margin=margin)
 
 
-def t_test(variant: np.ndarray, baseline: np.ndarray, paired: bool):
+def t_test(variant: np.ndarray, baseline: np.ndarray, paired: bool, alternative: str = "two-sided"):
     """scipy's paired (``ttest_rel``) or Welch (``ttest_ind(equal_var=False)``) t-test of
-    variant - baseline along the last axis (vectorised over the others); its result has
-    ``pvalue``, ``df`` and ``confidence_interval(level)``."""
+    variant - baseline along the last axis (vectorised over the others)."""
     if paired:
-        return stats.ttest_rel(variant, baseline, axis=-1)
-    return stats.ttest_ind(variant, baseline, equal_var=False, axis=-1)
+        return stats.ttest_rel(variant, baseline, axis=-1, alternative=alternative)
+    return stats.ttest_ind(variant, baseline, equal_var=False, axis=-1, alternative=alternative)
 
 
 def _finite_pairs(variant, baseline, variant_seeds, baseline_seeds) -> list[tuple[int, float, float]]:
@@ -206,22 +173,7 @@ def _test(
     diff = float(v.mean() - b.mean())
     delta = math.nan if margin is None else float(margin)
     if not se > 1e-12 * max(np.abs(v).max(), np.abs(b).max()):  # no spread beyond rounding: t is undefined
-        return Comparison(
-            diff,
-            math.nan,
-            math.nan,
-            math.nan,
-            "",
-            0.0,
-            math.nan,
-            math.nan,
-            len(v),
-            len(b),
-            n_pairs,
-            delta,
-            math.nan,
-            seeds,
-        )
+        return Comparison(diff, se=0.0, n_variant=len(v), n_baseline=len(b), n_pairs=n_pairs, margin=delta, seeds=seeds)
     paired = name == "paired"
     result = t_test(v, b, paired=paired)
     ci = result.confidence_interval(confidence)
@@ -250,13 +202,8 @@ def tost(variant: np.ndarray, baseline: np.ndarray, margin: float, paired: bool)
     the larger of the one-sided p-values of H0: Δ <= -δ (scipy's test of variant + δ against the
     baseline, alternative ``greater``) and H0: Δ >= +δ (variant - δ, alternative ``less``), with
     the paired or Welch t-test. Small p: |Δ| < δ."""
-    test = (
-        (lambda a, b, alt: stats.ttest_rel(a, b, axis=-1, alternative=alt))
-        if paired
-        else (lambda a, b, alt: stats.ttest_ind(a, b, equal_var=False, axis=-1, alternative=alt))
-    )
-    lower = test(variant + margin, baseline, "greater").pvalue
-    upper = test(variant - margin, baseline, "less").pvalue
+    lower = t_test(variant + margin, baseline, paired, "greater").pvalue
+    upper = t_test(variant - margin, baseline, paired, "less").pvalue
     p = np.maximum(lower, upper)
     return float(p) if np.ndim(p) == 0 else p
 

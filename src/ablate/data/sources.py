@@ -104,10 +104,7 @@ def regular_file(path: Path, what: str) -> Path | None:
         return None
     if stat.S_ISREG(mode):
         return path
-    kind = next(
-        (name for test, name in _NOT_FILES if test(mode)),
-        "not a regular file",
-    )
+    kind = next((name for test, name in _NOT_FILES if test(mode)), "not a regular file")
     raise DataFormatError(f"{what}: {path} is {kind}, not a text file; give the path of a text file")
 
 

@@ -189,9 +189,7 @@ class BPETokenizer(Tokenizer):
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
+            vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
         )
         # The Rust trainer counts words over the pieces with all cores; it keeps the counts, not the text.
         tok.train_from_iterator(iter_chunks(text) if isinstance(text, str) else text, trainer=trainer)

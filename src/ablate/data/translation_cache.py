@@ -122,13 +122,7 @@ def estimate_bytes(
 
 
 def write_split(
-    folder: Path,
-    split: str,
-    sides: Sides,
-    tokenizer: Tokenizer,
-    dtype: np.dtype,
-    limit: int | None,
-    corpus: str | None,
+    folder: Path, split: str, sides: Sides, tokenizer: Tokenizer, dtype: np.dtype, limit: int | None, corpus: str | None
 ) -> tuple[int, dict[str, int]]:
     """Encode a split ``ENCODE_LINES`` pairs at a time into its id and offsets files (and, for
     val/test, the raw text BLEU is computed against); returns the pairs and the tokens per side

@@ -57,10 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--basis", choices=BASES, default=DEFAULT_BASIS)
     parser.add_argument(
-        "--seeds",
-        type=_ints,
-        default=(),
-        help="the verdict seeds, e.g. 11,12,13: checked against the jobs",
+        "--seeds", type=_ints, default=(), help="the verdict seeds, e.g. 11,12,13: checked against the jobs"
     )
     parser.add_argument(
         "--layout",

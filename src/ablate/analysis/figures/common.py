@@ -14,9 +14,7 @@ from PIL import Image
 
 from ablate.analysis.job import Job
 from ablate.analysis.runs import Sweep
-from ablate.analysis.series import (
-    job_x,
-)
+from ablate.analysis.series import job_x
 
 STEP_LABEL = "optimiser step"
 X_LABELS = {"steps": STEP_LABEL, "tokens": "training tokens", "time": "training time (s, validation left out)"}

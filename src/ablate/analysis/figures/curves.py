@@ -20,13 +20,7 @@ from ablate.analysis.figures.common import (
 )
 from ablate.analysis.job import Job
 from ablate.analysis.runs import Sweep, shared_number
-from ablate.analysis.series import (
-    LR_METRIC,
-    is_stuck,
-    lr_matches_log,
-    lr_schedule,
-    trained_steps,
-)
+from ablate.analysis.series import LR_METRIC, is_stuck, lr_matches_log, lr_schedule, trained_steps
 from ablate.metrics import axis_label, find
 
 

@@ -13,13 +13,7 @@ import pandas as pd
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from ablate.analysis.figures.common import (
-    STEP_LABEL,
-    Variant,
-    add_legend,
-    variants,
-    wants_log,
-)
+from ablate.analysis.figures.common import STEP_LABEL, Variant, add_legend, variants, wants_log
 from ablate.analysis.job import Job
 from ablate.analysis.runs import Sweep
 

@@ -12,20 +12,12 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from ablate.analysis.figures.common import (
-    LR_AXIS,
-    TableFigure,
-    axis_name,
-    save_png,
-)
+from ablate.analysis.figures.common import LR_AXIS, TableFigure, axis_name, save_png
 from ablate.analysis.figures.comparisons import loss_vs_lr_figure, lr_axis, metric_vs_axis_figure, ppl_vs_length_figure
 from ablate.analysis.figures.curves import train_loss_by_axis_figure, validation_figure, warmup_figure
 from ablate.analysis.figures.depth import grad_norm_depth_figure, grad_norm_heatmap, resid_rms_depth_figure
 from ablate.analysis.runs import Sweep
-from ablate.analysis.series import (
-    X_AXES,
-    numeric_axes,
-)
+from ablate.analysis.series import X_AXES, numeric_axes
 from ablate.analysis.tables import pick_metric
 
 
