@@ -1,35 +1,19 @@
 """Per-unit losses of a test evaluation: what lets a verdict generalise to new text, not only new seeds.
 
-Every test-split evaluation (after training, ``eval.seq_lens``, ``eval.py``) records, for each
-*unit* of the text it scored (a language model's non-overlapping window, a translation's
-sentence), the summed NLL in nats, the tokens predicted and the UTF-8 bytes they cover. Two
-runs evaluated on the same text pair unit by unit: :mod:`ablate.analysis.crossed` turns the
-pairs into an interval for the mean difference over seeds *and* held-out text.
+Every test-split evaluation records, for each *unit* of the text it scored (a language model's
+non-overlapping window, a translation's sentence), the summed NLL in nats, the tokens predicted
+and the UTF-8 bytes they cover, in ``test_units.npz`` (per evaluation tag, ``""`` for ``test/*``,
+``"@512"`` for ``test/*@512``: ``<tag>.index``, ``.nats``, ``.tokens``, ``.bytes``, ``.block``,
+and a JSON ``meta`` whose per-tag ``text`` key hashes the exact text and windowing scored: units
+pair across two runs only when these keys are equal). :mod:`ablate.analysis.crossed` turns the
+pairs into an interval over seeds *and* held-out text.
 
-One file per evaluation, ``test_units.npz`` (``numpy.savez_compressed``; float32 NLL, int32
-counts: a few kB for Tiny Shakespeare), holding per evaluation *tag* (``""`` for ``test/*``,
-``"@512"`` for ``test/*@512``):
-
-* ``<tag>.index``: the unit's index in the split (window or sentence number), ascending;
-* ``<tag>.nats``, ``<tag>.tokens``, ``<tag>.bytes``: its summed NLL, tokens and bytes (bytes 0
-  when the tokenizer's byte lengths are unknown);
-* ``<tag>.block``: which held-out block of the corpus the unit lies in (0 when the split is one
-  text; Tiny Shakespeare's ``data.splits=blocks`` has ``data.heldout_blocks``, default 4);
-
-and ``meta``: a JSON string with ``version``, ``task``, ``corpus``, ``split``, ``layout`` (the
-split scheme, e.g. ``blocks``) and per tag ``text``: the key of the exact text and windowing
-scored (a hash of the split's token file and the window length). Units pair across two runs only
-when their tags' ``text`` keys are equal.
-
-**The text unit of a verdict** (:func:`text_groups`): a verdict generalises to new text only as
-far as its text units are independent draws of the corpus. Neighbouring windows of one passage
-are not: they share its topic, speakers and style. So the unit is the **held-out block** when the
-split has several (Tiny Shakespeare's ``data.splits=blocks``: contiguous runs inside one block
-would be pseudo-replicates, and the interval would cover far less than it says, issue 43); finer
-units only where the corpus' test split is made of independent passages
-(:data:`INDEPENDENT_PASSAGES`: Multi30k's captions each describe another image, WikiText's test
-split is whole, separate articles), cut into :data:`PASSAGE_GROUPS` contiguous groups; otherwise
-the split is one passage, one unit.
+**The text unit of a verdict** (:func:`text_groups`): neighbouring windows of one passage are not
+independent draws of the corpus (they share its topic, speakers and style), so the unit is the
+**held-out block** when the split has several (finer units would be pseudo-replicates, and the
+interval would cover far less than it says, issue 43); finer units only where the test split is
+made of independent passages (:data:`INDEPENDENT_PASSAGES`: Multi30k's captions, WikiText's
+articles), cut into :data:`PASSAGE_GROUPS` groups; otherwise the split is one unit.
 
 Pure numpy: read by the analysis without torch.
 """

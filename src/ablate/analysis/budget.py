@@ -1,34 +1,16 @@
 """Compare variants at equal cost: the validation metric at matched steps, FLOPs or training time.
 
-Variants of an ablation differ in what a step costs: parameters, FLOPs per token, and wall time
-per step (on a CPU, rotary positions cost ~20% and a GLU feed-forward 6-13% per step). Equal
-steps is the protocol of most ablation papers; equal FLOPs or equal training time asks whether a
-change is worth its cost. For each *basis* a job's validation curve is the logged validation
-values of the metric against a cumulative budget at each validation:
+Variants of an ablation differ in what a step costs (on a CPU, rotary positions cost ~20% and a
+GLU feed-forward 6-13% per step). Equal steps is the protocol of most ablation papers; equal FLOPs
+or equal training time asks whether a change is worth its cost. A job's validation curve is its
+metric against a cumulative budget: ``steps`` (``metrics.csv`` step + 1), ``flops``
+(:func:`ablate.nn.flops.flops_per_token` x ``train/tokens_seen``, :func:`job_flops_per_token`) or
+``time`` (``train/time_s``).
 
-* ``steps``: optimiser steps done, ``metrics.csv`` step + 1 (its step ``s`` is logged after the
-  ``s + 1``-th optimiser step);
-* ``flops``: training FLOPs, ``flops_per_token x train/tokens_seen``, FLOPs per token from
-  :func:`ablate.nn.flops.flops_per_token` (6 N + 12 L d T, the count behind
-  ``train/mfu``) with N = ``status.json``'s ``params`` and L (decoder + encoder layers), d and T =
-  ``data.seq_len`` from the job's resolved config (:func:`job_flops_per_token`);
-* ``time``: training seconds, ``train/time_s`` (validation and pauses left out).
-
-``train/tokens_seen`` and ``train/time_s`` are logged by the throughput callback on training and
-validation rows (:mod:`ablate.callbacks.throughput`); a validation row that lacks one is given the
-value interpolated between the rows that have it (:func:`cumulative_at`).
-
-The **matched budget** of a basis is the largest budget that every compared job reached: the
-minimum over the completed jobs of their final budget (the budget at their last validation,
-normally the end of training). Each job's metric there is linearly interpolated on its validation
-curve (:func:`value_at`); a job that had not validated yet by then (its first validation comes
-later) has no value there, never an extrapolated one. The cheapest job of the sweep is thus
-compared at its end of training, the others part-way through theirs: before their learning-rate
-schedule has decayed, which favours the cheap job beyond its cost (see docs/analysis.md).
-
-The functions on plain arrays and metrics frames (:func:`validation_curve`, :func:`value_at`,
-:func:`matched_budget`, :func:`cumulative_at`) are pure; :func:`job_curve`, :func:`match` and
-:func:`add_cost_columns` apply them to the jobs of a sweep for :mod:`~ablate.analysis.tables`.
+The **matched budget** is the largest budget every compared job reached (the minimum of their
+final budgets); each job's metric there is interpolated on its curve (:func:`value_at`), never
+extrapolated. The cheapest job is thus compared at its end of training, the others before their
+schedule has decayed, which favours the cheap job beyond its cost (docs/analysis.md).
 """
 
 from __future__ import annotations

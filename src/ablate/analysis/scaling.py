@@ -1,55 +1,26 @@
 """Effective compute multiplier: how much training compute a variant is worth, from loss-vs-compute curves.
 
-Each variant is trained at several sizes (the *scale* axis of the sweep, e.g. ``model=tiny,small,base``
-or ``model.d_model=64,128,256``) with several seeds. Per variant, the final loss against the
-training compute C is fitted with a saturating power law (Kaplan et al. 2020; Hoffmann et al.
-2022, Eq. 2, in compute only)::
-
-    L(C) = E + A * C^(-alpha)          (E: irreducible loss, the asymptote; alpha > 0)
-
-by least squares over every (scale, seed) point: the law and its fit (a variable projection,
-Golub & Pereyra 1973, vectorised for the bootstrap; ``shared_E``, one asymptote for both curves
-of a comparison) are in :mod:`~ablate.analysis.power_law`.
-
-The **effective compute multiplier** of a variant over the baseline at compute C: the compute the
-baseline needs to reach the variant's (fitted) loss at C, divided by C::
+Each variant is trained at several sizes (the *scale* axis of the sweep) with several seeds; per
+variant the final loss against training compute C is fitted with a saturating power law
+L(C) = E + A * C^(-alpha) (Kaplan et al. 2020; Hoffmann et al. 2022, Eq. 2, in compute only;
+:mod:`~ablate.analysis.power_law`). The multiplier of a variant over the baseline at compute C is
+the compute the baseline needs to reach the variant's fitted loss, divided by C::
 
     m(C) = C_b / C,   C_b = (A_b / (L_v(C) - E_b))^(1/alpha_b)
 
-reported at the largest compute the variant was measured at (a multiplier of 2 means the change
-is worth doubling the compute there; it varies with C unless the two alphas agree). When the
-variant's loss is at or below the baseline's asymptote E_b no amount of compute gets the baseline
-there: the multiplier is infinite, and reported as such. A power law with three parameters needs
-at least three scales per curve.
+reported at the largest compute the variant was measured at (infinite when the variant's loss is
+at or below the baseline's asymptote E_b). A three-parameter law needs three scales per curve.
 
 Confidence interval: a percentile bootstrap of the whole pipeline (Efron & Tibshirani 1993,
-ch. 13 and 6.5), every replicate refitting both curves and recomputing the multiplier; the
-interval is the (alpha/2, 1 - alpha/2) quantiles of the replicates (infinite ones kept as
-infinite). Two kinds (``method``):
-
-* ``parametric`` (default): replicate data = the fitted curves at the measured computes plus
-  Gaussian noise whose sd is each curve's seed-to-seed sd pooled over its scales (df = sum of
-  seeds - 1 per scale), itself drawn per replicate from its sampling distribution
-  (s·sqrt(df / chi2_df)), so that an sd estimated from 3 seeds widens the interval as a t
-  quantile would. With three scales and three parameters the fit has no residual degrees of
-  freedom: the seeds are the only estimate of the noise. With one seed per scale the residual
-  sd of the fit (df = points - 3) is used, and with neither no interval is given.
-* ``seeds``: the seeds resampled *jointly* (one draw of seed ids with replacement, each drawn
-  seed bringing its points at every scale and in both curves: same seed, same data order), a
-  weighted refit. With 3 seeds there are only 10 distinct resamples: too few for a 95% interval,
-  hence not the default.
-
-Calibration (``tests/analysis/test_stats.py``): at the shape of the GLU ladder (3 sizes x 3 seeds, noise
-sd 0.008, true multiplier 1) the parametric 95% interval covers the truth in >= 93% of 200
-simulated sweeps.
-
-Extrapolation: the multiplier at C* asks for the compute at which the *baseline's* curve reaches
-a loss; when that compute (or the interval's end) lies beyond the baseline's largest measured
-compute, the answer rests on the fitted law outside the data: :attr:`Multiplier.extrapolation`
-says so, and ``compute_multiplier.py`` prints it (``--no-extrapolation`` refuses such rows).
-
-The curves of a sweep (each variant's points, and the compute of a job) are read by
-:mod:`~ablate.analysis.scaling_sweep`.
+ch. 13 and 6.5), every replicate refitting both curves. ``parametric`` (default) draws Gaussian
+noise around the fitted curves with each curve's pooled seed-to-seed sd, itself redrawn per
+replicate as s·sqrt(df / chi2_df) so that an sd from 3 seeds widens the interval as a t quantile
+would (with three scales the fit has no residual df: the seeds are the only noise estimate);
+``seeds`` resamples the seeds jointly (same seed, same data order), which with 3 seeds has only 10
+distinct resamples, hence not the default. At the GLU ladder's shape (3 sizes x 3 seeds) the
+parametric 95% interval covers the truth in >= 93% of simulated sweeps (tests/analysis/test_stats.py).
+A multiplier whose baseline compute lies beyond the measured range rests on the fitted law
+outside the data: :attr:`Multiplier.extrapolation` says so.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """A saved W&B workspace for a sweep: the panels that compare its variants, ready when it opens.
 
-The workspace is first built as a plain JSON *spec* (:func:`workspace_spec`, written to
-``<sweep dir>/wandb_workspace.json``), then turned into a ``wandb_workspaces`` ``Workspace`` and
-saved to W&B when W&B is reachable (:mod:`ablate.analysis.wandb_workspace`, which is also
-``scripts/wandb_workspace.py``'s command line; the optional ``wandb-views`` extra). Sections:
-
-- ``Compare by <axis>``, one per ablation axis of the sweep: ``val/loss`` and ``val/ppl``
-  (translation: ``val/bleu``), ``train/loss`` and ``val/loss`` against ``train/tokens_seen``, the
-  runs grouped by the axis' flat config key (``axis_act``, ``axis_lr``: :func:`ablate.tracking.naming.flat_axes`),
-  seeds averaged with their min-max band;
-- ``LR and warmup``: ``train/lr``, and ``train/loss`` and ``grad_norm/total`` over the first
-  3 x ``optim.warmup_steps`` steps;
-- ``Gradient norms per layer``: one panel per block part and stack, every layer in it
-  (``^grad_norm/layer_\\d+/attn$``, ``^grad_norm/dec_layer_\\d+/cross_attn$``, ...), plus the total
-  and the embedding/head norms;
-- ``Residual stream RMS``: ``^resid_rms/.*$`` (and one panel per stack of a translation model);
-- ``Throughput``: ``train/tokens_per_sec``, ``train/mfu``, ``train/tokens_seen``, ``train/time_s``
-  and ``val/loss`` against training time;
-- ``Analysis``: the summary table (``summary.csv`` of ``scripts/summarize.py``) and the figures
-  (``figures/*.png`` of ``scripts/plot.py``), logged to a ``job_type=analysis`` run in the sweep's
-  group (:func:`log_analysis_run`), when the sweep directory has them.
-
-The runs shown are the sweep's group; every line plot is drawn against ``trainer/global_step``
-unless it says otherwise.
+The workspace is first a plain JSON *spec* (:func:`workspace_spec`, ``<sweep dir>/wandb_workspace.json``),
+then saved to W&B when it is reachable (:mod:`ablate.analysis.wandb_workspace`; the optional
+``wandb-views`` extra): one ``Compare by <axis>`` section per ablation axis (runs grouped by the
+flat ``axis_<name>`` key, seeds averaged), the warmup, per-layer gradient norms, residual RMS,
+throughput, and an ``Analysis`` section with the summary table and figures
+(:func:`log_analysis_run`).
 """
 
 from __future__ import annotations

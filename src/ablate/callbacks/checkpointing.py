@@ -1,28 +1,14 @@
 """Checkpoints a killed job can trust, and what an exact resume needs beyond Lightning's own state.
 
-Lightning's checkpoint already holds the model, optimiser, LR scheduler, loop progress and every
-callback's and the datamodule's ``state_dict``. Added here:
-
-- :class:`ResumeState`: the RNG states (torch CPU/CUDA, NumPy, Python) and the W&B run id, so
-  that a resumed run draws the same random numbers (dropout) and logs into the same W&B run.
-  The position in the training data is the datamodule's state (:class:`ablate.data.lm_datamodule.LMDataModule`).
-- :class:`LastCheckpoint`: ``last.ckpt`` every ``every_n_train_steps`` optimiser steps and at the
-  end of training (Lightning's ``save_last`` alone only writes it when a top-k checkpoint is
-  saved, i.e. when the validation loss improved).
+- :class:`ResumeState`: the RNG states and the W&B run id, so that a resumed run draws the same
+  random numbers and logs into the same W&B run.
+- :class:`LastCheckpoint`: ``last.ckpt`` every ``every_n_train_steps`` steps and at the end of
+  training (Lightning's ``save_last`` only writes it when a top-k checkpoint is saved).
 - :class:`AtomicCheckpointIO`: write to a hidden temporary file in the checkpoint's own folder,
-  fsync, then rename over the old file. Lightning 2.6 writes through an fsspec transaction whose
-  temporary file lives in the system temp dir; when that is another file system (``/tmp`` on a
-  node's local disk, checkpoints on NFS/Lustre) the final step is a *copy* onto ``last.ckpt``,
-  and a job killed during it leaves a truncated ``last.ckpt``. A rename within one folder is
-  atomic: a reader sees the old complete file or the new complete file, never a part. The
-  temporary name starts with a dot and does not end in ``.ckpt``, so ``ckpt_path=last`` never
-  picks it up. Before a new ``last.ckpt`` replaces the old one, the old one is kept as
-  ``last.previous.ckpt`` (a hard link, so no copy), so that a ``last.ckpt`` damaged later (a full
-  disk, a bad copy) still leaves the checkpoint before it to resume from
-  (:func:`ablate.checkpoints.files.previous_checkpoint`).
-
-Reading them back (which file ``ckpt_path=last`` means, what a file holds) is
-:mod:`ablate.checkpoints.files`.
+  fsync, then rename. Lightning 2.6's fsspec transaction keeps its temporary file in the system
+  temp dir; on another file system the final step is a *copy*, and a job killed during it leaves
+  a truncated ``last.ckpt``. The old ``last.ckpt`` is kept as ``last.previous.ckpt`` (a hard
+  link), so a ``last.ckpt`` damaged later still leaves one to resume from.
 """
 
 from __future__ import annotations

@@ -2,46 +2,25 @@
 
 Lightning's own handling of ``KeyboardInterrupt`` (``trainer/call.py``) can only react where the
 exception lands -- possibly halfway through ``optimizer.step()`` -- so it saves nothing, ignores
-SIGINT from then on and calls ``sys.exit(1)``, which an ``except Exception`` does not catch. This
-callback installs its own SIGINT handler while training runs: the first Ctrl-C only sets a flag;
-at the end of that step (parameters, optimiser, schedule and data position consistent) training
-stops (``trainer.should_stop``), :class:`~ablate.callbacks.checkpointing.LastCheckpoint` saves ``last.ckpt``
-at that step (a mid-epoch checkpoint, which resumes exactly), the validation Lightning would run
-before stopping is skipped (:class:`TrainingInterrupted` is raised at its start: the user asked
-to stop, not to wait for a validation pass) and ``train.py`` records the job as ``interrupted``. A second Ctrl-C
-raises ``KeyboardInterrupt`` at once (the last periodic checkpoint is then the one to resume).
+SIGINT from then on and calls ``sys.exit(1)``. This callback installs its own handler while
+training runs: the first Ctrl-C only sets a flag; at the end of that step (parameters, optimiser,
+schedule and data position consistent) training stops, ``last.ckpt`` is saved at that step (it
+resumes exactly), the validation Lightning would run before stopping is skipped
+(:class:`TrainingInterrupted`) and the job is recorded ``interrupted`` (exit 130). A second
+Ctrl-C raises ``KeyboardInterrupt`` at once. SIGTERM (a scheduler) and SIGHUP (a closed terminal)
+are handled the same way.
 
-SIGTERM, what a scheduler (SLURM before a kill or a requeue, Kubernetes, ``kill``) sends, and SIGHUP,
-what a closed terminal (or a dropped SSH connection) sends, are handled the same way: the job stops
-after its step with that step saved and its status recorded (exit 130), instead of dying at once.
+SLURM's requeue signal (``sbatch --signal=USR1@90``) stops after the agreed step too, then rank 0
+runs ``scontrol requeue`` and the SIGTERM SLURM ends the job with is ignored. Lightning's own
+handler saves and broadcasts from inside the signal handler, wherever each rank is: under DDP a
+rank may be inside another collective, and the ranks' collectives no longer pair up.
 
-SLURM's requeue signal (``sbatch --signal=USR1@90``; the ``requeue_signal`` of Lightning's
-``SLURMEnvironment`` with ``auto_requeue``, its default under SLURM) is taken the same way: the job
-stops after the agreed step and saves it, then rank 0 asks SLURM to requeue it
-(``scontrol requeue <job id>``, what Lightning's own handler runs), and the SIGTERM with which
-SLURM then ends the job is expected: ignored from the requeue signal on, it cannot cut the save or
-the record short. Lightning's own handler saves its
-``hpc`` checkpoint and broadcasts from inside the signal handler, wherever each rank happens to
-be: under DDP a rank may be inside another collective then, and the ranks' collectives no longer
-pair up. The requeued job resumes with ``ckpt_path=last`` (``conf/hydra/launcher/slurm.yaml``).
-
-In a sweep whose jobs run in worker processes (``hydra/launcher=cpu_parallel``), a stop request of
-the whole sweep is a file, ``<sweep dir>/.stop`` (:data:`STOP_FILE`; the sweep's side is
-:mod:`ablate.sweepers.sweep_stop`): the first signal any process of the sweep receives writes it
-(:func:`request_stop`), and every job polls it after each step, so that all of them stop and save
-however the signal arrived.
-
-Under DDP the ranks must stop at the same step, so they agree on the request with a collective
-read on the host (which makes the CPU wait for the GPU): every ``trainer.log_every_n_steps``
-steps rather than after every step, so a stop comes up to that many steps after the signal.
-In a rank that the job's own launcher started (:func:`ablate.run.distributed.launch`), a stop
-signal is a request and nothing more (:func:`hold_stop_signals`): the launching process says it
-once, passes it on to every rank and decides that a second one stops at once; the terminal's
-Ctrl-C reaches the ranks too, so a rank sees each request once or twice. Ranks started otherwise
-(SLURM tasks, torchrun) get their signals each from the scheduler: rank 0 says it. A single SLURM
-task that starts its own ranks (``trainer.devices=N`` with one task) gets SLURM's requeue signal in
-its launching process, which relays it as a requeue request (:data:`REQUEUE_SIGNAL`): the ranks stop
-together, save, and rank 0 asks SLURM to requeue the job, as above.
+In a sweep whose jobs run in worker processes, a stop request is the file ``<sweep dir>/.stop``
+(:data:`STOP_FILE`; :mod:`ablate.sweepers.sweep_stop`), which every job polls after each step.
+Under DDP the ranks agree on a request with a collective read on the host (the CPU waits for the
+GPU), so only every ``trainer.log_every_n_steps`` steps. A rank the job's own launcher started
+leaves signals to the launching process (:func:`hold_stop_signals`), which passes them on; a
+single SLURM task that starts its own ranks relays the requeue signal (:data:`REQUEUE_SIGNAL`).
 """
 
 from __future__ import annotations

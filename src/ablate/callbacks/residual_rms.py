@@ -2,29 +2,15 @@
 
 Why: Pre-LN (``x + f(LN(x))``) never normalises the stream, so its magnitude grows with depth
 (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture", Lemma 2: at
-initialisation the expected squared norm grows linearly with the layer index, which is what
-scales Pre-LN's gradients down), while Post-LN (``LN(x + f(x))``) renormalises after every
-sub-layer, so its stream stays at the norm's scale (1 at init). Logged next to the
-gradient norms, the two placements' behaviour is visible in the same dashboard.
+initialisation the expected squared norm grows linearly with the layer index, which scales
+Pre-LN's gradients down), while Post-LN renormalises after every sub-layer.
 
-Names (part of the interface): ``resid_rms/layer_03`` for block 3 of the LM,
-``resid_rms/enc_layer_03`` / ``resid_rms/dec_layer_03`` for the translation model's stacks (the
-naming of :mod:`ablate.callbacks.grad_norm`). The value is
-``sqrt(mean(x ** 2))`` over every feature of every non-padding position of the block's output
-``x`` in that step's training batch (all micro-batches of it with gradient accumulation).
-Non-padding: LM windows have no padding, so every position counts; an encoder block uses the
-source mask it receives (``key_padding``); a decoder block uses the target ids' mask, taken from
-the target embedding's input just before the decoder runs. For Pre-LN/sandwich the last block's
-output is the stream before the final norm.
-
-Cost: hooks exist only during the forward of a logging step (the grad-norm cadence:
-``log.grad_norm_every_n_steps``, every step during ``log.grad_norm_dense_steps``): they are
-registered in ``on_train_batch_start`` and removed once the values are logged, so any other
-step runs the model with no hook at all. A hooked block adds one square-and-sum of its output;
-values stay on the device and reach the loggers through a non-blocking copy
-(:class:`ablate.callbacks.deferred.DeferredMetrics`), so no step waits for the GPU. Only global rank 0 measures (its
-own shard of the batch under DDP). Not under ``torch.compile``: hooks added and removed around
-a compiled forward recompile it, so the callback disables itself there with a warning.
+Names (part of the interface): ``resid_rms/layer_03``, ``resid_rms/enc_layer_03`` /
+``resid_rms/dec_layer_03``: ``sqrt(mean(x ** 2))`` over the non-padding positions of the block's
+output in that step's training batch. Hooks exist only during the forward of a logging step, and
+values reach the loggers through a non-blocking copy, so no step waits for the GPU; only global
+rank 0 measures. Not under ``torch.compile`` (hooks added and removed around a compiled forward
+recompile it): disabled there with a warning.
 """
 
 from __future__ import annotations

@@ -1,36 +1,21 @@
 """Training throughput: ``train/tokens_per_sec``, ``train/mfu`` (model FLOPs utilisation) and the
 cumulative ``train/tokens_seen`` and ``train/time_s``.
 
-The rate is the tokens of the last ``window`` optimiser steps over their wall time, measured
-between batch starts. Time spent outside training steps is left out: a validation pass (with the
-checkpoint written after it) and any pause announced with :meth:`ThroughputMonitor.pause` (the
-benchmark pauses a training loop while it runs another variant's steps).
+The rate is the tokens of the last ``window`` optimiser steps over their wall time, with
+validation passes and announced pauses (:meth:`ThroughputMonitor.pause`) left out. The cumulative
+counts are kept in checkpoints and logged with every validation too, so validation metrics can be
+plotted against tokens or time.
 
-``train/tokens_seen`` counts the tokens of every training batch so far (all ranks), ``train/time_s``
-the training time so far on the same clock as the rate (validation and pauses left out); both are
-kept in checkpoints, so a resumed run goes on counting, and both are also logged with every
-validation, so validation metrics can be plotted against tokens or time (W&B: ``define_metric``
-in :mod:`ablate.tracking.wandb_run`).
+Under DDP every value is this rank's own count and clock, none reduced: all ranks count the same
+tokens (a rank's batch times the world size), and a reduction would cost a collective for a
+number every rank has, and a host tensor handed to one stops NCCL (``No backend type associated
+with device type cpu``). ``train/mfu`` is ``tokens/s * flops_per_token / peak_flops``;
+``peak_flops="auto"`` is the card's nominal dense bf16 peak on a GPU, a timed fp32 matmul on a
+CPU (:func:`measure_cpu_peak`).
 
-Under DDP every value here is this rank's own count and clock, and none is reduced across ranks:
-all ranks count the same tokens (a rank's batch times the world size: exact where every rank's
-batch has the same size, as a language model's; for translation's token batches, whose padded
-sizes differ a little from rank to rank, rank 0's batch scaled), and the time is rank 0's, which
-is what the loggers write. A reduction would cost a collective for a number every rank already
-has, and a host tensor handed to one stops NCCL (``No backend type associated with device type
-cpu``): these values are host tensors logged without ``sync_dist``.
-
-``train/mfu`` is ``tokens/s * flops_per_token / peak_flops``. ``peak_flops="auto"`` takes the
-device's peak from :func:`device_peak_flops`: on a GPU the nominal dense bf16 peak of the
-detected card, on a CPU a large fp32 matmul timed at the current thread count
-(:func:`measure_cpu_peak`; once per process, about 2 s on 2 cores).
-
-Cost: two clock reads per step and no device work; the rate is computed and handed to
-``self.log`` (as host tensors, which Lightning keeps on the host) only on the steps where Lightning
-writes its logs (every ``trainer.log_every_n_steps``), because a ``self.log`` call costs Lightning
-about 0.1-0.3 ms of Python. On a GPU the rate is the host's pace of queuing steps, which over a
-window of steps equals the GPU's pace: the CPU can run ahead of the GPU only by what the CUDA
-queue holds, and every logging step reads device values.
+Cost: two clock reads per step and no device work; ``self.log`` (about 0.1-0.3 ms of Python) only
+on Lightning's logging steps. On a GPU the host's pace of queuing steps equals the GPU's over a
+window: the CPU can run ahead only by what the CUDA queue holds.
 """
 
 from __future__ import annotations

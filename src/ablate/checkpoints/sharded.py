@@ -1,31 +1,17 @@
 """A sharded FSDP checkpoint (``trainer=fsdp trainer.strategy.state_dict_type=sharded``): a folder,
 read without running code from it.
 
-What Lightning's ``FSDPStrategy.save_checkpoint`` writes for ``last.ckpt`` (Lightning 2.6) is a
-folder ``last.ckpt/`` holding
-
-* ``meta.pt`` -- everything but the weights and the optimiser states (step, loops, callbacks, the
-  run's resume state, hyper-parameters, tokenizer), ``torch.save``'d by rank 0 after the shards;
-* ``.metadata`` -- PyTorch distributed checkpoint's (DCP) index: each weight and optimiser entry
-  (``model.<name>``, ``optimizer_<i>.<...>``) with its shape and dtype, or as a pickled value
-  (a ``BytesStorageMetadata`` entry: the optimiser's hyper-parameters), and the file, offset and
-  length of each piece;
-* ``__<rank>_<i>.distcp`` -- the pieces, each one ``torch.save``'d tensor or value.
-
-Lightning's resume, and DCP under it, read ``.metadata`` with ``pickle.load`` and each value entry
-with ``torch.load(weights_only=False)``: a crafted folder runs any code it names. So before anything
-hands a folder to Lightning, :func:`load` reads ``.metadata`` with an unpickler that builds DCP's
-index types and nothing else (:func:`read_index`), loads every value entry with torch's restricted
-unpickler (:func:`read_values`), and checks (:func:`check_pieces`) that each piece lies inside the folder, in a file long enough for
-it, and was written before ``meta.pt`` (rank 0 writes ``meta.pt`` after every rank's pieces: a piece
-that is newer belongs to a save that was cut short, whose pieces may mix two steps). A folder that
-needs anything else is refused by name (``trust_checkpoint=true`` lifts the type restriction, as for
-a file). The weights are then read through DCP with the checked index (:func:`read_weights`), so
-that the checks every checkpoint passes (shapes against the stored config, finite values) apply;
-the optimiser states stay on disk for Lightning's sharded load.
-
-Own code: DCP has no restricted reader, and torch's restricted unpickler reads ``torch.save``
-files only, not DCP's plain pickle.
+Lightning 2.6 writes ``last.ckpt/`` holding ``meta.pt`` (all but the weights and optimiser
+states, saved by rank 0 after the shards), ``.metadata`` (PyTorch distributed checkpoint's (DCP)
+index of every entry and piece) and the pieces ``__<rank>_<i>.distcp``. Lightning's resume, and
+DCP under it, read ``.metadata`` with ``pickle.load`` and value entries with
+``torch.load(weights_only=False)``: a crafted folder runs any code it names. So :func:`load` reads
+the index with an unpickler that builds DCP's index types only (:func:`read_index`), value entries
+with torch's restricted unpickler (:func:`read_values`), and checks that each piece lies inside
+the folder, in a file long enough, written before ``meta.pt`` (a newer piece belongs to a save cut
+short, whose pieces may mix two steps: :func:`check_pieces`). The weights then pass the checks of
+every checkpoint (:func:`read_weights`); the optimiser states stay on disk for Lightning's load.
+Own code: DCP has no restricted reader, and torch's reads ``torch.save`` files only.
 """
 
 from __future__ import annotations

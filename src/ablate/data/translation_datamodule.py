@@ -1,38 +1,18 @@
 """The translation data module: a parallel corpus with a shared BPE vocabulary, cached token ids
-and token-based batching. The corpora (where the text comes from) are :mod:`ablate.data.translation_data`;
-writing the cache is :mod:`ablate.data.translation_cache`.
+and token-based batching (the corpora: :mod:`ablate.data.translation_data`; the cache:
+:mod:`ablate.data.translation_cache`). Either direction of a pair uses the same cache.
 
-Direction: ``src_lang`` -> ``tgt_lang``; either direction of a pair uses the same cache.
+Vocabulary: one byte-level BPE learned on the source *and* target sides of the training split (a
+joint vocabulary, so the embeddings can be tied three ways), ``<pad>`` = 0, ``<s>`` = 1,
+``</s>`` = 2; byte-level, so decoding gives the text back exactly and sacreBLEU scores
+detokenised output. Corpora of millions of pairs (WMT14 En-De: 4.5 M) are prepared in bounded
+memory and memory-mapped: no Python object is made per sentence until a batch is collated.
 
-Vocabulary: one byte-level BPE (Hugging Face ``tokenizers``) learned on the source *and* target
-sides of the training split (a joint vocabulary, so the embeddings can be tied three ways), with
-``<pad>`` = 0, ``<s>`` = 1, ``</s>`` = 2. Byte-level means every string is representable and
-decoding gives the text back exactly (sacreBLEU then scores detokenised output). Source sequences
-are ``tokens </s>``; the decoder reads ``<s> tokens`` and predicts ``tokens </s>``.
-
-Cache, one folder per corpus sources / vocabulary size (written under a temporary name, renamed
-when complete)::
-
-    {cache_dir}/{name}-bpe{V}-{hash}/  tokenizer.json  {split}.{lang}.ids  {split}.{lang}.offsets
-                                       {val,test}.{lang}.txt  meta.json
-
-Corpora of millions of pairs (WMT14 En-De: 4.5 M) are prepared in bounded memory: the files are
-streamed in batches of ``ENCODE_LINES`` lines, both sides in step (:mod:`ablate.data.translation_text`),
-the BPE learns from a stream of lines, and each side of a split is one flat file of token ids plus
-an offsets file (:mod:`ablate.data.translation_tokens`). :meth:`TranslationDataModule.setup`
-memory-maps the ids and batches from the lengths, so no Python object is made per sentence until a
-batch is collated.
-
-Batching (as fairseq's ``--max-tokens``, :mod:`ablate.data.translation_batches`): pairs are sorted
-by length (target, then source) and cut into batches whose padded size ``n_sentences x longest
-side`` stays within ``max_tokens``; the training batches are fixed once and visited in a new random
-order every epoch. Padding is little because neighbours in the sorted order have nearly equal
-lengths; the fraction is reported (:attr:`TranslationDataModule.padding_fraction`, logged as
-``data/padding_fraction``).
-
-``batch_size`` is the number of such token batches per optimiser step over all devices (fairseq's
-``update_freq`` x world size; default 1): ``train.py`` derives gradient accumulation from it and
-``micro_batch_size`` exactly as for language modelling.
+Batching as fairseq's ``--max-tokens`` (:mod:`ablate.data.translation_batches`): pairs sorted by
+length and cut into batches whose padded size stays within ``max_tokens``, fixed once and visited
+in a new order every epoch; the padding left is logged as ``data/padding_fraction``.
+``batch_size`` is the number of such batches per optimiser step over all devices (fairseq's
+``update_freq`` x world size).
 """
 
 from __future__ import annotations

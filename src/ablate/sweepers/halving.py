@@ -1,34 +1,20 @@
 """Successive halving over a ``tune=lr`` grid: a cheaper stage 1 (``hydra.sweeper.halving.rungs``).
 
 Successive halving (Jamieson & Talwalkar 2016, "Non-stochastic Best Arm Identification and
-Hyperparameter Optimization", AISTATS; the inner loop of Li et al. 2017, "Hyperband: A Novel
-Bandit-Based Approach to Hyperparameter Optimization", JMLR 18) trains every arm a little, keeps
-the better half, trains those further, and so on. Here the arms are one variant's learning rates
-and the budget is optimiser steps: with ``hydra.sweeper.halving.rungs=[0.25,0.5]`` every rate of
-the grid trains the first quarter of ``trainer.max_steps``, the better half of them (``floor(n/2)``,
-at least 1, ranked by the rung's validation value of the selection metric: lowest loss, highest
-BLEU-like; diverged or crashed rank last and never go on) continues to half of the steps, the
-better half of those to the full length, and the chosen rate is the best of these finalists at
-full length (:func:`ablate.sweepers.lr_selection.select_lr`, the full-grid rule on the
-finalists, so an edge of the grid is still flagged against the whole grid). Five rates at
-``[0.25, 0.5]`` cost ``5·¼ + 2·¼ + 1·½ = 2.25`` full runs, 0.45 of the grid (:func:`compute_fraction`).
+Hyperparameter Optimization", AISTATS; the inner loop of Li et al. 2017, "Hyperband", JMLR 18)
+trains every arm a little, keeps the better half, trains those further, and so on. Here the arms
+are one variant's learning rates and the budget is optimiser steps; the chosen rate is the best
+finalist at full length by the full-grid rule (:func:`ablate.sweepers.lr_selection.select_lr`),
+so an edge of the grid is still flagged. Five rates at ``[0.25, 0.5]`` cost 2.25 full runs, 0.45
+of the grid (:func:`compute_fraction`).
 
-A rung is the prefix of the full run, not a shorter run: each rung job sets
-``optim.decay_steps=<trainer.max_steps>`` (the schedule's horizon stays the full length) and
-``trainer.max_steps=<the rung's step>``, and a survivor's next rung resumes the previous rung's
-``last.ckpt`` (``ckpt_path``). :func:`ablate.config.identity.run_identity` leaves ``trainer.max_steps``
-out of a run's identity when ``optim.decay_steps`` is set, so the resumed job is the same run; no
-step is trained twice and the final value is the one an uninterrupted run at that rate would have
-reached. Each rung is an ordinary job of the sweep directory (named by its overrides, ``ckpt_path``
-excluded), so re-running the command skips every finished rung and chooses the same survivors.
-
-The same rule replayed on the logged validation curves of an already finished full-grid stage 1
-(:mod:`ablate.sweepers.halving_replay`, ``scripts/halving_replay.py``) is exact for the same
-reason: the rung's value is the full run's value at that step.
-
-This module holds the rung plan and the survivor rule as small functions, and the loop that
-launches the rungs for :class:`ablate.sweepers.tuned_lr.TunedLRSweeper`. Imported at Hydra's
-plugin scan: no pandas or analysis code.
+A rung is the prefix of the full run, not a shorter run: it sets ``optim.decay_steps`` to the full
+length (the schedule's horizon) and ``trainer.max_steps`` to the rung's step, and a survivor
+resumes the previous rung's ``last.ckpt``; the run identity leaves ``trainer.max_steps`` out when
+``optim.decay_steps`` is set, so no step is trained twice and the final value is the one an
+uninterrupted run would reach. That is also why the replay on a finished grid's logged curves
+(:mod:`ablate.sweepers.halving_replay`) is exact. Imported at Hydra's plugin scan: no pandas or
+analysis code.
 """
 
 from __future__ import annotations

@@ -1,30 +1,17 @@
 """Where a sweep's jobs live, and which sweeps may share a directory.
 
-**Job directories hold what varies.** A job's directory is named by its overrides *minus the
-command's constants* (``-m norm=pre,post model.n_layers=12 seed=1,2`` gives ``norm-pre.seed-1``,
-not ``norm-pre.model.n_layers-12.seed-1``): the constants are already in the sweep directory's
-name (:func:`ablate.config.resolvers.sweep_dirname`). The seed always stays in the name (the
-tuned-LR sweeper adds a selection seed of its own). Run-control keys
-(``hydra.job.config.override_dirname.exclude_keys``) are left out. Names hold no character Hydra's
-override grammar treats specially (:func:`ablate.config.resolvers.job_name`): a printed path pastes
-into ``ckpt_path=`` unquoted. A job directory named by an earlier version (``norm=pre,seed=1``) is
-found by its recorded overrides and kept: such a sweep resumes and skips where it is.
+A job's directory is named by its overrides *minus the command's constants*, which are already in
+the sweep directory's name; the seed always stays. Names hold no character Hydra's override
+grammar treats specially, so a printed path pastes into ``ckpt_path=`` unquoted; a directory
+named by an earlier version is found by its recorded overrides and kept.
 
-Several commands may share one sweep directory (``sweep_name`` or ``hydra.sweep.dir``: more
-seeds, a grid extended, one size of a ladder per command). Two rules keep their jobs apart:
-
-* a job directory that already holds *another* job (its recorded overrides differ, e.g. the same
-  ``act-relu.optim.lr-0.001.seed-0`` of ``scale=xs`` and of ``scale=m``) is not reused: the new job
-  gets the full name with every override;
-* a command whose swept keys (the seed aside: more seeds are more of the same study) neither
-  contain nor are contained in those of the directory's earlier commands (``-m norm=pre,post`` then ``-m act=relu,gelu`` under one ``sweep_name``) is a
-  different study, refused before any job starts: its jobs would mix with the other's, and a table
-  of the directory would count identical runs (``norm=pre`` and ``act=gelu`` are the same
-  configuration) as replicates. Every command is recorded in ``<sweep dir>/sweep.json``.
-
-Hydra's ``hydra.sweep.subdir`` override carries the name to each job, so every launcher (basic,
-joblib, submitit/SLURM) puts the job where this module decided; it is a Hydra override, so it is
-not among the job's own overrides (``hydra.overrides.task``, ``status.json``).
+Several commands may share one sweep directory; two rules keep their jobs apart: a job directory
+that already holds *another* job is not reused (the new job gets the full name), and a command
+whose swept keys (the seed aside) neither contain nor are contained in those of the directory's
+earlier commands is a different study, refused before any job starts (a table of the directory
+would count identical configurations as replicates). Every command is recorded in
+``<sweep dir>/sweep.json``. The name reaches each job as ``hydra.sweep.subdir``, so every launcher
+puts the job where this module decided.
 """
 
 from __future__ import annotations

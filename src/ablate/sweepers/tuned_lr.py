@@ -2,51 +2,26 @@
 
     python train.py -m experiment=shazeer2020_glu_cpu act=relu,gelu,swiglu tune=lr
 
-A Hydra sweeper (:class:`TunedLRSweeper`, Hydra's ``BasicSweeper`` with two stages) that runs two
-launcher batches:
+A Hydra sweeper (Hydra's ``BasicSweeper`` with two launcher batches):
 
-1. **Stage 1, the grid**: every variant (each combination of the sweep's other values) at each
-   learning rate of a log-spaced grid, once per verdict seed s, on the *selection seed*
-   s + ``hydra.sweeper.selection_offset`` (default 1000; ``hydra.sweeper.selection=nested``, the
-   default), so that each verdict seed's rate is chosen by a selection of its own: the arms' rates
-   then differ by chance *within* the seeds' spread, which the verdict's interval estimates, and
-   identical variants are called different 5% of the time (10-20% when every verdict seed shares
-   one selection: ``benchmarks/lr_selection/simulate.py``, docs/analysis.md "LR selection inside
-   the verdict"). ``selection=shared`` runs one grid per variant on ``hydra.sweeper.selection_seed``
-   (default 0; ``seeds=auto`` uses it, and says so). No selection seed may be a verdict seed (refused), so
-   that the rate is chosen on a run that no verdict rests on. The grid is the
-   sweep's own ``optim.lr=a,b,c`` when it gives one, else ``hydra.sweeper.num_lrs`` values
-   (default 5) a factor ``hydra.sweeper.lr_factor`` (default 2) apart, centred on the variant's
-   configured ``optim.lr``. ``hydra.sweeper.halving.rungs=[0.25,0.5]`` runs it by successive
-   halving instead (:mod:`ablate.sweepers.halving`; default off: the full grid).
-2. **Stage 2, the seeds**: every variant at its best learning rate (nested: each verdict seed at
-   its own selection's) -- the best final ``metric``
-   (``optimized_metric``, default ``val/loss``: lowest; BLEU-like metrics: highest) recorded in
-   the job's ``status.json``; a diverged or crashed job ranks last -- with every seed. The seeds
-   are the sweep's own ``seed=1,2,3`` when it gives them (command line, or an experiment's
-   ``hydra.sweeper.params``), else ``hydra.sweeper.seeds`` (default ``[1, 2, 3]``). Stage 2 trains
-   every one of them fresh: the selection job is not reused, so no verdict seed is the run that
-   won the selection (which would bias it by the selection's winner's curse); summaries and
-   figures (:func:`ablate.analysis.runs.at_tuned_rates`) leave the selection seed's jobs out.
-   The seeds are fixed before the data (``hydra.sweeper.seeds=auto``, the group-sequential design, is
-   refused: :func:`ablate.sweepers.tuning_stage2.refuse_auto_seeds`).
+1. **Stage 1, the grid**: every variant at each learning rate of a log-spaced grid, once per
+   verdict seed s on the *selection seed* s + ``hydra.sweeper.selection_offset``
+   (``selection=nested``, the default), so that each verdict seed's rate is chosen by a selection
+   of its own: the arms' rates then differ by chance *within* the seeds' spread, which the
+   verdict's interval estimates (identical variants are called different 5% of the time, 10-20%
+   when every verdict seed shares one selection: ``benchmarks/lr_selection/simulate.py``,
+   docs/analysis.md "LR selection inside the verdict"). No selection seed may be a verdict seed,
+   so that no verdict rests on the run that chose the rate.
+2. **Stage 2, the seeds**: every variant at its best rate, every seed trained fresh (reusing the
+   selection job would bias the verdict by the selection's winner's curse); the seeds are fixed
+   before the data (``seeds=auto`` is refused).
 
-Both stages go through ``self.launcher.launch``: any launcher works (basic, joblib, submitit), and
-the jobs are ordinary jobs of the sweep directory named by their overrides (``optim.lr=...``,
-``seed=...``), so re-running the same command skips the finished jobs of both stages
-(:func:`ablate.run.train.previous_outcome`) and ``scripts/summarize.py`` shows the learning rate of each
-variant as an axis. The selection goes to ``<sweep dir>/lr_tuning.json`` and is printed as a table.
-A chosen learning rate at the edge of the grid is flagged, with the override that extends the
-grid; a variant whose every learning rate diverged or crashed is reported and gets no stage 2 (the
-sweep goes on: the sweep-end report, :mod:`ablate.sweepers.sweep_report`, owns crashes and exit codes).
-
-This module holds the sweeper. The grid, the selection rule and reading a job's outcome are
-:mod:`ablate.sweepers.lr_selection`; the analysis plan declared before stage 2 and stage 2's
-jobs are :mod:`ablate.sweepers.tuning_stage2`; the tables and the ``lr_tuning.json`` record are
-:mod:`ablate.sweepers.tuning_report`; a halving stage 1 is :mod:`ablate.sweepers.halving`.
-
-Hydra only instantiates sweepers from the ``hydra_plugins`` namespace: ``_target_`` in
-``conf/hydra/sweeper/tuned_lr.yaml`` is the subclass in ``hydra_plugins/ablate_sweepers/tuned_lr.py``.
+Both stages go through ``self.launcher.launch`` (any launcher works) as ordinary jobs of the sweep
+named by their overrides, so re-running the command skips the finished jobs of both stages. The
+selection goes to ``<sweep dir>/lr_tuning.json``; a rate at the edge of the grid is flagged with
+the override that extends it. The grid and selection rule are :mod:`ablate.sweepers.lr_selection`;
+stage 2 and its declared plan :mod:`ablate.sweepers.tuning_stage2`; the tables
+:mod:`ablate.sweepers.tuning_report`; a halving stage 1 :mod:`ablate.sweepers.halving`.
 """
 
 from __future__ import annotations
