@@ -1,21 +1,13 @@
 """The statistics of each configuration of a summary against the baseline configuration.
 
-With a baseline (``summarize(..., baseline="norm=pre")``, ``scripts/summarize.py --baseline``)
-each row also gets, for the *final* value of the metric (the best one is a maximum over
-validations, biased by the selection): ``n``, the 95% t interval of the mean, and against the
-baseline the difference with its 95% interval, the p-value (paired t-test on shared seeds, else
-Welch), its Holm-adjusted value over the family (every comparison of the call: all rows, all
-``--where`` slices and metrics, :func:`adjust_family`), with a margin δ the TOST p-value of
-equivalence (Holm-adjusted likewise), the divergence rate with its Clopper-Pearson interval and
-Boschloo's test against the baseline's, the minimum detectable effect at 80% power and alpha/m
-(design information), and a verdict (better / worse / equivalent (±δ) / inconclusive): see
-:mod:`~ablate.analysis.stats`. :func:`~ablate.analysis.markdown.markdown_table` then adds a second
-table, "against the baseline", with these columns. ``basis="flops"`` or ``"time"`` (``--basis``) computes them on the
-metric at the matched FLOPs or training-time budget instead of the final value.
-
-:func:`compare_to_baseline` adds these columns to the summary of :mod:`ablate.analysis.tables`
-(:func:`compare_row` for one row's tests), :func:`adjust_family` re-adjusts several summaries as
-one family, and :func:`margin_for` finds the margin δ.
+For the *final* value of the metric (the best one is a maximum over validations, biased by the
+selection), or with ``basis="flops"``/``"time"`` the value at the matched budget: the 95% t
+interval of the mean and, against the baseline, the difference with its interval, the one test of
+:mod:`~ablate.analysis.engine`, the p-values adjusted over the whole family of the call
+(:func:`adjust_family`), with a margin δ the TOST of equivalence, the divergence rate with
+Boschloo's test, the minimum detectable effect (design information) and the verdict
+(:mod:`~ablate.analysis.stats`). :func:`~ablate.analysis.markdown.markdown_table` shows these
+columns as the table "against the baseline".
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """The 2 x 2 interaction of two axes of a sweep: does the effect of one depend on the other?
 
 ``scripts/summarize.py SWEEP --interaction norm=post,pre --interaction optim.warmup_steps=0,30``
-names factor A (the first, levels a1, a2) and factor B (the second, levels b1, b2). The sweep is
-cut into *slices*: each ``--where`` (default: the whole sweep), and within it each combination of
-the values of the other axes (e.g. each learning rate), so that the four cells of a contrast
-differ in A and B only. Per slice and metric, on the seeds run in all four cells
-(:func:`ablate.analysis.interaction_stats.interaction`):
-
-* the cell means (over the seeds of the contrast, so that the four rest on the same seeds);
-* the simple effects of B within a1 and within a2, y[a, b1] - y[a, b2] (paired t, unadjusted:
-  they describe the contrast, they are not tests of the family);
-* the interaction contrast Δ_int = (y[a1,b1] - y[a1,b2]) - (y[a2,b1] - y[a2,b2]) per seed, its
-  mean, 95% t interval (df = n - 1) and one-sample t-test; with a margin δ the TOST of
-  |Δ_int| < δ;
-* the p-values Holm-adjusted over the family (every contrast of the call, or with
-  ``family="table"`` each metric's contrasts) and a verdict
-  (:func:`~ablate.analysis.interaction_stats.interaction_verdict`).
-
-A job's value is its final metric when it completed; a diverged, crashed or unfinished job has
-none (NaN), so its seed is left out of that contrast, and the ``left out`` column says which seed
-and why: a contrast needs all four of its values.
+names factor A (levels a1, a2) and factor B (b1, b2). The sweep is cut into *slices* (each
+``--where``, and within it each combination of the other axes' values), so that the four cells of
+a contrast differ in A and B only. Per slice and metric, on the seeds run in all four cells: the
+cell means, the simple effects of B within a1 and a2 (descriptive), and the interaction contrast
+Δ_int = (y[a1,b1] - y[a1,b2]) - (y[a2,b1] - y[a2,b2]) per seed with its t interval, test, TOST
+and verdict (:mod:`~ablate.analysis.interaction_stats`), Holm-adjusted over the family. A seed
+without all four final values is left out of that contrast, and the ``left out`` column says why.
 """
 
 from __future__ import annotations

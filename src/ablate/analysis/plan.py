@@ -4,36 +4,22 @@ in a record the sweep folder cannot rewrite.
 A verdict is only as good as the rule that produced it: a metric, margin, seed set or family
 chosen after seeing the numbers can make anything look decided (issue 34: ALiBi's δ was set after
 the verdict seeds' validation losses were on screen). So a plan is declared before the verdict
-runs start:
+runs start, by ``train.py`` before stage 2 of a ``tune=lr`` sweep or by ``scripts/declare.py``.
 
-* by ``train.py`` itself before stage 2 of a ``tune=lr`` sweep (:mod:`ablate.sweepers.tuning_stage2`:
-  the verdict metric, seeds, split layout and compared variants, the
-  baseline and δ from ``hydra.sweeper.baseline`` / ``hydra.sweeper.margin``);
-* by ``python scripts/declare.py <sweep dir> --metric ... --baseline ... --margin ... --seeds ...``
-  for any other sweep (then run it with ``hydra.sweep.dir=<sweep dir>``).
+**The ledger** (issue 43 item 2): the plan of record is an entry of an append-only, hash-chained
+ledger kept *outside* the sweep folder (:func:`ledger_for`): each entry's SHA-256 covers the plan,
+the folder, the UTC time, the git commit and the W&B run id, and the previous entry's hash, so an
+edited plan, a back-dated time or a recomputed hash breaks the chain, and a copied sweep folder
+has no entry of its own. ``<sweep dir>/analysis_plan.json`` is a copy for the reader; the ledger
+wins. Every run records the plan hash in force when it started and its start time, so a plan
+declared after a compared run started, or rewritten since, no longer matches what the runs
+recorded; the W&B run id (a server-side time) and the commit anchor what a local file cannot.
 
-**The ledger** (issue 43 item 2). The plan of record is an entry of an append-only ledger,
-``analysis_ledger.jsonl``, kept *outside* the sweep folder (in the logs folder the sweep lives in,
-``<paths.log_dir>/analysis_ledger.jsonl``, else beside the folder; :func:`ledger_for`). Each entry holds the plan, the sweep
-folder it is for, the UTC time, the git commit of the code, the W&B run id of the declaring
-process when it has one, and the previous entry's hash; its own SHA-256 covers all of these, time
-included. So an edited plan, a back-dated time (outside the hash before) or a recomputed hash
-breaks the entry or the chain after it, and a copied sweep folder (``cp -r``) has no entry of its
-own. ``<sweep dir>/analysis_plan.json`` is a copy for the reader; where it differs from the ledger,
-the ledger wins and the rows are exploratory. Every run also records, in its own ``status.json``,
-the hash of the plan in force in its sweep folder when it started (``plan_sha256``) and its start
-time (``started_at``): a plan declared after a compared run started, or rewritten since (even with
-its hashes recomputed through the whole chain), no longer matches what the runs recorded. What a
-local file cannot prove against its own owner rewriting both the ledger and the runs' records,
-the W&B run id (a server-side time) and the commit let a reviewer check.
-
-:func:`check_rows` is what ``summarize.py`` does with it: a row is **declared** only when the
-plan is intact in the ledger, was declared before the first compared job *started* (the
-``started_at`` each run records in its ``status.json``, not file times: ``touch`` or an archive copy
-changes nothing), the call covers the plan's whole family, and the row's metric, slice, variant,
-baseline, basis, margin, split layout and seeds are the plan's; it rests on at least
+:func:`check_rows`: a row is **declared** only when the plan is intact, was declared before the
+first compared job *started* (the recorded ``started_at``, not file times), the call covers the
+plan's whole family, the row is the plan's in every respect and rests on at least
 :data:`~ablate.analysis.engine.MIN_SEEDS` seeds and :data:`~ablate.analysis.engine.MIN_BLOCKS`
-held-out text blocks. Anything else is **exploratory**, and the table names why.
+held-out blocks. Anything else is **exploratory**, and the table names why.
 """
 
 from __future__ import annotations

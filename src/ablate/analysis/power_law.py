@@ -1,23 +1,13 @@
 """The saturating power law of loss against training compute, and its least-squares fit.
 
-Per variant, the final loss against the training compute C is fitted with a saturating power law
-(Kaplan et al. 2020; Hoffmann et al. 2022, Eq. 2, in compute only)::
-
-    L(C) = E + A * C^(-alpha)          (E: irreducible loss, the asymptote; alpha > 0)
-
-by least squares over every (scale, seed) point, with bounds 0 <= E <= min L, A > 0,
-0.001 <= alpha <= 5, in log-compute (x = ln(C / C0), C0 the geometric mean of the compute, so
-that A and alpha are well conditioned). The fit is a *variable projection* (Golub & Pereyra
-1973): for a given alpha the model is linear in (E, a), solved in closed form within the bounds,
-so the least squares is a one-dimensional search over alpha (a log-spaced grid, then golden
-section around its best point), vectorised over many data sets at once (:func:`fit_power_laws`):
-a bootstrap refits thousands of curves in well under a second. ``shared_E``
-(:func:`fit_shared_asymptote`): both curves of a comparison share the asymptote (one E, a search
-over it around the per-curve fits), for ladders too short to pin E per curve. A power law with
-three parameters needs at least three scales per curve (:data:`MIN_SCALES`).
-
-The compute multiplier built on these fits, its bootstrap interval and the curves read from a
-sweep are in :mod:`~ablate.analysis.scaling`.
+L(C) = E + A * C^(-alpha) (Kaplan et al. 2020; Hoffmann et al. 2022, Eq. 2, in compute only),
+with bounds 0 <= E <= min L, A > 0, 0.001 <= alpha <= 5, in log-compute (x = ln(C / C0), C0 the
+geometric mean, so that A and alpha are well conditioned). The fit is a *variable projection*
+(Golub & Pereyra 1973): for a given alpha the model is linear in (E, a), solved in closed form
+within the bounds, so the least squares is a one-dimensional search over alpha, vectorised over
+many data sets at once (:func:`fit_power_laws`): a bootstrap refits thousands of curves in well
+under a second. :func:`fit_shared_asymptote` shares E between both curves of a comparison, for
+ladders too short to pin E per curve.
 """
 
 from __future__ import annotations

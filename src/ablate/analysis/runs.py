@@ -1,21 +1,11 @@
 """Load the jobs of a sweep and find what varies across them.
 
-A Hydra multirun (``python train.py -m norm=pre,post seed=1,2``) writes one directory per job,
-``<sweep dir>/<job dir>/``, holding ``status.json`` (written by :func:`ablate.run.train.run`),
-``csv/metrics.csv`` (Lightning's CSVLogger: one row per logged metric group, so a step can span
-several rows), ``.hydra/overrides.yaml`` and ``.hydra/config.yaml``/``hydra.yaml``.
-
 The *ablation axes* of a sweep are the override keys whose value differs between jobs, ``seed``
 excluded: jobs that agree on every axis are seeds of one *variant* (one row of the summary, one
 line of a figure). A key that a job does not override still has a value (its config group
-choice, or its config value), so jobs appended to a sweep directory by a second command line,
-e.g. ``norm=post seed=3 optim.lr=1e4``, compare correctly with the jobs that left it at its
-default.
-
-One job's files are read by :mod:`ablate.analysis.job` (:class:`~ablate.analysis.job.Job`,
-:func:`~ablate.analysis.job.load_job`); this module gathers the jobs of a sweep
-(:class:`Sweep`, :func:`load_sweep`: damaged jobs left out, duplicates counted once) and keeps,
-of a ``tune=lr`` sweep, the jobs at the tuned rates (:func:`at_tuned_rates`).
+choice, or its config value), so jobs appended to a sweep directory by a second command line
+compare correctly with the jobs that left it at its default. One job's files are read by
+:mod:`ablate.analysis.job`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """The numbers behind the comparison figures: one tidy table per figure, seeds aggregated.
 
-* :func:`length_series`: test perplexity against the evaluation length (``test/ppl@<len>``,
-  logged by ``eval.seq_lens``), per variant: the length-extrapolation curve of Press et al. 2022,
-  Fig. 1;
-* :func:`axis_series`: a final metric against a numeric axis (``model.n_layers``, ``optim.lr``),
-  one line per value of the other axes, with diverged and stuck jobs counted;
-* :func:`paper_series` and :func:`spearman`: our metric per variant beside a paper's number, in
-  the paper's order, and the rank correlation of the two;
-* :func:`lr_schedule`: the learning rate of every optimiser step, recomputed from the job's
-  ``optim`` config (``train/lr`` is logged only every ``trainer.log_every_n_steps``);
-* :func:`job_x`: a job's logged steps as training tokens or training time (``--x``).
-
-Every table has ``mean``, ``std`` (sample, n - 1), ``min``, ``max`` and ``n`` over the seeds
-that completed (a diverged seed's last value predates its divergence); the figures
-(:mod:`ablate.analysis.figures`) draw the mean as the line and ``min``..``max`` as the band, and
-``scripts/plot.py`` writes each table beside its figure as CSV.
+Every table has ``mean``, ``std`` (sample, n - 1), ``min``, ``max`` and ``n`` over the seeds that
+completed (a diverged seed's last value predates its divergence); the figures draw the mean as the
+line and ``min``..``max`` as the band, and ``scripts/plot.py`` writes each table beside its figure.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """The summary table of a sweep: one row per configuration (variant), seeds aggregated.
 
-Per variant: its axis values; the number of seeds (jobs) and how many completed, diverged and
-crashed; the final and best validation metric (``val/ppl`` for language models, ``val/bleu`` for
-translation) and the matching test metric as mean ± sample standard deviation (n - 1) over the
-seeds that *completed* (a diverged seed's last validation predates its divergence, a crashed
-one has none, so neither enters the mean: they are counted instead); the paper's number when a
-paper file is given; steps; the late slope of ``val/loss`` (is the curve still falling?
-:mod:`~ablate.analysis.convergence`); wall time and the median training throughput (tokens/s).
-
-With a baseline (``summarize(..., baseline="norm=pre")``, ``scripts/summarize.py --baseline``)
-each row also gets its statistics against the baseline row, computed by
-:mod:`ablate.analysis.comparison` (its docstring lists the columns); the baseline and ``--where``
-specs are read by :mod:`ablate.analysis.specs`.
-
-Every summary also gets each variant's cost and its metric at matched steps, FLOPs and training
-time (:func:`ablate.analysis.budget.add_cost_columns`), shown by
-:func:`~ablate.analysis.markdown.markdown_table` as a table "at equal cost". The Markdown form of
-the summary is in :mod:`ablate.analysis.markdown`.
+Per variant: its axis values; the number of seeds and how many completed, diverged and crashed;
+the final and best validation metric and the matching test metric as mean ± sample std over the
+seeds that *completed* (a diverged seed's last validation predates its divergence, a crashed one
+has none: they are counted instead); the paper's number; the late slope of ``val/loss``
+(:mod:`~ablate.analysis.convergence`); wall time and median throughput. With a baseline, the
+statistics of :mod:`ablate.analysis.comparison`; always, each variant's cost and its metric at
+matched steps, FLOPs and time (:mod:`ablate.analysis.budget`).
 """
 
 from __future__ import annotations

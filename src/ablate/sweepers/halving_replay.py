@@ -3,16 +3,11 @@
     python scripts/halving_replay.py logs/multirun/<sweep>                        # rungs at 1/4 and 1/2
     python scripts/halving_replay.py logs/multirun/<sweep> --rungs 0.333333 0.5 --metric val/loss
 
-Reads the sweep's stage 1 (the selection-seed jobs at every rate of each variant's grid, named by
-``lr_tuning.json``) and replays ``hydra.sweeper.halving.rungs`` on their logged validation
-curves: at each rung the better half (``floor(n/2)``, at least 1) of the rates still in, by the
-metric at exactly that step, go on; the best finalist at full length is chosen. Exact, because a
-rung of a halving sweep is the prefix of the full run (the same schedule and seed). Prints per
-variant the full grid's choice, the halving choice, how many grid steps apart they are, and the
-stage-1 compute as a fraction of the full grid's steps; then each rate's values through the rungs.
-Exit 2 when a rung's step was not validated (the message names the steps that were) or the
-directory is not a finished full-grid ``tune=lr`` sweep. The rule: :mod:`ablate.sweepers.halving`;
-this module holds the replay and its command line.
+Replays ``hydra.sweeper.halving.rungs`` on the logged validation curves of the sweep's stage 1
+(exact: a rung is the prefix of the full run) and prints per variant the full grid's choice, the
+halving choice, how many grid steps apart they are and the stage-1 compute fraction, then each
+rate's values through the rungs. Exit 2 when a rung's step was not validated or the directory is
+not a finished full-grid ``tune=lr`` sweep. The rule: :mod:`ablate.sweepers.halving`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """A sweep's job whose worker process the system killed (SIGKILL, the out-of-memory killer) is
 recorded as ``killed``, with the signal, instead of ending the sweep in a traceback.
 
-With Hydra's joblib launcher (``hydra/launcher=cpu_parallel`` or ``joblib``) a worker that dies
-without a word breaks loky's process pool: loky raises ``TerminatedWorkerError`` (a
-``BrokenProcessPool``) in the sweep's main process with the workers' exit codes, and SIGKILLs
-every other worker, whose jobs die mid-step too. No job can write its own record after SIGKILL,
-so the main process writes them: a job that held its run directory's lock
-(:mod:`ablate.run.lock`) when its process ended, without releasing it, was killed. Each gets
-``status.json`` ``killed`` with the signal and the step of its last checkpoint, which is where
-re-running the same command resumes it (a killed job is not finished).
-
-The sweep then stops as after Ctrl-C (:mod:`ablate.sweepers.sweep_stop`: no job starts, the tuned-LR sweeper
-chooses nothing from an incomplete grid), prints its table and exits with code 1
-(:mod:`ablate.sweepers.sweep_report`). With the basic launcher the jobs run in the sweep's own process, so
-SIGKILL ends the sweep itself; the next run of the command resumes the job from its last checkpoint
-and says that it took over the killed process's lock.
+With Hydra's joblib launcher a worker that dies without a word breaks loky's process pool
+(``TerminatedWorkerError`` in the main process), and loky SIGKILLs every other worker. No job can
+write its own record after SIGKILL, so the main process does: a job that still held its run
+directory's lock (:mod:`ablate.run.lock`) when its process ended was killed, and gets ``killed``
+with the signal and the step of its last checkpoint (where re-running the command resumes it).
+The sweep then stops as after Ctrl-C and exits 1. With the basic launcher SIGKILL ends the sweep
+itself, and the next run resumes the job, taking over the killed process's lock.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """The end of a sweep: which of this command's jobs failed, and the exit code that says so.
 
-A Hydra callback (``hydra.callbacks.sweep_report`` in ``conf/hydra/default.yaml``). Each job
-records its outcome in its own ``status.json`` (:mod:`ablate.run.train`); at the end of the multirun
-this reads the records that *this* command wrote (those modified since it started: jobs skipped
-as already finished keep their old record and count as finished), prints a table of those jobs
-and the command that uploads their offline W&B runs, and ends the process with exit code 1 when any job crashed
-or was killed (:mod:`ablate.sweepers.killed_jobs`), or 2 when every failed job was refused (a user error,
-``refused`` in its record), so that scripts and schedulers see the failure. Diverged is a result, not a failure (exit code 0). The callback
-works with any launcher: the records are files, wherever the jobs ran.
-
-When the jobs run in worker processes (joblib), it also owns Ctrl-C for the sweep
-(:mod:`ablate.sweepers.sweep_stop`): the running jobs stop after their step, and the sweep ends with its
-table and exit code 130.
+A Hydra callback (``hydra.callbacks.sweep_report``). At the end of the multirun it reads the
+``status.json`` records that *this* command wrote (jobs skipped as finished keep their old record),
+prints a table of those jobs and the command that uploads their offline W&B runs, and exits 1
+when any job crashed or was killed, or 2 when every failed job was refused (a user error), so
+that scripts and schedulers see the failure; diverged is a result (exit 0). The records are
+files, so it works with any launcher. With worker processes it also owns the sweep's Ctrl-C
+(:mod:`ablate.sweepers.sweep_stop`: exit 130).
 """
 
 from __future__ import annotations

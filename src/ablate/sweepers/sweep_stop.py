@@ -3,21 +3,12 @@
 parent prints the sweep's table and exits 130.
 
 Without this, joblib turns the parent's ``KeyboardInterrupt`` into terminating its workers: a job
-killed while saving loses its steps and its ``status.json``, and the user gets a traceback. The
-stop request is a file, ``<sweep dir>/.stop``, so that it reaches every process of the sweep
-however the signal arrived (the terminal sends Ctrl-C to all of them; ``kill -INT <parent>`` or a
-SIGTERM to one of them reaches only that one):
-
-- the first SIGINT/SIGTERM that any process of the sweep receives writes the file;
-- a training job polls it after every optimiser step (:class:`~ablate.callbacks.interrupt.GracefulInterrupt`)
-  and stops there as on its own Ctrl-C, recording ``interrupted``;
-- a job that has not started training when the file appears is not started (it has no record,
-  so re-running the sweep runs it); a worker that has not run a job yet ignores Ctrl-C
-  (:func:`ignore_ctrl_c_until_a_job_runs`), else its death would make loky kill the running jobs;
-- the parent (:class:`~ablate.sweepers.sweep_report.SweepReport`) keeps waiting for its workers, then prints
-  the table and exits 130. A second Ctrl-C in the parent stops at once, as in a single run.
-
-With the basic launcher the jobs run in the sweep's own process and Ctrl-C needs none of this.
+killed while saving loses its steps and its ``status.json``. The stop request is a file,
+``<sweep dir>/.stop``, so that it reaches every process however the signal arrived (``kill -INT
+<parent>`` reaches only that one): the first signal any process receives writes it, a training job
+polls it after every step, a job not yet training is not started, and a worker that has not run a
+job yet ignores Ctrl-C (:func:`ignore_ctrl_c_until_a_job_runs`: its death would make loky kill the
+running jobs). A second Ctrl-C in the parent stops at once.
 """
 
 from __future__ import annotations

@@ -8,16 +8,9 @@
         --metric val/loss --flops 6N --bootstrap 2000 --out figs/
     python scripts/compute_multiplier.py logs/<sweep-xs> logs/<sweep-s> logs/<sweep-m> --baseline act=gelu  # pooled
 
-Per variant (the axes other than ``--scale-key``), fits L(C) = E + A C^-alpha to the final
-``--metric`` against training compute, and reports the compute the baseline needs to reach the
-variant's loss at the variant's largest measured compute, divided by that compute, with a 95%
-bootstrap interval of the whole pipeline (``--ci parametric``, default: noise at the seed-to-seed
-sd; ``--ci seeds``: the seeds resampled jointly), optionally with one asymptote shared by the two
-curves (``--shared-asymptote``), and a flag when the answer extrapolates the baseline's law past
-its measured computes (``--no-extrapolation`` refuses such rows). Prints the points and the fits as Markdown, and writes
-``compute_multiplier.png`` and ``compute_multiplier.csv`` to ``--out`` (default ``<sweep>/figures``).
-Method and edge cases: ``src/ablate/analysis/scaling.py`` (the fit: ``power_law.py``; the compute count:
-``scaling_sweep.py``).
+Prints the points and the fits as Markdown, and writes ``compute_multiplier.png`` and
+``compute_multiplier.csv`` to ``--out`` (default ``<sweep>/figures``); the method:
+:mod:`ablate.analysis.scaling`.
 """
 
 from __future__ import annotations

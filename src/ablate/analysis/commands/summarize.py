@@ -11,13 +11,6 @@
     python scripts/summarize.py logs/multirun/<sweep> --interaction norm=post,pre --interaction warmup_steps=0,30 \
         --metric test/bleu --out <dir>   # the 2x2 norm x warmup interaction at each other axis value (each lr)
 
-Every summary also shows each variant's cost (params, FLOPs/token, tokens seen, training time)
-and its metric at matched steps, FLOPs and training time (``src/ablate/analysis/budget.py``).
-
-The table and the paper-file format are described in ``src/ablate/analysis/tables.py`` and
-``src/ablate/analysis/paper.py``, the statistics against a baseline in
-``src/ablate/analysis/comparison.py`` and ``src/ablate/analysis/stats.py``, the interaction
-contrast in ``src/ablate/analysis/interaction.py``;
 docs/analysis.md, "Analysing a sweep".
 """
 
