@@ -1,18 +1,14 @@
 """What a logged metric means, declared once: its direction, words, unit and precision.
 
-A task declares the quantities it logs (:class:`ablate.tasks.TaskSpec`'s ``metrics``, registered here
-by :func:`ablate.tasks.register_task`); the run itself declares the few every run logs
-(:data:`RUN_METRICS`). This module imports no task: a reader of the registry imports the task
-registry (``ablate.tasks``, which registers the built-in tasks), and asking an empty registry is an
-error, never a silent blank (:func:`registered`). Everything that shows or compares a
-metric asks this registry instead of keeping its own table: the progress lines and the summaries
-(:mod:`ablate.cli.console`, :mod:`ablate.callbacks.progress`), the W&B summary goals and panels, the
-analysis tables and figures, the best-value rule of sweeps that optimise (:mod:`ablate.run.objective`,
-``tune=lr``) and the check of ``optimized_metric``. A metric declared by a task appears in all of
-them; a metric nobody declared is refused by name where a direction is needed, never guessed.
+A task declares the quantities it logs (:class:`ablate.tasks.TaskSpec`'s ``metrics``); the run
+itself declares the few every run logs (:data:`RUN_METRICS`). Everything that shows or compares a
+metric (progress lines, summaries, W&B goals and panels, analysis, the best-value rule of
+optimising sweeps) asks this registry instead of keeping its own table, and a metric nobody
+declared is refused by name where a direction is needed, never guessed. This module imports no
+task; asking an empty registry is an error (:func:`registered`).
 
-A logged name is ``<split>/<quantity>[@<length>]``: ``val/ppl``, ``test/ppl@512``, ``train/lr``.
-The registry is keyed by the quantity, so one declaration covers every split and evaluation length.
+A logged name is ``<split>/<quantity>[@<length>]`` (``val/ppl``, ``test/ppl@512``); the registry
+is keyed by the quantity, so one declaration covers every split and evaluation length.
 """
 
 from __future__ import annotations

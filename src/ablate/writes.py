@@ -1,21 +1,15 @@
 """How the project writes into a run's (or a sweep's) folder: never through a link that leaves it,
 and a full disk named with the path and the bytes.
 
-* :func:`inside` -- a path the project writes or deletes under ``root`` (a run or sweep folder) is
-  reached through no symbolic link that leads out of ``root``: ``<run>/checkpoints`` linked to
-  another folder would make ``overwrite=true`` delete, and the next save replace, that folder's
-  ``best.ckpt`` and ``last.ckpt``. Such a link is refused, naming it and where it leads
-  (:class:`LinkOutsideError`). A link that stays inside the folder (W&B's ``latest-run``) is fine,
-  and so is a folder configured elsewhere on purpose (``callbacks.checkpoint_last.dirpath=/x``): only
-  what lies under ``root`` by its name is checked.
-* :func:`check_run_folder` -- before a job trains: every entry of its folder (and of its checkpoint
-  folders) passes :func:`inside`, and the folders a run writes (``checkpoints``, ``wandb``, ``csv``,
-  ``.hydra``) are folders, not files.
-* :class:`DiskFullError` / :func:`named_disk_full` -- a write that fills the disk (``ENOSPC``,
-  ``EDQUOT``) names the file, the bytes it needed and the space left, as a user error (exit code 2),
-  and leaves no partial file: the raw error names neither. A write refused for the file's size
-  (``EFBIG``: the shell's ``ulimit -f``, or the filesystem's largest file) is another cause, named as
-  such (:func:`size_limit`), not as a full disk.
+* :func:`inside` -- a path written or deleted under ``root`` is reached through no symbolic link
+  that leads out of it: ``<run>/checkpoints`` linked elsewhere would make ``overwrite=true``
+  delete that folder's checkpoints (:class:`LinkOutsideError`). Links that stay inside (W&B's
+  ``latest-run``) and folders configured elsewhere on purpose are fine.
+* :func:`check_run_folder` -- before a job trains, every entry of its folder passes
+  :func:`inside`, and the folders a run writes are folders, not files.
+* :class:`DiskFullError` / :func:`named_disk_full` -- ``ENOSPC``/``EDQUOT`` names the file, the
+  bytes it needed and the space left (exit 2) and leaves no partial file; ``EFBIG`` (``ulimit -f``)
+  is named as a size limit (:func:`size_limit`).
 """
 
 from __future__ import annotations

@@ -1,44 +1,32 @@
 """Two sources of uncertainty: a difference that generalises to a new seed *and* a new text.
 
-A comparison of two variants on held-out text has two random draws behind it: the **seeds**
-(initialisation and data order: another seed gives another model) and the **text** (another
-held-out passage of the same corpus gives other losses). A paired t-test over seeds treats the
-text as fixed: its interval says what another set of seeds would give on *this* passage, not on
-the corpus (Clark 1973, "The language-as-fixed-effect fallacy"; issue 34: on one 55k-character
-block the ALiBi − sinusoidal difference changed sign between quarters of the text).
-
-Here both are random effects of a crossed design (Baayen, Davidson & Bates 2008): every seed
-pair (variant and baseline on the same seed) is scored on every *text unit* (the same units for
-both, :mod:`ablate.eval_units`), and the per-seed, per-unit difference is
+A paired t-test over seeds treats the held-out text as fixed: its interval says what another set
+of seeds would give on *this* passage, not on the corpus (Clark 1973, "The language-as-fixed-effect
+fallacy"; issue 34: on one 55k-character block the ALiBi − sinusoidal difference changed sign
+between quarters of the text). Here both are random effects of a crossed design (Baayen, Davidson
+& Bates 2008): every seed pair is scored on the same *text units* (:mod:`ablate.eval_units`), and
 
     d[s, t] = Δ + a[s] + b[t] + e[s, t],      a ~ N(0, σ_a²), b ~ N(0, σ_b²), e ~ N(0, σ_e²)
 
-(a: the seed's effect on the difference, b: the text unit's, e: their interaction). The text unit
-is the **held-out block** (:func:`ablate.eval_units.text_groups`): windows of one block share its
-passage, so cutting a block into runs of windows would count one passage several times and the
-interval would cover 78-92% instead of 95% when passages differ at block level (issue 43). Its
-mean over n_s seeds and n_t units has variance σ_a²/n_s + σ_b²/n_t + σ_e²/(n_s n_t), estimated
-without bias by the two-way ANOVA mean squares (Searle, Casella & McCulloch 1992, ch. 4):
+The text unit is the **held-out block** (:func:`ablate.eval_units.text_groups`): runs of windows
+of one block would count one passage several times, and the interval would cover 78-92% instead of
+95% (issue 43). The mean's variance is estimated without bias by the two-way ANOVA mean squares
+(Searle, Casella & McCulloch 1992, ch. 4):
 
     Var(mean) = (MS_seed + MS_text − MS_error) / (n_s n_t)
 
-with Satterthwaite's (1946) degrees of freedom for the Student t interval, test and TOST. Where
-the combination falls below max(MS_seed, MS_text) / (n_s n_t), below which the true variance
-cannot be, that floor is used, and it keeps the seed df: MS_seed's own n_s − 1 where it is the
-floor, and never more than n_s − 1 where MS_text is (the df of the larger mean square, as before,
-gave a text-floored 2-seed interval 15 df and 89.5% coverage). One unit (a split that is one passage) is the paired
-t-test over seeds. The two components are reported apart: **seed SE** = sqrt(MS_seed / (n_s n_t)),
-the standard error a paired t-test over seeds gives on this text, and **text SE** =
-sqrt(MS_text / (n_s n_t)), the part another passage would add. Pairing the windows (both variants
-scored on the same units) is what keeps the text SE small: the difficulty of a passage, shared by
-both, cancels in d; :attr:`CrossedResult.text_se_unpaired` is the text SE two independent
-passages would give.
+with Satterthwaite's (1946) degrees of freedom. Where the combination falls below
+max(MS_seed, MS_text) / (n_s n_t), below which the true variance cannot be, that floor is used
+with at most the seed df n_s − 1 (the df of the larger mean square gave a text-floored 2-seed
+interval 15 df and 89.5% coverage). **Seed SE** = sqrt(MS_seed / (n_s n_t)) is what a paired
+t-test over seeds gives on this text; **text SE** = sqrt(MS_text / (n_s n_t)) the part another
+passage would add (small because pairing cancels a passage's difficulty;
+:attr:`CrossedResult.text_se_unpaired` is what two independent passages would give).
 
-A metric is a ratio (summed NLL over tokens, or over bytes x ln 2 for bits per byte), so each
-unit's difference is linearised around the seed's overall difference D_s (the usual ratio
-estimator): z[s, t] = D_s + (A[s, t] − D_s W[t]) / mean(W), with A the unit's NLL difference and
-W its denominator; mean_t z[s, t] = D_s exactly. Calibration: ``python -m benchmarks.verdicts.simulate``
-(seeds 2/3/5 x blocks 4/8 x text/seed SD 0.3-6, numbers in benchmarks/verdicts/README.md) and
+A metric is a ratio (summed NLL over tokens or bytes), so each unit's difference is linearised
+around the seed's overall difference D_s (the ratio estimator): z[s, t] = D_s + (A[s, t] − D_s
+W[t]) / mean(W), with mean_t z[s, t] = D_s exactly. Calibration: ``python -m
+benchmarks.verdicts.simulate`` (numbers in benchmarks/verdicts/README.md) and
 ``tests/analysis/test_crossed.py``.
 """
 

@@ -1,27 +1,16 @@
 """Weight averaging: the last N checkpoints averaged after training, or an EMA kept during it.
 
-- :class:`StepCheckpoints` (``callbacks.checkpoint_keep``): ``checkpoints/step-XXXXXXX.ckpt`` every
-  ``every_n_train_steps`` optimiser steps and at the end of training, keeping the newest
-  ``keep_last_n`` (older ones are deleted as new ones are written). ``keep_last_n: 0`` (the
-  default) writes nothing, so a default run's disk use is unchanged. Each file is a full
-  checkpoint (it resumes like ``last.ckpt``).
-- :func:`average_checkpoints`: fairseq's ``scripts/average_checkpoints.py`` recipe: the
-  element-wise mean of the floating-point tensors of the models' ``state_dict``; integer and bool
-  tensors are taken from the newest checkpoint. Checkpoints of different runs are refused (their
-  :func:`ablate.config.identity.run_identity`, stored by :class:`ablate.callbacks.checkpointing.ResumeState`, must
-  agree), naming the keys that differ, as are ``state_dict`` s of different keys, shapes or
-  dtypes. The result is the newest checkpoint with the averaged weights and without optimiser
-  and scheduler states: what ``eval.py``, ``translate.py`` and ``generate.py`` load (not meant to
-  be resumed). ``scripts/average_checkpoints.py`` is the command line.
-- :class:`EMA` (``callbacks.ema``): Lightning's :class:`~lightning.pytorch.callbacks.EMAWeightAveraging`,
-  off unless ``decay`` is set. The EMA weights are swapped in for every validation (so
-  ``val/*`` and ``best.ckpt`` are the EMA's), saved as the checkpoint's ``state_dict`` (so
-  ``eval.py`` & co. use them), with the trained weights under ``current_model_state`` (a resume
-  continues from those and restores the EMA), and copied into the model when training ends (so
-  the test after training measures the EMA). Added here: with ``decay: null`` it is inert (no
-  copy of the model, nothing in the checkpoints), and a checkpoint written after the end of
-  training still holds the trained weights as ``current_model_state`` (Lightning's callback has
-  already copied the EMA over them by then, so such a ``last.ckpt`` would resume from the EMA).
+- :class:`StepCheckpoints` (``callbacks.checkpoint_keep``): ``checkpoints/step-XXXXXXX.ckpt``,
+  the newest ``keep_last_n`` kept (0, the default, writes nothing).
+- :func:`average_checkpoints`: fairseq's ``scripts/average_checkpoints.py`` recipe, the
+  element-wise mean of the floating-point weights (others from the newest checkpoint), refusing
+  checkpoints of different runs or shapes; the result carries no optimiser state (for ``eval.py``
+  & co., not for resuming).
+- :class:`EMA` (``callbacks.ema``): Lightning's :class:`~lightning.pytorch.callbacks.EMAWeightAveraging`.
+  Added here: with ``decay: null`` it is inert (no copy of the model, nothing in the
+  checkpoints), and a checkpoint written after the end of training still holds the trained
+  weights as ``current_model_state`` (Lightning's callback has already copied the EMA over them
+  by then, so such a ``last.ckpt`` would resume from the EMA).
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """Divergence detection: a run whose loss is non-finite, or above ``max_ratio`` times its first
 finite loss, is marked diverged and stopped cleanly, so a sweep moves on to its next job.
 
-Without a host synchronisation per step, and with as little host work per step as a step allows:
-reading the loss on the host (``float(loss)``) every step would make the CPU wait for the GPU to
-finish the step before it may queue the next one (on an H100 at GPT-2 small's shape that wait was
-10% of the step: issue 31), and every kernel a callback launches per step costs host time, and more
-when the GPU's queue is full (a launch then waits for room: a test of a few scalar kernels per step
-measured 1.8 ms of host time per step there, issue 39). So each step's loss is only copied into a
-window on its device (one copy kernel); the test runs on the host over the whole window, read at
-once every ``check_every_n_steps`` steps (by default the Trainer's ``log_every_n_steps``, where
-Lightning reads its logged values anyway), before each validation and when training ends. Under
-DDP the window is averaged over the ranks at each check (one collective per check, none per step),
-so every rank reads the same losses and stops alike. A checkpoint keeps the record, with the
-window not yet checked tested into it (this rank's losses: the checkpoint is rank 0's), so a
-resumed run still names the first diverged step. ``diverged_at`` is still the first step whose
-loss failed, not the step at which it was read; training stops at the read, up to
-``check_every_n_steps - 1`` steps later (the status's ``steps`` says how many were trained).
+Without a host synchronisation per step: reading the loss on the host every step makes the CPU
+wait for the GPU (10% of a GPT-2 small step on an H100: issue 31), and every kernel launched per
+step costs host time (1.8 ms per step for a few scalar kernels with a full queue: issue 39). So
+each step's loss is only copied into a window on its device, and the window is tested on the host
+every ``check_every_n_steps`` steps, before each validation and at the end (under DDP averaged
+over the ranks at each check, so every rank stops alike). ``diverged_at`` is the first step whose
+loss failed; training stops at the read, up to ``check_every_n_steps - 1`` steps later.
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """Per-layer gradient norms, logged before clipping.
 
-Names (part of the interface): ``grad_norm/total`` and one value per block and sub-layer,
-``grad_norm/layer_03/attn``, ``grad_norm/layer_03/attn_norm``, ``.../cross_attn``, ``.../ffn``,
-``.../ffn_norm`` (``..._post_norm`` for sandwich), plus ``grad_norm/embed``, ``grad_norm/pos``,
-``grad_norm/final_norm`` and ``grad_norm/head`` (an untied head only: a tied head's gradient
-is part of ``embed``). The zero-padded layer index lets a dashboard sort by depth.
+Names (part of the interface): ``grad_norm/total``, ``grad_norm/layer_03/attn`` (``attn_norm``,
+``cross_attn``, ``ffn``, ``ffn_norm``, ``..._post_norm`` for sandwich), ``grad_norm/embed``,
+``grad_norm/pos``, ``grad_norm/final_norm`` and ``grad_norm/head`` (an untied head only); the
+zero-padded layer index lets a dashboard sort by depth.
 
-Cost: parameters are grouped once at the start; a logging step runs one fused
-``torch._foreach_norm`` over all gradients and one ``index_add_`` that sums the squares per group,
-on the device; the values reach the loggers through a non-blocking copy
-(:class:`ablate.callbacks.deferred.DeferredMetrics`: on a GPU they are written a step later, at
-the step they belong to), so no step waits for the GPU. Steps that do not log pay one integer
-comparison. Only global rank 0 computes and logs (after DDP's all-reduce every rank holds the
-same gradients). ``scripts/benchmark.py`` measures the cost against the same loop without the
-callback.
-
-Under fp16 with a GradScaler the logged norms are those of the unscaled gradients: Lightning
-unscales before this hook, except for an optimiser that unscales inside its step (fused AdamW),
-whose gradients are unscaled here first (:func:`ablate.optim.unscale_once`).
+Cost: a logging step runs one fused ``torch._foreach_norm`` and one ``index_add_`` on the device,
+and the values reach the loggers through a non-blocking copy (:mod:`ablate.callbacks.deferred`),
+so no step waits for the GPU; other steps pay one integer comparison. Only global rank 0 computes
+(after DDP's all-reduce every rank holds the same gradients). Under fp16 the norms are of the
+unscaled gradients, also for an optimiser that unscales inside its step
+(:func:`ablate.optim.unscale_once`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """Training progress on the console: the Rich bar on a terminal, plain-text lines elsewhere.
 
 Under SLURM, ``nohup`` or any redirect of stdout to a file, Rich's live bar cannot redraw: it
-prints nothing until the end of the run and then one final bar. :class:`TextProgress` prints
-instead one short line every so many optimiser steps (rank zero only, flushed)::
+prints nothing until the end of the run. :class:`TextProgress` prints instead one short line every
+so many optimiser steps (rank zero only, flushed)::
 
-    step     1/1500 (  0%)  loss 4.210  val     -  lr 6.0e-06      - tok/s  elapsed 0:02  eta 9:41
     step   120/1500 (  8%)  loss 2.314  val     -  lr 1.9e-03  17.1k tok/s  elapsed 0:41  eta 7:52
     val    500/1500 ( 33%)  loss 2.401  ppl   11.03  elapsed 2:51
 
-:func:`progress_callback` (the ``callbacks.progress_bar`` entry of the config) picks one:
-``mode=auto`` the Rich bar when stdout is a terminal, else the text lines; ``bar`` / ``text``
-force either. Both are Lightning :class:`~lightning.pytorch.callbacks.progress.ProgressBar`
-instances, so Lightning adds no bar of its own; with no progress callback at all the Trainer
-must get ``enable_progress_bar=False`` (:func:`wants_progress_bar`), or Lightning adds its
-default bar.
+With no progress callback at all the Trainer must get ``enable_progress_bar=False``
+(:func:`wants_progress_bar`), or Lightning adds its default bar.
 """
 
 from __future__ import annotations

@@ -2,17 +2,10 @@
 (:mod:`ablate.tasks.checkpoints` checks those): the Lightning version Lightning migrates it by, the
 tokenizer it decodes with, and, for a resume, the training state Lightning and our callbacks restore.
 
-A checkpoint is untrusted input. Each part that a reader would hand to Lightning or to our own code
-is checked here first, so that an altered file is refused by name (a :class:`PartError`, exit 2)
+A checkpoint is untrusted input: an altered part is refused by name (a :class:`PartError`, exit 2)
 instead of failing inside Lightning's migration (``KeyError`` for ``pytorch-lightning_version:
 0.5.0``), in a callback's ``load_state_dict`` (``KeyError: 'best_model_score'``), or with an
 ``IndexError`` where a tokenizer and the model's vocabulary disagree.
-
-* :func:`check_lightning_version` -- every load by Lightning (``load_from_checkpoint``, a resume).
-* :func:`ablate.data.stored_tokenizer.check_tokenizer` -- every script that decodes or encodes text,
-  and a resume (beside the tokenizers, one layer up).
-* :func:`check_training_state` -- a resume: the run's own state (:class:`ResumeState`: RNG states,
-  run identity), every callback state Lightning restores, the loops, optimiser and scheduler states.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Token caches that are complete and intact, or rebuilt: shared by the LM and translation data.
 
-A cache is one folder per corpus, tokenizer and source version. :func:`ensure_cache` builds it
-under a temporary name and renames it into place, so a folder with the final name is always
-complete; ``meta.json`` is written last and lists every other file of the folder with its size
-and SHA-256 (:func:`write_meta`). Before a cache is used, :func:`ensure_cache` checks the sizes
-and checksums against that list: a truncated token file, garbage bytes, a damaged vocabulary or a
-``meta.json`` that does not parse is reported by name and the cache is rebuilt, instead of
-training on a fraction of the corpus or failing later with an ``IndexError`` or a pathless
-``JSONDecodeError``. :func:`read_meta` does the cheap part of the check (sizes) where a data
-module opens the files.
-
-One process builds a cache at a time: the jobs of a parallel sweep that need the same corpus wait
-for the first one's cache (an ``flock`` on ``.<name>.lock`` beside it) instead of each tokenising
-the corpus again, and the holder of that lock clears what a killed build left behind. A build
-that would not fit on the disk is refused before it writes (:func:`check_free_space`).
+A cache folder is built under a temporary name and renamed into place, so a folder with the final
+name is always complete; ``meta.json`` is written last and lists every other file with its size
+and SHA-256, checked before use, so a damaged cache is named and rebuilt instead of training on a
+fraction of the corpus or failing later with a pathless error. The jobs of a parallel sweep that
+need the same corpus wait on an ``flock`` for the first one's cache instead of each tokenising it
+again; a build that would not fit on the disk is refused before it writes.
 """
 
 from __future__ import annotations

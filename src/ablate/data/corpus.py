@@ -1,20 +1,12 @@
 """What every corpus shares, whatever it holds (LM text, parallel sentences): a verified token
 cache built once, and a training order that a resumed run continues exactly.
 
-* :meth:`CachedCorpus.prepare_data` builds the cache folder (:meth:`~CachedCorpus.cache_path`,
-  keyed by the sources and tokenizer settings) with :func:`ablate.data.cache.ensure_cache`:
-  atomic, checksummed, rebuilt when damaged. A subclass says how (``_build_cache``).
-* :meth:`CachedCorpus.training_sampler` deals the training set over the ranks in a seeded order
-  (:class:`~ablate.data.samplers.ResumableSampler`); the order's position is saved in every
-  checkpoint (:meth:`~CachedCorpus.state_dict`, which Lightning calls) and restored before the
-  next training loader is made. A subclass says what a position is in its own units
-  (``position``/``resume_sampler``), so checkpoints of either kind keep their format.
-* :meth:`CachedCorpus.evaluation_sampler` deals the validation and test sets over the ranks without
-  repeating any item (Lightning's own distributed sampler pads the ranks to equal length by
-  repeating items, which then count twice in ``val/loss`` and ``test/loss``).
-* :meth:`CachedCorpus.content_fingerprint`: what each split holds, by content (the checksums the
-  cache records); saved beside the position, so that a resume or an evaluation can tell that the
-  text changed since (:mod:`ablate.tasks.trained_data`).
+The training order's position is saved in every checkpoint and restored before the next training
+loader is made, each subclass counting it in its own units (``position``/``resume_sampler``).
+Evaluation is dealt over the ranks without repeating any item (Lightning's distributed sampler
+pads the ranks by repeating items, which then count twice in ``val/loss``). The content
+fingerprint saved beside the position lets a resume or an evaluation tell that the text changed
+(:mod:`ablate.tasks.trained_data`).
 """
 
 from __future__ import annotations

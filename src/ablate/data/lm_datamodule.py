@@ -1,21 +1,11 @@
 """The language-modelling data module: a corpus tokenised once into memory-mapped token files,
 served as fixed-length windows in a resumable order.
 
-``LMDataModule`` does the caching and data loading; each corpus subclass
-(:mod:`ablate.data.lm_data`) only says where its text comes from (:meth:`LMDataModule.source_key`,
-:meth:`LMDataModule.split_texts`). The token files are written by :mod:`ablate.data.token_files`;
-the windows a token file is cut into are :mod:`ablate.data.lm_windows`.
-
-Cache layout, one folder per corpus/tokenizer/source version::
-
-    {cache_dir}/{corpus}-{tokenizer}[-{vocab_size}]-{hash}/
-        train.bin  val.bin  test.bin   flat token ids (uint16, or uint32 for vocabularies > 65536)
-        char_vocab.json | tokenizer.json
-        meta.json                      written last; sizes and SHA-256 of the other files
-
-The folder is built under a temporary name and renamed into place, so a folder with the
-final name is always complete and a killed run never leaves a half cache that is trusted; a
-damaged file is detected and the cache rebuilt (:mod:`ablate.data.cache`).
+Each corpus subclass (:mod:`ablate.data.lm_data`) only says where its text comes from
+(:meth:`LMDataModule.source_key`, :meth:`LMDataModule.split_texts`). The cache is one folder per
+corpus/tokenizer/source version, ``{cache_dir}/{corpus}-{tokenizer}[-{vocab_size}]-{hash}/``,
+holding flat token ids per split (``train.bin``: uint16, or uint32 for vocabularies > 65536), the
+tokenizer and ``meta.json`` (:mod:`ablate.data.token_files`, :mod:`ablate.data.cache`).
 """
 
 from __future__ import annotations

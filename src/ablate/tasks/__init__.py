@@ -1,24 +1,11 @@
 """The tasks, one :class:`TaskSpec` each, and the registry everything else asks.
 
-A task is declared once, here or by :func:`register_task` from anywhere (a plug-in, a test):
-
-* ``lm``: decoder-only language modelling (:mod:`ablate.tasks.lm`) on the LM corpora;
-* ``translation``: encoder-decoder translation (:mod:`ablate.tasks.translation`) on the parallel
-  corpora of :mod:`ablate.data.translation_data`;
-* ``classify``: sequence classification with an encoder-only model (:mod:`ablate.tasks.classify`)
-  on labelled sequences (:mod:`ablate.data.majority`).
-
-Its spec names its LightningModule (which owns the task's config keys and checks, its training,
-validation and evaluation after training), the factory that builds it for a run's data and model,
-the metrics it logs (:mod:`ablate.metrics`) with the one a comparison reads by default, how
-``eval.py`` evaluates its checkpoints and which scripts take them, and the W&B panels of its
-gradient norms. ``train.py``, ``eval.py``, the console, the loggers, the W&B workspace and the
-analysis iterate :data:`TASKS`; none of them names a task. Adding a task: a LightningModule, a
-``TaskSpec`` passed to :func:`register_task`, and ``conf/task/<name>.yaml``
-(``tests/tasks/test_task_interface.py`` adds one from a test file).
-
-This module is light (no torch, no Lightning): the analysis and the console read the registry
-without importing the models; the classes and functions a spec names are imported when used.
+A task is declared once, here (``lm``, ``translation``, ``classify``) or by :func:`register_task`
+from anywhere (a plug-in, a test). ``train.py``, ``eval.py``, the console, the loggers, the W&B
+workspace and the analysis iterate :data:`TASKS`; none of them names a task. Adding a task: a
+LightningModule, a ``TaskSpec`` passed to :func:`register_task`, and ``conf/task/<name>.yaml``
+(``tests/tasks/test_task_interface.py`` adds one from a test file). This module is light (no
+torch, no Lightning): the classes and functions a spec names are imported when used.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Reading a task's checkpoint: what it must hold before any script loads it, and the one way
 every script loads it (:func:`load_task_checkpoint`).
 
-What a checkpoint must hold is checked against the configuration it carries, so that a damaged
-or altered file is refused naming the file and the first mismatch (exit 2), never a raw torch error
-("size mismatch for ...", "Missing key(s)", "probability tensor contains inf/nan") or, worse, code
-run from it.
-
-* the configuration a checkpoint stores holds values only
-  (:func:`ablate.checkpoints.stored_config.check_stored_config`, run by every reader); the data
-  module it names is one of ablate's (:data:`ablate.data.registry.DATA_MODULES`).
-* :func:`check_checkpoint_content` -- the weights match the model the stored configuration builds:
-  the task is a registered one and its model builds from the stored spec (a translation task needs
-  an encoder), every weight is there with its shape and none is extra, and every floating-point
-  weight is finite. The model is built on PyTorch's ``meta`` device (shapes only, no memory). Its
-  tokenizer is a valid one of the model's vocabulary size, and its Lightning version one Lightning
-  loads (:mod:`ablate.checkpoints.parts`).
+A damaged or altered file is refused naming the file and the first mismatch (exit 2), never a raw
+torch error ("size mismatch for ...", "probability tensor contains inf/nan") or code run from it:
+the stored configuration holds values only and names one of ablate's data modules, and
+:func:`check_checkpoint_content` builds the model the stored spec describes on PyTorch's ``meta``
+device (shapes only) and checks every weight is there with its shape, none is extra and every
+floating-point weight is finite (the other parts: :mod:`ablate.checkpoints.parts`).
 """
 
 from __future__ import annotations

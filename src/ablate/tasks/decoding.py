@@ -1,27 +1,13 @@
 """Greedy and beam-search decoding for :class:`ablate.nn.seq2seq.EncoderDecoder`, with a KV cache.
 
-Both decode a whole batch at once. The encoder runs once; the decoder runs one position per step
-with its self-attention keys/values cached (``use_cache=False`` recomputes the whole prefix every
-step instead: same tokens, for testing). A sentence leaves the batch when it is done, so each step
-decodes only the sentences still open, and a step reads the device a fixed number of times (the
-limits are read once), not once per closed hypothesis. Throughput in sentences/s:
-``scripts/benchmark_decoding.py``.
-
-* Output length: at most ``max_len_a * source_length + max_len_b`` tokens before the end token
-  (fairseq's ``--max-len-a/--max-len-b``; the source length counts its end token), and never
-  more than the decoder was built for (``spec.max_len - 1``). When a hypothesis reaches its
-  limit, the end token is forced.
-* Beam search keeps ``beam_size`` live hypotheses per sentence. At every step it looks at the
-  ``2 * beam_size`` best extensions: an end token among the first ``beam_size`` of them closes a
-  hypothesis, the best non-end extensions continue (as fairseq's ``SequenceGenerator``). A
-  sentence is done when ``beam_size`` hypotheses are closed or its length limit is reached.
-  Closed hypotheses are ranked by log P(Y|X) / lp(Y) with GNMT's length penalty
-  ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14; ``alpha = decode.length_penalty``,
-  0 = no normalisation; Vaswani et al. 2017 use 0.6), where |Y| counts the end token.
-* ``beam_size=1`` closes the best hypothesis as soon as its best extension is the end token and
-  otherwise extends it by its best token: exactly greedy decoding (tested).
-
-The pad and begin-of-sentence tokens are never generated.
+The encoder runs once; the decoder runs one position per step with its self-attention keys/values
+cached; a sentence leaves the batch when it is done, and a step reads the device a fixed number
+of times, not once per closed hypothesis. Output length is at most ``max_len_a * source_length +
+max_len_b`` tokens (fairseq's ``--max-len-a/--max-len-b``). Beam search looks at the
+``2 * beam_size`` best extensions at every step, as fairseq's ``SequenceGenerator``; closed
+hypotheses are ranked by log P(Y|X) / lp(Y) with GNMT's length penalty
+``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14; Vaswani et al. 2017 use 0.6),
+|Y| counting the end token. ``beam_size=1`` is exactly greedy decoding (tested).
 """
 
 from __future__ import annotations
