@@ -77,32 +77,18 @@ def _kernel(residual: Residual | None) -> AttentionKernel:
 
 
 def lm_attention(model: TransformerLM, ids: Tensor) -> Tensor:
-    """Attention weights of a :class:`~ablate.nn.transformer.TransformerLM` for one sequence.
-
-    Args:
-        model: the LM.
-        ids: (T,) token ids.
-
-    Returns:
-        (layers, query heads, T, T); row i is the distribution of query i over keys 0..T-1.
-    """
+    """Attention weights of a :class:`~ablate.nn.transformer.TransformerLM` for one sequence of (T,)
+    token ids: (layers, query heads, T, T), row i the distribution of query i over keys 0..T-1."""
     kernels = [_kernel(block.attn) for block in cast("Iterable[Block]", model.blocks)]
     weights = _run(model, kernels, lambda: model(ids[None]))
     return torch.stack([w[0] for w in weights]).float()
 
 
 def translation_attention(model: EncoderDecoder, src: Tensor, tgt_in: Tensor) -> dict[str, Tensor]:
-    """Attention weights of an :class:`~ablate.nn.seq2seq.EncoderDecoder` for one sentence pair.
-
-    Args:
-        model: the encoder-decoder.
-        src: (S,) source ids (ending with ``</s>``).
-        tgt_in: (T,) decoder input ids (``<s>`` then the target tokens).
-
-    Returns:
-        ``{"encoder self-attention": (L_enc, H, S, S), "decoder self-attention": (L_dec, H, T, T),
-        "decoder cross-attention": (L_dec, H, T, S)}``.
-    """
+    """Attention weights of an :class:`~ablate.nn.seq2seq.EncoderDecoder` for one sentence pair,
+    ``src`` (S,) ending with ``</s>`` and ``tgt_in`` (T,) starting with ``<s>``: encoder
+    self-attention (L_enc, H, S, S), decoder self-attention (L_dec, H, T, T) and cross-attention
+    (L_dec, H, T, S)."""
     encoder, decoder = cast("Iterable[Block]", model.encoder.blocks), cast("Iterable[Block]", model.decoder.blocks)
     groups = {
         "encoder self-attention": [_kernel(b.attn) for b in encoder],

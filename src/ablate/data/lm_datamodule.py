@@ -136,10 +136,8 @@ class LMDataModule(CachedCorpus):
     # --- what a corpus provides ------------------------------------------------------
 
     def source_key(self) -> Any:
-        """JSON-able identity of the raw sources, hashed into the cache folder name.
-
-        Must be cheap (no reading of the text); may download a missing file first.
-        """
+        """JSON-able identity of the raw sources, hashed into the cache folder name (cheap: no
+        reading of the text; may download a missing file first)."""
         raise NotImplementedError
 
     def split_texts(self) -> dict[str, SplitText]:

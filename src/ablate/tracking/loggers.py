@@ -39,26 +39,12 @@ def build_loggers(
     W&B and MLflow are started on global rank 0 only (one run per job, however many processes
     train it); TensorBoard is Lightning's logger, which writes from rank 0 by itself.
 
-    Args:
-        options: each selected ``logger.<name>``'s options (:mod:`ablate.tracking.options`; none:
-            CSV only). user_tags: the config's ``tags``.
-        output_dir: the job's output directory; CSV goes to ``output_dir/csv/``, W&B files to
-            ``output_dir/wandb/``, TensorBoard to ``output_dir/tensorboard/``.
-        run_name: the run's display name in every logger (see
-            :func:`~ablate.tracking.naming.run_name_from_overrides`).
-        group: W&B group and MLflow tag ``group``, e.g. :func:`~ablate.tracking.naming.multirun_group`;
-            a non-null ``logger.wandb.group`` in the config wins over it.
-        extra_config: stored as the W&B run config and the MLflow params (resolved config plus
-            the ``axes`` summary); the flat ``axis_*`` keys are added to it
-            (:func:`~ablate.tracking.naming.flat_axes`).
-        resume_id: the id of the W&B run to continue (a resumed job): the run is
-            opened with ``id=resume_id, resume="allow"``, so its history goes on
-            in the same run (created anew if the server does not know it).
-        resuming: the job continues from a checkpoint: the CSV logger appends to the
-            job's ``metrics.csv`` (Lightning's would delete it) and MLflow reopens the job's run.
-        labels: job type, swept keys and experiment of the job
-            (:meth:`~ablate.tracking.naming.RunLabels.current`, which is also the default: it reads
-            the running Hydra job, if any).
+    ``options``: each selected ``logger.<name>``'s options (none: CSV only); files go to
+    ``output_dir/csv/``, ``wandb/`` and ``tensorboard/``; a configured ``logger.wandb.group`` wins
+    over ``group``; ``extra_config`` is the W&B run config and the MLflow params, with the flat
+    ``axis_*`` keys added; ``resume_id`` continues that W&B run (``resume="allow"``); ``resuming``:
+    the CSV logger appends to the job's ``metrics.csv`` (Lightning's would delete it) and MLflow
+    reopens the job's run; ``labels`` default to the running Hydra job's.
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -274,12 +274,8 @@ def _typed(text: str) -> Any:
 
 
 def multirun_group(configured: str | None = None) -> str | None:
-    """The W&B group for this job.
-
-    ``configured`` (``logger.wandb.group``) wins when set. Otherwise, under a
-    Hydra multirun, every job of the sweep gets the sweep's name (:func:`sweep_group`);
-    in a single run (or outside Hydra) it is None.
-    """
+    """The W&B group for this job: ``configured`` (``logger.wandb.group``) when set, else the
+    sweep's name under a Hydra multirun (:func:`sweep_group`), else None."""
     if configured:
         return configured
     hydra_cfg = _hydra_config()
@@ -302,9 +298,6 @@ def _hydra_config() -> Any | None:
 
 
 def _wandb_safe_name(text: str) -> str:
-    """Letters, digits, ``.``, ``_`` and ``-`` only; at most 128 characters.
-
-    Truncation keeps the end, where the sweep's timestamp is.
-    """
+    """Letters, digits, ``.``, ``_`` and ``-`` only; at most 128 characters, keeping the end (the timestamp)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._")
     return safe[-_WANDB_GROUP_MAX:].lstrip("-._") or "multirun"

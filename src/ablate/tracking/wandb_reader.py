@@ -32,30 +32,17 @@ _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def find_run_dirs(root: Path) -> list[Path]:
-    """Every W&B run directory below ``root`` (``.../wandb/[offline-]run-*``), sorted.
-
-    Skips the ``latest-run`` symlink so each run appears once.
-    """
+    """Every W&B run directory below ``root``, sorted, each once (not through ``latest-run``)."""
     runs = {p.parent for p in Path(root).rglob("run-*.wandb") if not p.parent.is_symlink()}
     return sorted(p for p in runs if "latest-run" not in p.parts)
 
 
 def read_offline_run(run_dir: Path) -> dict[str, Any]:
-    """Fold a run's records into one dict.
-
-    Args:
-        run_dir: a run directory (``.../wandb/offline-run-*``), its ``.wandb``
-            file, or a directory with exactly one run below it (e.g. a job's
-            output directory).
-
-    Returns:
-        ``name``, ``group``, ``config`` (without W&B's internal ``_wandb``
-        key), ``summary`` (a metric that keeps one aggregate, such as
-        ``val/ppl: {"min": 3.1}``, is unwrapped to ``3.1``), ``summary_raw``
-        (as stored), ``history`` (one dict per logged row, including W&B's
-        ``_step``/``_runtime``/``_timestamp``), and ``run_id``, ``project``,
-        ``tags``, ``exit_code`` (None if the run never finished).
-    """
+    """A run's records (``run_dir``: a run directory, its ``.wandb`` file, or a directory with exactly
+    one run below it) folded into ``name``, ``group``, ``config`` (without ``_wandb``), ``summary``
+    (a single aggregate such as ``val/ppl: {"min": 3.1}`` unwrapped to ``3.1``), ``summary_raw``,
+    ``history`` (one dict per logged row), ``run_id``, ``project``, ``tags`` and ``exit_code``
+    (None if the run never finished)."""
     return _fold(_read_records(_run_file(Path(run_dir))))
 
 
@@ -146,10 +133,7 @@ def _apply(state: dict[str, Any], kind: str | None, body: dict[str, Any]) -> Non
 
 
 def _update(target: dict[str, Any], change: dict[str, Any], decode: bool = True) -> None:
-    """Apply an ``{"update": {...}, "remove": [...]}`` record body.
-
-    Metric values are ``decode``d (NaN/Infinity); config values stay as written.
-    """
+    """Apply an ``{"update": {...}, "remove": [...]}`` record body (``decode``: NaN/Infinity of metrics)."""
     updates = change.get("update") or {}
     target.update({k: _decode(v) for k, v in updates.items()} if decode else updates)
     for item in change.get("remove") or []:
