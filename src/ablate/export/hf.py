@@ -383,17 +383,3 @@ def export_checkpoint(
         json.dumps({"checkpoint": str(Path(ckpt_path).resolve()), "spec": task.spec.as_dict(), **info}, indent=2) + "\n"
     )
     return info
-
-
-__all__ = [
-    "ExportError",
-    "export_checkpoint",
-    "export_model",
-    "gpt2_state_dict",
-    "hf_architecture",
-    "hf_config",
-    "llama_state_dict",
-    "load_gpt2_weights",
-    "max_logit_difference",
-    "to_hf",
-]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -110,6 +111,25 @@ def _mark_failed(ax, rows: pd.DataFrame, color: str, marked: set[str], line: int
         marked.add("failed")
 
 
+def _axis_lines(table: pd.DataFrame, figsize: tuple[float, float], yerr, mark) -> tuple[TableFigure, Any]:
+    """One error-bar line per ``line`` of an :func:`axis_series` table (a bar, not a band: a line may
+    be a single point), ``mark(ax, ok, color, marked)`` adding each line's own markers, failed
+    points as crosses along the top; log y where the values ask for it, the x axis at the values."""
+    fig = TableFigure(figsize=figsize, layout="constrained", table=table)
+    ax = fig.subplots()
+    marked: set[str] = set()
+    for i, (line, rows) in enumerate(table.groupby("line", sort=False)):
+        color, ok = f"C{i % 10}", rows[rows["n"] > 0]
+        label = f"{line} ({seeds_text(rows)})"
+        ax.errorbar(ok["x"], ok["mean"], yerr=yerr(ok), marker="o", color=color, capsize=3, label=label)
+        mark(ax, ok, color, marked)
+        _mark_failed(ax, rows, color, marked, i)
+    if wants_log(table["mean"].to_numpy(dtype=float)):
+        ax.set_yscale("log")
+    _set_numeric_xaxis(ax, table["x"].tolist())
+    return fig, ax
+
+
 def metric_vs_axis_figure(sweep: Sweep, axis: str, metric: str) -> TableFigure | None:
     """The final ``metric`` against the numeric ``axis``, one line per value of the other axes.
     Stuck jobs (:func:`~ablate.analysis.series.is_stuck`) are circled at their value; diverged or
@@ -117,38 +137,19 @@ def metric_vs_axis_figure(sweep: Sweep, axis: str, metric: str) -> TableFigure |
     table = axis_series(sweep, axis, metric)
     if table["x"].nunique() < 2:
         return None
-    fig = TableFigure(figsize=(6.4, 4.4), layout="constrained", table=table)
-    ax = fig.subplots()
-    marked: set[str] = set()
-    for i, (line, rows) in enumerate(table.groupby("line", sort=False)):
-        color, ok = f"C{i % 10}", rows[rows["n"] > 0]
-        low, high = (ok["mean"] - ok["min"]).fillna(0), (ok["max"] - ok["mean"]).fillna(0)
-        ax.errorbar(
-            ok["x"],
-            ok["mean"],
-            yerr=[low, high],
-            marker="o",
-            color=color,
-            capsize=3,
-            label=f"{line} ({seeds_text(rows)})",
-        )  # a bar, not a band: a line may be a single point
-        stuck = ok[ok["stuck"] > 0]
-        if len(stuck):
+
+    def stuck(ax, ok: pd.DataFrame, color: str, marked: set[str]) -> None:
+        rows = ok[ok["stuck"] > 0]
+        if len(rows):
             label = None if "stuck" in marked else f"stuck ({STUCK_METRIC} fell < {STUCK_TOLERANCE:.0%} over training)"
-            ax.plot(
-                stuck["x"],
-                stuck["mean"],
-                "o",
-                markersize=13,
-                markerfacecolor="none",
-                markeredgecolor="black",
-                label=label,
-            )
+            style = {"markersize": 13, "markerfacecolor": "none", "markeredgecolor": "black"}
+            ax.plot(rows["x"], rows["mean"], "o", label=label, **style)
             marked.add("stuck")
-        _mark_failed(ax, rows, color, marked, i)
-    if wants_log(table["mean"].to_numpy(dtype=float)):
-        ax.set_yscale("log")
-    _set_numeric_xaxis(ax, table["x"].tolist())
+
+    def seed_range(ok: pd.DataFrame) -> list:
+        return [(ok["mean"] - ok["min"]).fillna(0), (ok["max"] - ok["mean"]).fillna(0)]
+
+    fig, ax = _axis_lines(table, (6.4, 4.4), seed_range, stuck)
     ax.set_xlabel(axis)
     ax.set_ylabel(f"final {axis_label(metric)}")
     ax.set_title(f"Final {metric} against {axis_name(axis)} (mean over seeds; bar: seed range)", fontsize="medium")
@@ -175,36 +176,15 @@ def loss_vs_lr_figure(sweep: Sweep, axis: str | None = None, metric: str = "val/
     table = axis_series(sweep, axis, metric)
     if table["x"].nunique() < 2:
         return None
-    fig = TableFigure(figsize=(6.8, 4.6), layout="constrained", table=table)
-    ax = fig.subplots()
-    marked: set[str] = set()
-    for i, (line, rows) in enumerate(table.groupby("line", sort=False)):
-        color, ok = f"C{i % 10}", rows[rows["n"] > 0]
-        ax.errorbar(
-            ok["x"],
-            ok["mean"],
-            yerr=ok["std"].fillna(0),
-            marker="o",
-            color=color,
-            capsize=3,
-            label=f"{line} ({seeds_text(rows)})",
-        )
+
+    def best(ax, ok: pd.DataFrame, color: str, marked: set[str]) -> None:
         if len(ok) > 1:  # a line with one completed rate has no "best"
-            best = ok.loc[ok["mean"].idxmin()]
-            ax.plot(
-                [best["x"]],
-                [best["mean"]],
-                "*",
-                markersize=15,
-                color=color,
-                markeredgecolor="black",
-                label=None if "best" in marked else "best rate of each line",
-            )
+            row = ok.loc[ok["mean"].idxmin()]
+            label = None if "best" in marked else "best rate of each line"
+            ax.plot([row["x"]], [row["mean"]], "*", markersize=15, color=color, markeredgecolor="black", label=label)
             marked.add("best")
-        _mark_failed(ax, rows, color, marked, i)
-    if wants_log(table["mean"].to_numpy(dtype=float)):
-        ax.set_yscale("log")
-    _set_numeric_xaxis(ax, table["x"].tolist())
+
+    fig, ax = _axis_lines(table, (6.8, 4.6), lambda ok: ok["std"].fillna(0), best)
     ax.set_xlabel(f"peak learning rate ({axis}" + (", log scale)" if ax.get_xscale() == "log" else ")"))
     ax.set_ylabel(f"final {axis_label(metric)}")
     ax.set_title(f"Learning-rate tuning: final {metric} (mean ± 1 std over seeds)", fontsize="medium")
