@@ -60,20 +60,11 @@ def _fmt_metric(label: str, value: float | None) -> str:
 
 
 class TextProgress(ProgressBar):
-    """One plain line every ``every_n_steps`` optimiser steps, but no more often than every
-    ``every_n_seconds`` (whichever is rarer), plus the first and the last step of the run and
-    one line after each validation. Rank zero only; written to stdout and flushed.
-
-    A step line is printed at a step that is a multiple of ``every_n_steps`` when at least
-    ``every_n_seconds`` have passed since the previous step line. ``every_n_steps=None`` takes the
-    Trainer's ``log_every_n_steps``.
-
-    Args:
-        every_n_steps: optimiser steps between lines (None: ``trainer.log_every_n_steps``).
-        every_n_seconds: the least time between two step lines (0: none).
-        stream: where the lines go (None: ``sys.stdout`` at the time of printing).
-        clock: seconds, for the cadence, elapsed time and ETA (tests give a fake one).
-    """
+    """One plain line at a step that is a multiple of ``every_n_steps`` (None: the Trainer's
+    ``log_every_n_steps``) when at least ``every_n_seconds`` have passed since the previous step
+    line, plus the first and the last step of the run and one line after each validation. Rank
+    zero only; written to ``stream`` (None: ``sys.stdout`` at the time) and flushed; ``clock``:
+    seconds, for the cadence, elapsed time and ETA (tests give a fake one)."""
 
     def __init__(
         self,
@@ -284,13 +275,8 @@ class StepsRichProgressBar(RichProgressBar):
 def progress_callback(
     mode: str = "auto", every_n_steps: int | None = None, every_n_seconds: float = 30.0
 ) -> ProgressBar:
-    """The progress display of a run (``callbacks.progress_bar`` in the config).
-
-    Args:
-        mode: ``auto`` (the Rich bar when stdout is a terminal, else :class:`TextProgress`),
-            ``bar`` (Rich) or ``text``.
-        every_n_steps, every_n_seconds: the text lines' cadence (:class:`TextProgress`).
-    """
+    """The progress display of a run (``callbacks.progress_bar``): ``mode=auto`` the Rich bar when
+    stdout is a terminal, else :class:`TextProgress`; ``bar`` or ``text`` force either."""
     if mode not in MODES:
         raise ValueError(
             f"callbacks.progress_bar.mode must be one of {', '.join(MODES)}, got {mode!r} "

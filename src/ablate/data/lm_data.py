@@ -43,27 +43,14 @@ def _rows(dataset: Any, column: str) -> Iterator[str]:
 
 
 class TinyShakespeare(LMDataModule):
-    """Tiny Shakespeare (Karpathy's char-rnn corpus, 1.1 MB), cut at character offsets.
-
-    Args:
-        splits: ``"nanogpt"`` (default): first 90% of the characters train, last 10% validation,
-            test = validation, as nanoGPT, so its numbers compare with nanoGPT's. ``"disjoint"``:
-            the same training text, validation 90-95%, test the last 5%: a test text that a
-            selection on validation (``tune=lr``) never saw, for a verdict that does not grade
-            itself (the layout of the 2026-11-26 write-ups). ``"blocks"``: the corpus cut into 8
-            equal segments, the first 90% of each trains, the last 10% is held out, test in
-            segments 0, 2, 4, 6 and validation in 1, 3, 5, 7: validation and test are 4 blocks
-            each (1.25% of the corpus, ~13.9k characters) spread through the whole play text, so
-            a verdict is not about one passage (issue 34: Δ changed sign between quarters of the
-            ``disjoint`` test text). Train 90%, validation 5%, test 5%, as ``disjoint``, but
-            other text: its numbers compare with neither.
-        heldout_blocks: ``splits=blocks`` only: the held-out blocks of each of validation and test
-            (null: 4; the corpus is cut into twice as many segments). The block is the text unit of
-            a verdict (:func:`ablate.eval_units.text_groups`): at least 4 for a declared one.
-        **kwargs: the arguments of :class:`LMDataModule`.
-
-    Read from ``{data_dir}/tinyshakespeare/input.txt``; downloaded from :attr:`URL` if missing.
-    """
+    """Tiny Shakespeare (Karpathy's char-rnn corpus, 1.1 MB), cut at character offsets by ``splits``
+    (``conf/data/tinyshakespeare.yaml``): ``nanogpt`` as nanoGPT (test = validation), ``disjoint``
+    (a test text no selection on validation saw, but one passage) or ``blocks``: 8 equal segments,
+    the last 10% of each held out, test in segments 0, 2, 4, 6 and validation in 1, 3, 5, 7, so a
+    verdict is not about one passage (issue 34: Δ changed sign between quarters of the ``disjoint``
+    test text); ``heldout_blocks`` per split (null: 4), the text unit of a verdict
+    (:func:`ablate.eval_units.text_groups`). Read from ``{data_dir}/tinyshakespeare/input.txt``;
+    downloaded from :attr:`URL` if missing."""
 
     name = "tinyshakespeare"
     URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -234,15 +221,8 @@ class WikiText103(WikiText):
 
 
 class TextFiles(LMDataModule):
-    """Any UTF-8 plain-text files, one per split.
-
-    Args:
-        train_path, val_path: the training and validation text files.
-        test_path: the test file; ``None`` means test = validation.
-        **kwargs: the arguments of :class:`LMDataModule`.
-
-    Relative paths are looked up under ``data_dir`` first, then the working directory.
-    """
+    """Any UTF-8 plain-text files, one per split (``test_path`` None: test = validation), looked up
+    under ``data_dir`` first, then the working directory."""
 
     name = "text"
 

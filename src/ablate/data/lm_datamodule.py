@@ -38,43 +38,17 @@ class SplitTooShortError(UserError, ValueError):
 
 
 class LMDataModule(CachedCorpus):
-    """Base class: tokenise a corpus once, cache it, serve fixed-length windows.
+    """Base class: tokenise a corpus once, cache it, serve fixed-length windows. Its arguments are
+    the ``data`` keys, each documented in ``conf/data/*.yaml``; ``batch_size`` is the global batch
+    (sequences per optimiser step, all devices and accumulation steps together), divided by the
+    Trainer's world size x ``accumulate_grad_batches`` for each DataLoader batch (an error when that
+    does not divide); ``eval_seq_len`` may be longer than ``seq_len`` (length extrapolation;
+    :meth:`use_eval_length` changes it after training).
 
-    Args:
-        data_dir: folder with the raw corpora (may be read-only); default ``$ABLATE_DATA_DIR`` or ``./data``.
-        cache_dir: folder for tokenised caches; default ``$ABLATE_CACHE_DIR`` or ``./cache``.
-        tokenizer: ``"char"`` or ``"bpe"``.
-        vocab_size: target BPE vocabulary size (ignored for ``char``). The actual size is
-            :attr:`vocab_size` after :meth:`setup`.
-        seq_len: training context length.
-        eval_seq_len: validation/test context length; ``None`` means ``seq_len``. May be
-            longer than ``seq_len`` (length-extrapolation experiments; ``eval.seq_len`` in
-            ``conf/train.yaml`` sets it, :meth:`use_eval_length` changes it after training).
-        batch_size: the global training batch: sequences per optimiser step, over all devices and
-            gradient-accumulation steps together. Each training DataLoader batch (one device, one
-            micro-batch) is ``batch_size / (world size x accumulate_grad_batches)`` of the Trainer
-            it runs under (all of it without a Trainer); an error when that does not divide.
-        micro_batch_size: optional check of that per-device batch: ``train.py`` derives the
-            Trainer's gradient accumulation from it; ``None`` means no check.
-        eval_batch_size: validation/test batch size per device; ``None`` means the per-device
-            training batch.
-        num_workers, pin_memory: passed to every DataLoader.
-        train_stride: distance between the starts of training windows; ``None`` means
-            ``seq_len`` (non-overlapping), 1 makes every offset a window (random windows, as
-            nanoGPT samples them). Evaluation windows never overlap.
-        seed: seed of the training order (:class:`ResumableSampler`); ``train.py`` passes the
-            run's ``seed``.
-        bpe_train_mb: learn the BPE merges on the first this many MB of the training text
-            (whole chunks) instead of all of it, as large tokenizer trainings do; ``None``: all.
-            Every token file still holds the whole corpus.
-
-    The training order is split across ranks and micro-batches by :class:`ResumableSampler`. The
-    position in the training order is part of the checkpoint (:meth:`state_dict`), so a
-    resumed run continues with the next unseen batch instead of restarting the epoch.
-
-    After ``prepare_data(); setup("fit")``: :attr:`tokenizer` (a :class:`Tokenizer`),
-    :attr:`vocab_size` (int), :attr:`datasets` (split name -> :class:`TokenWindows`).
-    """
+    The position in the training order (:class:`ResumableSampler`) is part of the checkpoint
+    (:meth:`state_dict`), so a resumed run continues with the next unseen batch instead of
+    restarting the epoch. After ``prepare_data(); setup("fit")``: :attr:`tokenizer`,
+    :attr:`vocab_size` and :attr:`datasets` (split name -> :class:`TokenWindows`)."""
 
     name: str | None = "corpus"
     """Corpus name, used in cache folder names and messages."""

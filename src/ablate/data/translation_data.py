@@ -28,20 +28,9 @@ __all__ = ["ParallelCorpus", "ParallelFiles", "TranslationDataModule"]
 
 
 class ParallelCorpus(TranslationDataModule):
-    """A corpus with named splits: local files first, the Hugging Face Hub otherwise.
-
-    Args:
-        name: corpus name (cache folders, messages).
-        languages: the two languages of the corpus.
-        local_dir: folder under ``data_dir`` holding ``{split_file}.{lang}`` (or ``.gz``).
-        split_files: split -> file stem, e.g. ``{train: train, val: val, test: test_2016_flickr}``.
-        hub_path, hub_config, hub_revision: the Hub dataset used when the local files are absent
-            (``None`` hub_path: local only).
-        hub_splits: split -> the Hub dataset's split name.
-        **kwargs: the arguments of :class:`TranslationDataModule`.
-
-    Hub records are either ``{"translation": {lang: text, ...}}`` or ``{lang: text, ...}``.
-    """
+    """A corpus with named splits: local files ``{local_dir}/{split_file}.{lang}`` (or ``.gz``) under
+    ``data_dir`` first, the Hugging Face Hub dataset ``hub_path`` otherwise (None: local only), whose
+    records are ``{"translation": {lang: text, ...}}`` or ``{lang: text, ...}``."""
 
     def __init__(
         self,

@@ -44,28 +44,11 @@ STAGE_SPLITS = {"validate": ("val",), "test": ("test",)}
 
 class TranslationDataModule(CachedCorpus):
     """Base class: tokenise a parallel corpus once with a joint BPE, cache it, serve token batches.
-
-    Args:
-        data_dir, cache_dir: raw corpora (may be read-only) and the cache; defaults
-            ``$ABLATE_DATA_DIR`` / ``./data`` and ``$ABLATE_CACHE_DIR`` / ``./cache``.
-        src_lang, tgt_lang: the direction.
-        vocab_size: joint BPE vocabulary size (specials included).
-        seq_len: the longest sequence in tokens (end token included): longer training pairs are
-            dropped, longer evaluation sentences truncated; the model's positions cover it.
-        max_tokens: padded tokens per training batch (sentences x longest side), as fairseq.
-        max_sentences: optional cap on sentences per batch.
-        eval_max_tokens: the same for validation/test batches (``None``: ``max_tokens``).
-        batch_size: token batches per optimiser step over all devices (``update_freq`` x world).
-        micro_batch_size: token batches per device and forward pass: 1 (``None`` only with
-            ``batch_size=1``); ``train.py`` then accumulates ``batch_size / world size`` of them.
-        max_train_pairs: use only the first N training pairs (quick runs, overfitting tests).
-        max_eval_pairs: use only the first N validation/test pairs.
-        num_workers, pin_memory: DataLoader options.
-        seed: seed of the training order (``train.py`` passes the run's ``seed``).
-        bpe_train_mb: learn the BPE merges on the first training pairs up to about this many MB
-            of text (both sides, whole pairs) instead of all of them, as large tokenizer trainings
-            do; ``None``: all. Every token file still holds the whole corpus.
-    """
+    Its arguments are the ``data`` keys of ``conf/data/parallel.yaml`` and the corpora's files:
+    ``seq_len`` drops longer training pairs and truncates longer evaluation sentences;
+    ``max_tokens`` bounds a training batch's padded tokens (sentences x longest side), as fairseq;
+    ``batch_size`` counts token batches per optimiser step over all devices, ``micro_batch_size``
+    must be 1."""
 
     name: str | None = "parallel"
     languages: tuple[str, ...] = ()
