@@ -93,9 +93,7 @@ class StepCheckpoints(Checkpoint):
             path.unlink(missing_ok=True)
 
     def save(self, trainer: L.Trainer) -> None:
-        if not self.keep_last_n or trainer.sanity_checking or self._saved_at == trainer.global_step:
-            return
-        if trainer.global_step == 0:
+        if not self.keep_last_n or trainer.sanity_checking or trainer.global_step in (0, self._saved_at):
             return
         # full (weights_only=False, said explicitly: Lightning logs a line per save otherwise); a collective
         trainer.save_checkpoint(self.dirpath / step_checkpoint_name(trainer.global_step), weights_only=False)
@@ -181,10 +179,6 @@ def model_weights(checkpoint: dict[str, Any], weights: str = "state_dict") -> di
     raise AveragingError(f"weights={weights!r}; valid options: state_dict, raw")
 
 
-def _differences(reference: dict[str, Any], other: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    return identity_differences(reference, other)
-
-
 def check_compatible(
     paths: Sequence[Path], checkpoints: Sequence[dict[str, Any]], weights: str, allow_changes: Iterable[str] = ()
 ) -> None:
@@ -204,7 +198,7 @@ def check_compatible(
         if identity is not None:
             reference = identities[-1]
             assert reference is not None  # all carry an identity, or none does (checked above)
-            diffs = {k: v for k, v in _differences(identity, reference).items() if not change_allowed(k, allow)}
+            diffs = {k: v for k, v in identity_differences(identity, reference).items() if not change_allowed(k, allow)}
             if diffs:
                 lines = "\n".join(
                     f"  {k}: {old!r} in {path.name}, {new!r} in {ref_path.name}" for k, (old, new) in diffs.items()
@@ -218,7 +212,7 @@ def check_compatible(
             raise AveragingError(f"{path} is a task={ckpt.get('task')} checkpoint, {ref_path} task={ref.get('task')}")
         spec, ref_spec = ((c.get("hyper_parameters") or {}).get("spec") for c in (ckpt, ref))
         if identity is None and spec != ref_spec:
-            diffs = _differences(dict(spec or {}), dict(ref_spec or {}))
+            diffs = identity_differences(dict(spec or {}), dict(ref_spec or {}))
             raise AveragingError(
                 f"refusing to average models of different architectures: {path} and {ref_path} "
                 f"differ in spec.{', spec.'.join(diffs)}"

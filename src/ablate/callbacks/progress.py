@@ -96,14 +96,6 @@ class TextProgress(ProgressBar):
     def enable(self) -> None:
         self._enabled = True
 
-    @property
-    def is_enabled(self) -> bool:
-        return self._enabled
-
-    @property
-    def is_disabled(self) -> bool:
-        return not self._enabled
-
     def print(self, *args: Any, **kwargs: Any) -> None:
         print(*args, file=self.stream or sys.stdout, flush=True, **kwargs)
 

@@ -170,17 +170,8 @@ def check_command_line(
         args = hydra_args_parser().parse_args(argv)
     except SystemExit:  # argparse's own error: Hydra prints it
         return
-    if (
-        args.help
-        or args.hydra_help
-        or args.cfg
-        or args.info
-        or args.shell_completion
-        or args.config_path
-        or args.config_name
-        or args.config_dir
-        or args.experimental_rerun
-    ):
+    hydra_itself = ("help", "hydra_help", "cfg", "info", "shell_completion", "config_path", "config_name", "config_dir")
+    if any(getattr(args, name) for name in (*hydra_itself, "experimental_rerun")):
         return
     global _multirun
     try:

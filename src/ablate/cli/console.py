@@ -3,6 +3,7 @@ end a summary of the run (:func:`format_run_summary`) or of a sweep's jobs (:fun
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -232,10 +233,7 @@ def format_sweep_summary(rows: list[dict[str, Any]], metric: str | None = None) 
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     align = ("<", "<", ">", ">", ">")  # names left, numbers right
     lines = ["  ".join(f"{cell:{a}{w}}" for cell, a, w in zip(r, align, widths)).rstrip() for r in table]
-    counts: dict[str, int] = {}
-    for row in rows:
-        state = str(row.get("status") or "unknown")
-        counts[state] = counts.get(state, 0) + 1
+    counts = Counter(str(row.get("status") or "unknown") for row in rows)
     jobs = f"{len(rows)} job" + ("" if len(rows) == 1 else "s")
     lines.append(f"{jobs}: " + ", ".join(f"{n} {state}" for state, n in counts.items()) if rows else "0 jobs")
     return "\n".join(lines)

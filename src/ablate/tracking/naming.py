@@ -62,15 +62,8 @@ class RunLabels:
             overrides = list(hydra_cfg.overrides.task) if hydra_cfg is not None else []
         swept = swept_keys(hydra_cfg) if _is_multirun(hydra_cfg) else None
         excluded = _excluded_keys(hydra_cfg)
-        pairs = tuple(
-            (_override_key(o), o.split("=", 1)[1])
-            for o in overrides
-            if "=" in o
-            and swept is not None
-            and _override_key(o) in swept
-            and _override_key(o) not in excluded
-            and _override_key(o) != "seed"
-        )
+        typed = [(_override_key(o), o.split("=", 1)[1]) for o in overrides if "=" in o]
+        pairs = tuple((k, v) for k, v in typed if swept is not None and k in swept - excluded and k != "seed")
         choices = dict(hydra_cfg.runtime.choices) if hydra_cfg is not None else {}
         experiment = choices.get("experiment") or _override_values(overrides).get("experiment")
         return cls(
@@ -248,11 +241,7 @@ def run_tags(user: Iterable[str], experiment: str | None, axes: Mapping[str, Any
     at most 64 characters each (W&B's limit), no duplicates."""
     auto = [f"experiment:{experiment}"] if experiment else []
     auto += [f"{k.removeprefix(AXIS_PREFIX)}:{_tag_value(v)}" for k, v in axes.items() if v is not None]
-    return _unique(t[:_TAG_MAX] for t in [*user, *auto] if t)
-
-
-def _unique(items: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(items))
+    return list(dict.fromkeys(t[:_TAG_MAX] for t in [*user, *auto] if t))  # in order, no duplicates
 
 
 def _tag_value(value: Any) -> str:

@@ -65,7 +65,7 @@ def _known_options(node: Any, options: type[DataclassInstance]) -> dict[str, Any
     values = cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))  # a mapping node
     known = {k: v for k, v in values.items() if k in options.__dataclass_fields__}
     if "tags" in known:
-        known["tags"] = tuple(_as_list(known["tags"]))
+        known["tags"] = tuple(as_tags(known["tags"]))
     return known
 
 
@@ -82,11 +82,8 @@ def _installed(module: str) -> bool:
 
 
 def require_installed(name: str, enabled: bool) -> None:
-    """A selected (``enabled``) logger's package is installed.
-
-    Raises:
-        LoggerUnavailable: naming the ``pip install`` command of the missing extra.
-    """
+    """A selected (``enabled``) logger's package is installed, else :class:`LoggerUnavailable`
+    naming the ``pip install`` command of the missing extra."""
     if not enabled or name not in _LOGGER_PACKAGES:
         return
     modules, extra = _LOGGER_PACKAGES[name]
@@ -128,10 +125,6 @@ def logger_options(name: str, values: dict[str, Any]) -> Any:
 
 def as_tags(value: Any) -> list[str]:
     """A ``tags`` value (a list; a single string is one tag; None none) as a list of strings."""
-    return _as_list(value)
-
-
-def _as_list(value: Any) -> list[str]:
     if value is None:
         return []
     if isinstance(value, ListConfig):
