@@ -124,7 +124,7 @@ def compare_to_baseline(
 ) -> pd.DataFrame:
     """``frame`` with the statistics of the final metric (``basis="steps"``), or of the metric at
     the matched FLOPs/time budget (``frame.attrs["matched"]``), per row and against the baseline
-    row (column names in the module docstring; :func:`compare_row` for the tests). The p-values
+    row (the columns: ``_COLUMNS``; :func:`compare_row` for the tests). The p-values
     are Holm-adjusted within this frame; :func:`adjust_family` re-adjusts several frames (slices,
     metrics) as one family. ``equivalence``: with a margin, only the rows these ``axis=value``
     specs name get the equivalence test (default: every row): a comparison asked only "is there a
