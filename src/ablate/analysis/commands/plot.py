@@ -1,7 +1,7 @@
 """Figures of a sweep: validation curves, learning rate and loss through warmup, gradient norms
 and residual RMS against depth, gradient-norm heat maps, perplexity against evaluation length,
 the final metric against each numeric axis, the learning-rate tuning curve, and ours against a
-paper's numbers (PNG; :mod:`ablate.analysis.figures`).
+paper's numbers (PNG).
 
     python scripts/plot.py logs/multirun/<sweep>                  # writes <sweep>/figures/*.png
     python scripts/plot.py logs/multirun/<sweep> --out figs/ --metric test/loss
@@ -9,7 +9,8 @@ paper's numbers (PNG; :mod:`ablate.analysis.figures`).
     python scripts/plot.py logs/multirun/<sweep> --paper experiments/<name>/paper.yaml   # + paper_vs_ours.png
 
 A figure that cannot be drawn is reported on stderr (its file name and why) and the others are
-still written; the exit status is non-zero only when no figure was written.
+still written; the exit status is non-zero only when no figure was written. What each figure
+shows: docs/analysis.md, "Analysing a sweep".
 """
 
 from __future__ import annotations

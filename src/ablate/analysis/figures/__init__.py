@@ -6,6 +6,6 @@ standard deviation. The figures that compare numbers also write them beside the 
 ``<name>.csv`` (:mod:`~ablate.analysis.series`). Each ``*_figure`` function returns the
 :class:`~matplotlib.figure.Figure` (None when the sweep logged nothing it could draw);
 :mod:`~ablate.analysis.figures.writing` lists them with their file names and writes each one
-independently, so a figure that fails is reported and the others are still written. This package
-re-exports nothing.
+independently, so a figure that fails is reported and the others are still written. What each
+figure shows: docs/analysis.md, "Analysing a sweep". This package re-exports nothing.
 """
