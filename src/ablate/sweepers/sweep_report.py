@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -103,10 +104,7 @@ class SweepReport(Callback):
         launched = {d: sig for d, sig in job_dirs.LAUNCHED.items() if d.parent == sweep_dir} or None
         records = job_records(sweep_dir, self._start, launched)
         failed = {d: r for d, (_, r) in records.items() if r.status in FAILED}
-        counts: dict[str, int] = {}
-        for what, record in records.values():
-            key = record.status if what == "ran" else f"{what} ({record.status} before)"
-            counts[key] = counts.get(key, 0) + 1
+        counts = Counter(r.status if what == "ran" else f"{what} ({r.status} before)" for what, r in records.values())
         summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no job ran"
         if records:
             rows = [
