@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ablate.data.cache import file_fingerprint
-from ablate.data.lm_datamodule import LMDataModule, SplitTooShortError
+from ablate.data.lm_datamodule import LMDataModule
 from ablate.data.sources import (
     DataNotFoundError,
     download_url,
@@ -28,8 +28,6 @@ from ablate.data.sources import (
     resolve_local,
 )
 from ablate.data.text_stream import SplitText
-
-__all__ = ["LMDataModule", "SplitTooShortError", "TextFiles", "TinyShakespeare", "WikiText", "WikiText2", "WikiText103"]
 
 
 def _read(path: Path) -> str:

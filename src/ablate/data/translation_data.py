@@ -24,8 +24,6 @@ from ablate.data.translation_cache import SPLITS
 from ablate.data.translation_datamodule import TranslationDataModule
 from ablate.data.translation_text import LineSource, file_source, find_file, hub_source
 
-__all__ = ["ParallelCorpus", "ParallelFiles", "TranslationDataModule"]
-
 
 class ParallelCorpus(TranslationDataModule):
     """A corpus with named splits: local files ``{local_dir}/{split_file}.{lang}`` (or ``.gz``) under
