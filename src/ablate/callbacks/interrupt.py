@@ -16,8 +16,8 @@ handler saves and broadcasts from inside the signal handler, wherever each rank 
 rank may be inside another collective, and the ranks' collectives no longer pair up.
 
 In a sweep whose jobs run in worker processes, a stop request is the file ``<sweep dir>/.stop``
-(:data:`STOP_FILE`; :mod:`ablate.sweepers.sweep_stop`), which every job polls after each step.
-Under DDP the ranks agree on a request with a collective read on the host (the CPU waits for the
+(:mod:`ablate.callbacks.stop_file`; :mod:`ablate.sweepers.sweep_stop`), which every job polls after
+each step. Under DDP the ranks agree on a request with a collective read on the host (the CPU waits for the
 GPU), so only every ``trainer.log_every_n_steps`` steps. A rank the job's own launcher started
 leaves signals to the launching process (:func:`hold_stop_signals`), which passes them on; a
 single SLURM task that starts its own ranks relays the requeue signal (:data:`REQUEUE_SIGNAL`).
@@ -38,16 +38,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 
-from ablate.callbacks.stop_file import STOP_FILE, request_stop, stop_requested
-
-__all__ = [
-    "STOP_FILE",
-    "GracefulInterrupt",
-    "TrainingInterrupted",
-    "hold_stop_signals",
-    "request_stop",
-    "stop_requested",
-]
+from ablate.callbacks.stop_file import request_stop, stop_requested
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
 # SLURM's requeue signal where no SLURMEnvironment names it (the ranks a SLURM task launches itself):

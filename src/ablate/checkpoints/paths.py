@@ -12,8 +12,6 @@ from pathlib import Path
 from ablate.checkpoints import sharded
 from ablate.errors import UserError
 
-__all__ = ["CheckpointFileMissing", "looks_sharded", "require_file"]
-
 
 class CheckpointFileMissing(UserError, FileNotFoundError):
     """``ckpt_path=`` names no file."""
