@@ -5,8 +5,8 @@ A row is all there is to an axis besides its options' module and the code that b
 
 * the options' typed configs are read from their registry (:mod:`ablate.nn.options`);
 * each config group's options are Hydra's own (``pos=rope``; no YAML): a structured config per
-  option (:func:`group_node`, served by the config source ``ablate://``,
-  ``src/hydra_plugins/ablate_sweepers/architecture.py``), its keys with their types and defaults, so
+  option (:func:`group_node`, stored in Hydra's ConfigStore by :mod:`ablate.config.store`),
+  its keys with their types and defaults, so
   Hydra refuses a key or a value of the wrong type as it composes, and an option's keys need no ``+``;
 * :class:`~ablate.nn.spec.ModelSpec` holds the chosen option of every row (``spec.options``),
   and writes and reads it as the row's name;

@@ -2,6 +2,9 @@
 
 Hydra 1.3 instantiates sweepers and launchers only from classes in the ``hydra_plugins`` namespace
 (``hydra.core.plugins.Plugins._instantiate``), which it scans at start-up. The code lives in
-:mod:`ablate.sweepers`; each module here only gives a class its ``hydra_plugins.`` name; the
-architecture groups are a config source of their own (:mod:`.architecture`, ``ablate://``).
+:mod:`ablate.sweepers`; each module here only gives a class its ``hydra_plugins.`` name. Hydra
+imports this package when it scans, before it composes: the import registers the architecture
+groups in its ConfigStore (:mod:`ablate.config.store`).
 """
+
+import ablate.config.store  # noqa: F401  (registers the architecture groups)
