@@ -47,3 +47,25 @@ def test_train_py_elsewhere_composes_pos_rope(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "pos:\n  name: rope\n  base: 10000.0\n  fraction: 1.0" in proc.stdout
+
+
+def test_the_optim_defaults_live_once_in_its_section() -> None:
+    """conf/optim/*.yaml extend schema/optim (OptimConfig's keys and defaults): optim=adamw is the
+    section's defaults, and every file sets only what differs from them."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from ablate.run.config import OptimConfig
+
+    defaults = dataclasses.asdict(OptimConfig())
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        composed = OmegaConf.to_container(compose("train").optim)
+    assert composed == {k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}
+    for path in sorted((REPO / "conf" / "optim").glob("*.yaml")):
+        node = OmegaConf.to_container(OmegaConf.load(path))
+        assert node.pop("defaults") == ["/schema/optim@_here_", "_self_"], path.name
+        same = [
+            k for k, v in node.items() if v == (list(defaults[k]) if isinstance(defaults[k], tuple) else defaults[k])
+        ]
+        assert not same, f"{path.name} repeats the defaults of {same}"
