@@ -87,7 +87,7 @@ def test_the_readme_axis_table_names_only_what_the_table_of_axes_has():
         unknown = sorted(set(named) - set(axis.options()))
         assert not unknown, f"README.md's `{label}` row names {unknown}, not options of {axis.key}"
         assert axis.default in named, f"README.md's `{label}` row omits the default `{axis.default}`"
-        assert code == f"`nn/{axis.registry.partition(':')[0]}.py`", f"README.md's `{label}` row: {code}"
+        assert code == f"`nn/{axis.module}.py`", f"README.md's `{label}` row: {code}"
 
 
 def test_the_readme_is_short_and_its_lines_fit():

@@ -1,5 +1,5 @@
 """The table of architecture axes (ablate.nn.axes.AXES) is what Hydra composes, the spec holds and
-the docs show: every option of a group's first axis is a config of the group (ablate://, no YAML),
+the docs show: every option of a group's first axis is a config of the group (Hydra's ConfigStore, no YAML),
 the default of every group is its row's, the spec holds exactly the table's axes, and the docs'
 table of axes is the one the table makes."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
 
 from ablate.nn.axes import ARCHITECTURE_GROUPS, AXES, group_axes, markdown_table, spec_axes
 from ablate.nn.spec import ModelSpec
-from hydra_plugins.ablate_sweepers.architecture import ArchitectureGroups
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,8 +26,8 @@ def test_every_option_is_a_config_of_its_group(group) -> None:
         assert cfg[group][first.selector] == first.default
         assert all(cfg[group][axis.selector] == axis.default for axis in others)
         assert not (REPO / "conf" / group).exists()  # no YAML: the registry's options are the group's
-        source = ArchitectureGroups("ablate", "ablate://axes")  # what conf/train.yaml's search path adds
-        assert source.list(group, None) == sorted(first.options()) and source.is_group(group)
+        stored = ConfigStore.instance().list(group)  # ablate.config.store (structured://)
+        assert stored == sorted(f"{option}.yaml" for option in first.options())
         for option in first.options():
             node = compose("train", [f"{group}={option}"])[group]
             defaults = first.config_class(option).defaults()

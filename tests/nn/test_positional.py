@@ -27,7 +27,7 @@ def test_sinusoid_table_matches_the_formula(pos, i):
 
 def test_sinusoidal_embed_adds_the_table_at_the_offset():
     d = 16
-    enc = Sinusoidal(d_model=d)
+    enc = Sinusoidal(d_model=d, base=10000.0)
     x = torch.randn(2, 5, d)
     out = enc.embed(x, offset=3)
     expected = torch.tensor(
@@ -55,7 +55,7 @@ def _score(rope: Rotary, q, k, m: int, n: int) -> torch.Tensor:
 @pytest.mark.parametrize("fraction", [1.0, 0.5])
 def test_rope_scores_depend_only_on_relative_position(fraction):
     torch.manual_seed(0)
-    rope = Rotary(head_dim=16, fraction=fraction)
+    rope = Rotary(head_dim=16, base=10000.0, fraction=fraction)
     q, k = torch.randn(3, 2, 1, 16), torch.randn(3, 2, 1, 16)
     for m, n in [(0, 0), (5, 2), (2, 9), (17, 3)]:
         base = _score(rope, q, k, m, n)
@@ -68,7 +68,7 @@ def test_rope_scores_depend_only_on_relative_position(fraction):
 def test_rope_relative_over_whole_sequences():
     """Rotating a whole (q, k) sequence at offset s leaves the score matrix unchanged."""
     torch.manual_seed(0)
-    rope = Rotary(head_dim=8)
+    rope = Rotary(head_dim=8, base=10000.0, fraction=1.0)
     q, k = torch.randn(1, 2, 10, 8), torch.randn(1, 2, 10, 8)
     qr, kr = rope.rotate(q, k)
     base = qr @ kr.transpose(-1, -2)
@@ -96,7 +96,7 @@ def test_rope_rotates_pair_2i_by_pos_times_base_power(fraction, base):
 
 def test_partial_rotary_leaves_the_unrotated_features_unchanged():
     torch.manual_seed(0)
-    rope = Rotary(head_dim=16, fraction=0.25)
+    rope = Rotary(head_dim=16, base=10000.0, fraction=0.25)
     assert rope.rot_dim == 4
     q, k = torch.randn(2, 3, 9, 16), torch.randn(2, 3, 9, 16)
     qr, kr = rope.rotate(q, k, q_offset=5, k_offset=5)
@@ -106,7 +106,7 @@ def test_partial_rotary_leaves_the_unrotated_features_unchanged():
 
 def test_rope_at_position_zero_is_identity_and_preserves_norms():
     torch.manual_seed(0)
-    rope = Rotary(head_dim=16)
+    rope = Rotary(head_dim=16, base=10000.0, fraction=1.0)
     q, k = torch.randn(2, 3, 20, 16), torch.randn(2, 3, 20, 16)
     qr, kr = rope.rotate(q, k, q_offset=0, k_offset=100)
     torch.testing.assert_close(qr[:, :, 0], q[:, :, 0])

@@ -129,6 +129,8 @@ def _compose(config_name: str, overrides: list[str], runtime: bool = False) -> D
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
+    import ablate.config.store  # noqa: F401  (the architecture groups, in Hydra's ConfigStore)
+
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name=config_name):
         cfg = compose(config_name, overrides, return_hydra_config=True)
     if runtime:
@@ -144,6 +146,8 @@ def _config_sweeps(config_name: str, overrides: list[str]) -> bool:
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
+
+    import ablate.config.store  # noqa: F401  (the architecture groups, in Hydra's ConfigStore)
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]

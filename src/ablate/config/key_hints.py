@@ -1,6 +1,7 @@
 """Which config group holds a key a user gave elsewhere: the hints of the unknown-key messages
 (``lr=1e-3`` -> ``optim.lr``; ``pos.fraction`` is a key of ``pos=rope`` only), read from
-``conf/<group>/*.yaml`` with OmegaConf's YAML loader (no code runs) and from the architecture
+``conf/<group>/*.yaml`` with OmegaConf's YAML loader (no code runs; with the schema a file extends)
+and from the architecture
 groups' options (:func:`ablate.nn.axes.group_node`). Here, in the config layer, so the config's
 own messages (:mod:`ablate.config.types`) and the console's (:mod:`ablate.cli.unknown_key`) share it."""
 
@@ -24,7 +25,19 @@ def _has_key(path: Path, full_key: str, group: str) -> bool:
         return False
     is_global = any("@package _global_" in line for line in text.split("\n", 3)[:3])
     key = full_key if is_global else full_key[len(group) + 1 :]
+    if key not in node and f"/schema/{group}@_here_" in (node.get("defaults") or []):
+        node = _schema(group)  # a key the file leaves to the schema it extends (ablate.config.store)
     return OmegaConf.select(node, key, default=None, throw_on_missing=False) is not None
+
+
+def _schema(group: str) -> Any:
+    """``schema/<group>`` of Hydra's ConfigStore (:func:`ablate.config.store.store_section`), or an empty node."""
+    from hydra.core.config_store import ConfigStore
+
+    try:
+        return OmegaConf.structured(ConfigStore.instance().load(f"schema/{group}.yaml").node)
+    except Exception:  # not stored: no keys of its own
+        return OmegaConf.create()
 
 
 def options_with_key(full_key: str, conf_dir: Path) -> tuple[str, list[str]]:

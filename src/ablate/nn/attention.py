@@ -1,7 +1,7 @@
 """Multi-head attention (Vaswani et al. 2017, Sec. 3.2) with grouped-query attention and a KV cache.
 
-The kernels compute the same function, chosen by the ``attn`` option (``attn.impl``) from
-:data:`ATTENTION_KERNELS`:
+The kernels compute the same function, chosen by the ``attn`` option (``attn.impl``, declared in
+:mod:`ablate.nn.options`):
 
 * ``math``: softmax(Q K^T / sqrt(d_k) + bias) V written out (eq. 1), able to return the weights;
 * ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention``, which dispatches to the flash
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ablate.nn.options import OptionConfig
+from ablate.nn.options import OPTIONS, OptionConfig
 from ablate.nn.positional import PositionalEncoding
 from ablate.nn.roles import Matrix, Role, fused, whole
 
@@ -177,16 +177,13 @@ class SdpaAttention(AttentionKernel):
         return sdpa_attention(q, k, v, mask, bias, dropout_p, causal)
 
 
-ATTENTION_KERNELS: dict[str, type[AttentionKernel]] = {"math": MathAttention, "sdpa": SdpaAttention}
-
-
 def build_attention_kernel(impl: str | OptionConfig, dropout: float) -> AttentionKernel:
     """The kernel registered as ``impl`` (``attn.impl``), or built by its typed config with its keys."""
     if isinstance(impl, OptionConfig):
         return impl.build(dropout)
-    if impl not in ATTENTION_KERNELS:
-        raise ValueError(f"unknown attn={impl!r}; valid options: {', '.join(ATTENTION_KERNELS)}")
-    return ATTENTION_KERNELS[impl](dropout)
+    if impl not in OPTIONS["attn"]:
+        raise ValueError(f"unknown attn={impl!r}; valid options: {', '.join(OPTIONS['attn'])}")
+    return OPTIONS["attn"][impl]().build(dropout)
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:

@@ -3,10 +3,10 @@ are registered, its default and what a Hugging Face export makes of it.
 
 A row is all there is to an axis besides its options' module and the code that builds its part:
 
-* the options' typed configs are read from their registry (:mod:`ablate.nn.options`);
+* the options' typed configs are declared in :mod:`ablate.nn.options` (``OPTIONS[axis.name]``);
 * each config group's options are Hydra's own (``pos=rope``; no YAML): a structured config per
-  option (:func:`group_node`, served by the config source ``ablate://``,
-  ``src/hydra_plugins/ablate_sweepers/architecture.py``), its keys with their types and defaults, so
+  option (:func:`group_node`, stored in Hydra's ConfigStore by :mod:`ablate.config.store`),
+  its keys with their types and defaults, so
   Hydra refuses a key or a value of the wrong type as it composes, and an option's keys need no ``+``;
 * :class:`~ablate.nn.spec.ModelSpec` holds the chosen option of every row (``spec.options``),
   and writes and reads it as the row's name;
@@ -32,16 +32,15 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ablate.nn.options import OptionConfig, option_configs
+from ablate.nn.options import OPTIONS, OptionConfig
 
 
 @dataclass(frozen=True)
 class Axis:
-    """One architecture choice. ``name``: its key in ``ModelSpec.options``, ``status.json`` and W&B;
-    ``key``: the config key that names the option (``norm.layer``: group ``norm``, selector
-    ``layer``); ``registry``: ``module:NAME`` of its options in :mod:`ablate.nn`; ``dimensions``:
-    the parameters the code that builds an option passes (the rest are the option's keys);
-    ``constructor``: the class method that builds one, when not the class itself; ``shared``: keys
+    """One architecture choice. ``name``: its key in ``ModelSpec.options``, ``status.json`` and W&B
+    (and of its options' configs, :data:`ablate.nn.options.OPTIONS`); ``key``: the config key that
+    names the option (``norm.layer``: group ``norm``, selector ``layer``); ``dimensions``: the
+    parameters the code that builds an option passes (the rest are the option's keys); ``shared``: keys
     of the group that apply to every option, with their types, null by default, and are
     ``ModelSpec`` fields of the same name (``attn.n_kv_heads``);
     ``export``: Hugging Face target -> the options it maps (with their names there, where it names
@@ -49,10 +48,8 @@ class Axis:
 
     name: str
     key: str
-    registry: str
     default: str
     dimensions: tuple[str, ...] = ()
-    constructor: str | None = None
     shared: Mapping[str, Any] = field(default_factory=dict, compare=False)
     export: Mapping[str, Collection[str] | None] | None = field(default=None, repr=False, compare=False)
 
@@ -69,8 +66,13 @@ class Axis:
         """How messages name it: the group for its first axis (``pos``), the key for a second."""
         return self.group if group_axes(self.group)[0] == self else self.key
 
+    @property
+    def module(self) -> str:
+        """The module of :mod:`ablate.nn` that implements its options (``positional``)."""
+        return self.config_class(self.default).target.partition(":")[0]
+
     def configs(self) -> dict[str, type[OptionConfig]]:
-        return option_configs(self.name, f"ablate.nn.{self.registry}", self.constructor, self.dimensions)
+        return OPTIONS[self.name]
 
     def options(self) -> list[str]:
         return list(self.configs())
@@ -89,16 +91,15 @@ _ANY = dict.fromkeys(("gpt2", "llama"))  # the axis does not change the exported
 _GPT2_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu", "relu2": "relu2"}
 _LLAMA_GATES = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu", "glu": "sigmoid", "bilinear": "linear"}
 AXES: tuple[Axis, ...] = (
-    Axis("pos", "pos.name", "positional:POSITIONAL", "learned", ("d_model", "n_heads", "head_dim", "max_len", "token_rms", "embed_scale"),
+    Axis("pos", "pos.name", "learned", ("d_model", "n_heads", "head_dim", "max_len", "token_rms", "embed_scale"),
          export={"gpt2": ("learned",), "llama": ("rope",)}),
-    Axis("norm", "norm.placement", "block:PLACEMENTS", "pre", ("make_norm", "stack"), "for_stack",
-         export={"gpt2": ("pre",), "llama": ("pre",)}),
-    Axis("norm_layer", "norm.layer", "norms:NORM_LAYERS", "layernorm", ("d_model",),
+    Axis("norm", "norm.placement", "pre", ("make_norm", "stack"), export={"gpt2": ("pre",), "llama": ("pre",)}),
+    Axis("norm_layer", "norm.layer", "layernorm", ("d_model",),
          export={"gpt2": ("layernorm",), "llama": ("rmsnorm",)}),
-    Axis("act", "act.name", "ffn:FEED_FORWARDS", "gelu", ("d_model", "d_ff", "act", "bias", "dropout"),
+    Axis("act", "act.name", "gelu", ("d_model", "d_ff", "act", "bias", "dropout"),
          export={"gpt2": _GPT2_ACTS, "llama": _LLAMA_GATES}),
-    Axis("init", "init.name", "init:INITS", "xavier", export=_ANY),
-    Axis("attn", "attn.impl", "attention:ATTENTION_KERNELS", "sdpa", ("dropout",), shared={"n_kv_heads": int}, export=_ANY),
+    Axis("init", "init.name", "xavier", export=_ANY),
+    Axis("attn", "attn.impl", "sdpa", ("dropout",), shared={"n_kv_heads": int}, export=_ANY),
 )  # fmt: skip
 POS, PLACEMENT, NORM_LAYER, ACT, INIT, ATTN = AXES[:6]  # the README's six, by name
 
@@ -133,10 +134,10 @@ def group_node(group: str, option: str) -> type:
     fields: list[tuple[str, Any, Any]] = [(first.selector, str, option)]
     fields += [(axis.selector, str, axis.default) for axis in others]
     fields += [(key, _nullable(hint), None) for axis in group_axes(group) for key, hint in axis.shared.items()]
-    fields += [(f.name, _nullable(f.type), f.default) for f in dataclasses.fields(config)]  # type: ignore[arg-type]
+    fields += [(f.name, _nullable(f.type), f.default) for f in dataclasses.fields(config)]
     for axis in others:
         for name in axis.options():
-            fields += [(f.name, _nullable(f.type), None) for f in dataclasses.fields(axis.configs()[name])]  # type: ignore[arg-type]
+            fields += [(f.name, _nullable(f.type), None) for f in dataclasses.fields(axis.configs()[name])]
     unique = {name: (name, hint, dataclasses.field(default=default)) for name, hint, default in fields[::-1]}
     node = dataclasses.make_dataclass(f"{group}_{option}", list(unique.values())[::-1])
     node.__doc__ = config.__doc__
@@ -192,12 +193,8 @@ def typed_options(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 def markdown_table() -> str:
     """The docs' table of the axes (``docs/architecture.md``), made from :data:`AXES`."""
-    rows = ["| axis | config | options (default first) | registry |", "|---|---|---|---|"]
+    rows = ["| axis | config | options (default first) | module |", "|---|---|---|---|"]
     for axis in AXES:
         options = [axis.default, *(o for o in axis.options() if o != axis.default)]
-        module, _, registry = axis.registry.partition(":")
-        path = f"nn/{module}"
-        rows.append(
-            f"| {axis.name} | `{axis.key}` | {', '.join(f'`{o}`' for o in options)} | `{registry}` (`{path}.py`) |"
-        )
+        rows.append(f"| {axis.name} | `{axis.key}` | {', '.join(f'`{o}`' for o in options)} | `nn/{axis.module}.py` |")
     return "\n".join(rows)

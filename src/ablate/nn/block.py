@@ -14,9 +14,11 @@ The encoder, the decoder and the decoder-only LM are all stacks of :class:`Block
 (:class:`ablate.nn.stack.Stack`); they differ only in causality and in whether a cross-attention
 sub-layer exists. A placement's constants come from the placement: :meth:`Residual.for_stack`
 (DeepNorm's alpha and beta depend on the model's depth), :attr:`Residual.branch_gain` (the gain
-an init gives the sub-layer's matrices) and ``check_options`` (DeepNorm needs DeepNet's init).
+an init gives the sub-layer's matrices) and its config's check (DeepNorm needs DeepNet's init:
+:mod:`ablate.nn.options`).
 
-Adding a placement: one residual class, its ``PLACEMENTS`` entry, one test in ``tests/nn/test_block.py``.
+Adding a placement: one residual class, its declaration in :mod:`ablate.nn.options`, one test in
+``tests/nn/test_block.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from torch import Tensor, nn
 
 from ablate.nn.attention import CrossAttention, KVCache, SelfAttention
-from ablate.nn.option_checks import check_deepnorm_pair
 from ablate.nn.positional import PositionalEncoding
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ class Residual(nn.Module):
     @classmethod
     def for_stack(cls, make_norm: NormFactory, stack: StackConfig) -> Wrap:
         """How the sub-layers of one stack are wrapped; its keyword arguments besides these two
-        would be the placement's options (``norm.<key>``: :mod:`ablate.nn.options`)."""
+        would be the placement's options (``norm.<key>``, declared in :mod:`ablate.nn.options`)."""
         return partial(cls, make_norm=make_norm)
 
 
@@ -102,18 +103,8 @@ class DeepNormResidual(Residual):
         alpha, beta = deepnorm_constants(stack.encoder_layers, stack.decoder_layers)[stack.role]
         return partial(cls, make_norm=make_norm, alpha=alpha, beta=beta)
 
-    check_options = staticmethod(check_deepnorm_pair)  # with init=deepnet only
-
     def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         return self.norm(self.alpha * x + self.sublayer(x, *args, **kwargs))
-
-
-PLACEMENTS: dict[str, type[Residual]] = {
-    "pre": PreNormResidual,
-    "post": PostNormResidual,
-    "sandwich": SandwichResidual,
-    "deepnorm": DeepNormResidual,
-}
 
 
 def deepnorm_constants(n_encoder: int, n_decoder: int) -> dict[str, tuple[float, float]]:

@@ -7,8 +7,9 @@ FFN to 2/3 of the two-matrix one; ``gated_width_scale`` does the same (turn it o
 ``act.match_params=false``).
 
 Adding an activation: one entry in ``ACTIVATIONS`` (plain) or ``GATES`` (gated) and a test in
-``tests/nn/test_ffn.py``. Each activation's FFN is in ``FEED_FORWARDS``; its keyword arguments
-besides the dimensions are the ``act`` options (``match_params`` for the gated ones).
+``tests/nn/test_ffn.py``, and its name in :data:`ablate.nn.options.PLAIN_ACTS` or ``GATED_ACTS``
+(the ``act`` options, declared without torch); the FFN's keyword arguments besides the dimensions
+are its keys (``match_params`` for the gated ones).
 """
 
 from __future__ import annotations
@@ -82,9 +83,7 @@ class GatedFeedForward(nn.Module):
     one fused matrix (``fc_in``): one matmul instead of two, same function; the first half of its
     output is the gate."""
 
-    def __init__(
-        self, d_model: int, d_ff: int, act: str, *, bias: bool, dropout: float, match_params: bool = True
-    ) -> None:
+    def __init__(self, d_model: int, d_ff: int, act: str, *, bias: bool, dropout: float, match_params: bool) -> None:
         super().__init__()
         self.gate = GATES[act]
         width = hidden_width(act, d_ff, match_params)
@@ -99,10 +98,3 @@ class GatedFeedForward(nn.Module):
     def matrices(self) -> list[Matrix]:
         width = self.fc_out.in_features
         return [*fused(self.fc_in, (Role.FFN_GATE, width), (Role.FFN_IN, width)), whole(Role.FFN_OUT, self.fc_out)]
-
-
-# the FFN of each activation (the ``act`` option)
-FEED_FORWARDS: dict[str, type[nn.Module]] = {
-    **dict.fromkeys(ACTIVATIONS, FeedForward),
-    **dict.fromkeys(GATES, GatedFeedForward),
-}

@@ -1,7 +1,7 @@
 """Weight initialisation schemes (the ``init`` option).
 
-Each scheme is an :class:`InitScheme` subclass in ``INITS``, applied once after the model is
-built; its keyword arguments are its options (``init.std`` for ``gpt2``).
+Each scheme is an :class:`InitScheme` subclass, declared with its options in :mod:`ablate.nn.options`
+(``init.std`` for ``gpt2``), applied once after the model is built.
 Schemes treat matrices by the roles the modules declare (:mod:`ablate.nn.roles`), never by
 position or name:
 
@@ -26,7 +26,6 @@ import torch
 from torch import Tensor, nn
 
 from ablate.nn.block import Residual
-from ablate.nn.option_checks import check_deepnorm_pair
 from ablate.nn.roles import RESIDUAL_OUTPUTS, Matrix, Role, model_matrices
 
 if TYPE_CHECKING:
@@ -66,7 +65,7 @@ def _zero_biases(model: nn.Module) -> None:
 
 class InitScheme:
     """Base of the schemes: :meth:`apply` initialises a built model in place. A scheme may check
-    the spec it serves with a static ``check_options(spec, **options)``."""
+    the spec it serves in its config (:meth:`ablate.nn.options.OptionConfig.validate`)."""
 
     def embedding_std(self, d_model: int) -> float:
         """The std of every embedding table (token and learned position): what the additive
@@ -109,7 +108,7 @@ class Gpt2Init(InitScheme):
     """GPT-2 (Radford et al. 2019, Sec. 2.3): N(0, std) everywhere, zero biases, and residual
     output projections scaled by 1/sqrt(number of residual branches) = 1/sqrt(2N) for N layers."""
 
-    def __init__(self, std: float = 0.02) -> None:
+    def __init__(self, std: float) -> None:
         self.std = std
 
     def embedding_std(self, d_model: int) -> float:
@@ -150,8 +149,6 @@ class DeepNetInit(InitScheme):
     computed by one fused matrix with V here, so their rows keep gain 1 while the value rows get
     beta. Only with ``norm=deepnorm``, whose residuals carry beta."""
 
-    check_options = staticmethod(check_deepnorm_pair)  # with norm=deepnorm only
-
     def apply(self, model: nn.Module) -> None:
         for matrix in linear_matrices(model):
             xavier_(matrix, uniform=False)
@@ -163,12 +160,3 @@ class DeepNetInit(InitScheme):
                 for matrix in linear_matrices(module.sublayer):
                     if matrix.role in DEEPNET_GAINED:
                         xavier_(matrix, gain=module.branch_gain, uniform=False)
-
-
-INITS: dict[str, type[InitScheme]] = {
-    "pytorch": PytorchInit,
-    "xavier": XavierInit,
-    "gpt2": Gpt2Init,
-    "small": SmallInit,
-    "deepnet": DeepNetInit,
-}

@@ -1,13 +1,13 @@
 """Normalisation layers (the ``norm.layer`` option). Where they sit is the block's business
 (``block.py``); this module only says how a vector is normalised.
 
-Each layer is a factory ``(d_model, **options)`` in ``NORM_LAYERS``; its keyword arguments *are*
-its options (its typed config, :mod:`ablate.nn.options`): ``norm.eps``, ``norm.bias``,
+Each layer is a class or factory ``(d_model, **options)``, declared with its options in
+:mod:`ablate.nn.options` (its typed config): ``norm.eps``, ``norm.bias``,
 ``norm.alpha_init``, ... where the layer takes them. The ``norm`` group carries every layer's keys,
 null unless set; one the chosen layer does not take must stay null (:func:`ablate.nn.axes.typed_options`),
 so nothing is set without being used.
 
-Adding a layer: one class or factory with its registry entry here and a test of its maths in
+Adding a layer: one class or factory here, its declaration in :mod:`ablate.nn.options` and a test of its maths in
 ``tests/nn/test_norms.py``; the generic suites (``tests/config/test_options.py``,
 ``tests/nn/test_registry_suites.py``) cover it.
 """
@@ -27,7 +27,7 @@ class ScaleNorm(nn.Module):
     Written here because neither PyTorch nor a maintained library ships it.
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, eps: float) -> None:
         super().__init__()
         self.eps = eps
         self.scale = nn.Parameter(torch.tensor(float(d_model) ** 0.5))
@@ -50,7 +50,7 @@ class DyT(nn.Module):
     in the paper. Written here because neither PyTorch nor a maintained library ships it.
     """
 
-    def __init__(self, d_model: int, alpha_init: float = 0.5) -> None:
+    def __init__(self, d_model: int, alpha_init: float) -> None:
         super().__init__()
         self.alpha_init = float(alpha_init)
         self.alpha = nn.Parameter(torch.tensor(self.alpha_init))
@@ -92,23 +92,11 @@ def example_tokens(vocab_size: int, length: int, rows: int = 4) -> Tensor:
     return torch.randint(vocab_size, (rows, length), generator=torch.Generator().manual_seed(0))
 
 
-def layer_norm(d_model: int, eps: float = 1e-5, bias: bool = True) -> nn.Module:
+def layer_norm(d_model: int, eps: float, bias: bool) -> nn.Module:
     """LayerNorm (Ba et al. 2016): centre and scale each vector, then a gain and an optional bias."""
     return nn.LayerNorm(d_model, eps=eps, bias=bias)
 
 
-def rms_norm(d_model: int, eps: float = 1e-5) -> nn.Module:
+def rms_norm(d_model: int, eps: float) -> nn.Module:
     """RMSNorm (Zhang & Sennrich 2019, eq. 4): x / RMS(x) * g; no centring and, by definition, no bias."""
     return nn.RMSNorm(d_model, eps=eps)
-
-
-def scale_norm(d_model: int, eps: float = 1e-5) -> nn.Module:
-    return ScaleNorm(d_model, eps=eps)
-
-
-NORM_LAYERS: dict[str, Callable[..., nn.Module]] = {
-    "layernorm": layer_norm,
-    "rmsnorm": rms_norm,
-    "scalenorm": scale_norm,
-    "dyt": DyT,
-}

@@ -1,182 +1,204 @@
-"""The typed config of each option of an architecture axis, read from the option's own source.
+"""The typed config of every option of every architecture axis, declared once, without torch.
 
-An option is a class or factory in its axis' registry (``POSITIONAL`` in :mod:`ablate.nn.positional`,
-...; the axes: :data:`ablate.nn.axes.AXES`). Its keyword parameters besides the *dimensions* its
-axis supplies when it builds one (``d_model``, ``max_len``, the sub-layer, ...) are its options,
-declared once, where it is implemented, with their types and defaults: ``Rotary(head_dim, base:
-float = 10000.0, fraction: float = 1.0)`` is ``pos=rope`` with the keys ``base`` and ``fraction``.
+An option is a class or factory of :mod:`ablate.nn` (``Rotary`` in :mod:`ablate.nn.positional`,
+...; the axes: :data:`ablate.nn.axes.AXES`). Its config here is a frozen dataclass of its keys with
+their types and defaults, registered under its name with the import path of what builds it, as
+fairseq registers a model with its dataclass (``register_model(name, dataclass=...)``), but without
+importing the option: a command line is composed (each config is an option of its Hydra config
+group, :mod:`ablate.config.store`) and checked before torch is imported (:mod:`ablate.cli`). An
+option without keys is its name and its target only. The option itself takes these keys with no
+defaults of its own (``tests/nn/test_options.py`` holds each config against the signature of its
+class, by :mod:`inspect`, so the two cannot drift).
 
-:func:`option_configs` reads them from the module's source with :mod:`ast` (:mod:`ablate.source`,
-the reader of the targets Hydra builds too), without importing it:
-a command line is composed and checked before torch is imported (:mod:`ablate.cli`). The registry
-is a dict literal of names the module defines (``**dict.fromkeys(NAMES, Class)`` gives one class
-to every key of another literal); a class's options are those of its constructor (``__init__``, or
-the axis' ``constructor``), looked up through its bases in the module; a factory's are its
-parameters; every default is a literal. ``tests/nn/test_options.py`` holds this reading against
-:mod:`inspect` of the imported options, every one of them, so the two cannot drift.
-
-Each option's config is a frozen dataclass, :class:`OptionConfig` ``pos[rope](base=10000.0,
-fraction=1.0)``, with the option's docstring (its paper). Like OLMo-core's config dataclasses it is
-plain data until built: ``build(*dims)`` imports the option and makes it with the model's
-dimensions; ``validate(spec)`` asks the option (``check_options(spec, **options)``, raising
-``ValueError`` naming the key to change) whether it can serve the whole spec: ``Rotary``, an odd
-rotary dimension; DeepNorm and DeepNet, one without the other.
+Like OLMo-core's config dataclasses a config is plain data until built: :meth:`OptionConfig.build`
+imports the option and makes it with the model's dimensions; :meth:`OptionConfig.validate` is the
+option's own check of the whole spec (raising ``ValueError`` naming the key to change), here so
+that it runs before torch is imported: ``pos=rope``, an odd rotary dimension; DeepNorm and DeepNet,
+one without the other. The repr names the option: ``pos[rope](base=10000.0, fraction=1.0)``.
 """
 
-from __future__ import annotations
-
-import ast
+# no ``from __future__ import annotations``: the fields' types are types, as Hydra's structured configs read them
 import dataclasses
-import functools
 import importlib
-import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ablate.source import Unresolved, declared_value, definitions, hint
 
-
+@dataclass(frozen=True, kw_only=True)
 class OptionConfig:
-    """Base of the typed option configs (each made by :func:`option_configs`)."""
+    """Base of the typed option configs: a subclass declares an option's keys (:func:`declare` gives
+    each option a class of its own, named ``axis[name]``)."""
 
     axis: ClassVar[str]  # the axis' name (``pos``, ``norm_layer``)
-    name: ClassVar[str]  # the option's name in its registry (``rope``)
-    registry: ClassVar[str]  # ``module:REGISTRY``
+    name: ClassVar[str]  # the option's name (``rope``)
+    target: ClassVar[str]  # ``module:Name`` of its class or factory in ablate.nn (``positional:Rotary``)
     constructor: ClassVar[str | None]  # the class method that builds it, when not the class itself
-    dimensions: ClassVar[tuple[str, ...]]  # the parameters the axis passes
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        """Pickled as what makes it (a made class has no importable name): a job's ranks get it so."""
-        made = (self.axis, self.registry, self.constructor, self.dimensions)
-        return _remade, (made, self.name, self.options())
+        """Pickled as what makes it (a declared class has no importable name): a job's ranks get it so."""
+        return _remade, (self.axis, self.name, self.options())
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
         """``key -> default``, in declaration order."""
-        return {f.name: f.default for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return {f.name: f.default for f in dataclasses.fields(cls)}
 
     def options(self) -> dict[str, Any]:
         """The option's keys and their values, to build it with."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @property
     def option(self) -> Any:
         """The registered class or factory (importing its module: torch)."""
-        module, _, registry = self.registry.partition(":")
-        return getattr(importlib.import_module(module), registry)[self.name]
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(f"ablate.nn.{module}"), name)
 
     def build(self, *dims: Any, **named_dims: Any) -> Any:
         """The option made with the axis' dimensions and its keys."""
         make = getattr(self.option, self.constructor) if self.constructor else self.option
         return make(*dims, **named_dims, **self.options())
 
-    def _check(self) -> Any:
-        """The option's ``check_options``, read from its class's source where it is declared as a
-        function of :mod:`ablate.nn.option_checks` (no torch), else from the imported option."""
-        module, _, registry = self.registry.partition(":")
-        names = _definitions(module)
-        defined = _registry(names, names[registry])[self.name]
-        try:
-            return declared_value(f"{module}.{defined}", "check_options", ("ablate.nn.option_checks",))
-        except Unresolved:
-            return getattr(self.option, "check_options", None)
-
     def validate(self, spec: Any) -> None:
         """Raise ``ValueError`` (naming the key to change) when the option cannot serve ``spec`` (a
-        :class:`~ablate.nn.spec.ModelSpec`)."""
-        check = self._check()
-        if check is not None:
-            check(spec, **self.options())
+        :class:`~ablate.nn.spec.ModelSpec`, which imports this module); most options serve any."""
 
 
-def _definitions(module: str) -> dict[str, ast.AST]:
-    """The top-level classes, functions and assigned values of ``module``, by name (not imported)."""
-    return definitions(module).defined
+OPTIONS: dict[str, dict[str, type[OptionConfig]]] = {}
+"""``axis -> option -> its config``, in declaration order (the order messages and docs list them)."""
 
 
-def _registry(names: dict[str, ast.AST], node: ast.AST) -> dict[str, str]:
-    """``option -> the name it is registered as`` of a registry's dict literal."""
-    if isinstance(node, ast.Name):
-        return _registry(names, names[node.id])
-    if isinstance(node, ast.Call) and ast.unparse(node.func) == "dict.fromkeys":
-        return dict.fromkeys(_registry(names, node.args[0]), ast.unparse(node.args[1]))
-    if isinstance(node, ast.Dict):
-        entries: dict[str, str] = {}
-        for key, value in zip(node.keys, node.values):
-            entries.update(_registry(names, value) if key is None else {ast.literal_eval(key): ast.unparse(value)})
-        return entries
-    raise TypeError(f"a registry is a dict literal (or dict.fromkeys of one), not {ast.unparse(node)}")
+def declare(
+    axis: str, module: str, options: Mapping[str, str | tuple[str, type[OptionConfig]]], constructor: str | None = None
+) -> None:
+    """Register the options of ``axis``: each ``name -> Class`` of ``ablate.nn.<module>`` (no keys)
+    or ``name -> (Class, Keys)`` (its keys: a frozen dataclass of :class:`OptionConfig`)."""
+    for name, entry in options.items():
+        target, keys = (entry, OptionConfig) if isinstance(entry, str) else entry
+        namespace = {"axis": axis, "name": name, "target": f"{module}:{target}", "constructor": constructor}
+        config = type(f"{axis}[{name}]", (keys,), {**namespace, "__doc__": keys.__doc__, "__module__": __name__})
+        OPTIONS.setdefault(axis, {})[name] = dataclasses.dataclass(frozen=True, kw_only=True)(config)
 
 
-def _signature(names: dict[str, ast.AST], name: str, method: str) -> tuple[ast.arguments, bool] | None:
-    """The parameters of the function ``name``, or of the method ``method`` of the class ``name``
-    (found through its bases in the module; None: it has none of its own, as ``object``), and
-    whether the first one is ``self``/``cls``."""
-    node = names.get(name)
-    if isinstance(node, ast.FunctionDef):
-        return node.args, False
-    if isinstance(node, ast.ClassDef):
-        own = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == method), None)
-        if own is not None:
-            return own.args, not any(ast.unparse(d) == "staticmethod" for d in own.decorator_list)
-        for base in node.bases:
-            found = _signature(names, ast.unparse(base), method)
-            if found is not None:
-                return found
-    return None
+def _remade(axis: str, name: str, options: dict[str, Any]) -> "OptionConfig":
+    return OPTIONS[axis][name](**options)
 
 
-def option_fields(module: str, option: str, method: str, dimensions: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
-    """``(key, type, default)`` of the option registered as ``option``'s keys, read from the source."""
-    names = _definitions(module)
-    found = _signature(names, option, method)
-    if found is None:
-        return []
-    args, bound = found
-    positional = [*args.posonlyargs, *args.args][1 if bound else 0 :]
-    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    parameters = [*zip(positional, defaults), *zip(args.kwonlyargs, args.kw_defaults)]
-    fields = []
-    for arg, default in parameters:
-        if arg.arg in dimensions:
-            continue
-        if default is None:
-            raise TypeError(f"{module}.{option}: {arg.arg} is neither a dimension of its axis nor has a default")
-        fields.append((arg.arg, hint(arg.annotation, module), ast.literal_eval(default)))
-    return fields
+# --- the options' keys and checks ----------------------------------------------------------------
 
 
-@functools.cache
-def option_configs(
-    axis: str, registry: str, constructor: str | None, dimensions: tuple[str, ...]
-) -> dict[str, type[OptionConfig]]:
-    """``option -> its typed config`` of the registry ``module:NAME`` (an axis' options)."""
-    module, _, variable = registry.partition(":")
-    names = _definitions(module)
-    configs: dict[str, type[OptionConfig]] = {}
-    for option, defined in _registry(names, names[variable]).items():
-        fields = option_fields(module, defined, constructor or "__init__", dimensions)
-        source = names.get(defined)
-        namespace = {
-            "__doc__": ast.get_docstring(source) if isinstance(source, (ast.ClassDef, ast.FunctionDef)) else None,
-            **{
-                "axis": axis,
-                "name": option,
-                "registry": registry,
-                "constructor": constructor,
-                "dimensions": dimensions,
-            },
-        }
-        configs[option] = dataclasses.make_dataclass(
-            f"{axis}[{option}]",
-            [(key, hint, dataclasses.field(default=default)) for key, hint, default in fields],
-            bases=(OptionConfig,),
-            frozen=True,
-            kw_only=True,
-            namespace=namespace,
+def rotary_dim(head_dim: int, fraction: float) -> int:
+    """The number of rotated features per head; it must be a positive even integer."""
+    rot = head_dim * fraction
+    if fraction <= 0 or fraction > 1 or rot != int(rot) or int(rot) % 2:
+        raise ValueError(
+            f"pos=rope rotates head_dim * pos.fraction = {head_dim} * {fraction} = {rot} features per head, "
+            f"which must be a positive even integer: change model.d_model / model.n_heads or pos.fraction"
         )
-        configs[option].__module__ = __name__
-    return configs
+    return int(rot)
 
 
-def _remade(made: tuple[Any, ...], name: str, options: dict[str, Any]) -> OptionConfig:
-    return option_configs(*made)[name](**options)
+@dataclass(frozen=True, kw_only=True)
+class SinusoidalKeys(OptionConfig):
+    """Fixed sinusoidal encodings (Vaswani et al. 2017, Sec. 3.5); ``base``: the longest wavelength / 2 pi."""
+
+    base: float = 10000.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class RotaryKeys(OptionConfig):
+    """Rotary position embedding (Su et al. 2021, RoFormer, eq. 34); ``fraction`` < 1 rotates only
+    that share of each head's features (partial rotary, as in GPT-NeoX)."""
+
+    base: float = 10000.0
+    fraction: float = 1.0
+
+    def validate(self, spec: Any) -> None:
+        rotary_dim(spec.head_dim, float(self.fraction))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeepNormPair(OptionConfig):
+    """DeepNorm's alpha and DeepNet's beta are derived together (Wang et al. 2022): one without the
+    other is refused (by ``norm=deepnorm`` and by ``init=deepnet``)."""
+
+    def validate(self, spec: Any) -> None:
+        norm, init = spec.choice("norm"), spec.choice("init")
+        if (norm == "deepnorm") != (init == "deepnet"):
+            raise ValueError(
+                f"norm={norm} with init={init}: DeepNorm's residual scale alpha is derived together with the "
+                f"init gain beta (Wang et al. 2022), so use them as a pair: norm=deepnorm init=deepnet"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpsKeys(OptionConfig):
+    """A norm layer dividing by a statistic: ``eps`` keeps the division finite."""
+
+    eps: float = 1e-5
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerNormKeys(OptionConfig):
+    """LayerNorm (Ba et al. 2016): ``eps`` in the division, ``bias``: the learned shift."""
+
+    eps: float = 1e-5
+    bias: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class DyTKeys(OptionConfig):
+    """Dynamic Tanh (Zhu et al. 2025, eq. 1): ``alpha_init``, the paper's alpha_0 at an input of unit RMS."""
+
+    alpha_init: float = 0.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatedKeys(OptionConfig):
+    """A GLU variant (Shazeer 2020, eqs. 5-6): ``match_params`` shrinks the hidden width to 2/3, so the
+    three matrices hold the parameters of a plain FFN's two."""
+
+    match_params: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gpt2Keys(OptionConfig):
+    """GPT-2's init (Radford et al. 2019, Sec. 2.3): ``std`` of every matrix and embedding."""
+
+    std: float = 0.02
+
+
+PLAIN_ACTS = ("relu", "gelu", "gelu_tanh", "silu", "relu2")  # ablate.nn.ffn.ACTIVATIONS
+GATED_ACTS = ("glu", "reglu", "geglu", "swiglu", "bilinear")  # ablate.nn.ffn.GATES
+
+declare("pos", "positional", {
+    "none": "NoPositionalEncoding",
+    "sinusoidal": ("Sinusoidal", SinusoidalKeys),
+    "learned": "Learned",
+    "rope": ("Rotary", RotaryKeys),
+    "alibi": "ALiBi",
+})  # fmt: skip
+declare("norm", "block", {
+    "pre": "PreNormResidual",
+    "post": "PostNormResidual",
+    "sandwich": "SandwichResidual",
+    "deepnorm": ("DeepNormResidual", DeepNormPair),
+}, constructor="for_stack")  # fmt: skip
+declare("norm_layer", "norms", {
+    "layernorm": ("layer_norm", LayerNormKeys),
+    "rmsnorm": ("rms_norm", EpsKeys),
+    "scalenorm": ("ScaleNorm", EpsKeys),
+    "dyt": ("DyT", DyTKeys),
+})  # fmt: skip
+declare("act", "ffn", {
+    **dict.fromkeys(PLAIN_ACTS, "FeedForward"),
+    **dict.fromkeys(GATED_ACTS, ("GatedFeedForward", GatedKeys)),
+})  # fmt: skip
+declare("init", "init", {
+    "pytorch": "PytorchInit",
+    "xavier": "XavierInit",
+    "gpt2": ("Gpt2Init", Gpt2Keys),
+    "small": "SmallInit",
+    "deepnet": ("DeepNetInit", DeepNormPair),
+})  # fmt: skip
+declare("attn", "attention", {"math": "MathAttention", "sdpa": "SdpaAttention"})

@@ -12,20 +12,19 @@ Every scheme implements the same three hooks, so attention never branches on a s
 Positions are absolute token indices; ``offset`` is the index of the first token of the input,
 which is non-zero when decoding with a KV cache.
 
-Adding a scheme: subclass :class:`PositionalEncoding` (its keyword arguments with defaults are its
-options, ``pos.<key>``: :mod:`ablate.nn.options`), register it in ``POSITIONAL`` and test its
-maths in ``tests/nn/test_positional.py``.
+Adding a scheme: subclass :class:`PositionalEncoding` (its keyword arguments besides the dimensions
+are its options, ``pos.<key>``), declare it with its keys and their defaults in
+:mod:`ablate.nn.options` and test its maths in ``tests/nn/test_positional.py``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
-from ablate.nn.option_checks import check_rotary, rotary_dim
+from ablate.nn.options import rotary_dim
 from ablate.nn.roles import Matrix, Role, whole
 
 
@@ -34,8 +33,8 @@ class PositionalEncoding(nn.Module):
 
     Constructors receive every model dimension as a keyword (d_model, n_heads, head_dim,
     max_len: the dimensions of its axis, :data:`ablate.nn.axes.AXES`) plus the scheme's own options, and take
-    the ones they need. A scheme may check its options against the whole spec with a static
-    ``check_options(spec, **options)`` (:meth:`ablate.nn.options.OptionConfig.validate`).
+    the ones they need; its options' defaults and its check of the whole spec are its config's
+    (:mod:`ablate.nn.options`).
     """
 
     max_positions: int | None = None  # the positions it can represent; None: any (it extrapolates)
@@ -88,7 +87,7 @@ class Sinusoidal(PositionalEncoding):
     token RMS) instead of drowning GPT-2's N(0, 0.02) tokens 36-fold.
     """
 
-    def __init__(self, d_model: int, token_rms: float = 1.0, base: float = 10000.0, **_: object) -> None:
+    def __init__(self, d_model: int, token_rms: float = 1.0, *, base: float, **_: object) -> None:
         super().__init__()
         self.d_model, self.base, self.amplitude = d_model, base, token_rms
 
@@ -135,7 +134,7 @@ class Rotary(PositionalEncoding):
 
     inv_freq: Tensor  # a buffer (registered in __init__)
 
-    def __init__(self, head_dim: int, base: float = 10000.0, fraction: float = 1.0, **_: object) -> None:
+    def __init__(self, head_dim: int, *, base: float, fraction: float, **_: object) -> None:
         super().__init__()
         self.rot_dim = rotary_dim(head_dim, fraction)
         self.base = base
@@ -153,8 +152,6 @@ class Rotary(PositionalEncoding):
 
     def rotate(self, q: Tensor, k: Tensor, q_offset: int = 0, k_offset: int = 0) -> tuple[Tensor, Tensor]:
         return self._rotate(q, q_offset), self._rotate(k, k_offset)
-
-    check_options = staticmethod(check_rotary)  # the rotated features per head: a positive even number
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -192,12 +189,3 @@ class ALiBi(PositionalEncoding):
         k_pos = torch.arange(k_len, device=device)
         distance = (q_pos[:, None] - k_pos[None, :]).abs().float()
         return -self.slopes.to(device)[:, None, None] * distance[None]
-
-
-POSITIONAL: dict[str, Callable[..., PositionalEncoding]] = {
-    "none": NoPositionalEncoding,
-    "sinusoidal": Sinusoidal,
-    "learned": Learned,
-    "rope": Rotary,
-    "alibi": ALiBi,
-}

@@ -35,6 +35,7 @@ from ablate.config.checks import (
     optional,
     positive_int,
 )
+from ablate.config.store import store_section
 from ablate.config.types import (
     UNRESOLVED,
     Rule,
@@ -127,7 +128,9 @@ LR_MAX = 1e6
 
 @dataclass(frozen=True)
 class OptimConfig(Section):
-    """The ``optim`` group (:mod:`ablate.optim`): the optimiser, its schedule and clipping."""
+    """The ``optim`` group (:mod:`ablate.optim`): the optimiser, its schedule and clipping. Its
+    defaults are the group's (``optim=adamw``); stored in Hydra's ConfigStore as ``schema/optim``
+    (:func:`ablate.config.store.store_section`), which ``conf/optim/*.yaml`` extend."""
 
     PATH = "optim"
     name: str = rule("adamw", _optim_name, "one of adamw, adam, sgd")
@@ -141,15 +144,16 @@ class OptimConfig(Section):
         "two coefficients in [0, 1), e.g. [0.9, 0.99]",
     )
     eps: float = rule(1e-8, lambda v: number(v) and v > 0, "a positive epsilon")
-    weight_decay: float = rule(0.0, lambda v: number(v) and v >= 0, "a weight decay >= 0")
+    weight_decay: float = rule(0.1, lambda v: number(v) and v >= 0, "a weight decay >= 0")
     schedule: str = rule("cosine", _schedule, "one of cosine, linear, inverse_sqrt, constant")
-    warmup_steps: int = rule(0, lambda v: integer(v) and v >= 0, "a number of steps >= 0")
+    warmup_steps: int = rule(100, lambda v: integer(v) and v >= 0, "a number of steps >= 0")  # linear warmup
     decay_steps: int | None = rule(
         None, optional(positive_int), "null (= trainer.max_steps) or a positive number of steps"
     )
-    min_lr_ratio: float = rule(0.0, lambda v: number(v) and 0 <= v <= 1, "a fraction of the peak LR in [0, 1]")
-    grad_clip: float | None = rule(
-        None, optional(lambda v: number(v) and v > 0), "null (no clipping) or a positive maximum gradient norm"
+    # cosine/linear decay to lr * min_lr_ratio
+    min_lr_ratio: float = rule(0.1, lambda v: number(v) and 0 <= v <= 1, "a fraction of the peak LR in [0, 1]")
+    grad_clip: float | None = rule(  # the maximum global gradient norm
+        1.0, optional(lambda v: number(v) and v > 0), "null (no clipping) or a positive maximum gradient norm"
     )
     label_smoothing: float = rule(0.0, lambda v: number(v) and 0 <= v < 1, "a value in [0, 1)")
     momentum: float | None = rule(None, optional(lambda v: number(v) and 0 <= v < 1), "null or a momentum in [0, 1)")
@@ -163,6 +167,9 @@ class OptimConfig(Section):
             optimizer_kind(self.as_dict())  # optim.momentum with an optimiser that has none
         except ValueError as err:
             raise ConfigError(str(err)) from None
+
+
+store_section(OptimConfig)  # schema/optim: what conf/optim/*.yaml extend (their keys' defaults are these)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,71 @@
+"""The architecture groups live in Hydra's ConfigStore (ablate.config.store), not beside a checkout:
+a ``conf/`` folder with no ``src/`` next to it (an installed package's user, who copied train.py and
+conf/) composes ``pos=rope`` all the same, in process and through ``train.py`` (Hydra's plugin scan
+imports hydra_plugins.ablate_sweepers, which registers them)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+import ablate.config.store  # noqa: F401  (what the entry points import before they compose)
+from helpers.runs import HANG_TIMEOUT, REPO, offline_env
+
+
+def _elsewhere(tmp_path: Path) -> Path:
+    """train.py and conf/ copied into a folder without src/."""
+    shutil.copytree(REPO / "conf", tmp_path / "conf")
+    shutil.copy(REPO / "train.py", tmp_path / "train.py")
+    assert not (tmp_path / "src").exists()
+    return tmp_path
+
+
+def test_a_conf_folder_without_src_beside_it_composes_the_groups(tmp_path: Path) -> None:
+    folder = _elsewhere(tmp_path)
+    with initialize_config_dir(config_dir=str(folder / "conf"), version_base="1.3"):
+        cfg = compose("train", ["pos=rope", "pos.fraction=0.5"])
+    assert (cfg.pos.name, cfg.pos.fraction, cfg.pos.base) == ("rope", 0.5, 10000.0)
+    assert (cfg.norm.placement, cfg.act.name, cfg.init.name, cfg.attn.impl) == ("pre", "gelu", "xavier", "sdpa")
+
+
+@pytest.mark.integration
+def test_train_py_elsewhere_composes_pos_rope(tmp_path: Path) -> None:
+    folder = _elsewhere(tmp_path / "run")
+    proc = subprocess.run(
+        [sys.executable, "train.py", "pos=rope", "--cfg", "job"],
+        cwd=folder,
+        env=offline_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "pos:\n  name: rope\n  base: 10000.0\n  fraction: 1.0" in proc.stdout
+
+
+def test_the_optim_defaults_live_once_in_its_section() -> None:
+    """conf/optim/*.yaml extend schema/optim (OptimConfig's keys and defaults): optim=adamw is the
+    section's defaults, and every file sets only what differs from them."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from ablate.run.config import OptimConfig
+
+    defaults = dataclasses.asdict(OptimConfig())
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        composed = OmegaConf.to_container(compose("train").optim)
+    assert composed == {k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}
+    for path in sorted((REPO / "conf" / "optim").glob("*.yaml")):
+        node = OmegaConf.to_container(OmegaConf.load(path))
+        assert node.pop("defaults") == ["/schema/optim@_here_", "_self_"], path.name
+        same = [
+            k for k, v in node.items() if v == (list(defaults[k]) if isinstance(defaults[k], tuple) else defaults[k])
+        ]
+        assert not same, f"{path.name} repeats the defaults of {same}"
