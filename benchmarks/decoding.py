@@ -35,7 +35,7 @@ def build(ckpt: str | None, overrides: list[str]) -> tuple[Any, list[str], Decod
     import ablate  # noqa: F401  (registers the config resolvers)
     from ablate.cli import conf_dir
     from ablate.run.assembly import build_datamodule, build_model
-    from ablate.run.preflight import check_config
+    from ablate.run.plan import check_config
 
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         cfg = compose("train", overrides=["experiment=multi30k_small", *overrides])

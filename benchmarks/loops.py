@@ -27,7 +27,7 @@ from ablate.callbacks.throughput import ThroughputMonitor
 from ablate.nn.flops import flops_per_token
 from ablate.optim import build_optimizer, build_schedule
 from ablate.run.assembly import build_callbacks, build_model, trainer_arguments
-from ablate.run.preflight import Preflight
+from ablate.run.plan import Preflight
 from ablate.tracking.loggers import build_loggers
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class Variant:
     loop: str  # "hand" | "lightning"
     overrides: list[str]
     cfg: DictConfig
-    checked: Preflight  # ablate.run.preflight.check_config of cfg
+    checked: Preflight  # ablate.run.plan.check_config of cfg
 
 
 class Runner:

@@ -151,7 +151,7 @@ def _import_the_stack(probe: _Probe) -> None:
 
     probe.mark("imported_wandb")
     import ablate.run.assembly
-    import ablate.run.lifecycle
+    import ablate.run.record
     import ablate.run.status
     import ablate.run.train  # noqa: F401
 
@@ -162,7 +162,7 @@ def _wrap_the_job(probe: _Probe) -> None:
     """Install the timing wrappers around the functions of the job's checks, assembly and record
     (the modules' attributes in this process; the package itself is not changed)."""
     import ablate.run.assembly as A
-    import ablate.run.lifecycle as LC
+    import ablate.run.record as LC
     import ablate.run.status as status_record
     import ablate.run.train as T
     from ablate.callbacks import throughput
@@ -176,7 +176,7 @@ def _wrap_the_job(probe: _Probe) -> None:
     A.build_task = _probed_build_task(probe, A.build_task)
     A.build_callbacks = _probed_build_callbacks(probe, A.build_callbacks, first, last)
     A.build_loggers = _probed_build_loggers(probe, A.build_loggers)
-    T.preflight = probe.timed("config_checks", T.preflight)
+    T.check = probe.timed("config_checks", T.check)
     LC.finish_wandb = probe.timed("wandb_finish", LC.finish_wandb)
     status_record.write_status = probe.timed("write_status", status_record.write_status)  # via record_status
 

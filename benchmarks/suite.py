@@ -26,7 +26,7 @@ from ablate.config.checks import matmul_precision
 from ablate.nn.axes import spec_axes
 from ablate.nn.flops import flops_per_token
 from ablate.run.assembly import build_datamodule
-from ablate.run.preflight import check_config
+from ablate.run.plan import check_config
 from benchmarks.budgets import check_budgets
 from benchmarks.loops import HandLoop, LightningLoop, Runner, Variant
 from benchmarks.machine import CpuShare, machine_info, peak_rss_mb, rss_mb

@@ -46,14 +46,14 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 # The run record: what a job leaves in its folder (status.json: its schema and reader; csv/metrics.csv: the
 # job's own reader). The analysis beside the job reads it; these modules stand on the layers below only.
-RUN_RECORD = ("ablate.run.status", "ablate.run.record")
+RUN_RECORD = ("ablate.run.status",)
 # Module-level imports that would make a light module heavy (the registries are read without torch).
 LIGHT: dict[str, tuple[str, ...]] = {
     "ablate.metrics": ("torch", "lightning"),
     "ablate.seeds": ("torch", "lightning"),
     "ablate.eval_units": ("torch", "lightning", "pandas"),  # read by the analysis without the training stack
-    "ablate.run.status": ("torch", "lightning"),
-    "ablate.run.record": ("torch", "lightning", "pandas"),  # a job reads its own log back without pandas
+    "ablate.run.status": ("torch", "lightning", "pandas"),  # a job reads its own log back without pandas
+    "ablate.run.plan": ("torch", "lightning"),  # a command line's check and a sweep's check of every job use it
     "ablate.tasks": ("torch", "lightning"),  # the registry itself: analysis and console read it without torch
     "ablate.config": ("lightning",),
 }

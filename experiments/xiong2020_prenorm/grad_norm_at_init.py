@@ -48,7 +48,7 @@ from ablate.callbacks.grad_norm import GradNormMonitor
 from ablate.config.checks import matmul_precision
 from ablate.config.locations import checkout_root
 from ablate.run.assembly import build_datamodule, build_model, seed_and_runtime
-from ablate.run.preflight import check_config
+from ablate.run.plan import check_config
 from ablate.tasks.base import TaskModule
 
 LAYER_GROUP = re.compile(r"^(?:(enc|dec)_)?layer_(\d+)/(\w+)$")

@@ -7,7 +7,7 @@ registry (``ablate.tasks``, which registers the built-in tasks), and asking an e
 error, never a silent blank (:func:`registered`). Everything that shows or compares a
 metric asks this registry instead of keeping its own table: the progress lines and the summaries
 (:mod:`ablate.cli.console`, :mod:`ablate.callbacks.progress`), the W&B summary goals and panels, the
-analysis tables and figures, the best-value rule of sweeps that optimise (:mod:`ablate.run.objective`,
+analysis tables and figures, the best-value rule of sweeps that optimise (:func:`ablate.run.status.best_metric_value`,
 ``tune=lr``) and the check of ``optimized_metric``. A metric declared by a task appears in all of
 them; a metric nobody declared is refused by name where a direction is needed, never guessed.
 

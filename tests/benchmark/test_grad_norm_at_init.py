@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from hydra.utils import instantiate
 
 from ablate.run.assembly import build_model
-from ablate.run.preflight import check_config
+from ablate.run.plan import check_config
 from experiments.xiong2020_prenorm import grad_norm_at_init as gn
 from helpers.runs import SHARED_DATA
 

@@ -36,9 +36,7 @@ from ablate.nn.probe import ScaleReport, measure
 from ablate.nn.spec import ModelSpec
 from ablate.optim import used_optim_config
 from ablate.run.config import RunConfig
-from ablate.run.job import Job, is_rank_zero
-from ablate.run.lifecycle import Plan
-from ablate.run.preflight import Preflight
+from ablate.run.plan import Job, Plan, Preflight, is_rank_zero
 from ablate.tasks import build_task
 from ablate.tasks.trained_data import check_resumed_data
 from ablate.tracking.loggers import build_loggers
@@ -65,8 +63,8 @@ class Assembly:
 
 def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
     """Seed, then build the job's data module, callbacks, task (and its model), loggers and Trainer
-    (``checked``: :func:`ablate.run.preflight.preflight` of ``cfg``; ``plan``: the checkpoint it
-    resumes and its W&B run, :func:`ablate.run.lifecycle.decide`)."""
+    (``checked``: :func:`ablate.run.plan.check` of ``cfg``; ``plan``: the checkpoint it resumes and
+    its W&B run, :func:`ablate.run.plan.decide`)."""
     arguments = trainer_arguments(cfg.trainer, checked.accumulate)
     seed_and_runtime(cfg, checked.matmul_precision)
     datamodule = build_datamodule(cfg)
@@ -78,7 +76,7 @@ def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
     n_params = cast(Any, task.model).num_params()  # TransformerLM, EncoderDecoder
     axes = spec_axes(spec)
     fpt = flops_per_token(n_params, spec.n_layers + spec.encoder_layers, spec.d_model, cfg.data["seq_len"])
-    optim = used_optim_config(cfg.resolved["optim"])  # never record a key the optimiser ignores
+    optim = used_optim_config(cfg.optim.as_dict())  # never record a key the optimiser ignores
     for cb in callbacks:  # the model's FLOPs per token (at the training length), unless configured
         if isinstance(cb, ThroughputMonitor) and cb.flops_per_token is None:
             cb.flops_per_token = fpt
@@ -203,7 +201,7 @@ def build_datamodule(cfg: RunConfig | DictConfig) -> Any:
 
 def build_model(cfg: RunConfig | DictConfig, datamodule: Any, max_len: int) -> TaskModule:
     """The task module (``task.name``) with its model, built from the model spec for this data
-    (``max_len``: the longest sequence the model sees, :func:`ablate.run.preflight.eval_max_len`;
+    (``max_len``: the longest sequence the model sees, :attr:`ablate.run.config.RunConfig.eval_max_len`;
     the spec is the task's ``spec``); the task carries the data's tokenizer into its checkpoints."""
     cfg = RunConfig.of(cfg)
     task = build_task(cfg, datamodule, cfg.model_spec(vocab_size=datamodule.vocab_size, max_len=max_len))

@@ -38,7 +38,7 @@ def ignore_ctrl_c_until_a_job_runs() -> None:
     """A joblib (loky) worker's initializer: ignore SIGINT from the worker's start.
 
     The terminal's Ctrl-C reaches every process of the sweep. A worker that has not run a job yet
-    has no handler (:class:`ablate.run.lifecycle.WorkerStopHandler` is installed by a job), so it would die of the
+    has no handler (:class:`ablate.run.record.WorkerStopHandler` is installed by a job), so it would die of the
     ``KeyboardInterrupt``, and loky answers a dead worker by SIGKILLing every other one: the running
     jobs would lose the steps since their last checkpoint. With ``n_jobs`` above the number of jobs
     (``n_jobs=-1`` on a large machine) such idle workers are the rule. A job's own handler replaces

@@ -2,7 +2,7 @@
 
 Hydra's sweepers compose each job's config before launching a batch (``validate_batch_is_legal``),
 which catches a key Hydra does not know; :class:`ValidatingSweeperMixin` also runs ablate's own
-checks on it (:func:`ablate.run.preflight.check_config`: option keys that do not apply, run-control numbers,
+checks on it (:func:`ablate.run.plan.check_config`: option keys that do not apply, run-control numbers,
 architecture combinations), so that ``pos=rope,sinusoidal +pos.fraction=0.5`` stops before any job
 trains instead of failing half of them later. :class:`ValidatingSweeper` is Hydra's basic grid
 sweeper with it (the default, ``conf/hydra/sweeper/validating.yaml``); the tuned-LR sweeper uses it too.
@@ -28,7 +28,7 @@ from ablate.sweepers.job_dirs import NamedJobs
 
 
 class ValidatingSweeperMixin(BasicSweeper):
-    """``validate_batch_is_legal`` that also runs :func:`ablate.run.preflight.check_config` on each job;
+    """``validate_batch_is_legal`` that also runs :func:`ablate.run.plan.check_config` on each job;
     the launcher behind :class:`~ablate.sweepers.killed_jobs.KilledWorkerGuard` (a killed worker is recorded)
     and :class:`~ablate.sweepers.job_dirs.NamedJobs` (job directories named by what varies; a
     sweep directory shared only by related commands)."""
@@ -56,7 +56,7 @@ class ValidatingSweeperMixin(BasicSweeper):
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         from ablate.run.config import RunConfig  # the checks' imports: only when a sweep runs
-        from ablate.run.preflight import check_config
+        from ablate.run.plan import check_config
 
         for overrides in batch:
             if tuple(overrides) in self.validated:
