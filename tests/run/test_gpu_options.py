@@ -349,17 +349,18 @@ def test_a_run_sets_the_matmul_precision_auto_resolves_to(monkeypatch: pytest.Mo
     on the CPU, TF32 on a GPU trainer (so Lightning's tip never prints); torch never sees "auto"."""
     from ablate.run import plan
     from ablate.run.assembly import seed_and_runtime
+    from ablate.run.config import RunConfig
     from ablate.run.plan import check_config
 
     before = torch.get_float32_matmul_precision()
     try:
         cfg = composed()
-        seed_and_runtime(cfg, check_config(cfg).matmul_precision)  # as ablate.run.assembly.build
+        seed_and_runtime(RunConfig.of(cfg), check_config(cfg).matmul_precision)  # as ablate.run.assembly.build
         assert torch.get_float32_matmul_precision() == "highest"
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(plan.memory, "check_training_step", lambda *a: None)  # it would ask the GPU
         gpu = composed("trainer=gpu")
-        seed_and_runtime(gpu, check_config(gpu).matmul_precision)
+        seed_and_runtime(RunConfig.of(gpu), check_config(gpu).matmul_precision)
         assert torch.get_float32_matmul_precision() == "high"
     finally:
         torch.set_float32_matmul_precision(before)

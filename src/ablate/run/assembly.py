@@ -23,7 +23,6 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
-from omegaconf import DictConfig
 
 from ablate.callbacks.checkpointing import AtomicCheckpointIO, ResumeState
 from ablate.callbacks.interrupt import GracefulInterrupt
@@ -178,7 +177,7 @@ def _print_header(
     print(header, flush=True)
 
 
-def seed_and_runtime(cfg: RunConfig | DictConfig, matmul_precision: str) -> None:
+def seed_and_runtime(cfg: RunConfig, matmul_precision: str) -> None:
     """The run's seed (every RNG, data loader workers included) and its floating-point settings
     (``matmul_precision``: ``runtime.matmul_precision`` resolved, :func:`ablate.config.checks.matmul_precision`)."""
     L.seed_everything(cfg.seed, workers=True)
@@ -191,19 +190,18 @@ def seed_and_runtime(cfg: RunConfig | DictConfig, matmul_precision: str) -> None
     torch.set_float32_matmul_precision(matmul_precision)
 
 
-def build_datamodule(cfg: RunConfig | DictConfig) -> Any:
+def build_datamodule(cfg: RunConfig) -> Any:
     """The configured data module, prepared (downloaded, tokenised, cached) and set up for training."""
-    datamodule = instantiate(RunConfig.of(cfg).data, seed=cfg.seed)
+    datamodule = instantiate(cfg.data, seed=cfg.seed)
     datamodule.prepare_data()
     datamodule.setup("fit")
     return datamodule
 
 
-def build_model(cfg: RunConfig | DictConfig, datamodule: Any, max_len: int) -> TaskModule:
+def build_model(cfg: RunConfig, datamodule: Any, max_len: int) -> TaskModule:
     """The task module (``task.name``) with its model, built from the model spec for this data
     (``max_len``: the longest sequence the model sees, :attr:`ablate.run.config.RunConfig.eval_max_len`;
     the spec is the task's ``spec``); the task carries the data's tokenizer into its checkpoints."""
-    cfg = RunConfig.of(cfg)
     task = build_task(cfg, datamodule, cfg.model_spec(vocab_size=datamodule.vocab_size, max_len=max_len))
     task.tokenizer = datamodule.tokenizer
     return task

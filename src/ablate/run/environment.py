@@ -4,7 +4,7 @@ A config can be valid and still impossible *here*: ``trainer=gpu`` on a machine 
 ``hydra/launcher=slurm`` where SLURM's ``sbatch`` is not installed. Lightning and submitit find out
 late (a ``MisconfigurationException`` after the W&B run and the status were created, a
 ``FileNotFoundError`` 30 lines deep); these checks say it first, in one line, exit 2. They are apart from the config's own checks
-(:func:`ablate.run.preflight.check_config`), which hold on any machine: a paper-scale experiment
+(:func:`ablate.run.plan.preflight`), which hold on any machine: a paper-scale experiment
 with ``trainer=gpu`` is a valid config on a laptop too (``tests/config/test_experiments.py``).
 """
 
