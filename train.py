@@ -19,8 +19,7 @@ from ablate import cli
 
 def check(cfg: DictConfig, overrides: list[str]) -> None:
     """What a command line must pass before Hydra starts a job (:func:`ablate.cli.entry_point`)."""
-    from ablate.run.environment import running_hydra
-    from ablate.run.gpu_visibility import refuse_missing_gpu
+    from ablate.run.environment import refuse_missing_gpu, running_hydra
 
     refuse_missing_gpu(cfg.trainer, running_hydra())  # first: before the checks below import torch
 

@@ -1,59 +1,45 @@
 """What a job will do, from its typed config and its run folder, decided before any data is read.
 
-:func:`ablate.run.train.run` asks it twice, in this order:
+:func:`ablate.run.train.run` asks it twice: :func:`check` (the devices the config asks for are
+here, the global batch splits over them, a training step fits in memory: a :class:`Preflight` with
+the run's identity, its batch layout and its start warnings), then :func:`decide` (what the job does
+with its directory, a :class:`Plan`):
 
-1. :func:`check` -- what the job derives from its typed config (:class:`~ablate.run.config.RunConfig`)
-   before it reads data or allocates a tensor: the machine has the devices it asks for
-   (:func:`ablate.run.environment.check_accelerator`), the global batch splits over them, a training
-   step fits in memory (:mod:`ablate.run.memory`); a :class:`Preflight` holds the run's identity (what
-   a resume must match), its batch layout and the warnings to show at start.
-2. :func:`decide` -- what the job does with its directory, as a :class:`Plan`:
+* a job of a sweep (re-running the same command finds the same directories): ``status.json`` says
+  completed or diverged: skipped, with its stored result (``skip_completed``, default); a
+  ``last.ckpt`` without such a status (killed, crashed): resumed from it; ``skip_completed=false``:
+  trained from scratch, its previous status and checkpoints removed; a sweep run by worker
+  processes that was asked to stop: not started (a re-run runs it);
+* a single run with ``ckpt_path`` (``last`` or a path): resumed; a finished run that a resume would
+  not train further (``trainer.max_steps`` not raised) is reported, not retrained;
+  ``ckpt_path=last`` where there is no checkpoint is refused (it names a run to continue), except
+  for a sweep's job and inside a SLURM job, where the same command is also the job's first run;
+* a single run without ``ckpt_path`` into a directory that holds another run: refused, unless
+  ``overwrite=true`` (which removes the old record first).
 
-   * a job of a sweep (re-running the same command finds the same directories): ``status.json``
-     says completed or diverged: skipped, with its stored result (``skip_completed``, default);
-     a ``last.ckpt`` without such a status (killed, crashed): resumed from it;
-     ``skip_completed=false``: trained from scratch, its previous status and checkpoints removed;
-     a sweep run by worker processes that was asked to stop: not started (a re-run runs it);
-   * a single run with ``ckpt_path`` (``last`` or a path): resumed; a finished run that a resume
-     would not train further (``trainer.max_steps`` not raised) is reported, not retrained;
-     ``ckpt_path=last`` where there is no checkpoint is refused (it names a run to continue), except
-     for a sweep's job and inside a SLURM job, where the same command is also the job's first run;
-   * a single run without ``ckpt_path`` into a directory that holds another run: refused, unless
-     ``overwrite=true`` (which removes the old record first).
+A resumed checkpoint is read once (:func:`read_resumed`): readable, and trained with the same
+run-defining settings (:func:`ablate.config.identity.check_same_run`).
 
-   A resumed checkpoint is read once, here (:func:`read_resumed`): it must be readable and trained
-   with the same run-defining settings (:func:`ablate.config.identity.check_same_run`).
+It decides from :class:`Job`: what Hydra knows of the job, read once in the process Hydra runs it in
+(nothing else in the package asks Hydra's runtime) and handed as it is to the ranks: its
+run-control keys (:class:`RunControl`), overrides, labels, sweep, the config files of ``.hydra/``
+(written once the job is decided: a refused command rewrites nothing) and whether its directory was
+made for this command. A single run in a new directory (``logs/runs/<time>``) is the command typed
+again: with ``ckpt_path=last`` it continues the latest unfinished run of the same overrides, in that
+run's directory; without, it says which one it could have resumed (:func:`earlier_run`).
+``python train.py hydra.run.dir=<run dir> ckpt_path=last`` reads in that run's own overrides before
+Hydra composes the config (:func:`with_stored_overrides`).
 
-What it decides from: :class:`Job`, what the command line says of the job, read once from Hydra in
-the process Hydra runs the job in and handed as it is to the ranks a job starts (which run without
-Hydra): its run-control keys (:class:`RunControl`: these do not define what is trained, they say
-whether a job resumes, skips, replaces, which changes a resume accepts and what a sweeper
-optimises), its overrides, its labels, whether it is one job of a sweep (and of a sweep whose jobs
-run in worker processes, which share a stop-request file), the config files that describe it
-(``.hydra/``, written once the job is decided: a refused command rewrites nothing) and whether its
-directory was made for this command. Nothing else in the package asks Hydra's runtime about the
-running job. A single run whose directory is new (``logs/runs/<time>``, no ``hydra.run.dir`` typed)
-is the command the user typed again: with ``ckpt_path=last`` it continues the latest unfinished run
-of the same overrides, in that run's directory; without, it starts a new run and says which
-unfinished run it could have resumed (:func:`earlier_run`). A run whose directory is typed is that
-directory's run, whatever else exists; ``python train.py hydra.run.dir=<run dir> ckpt_path=last``
-reads in that run's own overrides before Hydra composes the config (:func:`with_stored_overrides`).
+And from the run folder as it was, so that a job that fails takes back what it changed and nothing
+else: :func:`note` looks at a single run's folder before Hydra makes it or opens its log there (the
+job alone could not tell a folder Hydra made from an empty one of the user's), :func:`take_back`
+removes what was not there; :func:`keep` keeps a run's files before a resume writes (hard links to
+the checkpoints, which are replaced by a rename, and copies of ``.hydra/*.yaml`` and ``csv/``) and
+:func:`settle` puts them back if the attempt fails, so that a failed attempt to train a finished
+run longer leaves nothing of its own beside the finished run's record.
 
-The run folder as it was, so that a job that fails takes back what it changed and nothing else:
-:func:`note` looks at a single run's folder before Hydra makes or writes anything there (Hydra makes
-the folder and opens its job log before the job runs, so the job alone cannot tell a folder Hydra
-made from an empty folder the user made, nor its log lines from the user's), and :func:`take_back`
-removes what was not there. A finished run trained longer is an attempt on a run that already has
-its record: :func:`keep` keeps its files before the attempt writes (a hard link to each checkpoint,
-which are replaced by a rename, and a copy of the files written in place, ``.hydra/*.yaml`` and
-``csv/``, in ``<run>/.before-attempt/``), and :func:`settle` ends it: after a failure the kept files
-replace the attempt's, so that a failed attempt leaves neither its ``best.ckpt``, nor its
-``trainer.max_steps`` in ``.hydra/``, nor its steps in ``metrics.csv`` beside the finished run's
-record; an interrupted attempt keeps its files (its ``last.ckpt`` is where the next one resumes).
-
-Light on purpose (no torch, no Lightning at import): the command line's own check
-(``train.py``, a sweep's check of every job) uses it before the training stack loads; the
-checkpoint readers are imported where a checkpoint is read.
+Light on purpose (no torch, no Lightning at import): the command line's own check and a sweep's
+check of every job use it before the training stack loads.
 """
 
 from __future__ import annotations
@@ -308,13 +294,11 @@ def earlier_run(runs_dir: Path, overrides: list[str], this_run: Path, unfinished
     for run in runs_dir.glob("*/"):
         if run.resolve() == this_run.resolve() or not any((run / "checkpoints").glob("last*.ckpt")):
             continue
-        try:
-            same = key(yaml.safe_load((run / CONFIG_DIR / "overrides.yaml").read_text()) or []) == wanted
-        except (OSError, yaml.YAMLError):
+        stored = stored_overrides(run)
+        if stored is None or key(stored) != wanted:
             continue
         status = read_status(run)
-        if same:
-            (finished if status is not None and status.finished else unfinished).append(run)
+        (finished if status is not None and status.finished else unfinished).append(run)
     candidates = unfinished or ([] if unfinished_only else finished)
     return max(candidates, key=lambda p: p.stat().st_mtime_ns) if candidates else None
 
@@ -801,7 +785,7 @@ def resumed_run_dir(overrides: Sequence[str]) -> Path | None:
 def stored_overrides(run_dir: Path) -> list[str] | None:
     """The overrides the run in ``run_dir`` was started with (None: no readable record of them)."""
     try:
-        stored = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text(encoding="utf-8"))
+        stored = yaml.safe_load((run_dir / CONFIG_DIR / "overrides.yaml").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     return [str(o) for o in stored] if isinstance(stored, list) else None
