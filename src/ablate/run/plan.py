@@ -391,10 +391,10 @@ def preflight(cfg: RunConfig) -> Preflight:
     )
 
 
-def check_config(cfg: Any) -> Preflight:
+def check_config(cfg: DictConfig) -> Preflight:
     """:func:`preflight` of a composed config, typed first as the entry types it (the scripts and
     benchmarks start from a composition)."""
-    return preflight(RunConfig.of(cfg))
+    return preflight(RunConfig.from_hydra(cfg))
 
 
 def training_layout(cfg: RunConfig) -> tuple[int, int, int]:
