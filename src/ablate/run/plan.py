@@ -17,7 +17,7 @@ with its directory, a :class:`Plan`):
 * a single run without ``ckpt_path`` into a directory that holds another run: refused, unless
   ``overwrite=true`` (which removes the old record first).
 
-A resumed checkpoint is read once (:func:`read_resumed`): readable, and trained with the same
+A resumed checkpoint is read once (:func:`read_resumable`): readable, and trained with the same
 run-defining settings (:func:`ablate.config.identity.check_same_run`).
 
 It decides from :class:`Job`: what Hydra knows of the job, read once in the process Hydra runs it in
@@ -61,7 +61,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ablate.callbacks.stop_file import STOP_FILE
-from ablate.checkpoints.files import abandoned_writes, checkpoint_files, find_last_checkpoint, resolve_ckpt_path
+from ablate.checkpoints.files import (
+    abandoned_writes,
+    checkpoint_files,
+    find_last_checkpoint,
+    require_resumable,
+    resolve_ckpt_path,
+    resume_state,
+)
+from ablate.config.identity import check_same_run
 from ablate.errors import ConfigError
 from ablate.nn.spec import ModelSpec
 from ablate.run import distributed, environment, memory
@@ -489,7 +497,7 @@ def take(job: Job, plan: Plan, replaced: list[Path]) -> None:
 
 def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], trainer: Mapping[str, Any] | None) -> Plan:
     """The checkpoint a job resumes (a sweep's job: its ``last.ckpt`` when it was killed or crashed),
-    read once before any data is read (:func:`read_resumed`). A single run resuming a finished run
+    read once before any data is read (:func:`read_resumable`, :func:`same_run`). A single run resuming a finished run
     that it would not train further reports it instead (``finished``)."""
     control = job.control
     last = find_last_checkpoint(control.checkpoint_dirs)
@@ -520,38 +528,42 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], traine
         return plan
     if trainer is not None:
         require_sharded_loader(ckpt_path, trainer)
+    checkpoint = read_resumable(ckpt_path)
     if not job.multirun:
         refuse_another_runs_checkpoint(job, Path(ckpt_path))
-    step, wandb_run_id, changes = read_resumed(ckpt_path, identity, control.resume_allow_changes)
+    wandb_run_id, changes = same_run(checkpoint, ckpt_path, identity, control.resume_allow_changes)
     if changes is None:
         _rank_zero_info(f"{ckpt_path} predates the resume check: its settings cannot be compared with this config")
     elif changes:
         _rank_zero_info(f"resuming {ckpt_path} with allowed changes: {'; '.join(changes)}")
         announced = True
     if not announced:
-        _rank_zero_info(f"resuming {ckpt_path} at step {step}")
+        _rank_zero_info(f"resuming {ckpt_path} at step {checkpoint['global_step']}")
     return replace(plan, wandb_run_id=wandb_run_id)
 
 
-def read_resumed(
-    ckpt_path: str, identity: Mapping[str, Any], allowed: Sequence[str]
-) -> tuple[int, str | None, list[str] | None]:
+def read_resumable(ckpt_path: str) -> dict[str, Any]:
     """The checkpoint a job resumes, read once: readable, its weights those of the spec it stores,
     finite (:func:`ablate.tasks.checkpoints.inspect_checked`), with the training state (not
-    ``best.ckpt``'s weights alone), of a model this version builds alike (:func:`require_same_scales`)
-    and trained as the same run (:func:`ablate.config.identity.check_same_run`). Returns its step,
-    its W&B run and the changes allowed (None: it predates the resume check)."""
-    from ablate.checkpoints.files import require_resumable, resume_state
-    from ablate.config.identity import check_same_run
-    from ablate.tasks.checkpoints import inspect_checked
+    ``best.ckpt``'s weights alone), of a model this version builds alike (:func:`require_same_scales`)."""
+    from ablate.tasks.checkpoints import inspect_checked  # torch, Lightning: only once a checkpoint is read
 
     checkpoint = inspect_checked(ckpt_path)
     require_resumable(checkpoint, ckpt_path)
     require_same_scales(checkpoint, ckpt_path)
-    state = resume_state(checkpoint)
+    return checkpoint
+
+
+def same_run(
+    checkpoint: Mapping[str, Any], ckpt_path: str, identity: Mapping[str, Any], allowed: Sequence[str]
+) -> tuple[str | None, list[str] | None]:
+    """The W&B run a resumed checkpoint logs to, and the changes from the run it was trained as that
+    ``resume_allow_changes`` allows (:func:`ablate.config.identity.check_same_run`; None: it predates
+    the resume check); any other change is refused."""
+    state = resume_state(dict(checkpoint))
     stored = state.get("run_identity")
     changes = None if stored is None else check_same_run(stored, dict(identity), list(allowed), ckpt_path)
-    return int(checkpoint["global_step"]), state.get("wandb_run_id"), changes
+    return state.get("wandb_run_id"), changes
 
 
 def _rank_zero_info(message: str) -> None:
