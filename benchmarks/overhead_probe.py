@@ -10,7 +10,7 @@
   SHA-256 cache verify, ``setup``), the model, callbacks, loggers and W&B init, the Trainer, the fit
   and its first step, the post-fit evaluation, the status and ``wandb.finish``. The timestamps come
   from wrappers installed around the functions of the run's assembly (:mod:`ablate.run.assembly`),
-  checks and lifecycle in this process; the package itself is not changed.
+  plan and record in this process; the package itself is not changed.
 
 Only the standard library is imported at module level: every job of a measured sweep imports it.
 """

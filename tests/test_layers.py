@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.tasks",),
     ("ablate.callbacks", "ablate.tracking", "ablate.cli"),  # what a run measures and shows; loggers; console
     # beside each other: the analysis reads what jobs leave (status.json, metrics.csv), never the training
-    # code; a job (checks, lifecycle, assembly, training) imports no analysis
+    # code; a job (plan, assembly, training, record) imports no analysis
     ("ablate.analysis", "ablate.run"),
     ("ablate.sweepers", "ablate.export"),  # sweeps of jobs; exports
     ("hydra_plugins",),
@@ -90,7 +90,7 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, modules: dict[str, 
         package = module if modules[module].name == "__init__.py" else module.rpartition(".")[0]
         parent = ".".join(package.split(".")[: len(package.split(".")) - (node.level - 1)])
         base = f"{parent}.{base}" if base else parent
-    # ``from ablate.run import lifecycle`` imports the module ablate.run.lifecycle
+    # ``from ablate.run import plan`` imports the module ablate.run.plan
     return [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
 
 
