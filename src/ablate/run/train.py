@@ -135,11 +135,13 @@ def fit(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
 
 def _fit_here(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
     """:func:`fit` on the devices ``cfg.trainer`` names."""
+    earlier = read_status(job.output_dir) if plan.ckpt_path is not None else None  # a resumed run: its first start
+    plan_sha256 = plan_in_force(job.output_dir)
     for warning in checked.warnings if is_rank_zero() else []:
         log.warning(warning)
     assembled = build(cfg, checked, job, plan)
     trainer, task = assembled.trainer, assembled.task
-    start, segment_started, plan_sha256 = time.perf_counter(), datetime.now(UTC), plan_in_force(job.output_dir)
+    start, segment_started = time.perf_counter(), datetime.now(UTC)
     try:
         with warnings.catch_warnings():
             if plan.ckpt_path is not None:  # resuming writes on into its own checkpoint directory, as expected
@@ -172,7 +174,6 @@ def _fit_here(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunSt
         metrics |= evaluated
         extra |= task_extra
     elapsed = time.perf_counter() - start  # this segment: training and the evaluation after it
-    earlier = read_status(job.output_dir) if plan.ckpt_path is not None else None  # a resumed run: its first start
     started_at = (earlier.started_at if earlier is not None else None) or (
         segment_started - timedelta(seconds=earlier_s)
     ).isoformat(timespec="seconds")
