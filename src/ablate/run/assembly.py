@@ -71,7 +71,12 @@ def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
     callbacks = build_callbacks(cfg.callbacks, job.stop_file, checked.identity)
     task = build_task(cfg, datamodule, spec)  # the task module of task.name, with its model
     task.tokenizer = datamodule.tokenizer  # carried into its checkpoints
-    _check_resumed_data(plan, datamodule, job)
+    # a resumed job trains on the data its checkpoint (a file, or a sharded checkpoint's folder) was
+    # trained on, or on changes it allows (said on rank 0)
+    if plan.ckpt_path is not None and Path(plan.ckpt_path).exists():
+        changes = check_resumed_data(plan.ckpt_path, datamodule, job.control.resume_allow_changes)
+        if changes:
+            rank_zero_info(f"resuming {plan.ckpt_path} on changed data, as allowed: {'; '.join(changes)}")
     n_params = cast(Any, task.model).num_params()  # TransformerLM, EncoderDecoder
     axes = spec_axes(spec)
     fpt = flops_per_token(n_params, spec.n_layers + spec.encoder_layers, spec.d_model, cfg.data["seq_len"])
@@ -146,15 +151,6 @@ def first_rows(batch: Any, rows: int) -> Any:
             batch, **{f.name: first_rows(getattr(batch, f.name), rows) for f in dataclasses.fields(batch)}
         )
     return batch
-
-
-def _check_resumed_data(plan: Plan, datamodule: Any, job: Job) -> None:
-    """A resumed job trains on the data its checkpoint was trained on, or on changes it allows (said on rank 0)."""
-    # a file, or a sharded checkpoint's folder: the data it was trained on, nothing else
-    if plan.ckpt_path is not None and Path(plan.ckpt_path).exists():
-        changes = check_resumed_data(plan.ckpt_path, datamodule, job.control.resume_allow_changes)
-        if changes:
-            rank_zero_info(f"resuming {plan.ckpt_path} on changed data, as allowed: {'; '.join(changes)}")
 
 
 def _print_header(
