@@ -178,7 +178,9 @@ def _wrap_the_job(probe: _Probe) -> None:
     A.build_loggers = _probed_build_loggers(probe, A.build_loggers)
     T.check = probe.timed("config_checks", T.check)
     LC.finish_wandb = probe.timed("wandb_finish", LC.finish_wandb)
-    status_record.write_status = probe.timed("write_status", status_record.write_status)  # via record_status
+    status_record.write_text_atomically = probe.timed(
+        "write_status", status_record.write_text_atomically
+    )  # status.json
 
 
 def _probed_instantiate(probe: _Probe, original: Any) -> Any:

@@ -154,15 +154,15 @@ def record_status(output_dir: Path, status: RunStatus) -> None:
     """Write ``status.json``, unless it records a finished run and ``status`` is a failed or
     interrupted attempt to resume it: that record stays, the attempt goes to ``status.failed.json``."""
     previous = read_status(output_dir)
-    if not status.finished and previous is not None and previous.finished:
-        write_text_atomically(output_dir / FAILED_RECORD, json.dumps(status.to_json(), indent=2, default=str))
+    failed = not status.finished and previous is not None and previous.finished
+    record = json.dumps(status.to_json(), indent=2, default=str)
+    write_text_atomically(output_dir / (FAILED_RECORD if failed else "status.json"), record)
+    if failed and previous is not None:
         print(
             f"{output_dir / 'status.json'} still records the finished run ({previous.status}); this attempt's "
             f"{status.status} record is in status.failed.json",
             file=sys.stderr,
         )
-        return
-    write_status(output_dir, status)
 
 
 METRICS_FILE = Path("csv") / "metrics.csv"  # under the job's output directory
