@@ -19,32 +19,34 @@ from ablate import cli
 
 def check(cfg: DictConfig, overrides: list[str]) -> None:
     """What a command line must pass before Hydra starts a job (:func:`ablate.cli.entry_point`)."""
-    from ablate.run.environment import running_hydra
-    from ablate.run.gpu_visibility import refuse_missing_gpu
+    from ablate.run.environment import refuse_missing_gpu, running_hydra
 
     refuse_missing_gpu(cfg.trainer, running_hydra())  # first: before the checks below import torch
 
     from ablate.config.locations import check_writable_folders
-    from ablate.run import footprint
+    from ablate.run import plan
     from ablate.run.config import RunConfig
-    from ablate.run.environment import check_accelerator
 
     RunConfig.from_hydra(cfg, overrides)  # keys, types, ranges, combinations
-    check_accelerator(cfg.trainer, running_hydra())  # a GPU or several processes this machine does not have
     check_writable_folders(cfg.paths, cli.run_dir())  # the log, cache and run folders: before Hydra writes
-    footprint.note(cli.run_dir())  # what the run folder holds before Hydra writes: a refusal takes back the rest
+    plan.note(cli.run_dir())  # what the run folder holds before Hydra writes: a refusal takes back the rest
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 @cli.task
 def main(cfg: DictConfig) -> float:
-    from ablate.run.train import main  # the training stack (torch, Lightning): only once the command is checked
+    """The job Hydra started: what Hydra knows of it (which may continue an earlier run's directory),
+    then its config typed, once, and run."""
+    from ablate.run.config import RunConfig
+    from ablate.run.plan import Job
+    from ablate.run.train import run  # the training stack (torch, Lightning): only once the command is checked
 
-    return main(cfg)
+    job = Job.current(cfg)
+    return run(RunConfig.from_hydra(cfg, job.overrides), job)
 
 
 if __name__ == "__main__":
-    from ablate.run.resume_command import with_stored_overrides
+    from ablate.run.plan import with_stored_overrides
 
     sys.argv[1:] = with_stored_overrides(sys.argv[1:])  # hydra.run.dir=<run> ckpt_path=last: that run's overrides
     cli.entry_point(main, "train", check)

@@ -35,19 +35,21 @@ def build(ckpt: str | None, overrides: list[str]) -> tuple[Any, list[str], Decod
     import ablate  # noqa: F401  (registers the config resolvers)
     from ablate.cli import conf_dir
     from ablate.run.assembly import build_datamodule, build_model
-    from ablate.run.preflight import check_config
+    from ablate.run.config import RunConfig
+    from ablate.run.plan import preflight
 
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose("train", overrides=["experiment=multi30k_small", *overrides])
+        composed = compose("train", overrides=["experiment=multi30k_small", *overrides])
+    cfg = RunConfig.from_hydra(composed)
     if ckpt is not None:  # its model, its tokenizer, its decode settings; the composed corpus's sentences
         from ablate.tasks.checkpoints import load_task_checkpoint
 
         task: Any = load_task_checkpoint(ckpt, expected="translation", script="scripts/benchmark_decoding.py")
         return task, build_datamodule(cfg).sources("test"), task.decode_cfg
-    checked = check_config(cfg)
+    checked = preflight(cfg)
     datamodule = build_datamodule(cfg)
     task = build_model(cfg, datamodule, checked.max_len)
-    return task, datamodule.sources("test"), DecodeConfig.from_mapping(cfg.get("decode"))
+    return task, datamodule.sources("test"), DecodeConfig.from_mapping(composed.get("decode"))
 
 
 def measure(

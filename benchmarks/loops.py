@@ -27,7 +27,8 @@ from ablate.callbacks.throughput import ThroughputMonitor
 from ablate.nn.flops import flops_per_token
 from ablate.optim import build_optimizer, build_schedule
 from ablate.run.assembly import build_callbacks, build_model, trainer_arguments
-from ablate.run.preflight import Preflight
+from ablate.run.config import RunConfig
+from ablate.run.plan import Preflight
 from ablate.tracking.loggers import build_loggers
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class Variant:
     loop: str  # "hand" | "lightning"
     overrides: list[str]
     cfg: DictConfig
-    checked: Preflight  # ablate.run.preflight.check_config of cfg
+    checked: Preflight  # ablate.run.plan.check_config of cfg
 
 
 class Runner:
@@ -191,7 +192,7 @@ class Runner:
     def build_task(self) -> L.LightningModule:
         """The task exactly as ``train.py`` builds it (:func:`ablate.run.assembly.build_model`;
         ``model.compile`` included)."""
-        task = build_model(self.variant.cfg, self.datamodule, self.variant.checked.max_len)
+        task = build_model(RunConfig.of(self.variant.cfg), self.datamodule, self.variant.checked.max_len)
         self.spec, self.n_params = task.spec, cast("TransformerLM | EncoderDecoder", task.model).num_params()
         return task
 

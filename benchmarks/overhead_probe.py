@@ -10,7 +10,7 @@
   SHA-256 cache verify, ``setup``), the model, callbacks, loggers and W&B init, the Trainer, the fit
   and its first step, the post-fit evaluation, the status and ``wandb.finish``. The timestamps come
   from wrappers installed around the functions of the run's assembly (:mod:`ablate.run.assembly`),
-  checks and lifecycle in this process; the package itself is not changed.
+  plan and record in this process; the package itself is not changed.
 
 Only the standard library is imported at module level: every job of a measured sweep imports it.
 """
@@ -151,7 +151,7 @@ def _import_the_stack(probe: _Probe) -> None:
 
     probe.mark("imported_wandb")
     import ablate.run.assembly
-    import ablate.run.lifecycle
+    import ablate.run.record
     import ablate.run.status
     import ablate.run.train  # noqa: F401
 
@@ -162,7 +162,7 @@ def _wrap_the_job(probe: _Probe) -> None:
     """Install the timing wrappers around the functions of the job's checks, assembly and record
     (the modules' attributes in this process; the package itself is not changed)."""
     import ablate.run.assembly as A
-    import ablate.run.lifecycle as LC
+    import ablate.run.record as LC
     import ablate.run.status as status_record
     import ablate.run.train as T
     from ablate.callbacks import throughput
@@ -176,9 +176,11 @@ def _wrap_the_job(probe: _Probe) -> None:
     A.build_task = _probed_build_task(probe, A.build_task)
     A.build_callbacks = _probed_build_callbacks(probe, A.build_callbacks, first, last)
     A.build_loggers = _probed_build_loggers(probe, A.build_loggers)
-    T.preflight = probe.timed("config_checks", T.preflight)
+    T.check = probe.timed("config_checks", T.check)
     LC.finish_wandb = probe.timed("wandb_finish", LC.finish_wandb)
-    status_record.write_status = probe.timed("write_status", status_record.write_status)  # via record_status
+    status_record.write_text_atomically = probe.timed(
+        "write_status", status_record.write_text_atomically
+    )  # status.json
 
 
 def _probed_instantiate(probe: _Probe, original: Any) -> Any:

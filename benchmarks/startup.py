@@ -81,7 +81,7 @@ def measure(
     repo: Path, train_overrides: Sequence[str], rounds: int, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """The rounds (see the module docstring): each command's seconds, medians and ratios."""
-    from ablate.run.gpu_visibility import no_gpu_for_sure
+    from ablate.run.environment import no_gpu_for_sure
 
     no_gpu = no_gpu_for_sure()
     with tempfile.TemporaryDirectory(prefix="ablate-startup-") as tmp:

@@ -26,7 +26,8 @@ from ablate.config.checks import matmul_precision
 from ablate.nn.axes import spec_axes
 from ablate.nn.flops import flops_per_token
 from ablate.run.assembly import build_datamodule
-from ablate.run.preflight import check_config
+from ablate.run.config import RunConfig
+from ablate.run.plan import check_config
 from benchmarks.budgets import check_budgets
 from benchmarks.loops import HandLoop, LightningLoop, Runner, Variant
 from benchmarks.machine import CpuShare, machine_info, peak_rss_mb, rss_mb
@@ -115,7 +116,7 @@ class Benchmark:
 
     def setup_data(self) -> None:
         cfg = self.cfg
-        self.datamodule = build_datamodule(cfg)  # as train.py builds it
+        self.datamodule = build_datamodule(RunConfig.of(cfg))  # as train.py builds it
         self.tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
 
     def make_runner(self, variant: Variant) -> Runner:

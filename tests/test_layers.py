@@ -39,21 +39,21 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.tasks",),
     ("ablate.callbacks", "ablate.tracking", "ablate.cli"),  # what a run measures and shows; loggers; console
     # beside each other: the analysis reads what jobs leave (status.json, metrics.csv), never the training
-    # code; a job (checks, lifecycle, assembly, training) imports no analysis
+    # code; a job (plan, assembly, training, record) imports no analysis
     ("ablate.analysis", "ablate.run"),
     ("ablate.sweepers", "ablate.export"),  # sweeps of jobs; exports
     ("hydra_plugins",),
 ]
 # The run record: what a job leaves in its folder (status.json: its schema and reader; csv/metrics.csv: the
 # job's own reader). The analysis beside the job reads it; these modules stand on the layers below only.
-RUN_RECORD = ("ablate.run.status", "ablate.run.record")
+RUN_RECORD = ("ablate.run.status",)
 # Module-level imports that would make a light module heavy (the registries are read without torch).
 LIGHT: dict[str, tuple[str, ...]] = {
     "ablate.metrics": ("torch", "lightning"),
     "ablate.seeds": ("torch", "lightning"),
     "ablate.eval_units": ("torch", "lightning", "pandas"),  # read by the analysis without the training stack
-    "ablate.run.status": ("torch", "lightning"),
-    "ablate.run.record": ("torch", "lightning", "pandas"),  # a job reads its own log back without pandas
+    "ablate.run.status": ("torch", "lightning", "pandas"),  # a job reads its own log back without pandas
+    "ablate.run.plan": ("torch", "lightning"),  # a command line's check and a sweep's check of every job use it
     "ablate.tasks": ("torch", "lightning"),  # the registry itself: analysis and console read it without torch
     "ablate.config": ("lightning",),
 }
@@ -90,7 +90,7 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, modules: dict[str, 
         package = module if modules[module].name == "__init__.py" else module.rpartition(".")[0]
         parent = ".".join(package.split(".")[: len(package.split(".")) - (node.level - 1)])
         base = f"{parent}.{base}" if base else parent
-    # ``from ablate.run import lifecycle`` imports the module ablate.run.lifecycle
+    # ``from ablate.run import plan`` imports the module ablate.run.plan
     return [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
 
 

@@ -48,7 +48,8 @@ from ablate.callbacks.grad_norm import GradNormMonitor
 from ablate.config.checks import matmul_precision
 from ablate.config.locations import checkout_root
 from ablate.run.assembly import build_datamodule, build_model, seed_and_runtime
-from ablate.run.preflight import check_config
+from ablate.run.config import RunConfig
+from ablate.run.plan import check_config
 from ablate.tasks.base import TaskModule
 
 LAYER_GROUP = re.compile(r"^(?:(enc|dec)_)?layer_(\d+)/(\w+)$")
@@ -157,7 +158,7 @@ def measure(cfg: DictConfig, batches: list[Any], datamodule: Any, repeats: int) 
     records = []
     for r in range(repeats):
         L.seed_everything(cfg.seed + r, verbose=False)
-        records.append(grad_norms_at_init(build_model(cfg, datamodule, max_len), batches))
+        records.append(grad_norms_at_init(build_model(RunConfig.of(cfg), datamodule, max_len), batches))
     return records
 
 
@@ -235,8 +236,9 @@ def run(norms: list[str] | None, overrides: list[str], batches: int, repeats: in
     """Measure every norm placement on the same batches; returns the JSON-ready result."""
     base = compose_config(overrides, norms[0] if norms else None)
     norms = norms or [base.norm.placement]
-    seed_and_runtime(base, matmul_precision(base))  # as train.py: Post-LN's tiny gradients are slow as denormals
-    datamodule = build_datamodule(base)
+    typed = RunConfig.of(base)
+    seed_and_runtime(typed, matmul_precision(base))  # as train.py: Post-LN's tiny gradients are slow as denormals
+    datamodule = build_datamodule(typed)
     data = first_batches(datamodule, batches)
     result: dict[str, Any] = {
         "overrides": overrides,

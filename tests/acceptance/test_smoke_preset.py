@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from ablate.run.preflight import check_config
+from ablate.run.plan import check_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

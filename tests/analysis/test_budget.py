@@ -34,7 +34,7 @@ from ablate.analysis.tables import summarize
 from ablate.nn.axes import ACT
 from ablate.nn.transformer import TransformerLM
 from ablate.run.config import RunConfig
-from ablate.run.preflight import check_config
+from ablate.run.plan import check_config
 from helpers import forked_python
 from helpers.runs import HANG_TIMEOUT, REPO
 from helpers.sweeps import write_job

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from hydra.utils import instantiate
 
 from ablate.run.assembly import build_model
-from ablate.run.preflight import check_config
+from ablate.run.config import RunConfig
+from ablate.run.plan import check_config
 from experiments.xiong2020_prenorm import grad_norm_at_init as gn
 from helpers.runs import SHARED_DATA
 
@@ -96,7 +97,7 @@ def test_values_equal_a_hand_computation(measured):
     dm.setup("fit")
     batch = gn.first_batches(dm, 2)[1]
     L.seed_everything(cfg.seed)
-    task = build_model(cfg, dm, check_config(cfg).max_len)  # as train.py builds it
+    task = build_model(RunConfig.of(cfg), dm, check_config(cfg).max_len)  # as train.py builds it
     src, tgt_in, tgt_out = batch[0], batch[1], batch[2]
     logits = task.model(src, tgt_in, src != 0)
     F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0, label_smoothing=0.1).backward()

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from ablate.config.types import target_keys
 from ablate.errors import ConfigError
 from ablate.run.config import RunConfig
-from ablate.run.preflight import check_config
+from ablate.run.plan import check_config
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from ablate.data.lm_data import TinyShakespeare
 from ablate.data.sources import DataFormatError
 from ablate.errors import ConfigError
 from ablate.optim import build_optimizer, used_optim_config
-from ablate.run.preflight import check_config
+from ablate.run.plan import check_config
 from helpers.runs import TINY, composed
 
 BAD_NUMBERS = [

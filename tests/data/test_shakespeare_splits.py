@@ -18,7 +18,7 @@ from ablate.data.cache import read_meta
 from ablate.data.lm_data import TinyShakespeare
 from ablate.data.text_stream import SplitText
 from ablate.errors import ConfigError
-from ablate.run.preflight import check_config
+from ablate.run.plan import check_config
 from ablate.sweepers.lr_selection import validation_as_test_warning
 from helpers.runs import REPO, SHARED_DATA
 

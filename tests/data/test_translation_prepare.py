@@ -21,7 +21,7 @@ from ablate.data.tokenizers import BPETokenizer
 from ablate.data.translation_data import ParallelFiles
 from ablate.data.translation_text import MisalignedFilesError, count_lines, read_lines
 from ablate.errors import ConfigError, UserError
-from ablate.run.preflight import check_config
+from ablate.run.plan import check_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

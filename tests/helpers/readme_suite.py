@@ -472,7 +472,7 @@ import json, sys
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from ablate.config import resolvers
-from ablate.run.preflight import check_config, training_layout
+from ablate.run.plan import check_config, training_layout
 resolvers.register()
 with initialize_config_dir(config_dir=sys.argv[2], version_base="1.3"):
     for index, overrides in enumerate(json.loads(sys.argv[1])):

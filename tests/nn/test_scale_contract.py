@@ -147,7 +147,7 @@ def test_a_spec_stored_before_the_contract_builds_the_model_it_was_trained_as() 
 
 def test_resuming_a_run_the_contract_would_change_is_refused() -> None:
     from ablate.errors import ConfigError
-    from ablate.run.lifecycle import require_same_scales
+    from ablate.run.plan import require_same_scales
 
     spec = ModelSpec(**DEFAULT_MODEL, options={"pos": {"name": "sinusoidal"}}).as_dict()
     old = {k: v for k, v in spec.items() if k != "scale_contract"}

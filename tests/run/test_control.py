@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ablate.run.control import RunControl
+from ablate.run.plan import RunControl
 
 
 def test_run_control_reads_every_key_once(tmp_path: Path) -> None:

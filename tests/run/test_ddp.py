@@ -23,10 +23,7 @@ from omegaconf import OmegaConf
 
 from ablate.data.samplers import ResumableSampler
 from ablate.run import distributed
-from ablate.run.control import RunControl
-from ablate.run.job import Job
-from ablate.run.lifecycle import Plan
-from ablate.run.preflight import Preflight
+from ablate.run.plan import Job, Plan, Preflight, RunControl
 from ablate.run.train import _rank_main
 from ablate.tracking.wandb_reader import read_offline_run
 from helpers.rank_report import report_rank
@@ -151,7 +148,7 @@ def test_global_batch_must_divide(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     """An indivisible layout fails before any process starts or data is read."""
     from hydra import compose, initialize_config_dir
 
-    from ablate.run.preflight import check_config
+    from ablate.run.plan import check_config
 
     with initialize_config_dir(config_dir=str(Path(__file__).parents[2] / "conf"), version_base="1.3"):
         cfg = compose(

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from ablate.errors import ConfigError
-from ablate.run import environment, gpu_visibility
-from ablate.run.gpu_visibility import no_gpu_for_sure
+from ablate.run import environment
+from ablate.run.environment import no_gpu_for_sure
 from helpers.runs import HANG_TIMEOUT, REPO
 
 SLURM = {"launcher": {"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"}}
@@ -78,14 +78,14 @@ def test_no_gpu_is_certain_only_without_nvidia_devices_or_with_every_device_hidd
 
 
 def test_the_quick_gpu_refusal_is_the_late_ones(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpu_visibility, "no_gpu_for_sure", lambda: True)
+    monkeypatch.setattr(environment, "no_gpu_for_sure", lambda: True)
     with pytest.raises(ConfigError, match="trainer.accelerator=gpu needs a CUDA GPU.*use trainer=cpu"):
-        gpu_visibility.refuse_missing_gpu({"accelerator": "gpu", "devices": 1})
-    gpu_visibility.refuse_missing_gpu({"accelerator": "cpu"})
+        environment.refuse_missing_gpu({"accelerator": "gpu", "devices": 1})
+    environment.refuse_missing_gpu({"accelerator": "cpu"})
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    gpu_visibility.refuse_missing_gpu({"accelerator": "gpu"}, SLURM)  # submitted: the GPUs are there
-    monkeypatch.setattr(gpu_visibility, "no_gpu_for_sure", lambda: False)
-    gpu_visibility.refuse_missing_gpu({"accelerator": "gpu"})  # torch decides, later
+    environment.refuse_missing_gpu({"accelerator": "gpu"}, SLURM)  # submitted: the GPUs are there
+    monkeypatch.setattr(environment, "no_gpu_for_sure", lambda: False)
+    environment.refuse_missing_gpu({"accelerator": "gpu"})  # torch decides, later
 
 
 def test_the_quick_refusal_of_cpu_processes_is_the_late_one(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,13 +95,13 @@ def test_the_quick_refusal_of_cpu_processes_is_the_late_one(monkeypatch: pytest.
     typed = {"overrides": {"task": ["trainer=ddp"]}}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    monkeypatch.setattr(gpu_visibility, "no_gpu_for_sure", lambda: True)
+    monkeypatch.setattr(environment, "no_gpu_for_sure", lambda: True)
     with pytest.raises(ConfigError, match=r"^trainer.strategy=ddp asks for the processes of a GPU node"):
-        gpu_visibility.refuse_missing_gpu(ddp, typed)
+        environment.refuse_missing_gpu(ddp, typed)
     asked = {"overrides": {"task": ["trainer=ddp", "trainer.accelerator=cpu"]}}
-    gpu_visibility.refuse_missing_gpu({**ddp, "accelerator": "cpu"}, asked)  # asked for: not refused
-    monkeypatch.setattr(gpu_visibility, "no_gpu_for_sure", lambda: False)
-    gpu_visibility.refuse_missing_gpu(ddp, typed)  # not certain: check_accelerator asks torch, later
+    environment.refuse_missing_gpu({**ddp, "accelerator": "cpu"}, asked)  # asked for: not refused
+    monkeypatch.setattr(environment, "no_gpu_for_sure", lambda: False)
+    environment.refuse_missing_gpu(ddp, typed)  # not certain: check_accelerator asks torch, later
     environment.check_accelerator(ddp, typed)  # which finds the GPUs here
 
 

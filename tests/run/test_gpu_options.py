@@ -191,10 +191,7 @@ def on_the_cpu(cfg: DictConfig, tmp_path: Path, data_dir: Path) -> DictConfig:
 def fit_here(cfg: DictConfig, tmp_path: Path):
     """``train.py``'s fit of ``cfg`` in this process, as a single run into ``tmp_path / "run"``."""
     from ablate.run.config import RunConfig
-    from ablate.run.control import RunControl
-    from ablate.run.job import Job
-    from ablate.run.lifecycle import Plan
-    from ablate.run.preflight import check_config
+    from ablate.run.plan import Job, Plan, RunControl, check_config
     from ablate.run.train import fit
 
     return fit(
@@ -350,19 +347,20 @@ def test_the_readmes_gpu_command_takes_steps_on_the_cpu(
 def test_a_run_sets_the_matmul_precision_auto_resolves_to(monkeypatch: pytest.MonkeyPatch, recwarn) -> None:
     """``runtime.matmul_precision=auto`` (the default) is resolved before it reaches torch: exact fp32
     on the CPU, TF32 on a GPU trainer (so Lightning's tip never prints); torch never sees "auto"."""
-    from ablate.run import preflight
+    from ablate.run import plan
     from ablate.run.assembly import seed_and_runtime
-    from ablate.run.preflight import check_config
+    from ablate.run.config import RunConfig
+    from ablate.run.plan import check_config
 
     before = torch.get_float32_matmul_precision()
     try:
         cfg = composed()
-        seed_and_runtime(cfg, check_config(cfg).matmul_precision)  # as ablate.run.assembly.build
+        seed_and_runtime(RunConfig.of(cfg), check_config(cfg).matmul_precision)  # as ablate.run.assembly.build
         assert torch.get_float32_matmul_precision() == "highest"
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        monkeypatch.setattr(preflight.memory, "check_training_step", lambda *a: None)  # it would ask the GPU
+        monkeypatch.setattr(plan.memory, "check_training_step", lambda *a: None)  # it would ask the GPU
         gpu = composed("trainer=gpu")
-        seed_and_runtime(gpu, check_config(gpu).matmul_precision)
+        seed_and_runtime(RunConfig.of(gpu), check_config(gpu).matmul_precision)
         assert torch.get_float32_matmul_precision() == "high"
     finally:
         torch.set_float32_matmul_precision(before)

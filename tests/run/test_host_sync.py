@@ -135,10 +135,7 @@ def test_steps_that_log_nothing_read_nothing_from_the_device(
     counter: SyncCounter, tmp_path: Path, data_dir: Path, one_thread, progress: str
 ) -> None:
     from ablate.run.config import RunConfig
-    from ablate.run.control import RunControl
-    from ablate.run.job import Job
-    from ablate.run.lifecycle import Plan
-    from ablate.run.preflight import check_config
+    from ablate.run.plan import Job, Plan, RunControl, check_config
     from ablate.run.train import fit
 
     cfg = compose_run(tmp_path, data_dir, f"callbacks.progress_bar.mode={progress}")

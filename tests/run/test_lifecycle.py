@@ -1,4 +1,4 @@
-"""What a command does to a run directory (ablate.run.lifecycle, ablate.run.job): a refused command
+"""What a command does to a run directory (ablate.run.plan, ablate.run.record): a refused command
 changes nothing and leaves nothing; an interrupted run says how to resume it, in a command that is
 safe to paste; the same command typed again finds the interrupted run; a closed terminal (SIGHUP)
 stops after the step like SIGTERM; a killed writer's temporary files go at the next start."""
@@ -18,9 +18,8 @@ import pytest
 import torch
 
 from ablate.checkpoints.files import abandoned_writes
-from ablate.run.control import RunControl
-from ablate.run.job import Job
 from ablate.run.lock import RunDirectoryLock
+from ablate.run.plan import Job, RunControl
 from helpers import forked_python
 from helpers.runs import HANG_TIMEOUT, REPO, TINY
 

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 
 from ablate.errors import ConfigError
 from ablate.run import memory
-from ablate.run.preflight import check_config
+from ablate.run.plan import check_config
 
 REPO = Path(__file__).resolve().parents[2]
 

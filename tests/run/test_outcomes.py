@@ -1,4 +1,4 @@
-"""How a job ends (ablate.run.lifecycle.finish, one table of outcomes): what is recorded, what is left
+"""How a job ends (ablate.run.record.finish, one table of outcomes): what is recorded, what is left
 on disk, and the exit code. ``crashed`` is for faults of the program or the machine; a user error of a
 single run records nothing and leaves no run folder; a command that fails before it took its
 directory changes no run's record (a finished run gets no ``status.failed.json``); ``ckpt_path=last``
@@ -17,10 +17,9 @@ import pytest
 from ablate import cli
 from ablate.data.sources import DataNotFoundError
 from ablate.errors import ConfigError
-from ablate.run import lifecycle
-from ablate.run.control import RunControl
-from ablate.run.job import Job
-from ablate.run.lifecycle import HANDLING, Outcome, Plan, Record, decide, finish
+from ablate.run import plan as job_plan
+from ablate.run.plan import Job, Plan, RunControl, decide
+from ablate.run.record import HANDLING, Outcome, Record, finish
 from ablate.run.status import RunStatus, write_status
 
 
@@ -163,7 +162,7 @@ def test_ckpt_path_last_without_a_checkpoint_is_a_first_run_in_a_sweep_or_a_slur
 ) -> None:
     """A requeued sweep resumes the jobs that have a checkpoint; under SLURM the same command is the
     first submission and every requeue."""
-    monkeypatch.setattr(lifecycle.os, "environ", {"SLURM_JOB_ID": "42"} if where == "slurm" else {})
+    monkeypatch.setattr(job_plan.os, "environ", {"SLURM_JOB_ID": "42"} if where == "slurm" else {})
     run_dir = tmp_path / "runs" / "job"
     run_dir.mkdir(parents=True)
     plan = decide(job(run_dir, multirun=where == "sweep", ckpt_path="last"), {})

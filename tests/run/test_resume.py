@@ -23,7 +23,8 @@ import pytest
 import torch
 
 from ablate.callbacks.checkpointing import AtomicCheckpointIO, LastCheckpoint, ResumeState
-from ablate.checkpoints.files import RESUME_STATE_KEY, find_last_checkpoint, resolve_ckpt_path
+from ablate.checkpoints.files import find_last_checkpoint, resolve_ckpt_path
+from ablate.checkpoints.parts import RESUME_STATE_KEY
 from helpers import forked_python
 from helpers.runs import HANG_TIMEOUT, REPO
 

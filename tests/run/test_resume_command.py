@@ -1,5 +1,5 @@
 """``python train.py hydra.run.dir=<run dir> ckpt_path=last`` alone continues that run: its own
-overrides are read in before composition (ablate.run.resume_command), what is typed beside them wins
+overrides are read in before composition (ablate.run.plan.with_stored_overrides), what is typed beside them wins
 and is compared by the resume check, and that check never offers to change the model
 (ablate.config.identity)."""
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from ablate.config.identity import ResumeMismatchError, check_same_run
-from ablate.run.resume_command import with_stored_overrides
+from ablate.run.plan import with_stored_overrides
 
 
 def run_with_overrides(tmp_path: Path, overrides: list[str], name: str = "run") -> Path:
@@ -43,7 +43,7 @@ def test_what_is_typed_beside_the_resume_wins_for_its_key(tmp_path: Path) -> Non
     "argv",
     [
         ["hydra.run.dir={run}"],  # not a resume: a new run into that directory (refused: it holds a run)
-        ["ckpt_path=last"],  # no directory: the latest unfinished run of these overrides (ablate.run.job)
+        ["ckpt_path=last"],  # no directory: the latest unfinished run of these overrides (ablate.run.plan)
         ["-m", "hydra.run.dir={run}", "ckpt_path=last", "seed=1,2"],  # a sweep finds its jobs itself
         ["hydra.run.dir={run}/missing", "ckpt_path=last"],  # no record: refused later, naming the directory
     ],

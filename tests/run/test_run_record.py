@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from ablate.analysis.job import read_metrics_csv
-from ablate.run.record import read_logged_metrics
+from ablate.run.status import read_logged_metrics
 
 # As Lightning's CSVLogger leaves it after a resume: the run logged steps 1-4, was killed, resumed
 # from its step-2 checkpoint and logged steps 3-4 again (other values: a different data order is

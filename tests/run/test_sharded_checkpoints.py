@@ -25,9 +25,7 @@ from ablate.checkpoints.files import (
 from ablate.checkpoints.paths import CheckpointFileMissing, require_file
 from ablate.config.identity import ResumeMismatchError
 from ablate.errors import ConfigError
-from ablate.run.control import RunControl
-from ablate.run.job import Job
-from ablate.run.lifecycle import decide
+from ablate.run.plan import Job, RunControl, decide
 from ablate.tasks.checkpoints import inspect_checked, load_task_checkpoint
 from helpers.checkpoints import lm_checkpoint
 from helpers.sharded import IDENTITY, resumable, save_sharded

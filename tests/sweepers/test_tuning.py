@@ -1,5 +1,5 @@
 """Learning-rate tuning: ``tune=lr`` (each variant at its own tuned learning rate, in one command),
-the selection behind it, the objective a sweeper optimises (:mod:`ablate.run.objective`) and the
+the selection behind it, the objective a sweeper optimises (:func:`ablate.run.status.best_metric_value`) and the
 Optuna alternative (``hparams_search=lr_optuna``).
 
 The end-to-end sweeps run train.py as a user does, and their expectations are computed here from
@@ -17,8 +17,7 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-from ablate.run.objective import MetricNotLoggedError, best_metric_value
-from ablate.run.status import RunStatus
+from ablate.run.status import MetricNotLoggedError, RunStatus, best_metric_value
 from ablate.sweepers.lr_selection import LRResult, log_grid, read_outcome, save_selection, select_lr
 from helpers import forked_python
 from helpers.runs import REPO, TINY

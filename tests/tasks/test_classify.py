@@ -66,7 +66,7 @@ def test_the_classifier_reads_every_real_token_and_no_padding(pos: str, attn: st
 
 
 def test_the_task_checks_its_config_before_any_data(tmp_path: Path) -> None:
-    from ablate.run.preflight import check_config
+    from ablate.run.plan import check_config
 
     check_config(composed(tmp_path))  # the defaults pass
     with pytest.raises(ConfigError, match="model.tie_embeddings applies to models with an output vocabulary"):
@@ -97,10 +97,7 @@ def test_majority_rows_and_labels() -> None:
 def test_classify_trains_through_train_py(tmp_path: Path) -> None:
     """The in-process equivalent of ``python train.py task=classify``: ablate.run.train.fit."""
     from ablate.run.config import RunConfig
-    from ablate.run.control import RunControl
-    from ablate.run.job import Job
-    from ablate.run.lifecycle import Plan
-    from ablate.run.preflight import check_config
+    from ablate.run.plan import Job, Plan, RunControl, check_config
     from ablate.run.train import fit
 
     cfg = composed(

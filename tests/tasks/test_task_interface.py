@@ -124,10 +124,7 @@ def test_train_py_names_no_task() -> None:
 @pytest.mark.integration
 def test_a_third_task_trains_through_train_py(copy_task, tmp_path: Path, data_dir: Path, one_thread) -> None:
     from ablate.run.config import RunConfig
-    from ablate.run.control import RunControl
-    from ablate.run.job import Job
-    from ablate.run.lifecycle import Plan
-    from ablate.run.preflight import check_config
+    from ablate.run.plan import Job, Plan, RunControl, check_config
     from ablate.run.train import fit
 
     cfg = composed(tmp_path, data_dir)
@@ -142,7 +139,7 @@ def test_a_third_task_trains_through_train_py(copy_task, tmp_path: Path, data_di
 
 
 def test_a_third_task_checks_its_own_config_before_data(copy_task, tmp_path: Path, data_dir: Path) -> None:
-    from ablate.run.preflight import check_config
+    from ablate.run.plan import check_config
 
     with pytest.raises(ConfigError, match="task.refuse is set"):
         check_config(composed(tmp_path, data_dir, "+task.refuse=true"))

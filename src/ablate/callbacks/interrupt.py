@@ -129,7 +129,7 @@ class GracefulInterrupt(Callback):
     """Turns the first SIGINT during training into a clean stop after the current step.
 
     Args:
-        stop_file: the sweep's stop-request file (:func:`ablate.run.job.stop_file`), polled
+        stop_file: the sweep's stop-request file (:func:`ablate.run.plan.stop_file`), polled
             after every step; None outside a worker-process sweep.
 
     Attributes:

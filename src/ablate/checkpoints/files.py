@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from ablate.checkpoints import safe_load, sharded
-from ablate.checkpoints.parts import RESUME_STATE_KEY, PartError, check_training_state
 from ablate.checkpoints.paths import require_file
 from ablate.checkpoints.stored_config import check_stored_config
 from ablate.errors import UserError
@@ -162,6 +161,8 @@ def require_resumable(checkpoint: dict[str, Any], path: str | os.PathLike[str]) 
             "run's last.ckpt (ckpt_path=last with hydra.run.dir=<its run dir>). eval.py, generate.py, translate.py "
             "and the exports take it as it is"
         )
+    from ablate.checkpoints.parts import PartError, check_training_state  # torch: only once a checkpoint is read
+
     try:  # the training state Lightning and the callbacks restore is what train.py writes
         check_training_state(checkpoint, path)
     except PartError as err:
@@ -179,4 +180,6 @@ def _readable(path: Path) -> bool:
 def resume_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
     """What :class:`~ablate.callbacks.checkpointing.ResumeState` stored in a loaded checkpoint (W&B
     run id, run identity)."""
+    from ablate.checkpoints.parts import RESUME_STATE_KEY
+
     return checkpoint.get("callbacks", {}).get(RESUME_STATE_KEY) or {}

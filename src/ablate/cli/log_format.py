@@ -37,7 +37,7 @@ NOISE = (
     # point that trains nothing
     "that has Tensor Cores. To properly utilize them, you should set `torch.set_float32_matmul_precision",
     "Joblib.Parallel(",  # hydra-joblib-launcher's repr of its settings (hydra.launcher.* says them)
-    # a resumed run says "resuming <checkpoint> ..." once (ablate.run.lifecycle); Lightning says it
+    # a resumed run says "resuming <checkpoint> ..." once (ablate.run.plan); Lightning says it
     # twice more, once before and once after loading
     "Restoring states from the checkpoint path at ",
     "Restored all states from the checkpoint at ",

@@ -23,7 +23,6 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
-from omegaconf import DictConfig
 
 from ablate.callbacks.checkpointing import AtomicCheckpointIO, ResumeState
 from ablate.callbacks.interrupt import GracefulInterrupt
@@ -36,9 +35,7 @@ from ablate.nn.probe import ScaleReport, measure
 from ablate.nn.spec import ModelSpec
 from ablate.optim import used_optim_config
 from ablate.run.config import RunConfig
-from ablate.run.job import Job, is_rank_zero
-from ablate.run.lifecycle import Plan
-from ablate.run.preflight import Preflight
+from ablate.run.plan import Job, Plan, Preflight, is_rank_zero
 from ablate.tasks import build_task
 from ablate.tasks.trained_data import check_resumed_data
 from ablate.tracking.loggers import build_loggers
@@ -65,8 +62,8 @@ class Assembly:
 
 def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
     """Seed, then build the job's data module, callbacks, task (and its model), loggers and Trainer
-    (``checked``: :func:`ablate.run.preflight.preflight` of ``cfg``; ``plan``: the checkpoint it
-    resumes and its W&B run, :func:`ablate.run.lifecycle.decide`)."""
+    (``checked``: :func:`ablate.run.plan.check` of ``cfg``; ``plan``: the checkpoint it resumes and
+    its W&B run, :func:`ablate.run.plan.decide`)."""
     arguments = trainer_arguments(cfg.trainer, checked.accumulate)
     seed_and_runtime(cfg, checked.matmul_precision)
     datamodule = build_datamodule(cfg)
@@ -74,11 +71,16 @@ def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
     callbacks = build_callbacks(cfg.callbacks, job.stop_file, checked.identity)
     task = build_task(cfg, datamodule, spec)  # the task module of task.name, with its model
     task.tokenizer = datamodule.tokenizer  # carried into its checkpoints
-    _check_resumed_data(plan, datamodule, job)
+    # a resumed job trains on the data its checkpoint (a file, or a sharded checkpoint's folder) was
+    # trained on, or on changes it allows (said on rank 0)
+    if plan.ckpt_path is not None and Path(plan.ckpt_path).exists():
+        changes = check_resumed_data(plan.ckpt_path, datamodule, job.control.resume_allow_changes)
+        if changes:
+            rank_zero_info(f"resuming {plan.ckpt_path} on changed data, as allowed: {'; '.join(changes)}")
     n_params = cast(Any, task.model).num_params()  # TransformerLM, EncoderDecoder
     axes = spec_axes(spec)
     fpt = flops_per_token(n_params, spec.n_layers + spec.encoder_layers, spec.d_model, cfg.data["seq_len"])
-    optim = used_optim_config(cfg.resolved["optim"])  # never record a key the optimiser ignores
+    optim = used_optim_config(cfg.optim.as_dict())  # never record a key the optimiser ignores
     for cb in callbacks:  # the model's FLOPs per token (at the training length), unless configured
         if isinstance(cb, ThroughputMonitor) and cb.flops_per_token is None:
             cb.flops_per_token = fpt
@@ -151,15 +153,6 @@ def first_rows(batch: Any, rows: int) -> Any:
     return batch
 
 
-def _check_resumed_data(plan: Plan, datamodule: Any, job: Job) -> None:
-    """A resumed job trains on the data its checkpoint was trained on, or on changes it allows (said on rank 0)."""
-    # a file, or a sharded checkpoint's folder: the data it was trained on, nothing else
-    if plan.ckpt_path is not None and Path(plan.ckpt_path).exists():
-        changes = check_resumed_data(plan.ckpt_path, datamodule, job.control.resume_allow_changes)
-        if changes:
-            rank_zero_info(f"resuming {plan.ckpt_path} on changed data, as allowed: {'; '.join(changes)}")
-
-
 def _print_header(
     cfg: RunConfig,
     job: Job,
@@ -180,7 +173,7 @@ def _print_header(
     print(header, flush=True)
 
 
-def seed_and_runtime(cfg: RunConfig | DictConfig, matmul_precision: str) -> None:
+def seed_and_runtime(cfg: RunConfig, matmul_precision: str) -> None:
     """The run's seed (every RNG, data loader workers included) and its floating-point settings
     (``matmul_precision``: ``runtime.matmul_precision`` resolved, :func:`ablate.config.checks.matmul_precision`)."""
     L.seed_everything(cfg.seed, workers=True)
@@ -193,19 +186,18 @@ def seed_and_runtime(cfg: RunConfig | DictConfig, matmul_precision: str) -> None
     torch.set_float32_matmul_precision(matmul_precision)
 
 
-def build_datamodule(cfg: RunConfig | DictConfig) -> Any:
+def build_datamodule(cfg: RunConfig) -> Any:
     """The configured data module, prepared (downloaded, tokenised, cached) and set up for training."""
-    datamodule = instantiate(RunConfig.of(cfg).data, seed=cfg.seed)
+    datamodule = instantiate(cfg.data, seed=cfg.seed)
     datamodule.prepare_data()
     datamodule.setup("fit")
     return datamodule
 
 
-def build_model(cfg: RunConfig | DictConfig, datamodule: Any, max_len: int) -> TaskModule:
+def build_model(cfg: RunConfig, datamodule: Any, max_len: int) -> TaskModule:
     """The task module (``task.name``) with its model, built from the model spec for this data
-    (``max_len``: the longest sequence the model sees, :func:`ablate.run.preflight.eval_max_len`;
+    (``max_len``: the longest sequence the model sees, :attr:`ablate.run.config.RunConfig.eval_max_len`;
     the spec is the task's ``spec``); the task carries the data's tokenizer into its checkpoints."""
-    cfg = RunConfig.of(cfg)
     task = build_task(cfg, datamodule, cfg.model_spec(vocab_size=datamodule.vocab_size, max_len=max_len))
     task.tokenizer = datamodule.tokenizer
     return task

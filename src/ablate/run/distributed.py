@@ -43,13 +43,11 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
-
-from omegaconf import DictConfig, ListConfig
 
 from ablate.cli import EXIT_INTERRUPTED, EXIT_USER_ERROR
 from ablate.errors import UserError
@@ -58,7 +56,7 @@ from ablate.errors import UserError
 _SELF_SPAWNING = ("ddp_spawn", "ddp_fork", "ddp_notebook", "spawn", "fork")
 
 
-def devices_per_node(trainer_cfg: DictConfig | dict[str, Any]) -> int:
+def devices_per_node(trainer_cfg: Mapping[str, Any]) -> int:
     """The number of processes per node the Trainer will run, from ``trainer.devices`` and
     ``trainer.accelerator`` as Lightning reads them (an int, ``"0,1"``, a list, ``-1``/``"auto"``)."""
     devices = trainer_cfg.get("devices", "auto")
@@ -68,7 +66,7 @@ def devices_per_node(trainer_cfg: DictConfig | dict[str, Any]) -> int:
         if "," in text:
             return len([d for d in text.split(",") if d.strip()])
         devices = int(text) if text.lstrip("-").isdigit() else text
-    if isinstance(devices, (list, tuple, ListConfig)):
+    if isinstance(devices, Sequence) and not isinstance(devices, str):
         return len(devices)
     if devices in ("auto", -1):
         gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and _cuda_available())
@@ -76,7 +74,7 @@ def devices_per_node(trainer_cfg: DictConfig | dict[str, Any]) -> int:
     return int(devices)
 
 
-def world_size(trainer_cfg: DictConfig | dict[str, Any]) -> int:
+def world_size(trainer_cfg: Mapping[str, Any]) -> int:
     return devices_per_node(trainer_cfg) * int(trainer_cfg.get("num_nodes", 1) or 1)
 
 
@@ -118,10 +116,10 @@ def launched_externally() -> bool:
     return SLURMEnvironment.detect() and int(os.environ.get("SLURM_NTASKS", "1")) > 1
 
 
-def needs_launch(trainer_cfg: DictConfig | dict[str, Any]) -> bool:
+def needs_launch(trainer_cfg: Mapping[str, Any]) -> bool:
     """Whether this job must start its own processes (see the module docstring)."""
     strategy = trainer_cfg.get("strategy", "auto")
-    if isinstance(strategy, (dict, DictConfig)):
+    if isinstance(strategy, Mapping):
         if str(strategy.get("start_method", "popen")) != "popen":
             return False
     elif str(strategy) in _SELF_SPAWNING:
@@ -450,7 +448,7 @@ def failure_message(err: BaseException) -> tuple[str, str]:
 # ------------------------------------------------------- parallel single-GPU jobs on one node
 
 
-def uses_one_gpu(trainer_cfg: DictConfig | dict[str, Any]) -> bool:
+def uses_one_gpu(trainer_cfg: Mapping[str, Any]) -> bool:
     """A job that trains on exactly one CUDA device, left for Lightning to pick (devices: 1)."""
     accelerator = str(trainer_cfg.get("accelerator", "auto")).lower()
     gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and _cuda_available())

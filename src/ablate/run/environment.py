@@ -4,15 +4,27 @@ A config can be valid and still impossible *here*: ``trainer=gpu`` on a machine 
 ``hydra/launcher=slurm`` where SLURM's ``sbatch`` is not installed. Lightning and submitit find out
 late (a ``MisconfigurationException`` after the W&B run and the status were created, a
 ``FileNotFoundError`` 30 lines deep); these checks say it first, in one line, exit 2. They are apart from the config's own checks
-(:func:`ablate.run.preflight.check_config`), which hold on any machine: a paper-scale experiment
+(:func:`ablate.run.plan.preflight`), which hold on any machine: a paper-scale experiment
 with ``trainer=gpu`` is a valid config on a laptop too (``tests/config/test_experiments.py``).
+
+Whether this machine has a CUDA GPU is decided without importing torch where the answer is certain
+(:func:`no_gpu_for_sure`), so that ``trainer=gpu``, and ``trainer=ddp`` or ``trainer.devices=2`` not
+asked for on the CPU, are refused on a CPU machine in a second, before torch and Lightning load and
+before Hydra makes a run folder (``train.py``'s command-line check, :func:`refuse_missing_gpu`):
+torch answers only once imported (``torch.cuda.device_count()``, seconds to tens of seconds on a
+busy machine). The answer "none" is certain when the NVIDIA driver exposes no device node on Linux
+(``/dev/nvidia0``, ...; containers get them from the NVIDIA runtime) or ``CUDA_VISIBLE_DEVICES``
+hides every device. Anything else (device nodes present, WSL's ``/dev/dxg``, another operating
+system) is left to :func:`check_accelerator`, which asks torch once the job runs.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, cast
 
 from ablate.errors import ConfigError
@@ -77,7 +89,7 @@ def check_processes(
     here, and slower than one process. Refused, naming the explicit way: ``trainer.accelerator=cpu``
     on the command line (a config file's ``accelerator: cpu``, as ``trainer=cpu``'s, is the default,
     not a request). Not checked outside a Hydra job (``hydra_cfg`` None). ``no_gpu_for_sure``: the
-    caller knows without torch that there is none (:func:`ablate.run.gpu_visibility.no_gpu_for_sure`);
+    caller knows without torch that there is none (:func:`no_gpu_for_sure`);
     otherwise torch is asked, and imported only for a config that asks for a distributed strategy or
     several devices."""
     accelerator = str(trainer.get("accelerator", "auto")).lower()
@@ -132,3 +144,36 @@ def check_launcher(hydra_cfg: Mapping[str, Any] | None) -> None:
             "hydra/launcher=slurm submits each job with SLURM's sbatch, which is not on this machine's PATH: run the "
             "command on a SLURM login node, or leave out hydra/launcher=slurm to run the jobs here"
         )
+
+
+DEV = Path("/dev")
+
+
+def no_gpu_for_sure(environ: Mapping[str, str] | None = None, dev: Path = DEV, platform: str | None = None) -> bool:
+    """True only where no CUDA device can be visible to this process; False where torch must say."""
+    environ = os.environ if environ is None else environ
+    hidden = environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and (hidden.strip() == "" or hidden.strip().startswith("-1")):
+        return True  # CUDA enumerates no device before the first invalid index
+    if not (platform or sys.platform).startswith("linux"):
+        return False
+    if (dev / "dxg").exists():  # WSL 2: CUDA through the DirectX device, no /dev/nvidia*
+        return False
+    return not any(dev.glob("nvidia[0-9]*"))
+
+
+def refuse_missing_gpu(trainer: Mapping[str, Any], hydra_cfg: Mapping[str, Any] | None = None) -> None:
+    """``trainer.accelerator=gpu|cuda``, or several processes not asked for on the CPU
+    (:func:`check_processes`), on a machine that surely has no CUDA GPU: the
+    refusals of :func:`check_accelerator`, without torch. Skipped where the
+    jobs run on other machines (a SLURM launcher's submitting node)."""
+    if jobs_run_elsewhere(hydra_cfg) or not no_gpu_for_sure():
+        return
+    check_processes(trainer, hydra_cfg, no_gpu_for_sure=True)
+    accelerator = str(trainer.get("accelerator", "auto")).lower()
+    if accelerator not in GPU_ACCELERATORS:
+        return
+    raise ConfigError(
+        f"trainer.accelerator={accelerator} needs a CUDA GPU, and none is visible here "
+        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): use trainer=cpu, or run on a GPU machine"
+    )

@@ -256,11 +256,13 @@ def check_fits(est: MemoryEstimate, available: tuple[float, str] | None, batch_k
     )
 
 
-def check_training_step(cfg: Mapping[str, Any], spec: ModelSpec, micro_batch: int) -> None:
-    """Refuse a training step of this config that cannot fit in the machine's memory, before
-    any data is read (``micro_batch``: the per-device batch of the batch layout): the vocabulary is
-    the configured one for BPE, at most 256 characters otherwise."""
-    data = cfg["data"]
+def check_training_step(
+    data: Mapping[str, Any], optimizer: str, trainer: Mapping[str, Any], spec: ModelSpec, micro_batch: int
+) -> None:
+    """Refuse a training step of this config (its ``data``, ``optim.name`` and ``trainer``) that
+    cannot fit in the machine's memory, before any data is read (``micro_batch``: the per-device
+    batch of the batch layout): the vocabulary is the configured one for BPE, at most 256 characters
+    otherwise."""
     vocab = int(data.get("vocab_size") or 256) if data.get("tokenizer", "bpe") != "char" else 256
     layers = spec.n_layers + spec.encoder_layers
     n_params = layers * (4 * spec.d_model**2 + 3 * spec.d_model * spec.d_ff) + 2 * vocab * spec.d_model
@@ -278,8 +280,8 @@ def check_training_step(cfg: Mapping[str, Any], spec: ModelSpec, micro_batch: in
         seq_len,
         vocab,
         micro,
-        optimizer=str(cfg["optim"].get("name", "adamw")),
-        precision=cfg["trainer"].get("precision"),
+        optimizer=optimizer,
+        precision=trainer.get("precision"),
         materialised_attention=spec.choice("attn") == "math",
     )
-    check_fits(est, available_bytes(str(cfg["trainer"].get("accelerator", "cpu"))), batch_key, per_unit)
+    check_fits(est, available_bytes(str(trainer.get("accelerator", "cpu"))), batch_key, per_unit)

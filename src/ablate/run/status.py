@@ -1,24 +1,45 @@
-"""A run's record, ``status.json`` in its directory: what happened (completed, diverged, crashed,
-interrupted, ...), its steps, metrics and settings; what the sweep report, the re-run of a sweep
-(finished jobs are skipped) and the analysis scripts read. Written atomically (a temporary file
-renamed), and a finished run's record is final: a failed attempt to resume it goes elsewhere.
+"""A run's record as the files in its directory hold it: ``status.json`` (what happened), the logged
+metrics of ``csv/metrics.csv``, and the value a sweeper optimises, read from the two. It is what the
+sweep report, the re-run of a sweep (finished jobs are skipped), the analysis and the job itself read
+back, so it stands on the standard library and the metric registry alone (no torch, no pandas).
 
-:class:`RunStatus` is the record's one schema: every writer builds one, every reader in the
-package gets one from :func:`read_status`, and :meth:`RunStatus.to_json` /
-:meth:`RunStatus.from_json` are its only way to and from the file. Every key is in every record
-(null where it does not apply: a crash has no steps, a completed run no divergence step); a
-task's own entries (``evaluate_after_fit``: ``eval_lengths``, ...) sit beside the standard ones.
+``status.json`` is written atomically (a temporary file renamed), and a finished run's record is
+final: a failed attempt to resume it goes elsewhere. :class:`RunStatus` is the record's one schema:
+every writer builds one, every reader in the package gets one from :func:`read_status`, and
+:meth:`RunStatus.to_json` / :meth:`RunStatus.from_json` are its only way to and from the file. Every
+key is in every record (null where it does not apply: a crash has no steps, a completed run no
+divergence step); a task's own entries (``evaluate_after_fit``: ``eval_lengths``, ...) sit beside the
+standard ones.
+
+``csv/metrics.csv`` is Lightning's ``CSVLogger``'s: one row per group of metrics logged at a step (an
+empty cell for the metrics of the other groups), and a resumed run writes again the steps since the
+checkpoint it resumed from: each metric's value at a step is the last one written for that step (a
+NaN only where the step has no other value). The analysis reads the same file with its own reader
+(:func:`ablate.analysis.job.read_metrics_csv`): the file is the interface between the two.
+
+:func:`best_metric_value` is the value a job returns to a sweeper that optimises (Optuna,
+``hparams_search=...``): the best value of ``optimized_metric`` over the whole run (the minimum of a
+loss or perplexity, the maximum of BLEU-like metrics: :func:`ablate.metrics.higher_is_better`), from
+``csv/metrics.csv`` and the final metrics in ``status.json``. A diverged or crashed job returns the
+worst value (``+inf`` when lower is better, ``-inf`` when higher is), so a sweeper ranks it last
+instead of failing the trial. A metric that the job never logged at all is a configuration error (a
+typo in ``optimized_metric``, or no validation): :class:`MetricNotLoggedError` names the metric and
+those that were logged, instead of returning NaN to a search that would then run all its trials for
+nothing.
 """
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ablate.metrics import higher_is_better
 from ablate.writes import write_text_atomically
 
 OUTCOMES = ("completed", "diverged", "interrupted", "refused", "crashed", "killed")
@@ -133,12 +154,103 @@ def record_status(output_dir: Path, status: RunStatus) -> None:
     """Write ``status.json``, unless it records a finished run and ``status`` is a failed or
     interrupted attempt to resume it: that record stays, the attempt goes to ``status.failed.json``."""
     previous = read_status(output_dir)
-    if not status.finished and previous is not None and previous.finished:
-        write_text_atomically(output_dir / FAILED_RECORD, json.dumps(status.to_json(), indent=2, default=str))
+    failed = not status.finished and previous is not None and previous.finished
+    record = json.dumps(status.to_json(), indent=2, default=str)
+    write_text_atomically(output_dir / (FAILED_RECORD if failed else "status.json"), record)
+    if failed and previous is not None:
         print(
             f"{output_dir / 'status.json'} still records the finished run ({previous.status}); this attempt's "
             f"{status.status} record is in status.failed.json",
             file=sys.stderr,
         )
-        return
-    write_status(output_dir, status)
+
+
+METRICS_FILE = Path("csv") / "metrics.csv"  # under the job's output directory
+_NOT_METRICS = ("step", "epoch")  # the columns that say where a row stands, not what it measured
+
+
+@dataclass(frozen=True)
+class LoggedMetrics:
+    """``columns``: every metric that has a column in the log (logged at least once, its values
+    finite or not); ``by_step``: per metric, its value at each step it was logged at."""
+
+    columns: frozenset[str] = frozenset()
+    by_step: dict[str, dict[float, float]] = field(default_factory=dict)
+
+    def values(self, metric: str) -> list[float]:
+        """The values of ``metric`` over the run, one per step, in step order (NaN and inf kept)."""
+        logged = self.by_step.get(metric, {})
+        return [logged[step] for step in sorted(logged)]
+
+
+def read_logged_metrics(output_dir: Path) -> LoggedMetrics:
+    """The metrics in ``output_dir``'s ``csv/metrics.csv`` (none when the file does not exist: a
+    job stopped before its first log)."""
+    path = Path(output_dir) / METRICS_FILE
+    if not path.is_file():
+        return LoggedMetrics()
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        columns = frozenset(c for c in reader.fieldnames or () if c not in _NOT_METRICS)
+        by_step: dict[str, dict[float, float]] = {c: {} for c in columns}
+        for row in reader:
+            if not row.get("step"):
+                continue  # not a step's row: nothing to place it at
+            step = float(row["step"])
+            for name in columns:
+                cell = row.get(name)
+                if not cell:  # an empty cell: this row's group did not log the metric
+                    continue
+                value = float(cell)
+                if not (math.isnan(value) and step in by_step[name]):  # NaN never hides a value
+                    by_step[name][step] = value  # a later row of the same step wins (a resumed run)
+    return LoggedMetrics(columns, by_step)
+
+
+WORST_STATUSES = ("diverged", "refused", "crashed")
+_SHOWN_PREFIXES = ("val/", "test/", "train/")
+
+
+class MetricNotLoggedError(ValueError):
+    """``optimized_metric`` does not appear in anything the job logged."""
+
+
+def best_metric_value(output_dir: Path, status: RunStatus, metric: str) -> float:
+    """The best value of ``metric`` over the job's run in ``output_dir`` (min, or max for BLEU-like
+    metrics), from ``csv/metrics.csv`` and the final metrics of ``status``.
+
+    Diverged or crashed (``status.status``): the worst value, ``+inf``/``-inf``. A metric logged
+    only as non-finite values: the worst value too. A metric logged nowhere:
+    :class:`MetricNotLoggedError`."""
+    if status.status in WORST_STATUSES:  # its log is not read: a crash may have cut it short
+        return _worst(metric)
+    logged = read_logged_metrics(Path(output_dir))  # csv/metrics.csv
+    recorded = status.metrics
+    values = logged.values(metric)
+    final = recorded.get(metric)
+    if final is not None:
+        values.append(float(final))
+    finite = [v for v in values if math.isfinite(v)]
+    if finite:
+        return max(finite) if higher_is_better(metric) else min(finite)
+    if metric in logged.columns or metric in recorded:  # logged, never a finite number: ranks last
+        return _worst(metric)
+    names = sorted(logged.columns | set(recorded))
+    raise MetricNotLoggedError(
+        f"optimized_metric={metric!r} was never logged by the job in {output_dir} (csv/metrics.csv, status.json); "
+        f"logged: {_describe(names)}. Set optimized_metric to one of them (e.g. optimized_metric=val/loss), or make "
+        "sure validation runs (trainer.val_check_interval <= trainer.max_steps, trainer.limit_val_batches > 0)."
+    )
+
+
+def _worst(metric: str) -> float:
+    """What ranks last: ``-inf`` for a metric whose higher values are better, ``+inf`` otherwise."""
+    return -math.inf if higher_is_better(metric) else math.inf
+
+
+def _describe(names: list[str]) -> str:
+    """The logged metrics a user would optimise (val/, test/, train/), and how many others."""
+    shown = [n for n in names if n.startswith(_SHOWN_PREFIXES)]
+    others = [n for n in names if n not in shown]
+    text = ", ".join(shown) or "no val/, test/ or train/ metric"
+    return text + (f" (and {len(others)} others, e.g. {', '.join(others[:3])})" if others else "")

@@ -1,22 +1,22 @@
 """One training job: check -> decide -> build -> fit -> record.
 
-``train.py`` at the repository root is the ``@hydra.main`` entry point that calls :func:`main`,
-which types the composed config once (:meth:`ablate.run.config.RunConfig.from_hydra`) and hands it
-to :func:`run`, which reads top to bottom:
+``train.py`` at the repository root is the ``@hydra.main`` entry point: it reads what Hydra knows of
+the job (:meth:`ablate.run.plan.Job.current`, which may continue an earlier run's directory), types
+the composed config once (:meth:`ablate.run.config.RunConfig.from_hydra`) and hands both to
+:func:`run`, which reads top to bottom:
 
-1. hold the run directory (one process per run) and derive the batch layout, the memory of a step
-   and the run's identity before anything is read
-   (:func:`ablate.run.preflight.check_config`);
+1. hold the run directory (one process per run; :func:`ablate.run.record.recording` keeps whatever
+   ends the job) and check what the machine and the config allow before anything is read: the
+   devices, the batch layout, the memory of a step (:func:`ablate.run.plan.check`);
 2. decide what the job does with its directory: skip a finished sweep job, resume (the checkpoint
-   read once and checked to be the same run), start fresh, or refuse
-   (:func:`ablate.run.lifecycle.decide`);
+   read once and checked to be the same run), start fresh, or refuse (:func:`ablate.run.plan.decide`);
 3. build the data, model, task, callbacks, loggers and Trainer (:func:`ablate.run.assembly.build`)
    and fit, in this process (:func:`fit`) or in the N processes it starts;
 4. record what happened in ``status.json`` and return the value a sweeper optimises
-   (:func:`ablate.run.lifecycle.finish`).
+   (:func:`ablate.run.record.finish`).
 
 A job that trains on N > 1 devices of one node starts its own N processes
-(:mod:`ablate.run.distributed`): the Hydra process hands the job's resolved config, its checks and
+(:mod:`ablate.run.distributed`): the Hydra process hands the job's typed config, its checks and
 its plan to PyTorch's elastic launcher and waits; each rank runs :func:`fit`. Under SLURM with one
 task per device (or torchrun) the processes already exist and every one of them runs :func:`run`.
 
@@ -41,7 +41,6 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from omegaconf import DictConfig
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from ablate import cli
@@ -52,34 +51,24 @@ from ablate.checkpoints import safe_load
 from ablate.cli.console import quiet_known_noise
 from ablate.errors import UserError
 from ablate.metrics import finite_or_none
-from ablate.run import distributed, environment, lifecycle
+from ablate.run import distributed
 from ablate.run.assembly import build
 from ablate.run.config import RunConfig, TargetConfig
-from ablate.run.job import Job, is_rank_zero
-from ablate.run.lifecycle import Plan
-from ablate.run.preflight import Preflight, preflight
+from ablate.run.plan import Job, Plan, Preflight, check, decide, is_rank_zero
+from ablate.run.record import finish, recording
 from ablate.run.status import RunStatus, read_status
 from ablate.tracking.wandb_run import finish_wandb
 
 log = logging.getLogger(__name__)
 
 
-def main(cfg: DictConfig) -> float:
-    """The job Hydra started (``train.py``'s task function): what Hydra knows of it (:class:`Job`,
-    which may continue an earlier run's directory), then its config typed, once, and run."""
-    job = Job.current(cfg)
-    return run(RunConfig.from_hydra(cfg, job.overrides), job)
-
-
 def run(cfg: RunConfig, job: Job) -> float:
     """Run one job and always leave a record of it (see the module docstring); returns the value
     for sweepers to optimise."""
     quiet_known_noise()
-    with lifecycle.recording(job) as record:  # hold the run directory; keep whatever ends this block
-        environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
-        checked = preflight(cfg)  # the batch layout, the processes, the memory of a step: before anything is read
-        # decide: skip, resume (the same run), fresh
-        record.plan = plan = lifecycle.decide(job, checked.identity, cfg.trainer)
+    with recording(job) as record:  # hold the run directory; keep whatever ends this block
+        checked = check(cfg)  # the devices, the batch layout, the memory of a step: before anything is read
+        record.plan = plan = decide(job, checked.identity, cfg.trainer)  # skip, resume (the same run), fresh
         if plan.trains and checked.processes > 1:  # build -> fit in the N processes started for it
             # the ranks get the job's typed config, resolved here, where Hydra's interpolations resolve
             record.status = distributed.launch(
@@ -87,7 +76,7 @@ def run(cfg: RunConfig, job: Job) -> float:
             )
         elif plan.trains:
             record.status = fit(cfg, job, checked, plan)  # build -> fit, here
-    return lifecycle.finish(job, record)  # record: status.json, the summary, the value for a sweeper
+    return finish(job, record)  # status.json, the summary, the value for a sweeper
 
 
 @record  # a failing rank's traceback reaches the launching process
@@ -133,8 +122,8 @@ def plan_in_force(output_dir: Path) -> str | None:
 def fit(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
     """Train one configuration in this process (one rank of it, under DDP) and return its status
     record: diverged, interrupted, or completed (with the task's own evaluation after training:
-    the test split, ...). ``checked`` is :func:`ablate.run.preflight.preflight` of ``cfg`` and
-    ``plan`` the job's :func:`ablate.run.lifecycle.decide`, both done by the caller. In a sweep of
+    the test split, ...). ``checked`` is :func:`ablate.run.plan.check` of ``cfg`` and ``plan`` the
+    job's :func:`ablate.run.plan.decide`, both done by the caller. In a sweep of
     worker processes on a node of several GPUs, a one-GPU job takes the first free one."""
     one_gpu = job.worker_processes and checked.one_gpu and torch.cuda.device_count() > 1
     with distributed.exclusive_gpu(torch.cuda.device_count()) if one_gpu else contextlib.nullcontext() as gpu:
@@ -146,11 +135,13 @@ def fit(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
 
 def _fit_here(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
     """:func:`fit` on the devices ``cfg.trainer`` names."""
+    earlier = read_status(job.output_dir) if plan.ckpt_path is not None else None  # a resumed run: its first start
+    plan_sha256 = plan_in_force(job.output_dir)
     for warning in checked.warnings if is_rank_zero() else []:
         log.warning(warning)
     assembled = build(cfg, checked, job, plan)
     trainer, task = assembled.trainer, assembled.task
-    start, segment_started, plan_sha256 = time.perf_counter(), datetime.now(UTC), plan_in_force(job.output_dir)
+    start, segment_started = time.perf_counter(), datetime.now(UTC)
     try:
         with warnings.catch_warnings():
             if plan.ckpt_path is not None:  # resuming writes on into its own checkpoint directory, as expected
@@ -158,7 +149,7 @@ def _fit_here(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunSt
                 # the data modules keep their place in the training order in the checkpoint (their
                 # state_dict): a mid-epoch resume is exact, though the DataLoader itself has no state_dict
                 warnings.filterwarnings("ignore", message=r".*your dataloader is not resumable.*")
-            # the checkpoint was read with the restricted unpickler (lifecycle.decide); Lightning reads it the same way
+            # the checkpoint was read with the restricted unpickler (plan.decide); Lightning reads it the same way
             weights_only = safe_load.lightning_weights_only()
             trainer.fit(task, datamodule=assembled.datamodule, ckpt_path=plan.ckpt_path, weights_only=weights_only)
     except TrainingInterrupted:  # Ctrl-C: the step's checkpoint is saved (GracefulInterrupt)
@@ -183,7 +174,6 @@ def _fit_here(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunSt
         metrics |= evaluated
         extra |= task_extra
     elapsed = time.perf_counter() - start  # this segment: training and the evaluation after it
-    earlier = read_status(job.output_dir) if plan.ckpt_path is not None else None  # a resumed run: its first start
     started_at = (earlier.started_at if earlier is not None else None) or (
         segment_started - timedelta(seconds=earlier_s)
     ).isoformat(timespec="seconds")

@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 from ablate import cli
 from ablate.callbacks.stop_file import STOP_FILE
 from ablate.cli.console import format_sweep_summary
-from ablate.run.job import launches_worker_processes
+from ablate.run.plan import launches_worker_processes
 from ablate.run.status import RunStatus
 from ablate.sweepers import job_dirs
 from ablate.sweepers.job_dirs import Signature, job_signature

@@ -2,7 +2,7 @@
 
 Hydra's sweepers compose each job's config before launching a batch (``validate_batch_is_legal``),
 which catches a key Hydra does not know; :class:`ValidatingSweeperMixin` also runs ablate's own
-checks on it (:func:`ablate.run.preflight.check_config`: option keys that do not apply, run-control numbers,
+checks on it (:func:`ablate.run.plan.preflight`: option keys that do not apply, run-control numbers,
 architecture combinations), so that ``pos=rope,sinusoidal +pos.fraction=0.5`` stops before any job
 trains instead of failing half of them later. :class:`ValidatingSweeper` is Hydra's basic grid
 sweeper with it (the default, ``conf/hydra/sweeper/validating.yaml``); the tuned-LR sweeper uses it too.
@@ -28,7 +28,7 @@ from ablate.sweepers.job_dirs import NamedJobs
 
 
 class ValidatingSweeperMixin(BasicSweeper):
-    """``validate_batch_is_legal`` that also runs :func:`ablate.run.preflight.check_config` on each job;
+    """``validate_batch_is_legal`` that also runs :func:`ablate.run.plan.preflight` on each job;
     the launcher behind :class:`~ablate.sweepers.killed_jobs.KilledWorkerGuard` (a killed worker is recorded)
     and :class:`~ablate.sweepers.job_dirs.NamedJobs` (job directories named by what varies; a
     sweep directory shared only by related commands)."""
@@ -56,7 +56,7 @@ class ValidatingSweeperMixin(BasicSweeper):
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         from ablate.run.config import RunConfig  # the checks' imports: only when a sweep runs
-        from ablate.run.preflight import check_config
+        from ablate.run.plan import preflight
 
         for overrides in batch:
             if tuple(overrides) in self.validated:
@@ -71,7 +71,7 @@ class ValidatingSweeperMixin(BasicSweeper):
                     )
                 )
             try:
-                check_config(RunConfig.from_hydra(cfg, list(overrides)))  # typed as its job will type it
+                preflight(RunConfig.from_hydra(cfg, list(overrides)))  # typed as its job will type it
                 environment.check_accelerator(cfg.trainer, cfg.hydra)  # where the jobs run here
             except (ConfigError, ValueError) as err:
                 # printed and exit 2 (ablate.cli), not a traceback through Hydra's error report
