@@ -6,15 +6,13 @@ imports hydra_plugins.ablate_sweepers, which registers them)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 
 import ablate.config.store  # noqa: F401  (what the entry points import before they compose)
-from helpers.runs import HANG_TIMEOUT, REPO, offline_env
+from helpers.runs import REPO, run_python
 
 
 def _elsewhere(tmp_path: Path) -> Path:
@@ -36,15 +34,7 @@ def test_a_conf_folder_without_src_beside_it_composes_the_groups(tmp_path: Path)
 @pytest.mark.integration
 def test_train_py_elsewhere_composes_pos_rope(tmp_path: Path) -> None:
     folder = _elsewhere(tmp_path / "run")
-    proc = subprocess.run(
-        [sys.executable, "train.py", "pos=rope", "--cfg", "job"],
-        cwd=folder,
-        env=offline_env(tmp_path),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=HANG_TIMEOUT,
-    )
+    proc = run_python(folder, "train.py", "pos=rope", "--cfg", "job")
     assert proc.returncode == 0, proc.stderr
     assert "pos:\n  name: rope\n  base: 10000.0\n  fraction: 1.0" in proc.stdout
 

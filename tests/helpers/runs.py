@@ -5,6 +5,8 @@ composes it."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,19 @@ def offline_env(tmp_path: Path) -> dict[str, str]:
     }
     env.pop("HYDRA_FULL_ERROR", None)
     return env
+
+
+def run_python(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in ``cwd``, offline, without stdin, its output captured (text)."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=offline_env(cwd),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+    )
 
 
 def composed(*overrides: str) -> Any:

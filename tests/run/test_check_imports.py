@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers.runs import HANG_TIMEOUT, REPO, offline_env
+from helpers.runs import REPO, run_python
 
 HEAVY = ("torch", "lightning", "pytorch_lightning", "torchmetrics", "transformers")
 
@@ -48,15 +47,7 @@ def _python(tmp_path: Path, code: str) -> tuple[subprocess.CompletedProcess, lis
         f"    heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"
         "    print(json.dumps(heavy), flush=True)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=tmp_path,
-        env=offline_env(tmp_path),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=HANG_TIMEOUT,
-    )
+    proc = run_python(tmp_path, "-c", probe)
     return proc, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
