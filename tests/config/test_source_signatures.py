@@ -15,7 +15,6 @@ import pytest
 from hydra.utils import get_object
 
 from ablate.config.types import declared_rules, signature
-from ablate.nn.axes import AXES
 from ablate.source import Unresolved, resolve, source_signature
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -110,11 +109,3 @@ def test_a_declared_rule_is_the_same_predicate() -> None:
     assert not rules["check_every_n_steps"][0](0) and rules["check_every_n_steps"][0](None)
     choices = declared_rules("ablate.data.lm_data.TinyShakespeare")["splits"][0]
     assert choices("blocks") and not choices("foo")
-
-
-@pytest.mark.parametrize(("axis", "name"), [(a, n) for a in AXES for n in a.options()])
-def test_each_options_check_read_from_source_is_its_own(axis, name) -> None:
-    config = axis.config_class(name)()
-    read = config._check()
-    own = getattr(config.option, "check_options", None)
-    assert getattr(read, "__func__", read) is own
