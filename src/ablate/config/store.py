@@ -7,8 +7,8 @@ and the schema of a run config section (:func:`store_section`: ``schema/optim``,
 holds only what differs (``conf/optim/noam.yaml``): the defaults live once, in the section.
 
 Registered when this module is imported: by :mod:`ablate.cli` (every entry point) and by the
-package ``hydra_plugins.ablate_sweepers``, which Hydra imports when it scans its plugins before it
-composes anything, so the groups are there for an installed copy too (``structured://`` is always on
+search-path plugin ``hydra_plugins.ablate_sweepers.architecture`` when the primary config folder is
+ablate's (it holds ``train.yaml``), so the groups are there for an installed copy too (``structured://`` is always on
 Hydra's search path). Light on purpose (no torch): a refusal costs the composition only.
 """
 
