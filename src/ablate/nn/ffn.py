@@ -6,19 +6,21 @@ Shazeer keeps parameter counts equal by shrinking the hidden width of the three-
 FFN to 2/3 of the two-matrix one; ``gated_width_scale`` does the same (turn it off with
 ``act.match_params=false``).
 
-Adding an activation: one entry in ``ACTIVATIONS`` (plain) or ``GATES`` (gated) and a test in
-``tests/nn/test_ffn.py``, and its name in :data:`ablate.nn.options.PLAIN_ACTS` or ``GATED_ACTS``
-(the ``act`` options, declared without torch); the FFN's keyword arguments besides the dimensions
-are its keys (``match_params`` for the gated ones).
+Adding an activation: its name and the import path of its function in
+:data:`ablate.nn.options.PLAIN_ACTS` (plain) or ``GATED_ACTS`` (gated), declared without torch
+(a function of its own goes here), and its formula in ``tests/nn/test_ffn.py``; the FFN's keyword
+arguments besides the dimensions are its keys (``match_params`` for the gated ones).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ablate.nn.options import GATED_ACTS, PLAIN_ACTS
 from ablate.nn.roles import Matrix, Role, fused, whole
 
 Activation = Callable[[Tensor], Tensor]
@@ -38,22 +40,14 @@ def identity(x: Tensor) -> Tensor:
     return x
 
 
-ACTIVATIONS: dict[str, Activation] = {
-    "relu": F.relu,  # Vaswani et al. 2017
-    "gelu": F.gelu,  # Hendrycks & Gimpel 2016 (exact erf form)
-    "gelu_tanh": gelu_tanh,
-    "silu": F.silu,  # a.k.a. Swish with beta=1 (Ramachandran et al. 2017)
-    "relu2": relu_squared,
-}
+def _function(path: str) -> Activation:
+    module, _, name = path.rpartition(".")
+    function: Activation = getattr(importlib.import_module(module), name)
+    return function
 
-# The gate nonlinearity of each GLU variant (Shazeer 2020, eqs. 5-6; GLU: Dauphin et al. 2017).
-GATES: dict[str, Activation] = {
-    "glu": F.sigmoid,
-    "reglu": F.relu,
-    "geglu": F.gelu,
-    "swiglu": F.silu,
-    "bilinear": identity,
-}
+
+ACTIVATIONS: dict[str, Activation] = {name: _function(path) for name, path in PLAIN_ACTS.items()}
+GATES: dict[str, Activation] = {name: _function(path) for name, path in GATED_ACTS.items()}
 
 
 def hidden_width(act: str, d_ff: int, match_params: bool = True) -> int:

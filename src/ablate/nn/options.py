@@ -168,8 +168,23 @@ class Gpt2Keys(OptionConfig):
     std: float = 0.02
 
 
-PLAIN_ACTS = ("relu", "gelu", "gelu_tanh", "silu", "relu2")  # ablate.nn.ffn.ACTIVATIONS
-GATED_ACTS = ("glu", "reglu", "geglu", "swiglu", "bilinear")  # ablate.nn.ffn.GATES
+# The ``act`` options: each activation by the import path of its function (:mod:`ablate.nn.ffn`
+# imports them when it builds an FFN), so that a new one is a line here and a test of its formula.
+PLAIN_ACTS: dict[str, str] = {
+    "relu": "torch.nn.functional.relu",  # Vaswani et al. 2017
+    "gelu": "torch.nn.functional.gelu",  # Hendrycks & Gimpel 2016 (exact erf form)
+    "gelu_tanh": "ablate.nn.ffn.gelu_tanh",
+    "silu": "torch.nn.functional.silu",  # a.k.a. Swish with beta=1 (Ramachandran et al. 2017)
+    "relu2": "ablate.nn.ffn.relu_squared",
+}
+# the gate nonlinearity of each GLU variant (Shazeer 2020, eqs. 5-6; GLU: Dauphin et al. 2017)
+GATED_ACTS: dict[str, str] = {
+    "glu": "torch.sigmoid",
+    "reglu": "torch.nn.functional.relu",
+    "geglu": "torch.nn.functional.gelu",
+    "swiglu": "torch.nn.functional.silu",
+    "bilinear": "ablate.nn.ffn.identity",
+}
 
 declare("pos", "positional", {
     "none": "NoPositionalEncoding",
