@@ -57,7 +57,9 @@ def test_plain_ffn_matches_its_formula(act, bias):
     torch.manual_seed(0)
     ffn = build_ffn(act, 16, 48, bias=bias).double()
     assert isinstance(ffn, FeedForward) and ffn.fc_in.out_features == 48
-    x = 2 * torch.randn(3, 7, 16, dtype=torch.float64)
+    x = 8 * torch.randn(
+        3, 7, 16, dtype=torch.float64
+    )  # pre-activations over about +-10: every piece of a piecewise one
     b_in = ffn.fc_in.bias if bias else 0
     b_out = ffn.fc_out.bias if bias else 0
     expected = PLAIN[act](x @ ffn.fc_in.weight.T + b_in) @ ffn.fc_out.weight.T + b_out
@@ -75,7 +77,9 @@ def test_gated_ffn_matches_its_formula(act, bias):
     W, V = ffn.fc_in.weight[:width], ffn.fc_in.weight[width:]
     bw, bv = (ffn.fc_in.bias[:width], ffn.fc_in.bias[width:]) if bias else (0, 0)
     b_out = ffn.fc_out.bias if bias else 0
-    x = 2 * torch.randn(3, 7, 16, dtype=torch.float64)
+    x = 8 * torch.randn(
+        3, 7, 16, dtype=torch.float64
+    )  # pre-activations over about +-10: every piece of a piecewise one
     expected = (GATED[act](x @ W.T + bw) * (x @ V.T + bv)) @ ffn.fc_out.weight.T + b_out
     with torch.no_grad():
         torch.testing.assert_close(ffn(x), expected)
