@@ -12,7 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import ablate.config.store  # noqa: F401  (what the entry points import before they compose)
-from helpers.runs import REPO, run_python
+from helpers.runs import REPO, SHARED_DATA, TINY, run_python
 
 
 def _elsewhere(tmp_path: Path) -> Path:
@@ -37,6 +37,27 @@ def test_train_py_elsewhere_composes_pos_rope(tmp_path: Path) -> None:
     proc = run_python(folder, "train.py", "pos=rope", "--cfg", "job")
     assert proc.returncode == 0, proc.stderr
     assert "pos:\n  name: rope\n  base: 10000.0\n  fraction: 1.0" in proc.stdout
+
+
+@pytest.mark.integration
+def test_an_installed_copy_runs_pos_rope_from_another_directory(tmp_path: Path, monkeypatch) -> None:
+    """The package copied out of the checkout (what ``pip install .`` leaves in site-packages: no
+    ``conf/`` above it) runs the checkout's train.py from an unrelated folder: the command line's
+    check composes the same ``conf/`` as ``@hydra.main`` (it looked in the working directory)."""
+    site = tmp_path / "site"
+    for package in ("ablate", "hydra_plugins"):
+        shutil.copytree(REPO / "src" / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("ABLATE_DATA_DIR", str(SHARED_DATA))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    probe = run_python(elsewhere, "-c", "import ablate.config.locations as l; print(l.__file__, l.checkout_root())")
+    assert probe.stdout.split() == [str(site / "ablate" / "config" / "locations.py"), "None"], probe.stderr
+    proc = run_python(elsewhere, str(REPO / "train.py"), "pos=rope", *TINY)
+    assert proc.returncode == 0, proc.stderr
+    assert "run completed" in proc.stdout
+    (config,) = (elsewhere / "logs").glob("**/.hydra/config.yaml")
+    assert "name: rope" in config.read_text()
 
 
 def test_the_optim_defaults_live_once_in_its_section() -> None:

@@ -20,6 +20,7 @@ the variable that chose it, instead of a raw ``OSError`` halfway through.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,12 @@ def project_root() -> Path:
 
 
 def conf_dir() -> Path:
-    """The ``conf/`` folder the entry points' ``@hydra.main`` read (``config_path``)."""
-    return (checkout_root() or project_root()) / "conf"
+    """The ``conf/`` folder the entry points' ``@hydra.main`` read (``config_path``): this package's
+    checkout's, else the one beside the running script (``train.py``, ``scripts/*.py`` of a checkout
+    run with an installed copy), else ``<root>/conf``."""
+    script = Path(sys.argv[0]).resolve().parent
+    beside = [d / "conf" for d in (script, script.parent) if (d / "conf" / "train.yaml").is_file()]
+    return (checkout_root() or project_root()) / "conf" if checkout_root() or not beside else beside[0]
 
 
 def data_dir(root: str | Path | None = None) -> Path:
