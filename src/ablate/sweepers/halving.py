@@ -13,7 +13,7 @@ length (the schedule's horizon) and ``trainer.max_steps`` to the rung's step, an
 resumes the previous rung's ``last.ckpt``; the run identity leaves ``trainer.max_steps`` out when
 ``optim.decay_steps`` is set, so no step is trained twice and the final value is the one an
 uninterrupted run would reach. That is also why the replay on a finished grid's logged curves
-(:mod:`ablate.sweepers.halving_replay`) is exact. Imported at Hydra's plugin scan: no pandas or
+(``benchmarks/lr_selection/halving_replay.py``) is exact. Imported at Hydra's plugin scan: no pandas or
 analysis code.
 """
 
