@@ -27,6 +27,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, Protocol
 
+from ablate.config.dotted import override_key
 from ablate.sweepers.lr_selection import LRResult, Selection, job_dir_of, read_outcome, select_lr
 
 log = logging.getLogger(__name__)
@@ -273,10 +274,6 @@ def quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
 def rung_job(
     variant: HalvingVariant, track: RateTrack, rung: int, lr_name: str, seed_name: str, seed: str
 ) -> list[str]:
@@ -284,7 +281,7 @@ def rung_job(
     training length or horizon of its own), the rate, the selection seed, the full run's horizon
     and the rung's length, and from the second rung on the previous rung's checkpoint."""
     full, step = variant.rung_steps[-1], variant.rung_steps[rung]
-    own = [o for o in variant.overrides if _key(o) not in (MAX_STEPS_KEY, DECAY_KEY, CKPT_KEY)]
+    own = [o for o in variant.overrides if override_key(o) not in (MAX_STEPS_KEY, DECAY_KEY, CKPT_KEY)]
     job = [*own, f"{lr_name}={track.text}", f"{seed_name}={seed}", f"{DECAY_KEY}={full}", f"{MAX_STEPS_KEY}={step}"]
     if rung:
         from ablate.checkpoints.files import find_last_checkpoint

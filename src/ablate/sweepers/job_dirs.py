@@ -19,7 +19,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -35,9 +34,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate import cli
 from ablate.compat import sweeper_params_overrides
+from ablate.config.dotted import override_key
 from ablate.config.resolvers import RUN_CONTROL_KEYS, job_name, legacy_job_dirname
 from ablate.errors import ConfigError
-from ablate.writes import inside
+from ablate.tracking.naming import is_swept
+from ablate.writes import inside, write_text_atomically
 
 SWEEP_RECORD = "sweep.json"
 Signature = tuple[int, int, int] | None  # a file's (inode, size, mtime in ns); None: no such file
@@ -64,10 +65,6 @@ ALWAYS_NAMED = frozenset({"seed"})  # in every job's name, constant or not
 REPLICATES = frozenset({"seed"})  # more seeds are more of the same study, not another axis
 
 
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~").strip()
-
-
 @dataclass(frozen=True)
 class SweepCommand:
     """One command that launches jobs into a sweep directory: its overrides as typed, the keys it
@@ -88,12 +85,12 @@ class SweepCommand:
         try:
             parsed = OverridesParser.create().parse_overrides([*params, *typed])
         except HydraException:  # Hydra composed it, so this does not happen; name nothing constant
-            return cls(tuple(typed), frozenset(_key(o) for o in typed), frozenset())
+            return cls(tuple(typed), frozenset(override_key(o) for o in typed), frozenset())
         by_key = {o.key_or_group: o for o in parsed}  # the command line wins over params, as in Hydra
         for key, override in by_key.items():
             if key in excluded:
                 continue
-            if override.is_sweep_override() and _several(override):
+            if is_swept(override):
                 swept.add(key)
             elif override.input_line in typed:  # as the basic sweeper writes it into each job's overrides
                 constants.add(_as_job_override(override).lstrip("+"))
@@ -114,13 +111,6 @@ def _as_job_override(override: Any) -> str:
         return str(override.input_line)
 
 
-def _several(override: Any) -> bool:
-    try:
-        return not override.is_discrete_sweep() or len(set(override.sweep_string_iterator())) > 1
-    except HydraException:  # glob(...) and the like: expanded against the config
-        return True
-
-
 def excluded_keys(config: DictConfig) -> frozenset[str]:
     """Keys never in a job's name nor in a sweep's identity: run control."""
     keys = OmegaConf.select(config, "hydra.job.config.override_dirname.exclude_keys", default=None) or []
@@ -129,7 +119,7 @@ def excluded_keys(config: DictConfig) -> frozenset[str]:
 
 def full_name(job_overrides: Iterable[str], excluded: frozenset[str]) -> str:
     """Every override of the job (run control left out)."""
-    return job_name(o for o in job_overrides if _key(o) not in excluded)
+    return job_name(o for o in job_overrides if override_key(o) not in excluded)
 
 
 def short_name(job_overrides: Iterable[str], command: SweepCommand, excluded: frozenset[str]) -> str:
@@ -141,20 +131,21 @@ def _varying(job_overrides: Iterable[str], command: SweepCommand, excluded: froz
     return [
         o
         for o in job_overrides
-        if _key(o) not in excluded and (o.lstrip("+") not in command.constants or _key(o) in ALWAYS_NAMED)
+        if override_key(o) not in excluded
+        and (o.lstrip("+") not in command.constants or override_key(o) in ALWAYS_NAMED)
     ]
 
 
 def legacy_names(job_overrides: Sequence[str], command: SweepCommand, excluded: frozenset[str]) -> list[str]:
     """The names an earlier version gave the job's directory (``norm=pre,seed=1``, and with every
     override), found and kept so that such a sweep resumes and skips where it is."""
-    every = [o for o in job_overrides if _key(o) not in excluded]
+    every = [o for o in job_overrides if override_key(o) not in excluded]
     varying = _varying(job_overrides, command, excluded)
     return [legacy_job_dirname(",".join(sorted(o))) for o in (varying, every)]
 
 
 def _identity(overrides: Iterable[str], excluded: frozenset[str]) -> frozenset[str]:
-    return frozenset(o.lstrip("+") for o in overrides if _key(o) not in excluded)
+    return frozenset(o.lstrip("+") for o in overrides if override_key(o) not in excluded)
 
 
 def recorded_overrides(job_dir: Path) -> list[str] | None:
@@ -260,10 +251,8 @@ def record_command(sweep_dir: Path, command: SweepCommand) -> None:
         check_compatible(sweep_dir, command)
         earlier = _earlier_commands(sweep_dir)
         if not any(list(r.get("overrides") or []) == list(command.overrides) for r in earlier):
-            path = sweep_dir / SWEEP_RECORD
-            tmp = path.with_name(f".{SWEEP_RECORD}.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps({"commands": [*earlier, command.to_json()]}, indent=2), encoding="utf-8")
-            os.replace(tmp, path)
+            record = {"commands": [*earlier, command.to_json()]}
+            write_text_atomically(sweep_dir / SWEEP_RECORD, json.dumps(record, indent=2))
 
 
 class NamedJobs(Launcher):

@@ -23,6 +23,7 @@ from hydra.core.utils import JobReturn
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.run.status import FINISHED, read_status
+from ablate.writes import write_text_atomically
 
 log = logging.getLogger(__name__)
 
@@ -179,9 +180,7 @@ def save_selection(path: Path, out: dict[str, Any]) -> None:
         seeds |= set(_earlier_selection_seeds(path)) | {out.get("selection_seed")}
         seeds |= {r.get("selection_seed") for r in out["variants"]}  # selection=nested: one per verdict seed
         out["selection_seeds"] = sorted((s for s in seeds if s is not None), key=str)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(out, indent=2, default=_jsonable) + "\n")
-        tmp.replace(path)
+        write_text_atomically(path, json.dumps(out, indent=2, default=_jsonable) + "\n")
 
 
 @contextmanager

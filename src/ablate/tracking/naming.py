@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from ablate.config.dotted import override_key
 from ablate.config.dotted import select as select_key
 from ablate.config.resolvers import RUN_CONTROL_KEYS, name_order
 from ablate.nn.axes import AXES
@@ -62,7 +63,7 @@ class RunLabels:
             overrides = list(hydra_cfg.overrides.task) if hydra_cfg is not None else []
         swept = swept_keys(hydra_cfg) if _is_multirun(hydra_cfg) else None
         excluded = _excluded_keys(hydra_cfg)
-        typed = [(_override_key(o), o.split("=", 1)[1]) for o in overrides if "=" in o]
+        typed = [(override_key(o), o.split("=", 1)[1]) for o in overrides if "=" in o]
         pairs = tuple((k, v) for k, v in typed if swept is not None and k in swept - excluded and k != "seed")
         choices = dict(hydra_cfg.runtime.choices) if hydra_cfg is not None else {}
         experiment = choices.get("experiment") or _override_values(overrides).get("experiment")
@@ -101,17 +102,17 @@ def run_name_from_overrides(overrides: list[str], swept: Collection[str] | None 
         o.lstrip("+")
         for o in overrides
         if ("=" in o or o.startswith("~"))
-        and _override_key(o) not in excluded
-        and not _NON_VARIANT_KEYS.match(_override_key(o))
+        and override_key(o) not in excluded
+        and not _NON_VARIANT_KEYS.match(override_key(o))
     ]
     if swept is not None:
-        chosen = [o for o in kept if _override_key(o) in swept or _override_key(o) == "seed"]
+        chosen = [o for o in kept if override_key(o) in swept or override_key(o) == "seed"]
         if chosen:
             return _run_name(sorted(chosen, key=name_order))
-    experiment = [o.split("=", 1)[1] for o in kept if _override_key(o) == "experiment" and "=" in o]
-    others = sorted((o for o in kept if _override_key(o) != "experiment"), key=name_order)
-    short = _short_names([_override_key(o) for o in others])
-    items = [o.replace(_override_key(o), short[_override_key(o)], 1) for o in others]
+    experiment = [o.split("=", 1)[1] for o in kept if override_key(o) == "experiment" and "=" in o]
+    others = sorted((o for o in kept if override_key(o) != "experiment"), key=name_order)
+    short = _short_names([override_key(o) for o in others])
+    items = [o.replace(override_key(o), short[override_key(o)], 1) for o in others]
     return _run_name([*experiment, *items]) if experiment or items else "default"
 
 
@@ -135,13 +136,8 @@ def _short_names(keys: list[str]) -> dict[str, str]:
     return {k: s if last.count(s) == 1 else k for k, s in zip(keys, last)}
 
 
-def _override_key(override: str) -> str:
-    """The config key of an override, without ``+``/``++``/``~`` prefixes."""
-    return override.split("=", 1)[0].lstrip("+~").strip()
-
-
 def _override_values(overrides: Iterable[str]) -> dict[str, str]:
-    return {_override_key(o): o.split("=", 1)[1] for o in overrides if "=" in o and not o.startswith("~")}
+    return {override_key(o): o.split("=", 1)[1] for o in overrides if "=" in o and not o.startswith("~")}
 
 
 def _is_multirun(hydra_cfg: Any | None) -> bool:
@@ -175,7 +171,7 @@ def swept_keys(hydra_cfg: Any | None = None) -> frozenset[str]:
         return frozenset()
     command_line = _sweep_command_line(hydra_cfg)
     if command_line is None:
-        return frozenset(_override_key(o) for o in hydra_cfg.overrides.task)
+        return frozenset(override_key(o) for o in hydra_cfg.overrides.task)
     params = OmegaConf.select(hydra_cfg, "sweeper.params", default=None) or {}
     typed = [f"{key}={value}" for key, value in params.items()] + command_line
     final: dict[str, Any] = {}
@@ -183,18 +179,21 @@ def swept_keys(hydra_cfg: Any | None = None) -> frozenset[str]:
         for override in OverridesParser.create().parse_overrides(typed):
             final[override.key_or_group] = override
     except HydraException:  # cannot parse what Hydra itself parsed: count every override
-        return frozenset(_override_key(o) for o in hydra_cfg.overrides.task)
-    swept = set()
-    for key, override in final.items():
-        if not override.is_sweep_override():
-            continue
-        try:
-            several = not override.is_discrete_sweep() or len(set(override.sweep_string_iterator())) > 1
-        except HydraException:  # e.g. glob(...), which needs the config to expand
-            several = True
-        if several:
-            swept.add(key)
-    return frozenset(swept)
+        return frozenset(override_key(o) for o in hydra_cfg.overrides.task)
+    return frozenset(key for key, override in final.items() if is_swept(override))
+
+
+def is_swept(override: Any) -> bool:
+    """A parsed Hydra override that sweeps more than one value (``glob(...)`` counts: it is expanded
+    against the config)."""
+    from hydra.errors import HydraException
+
+    if not override.is_sweep_override():
+        return False
+    try:
+        return not override.is_discrete_sweep() or len(set(override.sweep_string_iterator())) > 1
+    except HydraException:
+        return True
 
 
 def _sweep_command_line(hydra_cfg: Any) -> list[str] | None:
