@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ablate.config.dotted import override_key
+from ablate.sweepers.job_dirs import quote
 from ablate.sweepers.lr_selection import LRResult, Selection, job_dir_of, read_outcome, select_lr
 
 log = logging.getLogger(__name__)
@@ -269,11 +270,6 @@ class HalvingVariant(Protocol):
     tracks: list[RateTrack]
 
 
-def quote(value: str) -> str:
-    """A Hydra override value quoted: a job directory's name holds ``,`` and ``=``."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def rung_job(
     variant: HalvingVariant, track: RateTrack, rung: int, lr_name: str, seed_name: str, seed: str
 ) -> list[str]:
@@ -298,7 +294,7 @@ def rung_job(
                 step,
             )
         else:
-            job.append(f"{CKPT_KEY}={quote(str(last))}")
+            job.append(f"{CKPT_KEY}={quote(str(last))}")  # a job directory's name holds , and =
     return job
 
 

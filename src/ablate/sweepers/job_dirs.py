@@ -195,7 +195,7 @@ def told_apart(names: Sequence[str], identities: Sequence[frozenset[str]]) -> li
     ]
 
 
-def _quoted(value: str) -> str:
+def quote(value: str) -> str:
     """A value for Hydra's override grammar: single-quoted, backslash and quote escaped."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
@@ -289,5 +289,5 @@ class NamedJobs(Launcher):
         names = told_apart(names, [_identity(o, self.excluded) for o in job_overrides])
         for name in names:
             LAUNCHED.setdefault(self.sweep_dir / name, job_signature(self.sweep_dir / name))
-        named = [[*o, f"hydra.sweep.subdir={_quoted(name)}"] for o, name in zip(job_overrides, names)]
+        named = [[*o, f"hydra.sweep.subdir={quote(name)}"] for o, name in zip(job_overrides, names)]
         return self.launcher.launch(named, initial_job_idx)
