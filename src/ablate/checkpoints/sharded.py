@@ -20,6 +20,7 @@ import io
 import os
 import pickle
 import re
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -161,12 +162,6 @@ def check_pieces(path: Path, index: Any) -> None:
             )
 
 
-def _piece(path: Path, info: Any) -> io.BytesIO:
-    with open(path / str(info.relative_path), "rb") as f:
-        f.seek(int(info.offset))
-        return io.BytesIO(f.read(int(info.length)))
-
-
 def read_values(path: Path, index: Any) -> dict[str, Any]:
     """Every value entry of the index (``BytesStorageMetadata``: what is not a tensor), each loaded
     with torch's restricted unpickler (:func:`ablate.checkpoints.safe_load.load_bytes`)."""
@@ -178,7 +173,10 @@ def read_values(path: Path, index: Any) -> dict[str, Any]:
         if not isinstance(index.state_dict_metadata.get(fqn), BytesStorageMetadata):
             continue
         try:
-            values[fqn] = safe_load.load_bytes(_piece(path, info), f"{path}: its entry {fqn}")
+            with open(path / str(info.relative_path), "rb") as f:
+                f.seek(int(info.offset))
+                piece = io.BytesIO(f.read(int(info.length)))
+            values[fqn] = safe_load.load_bytes(piece, f"{path}: its entry {fqn}")
         except safe_load.UnsafeCheckpointError:
             raise
         except Exception as err:
@@ -225,16 +223,6 @@ def read_weights(path: Path, index: Any, values: Mapping[str, Any]) -> dict[str,
     return {**tensors, **others}
 
 
-def optimizer_entries(index: Any) -> dict[str, int]:
-    """``optimizer_<i> -> entries`` the index holds: the optimiser states, left on disk."""
-    found: dict[str, int] = {}
-    for fqn in index.state_dict_metadata:
-        match = OPTIMIZER_KEY.match(str(fqn))
-        if match:
-            found[match.group(1)] = found.get(match.group(1), 0) + 1
-    return found
-
-
 def load(path: str | os.PathLike[str], weights: bool = True) -> dict[str, Any]:
     """A sharded checkpoint folder as a checkpoint file reads (see the module): ``meta.pt``'s
     contents, the weights as ``state_dict`` (``weights=False``: left out, for a reader of the rest
@@ -252,7 +240,8 @@ def load(path: str | os.PathLike[str], weights: bool = True) -> dict[str, Any]:
         values = read_values(path, index)
         if weights:
             checkpoint["state_dict"] = read_weights(path, index, values)
-        optimizers = optimizer_entries(index)
+        # optimizer_<i> -> the entries the index holds: the optimiser states, left on disk
+        optimizers = Counter(m.group(1) for fqn in index.state_dict_metadata if (m := OPTIMIZER_KEY.match(str(fqn))))
     except UserError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as err:  # fields of other types
