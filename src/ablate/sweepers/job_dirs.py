@@ -1,17 +1,12 @@
 """Where a sweep's jobs live, and which sweeps may share a directory.
 
-A job's directory is named by its overrides *minus the command's constants*, which are already in
-the sweep directory's name; the seed always stays. Names hold no character Hydra's override
-grammar treats specially, so a printed path pastes into ``ckpt_path=`` unquoted; a directory
-named by an earlier version is found by its recorded overrides and kept.
-
-Several commands may share one sweep directory; two rules keep their jobs apart: a job directory
-that already holds *another* job is not reused (the new job gets the full name), and a command
-whose swept keys (the seed aside) neither contain nor are contained in those of the directory's
-earlier commands is a different study, refused before any job starts (a table of the directory
-would count identical configurations as replicates). Every command is recorded in
-``<sweep dir>/sweep.json``. The name reaches each job as ``hydra.sweep.subdir``, so every launcher
-puts the job where this module decided.
+A job's directory is named by its overrides minus the command's constants (the seed always
+stays), in characters Hydra's override grammar leaves alone; a directory an earlier version named
+is found by its recorded overrides and kept. Commands sharing a sweep directory are kept apart: a
+job directory holding *another* job gets the full name, and a command whose swept keys (the seed
+aside) neither contain nor are contained in an earlier one's is another study, refused before any
+job starts. Every command is recorded in ``<sweep dir>/sweep.json``; the name reaches each job as
+``hydra.sweep.subdir``, so any launcher puts it there.
 """
 
 from __future__ import annotations
@@ -67,8 +62,7 @@ REPLICATES = frozenset({"seed"})  # more seeds are more of the same study, not a
 
 @dataclass(frozen=True)
 class SweepCommand:
-    """One command that launches jobs into a sweep directory: its overrides as typed, the keys it
-    sweeps (more than one value, on the command line or in ``hydra.sweeper.params``) and its
+    """A command launching into a sweep directory: its overrides as typed, the keys it sweeps and its
     constants (single-valued command-line overrides)."""
 
     overrides: tuple[str, ...]
@@ -137,8 +131,7 @@ def _varying(job_overrides: Iterable[str], command: SweepCommand, excluded: froz
 
 
 def legacy_names(job_overrides: Sequence[str], command: SweepCommand, excluded: frozenset[str]) -> list[str]:
-    """The names an earlier version gave the job's directory (``norm=pre,seed=1``, and with every
-    override), found and kept so that such a sweep resumes and skips where it is."""
+    """The names an earlier version gave the job's directory, kept so such a sweep resumes where it is."""
     every = [o for o in job_overrides if override_key(o) not in excluded]
     varying = _varying(job_overrides, command, excluded)
     return [legacy_job_dirname(",".join(sorted(o))) for o in (varying, every)]
@@ -149,8 +142,7 @@ def _identity(overrides: Iterable[str], excluded: frozenset[str]) -> frozenset[s
 
 
 def recorded_overrides(job_dir: Path) -> list[str] | None:
-    """The overrides of the job a directory holds: its ``status.json`` (written by the job) or, for
-    a job that never finished, what Hydra saved when it started; None for an empty directory."""
+    """The overrides of the job a directory holds (its ``status.json``, else Hydra's saved ones), or None."""
     status = job_dir / "status.json"
     try:
         if status.is_file():
@@ -182,8 +174,7 @@ def job_directory(
 
 
 def told_apart(names: Sequence[str], identities: Sequence[frozenset[str]]) -> list[str]:
-    """``names`` where no two jobs of other overrides share one: such a name gets a hash of each
-    job's overrides (folder names replace some characters, so two values can meet in one name)."""
+    """``names``, each shared by jobs of different overrides suffixed with a hash of the job's overrides."""
     holders: dict[str, set[frozenset[str]]] = {}
     for name, identity in zip(names, identities):
         holders.setdefault(name, set()).add(identity)
@@ -201,9 +192,8 @@ def quote(value: str) -> str:
 
 
 def _earlier_commands(sweep_dir: Path) -> list[dict[str, Any]]:
-    """The commands ``sweep.json`` records: a list of at least one command (its ``overrides`` and
-    ``swept`` keys, lists of strings), as :func:`record_command` writes it. Anything else (``{"commands":
-    []}``, a command without its swept keys) would let another sweep's axes in unchecked: refused."""
+    """The commands ``sweep.json`` records, as :func:`record_command` writes them; anything else would
+    let another sweep's axes in unchecked: refused."""
     path = inside(sweep_dir / SWEEP_RECORD, sweep_dir)
     if not path.exists():
         return []
@@ -229,8 +219,7 @@ def _is_command(record: Any) -> bool:
 
 
 def check_compatible(sweep_dir: Path, command: SweepCommand) -> None:
-    """Refuse a command whose swept keys (the seed aside) neither contain nor are contained in
-    those of an earlier command of the directory. Reads only."""
+    """Refuse a command whose swept keys neither contain nor are contained in an earlier command's."""
     axes = command.swept - REPLICATES
     for record in _earlier_commands(sweep_dir):
         swept = frozenset(record.get("swept") or []) - REPLICATES
@@ -256,9 +245,8 @@ def record_command(sweep_dir: Path, command: SweepCommand) -> None:
 
 
 class NamedJobs(Launcher):
-    """Wraps the sweep's launcher: records the command before its first batch
-    (:func:`record_command`; :meth:`check` refuses it earlier), and gives every job its directory (:func:`job_directory`) as a
-    ``hydra.sweep.subdir`` override. Any launcher works under it."""
+    """Wraps the sweep's launcher: records the command before its first batch and gives every job its
+    directory (:func:`job_directory`) as a ``hydra.sweep.subdir`` override."""
 
     def __init__(self, launcher: Launcher, config: DictConfig, sweeper: Any | None = None) -> None:
         self.launcher = launcher
@@ -271,8 +259,7 @@ class NamedJobs(Launcher):
         self.launcher.setup(**kwargs)
 
     def check(self) -> None:
-        """:func:`check_compatible`, before anything is written to the sweep directory (the
-        sweepers call it first)."""
+        """:func:`check_compatible`, before anything is written to the sweep directory."""
         try:
             check_compatible(self.sweep_dir, self.command)
         except ConfigError as err:  # printed, exit 2 (ablate.cli): no job has started

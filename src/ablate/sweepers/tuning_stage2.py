@@ -41,17 +41,15 @@ def refuse_auto_seeds(seeds: Any) -> None:
 
 
 def held_out_metric(metric: str, given: str | None = None) -> str:
-    """The metric the verdicts read: ``hydra.sweeper.verdict_metric`` when given, else the
-    selection metric on the test split (``val/loss`` -> ``test/loss``): the rate is chosen on
-    validation, the verdict read on text the choice never saw."""
+    """The verdicts' metric: ``hydra.sweeper.verdict_metric``, else the selection metric on the test split
+    (``val/loss`` -> ``test/loss``), text the choice never saw."""
     if given:
         return str(given)
     return "test/" + metric.split("/", 1)[1] if metric.startswith("val/") else metric
 
 
 def read_plan_quietly(sweep_dir: Path, log_dir: str | None = None) -> Any:
-    """The sweep directory's declared plan (:func:`ablate.analysis.plan.read_plan`), or None when it
-    has none or it cannot be read."""
+    """The sweep directory's declared plan (:func:`ablate.analysis.plan.read_plan`), or None."""
     from ablate.analysis.plan import PlanError, read_plan
 
     try:
@@ -73,11 +71,9 @@ def declare_plan(
     layout: str | None = None,
     log_dir: str | None = None,
 ) -> None:
-    """Declare the verdict's rule in the ledger (:mod:`ablate.analysis.plan`; a copy in
-    ``<sweep dir>/analysis_plan.json``) before stage 2 starts: the held-out metric, the baseline
-    and margin, the compared ``variants`` (those with a chosen rate), the split ``layout``
-    (``data.splits``) and the seeds. A plan the user declared before
-    (``scripts/declare.py``) is kept, and a different one is not written over it: a message says so."""
+    """Declare the verdict's rule (:mod:`ablate.analysis.plan`, a copy in ``<sweep dir>/analysis_plan.json``)
+    before stage 2: metric, baseline, margin, compared ``variants``, split ``layout`` and seeds. A plan
+    declared before (``scripts/declare.py``) is kept, and a message says so."""
     from ablate.analysis.plan import Plan, PlanError, declare
 
     basis = margin_basis or (
@@ -133,10 +129,6 @@ def _record_outcomes(plan: list[tuple[Variant, str]], returns: list[JobReturn], 
         v.seeds.append(seed_record(s, status, value, job_dir.name if job_dir else None))
 
 
-def _jobs(plan: list[tuple[Variant, str]], lr_name: str, seed_name: str) -> list[list[str]]:
-    return [[*v.overrides, f"{lr_name}={v.chosen_text}", f"{seed_name}={s}"] for v, s in plan]
-
-
 def fixed_stage2(
     variants: list[Variant],
     launch: Callable[[list[list[str]]], list[JobReturn]],
@@ -156,7 +148,7 @@ def fixed_stage2(
             + f", {seed_name}={','.join(seeds)}",
             flush=True,
         )
-    returns = launch(_jobs(plan, lr_name, seed_name))
+    returns = launch([[*v.overrides, f"{lr_name}={v.chosen_text}", f"{seed_name}={s}"] for v, s in plan])
     for v in variants:
         v.seeds = []
     _record_outcomes(plan[: len(returns)], returns, metric)
