@@ -1,15 +1,10 @@
 """Metrics computed on the device and written to the loggers once they have reached the host,
 so that the step which computes them does not wait for the GPU.
 
-Reading a GPU tensor on the host (``.tolist()``, ``.item()``) blocks the CPU until the GPU has
-finished everything queued before it; while the CPU waits it queues nothing, and the GPU idles
-through the Python that follows (logger writes, the next step's start). Here the values are
-copied to pinned host memory without blocking (``non_blocking=True``) and a CUDA event marks the
-end of the copy; :meth:`DeferredMetrics.flush` writes every entry whose copy is complete (a
-later step, typically the next one) and, with ``wait=True``, all of them (end of training,
-before validation). Each entry keeps the step it was computed at, so the loggers get the same
-``(metrics, step)`` as an immediate write would give, only a step or two later. On the CPU the
-copy is the tensor itself and the entry is written at once.
+Reading a GPU tensor on the host blocks the CPU until the GPU is done, and the GPU then idles
+through the Python that follows. Here the values are copied to pinned memory without blocking, a
+CUDA event marking the copy's end; :meth:`DeferredMetrics.flush` writes the entries whose copy is
+complete (``wait=True``: all), each at the step it was computed at. On the CPU it is written at once.
 """
 
 from __future__ import annotations
@@ -70,9 +65,8 @@ class DeferredMetrics:
 
 
 class DeferredLogging(Callback):
-    """A callback whose metrics go through :class:`DeferredMetrics` (``self.deferred``): what has
-    reached the host is written after each batch (nothing waits), and everything before a
-    validation and when training ends or stops on an exception."""
+    """A callback whose metrics go through :class:`DeferredMetrics` (``self.deferred``): flushed after
+    each batch, and in full before a validation and when training ends."""
 
     def __init__(self) -> None:
         self.deferred = DeferredMetrics()

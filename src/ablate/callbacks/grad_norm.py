@@ -5,11 +5,9 @@ Names (part of the interface): ``grad_norm/total``, ``grad_norm/layer_03/attn`` 
 ``grad_norm/pos``, ``grad_norm/final_norm`` and ``grad_norm/head`` (an untied head only); the
 zero-padded layer index lets a dashboard sort by depth.
 
-Cost: a logging step runs one fused ``torch._foreach_norm`` and one ``index_add_`` on the device,
-and the values reach the loggers through a non-blocking copy (:mod:`ablate.callbacks.deferred`),
-so no step waits for the GPU; other steps pay one integer comparison. Only global rank 0 computes
-(after DDP's all-reduce every rank holds the same gradients). Under fp16 the norms are of the
-unscaled gradients, also for an optimiser that unscales inside its step
+Cost: a logging step runs one fused ``torch._foreach_norm`` and one ``index_add_``, copied to the
+host without blocking (:mod:`ablate.callbacks.deferred`); rank 0 only (DDP's all-reduce gives every
+rank the same gradients). Under fp16 the norms are of the unscaled gradients
 (:func:`ablate.optim.unscale_once`).
 """
 

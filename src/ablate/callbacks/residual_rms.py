@@ -7,10 +7,8 @@ Pre-LN's gradients down), while Post-LN renormalises after every sub-layer.
 
 Names (part of the interface): ``resid_rms/layer_03``, ``resid_rms/enc_layer_03`` /
 ``resid_rms/dec_layer_03``: ``sqrt(mean(x ** 2))`` over the non-padding positions of the block's
-output in that step's training batch. Hooks exist only during the forward of a logging step, and
-values reach the loggers through a non-blocking copy, so no step waits for the GPU; only global
-rank 0 measures. Not under ``torch.compile`` (hooks added and removed around a compiled forward
-recompile it): disabled there with a warning.
+output. Hooks exist only during a logging step's forward and values are copied without blocking;
+rank 0 only. Disabled under ``torch.compile`` (hooks around a compiled forward recompile it).
 """
 
 from __future__ import annotations

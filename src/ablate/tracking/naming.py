@@ -39,15 +39,9 @@ RUN_NAME_MAX = 120
 @dataclass(frozen=True)
 class RunLabels:
     """What a job is called and tagged with in every logger, decided in the Hydra job process
-    (:meth:`current`) and handed as it is to ranks that run without Hydra.
-
-    Attributes:
-        name: the run name (:func:`run_name_from_overrides`).
-        job_type: ``sweep`` for a job of a Hydra multirun, else ``train``.
-        experiment: the ``experiment=`` config chosen, if any (tag ``experiment:<name>``).
-        swept: ``(key, value)`` of this job's overrides of the keys the multirun sweeps (more
-            than one value), seed excluded: they become flat ``axis_*`` config keys and tags.
-    """
+    (:meth:`current`) and handed to ranks that run without Hydra: the run ``name``, ``job_type``
+    (``sweep`` or ``train``), the ``experiment`` chosen, and ``swept``, this job's ``(key, value)``
+    of the keys the multirun sweeps (seed excluded: they become ``axis_*`` keys and tags)."""
 
     name: str = "default"
     job_type: str = "train"
@@ -79,20 +73,13 @@ _FROM_HYDRA: Any = object()
 
 
 def run_name_from_overrides(overrides: list[str], swept: Collection[str] | None = _FROM_HYDRA) -> str:
-    """A short, stable run name from the job's command-line overrides, its axes in the order of job
-    folder names (:func:`ablate.config.resolvers.name_order`: the architecture first, the seed last).
+    """A short, stable run name from the job's overrides, in job-folder order (:func:`name_order`).
 
-    In a multirun (``swept``: the keys the sweep varies; by default read from the running Hydra
-    job, :func:`swept_keys`), the swept overrides and the seed, with their full keys, as in the
-    job directory names: ``-m act=gelu,swiglu seed=1 trainer.max_steps=600`` names its jobs
-    ``act=gelu,seed=1`` and ``act=swiglu,seed=1`` (folders ``act-gelu.seed-1``, ...; a run name
-    keeps ``=`` and ``,``, from which the analysis of a W&B group reads the overrides back). Otherwise
-    (a single run, or a sweep of nothing) the experiment name and the other overrides with their
-    keys shortened to the last part where that is unambiguous: ``experiment=glu act=swiglu
-    trainer.max_steps=100`` gives ``glu,act=swiglu,max_steps=100``. Overrides of where or how a job
-    runs or logs (``hydra.*``, ``paths.*``, ``logger``, ``tags``, ``ckpt_path``, ... and
-    ``hydra.job.config.override_dirname.exclude_keys``) are dropped; a name longer than 120
-    characters ends with a hash of the whole. Nothing left gives ``"default"``.
+    In a multirun (``swept``: by default :func:`swept_keys`), the swept overrides and the seed with
+    their full keys (``act=gelu,seed=1``; the analysis of a W&B group reads the overrides back).
+    Otherwise the experiment name and the other overrides, keys shortened where unambiguous
+    (``glu,act=swiglu,max_steps=100``). Where or how a job runs or logs is left out; past 120
+    characters a hash of the whole ends it; nothing left gives ``"default"``.
     """
     hydra_cfg = _hydra_config()
     if swept is _FROM_HYDRA:
@@ -157,12 +144,9 @@ def _excluded_keys(hydra_cfg: Any | None) -> frozenset[str]:
 
 
 def swept_keys(hydra_cfg: Any | None = None) -> frozenset[str]:
-    """The keys the running multirun sweeps: those whose sweep has more than one value, among
-    ``hydra.sweeper.params`` (an experiment's sweep) and the sweep's command line (kept by Hydra's
-    sweeper in ``<sweep dir>/multirun.yaml``); the command line wins for a key in both, as in
-    Hydra's ``BasicSweeper``. Without ``multirun.yaml`` (another sweeper) every override of the
-    job counts, like in its directory name.
-    """
+    """The keys the running multirun sweeps with more than one value, from ``hydra.sweeper.params`` and
+    the command line in ``<sweep dir>/multirun.yaml`` (which wins, as in Hydra's ``BasicSweeper``);
+    without that file every override of the job counts."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -210,11 +194,9 @@ def _sweep_command_line(hydra_cfg: Any) -> list[str] | None:
 
 
 def flat_axes(run_config: Mapping[str, Any], swept: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
-    """The ablation axes as flat top-level config keys, ``axis_<name>``: the model's axes
-    (``run_config["axes"]``: ``axis_pos``, ``axis_norm``, ``axis_norm_layer``, ``axis_act``,
-    ``axis_init``, ``axis_attn``) and every swept key, named by its last part where that is
-    unambiguous (``optim.lr`` -> ``axis_lr``) with its resolved value (a number stays a number),
-    or the option chosen for a config group (``model=tiny`` -> ``axis_model: tiny``)."""
+    """The ablation axes as flat config keys ``axis_<name>``: the model's (``run_config["axes"]``) and
+    every swept key's resolved value (``optim.lr`` -> ``axis_lr``), or a config group's option chosen
+    (``model=tiny`` -> ``axis_model: tiny``)."""
     axes = {f"{AXIS_PREFIX}{k}": v for k, v in (run_config.get("axes") or {}).items()}
     swept = list(swept)
     names = axis_config_keys([key for key, _ in swept])
