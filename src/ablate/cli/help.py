@@ -1,9 +1,5 @@
-"""``python train.py --help``: the project's own help (Hydra's ``hydra.help.template`` is
-``${ablate_help:}``, conf/hydra/default.yaml): the axes and their options, read from the axis table
-(:data:`ablate.nn.axes.AXES`), the other config groups and their options (``conf/<group>/``), the
-main commands, and where the documentation is. Hydra's generic dump stays one flag away
-(``--hydra-help``, ``--cfg job``).
-"""
+"""``python train.py --help`` (``hydra.help.template: ${ablate_help:}``): the axes and their options
+(:data:`ablate.nn.axes.AXES`), the other config groups' options, the main commands and the docs."""
 
 from __future__ import annotations
 
