@@ -5,7 +5,6 @@ Redirected to a file (SLURM, ``nohup``), Rich's live bar prints nothing until th
 
     step   120/1500 (  8%)  loss 2.314  val     -  lr 1.9e-03  17.1k tok/s  elapsed 0:41  eta 7:52
     val    500/1500 ( 33%)  loss 2.401  ppl   11.03  elapsed 2:51
-
 """
 
 from __future__ import annotations

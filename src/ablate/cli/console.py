@@ -70,12 +70,13 @@ def format_run_header(
     estimate: int,
     output_dir: Path | str,
 ) -> str:
-    """The few lines a run prints at its start instead of the whole config (``print_config=true``)::
+    """The few lines a run prints at its start instead of the whole config
+    (``print_config=true`` prints that)::
 
-    run     experiment=default  task=lm  data=tinyshakespeare
-    axes    pos=learned norm=pre norm_layer=layernorm act=gelu init=gpt2 attn=sdpa
-    model   4 layers, d=128, 4 heads: 807,489 parameters (12·L·d² + V·d: 794,880)
-    output  logs/runs/2026-11-23_15-00-00  (config: .hydra/config.yaml)
+        run     experiment=default  task=lm  data=tinyshakespeare
+        axes    pos=learned norm=pre norm_layer=layernorm act=gelu init=gpt2 attn=sdpa
+        model   4 layers, d=128, 4 heads: 807,489 parameters (12·L·d² + V·d: 794,880)
+        output  logs/runs/2026-11-23_15-00-00  (config: .hydra/config.yaml)
     """
     return "\n".join(
         [
@@ -142,16 +143,17 @@ def _first_line(text: Any, limit: int = 160) -> str:
 
 
 def format_run_summary(status: RunRecord, output_dir: Path | str) -> str:
-    """The block a run prints at its end, from its status record (``status.json``)::
+    """The block a run prints at its end, from its status record
+    (what its ``status.json`` holds)::
 
-    run completed
-      steps      1500
-      wall time  0:07:52
-      val/loss   1.4712
-      val/ppl    4.35
-      test/loss  1.4821
-      test/ppl   4.40
-      output     logs/runs/2026-01-02/10-11-12
+        run completed
+          steps      1500
+          wall time  0:07:52
+          val/loss   1.4712
+          val/ppl    4.35
+          test/loss  1.4821
+          test/ppl   4.40
+          output     logs/runs/2026-01-02/10-11-12
     """
     state = status.status
     rows: list[tuple[str, str]] = []

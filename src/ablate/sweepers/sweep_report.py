@@ -47,10 +47,9 @@ def _read(path: Path) -> RunStatus:
 def job_records(
     sweep_dir: Path, since: float, launched: Mapping[Path, tuple[Signature, Signature]] | None = None
 ) -> dict[Path, tuple[str, RunStatus]]:
-    """``job dir -> (what this command did, status)``: ``ran``, :data:`SKIPPED` (its record unchanged
-    since launch) or :data:`RELABELLED` (record rewritten, metrics not). ``launched``: this command's
-    jobs with their signatures at launch (:data:`ablate.sweepers.job_dirs.LAUNCHED`); without it, the
-    jobs whose ``status.json`` changed since ``since``. An unreadable record counts as crashed."""
+    """``job dir -> (ran | SKIPPED | RELABELLED, status)`` of ``launched`` (this command's jobs and their
+    signatures at launch, :data:`ablate.sweepers.job_dirs.LAUNCHED`), else of the jobs whose
+    ``status.json`` changed since ``since``; an unreadable record counts as crashed."""
     records: dict[Path, tuple[str, RunStatus]] = {}
     if launched is None:
         found = [p.parent for p in sorted(sweep_dir.glob("*/status.json")) if p.stat().st_mtime >= since]
