@@ -106,13 +106,6 @@ def device_peak_flops(device: torch.device | str) -> tuple[float | None, str]:
     return _measured[key], f"fp32 {MATMUL_SIZE}x{MATMUL_SIZE} matmul at {key[1]} threads (measure_cpu_peak)"
 
 
-def _lightning_logs_now(trainer: L.Trainer) -> bool:
-    """Whether Lightning writes logged values after this step (every ``log_every_n_steps`` steps, and
-    when training stops); at ``on_train_batch_end`` ``global_step`` already counts the step."""
-    # log_every_n_steps: set on the Trainer at runtime by Lightning's logger connector, not declared in its types
-    return trainer.global_step % max(1, trainer.log_every_n_steps) == 0 or trainer.should_stop  # type: ignore[attr-defined]
-
-
 def batch_tokens(pl_module: L.LightningModule, batch: Any) -> int:
     """Tokens one training batch puts through the model, padding included: the task's own count
     (``tokens_in_batch``: translation counts source and target), else the first tensor's size."""
@@ -184,7 +177,10 @@ class ThroughputMonitor(Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
     ) -> None:
-        if not _lightning_logs_now(trainer):
+        # only where Lightning writes logged values: every log_every_n_steps steps (global_step already
+        # counts this one; set at runtime, not in Lightning's types), and when training stops
+        every = max(1, trainer.log_every_n_steps)  # type: ignore[attr-defined]
+        if trainer.global_step % every and not trainer.should_stop:
             return
         self._log_progress(pl_module)
         rate = self.rate()

@@ -21,10 +21,6 @@ DOCS = (
 )
 
 
-def _options(conf: Path, group: str) -> list[str]:
-    return sorted(p.stem for p in (conf / group).glob("*.yaml"))
-
-
 def help_text(conf: Path | None = None) -> str:
     """The help of ``train.py``. Imports the axes' registries (torch): their options are the code's."""
     from ablate.cli import conf_dir
@@ -44,7 +40,7 @@ def help_text(conf: Path | None = None) -> str:
         lines.append(f"  {axis.label:<{width}}{', '.join(axis.options())}")
     lines += ["", "Other choices (group=option):"]
     for group in OTHER_GROUPS:
-        options = _options(conf, group)
+        options = sorted(p.stem for p in (conf / group).glob("*.yaml"))
         if options:
             lines.append(f"  {group:<{width}}{', '.join(options)}")
     lines += [

@@ -73,12 +73,6 @@ def _saved_step(job_dir: Path) -> int | None:
         return None
 
 
-def _overrides(job_dir: Path) -> list[str]:
-    """The job's command-line overrides, as Hydra saved them when the job started."""
-    path = job_dir / ".hydra" / "overrides.yaml"
-    return [str(o) for o in OmegaConf.load(path)] if path.is_file() else []
-
-
 def record_killed_jobs(sweep_dir: Path, since: float, signals: Sequence[str]) -> list[Path]:
     """``killed`` records for the jobs that took their lock since ``since`` and died holding it; their directories."""
     killed = []
@@ -93,12 +87,13 @@ def record_killed_jobs(sweep_dir: Path, since: float, signals: Sequence[str]) ->
         except ValueError:
             holder = {}
         step = _saved_step(job_dir)
+        saved = job_dir / ".hydra" / "overrides.yaml"  # as Hydra saved them when the job started
         resume = (
             f"resumes from step {step} (its last checkpoint)" if step is not None else "starts afresh (no checkpoint)"
         )
         record = RunStatus(
             KILLED,
-            _overrides(job_dir),
+            [str(o) for o in OmegaConf.load(saved)] if saved.is_file() else [],
             signal=signal,
             pid=holder.get("pid"),
             steps=step,

@@ -97,26 +97,20 @@ def declare_plan(
             layout=layout,
         )
         declared = declare(sweep_dir, plan, log_dir=log_dir)
-    except PlanError as err:
-        _keep_declared_plan(sweep_dir, log_dir, err)
+    except PlanError as err:  # one declared before the sweep (scripts/declare.py) is the plan of record
+        existing = read_plan_quietly(sweep_dir, log_dir)
+        if existing is None:
+            log.warning("tuned_lr: %s", err)
+        else:
+            print(
+                f"LR tuning: keeping the analysis plan declared before this sweep, {existing.path} (sha256 "
+                f"{existing.sha256[:12]}, {existing.declared_at}): {existing.plan.describe()}",
+                flush=True,
+            )
         return
     print(
         f"LR tuning: analysis plan declared (ledger entry {declared.entry.get('entry')}, sha256 {declared.sha256[:12]}; "
         f"copy in {declared.path}): {plan.describe()}",
-        flush=True,
-    )
-
-
-def _keep_declared_plan(sweep_dir: Path, log_dir: str | None, err: Exception) -> None:
-    """Say which plan stands when the sweep's was refused: one declared before (scripts/declare.py), or none."""
-    existing = read_plan_quietly(sweep_dir, log_dir)
-    if existing is None:
-        log.warning("tuned_lr: %s", err)
-        return
-    # declared before the sweep (scripts/declare.py): that is the plan of record
-    print(
-        f"LR tuning: keeping the analysis plan declared before this sweep, {existing.path} (sha256 "
-        f"{existing.sha256[:12]}, {existing.declared_at}): {existing.plan.describe()}",
         flush=True,
     )
 

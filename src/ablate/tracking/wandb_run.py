@@ -72,7 +72,7 @@ def build_wandb_logger(
     """Start the W&B run ourselves (see the module docstring) and wrap it; None when disabled."""
     mode, reason = decide_wandb_mode(options.mode)
     if mode == "disabled":
-        _announce(f"W&B disabled ({reason}); metrics only in {output_dir / 'csv' / 'metrics.csv'}")
+        print(f"W&B disabled ({reason}); metrics only in {output_dir / 'csv' / 'metrics.csv'}", flush=True)
         return None
     finish_stale_run()
     init_kwargs = {
@@ -95,7 +95,7 @@ def build_wandb_logger(
         target = Path(run.dir).parent
         if resume_id:
             target = target.parent / f"offline-run-*-{resume_id}"
-        _announce(f"W&B offline ({reason}); upload: wandb sync {_short_path(target)}")
+        print(f"W&B offline ({reason}); upload: wandb sync {_short_path(target)}", flush=True)
     return AblateWandbLogger(
         experiment=run, save_dir=output_dir, name=run_name, project=options.project, config_keys=extra_config
     )
@@ -163,11 +163,6 @@ def _short_path(path: Path) -> str:
     """``path`` relative to the working directory when below it (the printed command runs as is), else absolute."""
     relative = os.path.relpath(path)
     return str(path) if relative.startswith("..") else relative
-
-
-def _announce(message: str) -> None:
-    """The one line a user sees about W&B (rank zero only)."""
-    print(message, flush=True)
 
 
 def finish_wandb(exit_code: int = 0, summary: Mapping[str, Any] | None = None) -> None:
