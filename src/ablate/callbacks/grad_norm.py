@@ -2,13 +2,10 @@
 
 Names (part of the interface): ``grad_norm/total``, ``grad_norm/layer_03/attn`` (``attn_norm``,
 ``cross_attn``, ``ffn``, ``ffn_norm``, ``..._post_norm`` for sandwich), ``grad_norm/embed``,
-``grad_norm/pos``, ``grad_norm/final_norm`` and ``grad_norm/head`` (an untied head only); the
-zero-padded layer index lets a dashboard sort by depth.
-
-Cost: a logging step runs one fused ``torch._foreach_norm`` and one ``index_add_``, copied to the
-host without blocking (:mod:`ablate.callbacks.deferred`); rank 0 only (DDP's all-reduce gives every
-rank the same gradients). Under fp16 the norms are of the unscaled gradients
-(:func:`ablate.optim.unscale_once`).
+``grad_norm/pos``, ``grad_norm/final_norm`` and ``grad_norm/head`` (an untied head only).
+A logging step runs one fused ``torch._foreach_norm`` and one ``index_add_``, copied to the host
+without blocking (:mod:`ablate.callbacks.deferred`); rank 0 only. Under fp16 the norms are of the
+unscaled gradients (:func:`ablate.optim.unscale_once`).
 """
 
 from __future__ import annotations

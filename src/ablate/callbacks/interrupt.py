@@ -53,8 +53,7 @@ def in_slurm_job() -> bool:
 
 
 def relayed_signals() -> tuple[int, ...]:
-    """The signals the launching process of a job's ranks relays to them: the stop signals, and
-    SLURM's requeue signal inside a SLURM job."""
+    """The signals a job's launching process relays to its ranks: the stop signals (and SLURM's requeue)."""
     return (*STOP_SIGNALS, *((REQUEUE_SIGNAL,) if in_slurm_job() else ()))
 
 

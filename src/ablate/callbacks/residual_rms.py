@@ -1,9 +1,8 @@
 """The RMS of the residual stream after every block, logged on the grad-norm steps.
 
 Why: Pre-LN (``x + f(LN(x))``) never normalises the stream, so its magnitude grows with depth
-(Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture", Lemma 2: at
-initialisation the expected squared norm grows linearly with the layer index, which scales
-Pre-LN's gradients down), while Post-LN renormalises after every sub-layer.
+(Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture", Lemma 2: linearly
+with the layer index at initialisation), while Post-LN renormalises after every sub-layer.
 
 Names (part of the interface): ``resid_rms/layer_03``, ``resid_rms/enc_layer_03`` /
 ``resid_rms/dec_layer_03``: ``sqrt(mean(x ** 2))`` over the non-padding positions of the block's

@@ -1,12 +1,6 @@
-"""Exit codes shared by every entry point (train.py, eval.py, generate.py, translate.py, scripts/):
-
-====  ===========================================================================================
-0     done
-1     a crash (a bug, or a failure we did not foresee): the traceback is printed
-2     a user error (:class:`ablate.errors.UserError`: bad option or key, missing or bad data, bad
-      checkpoint, a command-line Hydra cannot compose): one message, no traceback
-130   interrupted (Ctrl-C, SIGTERM)
-====  ===========================================================================================
+"""Exit codes shared by every entry point: 0 done; 1 a crash (the traceback is printed); 2 a user
+error (:class:`ablate.errors.UserError`, a command line Hydra cannot compose: one message, no
+traceback); 130 interrupted (Ctrl-C, SIGTERM).
 
 Before Hydra's ``main`` runs, :func:`entry_point` composes the command line itself
 (:func:`check_command_line`): a misspelt key, an unknown option or an unparsable override is refused

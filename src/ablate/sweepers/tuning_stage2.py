@@ -1,14 +1,6 @@
-"""Stage 2 of a ``tune=lr`` sweep (:mod:`ablate.sweepers.tuned_lr`): each variant at its chosen
-learning rate with fresh seeds, judged by a rule fixed before its data.
-
-* :func:`declare_plan` writes ``<sweep dir>/analysis_plan.json`` (:mod:`ablate.analysis.plan`)
-  after stage 1 and before stage 2: the held-out metric (:func:`held_out_metric`, never the one the
-  learning rate was selected on), the baseline and margin, and the seeds.
-* :func:`fixed_stage2`: every variant with a usable rate, every verdict seed (a fixed design:
-  ``hydra.sweeper.seeds=auto`` is refused, :func:`refuse_auto_seeds`).
-
-Imported at Hydra's plugin scan: the analysis code only inside the functions.
-"""
+"""Stage 2 of a ``tune=lr`` sweep: each variant at its chosen rate with fresh seeds (a fixed design,
+:func:`fixed_stage2`), judged by a rule declared before its data (:func:`declare_plan`, on the
+held-out metric). Imported at Hydra's plugin scan: the analysis code only inside the functions."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The job's Weights & Biases run: started by us (mode decided first, metrics defined, a stale
-run finished), wrapped for Lightning, given summary values, and finished at the end of the job.
-
-The run is created here rather than lazily by Lightning so that its mode, settings and metric
-definitions are fixed before training starts, and so Lightning never silently reuses a run left
-over from a previous job of the same process (a Hydra multirun).
-"""
+"""The job's W&B run, started here rather than lazily by Lightning, so that its mode, settings and
+metric definitions are fixed before training and no run left by an earlier job of the process (a
+multirun) is reused; wrapped for Lightning, given summary values and finished at the job's end."""
 
 from __future__ import annotations
 
