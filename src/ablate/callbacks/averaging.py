@@ -226,8 +226,7 @@ def check_compatible(
 def average_checkpoints(
     paths: Sequence[str | os.PathLike[str]], weights: str = "state_dict", allow_changes: Iterable[str] = ()
 ) -> dict[str, Any]:
-    """The newest of ``paths`` (the last one) with its weights replaced by the mean of all of
-    theirs (floating tensors; the others from the newest), without optimiser/scheduler states."""
+    """The newest (last) of ``paths`` with its floating weights replaced by their mean, no training state."""
     files = [Path(p) for p in paths]
     if not files:
         raise AveragingError("no checkpoints to average")

@@ -31,8 +31,7 @@ from ablate.writes import named_disk_full
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """``torch.save`` to ``.<name>.tmp-<pid>`` beside the target, fsync, ``os.replace``, fsync the
-    folder. Remote paths (``s3://``, ...) go through Lightning's own writer."""
+    """``torch.save`` to ``.<name>.tmp-<pid>`` beside the target, fsync, rename; remote paths: Lightning's."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -88,8 +87,7 @@ def tensor_bytes(value: Any) -> int:
 
 
 def keep_previous(path: Path) -> None:
-    """Keep the current ``path`` as :func:`previous_checkpoint` before it is replaced: a hard link
-    (no copy) made under a temporary name and renamed, so ``path`` itself exists throughout."""
+    """Keep ``path`` as :func:`previous_checkpoint` before it is replaced: a hard link, renamed into place."""
     previous, tmp = previous_checkpoint(path), path.parent / f".{path.name}.previous-{os.getpid()}"
     tmp.unlink(missing_ok=True)
     try:

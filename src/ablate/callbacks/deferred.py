@@ -35,8 +35,7 @@ class DeferredMetrics:
         self.pending: deque[_Entry] = deque()
 
     def put(self, step: int, names: Sequence[str], values: torch.Tensor, loggers: Iterable[Logger]) -> None:
-        """Queue ``values`` (a 1-d tensor, one per name) computed at ``step``; on the CPU they are
-        written now (with anything queued before them, in order)."""
+        """Queue ``values`` (a 1-d tensor, one per name) computed at ``step``; on the CPU, write them now."""
         if values.device.type == "cuda":
             host = values.detach().to("cpu", non_blocking=True)  # into pinned memory, asynchronously
             event = torch.cuda.Event()
@@ -65,8 +64,7 @@ class DeferredMetrics:
 
 
 class DeferredLogging(Callback):
-    """A callback whose metrics go through :class:`DeferredMetrics` (``self.deferred``): flushed after
-    each batch, and in full before a validation and when training ends."""
+    """A callback logging through :class:`DeferredMetrics`: flushed after each batch, wholly before validation."""
 
     def __init__(self) -> None:
         self.deferred = DeferredMetrics()
@@ -76,8 +74,7 @@ class DeferredLogging(Callback):
         raise NotImplementedError
 
     def compute(self) -> dict[str, float]:
-        """:meth:`compute_tensor`'s metrics read on the host (one host sync): for tests and callers
-        off the training step."""
+        """:meth:`compute_tensor`'s metrics read on the host (a host sync): for callers off the training step."""
         computed = self.compute_tensor()
         if computed is None:
             return {}

@@ -53,8 +53,7 @@ def group_name(param_name: str) -> str:
 
 
 class GradNormMonitor(DeferredLogging):
-    """Logs gradient norms every ``every_n_steps`` optimiser steps, and at every step of the
-    first ``dense_steps`` (to see warmup in detail)."""
+    """Logs gradient norms every ``every_n_steps`` steps, and at each of the first ``dense_steps`` (warmup)."""
 
     def __init__(self, every_n_steps: int = 10, dense_steps: int = 0) -> None:
         super().__init__()

@@ -68,8 +68,7 @@ def hold_stop_signals() -> None:
 
 
 def slurm_requeue_signal(trainer: L.Trainer) -> int | None:
-    """The signal with which SLURM announces the job's end, when Lightning's SLURM environment
-    requeues the job on it (``auto_requeue``), else None."""
+    """SLURM's signal of the job's end when Lightning's SLURM environment requeues on it, else None."""
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
     # the environment Lightning's own signal connector reads (not public in Lightning 2.6)

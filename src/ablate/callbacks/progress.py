@@ -159,8 +159,7 @@ class TextProgress(ProgressBar):
 
     # when it is printed
     def due(self, step: int, now: float, total: int | None, every_n_steps: int) -> bool:
-        """Whether a step line is due at ``step``: the first step of this process, the last step,
-        or a multiple of ``every_n_steps`` at least ``every_n_seconds`` after the previous line."""
+        """Whether a step line is due at ``step`` (the rule of :class:`TextProgress`)."""
         if self._printed_step is None or (total is not None and step >= total):
             return True
         if step % every_n_steps:
@@ -257,8 +256,7 @@ class StepsRichProgressBar(RichProgressBar):
 def progress_callback(
     mode: str = "auto", every_n_steps: int | None = None, every_n_seconds: float = 30.0
 ) -> ProgressBar:
-    """The progress display of a run (``callbacks.progress_bar``): ``mode=auto`` the Rich bar when
-    stdout is a terminal, else :class:`TextProgress`; ``bar`` or ``text`` force either."""
+    """``callbacks.progress_bar``: ``auto`` the Rich bar on a terminal, else :class:`TextProgress`."""
     if mode not in MODES:
         raise ValueError(
             f"callbacks.progress_bar.mode must be one of {', '.join(MODES)}, got {mode!r} "

@@ -36,8 +36,7 @@ def block_name(module_name: str) -> str | None:
 
 
 class ResidualRMSMonitor(DeferredLogging):
-    """Logs ``resid_rms/<layer>`` every ``every_n_steps`` optimiser steps and at each of the
-    first ``dense_steps`` (the same steps as :class:`ablate.callbacks.grad_norm.GradNormMonitor`)."""
+    """Logs ``resid_rms/<layer>`` at the steps :class:`ablate.callbacks.grad_norm.GradNormMonitor` logs at."""
 
     def __init__(self, every_n_steps: int = 10, dense_steps: int = 0) -> None:
         super().__init__()

@@ -56,8 +56,7 @@ def nominal_peak_flops(device_name: str) -> float | None:
 def measure_matmul_flops(
     device: torch.device | str = "cpu", size: int = MATMUL_SIZE, repeats: int = 5, dtype: torch.dtype = torch.float32
 ) -> float:
-    """FLOP/s of the fastest of ``repeats`` timed ``size``-square matmuls (after one untimed),
-    at the current thread count: what this device can do at best, right now."""
+    """FLOP/s of the fastest of ``repeats`` timed ``size``-square matmuls (after one untimed), right now."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     out = torch.empty(size, size, device=device, dtype=dtype)

@@ -190,8 +190,7 @@ class RateTrack:
 
 
 def rank(tracks: Sequence[RateTrack], higher_is_better: bool) -> list[RateTrack]:
-    """Best first by the latest rung's value; ties go to the smaller rate (as :func:`select_lr`);
-    a diverged, crashed or unmeasured rate ranks last."""
+    """Best first by the latest rung's value, ties to the smaller rate; an unusable value ranks last."""
 
     def key(track: RateTrack) -> tuple[int, float, float]:
         last = track.rungs[-1] if track.rungs else None

@@ -62,8 +62,7 @@ REPLICATES = frozenset({"seed"})  # more seeds are more of the same study, not a
 
 @dataclass(frozen=True)
 class SweepCommand:
-    """A command launching into a sweep directory: its overrides as typed, the keys it sweeps and its
-    constants (single-valued command-line overrides)."""
+    """A command launching into a sweep directory: its overrides as typed, swept keys and constants."""
 
     overrides: tuple[str, ...]
     swept: frozenset[str]
@@ -192,8 +191,7 @@ def quote(value: str) -> str:
 
 
 def _earlier_commands(sweep_dir: Path) -> list[dict[str, Any]]:
-    """The commands ``sweep.json`` records, as :func:`record_command` writes them; anything else would
-    let another sweep's axes in unchecked: refused."""
+    """The commands ``sweep.json`` records; anything else would let another sweep's axes in unchecked: refused."""
     path = inside(sweep_dir / SWEEP_RECORD, sweep_dir)
     if not path.exists():
         return []
@@ -245,8 +243,7 @@ def record_command(sweep_dir: Path, command: SweepCommand) -> None:
 
 
 class NamedJobs(Launcher):
-    """Wraps the sweep's launcher: records the command before its first batch and gives every job its
-    directory (:func:`job_directory`) as a ``hydra.sweep.subdir`` override."""
+    """Wraps the sweep's launcher: records the command, gives every job its directory (``hydra.sweep.subdir``)."""
 
     def __init__(self, launcher: Launcher, config: DictConfig, sweeper: Any | None = None) -> None:
         self.launcher = launcher

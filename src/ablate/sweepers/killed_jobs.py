@@ -108,8 +108,7 @@ def record_killed_jobs(sweep_dir: Path, since: float, signals: Sequence[str]) ->
 
 
 class KilledWorkerGuard(Launcher):
-    """Wraps the sweep's launcher: a broken process pool records the jobs it took down as ``killed``
-    and stops the sweep (see the module docstring)."""
+    """Wraps the sweep's launcher: a broken process pool's jobs recorded ``killed``, the sweep stopped."""
 
     def __init__(self, launcher: Launcher, sweep_dir: Path) -> None:
         self.launcher = launcher

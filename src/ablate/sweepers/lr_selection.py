@@ -186,8 +186,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _earlier_variants(path: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The variants an earlier command's ``path`` holds and this command does not (a variant added
-    later, one scale of a size ladder) keep their selections."""
+    """The variants an earlier command's ``path`` holds and this command does not."""
     if not path.is_file():
         return []
     try:

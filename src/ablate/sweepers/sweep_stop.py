@@ -42,8 +42,7 @@ def loky_workers_ignore_ctrl_c_until_a_job_runs() -> Iterator[None]:
 
 
 class SweepStopHandler:
-    """In a worker-process sweep's parent: the first SIGINT/SIGTERM writes the stop file (the jobs
-    stop after their step and the sweep ends with its table); the second stops at once."""
+    """In a worker-process sweep's parent: the first SIGINT/SIGTERM writes the stop file; the second stops at once."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
 

@@ -179,8 +179,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         return log_grid(center, self.num_lrs, self.lr_factor)
 
     def _say_what_the_grid_ignores(self, lr: Override | None, arguments: list[str]) -> None:
-        """An explicit grid (``optim.lr=a,b,c``) makes ``num_lrs``/``lr_factor`` moot: say so when
-        they were typed, naming where the grid came from."""
+        """Warn when typed ``num_lrs``/``lr_factor`` are moot (an explicit grid), naming where it came from."""
         if lr is None or not lr.is_sweep_override():
             return
         moot = self._typed("hydra.sweeper.num_lrs", "hydra.sweeper.lr_factor")
@@ -205,8 +204,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         return [o for o in typed if o.split("=", 1)[0].lstrip("+") in keys]
 
     def _selection_seeds(self, seeds: list[str], seed_name: str) -> dict[str, str]:
-        """``selection=nested``: each verdict seed's selection seed (+ ``selection_offset``), refused
-        where one is a verdict seed; ``shared``: {}."""
+        """Each verdict seed's selection seed under ``nested`` (never a verdict seed); ``shared``: {}."""
         if self.selection == "shared":
             return {}
         moot = self._typed("hydra.sweeper.selection_seed")

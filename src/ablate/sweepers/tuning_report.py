@@ -97,8 +97,7 @@ def stage1_table(variants: list[Variant], metric: str, higher: bool, seed_name: 
 
 
 def neighbours(v: Variant) -> list[float | None]:
-    """Stage 1's ``metric`` at the chosen rate's grid neighbours (below, above) minus its own: what a
-    one-step miss costs this arm (None: no neighbour, or it did not finish)."""
+    """What a one-step miss costs: stage 1's ``metric`` at the chosen rate's neighbours minus its own."""
     best = v.selection.chosen
     ordered = sorted(v.results, key=lambda r: r.lr)
     if best is None or best.value is None or best not in ordered:

@@ -33,8 +33,7 @@ def refuse_auto_seeds(seeds: Any) -> None:
 
 
 def held_out_metric(metric: str, given: str | None = None) -> str:
-    """The verdicts' metric: ``hydra.sweeper.verdict_metric``, else the selection metric on the test split
-    (``val/loss`` -> ``test/loss``), text the choice never saw."""
+    """``hydra.sweeper.verdict_metric``, else the selection metric on the test split (``val/loss`` -> ``test/loss``)."""
     if given:
         return str(given)
     return "test/" + metric.split("/", 1)[1] if metric.startswith("val/") else metric
@@ -124,8 +123,7 @@ def fixed_stage2(
     seed_name: str,
     seeds: list[str],
 ) -> list[JobReturn]:
-    """Every variant with a usable learning rate at that rate, with every verdict seed, fresh
-    (``selection=nested``: each variant's selection of one verdict seed, with that seed only)."""
+    """Every variant with a usable rate at that rate, with every verdict seed (``nested``: its own seed)."""
     plan = [(v, s) for v in variants if v.selection.chosen is not None for s in ([v.seed] if v.seed else seeds)]
     if plan:
         print(

@@ -42,8 +42,7 @@ class ValidatingSweeperMixin(BasicSweeper):
         self.launcher = self.named_jobs
 
     def check_before_sweep(self) -> None:
-        """Refuse a whole sweep before anything is written: a launcher this machine cannot use, a sweep
-        directory holding another study."""
+        """Refuse a whole sweep before anything is written (a launcher not usable here, another study's directory)."""
         try:
             environment.check_launcher(self.config.hydra)
         except ConfigError as err:

@@ -99,8 +99,7 @@ def _build_csv_logger(output_dir: Path, extra_config: dict[str, Any], resuming: 
 
 
 class AblateTensorBoardLogger(TensorBoardLogger):
-    """Lightning's ``TensorBoardLogger`` (no ``hp_metric`` placeholder) that skips the task's
-    duplicate hyper-parameters, as :class:`~ablate.tracking.wandb_run.AblateWandbLogger` does."""
+    """Lightning's ``TensorBoardLogger`` skipping the task's duplicate hyper-parameters (as W&B's does)."""
 
     def __init__(self, *args: Any, config_keys: Collection[str] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -114,8 +113,7 @@ class AblateTensorBoardLogger(TensorBoardLogger):
 
 
 def _build_tensorboard_logger(run: _LoggedRun) -> TensorBoardLogger:
-    """``output_dir/tensorboard/`` with the run's name, group, job type, tags and axes as
-    hyper-parameters (TensorBoard's HPARAMS tab) and the tags as text."""
+    """``output_dir/tensorboard/``: the run's labels and axes as HPARAMS, the tags as text."""
     require_installed("tensorboard", True)  # its package, named with the pip command when missing
     summary = {
         "run_name": run.name,

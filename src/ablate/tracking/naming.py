@@ -50,8 +50,7 @@ class RunLabels:
 
     @classmethod
     def current(cls, overrides: list[str] | None = None) -> RunLabels:
-        """The labels of the running Hydra job (``overrides`` default: its task overrides);
-        outside Hydra, those of a single run with these overrides."""
+        """The running Hydra job's labels (``overrides``: its task overrides), else a single run's."""
         hydra_cfg = _hydra_config()
         if overrides is None:
             overrides = list(hydra_cfg.overrides.task) if hydra_cfg is not None else []
@@ -168,8 +167,7 @@ def swept_keys(hydra_cfg: Any | None = None) -> frozenset[str]:
 
 
 def is_swept(override: Any) -> bool:
-    """A parsed Hydra override that sweeps more than one value (``glob(...)`` counts: it is expanded
-    against the config)."""
+    """A parsed Hydra override sweeping more than one value (``glob(...)`` counts: the config expands it)."""
     from hydra.errors import HydraException
 
     if not override.is_sweep_override():
@@ -244,8 +242,7 @@ def _typed(text: str) -> Any:
 
 
 def multirun_group(configured: str | None = None) -> str | None:
-    """The W&B group for this job: ``configured`` (``logger.wandb.group``) when set, else the
-    sweep's name under a Hydra multirun (:func:`sweep_group`), else None."""
+    """The W&B group: ``configured`` (``logger.wandb.group``), else a multirun's :func:`sweep_group`, else None."""
     if configured:
         return configured
     hydra_cfg = _hydra_config()
@@ -255,8 +252,7 @@ def multirun_group(configured: str | None = None) -> str | None:
 
 
 def sweep_group(sweep_dir: str | Path) -> str:
-    """A sweep's W&B group: the name of its directory (``sweep_name``, or the name derived from the
-    command), not its path, which depends on where the checkout and the working directory are."""
+    """A sweep's W&B group: its directory's name, not its path (which depends on the working directory)."""
     return _wandb_safe_name(Path(sweep_dir).name)
 
 

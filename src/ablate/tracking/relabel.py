@@ -40,8 +40,7 @@ def relabel(
     axes: Mapping[str, Any] | None,
     labels: RunLabels,
 ) -> tuple[list[str], str | None] | None:
-    """None when the ``recorded`` tags are the command's ``tags``; else ``(the new tags, where they were
-    set)``, the W&B run relabelled (:func:`relabel_wandb_run`)."""
+    """None when the ``recorded`` tags are ``tags``, else ``(new tags, where set)`` (:func:`relabel_wandb_run`)."""
     changed = new_tags(tags, recorded)
     if changed is None:
         return None

@@ -61,8 +61,7 @@ def _normalise_mode(mode: str, source: str) -> str:
 
 
 def _wandb_base_url() -> str:
-    """``WANDB_BASE_URL``, else wandb's own default (not hard-coded: since 0.31 it is
-    ``https://api.forge.coreweave.com``, no longer ``https://api.wandb.ai``)."""
+    """``WANDB_BASE_URL``, else wandb's own default (not hard-coded: it changed in 0.31)."""
     if os.environ.get("WANDB_BASE_URL"):
         return os.environ["WANDB_BASE_URL"]
     import wandb
