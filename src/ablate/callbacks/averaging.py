@@ -1,7 +1,6 @@
 """Weight averaging: the last N checkpoints averaged after training, or an EMA kept during it.
 
-- :class:`StepCheckpoints` (``callbacks.checkpoint_keep``): the newest ``keep_last_n``
-  ``checkpoints/step-XXXXXXX.ckpt``.
+- :class:`StepCheckpoints` (``callbacks.checkpoint_keep``): the newest ``checkpoints/step-*.ckpt``.
 - :func:`average_checkpoints`: fairseq's ``scripts/average_checkpoints.py`` recipe, the mean of the
   floating-point weights of one run's checkpoints, without optimiser state (not for resuming).
 - :class:`EMA` (``callbacks.ema``): Lightning's ``EMAWeightAveraging``, inert with ``decay: null``,

@@ -125,8 +125,7 @@ class LastCheckpoint(Checkpoint):
         every_n_train_steps: int | None = 100,
         keep_previous: str = "while_training",
     ) -> None:
-        """``keep_previous``: ``while_training`` (``last.previous.ckpt`` removed once the run reaches
-        ``trainer.max_steps``) or ``always``."""
+        """``keep_previous``: ``while_training`` (``last.previous.ckpt`` removed at ``max_steps``) or ``always``."""
         if keep_previous not in self.KEEP_PREVIOUS:
             raise ConfigError(
                 f"callbacks.checkpoint_last.keep_previous={keep_previous!r}: one of {', '.join(self.KEEP_PREVIOUS)}"

@@ -1,11 +1,8 @@
-"""Metrics computed on the device and written to the loggers once they have reached the host,
-so that the step which computes them does not wait for the GPU.
-
-Reading a GPU tensor on the host blocks the CPU until the GPU is done, and the GPU then idles
-through the Python that follows. Here the values are copied to pinned memory without blocking, a
-CUDA event marking the copy's end; :meth:`DeferredMetrics.flush` writes the entries whose copy is
-complete (``wait=True``: all), each at the step it was computed at. On the CPU it is written at once.
-"""
+"""Metrics computed on the device, written to the loggers once they reach the host. Reading a GPU
+tensor on the host blocks the CPU until the GPU is done, and the GPU then idles through the Python
+that follows. Here the values are copied to pinned memory without blocking, a CUDA event marking the
+copy's end; :meth:`DeferredMetrics.flush` writes the entries whose copy is complete (``wait=True``:
+all), each at the step it was computed at. On the CPU it is written at once."""
 
 from __future__ import annotations
 

@@ -79,8 +79,7 @@ class GradNormMonitor(DeferredLogging):
         return step < self.dense_steps or step % self.every_n_steps == 0
 
     def compute_tensor(self) -> tuple[list[str], torch.Tensor] | None:
-        """``(names, values)``: the group norms and the total as one tensor on the gradients' device
-        (one fused kernel, no host sync); None when no parameter has a gradient."""
+        """``(names, values)``: the group norms and the total on the device (no host sync), or None."""
         grads = [p.grad for p in self.params if p.grad is not None]
         if not grads:
             return None

@@ -7,12 +7,10 @@ exactly), the validation Lightning would run is skipped (:class:`TrainingInterru
 is recorded ``interrupted`` (exit 130). A second Ctrl-C raises ``KeyboardInterrupt`` at once.
 
 SLURM's requeue signal (``sbatch --signal=USR1@90``) stops after the agreed step too, then rank 0
-runs ``scontrol requeue``. (Lightning's handler saves and broadcasts from inside the signal
-handler, where under DDP a rank may be inside another collective.) In a worker-process sweep a
-stop request is the file ``<sweep dir>/.stop`` (:mod:`ablate.callbacks.stop_file`), polled after
-each step. Under DDP the ranks agree on a request with a host read (a GPU sync), so only every
-``trainer.log_every_n_steps`` steps. A rank the job's own launcher started leaves signals to the
-launching process (:func:`hold_stop_signals`), which passes them on.
+runs ``scontrol requeue`` (Lightning's handler saves from inside the signal handler, where under DDP
+a rank may be inside another collective). A worker-process sweep's stop file
+(:mod:`ablate.callbacks.stop_file`) is polled after each step. Under DDP the ranks agree with a host
+read (a GPU sync), so only every ``trainer.log_every_n_steps`` steps.
 """
 
 from __future__ import annotations

@@ -270,6 +270,5 @@ def progress_callback(
 
 
 def wants_progress_bar(callbacks: Iterable[Any]) -> bool:
-    """``enable_progress_bar`` for the Trainer: whether a progress callback is among ``callbacks``
-    (without one Lightning adds its own bar unless False; with one and False, it raises)."""
+    """``enable_progress_bar``: whether a progress callback is among ``callbacks`` (else Lightning adds its own)."""
     return any(isinstance(cb, ProgressBar) for cb in callbacks)

@@ -101,8 +101,7 @@ class ResidualRMSMonitor(DeferredLogging):
         return hook
 
     def compute_tensor(self) -> tuple[list[str], Tensor] | None:
-        """``(names, values)``: the RMS per layer since the last call, on the device (no host
-        sync); clears the sums. None when nothing was measured."""
+        """``(names, values)``: the RMS per layer since the last call, on the device (sums cleared), or None."""
         if not self._sums:
             return None
         layers = sorted(self._sums)

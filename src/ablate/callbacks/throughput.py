@@ -1,14 +1,11 @@
 """Training throughput: ``train/tokens_per_sec``, ``train/mfu`` (model FLOPs utilisation) and the
-cumulative ``train/tokens_seen`` and ``train/time_s``.
-
-The rate is the tokens of the last ``window`` steps over their wall time, validation and announced
-pauses (:meth:`ThroughputMonitor.pause`) left out. The cumulative counts are kept in checkpoints
-and logged with every validation. Under DDP each value is this rank's, none reduced: every rank
-counts the same tokens, and a reduction of a host tensor stops NCCL. ``train/mfu`` is
-``tokens/s * flops_per_token / peak_flops`` (``"auto"``: the card's dense bf16 peak, or a timed
-fp32 matmul on a CPU). Cost: two clock reads per step, no device work (the host's pace of queuing
-steps equals the GPU's over a window).
-"""
+cumulative ``train/tokens_seen`` and ``train/time_s``. The rate is the tokens of the last ``window``
+steps over their wall time, validation and announced pauses (:meth:`ThroughputMonitor.pause`) left
+out. The cumulative counts are kept in checkpoints and logged with every validation. Under DDP each
+value is this rank's, none reduced: every rank counts the same tokens, and a reduction of a host
+tensor stops NCCL. ``train/mfu`` is ``tokens/s * flops_per_token / peak_flops`` (``"auto"``: the
+card's dense bf16 peak, or a timed fp32 matmul on a CPU). Cost: two clock reads per step, no device
+work (the host's pace of queuing steps equals the GPU's over a window)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
-"""Loading a checkpoint never runs code from it.
-
-A ``.ckpt`` is a pickle: loaded the default way, a crafted file runs any command it names the moment
-it is opened. Every checkpoint a user passes is opened with PyTorch's restricted unpickler
-(``torch.load(weights_only=True)``: tensors, containers, plain values), which is all our checkpoints
-hold; a file needing any other type is refused, naming the file and the type, unless
-``trust_checkpoint=true``. Lightning reads it with ``weights_only=True`` too (:func:`lightning_weights_only`).
-"""
+"""Loading a checkpoint never runs code from it. A ``.ckpt`` is a pickle: loaded the default way, a
+crafted file runs any command it names the moment it is opened. Every checkpoint a user passes is
+opened with PyTorch's restricted unpickler (``torch.load(weights_only=True)``: tensors, containers,
+plain values), which is all our checkpoints hold; a file needing any other type is refused, naming
+the file and the type, unless ``trust_checkpoint=true``. Lightning reads it with
+``weights_only=True`` too (:func:`lightning_weights_only`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A sharded FSDP checkpoint (``trainer=fsdp trainer.strategy.state_dict_type=sharded``): a folder,
-read without running code from it.
+"""A sharded FSDP checkpoint (``state_dict_type=sharded``), a folder read without running code from it.
 
 Lightning 2.6 writes ``last.ckpt/``: ``meta.pt`` (all but weights and optimiser states, by rank 0
 after the shards), ``.metadata`` (the distributed checkpoint's (DCP) index) and the pieces

@@ -5,9 +5,8 @@ traceback); 130 interrupted (Ctrl-C, SIGTERM).
 Before Hydra's ``main`` runs, :func:`entry_point` composes the command line itself
 (:func:`check_command_line`): a misspelt key, an unknown option or an unparsable override is refused
 with ablate's message (exit 2), never Hydra's advice to append the key with ``+``; then the entry
-point's own ``check`` runs on the composed config, still before a run folder exists. No torch nor
-Lightning here: a refusal costs the composition only. ``HYDRA_FULL_ERROR=1`` skips the pre-check and
-shows a user error's traceback.
+point's own ``check``, still before a run folder exists (no torch here: a refusal costs the
+composition only). ``HYDRA_FULL_ERROR=1`` skips the pre-check and shows the traceback.
 """
 
 from __future__ import annotations

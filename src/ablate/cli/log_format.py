@@ -1,11 +1,9 @@
-"""The console's one format for log lines, and the known noise kept off it.
-
-Every console line (ours, Lightning's, Hydra's, Python warnings) is the message alone, after
-``warning: `` or ``error: `` when it is one (``<run dir>/train.log`` keeps time, logger and level).
-Hydra's loggers use :class:`ConsoleFormatter` and :class:`DropKnownNoise` (``conf/hydra/*_logging/``);
+"""The console's one format for log lines, and the known noise kept off it. Every console line
+(ours, Lightning's, Hydra's, Python warnings) is the message alone, after ``warning: `` or ``error:
+`` when it is one (``<run dir>/train.log`` keeps time, logger and level). Hydra's loggers use
+:class:`ConsoleFormatter` and :class:`DropKnownNoise` (``conf/hydra/*_logging/``);
 :func:`route_to_console` sends Lightning's loggers and Python warnings through the same handlers.
-The noise is dropped by its exact text; every other message still reaches the console.
-"""
+The noise is dropped by its exact text; every other message still reaches the console."""
 
 from __future__ import annotations
 

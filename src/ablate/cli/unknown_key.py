@@ -1,5 +1,4 @@
-"""Hydra's composition errors in ablate's words: :func:`composition_error_message`, the one
-translation :mod:`ablate.cli` and the sweepers print (exit 2) before Hydra speaks.
+"""Hydra's composition errors in ablate's words (:func:`composition_error_message`, exit 2).
 
 Hydra's ``Key 'splits' is not in struct`` names the key but not what would work:
 :func:`unknown_key_hint` adds the keys the node has and the options of the group that have the key

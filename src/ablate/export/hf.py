@@ -1,6 +1,5 @@
-"""Our decoder-only LM as a Hugging Face ``transformers`` model, where the architecture is one.
-
-Two targets, each an exact re-parametrisation (same function, same logits up to float rounding):
+"""Our decoder-only LM as a Hugging Face ``transformers`` model, where the architecture is one: two
+targets, each an exact re-parametrisation (the same logits up to float rounding).
 
 * **GPT-2** (``GPT2LMHeadModel``): ``pos=learned norm=pre norm.layer=layernorm`` with a plain FFN
   (``gelu_tanh`` -> ``gelu_pytorch_tanh``, bit-equal where ``gelu_new`` is not). GPT-2 always has
@@ -12,8 +11,8 @@ Two targets, each an exact re-parametrisation (same function, same logits up to 
   (i, i + head_dim/2) (``rotate_half``) at the same frequency: the rows of W_q and W_k are permuted
   within each head, [0, 2, 4, ..., 1, 3, 5, ...], which leaves every score q.k unchanged.
 
-``init`` and ``attn`` do not matter; everything else that does not map is refused by name
-(:func:`hf_architecture`). :func:`load_gpt2_weights` is the reverse GPT-2 mapping (HF -> ours).
+Anything else that does not map is refused by name (:func:`hf_architecture`); :func:`load_gpt2_weights`
+is the reverse GPT-2 mapping.
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
 """Successive halving over a ``tune=lr`` grid: a cheaper stage 1 (``hydra.sweeper.halving.rungs``).
 
 Successive halving (Jamieson & Talwalkar 2016, "Non-stochastic Best Arm Identification and
-Hyperparameter Optimization", AISTATS; the inner loop of Li et al. 2017, "Hyperband", JMLR 18)
-over one variant's learning rates, the budget in optimiser steps; the chosen rate is the best
-finalist at full length by the full-grid rule (:func:`ablate.sweepers.lr_selection.select_lr`).
-
-A rung is the prefix of the full run: ``optim.decay_steps`` is the full length (the schedule's
-horizon), ``trainer.max_steps`` the rung's step, and a survivor resumes the previous rung's
-``last.ckpt``, so no step is trained twice and the final value is an uninterrupted run's (and the
-replay on a finished grid's curves, ``benchmarks/lr_selection/halving_replay.py``, is exact).
+Hyperparameter Optimization", AISTATS; the inner loop of Li et al. 2017, "Hyperband", JMLR 18) over
+one variant's learning rates, the budget in optimiser steps; the chosen rate is the best finalist at
+full length by the full-grid rule (:func:`ablate.sweepers.lr_selection.select_lr`). A rung is the
+prefix of the full run: ``optim.decay_steps`` is the full length (the schedule's horizon),
+``trainer.max_steps`` the rung's step, and a survivor resumes the previous rung's ``last.ckpt``, so
+no step is trained twice and the final value is an uninterrupted run's (and the replay on a finished
+grid's curves, ``benchmarks/lr_selection/halving_replay.py``, is exact).
 Imported at Hydra's plugin scan: no pandas or analysis code.
 """
 
@@ -138,7 +137,8 @@ def segment_counts(n_rates: int, n_rungs: int) -> list[int]:
 
 
 def compute_fraction(n_rates: int, fractions: Sequence[float]) -> float:
-    """Stage 1's planned steps over the full grid's: 5 rates at ``[0.25, 0.5]`` -> ``(5·¼ + 2·¼ + 1·½) / 5 = 0.45``."""
+    """Stage 1's planned steps over the full grid's: 5 rates at ``[0.25, 0.5]`` ->
+    ``(5·¼ + 2·¼ + 1·½) / 5 = 0.45``."""
     bounds = [0.0, *fractions, 1.0]
     counts = segment_counts(n_rates, len(fractions))
     return sum(c * (b - a) for c, a, b in zip(counts, bounds, bounds[1:])) / n_rates

@@ -1,13 +1,11 @@
-"""Where a sweep's jobs live, and which sweeps may share a directory.
-
-A job's directory is named by its overrides minus the command's constants (the seed always
-stays), in characters Hydra's override grammar leaves alone; a directory an earlier version named
-is found by its recorded overrides and kept. Commands sharing a sweep directory are kept apart: a
-job directory holding *another* job gets the full name, and a command whose swept keys (the seed
-aside) neither contain nor are contained in an earlier one's is another study, refused before any
-job starts. Every command is recorded in ``<sweep dir>/sweep.json``; the name reaches each job as
-``hydra.sweep.subdir``, so any launcher puts it there.
-"""
+"""Where a sweep's jobs live, and which sweeps may share a directory. A job's directory is named by
+its overrides minus the command's constants (the seed always stays), in characters Hydra's override
+grammar leaves alone; a directory an earlier version named is found by its recorded overrides and
+kept. Commands sharing a sweep directory are kept apart: a job directory holding *another* job gets
+the full name, and a command whose swept keys (the seed aside) neither contain nor are contained in
+an earlier one's is another study, refused before any job starts. Every command is recorded in
+``<sweep dir>/sweep.json``; the name reaches each job as ``hydra.sweep.subdir``, so any launcher
+puts it there."""
 
 from __future__ import annotations
 

@@ -162,7 +162,7 @@ def read_outcome(job_dir: Path | None, metric: str, failed: bool = False) -> tup
 
 
 def save_selection(path: Path, out: dict[str, Any]) -> None:
-    """Write ``out`` to ``path`` atomically, after the variants an earlier command left there (:func:`_earlier_variants`)."""
+    """Write ``out`` to ``path`` atomically, after the variants an earlier command left there."""
     with _locked(path):
         earlier = _earlier_variants(path, out["variants"])
         out["variants"] = earlier + out["variants"]

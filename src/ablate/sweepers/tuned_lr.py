@@ -11,10 +11,8 @@ Hydra's ``BasicSweeper`` with two launcher batches (docs/tuning.md):
 2. **Stage 2, the seeds**: every variant at its best rate, every seed trained fresh (reusing the
    selection job would carry the selection's winner's curse into the verdict).
 
-Both stages launch ordinary jobs named by their overrides, so a re-run skips finished ones. The
-selection goes to ``<sweep dir>/lr_tuning.json``. The rule: :mod:`ablate.sweepers.lr_selection`;
-stage 2: :mod:`~ablate.sweepers.tuning_stage2`; tables: :mod:`~ablate.sweepers.tuning_report`;
-halving: :mod:`~ablate.sweepers.halving`.
+Both stages launch ordinary jobs named by their overrides, so a re-run skips finished ones; the
+selection goes to ``<sweep dir>/lr_tuning.json`` (the rule: :mod:`ablate.sweepers.lr_selection`).
 """
 
 from __future__ import annotations
@@ -274,7 +272,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             raise  # not reached
 
     def _interrupted(self) -> bool:
-        """Ctrl-C in a worker-process sweep (:mod:`ablate.sweepers.sweep_stop`): nothing is chosen from jobs that stopped early."""
+        """Ctrl-C in a worker-process sweep (:mod:`ablate.sweepers.sweep_stop`): nothing is chosen then."""
         assert self.config is not None
         return stop_requested(Path(str(self.config.hydra.sweep.dir)) / STOP_FILE)
 

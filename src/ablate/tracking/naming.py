@@ -1,7 +1,5 @@
-"""What a run is called and tagged with in every logger: its name from the job's overrides, the
-keys a multirun sweeps (from ``<sweep dir>/multirun.yaml``), its W&B group (the sweep directory's
-name), its ablation axes as flat ``axis_<name>`` config keys, and its tags.
-"""
+"""What a run is called and tagged with in every logger: its name, the keys a multirun sweeps, its W&B
+group, its ablation axes as flat ``axis_<name>`` config keys, and its tags."""
 
 from __future__ import annotations
 
