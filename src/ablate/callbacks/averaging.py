@@ -158,8 +158,7 @@ def _check_finite(paths: Sequence[Path], checkpoints: Sequence[dict[str, Any]], 
 
 
 def model_weights(checkpoint: dict[str, Any], weights: str = "state_dict") -> dict[str, torch.Tensor]:
-    """The weights to average: ``state_dict`` (what evaluation loads: the EMA if kept) or ``raw`` (the
-    trained weights: ``current_model_state`` under an EMA)."""
+    """The weights to average: ``state_dict`` (evaluation's: the EMA if kept) or ``raw`` (the trained ones)."""
     if weights == "state_dict":
         return checkpoint["state_dict"]
     if weights == "raw":

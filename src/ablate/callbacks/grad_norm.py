@@ -33,8 +33,7 @@ def split_stack(name: str) -> tuple[str, str]:
 
 
 def layer_label(stack: str, index: int | str) -> str:
-    """The logged name of a block: ``layer_03``, ``enc_layer_03``, ``dec_layer_03`` (zero-padded so
-    a dashboard sorts by depth); shared with :mod:`ablate.callbacks.residual_rms`."""
+    """A block's logged name: ``layer_03``, ``enc_layer_03``, ``dec_layer_03`` (zero-padded: sorted by depth)."""
     return f"{stack}layer_{int(index):02d}"
 
 

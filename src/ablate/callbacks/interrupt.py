@@ -109,8 +109,7 @@ class TrainingInterrupted(BaseException):
 
 
 class GracefulInterrupt(Callback):
-    """Turns the first SIGINT during training into a clean stop after the current step, recorded in
-    ``interrupted_at``; ``stop_file``: the sweep's stop-request file, polled after every step."""
+    """The first SIGINT during training stops it after the step (``interrupted_at``); polls ``stop_file``."""
 
     SIGNALS = STOP_SIGNALS
 

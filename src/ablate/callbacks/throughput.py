@@ -103,8 +103,7 @@ def device_peak_flops(device: torch.device | str) -> tuple[float | None, str]:
 
 
 def batch_tokens(pl_module: L.LightningModule, batch: Any) -> int:
-    """Tokens one training batch puts through the model, padding included: the task's own count
-    (``tokens_in_batch``: translation counts source and target), else the first tensor's size."""
+    """A training batch's tokens, padding included: the task's ``tokens_in_batch``, else the first tensor's size."""
     count = getattr(pl_module, "tokens_in_batch", None)
     return int(count(batch)) if callable(count) else int(batch[0].numel())
 

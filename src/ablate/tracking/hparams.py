@@ -14,8 +14,7 @@ _NOT_HPARAMS = ("_target_", "data_dir", "cache_dir")
 
 
 def scalar_hparams(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The run's hyper-parameters as flat ``group.key -> scalar`` (``optim.lr``, ``model.d_model``, ...)
-    plus ``seed`` and ``params``: what TensorBoard's HPARAMS tab can filter and sort on."""
+    """The run's hyper-parameters as flat ``group.key -> scalar``, ``seed`` and ``params`` (TensorBoard's HPARAMS)."""
     flat: dict[str, Any] = {}
 
     def walk(node: Any, prefix: str) -> None:

@@ -196,8 +196,7 @@ def _build_mlflow_logger(options: MLflowOptions, run: _LoggedRun, resuming: bool
 
 
 def _prepare_mlflow(uri: str, experiment_name: str, resume_dir: Path | None) -> str | None:
-    """Create the experiment (two jobs may race: the loser finds the winner's); with ``resume_dir``,
-    the id of that output directory's latest run, if any."""
+    """Create the experiment (a racing job finds it made); with ``resume_dir``, the id of its latest run."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 

@@ -214,8 +214,7 @@ def axis_config_keys(keys: Iterable[str]) -> dict[str, str]:
 
 
 def run_tags(user: Iterable[str], experiment: str | None, axes: Mapping[str, Any]) -> list[str]:
-    """The user's tags, then ``experiment:<name>`` and ``<axis>:<value>`` for every flat axis;
-    at most 64 characters each (W&B's limit), no duplicates."""
+    """The user's tags, ``experiment:<name>``, ``<axis>:<value>``: at most 64 characters (W&B's), no duplicates."""
     auto = [f"experiment:{experiment}"] if experiment else []
     auto += [f"{k.removeprefix(AXIS_PREFIX)}:{_tag_value(v)}" for k, v in axes.items() if v is not None]
     return list(dict.fromkeys(t[:_TAG_MAX] for t in [*user, *auto] if t))  # in order, no duplicates
