@@ -3,10 +3,15 @@
     python scripts/halving_replay.py logs/multirun/<sweep>                        # rungs at 1/4 and 1/2
     python scripts/halving_replay.py logs/multirun/<sweep> --rungs 0.333333 0.5 --metric val/loss
 
-Options: ``src/ablate/sweepers/halving_replay.py``; method: ``src/ablate/sweepers/halving.py``.
+Options: ``benchmarks/lr_selection/halving_replay.py``; method: ``src/ablate/sweepers/halving.py``.
 """
 
-from ablate.sweepers.halving_replay import main
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ sits beside src/: not installed
+
+from benchmarks.lr_selection.halving_replay import main
 
 if __name__ == "__main__":
     main()

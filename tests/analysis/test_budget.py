@@ -229,7 +229,7 @@ COMMANDS = {
     "plot": "ablate.analysis.commands.plot",
     "compute_multiplier": "ablate.analysis.commands.multiplier",
     "declare": "ablate.analysis.commands.declare",
-    "halving_replay": "ablate.sweepers.halving_replay",
+    "halving_replay": "benchmarks.lr_selection.halving_replay",
 }
 
 

@@ -1,16 +1,11 @@
 """Weight averaging: the last N checkpoints averaged after training, or an EMA kept during it.
 
-- :class:`StepCheckpoints` (``callbacks.checkpoint_keep``): ``checkpoints/step-XXXXXXX.ckpt``,
-  the newest ``keep_last_n`` kept (0, the default, writes nothing).
-- :func:`average_checkpoints`: fairseq's ``scripts/average_checkpoints.py`` recipe, the
-  element-wise mean of the floating-point weights (others from the newest checkpoint), refusing
-  checkpoints of different runs or shapes; the result carries no optimiser state (for ``eval.py``
-  & co., not for resuming).
-- :class:`EMA` (``callbacks.ema``): Lightning's :class:`~lightning.pytorch.callbacks.EMAWeightAveraging`.
-  Added here: with ``decay: null`` it is inert (no copy of the model, nothing in the
-  checkpoints), and a checkpoint written after the end of training still holds the trained
-  weights as ``current_model_state`` (Lightning's callback has already copied the EMA over them
-  by then, so such a ``last.ckpt`` would resume from the EMA).
+- :class:`StepCheckpoints` (``callbacks.checkpoint_keep``): the newest ``checkpoints/step-*.ckpt``.
+- :func:`average_checkpoints`: fairseq's ``scripts/average_checkpoints.py`` recipe, the mean of the
+  floating-point weights of one run's checkpoints, without optimiser state (not for resuming).
+- :class:`EMA` (``callbacks.ema``): Lightning's ``EMAWeightAveraging``, inert with ``decay: null``,
+  and a checkpoint written after training keeps the trained weights as ``current_model_state``
+  (Lightning has copied the EMA over them by then: such a ``last.ckpt`` would resume from the EMA).
 """
 
 from __future__ import annotations
@@ -60,14 +55,9 @@ def step_checkpoints(folder: str | os.PathLike[str]) -> list[tuple[int, Path]]:
 
 
 class StepCheckpoints(Checkpoint):
-    """``step-XXXXXXX.ckpt`` every ``every_n_train_steps`` optimiser steps and at the end of
-    training, keeping the newest ``keep_last_n`` (0: none are written; the default).
-
-    A subclass of Lightning's ``Checkpoint`` so that it runs after the other callbacks (the EMA is
-    updated for the step before the step is saved). When training starts, step files beyond the
-    starting step are deleted: they belong to a trajectory this run does not continue (a run
-    started afresh in the same folder, or resumed from an earlier checkpoint than the newest).
-    """
+    """``step-XXXXXXX.ckpt`` every ``every_n_train_steps`` steps and at the end, the newest
+    ``keep_last_n`` kept (0: none). A ``Checkpoint`` so that it runs after the other callbacks (the
+    EMA updated first); step files beyond the starting step, of another trajectory, are deleted."""
 
     def __init__(self, dirpath: str | os.PathLike[str], every_n_train_steps: int = 100, keep_last_n: int = 0) -> None:
         if keep_last_n < 0 or (keep_last_n and not (every_n_train_steps or 0) > 0):
@@ -139,9 +129,8 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def _check_tokenizer(checkpoint: dict[str, Any], spec: dict[str, Any], path: Path) -> None:
-    """The tokenizer the output will carry is a known kind, and its content (when stored) a valid
-    tokenizer of the model's vocabulary size (:mod:`ablate.checkpoints.parts`): an altered one is
-    not copied into the average."""
+    """The tokenizer the output will carry is a known kind and (when stored) valid for the model's
+    vocabulary (:mod:`ablate.checkpoints.parts`): an altered one is not copied into the average."""
     state = checkpoint.get("tokenizer")
     if state is None:
         return
@@ -169,9 +158,7 @@ def _check_finite(paths: Sequence[Path], checkpoints: Sequence[dict[str, Any]], 
 
 
 def model_weights(checkpoint: dict[str, Any], weights: str = "state_dict") -> dict[str, torch.Tensor]:
-    """The weights to average: ``state_dict`` (what evaluation loads: the EMA in a run with
-    ``callbacks.ema``) or ``raw`` (the trained weights: ``current_model_state`` when the run kept
-    an EMA, else ``state_dict``)."""
+    """The weights to average: ``state_dict`` (evaluation's: the EMA if kept) or ``raw`` (the trained ones)."""
     if weights == "state_dict":
         return checkpoint["state_dict"]
     if weights == "raw":
@@ -237,8 +224,7 @@ def check_compatible(
 def average_checkpoints(
     paths: Sequence[str | os.PathLike[str]], weights: str = "state_dict", allow_changes: Iterable[str] = ()
 ) -> dict[str, Any]:
-    """The newest of ``paths`` (the last one) with its weights replaced by the mean of all of
-    theirs (floating tensors; the others from the newest), without optimiser/scheduler states."""
+    """The newest (last) of ``paths`` with its floating weights replaced by their mean, no training state."""
     files = [Path(p) for p in paths]
     if not files:
         raise AveragingError("no checkpoints to average")
@@ -303,9 +289,7 @@ def write_averaged(checkpoint: dict[str, Any], out: str | os.PathLike[str]) -> P
 
 
 class EMA(EMAWeightAveraging):
-    """Lightning's EMA of the weights (``decay``; ``null``: off, the callback does nothing),
-    updated after every ``update_every_n_steps``-th optimiser step from ``update_starting_at_step``
-    (0-based step index) on. See the module docstring for what it changes."""
+    """Lightning's EMA of the weights (``decay``; ``null``: off). See the module docstring."""
 
     def __init__(
         self,

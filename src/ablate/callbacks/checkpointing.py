@@ -2,13 +2,10 @@
 
 - :class:`ResumeState`: the RNG states and the W&B run id, so that a resumed run draws the same
   random numbers and logs into the same W&B run.
-- :class:`LastCheckpoint`: ``last.ckpt`` every ``every_n_train_steps`` steps and at the end of
-  training (Lightning's ``save_last`` only writes it when a top-k checkpoint is saved).
-- :class:`AtomicCheckpointIO`: write to a hidden temporary file in the checkpoint's own folder,
-  fsync, then rename. Lightning 2.6's fsspec transaction keeps its temporary file in the system
-  temp dir; on another file system the final step is a *copy*, and a job killed during it leaves
-  a truncated ``last.ckpt``. The old ``last.ckpt`` is kept as ``last.previous.ckpt`` (a hard
-  link), so a ``last.ckpt`` damaged later still leaves one to resume from.
+- :class:`LastCheckpoint`: ``last.ckpt`` every ``every_n_train_steps`` steps and at the end.
+- :class:`AtomicCheckpointIO`: a temporary file in the checkpoint's own folder, fsync, rename
+  (Lightning 2.6's temporary file in the system temp dir makes the rename a *copy* on another file
+  system, which a kill truncates); the old ``last.ckpt`` kept as ``last.previous.ckpt``.
 """
 
 from __future__ import annotations
@@ -34,8 +31,7 @@ from ablate.writes import named_disk_full
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """``torch.save`` to ``.<name>.tmp-<pid>`` beside the target, fsync, ``os.replace``, fsync the
-    folder. Remote paths (``s3://``, ...) go through Lightning's own writer."""
+    """``torch.save`` to ``.<name>.tmp-<pid>`` beside the target, fsync, rename; remote paths: Lightning's."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -91,8 +87,7 @@ def tensor_bytes(value: Any) -> int:
 
 
 def keep_previous(path: Path) -> None:
-    """Keep the current ``path`` as :func:`previous_checkpoint` before it is replaced: a hard link
-    (no copy) made under a temporary name and renamed, so ``path`` itself exists throughout."""
+    """Keep ``path`` as :func:`previous_checkpoint` before it is replaced: a hard link, renamed into place."""
     previous, tmp = previous_checkpoint(path), path.parent / f".{path.name}.previous-{os.getpid()}"
     tmp.unlink(missing_ok=True)
     try:
@@ -117,16 +112,9 @@ def _fsync_dir(folder: Path) -> None:
 
 
 class LastCheckpoint(Checkpoint):
-    """``last.ckpt`` every ``every_n_train_steps`` optimiser steps, at the step where a callback
-    stops training (Ctrl-C, divergence), and when training ends; ``None`` or 0: only the last two.
-
-    A job killed at any moment loses at most the steps since the last multiple of
-    ``every_n_train_steps``. Saved through the public ``trainer.save_checkpoint`` (so through
-    :class:`AtomicCheckpointIO`); a subclass of Lightning's ``Checkpoint`` base so that Lightning
-    runs it after every other callback and a checkpoint holds every callback's state for its step.
-    (Lightning's ``ModelCheckpoint(save_last=True)`` writes ``last.ckpt`` only when a top-k
-    checkpoint is saved, and at the end only when nothing was ever saved.)
-    """
+    """``last.ckpt`` every ``every_n_train_steps`` steps, where a callback stops training and at the
+    end (``None`` or 0: only the last two). A ``Checkpoint`` so that Lightning runs it after every
+    other callback; ``ModelCheckpoint(save_last=True)`` writes only along with a top-k checkpoint."""
 
     FILENAME = "last.ckpt"
     KEEP_PREVIOUS = ("while_training", "always")
@@ -137,10 +125,7 @@ class LastCheckpoint(Checkpoint):
         every_n_train_steps: int | None = 100,
         keep_previous: str = "while_training",
     ) -> None:
-        """``keep_previous``: how long ``last.previous.ckpt`` (the checkpoint before ``last.ckpt``,
-        kept in case ``last.ckpt`` is damaged) stays: ``while_training`` (removed when the run reaches
-        ``trainer.max_steps``: its final ``last.ckpt`` is complete, and a run trained longer keeps
-        one again from its next save) or ``always``."""
+        """``keep_previous``: ``while_training`` (``last.previous.ckpt`` removed at ``max_steps``) or ``always``."""
         if keep_previous not in self.KEEP_PREVIOUS:
             raise ConfigError(
                 f"callbacks.checkpoint_last.keep_previous={keep_previous!r}: one of {', '.join(self.KEEP_PREVIOUS)}"
@@ -189,13 +174,9 @@ class LastCheckpoint(Checkpoint):
 
 
 class ResumeState(Callback):
-    """Puts the RNG states and the W&B run id into every checkpoint; on resume, restores the RNG
-    states when training starts (after Lightning has built its data loaders), so the first
-    resumed step draws what the uninterrupted run drew.
-
-    The states are those of the process that writes the checkpoint (global rank 0). Every rank
-    is seeded alike and draws alike, so under DDP they are every rank's states.
-    """
+    """The RNG states and the W&B run id in every checkpoint; on resume the states are restored when
+    training starts (after the data loaders are built), so the first resumed step draws what the
+    uninterrupted run drew. Rank 0's states: every rank is seeded and draws alike."""
 
     def __init__(self, wandb_run_id: str | None = None, run_identity: dict[str, Any] | None = None) -> None:
         self.wandb_run_id = wandb_run_id
@@ -205,8 +186,7 @@ class ResumeState(Callback):
         self._started = time.perf_counter()
 
     def elapsed_s(self) -> float:
-        """The run's wall time so far: its earlier segments' (to the checkpoint this one resumed)
-        and this one's. A resumed run's summary reports this, not the last segment alone."""
+        """The run's wall time so far, its earlier segments' included."""
         return self.earlier_s + (time.perf_counter() - self._started)
 
     def state_dict(self) -> dict[str, Any]:
@@ -233,12 +213,9 @@ class ResumeState(Callback):
 
 
 def follow_copied_run(state: dict[str, Any] | None, dirpath: str | os.PathLike[str]) -> None:
-    """A run copied to another folder and resumed there (``cp -a run copy``): its ``best.ckpt``
-    callback's state names the old folder, and Lightning, seeing another ``dirpath``, restores only
-    the best path, so the copy's next validation wrote its best to ``best-v1.ckpt`` (``best.ckpt``
-    stayed the old best, which eval.py and the exports read) whatever its score. When the copy holds
-    the best file under the same name, the state (read, not the file) is moved to the copy's folder
-    and restored whole: the best stays the best of this run, in ``best.ckpt``."""
+    """A run copied (``cp -a run copy``) and resumed: its ``best.ckpt`` callback's state names the old
+    folder, so Lightning restored only the best path and the copy wrote its next best to
+    ``best-v1.ckpt``. When the copy holds that best file, the state is moved to the copy's folder."""
     if not state or not state.get("dirpath") or Path(state["dirpath"]) == Path(dirpath):
         return
     old, new = Path(state["dirpath"]), Path(dirpath)

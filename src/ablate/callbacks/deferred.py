@@ -1,16 +1,8 @@
-"""Metrics computed on the device and written to the loggers once they have reached the host,
-so that the step which computes them does not wait for the GPU.
-
-Reading a GPU tensor on the host (``.tolist()``, ``.item()``) blocks the CPU until the GPU has
-finished everything queued before it; while the CPU waits it queues nothing, and the GPU idles
-through the Python that follows (logger writes, the next step's start). Here the values are
-copied to pinned host memory without blocking (``non_blocking=True``) and a CUDA event marks the
-end of the copy; :meth:`DeferredMetrics.flush` writes every entry whose copy is complete (a
-later step, typically the next one) and, with ``wait=True``, all of them (end of training,
-before validation). Each entry keeps the step it was computed at, so the loggers get the same
-``(metrics, step)`` as an immediate write would give, only a step or two later. On the CPU the
-copy is the tensor itself and the entry is written at once.
-"""
+"""Metrics computed on the device, written to the loggers once they reach the host. Reading a GPU
+tensor on the host blocks the CPU until the GPU is done, and the GPU then idles through the Python
+that follows. Here the values are copied to pinned memory without blocking, a CUDA event marking the
+copy's end; :meth:`DeferredMetrics.flush` writes the entries whose copy is complete (``wait=True``:
+all), each at the step it was computed at. On the CPU it is written at once."""
 
 from __future__ import annotations
 
@@ -40,8 +32,7 @@ class DeferredMetrics:
         self.pending: deque[_Entry] = deque()
 
     def put(self, step: int, names: Sequence[str], values: torch.Tensor, loggers: Iterable[Logger]) -> None:
-        """Queue ``values`` (a 1-d tensor, one per name) computed at ``step``; on the CPU they are
-        written now (with anything queued before them, in order)."""
+        """Queue ``values`` (a 1-d tensor, one per name) computed at ``step``; on the CPU, write them now."""
         if values.device.type == "cuda":
             host = values.detach().to("cpu", non_blocking=True)  # into pinned memory, asynchronously
             event = torch.cuda.Event()
@@ -70,9 +61,7 @@ class DeferredMetrics:
 
 
 class DeferredLogging(Callback):
-    """A callback whose metrics go through :class:`DeferredMetrics` (``self.deferred``): what has
-    reached the host is written after each batch (nothing waits), and everything before a
-    validation and when training ends or stops on an exception."""
+    """A callback logging through :class:`DeferredMetrics`: flushed after each batch, wholly before validation."""
 
     def __init__(self) -> None:
         self.deferred = DeferredMetrics()
@@ -82,8 +71,7 @@ class DeferredLogging(Callback):
         raise NotImplementedError
 
     def compute(self) -> dict[str, float]:
-        """:meth:`compute_tensor`'s metrics read on the host (one host sync): for tests and callers
-        off the training step."""
+        """:meth:`compute_tensor`'s metrics read on the host (a host sync): for callers off the training step."""
         computed = self.compute_tensor()
         if computed is None:
             return {}

@@ -2,15 +2,10 @@
 
 Names (part of the interface): ``grad_norm/total``, ``grad_norm/layer_03/attn`` (``attn_norm``,
 ``cross_attn``, ``ffn``, ``ffn_norm``, ``..._post_norm`` for sandwich), ``grad_norm/embed``,
-``grad_norm/pos``, ``grad_norm/final_norm`` and ``grad_norm/head`` (an untied head only); the
-zero-padded layer index lets a dashboard sort by depth.
-
-Cost: a logging step runs one fused ``torch._foreach_norm`` and one ``index_add_`` on the device,
-and the values reach the loggers through a non-blocking copy (:mod:`ablate.callbacks.deferred`),
-so no step waits for the GPU; other steps pay one integer comparison. Only global rank 0 computes
-(after DDP's all-reduce every rank holds the same gradients). Under fp16 the norms are of the
-unscaled gradients, also for an optimiser that unscales inside its step
-(:func:`ablate.optim.unscale_once`).
+``grad_norm/pos``, ``grad_norm/final_norm`` and ``grad_norm/head`` (an untied head only).
+A logging step runs one fused ``torch._foreach_norm`` and one ``index_add_``, copied to the host
+without blocking (:mod:`ablate.callbacks.deferred`); rank 0 only. Under fp16 the norms are of the
+unscaled gradients (:func:`ablate.optim.unscale_once`).
 """
 
 from __future__ import annotations
@@ -38,8 +33,7 @@ def split_stack(name: str) -> tuple[str, str]:
 
 
 def layer_label(stack: str, index: int | str) -> str:
-    """The logged name of a block: ``layer_03``, ``enc_layer_03``, ``dec_layer_03`` (zero-padded so
-    a dashboard sorts by depth); shared with :mod:`ablate.callbacks.residual_rms`."""
+    """A block's logged name: ``layer_03``, ``enc_layer_03``, ``dec_layer_03`` (zero-padded: sorted by depth)."""
     return f"{stack}layer_{int(index):02d}"
 
 
@@ -58,8 +52,7 @@ def group_name(param_name: str) -> str:
 
 
 class GradNormMonitor(DeferredLogging):
-    """Logs gradient norms every ``every_n_steps`` optimiser steps, and at every step of the
-    first ``dense_steps`` (to see warmup in detail)."""
+    """Logs gradient norms every ``every_n_steps`` steps, and at each of the first ``dense_steps`` (warmup)."""
 
     def __init__(self, every_n_steps: int = 10, dense_steps: int = 0) -> None:
         super().__init__()
@@ -85,8 +78,7 @@ class GradNormMonitor(DeferredLogging):
         return step < self.dense_steps or step % self.every_n_steps == 0
 
     def compute_tensor(self) -> tuple[list[str], torch.Tensor] | None:
-        """``(names, values)``: the group norms and the total as one tensor on the gradients' device
-        (one fused kernel, no host sync); None when no parameter has a gradient."""
+        """``(names, values)``: the group norms and the total on the device (no host sync), or None."""
         grads = [p.grad for p in self.params if p.grad is not None]
         if not grads:
             return None

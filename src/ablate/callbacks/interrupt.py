@@ -1,26 +1,16 @@
 """Ctrl-C that loses nothing: stop at the end of the current optimiser step and save a checkpoint.
 
-Lightning's own handling of ``KeyboardInterrupt`` (``trainer/call.py``) can only react where the
-exception lands -- possibly halfway through ``optimizer.step()`` -- so it saves nothing, ignores
-SIGINT from then on and calls ``sys.exit(1)``. This callback installs its own handler while
-training runs: the first Ctrl-C only sets a flag; at the end of that step (parameters, optimiser,
-schedule and data position consistent) training stops, ``last.ckpt`` is saved at that step (it
-resumes exactly), the validation Lightning would run before stopping is skipped
-(:class:`TrainingInterrupted`) and the job is recorded ``interrupted`` (exit 130). A second
-Ctrl-C raises ``KeyboardInterrupt`` at once. SIGTERM (a scheduler) and SIGHUP (a closed terminal)
-are handled the same way.
+Lightning's own ``KeyboardInterrupt`` handling reacts where the exception lands, possibly inside
+``optimizer.step()``, so it saves nothing and exits 1. Here the first Ctrl-C (or SIGTERM, SIGHUP)
+only sets a flag: at the end of that step training stops, ``last.ckpt`` is saved (it resumes
+exactly), the validation Lightning would run is skipped (:class:`TrainingInterrupted`) and the job
+is recorded ``interrupted`` (exit 130). A second Ctrl-C raises ``KeyboardInterrupt`` at once.
 
 SLURM's requeue signal (``sbatch --signal=USR1@90``) stops after the agreed step too, then rank 0
-runs ``scontrol requeue`` and the SIGTERM SLURM ends the job with is ignored. Lightning's own
-handler saves and broadcasts from inside the signal handler, wherever each rank is: under DDP a
-rank may be inside another collective, and the ranks' collectives no longer pair up.
-
-In a sweep whose jobs run in worker processes, a stop request is the file ``<sweep dir>/.stop``
-(:mod:`ablate.callbacks.stop_file`; :mod:`ablate.sweepers.sweep_stop`), which every job polls after
-each step. Under DDP the ranks agree on a request with a collective read on the host (the CPU waits for the
-GPU), so only every ``trainer.log_every_n_steps`` steps. A rank the job's own launcher started
-leaves signals to the launching process (:func:`hold_stop_signals`), which passes them on; a
-single SLURM task that starts its own ranks relays the requeue signal (:data:`REQUEUE_SIGNAL`).
+runs ``scontrol requeue`` (Lightning's handler saves from inside the signal handler, where under DDP
+a rank may be inside another collective). A worker-process sweep's stop file
+(:mod:`ablate.callbacks.stop_file`) is polled after each step. Under DDP the ranks agree with a host
+read (a GPU sync), so only every ``trainer.log_every_n_steps`` steps.
 """
 
 from __future__ import annotations
@@ -61,15 +51,13 @@ def in_slurm_job() -> bool:
 
 
 def relayed_signals() -> tuple[int, ...]:
-    """The signals the launching process of a job's ranks relays to them: the stop signals, and
-    SLURM's requeue signal inside a SLURM job."""
+    """The signals a job's launching process relays to its ranks: the stop signals (and SLURM's requeue)."""
     return (*STOP_SIGNALS, *((REQUEUE_SIGNAL,) if in_slurm_job() else ()))
 
 
 def hold_stop_signals() -> None:
-    """Make this process a rank of the job's own launcher (:func:`ablate.run.distributed.launch`):
-    from now on a stop signal (and, in a SLURM job, SLURM's requeue signal) is a request only, held
-    until training starts (:class:`GracefulInterrupt` then stops after the first agreed step)."""
+    """Make this process a rank of the job's own launcher (:func:`ablate.run.distributed.launch`): a
+    stop signal (and SLURM's requeue signal) is from now on a request, held until training starts."""
     global _relayed
     _relayed = True
     if threading.current_thread() is threading.main_thread():
@@ -78,8 +66,7 @@ def hold_stop_signals() -> None:
 
 
 def slurm_requeue_signal(trainer: L.Trainer) -> int | None:
-    """The signal with which SLURM announces the job's end, when Lightning's SLURM environment
-    requeues the job on it (``auto_requeue``), else None."""
+    """SLURM's signal of the job's end when Lightning's SLURM environment requeues on it, else None."""
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
     # the environment Lightning's own signal connector reads (not public in Lightning 2.6)
@@ -91,10 +78,8 @@ def slurm_requeue_signal(trainer: L.Trainer) -> int | None:
 
 
 def ignore_sigterm_from_now_on(trainer: L.Trainer | None) -> None:
-    """SIGTERM ignored by the whole process (every thread: a signal blocked in one thread only may be
-    taken by another, whose default action ends the process), also after the Trainer's end, when
-    Lightning puts back the handlers it found at its start (its signal connector's record of them;
-    not public in Lightning 2.6)."""
+    """SIGTERM ignored by the whole process (every thread: another thread's default action would end
+    it), also after the Trainer puts back the handlers it found (its connector's record, not public)."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     originals = getattr(getattr(trainer, "_signal_connector", None), "_original_handlers", None)
     if isinstance(originals, dict):
@@ -119,22 +104,12 @@ def requeue_slurm_job() -> None:
 
 
 class TrainingInterrupted(BaseException):
-    """Raised after the interrupted step's checkpoint is saved, to end ``trainer.fit`` without
-    the validation Lightning runs when training stops early. A ``BaseException`` (as
-    ``KeyboardInterrupt``) so that no ``except Exception`` records it as a crash; not a
-    ``KeyboardInterrupt``, which Lightning turns into ``sys.exit(1)``."""
+    """Ends ``trainer.fit`` after the interrupted step's checkpoint, skipping Lightning's validation. A
+    ``BaseException`` so no ``except Exception`` records a crash; not a ``KeyboardInterrupt`` (exit 1)."""
 
 
 class GracefulInterrupt(Callback):
-    """Turns the first SIGINT during training into a clean stop after the current step.
-
-    Args:
-        stop_file: the sweep's stop-request file (:func:`ablate.run.plan.stop_file`), polled
-            after every step; None outside a worker-process sweep.
-
-    Attributes:
-        interrupted_at: the optimiser step training stopped at because of Ctrl-C, else ``None``.
-    """
+    """The first SIGINT during training stops it after the step (``interrupted_at``); polls ``stop_file``."""
 
     SIGNALS = STOP_SIGNALS
 
@@ -212,8 +187,7 @@ class GracefulInterrupt(Callback):
             raise TrainingInterrupted(f"Ctrl-C at step {self.interrupted_at}")
 
     def _finish(self, trainer: L.Trainer) -> None:
-        """After training (the interrupted step's checkpoint saved): a SLURM requeue, then the
-        signal handlers as they were."""
+        """After training: a SLURM requeue, then the signal handlers as they were."""
         if self._requeue and self.interrupted_at is not None and trainer.is_global_zero:
             requeue_slurm_job()
         for signum, previous in self._previous.items():

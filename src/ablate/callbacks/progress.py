@@ -1,14 +1,10 @@
 """Training progress on the console: the Rich bar on a terminal, plain-text lines elsewhere.
 
-Under SLURM, ``nohup`` or any redirect of stdout to a file, Rich's live bar cannot redraw: it
-prints nothing until the end of the run. :class:`TextProgress` prints instead one short line every
-so many optimiser steps (rank zero only, flushed)::
+Redirected to a file (SLURM, ``nohup``), Rich's live bar prints nothing until the end;
+:class:`TextProgress` prints one short line every so many steps instead (rank zero, flushed)::
 
     step   120/1500 (  8%)  loss 2.314  val     -  lr 1.9e-03  17.1k tok/s  elapsed 0:41  eta 7:52
     val    500/1500 ( 33%)  loss 2.401  ppl   11.03  elapsed 2:51
-
-With no progress callback at all the Trainer must get ``enable_progress_bar=False``
-(:func:`wants_progress_bar`), or Lightning adds its default bar.
 """
 
 from __future__ import annotations
@@ -60,11 +56,9 @@ def _fmt_metric(label: str, value: float | None) -> str:
 
 
 class TextProgress(ProgressBar):
-    """One plain line at a step that is a multiple of ``every_n_steps`` (None: the Trainer's
-    ``log_every_n_steps``) when at least ``every_n_seconds`` have passed since the previous step
-    line, plus the first and the last step of the run and one line after each validation. Rank
-    zero only; written to ``stream`` (None: ``sys.stdout`` at the time) and flushed; ``clock``:
-    seconds, for the cadence, elapsed time and ETA (tests give a fake one)."""
+    """A line at each multiple of ``every_n_steps`` (None: ``log_every_n_steps``) at least
+    ``every_n_seconds`` after the previous one, at the first and last step and after each
+    validation, to ``stream`` (None: ``sys.stdout``); ``clock``: seconds (tests give a fake one)."""
 
     def __init__(
         self,
@@ -165,8 +159,7 @@ class TextProgress(ProgressBar):
 
     # when it is printed
     def due(self, step: int, now: float, total: int | None, every_n_steps: int) -> bool:
-        """Whether a step line is due at ``step``: the first step of this process, the last step,
-        or a multiple of ``every_n_steps`` at least ``every_n_seconds`` after the previous line."""
+        """Whether a step line is due at ``step`` (the rule of :class:`TextProgress`)."""
         if self._printed_step is None or (total is not None and step >= total):
             return True
         if step % every_n_steps:
@@ -222,10 +215,8 @@ def stdout_is_terminal() -> bool:
 
 
 class StepsRichProgressBar(RichProgressBar):
-    """Lightning's Rich bar, labelled by optimiser steps. Lightning 2.6 labels the training bar
-    ``Epoch {epoch}/{max_epochs - 1}``, which reads ``Epoch 0/-2`` whenever training is bounded by
-    ``max_steps`` (then ``max_epochs`` is -1): every run here. No release fixes it (2.6.6 is the
-    newest); overriding the description is the smallest fix, and the one private method touched."""
+    """Lightning's Rich bar, labelled by optimiser steps: Lightning 2.6 labels it ``Epoch 0/-2`` when
+    ``max_steps`` bounds training (every run here); the description is the one private method touched."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -248,10 +239,8 @@ class StepsRichProgressBar(RichProgressBar):
             self._in_train_batch_end = False
 
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
-        """What the bar shows next to it, with ``train/loss`` (no task logs it with ``prog_bar``:
-        Lightning would read it on the host after every batch). The bar moves every batch; the
-        numbers, which are read from the device, change only at the steps where Lightning writes
-        its logs (``trainer.log_every_n_steps``), so that no other step waits for the GPU."""
+        """What the bar shows, with ``train/loss`` (not logged with ``prog_bar``, which would read it on
+        the host every batch); the numbers change only on logging steps, so no other step waits for the GPU."""
         # log_every_n_steps: set on the Trainer at runtime by Lightning, not declared in its types
         every = max(int(trainer.log_every_n_steps or 1), 1)  # type: ignore[attr-defined]
         if self._in_train_batch_end and self._metrics is not None and trainer.global_step % every:
@@ -267,8 +256,7 @@ class StepsRichProgressBar(RichProgressBar):
 def progress_callback(
     mode: str = "auto", every_n_steps: int | None = None, every_n_seconds: float = 30.0
 ) -> ProgressBar:
-    """The progress display of a run (``callbacks.progress_bar``): ``mode=auto`` the Rich bar when
-    stdout is a terminal, else :class:`TextProgress`; ``bar`` or ``text`` force either."""
+    """``callbacks.progress_bar``: ``auto`` the Rich bar on a terminal, else :class:`TextProgress`."""
     if mode not in MODES:
         raise ValueError(
             f"callbacks.progress_bar.mode must be one of {', '.join(MODES)}, got {mode!r} "
@@ -282,7 +270,5 @@ def progress_callback(
 
 
 def wants_progress_bar(callbacks: Iterable[Any]) -> bool:
-    """Whether the Trainer should get ``enable_progress_bar=True``: a progress callback is among
-    ``callbacks``. Without one Lightning would add its own bar unless the flag is False; with one
-    and the flag False, Lightning raises."""
+    """``enable_progress_bar``: whether a progress callback is among ``callbacks`` (else Lightning adds its own)."""
     return any(isinstance(cb, ProgressBar) for cb in callbacks)

@@ -1,16 +1,13 @@
 """The RMS of the residual stream after every block, logged on the grad-norm steps.
 
 Why: Pre-LN (``x + f(LN(x))``) never normalises the stream, so its magnitude grows with depth
-(Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture", Lemma 2: at
-initialisation the expected squared norm grows linearly with the layer index, which scales
-Pre-LN's gradients down), while Post-LN renormalises after every sub-layer.
+(Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture", Lemma 2: linearly
+with the layer index at initialisation), while Post-LN renormalises after every sub-layer.
 
 Names (part of the interface): ``resid_rms/layer_03``, ``resid_rms/enc_layer_03`` /
 ``resid_rms/dec_layer_03``: ``sqrt(mean(x ** 2))`` over the non-padding positions of the block's
-output in that step's training batch. Hooks exist only during the forward of a logging step, and
-values reach the loggers through a non-blocking copy, so no step waits for the GPU; only global
-rank 0 measures. Not under ``torch.compile`` (hooks added and removed around a compiled forward
-recompile it): disabled there with a warning.
+output. Hooks exist only during a logging step's forward and values are copied without blocking;
+rank 0 only. Disabled under ``torch.compile`` (hooks around a compiled forward recompile it).
 """
 
 from __future__ import annotations
@@ -39,8 +36,7 @@ def block_name(module_name: str) -> str | None:
 
 
 class ResidualRMSMonitor(DeferredLogging):
-    """Logs ``resid_rms/<layer>`` every ``every_n_steps`` optimiser steps and at each of the
-    first ``dense_steps`` (the same steps as :class:`ablate.callbacks.grad_norm.GradNormMonitor`)."""
+    """Logs ``resid_rms/<layer>`` at the steps :class:`ablate.callbacks.grad_norm.GradNormMonitor` logs at."""
 
     def __init__(self, every_n_steps: int = 10, dense_steps: int = 0) -> None:
         super().__init__()
@@ -105,8 +101,7 @@ class ResidualRMSMonitor(DeferredLogging):
         return hook
 
     def compute_tensor(self) -> tuple[list[str], Tensor] | None:
-        """``(names, values)``: the RMS per layer since the last call, on the device (no host
-        sync); clears the sums. None when nothing was measured."""
+        """``(names, values)``: the RMS per layer since the last call, on the device (sums cleared), or None."""
         if not self._sums:
             return None
         layers = sorted(self._sums)

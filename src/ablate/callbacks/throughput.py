@@ -1,22 +1,11 @@
 """Training throughput: ``train/tokens_per_sec``, ``train/mfu`` (model FLOPs utilisation) and the
-cumulative ``train/tokens_seen`` and ``train/time_s``.
-
-The rate is the tokens of the last ``window`` optimiser steps over their wall time, with
-validation passes and announced pauses (:meth:`ThroughputMonitor.pause`) left out. The cumulative
-counts are kept in checkpoints and logged with every validation too, so validation metrics can be
-plotted against tokens or time.
-
-Under DDP every value is this rank's own count and clock, none reduced: all ranks count the same
-tokens (a rank's batch times the world size), and a reduction would cost a collective for a
-number every rank has, and a host tensor handed to one stops NCCL (``No backend type associated
-with device type cpu``). ``train/mfu`` is ``tokens/s * flops_per_token / peak_flops``;
-``peak_flops="auto"`` is the card's nominal dense bf16 peak on a GPU, a timed fp32 matmul on a
-CPU (:func:`measure_cpu_peak`).
-
-Cost: two clock reads per step and no device work; ``self.log`` (about 0.1-0.3 ms of Python) only
-on Lightning's logging steps. On a GPU the host's pace of queuing steps equals the GPU's over a
-window: the CPU can run ahead only by what the CUDA queue holds.
-"""
+cumulative ``train/tokens_seen`` and ``train/time_s``. The rate is the tokens of the last ``window``
+steps over their wall time, validation and announced pauses (:meth:`ThroughputMonitor.pause`) left
+out. The cumulative counts are kept in checkpoints and logged with every validation. Under DDP each
+value is this rank's, none reduced: every rank counts the same tokens, and a reduction of a host
+tensor stops NCCL. ``train/mfu`` is ``tokens/s * flops_per_token / peak_flops`` (``"auto"``: the
+card's dense bf16 peak, or a timed fp32 matmul on a CPU). Cost: two clock reads per step, no device
+work (the host's pace of queuing steps equals the GPU's over a window)."""
 
 from __future__ import annotations
 
@@ -64,8 +53,7 @@ def nominal_peak_flops(device_name: str) -> float | None:
 def measure_matmul_flops(
     device: torch.device | str = "cpu", size: int = MATMUL_SIZE, repeats: int = 5, dtype: torch.dtype = torch.float32
 ) -> float:
-    """FLOP/s of the fastest of ``repeats`` timed ``size``-square matmuls (after one untimed),
-    at the current thread count: what this device can do at best, right now."""
+    """FLOP/s of the fastest of ``repeats`` timed ``size``-square matmuls (after one untimed), right now."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     out = torch.empty(size, size, device=device, dtype=dtype)
@@ -82,14 +70,10 @@ def measure_matmul_flops(
 
 
 def measure_cpu_peak(size: int = MATMUL_SIZE, repeats: int = 5) -> tuple[float, float]:
-    """The CPU's fp32 matmul peak at the current thread count n, as ``(peak, measured at n
-    threads)`` where ``peak = max(measured at n threads, n x measured at 1 thread)``.
-
-    A busy machine hurts the n-thread probe far more than the 1-thread one (an OpenMP team waits
-    for its slowest thread, and another process takes a core from it), so without the second
-    term a loaded machine would report half its peak and twice the MFU. On a quiet machine the
-    two agree within a few percent (the 1-thread term can only make the peak higher: MFU is
-    then, if anything, underestimated)."""
+    """``(peak, measured at n threads)``, the CPU's fp32 matmul peak at the current thread count n:
+    ``max(measured at n threads, n x measured at 1 thread)``. A busy machine hurts the n-thread
+    probe far more (an OpenMP team waits for its slowest thread): without the second term a loaded
+    machine would report half its peak and twice the MFU."""
     threads = torch.get_num_threads()
     at_n = measure_matmul_flops("cpu", size, repeats)
     if threads == 1:
@@ -118,30 +102,15 @@ def device_peak_flops(device: torch.device | str) -> tuple[float | None, str]:
     return _measured[key], f"fp32 {MATMUL_SIZE}x{MATMUL_SIZE} matmul at {key[1]} threads (measure_cpu_peak)"
 
 
-def _lightning_logs_now(trainer: L.Trainer) -> bool:
-    """Whether Lightning writes logged values to the loggers after this step: its rule (every
-    ``log_every_n_steps`` optimiser steps, and when training stops), from public attributes.
-    At ``on_train_batch_end`` the step's ``global_step`` is already counted."""
-    # log_every_n_steps: set on the Trainer at runtime by Lightning's logger connector, not declared in its types
-    return trainer.global_step % max(1, trainer.log_every_n_steps) == 0 or trainer.should_stop  # type: ignore[attr-defined]
-
-
 def batch_tokens(pl_module: L.LightningModule, batch: Any) -> int:
-    """Tokens one training batch puts through the model, padding included: the task's own count
-    (``tokens_in_batch``: translation counts source and target), else the first tensor's size."""
+    """A training batch's tokens, padding included: the task's ``tokens_in_batch``, else the first tensor's size."""
     count = getattr(pl_module, "tokens_in_batch", None)
     return int(count(batch)) if callable(count) else int(batch[0].numel())
 
 
 class ThroughputMonitor(Callback):
-    """Logs tokens/s over the last ``window`` steps; ``train/mfu`` when the peak is known.
-
-    Args:
-        window: optimiser steps the rate is averaged over.
-        peak_flops: the device's peak FLOP/s, ``"auto"`` (see :func:`device_peak_flops`) or
-            None (no ``train/mfu``).
-        flops_per_token: training FLOPs per token (``train.py`` fills it in from the model).
-    """
+    """Logs tokens/s over the last ``window`` steps; ``train/mfu`` when ``peak_flops`` (FLOP/s,
+    ``"auto"``: :func:`device_peak_flops`) and ``flops_per_token`` (filled in by train.py) are known."""
 
     def __init__(
         self, window: int = 10, peak_flops: float | str | None = None, flops_per_token: float | None = None
@@ -203,7 +172,10 @@ class ThroughputMonitor(Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
     ) -> None:
-        if not _lightning_logs_now(trainer):
+        # only where Lightning writes logged values: every log_every_n_steps steps (global_step already
+        # counts this one; set at runtime, not in Lightning's types), and when training stops
+        every = max(1, trainer.log_every_n_steps)  # type: ignore[attr-defined]
+        if trainer.global_step % every and not trainer.should_stop:
             return
         self._log_progress(pl_module)
         rate = self.rate()

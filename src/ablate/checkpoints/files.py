@@ -1,14 +1,10 @@
 """A run's checkpoint files: where they are, which one ``ckpt_path=last`` means, and what a file holds.
 
-Everything here reads; nothing writes (the writers are the checkpoint callbacks,
-:mod:`ablate.callbacks.checkpointing`). A checkpoint is opened once, memory-mapped and with the
-restricted unpickler (:mod:`ablate.checkpoints.safe_load`), and a truncated, empty or foreign file is
-turned into :class:`CheckpointError` naming the file and the intact checkpoint before it, when there
-is one. A sharded FSDP checkpoint (``trainer.strategy.state_dict_type=sharded``) is a folder in the
-place of the file (``last.ckpt/``): it is found, checked and read the same way
-(:mod:`ablate.checkpoints.sharded`), resumed by ``train.py`` under FSDP, and refused by name by the
-scripts that read one file. The layers above (tasks, callbacks, the run) all read checkpoints
-through this module.
+Reads only (the writers: :mod:`ablate.callbacks.checkpointing`). A checkpoint is opened once,
+memory-mapped, with the restricted unpickler (:mod:`ablate.checkpoints.safe_load`); a truncated,
+empty or foreign file is a :class:`CheckpointError` naming the file and the intact one before it. A
+sharded FSDP checkpoint is a folder in the file's place (``last.ckpt/``), read the same way
+(:mod:`ablate.checkpoints.sharded`). Every layer above reads checkpoints through this module.
 """
 
 from __future__ import annotations
@@ -41,10 +37,9 @@ def previous_checkpoint(path: str | os.PathLike[str]) -> Path:
 
 
 def find_last_checkpoint(dirs: Sequence[str | os.PathLike[str]]) -> Path | None:
-    """The newest ``last.ckpt`` (or ``last-N.ckpt``) in ``dirs``, a file or a sharded checkpoint's
-    folder: what Lightning's ``ckpt_path="last"`` picks, found before the Trainer exists (W&B needs
-    the run id first). A folder counts whether its save completed or not: reading it says which
-    (:func:`inspect_checkpoint`), so a cut-short save is refused by name, never taken for no checkpoint."""
+    """The newest ``last.ckpt`` (or ``last-N.ckpt``, file or sharded folder) in ``dirs``, as Lightning's
+    ``ckpt_path="last"`` picks it, before the Trainer exists (W&B needs the run id first). A folder
+    counts even if its save was cut short: reading it refuses it by name."""
     found = [
         p
         for d in dirs
@@ -63,10 +58,8 @@ def written_ns(path: Path) -> int:
 
 
 def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dirs: Sequence[str | os.PathLike[str]]) -> str | None:
-    """``None`` -> ``None``; ``"last"`` -> the job's last checkpoint, or ``None`` when there is none
-    yet (``ckpt_path=last`` may be set on a job's first run and on every requeue); a path ->
-    itself, which must exist. Other special values Lightning knows (``"best"``, ``"hpc"``, a URL)
-    are passed through."""
+    """``"last"`` -> the job's last checkpoint, or ``None`` on its first run; a path -> itself, which must
+    exist; ``None`` and Lightning's other special values (``"best"``, ``"hpc"``, a URL) as they are."""
     if ckpt_path is None:
         return None
     ckpt_path = str(ckpt_path)
@@ -86,9 +79,8 @@ def checkpoint_files(dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
 
 
 def abandoned_writes(dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """The temporary files (``.<name>.tmp-<pid>``, ``.<name>.previous-<pid>``) that a process killed
-    while writing a checkpoint left in ``dirs``: those of processes that no longer run (a live
-    writer's own file is never named). They never end in ``.ckpt``, so nothing resumes from them."""
+    """The temporary files (``.<name>.tmp-<pid>``, ``.<name>.previous-<pid>``) in ``dirs`` of writers
+    that no longer run (killed while writing); never ``.ckpt``, so nothing resumes from them."""
     found = []
     for folder in map(Path, dirs):
         for path in folder.glob(".*") if folder.is_dir() else ():
@@ -109,13 +101,10 @@ def _alive(pid: int) -> bool:
 
 
 def inspect_checkpoint(path: str | os.PathLike[str], weights: bool = True) -> dict[str, Any]:
-    """The checkpoint's contents, memory-mapped (tensors are not read); :class:`CheckpointError`
-    when the file is empty, truncated or not a checkpoint, or its stored configuration names
-    something to import or call (:func:`ablate.checkpoints.stored_config.check_stored_config`).
-    A sharded checkpoint's folder is read by :func:`ablate.checkpoints.sharded.load` (its weights
-    read in full, unless ``weights=False`` says the caller reads none; its optimiser states
-    described, not read). Whether its weights fit the model it
-    describes is the tasks' to check (:func:`ablate.tasks.checkpoints.inspect_checked`)."""
+    """The checkpoint's contents, memory-mapped; :class:`CheckpointError` when the file is empty,
+    truncated or not a checkpoint, or its stored configuration names something to import or call
+    (:mod:`ablate.checkpoints.stored_config`). A sharded folder: :func:`ablate.checkpoints.sharded.load`
+    (``weights=False``: its weights not read)."""
     path = Path(path)
     if path.is_dir():
         try:

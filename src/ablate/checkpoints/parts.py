@@ -2,10 +2,8 @@
 (:mod:`ablate.tasks.checkpoints` checks those): the Lightning version Lightning migrates it by, the
 tokenizer it decodes with, and, for a resume, the training state Lightning and our callbacks restore.
 
-A checkpoint is untrusted input: an altered part is refused by name (a :class:`PartError`, exit 2)
-instead of failing inside Lightning's migration (``KeyError`` for ``pytorch-lightning_version:
-0.5.0``), in a callback's ``load_state_dict`` (``KeyError: 'best_model_score'``), or with an
-``IndexError`` where a tokenizer and the model's vocabulary disagree.
+A checkpoint is untrusted input: an altered part is refused by name (:class:`PartError`, exit 2)
+instead of failing inside Lightning's migration, a callback's ``load_state_dict`` or a tokenizer.
 """
 
 from __future__ import annotations
@@ -80,10 +78,9 @@ def check_lightning_version(checkpoint: Mapping[str, Any], path: str | os.PathLi
 
 
 def check_training_state(checkpoint: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
-    """What a resume restores besides the weights is what ablate's ``train.py`` writes: the run's
-    own state (RNG states and run identity: without it, the resume could not be checked to be the
-    same run), each callback's state with the fields its ``load_state_dict`` reads, the loops,
-    optimiser and scheduler states Lightning indexes."""
+    """What a resume restores besides the weights is as ``train.py`` writes it: the run's own state
+    (RNG states, run identity), each callback's state with the fields its ``load_state_dict`` reads,
+    and the loops, optimiser and scheduler states Lightning indexes."""
     expected: tuple[tuple[str, tuple[type, ...]], ...] = (
         ("global_step", (int,)),
         ("epoch", (int,)),

@@ -1,7 +1,7 @@
 """Whether ``ckpt_path=`` names a checkpoint at all: a file, or a sharded checkpoint's folder.
 
-Kept apart from :mod:`ablate.checkpoints.files` (which reads checkpoints, with torch) so that the
-scripts refuse a mistyped path before they import the stack: in half a second, not ten.
+Apart from :mod:`ablate.checkpoints.files` (torch) so that a script refuses a mistyped path in half
+a second, not ten.
 """
 
 from __future__ import annotations

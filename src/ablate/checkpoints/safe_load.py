@@ -1,16 +1,9 @@
-"""Loading a checkpoint never runs code from it.
-
-A ``.ckpt`` is a pickle: loaded the default way, a crafted file runs any command it names
-(``os.system``) the moment it is opened. Every checkpoint a user passes (``train.py ckpt_path=``,
-``eval.py``, ``generate.py``, ``translate.py``, ``scripts/export_hf.py``,
-``scripts/average_checkpoints.py``, ``scripts/attention_maps.py``) is opened with PyTorch's
-restricted unpickler (``torch.load(weights_only=True)``), which builds tensors, containers and
-plain values only. Our own checkpoints hold nothing else (the tokenizer, RNG states, W&B id and
-run identity are stored as plain values), so they load everywhere; a file that needs any other
-type is refused, naming the file and the type, unless the user says ``trust_checkpoint=true``
-(for a file from a source they trust, e.g. written by an older version). Lightning then reads the
-same file with ``weights_only=True`` too (:func:`lightning_weights_only`).
-"""
+"""Loading a checkpoint never runs code from it. A ``.ckpt`` is a pickle: loaded the default way, a
+crafted file runs any command it names the moment it is opened. Every checkpoint a user passes is
+opened with PyTorch's restricted unpickler (``torch.load(weights_only=True)``: tensors, containers,
+plain values), which is all our checkpoints hold; a file needing any other type is refused, naming
+the file and the type, unless ``trust_checkpoint=true``. Lightning reads it with
+``weights_only=True`` too (:func:`lightning_weights_only`)."""
 
 from __future__ import annotations
 
@@ -69,13 +62,10 @@ def lightning_weights_only() -> bool:
 
 
 def load(path: str | os.PathLike[str], mmap: bool = True) -> Any:
-    """``torch.load`` of a user's checkpoint on the CPU, restricted unless the user trusts it.
-
-    Memory-mapped (``mmap``) when the file is in torch's zip format; a file in torch's legacy format
-    (``torch.save(..., _use_new_zipfile_serialization=False)``), which cannot be mapped, is read
-    whole, with the same restriction. Raises :class:`NotACheckpointError` for a file torch did not
-    write and :class:`UnsafeCheckpointError` for one that needs a type outside the restricted set; any other failure (truncated, not a checkpoint) propagates for
-    the caller to describe."""
+    """``torch.load`` of a user's checkpoint on the CPU, restricted unless trusted, memory-mapped unless
+    in torch's legacy format. :class:`NotACheckpointError` for a file torch did not write,
+    :class:`UnsafeCheckpointError` for one needing a type outside the restricted set; any other
+    failure propagates for the caller to describe."""
     import torch  # here, not at the top: ablate.cli imports this module before any checkpoint is read
 
     path = Path(path)
@@ -91,9 +81,8 @@ def load(path: str | os.PathLike[str], mmap: bool = True) -> Any:
 
 
 def load_bytes(data: io.BytesIO, what: str) -> Any:
-    """One value ``torch.save``'d into memory (a piece of a sharded checkpoint,
-    :mod:`ablate.checkpoints.sharded`), on the CPU, restricted unless the user trusts it; ``what``
-    names it in a refusal."""
+    """One ``torch.save``'d value in memory (a sharded checkpoint's piece), restricted unless trusted;
+    ``what`` names it in a refusal."""
     import torch
 
     try:

@@ -1,17 +1,12 @@
-"""A sharded FSDP checkpoint (``trainer=fsdp trainer.strategy.state_dict_type=sharded``): a folder,
-read without running code from it.
+"""A sharded FSDP checkpoint (``state_dict_type=sharded``), a folder read without running code from it.
 
-Lightning 2.6 writes ``last.ckpt/`` holding ``meta.pt`` (all but the weights and optimiser
-states, saved by rank 0 after the shards), ``.metadata`` (PyTorch distributed checkpoint's (DCP)
-index of every entry and piece) and the pieces ``__<rank>_<i>.distcp``. Lightning's resume, and
-DCP under it, read ``.metadata`` with ``pickle.load`` and value entries with
+Lightning 2.6 writes ``last.ckpt/``: ``meta.pt`` (all but weights and optimiser states, by rank 0
+after the shards), ``.metadata`` (the distributed checkpoint's (DCP) index) and the pieces
+``__<rank>_<i>.distcp``. DCP reads the index with ``pickle.load`` and values with
 ``torch.load(weights_only=False)``: a crafted folder runs any code it names. So :func:`load` reads
-the index with an unpickler that builds DCP's index types only (:func:`read_index`), value entries
-with torch's restricted unpickler (:func:`read_values`), and checks that each piece lies inside
-the folder, in a file long enough, written before ``meta.pt`` (a newer piece belongs to a save cut
-short, whose pieces may mix two steps: :func:`check_pieces`). The weights then pass the checks of
-every checkpoint (:func:`read_weights`); the optimiser states stay on disk for Lightning's load.
-Own code: DCP has no restricted reader, and torch's reads ``torch.save`` files only.
+the index with an unpickler of DCP's index types only, values with torch's restricted unpickler,
+and checks that each piece lies in the folder, in a file long enough, written before ``meta.pt``
+(else the save was cut short and may mix two steps). Own code: DCP has no restricted reader.
 """
 
 from __future__ import annotations
@@ -20,6 +15,7 @@ import io
 import os
 import pickle
 import re
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -161,12 +157,6 @@ def check_pieces(path: Path, index: Any) -> None:
             )
 
 
-def _piece(path: Path, info: Any) -> io.BytesIO:
-    with open(path / str(info.relative_path), "rb") as f:
-        f.seek(int(info.offset))
-        return io.BytesIO(f.read(int(info.length)))
-
-
 def read_values(path: Path, index: Any) -> dict[str, Any]:
     """Every value entry of the index (``BytesStorageMetadata``: what is not a tensor), each loaded
     with torch's restricted unpickler (:func:`ablate.checkpoints.safe_load.load_bytes`)."""
@@ -178,7 +168,10 @@ def read_values(path: Path, index: Any) -> dict[str, Any]:
         if not isinstance(index.state_dict_metadata.get(fqn), BytesStorageMetadata):
             continue
         try:
-            values[fqn] = safe_load.load_bytes(_piece(path, info), f"{path}: its entry {fqn}")
+            with open(path / str(info.relative_path), "rb") as f:
+                f.seek(int(info.offset))
+                piece = io.BytesIO(f.read(int(info.length)))
+            values[fqn] = safe_load.load_bytes(piece, f"{path}: its entry {fqn}")
         except safe_load.UnsafeCheckpointError:
             raise
         except Exception as err:
@@ -225,24 +218,11 @@ def read_weights(path: Path, index: Any, values: Mapping[str, Any]) -> dict[str,
     return {**tensors, **others}
 
 
-def optimizer_entries(index: Any) -> dict[str, int]:
-    """``optimizer_<i> -> entries`` the index holds: the optimiser states, left on disk."""
-    found: dict[str, int] = {}
-    for fqn in index.state_dict_metadata:
-        match = OPTIMIZER_KEY.match(str(fqn))
-        if match:
-            found[match.group(1)] = found.get(match.group(1), 0) + 1
-    return found
-
-
 def load(path: str | os.PathLike[str], weights: bool = True) -> dict[str, Any]:
-    """A sharded checkpoint folder as a checkpoint file reads (see the module): ``meta.pt``'s
-    contents, the weights as ``state_dict`` (``weights=False``: left out, for a reader of the rest
-    only; the folder is checked alike), and as ``optimizer_states`` one entry per stored
-    optimiser naming what its shards hold (``{"sharded": "optimizer_0", "entries": n}``; the
-    states themselves are read by Lightning's FSDP resume). :class:`ShardedCheckpointError` or
-    :class:`~ablate.checkpoints.safe_load.UnsafeCheckpointError` for a folder that is incomplete,
-    damaged, or needs code to be read."""
+    """A sharded folder as a checkpoint file reads: ``meta.pt``'s contents, the weights as
+    ``state_dict`` (not with ``weights=False``) and as ``optimizer_states`` one
+    ``{"sharded": "optimizer_0", "entries": n}`` per optimiser (Lightning's FSDP resume reads them).
+    :class:`ShardedCheckpointError` or ``UnsafeCheckpointError`` for a bad folder."""
     path = Path(path)
     meta = read_meta(path)
     index = read_index(path)
@@ -252,7 +232,8 @@ def load(path: str | os.PathLike[str], weights: bool = True) -> dict[str, Any]:
         values = read_values(path, index)
         if weights:
             checkpoint["state_dict"] = read_weights(path, index, values)
-        optimizers = optimizer_entries(index)
+        # optimizer_<i> -> the entries the index holds: the optimiser states, left on disk
+        optimizers = Counter(m.group(1) for fqn in index.state_dict_metadata if (m := OPTIMIZER_KEY.match(str(fqn))))
     except UserError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as err:  # fields of other types

@@ -1,13 +1,9 @@
 """What the configuration a checkpoint stores (``hyper_parameters``) may hold: values only.
 
-A checkpoint carries its run's configuration (the model spec, the optimiser, the data config with
-Hydra's ``_target_``, so that ``eval.py`` finds the corpus again). Read back, nothing in it may be
-imported or called by name: no Hydra instantiation key (``_target_``, ``_args_``, ``_partial_``, ...)
-anywhere, but for the data config's own ``_target_``, which must name a data module of ablate's
-(``ablate.data.<module>.<Class>``; the exact class is then looked up in
-:data:`ablate.data.registry.DATA_MODULES` where the data module is built), and no Lightning
-``_instantiator`` (a function Lightning would import and call when loading). Cheap (no tensor is
-read): every reader of a checkpoint runs it (:func:`ablate.checkpoints.files.inspect_checkpoint`).
+Read back, nothing in a checkpoint's configuration may be imported or called by name: no Hydra
+instantiation key (``_target_``, ``_args_``, ...) but the data config's ``_target_``, which must name
+one of ablate's data modules (``ablate.data.<module>.<Class>``), and no Lightning ``_instantiator``.
+Cheap (no tensor read): every reader runs it (:func:`ablate.checkpoints.files.inspect_checkpoint`).
 """
 
 from __future__ import annotations

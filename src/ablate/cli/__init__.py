@@ -1,23 +1,12 @@
-"""Exit codes shared by every entry point (train.py, eval.py, generate.py, translate.py, scripts/):
+"""Exit codes shared by every entry point: 0 done; 1 a crash (the traceback is printed); 2 a user
+error (:class:`ablate.errors.UserError`, a command line Hydra cannot compose: one message, no
+traceback); 130 interrupted (Ctrl-C, SIGTERM).
 
-====  ===========================================================================================
-0     done
-1     a crash (a bug, or a failure we did not foresee): the traceback is printed
-2     a user error (:class:`ablate.errors.UserError`: bad option or key, missing or bad data, bad
-      checkpoint, a command-line Hydra cannot compose): one message, no traceback
-130   interrupted (Ctrl-C, SIGTERM)
-====  ===========================================================================================
-
-Before Hydra's own ``main`` runs, :func:`entry_point` composes the command line itself with Hydra's
-compose API (:func:`check_command_line`): a misspelt key (``trainer.max_step=10``), an unknown option
-(``norm=prenorm``) or an override Hydra cannot parse is refused with ablate's message (exit 2), never
-Hydra's advice to append the key with ``+``; then the entry point's own checks run on the composed
-config (``check``: every key known, every value of its type), still before Hydra creates a run
-folder. This module imports neither torch nor Lightning, so a refusal costs the composition only;
-the entry points import the training stack inside their task function. Hydra's own composition
-errors that still reach it (a sweep's later job) exit 2 too, when they happen before the task
-function (or a sweep) started. ``HYDRA_FULL_ERROR=1`` skips the pre-check and shows the traceback of
-a user error.
+Before Hydra's ``main`` runs, :func:`entry_point` composes the command line itself
+(:func:`check_command_line`): a misspelt key, an unknown option or an unparsable override is refused
+with ablate's message (exit 2), never Hydra's advice to append the key with ``+``; then the entry
+point's own ``check``, still before a run folder exists (no torch here: a refusal costs the
+composition only). ``HYDRA_FULL_ERROR=1`` skips the pre-check and shows the traceback.
 """
 
 from __future__ import annotations
@@ -94,11 +83,9 @@ def conf_dir() -> Path:
 
 
 def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
-    """The command lines to compose for a check: the overrides as given (a single run), or for a
-    sweep, each value of each swept key once with the first value of every other (``a=1,2 b=x,y``:
-    ``a=1 b=x``, ``a=2 b=x``, ``a=1 b=y``), which composes every option and key the sweep names
-    without composing every job. Sweeps that cannot be enumerated (Optuna's ``interval(...)``) are
-    left to the sweeper."""
+    """The command lines to compose for a check: a single run's overrides, or each value of each swept
+    key once with the first of every other (``a=1,2 b=x,y``: ``a=1 b=x``, ``a=2 b=x``, ``a=1 b=y``);
+    sweeps that cannot be enumerated (``interval(...)``) are left to the sweeper."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(overrides)
@@ -121,18 +108,23 @@ def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
     return jobs
 
 
-def _compose(config_name: str, overrides: list[str], runtime: bool = False) -> DictConfig:
-    """The config ``@hydra.main`` would give the task, composed with Hydra's compose API; with
-    ``runtime``, Hydra's runtime config is set, so that ``${hydra:...}`` interpolations resolve as
-    in a job."""
+def _compose_with_hydra(config_name: str, overrides: list[str]) -> DictConfig:
+    """Hydra's compose API on ``conf/``, the ``hydra`` node included."""
     from hydra import compose, initialize_config_dir
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
 
     import ablate.config.store  # noqa: F401  (the architecture groups, in Hydra's ConfigStore)
 
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name=config_name):
-        cfg = compose(config_name, overrides, return_hydra_config=True)
+        return compose(config_name, overrides, return_hydra_config=True)
+
+
+def _compose(config_name: str, overrides: list[str], runtime: bool = False) -> DictConfig:
+    """The config ``@hydra.main`` would give the task; with ``runtime``, Hydra's runtime config is
+    set, so that ``${hydra:...}`` interpolations resolve as in a job."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    cfg = _compose_with_hydra(config_name, overrides)
     if runtime:
         HydraConfig.instance().set_config(cfg)
     with open_dict(cfg):
@@ -143,27 +135,21 @@ def _compose(config_name: str, overrides: list[str], runtime: bool = False) -> D
 def _config_sweeps(config_name: str, overrides: list[str]) -> bool:
     """Whether the command line is a sweep without ``-m``: a preset that sets ``hydra.mode: MULTIRUN``
     (``tune=lr``, ``hparams_search=...``), read from the config composed without the swept values."""
-    from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
-
-    import ablate.config.store  # noqa: F401  (the architecture groups, in Hydra's ConfigStore)
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
     if len(fixed) == len(parsed):
         return False  # nothing to sweep over on the command line: one job to check either way
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name=config_name):
-        cfg = compose(config_name, fixed, return_hydra_config=True)
-    return bool(cfg.hydra.get("mode") == RunMode.MULTIRUN)
+    return bool(_compose_with_hydra(config_name, fixed).hydra.get("mode") == RunMode.MULTIRUN)
 
 
 def check_command_line(
     config_name: str, argv: list[str], check: Callable[[DictConfig, list[str]], None] | None = None
 ) -> None:
-    """Compose ``argv`` as Hydra would and refuse it, with ablate's message and exit 2, when it does
-    not compose or ``check(cfg, overrides)`` raises a :class:`UserError`. Command lines for Hydra
-    itself (``--help``, ``--cfg``, ``--info``, another config) are left to Hydra."""
+    """Compose ``argv`` as Hydra would and refuse it (exit 2) when it does not compose or ``check(cfg,
+    overrides)`` raises a :class:`UserError`; ``--help``, ``--cfg``, ``--info`` & co. are left to Hydra."""
     from hydra.errors import HydraException
     from omegaconf.errors import MissingMandatoryValue
 
@@ -204,8 +190,7 @@ def check_command_line(
 
 
 def check_no_missing_value(cfg: DictConfig) -> None:
-    """Refuse a config with a mandatory value left unset (``???`` in its YAML, e.g. ``data=text``'s
-    ``val_path``), naming the key and the option that needs it, before anything reads it."""
+    """Refuse a config with a mandatory value unset (``???``), naming the key and the option that needs it."""
     from omegaconf import OmegaConf
 
     missing = sorted(str(key) for key in OmegaConf.missing_keys(cfg) if not str(key).startswith("hydra."))

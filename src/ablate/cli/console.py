@@ -70,9 +70,8 @@ def format_run_header(
     estimate: int,
     output_dir: Path | str,
 ) -> str:
-    """The few lines a run prints at its start instead of the whole config (which is in
-    ``<output_dir>/.hydra/config.yaml``; ``print_config=true`` prints it; ``axes``: the spec's
-    :func:`~ablate.nn.axes.spec_axes`)::
+    """The few lines a run prints at its start instead of the whole config
+    (``print_config=true`` prints that)::
 
         run     experiment=default  task=lm  data=tinyshakespeare
         axes    pos=learned norm=pre norm_layer=layernorm act=gelu init=gpt2 attn=sdpa
@@ -93,9 +92,8 @@ def format_run_header(
 
 
 class _DropOneDeviceRankLine:
-    """Lightning's ``LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [...]`` (logged by its CUDA accelerator
-    in every process): dropped unless the run has several processes, where it says which GPUs
-    each rank sees. On one device it repeats what ``GPU available: True, used: True`` says."""
+    """Lightning's ``LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [...]`` (every process), dropped unless the
+    run has several processes (on one device it repeats ``GPU available: True, used: True``)."""
 
     def filter(self, record: Any) -> bool:
         if not record.getMessage().startswith("LOCAL_RANK: "):
@@ -107,8 +105,7 @@ class _DropOneDeviceRankLine:
 
 def quiet_known_noise() -> None:
     """Every entry point's console in one format, without the known noise (idempotent;
-    :func:`ablate.cli.log_format.route_to_console`): every other warning and message still
-    reaches the console."""
+    :func:`ablate.cli.log_format.route_to_console`)."""
     import logging
 
     from ablate.cli.log_format import route_to_console
@@ -135,16 +132,8 @@ def format_wall_time(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
-def format_metric(name: str, value: float | None) -> str:
-    """A metric at the precision its declaration gives (:func:`ablate.metrics.format_value`: loss
-    4 decimals, perplexity and BLEU 2, a huge perplexity in scientific notation); ``-`` when
-    missing (non-finite values are stored as null in ``status.json``)."""
-    return metrics.format_value(name, value)
-
-
 def headline_metrics() -> list[str]:
-    """The metrics a run summary shows when the status has them, in this order: the validation,
-    then the test split of every declared metric that is ``shown`` (:mod:`ablate.metrics`)."""
+    """The metrics a run summary shows, validation then test, of every ``shown`` metric (:mod:`ablate.metrics`)."""
     return metrics.shown("val") + metrics.shown("test")
 
 
@@ -154,8 +143,8 @@ def _first_line(text: Any, limit: int = 160) -> str:
 
 
 def format_run_summary(status: RunRecord, output_dir: Path | str) -> str:
-    """The block a run prints at its end, from its status record (what a run's
-    ``status.json`` holds, :class:`ablate.run.status.RunStatus`)::
+    """The block a run prints at its end, from its status record
+    (what its ``status.json`` holds)::
 
         run completed
           steps      1500
@@ -185,7 +174,7 @@ def format_run_summary(status: RunRecord, output_dir: Path | str) -> str:
     rows += [
         (
             name,
-            format_metric(name, values[name])
+            metrics.format_value(name, values[name])
             + ("  (the validation text)" if same_text and name.startswith("test/") else ""),
         )
         for name in headline_metrics()
@@ -206,14 +195,9 @@ def _job_name(row: dict[str, Any]) -> str:
 
 
 def format_sweep_summary(rows: list[dict[str, Any]], metric: str | None = None) -> str:
-    """A table of a sweep's jobs, one line each: job directory name, status, steps, one headline
-    metric, wall time; then the count of jobs per status.
-
-    Each row is a job's status record (as in ``status.json``) with its directory under ``job``
-    (or ``output_dir``/``dir``; a path or its name). ``metric``: the metric column; None takes
-    the ``console_metric`` of the task the jobs' metrics come from (val/loss for a language
-    model, val/bleu for translation: :func:`ablate.tasks.task_of_metrics`).
-    """
+    """A table of a sweep's jobs (each row a ``status.json`` record with its directory under ``job``,
+    ``output_dir`` or ``dir``): name, status, steps, ``metric`` (None: the ``console_metric`` of the
+    jobs' task), wall time; then the count of jobs per status."""
     if metric is None:
         present = {name for row in rows for name in (row.get("metrics") or {})}
         metric = TASKS[task_of_metrics(present)].console_metric
@@ -226,7 +210,7 @@ def format_sweep_summary(rows: list[dict[str, Any]], metric: str | None = None) 
                 _job_name(row),
                 str(row.get("status") or "unknown"),
                 str(steps) if steps is not None else "-",
-                format_metric(metric, (row.get("metrics") or {}).get(metric)),
+                metrics.format_value(metric, (row.get("metrics") or {}).get(metric)),
                 format_wall_time(row.get("wall_time_s")),
             )
         )

@@ -1,9 +1,5 @@
-"""``python train.py --help``: the project's own help (Hydra's ``hydra.help.template`` is
-``${ablate_help:}``, conf/hydra/default.yaml): the axes and their options, read from the axis table
-(:data:`ablate.nn.axes.AXES`), the other config groups and their options (``conf/<group>/``), the
-main commands, and where the documentation is. Hydra's generic dump stays one flag away
-(``--hydra-help``, ``--cfg job``).
-"""
+"""``python train.py --help`` (``hydra.help.template: ${ablate_help:}``): the axes and their options
+(:data:`ablate.nn.axes.AXES`), the other config groups' options, the main commands and the docs."""
 
 from __future__ import annotations
 
@@ -25,10 +21,6 @@ DOCS = (
 )
 
 
-def _options(conf: Path, group: str) -> list[str]:
-    return sorted(p.stem for p in (conf / group).glob("*.yaml"))
-
-
 def help_text(conf: Path | None = None) -> str:
     """The help of ``train.py``. Imports the axes' registries (torch): their options are the code's."""
     from ablate.cli import conf_dir
@@ -48,7 +40,7 @@ def help_text(conf: Path | None = None) -> str:
         lines.append(f"  {axis.label:<{width}}{', '.join(axis.options())}")
     lines += ["", "Other choices (group=option):"]
     for group in OTHER_GROUPS:
-        options = _options(conf, group)
+        options = sorted(p.stem for p in (conf / group).glob("*.yaml"))
         if options:
             lines.append(f"  {group:<{width}}{', '.join(options)}")
     lines += [

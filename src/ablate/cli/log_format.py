@@ -1,16 +1,9 @@
-"""The console's one format for log lines, and the known noise kept off it.
-
-Every log line on the console -- the project's, Lightning's, Hydra's, and Python warnings -- reads
-the same: the message alone, ``warning: `` or ``error: `` before it when it is one (the run's log
-file, ``<run dir>/train.log``, keeps time, logger and level). Hydra's loggers are configured with
-:class:`ConsoleFormatter` and :class:`DropKnownNoise` (``conf/hydra/job_logging/*.yaml``,
-``conf/hydra/hydra_logging/ablate.yaml``); :func:`route_to_console` sends Lightning's loggers
-(which install a handler of their own when imported before Hydra configures logging) and Python
-warnings (``file:line: UserWarning`` plus the source line) through the same handlers.
-
-The noise is dropped by its exact text, each entry checked to say nothing about this project's run;
-every other message still reaches the console.
-"""
+"""The console's one format for log lines, and the known noise kept off it. Every console line
+(ours, Lightning's, Hydra's, Python warnings) is the message alone, after ``warning: `` or ``error:
+`` when it is one (``<run dir>/train.log`` keeps time, logger and level). Hydra's loggers use
+:class:`ConsoleFormatter` and :class:`DropKnownNoise` (``conf/hydra/*_logging/``);
+:func:`route_to_console` sends Lightning's loggers and Python warnings through the same handlers.
+The noise is dropped by its exact text; every other message still reaches the console."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""Hydra's composition errors in ablate's words: :func:`composition_error_message`, the one
-translation :mod:`ablate.cli` and the sweepers print (exit 2) before Hydra speaks.
+"""Hydra's composition errors in ablate's words (:func:`composition_error_message`, exit 2).
 
-Hydra refuses ``data.splits=disjoint`` under ``data=multi30k`` with ``Key 'splits' is not in struct``:
-it names the key but not what would work. :func:`unknown_key_hint` adds the keys the node does have
-and, for a config group, the options of the group that do have the key (``data.splits`` is a key of
-``data=tinyshakespeare`` only; ``pos.fraction`` of ``pos=rope``), read from ``conf/<group>/*.yaml``
-with OmegaConf's YAML loader (no code runs) and from the architecture groups' options
-(:func:`ablate.nn.axes.group_node`). It never suggests ``+key=``: a
-key that belongs to another option does not apply to this one, and ablate's checks refuse it. The
-other errors: an unknown option (``norm=prenorm`` -> did you mean ``norm=pre``), a value of the
-wrong type for a registered option's key (``pos.base=abc``), an override Hydra cannot parse (how to
-quote it).
+Hydra's ``Key 'splits' is not in struct`` names the key but not what would work:
+:func:`unknown_key_hint` adds the keys the node has and the options of the group that have the key
+(``data.splits``: ``data=tinyshakespeare`` only), never ``+key=`` (a key of another option does not
+apply to this one). Also: an unknown option (did you mean ``norm=pre``), a value of the wrong type
+(``pos.base=abc``), an override Hydra cannot parse (how to quote it).
 """
 
 from __future__ import annotations
@@ -79,8 +73,7 @@ def _other_axis(group: str, name: str) -> str | None:
 
 def unknown_option_message(missing: str, options: list[str]) -> str:
     """``norm=prenorm is not an option of norm (did you mean norm=pre?); options: ...`` for Hydra's
-    ``Could not find 'norm/prenorm'`` (``missing``: the group path and the name asked for); an option
-    of another axis of the group is pointed at (``norm=rmsnorm``: ``norm.layer=rmsnorm``)."""
+    ``Could not find 'norm/prenorm'``; another axis' option is pointed at (``norm.layer=rmsnorm``)."""
     group, _, name = missing.rpartition("/")
     label = group.replace("/", ".") if group else "the config"
     close = _other_axis(group, name) or (f"{group}={found}" if (found := _closest(name, options)) else None)
@@ -89,8 +82,7 @@ def unknown_option_message(missing: str, options: list[str]) -> str:
 
 
 def quoting_advice(override: str) -> str:
-    """How to type an override whose value Hydra's grammar cannot read unquoted (``=``, ``,``, spaces
-    or brackets in a path): the value in single quotes for Hydra, inside double quotes for the shell."""
+    """How to type an override whose value Hydra cannot read unquoted: single quotes inside double quotes."""
     key, sep, value = override.partition("=")
     if not sep or "'" in value:
         return "Quote the value for Hydra: key='value' (inside double quotes for the shell)"
@@ -99,8 +91,7 @@ def quoting_advice(override: str) -> str:
 
 def composition_error_message(err: BaseException, conf_dir: Path | None = None) -> str:
     """What to tell a user whose command line Hydra could not compose: ours, never Hydra's
-    ``To append to your config use +key=value`` (a key another option has does not apply to this
-    one, and a misspelt key is not one to append)."""
+    ``To append to your config use +key=value``."""
     from hydra.errors import MissingConfigException, OverrideParseException
 
     hint = unknown_key_hint(err, conf_dir)

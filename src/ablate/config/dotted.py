@@ -24,3 +24,8 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
             out.update(flatten(value, f"{prefix}{key}."))
         return out
     return {prefix[:-1]: list(node) if isinstance(node, (list, tuple)) else node}
+
+
+def override_key(override: str) -> str:
+    """``+optim.lr=1e-3`` -> ``optim.lr``: a Hydra override's key (``+``/``++``/``~`` prefixes dropped)."""
+    return override.split("=", 1)[0].lstrip("+~").strip()

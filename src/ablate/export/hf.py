@@ -1,27 +1,18 @@
-"""Our decoder-only LM as a Hugging Face ``transformers`` model, where the architecture is one.
-
-Two targets, each an exact re-parametrisation (same function, same logits up to float rounding):
+"""Our decoder-only LM as a Hugging Face ``transformers`` model, where the architecture is one: two
+targets, each an exact re-parametrisation (the same logits up to float rounding).
 
 * **GPT-2** (``GPT2LMHeadModel``): ``pos=learned norm=pre norm.layer=layernorm`` with a plain FFN
-  (``act=gelu`` -> ``activation_function: gelu`` (erf), ``gelu_tanh`` -> ``gelu_pytorch_tanh``
-  (PyTorch's tanh GELU, ours; ``gelu_new`` is the same formula written out, not bit-equal),
-  ``relu``, ``silu``, ``relu2``). GPT-2 always has biases: ``model.bias=false`` /
-  ``norm.bias=false`` are exported as zero biases. Grouped-query attention (``attn.n_kv_heads``)
-  is exported with each key/value head repeated for the query heads it serves.
+  (``gelu_tanh`` -> ``gelu_pytorch_tanh``, bit-equal where ``gelu_new`` is not). GPT-2 always has
+  biases: ``model.bias=false`` is exported as zero biases; grouped-query attention with each
+  key/value head repeated for the query heads it serves.
 * **Llama** (``LlamaForCausalLM``): ``pos=rope norm=pre norm.layer=rmsnorm`` with a gated FFN
-  (``act=swiglu`` -> ``hidden_act: silu``; also ``geglu`` -> ``gelu``, ``reglu`` -> ``relu``,
-  ``glu`` -> ``sigmoid``, ``bilinear`` -> ``linear``, which transformers runs but other Llama
-  runtimes may not), ``attn.n_kv_heads`` -> ``num_key_value_heads``, ``pos.base`` ->
-  ``rope_theta``, ``model.bias`` -> ``attention_bias`` and ``mlp_bias``. Our RoPE rotates
-  interleaved feature pairs (2i, 2i+1) (:class:`ablate.nn.positional.Rotary`), HF Llama the pairs
-  (i, i + head_dim/2) (``rotate_half``), with the same frequency for pair i: the rows of W_q and
-  W_k (and their biases) are permuted within each head, [0, 2, 4, ..., 1, 3, 5, ...], which leaves
-  every score q.k unchanged.
+  (``swiglu`` -> ``silu``; ``glu``/``bilinear`` run in transformers, maybe not in other runtimes).
+  Our RoPE rotates interleaved pairs (2i, 2i+1) (:class:`ablate.nn.positional.Rotary`), HF Llama
+  (i, i + head_dim/2) (``rotate_half``) at the same frequency: the rows of W_q and W_k are permuted
+  within each head, [0, 2, 4, ..., 1, 3, 5, ...], which leaves every score q.k unchanged.
 
-Both: ``norm.eps``, ``model.tie_embeddings``, ``model.max_len``, ``model.dropout`` carry over.
-``init`` and ``attn`` (math/sdpa) do not matter. Everything else is refused by name
-(:func:`hf_architecture`). :func:`load_gpt2_weights` is the reverse GPT-2 mapping (HF -> ours),
-which ``tests/nn/test_gpt2_equivalence.py`` uses.
+Anything else that does not map is refused by name (:func:`hf_architecture`); :func:`load_gpt2_weights`
+is the reverse GPT-2 mapping.
 """
 
 from __future__ import annotations
@@ -51,10 +42,9 @@ class ExportError(UserError, ValueError):
 
 
 def hf_architecture(spec: ModelSpec) -> str:
-    """``gpt2`` or ``llama``: the HF architecture ``spec`` maps onto exactly. Raises
-    :class:`ExportError` naming every option that prevents it: one its axis' export entry does not
-    list for the target (:data:`ablate.nn.axes.AXES`), and any option of an axis without an entry
-    (an axis the export does not know is refused, never dropped)."""
+    """``gpt2`` or ``llama``: the HF architecture ``spec`` maps onto exactly; :class:`ExportError`
+    naming every option its axis' export entry (:data:`ablate.nn.axes.AXES`) does not list (an axis
+    without an entry is refused, never dropped)."""
     if spec.encoder_layers:
         raise ExportError(
             "task=translation (an encoder-decoder) has no GPT-2/Llama equivalent; only decoder-only "
@@ -98,6 +88,9 @@ def hf_config(spec: ModelSpec) -> Any:
     """The ``transformers`` config of the architecture ``spec`` maps onto."""
     import transformers
 
+    # no special tokens: our models were trained without any
+    common: dict[str, Any] = {"vocab_size": spec.vocab_size, "tie_word_embeddings": bool(spec.tie_embeddings)}
+    common.update(bos_token_id=None, eos_token_id=None, pad_token_id=None)
     if hf_architecture(spec) == "gpt2":
         return transformers.GPT2Config(
             n_layer=spec.n_layers,
@@ -110,11 +103,7 @@ def hf_config(spec: ModelSpec) -> Any:
             resid_pdrop=spec.dropout,
             embd_pdrop=spec.dropout,
             attn_pdrop=spec.dropout,
-            vocab_size=spec.vocab_size,
-            tie_word_embeddings=bool(spec.tie_embeddings),
-            bos_token_id=None,
-            eos_token_id=None,
-            pad_token_id=None,
+            **common,
         )
     theta = float(spec.option("pos").options()["base"])
     rope: dict[str, Any]  # the keyword depends on the transformers version
@@ -135,11 +124,7 @@ def hf_config(spec: ModelSpec) -> Any:
         attention_bias=spec.bias,
         mlp_bias=spec.bias,
         attention_dropout=spec.dropout,
-        vocab_size=spec.vocab_size,
-        tie_word_embeddings=bool(spec.tie_embeddings),
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
+        **common,
         **rope,
     )
 
@@ -304,11 +289,9 @@ def max_logit_difference(
 def export_model(
     model: TransformerLM, out: str | os.PathLike[str], verify: bool = True, tolerance: float = 1e-5
 ) -> dict[str, Any]:
-    """Write ``model`` as a Hugging Face model directory (``config.json``, ``model.safetensors``,
-    ``generation_config.json``). With ``verify`` the exported model's logits are compared with
-    ours first, on random tokens: refused when they differ by more than ``tolerance`` times the
-    largest |logit| (at least 1; float rounding, e.g. of RoPE's angles, stays ~1e-7 of it).
-    Returns what was written."""
+    """Write ``model`` as a Hugging Face model directory; with ``verify``, refused first when its logits
+    on random tokens differ from ours by more than ``tolerance`` x the largest |logit| (at least 1;
+    float rounding stays ~1e-7 of it). Returns what was written."""
     hf = to_hf(model)
     info: dict[str, Any] = {"architecture": type(hf).__name__, "out": str(out)}
     if verify:

@@ -1,10 +1,8 @@
 """Write a run's tokenizer as a Hugging Face ``transformers`` tokenizer (``tokenizer.json`` +
 ``tokenizer_config.json``), so that ``AutoTokenizer.from_pretrained(out)`` gives our token ids.
 
-``bpe`` is already a Hugging Face ``tokenizers`` object: written as it is. ``char`` has no library
-equivalent, so it is expressed in the library's terms: a ``WordLevel`` vocabulary of the characters,
-a pre-tokenizer that splits the text into single characters (newlines included) and a ``Fuse``
-decoder that joins them back without spaces.
+``bpe`` is a ``tokenizers`` object already; ``char`` becomes a ``WordLevel`` vocabulary of the
+characters, a pre-tokenizer splitting every character, and a ``Fuse`` decoder.
 """
 
 from __future__ import annotations

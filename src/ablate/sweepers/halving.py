@@ -1,20 +1,14 @@
 """Successive halving over a ``tune=lr`` grid: a cheaper stage 1 (``hydra.sweeper.halving.rungs``).
 
 Successive halving (Jamieson & Talwalkar 2016, "Non-stochastic Best Arm Identification and
-Hyperparameter Optimization", AISTATS; the inner loop of Li et al. 2017, "Hyperband", JMLR 18)
-trains every arm a little, keeps the better half, trains those further, and so on. Here the arms
-are one variant's learning rates and the budget is optimiser steps; the chosen rate is the best
-finalist at full length by the full-grid rule (:func:`ablate.sweepers.lr_selection.select_lr`),
-so an edge of the grid is still flagged. Five rates at ``[0.25, 0.5]`` cost 2.25 full runs, 0.45
-of the grid (:func:`compute_fraction`).
-
-A rung is the prefix of the full run, not a shorter run: it sets ``optim.decay_steps`` to the full
-length (the schedule's horizon) and ``trainer.max_steps`` to the rung's step, and a survivor
-resumes the previous rung's ``last.ckpt``; the run identity leaves ``trainer.max_steps`` out when
-``optim.decay_steps`` is set, so no step is trained twice and the final value is the one an
-uninterrupted run would reach. That is also why the replay on a finished grid's logged curves
-(:mod:`ablate.sweepers.halving_replay`) is exact. Imported at Hydra's plugin scan: no pandas or
-analysis code.
+Hyperparameter Optimization", AISTATS; the inner loop of Li et al. 2017, "Hyperband", JMLR 18) over
+one variant's learning rates, the budget in optimiser steps; the chosen rate is the best finalist at
+full length by the full-grid rule (:func:`ablate.sweepers.lr_selection.select_lr`). A rung is the
+prefix of the full run: ``optim.decay_steps`` is the full length (the schedule's horizon),
+``trainer.max_steps`` the rung's step, and a survivor resumes the previous rung's ``last.ckpt``, so
+no step is trained twice and the final value is an uninterrupted run's (and the replay on a finished
+grid's curves, ``benchmarks/lr_selection/halving_replay.py``, is exact).
+Imported at Hydra's plugin scan: no pandas or analysis code.
 """
 
 from __future__ import annotations
@@ -27,6 +21,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, Protocol
 
+from ablate.config.dotted import override_key
+from ablate.sweepers.job_dirs import quote
 from ablate.sweepers.lr_selection import LRResult, Selection, job_dir_of, read_outcome, select_lr
 
 log = logging.getLogger(__name__)
@@ -48,8 +44,8 @@ RULE = (
 
 
 def check_rungs(rungs: Any) -> tuple[float, ...]:
-    """``hydra.sweeper.halving.rungs`` as fractions of ``trainer.max_steps``: empty (null or
-    ``[]``: halving off) or strictly increasing numbers in (0, 1). Raises ValueError naming the key."""
+    """``hydra.sweeper.halving.rungs``: empty (halving off) or fractions of ``trainer.max_steps``
+    strictly increasing in (0, 1); ValueError naming the key otherwise."""
     if rungs is None:
         return ()
     values = list(rungs) if isinstance(rungs, Iterable) and not isinstance(rungs, (str, bytes, Mapping)) else None
@@ -73,11 +69,9 @@ def rung_steps(
     label: str = "",
     key: str = RUNGS_KEY,
 ) -> tuple[int, ...]:
-    """The optimiser steps at which the grid is cut, then ``max_steps``: ``fraction x max_steps``
-    each, a whole number of steps and a validation step (a multiple of an integer
-    ``trainer.val_check_interval``), so that every rung's value is one that was measured. The
-    schedule's horizon must be ``max_steps`` (``optim.decay_steps`` null or equal to it). Raises
-    ValueError naming ``key`` and what is valid; ``label`` names the variant."""
+    """The steps at which the grid is cut (``fraction x max_steps``, each a whole validation step, so
+    that every rung's value was measured), then ``max_steps``; the schedule's horizon must be
+    ``max_steps``. ValueError naming ``key`` and what is valid; ``label`` names the variant."""
     where = f" ({label})" if label else ""
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
         raise ValueError(
@@ -115,8 +109,7 @@ def rung_steps(
 
 
 def config_rung_steps(cfg: Any, fractions: Sequence[float], label: str = "") -> tuple[int, ...]:
-    """:func:`rung_steps` of a composed job config; also refuses a config whose survivors could not
-    continue (no ``callbacks.checkpoint_last``)."""
+    """:func:`rung_steps` of a composed job config, which needs ``callbacks.checkpoint_last``."""
     from omegaconf import OmegaConf
 
     def get(key: str) -> Any:
@@ -144,8 +137,8 @@ def segment_counts(n_rates: int, n_rungs: int) -> list[int]:
 
 
 def compute_fraction(n_rates: int, fractions: Sequence[float]) -> float:
-    """Stage 1's planned optimiser steps as a fraction of the full grid's (``n_rates`` full runs):
-    5 rates at ``[0.25, 0.5]`` -> ``(5·¼ + 2·¼ + 1·½) / 5 = 0.45``."""
+    """Stage 1's planned steps over the full grid's: 5 rates at ``[0.25, 0.5]`` ->
+    ``(5·¼ + 2·¼ + 1·½) / 5 = 0.45``."""
     bounds = [0.0, *fractions, 1.0]
     counts = segment_counts(n_rates, len(fractions))
     return sum(c * (b - a) for c, a, b in zip(counts, bounds, bounds[1:])) / n_rates
@@ -188,8 +181,7 @@ class RateTrack:
         return self.eliminated_at is None
 
     def result(self, full_steps: int) -> LRResult:
-        """Its result for :func:`select_lr`: the full-length outcome of a finalist; an eliminated
-        rate (or one that stopped before full length) is never chosen and records no value."""
+        """Its result for :func:`select_lr`: a finalist's full-length outcome; any other rate has no value."""
         last = self.rungs[-1] if self.rungs else None
         if last is None or self.eliminated_at is not None or last.step != full_steps:
             status = ELIMINATED if self.eliminated_at is not None else (last.status if last else "incomplete")
@@ -198,8 +190,7 @@ class RateTrack:
 
 
 def rank(tracks: Sequence[RateTrack], higher_is_better: bool) -> list[RateTrack]:
-    """Best first by the latest rung's value; ties go to the smaller rate (as :func:`select_lr`);
-    a diverged, crashed or unmeasured rate ranks last."""
+    """Best first by the latest rung's value, ties to the smaller rate; an unusable value ranks last."""
 
     def key(track: RateTrack) -> tuple[int, float, float]:
         last = track.rungs[-1] if track.rungs else None
@@ -212,9 +203,8 @@ def rank(tracks: Sequence[RateTrack], higher_is_better: bool) -> list[RateTrack]
 
 
 def halve(tracks: Sequence[RateTrack], step: int, higher_is_better: bool) -> list[RateTrack]:
-    """Keep the better ``floor(n/2)`` (at least 1) of the rates still running at rung ``step``;
-    marks the others eliminated there and returns the survivors (ascending rate). A rate without
-    a usable value at the rung never survives, even when fewer remain."""
+    """Keep the better ``floor(n/2)`` (at least 1) of the rates running at rung ``step``, never one
+    without a usable value; the others are marked eliminated. Returns the survivors, ascending."""
     running = [t for t in tracks if t.running]
     ranked = rank(running, higher_is_better)
     kept = [t for t in ranked[: keep_count(len(running))] if t.rungs and t.rungs[-1].usable]
@@ -225,14 +215,12 @@ def halve(tracks: Sequence[RateTrack], step: int, higher_is_better: bool) -> lis
 
 
 def choose(tracks: Sequence[RateTrack], full_steps: int, higher_is_better: bool, **select: Any) -> Selection:
-    """The selection among the finalists at full length, with the grid's edges flagged against
-    the whole grid (``select`` goes to :func:`select_lr`)."""
+    """The selection among the finalists, edges flagged against the whole grid (``select``: :func:`select_lr`'s)."""
     return select_lr([t.result(full_steps) for t in tracks], higher_is_better=higher_is_better, **select)
 
 
 def history(tracks: Sequence[RateTrack], steps: Sequence[int], fractions: Sequence[float]) -> dict[str, Any]:
-    """The ``halving`` record of one variant for ``lr_tuning.json``: every measured value, which
-    rung eliminated which rate, and the scheduled compute as a fraction of the full grid."""
+    """One variant's ``halving`` record in ``lr_tuning.json``: every value, the eliminations, the compute."""
     full = steps[-1]
     return {
         "rungs": list(fractions),
@@ -251,8 +239,7 @@ def history(tracks: Sequence[RateTrack], steps: Sequence[int], fractions: Sequen
 
 
 def cell(track: RateTrack) -> str:
-    """A rate's cell of the stage-1 table: its value at each rung it reached (``2.3141>2.0712``),
-    then ``out@<step>`` when a rung left it behind."""
+    """A rate's stage-1 cell: its value at each rung reached (``2.3141>2.0712``), then ``out@<step>``."""
     parts = [f"{r.value:.4f}" if r.value is not None else r.status for r in track.rungs]
     return ">".join(parts) + (f" out@{track.eliminated_at}" if track.eliminated_at is not None else "")
 
@@ -268,23 +255,13 @@ class HalvingVariant(Protocol):
     tracks: list[RateTrack]
 
 
-def quote(value: str) -> str:
-    """A Hydra override value quoted: a job directory's name holds ``,`` and ``=``."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
 def rung_job(
     variant: HalvingVariant, track: RateTrack, rung: int, lr_name: str, seed_name: str, seed: str
 ) -> list[str]:
-    """The overrides of ``track``'s job at rung index ``rung``: the variant's own (without a
-    training length or horizon of its own), the rate, the selection seed, the full run's horizon
-    and the rung's length, and from the second rung on the previous rung's checkpoint."""
+    """The overrides of ``track``'s job at rung index ``rung``: the variant's own (less its length and
+    horizon), the rate, the seed, the horizon, the rung's length and, after rung 0, the last checkpoint."""
     full, step = variant.rung_steps[-1], variant.rung_steps[rung]
-    own = [o for o in variant.overrides if _key(o) not in (MAX_STEPS_KEY, DECAY_KEY, CKPT_KEY)]
+    own = [o for o in variant.overrides if override_key(o) not in (MAX_STEPS_KEY, DECAY_KEY, CKPT_KEY)]
     job = [*own, f"{lr_name}={track.text}", f"{seed_name}={seed}", f"{DECAY_KEY}={full}", f"{MAX_STEPS_KEY}={step}"]
     if rung:
         from ablate.checkpoints.files import find_last_checkpoint
@@ -301,7 +278,7 @@ def rung_job(
                 step,
             )
         else:
-            job.append(f"{CKPT_KEY}={quote(str(last))}")
+            job.append(f"{CKPT_KEY}={quote(str(last))}")  # a job directory's name holds , and =
     return job
 
 
@@ -315,9 +292,8 @@ def run_stage1(
     seed_name: str,
     seed: str,
 ) -> tuple[list[Any], bool]:
-    """Stage 1 by successive halving: each rung launched as one batch over all variants, the
-    survivors of each variant continued from their checkpoints. Fills each variant's ``tracks``;
-    returns the launched jobs' returns and whether it was interrupted (then nothing is chosen)."""
+    """Stage 1 by successive halving, each rung one batch over all variants. Fills each variant's
+    ``tracks``; returns the jobs' returns and whether it was interrupted (then nothing is chosen)."""
     from hydra.core.utils import JobStatus
 
     from ablate.run.status import read_status

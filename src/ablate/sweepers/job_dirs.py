@@ -1,25 +1,17 @@
-"""Where a sweep's jobs live, and which sweeps may share a directory.
-
-A job's directory is named by its overrides *minus the command's constants*, which are already in
-the sweep directory's name; the seed always stays. Names hold no character Hydra's override
-grammar treats specially, so a printed path pastes into ``ckpt_path=`` unquoted; a directory
-named by an earlier version is found by its recorded overrides and kept.
-
-Several commands may share one sweep directory; two rules keep their jobs apart: a job directory
-that already holds *another* job is not reused (the new job gets the full name), and a command
-whose swept keys (the seed aside) neither contain nor are contained in those of the directory's
-earlier commands is a different study, refused before any job starts (a table of the directory
-would count identical configurations as replicates). Every command is recorded in
-``<sweep dir>/sweep.json``. The name reaches each job as ``hydra.sweep.subdir``, so every launcher
-puts the job where this module decided.
-"""
+"""Where a sweep's jobs live, and which sweeps may share a directory. A job's directory is named by
+its overrides minus the command's constants (the seed always stays), in characters Hydra's override
+grammar leaves alone; a directory an earlier version named is found by its recorded overrides and
+kept. Commands sharing a sweep directory are kept apart: a job directory holding *another* job gets
+the full name, and a command whose swept keys (the seed aside) neither contain nor are contained in
+an earlier one's is another study, refused before any job starts. Every command is recorded in
+``<sweep dir>/sweep.json``; the name reaches each job as ``hydra.sweep.subdir``, so any launcher
+puts it there."""
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import json
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -35,9 +27,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate import cli
 from ablate.compat import sweeper_params_overrides
+from ablate.config.dotted import override_key
 from ablate.config.resolvers import RUN_CONTROL_KEYS, job_name, legacy_job_dirname
 from ablate.errors import ConfigError
-from ablate.writes import inside
+from ablate.tracking.naming import is_swept
+from ablate.writes import inside, write_text_atomically
 
 SWEEP_RECORD = "sweep.json"
 Signature = tuple[int, int, int] | None  # a file's (inode, size, mtime in ns); None: no such file
@@ -64,15 +58,9 @@ ALWAYS_NAMED = frozenset({"seed"})  # in every job's name, constant or not
 REPLICATES = frozenset({"seed"})  # more seeds are more of the same study, not another axis
 
 
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~").strip()
-
-
 @dataclass(frozen=True)
 class SweepCommand:
-    """One command that launches jobs into a sweep directory: its overrides as typed, the keys it
-    sweeps (more than one value, on the command line or in ``hydra.sweeper.params``) and its
-    constants (single-valued command-line overrides)."""
+    """A command launching into a sweep directory: its overrides as typed, swept keys and constants."""
 
     overrides: tuple[str, ...]
     swept: frozenset[str]
@@ -88,12 +76,12 @@ class SweepCommand:
         try:
             parsed = OverridesParser.create().parse_overrides([*params, *typed])
         except HydraException:  # Hydra composed it, so this does not happen; name nothing constant
-            return cls(tuple(typed), frozenset(_key(o) for o in typed), frozenset())
+            return cls(tuple(typed), frozenset(override_key(o) for o in typed), frozenset())
         by_key = {o.key_or_group: o for o in parsed}  # the command line wins over params, as in Hydra
         for key, override in by_key.items():
             if key in excluded:
                 continue
-            if override.is_sweep_override() and _several(override):
+            if is_swept(override):
                 swept.add(key)
             elif override.input_line in typed:  # as the basic sweeper writes it into each job's overrides
                 constants.add(_as_job_override(override).lstrip("+"))
@@ -114,13 +102,6 @@ def _as_job_override(override: Any) -> str:
         return str(override.input_line)
 
 
-def _several(override: Any) -> bool:
-    try:
-        return not override.is_discrete_sweep() or len(set(override.sweep_string_iterator())) > 1
-    except HydraException:  # glob(...) and the like: expanded against the config
-        return True
-
-
 def excluded_keys(config: DictConfig) -> frozenset[str]:
     """Keys never in a job's name nor in a sweep's identity: run control."""
     keys = OmegaConf.select(config, "hydra.job.config.override_dirname.exclude_keys", default=None) or []
@@ -129,7 +110,7 @@ def excluded_keys(config: DictConfig) -> frozenset[str]:
 
 def full_name(job_overrides: Iterable[str], excluded: frozenset[str]) -> str:
     """Every override of the job (run control left out)."""
-    return job_name(o for o in job_overrides if _key(o) not in excluded)
+    return job_name(o for o in job_overrides if override_key(o) not in excluded)
 
 
 def short_name(job_overrides: Iterable[str], command: SweepCommand, excluded: frozenset[str]) -> str:
@@ -141,25 +122,24 @@ def _varying(job_overrides: Iterable[str], command: SweepCommand, excluded: froz
     return [
         o
         for o in job_overrides
-        if _key(o) not in excluded and (o.lstrip("+") not in command.constants or _key(o) in ALWAYS_NAMED)
+        if override_key(o) not in excluded
+        and (o.lstrip("+") not in command.constants or override_key(o) in ALWAYS_NAMED)
     ]
 
 
 def legacy_names(job_overrides: Sequence[str], command: SweepCommand, excluded: frozenset[str]) -> list[str]:
-    """The names an earlier version gave the job's directory (``norm=pre,seed=1``, and with every
-    override), found and kept so that such a sweep resumes and skips where it is."""
-    every = [o for o in job_overrides if _key(o) not in excluded]
+    """The names an earlier version gave the job's directory, kept so such a sweep resumes where it is."""
+    every = [o for o in job_overrides if override_key(o) not in excluded]
     varying = _varying(job_overrides, command, excluded)
     return [legacy_job_dirname(",".join(sorted(o))) for o in (varying, every)]
 
 
 def _identity(overrides: Iterable[str], excluded: frozenset[str]) -> frozenset[str]:
-    return frozenset(o.lstrip("+") for o in overrides if _key(o) not in excluded)
+    return frozenset(o.lstrip("+") for o in overrides if override_key(o) not in excluded)
 
 
 def recorded_overrides(job_dir: Path) -> list[str] | None:
-    """The overrides of the job a directory holds: its ``status.json`` (written by the job) or, for
-    a job that never finished, what Hydra saved when it started; None for an empty directory."""
+    """The overrides of the job a directory holds (its ``status.json``, else Hydra's saved ones), or None."""
     status = job_dir / "status.json"
     try:
         if status.is_file():
@@ -191,8 +171,7 @@ def job_directory(
 
 
 def told_apart(names: Sequence[str], identities: Sequence[frozenset[str]]) -> list[str]:
-    """``names`` where no two jobs of other overrides share one: such a name gets a hash of each
-    job's overrides (folder names replace some characters, so two values can meet in one name)."""
+    """``names``, each shared by jobs of different overrides suffixed with a hash of the job's overrides."""
     holders: dict[str, set[frozenset[str]]] = {}
     for name, identity in zip(names, identities):
         holders.setdefault(name, set()).add(identity)
@@ -204,15 +183,13 @@ def told_apart(names: Sequence[str], identities: Sequence[frozenset[str]]) -> li
     ]
 
 
-def _quoted(value: str) -> str:
+def quote(value: str) -> str:
     """A value for Hydra's override grammar: single-quoted, backslash and quote escaped."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _earlier_commands(sweep_dir: Path) -> list[dict[str, Any]]:
-    """The commands ``sweep.json`` records: a list of at least one command (its ``overrides`` and
-    ``swept`` keys, lists of strings), as :func:`record_command` writes it. Anything else (``{"commands":
-    []}``, a command without its swept keys) would let another sweep's axes in unchecked: refused."""
+    """The commands ``sweep.json`` records; anything else would let another sweep's axes in unchecked: refused."""
     path = inside(sweep_dir / SWEEP_RECORD, sweep_dir)
     if not path.exists():
         return []
@@ -238,8 +215,7 @@ def _is_command(record: Any) -> bool:
 
 
 def check_compatible(sweep_dir: Path, command: SweepCommand) -> None:
-    """Refuse a command whose swept keys (the seed aside) neither contain nor are contained in
-    those of an earlier command of the directory. Reads only."""
+    """Refuse a command whose swept keys neither contain nor are contained in an earlier command's."""
     axes = command.swept - REPLICATES
     for record in _earlier_commands(sweep_dir):
         swept = frozenset(record.get("swept") or []) - REPLICATES
@@ -260,16 +236,12 @@ def record_command(sweep_dir: Path, command: SweepCommand) -> None:
         check_compatible(sweep_dir, command)
         earlier = _earlier_commands(sweep_dir)
         if not any(list(r.get("overrides") or []) == list(command.overrides) for r in earlier):
-            path = sweep_dir / SWEEP_RECORD
-            tmp = path.with_name(f".{SWEEP_RECORD}.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps({"commands": [*earlier, command.to_json()]}, indent=2), encoding="utf-8")
-            os.replace(tmp, path)
+            record = {"commands": [*earlier, command.to_json()]}
+            write_text_atomically(sweep_dir / SWEEP_RECORD, json.dumps(record, indent=2))
 
 
 class NamedJobs(Launcher):
-    """Wraps the sweep's launcher: records the command before its first batch
-    (:func:`record_command`; :meth:`check` refuses it earlier), and gives every job its directory (:func:`job_directory`) as a
-    ``hydra.sweep.subdir`` override. Any launcher works under it."""
+    """Wraps the sweep's launcher: records the command, gives every job its directory (``hydra.sweep.subdir``)."""
 
     def __init__(self, launcher: Launcher, config: DictConfig, sweeper: Any | None = None) -> None:
         self.launcher = launcher
@@ -282,8 +254,7 @@ class NamedJobs(Launcher):
         self.launcher.setup(**kwargs)
 
     def check(self) -> None:
-        """:func:`check_compatible`, before anything is written to the sweep directory (the
-        sweepers call it first)."""
+        """:func:`check_compatible`, before anything is written to the sweep directory."""
         try:
             check_compatible(self.sweep_dir, self.command)
         except ConfigError as err:  # printed, exit 2 (ablate.cli): no job has started
@@ -300,5 +271,5 @@ class NamedJobs(Launcher):
         names = told_apart(names, [_identity(o, self.excluded) for o in job_overrides])
         for name in names:
             LAUNCHED.setdefault(self.sweep_dir / name, job_signature(self.sweep_dir / name))
-        named = [[*o, f"hydra.sweep.subdir={_quoted(name)}"] for o, name in zip(job_overrides, names)]
+        named = [[*o, f"hydra.sweep.subdir={quote(name)}"] for o, name in zip(job_overrides, names)]
         return self.launcher.launch(named, initial_job_idx)

@@ -1,13 +1,10 @@
-"""A sweep's job whose worker process the system killed (SIGKILL, the out-of-memory killer) is
-recorded as ``killed``, with the signal, instead of ending the sweep in a traceback.
+"""A sweep's job whose worker process was killed (SIGKILL, the out-of-memory killer) is recorded as
+``killed`` instead of ending the sweep in a traceback.
 
-With Hydra's joblib launcher a worker that dies without a word breaks loky's process pool
-(``TerminatedWorkerError`` in the main process), and loky SIGKILLs every other worker. No job can
-write its own record after SIGKILL, so the main process does: a job that still held its run
-directory's lock (:mod:`ablate.run.lock`) when its process ended was killed, and gets ``killed``
-with the signal and the step of its last checkpoint (where re-running the command resumes it).
-The sweep then stops as after Ctrl-C and exits 1. With the basic launcher SIGKILL ends the sweep
-itself, and the next run resumes the job, taking over the killed process's lock.
+Under the joblib launcher a dead worker breaks loky's pool and loky SIGKILLs the others. No job
+writes its own record after SIGKILL, so the main process does: a job still holding its run
+directory's lock (:mod:`ablate.run.lock`) when its process ended was killed; it gets ``killed``, the
+signal and its last checkpoint's step, and the sweep stops as after Ctrl-C (exit 1).
 """
 
 from __future__ import annotations
@@ -52,8 +49,8 @@ def _released(lock: Path) -> bool:
 
 
 def _abandoned(lock: Path, deadline: float) -> bool:
-    """``lock`` still names its holder (a clean exit empties it) and nobody holds it: its process
-    died. A holder may still be dying when this runs; wait for the kernel to release it."""
+    """``lock`` still names its holder (a clean exit empties it) and nobody holds it: its process died
+    (waiting until ``deadline`` for a dying one's lock to be released)."""
     while lock.read_text().strip():
         if _released(lock):
             return True
@@ -76,15 +73,8 @@ def _saved_step(job_dir: Path) -> int | None:
         return None
 
 
-def _overrides(job_dir: Path) -> list[str]:
-    """The job's command-line overrides, as Hydra saved them when the job started."""
-    path = job_dir / ".hydra" / "overrides.yaml"
-    return [str(o) for o in OmegaConf.load(path)] if path.is_file() else []
-
-
 def record_killed_jobs(sweep_dir: Path, since: float, signals: Sequence[str]) -> list[Path]:
-    """Write ``killed`` records for the jobs under ``sweep_dir`` that took their lock at or after
-    ``since`` (this launch) and died holding it; returns their directories."""
+    """``killed`` records for the jobs that took their lock since ``since`` and died holding it; their directories."""
     killed = []
     deadline = time.monotonic() + RELEASE_WAIT_S
     signal = "/".join(signals) or "an unknown signal"
@@ -97,12 +87,13 @@ def record_killed_jobs(sweep_dir: Path, since: float, signals: Sequence[str]) ->
         except ValueError:
             holder = {}
         step = _saved_step(job_dir)
+        saved = job_dir / ".hydra" / "overrides.yaml"  # as Hydra saved them when the job started
         resume = (
             f"resumes from step {step} (its last checkpoint)" if step is not None else "starts afresh (no checkpoint)"
         )
         record = RunStatus(
             KILLED,
-            _overrides(job_dir),
+            [str(o) for o in OmegaConf.load(saved)] if saved.is_file() else [],
             signal=signal,
             pid=holder.get("pid"),
             steps=step,
@@ -117,10 +108,7 @@ def record_killed_jobs(sweep_dir: Path, since: float, signals: Sequence[str]) ->
 
 
 class KilledWorkerGuard(Launcher):
-    """Wraps the sweep's launcher: a broken process pool (a worker killed) records the jobs it took
-    down as ``killed`` and stops the sweep (see the module docstring). While it launches, loky's
-    workers start ignoring Ctrl-C until a job runs (:mod:`ablate.sweepers.sweep_stop`: an idle worker's death
-    would break the pool too). Any launcher works under it."""
+    """Wraps the sweep's launcher: a broken process pool's jobs recorded ``killed``, the sweep stopped."""
 
     def __init__(self, launcher: Launcher, sweep_dir: Path) -> None:
         self.launcher = launcher

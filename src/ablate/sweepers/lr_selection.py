@@ -1,11 +1,7 @@
-"""Choosing each variant's learning rate from its stage-1 jobs of a ``tune=lr`` sweep
-(:mod:`ablate.sweepers.tuned_lr`): the log-spaced grid, the pure selection rule, reading a
-launched job's outcome from its ``status.json``, and saving the selection to
-``<sweep dir>/lr_tuning.json`` (locked, keeping the variants an earlier command left there).
-
-Kept apart from the sweeper so that the rule is testable without Hydra's launcher; imported at
-Hydra's plugin scan, so pandas is only imported inside :func:`read_outcome`.
-"""
+"""Each variant's learning rate from its ``tune=lr`` stage-1 jobs: the log-spaced grid, the pure
+selection rule, a job's outcome from its ``status.json``, and ``<sweep dir>/lr_tuning.json`` (locked,
+keeping the variants an earlier command left). Testable without Hydra's launcher; imported at
+Hydra's plugin scan, so pandas only inside :func:`read_outcome`."""
 
 from __future__ import annotations
 
@@ -23,6 +19,7 @@ from hydra.core.utils import JobReturn
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.run.status import FINISHED, read_status
+from ablate.writes import write_text_atomically
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +76,10 @@ def select_lr(
     lr_key: str = LR_KEY,
     also: str = "",
 ) -> Selection:
-    """The best usable learning rate of one variant's stage-1 jobs (lowest metric, or highest when
-    ``higher_is_better``; ties go to the smaller learning rate). Diverged, crashed and unfinished
-    jobs, and jobs without a finite metric, are never chosen. A choice at either end of the grid
-    is flagged with the ``lr_key`` override of the grid extended by two rates ``factor`` apart on
-    that side (``also`` is appended to it, e.g. ``hydra.sweep.dir=...`` to reuse the jobs already
-    run); no usable job at all gives ``chosen=None`` and, when every job diverged, as many rates
-    below the grid to try."""
+    """The best usable learning rate (lowest metric, or highest when ``higher_is_better``; ties to the
+    smaller rate); a job without a finite final metric is never chosen. A choice at an end of the
+    grid is flagged with the ``lr_key`` override extending it by two rates (``also`` appended); if
+    every job diverged, ``chosen=None`` with as many rates below the grid to try."""
     if not results:
         raise ValueError("select_lr: no stage-1 results")
     ordered = sorted(results, key=lambda r: r.lr)
@@ -144,9 +138,8 @@ def job_dir_of(ret: JobReturn) -> Path | None:
 
 
 def read_outcome(job_dir: Path | None, metric: str, failed: bool = False) -> tuple[str, float | None]:
-    """``(status, final metric)`` of a job from its ``status.json`` (the metric falls back to the
-    last value in ``csv/metrics.csv``). ``failed``: Hydra reported the job as failed (an exception
-    escaped the task), which counts as crashed unless the job recorded a finished status."""
+    """``(status, final metric)`` of a job from its ``status.json`` (else ``csv/metrics.csv``'s last
+    value). ``failed`` (Hydra saw an exception) counts as crashed unless a finished status was recorded."""
     record = read_status(job_dir) if job_dir is not None else None
     status = record.status if record is not None else "crashed" if failed else "incomplete"
     if failed and status not in FINISHED:
@@ -169,8 +162,7 @@ def read_outcome(job_dir: Path | None, metric: str, failed: bool = False) -> tup
 
 
 def save_selection(path: Path, out: dict[str, Any]) -> None:
-    """Write the selection ``out`` to ``path`` (atomically), after the variants an earlier command
-    in the same sweep directory left there and this one does not have (:func:`_earlier_variants`)."""
+    """Write ``out`` to ``path`` atomically, after the variants an earlier command left there."""
     with _locked(path):
         earlier = _earlier_variants(path, out["variants"])
         out["variants"] = earlier + out["variants"]
@@ -179,9 +171,7 @@ def save_selection(path: Path, out: dict[str, Any]) -> None:
         seeds |= set(_earlier_selection_seeds(path)) | {out.get("selection_seed")}
         seeds |= {r.get("selection_seed") for r in out["variants"]}  # selection=nested: one per verdict seed
         out["selection_seeds"] = sorted((s for s in seeds if s is not None), key=str)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(out, indent=2, default=_jsonable) + "\n")
-        tmp.replace(path)
+        write_text_atomically(path, json.dumps(out, indent=2, default=_jsonable) + "\n")
 
 
 @contextmanager
@@ -196,9 +186,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _earlier_variants(path: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The variants that ``path`` (an earlier command's selection in the same sweep directory)
-    holds and this command does not: a variant added later, or one scale of a size ladder tuned
-    over a grid of its own, keeps the others' selections."""
+    """The variants an earlier command's ``path`` holds and this command does not."""
     if not path.is_file():
         return []
     try:
@@ -225,8 +213,7 @@ def _earlier_variants(path: Path, records: list[dict[str, Any]]) -> list[dict[st
 
 
 def _earlier_selection_seeds(path: Path) -> list[Any]:
-    """The selection seeds an earlier command's ``lr_tuning.json`` recorded (its ``selection_seeds``,
-    or the single ``selection_seed`` of files written before every command's was kept)."""
+    """The selection seeds an earlier ``lr_tuning.json`` recorded (``selection_seeds``, or an older single one)."""
     try:
         earlier = json.loads(path.read_text()) if path.is_file() else {}
     except (OSError, ValueError):
@@ -245,9 +232,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def validation_as_test_warning(config: Any) -> str | None:
-    """A one-line warning when the sweep's test split is its validation text (Tiny Shakespeare's
-    ``data.splits=nanogpt``; a text corpus without ``test_path``), else None. The learning rate is
-    selected on validation, so a verdict read on ``test/*`` would then grade the text it was chosen on."""
+    """A warning when the test split is the validation text (``data.splits=nanogpt``; a corpus without
+    ``test_path``): a verdict on ``test/*`` would grade the text the rate was chosen on."""
     from hydra.utils import get_object  # a data class imports torch: only when a sweep runs
 
     node = OmegaConf.select(config, "data")

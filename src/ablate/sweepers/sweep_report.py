@@ -1,12 +1,9 @@
 """The end of a sweep: which of this command's jobs failed, and the exit code that says so.
 
-A Hydra callback (``hydra.callbacks.sweep_report``). At the end of the multirun it reads the
-``status.json`` records that *this* command wrote (jobs skipped as finished keep their old record),
-prints a table of those jobs and the command that uploads their offline W&B runs, and exits 1
-when any job crashed or was killed, or 2 when every failed job was refused (a user error), so
-that scripts and schedulers see the failure; diverged is a result (exit 0). The records are
-files, so it works with any launcher. With worker processes it also owns the sweep's Ctrl-C
-(:mod:`ablate.sweepers.sweep_stop`: exit 130).
+A Hydra callback (``hydra.callbacks.sweep_report``): at the end of the multirun it prints the jobs
+*this* command ran (from their ``status.json``, so any launcher) and how to upload offline W&B runs,
+and exits 1 when a job crashed or was killed, 2 when every failed job was refused; diverged is a
+result (exit 0). With worker processes it also owns the sweep's Ctrl-C (exit 130).
 """
 
 from __future__ import annotations
@@ -50,12 +47,9 @@ def _read(path: Path) -> RunStatus:
 def job_records(
     sweep_dir: Path, since: float, launched: Mapping[Path, tuple[Signature, Signature]] | None = None
 ) -> dict[Path, tuple[str, RunStatus]]:
-    """``job dir -> (what this command did, status)``: ``ran``, :data:`SKIPPED` (already finished:
-    its record is as it was when the job was launched) or :data:`RELABELLED` (finished, its record
-    rewritten with new tags, its metrics not). ``launched``: this command's job directories, with
-    their record's and metrics' signatures at launch (:data:`ablate.sweepers.job_dirs.LAUNCHED`); every one is
-    listed, skipped ones too. Without it, the jobs under ``sweep_dir`` whose ``status.json`` changed
-    at or after ``since`` (a Unix time). An unreadable record is reported as crashed."""
+    """``job dir -> (ran | SKIPPED | RELABELLED, status)`` of ``launched`` (this command's jobs and their
+    signatures at launch, :data:`ablate.sweepers.job_dirs.LAUNCHED`), else of the jobs whose
+    ``status.json`` changed since ``since``; an unreadable record counts as crashed."""
     records: dict[Path, tuple[str, RunStatus]] = {}
     if launched is None:
         found = [p.parent for p in sorted(sweep_dir.glob("*/status.json")) if p.stat().st_mtime >= since]
@@ -76,8 +70,7 @@ def job_records(
 
 
 def failed_sweep_exit_code(failed: Iterable[RunStatus]) -> int:
-    """A sweep whose every failed job was refused (a user error: a value or a file to change) ends
-    like a refused run, with exit code 2; any crash or kill among them makes it 1."""
+    """2 (a refused run's) when every failed job was refused, else 1."""
     return cli.EXIT_USER_ERROR if all(record.status == "refused" for record in failed) else EXIT_CRASHED
 
 

@@ -1,14 +1,10 @@
-"""Ctrl-C in a sweep whose jobs run in worker processes (``hydra/launcher=cpu_parallel`` or
-``joblib``): every running job stops after its step and saves it, no job starts after, and the
-parent prints the sweep's table and exits 130.
+"""Ctrl-C in a sweep whose jobs run in worker processes (``cpu_parallel``, ``joblib``): every running
+job stops after its step and saves it, none starts after, and the parent prints the table and exits 130.
 
-Without this, joblib turns the parent's ``KeyboardInterrupt`` into terminating its workers: a job
-killed while saving loses its steps and its ``status.json``. The stop request is a file,
-``<sweep dir>/.stop``, so that it reaches every process however the signal arrived (``kill -INT
-<parent>`` reaches only that one): the first signal any process receives writes it, a training job
-polls it after every step, a job not yet training is not started, and a worker that has not run a
-job yet ignores Ctrl-C (:func:`ignore_ctrl_c_until_a_job_runs`: its death would make loky kill the
-running jobs). A second Ctrl-C in the parent stops at once.
+Without this, joblib terminates its workers and a job killed while saving loses its steps. The
+request is a file, ``<sweep dir>/.stop``, so that it reaches every process however the signal came:
+the first signal writes it, a training job polls it after every step, and a worker with no job yet
+ignores Ctrl-C (its death would make loky kill the running jobs). A second Ctrl-C stops at once.
 """
 
 from __future__ import annotations
@@ -26,18 +22,15 @@ from ablate.callbacks.stop_file import request_stop
 
 
 def ignore_ctrl_c_until_a_job_runs() -> None:
-    """A joblib (loky) worker's initializer: ignore SIGINT from the worker's start. A worker that
-    has not run a job yet has no handler (a job installs one), so it would die of the terminal's
-    Ctrl-C, and loky answers a dead worker by SIGKILLing every other one, running jobs included."""
+    """A loky worker's initializer: ignore SIGINT until a job installs its handler (a dead worker makes
+    loky SIGKILL every other one, running jobs included)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @contextmanager
 def loky_workers_ignore_ctrl_c_until_a_job_runs() -> Iterator[None]:
-    """While a sweep launches: joblib's ``loky`` backend starts its workers with
-    :func:`ignore_ctrl_c_until_a_job_runs` as their initializer. Hydra's joblib launcher names the
-    backend ``"loky"``, so the name is registered for the launch (joblib's public
-    ``register_parallel_backend``) and given back after."""
+    """While a sweep launches, joblib's ``"loky"`` backend (the name Hydra's launcher asks for) starts
+    its workers with :func:`ignore_ctrl_c_until_a_job_runs` (``register_parallel_backend``)."""
     from joblib import parallel, register_parallel_backend
 
     original = parallel.BACKENDS["loky"]  # the LokyBackend class
@@ -49,8 +42,7 @@ def loky_workers_ignore_ctrl_c_until_a_job_runs() -> Iterator[None]:
 
 
 class SweepStopHandler:
-    """In a worker-process sweep's parent: the first SIGINT/SIGTERM writes the stop file (the jobs
-    stop after their step and the sweep ends with its table); the second stops at once."""
+    """In a worker-process sweep's parent: the first SIGINT/SIGTERM writes the stop file; the second stops at once."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
 

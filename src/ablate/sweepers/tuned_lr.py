@@ -2,26 +2,17 @@
 
     python train.py -m experiment=shazeer2020_glu_cpu act=relu,gelu,swiglu tune=lr
 
-A Hydra sweeper (Hydra's ``BasicSweeper`` with two launcher batches):
+Hydra's ``BasicSweeper`` with two launcher batches (docs/tuning.md):
 
-1. **Stage 1, the grid**: every variant at each learning rate of a log-spaced grid, once per
-   verdict seed s on the *selection seed* s + ``hydra.sweeper.selection_offset``
-   (``selection=nested``, the default), so that each verdict seed's rate is chosen by a selection
-   of its own: the arms' rates then differ by chance *within* the seeds' spread, which the
-   verdict's interval estimates (identical variants are called different 5% of the time, 10-20%
-   when every verdict seed shares one selection: ``benchmarks/lr_selection/simulate.py``,
-   docs/analysis.md "LR selection inside the verdict"). No selection seed may be a verdict seed,
-   so that no verdict rests on the run that chose the rate.
+1. **Stage 1, the grid**: every variant at each rate of a log-spaced grid, once per verdict seed s
+   on its own *selection seed* s + ``hydra.sweeper.selection_offset`` (``selection=nested``), so
+   that the arms' rates differ by chance within the seeds' spread, which the verdict's interval
+   estimates (``benchmarks/lr_selection/simulate.py``). No selection seed is a verdict seed.
 2. **Stage 2, the seeds**: every variant at its best rate, every seed trained fresh (reusing the
-   selection job would bias the verdict by the selection's winner's curse); the seeds are fixed
-   before the data (``seeds=auto`` is refused).
+   selection job would carry the selection's winner's curse into the verdict).
 
-Both stages go through ``self.launcher.launch`` (any launcher works) as ordinary jobs of the sweep
-named by their overrides, so re-running the command skips the finished jobs of both stages. The
-selection goes to ``<sweep dir>/lr_tuning.json``; a rate at the edge of the grid is flagged with
-the override that extends it. The grid and selection rule are :mod:`ablate.sweepers.lr_selection`;
-stage 2 and its declared plan :mod:`ablate.sweepers.tuning_stage2`; the tables
-:mod:`ablate.sweepers.tuning_report`; a halving stage 1 :mod:`ablate.sweepers.halving`.
+Both stages launch ordinary jobs named by their overrides, so a re-run skips finished ones; the
+selection goes to ``<sweep dir>/lr_tuning.json`` (the rule: :mod:`ablate.sweepers.lr_selection`).
 """
 
 from __future__ import annotations
@@ -85,21 +76,12 @@ def _record_outcomes(batch: list[tuple[Variant, str]], returns: list[JobReturn],
         v.results.append(LRResult(float(text), text, status, value, job_dir.name if job_dir else None))
 
 
-def _check_grid_settings(num_lrs: Any, lr_factor: Any) -> None:
-    """``hydra.sweeper.num_lrs`` and ``lr_factor`` make a grid: ValueError naming the key otherwise."""
-    if not (isinstance(num_lrs, int) and num_lrs >= 1):
-        raise ValueError(f"hydra.sweeper.num_lrs={num_lrs!r}: give a number of learning rates >= 1")
-    if not (isinstance(lr_factor, (int, float)) and lr_factor > 1):
-        raise ValueError(f"hydra.sweeper.lr_factor={lr_factor!r}: give the ratio of neighbouring learning rates, > 1")
-
-
 def _dedupe(values: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
 class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
-    """Stage 1: each variant over a learning-rate grid (one seed); stage 2: each variant at its
-    best learning rate with every seed. See the module docstring."""
+    """Stage 1: each variant over a learning-rate grid; stage 2: each at its best rate with every seed."""
 
     def __init__(
         self,
@@ -122,7 +104,12 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         super().__init__(max_batch_size=max_batch_size, params=params)
         try:  # a bad setting exits 2 with its message, as every refused key does (not Hydra's wrapper, exit 1)
             self.rungs = sh.check_rungs((halving or {}).get("rungs"))  # () : the full grid (ablate.sweepers.halving)
-            _check_grid_settings(num_lrs, lr_factor)
+            if not (isinstance(num_lrs, int) and num_lrs >= 1):
+                raise ValueError(f"hydra.sweeper.num_lrs={num_lrs!r}: give a number of learning rates >= 1")
+            if not (isinstance(lr_factor, (int, float)) and lr_factor > 1):
+                raise ValueError(
+                    f"hydra.sweeper.lr_factor={lr_factor!r}: give the ratio of neighbouring learning rates, > 1"
+                )
             refuse_auto_seeds(seeds)
             # the comparison to declare before stage 2 (ablate.analysis.plan)
             self.baseline: str | None = baseline
@@ -190,9 +177,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         return log_grid(center, self.num_lrs, self.lr_factor)
 
     def _say_what_the_grid_ignores(self, lr: Override | None, arguments: list[str]) -> None:
-        """An explicit grid (``optim.lr=a,b,c``, the command line's or an experiment's
-        ``hydra.sweeper.params``) makes ``num_lrs``/``lr_factor`` moot: say so when they were typed,
-        and name where the grid came from, so a command-line setting is never silently dropped."""
+        """Warn when typed ``num_lrs``/``lr_factor`` are moot (an explicit grid), naming where it came from."""
         if lr is None or not lr.is_sweep_override():
             return
         moot = self._typed("hydra.sweeper.num_lrs", "hydra.sweeper.lr_factor")
@@ -217,8 +202,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         return [o for o in typed if o.split("=", 1)[0].lstrip("+") in keys]
 
     def _selection_seeds(self, seeds: list[str], seed_name: str) -> dict[str, str]:
-        """``selection=nested``: each verdict seed's selection seed (the seed + ``selection_offset``),
-        refused where one is itself a verdict seed; ``shared``: {} (its one seed was checked apart)."""
+        """Each verdict seed's selection seed under ``nested`` (never a verdict seed); ``shared``: {}."""
         if self.selection == "shared":
             return {}
         moot = self._typed("hydra.sweeper.selection_seed")
@@ -248,8 +232,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         return out
 
     def _units(self, cmd: _Command, variants: list[Variant]) -> list[Variant]:
-        """What stage 1 selects a rate for: each variant (``shared``, on the selection seed), or
-        (``nested``) each variant once per verdict seed, on that seed's own selection seed."""
+        """What stage 1 selects a rate for: each variant (``shared``), or each variant per verdict seed (``nested``)."""
         if self.selection == "shared":
             for v in variants:
                 v.selection_seed = self.selection_seed
@@ -289,8 +272,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             raise  # not reached
 
     def _interrupted(self) -> bool:
-        """Ctrl-C in a worker-process sweep (:mod:`ablate.sweepers.sweep_stop`): the jobs just launched may have
-        stopped early, so nothing is chosen or decided from them (stage 2 stays ``pending``)."""
+        """Ctrl-C in a worker-process sweep (:mod:`ablate.sweepers.sweep_stop`): nothing is chosen then."""
         assert self.config is not None
         return stop_requested(Path(str(self.config.hydra.sweep.dir)) / STOP_FILE)
 
@@ -434,13 +416,9 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             )
 
     def _extend_edges(self, cmd: _Command, variants: list[Variant]) -> list[JobReturn]:
-        """A chosen rate at the edge of its grid may not be the variant's best: before stage 2 the
-        grid grows past that edge by one rate (``lr_factor`` beyond it) at a time, on the selection
-        seed, and the rate is chosen again, until the choice is inside the grid or
-        ``hydra.sweeper.extend_edges`` rates were added (recorded: ``extended``, and whether the
-        bound was reached). A variant left at its baseline's rate on a too-narrow grid is
-        handicapped (issue 43 item 4: one grid step moved Pre-LN by 0.08 bpb). The extra rates
-        run at full length, also after a halving stage 1."""
+        """Before stage 2, a rate chosen at its grid's edge is chosen again on the grid grown one rate
+        past that edge at a time (selection seed, full length), up to ``hydra.sweeper.extend_edges``
+        rates: a too-narrow grid handicaps a variant (issue 43 item 4: one step moved Pre-LN by 0.08 bpb)."""
         returns: list[JobReturn] = []
         for _ in range(self.extend_edges):
             todo = [v for v in variants if v.selection.chosen is not None and v.selection.edge is not None]
@@ -514,9 +492,8 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
 
     def _write(self, cmd: _Command, variants: list[Variant], stage2_done: bool) -> Path:
         """The selection so far as ``<sweep dir>/lr_tuning.json`` (:func:`tuning_record`)."""
-        lr, seeds = cmd.lr, cmd.seeds
-        if lr is not None and lr.is_sweep_override():
-            grid = f"the sweep's {lr.input_line}"
+        if cmd.lr is not None and cmd.lr.is_sweep_override():
+            grid = f"the sweep's {cmd.lr.input_line}"
         else:
             grid = (
                 f"hydra.sweeper.num_lrs={self.num_lrs} values hydra.sweeper.lr_factor={self.lr_factor:g} apart, "
@@ -529,14 +506,13 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
             cmd.lr_name,
             grid,
             self.selection_seed,
-            seeds,
+            cmd.seeds,
             self.rungs,
             stage2_done,
             self.selection_offset if self.selection == "nested" else None,
         )
-        path = cmd.sweep_dir / RESULT_FILE
-        save_selection(path, record)
-        return path
+        save_selection(cmd.sweep_dir / RESULT_FILE, record)
+        return cmd.sweep_dir / RESULT_FILE
 
 
 def _free_seed(seeds: Sequence[str]) -> int:

@@ -1,9 +1,5 @@
-"""What a ``tune=lr`` sweep (:mod:`ablate.sweepers.tuned_lr`) prints and records: each variant's
-path through the two stages (:class:`Variant`), the stage-1 and stage-2 tables, and the
-``<sweep dir>/lr_tuning.json`` record (saved by :func:`ablate.sweepers.lr_selection.save_selection`).
-
-Pure functions of the variants and the sweeper's settings: no launcher, no Hydra.
-"""
+"""What a ``tune=lr`` sweep prints and records: each variant through the two stages (:class:`Variant`),
+the stage tables and the ``lr_tuning.json`` record. Pure functions: no launcher, no Hydra."""
 
 from __future__ import annotations
 
@@ -78,8 +74,7 @@ def mean_std(records: list[dict[str, Any]]) -> tuple[float | None, float | None,
 
 
 def stage1_table(variants: list[Variant], metric: str, higher: bool, seed_name: str, seed: str) -> str:
-    """Each variant's final ``metric`` at each learning rate of stage 1, and the rate chosen (``seed``:
-    which seed the selection ran on, as the title says it)."""
+    """Each variant's final ``metric`` at each stage-1 rate and the rate chosen (``seed``: the title's)."""
     lrs = sorted({r.lr for v in variants for r in v.results})
     rows = [["variant", *(format_lr(lr) for lr in lrs), "chosen"]]
     for v in variants:
@@ -102,9 +97,7 @@ def stage1_table(variants: list[Variant], metric: str, higher: bool, seed_name: 
 
 
 def neighbours(v: Variant) -> list[float | None]:
-    """Stage 1's ``metric`` at the chosen rate's grid neighbours (the rate ``lr_factor`` below, then
-    above) minus its value at the chosen rate: what a one-step miss of the rate costs this arm, so a
-    reader sees whether a verdict hangs on the rate (None: no neighbour there, or it did not finish)."""
+    """What a one-step miss costs: stage 1's ``metric`` at the chosen rate's neighbours minus its own."""
     best = v.selection.chosen
     ordered = sorted(v.results, key=lambda r: r.lr)
     if best is None or best.value is None or best not in ordered:
@@ -115,8 +108,7 @@ def neighbours(v: Variant) -> list[float | None]:
 
 
 def stage2_table(variants: list[Variant], metric: str, lr_name: str, seed_name: str, seeds: list[str]) -> str:
-    """Each variant's final ``metric`` per seed at its chosen learning rate (``selection=nested``: each
-    seed's own, listed in seed order), with mean ± std and the cost of a one-step miss in stage 1."""
+    """Each variant's final ``metric`` per seed at its chosen rate(s), mean ± std and a one-step miss's cost."""
     rows = [["variant", lr_name, *(f"{seed_name}={s}" for s in seeds), f"{metric} mean ± std", "Δ a step down / up"]]
     arms: dict[str, list[Variant]] = {}
     for v in variants:
@@ -146,8 +138,7 @@ def stage2_table(variants: list[Variant], metric: str, lr_name: str, seed_name: 
 def variant_record(
     v: Variant, lr_name: str, selection_seed: str, rungs: tuple[float, ...], stage2_done: bool
 ) -> dict[str, Any]:
-    """One variant of ``lr_tuning.json``: its grid, every stage-1 outcome, the choice and (once
-    stage 2 is done) its seeds."""
+    """One variant of ``lr_tuning.json``: its grid, stage-1 outcomes, the choice and (after stage 2) its seeds."""
     sel = v.selection
     record: dict[str, Any] = {
         "variant": v.label,
@@ -189,10 +180,8 @@ def tuning_record(
     stage2_done: bool,
     offset: int | None = None,
 ) -> dict[str, Any]:
-    """The whole of ``lr_tuning.json``: the selection rule, the selection and verdict seeds, and
-    each variant (:func:`variant_record`). ``offset``: ``selection=nested`` with that
-    ``selection_offset`` (one record per variant and verdict seed, each with its own selection
-    seed); None: ``selection=shared``."""
+    """The whole of ``lr_tuning.json``: the rule, the seeds and each variant (:func:`variant_record`);
+    ``offset``: ``selection=nested``'s ``selection_offset`` (None: ``shared``)."""
     nested = offset is not None
     out: dict[str, Any] = {
         "metric": metric,

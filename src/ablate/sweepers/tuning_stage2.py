@@ -1,14 +1,6 @@
-"""Stage 2 of a ``tune=lr`` sweep (:mod:`ablate.sweepers.tuned_lr`): each variant at its chosen
-learning rate with fresh seeds, judged by a rule fixed before its data.
-
-* :func:`declare_plan` writes ``<sweep dir>/analysis_plan.json`` (:mod:`ablate.analysis.plan`)
-  after stage 1 and before stage 2: the held-out metric (:func:`held_out_metric`, never the one the
-  learning rate was selected on), the baseline and margin, and the seeds.
-* :func:`fixed_stage2`: every variant with a usable rate, every verdict seed (a fixed design:
-  ``hydra.sweeper.seeds=auto`` is refused, :func:`refuse_auto_seeds`).
-
-Imported at Hydra's plugin scan: the analysis code only inside the functions.
-"""
+"""Stage 2 of a ``tune=lr`` sweep: each variant at its chosen rate with fresh seeds (a fixed design,
+:func:`fixed_stage2`), judged by a rule declared before its data (:func:`declare_plan`, on the
+held-out metric). Imported at Hydra's plugin scan: the analysis code only inside the functions."""
 
 from __future__ import annotations
 
@@ -41,17 +33,14 @@ def refuse_auto_seeds(seeds: Any) -> None:
 
 
 def held_out_metric(metric: str, given: str | None = None) -> str:
-    """The metric the verdicts read: ``hydra.sweeper.verdict_metric`` when given, else the
-    selection metric on the test split (``val/loss`` -> ``test/loss``): the rate is chosen on
-    validation, the verdict read on text the choice never saw."""
+    """``hydra.sweeper.verdict_metric``, else the selection metric on the test split (``val/loss`` -> ``test/loss``)."""
     if given:
         return str(given)
     return "test/" + metric.split("/", 1)[1] if metric.startswith("val/") else metric
 
 
 def read_plan_quietly(sweep_dir: Path, log_dir: str | None = None) -> Any:
-    """The sweep directory's declared plan (:func:`ablate.analysis.plan.read_plan`), or None when it
-    has none or it cannot be read."""
+    """The sweep directory's declared plan (:func:`ablate.analysis.plan.read_plan`), or None."""
     from ablate.analysis.plan import PlanError, read_plan
 
     try:
@@ -73,11 +62,9 @@ def declare_plan(
     layout: str | None = None,
     log_dir: str | None = None,
 ) -> None:
-    """Declare the verdict's rule in the ledger (:mod:`ablate.analysis.plan`; a copy in
-    ``<sweep dir>/analysis_plan.json``) before stage 2 starts: the held-out metric, the baseline
-    and margin, the compared ``variants`` (those with a chosen rate), the split ``layout``
-    (``data.splits``) and the seeds. A plan the user declared before
-    (``scripts/declare.py``) is kept, and a different one is not written over it: a message says so."""
+    """Declare the verdict's rule (:mod:`ablate.analysis.plan`, a copy in ``<sweep dir>/analysis_plan.json``)
+    before stage 2: metric, baseline, margin, compared ``variants``, split ``layout`` and seeds. A plan
+    declared before (``scripts/declare.py``) is kept, and a message says so."""
     from ablate.analysis.plan import Plan, PlanError, declare
 
     basis = margin_basis or (
@@ -101,26 +88,20 @@ def declare_plan(
             layout=layout,
         )
         declared = declare(sweep_dir, plan, log_dir=log_dir)
-    except PlanError as err:
-        _keep_declared_plan(sweep_dir, log_dir, err)
+    except PlanError as err:  # one declared before the sweep (scripts/declare.py) is the plan of record
+        existing = read_plan_quietly(sweep_dir, log_dir)
+        if existing is None:
+            log.warning("tuned_lr: %s", err)
+        else:
+            print(
+                f"LR tuning: keeping the analysis plan declared before this sweep, {existing.path} (sha256 "
+                f"{existing.sha256[:12]}, {existing.declared_at}): {existing.plan.describe()}",
+                flush=True,
+            )
         return
     print(
         f"LR tuning: analysis plan declared (ledger entry {declared.entry.get('entry')}, sha256 {declared.sha256[:12]}; "
         f"copy in {declared.path}): {plan.describe()}",
-        flush=True,
-    )
-
-
-def _keep_declared_plan(sweep_dir: Path, log_dir: str | None, err: Exception) -> None:
-    """Say which plan stands when the sweep's was refused: one declared before (scripts/declare.py), or none."""
-    existing = read_plan_quietly(sweep_dir, log_dir)
-    if existing is None:
-        log.warning("tuned_lr: %s", err)
-        return
-    # declared before the sweep (scripts/declare.py): that is the plan of record
-    print(
-        f"LR tuning: keeping the analysis plan declared before this sweep, {existing.path} (sha256 "
-        f"{existing.sha256[:12]}, {existing.declared_at}): {existing.plan.describe()}",
         flush=True,
     )
 
@@ -133,10 +114,6 @@ def _record_outcomes(plan: list[tuple[Variant, str]], returns: list[JobReturn], 
         v.seeds.append(seed_record(s, status, value, job_dir.name if job_dir else None))
 
 
-def _jobs(plan: list[tuple[Variant, str]], lr_name: str, seed_name: str) -> list[list[str]]:
-    return [[*v.overrides, f"{lr_name}={v.chosen_text}", f"{seed_name}={s}"] for v, s in plan]
-
-
 def fixed_stage2(
     variants: list[Variant],
     launch: Callable[[list[list[str]]], list[JobReturn]],
@@ -146,8 +123,7 @@ def fixed_stage2(
     seed_name: str,
     seeds: list[str],
 ) -> list[JobReturn]:
-    """Every variant with a usable learning rate at that rate, with every verdict seed, fresh
-    (``selection=nested``: each variant's selection of one verdict seed, with that seed only)."""
+    """Every variant with a usable rate at that rate, with every verdict seed (``nested``: its own seed)."""
     plan = [(v, s) for v in variants if v.selection.chosen is not None for s in ([v.seed] if v.seed else seeds)]
     if plan:
         print(
@@ -156,7 +132,7 @@ def fixed_stage2(
             + f", {seed_name}={','.join(seeds)}",
             flush=True,
         )
-    returns = launch(_jobs(plan, lr_name, seed_name))
+    returns = launch([[*v.overrides, f"{lr_name}={v.chosen_text}", f"{seed_name}={s}"] for v, s in plan])
     for v in variants:
         v.seeds = []
     _record_outcomes(plan[: len(returns)], returns, metric)

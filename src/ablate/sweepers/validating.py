@@ -1,11 +1,9 @@
 """Sweeps fail fast: every job's config is checked before the first job starts.
 
-Hydra's sweepers compose each job's config before launching a batch (``validate_batch_is_legal``),
-which catches a key Hydra does not know; :class:`ValidatingSweeperMixin` also runs ablate's own
-checks on it (:func:`ablate.run.plan.preflight`: option keys that do not apply, run-control numbers,
-architecture combinations), so that ``pos=rope,sinusoidal +pos.fraction=0.5`` stops before any job
-trains instead of failing half of them later. :class:`ValidatingSweeper` is Hydra's basic grid
-sweeper with it (the default, ``conf/hydra/sweeper/validating.yaml``); the tuned-LR sweeper uses it too.
+Hydra composes each job's config before a batch (``validate_batch_is_legal``);
+:class:`ValidatingSweeperMixin` also runs ablate's checks on it (:func:`ablate.run.plan.preflight`),
+so ``pos=rope,sinusoidal +pos.fraction=0.5`` stops before any job trains. :class:`ValidatingSweeper`
+is Hydra's basic grid sweeper with it (the default); the tuned-LR sweeper uses it too.
 """
 
 from __future__ import annotations
@@ -28,10 +26,8 @@ from ablate.sweepers.job_dirs import NamedJobs
 
 
 class ValidatingSweeperMixin(BasicSweeper):
-    """``validate_batch_is_legal`` that also runs :func:`ablate.run.plan.preflight` on each job;
-    the launcher behind :class:`~ablate.sweepers.killed_jobs.KilledWorkerGuard` (a killed worker is recorded)
-    and :class:`~ablate.sweepers.job_dirs.NamedJobs` (job directories named by what varies; a
-    sweep directory shared only by related commands)."""
+    """``validate_batch_is_legal`` with :func:`ablate.run.plan.preflight`; the launcher behind
+    :class:`~ablate.sweepers.killed_jobs.KilledWorkerGuard` and :class:`~ablate.sweepers.job_dirs.NamedJobs`."""
 
     hydra_context: Any
     config: Any
@@ -46,8 +42,7 @@ class ValidatingSweeperMixin(BasicSweeper):
         self.launcher = self.named_jobs
 
     def check_before_sweep(self) -> None:
-        """What refuses a whole sweep, before anything is written to its directory (multirun.yaml
-        included): a launcher this machine cannot use, a sweep directory holding another study."""
+        """Refuse a whole sweep before anything is written (a launcher not usable here, another study's directory)."""
         try:
             environment.check_launcher(self.config.hydra)
         except ConfigError as err:
@@ -85,8 +80,7 @@ class ValidatingSweeper(ValidatingSweeperMixin, BasicSweeper):
     """Hydra's basic (grid) sweeper, checking every job's config before the first one starts."""
 
     def sweep(self, arguments: list[str]) -> Any:
-        """Every job of the grid checked before Hydra's sweep writes anything (``multirun.yaml``,
-        the sweep directory): a refused sweep leaves nothing behind."""
+        """Every job checked before Hydra writes anything: a refused sweep leaves nothing behind."""
         self.check_before_sweep()
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         grid = self.split_arguments(parser.parse_overrides([*sweeper_params_overrides(self), *arguments]), None)

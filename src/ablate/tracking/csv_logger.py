@@ -1,11 +1,9 @@
 """The CSV logger of a job (``<run>/csv/metrics.csv``): its rows written whole or not at all, and
 a resumed job's appended to the job's file instead of starting it over.
 
-Lightning's writer appends each flush's rows in place, and rewrites the whole file in place when a
-new column appears: a disk that fills up meanwhile leaves a half row, or a truncated file, and an
-``OSError`` that names no file. :class:`MetricsWriter` appends and, when the disk fills, cuts the
-file back to its last whole row; a new column rewrites the file through a temporary one renamed
-into place. Either way the error names the file and the bytes (:class:`ablate.writes.DiskFullError`).
+Lightning's writer appends, and rewrites the file in place for a new column: a full disk leaves a
+half row or a truncated file. :class:`MetricsWriter` cuts the file back to its last whole row, and
+rewrites through a temporary file; the error names the file and the bytes (``DiskFullError``).
 """
 
 from __future__ import annotations
@@ -67,10 +65,8 @@ class MetricsWriter(ExperimentWriter):
 
 
 class AppendingCSVLogger(CSVLogger):
-    """A ``CSVLogger`` that continues an existing ``metrics.csv`` (a resumed job) instead of
-    deleting it, as Lightning 2.6's writer does when it starts. Rows logged between the last
-    checkpoint and the interruption appear again after the resume, with the same values when
-    the resume is exact; readers keep the last row of a step. Written by :class:`MetricsWriter`."""
+    """A ``CSVLogger`` that continues a resumed job's ``metrics.csv`` (Lightning 2.6's deletes it); rows
+    after the last checkpoint appear again (readers keep a step's last row)."""
 
     @property
     @rank_zero_experiment
@@ -91,9 +87,7 @@ class AppendingCSVLogger(CSVLogger):
 
 
 def whole_rows(logger: CSVLogger) -> CSVLogger:
-    """``logger`` (Lightning's ``CSVLogger`` of a new job) writing with :class:`MetricsWriter`: its
-    writer made now, on rank 0 (the only one that writes), where Lightning's ``experiment`` would
-    make its own on first use (the same folder, the same file)."""
+    """``logger`` (a new job's ``CSVLogger``) writing with :class:`MetricsWriter`, made now on rank 0."""
     if isinstance(logger, AppendingCSVLogger):
         return logger  # a resumed job's: its own experiment keeps the file's rows, then writes so
     if rank_zero_only.rank == 0:  # type: ignore[attr-defined]  # set by lightning at import, not in its types

@@ -1,7 +1,5 @@
-"""What the loggers record as a run's hyper-parameters: the scalar settings TensorBoard's HPARAMS
-tab filters on, and, of what Lightning hands a logger at the start of fit, only what the run
-config does not already hold.
-"""
+"""What the loggers record as hyper-parameters: the scalars TensorBoard's HPARAMS tab filters on, and
+of what Lightning hands a logger, only what the run config does not hold."""
 
 from __future__ import annotations
 
@@ -16,8 +14,7 @@ _NOT_HPARAMS = ("_target_", "data_dir", "cache_dir")
 
 
 def scalar_hparams(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The run's hyper-parameters as flat ``group.key -> scalar`` (``optim.lr``, ``model.d_model``, ...)
-    plus ``seed`` and ``params``: what TensorBoard's HPARAMS tab can filter and sort on."""
+    """The run's hyper-parameters as flat ``group.key -> scalar``, ``seed`` and ``params`` (TensorBoard's HPARAMS)."""
     flat: dict[str, Any] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -36,9 +33,7 @@ def scalar_hparams(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def new_hparams(params: Any, config_keys: Collection[str]) -> dict[str, Any]:
-    """Hyper-parameters handed to a logger (a task's own, e.g. the translation task's
-    ``bleu_signature``), less what the run config already holds. The task modules keep their
-    constructor arguments out of the loggers themselves (``save_hyperparameters(logger=False)``):
-    no list of any task's argument names lives here."""
+    """Hyper-parameters handed to a logger (a task's own, e.g. ``bleu_signature``), less what the run
+    config already holds (the tasks keep their arguments out: ``save_hyperparameters(logger=False)``)."""
     params = dict(vars(params) if not isinstance(params, Mapping) else params)
     return {k: v for k, v in params.items() if k not in config_keys}

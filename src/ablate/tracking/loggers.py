@@ -34,18 +34,10 @@ def build_loggers(
     resuming: bool = False,
     labels: RunLabels | None = None,
 ) -> list[Logger]:
-    """Create the job's loggers: always CSV, plus W&B, TensorBoard and MLflow when enabled.
-
-    W&B and MLflow are started on global rank 0 only (one run per job, however many processes
-    train it); TensorBoard is Lightning's logger, which writes from rank 0 by itself.
-
-    ``options``: each selected ``logger.<name>``'s options (none: CSV only); files go to
-    ``output_dir/csv/``, ``wandb/`` and ``tensorboard/``; a configured ``logger.wandb.group`` wins
-    over ``group``; ``extra_config`` is the W&B run config and the MLflow params, with the flat
-    ``axis_*`` keys added; ``resume_id`` continues that W&B run (``resume="allow"``); ``resuming``:
-    the CSV logger appends to the job's ``metrics.csv`` (Lightning's would delete it) and MLflow
-    reopens the job's run; ``labels`` default to the running Hydra job's.
-    """
+    """The job's loggers: CSV, plus W&B, TensorBoard and MLflow when selected in ``options`` (W&B and
+    MLflow on global rank 0 only: one run per job). ``extra_config``: the run config (flat ``axis_*``
+    keys added); ``resume_id``: the W&B run to continue; ``resuming``: CSV appends to ``metrics.csv``
+    (Lightning's would delete it), MLflow reopens the job's run; ``labels``: the Hydra job's by default."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     labels = labels if labels is not None else RunLabels.current()
@@ -107,8 +99,7 @@ def _build_csv_logger(output_dir: Path, extra_config: dict[str, Any], resuming: 
 
 
 class AblateTensorBoardLogger(TensorBoardLogger):
-    """Lightning's ``TensorBoardLogger`` (no ``hp_metric`` placeholder) that skips the task's
-    duplicate hyper-parameters, as :class:`~ablate.tracking.wandb_run.AblateWandbLogger` does."""
+    """Lightning's ``TensorBoardLogger`` skipping the task's duplicate hyper-parameters (as W&B's does)."""
 
     def __init__(self, *args: Any, config_keys: Collection[str] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -122,8 +113,7 @@ class AblateTensorBoardLogger(TensorBoardLogger):
 
 
 def _build_tensorboard_logger(run: _LoggedRun) -> TensorBoardLogger:
-    """``output_dir/tensorboard/`` with the run's name, group, job type, tags and axes as
-    hyper-parameters (TensorBoard's HPARAMS tab) and the tags as text."""
+    """``output_dir/tensorboard/``: the run's labels and axes as HPARAMS, the tags as text."""
     require_installed("tensorboard", True)  # its package, named with the pip command when missing
     summary = {
         "run_name": run.name,
@@ -176,10 +166,8 @@ OUTPUT_DIR_TAG = "ablate.output_dir"
 
 
 def _build_mlflow_logger(options: MLflowOptions, run: _LoggedRun, resuming: bool) -> MLFlowLogger:
-    """An MLflow run in ``options.tracking_uri`` named ``run.name``, tagged with the group, job
-    type, output directory and the run's tags (``key:value`` -> tag ``key=value``; a plain tag
-    ``t`` -> ``t=""``); the resolved config and flat axes as params. A resumed job reopens the
-    run that carries its output directory."""
+    """An MLflow run tagged with the group, job type, output directory and tags (``key:value`` ->
+    ``key=value``), the config and axes as params; a resumed job reopens its output directory's run."""
     require_installed("mlflow", True)
     uri = options.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"file:{run.output_dir.parent / 'mlruns'}"
     if uri.startswith("file:"):
@@ -208,8 +196,7 @@ def _build_mlflow_logger(options: MLflowOptions, run: _LoggedRun, resuming: bool
 
 
 def _prepare_mlflow(uri: str, experiment_name: str, resume_dir: Path | None) -> str | None:
-    """Create the experiment (two jobs starting together may both try: the loser finds the
-    winner's); with ``resume_dir``, the id of the latest run of that output directory, if any."""
+    """Create the experiment (a racing job finds it made); with ``resume_dir``, the id of its latest run."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 

@@ -1,7 +1,5 @@
-"""What a run is called and tagged with in every logger: its name from the job's overrides, the
-keys a multirun sweeps (from ``<sweep dir>/multirun.yaml``), its W&B group (the sweep directory's
-name), its ablation axes as flat ``axis_<name>`` config keys, and its tags.
-"""
+"""What a run is called and tagged with in every logger: its name, the keys a multirun sweeps, its W&B
+group, its ablation axes as flat ``axis_<name>`` config keys, and its tags."""
 
 from __future__ import annotations
 
@@ -15,6 +13,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from ablate.config.dotted import override_key
 from ablate.config.dotted import select as select_key
 from ablate.config.resolvers import RUN_CONTROL_KEYS, name_order
 from ablate.nn.axes import AXES
@@ -38,15 +37,9 @@ RUN_NAME_MAX = 120
 @dataclass(frozen=True)
 class RunLabels:
     """What a job is called and tagged with in every logger, decided in the Hydra job process
-    (:meth:`current`) and handed as it is to ranks that run without Hydra.
-
-    Attributes:
-        name: the run name (:func:`run_name_from_overrides`).
-        job_type: ``sweep`` for a job of a Hydra multirun, else ``train``.
-        experiment: the ``experiment=`` config chosen, if any (tag ``experiment:<name>``).
-        swept: ``(key, value)`` of this job's overrides of the keys the multirun sweeps (more
-            than one value), seed excluded: they become flat ``axis_*`` config keys and tags.
-    """
+    (:meth:`current`) and handed to ranks that run without Hydra: the run ``name``, ``job_type``
+    (``sweep`` or ``train``), the ``experiment`` chosen, and ``swept``, this job's ``(key, value)``
+    of the keys the multirun sweeps (seed excluded: they become ``axis_*`` keys and tags)."""
 
     name: str = "default"
     job_type: str = "train"
@@ -55,14 +48,13 @@ class RunLabels:
 
     @classmethod
     def current(cls, overrides: list[str] | None = None) -> RunLabels:
-        """The labels of the running Hydra job (``overrides`` default: its task overrides);
-        outside Hydra, those of a single run with these overrides."""
+        """The running Hydra job's labels (``overrides``: its task overrides), else a single run's."""
         hydra_cfg = _hydra_config()
         if overrides is None:
             overrides = list(hydra_cfg.overrides.task) if hydra_cfg is not None else []
         swept = swept_keys(hydra_cfg) if _is_multirun(hydra_cfg) else None
         excluded = _excluded_keys(hydra_cfg)
-        typed = [(_override_key(o), o.split("=", 1)[1]) for o in overrides if "=" in o]
+        typed = [(override_key(o), o.split("=", 1)[1]) for o in overrides if "=" in o]
         pairs = tuple((k, v) for k, v in typed if swept is not None and k in swept - excluded and k != "seed")
         choices = dict(hydra_cfg.runtime.choices) if hydra_cfg is not None else {}
         experiment = choices.get("experiment") or _override_values(overrides).get("experiment")
@@ -78,20 +70,13 @@ _FROM_HYDRA: Any = object()
 
 
 def run_name_from_overrides(overrides: list[str], swept: Collection[str] | None = _FROM_HYDRA) -> str:
-    """A short, stable run name from the job's command-line overrides, its axes in the order of job
-    folder names (:func:`ablate.config.resolvers.name_order`: the architecture first, the seed last).
+    """A short, stable run name from the job's overrides, in job-folder order (:func:`name_order`).
 
-    In a multirun (``swept``: the keys the sweep varies; by default read from the running Hydra
-    job, :func:`swept_keys`), the swept overrides and the seed, with their full keys, as in the
-    job directory names: ``-m act=gelu,swiglu seed=1 trainer.max_steps=600`` names its jobs
-    ``act=gelu,seed=1`` and ``act=swiglu,seed=1`` (folders ``act-gelu.seed-1``, ...; a run name
-    keeps ``=`` and ``,``, from which the analysis of a W&B group reads the overrides back). Otherwise
-    (a single run, or a sweep of nothing) the experiment name and the other overrides with their
-    keys shortened to the last part where that is unambiguous: ``experiment=glu act=swiglu
-    trainer.max_steps=100`` gives ``glu,act=swiglu,max_steps=100``. Overrides of where or how a job
-    runs or logs (``hydra.*``, ``paths.*``, ``logger``, ``tags``, ``ckpt_path``, ... and
-    ``hydra.job.config.override_dirname.exclude_keys``) are dropped; a name longer than 120
-    characters ends with a hash of the whole. Nothing left gives ``"default"``.
+    In a multirun (``swept``: by default :func:`swept_keys`), the swept overrides and the seed with
+    their full keys (``act=gelu,seed=1``; the analysis of a W&B group reads the overrides back).
+    Otherwise the experiment name and the other overrides, keys shortened where unambiguous
+    (``glu,act=swiglu,max_steps=100``). Where or how a job runs or logs is left out; past 120
+    characters a hash of the whole ends it; nothing left gives ``"default"``.
     """
     hydra_cfg = _hydra_config()
     if swept is _FROM_HYDRA:
@@ -101,17 +86,17 @@ def run_name_from_overrides(overrides: list[str], swept: Collection[str] | None 
         o.lstrip("+")
         for o in overrides
         if ("=" in o or o.startswith("~"))
-        and _override_key(o) not in excluded
-        and not _NON_VARIANT_KEYS.match(_override_key(o))
+        and override_key(o) not in excluded
+        and not _NON_VARIANT_KEYS.match(override_key(o))
     ]
     if swept is not None:
-        chosen = [o for o in kept if _override_key(o) in swept or _override_key(o) == "seed"]
+        chosen = [o for o in kept if override_key(o) in swept or override_key(o) == "seed"]
         if chosen:
             return _run_name(sorted(chosen, key=name_order))
-    experiment = [o.split("=", 1)[1] for o in kept if _override_key(o) == "experiment" and "=" in o]
-    others = sorted((o for o in kept if _override_key(o) != "experiment"), key=name_order)
-    short = _short_names([_override_key(o) for o in others])
-    items = [o.replace(_override_key(o), short[_override_key(o)], 1) for o in others]
+    experiment = [o.split("=", 1)[1] for o in kept if override_key(o) == "experiment" and "=" in o]
+    others = sorted((o for o in kept if override_key(o) != "experiment"), key=name_order)
+    short = _short_names([override_key(o) for o in others])
+    items = [o.replace(override_key(o), short[override_key(o)], 1) for o in others]
     return _run_name([*experiment, *items]) if experiment or items else "default"
 
 
@@ -135,13 +120,8 @@ def _short_names(keys: list[str]) -> dict[str, str]:
     return {k: s if last.count(s) == 1 else k for k, s in zip(keys, last)}
 
 
-def _override_key(override: str) -> str:
-    """The config key of an override, without ``+``/``++``/``~`` prefixes."""
-    return override.split("=", 1)[0].lstrip("+~").strip()
-
-
 def _override_values(overrides: Iterable[str]) -> dict[str, str]:
-    return {_override_key(o): o.split("=", 1)[1] for o in overrides if "=" in o and not o.startswith("~")}
+    return {override_key(o): o.split("=", 1)[1] for o in overrides if "=" in o and not o.startswith("~")}
 
 
 def _is_multirun(hydra_cfg: Any | None) -> bool:
@@ -161,12 +141,9 @@ def _excluded_keys(hydra_cfg: Any | None) -> frozenset[str]:
 
 
 def swept_keys(hydra_cfg: Any | None = None) -> frozenset[str]:
-    """The keys the running multirun sweeps: those whose sweep has more than one value, among
-    ``hydra.sweeper.params`` (an experiment's sweep) and the sweep's command line (kept by Hydra's
-    sweeper in ``<sweep dir>/multirun.yaml``); the command line wins for a key in both, as in
-    Hydra's ``BasicSweeper``. Without ``multirun.yaml`` (another sweeper) every override of the
-    job counts, like in its directory name.
-    """
+    """The keys the running multirun sweeps with more than one value, from ``hydra.sweeper.params`` and
+    the command line in ``<sweep dir>/multirun.yaml`` (which wins, as in Hydra's ``BasicSweeper``);
+    without that file every override of the job counts."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -175,7 +152,7 @@ def swept_keys(hydra_cfg: Any | None = None) -> frozenset[str]:
         return frozenset()
     command_line = _sweep_command_line(hydra_cfg)
     if command_line is None:
-        return frozenset(_override_key(o) for o in hydra_cfg.overrides.task)
+        return frozenset(override_key(o) for o in hydra_cfg.overrides.task)
     params = OmegaConf.select(hydra_cfg, "sweeper.params", default=None) or {}
     typed = [f"{key}={value}" for key, value in params.items()] + command_line
     final: dict[str, Any] = {}
@@ -183,18 +160,20 @@ def swept_keys(hydra_cfg: Any | None = None) -> frozenset[str]:
         for override in OverridesParser.create().parse_overrides(typed):
             final[override.key_or_group] = override
     except HydraException:  # cannot parse what Hydra itself parsed: count every override
-        return frozenset(_override_key(o) for o in hydra_cfg.overrides.task)
-    swept = set()
-    for key, override in final.items():
-        if not override.is_sweep_override():
-            continue
-        try:
-            several = not override.is_discrete_sweep() or len(set(override.sweep_string_iterator())) > 1
-        except HydraException:  # e.g. glob(...), which needs the config to expand
-            several = True
-        if several:
-            swept.add(key)
-    return frozenset(swept)
+        return frozenset(override_key(o) for o in hydra_cfg.overrides.task)
+    return frozenset(key for key, override in final.items() if is_swept(override))
+
+
+def is_swept(override: Any) -> bool:
+    """A parsed Hydra override sweeping more than one value (``glob(...)`` counts: the config expands it)."""
+    from hydra.errors import HydraException
+
+    if not override.is_sweep_override():
+        return False
+    try:
+        return not override.is_discrete_sweep() or len(set(override.sweep_string_iterator())) > 1
+    except HydraException:
+        return True
 
 
 def _sweep_command_line(hydra_cfg: Any) -> list[str] | None:
@@ -211,11 +190,9 @@ def _sweep_command_line(hydra_cfg: Any) -> list[str] | None:
 
 
 def flat_axes(run_config: Mapping[str, Any], swept: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
-    """The ablation axes as flat top-level config keys, ``axis_<name>``: the model's axes
-    (``run_config["axes"]``: ``axis_pos``, ``axis_norm``, ``axis_norm_layer``, ``axis_act``,
-    ``axis_init``, ``axis_attn``) and every swept key, named by its last part where that is
-    unambiguous (``optim.lr`` -> ``axis_lr``) with its resolved value (a number stays a number),
-    or the option chosen for a config group (``model=tiny`` -> ``axis_model: tiny``)."""
+    """The ablation axes as flat config keys ``axis_<name>``: the model's (``run_config["axes"]``) and
+    every swept key's resolved value (``optim.lr`` -> ``axis_lr``), or a config group's option chosen
+    (``model=tiny`` -> ``axis_model: tiny``)."""
     axes = {f"{AXIS_PREFIX}{k}": v for k, v in (run_config.get("axes") or {}).items()}
     swept = list(swept)
     names = axis_config_keys([key for key, _ in swept])
@@ -237,8 +214,7 @@ def axis_config_keys(keys: Iterable[str]) -> dict[str, str]:
 
 
 def run_tags(user: Iterable[str], experiment: str | None, axes: Mapping[str, Any]) -> list[str]:
-    """The user's tags, then ``experiment:<name>`` and ``<axis>:<value>`` for every flat axis;
-    at most 64 characters each (W&B's limit), no duplicates."""
+    """The user's tags, ``experiment:<name>``, ``<axis>:<value>``: at most 64 characters (W&B's), no duplicates."""
     auto = [f"experiment:{experiment}"] if experiment else []
     auto += [f"{k.removeprefix(AXIS_PREFIX)}:{_tag_value(v)}" for k, v in axes.items() if v is not None]
     return list(dict.fromkeys(t[:_TAG_MAX] for t in [*user, *auto] if t))  # in order, no duplicates
@@ -263,8 +239,7 @@ def _typed(text: str) -> Any:
 
 
 def multirun_group(configured: str | None = None) -> str | None:
-    """The W&B group for this job: ``configured`` (``logger.wandb.group``) when set, else the
-    sweep's name under a Hydra multirun (:func:`sweep_group`), else None."""
+    """The W&B group: ``configured`` (``logger.wandb.group``), else a multirun's :func:`sweep_group`, else None."""
     if configured:
         return configured
     hydra_cfg = _hydra_config()
@@ -274,8 +249,7 @@ def multirun_group(configured: str | None = None) -> str | None:
 
 
 def sweep_group(sweep_dir: str | Path) -> str:
-    """A sweep's W&B group: the name of its directory (``sweep_name``, or the name derived from the
-    command), not its path, which depends on where the checkout and the working directory are."""
+    """A sweep's W&B group: its directory's name, not its path (which depends on the working directory)."""
     return _wandb_safe_name(Path(sweep_dir).name)
 
 

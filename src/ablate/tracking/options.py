@@ -1,8 +1,5 @@
-"""The ``logger.*`` config nodes as dataclasses (``conf/logger/<name>.yaml``), the top-level
-``tags`` list, and the check that a selected logger's package is installed, made before any data
-is read. The typed config (:mod:`ablate.run.config`) takes the valid ``logger.<name>`` keys and their
-types from these dataclasses and hands the loggers their options (:func:`ablate.tracking.loggers.build_loggers`).
-"""
+"""The ``logger.*`` config nodes as dataclasses (``conf/logger/<name>.yaml``; :mod:`ablate.run.config`
+reads their keys and types), ``tags``, and the check that a selected logger is installed."""
 
 from __future__ import annotations
 
@@ -46,11 +43,8 @@ class TensorBoardOptions:
 
 @dataclass(frozen=True)
 class MLflowOptions:
-    """The ``logger.mlflow`` config node (``conf/logger/mlflow.yaml``); absent means off.
-
-    ``tracking_uri`` None: ``$MLFLOW_TRACKING_URI``, else a file store beside the job,
-    ``file:<output_dir>/../mlruns`` (the config file gives ``file:<paths.log_dir>/mlruns``).
-    """
+    """The ``logger.mlflow`` config node; absent means off. ``tracking_uri`` None:
+    ``$MLFLOW_TRACKING_URI``, else ``file:<output_dir>/../mlruns``."""
 
     enabled: bool = False
     experiment_name: str = "ablate"
@@ -104,9 +98,7 @@ LOGGER_OPTIONS: dict[str, type[WandbOptions] | type[TensorBoardOptions] | type[M
 
 
 def configured(logger: Any) -> dict[str, Any]:
-    """The options of every ``logger.<name>`` of a ``logger`` node that has options (``csv`` has
-    none), each selected logger's package required (the typed config's are :meth:`RunConfig.logger
-    <ablate.run.config.RunConfig>`)."""
+    """The options of every ``logger.<name>`` that has options, each selected logger's package required."""
     values = cast(
         dict[str, Any],
         OmegaConf.to_container(logger, resolve=True) if isinstance(logger, DictConfig) else dict(logger or {}),
@@ -115,8 +107,7 @@ def configured(logger: Any) -> dict[str, Any]:
 
 
 def logger_options(name: str, values: dict[str, Any]) -> Any:
-    """The options of ``logger.<name>`` from its checked values (``tags``: a list, or one string),
-    its package required when it is selected."""
+    """The options of ``logger.<name>`` from its checked values, its package required when selected."""
     known = _known_options(values, LOGGER_OPTIONS[name])
     options = LOGGER_OPTIONS[name](**known)
     require_installed(name, options.enabled)

@@ -1,13 +1,10 @@
 """New labels for a finished run: a re-run of a sweep (or of a finished single run) with other
 ``tags`` relabels its W&B run instead of training it again.
 
-``tags`` are labels, not part of what a run is (``ablate.config.resolvers.RUN_CONTROL_KEYS``: the
-sweep directory and the resume identity leave them out), so ``python train.py -m norm=pre,post
-seed=1,2 tags=[baseline]`` after the same sweep without tags finds the finished jobs and skips
-them. Their W&B runs then get the new tags (the run reopened by its id, ``resume="allow"``, as a
-resume does; offline, one more ``offline-run-*-<id>`` folder that ``wandb sync`` merges into the run)
-and ``status.json`` records them, so the next re-run with the same tags does nothing. CSV has no
-tags; TensorBoard and MLflow runs keep the tags they were started with.
+``tags`` are labels, not part of what a run is (``ablate.config.resolvers.RUN_CONTROL_KEYS``), so a
+sweep re-run with other tags skips its finished jobs; their W&B runs get the new tags (reopened by
+id, ``resume="allow"``; offline, one more ``offline-run-*-<id>`` folder) and ``status.json`` records
+them. TensorBoard and MLflow runs keep the tags they were started with.
 """
 
 from __future__ import annotations
@@ -43,9 +40,7 @@ def relabel(
     axes: Mapping[str, Any] | None,
     labels: RunLabels,
 ) -> tuple[list[str], str | None] | None:
-    """A finished run's labels brought to the command's ``tags``: None when its ``recorded`` tags
-    are the same; else ``(the new tags, where they were set)``, the W&B run relabelled when there is
-    one (:func:`relabel_wandb_run`)."""
+    """None when the ``recorded`` tags are ``tags``, else ``(new tags, where set)`` (:func:`relabel_wandb_run`)."""
     changed = new_tags(tags, recorded)
     if changed is None:
         return None
@@ -55,9 +50,8 @@ def relabel(
 def relabel_wandb_run(
     tags: list[str], options: WandbOptions, output_dir: Path, axes: Mapping[str, Any] | None, labels: RunLabels
 ) -> str | None:
-    """Give the job's W&B run the user's ``tags`` (plus the automatic experiment and axis tags it was
-    started with: the axes it recorded, the swept values as typed); returns where it was
-    relabelled, or None without a W&B run to relabel."""
+    """Give the job's W&B run the user's ``tags`` (plus its automatic experiment and axis tags); where
+    it was relabelled, or None without a W&B run."""
     from ablate.tracking.wandb_mode import decide_wandb_mode
     from ablate.tracking.wandb_run import finish_stale_run, init_run
 

@@ -1,12 +1,7 @@
-"""Which W&B mode a job runs in -- online, offline or disabled -- decided without prompting and
-within about 3 seconds.
-
-wandb 0.31 left to itself either prompts for an API key (stdin is a terminal), raises (stdin is
-not), or blocks for minutes (key present, network absent). So the decision is made here, before
-``wandb.init`` runs: the configured or environment mode, else the credentials (env or netrc, read
-with the stdlib), else a TCP probe of the W&B host (through the HTTPS proxy if one applies) whose
-answer the process keeps for the other jobs of a sweep it runs.
-"""
+"""Which W&B mode a job runs in (online, offline, disabled), decided without prompting within about 3 s:
+wandb 0.31 left to itself prompts for a key, raises, or blocks for minutes without network. The
+configured or environment mode, else the credentials (env or netrc), else a TCP probe of the W&B
+host (through the HTTPS proxy), made once per process."""
 
 from __future__ import annotations
 
@@ -26,15 +21,8 @@ PROBE_TIMEOUT_S = 3.0
 
 
 def decide_wandb_mode(requested: str | None = None) -> tuple[str, str]:
-    """Choose the W&B mode without prompting and within about 3 seconds.
-
-    Order: ``requested`` (the config's ``logger.wandb.mode``) > env
-    ``WANDB_MODE`` > "offline" when no credentials exist > "offline" when the
-    W&B host does not accept a TCP connection within 3 s > "online".
-
-    Returns:
-        ``(mode, reason)`` with mode in ``WANDB_MODES`` and a human reason.
-    """
+    """``(mode, reason)``: ``requested`` (``logger.wandb.mode``) > ``WANDB_MODE`` > "offline" without
+    credentials > "offline" when the W&B host does not answer a TCP connect within 3 s > "online"."""
     if requested:
         mode, reason = _normalise_mode(requested, "logger.wandb.mode"), f"logger.wandb.mode={requested}"
     elif os.environ.get("WANDB_MODE"):
@@ -59,9 +47,7 @@ def decide_wandb_mode(requested: str | None = None) -> tuple[str, str]:
 
 @functools.cache
 def _reachable_once(target: str) -> bool:
-    """The TCP probe of ``target``, made once per process: the later jobs of a sweep that this
-    process runs do not wait again (a worker process of a parallel sweep probes once for all the
-    jobs it runs)."""
+    """The TCP probe of ``target``, once per process (the later jobs of a sweep do not wait again)."""
     host, _, port = target.rpartition(":")
     return _tcp_reachable(host, int(port), PROBE_TIMEOUT_S)
 
@@ -75,8 +61,7 @@ def _normalise_mode(mode: str, source: str) -> str:
 
 
 def _wandb_base_url() -> str:
-    """``WANDB_BASE_URL``, else wandb's own default (not hard-coded: since 0.31 it is
-    ``https://api.forge.coreweave.com``, no longer ``https://api.wandb.ai``)."""
+    """``WANDB_BASE_URL``, else wandb's own default (not hard-coded: it changed in 0.31)."""
     if os.environ.get("WANDB_BASE_URL"):
         return os.environ["WANDB_BASE_URL"]
     import wandb
@@ -91,11 +76,7 @@ def _host_port(url: str) -> tuple[str, int]:
 
 
 def _netrc_hosts(base_url: str) -> list[str]:
-    """Netrc machine names wandb accepts for ``base_url``.
-
-    Like wandb, a Forge address also accepts the entry of the W&B host behind
-    it, so an older ``wandb login`` (``machine api.wandb.ai``) still counts.
-    """
+    """Netrc machine names wandb accepts for ``base_url`` (a Forge address also the W&B host behind it)."""
     hosts = [_host_port(base_url)[0]]
     try:
         from wandb.sdk.lib.urls import forge_upstream_url
@@ -106,10 +87,7 @@ def _netrc_hosts(base_url: str) -> list[str]:
 
 
 def _has_credentials(base_url: str) -> bool:
-    """True when an API key (or identity token) is in the env or the netrc.
-
-    Reads the netrc with the stdlib: ``wandb.login`` could prompt.
-    """
+    """An API key (or identity token) in the env or the netrc (read with the stdlib: ``wandb.login`` could prompt)."""
     if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
     path = Path(os.environ.get("NETRC") or Path.home() / ".netrc").expanduser()
@@ -132,12 +110,8 @@ def _probe_target(host: str, port: int) -> tuple[str, int]:
 
 
 def _tcp_reachable(host: str, port: int, timeout_s: float) -> bool:
-    """Try a TCP connect, giving up after ``timeout_s`` *including* DNS.
-
-    ``socket.create_connection``'s timeout does not cover name resolution,
-    which can hang far longer on a machine without network, so the attempt
-    runs in a daemon thread that is simply abandoned at the deadline.
-    """
+    """A TCP connect within ``timeout_s`` *including* DNS (which ``create_connection``'s timeout does
+    not cover): the attempt runs in a daemon thread abandoned at the deadline."""
     outcome: list[bool] = []
 
     def attempt() -> None:
@@ -151,6 +125,3 @@ def _tcp_reachable(host: str, port: int, timeout_s: float) -> bool:
     thread.start()
     thread.join(timeout_s)
     return bool(outcome and outcome[0])
-
-
-# ------------------------------------------------------------------------ config

@@ -1,16 +1,8 @@
 """Read a local W&B run (offline or online) back from its ``.wandb`` file.
 
-wandb 0.31 ships no Python reader for its transaction log; the supported one
-is ``wandb leet inspect --json``, which prints one JSON object per record.
-That command is a thin Python wrapper that starts the bundled ``wandb-core``
-binary, so we call the binary directly (about 20 ms per run instead of about
-0.6 s for the Python CLI's start-up) and fall back to the documented CLI if
-the binary cannot be found or refuses the arguments.
-
-The records are folded the way W&B itself folds them: the ``run`` record
-carries name, group and the initial config; ``config`` records update the
-config; ``summary`` records update the summary; each ``history`` record is one
-logged row; ``exit`` carries the exit code.
+wandb 0.31 ships no Python reader; the supported one is ``wandb leet inspect --json`` (one JSON
+object per record), a wrapper of the bundled ``wandb-core`` binary, which is called directly (20 ms
+a run, not 0.6 s), the CLI being the fallback. The records are folded as W&B folds them.
 """
 
 from __future__ import annotations
@@ -38,11 +30,9 @@ def find_run_dirs(root: Path) -> list[Path]:
 
 
 def read_offline_run(run_dir: Path) -> dict[str, Any]:
-    """A run's records (``run_dir``: a run directory, its ``.wandb`` file, or a directory with exactly
-    one run below it) folded into ``name``, ``group``, ``config`` (without ``_wandb``), ``summary``
-    (a single aggregate such as ``val/ppl: {"min": 3.1}`` unwrapped to ``3.1``), ``summary_raw``,
-    ``history`` (one dict per logged row), ``run_id``, ``project``, ``tags`` and ``exit_code``
-    (None if the run never finished)."""
+    """A run's records (a run directory, its ``.wandb`` file, or a directory with one run below it)
+    folded into ``name``, ``group``, ``config``, ``summary`` (``{"min": 3.1}`` unwrapped to ``3.1``),
+    ``summary_raw``, ``history`` (one dict per row), ``run_id``, ``project``, ``tags``, ``exit_code``."""
     return _fold(_read_records(_run_file(Path(run_dir))))
 
 

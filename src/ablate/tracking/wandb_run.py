@@ -1,10 +1,6 @@
-"""The job's Weights & Biases run: started by us (mode decided first, metrics defined, a stale
-run finished), wrapped for Lightning, given summary values, and finished at the end of the job.
-
-The run is created here rather than lazily by Lightning so that its mode, settings and metric
-definitions are fixed before training starts, and so Lightning never silently reuses a run left
-over from a previous job of the same process (a Hydra multirun).
-"""
+"""The job's W&B run, started here rather than lazily by Lightning, so that its mode, settings and
+metric definitions are fixed before training and no run left by an earlier job of the process (a
+multirun) is reused; wrapped for Lightning, given summary values and finished at the job's end."""
 
 from __future__ import annotations
 
@@ -69,15 +65,10 @@ def build_wandb_logger(
     tags: list[str] | None = None,
     job_type: str = "train",
 ) -> WandbLogger | None:
-    """Start the W&B run ourselves and wrap it; None when the mode is disabled.
-
-    The run is created here rather than lazily by Lightning so that the mode,
-    settings and metric definitions are fixed before training starts, and so
-    Lightning never silently reuses a run left over from a previous job.
-    """
+    """Start the W&B run ourselves (see the module docstring) and wrap it; None when disabled."""
     mode, reason = decide_wandb_mode(options.mode)
     if mode == "disabled":
-        _announce(f"W&B disabled ({reason}); metrics only in {output_dir / 'csv' / 'metrics.csv'}")
+        print(f"W&B disabled ({reason}); metrics only in {output_dir / 'csv' / 'metrics.csv'}", flush=True)
         return None
     finish_stale_run()
     init_kwargs = {
@@ -100,18 +91,14 @@ def build_wandb_logger(
         target = Path(run.dir).parent
         if resume_id:
             target = target.parent / f"offline-run-*-{resume_id}"
-        _announce(f"W&B offline ({reason}); upload: wandb sync {_short_path(target)}")
+        print(f"W&B offline ({reason}); upload: wandb sync {_short_path(target)}", flush=True)
     return AblateWandbLogger(
         experiment=run, save_dir=output_dir, name=run_name, project=options.project, config_keys=extra_config
     )
 
 
 def init_run(mode: str, reason: str, init_kwargs: dict[str, Any]) -> tuple[Run, str, str]:
-    """``wandb.init`` in ``mode``; an online start that fails is retried offline.
-
-    A wrong key or a server error must not cost the training run: the offline
-    files can be synced once the problem is fixed.
-    """
+    """``wandb.init`` in ``mode``; a failed online start (wrong key, server error) is retried offline."""
     import wandb
 
     run_root = Path(init_kwargs["dir"]) / "wandb"
@@ -140,13 +127,9 @@ def _quiet_settings() -> Any:
 
 
 def _define_metrics(run: Run) -> None:
-    """Plot everything against the global step; keep the best value of key metrics; declare the
-    cumulative tokens and training time, the other x-axes of a comparison.
-
-    Mirrors what Lightning's WandbLogger would define had it created the run.
-    The explicit per-metric definitions repeat ``step_metric`` because a named
-    definition replaces the ``*`` glob for that metric.
-    """
+    """Everything against the global step (as Lightning would define it), the best value of key
+    metrics, and the cumulative tokens and time; a named definition replaces the ``*`` glob, so
+    each repeats ``step_metric``."""
     run.define_metric(STEP_METRIC)
     run.define_metric("*", step_metric=STEP_METRIC, step_sync=True)
     for name, goal in summary_goals().items():
@@ -173,26 +156,14 @@ def finish_stale_run() -> None:
 
 @rank_zero_only
 def _short_path(path: Path) -> str:
-    """``path`` relative to the working directory when it lies below it (where the user typed the
-    command, so the printed ``wandb sync`` runs as is, in a line half as long), else absolute."""
+    """``path`` relative to the working directory when below it (the printed command runs as is), else absolute."""
     relative = os.path.relpath(path)
     return str(path) if relative.startswith("..") else relative
 
 
-def _announce(message: str) -> None:
-    """The one line a user sees about W&B (rank zero only)."""
-    print(message, flush=True)
-
-
-# ------------------------------------------------------------------ run control
-
-
 def finish_wandb(exit_code: int = 0, summary: Mapping[str, Any] | None = None) -> None:
-    """Write ``summary`` (the run's outcome: status, steps, ...) into the active W&B run's summary,
-    then finish the run; a no-op when wandb was never used (W&B runs on global rank 0 only).
-
-    Checks ``sys.modules`` so that a CSV-only job does not pay wandb's import.
-    """
+    """Write ``summary`` into the active W&B run's summary and finish it; a no-op when wandb was never
+    imported (``sys.modules``: a CSV-only job does not pay its import)."""
     wandb = sys.modules.get("wandb")
     if wandb is None or getattr(wandb, "run", None) is None:
         return
@@ -202,6 +173,3 @@ def finish_wandb(exit_code: int = 0, summary: Mapping[str, Any] | None = None) -
         except wandb.errors.Error as err:  # a finished run: warn, never fail the job over its summary
             warnings.warn(f"could not set W&B summary {key!r}: {err}", RuntimeWarning, stacklevel=2)
     wandb.finish(exit_code=exit_code)
-
-
-# ----------------------------------------------------------------------- naming

@@ -1,7 +1,2 @@
-"""Hydra plugins of the ablate package.
-
-Hydra 1.3 instantiates sweepers, launchers and search-path plugins only from classes in the
-``hydra_plugins`` namespace (``hydra.core.plugins.Plugins._instantiate``), which it scans at start-up.
-The code lives in :mod:`ablate.sweepers` and :mod:`ablate.config.store`; each module here only gives
-a class its ``hydra_plugins.`` name.
-"""
+"""Hydra plugins of the ablate package: Hydra 1.3 instantiates plugins only from the ``hydra_plugins``
+namespace, so each module here gives a class of :mod:`ablate.sweepers` or :mod:`ablate.config.store` that name."""

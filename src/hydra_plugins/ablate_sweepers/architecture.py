@@ -1,10 +1,8 @@
 """The architecture groups for ablate's own configs only (:mod:`ablate.config.store`).
 
 Hydra asks every search-path plugin for its path before it composes; this one registers the groups
-(``pos``, ``norm``, ...) and the run config's schemas in Hydra's ConfigStore when the primary config
-folder is ablate's (it holds ``train.yaml``: a checkout's ``conf/`` or a copy of it beside an
-installed package), so that another Hydra application with a key ``norm`` is not told that it has a
-config group ``norm``.
+(``pos``, ``norm``, ...) and the run config's schemas in Hydra's ConfigStore only when the primary
+config folder holds ``train.yaml``, so that another Hydra application with a key ``norm`` keeps it.
 """
 
 from __future__ import annotations

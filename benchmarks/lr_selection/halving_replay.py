@@ -7,7 +7,8 @@ Replays ``hydra.sweeper.halving.rungs`` on the logged validation curves of the s
 (exact: a rung is the prefix of the full run) and prints per variant the full grid's choice, the
 halving choice, how many grid steps apart they are and the stage-1 compute fraction, then each
 rate's values through the rungs. Exit 2 when a rung's step was not validated or the directory is
-not a finished full-grid ``tune=lr`` sweep. The rule: :mod:`ablate.sweepers.halving`.
+not a finished full-grid ``tune=lr`` sweep. The rule: :mod:`ablate.sweepers.halving`. Lab code
+beside the package (``scripts/halving_replay.py`` puts the checkout's root on the path).
 """
 
 from __future__ import annotations
