@@ -26,11 +26,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # The layers, bottom first: a module may import its own folder and those of the layers below, not
 # another folder of its own layer.
 LAYERS: list[tuple[str, ...]] = [
-    (
-        "ablate.errors",
-        "ablate.compat",
-        "ablate.source",
-    ),  # user errors; private library API; definitions read from source
+    ("ablate.errors", "ablate.compat"),  # user errors; private library API
     # what a run measures; the models; the optimisers; the seed streams; per-unit test losses; writing into
     # a run's folder (no link out of it, a full disk named)
     ("ablate.metrics", "ablate.nn", "ablate.optim", "ablate.seeds", "ablate.eval_units", "ablate.writes"),
@@ -315,8 +311,8 @@ def test_nn_and_the_config_package_stand_alone() -> None:
     nn = {
         i.target for m in MODULES if m.startswith("ablate.nn") for i in imports_of(m) if i.target.startswith("ablate")
     }
-    # errors: the user-error classes; source: the options' definitions read without importing their modules
-    assert all(t.startswith(("ablate.nn", "ablate.errors", "ablate.source")) for t in nn), nn
+    # errors: the user-error classes
+    assert all(t.startswith(("ablate.nn", "ablate.errors")) for t in nn), nn
     assert not [i for i in imports_of("ablate.config") if i.target.startswith("ablate")]  # config/__init__.py
 
 

@@ -1,8 +1,8 @@
 """A command line is refused before torch is imported (issue 42 item 6): every key/value refusal of
 the typed config (:meth:`ablate.run.config.RunConfig.from_hydra`), not only a misspelt key, runs on
-the composition and the targets' source (:mod:`ablate.source`), and so does the typing of an
-accepted config. A fresh interpreter (not the tests' fork server, which has torch loaded) reports
-what it imported."""
+the composition and the targets' declared keys (:mod:`ablate.config.targets`), and so does the
+typing of an accepted config. A fresh interpreter (not the tests' fork server, which has torch
+loaded) reports what it imported."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ REFUSED = [
     (["model.n_layers=0"], "model.n_layers=0 is invalid: a positive number of layers"),
     (["+model.foo=1"], "model.foo is not a key of model"),
     (["seed=-1"], "seed=-1 is invalid"),
-    (["+trainer.max_time=garbage"], "trainer.max_time="),  # a key of Lightning's Trainer, read from its source
+    (["+trainer.max_time=garbage"], "trainer.max_time="),  # a key of Lightning's Trainer, declared
     (["trainer.precision=7"], "trainer.precision=7 is invalid: expected null or one of 64, 32, 16"),
     (["callbacks.divergence.max_ratio=-1"], "callbacks.divergence.max_ratio=-1 is invalid"),  # the class's rule
     (["data.splits=foo"], "data.splits='foo' is invalid: one of nanogpt, disjoint, blocks"),  # the class's choices

@@ -15,15 +15,14 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from typing import ClassVar
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 
-from ablate.config.checks import number, optional, positive_int
-from ablate.config.types import Rule, check_rules
+from ablate.config import targets
+from ablate.config.types import check_rules
 
 
 class DivergenceMonitor(Callback):
@@ -37,17 +36,7 @@ class DivergenceMonitor(Callback):
             (None: ``trainer.log_every_n_steps``).
     """
 
-    # what each argument takes, checked where the config is typed (ablate.run.config), before the run
-    CONFIG_RULES: ClassVar[dict[str, Rule]] = {
-        "max_ratio": (
-            lambda v: v is None or (number(v) and v >= 0),
-            "null or 0 (only a non-finite loss counts), or a positive multiple of the first loss",
-        ),
-        "check_every_n_steps": (
-            optional(positive_int),
-            "null (trainer.log_every_n_steps) or a positive number of steps",
-        ),
-    }
+    CONFIG_RULES = targets.DivergenceMonitor.CONFIG_RULES  # declared with its keys, read without torch
 
     def __init__(self, max_ratio: float | None = 10.0, check_every_n_steps: int | None = None) -> None:
         check_rules({"max_ratio": max_ratio, "check_every_n_steps": check_every_n_steps}, "", self.CONFIG_RULES)

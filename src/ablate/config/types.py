@@ -104,14 +104,9 @@ def signature(target: Any) -> tuple[dict[str, Any], bool]:
     (one naming what only ``TYPE_CHECKING`` imports is ``Any``: not checked); ``closed`` is False
     when ``**kwargs`` goes all the way up (any keyword is taken: nothing to refuse)."""
     if isinstance(target, str):
-        from ablate.source import Unresolved, source_signature
+        from hydra.utils import get_object
 
-        try:
-            return source_signature(target)  # without importing it (torch): the command line's check
-        except Unresolved:
-            from hydra.utils import get_object
-
-            target = get_object(target)
+        target = get_object(target)
     functions = (
         [vars(c)["__init__"] for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else [target]
     )
@@ -131,23 +126,15 @@ def signature(target: Any) -> tuple[dict[str, Any], bool]:
     return hints, False
 
 
-def declared_rules(target: str, added: Mapping[str, Rule] | None = None) -> dict[str, Rule]:
-    """The rules a target class declares for its keyword arguments (``CONFIG_RULES``: key ->
-    (predicate, valid values), then ``added``; ``CONFIG_CHOICES``: key -> the valid values), through
-    its bases.
-    Read from its source where they are literals or use only the light helpers of
-    :mod:`ablate.config` and the standard library (so a command line is checked without importing
-    the target: torch); otherwise from the imported class."""
-    from ablate.source import Unresolved, declared_value
-
-    try:
-        rules = dict(declared_value(target, "CONFIG_RULES", ("ablate.config",)) or {})
-        choices = dict(declared_value(target, "CONFIG_CHOICES", ("ablate.config",)) or {})
-    except Unresolved:
+def declared_rules(target: Any, added: Mapping[str, Rule] | None = None) -> dict[str, Rule]:
+    """The rules a target class (``module.Name`` or the class) declares for its keyword arguments
+    (``CONFIG_RULES``: key -> (predicate, valid values), then ``added``; ``CONFIG_CHOICES``: key ->
+    the valid values), through its bases."""
+    if isinstance(target, str):
         from hydra.utils import get_object
 
-        cls = get_object(target)
-        rules, choices = dict(getattr(cls, "CONFIG_RULES", {})), dict(getattr(cls, "CONFIG_CHOICES", {}))
+        target = get_object(target)
+    rules, choices = dict(getattr(target, "CONFIG_RULES", {})), dict(getattr(target, "CONFIG_CHOICES", {}))
     rules.update(added or {})  # those ablate adds (``added``) replace the class's own
     for key, valid in choices.items():
         rules[key] = (lambda v, c=valid: v in c, f"one of {', '.join(map(str, valid))}")

@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ablate.config import targets
 from ablate.data.cache import file_fingerprint
 from ablate.data.lm_datamodule import LMDataModule
 from ablate.data.sources import (
@@ -56,7 +57,7 @@ class TinyShakespeare(LMDataModule):
     TRAIN_FRACTION = 0.9
     VAL_END_FRACTION = 0.95  # splits=disjoint: validation ends here, test is the rest
     HELDOUT_BLOCKS = 4  # splits=blocks: held-out blocks per split (test and validation alternating, one per segment)
-    CONFIG_CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"splits": ("nanogpt", "disjoint", "blocks")}
+    CONFIG_CHOICES = targets.TinyShakespeare.CONFIG_CHOICES  # declared with its keys, read without torch
 
     def __init__(self, *args: Any, splits: str = "nanogpt", heldout_blocks: int | None = None, **kwargs: Any) -> None:
         valid = self.CONFIG_CHOICES["splits"]

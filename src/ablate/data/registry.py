@@ -58,7 +58,7 @@ def build_data_module(config: Mapping[str, Any], source: str, **overrides: Any) 
             f"{source}: its data config holds {nested}, a Hydra instantiation key: refused (a stored config "
             "holds values only; nothing in it is called)"
         )
-    accepted = target_keys(f"{cls.__module__}.{cls.__qualname__}")
+    accepted = target_keys(cls)
     unknown = sorted(k for k in values if accepted is not None and k not in accepted)
     if unknown:
         raise StoredConfigError(

@@ -6,11 +6,12 @@ never the raw config. The conversion is the check: each section is a dataclass w
 its group's keys, with their types (the annotations) and their valid values (the field's rule),
 so a key, its type and its range are declared in one place, beside each other. Groups whose keys
 belong to a class Hydra builds (``trainer``, ``data``, each ``callbacks.*``) are typed from that
-class's signature (:class:`TargetConfig`); the rules of the numbers ablate reads there are
-declared by the class itself where it is ours (``CONFIG_RULES``, ``CONFIG_CHOICES``), here for
-Lightning's ``Trainer``. The architecture groups are Hydra's structured configs of their options
-(:mod:`ablate.nn.axes`), typed as the options' configs (:func:`ablate.nn.axes.typed_options`) and
-checked together with the model's sizes (:meth:`RunConfig.model_spec`).
+class's keyword arguments, declared without torch (:data:`SCHEMAS`, :class:`TargetConfig`); the
+rules of the numbers ablate reads there are declared with the class's keys where it is ours
+(``CONFIG_RULES``, ``CONFIG_CHOICES``), here for Lightning's ``Trainer``. The architecture groups
+are Hydra's structured configs of their options (:mod:`ablate.nn.axes`), typed as the options'
+configs (:func:`ablate.nn.axes.typed_options`) and checked together with the model's sizes
+(:meth:`RunConfig.model_spec`).
 
 A refusal names the key, the value and what it takes, as :class:`ConfigError` (exit 2). It happens
 where the command line is first composed, before Hydra makes a run folder (:func:`ablate.cli.entry_point`),
@@ -25,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
+from ablate.config import targets
 from ablate.config.checks import (
     DATA_RULES,
     TRAINER_RULES,
@@ -216,6 +218,29 @@ class PathsConfig(Section):
 # ------------------------------------------------------------------------ built by Hydra
 
 
+# the classes Hydra builds from the typed groups, by ``_target_``: their keyword arguments (every one:
+# none takes any other) declared in ablate.config.targets, so that the check imports no torch
+SCHEMAS: dict[str, type] = {
+    "lightning.pytorch.Trainer": targets.Trainer,
+    "lightning.pytorch.callbacks.ModelCheckpoint": targets.ModelCheckpoint,
+    "ablate.callbacks.averaging.EMA": targets.EMA,
+    "ablate.callbacks.averaging.StepCheckpoints": targets.StepCheckpoints,
+    "ablate.callbacks.checkpointing.LastCheckpoint": targets.LastCheckpoint,
+    "ablate.callbacks.divergence.DivergenceMonitor": targets.DivergenceMonitor,
+    "ablate.callbacks.grad_norm.GradNormMonitor": targets.GradNormMonitor,
+    "ablate.callbacks.residual_rms.ResidualRMSMonitor": targets.GradNormMonitor,
+    "ablate.callbacks.progress.progress_callback": targets.ProgressCallback,
+    "ablate.callbacks.throughput.ThroughputMonitor": targets.ThroughputMonitor,
+    "ablate.data.lm_data.TinyShakespeare": targets.TinyShakespeare,
+    "ablate.data.lm_data.WikiText2": targets.LMDataModule,
+    "ablate.data.lm_data.WikiText103": targets.LMDataModule,
+    "ablate.data.lm_data.TextFiles": targets.TextFiles,
+    "ablate.data.majority.MajorityData": targets.MajorityData,
+    "ablate.data.translation_data.ParallelCorpus": targets.ParallelCorpus,
+    "ablate.data.translation_data.ParallelFiles": targets.ParallelFiles,
+}
+
+
 class TargetConfig(dict[str, Any]):
     """A config node that Hydra builds into an object (``_target_``): its keys are the target's
     keyword arguments (its signature, following ``**kwargs`` up the class hierarchy), their types
@@ -227,11 +252,12 @@ class TargetConfig(dict[str, Any]):
     def from_node(cls, path: str, node: Any, rules: Mapping[str, Rule] | None = None) -> TargetConfig:
         """The node at ``path`` of a composed config, checked (``rules``: those ablate adds)."""
         target = str(node["_target_"])
-        hints, closed = signature(target)  # read from its source: the check imports no torch
+        schema = SCHEMAS.get(target)  # else the target is imported and inspected
+        hints, closed = (dataclass_hints(schema), True) if schema else signature(target)
         build = dict.fromkeys(_BUILD_KEYS, Any) if closed else {k: Any for k, _ in plain_items(node)}
         hints = {**build, **hints}
         values = typed_values(node, hints, path)
-        check_rules(values, path, declared_rules(target, rules))
+        check_rules(values, path, declared_rules(schema or target, rules))
         return cls((k, v) for k, v in plain_items(node) if v is not UNRESOLVED)
 
 
