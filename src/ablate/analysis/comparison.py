@@ -80,16 +80,9 @@ def compare_row(
     )
     c, counts, base_counts = evidence.comparison, status_counts(jobs), status_counts(base_jobs)
     rates = divergence_test(counts["diverged"], len(jobs), base_counts["diverged"], len(base_jobs))
-    extra = (
-        dict(
-            seed_se=evidence.seed_se,
-            text_se=evidence.text_se,
-            text_se_unpaired=evidence.text_se_unpaired,
-            half_width_unpaired=evidence.half_width_unpaired,
-        )
-        if evidence.crossed
-        else {}
-    )
+    x = evidence.crossed if c.test == "crossed" else None
+    names = ("seed_se", "text_se", "text_se_unpaired", "half_width_unpaired")
+    extra = {name: getattr(x, name) for name in names} if x is not None else {}
     return dict(
         diff=c.diff,
         diff_ci_low=c.low,
@@ -316,7 +309,6 @@ def _judge(row: pd.Series, better_up: bool, alpha: float, m: int) -> tuple[str, 
         row["test"] if isinstance(row["test"], str) else "",
         row["se"],
         row["df"],
-        math.nan,
         int(row["n_variant"]),
         int(row["n_baseline"]),
         int(row["pairs"]),

@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ablate.analysis import stats
 from ablate.analysis.crossed import CrossedResult, crossed
@@ -60,28 +59,19 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Evidence:
-    """Variant - baseline as :func:`analyse` found it (the columns of the table against a
-    baseline). ``test``: ``crossed``, ``paired``, ``welch``, ``worst-rank`` or ``""`` (none
-    possible); ``n_blocks``: the text units of a crossed test (1: the text is one passage; 0: no
-    per-window losses); ``inference``: the ``Δ on`` text."""
+    """Variant - baseline as :func:`analyse` found it: the comparison (``test``: ``crossed``,
+    ``paired``, ``welch``, ``worst-rank`` or ``""``), the ``Δ on`` text, and the crossed analysis
+    when per-window losses gave one (``n_units`` 1: the text is one passage)."""
 
     comparison: stats.Comparison
     inference: str
-    n_blocks: int = 0
-    seed_se: float = math.nan
-    text_se: float = math.nan
-    text_se_unpaired: float = math.nan
-    half_width_unpaired: float = math.nan
+    crossed: CrossedResult | None = None
     diverged: int = 0
     baseline_diverged: int = 0
 
     @property
-    def test(self) -> str:
-        return self.comparison.test
-
-    @property
-    def crossed(self) -> bool:
-        return self.comparison.test == "crossed"
+    def n_blocks(self) -> int:
+        return self.crossed.n_units if self.crossed is not None else 0
 
 
 def _usable(outcomes: Sequence[Outcome]) -> list[Outcome]:
@@ -134,8 +124,7 @@ def analyse(
     c = stats.compare(values, base_values, seeds, base_seeds, margin=margin)
     k, k_base = sum(o.status == "diverged" for o in variant), sum(o.status == "diverged" for o in baseline)
     ran, base_ran = len(good) + k, len(base_good) + k_base
-    inference = c.test
-    extra: dict[str, Any] = {}
+    inference, x = c.test, None
     mine, why = _units(variant) if per_window else (None, "")
     base, why_base = _units(baseline) if per_window else (None, "")
     if mine is not None and base is not None and len(set(mine) & set(base)) >= 2:
@@ -151,20 +140,13 @@ def analyse(
                 if x.n_units >= 2
                 else f"paired, seeds {seeds_text} (the test text is one passage: no text unit)"
             )
-            extra = dict(
-                n_blocks=x.n_units,
-                seed_se=x.seed_se,
-                text_se=x.text_se,
-                text_se_unpaired=x.text_se_unpaired,
-                half_width_unpaired=x.half_width_unpaired,
-            )
     elif why or why_base:
         inference = f"{c.test} ({why or why_base})"
     if k or k_base:
         p, shift = worst_rank_test(values, base_values, k, k_base, higher_is_better)
         c = replace(c, test="worst-rank" if math.isfinite(p) else "", p=p, shift=shift, p_tost=math.nan)
         inference = f"worst-rank, {ran} vs {base_ran} seeds (diverged ranked worst)"
-    return Evidence(c, inference, diverged=k, baseline_diverged=k_base, **extra)
+    return Evidence(c, inference, x, k, k_base)
 
 
 def has_units(metric: str) -> bool:

@@ -5,9 +5,10 @@ names factor A (levels a1, a2) and factor B (b1, b2). The sweep is cut into *sli
 ``--where``, and within it each combination of the other axes' values), so that the four cells of
 a contrast differ in A and B only. Per slice and metric, on the seeds run in all four cells: the
 cell means, the simple effects of B within a1 and a2 (descriptive), and the interaction contrast
-Δ_int = (y[a1,b1] - y[a1,b2]) - (y[a2,b1] - y[a2,b2]) per seed with its t interval, test, TOST
-and verdict (:mod:`~ablate.analysis.interaction_stats`), Holm-adjusted over the family. A seed
-without all four final values is left out of that contrast, and the ``left out`` column says why.
+Δ_int = (y[a1,b1] - y[a1,b2]) - (y[a2,b1] - y[a2,b2]) per seed (a seed's own offset, shared by its
+four cells, cancels) with its t interval, one-sample t-test, TOST (Schuirmann 1987) and verdict,
+Holm-adjusted over the family. A seed without all four final values is left out of that contrast,
+and the ``left out`` column says why.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats
 
-from ablate.analysis import interaction_stats, stats
+from ablate.analysis import stats
 from ablate.analysis.comparison import margin_for
 from ablate.analysis.job import Job, canonical, higher_is_better
 from ablate.analysis.markdown import fmt, format_ci, format_p
@@ -28,6 +31,7 @@ from ablate.analysis.specs import parse_baseline, where
 from ablate.analysis.tables import pick_metric
 
 FAMILIES = ("call", "table")
+NO_INTERACTION = "no interaction within"
 
 
 class DesignError(ValueError):
@@ -45,12 +49,41 @@ class Factor:
 
 
 @dataclass(frozen=True)
+class Interaction:
+    """A 2 x 2 design on the seeds run in all four cells: the cell means, the simple effects of B
+    within a1 and a2 (paired :func:`~ablate.analysis.stats.compare`, unadjusted), and the per-seed
+    contrast's mean ``delta``, t interval (df = n - 1), two-sided p and, with a margin, TOST p."""
+
+    seeds: tuple[int, ...]  # the seeds the contrast rests on: a finite value in every cell
+    left_out: tuple[int, ...]  # seeds given with a non-finite value in some cell (e.g. diverged)
+    means: tuple[float, ...]  # the four cell means over ``seeds``: a1b1, a1b2, a2b1, a2b2
+    within_a1: stats.Comparison
+    within_a2: stats.Comparison
+    delta: float
+    low: float
+    high: float
+    p: float
+    se: float
+    df: float
+    margin: float = math.nan  # δ of the TOST (NaN: none)
+    p_tost: float = math.nan
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def tested(self) -> bool:
+        return math.isfinite(self.p)
+
+
+@dataclass(frozen=True)
 class Contrast:
     """The interaction of one slice for one metric, and which seeds it left out, and why."""
 
     metric: str
     slice: str
-    result: interaction_stats.Interaction
+    result: Interaction
     left_out: str
 
 
@@ -150,8 +183,92 @@ def slices(sweep: Sweep, factors: tuple[Factor, Factor], wheres: Sequence[str | 
 # ----------------------------------------------------------------------------- the contrasts
 
 
+def interaction_contrasts(a1b1: np.ndarray, a1b2: np.ndarray, a2b1: np.ndarray, a2b2: np.ndarray) -> np.ndarray:
+    """Per seed (elementwise): (a1b1 - a1b2) - (a2b1 - a2b2)."""
+    return (a1b1 - a1b2) - (a2b1 - a2b2)
+
+
+def contrast_test(contrasts: np.ndarray, margin: float | None = None) -> tuple[Any, np.ndarray | float]:
+    """``scipy.stats.ttest_1samp`` of per-seed contrasts against 0 along the last axis and, with a
+    ``margin`` δ, the TOST p-value of |mean| < δ (NaN without one)."""
+    result = scipy_stats.ttest_1samp(contrasts, 0.0, axis=-1)
+    if margin is None:
+        return result, math.nan
+    lower = scipy_stats.ttest_1samp(contrasts, -margin, axis=-1, alternative="greater").pvalue
+    upper = scipy_stats.ttest_1samp(contrasts, margin, axis=-1, alternative="less").pvalue
+    p_tost = np.maximum(lower, upper)
+    return result, float(p_tost) if np.ndim(p_tost) == 0 else p_tost
+
+
+def interaction(
+    a1b1: Sequence[float],
+    a1b2: Sequence[float],
+    a2b1: Sequence[float],
+    a2b2: Sequence[float],
+    seeds: Sequence[int],
+    margin: float | None = None,
+) -> Interaction:
+    """The interaction contrast of four cells given per seed (``cell[i]`` is seed ``seeds[i]``'s
+    value); a seed with a non-finite value in any cell is left out of every statistic. Untested
+    (NaN p) with fewer than two seeds left or no spread of the contrasts."""
+    if margin is not None and not (math.isfinite(margin) and margin > 0):
+        raise ValueError(f"margin {margin!r}: the smallest difference of interest must be a positive number")
+    if any(len(cell) != len(seeds) for cell in (a1b1, a1b2, a2b1, a2b2)):
+        raise ValueError(f"each cell needs one value per seed ({len(seeds)} seeds)")
+    values = np.array([a1b1, a1b2, a2b1, a2b2], dtype=float).reshape(4, len(seeds))  # (4, 0) without seeds
+    kept = np.isfinite(values).all(axis=0)
+    used = tuple(int(s) for s, k in zip(seeds, kept) if k)
+    values = values[:, kept]
+    contrasts = interaction_contrasts(*values)
+    se = float(contrasts.std(ddof=1) / math.sqrt(len(contrasts))) if len(contrasts) >= 2 else math.nan
+    low = high = p = df = p_tost = math.nan
+    if len(contrasts) >= 2 and not se > 1e-12 * np.abs(values).max():  # identical contrasts up to rounding
+        se = 0.0  # t is undefined: untested, as compare() does
+    elif len(contrasts) >= 2:
+        result, equivalence = contrast_test(contrasts, margin)
+        ci = result.confidence_interval(stats.CONFIDENCE)
+        low, high, p_tost = float(ci.low), float(ci.high), float(equivalence)
+        p, df = float(result.pvalue), float(result.df)
+    return Interaction(
+        seeds=used,
+        left_out=tuple(int(s) for s, k in zip(seeds, kept) if not k),
+        means=tuple(float(c.mean()) if len(c) else math.nan for c in values),
+        within_a1=stats.compare(list(values[0]), list(values[1]), used, used),
+        within_a2=stats.compare(list(values[2]), list(values[3]), used, used),
+        delta=float(contrasts.mean()) if len(contrasts) else math.nan,
+        low=low,
+        high=high,
+        p=p,
+        se=se,
+        df=df,
+        margin=math.nan if margin is None else float(margin),
+        p_tost=p_tost,
+    )
+
+
+def interaction_verdict(
+    result: Interaction, p_adjusted: float, p_tost_adjusted: float = math.nan, alpha: float = stats.ALPHA
+) -> str:
+    """From the family-adjusted p-values, in the order of :func:`~ablate.analysis.stats.verdict`:
+    ``not tested (...)``; ``no interaction within ±δ`` (TOST, whatever the t-test says);
+    ``interaction``; else ``inconclusive``, never "no interaction". ``(left out k/n)``: seeds with
+    a non-finite value in some cell."""
+    given = result.n + len(result.left_out)
+    note = f"left out {len(result.left_out)}/{given}" if result.left_out else ""
+    if not result.tested:
+        why = "no seed spread" if result.se == 0 else f"n = {result.n} < 2"
+        return f"not tested ({why}" + (f"; {note})" if note else ")")
+    if p_tost_adjusted < alpha:
+        word = f"{NO_INTERACTION} ±{result.margin:g}"
+    elif p_adjusted < alpha:
+        word = "interaction"
+    else:
+        word = stats.INCONCLUSIVE
+    return word + (f" ({note})" if note else "")
+
+
 def cells(factors: tuple[Factor, Factor]) -> list[tuple[str, str]]:
-    """The four cells in the order of :func:`~ablate.analysis.interaction_stats.interaction`: a1b1, a1b2, a2b1, a2b2."""
+    """The four cells in the order of :func:`interaction`: a1b1, a1b2, a2b1, a2b2."""
     a, b = factors
     return [(x, y) for x in a.levels for y in b.levels]
 
@@ -180,7 +297,7 @@ def contrast(
     runs = list(by_cell.values())
     seeds = sorted(set.intersection(*(set(r) for r in runs)))
     a1b1, a1b2, a2b1, a2b2 = ([final_value(r[s], metric) for s in seeds] for r in runs)
-    result = interaction_stats.interaction(a1b1, a1b2, a2b1, a2b2, seeds, margin)
+    result = interaction(a1b1, a1b2, a2b1, a2b2, seeds, margin)
     reasons: dict[str, list[int]] = {}  # why -> the seeds left out for that reason
     for seed in result.left_out:
         bad = [(cell, r[seed]) for cell, r in by_cell.items() if not math.isfinite(final_value(r[seed], metric))]
@@ -260,7 +377,7 @@ def _row(c: Contrast, factors: tuple[Factor, Factor], p_holm: float, p_tost_holm
         row[f"{name} p"] = effect.p
     row.update(interaction=r.delta, interaction_ci_low=r.low, interaction_ci_high=r.high, se=r.se, df=r.df)
     row.update(p=r.p, p_holm=p_holm, margin=r.margin, p_tost=r.p_tost, p_tost_holm=p_tost_holm)
-    row["verdict"] = interaction_stats.interaction_verdict(r, p_holm, p_tost_holm, alpha)
+    row["verdict"] = interaction_verdict(r, p_holm, p_tost_holm, alpha)
     return row
 
 
