@@ -1,27 +1,15 @@
 """One inference engine for every verdict: the table of ``summarize.py --baseline`` calls
-:func:`analyse` (one comparison on the seeds given), never a test of its own. The design is fixed:
-the seeds are chosen before the data (how many: the planner, :func:`ablate.analysis.stats.seeds_for`),
-and a declared verdict rests on at least :data:`MIN_SEEDS` seed pairs and :data:`MIN_BLOCKS` held-out
-text blocks.
+:func:`analyse`, never a test of its own. The design is fixed (the seeds chosen before the data;
+how many: :func:`ablate.analysis.stats.seeds_for`). Variant - baseline on the final metric is:
 
-What one comparison rests on (:func:`analyse`), variant - baseline on the final ``metric``:
+* when a seed of either arm diverged, the worst-rank test over every seed that ran
+  (:func:`~ablate.analysis.divergence.worst_rank_test`), Δ the surviving pairs' and no equivalence
+  claimed: dropping the diverged seeds made a variant that diverged in 3 of 10 seeds ``better``;
+* else, with per-window test losses for every completed seed (``test/loss*``, ``test/bpb*``), the
+  crossed seed x held-out block analysis (:mod:`~ablate.analysis.crossed`);
+* else the paired t-test over the shared seeds (Welch's without two): the text is then fixed.
 
-* **Divergence is an outcome.** When a seed of either arm diverged, the row's one difference test
-  is the worst-rank test over every seed that ran (a diverged run ranked worst, Lachin 1999;
-  exact permutation distribution, :func:`~ablate.analysis.divergence.worst_rank_test`); Δ and its
-  interval are the surviving pairs' (descriptive), and no equivalence is claimed (a diverged run
-  is within δ of nothing). No seed is dropped: dropping made a variant that diverged in 3 of 10
-  seeds ``better``.
-* **Seeds and text both random.** Else, with per-window test losses for every completed seed of
-  both arms (``test/loss*``, ``test/bpb*``), the crossed seed x text analysis
-  (:mod:`~ablate.analysis.crossed`) with the **held-out block** as the text unit
-  (:func:`ablate.eval_units.text_groups`): its interval is one for the mean difference over
-  seeds *and* held-out text (not a prediction for one new run).
-* Else the paired t-test over the shared seeds (Welch's without two): the text is then fixed, and
-  the verdict is about this passage only (``summarize.py`` never labels it declared).
-
-The error rates these promise are measured by the simulations beside the package
-(``benchmarks/verdicts/``, ``python -m benchmarks.verdicts.simulate``).
+The error rates are measured by ``python -m benchmarks.verdicts.simulate``.
 """
 
 from __future__ import annotations
@@ -44,8 +32,7 @@ MIN_BLOCKS = 4
 
 @dataclass(frozen=True)
 class Outcome:
-    """One seed of one arm: how its run ended, its final metric (NaN unless completed) and its
-    per-window test losses when it saved them."""
+    """One seed of one arm: how its run ended, its final metric and its per-window test losses."""
 
     seed: int | None
     status: str  # completed | diverged | crashed | incomplete
@@ -114,8 +101,7 @@ def analyse(
     margin: float | None = None,
     per_window: bool = True,
 ) -> Evidence:
-    """Variant - baseline on the seeds given (the module docstring: worst-rank when a seed
-    diverged, else crossed seed x block, else paired / Welch). ``per_window=False``: the final
+    """Variant - baseline on the seeds given (module docstring). ``per_window=False``: the final
     values only (a metric at a matched budget has no per-window losses)."""
     per_window = per_window and has_units(metric)
     good, base_good = _usable(variant), _usable(baseline)
@@ -155,9 +141,8 @@ def has_units(metric: str) -> bool:
 
 
 def outcomes(jobs: Sequence, metric: str, value: Callable | None = None) -> list[Outcome]:
-    """The :class:`Outcome` of each job (:class:`ablate.analysis.job.Job`) on ``metric``: its
-    final value (or ``value(job)``, e.g. at a matched budget) when completed, its per-window test
-    losses for a ``test/loss*`` / ``test/bpb*`` metric."""
+    """The :class:`Outcome` of each job on ``metric``: its final value (or ``value(job)``, e.g. at a
+    matched budget) when completed, and its per-window test losses."""
     from ablate.eval_units import metric_tag
 
     with_units = has_units(metric)

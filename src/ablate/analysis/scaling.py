@@ -72,18 +72,6 @@ class Curve:
         self.check()
         return fit_power_law(np.array(self.compute), np.array(self.loss))
 
-    def resample(self, rng: np.random.Generator) -> Curve:
-        """The same scales, each with its seeds drawn with replacement."""
-        out = Curve(self.label, self.axes)
-        scale = np.array(self.scale)
-        for name in self.scales():
-            index = np.flatnonzero(scale == name)
-            for i in rng.choice(index, size=len(index), replace=True):
-                out.scale.append(name)
-                out.compute.append(self.compute[i])
-                out.loss.append(self.loss[i])
-        return out
-
     def noise_sd(self) -> tuple[float, int]:
         """The seed-to-seed sd pooled over the scales (sum of squared deviations from each scale's
         mean over sum of (seeds - 1)) and its degrees of freedom; (NaN, 0) with one seed per scale."""
