@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from ablate.analysis import budget
-from ablate.analysis.convergence import LATE_FRACTION, LATE_METRIC, STALL_TOLERANCE
+from ablate.analysis.convergence import LATE_FRACTION, LATE_METRIC, STALL_METRIC, STALL_TOLERANCE
 from ablate.analysis.job import higher_is_better
 from ablate.analysis.runs import Sweep
 from ablate.analysis.stats import NOT_TRAINED
@@ -126,7 +126,12 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     diverging = bool(frame["diverged"].sum())
     crossed = bool((frame["test"] == "crossed").any())
     choices = frame.attrs.get("lr_choice") or {}
-    header = _baseline_header([names[a] for a in sweep.axes], column, bool(choices), crossed, margin, diverging)
+    header = [names[a] for a in sweep.axes] + (["tuned LR"] if choices else [])
+    header += ["seeds", "n", column, "95% CI", "Δ vs baseline", "Δ 95% CI", "Δ on", "p", "p (Holm)"]
+    header += ["seed SE", "text SE"] if crossed else []
+    header += [f"p equiv ±{margin:g} (Holm)"] if margin is not None else []
+    header += ["diverged (95% CI)"] if diverging else []
+    header += ["MDE (80%, α/m)", "verdict"]
     left = ("seeds", "Δ on", "verdict", "diverged (95% CI)", "tuned LR")
     align = [" --- " if i < len(sweep.axes) or name in left else " ---: " for i, name in enumerate(header)]
     lines = [
@@ -164,22 +169,6 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     return "\n".join(lines) + "\n\n" + baseline_legend(frame, sweep)
 
 
-def _baseline_header(
-    axes: list[str], column: str, tuned: bool, crossed: bool, margin: float | None, diverging: bool
-) -> list[str]:
-    """The columns of :func:`baseline_table`: the axes, then those its rows need."""
-    header = (
-        axes
-        + (["tuned LR"] if tuned else [])
-        + ["seeds", "n", column, "95% CI", "Δ vs baseline", "Δ 95% CI", "Δ on", "p", "p (Holm)"]
-    )
-    header += ["seed SE", "text SE"] if crossed else []
-    header += [f"p equiv ±{margin:g} (Holm)"] if margin is not None else []
-    header += ["diverged (95% CI)"] if diverging else []
-    header += ["MDE (80%, α/m)", "verdict"]
-    return header
-
-
 METHODS = "docs/analysis.md"  # where every column, test and verdict of the table is explained
 
 
@@ -210,7 +199,7 @@ def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
         )
     if bool(frame["stalled"].sum()):
         notes.append(
-            f"stalled k/n: completed seeds whose final {STALL_METRIC_TEXT} is within {STALL_TOLERANCE:.0%} of "
+            f"stalled k/n: completed seeds whose final {STALL_METRIC} is within {STALL_TOLERANCE:.0%} of "
             "their first validation's (they never left the starting plateau); their values are in the test."
         )
     if frame["verdict"].astype(str).str.startswith(NOT_TRAINED).any():
@@ -267,11 +256,9 @@ TEXT_DOMINATED_BLOCKS = 4  # at or below this many held-out blocks, a text-domin
 
 
 def _text_dominated(cross: pd.DataFrame) -> str | None:
-    """A caution where the crossed test runs liberal, at any alpha: 4 or fewer held-out blocks, 5 or
-    more seeds and a text SE above the seed SE (Satterthwaite's df run high when the 3 block df carry
-    the variance; benchmarks/verdicts/README.md: with 10 seeds, 5.4-5.9% false better/worse at alpha
-    5%, 1.3-1.8 times its level at 1%). One rule whatever the family's size: a fixed table of one comparison at
-    5.97% had no caution while a large family did. A screen, not a measurement."""
+    """A caution where the crossed test runs liberal, at any alpha: <= 4 held-out blocks, >= 5 seeds
+    and a text SE above the seed SE (Satterthwaite's df run high when the 3 block df carry the
+    variance; benchmarks/verdicts/README.md). One rule whatever the family's size. A screen."""
     risky = cross[
         (cross["text_blocks"] <= TEXT_DOMINATED_BLOCKS) & (cross["pairs"] >= 5) & (cross["text_se"] > cross["seed_se"])
     ]
@@ -319,9 +306,6 @@ def _verdicts_note(margin: float | None) -> str:
         )
         + '. Neither is "no difference".'
     )
-
-
-STALL_METRIC_TEXT = "val/loss"
 
 
 def legend(frame: pd.DataFrame, sweep: Sweep) -> str:

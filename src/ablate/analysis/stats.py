@@ -95,12 +95,6 @@ class Comparison:
         return self.test != "" and math.isfinite(self.p)
 
 
-def shared_seeds(variant_seeds: Sequence[int | None], baseline_seeds: Sequence[int | None]) -> list[int]:
-    """Seeds that occur exactly once on each side (the pairs of a paired test), in order."""
-    once = [s for s in variant_seeds if s is not None and list(variant_seeds).count(s) == 1]
-    return [s for s in once if list(baseline_seeds).count(s) == 1]
-
-
 def compare(
     variant: Sequence[float],
     baseline: Sequence[float],
@@ -139,8 +133,9 @@ def _finite_pairs(variant, baseline, variant_seeds, baseline_seeds) -> list[tupl
         return []
     v = {s: x for s, x in zip(variant_seeds, variant) if s is not None and x is not None and math.isfinite(x)}
     b = {s: x for s, x in zip(baseline_seeds, baseline) if s is not None and x is not None and math.isfinite(x)}
-    seeds = shared_seeds([s for s in variant_seeds if s in v], [s for s in baseline_seeds if s in b])
-    return [(s, v[s], b[s]) for s in seeds]
+    mine, theirs = [s for s in variant_seeds if s in v], [s for s in baseline_seeds if s in b]
+    # the pairs: seeds that occur exactly once on each side, in order
+    return [(s, v[s], b[s]) for s in mine if mine.count(s) == 1 and theirs.count(s) == 1]
 
 
 def _test(

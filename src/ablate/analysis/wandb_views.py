@@ -295,9 +295,3 @@ def read_spec(path: Path) -> dict[str, Any]:
     if spec.get("version") != SPEC_VERSION:
         raise ValueError(f"{path}: workspace spec version {spec.get('version')!r}, expected {SPEC_VERSION}")
     return spec
-
-
-# ------------------------------------------------------------- wandb-workspaces
-
-
-# ------------------------------------------------------------------ analysis run

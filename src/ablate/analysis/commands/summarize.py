@@ -212,33 +212,24 @@ def from_plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     args.equivalence = list(plan.equivalence) or None
 
 
-def load_wandb_sweep(project_path: str, group: str):
-    # imported only here: reading W&B pulls in wandb and Lightning, which a local summary does not need
-    from ablate.analysis.wandb_group import load_wandb_group
-
-    return load_wandb_group(project_path, group)
-
-
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "=.-" else "_" for c in text)
 
 
 def load(args: argparse.Namespace):
     """The sweep (local or W&B); on a tune=lr sweep each variant at its tuned rate, and a note saying so."""
-    full = load_wandb_sweep(args.wandb, args.group) if args.wandb else load_sweep(args.sweep_dir)
-    if args.sweep_dir and not args.all_lrs:
-        return at_tuned_rates(full, args.sweep_dir)
-    return full, None
+    if args.wandb:  # imported only here: reading W&B pulls in wandb and Lightning
+        from ablate.analysis.wandb_group import load_wandb_group
 
-
-def out_dir(args: argparse.Namespace) -> Path:
-    return Path(args.out or (args.sweep_dir if args.sweep_dir else Path("logs") / "summaries" / args.group))
+        return load_wandb_group(args.wandb, args.group), None
+    full = load_sweep(args.sweep_dir)
+    return (full, None) if args.all_lrs else at_tuned_rates(full, args.sweep_dir)
 
 
 def writable_out(args: argparse.Namespace) -> Path:
     """The folder the tables go to, once it is known to take files (a read-only sweep folder is
     named with the option that sends them elsewhere, not met as an OSError traceback)."""
-    out = out_dir(args)
+    out = Path(args.out or (args.sweep_dir if args.sweep_dir else Path("logs") / "summaries" / args.group))
     problem = folder_problem(out)
     if problem:
         argument_error(f"the tables go to {out}, but {problem}: write them elsewhere with --out DIR")
