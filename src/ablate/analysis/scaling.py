@@ -1,26 +1,16 @@
-"""Effective compute multiplier: how much training compute a variant is worth, from loss-vs-compute curves.
-
-Each variant is trained at several sizes (the *scale* axis of the sweep) with several seeds; per
-variant the final loss against training compute C is fitted with a saturating power law
-L(C) = E + A * C^(-alpha) (Kaplan et al. 2020; Hoffmann et al. 2022, Eq. 2, in compute only;
-:mod:`~ablate.analysis.power_law`). The multiplier of a variant over the baseline at compute C is
-the compute the baseline needs to reach the variant's fitted loss, divided by C::
+"""Effective compute multiplier: how much training compute a variant is worth. Per variant, the
+final loss of each (scale, seed) job against training compute C is fitted with L(C) = E + A
+C^(-alpha) (Kaplan et al. 2020; Hoffmann et al. 2022, Eq. 2; :mod:`~ablate.analysis.power_law`);
+the multiplier at C is the compute the baseline needs to reach the variant's fitted loss over C::
 
     m(C) = C_b / C,   C_b = (A_b / (L_v(C) - E_b))^(1/alpha_b)
 
-reported at the largest compute the variant was measured at (infinite when the variant's loss is
-at or below the baseline's asymptote E_b). A three-parameter law needs three scales per curve.
-
-Confidence interval: a percentile bootstrap of the whole pipeline (Efron & Tibshirani 1993,
-ch. 13 and 6.5), every replicate refitting both curves. ``parametric`` (default) draws Gaussian
-noise around the fitted curves with each curve's pooled seed-to-seed sd, itself redrawn per
-replicate as s·sqrt(df / chi2_df) so that an sd from 3 seeds widens the interval as a t quantile
-would (with three scales the fit has no residual df: the seeds are the only noise estimate);
-``seeds`` resamples the seeds jointly (same seed, same data order), which with 3 seeds has only 10
-distinct resamples, hence not the default. At the GLU ladder's shape (3 sizes x 3 seeds) the
-parametric 95% interval covers the truth in >= 93% of simulated sweeps (tests/analysis/test_stats.py).
-A multiplier whose baseline compute lies beyond the measured range rests on the fitted law
-outside the data: :attr:`Multiplier.extrapolation` says so.
+at the variant's largest measured compute (infinite at or below E_b). Interval: a percentile
+bootstrap of the whole pipeline (Efron & Tibshirani 1993, ch. 13 and 6.5). ``parametric`` draws
+noise around the fits with each curve's pooled seed-to-seed sd, redrawn as s·sqrt(df / chi2_df)
+so that an sd from 3 seeds widens it as a t quantile would (3 scales leave the fit no residual
+df); ``seeds`` resamples the seeds jointly (3 seeds: 10 distinct resamples, hence not the
+default). At 3 sizes x 3 seeds the parametric 95% interval covers >= 93% (tests/analysis/test_stats.py).
 """
 
 from __future__ import annotations
@@ -46,8 +36,7 @@ def multiplier(variant: PowerLaw, baseline: PowerLaw, compute: float) -> float:
 
 @dataclass
 class Curve:
-    """The (scale, seed) points of one variant: scale label, compute and final loss per completed seed,
-    plus the seeds that have no final value (diverged, crashed, unfinished), by scale."""
+    """The (scale, seed) points of one variant, and the statuses of its jobs without a final value."""
 
     label: str
     axes: dict[str, str | None] = field(default_factory=dict)  # the variant's values of the non-scale axes
@@ -73,8 +62,7 @@ class Curve:
         return fit_power_law(np.array(self.compute), np.array(self.loss))
 
     def noise_sd(self) -> tuple[float, int]:
-        """The seed-to-seed sd pooled over the scales (sum of squared deviations from each scale's
-        mean over sum of (seeds - 1)) and its degrees of freedom; (NaN, 0) with one seed per scale."""
+        """The seed-to-seed sd pooled over the scales and its df; (NaN, 0) with one seed per scale."""
         scale, loss = np.array(self.scale), np.array(self.loss, dtype=float)
         ss, df = 0.0, 0
         for name in self.scales():
@@ -86,9 +74,8 @@ class Curve:
 
 @dataclass(frozen=True)
 class Multiplier:
-    """The multiplier of ``variant`` over ``baseline`` at ``compute`` with its bootstrap interval;
-    ``extrapolation``: why the answer rests on the baseline's law beyond its measured computes
-    (empty when it does not)."""
+    """The multiplier of ``variant`` over ``baseline`` at ``compute``, its bootstrap interval, and why
+    it rests on the baseline's law beyond its measured computes (``extrapolation``; empty: it does not)."""
 
     variant: str
     baseline: str
@@ -152,14 +139,12 @@ def bootstrap(
     compute: float,
     n_boot: int = 1000,
     seed: int = 0,
-    confidence: float = 0.95,
     method: str = "parametric",
     shared_E: bool = False,
     fits: tuple[PowerLaw, PowerLaw] | None = None,
 ) -> tuple[float, float, int]:
-    """Percentile bootstrap interval of the multiplier at ``compute`` (module docstring: the
-    ``parametric`` and the joint ``seeds`` bootstrap), and the number of replicates whose fit
-    failed (left out of the quantiles). Reproducible: ``numpy.random.default_rng(seed)``."""
+    """Percentile 95% bootstrap interval of the multiplier at ``compute`` (module docstring), and how
+    many replicate fits failed (left out). Reproducible: ``numpy.random.default_rng(seed)``."""
     if method not in METHODS:
         raise ValueError(f"method={method!r}: use one of {', '.join(METHODS)}")
     rng = np.random.default_rng(seed)
@@ -195,15 +180,14 @@ def bootstrap(
             values.append(value)
     if not values:
         return math.nan, math.nan, failed
-    tail = (1 - confidence) / 2
+    tail = (1 - 0.95) / 2  # the 95% interval's two tails
     low, high = np.quantile(np.array(values), [tail, 1 - tail], method="inverted_cdf")
     return float(low), float(high), failed
 
 
 def extrapolation(value: float, high: float, compute: float, baseline: Curve) -> str:
-    """Why the multiplier at ``compute`` rests on the baseline's law beyond the computes it was
-    measured at (``""`` when it does not): the baseline would need more (or less) compute than it
-    was trained with to reach the variant's loss, for the estimate or the interval's upper end."""
+    """Why the multiplier at ``compute`` (or the interval's upper end) needs the baseline's law beyond
+    the computes it was measured at, or ``""``."""
     top, bottom = max(baseline.compute), min(baseline.compute)
     if compute > top * (1 + 1e-9):
         return f"C* = {compute:.3g} is beyond the baseline's largest measured compute {top:.3g}"
@@ -228,16 +212,14 @@ def compute_multiplier(
     baseline: Curve,
     n_boot: int = 1000,
     seed: int = 0,
-    confidence: float = 0.95,
     method: str = "parametric",
     shared_E: bool = False,
 ) -> Multiplier:
-    """The multiplier at the variant's largest measured compute, with its bootstrap interval and
-    its extrapolation flag."""
+    """The multiplier at the variant's largest measured compute, its interval and extrapolation flag."""
     variant_fit, baseline_fit = fit_pair(variant, baseline, shared_E)
     at = float(max(variant.compute))
     low, high, failed = (
-        bootstrap(variant, baseline, at, n_boot, seed, confidence, method, shared_E, (variant_fit, baseline_fit))
+        bootstrap(variant, baseline, at, n_boot, seed, method, shared_E, (variant_fit, baseline_fit))
         if n_boot
         else (math.nan, math.nan, 0)
     )
