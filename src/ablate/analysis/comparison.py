@@ -281,34 +281,12 @@ def _untrained(frame: pd.DataFrame) -> np.ndarray:
 
 def _judge(row: pd.Series, better_up: bool, alpha: float, m: int) -> tuple[str, float]:
     """One compared row's verdict (:func:`ablate.analysis.stats.verdict`) and its MDE at alpha/m (NaN: no t test)."""
-    comparison = stats.Comparison(
-        row["diff"],
-        row["diff_ci_low"],
-        row["diff_ci_high"],
-        row["p"],
-        row["test"] if isinstance(row["test"], str) else "",
-        row["se"],
-        row["df"],
-        int(row["n_variant"]),
-        int(row["n_baseline"]),
-        int(row["pairs"]),
-        row["margin"],
-        row["p_tost"],
-        shift=row["shift"],
-    )
+    test = row["test"] if isinstance(row["test"], str) else ""
+    difference = (row["diff"], row["diff_ci_low"], row["diff_ci_high"], row["p"], test, row["se"], row["df"])
+    counts = (int(row["n_variant"]), int(row["n_baseline"]), int(row["pairs"]))
+    comparison = stats.Comparison(*difference, *counts, row["margin"], row["p_tost"], shift=row["shift"])
     tested = comparison.tested and comparison.test != "worst-rank"
     mde = stats.mde(row["se"], row["df"], alpha / max(m, 1)) if tested else math.nan
-    verdict = stats.verdict(
-        comparison,
-        row["p_holm"],
-        better_up,
-        int(row["diverged"]),
-        int(row["seeds"]),
-        int(row["baseline_diverged"]),
-        int(row["baseline_seeds"]),
-        alpha,
-        p_tost_adjusted=row["p_tost_holm"],
-        stalled=int(row["stalled"]),
-        completed=int(row["completed"]),
-    )
-    return verdict, mde
+    seeds = (int(row["diverged"]), int(row["seeds"]), int(row["baseline_diverged"]), int(row["baseline_seeds"]))
+    stalled = (int(row["stalled"]), int(row["completed"]))
+    return stats.verdict(comparison, row["p_holm"], better_up, *seeds, alpha, row["p_tost_holm"], *stalled), mde

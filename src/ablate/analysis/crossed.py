@@ -150,19 +150,7 @@ def crossed(
     se = math.sqrt(var)
     crit = stats.t.ppf(0.975, df)
     unpaired = math.sqrt((arms["variant"].var(ddof=1) + arms["baseline"].var(ddof=1)) / n_t) if n_t > 1 else math.nan
-    return CrossedResult(
-        diff=mean,
-        low=mean - crit * se,
-        high=mean + crit * se,
-        p=p,
-        se=se,
-        df=df,
-        seed_se=math.sqrt(ms_s / (n_s * n_t)),
-        text_se=math.sqrt(ms_t / (n_s * n_t)) if n_t > 1 else math.nan,
-        text_se_unpaired=unpaired,
-        n_seeds=n_s,
-        n_units=n_t,
-        seeds=seeds,
-        p_tost=p_tost,
-        margin=math.nan if margin is None else float(margin),
-    )
+    low, high = mean - crit * se, mean + crit * se
+    seed_se, text_se = math.sqrt(ms_s / (n_s * n_t)), math.sqrt(ms_t / (n_s * n_t)) if n_t > 1 else math.nan
+    delta = math.nan if margin is None else float(margin)
+    return CrossedResult(mean, low, high, p, se, df, seed_se, text_se, unpaired, n_s, n_t, seeds, p_tost, delta)

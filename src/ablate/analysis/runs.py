@@ -199,16 +199,8 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
 
     at_rate = [job for job in sweep.jobs if matching(job)]
     kept = [job for job in at_rate if job.seed is None or not any(str(job.seed) in held for held in matching(job))]
-    held_out = (
-        ",".join(
-            sorted(
-                every
-                | {str(v["selection_seed"]) for v in tuning.get("variants", []) if v.get("selection_seed") is not None},
-                key=str,
-            )
-        )
-        or None
-    )
+    own = {str(v["selection_seed"]) for v in tuning.get("variants", []) if v.get("selection_seed") is not None}
+    held_out = ",".join(sorted(every | own, key=str)) or None
     dropped, selection = len(sweep.jobs) - len(at_rate), len(at_rate) - len(kept)
     # the seeds the kept jobs have, not lr_tuning.json's "seeds": that list is the last command's,
     # and a sweep finished by several commands (a few seeds each) has more

@@ -223,20 +223,9 @@ def compute_multiplier(
         if n_boot
         else (math.nan, math.nan, 0)
     )
-    value = multiplier(variant_fit, baseline_fit, at)
+    value, loss = multiplier(variant_fit, baseline_fit, at), float(variant_fit.loss(at))
+    fits = (variant_fit, baseline_fit)
+    flag = extrapolation(value, high, at, baseline)
     return Multiplier(
-        variant.label,
-        baseline.label,
-        at,
-        float(variant_fit.loss(at)),
-        value,
-        low,
-        high,
-        n_boot,
-        failed,
-        variant_fit,
-        baseline_fit,
-        method,
-        shared_E,
-        extrapolation(value, high, at, baseline),
+        variant.label, baseline.label, at, loss, value, low, high, n_boot, failed, *fits, method, shared_E, flag
     )

@@ -150,21 +150,8 @@ def _test(
     ci = result.confidence_interval(CONFIDENCE)
     df = float(result.df)
     p_tost = float(tost(v, b, delta, paired)) if margin is not None else math.nan
-    return Comparison(
-        diff,
-        float(ci.low),
-        float(ci.high),
-        float(result.pvalue),
-        name,
-        se,
-        df,
-        len(v),
-        len(b),
-        n_pairs,
-        delta,
-        p_tost,
-        seeds,
-    )
+    low, high, p = float(ci.low), float(ci.high), float(result.pvalue)
+    return Comparison(diff, low, high, p, name, se, df, len(v), len(b), n_pairs, delta, p_tost, seeds)
 
 
 def tost(variant: np.ndarray, baseline: np.ndarray, margin: float, paired: bool) -> np.ndarray | float:
