@@ -229,21 +229,13 @@ def interaction(
         ci = result.confidence_interval(stats.CONFIDENCE)
         low, high, p_tost = float(ci.low), float(ci.high), float(equivalence)
         p, df = float(result.pvalue), float(result.df)
-    return Interaction(
-        seeds=used,
-        left_out=tuple(int(s) for s, k in zip(seeds, kept) if not k),
-        means=tuple(float(c.mean()) if len(c) else math.nan for c in values),
-        within_a1=stats.compare(list(values[0]), list(values[1]), used, used),
-        within_a2=stats.compare(list(values[2]), list(values[3]), used, used),
-        delta=float(contrasts.mean()) if len(contrasts) else math.nan,
-        low=low,
-        high=high,
-        p=p,
-        se=se,
-        df=df,
-        margin=math.nan if margin is None else float(margin),
-        p_tost=p_tost,
-    )
+    left_out = tuple(int(s) for s, k in zip(seeds, kept) if not k)
+    means = tuple(float(c.mean()) if len(c) else math.nan for c in values)
+    within_a1 = stats.compare(list(values[0]), list(values[1]), used, used)
+    within_a2 = stats.compare(list(values[2]), list(values[3]), used, used)
+    delta = float(contrasts.mean()) if len(contrasts) else math.nan
+    delta_margin = math.nan if margin is None else float(margin)
+    return Interaction(used, left_out, means, within_a1, within_a2, delta, low, high, p, se, df, delta_margin, p_tost)
 
 
 def interaction_verdict(

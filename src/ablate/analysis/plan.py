@@ -19,7 +19,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -521,6 +521,20 @@ def earlier_plans(declaration: Declaration) -> list[str]:
         for e in before
     )
     return [f"Earlier plans for this comparison in the ledger ({len(before)}): {listed}."]
+
+
+def standing(sweep_dir: str, undeclared: str, exploratory: str, problem: Callable[[Declaration], str | None]) -> str:
+    """One line on whether an analysis is the one the plan of ``sweep_dir`` declared: ``problem`` says
+    why an intact plan does not cover it (None: it does)."""
+    try:
+        declaration = read_plan(sweep_dir)
+    except PlanError as err:
+        return f"Analysis plan: exploratory ({err})."
+    if declaration is None:
+        return undeclared
+    why = problem(declaration) if declaration.intact else str(declaration.problem)
+    stamp = f"{declaration.path.name}, sha256 {declaration.sha256[:12]}, {declaration.declared_at}"
+    return f"Analysis plan ({stamp}): " + ("declared." if why is None else f"{exploratory} ({why}).")
 
 
 def check_rows(declaration: Declaration | None, call: Call) -> tuple[dict, list[str]]:

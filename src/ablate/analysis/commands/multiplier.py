@@ -196,37 +196,29 @@ def notes(args: argparse.Namespace, results: list[Multiplier]) -> str:
 
 def plan_standing(args: argparse.Namespace) -> str:
     """Whether this multiplier is the one the sweep's analysis plan declared (``scripts/declare.py
-    --multiplier-scale-key``): the same baseline, metric, size axis, interval and asymptote, the
-    plan intact; else it is exploratory, and the line says why."""
-    from ablate.analysis.plan import PlanError, read_plan
+    --multiplier-scale-key``): the same baseline, metric, size axis, interval and asymptote."""
+    from ablate.analysis.plan import Declaration, standing
     from ablate.analysis.specs import parse_baseline
 
-    try:
-        declaration = read_plan(args.sweep_dir[0])
-    except PlanError as err:
-        return f"Analysis plan: exploratory ({err})."
-    if declaration is None:
-        return "Analysis plan: none declared (scripts/declare.py): this multiplier is exploratory."
-    declared = declaration.plan.extra.get("multiplier")
     asked = {
         "metric": args.metric,
         "scale_key": args.scale_key,
         "ci": args.ci,
         "shared_asymptote": bool(args.shared_asymptote),
     }
-    why = None
-    if not declaration.intact:
-        why = str(declaration.problem)
-    elif not declared:
-        why = "the plan declares no compute multiplier"
-    elif parse_baseline(str(declaration.plan.baseline)) != parse_baseline(args.baseline):
-        why = f"the baseline is not the plan's ({declaration.plan.baseline})"
-    else:
-        why = next(
+
+    def problem(declaration: Declaration) -> str | None:
+        declared = declaration.plan.extra.get("multiplier")
+        if not declared:
+            return "the plan declares no compute multiplier"
+        if parse_baseline(str(declaration.plan.baseline)) != parse_baseline(args.baseline):
+            return f"the baseline is not the plan's ({declaration.plan.baseline})"
+        return next(
             (f"{k}={asked[k]} is not the plan's {declared.get(k)}" for k in asked if declared.get(k) != asked[k]), None
         )
-    stamp = f"{declaration.path.name}, sha256 {declaration.sha256[:12]}, {declaration.declared_at}"
-    return f"Analysis plan ({stamp}): " + ("declared." if why is None else f"exploratory ({why}).")
+
+    none = "Analysis plan: none declared (scripts/declare.py): this multiplier is exploratory."
+    return standing(args.sweep_dir[0], none, "exploratory", problem)
 
 
 def pooled_sweep(sweep_dirs: list[str]) -> tuple[Sweep, list[str], list[str]]:

@@ -26,7 +26,7 @@ from ablate.analysis.comparison import adjust_family
 from ablate.analysis.interaction import DesignError, interaction_markdown, interaction_table
 from ablate.analysis.markdown import markdown_table, write_summary
 from ablate.analysis.paper import load_paper
-from ablate.analysis.plan import PlanError, read_plan
+from ablate.analysis.plan import Declaration, PlanError, read_plan, standing
 from ablate.analysis.protocol import label_plan
 from ablate.analysis.runs import at_tuned_rates, load_sweep, tuned_choices
 from ablate.analysis.specs import where
@@ -298,23 +298,20 @@ def interaction_standing(args: argparse.Namespace) -> str:
     --interaction): the same two axes, metrics, margin and slices, the plan intact; else exploratory."""
     if not args.sweep_dir:
         return ""
-    try:
-        declaration = read_plan(args.sweep_dir)
-    except PlanError as err:
-        return f"Analysis plan: exploratory ({err})."
-    if declaration is None:
-        return "No analysis plan is declared for this sweep (scripts/declare.py): every verdict here is exploratory."
-    plan, metrics = declaration.plan, args.metric or []
-    checks = [
-        (declaration.intact, str(declaration.problem)),
-        (plan.extra.get("interaction") == list(args.interaction), "the plan declares another (or no) interaction"),
-        (set(metrics) == set(plan.metrics), "the metrics are not the plan's"),
-        (all(args.margin == plan.margin_for(m) for m in metrics), "the margin is not the plan's"),
-        (list(args.where or []) == list(plan.where), "the slices are not the plan's"),
-    ]
-    why = next((reason for ok, reason in checks if not ok), None)
-    stamp = f"{declaration.path.name}, sha256 {declaration.sha256[:12]}, {declaration.declared_at}"
-    return f"Analysis plan ({stamp}): " + ("declared." if why is None else f"every verdict exploratory ({why}).")
+    metrics = args.metric or []
+
+    def problem(declaration: Declaration) -> str | None:
+        plan = declaration.plan
+        checks = [
+            (plan.extra.get("interaction") == list(args.interaction), "the plan declares another (or no) interaction"),
+            (set(metrics) == set(plan.metrics), "the metrics are not the plan's"),
+            (all(args.margin == plan.margin_for(m) for m in metrics), "the margin is not the plan's"),
+            (list(args.where or []) == list(plan.where), "the slices are not the plan's"),
+        ]
+        return next((reason for ok, reason in checks if not ok), None)
+
+    none = "No analysis plan is declared for this sweep (scripts/declare.py): every verdict here is exploratory."
+    return standing(args.sweep_dir, none, "every verdict exploratory", problem)
 
 
 def write_interaction(args: argparse.Namespace) -> None:
@@ -333,16 +330,6 @@ def write_interaction(args: argparse.Namespace) -> None:
     csv_path, md_path = write_tables(frame, table, writable_out(args), name="interaction")
     print(table)
     print(f"wrote {csv_path} and {md_path}")
-
-
-def verdict_notes(args: argparse.Namespace, tables: list) -> list[str]:
-    """With --baseline: each row labelled declared or exploratory against the sweep's analysis
-    plan; the notes saying so."""
-    if not args.baseline:
-        return []
-    return label_plan(
-        args.sweep_dir, tables, args.baseline, args.basis, args.family == "call", tuple(args.equivalence or ())
-    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -367,7 +354,12 @@ def main(argv: list[str] | None = None) -> None:
         if args.baseline and args.family == "call" and len(tables) > 1:
             frames = adjust_family([frame for _, _, frame, _ in tables])
             tables = [(s, m, frame, sweep) for (s, m, _, sweep), frame in zip(tables, frames, strict=True)]
-        notes = verdict_notes(args, tables) + run_notes(full, metrics)
+        notes = run_notes(full, metrics)
+        if args.baseline:  # each row labelled declared or exploratory against the sweep's plan
+            equivalence = tuple(args.equivalence or ())
+            notes[:0] = label_plan(
+                args.sweep_dir, tables, args.baseline, args.basis, args.family == "call", equivalence
+            )
     except (OSError, ValueError) as err:  # missing files, bad input, W&B unreachable (ConnectionError)
         fail(err)
     report_skipped(full.notes)
