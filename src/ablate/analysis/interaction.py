@@ -147,9 +147,8 @@ def parse_design(sweep: Sweep, specs: Sequence[str], wheres: Sequence[str | None
 
 
 def set_per_cell(jobs: Sequence[Job], factors: tuple[Factor, Factor], axis: str) -> bool:
-    """Whether ``axis`` is a setting of each cell rather than a factor crossed with A and B: it
-    varies, but every cell of A x B has one value of it. A ``tune=lr`` sweep's learning rate is
-    one (each variant at its own tuned rate): slicing on it would leave every slice with one cell."""
+    """Whether ``axis`` varies but every cell of A x B has one value of it (a ``tune=lr`` sweep's rate):
+    slicing on it would leave every slice with one cell."""
     a, b = factors
     per_cell: dict[tuple[str | None, str | None], set[str | None]] = {}
     for job in jobs:
@@ -159,10 +158,8 @@ def set_per_cell(jobs: Sequence[Job], factors: tuple[Factor, Factor], axis: str)
 
 
 def slices(sweep: Sweep, factors: tuple[Factor, Factor], wheres: Sequence[str | None]) -> list[tuple[str, list[Job]]]:
-    """``(label, jobs)`` per slice: each ``--where`` (None: every job), split by the values of the
-    axes other than the two factors, so that only A and B vary within a slice. An axis
-    :func:`set_per_cell` (a tuned learning rate) does not split: it is part of what each cell is,
-    and the label says so."""
+    """``(label, jobs)`` per slice: each ``--where``, split by the other axes' values (not by an axis
+    :func:`set_per_cell`: the label says so), so that only A and B vary within a slice."""
     out = []
     names = sweep.short_names()
     for spec in wheres:
@@ -208,9 +205,8 @@ def interaction(
     seeds: Sequence[int],
     margin: float | None = None,
 ) -> Interaction:
-    """The interaction contrast of four cells given per seed (``cell[i]`` is seed ``seeds[i]``'s
-    value); a seed with a non-finite value in any cell is left out of every statistic. Untested
-    (NaN p) with fewer than two seeds left or no spread of the contrasts."""
+    """The contrast of four cells given per seed; a seed with a non-finite value in any cell is left
+    out. Untested (NaN p) with fewer than two seeds left or no spread of the contrasts."""
     if margin is not None and not (math.isfinite(margin) and margin > 0):
         raise ValueError(f"margin {margin!r}: the smallest difference of interest must be a positive number")
     if any(len(cell) != len(seeds) for cell in (a1b1, a1b2, a2b1, a2b2)):
@@ -241,10 +237,8 @@ def interaction(
 def interaction_verdict(
     result: Interaction, p_adjusted: float, p_tost_adjusted: float = math.nan, alpha: float = stats.ALPHA
 ) -> str:
-    """From the family-adjusted p-values, in the order of :func:`~ablate.analysis.stats.verdict`:
-    ``not tested (...)``; ``no interaction within ±δ`` (TOST, whatever the t-test says);
-    ``interaction``; else ``inconclusive``, never "no interaction". ``(left out k/n)``: seeds with
-    a non-finite value in some cell."""
+    """From the family-adjusted p-values, as :func:`~ablate.analysis.stats.verdict`: ``not tested``,
+    ``no interaction within ±δ`` (TOST first), ``interaction``, else ``inconclusive``."""
     given = result.n + len(result.left_out)
     note = f"left out {len(result.left_out)}/{given}" if result.left_out else ""
     if not result.tested:
@@ -306,9 +300,8 @@ def _why(job: Job) -> str:
 
 
 def family_adjusted(contrasts: list[Contrast], family: str = "call") -> tuple[np.ndarray, np.ndarray]:
-    """Holm-adjusted p-values of the interaction tests and of the TOSTs (each kind its own
-    family, as in :func:`~ablate.analysis.comparison.adjust_family`): over every contrast of the call,
-    or (``family="table"``) over each metric's contrasts."""
+    """Holm-adjusted p-values of the interaction tests and of the TOSTs (each its own family), over
+    the call's contrasts or (``family="table"``) each metric's."""
     if family not in FAMILIES:
         raise ValueError(f"family {family!r}: use one of {', '.join(FAMILIES)}")
     p = np.array([c.result.p for c in contrasts], dtype=float)
@@ -330,9 +323,8 @@ def interaction_table(
     family: str = "call",
     alpha: float = stats.ALPHA,
 ) -> pd.DataFrame:
-    """One row per (metric, slice): the statistics of the module docstring as numbers (the columns
-    of ``interaction.csv``); ``frame.attrs`` holds what :func:`interaction_markdown` needs.
-    ``margin``: δ of the TOST (default: the jobs' ``analysis.margin``, as for ``--baseline``)."""
+    """One row per (metric, slice) as numbers (``interaction.csv``), ``frame.attrs`` for the Markdown;
+    ``margin``: δ of the TOST (default: the jobs' ``analysis.margin``)."""
     factors = parse_design(sweep, specs, wheres)
     picked = [pick_metric(sweep, metric) for metric in metrics]
     margins = {metric: margin_for(sweep, metric, margin) for metric in picked}

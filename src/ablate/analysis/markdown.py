@@ -273,9 +273,8 @@ def _text_dominated(cross: pd.DataFrame) -> str | None:
 
 
 def _planner_note(frame: pd.DataFrame, sweep: Sweep, margin: float | None, level: float) -> str | None:
-    """The planner of the next, fixed design: per compared row, the seeds whose test would detect a
-    difference of δ (the margin) with 80% power at alpha/m, at this row's seed and text spread
-    (:func:`ablate.analysis.stats.seeds_for`). None without a margin."""
+    """The planner of the next, fixed design: per row, the seeds that detect δ with 80% power at
+    alpha/m at this row's spread (:func:`ablate.analysis.stats.seeds_for`); None without a margin."""
     if margin is None:
         return None
     from ablate.analysis.stats import seeds_for

@@ -222,10 +222,8 @@ def plan_standing(args: argparse.Namespace) -> str:
 
 
 def pooled_sweep(sweep_dirs: list[str]) -> tuple[Sweep, list[str], list[str]]:
-    """The jobs of one or more sweep directories as one sweep, each directory's ``tune=lr`` jobs at
-    their tuned rates only (:func:`at_tuned_rates`; the other grid rates and the selection seed
-    left out); with its notes and the keys that belong to a point rather than a variant (a tuned
-    rate: each size's own)."""
+    """The jobs of one or more sweep directories as one sweep, ``tune=lr`` jobs at their tuned rates
+    only, with its notes and the keys that belong to a point rather than a variant (a tuned rate)."""
     jobs, notes, per_point, skipped = [], [], [], []
     for sweep_dir in sweep_dirs:
         sweep, note = at_tuned_rates(load_sweep(sweep_dir), sweep_dir)

@@ -114,10 +114,8 @@ def resid_rms_depth_figure(sweep: Sweep) -> Figure | None:
 
 
 def uniform_steps(steps: np.ndarray) -> np.ndarray:
-    """Evenly spaced steps from the first logged one to the last, ``g`` apart, ``g`` the gap
-    between consecutive logged steps that covers most of the run (``grad_norm`` is logged at
-    every step of the warmup, then every ``log.grad_norm_every_n_steps``: ``g`` is the latter
-    once the run is longer than the warmup)."""
+    """Evenly spaced steps from the first logged one to the last, the gap that covers most of the run
+    apart (``grad_norm`` is logged every step of the warmup, then every N steps)."""
     steps = np.unique(np.asarray(steps, dtype=int))
     if len(steps) < 2:
         return steps
@@ -135,9 +133,8 @@ def resample_steps(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def grad_norm_heatmap(sweep: Sweep) -> Figure | None:
-    """Layer gradient norm over steps x layers, one panel per variant and stack (mean over
-    seeds), on evenly spaced steps (:func:`resample_steps`): every column is as wide as the
-    others and shows a measured value."""
+    """Layer gradient norm over steps x layers, one panel per variant and stack (mean over seeds), on
+    evenly spaced steps: every column as wide as the others, each a measured value."""
     columns = sorted({c for j in sweep.jobs for c in j.metrics.columns})
     groups = layer_columns(columns, "grad_norm")
     if not groups:
