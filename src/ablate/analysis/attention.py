@@ -71,16 +71,14 @@ def _kernel(residual: Residual | None) -> AttentionKernel:
 
 
 def lm_attention(model: TransformerLM, ids: Tensor) -> Tensor:
-    """Attention weights of a :class:`~ablate.nn.transformer.TransformerLM` for one sequence of (T,)
-    token ids: (layers, query heads, T, T), row i the distribution of query i over keys 0..T-1."""
+    """Attention weights of a TransformerLM for (T,) ids: (layers, query heads, T, T)."""
     kernels = [_kernel(block.attn) for block in cast("Iterable[Block]", model.blocks)]
     weights = _run(model, kernels, lambda: model(ids[None]))
     return torch.stack([w[0] for w in weights]).float()
 
 
 def translation_attention(model: EncoderDecoder, src: Tensor, tgt_in: Tensor) -> dict[str, Tensor]:
-    """Encoder self-, decoder self- and cross-attention weights of an
-    :class:`~ablate.nn.seq2seq.EncoderDecoder` for ``src`` (S,) and ``tgt_in`` (T,)."""
+    """Encoder self-, decoder self- and cross-attention weights for one sentence pair."""
     encoder, decoder = cast("Iterable[Block]", model.encoder.blocks), cast("Iterable[Block]", model.decoder.blocks)
     groups = {
         "encoder self-attention": [_kernel(b.attn) for b in encoder],
@@ -154,8 +152,7 @@ def checkpoint_label(ckpt_path: str | Path) -> str:
 
 
 def map_title(kind: str, model: str, ckpt_path: str | Path, width: int = 90) -> str:
-    """``Attention weights (<kind>): <model>`` over the run and checkpoint names, a long run name
-    broken after its commas into lines of about ``width`` characters."""
+    """``Attention weights (<kind>): <model>`` over the run and checkpoint, broken after commas."""
     run, _, name = checkpoint_label(ckpt_path).rpartition("/")
     where = f"run {run}, checkpoint {name}" if run else f"checkpoint {name}"
     lines = [""]

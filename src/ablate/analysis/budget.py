@@ -52,8 +52,7 @@ def format_budget(value: float, basis: str) -> str:
 
 
 def cumulative_at(logged: pd.Series, steps: np.ndarray) -> np.ndarray:
-    """A cumulative quantity (``train/tokens_seen``, ``train/time_s``) at ``steps``: linear between
-    logged steps (from 0 before step 0), NaN beyond the last logged step."""
+    """A cumulative quantity at ``steps``: linear between logged steps, from 0; NaN beyond the last."""
     logged = logged.dropna().astype(float).sort_index()
     steps = np.asarray(steps, dtype=float)
     if not len(logged):
@@ -118,8 +117,7 @@ def last_logged(job: Job, name: str) -> float:
 
 @dataclass
 class Matched:
-    """One basis over the completed jobs: the matched budget, each job's final budget and value there
-    (by ``job.source``), and why a job has no curve."""
+    """One basis: the matched budget, each job's final budget and value there, why one has no curve."""
 
     basis: str
     budget: float
@@ -153,8 +151,7 @@ def match(jobs: list[Job], metric: str, basis: str) -> Matched:
 
 
 def measured_once(jobs: Iterable[Job], metric: str) -> bool:
-    """Whether ``metric`` has no curve to match a budget on: logged at most once per completed job
-    (a ``test/*`` metric, evaluated after training)."""
+    """Whether ``metric`` is logged at most once per completed job (a ``test/*``): no curve to match on."""
     counts = [int(job.series(metric).notna().sum()) for job in jobs if job.measured(metric)]
     return bool(counts) and max(counts) <= 1
 

@@ -35,8 +35,7 @@ def _finals(jobs: list[Job], metric: str, value=None) -> tuple[list[float], list
 
 
 def margin_for(sweep: Sweep, metric: str, margin: float | None = None) -> float | None:
-    """The equivalence margin δ for ``metric``: ``margin`` (``--margin``), else the jobs'
-    ``analysis.margin`` (a number, or ``{metric: number}``; jobs that disagree are refused), else None."""
+    """The margin δ for ``metric``: ``margin``, else the jobs' ``analysis.margin`` (one value), else None."""
     if margin is not None:
         return float(margin)
     found = set()
@@ -57,8 +56,7 @@ def margin_for(sweep: Sweep, metric: str, margin: float | None = None) -> float 
 def compare_row(
     jobs: list[Job], base_jobs: list[Job], metric: str, value=None, margin: float | None = None
 ) -> dict[str, object]:
-    """The statistics of one row against the baseline (the ``diff`` ... ``inference`` cells), by
-    :func:`ablate.analysis.engine.analyse`."""
+    """One row's statistics against the baseline, by :func:`ablate.analysis.engine.analyse`."""
     evidence = engine.analyse(
         engine.outcomes(jobs, metric, value),
         engine.outcomes(base_jobs, metric, value),
@@ -264,8 +262,7 @@ def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> lis
 
 
 def _untrained(frame: pd.DataFrame) -> np.ndarray:
-    """Each row's ``not trained (...)`` verdict (``""`` where both arms trained): a test between
-    plateaus should not spend the alpha of the comparisons that mean something."""
+    """Each row's ``not trained (...)`` verdict (``""`` where both arms trained)."""
     base = frame[frame["verdict"] == "baseline"]
     b_stalled, b_done = (int(base.iloc[0]["stalled"]), int(base.iloc[0]["completed"])) if len(base) else (0, 0)
     return np.array(

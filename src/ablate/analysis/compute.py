@@ -23,8 +23,7 @@ def required_number(job: Job, key: str) -> float:
 
 
 def tokens_seen(job: Job) -> float:
-    """Optimiser steps x ``data.batch_size`` x the task's ``batch_tokens_key`` (``data.seq_len``; for
-    translation ``data.max_tokens``, an upper bound)."""
+    """Optimiser steps x ``data.batch_size`` x the task's ``batch_tokens_key`` (``data.seq_len``)."""
     if job.task not in TASKS:
         raise ValueError(f"{job.source}: task={job.task} is not registered: cannot count its training tokens")
     per_step = required_number(job, TASKS[job.task].batch_tokens_key)
@@ -53,15 +52,9 @@ def job_compute(job: Job, flops: str = "6N+attn") -> float:
 
 
 def job_flops_per_token(job: Job) -> float:
-    """:func:`ablate.nn.flops.flops_per_token` of ``job`` (``params``, its layers, ``model.d_model``,
-    ``data.seq_len``); ValueError naming what is missing."""
+    """:func:`ablate.nn.flops.flops_per_token` of ``job``; ValueError naming what is missing."""
     if job.record.get("params") is None:
         raise ValueError("status.json has no `params`")
-    return float(
-        flops_per_token(
-            float(job.record["params"]),
-            transformer_layers(job),
-            required_number(job, "model.d_model"),
-            required_number(job, "data.seq_len"),
-        )
-    )
+    params, layers = float(job.record["params"]), transformer_layers(job)
+    d_model, seq_len = required_number(job, "model.d_model"), required_number(job, "data.seq_len")
+    return float(flops_per_token(params, layers, d_model, seq_len))

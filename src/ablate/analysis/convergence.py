@@ -15,8 +15,7 @@ LATE_METRIC = "val/loss"
 
 
 def late_change(job: Job, metric: str = LATE_METRIC, fraction: float = LATE_FRACTION) -> float:
-    """The change of ``metric`` per ``fraction`` of ``job``'s steps between its last two logged
-    values (negative: still falling); NaN with fewer than two."""
+    """The change of ``metric`` per ``fraction`` of the steps over the last two logged values; NaN without."""
     series = job.series(metric)
     if len(series) < 2:
         return math.nan

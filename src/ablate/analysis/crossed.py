@@ -84,8 +84,7 @@ def anova(z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
 def t_tests(
     mean: np.ndarray, var: np.ndarray, df: np.ndarray, margin: float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Two-sided p-value of mean = 0 and the TOST p-value of |mean| < ``margin`` (NaN without one)
-    from the mean, its variance and df (vectorised; NaN where the variance is 0)."""
+    """Two-sided p of mean = 0 and the TOST p of |mean| < ``margin`` from mean, variance and df."""
     se = np.sqrt(var)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.where(se > 0, 2 * stats.t.sf(np.abs(mean) / se, df), np.nan)
@@ -107,8 +106,7 @@ def _check_same_text(runs: Mapping[int, Units], other: Mapping[int, Units]) -> U
 
 
 def linearised(variant: Mapping[int, Units], baseline: Mapping[int, Units], metric: str, groups: np.ndarray):
-    """The per-seed, per-unit differences z (n_s, n_t), and each arm's per-unit metric averaged
-    over seeds (for the unpaired text SE)."""
+    """The per-seed, per-unit differences z (n_s, n_t), and each arm's per-unit metric over seeds."""
     seeds = sorted(set(variant) & set(baseline))
     ref = next(iter(variant.values()))
     weights = np.bincount(groups, weights=ref.denominator(metric))
@@ -135,8 +133,7 @@ def crossed(
     metric: str,
     margin: float | None = None,
 ) -> CrossedResult:
-    """Variant - baseline on ``metric`` (``*/loss`` or ``*/bpb``) from each arm's seed ->
-    :class:`~ablate.eval_units.Units`; ValueError when fewer than 2 seeds pair or the texts differ."""
+    """Variant - baseline on ``metric`` from each arm's per-unit losses, seeds and text random."""
     shared = sorted(set(variant) & set(baseline))
     if len(shared) < 2:
         raise ValueError(f"{len(shared)} seed(s) with per-unit losses on both sides: a crossed interval needs 2")

@@ -18,8 +18,7 @@ from ablate.analysis.stats import CONFIDENCE, finite
 
 @dataclass(frozen=True)
 class Rates:
-    """Divergence of variant and baseline: k of n seeds each, each rate's Clopper-Pearson interval,
-    and the two-sided p-value of Boschloo's exact test of equal rates (NaN when neither diverged)."""
+    """Divergence k of n per side, the rate's Clopper-Pearson interval and Boschloo's p."""
 
     k: int
     n: int

@@ -101,8 +101,7 @@ def analyse(
     margin: float | None = None,
     per_window: bool = True,
 ) -> Evidence:
-    """Variant - baseline on the seeds given (module docstring). ``per_window=False``: the final
-    values only (a metric at a matched budget has no per-window losses)."""
+    """Variant - baseline on the seeds given; ``per_window=False``: the final values only."""
     per_window = per_window and has_units(metric)
     good, base_good = _usable(variant), _usable(baseline)
     values, seeds = [o.value for o in good], [o.seed for o in good]
@@ -141,8 +140,7 @@ def has_units(metric: str) -> bool:
 
 
 def outcomes(jobs: Sequence, metric: str, value: Callable | None = None) -> list[Outcome]:
-    """The :class:`Outcome` of each job on ``metric``: its final value (or ``value(job)``, e.g. at a
-    matched budget) when completed, and its per-window test losses."""
+    """Each job's :class:`Outcome` on ``metric`` (its final value or ``value(job)``, its per-window losses)."""
     from ablate.eval_units import metric_tag
 
     with_units = has_units(metric)

@@ -35,8 +35,7 @@ NO_INTERACTION = "no interaction within"
 
 
 class DesignError(ValueError):
-    """An ``--interaction`` that the sweep cannot answer (not an axis of it, levels it has no job
-    at, not two levels): a usage error, whose message names the axis and its values."""
+    """An ``--interaction`` the sweep cannot answer: a usage error naming the axis and its values."""
 
 
 @dataclass(frozen=True)
@@ -186,8 +185,7 @@ def interaction_contrasts(a1b1: np.ndarray, a1b2: np.ndarray, a2b1: np.ndarray, 
 
 
 def contrast_test(contrasts: np.ndarray, margin: float | None = None) -> tuple[Any, np.ndarray | float]:
-    """``scipy.stats.ttest_1samp`` of per-seed contrasts against 0 along the last axis and, with a
-    ``margin`` δ, the TOST p-value of |mean| < δ (NaN without one)."""
+    """``ttest_1samp`` of per-seed contrasts against 0 and, with a ``margin``, the TOST p of |mean| < δ."""
     result = scipy_stats.ttest_1samp(contrasts, 0.0, axis=-1)
     if margin is None:
         return result, math.nan
@@ -264,16 +262,14 @@ def cell_label(factors: tuple[Factor, Factor], cell: tuple[str, str]) -> str:
 
 
 def final_value(job: Job, metric: str) -> float:
-    """The job's final ``metric`` if it completed; NaN otherwise (a diverged job's last logged
-    value predates its divergence, an unfinished one's is mid-schedule)."""
+    """The job's final ``metric`` if it completed, else NaN (a diverged job's predates the divergence)."""
     return job.final(metric) if job.status == "completed" else math.nan
 
 
 def contrast(
     jobs: list[Job], factors: tuple[Factor, Factor], metric: str, label: str, margin: float | None
 ) -> Contrast:
-    """The interaction of one slice on the seeds run in all four cells (a seed run twice in a
-    cell: its later job), with the reasons for every seed left out."""
+    """One slice's contrast on the seeds run in all four cells, with why each other seed is left out."""
     a, b = factors
     by_cell: dict[tuple[str, str], dict[int, Job]] = {cell: {} for cell in cells(factors)}
     for job in jobs:  # in run order: a later job of the same cell and seed replaces an earlier one
@@ -300,8 +296,7 @@ def _why(job: Job) -> str:
 
 
 def family_adjusted(contrasts: list[Contrast], family: str = "call") -> tuple[np.ndarray, np.ndarray]:
-    """Holm-adjusted p-values of the interaction tests and of the TOSTs (each its own family), over
-    the call's contrasts or (``family="table"``) each metric's."""
+    """Holm-adjusted p of the tests and of the TOSTs (each its own family), per call or per metric."""
     if family not in FAMILIES:
         raise ValueError(f"family {family!r}: use one of {', '.join(FAMILIES)}")
     p = np.array([c.result.p for c in contrasts], dtype=float)
@@ -323,8 +318,7 @@ def interaction_table(
     family: str = "call",
     alpha: float = stats.ALPHA,
 ) -> pd.DataFrame:
-    """One row per (metric, slice) as numbers (``interaction.csv``), ``frame.attrs`` for the Markdown;
-    ``margin``: δ of the TOST (default: the jobs' ``analysis.margin``)."""
+    """One row per (metric, slice) as numbers (``interaction.csv``); ``margin``: δ of the TOST."""
     factors = parse_design(sweep, specs, wheres)
     picked = [pick_metric(sweep, metric) for metric in metrics]
     margins = {metric: margin_for(sweep, metric, margin) for metric in picked}

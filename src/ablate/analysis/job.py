@@ -78,8 +78,7 @@ class Job:
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def value(self, key: str) -> str | None:
-        """The job's value of ``key``: its override, else its config group choice, else the resolved
-        config value (the ``axes`` summary for groups: ``norm`` -> ``pre``)."""
+        """The job's value of ``key``: its override, else its config group choice, else its config value."""
         if key in self.overrides:
             return self.overrides[key]
         if key in self.choices and self.choices[key] is not None:
@@ -106,8 +105,7 @@ class Job:
         return self.metrics[metric].dropna()
 
     def final(self, metric: str) -> float:
-        """The last logged value of ``metric``, else (never logged) the one in ``status.json``; NaN
-        if none, or when the log holds NaN only."""
+        """The last logged value of ``metric``, else the one in ``status.json``; NaN if none (or NaN only)."""
         values = self.series(metric)
         if len(values):
             return float(values.iloc[-1])
@@ -117,8 +115,7 @@ class Job:
         return float(recorded) if recorded is not None else math.nan
 
     def measured(self, metric: str) -> bool:
-        """Whether the job enters the means of ``metric`` (every column's: one n per row): completed,
-        with a finite final value."""
+        """Whether the job enters the means of ``metric``: completed, with a finite final value."""
         return self.status == "completed" and math.isfinite(self.final(metric))
 
     def unmeasured(self, metric: str) -> str | None:

@@ -44,8 +44,7 @@ def _paper(value: object, note: str) -> str:
 
 
 def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
-    """The summary as Markdown tables, each with its notes underneath; with a baseline, the
-    verdicts against it come first."""
+    """The summary as Markdown tables with their notes; with a baseline, its verdicts first."""
     metric, test, paper = frame.attrs["metric"], frame.attrs["test"], frame.attrs["paper"]
     names = sweep.short_names()
     failed = bool((frame["crashed"] + frame["incomplete"]).sum())
@@ -111,8 +110,7 @@ def _delta_on(row: pd.Series) -> str:
 
 
 def _plan_word(row: pd.Series, declared: bool) -> str:
-    """The verdict with its standing under the sweep's declared plan: ``— exploratory (why)`` when
-    the row is outside it (without a plan every row is, which one note under the table says)."""
+    """The verdict with ``— exploratory (why)`` when the row is outside the declared plan."""
     plan = row.get("plan")
     if not declared or not isinstance(plan, str) or not plan or plan == "declared":
         return str(row["verdict"])
@@ -173,8 +171,7 @@ METHODS = "docs/analysis.md"  # where every column, test and verdict of the tabl
 
 
 def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
-    """The legend under :func:`baseline_table`: one short line per thing the rows need, and where the
-    methods are explained (:data:`METHODS`), rather than the methods themselves."""
+    """The legend under :func:`baseline_table`: a short line per thing the rows need."""
     alpha, margin = frame.attrs["alpha"], frame.attrs.get("margin")
     m = frame.attrs.get("family", frame.attrs.get("tested", 0))
     notes = [_family_note(frame, m)]
@@ -310,18 +307,15 @@ def _verdicts_note(margin: float | None) -> str:
 def legend(frame: pd.DataFrame, sweep: Sweep) -> str:
     metric, paper = frame.attrs["metric"], frame.attrs["paper"]
     best = "maximum" if metric.endswith(("bleu", "acc", "accuracy")) else "minimum"
+    stalled = (
+        f"stalled: completed seeds whose final val/loss is within {STALL_TOLERANCE:.0%} of their first "
+        "validation's (never left the starting plateau); they are in the means."
+    )
     notes = [
         f"Sweep: {sweep.source} ({len(sweep.jobs)} jobs; axes: {', '.join(sweep.axes) or 'none'}).",
         f"Metrics: mean ± sample std (n-1) over the seeds that completed; final = last validation, best = its {best}. "
         "Diverged and crashed seeds are counted, not averaged. Wall time: mean per job; tokens/s: median over training.",
-        *(
-            [
-                f"stalled: completed seeds whose final val/loss is within {STALL_TOLERANCE:.0%} of their first "
-                "validation's (never left the starting plateau); they are in the means."
-            ]
-            if frame["stalled"].sum()
-            else []
-        ),
+        *([stalled] if frame["stalled"].sum() else []),
         f"Δ {LATE_METRIC} per last {LATE_FRACTION:.0%}: the slope of {LATE_METRIC} between the last two validations, per "
         f"{LATE_FRACTION:.0%} of the run's steps (mean ± std over completed seeds; negative: still falling; a secant, so "
         "steeper than the very end of a flattening curve). A gap between rows much smaller than it may close or "
@@ -338,8 +332,7 @@ def legend(frame: pd.DataFrame, sweep: Sweep) -> str:
 
 
 def write_summary(frame: pd.DataFrame, markdown: str, out_dir: str | Path, name: str = "summary") -> tuple[Path, Path]:
-    """``<name>.csv`` (numbers) and ``<name>.md`` (the table as printed) in ``out_dir``: the
-    summary, or another table of the sweep (``interaction``)."""
+    """``<name>.csv`` (numbers) and ``<name>.md`` (the table as printed) in ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = out / f"{name}.csv", out / f"{name}.md"
@@ -352,16 +345,14 @@ def write_summary(frame: pd.DataFrame, markdown: str, out_dir: str | Path, name:
 
 
 def cost_table(frame: pd.DataFrame, sweep: Sweep) -> str:
-    """The cost of each variant and its metric at matched steps, FLOPs and training time as a
-    Markdown table, the matched budgets in its header, with notes."""
+    """The cost of each variant and its metric at the matched budgets as a Markdown table, with notes."""
     metric, matched, names = frame.attrs["metric"], frame.attrs["matched"], sweep.short_names()
     header = [names[a] for a in sweep.axes] + ["params", "FLOPs/token", "tokens seen", "train time (s)"]
     header += [f"{metric} @ {budget.format_budget(matched[b].budget, b)}" for b in matched]
     align = [" --- " if i < len(sweep.axes) else " ---: " for i in range(len(header))]
+    title = "At equal cost (matched budget = the largest that every completed job reached):"
     lines = [
-        "At equal cost (matched budget = the largest that every completed job reached):"
-        if matched
-        else "Cost of each variant:",
+        title if matched else "Cost of each variant:",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "|".join(align) + "|",

@@ -113,8 +113,7 @@ class Plan:
 
 @dataclass(frozen=True)
 class Declaration:
-    """A plan as declared: its ledger entry's hash and time, the copy's path, and ``problem``: why
-    it cannot be trusted, or None."""
+    """A plan as declared: its entry's hash and time, the copy's path, why it cannot be trusted."""
 
     plan: Plan
     sha256: str
@@ -152,8 +151,7 @@ def _entry_digest(entry: Mapping[str, Any]) -> str:
 
 
 def read_ledger(path: Path) -> tuple[list[dict[str, Any]], int | None, str]:
-    """The ledger's entries, the index of the first one that breaks the chain (it and every later
-    one untrusted), or None, and why."""
+    """The ledger's entries, the index of the first that breaks the chain (or None), and why."""
     if not path.is_file():
         return [], None, ""
     entries: list[dict[str, Any]] = []
@@ -298,14 +296,8 @@ SEQUENTIAL_GONE = "a group-sequential plan (seeds=auto): that design is gone, so
 def _declaration(entry: Mapping[str, Any], sweep: Path, ledger: Path, problem: str | None = None) -> Declaration:
     if problem is None and entry["plan"].get("stopping", "fixed") != "fixed":  # a ledger from before the design went
         problem = SEQUENTIAL_GONE
-    return Declaration(
-        _plan_of(entry["plan"]),
-        str(entry["sha256"]),
-        str(entry["declared_at"]),
-        sweep / PLAN_FILE,
-        problem,
-        {**entry, "ledger": str(ledger)},
-    )
+    plan, sha256, declared_at = _plan_of(entry["plan"]), str(entry["sha256"]), str(entry["declared_at"])
+    return Declaration(plan, sha256, declared_at, sweep / PLAN_FILE, problem, {**entry, "ledger": str(ledger)})
 
 
 def read_plan(sweep_dir: str | os.PathLike[str], log_dir: str | os.PathLike[str] | None = None) -> Declaration | None:
@@ -349,15 +341,11 @@ def read_plan(sweep_dir: str | os.PathLike[str], log_dir: str | os.PathLike[str]
     except (KeyError, TypeError, ValueError) as err:
         raise PlanError(f"{copy_path}: not a readable analysis plan ({type(err).__name__}: {err})") from None
     where = f"the ledger {ledger}" if ledger.is_file() else f"a ledger ({ledger} does not exist)"
-    return Declaration(
-        plan,
-        str(copy.get("sha256")),
-        stamp,
-        copy_path,
+    problem = (
         f"{PLAN_FILE} has no entry for this folder in {where}: copied from another folder, written by hand, "
-        "or declared before the ledger existed",
-        dict(copy),
+        "or declared before the ledger existed"
     )
+    return Declaration(plan, str(copy.get("sha256")), stamp, copy_path, problem, dict(copy))
 
 
 # --------------------------------------------------------------------------- checking a call against it
@@ -377,8 +365,7 @@ class Row:
 
 @dataclass(frozen=True)
 class Call:
-    """What one ``summarize.py`` call compares (per table its slice, metric and compared rows), what
-    each row rests on, and what its jobs recorded (split layouts, start times, plan hashes)."""
+    """What one ``summarize.py`` call compares, what each row rests on, and what its jobs recorded."""
 
     baseline: str | None
     basis: str
@@ -486,8 +473,7 @@ def _limits(row: Row) -> str | None:
 
 
 def anchor_note(entry: Mapping[str, Any]) -> str:
-    """What vouches for the plan's time beyond the ledger (a local file its owner could rewrite):
-    the git commit it was declared with and the declaring process's W&B run, or that nothing does."""
+    """What vouches for the plan's time beyond the ledger: its git commit and W&B run, or nothing."""
     commit, run_id = str(entry.get("git_commit") or "")[:12], entry.get("wandb_run_id")
     anchors = [f"git commit {commit}"] * bool(commit) + [f"W&B run {run_id}"] * bool(run_id)
     if anchors:
@@ -499,8 +485,7 @@ def anchor_note(entry: Mapping[str, Any]) -> str:
 
 
 def earlier_plans(declaration: Declaration) -> list[str]:
-    """Earlier ledger entries for the same metrics and baseline in other sweep folders: a comparison
-    declared again after a first sweep's result is a forking path a reader should see."""
+    """Earlier ledger entries for the same metrics and baseline elsewhere: a forking path to show."""
     ledger = declaration.entry.get("ledger")
     if not ledger:
         return []
@@ -524,8 +509,7 @@ def earlier_plans(declaration: Declaration) -> list[str]:
 
 
 def standing(sweep_dir: str, undeclared: str, exploratory: str, problem: Callable[[Declaration], str | None]) -> str:
-    """One line on whether an analysis is the one the plan of ``sweep_dir`` declared: ``problem`` says
-    why an intact plan does not cover it (None: it does)."""
+    """Whether an analysis is the one the plan of ``sweep_dir`` declared (``problem``: why not), as a line."""
     try:
         declaration = read_plan(sweep_dir)
     except PlanError as err:
@@ -538,8 +522,7 @@ def standing(sweep_dir: str, undeclared: str, exploratory: str, problem: Callabl
 
 
 def check_rows(declaration: Declaration | None, call: Call) -> tuple[dict, list[str]]:
-    """Which rows of ``call`` the declared plan covers: ``{(slice, metric, row): "declared" |
-    "exploratory (<why>)"}``, and the notes to print under the tables."""
+    """Each row of ``call`` ``declared`` or ``exploratory (<why>)`` under the plan, and the notes."""
     rows = [(w, m, r) for w, m, compared in call.tables for r in compared]
     if declaration is None:
         return {key: "exploratory (no declared plan)" for key in rows}, [
@@ -579,8 +562,7 @@ def check_rows(declaration: Declaration | None, call: Call) -> tuple[dict, list[
 
 
 def first_start(records: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[tuple[float, str] | None, tuple[str, ...]]:
-    """The earliest ``started_at`` of the compared jobs' ``(name, status.json record)``, with its job,
-    and the jobs that record none (file times are not evidence: ``touch`` and ``cp`` change them)."""
+    """The earliest ``started_at`` of the compared jobs, with its job, and the jobs that record none."""
     times, missing = [], []
     for name, record in records:
         stamp = record.get("started_at")

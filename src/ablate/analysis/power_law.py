@@ -92,8 +92,7 @@ def _linear_part(
 def golden_section(
     f: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray, iterations: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Golden-section search for the minimum of ``f`` in ``[lo, hi]``, elementwise over arrays of
-    brackets; returns the final bracket. Here because ``scipy.optimize.golden`` is one scalar."""
+    """Golden-section search in ``[lo, hi]``, elementwise over arrays (``scipy.optimize.golden``: a scalar)."""
     c, d = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
     fc, fd = f(c), f(d)
     for _ in range(iterations):
@@ -131,8 +130,7 @@ def _profile(
 def fit_power_laws(
     compute: np.ndarray, losses: np.ndarray, weights: np.ndarray | None = None, c0: float | None = None
 ) -> list[PowerLaw]:
-    """Weighted least-squares fits, one per row of ``losses`` (R x n at the common ``compute``;
-    ``weights`` R x n, e.g. bootstrap counts)."""
+    """Weighted least-squares fits, one per row of ``losses`` (R x n at the common ``compute``)."""
     compute = np.asarray(compute, dtype=float)
     y = np.atleast_2d(np.asarray(losses, dtype=float))
     w = np.ones_like(y) if weights is None else np.atleast_2d(np.asarray(weights, dtype=float))
@@ -144,8 +142,7 @@ def fit_power_laws(
 def fit_shared_asymptote(
     curves: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[np.ndarray] | None = None, iterations: int = 40
 ) -> list[list[PowerLaw]]:
-    """Curves sharing their asymptote E (for ladders too short to pin E per curve): per curve
-    ``(compute, losses R x n)``, its R fits. E by grid and golden section, refitting each curve."""
+    """Curves sharing their asymptote E, each its own A and alpha: per curve its R fits."""
     parts = []
     for i, (compute, losses) in enumerate(curves):
         compute = np.asarray(compute, dtype=float)

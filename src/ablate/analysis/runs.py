@@ -65,16 +65,14 @@ class Sweep:
         return tuple(job.value(axis) for axis in self.axes)
 
     def variants(self) -> dict[tuple[str | None, ...], list[Job]]:
-        """Jobs grouped by their axis values, in the order the configurations first ran; within a
-        group, by seed."""
+        """Jobs grouped by their axis values, in the order the configurations first ran, each by seed."""
         groups: dict[tuple[str | None, ...], list[Job]] = {}
         for job in self.jobs:
             groups.setdefault(self.variant_key(job), []).append(job)
         return {k: sorted(v, key=lambda j: (j.seed is None, j.seed or 0)) for k, v in groups.items()}
 
     def short_names(self) -> dict[str, str]:
-        """Axis key -> the name shown in labels: its last component where that is unambiguous
-        (``optim.lr`` -> ``lr``), the full key otherwise."""
+        """Axis key -> its label name: the last component where unambiguous (``optim.lr`` -> ``lr``)."""
         last = [axis.rsplit(".", 1)[-1] for axis in self.axes]
         return {axis: short if last.count(short) == 1 else axis for axis, short in zip(self.axes, last)}
 
@@ -118,8 +116,7 @@ _NOT_IDENTITY = re.compile(
 
 
 def run_key(job: Job) -> str | None:
-    """What makes two jobs the same run: their resolved config (where and how logged left out) and
-    seed, or None without a config."""
+    """What makes two jobs the same run: their config (where and how logged left out) and seed."""
     if not job.config:
         return None
     flat = {k: v for k, v in flatten(job.config).items() if not _NOT_IDENTITY.search(k)}
@@ -132,8 +129,7 @@ def run_key(job: Job) -> str | None:
 
 
 def drop_duplicates(jobs: list[Job]) -> tuple[list[Job], list[str]]:
-    """One job per run: a job with the configuration and seed of an earlier one (two sweeps under
-    one ``sweep_name``, a copied job) is counted once, the earliest kept, with a note."""
+    """One job per run: a job with an earlier one's configuration and seed counted once, with a note."""
     kept: list[Job] = []
     seen: dict[str, Job] = {}
     notes: list[str] = []
@@ -151,8 +147,7 @@ def drop_duplicates(jobs: list[Job]) -> tuple[list[Job], list[str]]:
 
 
 def load_sweep(root: str | Path) -> Sweep:
-    """All jobs of the multirun directory ``root``: a damaged job left out and a duplicate counted
-    once, each with a note in :attr:`Sweep.notes`."""
+    """All jobs of ``root``: a damaged job left out, a duplicate counted once, each with a note."""
     root = Path(root)
     jobs, notes = [], []
     for path in find_job_dirs(root):

@@ -26,8 +26,7 @@ from ablate.analysis.power_law import MIN_SCALES, PowerLaw, fit_power_law, fit_p
 
 
 def multiplier(variant: PowerLaw, baseline: PowerLaw, compute: float) -> float:
-    """The baseline's compute to reach the variant's fitted loss at ``compute``, over ``compute``
-    (infinite when that loss is at or below the baseline's asymptote)."""
+    """The baseline's compute to reach the variant's fitted loss at ``compute``, over ``compute``."""
     return baseline.compute_for(float(variant.loss(compute))) / compute
 
 
@@ -74,8 +73,7 @@ class Curve:
 
 @dataclass(frozen=True)
 class Multiplier:
-    """The multiplier of ``variant`` over ``baseline`` at ``compute``, its bootstrap interval, and why
-    it rests on the baseline's law beyond its measured computes (``extrapolation``; empty: it does not)."""
+    """The multiplier of ``variant`` over ``baseline`` at ``compute``, its interval and extrapolation."""
 
     variant: str
     baseline: str
@@ -186,8 +184,7 @@ def bootstrap(
 
 
 def extrapolation(value: float, high: float, compute: float, baseline: Curve) -> str:
-    """Why the multiplier at ``compute`` (or the interval's upper end) needs the baseline's law beyond
-    the computes it was measured at, or ``""``."""
+    """Why the multiplier (or its interval) needs the baseline's law beyond its measured computes, or ``""``."""
     top, bottom = max(baseline.compute), min(baseline.compute)
     if compute > top * (1 + 1e-9):
         return f"C* = {compute:.3g} is beyond the baseline's largest measured compute {top:.3g}"

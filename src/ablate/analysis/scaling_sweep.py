@@ -18,8 +18,7 @@ from ablate.analysis.specs import parse_baseline
 def scaling_curves(
     sweep: Sweep, scale_key: str, metric: str = "val/loss", flops: str = "6N+attn", per_point: Sequence[str] = ()
 ) -> list[Curve]:
-    """One :class:`Curve` per combination of the other axes, in run order. Axes in ``per_point``
-    belong to a point (a ``tune=lr`` sweep's rate, tuned at each scale), not to a variant."""
+    """One :class:`Curve` per combination of the other axes (``per_point`` axes belong to a point)."""
     if higher_is_better(metric):
         raise ValueError(
             f"--metric {metric}: the fit L = E + A C^-alpha is for a loss that falls with compute "

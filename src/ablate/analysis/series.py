@@ -28,13 +28,7 @@ def seed_stats(values: list[float]) -> dict[str, float]:
     if not len(finite):
         return {"mean": math.nan, "std": math.nan, "min": math.nan, "max": math.nan, "n": 0}
     std = float(np.std(finite, ddof=1)) if len(finite) > 1 else math.nan
-    return {
-        "mean": float(finite.mean()),
-        "std": std,
-        "min": float(finite.min()),
-        "max": float(finite.max()),
-        "n": len(finite),
-    }
+    return dict(mean=float(finite.mean()), std=std, min=float(finite.min()), max=float(finite.max()), n=len(finite))
 
 
 def completed(jobs: list[Job]) -> list[Job]:
@@ -57,8 +51,7 @@ def training_length(sweep: Sweep) -> int | None:
 
 
 def length_series(sweep: Sweep) -> pd.DataFrame:
-    """One row per (variant, length) that some completed seed scored, with the seed statistics of
-    ``test/ppl@<length>`` (a length a variant skipped has no row, not a zero)."""
+    """One row per (variant, length) some completed seed scored: the statistics of ``test/ppl@<length>``."""
     rows = []
     for key, jobs in sweep.variants().items():
         for length in eval_lengths(sweep):
@@ -86,16 +79,14 @@ def numeric_axes(sweep: Sweep) -> list[str]:
 
 
 def is_stuck(job: Job, tolerance: float = STUCK_TOLERANCE) -> bool:
-    """A completed job that did not learn (:func:`~ablate.analysis.convergence.is_stalled`, the
-    summary's ``stalled``)."""
+    """A completed job that did not learn (:func:`~ablate.analysis.convergence.is_stalled`)."""
     from ablate.analysis.convergence import is_stalled
 
     return is_stalled(job, tolerance, STUCK_METRIC)
 
 
 def axis_series(sweep: Sweep, axis: str, metric: str) -> pd.DataFrame:
-    """One row per (line, axis value): ``line`` (the other axes' values), ``x``, the seed statistics
-    of the final ``metric``, ``stuck``, ``failed`` (seeds without a final value) and ``failed_status``."""
+    """One row per (line, axis value): the statistics of the final ``metric``, stuck and failed seeds."""
     if axis not in sweep.axes:
         raise ValueError(f"{axis} is not an axis of {sweep.source}; its axes are {', '.join(sweep.axes) or 'none'}")
     others = [a for a in sweep.axes if a != axis]
@@ -126,8 +117,7 @@ def axis_series(sweep: Sweep, axis: str, metric: str) -> pd.DataFrame:
 
 
 def spearman(x: list[float] | np.ndarray, y: list[float] | np.ndarray) -> float:
-    """Spearman's rank correlation (Spearman 1904): Pearson's of the average ranks; NaN for fewer than
-    two pairs or a constant side."""
+    """Spearman's rank correlation (Spearman 1904); NaN for fewer than two pairs or a constant side."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if len(x) != len(y):
         raise ValueError(f"spearman: {len(x)} values against {len(y)}")
@@ -138,8 +128,7 @@ def spearman(x: list[float] | np.ndarray, y: list[float] | np.ndarray) -> float:
 
 
 def paper_series(sweep: Sweep, paper: PaperResults, metric: str, kind: str = "final") -> pd.DataFrame:
-    """One row per variant a numeric paper row matches, best paper value first: ``variant``,
-    ``paper``, the seed statistics of our ``kind`` (``final``/``best``) ``metric`` and the ``seeds``."""
+    """One row per variant a numeric paper row matches, best paper value first, with our statistics."""
     if kind not in ("final", "best"):
         raise ValueError(f"kind={kind!r}: use 'final' or 'best'")
     rows = []
@@ -256,8 +245,7 @@ TOKENS_METRIC, TIME_METRIC, RATE_METRIC = "train/tokens_seen", "train/time_s", "
 
 
 def tokens_per_step(job: Job) -> int | None:
-    """Training tokens per step fixed by the config (``data.batch_size`` x ``data.seq_len``); None
-    where batches hold a token budget (translation) or either is missing."""
+    """Training tokens per step fixed by the config (LM: batch x length); None otherwise."""
     spec = TASKS.get(job.task)
     if spec is None or not spec.fixed_batch_tokens:
         return None
@@ -266,8 +254,7 @@ def tokens_per_step(job: Job) -> int | None:
 
 
 def _cumulative(job: Job, metric: str, steps: np.ndarray) -> np.ndarray:
-    """A cumulative quantity (``train/tokens_seen``, ``train/time_s``) at ``steps``: linear between
-    logged steps from 0 before step 0, at its mean rate per step beyond the last one."""
+    """A cumulative quantity at ``steps``: linear between logged steps, at its mean rate beyond."""
     values = job.series(metric).astype(float)
     xp, fp = np.concatenate([[-1.0], values.index.to_numpy(float)]), np.concatenate([[0.0], values.to_numpy()])
     out = np.interp(steps, xp, fp)

@@ -35,8 +35,7 @@ def where(sweep: Sweep, spec: str) -> Sweep:
 
 
 def find_baseline(sweep: Sweep, spec: str) -> tuple:
-    """The variant key of the one configuration ``spec`` names (axes by full or short name, other
-    keys by the jobs' config values)."""
+    """The variant key of the one configuration ``spec`` names (axes by full or short name)."""
     wanted = parse_baseline(spec)
     variants = sweep.variants()
     axes = ", ".join(sweep.short_names().values()) or "none"

@@ -121,8 +121,7 @@ def compare(
 
 
 def t_test(variant: np.ndarray, baseline: np.ndarray, paired: bool, alternative: str = "two-sided"):
-    """scipy's paired (``ttest_rel``) or Welch (``ttest_ind(equal_var=False)``) t-test of
-    variant - baseline along the last axis (vectorised over the others)."""
+    """scipy's paired or Welch t-test of variant - baseline along the last axis."""
     if paired:
         return stats.ttest_rel(variant, baseline, axis=-1, alternative=alternative)
     return stats.ttest_ind(variant, baseline, equal_var=False, axis=-1, alternative=alternative)
@@ -164,16 +163,14 @@ def tost(variant: np.ndarray, baseline: np.ndarray, margin: float, paired: bool)
 
 
 def power_t(effect_se: float, df: float, alpha: float = ALPHA) -> float:
-    """Power of the two-sided t-test at level ``alpha`` when the true difference is
-    ``effect_se`` standard errors: P(|T| > t_{1-alpha/2}) for T ~ noncentral t(df, effect_se)."""
+    """Power of the two-sided t-test when the true difference is ``effect_se`` SEs (noncentral t)."""
     crit = stats.t.ppf(1 - alpha / 2, df)
     # P(T < -crit) as P(T' > crit) with T' ~ nct(df, -effect): scipy's nct.cdf far in the lower tail is NaN
     return float(stats.nct.sf(crit, df, effect_se) + stats.nct.sf(crit, df, -effect_se))
 
 
 def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
-    """Minimum detectable effect (in the metric's units): ``se`` times the noncentrality at which
-    :func:`power_t` reaches ``power``."""
+    """Minimum detectable effect: ``se`` times the noncentrality at which :func:`power_t` is ``power``."""
     if not (se > 0 and df > 0):
         return math.nan
     high = 4.0

@@ -71,16 +71,8 @@ def job_from_run(run: Any) -> Job:
         "metrics": {k: v for k, v in summary.items() if isinstance(v, (int, float)) and "/" in k},
     }
     started = pd.Timestamp(run.created_at).timestamp() if getattr(run, "created_at", None) else 0.0
-    return Job(
-        name=run.name,
-        source="/".join(run.path),
-        overrides=overrides_from_name(run.name),
-        status=status,
-        record=record,
-        config=config,
-        metrics=history_frame(run),
-        started=started,
-    )
+    source, overrides = "/".join(run.path), overrides_from_name(run.name)
+    return Job(run.name, source, overrides, status, record, config, metrics=history_frame(run), started=started)
 
 
 def load_wandb_group(project_path: str, group: str) -> Sweep:

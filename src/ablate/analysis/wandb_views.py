@@ -62,8 +62,7 @@ class SweepFacts:
 def facts_from_sweep_dir(
     sweep_dir: Path, group: str | None = None, project: str | None = None, entity: str | None = None
 ) -> SweepFacts:
-    """A multirun directory's facts: axes, task, warmup, metrics, W&B group/project (a job's run, else
-    its config, else the directory's name) and the analysis scripts' ``summary.csv`` / figures."""
+    """A multirun directory's facts: axes, task, warmup, metrics, W&B group, the analysis outputs."""
     from ablate.analysis.runs import load_sweep
 
     sweep_dir = Path(sweep_dir)
@@ -143,17 +142,7 @@ def facts_from_runs(
     axes = {key.removeprefix("axis_"): key for key, seen in sorted(values.items()) if len(seen) > 1}
     warmups = [((c.get("optim") or {}).get("warmup_steps")) for c, _ in runs]
     warmup = next((w for w in warmups if isinstance(w, int)), None)
-    task = task_of_metrics(metrics)
-    return SweepFacts(
-        group=group,
-        project=project,
-        entity=entity or None,
-        axes=axes,
-        task=task,
-        warmup_steps=warmup,
-        metrics=metrics,
-        n_runs=len(runs),
-    )
+    return SweepFacts(group, project, entity or None, axes, task_of_metrics(metrics), warmup, metrics, len(runs))
 
 
 # -------------------------------------------------------------------------- spec
@@ -265,8 +254,7 @@ def _resid_panels(metrics: Iterable[str]) -> list[dict[str, Any]]:
 
 
 def layer_parts(metrics: Iterable[str], task: str = "lm") -> list[tuple[str, str]]:
-    """``(stack, part)`` of the per-layer gradient norms logged (``("dec_", "cross_attn")``), in block
-    order; the task's standard parts when no metric names are known."""
+    """``(stack, part)`` of the per-layer gradient norms logged, in block order (default: the task's)."""
     found = {(m.group(1), m.group(2)) for m in map(_GRAD_LAYER.match, metrics) if m}
     if not found:
         return list((TASKS.get(task) or TASKS["lm"]).grad_norm_parts)

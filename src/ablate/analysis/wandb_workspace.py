@@ -96,8 +96,7 @@ def analysis_run_id(project: str, group: str) -> str:
 
 
 def log_analysis_run(facts: SweepFacts, mode: str, reason: str) -> tuple[Any, str, str, str | None, list[str]]:
-    """Log ``summary.csv`` and ``figures/*.png`` to the sweep's analysis run (``<sweep dir>/analysis/``);
-    returns ``(run directory, mode, reason, table key or None, image keys)``."""
+    """Log ``summary.csv`` and the figures to the sweep's analysis run; returns what was logged."""
     import pandas as pd
     import wandb
 

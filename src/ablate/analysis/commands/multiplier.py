@@ -84,8 +84,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def default_scale_key(sweep) -> str:
-    """``scale`` when the sweep varies it (``python train.py -m scale=xs,s,m ...``), else an error
-    asking for ``--scale-key``."""
+    """``scale`` when the sweep varies it, else an error asking for ``--scale-key``."""
     if "scale" in sweep.axes:
         return "scale"
     raise ValueError(
@@ -195,8 +194,7 @@ def notes(args: argparse.Namespace, results: list[Multiplier]) -> str:
 
 
 def plan_standing(args: argparse.Namespace) -> str:
-    """Whether this multiplier is the one the sweep's analysis plan declared (``scripts/declare.py
-    --multiplier-scale-key``): the same baseline, metric, size axis, interval and asymptote."""
+    """Whether this multiplier is the one the sweep's analysis plan declared."""
     from ablate.analysis.plan import Declaration, standing
     from ablate.analysis.specs import parse_baseline
 
@@ -222,8 +220,7 @@ def plan_standing(args: argparse.Namespace) -> str:
 
 
 def pooled_sweep(sweep_dirs: list[str]) -> tuple[Sweep, list[str], list[str]]:
-    """The jobs of one or more sweep directories as one sweep, ``tune=lr`` jobs at their tuned rates
-    only, with its notes and the keys that belong to a point rather than a variant (a tuned rate)."""
+    """The jobs of one or more sweep directories as one sweep (``tune=lr`` ones at their tuned rates)."""
     jobs, notes, per_point, skipped = [], [], [], []
     for sweep_dir in sweep_dirs:
         sweep, note = at_tuned_rates(load_sweep(sweep_dir), sweep_dir)

@@ -184,8 +184,7 @@ def _check_combinations(parser: argparse.ArgumentParser, args: argparse.Namespac
 
 
 def from_plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``--plan``: the declared metrics, baseline, margin, slices and basis (a clash with an
-    option also given is an error: the plan is the analysis)."""
+    """``--plan``: the declared metrics, baseline, margin, slices and basis (an option that clashes: an error)."""
     if not args.sweep_dir:
         parser.error("--plan reads the sweep directory's analysis_plan.json: give the sweep directory")
     try:
@@ -228,8 +227,7 @@ def load(args: argparse.Namespace):
 
 
 def writable_out(args: argparse.Namespace) -> Path:
-    """The folder the tables go to, once it is known to take files (a read-only sweep folder is
-    named with the option that sends them elsewhere, not met as an OSError traceback)."""
+    """The folder the tables go to, once it is known to take files (else named with --out)."""
     out = Path(args.out or (args.sweep_dir if args.sweep_dir else Path("logs") / "summaries" / args.group))
     problem = folder_problem(out)
     if problem:
@@ -273,8 +271,7 @@ def report_skipped(notes: list[str]) -> None:
 
 
 def run_notes(sweep: Any, metrics: list[str | None]) -> list[str]:
-    """What the jobs' records say of every table: a variant whose scale probe warned at
-    initialisation (:mod:`ablate.nn.probe`), and a test metric read on the validation text."""
+    """What the jobs' records say of every table: scale probe warnings, test text that is validation."""
     notes = []
     for key, jobs in sweep.variants().items():
         warned = sorted({w for job in jobs for w in (job.record.get("scale_at_init") or {}).get("warnings") or []})
@@ -287,14 +284,12 @@ def run_notes(sweep: Any, metrics: list[str | None]) -> list[str]:
 
 
 def with_note(table: str, note: str | None) -> str:
-    """The table and, under it, the note on which jobs it rests on (a tune=lr sweep's tuned rates
-    and held-out selection seed): in summary.md too, where a reader of the table looks."""
+    """The table and, under it, the note on which jobs it rests on (in summary.md too)."""
     return f"{table}\n\n{note}" if note else table
 
 
 def interaction_standing(args: argparse.Namespace) -> str:
-    """Whether this interaction analysis is the one the sweep's plan declared (declare.py
-    --interaction): the same two axes, metrics, margin and slices, the plan intact; else exploratory."""
+    """Whether this interaction analysis is the one the sweep's plan declared."""
     if not args.sweep_dir:
         return ""
     metrics = args.metric or []
@@ -404,8 +399,7 @@ def _declared_as(sweep: Sweep, jobs: list, specs: tuple[str, ...]) -> str | None
 
 
 def _rows(tables, declaration) -> tuple[dict, tuple[str, ...]]:
-    """Per compared row, what the plan check needs (:class:`ablate.analysis.plan.Row`), and the
-    plan's variants that match no row of any table."""
+    """What the plan check needs of each compared row, and the plan's variants that match no row."""
     specs = declaration.plan.variants if declaration is not None else ()
     rows, matched = {}, set()
     for spec, metric, frame, sweep in tables:
@@ -419,14 +413,10 @@ def _rows(tables, declaration) -> tuple[dict, tuple[str, ...]]:
                 continue
             declared_as = _declared_as(sweep, jobs, specs)
             matched.add(declared_as)
-            rows[(spec, metric, sweep.label(key))] = Row(
-                seeds=_seeds(jobs),
-                baseline_seeds=base_seeds,
-                pairs=int(row["pairs"]) if pd.notna(row.get("pairs")) else 0,
-                blocks=int(row["text_blocks"]) if pd.notna(row.get("text_blocks")) else 0,
-                test=str(row["test"]),
-                declared_as=declared_as,
-            )
+            pairs = int(row["pairs"]) if pd.notna(row.get("pairs")) else 0
+            blocks = int(row["text_blocks"]) if pd.notna(row.get("text_blocks")) else 0
+            row_key = (spec, metric, sweep.label(key))
+            rows[row_key] = Row(_seeds(jobs), base_seeds, pairs, blocks, str(row["test"]), declared_as)
     return rows, tuple(s for s in specs if s not in matched)
 
 
@@ -438,8 +428,7 @@ def label_plan(
     family_is_call: bool,
     equivalence: tuple[str, ...] = (),
 ) -> list[str]:
-    """Fill each table's ``plan`` column (``declared`` / ``exploratory (why)``) by checking the plan of
-    record of ``root`` against the jobs the tables read; return the notes for the output."""
+    """Fill each table's ``plan`` column from the plan of record of ``root``; return the notes."""
     declaration = read_plan(root) if root is not None else None
     rows, missing = _rows(tables, declaration)
     finished = [job for _, _, _, sweep in tables for job in sweep.jobs if job.status in ("completed", "diverged")]

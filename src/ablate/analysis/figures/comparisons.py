@@ -93,8 +93,7 @@ def _set_numeric_xaxis(ax, values: list[float], max_ticks: int = 8) -> None:
 
 
 def _mark_failed(ax, rows: pd.DataFrame, color: str, marked: set[str], line: int = 0) -> None:
-    """Crosses along the top edge at the points with a diverged or crashed seed (the ``line``-th
-    line's a little lower, so that lines failing at the same x are all seen)."""
+    """Crosses along the top edge at the points with a failed seed, each line's a little lower."""
     failed = rows[rows["failed"] > 0]
     if len(failed):
         label = None if "failed" in marked else "diverged / crashed (no final value)"
@@ -104,8 +103,7 @@ def _mark_failed(ax, rows: pd.DataFrame, color: str, marked: set[str], line: int
 
 
 def _axis_lines(table: pd.DataFrame, figsize: tuple[float, float], yerr, mark) -> tuple[TableFigure, Any]:
-    """One error-bar line per ``line`` of an :func:`axis_series` table (a bar, not a band: a line may
-    be one point), ``mark(ax, ok, color, marked)`` adding its own markers, failed points as crosses."""
+    """One error-bar line per ``line`` of an :func:`axis_series` table, ``mark`` adding its markers."""
     fig = TableFigure(figsize=figsize, layout="constrained", table=table)
     ax = fig.subplots()
     marked: set[str] = set()
@@ -122,8 +120,7 @@ def _axis_lines(table: pd.DataFrame, figsize: tuple[float, float], yerr, mark) -
 
 
 def metric_vs_axis_figure(sweep: Sweep, axis: str, metric: str) -> TableFigure | None:
-    """The final ``metric`` against the numeric ``axis``, one line per value of the other axes, stuck
-    jobs circled, diverged or crashed ones as crosses along the top edge."""
+    """The final ``metric`` against the numeric ``axis``, stuck jobs circled, failed ones crossed."""
     table = axis_series(sweep, axis, metric)
     if table["x"].nunique() < 2:
         return None
@@ -154,8 +151,7 @@ def lr_axis(sweep: Sweep) -> str | None:
 
 
 def loss_vs_lr_figure(sweep: Sweep, axis: str | None = None, metric: str = "val/loss") -> TableFigure | None:
-    """The learning-rate tuning curve: final ``metric`` against the rate ``axis`` (default:
-    :func:`lr_axis`), one line per value of the other axes, mean ± 1 std, each line's best starred."""
+    """The learning-rate tuning curve: final ``metric`` against the rate, each line's best starred."""
     axis = axis or lr_axis(sweep)
     if axis is None or not any(
         metric in job.metrics or metric in (job.record.get("metrics") or {}) for job in sweep.jobs
@@ -182,8 +178,7 @@ def loss_vs_lr_figure(sweep: Sweep, axis: str | None = None, metric: str = "val/
 
 
 def paper_figure(sweep: Sweep, paper: PaperResults, metric: str, kind: str = "final") -> TableFigure:
-    """Ours (left) and the paper's numbers (right) per variant, best paper value first, so the
-    same order on both sides means the ranking is reproduced; Spearman's rho in the title."""
+    """Ours (left) and the paper's numbers (right) per variant, best paper value first; Spearman's rho."""
     table = paper_series(sweep, paper, metric, kind)
     rho = paper_rank_correlation(table)
     x = np.arange(len(table))

@@ -25,8 +25,7 @@ from ablate.metrics import axis_label, find
 
 
 def plot_curves(ax, group: list[Variant], metric: str, x: str = "steps") -> set[str]:
-    """Mean over seeds against the step (or ``x``: tokens, time), with a ± 1 std band where
-    there are several seeds. Returns where the x values come from (for the axis label)."""
+    """Mean over seeds against ``x`` with a ± 1 std band; returns where the x values come from."""
     everything, sources = [], set()
     for variant in group:
         stats = seed_mean(variant.jobs, metric)
@@ -70,8 +69,7 @@ def warmup_steps(jobs: list[Job]) -> int | None:
 
 @dataclass
 class LRCurve:
-    """One variant's learning rate for the LR panel: the schedule its config gives (``x``, ``lr``;
-    empty when it cannot be recomputed, with ``note`` saying why) and the logged points."""
+    """One variant's learning rate: the schedule its config gives (or why not) and the logged points."""
 
     variant: Variant
     logged: list[tuple[np.ndarray, np.ndarray]]  # (x, train/lr) of each seed that logged it
@@ -142,8 +140,7 @@ def _plot_lr(ax, group: list[Variant], x: str) -> None:
 
 
 def warmup_figure(sweep: Sweep, x: str = "steps") -> Figure | None:
-    """Learning rate (every step, recomputed from the config, the logged points on it) and
-    training loss against ``x``, the warmup shaded."""
+    """Learning rate (recomputed, the logged points on it) and training loss, the warmup shaded."""
     group = variants(sweep)
     metrics = [m for m in (LR_METRIC, "train/loss") if any(m in j.metrics for j in sweep.jobs)]
     if not metrics:
@@ -171,8 +168,7 @@ def warmup_figure(sweep: Sweep, x: str = "steps") -> Figure | None:
 
 
 def train_loss_by_axis_figure(sweep: Sweep, axis: str, x: str = "steps") -> Figure | None:
-    """Training loss, one panel per value of ``axis``, one line per value of the other axes (the
-    colours of ``metric_vs_<axis>.png``), stuck and diverged jobs named."""
+    """Training loss, one panel per value of ``axis``, a line per value of the other axes."""
     if not any("train/loss" in job.metrics for job in sweep.jobs):
         return None
     others, names = [a for a in sweep.axes if a != axis], sweep.short_names()

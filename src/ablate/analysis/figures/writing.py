@@ -37,8 +37,7 @@ class Written:
 
 
 def sweep_plots(sweep: Sweep, metric: str | None = None, x: str = "steps", grid: Sweep | None = None) -> list[Plot]:
-    """Every figure of a sweep, not yet drawn; ``x``: the x of the curves; ``grid``: a ``tune=lr``
-    sweep's every job when ``sweep`` holds the tuned rates only (the tuning curve is drawn from it)."""
+    """Every figure of a sweep, not yet drawn (``grid``: a ``tune=lr`` sweep's every job)."""
     if x not in X_AXES:
         raise ValueError(f"x={x!r}: use one of {', '.join(X_AXES)}")
     by = "" if x == "steps" else f"_by_{x}"  # curves against tokens or time get files of their own
@@ -77,8 +76,7 @@ def _reason(err: Exception) -> str:
 
 
 def write_plots(plots: list[Plot], out: str | Path, report: Callable[[str, str], None] | None = None) -> Written:
-    """Draw and write each plot on its own (one that raises is recorded and reported, the next still
-    drawn); a :class:`TableFigure` also writes its numbers as ``<name>.csv``."""
+    """Draw and write each plot on its own (a failure recorded and reported); tables as ``<name>.csv``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = Written()
