@@ -170,9 +170,6 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     return path
 
 
-# ----------------------------------------------------------------------------- from a checkpoint
-
-
 @dataclass
 class AttentionMap:
     """One grid to draw: the weights of one kind of attention and the tokens on its axes."""

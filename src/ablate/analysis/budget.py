@@ -48,9 +48,6 @@ def format_budget(value: float, basis: str) -> str:
     return f"{value:.3g} FLOPs" if basis == "flops" else f"{value:.4g} s"
 
 
-# ----------------------------------------------------------------------------- pure functions
-
-
 def cumulative_at(logged: pd.Series, steps: np.ndarray) -> np.ndarray:
     """A cumulative quantity at ``steps``: linear between logged steps, from 0; NaN beyond the last."""
     logged = logged.dropna().astype(float).sort_index()
@@ -63,9 +60,8 @@ def cumulative_at(logged: pd.Series, steps: np.ndarray) -> np.ndarray:
 
 
 def validation_curve(metrics: pd.DataFrame, metric: str, basis: str, flops_per_token: float | None = None) -> pd.Series:
-    """The logged values of ``metric`` indexed by the cumulative budget of ``basis`` (``steps``: step +
-    1; ``flops``: FLOPs/token x ``train/tokens_seen``; ``time``: ``train/time_s``); ValueError when
-    the budget cannot be counted."""
+    """The logged values of ``metric`` indexed by the cumulative budget of ``basis`` (steps, FLOPs,
+    time); ValueError when the budget cannot be counted."""
     values = metrics[metric].dropna().astype(float) if metric in metrics else pd.Series(dtype=float)
     steps = values.index.to_numpy(float)
     if check_basis(basis) == "steps":
@@ -98,9 +94,6 @@ def matched_budget(final_budgets: Iterable[float]) -> float:
     """The largest budget every job reached: the minimum of the known final budgets (NaN: none)."""
     known = [b for b in final_budgets if b is not None and math.isfinite(b)]
     return min(known) if known else math.nan
-
-
-# ----------------------------------------------------------------------------- jobs of a sweep
 
 
 def job_curve(job: Job, metric: str, basis: str) -> pd.Series:
@@ -157,10 +150,8 @@ def measured_once(jobs: Iterable[Job], metric: str) -> bool:
 
 
 def add_cost_columns(frame: pd.DataFrame, sweep: Sweep, metric: str) -> pd.DataFrame:
-    """``frame`` (one row per variant) with each variant's cost (``params``, ``flops_per_token``,
-    ``tokens_seen``, ``train_time_s``) and ``<metric> @<basis> mean`` / ``std`` at each matched
-    budget (``matched_*`` columns; the :class:`Matched` in ``frame.attrs["matched"]``, empty for a
-    metric :func:`measured_once`), means over the completed seeds."""
+    """``frame`` with each variant's cost and ``<metric> @<basis> mean`` / ``std`` at each matched budget
+    (the :class:`Matched` in ``frame.attrs["matched"]``), means over the completed seeds."""
     once = measured_once(sweep.jobs, metric)
     matched = {} if once else {basis: match(sweep.jobs, metric, basis) for basis in BASES}
     rows = []

@@ -56,8 +56,7 @@ class CrossedResult:
 
 
 def anova(z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, variance of the mean, df, MS_seed, MS_text and MS_error of ``z`` (..., n_s, n_t),
-    vectorised over the leading axes; one text unit: the paired t-test's variance and df."""
+    """Mean, variance of the mean, df and the mean squares of ``z`` (..., n_s, n_t), vectorised."""
     n_s, n_t = z.shape[-2], z.shape[-1]
     grand = z.mean((-2, -1))
     rows = z.mean(-1)

@@ -34,10 +34,8 @@ class Rates:
 
 
 def divergence_test(k: int, n: int, k_baseline: int, n_baseline: int) -> Rates:
-    """k of n variant seeds diverged, ``k_baseline`` of ``n_baseline`` baseline seeds: the variant's
-    rate with its Clopper-Pearson interval, and Boschloo's exact two-sided test of equal rates
-    (uniformly more powerful than Fisher's; 1/3 against 0/3 gives p = 0.55, 3/3 against 0/3 p = 0.031).
-    Untested (NaN p) when neither side diverged or a side has no seeds."""
+    """The variant's divergence rate with its Clopper-Pearson interval, and Boschloo's exact two-sided
+    test of equal rates (more powerful than Fisher's; 3/3 against 0/3: p = 0.031); NaN p without one."""
     low = high = p = math.nan
     if n > 0:
         ci = stats.binomtest(int(k), int(n)).proportion_ci(CONFIDENCE, method="exact")
@@ -70,11 +68,9 @@ def worst_rank_test(
     baseline_diverged: int,
     higher_is_better: bool,
 ) -> tuple[float, float]:
-    """Every seed kept: each side's completed values plus its diverged runs (ranked worst), the
-    statistic the variant's mean rank minus the baseline's (midranks), its two-sided exact
-    permutation p-value (twice the smaller tail, as ``scipy.stats.permutation_test``). Returns
-    ``(p, shift)``, shift > 0 when the variant ranks towards larger values. With 3 seeds a side the
-    smallest possible p is 0.1."""
+    """Every seed kept, a diverged run ranked worst: ``(p, shift)``, the two-sided exact permutation p
+    (twice the smaller tail) of the variant's mean rank minus the baseline's, shift > 0 towards larger
+    values. With 3 seeds a side the smallest possible p is 0.1."""
     worst = -math.inf if higher_is_better else math.inf
     v = np.array([*finite(variant), *[worst] * variant_diverged])
     b = np.array([*finite(baseline), *[worst] * baseline_diverged])

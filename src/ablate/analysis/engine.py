@@ -46,9 +46,8 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Evidence:
-    """Variant - baseline as :func:`analyse` found it: the comparison (``test``: ``crossed``,
-    ``paired``, ``welch``, ``worst-rank`` or ``""``), the ``Δ on`` text, and the crossed analysis
-    when per-window losses gave one (``n_units`` 1: the text is one passage)."""
+    """Variant - baseline as :func:`analyse` found it: the comparison, the ``Δ on`` text, and the
+    crossed analysis when per-window losses gave one (``n_units`` 1: the text is one passage)."""
 
     comparison: stats.Comparison
     inference: str

@@ -107,8 +107,7 @@ def _axes_text(sweep: Sweep) -> str:
 
 
 def parse_factor(sweep: Sweep, spec: str) -> Factor:
-    """``"norm=post,pre"`` -> the axis (by full or short name, as ``--where`` and ``--baseline``
-    take it) and its two levels; a :class:`DesignError` naming the axis and its values otherwise."""
+    """``"norm=post,pre"`` -> the axis and its two levels, or a :class:`DesignError`."""
     key, sep, text = (part.strip() for part in spec.partition("="))
     names = sweep.short_names()
     axis = sweep.full_name(key)
@@ -131,8 +130,7 @@ def parse_factor(sweep: Sweep, spec: str) -> Factor:
 
 
 def parse_design(sweep: Sweep, specs: Sequence[str], wheres: Sequence[str | None] = (None,)) -> tuple[Factor, Factor]:
-    """The two factors of ``--interaction A --interaction B``, checked against the sweep: two
-    different axes, and no ``--where`` that fixes one of them (its contrast would have empty cells)."""
+    """The two factors of ``--interaction A --interaction B``, checked against the sweep."""
     if len(specs) != 2:
         raise DesignError(f"--interaction: give exactly two axes (got {len(specs)}); {_axes_text(sweep)}")
     a, b = (parse_factor(sweep, spec) for spec in specs)
@@ -157,8 +155,7 @@ def set_per_cell(jobs: Sequence[Job], factors: tuple[Factor, Factor], axis: str)
 
 
 def slices(sweep: Sweep, factors: tuple[Factor, Factor], wheres: Sequence[str | None]) -> list[tuple[str, list[Job]]]:
-    """``(label, jobs)`` per slice: each ``--where``, split by the other axes' values (not by an axis
-    :func:`set_per_cell`: the label says so), so that only A and B vary within a slice."""
+    """``(label, jobs)`` per slice: each ``--where`` split by the other axes' values."""
     out = []
     names = sweep.short_names()
     for spec in wheres:
@@ -203,8 +200,7 @@ def interaction(
     seeds: Sequence[int],
     margin: float | None = None,
 ) -> Interaction:
-    """The contrast of four cells given per seed; a seed with a non-finite value in any cell is left
-    out. Untested (NaN p) with fewer than two seeds left or no spread of the contrasts."""
+    """The contrast of four cells given per seed (a seed non-finite in any cell left out)."""
     if margin is not None and not (math.isfinite(margin) and margin > 0):
         raise ValueError(f"margin {margin!r}: the smallest difference of interest must be a positive number")
     if any(len(cell) != len(seeds) for cell in (a1b1, a1b2, a2b1, a2b2)):
@@ -235,8 +231,7 @@ def interaction(
 def interaction_verdict(
     result: Interaction, p_adjusted: float, p_tost_adjusted: float = math.nan, alpha: float = stats.ALPHA
 ) -> str:
-    """From the family-adjusted p-values, as :func:`~ablate.analysis.stats.verdict`: ``not tested``,
-    ``no interaction within ±δ`` (TOST first), ``interaction``, else ``inconclusive``."""
+    """The verdict on a contrast from its family-adjusted p-values, as :func:`~ablate.analysis.stats.verdict`."""
     given = result.n + len(result.left_out)
     note = f"left out {len(result.left_out)}/{given}" if result.left_out else ""
     if not result.tested:

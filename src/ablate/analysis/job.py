@@ -52,9 +52,8 @@ def parse_overrides(overrides: Iterable[str]) -> dict[str, str]:
 
 
 def read_metrics_csv(path: Path) -> pd.DataFrame:
-    """A CSVLogger ``metrics.csv`` as one row per step (index ``step``), columns = metric names: the
-    rows Lightning writes per metric group, and the steps a resumed run repeats, collapse to the
-    last logged value of each metric at each step."""
+    """A CSVLogger ``metrics.csv`` as one row per step: Lightning's rows per metric group, and the steps
+    a resumed run repeats, collapse to the last logged value of each metric."""
     if not path.is_file():
         return pd.DataFrame(index=pd.Index([], name="step", dtype=int))
     frame = pd.read_csv(path)
@@ -198,9 +197,8 @@ def _mapping(path: Path) -> dict[str, Any]:
 
 
 def load_job(job_dir: Path) -> Job:
-    """Read one job directory (any of its files may be missing: a job killed early). Its identity is
-    what the run recorded (``status.json``'s overrides, ``csv/hparams.yaml``); ``.hydra/`` is the
-    fallback, unless newer than ``status.json``: a later command, even a refused one, rewrites it."""
+    """Read one job directory (any file may be missing): ``.hydra/`` is only the fallback to what the
+    run recorded, and ignored when newer than ``status.json`` (a later command rewrites it)."""
     status_file, hydra_dir = job_dir / "status.json", job_dir / ".hydra"
     record = _read_status(status_file)
     overrides_file = hydra_dir / "overrides.yaml"

@@ -270,8 +270,7 @@ def _text_dominated(cross: pd.DataFrame) -> str | None:
 
 
 def _planner_note(frame: pd.DataFrame, sweep: Sweep, margin: float | None, level: float) -> str | None:
-    """The planner of the next, fixed design: per row, the seeds that detect δ with 80% power at
-    alpha/m at this row's spread (:func:`ablate.analysis.stats.seeds_for`); None without a margin."""
+    """The planner's line: per row, the seeds that detect δ (:func:`ablate.analysis.stats.seeds_for`)."""
     if margin is None:
         return None
     from ablate.analysis.stats import seeds_for
@@ -339,9 +338,6 @@ def write_summary(frame: pd.DataFrame, markdown: str, out_dir: str | Path, name:
     frame.to_csv(csv_path, index=False)
     md_path.write_text(markdown)
     return csv_path, md_path
-
-
-# ----------------------------------------------------------------------------- the cost table
 
 
 def cost_table(frame: pd.DataFrame, sweep: Sweep) -> str:

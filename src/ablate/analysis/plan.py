@@ -135,9 +135,8 @@ class Declaration:
 
 
 def ledger_for(sweep_dir: str | os.PathLike[str], log_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Where a new plan for ``sweep_dir`` is recorded: ``<log_dir>/analysis_ledger.jsonl`` when the
-    sweep lies in ``log_dir`` (default :func:`ablate.config.locations.log_dir`), else beside the
-    sweep folder; never inside it, since what the folder holds a copy of it holds too."""
+    """Where a new plan for ``sweep_dir`` is recorded: ``<log_dir>/analysis_ledger.jsonl``, else beside
+    the sweep folder; never inside it, since what the folder holds a copy of it holds too."""
     from ablate.config.locations import log_dir as default_log_dir
 
     sweep = Path(sweep_dir).resolve()
@@ -223,8 +222,7 @@ def declare(
     now: datetime | None = None,
     log_dir: str | os.PathLike[str] | None = None,
 ) -> Declaration:
-    """Append ``plan`` for ``sweep_dir`` to its ledger under a lock and write the reader's copy. The
-    same plan declared again keeps the first entry; a different one, or a broken ledger, is refused."""
+    """Append ``plan`` to the ledger under a lock and write the copy; a different plan is refused."""
     sweep = Path(sweep_dir).resolve()
     existing = read_plan(sweep, log_dir)
     if existing is not None and existing.entry.get("ledger"):
@@ -301,9 +299,8 @@ def _declaration(entry: Mapping[str, Any], sweep: Path, ledger: Path, problem: s
 
 
 def read_plan(sweep_dir: str | os.PathLike[str], log_dir: str | os.PathLike[str] | None = None) -> Declaration | None:
-    """The plan of record of ``sweep_dir``: its first ledger entry, with ``problem`` set when the
-    chain is broken at or before it or the folder's copy differs; a copy with no ledger entry comes
-    back with that problem; None when neither exists. Unreadable: :class:`PlanError`."""
+    """The plan of record of ``sweep_dir`` (its first ledger entry, else the folder's copy), with
+    ``problem`` set when it cannot be trusted; None when neither exists."""
     sweep = Path(sweep_dir).resolve()
     copy_path = sweep / PLAN_FILE
     copy = None

@@ -256,8 +256,7 @@ EDGE_WORDS = {"lowest": "bottom edge", "highest": "top edge", "only": "the grid'
 
 
 def tuned_choices(sweep: Sweep, root: str | Path) -> dict[tuple[str | None, ...], str]:
-    """Each variant's tuned rate as the verdict table states it (issue 43 item 4): ``0.008 (top
-    edge)``, ``0.016 (grid extended: 0.016, 0.032)``; empty when ``root`` is not a ``tune=lr`` sweep."""
+    """Each variant's tuned rate as the verdict table states it: ``0.008 (top edge)`` (issue 43 item 4)."""
     path = Path(root) / TUNING_FILE
     if not path.is_file():
         return {}

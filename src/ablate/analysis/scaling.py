@@ -22,15 +22,10 @@ import numpy as np
 
 from ablate.analysis.power_law import MIN_SCALES, PowerLaw, fit_power_law, fit_power_laws, fit_shared_asymptote
 
-# ----------------------------------------------------------------------------- the multiplier of two fits
-
 
 def multiplier(variant: PowerLaw, baseline: PowerLaw, compute: float) -> float:
     """The baseline's compute to reach the variant's fitted loss at ``compute``, over ``compute``."""
     return baseline.compute_for(float(variant.loss(compute))) / compute
-
-
-# ----------------------------------------------------------------------------- curves and the bootstrap
 
 
 @dataclass
@@ -141,8 +136,7 @@ def bootstrap(
     shared_E: bool = False,
     fits: tuple[PowerLaw, PowerLaw] | None = None,
 ) -> tuple[float, float, int]:
-    """Percentile 95% bootstrap interval of the multiplier at ``compute`` (module docstring), and how
-    many replicate fits failed (left out). Reproducible: ``numpy.random.default_rng(seed)``."""
+    """Percentile 95% bootstrap interval of the multiplier at ``compute``, and how many fits failed."""
     if method not in METHODS:
         raise ValueError(f"method={method!r}: use one of {', '.join(METHODS)}")
     rng = np.random.default_rng(seed)

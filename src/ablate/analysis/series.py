@@ -200,9 +200,8 @@ def trained_steps(job: Job) -> int:
 
 
 def lr_schedule(job: Job) -> pd.Series:
-    """The learning rate of every optimiser step 0 .. :func:`trained_steps` - 1, recomputed from the
-    config as :func:`ablate.optim.build_schedule` computes it, indexed like ``metrics.csv``.
-    Raises ValueError naming the missing config value."""
+    """The learning rate of every step, recomputed from the config as :func:`ablate.optim.build_schedule`
+    does; ValueError naming a missing config value."""
     from ablate.optim import SCHEDULES  # imports torch: only when a figure needs it
 
     name = config_value(job, "optim.schedule")
@@ -227,8 +226,7 @@ def lr_schedule(job: Job) -> pd.Series:
 
 
 def lr_matches_log(job: Job, schedule: pd.Series, tolerance: float = LR_TOLERANCE) -> bool:
-    """Whether ``schedule`` equals the logged ``train/lr`` at every step both have (False when the
-    config no longer describes the run, e.g. ``trainer.max_steps`` raised on a resume)."""
+    """Whether ``schedule`` equals the logged ``train/lr`` at every step both have."""
     logged = job.series(LR_METRIC)
     common = logged.index.intersection(schedule.index)
     if len(common) < len(logged):  # logged steps beyond the recomputed range
@@ -264,11 +262,8 @@ def _cumulative(job: Job, metric: str, steps: np.ndarray) -> np.ndarray:
 
 
 def job_x(job: Job, steps, x: str = "steps") -> tuple[np.ndarray, str]:
-    """The job's ``metrics.csv`` steps as the x of a curve, and where the numbers come from:
-    ``steps``: steps done, ``s + 1`` (the console's count); ``tokens``: ``(s + 1) x``
-    :func:`tokens_per_step`, else the logged ``train/tokens_seen``; ``time`` (validation left out):
-    the logged ``train/time_s``, else summed from ``train/tokens_per_sec``, else ``status.json``'s
-    ``wall_time_s`` spread evenly (approximate). ValueError when the job has none of these."""
+    """The job's ``metrics.csv`` steps as the x of a curve (``steps``: ``s + 1``, the console's count;
+    ``tokens``; ``time``, validation left out), and where the numbers come from; ValueError without."""
     steps = np.asarray(steps, dtype=float)
     if x == "steps":
         return steps + 1, "optimiser steps done"

@@ -9,8 +9,7 @@ from ablate.analysis.runs import Sweep
 
 
 def parse_baseline(spec: str, flag: str = "--baseline") -> dict[str, str]:
-    """``"norm=pre,optim.lr=1e-3"`` -> ``{"norm": "pre", "optim.lr": "0.001"}`` (a comma splits only
-    before ``key=``: ``model.layers=[1,2]``); a key named twice is refused."""
+    """``"norm=pre,optim.lr=1e-3"`` -> ``{"norm": "pre", "optim.lr": "0.001"}``; a key named twice refused."""
     items = [item for item in re.split(r",(?=\s*[\w.+~-]+=)", spec.strip()) if item.strip()]
     if not items or any("=" not in item for item in items):
         raise ValueError(f"{flag} {spec!r}: expected axis=value[,axis=value...], e.g. norm=pre")

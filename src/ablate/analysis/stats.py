@@ -29,10 +29,9 @@ NOT_TRAINED = "not trained"  # most seeds of an arm never left the starting plat
 
 
 def not_trained(stalled: int, completed: int, baseline_stalled: int = 0, baseline_completed: int = 0) -> str:
-    """``not trained (stalled k/n)`` when most completed seeds of the variant (or ``(baseline stalled
-    k/n)``: of the baseline) stalled, else ``""``. A majority, not any: one stuck seed is that seed's
-    outcome; most of them say the recipe does not train the arm, and a difference between plateaus
-    measures the recipe, not the component."""
+    """``not trained (stalled k/n)`` when most completed seeds of the variant (or the baseline) stalled,
+    else ``""``: a majority, not any, says the recipe does not train the arm, and a difference
+    between plateaus measures the recipe, not the component."""
     if completed and 2 * stalled > completed:
         return f"{NOT_TRAINED} (stalled {stalled}/{completed})"
     if baseline_completed and 2 * baseline_stalled > baseline_completed:
@@ -71,9 +70,8 @@ def interval(values: Sequence[float]) -> Interval:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Variant - baseline: the difference of the means (paired: the mean of the per-seed
-    differences), its interval, the unadjusted two-sided p-value, the test (``paired``, ``welch``,
-    ``crossed``, ``worst-rank``; ``""``: none), its SE and df, and how many values entered it."""
+    """Variant - baseline: the difference of the means, its interval, the unadjusted two-sided p, the
+    test (``paired``, ``welch``, ``crossed``, ``worst-rank``; ``""``: none), SE, df and counts."""
 
     diff: float
     low: float = math.nan
@@ -154,8 +152,7 @@ def _test(
 
 
 def tost(variant: np.ndarray, baseline: np.ndarray, margin: float, paired: bool) -> np.ndarray | float:
-    """The TOST p-value of equivalence within ±``margin`` (Schuirmann 1987) along the last axis: the
-    larger of the one-sided p-values of H0: Δ <= -δ and H0: Δ >= +δ (paired or Welch). Small p: |Δ| < δ."""
+    """The TOST p-value of equivalence within ±``margin`` (Schuirmann 1987) along the last axis."""
     lower = t_test(variant + margin, baseline, paired, "greater").pvalue
     upper = t_test(variant - margin, baseline, paired, "less").pvalue
     p = np.maximum(lower, upper)
@@ -188,12 +185,10 @@ def seeds_for(
     n_blocks: int = 1,
     alpha: float = ALPHA,
 ) -> int | None:
-    """The planner of a fixed design: the fewest seeds (at least 3, the declared minimum) whose test
-    detects a true |Δ| = ``delta`` with 80% power at ``alpha`` (:func:`mde`), from a pilot's SE at
-    ``n_seeds`` seeds. The seed part of the SE shrinks as 1/sqrt(n); the text part (the crossed
-    analysis' text SE, 0 for a paired test) is held fixed (a little conservative), the df combined
-    by Satterthwaite (n - 1 and ``n_blocks`` - 1). None when even 1000 seeds leave the MDE above δ
-    (the text alone is too noisy: hold out more blocks)."""
+    """The planner of a fixed design: the fewest seeds (at least 3) whose test detects |Δ| = ``delta``
+    with 80% power at ``alpha``, from a pilot's SEs at ``n_seeds`` seeds: the seed SE shrinks as
+    1/sqrt(n), the text SE is held fixed (a little conservative), df by Satterthwaite. None when even
+    1000 seeds leave the MDE above δ (the text alone is too noisy: hold out more blocks)."""
     least, most = 3, 1000
 
     def detects(n: int) -> bool:
@@ -212,9 +207,8 @@ def seeds_for(
 
 
 def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Holm's step-down adjusted p-values (Holm 1979): with the m finite p-values sorted
-    ascending, p_adj(i) = max_{j <= i} min(1, (m - j + 1) p(j)). NaN entries (untested
-    comparisons) stay NaN and do not count in m. Along the last axis (one family per row)."""
+    """Holm's step-down adjusted p-values (Holm 1979), p_adj(i) = max_{j <= i} min(1, (m - j + 1) p(j)),
+    along the last axis; NaN entries (untested) stay NaN and do not count in m."""
     p = np.asarray(p_values, dtype=float)
     tested = np.isfinite(p)
     m = tested.sum(axis=-1, keepdims=True)

@@ -90,8 +90,7 @@ def summarize(
     equivalence: tuple[str, ...] = (),
 ) -> pd.DataFrame:
     """The summary table as numbers; with ``baseline`` (``"axis=value,..."``) the statistics against
-    that row on the ``basis``, ``margin`` δ (default: the jobs' ``analysis.margin``) asked of the rows
-    ``equivalence`` names (default: all)."""
+    that row, the TOST within ``margin`` asked of the rows ``equivalence`` names (default: all)."""
     budget.check_basis(basis)
     metric = pick_metric(sweep, metric)
     test = test_metric(sweep, metric)

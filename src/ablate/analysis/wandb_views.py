@@ -56,9 +56,6 @@ class SweepFacts:
     figures: list[Path] = field(default_factory=list)
 
 
-# ------------------------------------------------------------------------- facts
-
-
 def facts_from_sweep_dir(
     sweep_dir: Path, group: str | None = None, project: str | None = None, entity: str | None = None
 ) -> SweepFacts:
@@ -143,9 +140,6 @@ def facts_from_runs(
     warmups = [((c.get("optim") or {}).get("warmup_steps")) for c, _ in runs]
     warmup = next((w for w in warmups if isinstance(w, int)), None)
     return SweepFacts(group, project, entity or None, axes, task_of_metrics(metrics), warmup, metrics, len(runs))
-
-
-# -------------------------------------------------------------------------- spec
 
 
 def line(

@@ -111,8 +111,7 @@ def _check_what_is_declared(parser: argparse.ArgumentParser, args: argparse.Name
 
 
 def _check_declarable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse (exit 2) a comparison that could never give a declared verdict (the plan's split,
-    >= MIN_SEEDS seeds, >= MIN_BLOCKS held-out blocks: :func:`ablate.analysis.plan.check_rows`)."""
+    """Refuse (exit 2) a comparison that could never give a declared verdict."""
     from ablate.analysis.engine import MIN_BLOCKS, MIN_SEEDS, has_units
 
     for metric in args.metric:

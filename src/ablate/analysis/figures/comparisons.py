@@ -222,9 +222,8 @@ def compute_multiplier_figure(
     compute_note: str,
     path: Path,
 ) -> Path:
-    """Final ``metric`` against training compute: seeds as dots, each fit (dashed beyond the measured
-    range) with its asymptote E dotted, and per multiplier an arrow from the variant's fitted loss at
-    its largest compute to the compute the baseline needs for it."""
+    """Final ``metric`` against training compute: seeds as dots, each fit with its asymptote, and each
+    multiplier as an arrow to the compute the baseline needs for the variant's loss."""
     fig = Figure(figsize=(7.2, 4.8), layout="constrained")
     ax = fig.subplots()
     colors = {c.label: f"C{i % 10}" for i, c in enumerate(curves)}

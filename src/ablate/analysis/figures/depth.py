@@ -113,8 +113,7 @@ def resid_rms_depth_figure(sweep: Sweep) -> Figure | None:
 
 
 def uniform_steps(steps: np.ndarray) -> np.ndarray:
-    """Evenly spaced steps from the first logged one to the last, the gap that covers most of the run
-    apart (``grad_norm`` is logged every step of the warmup, then every N steps)."""
+    """Evenly spaced steps over the logged range, the gap that covers most of the run apart."""
     steps = np.unique(np.asarray(steps, dtype=int))
     if len(steps) < 2:
         return steps
