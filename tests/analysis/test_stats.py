@@ -25,7 +25,8 @@ import pytest
 import yaml
 from scipy import stats as scipy_stats
 
-from ablate.analysis import interaction_stats, stats
+from ablate.analysis import interaction as interaction_stats
+from ablate.analysis import stats
 from ablate.analysis.interaction import interaction_table
 from ablate.analysis.markdown import markdown_table
 from ablate.analysis.power_law import PowerLaw, fit_power_law

@@ -1,17 +1,11 @@
 """Attention weights of a trained model for one input, and their heat maps.
 
-The weights are those of eq. 1 of Vaswani et al. 2017, softmax(Q K^T / sqrt(d_k) + bias) with
-the mask applied, as the model itself computes them: every attention module's kernel is asked
-to keep its weights (:attr:`ablate.nn.attention.AttentionKernel.keep_weights`), which routes it
-through the explicit ``math`` path even when the model was trained with ``attn=sdpa``, and the
-model runs its ordinary forward pass. So the queries and keys come from the block's own
-projections after its own norm placement, rotary embeddings rotate them and ALiBi adds its bias
-exactly as in training, and grouped-query models report one map per *query* head (their key/value
-heads repeated, as the math kernel does). Nothing of the attention is re-derived here.
-
-A decoder-only LM gives one (layers, heads, T, T) tensor, causal: zero above the diagonal. A
-translation model gives three: encoder self-attention (source x source), decoder
-self-attention (target x target, causal) and decoder cross-attention (target x source).
+The weights of eq. 1 of Vaswani et al. 2017, softmax(Q K^T / sqrt(d_k) + bias) masked, as the model
+computes them: each kernel keeps its weights (:attr:`ablate.nn.attention.AttentionKernel.keep_weights`,
+the explicit ``math`` path even under ``attn=sdpa``) through the ordinary forward pass, so norms,
+rotary embeddings and ALiBi act exactly as in training, one map per *query* head. Nothing is
+re-derived here. An LM gives (layers, heads, T, T); a translation model encoder self-, decoder
+self- and cross-attention.
 """
 
 from __future__ import annotations
@@ -77,18 +71,14 @@ def _kernel(residual: Residual | None) -> AttentionKernel:
 
 
 def lm_attention(model: TransformerLM, ids: Tensor) -> Tensor:
-    """Attention weights of a :class:`~ablate.nn.transformer.TransformerLM` for one sequence of (T,)
-    token ids: (layers, query heads, T, T), row i the distribution of query i over keys 0..T-1."""
+    """Attention weights of a TransformerLM for (T,) ids: (layers, query heads, T, T)."""
     kernels = [_kernel(block.attn) for block in cast("Iterable[Block]", model.blocks)]
     weights = _run(model, kernels, lambda: model(ids[None]))
     return torch.stack([w[0] for w in weights]).float()
 
 
 def translation_attention(model: EncoderDecoder, src: Tensor, tgt_in: Tensor) -> dict[str, Tensor]:
-    """Attention weights of an :class:`~ablate.nn.seq2seq.EncoderDecoder` for one sentence pair,
-    ``src`` (S,) ending with ``</s>`` and ``tgt_in`` (T,) starting with ``<s>``: encoder
-    self-attention (L_enc, H, S, S), decoder self-attention (L_dec, H, T, T) and cross-attention
-    (L_dec, H, T, S)."""
+    """Encoder self-, decoder self- and cross-attention weights for one sentence pair."""
     encoder, decoder = cast("Iterable[Block]", model.encoder.blocks), cast("Iterable[Block]", model.decoder.blocks)
     groups = {
         "encoder self-attention": [_kernel(b.attn) for b in encoder],
@@ -101,8 +91,7 @@ def translation_attention(model: EncoderDecoder, src: Tensor, tgt_in: Tensor) ->
 
 
 def token_labels(tokenizer, ids: Sequence[int], specials: dict[int, str] | None = None) -> list[str]:
-    """One readable label per token: the character (char tokenizer) or the piece (BPE), with
-    newlines, spaces and tabs drawn visibly and long pieces shortened."""
+    """One readable label per token, whitespace drawn visibly and long pieces shortened."""
     labels = []
     for i in ids:
         if specials and i in specials:
@@ -122,8 +111,7 @@ def _visible(char: str) -> str:
 
 
 def attention_figure(weights: Tensor, query_labels: list[str], key_labels: list[str], title: str) -> Figure:
-    """A grid of heat maps, rows = layers, columns = heads, tokens on both axes (queries down,
-    keys across), one colour scale from 0 to 1 for all panels."""
+    """Heat maps, rows = layers, columns = heads, queries down and keys across, one 0-1 colour scale."""
     n_layers, n_heads, n_q, n_k = weights.shape
     # about 0.16 inch per token, so that the labels fit; cross-attention panels are not square
     width, height = (min(4.0, max(1.8, 0.16 * n)) for n in (n_k, n_q))
@@ -157,18 +145,14 @@ def attention_figure(weights: Tensor, query_labels: list[str], key_labels: list[
 
 
 def checkpoint_label(ckpt_path: str | Path) -> str:
-    """A checkpoint as a figure names it, without the directories above its run:
-    ``<run dir>/best.ckpt`` for ``.../<run dir>/checkpoints/best.ckpt``, else the parent folder
-    and the file name."""
+    """``<run dir>/best.ckpt`` for ``.../<run dir>/checkpoints/best.ckpt``, else parent folder and name."""
     ckpt = Path(ckpt_path)
     run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
     return f"{run.name}/{ckpt.name}" if run.name else ckpt.name
 
 
 def map_title(kind: str, model: str, ckpt_path: str | Path, width: int = 90) -> str:
-    """``Attention weights (<kind>): <model>`` over the run and checkpoint names (no full path:
-    a sweep directory's path would be wider than the figure); a long run name (a sweep job's,
-    ``seed=1,norm=pre,...``) is broken after its commas into lines of about ``width`` characters."""
+    """``Attention weights (<kind>): <model>`` over the run and checkpoint, broken after commas."""
     run, _, name = checkpoint_label(ckpt_path).rpartition("/")
     where = f"run {run}, checkpoint {name}" if run else f"checkpoint {name}"
     lines = [""]
@@ -184,9 +168,6 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130, bbox_inches="tight")
     return path
-
-
-# ----------------------------------------------------------------------------- from a checkpoint
 
 
 @dataclass
@@ -206,8 +187,7 @@ def describe(spec) -> str:
 
 
 def lm_maps(ckpt_path: str | Path, text: str, target: str | None, max_tokens: int) -> tuple[list[AttentionMap], str]:
-    """The self-attention maps of a language model for ``text`` (``target`` applies to
-    translation checkpoints only: refused here rather than ignored)."""
+    """The self-attention maps of a language model for ``text`` (a ``target`` is refused)."""
     from ablate.tasks.checkpoints import load_task_checkpoint
 
     if target is not None:
@@ -227,8 +207,7 @@ def lm_maps(ckpt_path: str | Path, text: str, target: str | None, max_tokens: in
 def translation_maps(
     ckpt_path: str | Path, text: str, target: str | None, max_tokens: int
 ) -> tuple[list[AttentionMap], str]:
-    """Maps of a translation model for source ``text`` and decoder input ``<s> target`` (the
-    model's own translation of ``text`` when ``target`` is None)."""
+    """Maps of a translation model for ``text`` and decoder input ``<s> target`` (default: its own translation)."""
     from ablate.data.translation_tokens import BOS, EOS, PAD, encode_lines
     from ablate.tasks.translation import load_translation_checkpoint
 

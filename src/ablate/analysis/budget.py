@@ -1,15 +1,9 @@
 """Compare variants at equal cost: the validation metric at matched steps, FLOPs or training time.
 
-Variants of an ablation differ in what a step costs (on a CPU, rotary positions cost ~20% and a
-GLU feed-forward 6-13% per step). Equal steps is the protocol of most ablation papers; equal FLOPs
-or equal training time asks whether a change is worth its cost. A job's validation curve is its
-metric against a cumulative budget: ``steps`` (``metrics.csv`` step + 1), ``flops``
-(:func:`ablate.nn.flops.flops_per_token` x ``train/tokens_seen``, :func:`job_flops_per_token`) or
-``time`` (``train/time_s``).
-
-The **matched budget** is the largest budget every compared job reached (the minimum of their
-final budgets); each job's metric there is interpolated on its curve (:func:`value_at`), never
-extrapolated. The cheapest job is thus compared at its end of training, the others before their
+Variants differ in what a step costs (on a CPU, rotary positions ~20%, a GLU feed-forward 6-13%);
+equal FLOPs or time asks whether a change is worth its cost. The **matched budget** is the largest
+every compared job reached; each job's metric there is interpolated on its curve, never
+extrapolated, so the cheapest job is compared at its end of training and the others before their
 schedule has decayed, which favours the cheap job beyond its cost (docs/analysis.md).
 """
 
@@ -41,8 +35,7 @@ def check_basis(basis: str) -> str:
 
 
 def basis_column(metric: str, basis: str) -> str:
-    """The column prefix of the metric the verdict is computed on: ``val/ppl final`` for
-    ``steps`` (the final value), ``val/ppl @flops`` / ``val/ppl @time`` at the matched budget."""
+    """``val/ppl final`` for ``steps``, ``val/ppl @flops`` / ``val/ppl @time`` at the matched budget."""
     return f"{metric} final" if check_basis(basis) == "steps" else f"{metric} @{basis}"
 
 
@@ -55,13 +48,8 @@ def format_budget(value: float, basis: str) -> str:
     return f"{value:.3g} FLOPs" if basis == "flops" else f"{value:.4g} s"
 
 
-# ----------------------------------------------------------------------------- pure functions
-
-
 def cumulative_at(logged: pd.Series, steps: np.ndarray) -> np.ndarray:
-    """A cumulative quantity logged at some steps (``train/tokens_seen``, ``train/time_s``:
-    its value at step ``s`` counts steps 0..s) at ``steps``: the logged value where there is one,
-    linear between logged steps (from 0 before step 0), NaN beyond the last logged step."""
+    """A cumulative quantity at ``steps``: linear between logged steps, from 0; NaN beyond the last."""
     logged = logged.dropna().astype(float).sort_index()
     steps = np.asarray(steps, dtype=float)
     if not len(logged):
@@ -72,10 +60,8 @@ def cumulative_at(logged: pd.Series, steps: np.ndarray) -> np.ndarray:
 
 
 def validation_curve(metrics: pd.DataFrame, metric: str, basis: str, flops_per_token: float | None = None) -> pd.Series:
-    """The logged values of ``metric`` (index: ``metrics.csv`` step) as a curve against the
-    cumulative budget of ``basis`` at each of its steps (module docstring): a Series of the metric
-    values indexed by budget, increasing. Raises ValueError when the budget cannot be counted:
-    ``flops`` without ``flops_per_token`` or ``train/tokens_seen``, ``time`` without ``train/time_s``."""
+    """The logged values of ``metric`` indexed by the cumulative budget of ``basis`` (steps, FLOPs,
+    time); ValueError when the budget cannot be counted."""
     values = metrics[metric].dropna().astype(float) if metric in metrics else pd.Series(dtype=float)
     steps = values.index.to_numpy(float)
     if check_basis(basis) == "steps":
@@ -92,8 +78,7 @@ def validation_curve(metrics: pd.DataFrame, metric: str, basis: str, flops_per_t
 
 
 def value_at(curve: pd.Series, budget: float) -> float:
-    """The curve's value at ``budget``, linear between the two validations around it; NaN
-    outside the curve (before its first validation, after its last: no extrapolation)."""
+    """The curve's value at ``budget``, linear between validations; NaN outside it (no extrapolation)."""
     x, y = curve.index.to_numpy(float), curve.to_numpy(float)
     if not len(x) or not math.isfinite(budget) or budget < x[0] or budget > x[-1]:
         return math.nan
@@ -106,13 +91,9 @@ def final_budget(curve: pd.Series) -> float:
 
 
 def matched_budget(final_budgets: Iterable[float]) -> float:
-    """The largest budget every job reached: the minimum of their final budgets (NaN ones,
-    jobs whose budget is unknown, left out; NaN when none is known)."""
+    """The largest budget every job reached: the minimum of the known final budgets (NaN: none)."""
     known = [b for b in final_budgets if b is not None and math.isfinite(b)]
     return min(known) if known else math.nan
-
-
-# ----------------------------------------------------------------------------- jobs of a sweep
 
 
 def job_curve(job: Job, metric: str, basis: str) -> pd.Series:
@@ -129,8 +110,7 @@ def last_logged(job: Job, name: str) -> float:
 
 @dataclass
 class Matched:
-    """One basis over the compared (completed) jobs: the matched budget, each job's final budget
-    and value there (by ``job.source``), and why a job has no curve."""
+    """One basis: the matched budget, each job's final budget and value there, why one has no curve."""
 
     basis: str
     budget: float
@@ -164,21 +144,14 @@ def match(jobs: list[Job], metric: str, basis: str) -> Matched:
 
 
 def measured_once(jobs: Iterable[Job], metric: str) -> bool:
-    """Whether ``metric`` has no curve to match a budget on: every completed job logged it at most
-    once (a ``test/*`` metric, evaluated after training), so there is no earlier value to compare
-    at a smaller budget."""
+    """Whether ``metric`` is logged at most once per completed job (a ``test/*``): no curve to match on."""
     counts = [int(job.series(metric).notna().sum()) for job in jobs if job.measured(metric)]
     return bool(counts) and max(counts) <= 1
 
 
 def add_cost_columns(frame: pd.DataFrame, sweep: Sweep, metric: str) -> pd.DataFrame:
-    """``frame`` (one row per variant, in :meth:`Sweep.variants` order) with what each variant
-    costs and its metric at equal cost, means over its completed seeds: ``params``,
-    ``flops_per_token``, ``tokens_seen`` (final ``train/tokens_seen``), ``train_time_s`` (final
-    ``train/time_s``), ``<metric> @<basis> mean`` / ``std`` for each basis and the matched budgets
-    ``matched_steps``, ``matched_flops``, ``matched_time_s`` (the same in every row). The
-    :class:`Matched` of each basis goes to ``frame.attrs["matched"]``; a metric
-    :func:`measured_once` gets the costs only (``frame.attrs["matched"]`` empty)."""
+    """``frame`` with each variant's cost and ``<metric> @<basis> mean`` / ``std`` at each matched budget
+    (the :class:`Matched` in ``frame.attrs["matched"]``), means over the completed seeds."""
     once = measured_once(sweep.jobs, metric)
     matched = {} if once else {basis: match(sweep.jobs, metric, basis) for basis in BASES}
     rows = []
@@ -208,8 +181,7 @@ def add_cost_columns(frame: pd.DataFrame, sweep: Sweep, metric: str) -> pd.DataF
 
 
 def describe_basis(metric: str, basis: str, matched: Matched | None = None) -> str:
-    """What the verdict compares, for headings: ``final val/ppl`` (``steps``), ``val/ppl at the
-    matched budget of 1.2e+13 FLOPs, --basis flops``."""
+    """For headings: ``final val/ppl``, ``val/ppl at the matched budget of 1.2e+13 FLOPs, --basis flops``."""
     if basis == "steps":
         return f"final {metric}"
     assert matched is not None, "a budget basis other than steps has a matched budget"

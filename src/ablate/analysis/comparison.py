@@ -1,13 +1,8 @@
-"""The statistics of each configuration of a summary against the baseline configuration.
-
-For the *final* value of the metric (the best one is a maximum over validations, biased by the
-selection), or with ``basis="flops"``/``"time"`` the value at the matched budget: the 95% t
-interval of the mean and, against the baseline, the difference with its interval, the one test of
-:mod:`~ablate.analysis.engine`, the p-values adjusted over the whole family of the call
-(:func:`adjust_family`), with a margin δ the TOST of equivalence, the divergence rate with
-Boschloo's test, the minimum detectable effect (design information) and the verdict
-(:mod:`~ablate.analysis.stats`). :func:`~ablate.analysis.markdown.markdown_table` shows these
-columns as the table "against the baseline".
+"""The statistics of each configuration of a summary against the baseline configuration, on the
+*final* value of the metric (the best one is biased by the selection) or the value at a matched
+budget: the t interval of the mean, the one test of :mod:`~ablate.analysis.engine`, p-values
+adjusted over the call's family (:func:`adjust_family`), the TOST, divergence rates, the MDE and
+the verdict.
 """
 
 from __future__ import annotations
@@ -34,17 +29,13 @@ def status_counts(jobs: list[Job]) -> dict[str, int]:
 
 
 def _finals(jobs: list[Job], metric: str, value=None) -> tuple[list[float], list[int | None]]:
-    """The final ``metric`` (or ``value(job)``) of the completed seeds (a diverged seed has no
-    valid final value), and their seeds."""
+    """The final ``metric`` (or ``value(job)``) of the completed seeds, and their seeds."""
     done = [job for job in jobs if job.measured(metric)]
     return [value(job) if value else job.final(metric) for job in done], [job.seed for job in done]
 
 
 def margin_for(sweep: Sweep, metric: str, margin: float | None = None) -> float | None:
-    """The equivalence margin δ for ``metric``: ``margin`` when given (``--margin``), else the
-    jobs' ``analysis.margin`` (an experiment config may declare it: a number in the units of the
-    metric compared, or a mapping ``{metric: number}``), else None (no equivalence test). Jobs
-    that declare different margins are refused."""
+    """The margin δ for ``metric``: ``margin``, else the jobs' ``analysis.margin`` (one value), else None."""
     if margin is not None:
         return float(margin)
     found = set()
@@ -65,11 +56,7 @@ def margin_for(sweep: Sweep, metric: str, margin: float | None = None) -> float 
 def compare_row(
     jobs: list[Job], base_jobs: list[Job], metric: str, value=None, margin: float | None = None
 ) -> dict[str, object]:
-    """The statistics of one row against the baseline (the ``diff`` ... ``inference`` cells), by
-    the one inference engine (:func:`ablate.analysis.engine.analyse`): the worst-rank test over
-    every seed when a seed diverged, else the crossed seed x block analysis where every completed
-    seed saved its per-window test losses, else the paired t-test over shared seeds (Welch's
-    without two)."""
+    """One row's statistics against the baseline, by :func:`ablate.analysis.engine.analyse`."""
     evidence = engine.analyse(
         engine.outcomes(jobs, metric, value),
         engine.outcomes(base_jobs, metric, value),
@@ -80,16 +67,9 @@ def compare_row(
     )
     c, counts, base_counts = evidence.comparison, status_counts(jobs), status_counts(base_jobs)
     rates = divergence_test(counts["diverged"], len(jobs), base_counts["diverged"], len(base_jobs))
-    extra = (
-        dict(
-            seed_se=evidence.seed_se,
-            text_se=evidence.text_se,
-            text_se_unpaired=evidence.text_se_unpaired,
-            half_width_unpaired=evidence.half_width_unpaired,
-        )
-        if evidence.crossed
-        else {}
-    )
+    x = evidence.crossed if c.test == "crossed" else None
+    names = ("seed_se", "text_se", "text_se_unpaired", "half_width_unpaired")
+    extra = {name: getattr(x, name) for name in names} if x is not None else {}
     return dict(
         diff=c.diff,
         diff_ci_low=c.low,
@@ -122,14 +102,11 @@ def compare_to_baseline(
     margin: float | None = None,
     equivalence: tuple[str, ...] = (),
 ) -> pd.DataFrame:
-    """``frame`` with the statistics of the final metric (``basis="steps"``), or of the metric at
-    the matched FLOPs/time budget (``frame.attrs["matched"]``), per row and against the baseline
-    row (the columns: ``_COLUMNS``; :func:`compare_row` for the tests). The p-values
-    are Holm-adjusted within this frame; :func:`adjust_family` re-adjusts several frames (slices,
-    metrics) as one family. ``equivalence``: with a margin, only the rows these ``axis=value``
-    specs name get the equivalence test (default: every row): a comparison asked only "is there a
-    difference?" leaves the family once that is answered, so rows where equivalence is hopeless do
-    not dilute the others' (issue 43), when the plan says so before the data."""
+    """``frame`` with the statistics (``_COLUMNS``) of the final metric (``basis="steps"``) or of
+    the metric at the matched budget, per row against the baseline row, adjusted within this frame
+    (:func:`adjust_family` re-adjusts several as one family). ``equivalence``: with a margin, only
+    the rows these ``axis=value`` specs name get the TOST, so that rows where equivalence is
+    hopeless do not dilute the others' (issue 43)."""
     metric = frame.attrs["metric"]
     name, matched = budget.basis_column(metric, basis), frame.attrs.get("matched", {}).get(basis)
     value = _basis_value(metric, basis, matched)
@@ -241,15 +218,10 @@ def _named(sweep: Sweep, jobs: list[Job], specs: tuple[str, ...]) -> bool:
 
 
 def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> list[pd.DataFrame]:
-    """One error-controlling procedure over every comparison of ``frames`` (the rows against
-    their baseline, in every frame: the ``--where`` slices and metrics of one write-up): the
-    difference tests (each row's one test: crossed, paired or, with diverged seeds, worst-rank)
-    and the equivalence tests together, by :func:`ablate.analysis.stats.family_adjusted` (Holm
-    with Shaffer's constraint: at most one of a row's two nulls is true), so the chance of any
-    false ``better``, ``worse`` or ``equivalent`` in the family is at most ``alpha``. Then the MDE
-    at alpha/m (m: the rows with a difference test, the threshold the first step applies) and
-    each row's verdict (:func:`ablate.analysis.stats.verdict`); a row whose arms did not train
-    gets ``not trained (...)`` and stays out of the family (:func:`_untrained`)."""
+    """One family over every comparison of ``frames`` (the ``--where`` slices and metrics of one
+    write-up): difference and equivalence tests together (:func:`ablate.analysis.stats.family_adjusted`),
+    then the MDE at alpha/m (m: the rows with a difference test) and each row's verdict; a row
+    whose arms did not train gets ``not trained (...)`` and stays out of the family."""
     untrained = [_untrained(f) for f in frames]
     compared = [f["verdict"].ne("baseline").to_numpy() & (u == "") for f, u in zip(frames, untrained, strict=True)]
     flat = {
@@ -290,9 +262,7 @@ def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> lis
 
 
 def _untrained(frame: pd.DataFrame) -> np.ndarray:
-    """Each row's ``not trained (...)`` verdict (:func:`ablate.analysis.stats.not_trained`; ``""``
-    where both arms trained): those rows get no verdict and leave the family (a test between plateaus
-    should not spend the alpha of the comparisons that mean something)."""
+    """Each row's ``not trained (...)`` verdict (``""`` where both arms trained)."""
     base = frame[frame["verdict"] == "baseline"]
     b_stalled, b_done = (int(base.iloc[0]["stalled"]), int(base.iloc[0]["completed"])) if len(base) else (0, 0)
     return np.array(
@@ -308,35 +278,12 @@ def _untrained(frame: pd.DataFrame) -> np.ndarray:
 
 def _judge(row: pd.Series, better_up: bool, alpha: float, m: int) -> tuple[str, float]:
     """One compared row's verdict (:func:`ablate.analysis.stats.verdict`) and its MDE at alpha/m (NaN: no t test)."""
-    comparison = stats.Comparison(
-        row["diff"],
-        row["diff_ci_low"],
-        row["diff_ci_high"],
-        row["p"],
-        row["test"] if isinstance(row["test"], str) else "",
-        row["se"],
-        row["df"],
-        math.nan,
-        int(row["n_variant"]),
-        int(row["n_baseline"]),
-        int(row["pairs"]),
-        row["margin"],
-        row["p_tost"],
-        shift=row["shift"],
-    )
+    test = row["test"] if isinstance(row["test"], str) else ""
+    difference = (row["diff"], row["diff_ci_low"], row["diff_ci_high"], row["p"], test, row["se"], row["df"])
+    counts = (int(row["n_variant"]), int(row["n_baseline"]), int(row["pairs"]))
+    comparison = stats.Comparison(*difference, *counts, row["margin"], row["p_tost"], shift=row["shift"])
     tested = comparison.tested and comparison.test != "worst-rank"
     mde = stats.mde(row["se"], row["df"], alpha / max(m, 1)) if tested else math.nan
-    verdict = stats.verdict(
-        comparison,
-        row["p_holm"],
-        better_up,
-        int(row["diverged"]),
-        int(row["seeds"]),
-        int(row["baseline_diverged"]),
-        int(row["baseline_seeds"]),
-        alpha,
-        p_tost_adjusted=row["p_tost_holm"],
-        stalled=int(row["stalled"]),
-        completed=int(row["completed"]),
-    )
-    return verdict, mde
+    seeds = (int(row["diverged"]), int(row["seeds"]), int(row["baseline_diverged"]), int(row["baseline_seeds"]))
+    stalled = (int(row["stalled"]), int(row["completed"]))
+    return stats.verdict(comparison, row["p_holm"], better_up, *seeds, alpha, row["p_tost_holm"], *stalled), mde

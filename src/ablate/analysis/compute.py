@@ -1,8 +1,6 @@
-"""The training compute of a job, from its config and its record: tokens seen (optimiser steps x
-tokens per step), Transformer layers, FLOPs per token (:func:`ablate.nn.flops.flops_per_token`, as
-``train/mfu`` counts them) and their product. What the budget comparisons
-(:mod:`~ablate.analysis.budget`) and the compute multiplier (:mod:`~ablate.analysis.scaling`) both
-count, in one place below both."""
+"""The training compute of a job, from its config and record, as the budget comparisons and the
+compute multiplier both count it: tokens seen x FLOPs per token (:func:`ablate.nn.flops.flops_per_token`,
+as ``train/mfu`` counts them, or Kaplan et al.'s 6N), N = ``status.json`` params."""
 
 from __future__ import annotations
 
@@ -25,9 +23,7 @@ def required_number(job: Job, key: str) -> float:
 
 
 def tokens_seen(job: Job) -> float:
-    """Optimiser steps x tokens per step: ``data.batch_size`` x the task's ``batch_tokens_key``
-    (``data.seq_len`` for a language model, ``data.max_tokens``, the token budget of a batch, for
-    translation: :class:`ablate.tasks.TaskSpec`)."""
+    """Optimiser steps x ``data.batch_size`` x the task's ``batch_tokens_key`` (``data.seq_len``)."""
     if job.task not in TASKS:
         raise ValueError(f"{job.source}: task={job.task} is not registered: cannot count its training tokens")
     per_step = required_number(job, TASKS[job.task].batch_tokens_key)
@@ -56,17 +52,9 @@ def job_compute(job: Job, flops: str = "6N+attn") -> float:
 
 
 def job_flops_per_token(job: Job) -> float:
-    """Training FLOPs per token of ``job``: :func:`ablate.nn.flops.flops_per_token`
-    with ``status.json``'s ``params`` and the config's layers (decoder + encoder), ``model.d_model``
-    and ``data.seq_len``, exactly as ``scripts/compute_multiplier.py`` counts them
-    (:func:`job_compute`). Raises ValueError naming what is missing."""
+    """:func:`ablate.nn.flops.flops_per_token` of ``job``; ValueError naming what is missing."""
     if job.record.get("params") is None:
         raise ValueError("status.json has no `params`")
-    return float(
-        flops_per_token(
-            float(job.record["params"]),
-            transformer_layers(job),
-            required_number(job, "model.d_model"),
-            required_number(job, "data.seq_len"),
-        )
-    )
+    params, layers = float(job.record["params"]), transformer_layers(job)
+    d_model, seq_len = required_number(job, "model.d_model"), required_number(job, "data.seq_len")
+    return float(flops_per_token(params, layers, d_model, seq_len))

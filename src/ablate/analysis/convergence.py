@@ -1,15 +1,7 @@
-"""Has a run stopped improving? The slope of its validation loss at the end, per 10% of the run.
-
-A comparison at a fixed budget ranks how far each variant got, which is what it would converge to
-only when the curves have flattened. The late slope says how far they are from that: the change
-of ``val/loss`` between the run's last two validations, divided by the steps between them and
-multiplied by 10% of the run's steps (in nats: what the run gained per tenth of training at its
-end). The validation loss, not the training loss, because it is measured on the same fixed text
-every time: a line through single-batch training losses (translation batches especially) is
-mostly noise over a short window. The price: on a decelerating curve the secant over the last
-validation interval (e.g. the last 20% of a run that validates 5 times) is steeper than the slope
-at the very end, so the number errs towards "still falling". A gap between variants that is small
-next to it may still close or reverse with more steps.
+"""Has a run stopped improving? A fixed budget ranks how far each variant got, which is where it
+would converge only when the curves have flattened. The late slope: the change of ``val/loss``
+(the same fixed text every time; single-batch training losses are mostly noise) between the last
+two validations, per 10% of the run's steps. A secant, so it errs towards "still falling".
 """
 
 from __future__ import annotations
@@ -23,8 +15,7 @@ LATE_METRIC = "val/loss"
 
 
 def late_change(job: Job, metric: str = LATE_METRIC, fraction: float = LATE_FRACTION) -> float:
-    """The change of ``metric`` per ``fraction`` of ``job``'s steps between its last two logged
-    values (negative: still falling); NaN with fewer than two."""
+    """The change of ``metric`` per ``fraction`` of the steps over the last two logged values; NaN without."""
     series = job.series(metric)
     if len(series) < 2:
         return math.nan
@@ -38,14 +29,10 @@ STALL_METRIC = "val/loss"
 
 
 def is_stalled(job: Job, tolerance: float = STALL_TOLERANCE, metric: str = STALL_METRIC) -> bool:
-    """A *completed* job that never left its starting plateau: its final ``val/loss`` is within
-    ``tolerance`` (1%, relative) of its first validation's, i.e. it fell by less than 1% over the
-    run (a deep Post-LN model that sits at the unigram loss throughout). Diverged and crashed jobs
-    are never stalled (they have their own outcome); with fewer than two validations it is
-    undecidable, hence False. The first validation is the reference because it is what every
-    job logs; on a run whose first validation comes late (after the model already left the
-    plateau) and whose curve is flat from then on this would flag a converged run: validate
-    early (``trainer.val_check_interval``) when that matters."""
+    """A *completed* job that never left its starting plateau: its final ``val/loss`` within 1%
+    (relative) of its first validation's (a deep Post-LN model at the unigram loss throughout);
+    False with fewer than two validations. A run whose first validation comes after it left the
+    plateau and that is flat from then on would be flagged: validate early when that matters."""
     if job.status != "completed":
         return False
     values = job.series(metric)

@@ -1,33 +1,20 @@
 """Two sources of uncertainty: a difference that generalises to a new seed *and* a new text.
 
-A paired t-test over seeds treats the held-out text as fixed: its interval says what another set
-of seeds would give on *this* passage, not on the corpus (Clark 1973, "The language-as-fixed-effect
-fallacy"; issue 34: on one 55k-character block the ALiBi − sinusoidal difference changed sign
-between quarters of the text). Here both are random effects of a crossed design (Baayen, Davidson
-& Bates 2008): every seed pair is scored on the same *text units* (:mod:`ablate.eval_units`), and
+A paired t-test over seeds treats the held-out text as fixed (Clark 1973, "The language-as-fixed-
+effect fallacy"; issue 34: on one 55k-character block the ALiBi − sinusoidal difference changed
+sign between quarters of the text). Here both are random effects of a crossed design (Baayen,
+Davidson & Bates 2008), every seed pair scored on the same text units, the **held-out blocks**
+(:func:`ablate.eval_units.text_groups`; runs of windows of one block covered 78-92%, issue 43):
 
-    d[s, t] = Δ + a[s] + b[t] + e[s, t],      a ~ N(0, σ_a²), b ~ N(0, σ_b²), e ~ N(0, σ_e²)
+    d[s, t] = Δ + a[s] + b[t] + e[s, t],      Var(mean) = (MS_seed + MS_text − MS_error) / (n_s n_t)
 
-The text unit is the **held-out block** (:func:`ablate.eval_units.text_groups`): runs of windows
-of one block would count one passage several times, and the interval would cover 78-92% instead of
-95% (issue 43). The mean's variance is estimated without bias by the two-way ANOVA mean squares
-(Searle, Casella & McCulloch 1992, ch. 4):
-
-    Var(mean) = (MS_seed + MS_text − MS_error) / (n_s n_t)
-
-with Satterthwaite's (1946) degrees of freedom. Where the combination falls below
-max(MS_seed, MS_text) / (n_s n_t), below which the true variance cannot be, that floor is used
-with at most the seed df n_s − 1 (the df of the larger mean square gave a text-floored 2-seed
-interval 15 df and 89.5% coverage). **Seed SE** = sqrt(MS_seed / (n_s n_t)) is what a paired
-t-test over seeds gives on this text; **text SE** = sqrt(MS_text / (n_s n_t)) the part another
-passage would add (small because pairing cancels a passage's difficulty;
-:attr:`CrossedResult.text_se_unpaired` is what two independent passages would give).
-
-A metric is a ratio (summed NLL over tokens or bytes), so each unit's difference is linearised
-around the seed's overall difference D_s (the ratio estimator): z[s, t] = D_s + (A[s, t] − D_s
-W[t]) / mean(W), with mean_t z[s, t] = D_s exactly. Calibration: ``python -m
-benchmarks.verdicts.simulate`` (numbers in benchmarks/verdicts/README.md) and
-``tests/analysis/test_crossed.py``.
+by the two-way ANOVA mean squares (Searle, Casella & McCulloch 1992, ch. 4) with Satterthwaite's
+(1946) df; below max(MS_seed, MS_text) / (n_s n_t), where the true variance cannot be, that floor
+with at most the seed df n_s − 1 (the larger mean square's df gave a 2-seed interval 89.5%).
+**Seed SE** = sqrt(MS_seed / (n_s n_t)), **text SE** = sqrt(MS_text / (n_s n_t)). A metric is a
+ratio (summed NLL over tokens or bytes), so each unit's difference is linearised around the seed's
+overall D_s: z[s, t] = D_s + (A[s, t] − D_s W[t]) / mean(W). Calibration: ``python -m
+benchmarks.verdicts.simulate`` and ``tests/analysis/test_crossed.py``.
 """
 
 from __future__ import annotations
@@ -69,9 +56,7 @@ class CrossedResult:
 
 
 def anova(z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, variance of the mean, df, MS_seed, MS_text and MS_error of ``z`` (..., n_s, n_t),
-    vectorised over the leading axes (the simulations run thousands of sweeps at once). One text
-    unit (n_t = 1): the paired t-test's variance and df, MS_text and MS_error NaN."""
+    """Mean, variance of the mean, df and the mean squares of ``z`` (..., n_s, n_t), vectorised."""
     n_s, n_t = z.shape[-2], z.shape[-1]
     grand = z.mean((-2, -1))
     rows = z.mean(-1)
@@ -98,8 +83,7 @@ def anova(z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
 def t_tests(
     mean: np.ndarray, var: np.ndarray, df: np.ndarray, margin: float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Two-sided p-value of mean = 0 and the TOST p-value of |mean| < ``margin`` (NaN without one)
-    from the mean, its variance and df (vectorised; NaN where the variance is 0)."""
+    """Two-sided p of mean = 0 and the TOST p of |mean| < ``margin`` from mean, variance and df."""
     se = np.sqrt(var)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.where(se > 0, 2 * stats.t.sf(np.abs(mean) / se, df), np.nan)
@@ -121,8 +105,7 @@ def _check_same_text(runs: Mapping[int, Units], other: Mapping[int, Units]) -> U
 
 
 def linearised(variant: Mapping[int, Units], baseline: Mapping[int, Units], metric: str, groups: np.ndarray):
-    """The per-seed, per-unit differences z (n_s, n_t), and each arm's per-unit metric averaged
-    over seeds (for the unpaired text SE)."""
+    """The per-seed, per-unit differences z (n_s, n_t), and each arm's per-unit metric over seeds."""
     seeds = sorted(set(variant) & set(baseline))
     ref = next(iter(variant.values()))
     weights = np.bincount(groups, weights=ref.denominator(metric))
@@ -148,11 +131,8 @@ def crossed(
     baseline: Mapping[int, Units],
     metric: str,
     margin: float | None = None,
-    confidence: float = 0.95,
 ) -> CrossedResult:
-    """Variant - baseline on ``metric`` (a ``*/loss`` or ``*/bpb`` metric) from per-unit test losses,
-    seed -> :class:`~ablate.eval_units.Units` for each arm; the seeds both have (>= 2) pair.
-    Raises ValueError when fewer than 2 seeds pair or the runs were scored on other texts."""
+    """Variant - baseline on ``metric`` from each arm's per-unit losses, seeds and text random."""
     shared = sorted(set(variant) & set(baseline))
     if len(shared) < 2:
         raise ValueError(f"{len(shared)} seed(s) with per-unit losses on both sides: a crossed interval needs 2")
@@ -164,21 +144,9 @@ def crossed(
     mean, var, df, ms_s, ms_t, _ = (float(x) for x in anova(z))
     p, p_tost = (float(x) for x in t_tests(np.array(mean), np.array(var), np.array(df), margin))
     se = math.sqrt(var)
-    crit = stats.t.ppf((1 + confidence) / 2, df)
+    crit = stats.t.ppf(0.975, df)
     unpaired = math.sqrt((arms["variant"].var(ddof=1) + arms["baseline"].var(ddof=1)) / n_t) if n_t > 1 else math.nan
-    return CrossedResult(
-        diff=mean,
-        low=mean - crit * se,
-        high=mean + crit * se,
-        p=p,
-        se=se,
-        df=df,
-        seed_se=math.sqrt(ms_s / (n_s * n_t)),
-        text_se=math.sqrt(ms_t / (n_s * n_t)) if n_t > 1 else math.nan,
-        text_se_unpaired=unpaired,
-        n_seeds=n_s,
-        n_units=n_t,
-        seeds=seeds,
-        p_tost=p_tost,
-        margin=math.nan if margin is None else float(margin),
-    )
+    low, high = mean - crit * se, mean + crit * se
+    seed_se, text_se = math.sqrt(ms_s / (n_s * n_t)), math.sqrt(ms_t / (n_s * n_t)) if n_t > 1 else math.nan
+    delta = math.nan if margin is None else float(margin)
+    return CrossedResult(mean, low, high, p, se, df, seed_se, text_se, unpaired, n_s, n_t, seeds, p_tost, delta)

@@ -1,16 +1,7 @@
-"""Divergence kept as an outcome: how often each side's seeds diverged, and a difference test
-that keeps the diverged seeds instead of dropping them.
-
-* :func:`divergence_test`: the divergence rates of variant and baseline, each with its
-  Clopper-Pearson interval, compared by Boschloo's exact test (two-sided; an unconditional exact
-  test, uniformly more powerful than Fisher's; ``scipy.stats.boschloo_exact``): descriptive;
-* :func:`worst_rank_test`: when a seed diverged, the row's one difference test ranks every seed,
-  a diverged run worst (Lachin 1999, "worst-rank score analysis"), and compares the ranks with an
-  exact permutation test (:func:`rank_sum_distribution`): no seed is dropped before the
-  comparison, and the row has one test in the one family (issue 34 item 5).
-
-The seed-level tests, Holm and the verdict are in :mod:`~ablate.analysis.stats`;
-:mod:`~ablate.analysis.tables` applies these to a sweep's diverged jobs.
+"""Divergence kept as an outcome: how often each side's seeds diverged (Clopper-Pearson intervals,
+Boschloo's exact test: descriptive), and the row's one difference test when a seed diverged, which
+ranks every seed with a diverged run worst (Lachin 1999, "worst-rank score analysis") instead of
+dropping it (issue 34 item 5).
 """
 
 from __future__ import annotations
@@ -27,8 +18,7 @@ from ablate.analysis.stats import CONFIDENCE, finite
 
 @dataclass(frozen=True)
 class Rates:
-    """Divergence of variant and baseline: k of n seeds each, each rate's Clopper-Pearson interval,
-    and the two-sided p-value of Boschloo's exact test of equal rates (NaN when neither diverged)."""
+    """Divergence k of n per side, the rate's Clopper-Pearson interval and Boschloo's p."""
 
     k: int
     n: int
@@ -43,21 +33,13 @@ class Rates:
         return self.k / self.n if self.n else math.nan
 
 
-def rate_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Clopper-Pearson (exact) interval of a rate k/n (``scipy.stats.binomtest``); NaN for n = 0."""
-    if n <= 0:
-        return math.nan, math.nan
-    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence, method="exact")
-    return float(ci.low), float(ci.high)
-
-
-def divergence_test(k: int, n: int, k_baseline: int, n_baseline: int, confidence: float = CONFIDENCE) -> Rates:
-    """k of n variant seeds diverged, ``k_baseline`` of ``n_baseline`` baseline seeds: the variant's
-    rate with its Clopper-Pearson interval, and Boschloo's exact two-sided test of equal rates
-    (``scipy.stats.boschloo_exact``; 1/3 against 0/3 gives p = 0.55, 3/3 against 0/3 p = 0.031).
-    Untested (NaN p) when neither side diverged or a side has no seeds."""
-    low, high = rate_interval(k, n, confidence)
-    p = math.nan
+def divergence_test(k: int, n: int, k_baseline: int, n_baseline: int) -> Rates:
+    """The variant's divergence rate with its Clopper-Pearson interval, and Boschloo's exact two-sided
+    test of equal rates (more powerful than Fisher's; 3/3 against 0/3: p = 0.031); NaN p without one."""
+    low = high = p = math.nan
+    if n > 0:
+        ci = stats.binomtest(int(k), int(n)).proportion_ci(CONFIDENCE, method="exact")
+        low, high = float(ci.low), float(ci.high)
     if n > 0 and n_baseline > 0 and (k or k_baseline):
         table = [[int(k), int(n - k)], [int(k_baseline), int(n_baseline - k_baseline)]]
         p = min(1.0, float(stats.boschloo_exact(table, alternative="two-sided").pvalue))
@@ -65,10 +47,9 @@ def divergence_test(k: int, n: int, k_baseline: int, n_baseline: int, confidence
 
 
 def rank_sum_distribution(ranks: np.ndarray, n: int) -> dict[int, int]:
-    """The exact permutation distribution of the sum of ``n`` of the ``ranks`` (midranks allowed:
-    they are doubled to integers): doubled sum -> how many of the C(len(ranks), n) subsets give
-    it. A dynamic programme over the ranks (subsets by size and sum), so every sample size is
-    exact and instant, where enumerating the assignments is not (10 vs 10 seeds: 184,756)."""
+    """The exact permutation distribution of the sum of ``n`` of the ``ranks`` (midranks doubled to
+    integers): doubled sum -> how many of the C(len(ranks), n) subsets give it, by a dynamic programme
+    over the ranks (exact and instant where enumerating 10 vs 10 seeds' 184,756 assignments is not)."""
     doubled = np.rint(2 * np.asarray(ranks, dtype=float)).astype(int)
     table: list[dict[int, int]] = [{0: 1}] + [{} for _ in range(n)]
     for r in doubled:
@@ -87,13 +68,9 @@ def worst_rank_test(
     baseline_diverged: int,
     higher_is_better: bool,
 ) -> tuple[float, float]:
-    """Every seed kept: each side's completed values plus its diverged runs, ranked together with
-    a diverged run worst (below every value; Lachin 1999), the statistic the variant's mean rank
-    minus the baseline's (ties share their average rank), its two-sided p-value from the exact
-    permutation distribution over the seeds' assignment to the two sides (twice the smaller tail,
-    as ``scipy.stats.permutation_test``; :func:`rank_sum_distribution`, exact at every size).
-    Returns ``(p, shift)``, shift > 0 when the variant ranks towards larger values. With 3 seeds a
-    side the smallest possible p is 0.1: three seeds cannot show much."""
+    """Every seed kept, a diverged run ranked worst: ``(p, shift)``, the two-sided exact permutation p
+    (twice the smaller tail) of the variant's mean rank minus the baseline's, shift > 0 towards larger
+    values. With 3 seeds a side the smallest possible p is 0.1."""
     worst = -math.inf if higher_is_better else math.inf
     v = np.array([*finite(variant), *[worst] * variant_diverged])
     b = np.array([*finite(baseline), *[worst] * baseline_diverged])

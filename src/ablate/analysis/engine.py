@@ -1,27 +1,15 @@
 """One inference engine for every verdict: the table of ``summarize.py --baseline`` calls
-:func:`analyse` (one comparison on the seeds given), never a test of its own. The design is fixed:
-the seeds are chosen before the data (how many: the planner, :func:`ablate.analysis.stats.seeds_for`),
-and a declared verdict rests on at least :data:`MIN_SEEDS` seed pairs and :data:`MIN_BLOCKS` held-out
-text blocks.
+:func:`analyse`, never a test of its own. The design is fixed (the seeds chosen before the data;
+how many: :func:`ablate.analysis.stats.seeds_for`). Variant - baseline on the final metric is:
 
-What one comparison rests on (:func:`analyse`), variant - baseline on the final ``metric``:
+* when a seed of either arm diverged, the worst-rank test over every seed that ran
+  (:func:`~ablate.analysis.divergence.worst_rank_test`), Δ the surviving pairs' and no equivalence
+  claimed: dropping the diverged seeds made a variant that diverged in 3 of 10 seeds ``better``;
+* else, with per-window test losses for every completed seed (``test/loss*``, ``test/bpb*``), the
+  crossed seed x held-out block analysis (:mod:`~ablate.analysis.crossed`);
+* else the paired t-test over the shared seeds (Welch's without two): the text is then fixed.
 
-* **Divergence is an outcome.** When a seed of either arm diverged, the row's one difference test
-  is the worst-rank test over every seed that ran (a diverged run ranked worst, Lachin 1999;
-  exact permutation distribution, :func:`~ablate.analysis.divergence.worst_rank_test`); Δ and its
-  interval are the surviving pairs' (descriptive), and no equivalence is claimed (a diverged run
-  is within δ of nothing). No seed is dropped: dropping made a variant that diverged in 3 of 10
-  seeds ``better``.
-* **Seeds and text both random.** Else, with per-window test losses for every completed seed of
-  both arms (``test/loss*``, ``test/bpb*``), the crossed seed x text analysis
-  (:mod:`~ablate.analysis.crossed`) with the **held-out block** as the text unit
-  (:func:`ablate.eval_units.text_groups`): its interval is one for the mean difference over
-  seeds *and* held-out text (not a prediction for one new run).
-* Else the paired t-test over the shared seeds (Welch's without two): the text is then fixed, and
-  the verdict is about this passage only (``summarize.py`` never labels it declared).
-
-The error rates these promise are measured by the simulations beside the package
-(``benchmarks/verdicts/``, ``python -m benchmarks.verdicts.simulate``).
+The error rates are measured by ``python -m benchmarks.verdicts.simulate``.
 """
 
 from __future__ import annotations
@@ -29,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ablate.analysis import stats
 from ablate.analysis.crossed import CrossedResult, crossed
@@ -45,8 +32,7 @@ MIN_BLOCKS = 4
 
 @dataclass(frozen=True)
 class Outcome:
-    """One seed of one arm: how its run ended, its final metric (NaN unless completed) and its
-    per-window test losses when it saved them."""
+    """One seed of one arm: how its run ended, its final metric and its per-window test losses."""
 
     seed: int | None
     status: str  # completed | diverged | crashed | incomplete
@@ -60,28 +46,18 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Evidence:
-    """Variant - baseline as :func:`analyse` found it (the columns of the table against a
-    baseline). ``test``: ``crossed``, ``paired``, ``welch``, ``worst-rank`` or ``""`` (none
-    possible); ``n_blocks``: the text units of a crossed test (1: the text is one passage; 0: no
-    per-window losses); ``inference``: the ``Δ on`` text."""
+    """Variant - baseline as :func:`analyse` found it: the comparison, the ``Δ on`` text, and the
+    crossed analysis when per-window losses gave one (``n_units`` 1: the text is one passage)."""
 
     comparison: stats.Comparison
     inference: str
-    n_blocks: int = 0
-    seed_se: float = math.nan
-    text_se: float = math.nan
-    text_se_unpaired: float = math.nan
-    half_width_unpaired: float = math.nan
+    crossed: CrossedResult | None = None
     diverged: int = 0
     baseline_diverged: int = 0
 
     @property
-    def test(self) -> str:
-        return self.comparison.test
-
-    @property
-    def crossed(self) -> bool:
-        return self.comparison.test == "crossed"
+    def n_blocks(self) -> int:
+        return self.crossed.n_units if self.crossed is not None else 0
 
 
 def _usable(outcomes: Sequence[Outcome]) -> list[Outcome]:
@@ -124,9 +100,7 @@ def analyse(
     margin: float | None = None,
     per_window: bool = True,
 ) -> Evidence:
-    """Variant - baseline on the seeds given (the module docstring: worst-rank when a seed
-    diverged, else crossed seed x block, else paired / Welch). ``per_window=False``: the final
-    values only (a metric at a matched budget has no per-window losses)."""
+    """Variant - baseline on the seeds given; ``per_window=False``: the final values only."""
     per_window = per_window and has_units(metric)
     good, base_good = _usable(variant), _usable(baseline)
     values, seeds = [o.value for o in good], [o.seed for o in good]
@@ -134,8 +108,7 @@ def analyse(
     c = stats.compare(values, base_values, seeds, base_seeds, margin=margin)
     k, k_base = sum(o.status == "diverged" for o in variant), sum(o.status == "diverged" for o in baseline)
     ran, base_ran = len(good) + k, len(base_good) + k_base
-    inference = c.test
-    extra: dict[str, Any] = {}
+    inference, x = c.test, None
     mine, why = _units(variant) if per_window else (None, "")
     base, why_base = _units(baseline) if per_window else (None, "")
     if mine is not None and base is not None and len(set(mine) & set(base)) >= 2:
@@ -151,20 +124,13 @@ def analyse(
                 if x.n_units >= 2
                 else f"paired, seeds {seeds_text} (the test text is one passage: no text unit)"
             )
-            extra = dict(
-                n_blocks=x.n_units,
-                seed_se=x.seed_se,
-                text_se=x.text_se,
-                text_se_unpaired=x.text_se_unpaired,
-                half_width_unpaired=x.half_width_unpaired,
-            )
     elif why or why_base:
         inference = f"{c.test} ({why or why_base})"
     if k or k_base:
         p, shift = worst_rank_test(values, base_values, k, k_base, higher_is_better)
         c = replace(c, test="worst-rank" if math.isfinite(p) else "", p=p, shift=shift, p_tost=math.nan)
         inference = f"worst-rank, {ran} vs {base_ran} seeds (diverged ranked worst)"
-    return Evidence(c, inference, diverged=k, baseline_diverged=k_base, **extra)
+    return Evidence(c, inference, x, k, k_base)
 
 
 def has_units(metric: str) -> bool:
@@ -173,9 +139,7 @@ def has_units(metric: str) -> bool:
 
 
 def outcomes(jobs: Sequence, metric: str, value: Callable | None = None) -> list[Outcome]:
-    """The :class:`Outcome` of each job (:class:`ablate.analysis.job.Job`) on ``metric``: its
-    final value (or ``value(job)``, e.g. at a matched budget) when completed, its per-window test
-    losses for a ``test/loss*`` / ``test/bpb*`` metric."""
+    """Each job's :class:`Outcome` on ``metric`` (its final value or ``value(job)``, its per-window losses)."""
     from ablate.eval_units import metric_tag
 
     with_units = has_units(metric)

@@ -5,9 +5,10 @@ names factor A (levels a1, a2) and factor B (b1, b2). The sweep is cut into *sli
 ``--where``, and within it each combination of the other axes' values), so that the four cells of
 a contrast differ in A and B only. Per slice and metric, on the seeds run in all four cells: the
 cell means, the simple effects of B within a1 and a2 (descriptive), and the interaction contrast
-Δ_int = (y[a1,b1] - y[a1,b2]) - (y[a2,b1] - y[a2,b2]) per seed with its t interval, test, TOST
-and verdict (:mod:`~ablate.analysis.interaction_stats`), Holm-adjusted over the family. A seed
-without all four final values is left out of that contrast, and the ``left out`` column says why.
+Δ_int = (y[a1,b1] - y[a1,b2]) - (y[a2,b1] - y[a2,b2]) per seed (a seed's own offset, shared by its
+four cells, cancels) with its t interval, one-sample t-test, TOST (Schuirmann 1987) and verdict,
+Holm-adjusted over the family. A seed without all four final values is left out of that contrast,
+and the ``left out`` column says why.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats
 
-from ablate.analysis import interaction_stats, stats
+from ablate.analysis import stats
 from ablate.analysis.comparison import margin_for
 from ablate.analysis.job import Job, canonical, higher_is_better
 from ablate.analysis.markdown import fmt, format_ci, format_p
@@ -28,11 +31,11 @@ from ablate.analysis.specs import parse_baseline, where
 from ablate.analysis.tables import pick_metric
 
 FAMILIES = ("call", "table")
+NO_INTERACTION = "no interaction within"
 
 
 class DesignError(ValueError):
-    """An ``--interaction`` that the sweep cannot answer (not an axis of it, levels it has no job
-    at, not two levels): a usage error, whose message names the axis and its values."""
+    """An ``--interaction`` the sweep cannot answer: a usage error naming the axis and its values."""
 
 
 @dataclass(frozen=True)
@@ -45,12 +48,41 @@ class Factor:
 
 
 @dataclass(frozen=True)
+class Interaction:
+    """A 2 x 2 design on the seeds run in all four cells: the cell means, the simple effects of B
+    within a1 and a2 (paired :func:`~ablate.analysis.stats.compare`, unadjusted), and the per-seed
+    contrast's mean ``delta``, t interval (df = n - 1), two-sided p and, with a margin, TOST p."""
+
+    seeds: tuple[int, ...]  # the seeds the contrast rests on: a finite value in every cell
+    left_out: tuple[int, ...]  # seeds given with a non-finite value in some cell (e.g. diverged)
+    means: tuple[float, ...]  # the four cell means over ``seeds``: a1b1, a1b2, a2b1, a2b2
+    within_a1: stats.Comparison
+    within_a2: stats.Comparison
+    delta: float
+    low: float
+    high: float
+    p: float
+    se: float
+    df: float
+    margin: float = math.nan  # δ of the TOST (NaN: none)
+    p_tost: float = math.nan
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def tested(self) -> bool:
+        return math.isfinite(self.p)
+
+
+@dataclass(frozen=True)
 class Contrast:
     """The interaction of one slice for one metric, and which seeds it left out, and why."""
 
     metric: str
     slice: str
-    result: interaction_stats.Interaction
+    result: Interaction
     left_out: str
 
 
@@ -75,8 +107,7 @@ def _axes_text(sweep: Sweep) -> str:
 
 
 def parse_factor(sweep: Sweep, spec: str) -> Factor:
-    """``"norm=post,pre"`` -> the axis (by full or short name, as ``--where`` and ``--baseline``
-    take it) and its two levels; a :class:`DesignError` naming the axis and its values otherwise."""
+    """``"norm=post,pre"`` -> the axis and its two levels, or a :class:`DesignError`."""
     key, sep, text = (part.strip() for part in spec.partition("="))
     names = sweep.short_names()
     axis = sweep.full_name(key)
@@ -99,8 +130,7 @@ def parse_factor(sweep: Sweep, spec: str) -> Factor:
 
 
 def parse_design(sweep: Sweep, specs: Sequence[str], wheres: Sequence[str | None] = (None,)) -> tuple[Factor, Factor]:
-    """The two factors of ``--interaction A --interaction B``, checked against the sweep: two
-    different axes, and no ``--where`` that fixes one of them (its contrast would have empty cells)."""
+    """The two factors of ``--interaction A --interaction B``, checked against the sweep."""
     if len(specs) != 2:
         raise DesignError(f"--interaction: give exactly two axes (got {len(specs)}); {_axes_text(sweep)}")
     a, b = (parse_factor(sweep, spec) for spec in specs)
@@ -114,9 +144,8 @@ def parse_design(sweep: Sweep, specs: Sequence[str], wheres: Sequence[str | None
 
 
 def set_per_cell(jobs: Sequence[Job], factors: tuple[Factor, Factor], axis: str) -> bool:
-    """Whether ``axis`` is a setting of each cell rather than a factor crossed with A and B: it
-    varies, but every cell of A x B has one value of it. A ``tune=lr`` sweep's learning rate is
-    one (each variant at its own tuned rate): slicing on it would leave every slice with one cell."""
+    """Whether ``axis`` varies but every cell of A x B has one value of it (a ``tune=lr`` sweep's rate):
+    slicing on it would leave every slice with one cell."""
     a, b = factors
     per_cell: dict[tuple[str | None, str | None], set[str | None]] = {}
     for job in jobs:
@@ -126,10 +155,7 @@ def set_per_cell(jobs: Sequence[Job], factors: tuple[Factor, Factor], axis: str)
 
 
 def slices(sweep: Sweep, factors: tuple[Factor, Factor], wheres: Sequence[str | None]) -> list[tuple[str, list[Job]]]:
-    """``(label, jobs)`` per slice: each ``--where`` (None: every job), split by the values of the
-    axes other than the two factors, so that only A and B vary within a slice. An axis
-    :func:`set_per_cell` (a tuned learning rate) does not split: it is part of what each cell is,
-    and the label says so."""
+    """``(label, jobs)`` per slice: each ``--where`` split by the other axes' values."""
     out = []
     names = sweep.short_names()
     for spec in wheres:
@@ -150,8 +176,78 @@ def slices(sweep: Sweep, factors: tuple[Factor, Factor], wheres: Sequence[str | 
 # ----------------------------------------------------------------------------- the contrasts
 
 
+def interaction_contrasts(a1b1: np.ndarray, a1b2: np.ndarray, a2b1: np.ndarray, a2b2: np.ndarray) -> np.ndarray:
+    """Per seed (elementwise): (a1b1 - a1b2) - (a2b1 - a2b2)."""
+    return (a1b1 - a1b2) - (a2b1 - a2b2)
+
+
+def contrast_test(contrasts: np.ndarray, margin: float | None = None) -> tuple[Any, np.ndarray | float]:
+    """``ttest_1samp`` of per-seed contrasts against 0 and, with a ``margin``, the TOST p of |mean| < δ."""
+    result = scipy_stats.ttest_1samp(contrasts, 0.0, axis=-1)
+    if margin is None:
+        return result, math.nan
+    lower = scipy_stats.ttest_1samp(contrasts, -margin, axis=-1, alternative="greater").pvalue
+    upper = scipy_stats.ttest_1samp(contrasts, margin, axis=-1, alternative="less").pvalue
+    p_tost = np.maximum(lower, upper)
+    return result, float(p_tost) if np.ndim(p_tost) == 0 else p_tost
+
+
+def interaction(
+    a1b1: Sequence[float],
+    a1b2: Sequence[float],
+    a2b1: Sequence[float],
+    a2b2: Sequence[float],
+    seeds: Sequence[int],
+    margin: float | None = None,
+) -> Interaction:
+    """The contrast of four cells given per seed (a seed non-finite in any cell left out)."""
+    if margin is not None and not (math.isfinite(margin) and margin > 0):
+        raise ValueError(f"margin {margin!r}: the smallest difference of interest must be a positive number")
+    if any(len(cell) != len(seeds) for cell in (a1b1, a1b2, a2b1, a2b2)):
+        raise ValueError(f"each cell needs one value per seed ({len(seeds)} seeds)")
+    values = np.array([a1b1, a1b2, a2b1, a2b2], dtype=float).reshape(4, len(seeds))  # (4, 0) without seeds
+    kept = np.isfinite(values).all(axis=0)
+    used = tuple(int(s) for s, k in zip(seeds, kept) if k)
+    values = values[:, kept]
+    contrasts = interaction_contrasts(*values)
+    se = float(contrasts.std(ddof=1) / math.sqrt(len(contrasts))) if len(contrasts) >= 2 else math.nan
+    low = high = p = df = p_tost = math.nan
+    if len(contrasts) >= 2 and not se > 1e-12 * np.abs(values).max():  # identical contrasts up to rounding
+        se = 0.0  # t is undefined: untested, as compare() does
+    elif len(contrasts) >= 2:
+        result, equivalence = contrast_test(contrasts, margin)
+        ci = result.confidence_interval(stats.CONFIDENCE)
+        low, high, p_tost = float(ci.low), float(ci.high), float(equivalence)
+        p, df = float(result.pvalue), float(result.df)
+    left_out = tuple(int(s) for s, k in zip(seeds, kept) if not k)
+    means = tuple(float(c.mean()) if len(c) else math.nan for c in values)
+    within_a1 = stats.compare(list(values[0]), list(values[1]), used, used)
+    within_a2 = stats.compare(list(values[2]), list(values[3]), used, used)
+    delta = float(contrasts.mean()) if len(contrasts) else math.nan
+    delta_margin = math.nan if margin is None else float(margin)
+    return Interaction(used, left_out, means, within_a1, within_a2, delta, low, high, p, se, df, delta_margin, p_tost)
+
+
+def interaction_verdict(
+    result: Interaction, p_adjusted: float, p_tost_adjusted: float = math.nan, alpha: float = stats.ALPHA
+) -> str:
+    """The verdict on a contrast from its family-adjusted p-values, as :func:`~ablate.analysis.stats.verdict`."""
+    given = result.n + len(result.left_out)
+    note = f"left out {len(result.left_out)}/{given}" if result.left_out else ""
+    if not result.tested:
+        why = "no seed spread" if result.se == 0 else f"n = {result.n} < 2"
+        return f"not tested ({why}" + (f"; {note})" if note else ")")
+    if p_tost_adjusted < alpha:
+        word = f"{NO_INTERACTION} ±{result.margin:g}"
+    elif p_adjusted < alpha:
+        word = "interaction"
+    else:
+        word = stats.INCONCLUSIVE
+    return word + (f" ({note})" if note else "")
+
+
 def cells(factors: tuple[Factor, Factor]) -> list[tuple[str, str]]:
-    """The four cells in the order of :func:`~ablate.analysis.interaction_stats.interaction`: a1b1, a1b2, a2b1, a2b2."""
+    """The four cells in the order of :func:`interaction`: a1b1, a1b2, a2b1, a2b2."""
     a, b = factors
     return [(x, y) for x in a.levels for y in b.levels]
 
@@ -161,16 +257,14 @@ def cell_label(factors: tuple[Factor, Factor], cell: tuple[str, str]) -> str:
 
 
 def final_value(job: Job, metric: str) -> float:
-    """The job's final ``metric`` if it completed; NaN otherwise (a diverged job's last logged
-    value predates its divergence, an unfinished one's is mid-schedule)."""
+    """The job's final ``metric`` if it completed, else NaN (a diverged job's predates the divergence)."""
     return job.final(metric) if job.status == "completed" else math.nan
 
 
 def contrast(
     jobs: list[Job], factors: tuple[Factor, Factor], metric: str, label: str, margin: float | None
 ) -> Contrast:
-    """The interaction of one slice on the seeds run in all four cells (a seed run twice in a
-    cell: its later job), with the reasons for every seed left out."""
+    """One slice's contrast on the seeds run in all four cells, with why each other seed is left out."""
     a, b = factors
     by_cell: dict[tuple[str, str], dict[int, Job]] = {cell: {} for cell in cells(factors)}
     for job in jobs:  # in run order: a later job of the same cell and seed replaces an earlier one
@@ -180,7 +274,7 @@ def contrast(
     runs = list(by_cell.values())
     seeds = sorted(set.intersection(*(set(r) for r in runs)))
     a1b1, a1b2, a2b1, a2b2 = ([final_value(r[s], metric) for s in seeds] for r in runs)
-    result = interaction_stats.interaction(a1b1, a1b2, a2b1, a2b2, seeds, margin)
+    result = interaction(a1b1, a1b2, a2b1, a2b2, seeds, margin)
     reasons: dict[str, list[int]] = {}  # why -> the seeds left out for that reason
     for seed in result.left_out:
         bad = [(cell, r[seed]) for cell, r in by_cell.items() if not math.isfinite(final_value(r[seed], metric))]
@@ -197,9 +291,7 @@ def _why(job: Job) -> str:
 
 
 def family_adjusted(contrasts: list[Contrast], family: str = "call") -> tuple[np.ndarray, np.ndarray]:
-    """Holm-adjusted p-values of the interaction tests and of the TOSTs (each kind its own
-    family, as in :func:`~ablate.analysis.comparison.adjust_family`): over every contrast of the call,
-    or (``family="table"``) over each metric's contrasts."""
+    """Holm-adjusted p of the tests and of the TOSTs (each its own family), per call or per metric."""
     if family not in FAMILIES:
         raise ValueError(f"family {family!r}: use one of {', '.join(FAMILIES)}")
     p = np.array([c.result.p for c in contrasts], dtype=float)
@@ -221,9 +313,7 @@ def interaction_table(
     family: str = "call",
     alpha: float = stats.ALPHA,
 ) -> pd.DataFrame:
-    """One row per (metric, slice): the statistics of the module docstring as numbers (the columns
-    of ``interaction.csv``); ``frame.attrs`` holds what :func:`interaction_markdown` needs.
-    ``margin``: δ of the TOST (default: the jobs' ``analysis.margin``, as for ``--baseline``)."""
+    """One row per (metric, slice) as numbers (``interaction.csv``); ``margin``: δ of the TOST."""
     factors = parse_design(sweep, specs, wheres)
     picked = [pick_metric(sweep, metric) for metric in metrics]
     margins = {metric: margin_for(sweep, metric, margin) for metric in picked}
@@ -260,7 +350,7 @@ def _row(c: Contrast, factors: tuple[Factor, Factor], p_holm: float, p_tost_holm
         row[f"{name} p"] = effect.p
     row.update(interaction=r.delta, interaction_ci_low=r.low, interaction_ci_high=r.high, se=r.se, df=r.df)
     row.update(p=r.p, p_holm=p_holm, margin=r.margin, p_tost=r.p_tost, p_tost_holm=p_tost_holm)
-    row["verdict"] = interaction_stats.interaction_verdict(r, p_holm, p_tost_holm, alpha)
+    row["verdict"] = interaction_verdict(r, p_holm, p_tost_holm, alpha)
     return row
 
 

@@ -1,13 +1,6 @@
-"""One job of a sweep: the :class:`Job` record and reading it from its directory.
-
-A job directory (``<sweep dir>/<job dir>/``, one per job of a Hydra multirun) holds
-``status.json`` (written by :func:`ablate.run.train.run`), ``csv/metrics.csv`` (Lightning's
-CSVLogger: one row per logged metric group, so a step can span several rows),
-``csv/hparams.yaml`` (the resolved config), ``.hydra/overrides.yaml`` and
-``.hydra/config.yaml``/``hydra.yaml``: :func:`load_job` reads them into a :class:`Job`, a file that
-cannot be read raising :class:`DamagedJob`. Also here: one spelling per override value
-(:func:`canonical`, :func:`parse_overrides`) and which way a metric improves
-(:func:`higher_is_better`). The jobs of a whole sweep are loaded by :mod:`ablate.analysis.runs`.
+"""One job of a sweep: the :class:`Job` record, read from its directory by :func:`load_job`
+(``status.json``, ``csv/metrics.csv``, ``csv/hparams.yaml``, ``.hydra/*.yaml``), and one spelling
+per override value (:func:`canonical`).
 """
 
 from __future__ import annotations
@@ -22,10 +15,10 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from ablate import metrics
 from ablate.config.dotted import select as select_key
 from ablate.eval_units import FILENAME as UNITS_FILE
 from ablate.eval_units import Units, read_units
+from ablate.metrics import higher_is_better  # which way a metric improves, as its task declares it
 from ablate.run.status import OUTCOMES, unknown_outcome
 from ablate.tasks import task_of_metrics
 
@@ -58,20 +51,9 @@ def parse_overrides(overrides: Iterable[str]) -> dict[str, str]:
     return parsed
 
 
-def higher_is_better(metric: str) -> bool:
-    """Whether a larger value of ``metric`` is better, as its task declares it (BLEU up; loss,
-    perplexity and bits per byte down: :func:`ablate.metrics.higher_is_better`); a metric that no
-    task declares is refused by name rather than ranked by a guess."""
-    return metrics.higher_is_better(metric)
-
-
 def read_metrics_csv(path: Path) -> pd.DataFrame:
-    """A CSVLogger ``metrics.csv`` as one row per step (index ``step``), columns = metric names.
-
-    Lightning writes a separate row for each group of metrics logged at a step (grad norms,
-    train metrics, validation), and a resumed run repeats the steps since its last checkpoint;
-    both collapse to the last logged value of each metric at each step.
-    """
+    """A CSVLogger ``metrics.csv`` as one row per step: Lightning's rows per metric group, and the steps
+    a resumed run repeats, collapse to the last logged value of each metric."""
     if not path.is_file():
         return pd.DataFrame(index=pd.Index([], name="step", dtype=int))
     frame = pd.read_csv(path)
@@ -95,8 +77,7 @@ class Job:
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def value(self, key: str) -> str | None:
-        """The job's value of config key ``key``: its override, else its config group choice,
-        else the resolved config value (the ``axes`` summary for groups: ``norm`` -> ``pre``)."""
+        """The job's value of ``key``: its override, else its config group choice, else its config value."""
         if key in self.overrides:
             return self.overrides[key]
         if key in self.choices and self.choices[key] is not None:
@@ -123,8 +104,7 @@ class Job:
         return self.metrics[metric].dropna()
 
     def final(self, metric: str) -> float:
-        """The last logged value of ``metric``, else (never logged) the one in ``status.json``; NaN
-        if none, and when the log holds NaN only: the record's number is then not what was logged."""
+        """The last logged value of ``metric``, else the one in ``status.json``; NaN if none (or NaN only)."""
         values = self.series(metric)
         if len(values):
             return float(values.iloc[-1])
@@ -134,8 +114,7 @@ class Job:
         return float(recorded) if recorded is not None else math.nan
 
     def measured(self, metric: str) -> bool:
-        """Whether the job enters the means of ``metric``: completed, with a finite final value.
-        Every column of a summary uses these jobs, so that one n holds for the whole row."""
+        """Whether the job enters the means of ``metric``: completed, with a finite final value."""
         return self.status == "completed" and math.isfinite(self.final(metric))
 
     def unmeasured(self, metric: str) -> str | None:
@@ -161,9 +140,7 @@ class Job:
         return float(values.median()) if len(values) else math.nan
 
     def units(self, tag: str) -> Units | None:
-        """The per-unit losses of this job's test evaluation ``tag`` (``""``, ``"@512"``; see
-        :mod:`ablate.eval_units`), or None when the job recorded none (a run from before they
-        existed, a W&B run, a damaged file)."""
+        """The per-unit losses of this job's test evaluation ``tag`` (``""``, ``"@512"``), or None."""
         if "units" not in self._cache:
             path = Path(self.source) / UNITS_FILE
             try:
@@ -174,8 +151,7 @@ class Job:
 
 
 class DamagedJob(ValueError):
-    """A job directory whose files cannot be read (garbage ``status.json``, an empty or binary
-    ``metrics.csv``); the message names the file. The sweep is read without it, and says so."""
+    """A job directory whose files cannot be read; the message names the file."""
 
 
 def _read_status(path: Path) -> dict[str, Any]:
@@ -211,7 +187,8 @@ def _yaml_list(path: Path) -> list[Any]:
 
 def _mapping(path: Path) -> dict[str, Any]:
     try:
-        found = _read_yaml(path)
+        # Hydra writes plain YAML; interpolations (${...}) stay strings, which is all we need
+        found = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
     except (OSError, ValueError, yaml.YAMLError) as err:
         raise DamagedJob(f"{path}: not readable as YAML ({type(err).__name__})") from None
     if not isinstance(found, dict):
@@ -220,14 +197,8 @@ def _mapping(path: Path) -> dict[str, Any]:
 
 
 def load_job(job_dir: Path) -> Job:
-    """Read one job directory (any of its files may be missing: a job killed early).
-
-    Its identity is what the run recorded itself: the overrides in ``status.json`` and the
-    resolved config the CSV logger wrote when the run started (``csv/hparams.yaml``). Hydra's
-    ``.hydra/`` files are the fallback (a job killed before either exists): a later command on
-    the same directory, even one that was refused, rewrites them, so when they are newer than the
-    finished run's ``status.json`` their group choices are not used. A file that cannot be read
-    raises :class:`DamagedJob` naming it."""
+    """Read one job directory (any file may be missing): ``.hydra/`` is only the fallback to what the
+    run recorded, and ignored when newer than ``status.json`` (a later command rewrites it)."""
     status_file, hydra_dir = job_dir / "status.json", job_dir / ".hydra"
     record = _read_status(status_file)
     overrides_file = hydra_dir / "overrides.yaml"
@@ -264,8 +235,3 @@ def load_job(job_dir: Path) -> Job:
         metrics=_read_metrics(job_dir / "csv" / "metrics.csv"),
         started=marker.stat().st_mtime,
     )
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    # Hydra writes plain YAML; interpolations (${...}) stay strings, which is all we need
-    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}

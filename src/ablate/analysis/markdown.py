@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from ablate.analysis import budget
-from ablate.analysis.convergence import LATE_FRACTION, LATE_METRIC, STALL_TOLERANCE
+from ablate.analysis.convergence import LATE_FRACTION, LATE_METRIC, STALL_METRIC, STALL_TOLERANCE
 from ablate.analysis.job import higher_is_better
 from ablate.analysis.runs import Sweep
 from ablate.analysis.stats import NOT_TRAINED
@@ -44,8 +44,7 @@ def _paper(value: object, note: str) -> str:
 
 
 def markdown_table(frame: pd.DataFrame, sweep: Sweep) -> str:
-    """The summary as Markdown tables, each with its notes underneath; with a baseline, the
-    verdicts against it come first."""
+    """The summary as Markdown tables with their notes; with a baseline, its verdicts first."""
     metric, test, paper = frame.attrs["metric"], frame.attrs["test"], frame.attrs["paper"]
     names = sweep.short_names()
     failed = bool((frame["crashed"] + frame["incomplete"]).sum())
@@ -111,8 +110,7 @@ def _delta_on(row: pd.Series) -> str:
 
 
 def _plan_word(row: pd.Series, declared: bool) -> str:
-    """The verdict with its standing under the sweep's declared plan: ``— exploratory (why)`` when
-    the row is outside it (without a plan every row is, which one note under the table says)."""
+    """The verdict with ``— exploratory (why)`` when the row is outside the declared plan."""
     plan = row.get("plan")
     if not declared or not isinstance(plan, str) or not plan or plan == "declared":
         return str(row["verdict"])
@@ -126,7 +124,12 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     diverging = bool(frame["diverged"].sum())
     crossed = bool((frame["test"] == "crossed").any())
     choices = frame.attrs.get("lr_choice") or {}
-    header = _baseline_header([names[a] for a in sweep.axes], column, bool(choices), crossed, margin, diverging)
+    header = [names[a] for a in sweep.axes] + (["tuned LR"] if choices else [])
+    header += ["seeds", "n", column, "95% CI", "Δ vs baseline", "Δ 95% CI", "Δ on", "p", "p (Holm)"]
+    header += ["seed SE", "text SE"] if crossed else []
+    header += [f"p equiv ±{margin:g} (Holm)"] if margin is not None else []
+    header += ["diverged (95% CI)"] if diverging else []
+    header += ["MDE (80%, α/m)", "verdict"]
     left = ("seeds", "Δ on", "verdict", "diverged (95% CI)", "tuned LR")
     align = [" --- " if i < len(sweep.axes) or name in left else " ---: " for i, name in enumerate(header)]
     lines = [
@@ -164,28 +167,11 @@ def baseline_table(frame: pd.DataFrame, sweep: Sweep) -> str:
     return "\n".join(lines) + "\n\n" + baseline_legend(frame, sweep)
 
 
-def _baseline_header(
-    axes: list[str], column: str, tuned: bool, crossed: bool, margin: float | None, diverging: bool
-) -> list[str]:
-    """The columns of :func:`baseline_table`: the axes, then those its rows need."""
-    header = (
-        axes
-        + (["tuned LR"] if tuned else [])
-        + ["seeds", "n", column, "95% CI", "Δ vs baseline", "Δ 95% CI", "Δ on", "p", "p (Holm)"]
-    )
-    header += ["seed SE", "text SE"] if crossed else []
-    header += [f"p equiv ±{margin:g} (Holm)"] if margin is not None else []
-    header += ["diverged (95% CI)"] if diverging else []
-    header += ["MDE (80%, α/m)", "verdict"]
-    return header
-
-
 METHODS = "docs/analysis.md"  # where every column, test and verdict of the table is explained
 
 
 def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
-    """The legend under :func:`baseline_table`: one short line per thing the rows need, and where the
-    methods are explained (:data:`METHODS`), rather than the methods themselves."""
+    """The legend under :func:`baseline_table`: a short line per thing the rows need."""
     alpha, margin = frame.attrs["alpha"], frame.attrs.get("margin")
     m = frame.attrs.get("family", frame.attrs.get("tested", 0))
     notes = [_family_note(frame, m)]
@@ -210,7 +196,7 @@ def baseline_legend(frame: pd.DataFrame, sweep: Sweep) -> str:
         )
     if bool(frame["stalled"].sum()):
         notes.append(
-            f"stalled k/n: completed seeds whose final {STALL_METRIC_TEXT} is within {STALL_TOLERANCE:.0%} of "
+            f"stalled k/n: completed seeds whose final {STALL_METRIC} is within {STALL_TOLERANCE:.0%} of "
             "their first validation's (they never left the starting plateau); their values are in the test."
         )
     if frame["verdict"].astype(str).str.startswith(NOT_TRAINED).any():
@@ -267,11 +253,9 @@ TEXT_DOMINATED_BLOCKS = 4  # at or below this many held-out blocks, a text-domin
 
 
 def _text_dominated(cross: pd.DataFrame) -> str | None:
-    """A caution where the crossed test runs liberal, at any alpha: 4 or fewer held-out blocks, 5 or
-    more seeds and a text SE above the seed SE (Satterthwaite's df run high when the 3 block df carry
-    the variance; benchmarks/verdicts/README.md: with 10 seeds, 5.4-5.9% false better/worse at alpha
-    5%, 1.3-1.8 times its level at 1%). One rule whatever the family's size: a fixed table of one comparison at
-    5.97% had no caution while a large family did. A screen, not a measurement."""
+    """A caution where the crossed test runs liberal, at any alpha: <= 4 held-out blocks, >= 5 seeds
+    and a text SE above the seed SE (Satterthwaite's df run high when the 3 block df carry the
+    variance; benchmarks/verdicts/README.md). One rule whatever the family's size. A screen."""
     risky = cross[
         (cross["text_blocks"] <= TEXT_DOMINATED_BLOCKS) & (cross["pairs"] >= 5) & (cross["text_se"] > cross["seed_se"])
     ]
@@ -286,9 +270,7 @@ def _text_dominated(cross: pd.DataFrame) -> str | None:
 
 
 def _planner_note(frame: pd.DataFrame, sweep: Sweep, margin: float | None, level: float) -> str | None:
-    """The planner of the next, fixed design: per compared row, the seeds whose test would detect a
-    difference of δ (the margin) with 80% power at alpha/m, at this row's seed and text spread
-    (:func:`ablate.analysis.stats.seeds_for`). None without a margin."""
+    """The planner's line: per row, the seeds that detect δ (:func:`ablate.analysis.stats.seeds_for`)."""
     if margin is None:
         return None
     from ablate.analysis.stats import seeds_for
@@ -321,24 +303,18 @@ def _verdicts_note(margin: float | None) -> str:
     )
 
 
-STALL_METRIC_TEXT = "val/loss"
-
-
 def legend(frame: pd.DataFrame, sweep: Sweep) -> str:
     metric, paper = frame.attrs["metric"], frame.attrs["paper"]
     best = "maximum" if metric.endswith(("bleu", "acc", "accuracy")) else "minimum"
+    stalled = (
+        f"stalled: completed seeds whose final val/loss is within {STALL_TOLERANCE:.0%} of their first "
+        "validation's (never left the starting plateau); they are in the means."
+    )
     notes = [
         f"Sweep: {sweep.source} ({len(sweep.jobs)} jobs; axes: {', '.join(sweep.axes) or 'none'}).",
         f"Metrics: mean ± sample std (n-1) over the seeds that completed; final = last validation, best = its {best}. "
         "Diverged and crashed seeds are counted, not averaged. Wall time: mean per job; tokens/s: median over training.",
-        *(
-            [
-                f"stalled: completed seeds whose final val/loss is within {STALL_TOLERANCE:.0%} of their first "
-                "validation's (never left the starting plateau); they are in the means."
-            ]
-            if frame["stalled"].sum()
-            else []
-        ),
+        *([stalled] if frame["stalled"].sum() else []),
         f"Δ {LATE_METRIC} per last {LATE_FRACTION:.0%}: the slope of {LATE_METRIC} between the last two validations, per "
         f"{LATE_FRACTION:.0%} of the run's steps (mean ± std over completed seeds; negative: still falling; a secant, so "
         "steeper than the very end of a flattening curve). A gap between rows much smaller than it may close or "
@@ -355,8 +331,7 @@ def legend(frame: pd.DataFrame, sweep: Sweep) -> str:
 
 
 def write_summary(frame: pd.DataFrame, markdown: str, out_dir: str | Path, name: str = "summary") -> tuple[Path, Path]:
-    """``<name>.csv`` (numbers) and ``<name>.md`` (the table as printed) in ``out_dir``: the
-    summary, or another table of the sweep (``interaction``)."""
+    """``<name>.csv`` (numbers) and ``<name>.md`` (the table as printed) in ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = out / f"{name}.csv", out / f"{name}.md"
@@ -365,20 +340,15 @@ def write_summary(frame: pd.DataFrame, markdown: str, out_dir: str | Path, name:
     return csv_path, md_path
 
 
-# ----------------------------------------------------------------------------- the cost table
-
-
 def cost_table(frame: pd.DataFrame, sweep: Sweep) -> str:
-    """The cost of each variant and its metric at matched steps, FLOPs and training time as a
-    Markdown table, the matched budgets in its header, with notes."""
+    """The cost of each variant and its metric at the matched budgets as a Markdown table, with notes."""
     metric, matched, names = frame.attrs["metric"], frame.attrs["matched"], sweep.short_names()
     header = [names[a] for a in sweep.axes] + ["params", "FLOPs/token", "tokens seen", "train time (s)"]
     header += [f"{metric} @ {budget.format_budget(matched[b].budget, b)}" for b in matched]
     align = [" --- " if i < len(sweep.axes) else " ---: " for i in range(len(header))]
+    title = "At equal cost (matched budget = the largest that every completed job reached):"
     lines = [
-        "At equal cost (matched budget = the largest that every completed job reached):"
-        if matched
-        else "Cost of each variant:",
+        title if matched else "Cost of each variant:",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "|".join(align) + "|",

@@ -13,12 +13,9 @@ An experiment that reproduces a paper ships them as ``experiments/<name>/paper.y
       - axes: {norm: post, optim.lr: 1e-3}
         value: diverged          # a value may be text
 
-A row matches every sweep configuration whose value of each of its ``axes`` keys is the given one
-(numbers compared as numbers: ``1e-3`` = ``0.001``); keys the sweep does not vary are looked up
-in the jobs' configs, and a row may leave out keys the paper does not distinguish.
-
-The same as CSV: one column per axis key, a ``value`` column, a ``metric`` column (the same in
-every row), and optional ``source`` and ``note`` columns.
+A row matches every configuration with its ``axes`` values (``1e-3`` = ``0.001``; keys the sweep
+does not vary are looked up in the configs). As CSV: a column per axis key, ``value``, ``metric``
+and optional ``source`` and ``note``.
 """
 
 from __future__ import annotations

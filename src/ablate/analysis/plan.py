@@ -1,25 +1,14 @@
-"""A locked analysis plan: what a sweep's verdicts will be, declared before its results exist,
-in a record the sweep folder cannot rewrite.
+"""A locked analysis plan: what a sweep's verdicts will be, declared before its results exist
+(issue 34: ALiBi's δ was set after the verdict seeds' losses were on screen), by ``train.py``
+before stage 2 of a ``tune=lr`` sweep or by ``scripts/declare.py``.
 
-A verdict is only as good as the rule that produced it: a metric, margin, seed set or family
-chosen after seeing the numbers can make anything look decided (issue 34: ALiBi's δ was set after
-the verdict seeds' validation losses were on screen). So a plan is declared before the verdict
-runs start, by ``train.py`` before stage 2 of a ``tune=lr`` sweep or by ``scripts/declare.py``.
-
-**The ledger** (issue 43 item 2): the plan of record is an entry of an append-only, hash-chained
-ledger kept *outside* the sweep folder (:func:`ledger_for`): each entry's SHA-256 covers the plan,
-the folder, the UTC time, the git commit and the W&B run id, and the previous entry's hash, so an
-edited plan, a back-dated time or a recomputed hash breaks the chain, and a copied sweep folder
-has no entry of its own. ``<sweep dir>/analysis_plan.json`` is a copy for the reader; the ledger
-wins. Every run records the plan hash in force when it started and its start time, so a plan
-declared after a compared run started, or rewritten since, no longer matches what the runs
-recorded; the W&B run id (a server-side time) and the commit anchor what a local file cannot.
-
-:func:`check_rows`: a row is **declared** only when the plan is intact, was declared before the
-first compared job *started* (the recorded ``started_at``, not file times), the call covers the
-plan's whole family, the row is the plan's in every respect and rests on at least
-:data:`~ablate.analysis.engine.MIN_SEEDS` seeds and :data:`~ablate.analysis.engine.MIN_BLOCKS`
-held-out blocks. Anything else is **exploratory**, and the table names why.
+The plan of record is an entry of an append-only, hash-chained ledger kept *outside* the sweep
+folder (issue 43 item 2; :func:`ledger_for`): each entry's SHA-256 covers the plan, the folder, the
+UTC time, the git commit, the W&B run id and the previous entry's hash, so an edited plan or a
+back-dated time breaks the chain and a copied folder has no entry. ``<sweep dir>/analysis_plan.json``
+is a copy for the reader; the ledger wins. :func:`check_rows`: a row is **declared** only when the
+plan is intact, predates the first compared job's recorded start, covers the call's family, is the
+row's in every respect and rests on enough seeds and held-out blocks; else **exploratory (why)**.
 """
 
 from __future__ import annotations
@@ -30,8 +19,8 @@ import json
 import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,12 +36,9 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class Plan:
-    """What the verdicts of a sweep will be (see the module docstring). ``margin`` is δ in the
-    units of each metric (a number, or one per metric); ``variants``: the rows compared with the
-    baseline, as ``axis=value`` specs (empty: every other row); the family is every (slice, metric,
-    variant); ``layout``: the data split scheme the jobs must have (``data.splits``, e.g.
-    ``blocks``; None: not declared); ``seeds``: the verdict seeds (a fixed design, chosen before
-    the data: docs/analysis.md, "Planning a sweep")."""
+    """What the verdicts of a sweep will be: ``margin`` δ in each metric's units (a number, or one
+    per metric); ``variants``: the compared rows as ``axis=value`` specs (empty: every other row);
+    ``layout``: the ``data.splits`` the jobs must have; ``seeds``: the verdict seeds."""
 
     metrics: tuple[str, ...]
     baseline: str | None = None
@@ -92,8 +78,7 @@ class Plan:
         return None if self.margin is None else float(self.margin)
 
     def family(self, rows: Sequence[str] = ()) -> list[tuple[str | None, str, str]]:
-        """The family: every (slice, metric, variant) the plan compares with its baseline;
-        ``rows`` (the sweep's row labels other than the baseline) when the plan lists none."""
+        """Every (slice, metric, variant) the plan compares; ``rows`` when it lists no variants."""
         variants = self.variants or tuple(rows)
         return [(w, m, v) for w in (self.where or (None,)) for m in self.metrics for v in variants]
 
@@ -128,8 +113,7 @@ class Plan:
 
 @dataclass(frozen=True)
 class Declaration:
-    """A plan as declared: the plan, its ledger entry's hash and time, where the sweep's copy is,
-    and whether it can be trusted (``problem``: why not, or None)."""
+    """A plan as declared: its entry's hash and time, the copy's path, why it cannot be trusted."""
 
     plan: Plan
     sha256: str
@@ -151,11 +135,8 @@ class Declaration:
 
 
 def ledger_for(sweep_dir: str | os.PathLike[str], log_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Where a new plan for ``sweep_dir`` is recorded: ``<log_dir>/analysis_ledger.jsonl`` when the
-    sweep lies in ``log_dir`` (the run's ``paths.log_dir``; default
-    :func:`ablate.config.locations.log_dir`, ``<root>/logs``), else beside the sweep folder. Never
-    inside it: what the sweep folder holds, a copy of it holds too. (A plan is read back through
-    the ledger its folder's copy names, :func:`read_plan`.)"""
+    """Where a new plan for ``sweep_dir`` is recorded: ``<log_dir>/analysis_ledger.jsonl``, else beside
+    the sweep folder; never inside it, since what the folder holds a copy of it holds too."""
     from ablate.config.locations import log_dir as default_log_dir
 
     sweep = Path(sweep_dir).resolve()
@@ -169,9 +150,7 @@ def _entry_digest(entry: Mapping[str, Any]) -> str:
 
 
 def read_ledger(path: Path) -> tuple[list[dict[str, Any]], int | None, str]:
-    """The ledger's entries, the index of the first one that breaks the chain (its hash does not
-    recompute, it does not name the previous entry's hash, its time goes back, or the line is not
-    an entry: it and every later entry are untrusted), or None, and why."""
+    """The ledger's entries, the index of the first that breaks the chain (or None), and why."""
     if not path.is_file():
         return [], None, ""
     entries: list[dict[str, Any]] = []
@@ -243,10 +222,7 @@ def declare(
     now: datetime | None = None,
     log_dir: str | os.PathLike[str] | None = None,
 ) -> Declaration:
-    """Append ``plan`` for ``sweep_dir`` to its ledger (:func:`ledger_for`), under a lock, and write
-    the reader's copy ``<sweep_dir>/analysis_plan.json``. The same plan declared again keeps the
-    first entry (and its time); a different one for the same folder is refused, as is declaring
-    into a ledger whose chain is broken."""
+    """Append ``plan`` to the ledger under a lock and write the copy; a different plan is refused."""
     sweep = Path(sweep_dir).resolve()
     existing = read_plan(sweep, log_dir)
     if existing is not None and existing.entry.get("ledger"):
@@ -318,22 +294,13 @@ SEQUENTIAL_GONE = "a group-sequential plan (seeds=auto): that design is gone, so
 def _declaration(entry: Mapping[str, Any], sweep: Path, ledger: Path, problem: str | None = None) -> Declaration:
     if problem is None and entry["plan"].get("stopping", "fixed") != "fixed":  # a ledger from before the design went
         problem = SEQUENTIAL_GONE
-    return Declaration(
-        _plan_of(entry["plan"]),
-        str(entry["sha256"]),
-        str(entry["declared_at"]),
-        sweep / PLAN_FILE,
-        problem,
-        {**entry, "ledger": str(ledger)},
-    )
+    plan, sha256, declared_at = _plan_of(entry["plan"]), str(entry["sha256"]), str(entry["declared_at"])
+    return Declaration(plan, sha256, declared_at, sweep / PLAN_FILE, problem, {**entry, "ledger": str(ledger)})
 
 
 def read_plan(sweep_dir: str | os.PathLike[str], log_dir: str | os.PathLike[str] | None = None) -> Declaration | None:
-    """The plan of record of ``sweep_dir``: its first ledger entry, with ``problem`` set when it
-    cannot be trusted (the chain is broken at or before it, or the folder's copy differs); a copy
-    in the folder with no ledger entry (a copied folder, a plan written by hand or before the
-    ledger existed) is returned with that problem; None when neither exists. An unreadable copy
-    or plan raises :class:`PlanError` naming it."""
+    """The plan of record of ``sweep_dir`` (its first ledger entry, else the folder's copy), with
+    ``problem`` set when it cannot be trusted; None when neither exists."""
     sweep = Path(sweep_dir).resolve()
     copy_path = sweep / PLAN_FILE
     copy = None
@@ -357,12 +324,10 @@ def read_plan(sweep_dir: str | os.PathLike[str], log_dir: str | os.PathLike[str]
                 f"{ledger}: entry {number + 1} is not a readable plan ({type(err).__name__}: {err})"
             ) from None
         if broken is not None and broken <= number:
-            return _replace_problem(declaration, f"the ledger {ledger.name} is broken: {why}")
+            return replace(declaration, problem=f"the ledger {ledger.name} is broken: {why}")
         if copy is not None and (copy.get("sha256") != entry["sha256"] or copy.get("plan") != entry["plan"]):
-            return _replace_problem(
-                declaration,
-                f"{PLAN_FILE} in the sweep folder differs from its ledger entry (edited); the ledger's is used",
-            )
+            edited = f"{PLAN_FILE} in the sweep folder differs from its ledger entry (edited); the ledger's is used"
+            return replace(declaration, problem=edited)
         return declaration
     if copy is None:
         return None
@@ -373,21 +338,11 @@ def read_plan(sweep_dir: str | os.PathLike[str], log_dir: str | os.PathLike[str]
     except (KeyError, TypeError, ValueError) as err:
         raise PlanError(f"{copy_path}: not a readable analysis plan ({type(err).__name__}: {err})") from None
     where = f"the ledger {ledger}" if ledger.is_file() else f"a ledger ({ledger} does not exist)"
-    return Declaration(
-        plan,
-        str(copy.get("sha256")),
-        stamp,
-        copy_path,
+    problem = (
         f"{PLAN_FILE} has no entry for this folder in {where}: copied from another folder, written by hand, "
-        "or declared before the ledger existed",
-        dict(copy),
+        "or declared before the ledger existed"
     )
-
-
-def _replace_problem(declaration: Declaration, problem: str) -> Declaration:
-    return Declaration(
-        declaration.plan, declaration.sha256, declaration.declared_at, declaration.path, problem, declaration.entry
-    )
+    return Declaration(plan, str(copy.get("sha256")), stamp, copy_path, problem, dict(copy))
 
 
 # --------------------------------------------------------------------------- checking a call against it
@@ -395,8 +350,7 @@ def _replace_problem(declaration: Declaration, problem: str) -> Declaration:
 
 @dataclass(frozen=True)
 class Row:
-    """One compared row of a call, as the plan check needs it: its seeds (every job's), the
-    baseline's, and the seed pairs and text blocks its test rests on."""
+    """One compared row of a call: its seeds, the baseline's, and the pairs and blocks its test rests on."""
 
     seeds: tuple[int, ...] = ()
     baseline_seeds: tuple[int, ...] = ()
@@ -408,10 +362,7 @@ class Row:
 
 @dataclass(frozen=True)
 class Call:
-    """What one ``summarize.py`` call compares: per table its slice and metric, the baseline,
-    basis, margin per metric, and the row labels compared (other than the baseline); with
-    ``rows`` (label -> :class:`Row`), what each rests on; the split layouts of its jobs, when its first compared job started (``first_start``; None: some job
-    records no start) and the plan's variants that match no row."""
+    """What one ``summarize.py`` call compares, what each row rests on, and what its jobs recorded."""
 
     baseline: str | None
     basis: str
@@ -519,9 +470,7 @@ def _limits(row: Row) -> str | None:
 
 
 def anchor_note(entry: Mapping[str, Any]) -> str:
-    """What vouches for the plan's time beyond the ledger, a local file its owner could rewrite
-    whole: the git commit of the code it was declared with and the W&B run of the declaring process
-    (a server-side time), or that nothing does."""
+    """What vouches for the plan's time beyond the ledger: its git commit and W&B run, or nothing."""
     commit, run_id = str(entry.get("git_commit") or "")[:12], entry.get("wandb_run_id")
     anchors = [f"git commit {commit}"] * bool(commit) + [f"W&B run {run_id}"] * bool(run_id)
     if anchors:
@@ -533,9 +482,7 @@ def anchor_note(entry: Mapping[str, Any]) -> str:
 
 
 def earlier_plans(declaration: Declaration) -> list[str]:
-    """Earlier ledger entries for the same comparison (same metrics and baseline) in other sweep
-    folders: a comparison declared again after a first sweep's result is a forking path a reader
-    should see."""
+    """Earlier ledger entries for the same metrics and baseline elsewhere: a forking path to show."""
     ledger = declaration.entry.get("ledger")
     if not ledger:
         return []
@@ -558,9 +505,21 @@ def earlier_plans(declaration: Declaration) -> list[str]:
     return [f"Earlier plans for this comparison in the ledger ({len(before)}): {listed}."]
 
 
+def standing(sweep_dir: str, undeclared: str, exploratory: str, problem: Callable[[Declaration], str | None]) -> str:
+    """Whether an analysis is the one the plan of ``sweep_dir`` declared (``problem``: why not), as a line."""
+    try:
+        declaration = read_plan(sweep_dir)
+    except PlanError as err:
+        return f"Analysis plan: exploratory ({err})."
+    if declaration is None:
+        return undeclared
+    why = problem(declaration) if declaration.intact else str(declaration.problem)
+    stamp = f"{declaration.path.name}, sha256 {declaration.sha256[:12]}, {declaration.declared_at}"
+    return f"Analysis plan ({stamp}): " + ("declared." if why is None else f"{exploratory} ({why}).")
+
+
 def check_rows(declaration: Declaration | None, call: Call) -> tuple[dict, list[str]]:
-    """Which rows of ``call`` the declared plan covers: ``{(slice, metric, row): "declared" |
-    "exploratory (<why>)"}``, and the notes to print under the tables."""
+    """Each row of ``call`` ``declared`` or ``exploratory (<why>)`` under the plan, and the notes."""
     rows = [(w, m, r) for w, m, compared in call.tables for r in compared]
     if declaration is None:
         return {key: "exploratory (no declared plan)" for key in rows}, [
@@ -600,9 +559,7 @@ def check_rows(declaration: Declaration | None, call: Call) -> tuple[dict, list[
 
 
 def first_start(records: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[tuple[float, str] | None, tuple[str, ...]]:
-    """The earliest ``started_at`` recorded in the compared jobs' ``status.json`` records
-    ``(job name, record)``, with its job, and the jobs that record none (their start is unknown;
-    file times are not evidence: ``touch`` and ``cp`` change them)."""
+    """The earliest ``started_at`` of the compared jobs, with its job, and the jobs that record none."""
     times, missing = [], []
     for name, record in records:
         stamp = record.get("started_at")

@@ -1,13 +1,8 @@
-"""The saturating power law of loss against training compute, and its least-squares fit.
-
-L(C) = E + A * C^(-alpha) (Kaplan et al. 2020; Hoffmann et al. 2022, Eq. 2, in compute only),
-with bounds 0 <= E <= min L, A > 0, 0.001 <= alpha <= 5, in log-compute (x = ln(C / C0), C0 the
-geometric mean, so that A and alpha are well conditioned). The fit is a *variable projection*
-(Golub & Pereyra 1973): for a given alpha the model is linear in (E, a), solved in closed form
-within the bounds, so the least squares is a one-dimensional search over alpha, vectorised over
-many data sets at once (:func:`fit_power_laws`): a bootstrap refits thousands of curves in well
-under a second. :func:`fit_shared_asymptote` shares E between both curves of a comparison, for
-ladders too short to pin E per curve.
+"""The saturating power law L(C) = E + A * C^(-alpha) of loss against compute (Kaplan et al. 2020;
+Hoffmann et al. 2022, Eq. 2), 0 <= E <= min L, A > 0, 0.001 <= alpha <= 5, in x = ln(C / C0) (C0
+the geometric mean), fitted by *variable projection* (Golub & Pereyra 1973): for a given alpha the
+model is linear in (E, a), so the least squares is a one-dimensional search over alpha, vectorised
+over many data sets (a bootstrap refits thousands of curves in well under a second).
 """
 
 from __future__ import annotations
@@ -56,10 +51,9 @@ _GOLDEN = (math.sqrt(5) - 1) / 2
 def _linear_part(
     x: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: np.ndarray, e_fixed: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For each alpha (shape ``S``, broadcast with the leading shape of ``y``/``w``: ``S + (n,)``),
-    the weighted least-squares (E, a) of y = E + a exp(-alpha x) within 0 <= E <= min y,
-    a >= 1e-12 (a convex quadratic in two variables: the interior solution if feasible, else the
-    best of its solutions on the edges of the box), and the SSE. ``e_fixed``: E given, a only."""
+    """For each alpha (broadcast with the leading shape of ``y``/``w``), the weighted least-squares
+    (E, a) of y = E + a exp(-alpha x) within 0 <= E <= min y, a >= 1e-12 (the interior solution if
+    feasible, else the best on the box's edges), and the SSE. ``e_fixed``: E given, a only."""
     z = np.exp(-alpha[..., None] * x)
     sw = w.sum(-1)
     ymin = np.where(w > 0, y, np.inf).min(-1)
@@ -98,10 +92,7 @@ def _linear_part(
 def golden_section(
     f: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray, iterations: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Golden-section search for the minimum of ``f`` within ``[lo, hi]``, elementwise over
-    arrays of brackets (``f`` maps an array of points to an array of values; one new point per
-    step); returns the final bracket ``(lo, hi)``. Written here because it runs vectorised over
-    thousands of bootstrap fits at once, which ``scipy.optimize.golden`` (one scalar) does not."""
+    """Golden-section search in ``[lo, hi]``, elementwise over arrays (``scipy.optimize.golden``: a scalar)."""
     c, d = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
     fc, fd = f(c), f(d)
     for _ in range(iterations):
@@ -117,8 +108,7 @@ def golden_section(
 def _profile(
     x: np.ndarray, y: np.ndarray, w: np.ndarray, e_fixed: np.ndarray | None = None, iterations: int = 34
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(E, a, alpha, SSE) minimising the SSE over alpha in [0.001, 5]: the grid, then golden
-    section in log alpha between the best grid point's neighbours. ``y``, ``w``: shape (R, n)."""
+    """(E, a, alpha, SSE) minimising the SSE over alpha: the grid, then golden section in log alpha."""
     grid = np.log(_GRID)
     ef = None if e_fixed is None else np.asarray(e_fixed, dtype=float)[:, None]
     _, _, sse = _linear_part(x, y[:, None, :], w[:, None, :], np.exp(grid)[None, :], ef)
@@ -140,9 +130,7 @@ def _profile(
 def fit_power_laws(
     compute: np.ndarray, losses: np.ndarray, weights: np.ndarray | None = None, c0: float | None = None
 ) -> list[PowerLaw]:
-    """Weighted least-squares fits of L = E + A C^(-alpha), one per row of ``losses`` (R x n, at
-    the common ``compute`` points; ``weights`` R x n, e.g. bootstrap counts), vectorised: the
-    fit of :func:`fit_power_law` for many data sets at once."""
+    """Weighted least-squares fits, one per row of ``losses`` (R x n at the common ``compute``)."""
     compute = np.asarray(compute, dtype=float)
     y = np.atleast_2d(np.asarray(losses, dtype=float))
     w = np.ones_like(y) if weights is None else np.atleast_2d(np.asarray(weights, dtype=float))
@@ -154,9 +142,7 @@ def fit_power_laws(
 def fit_shared_asymptote(
     curves: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[np.ndarray] | None = None, iterations: int = 40
 ) -> list[list[PowerLaw]]:
-    """Curves that share their asymptote E (each its own A, alpha): per curve ``(compute, losses
-    R x n)``; returns, per curve, its R fits. E is searched on a grid between 0 and the smallest
-    loss of all curves, then by golden section, each step refitting every curve's (a, alpha)."""
+    """Curves sharing their asymptote E, each its own A and alpha: per curve its R fits."""
     parts = []
     for i, (compute, losses) in enumerate(curves):
         compute = np.asarray(compute, dtype=float)

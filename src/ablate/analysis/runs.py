@@ -1,11 +1,7 @@
-"""Load the jobs of a sweep and find what varies across them.
-
-The *ablation axes* of a sweep are the override keys whose value differs between jobs, ``seed``
-excluded: jobs that agree on every axis are seeds of one *variant* (one row of the summary, one
-line of a figure). A key that a job does not override still has a value (its config group
-choice, or its config value), so jobs appended to a sweep directory by a second command line
-compare correctly with the jobs that left it at its default. One job's files are read by
-:mod:`ablate.analysis.job`.
+"""Load the jobs of a sweep and find what varies across them: the *axes* are the override keys
+whose value differs between jobs (``seed`` excluded), and jobs that agree on every axis are seeds
+of one *variant*. A key a job does not override still has a value (its config group choice or
+config value), so jobs appended by a second command line compare with those left at the default.
 """
 
 from __future__ import annotations
@@ -69,23 +65,19 @@ class Sweep:
         return tuple(job.value(axis) for axis in self.axes)
 
     def variants(self) -> dict[tuple[str | None, ...], list[Job]]:
-        """Jobs grouped by their axis values (seeds of one configuration together), in the order
-        the configurations first ran (a sweep runs its values in command-line order; jobs appended
-        later come last); within a group, by seed."""
+        """Jobs grouped by their axis values, in the order the configurations first ran, each by seed."""
         groups: dict[tuple[str | None, ...], list[Job]] = {}
         for job in self.jobs:
             groups.setdefault(self.variant_key(job), []).append(job)
         return {k: sorted(v, key=lambda j: (j.seed is None, j.seed or 0)) for k, v in groups.items()}
 
     def short_names(self) -> dict[str, str]:
-        """Axis key -> the name shown in labels: its last component where that is unambiguous
-        (``optim.lr`` -> ``lr``), the full key otherwise."""
+        """Axis key -> its label name: the last component where unambiguous (``optim.lr`` -> ``lr``)."""
         last = [axis.rsplit(".", 1)[-1] for axis in self.axes]
         return {axis: short if last.count(short) == 1 else axis for axis, short in zip(self.axes, last)}
 
     def full_name(self, name: str) -> str:
-        """The axis key that ``name`` (a full or a short axis name, see :meth:`short_names`) denotes;
-        a name that is no axis comes back unchanged (a config key compared as it is)."""
+        """The axis key that ``name`` (full or short) denotes; a name that is no axis, unchanged."""
         return next((axis for axis, short in self.short_names().items() if short == name), name)
 
     def label(self, key: tuple[str | None, ...]) -> str:
@@ -108,8 +100,7 @@ def shared_number(jobs: Iterable[Job], key: str) -> float | None:
 
 
 def varying_axes(jobs: list[Job]) -> list[str]:
-    """Override keys (in command-line order) whose value is not the same in every job, ``seed``
-    and run-control keys (``hydra.*``, ``paths.*``, ``logger``, ``tune``, ...) excluded."""
+    """Override keys (in command-line order) whose value differs between jobs, run-control keys excluded."""
     keys: list[str] = []
     for job in jobs:
         keys += [k for k in job.overrides if k not in keys and not _NOT_AXES.search(k)]
@@ -125,8 +116,7 @@ _NOT_IDENTITY = re.compile(
 
 
 def run_key(job: Job) -> str | None:
-    """What makes two jobs the same run: their resolved config (where things live and how they
-    are logged left out) and seed, or None when the job has no config to compare."""
+    """What makes two jobs the same run: their config (where and how logged left out) and seed."""
     if not job.config:
         return None
     flat = {k: v for k, v in flatten(job.config).items() if not _NOT_IDENTITY.search(k)}
@@ -139,8 +129,7 @@ def run_key(job: Job) -> str | None:
 
 
 def drop_duplicates(jobs: list[Job]) -> tuple[list[Job], list[str]]:
-    """One job per run: a job with the configuration and seed of an earlier one (two sweeps mixed
-    under one ``sweep_name``, a job copied twice) is counted once, the earliest kept; with a note."""
+    """One job per run: a job with an earlier one's configuration and seed counted once, with a note."""
     kept: list[Job] = []
     seen: dict[str, Job] = {}
     notes: list[str] = []
@@ -158,9 +147,7 @@ def drop_duplicates(jobs: list[Job]) -> tuple[list[Job], list[str]]:
 
 
 def load_sweep(root: str | Path) -> Sweep:
-    """All jobs of the multirun directory ``root`` (see the module docstring). A damaged job is
-    left out and a duplicate of another (the same configuration and seed) counted once; each with
-    a one-line note in :attr:`Sweep.notes`, naming the file or the job."""
+    """All jobs of ``root``: a damaged job left out, a duplicate counted once, each with a note."""
     root = Path(root)
     jobs, notes = [], []
     for path in find_job_dirs(root):
@@ -184,13 +171,10 @@ def tuned_key(root: str | Path) -> str | None:
 
 
 def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
-    """The jobs of a ``tune=lr`` sweep at each variant's chosen learning rate (stage 2, every
-    verdict seed), without the other rates of the grid and without the selection seed's jobs
-    (stage 1 ran on ``selection_seed``, held out from the verdicts), and a note saying so; the
-    sweep unchanged (and None) when ``root`` has no ``lr_tuning.json``. Each variant is then one
-    row, with the rate it was tuned to as an axis. A selection written before the selection seed
-    existed (stage 1 on the first verdict seed) is kept as it was, and the note says its first
-    seed won the selection."""
+    """The jobs of a ``tune=lr`` sweep at each variant's chosen rate, without the grid's other rates
+    and the held-out selection seed's jobs, and a note saying so; the sweep unchanged (and None)
+    without ``lr_tuning.json``. A selection from before the selection seed existed is kept, and the
+    note says its first seed won the selection."""
     path = Path(root) / TUNING_FILE
     if not path.is_file():
         return sweep, None
@@ -210,16 +194,8 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
 
     at_rate = [job for job in sweep.jobs if matching(job)]
     kept = [job for job in at_rate if job.seed is None or not any(str(job.seed) in held for held in matching(job))]
-    held_out = (
-        ",".join(
-            sorted(
-                every
-                | {str(v["selection_seed"]) for v in tuning.get("variants", []) if v.get("selection_seed") is not None},
-                key=str,
-            )
-        )
-        or None
-    )
+    own = {str(v["selection_seed"]) for v in tuning.get("variants", []) if v.get("selection_seed") is not None}
+    held_out = ",".join(sorted(every | own, key=str)) or None
     dropped, selection = len(sweep.jobs) - len(at_rate), len(at_rate) - len(kept)
     # the seeds the kept jobs have, not lr_tuning.json's "seeds": that list is the last command's,
     # and a sweep finished by several commands (a few seeds each) has more
@@ -255,15 +231,14 @@ def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
 
 
 def _job_value(job: Job, key: str) -> str | None:
-    """A job's override of ``key``, its seed as text for ``seed`` (written as an override or not)."""
+    """A job's override of ``key``; for ``seed``, its seed as text."""
     if key == "seed":
         return None if job.seed is None else str(job.seed)
     return job.overrides.get(key)
 
 
 def neighbour_text(gaps: list[list[float | None]]) -> str:
-    """``neighbours`` of one arm (one list per selection: ``selection=nested`` has one per verdict
-    seed) as a cell: the mean cost of a step down and of a step up, ``-`` where none finished."""
+    """``neighbours`` of one arm (one per selection) as a cell: the mean cost of a step down / up."""
 
     def mean(values: list[float | None]) -> str:
         finite = [x for x in values if x is not None]
@@ -273,8 +248,7 @@ def neighbour_text(gaps: list[list[float | None]]) -> str:
 
 
 def rates_text(texts: list[str]) -> str:
-    """An arm's chosen rates as a cell: one value when every selection chose it, else each verdict
-    seed's in seed order (``selection=nested``)."""
+    """An arm's chosen rates as a cell: one value, or each verdict seed's (``selection=nested``)."""
     return texts[0] if len(set(texts)) == 1 else ",".join(texts)
 
 
@@ -282,10 +256,7 @@ EDGE_WORDS = {"lowest": "bottom edge", "highest": "top edge", "only": "the grid'
 
 
 def tuned_choices(sweep: Sweep, root: str | Path) -> dict[tuple[str | None, ...], str]:
-    """Each variant's tuned learning rate as the verdict table states it (issue 43 item 4): the
-    rate, and whether it was at an edge of its grid (``0.008 (top edge)``) or got there only after
-    ``tune=lr`` extended the grid (``0.016 (grid extended: 0.016, 0.032)``); empty when ``root``
-    is not a ``tune=lr`` sweep."""
+    """Each variant's tuned rate as the verdict table states it: ``0.008 (top edge)`` (issue 43 item 4)."""
     path = Path(root) / TUNING_FILE
     if not path.is_file():
         return {}
@@ -308,8 +279,7 @@ def tuned_choices(sweep: Sweep, root: str | Path) -> dict[tuple[str | None, ...]
 
 
 def _ran_at(job: Job, record: dict[str, Any]) -> bool:
-    """Whether ``job`` ran at the rate ``record`` (a variant of ``lr_tuning.json``) chose: its overrides,
-    and under ``selection=nested`` its verdict seed."""
+    """Whether ``job`` ran at the rate ``record`` (of ``lr_tuning.json``) chose, and its verdict seed."""
     want = parse_overrides([*record["overrides"], record["chosen_override"]])
     if record.get("verdict_seed") is not None:
         want["seed"] = str(record["verdict_seed"])

@@ -1,26 +1,16 @@
-"""Effective compute multiplier: how much training compute a variant is worth, from loss-vs-compute curves.
-
-Each variant is trained at several sizes (the *scale* axis of the sweep) with several seeds; per
-variant the final loss against training compute C is fitted with a saturating power law
-L(C) = E + A * C^(-alpha) (Kaplan et al. 2020; Hoffmann et al. 2022, Eq. 2, in compute only;
-:mod:`~ablate.analysis.power_law`). The multiplier of a variant over the baseline at compute C is
-the compute the baseline needs to reach the variant's fitted loss, divided by C::
+"""Effective compute multiplier: how much training compute a variant is worth. Per variant, the
+final loss of each (scale, seed) job against training compute C is fitted with L(C) = E + A
+C^(-alpha) (Kaplan et al. 2020; Hoffmann et al. 2022, Eq. 2; :mod:`~ablate.analysis.power_law`);
+the multiplier at C is the compute the baseline needs to reach the variant's fitted loss over C::
 
     m(C) = C_b / C,   C_b = (A_b / (L_v(C) - E_b))^(1/alpha_b)
 
-reported at the largest compute the variant was measured at (infinite when the variant's loss is
-at or below the baseline's asymptote E_b). A three-parameter law needs three scales per curve.
-
-Confidence interval: a percentile bootstrap of the whole pipeline (Efron & Tibshirani 1993,
-ch. 13 and 6.5), every replicate refitting both curves. ``parametric`` (default) draws Gaussian
-noise around the fitted curves with each curve's pooled seed-to-seed sd, itself redrawn per
-replicate as s·sqrt(df / chi2_df) so that an sd from 3 seeds widens the interval as a t quantile
-would (with three scales the fit has no residual df: the seeds are the only noise estimate);
-``seeds`` resamples the seeds jointly (same seed, same data order), which with 3 seeds has only 10
-distinct resamples, hence not the default. At the GLU ladder's shape (3 sizes x 3 seeds) the
-parametric 95% interval covers the truth in >= 93% of simulated sweeps (tests/analysis/test_stats.py).
-A multiplier whose baseline compute lies beyond the measured range rests on the fitted law
-outside the data: :attr:`Multiplier.extrapolation` says so.
+at the variant's largest measured compute (infinite at or below E_b). Interval: a percentile
+bootstrap of the whole pipeline (Efron & Tibshirani 1993, ch. 13 and 6.5). ``parametric`` draws
+noise around the fits with each curve's pooled seed-to-seed sd, redrawn as s·sqrt(df / chi2_df)
+so that an sd from 3 seeds widens it as a t quantile would (3 scales leave the fit no residual
+df); ``seeds`` resamples the seeds jointly (3 seeds: 10 distinct resamples, hence not the
+default). At 3 sizes x 3 seeds the parametric 95% interval covers >= 93% (tests/analysis/test_stats.py).
 """
 
 from __future__ import annotations
@@ -32,22 +22,15 @@ import numpy as np
 
 from ablate.analysis.power_law import MIN_SCALES, PowerLaw, fit_power_law, fit_power_laws, fit_shared_asymptote
 
-# ----------------------------------------------------------------------------- the multiplier of two fits
-
 
 def multiplier(variant: PowerLaw, baseline: PowerLaw, compute: float) -> float:
-    """The baseline's compute to reach the variant's fitted loss at ``compute``, over ``compute``
-    (infinite when that loss is at or below the baseline's asymptote)."""
+    """The baseline's compute to reach the variant's fitted loss at ``compute``, over ``compute``."""
     return baseline.compute_for(float(variant.loss(compute))) / compute
-
-
-# ----------------------------------------------------------------------------- curves and the bootstrap
 
 
 @dataclass
 class Curve:
-    """The (scale, seed) points of one variant: scale label, compute and final loss per completed seed,
-    plus the seeds that have no final value (diverged, crashed, unfinished), by scale."""
+    """The (scale, seed) points of one variant, and the statuses of its jobs without a final value."""
 
     label: str
     axes: dict[str, str | None] = field(default_factory=dict)  # the variant's values of the non-scale axes
@@ -72,21 +55,8 @@ class Curve:
         self.check()
         return fit_power_law(np.array(self.compute), np.array(self.loss))
 
-    def resample(self, rng: np.random.Generator) -> Curve:
-        """The same scales, each with its seeds drawn with replacement."""
-        out = Curve(self.label, self.axes)
-        scale = np.array(self.scale)
-        for name in self.scales():
-            index = np.flatnonzero(scale == name)
-            for i in rng.choice(index, size=len(index), replace=True):
-                out.scale.append(name)
-                out.compute.append(self.compute[i])
-                out.loss.append(self.loss[i])
-        return out
-
     def noise_sd(self) -> tuple[float, int]:
-        """The seed-to-seed sd pooled over the scales (sum of squared deviations from each scale's
-        mean over sum of (seeds - 1)) and its degrees of freedom; (NaN, 0) with one seed per scale."""
+        """The seed-to-seed sd pooled over the scales and its df; (NaN, 0) with one seed per scale."""
         scale, loss = np.array(self.scale), np.array(self.loss, dtype=float)
         ss, df = 0.0, 0
         for name in self.scales():
@@ -98,9 +68,7 @@ class Curve:
 
 @dataclass(frozen=True)
 class Multiplier:
-    """The multiplier of ``variant`` over ``baseline`` at ``compute`` with its bootstrap interval;
-    ``extrapolation``: why the answer rests on the baseline's law beyond its measured computes
-    (empty when it does not)."""
+    """The multiplier of ``variant`` over ``baseline`` at ``compute``, its interval and extrapolation."""
 
     variant: str
     baseline: str
@@ -164,14 +132,11 @@ def bootstrap(
     compute: float,
     n_boot: int = 1000,
     seed: int = 0,
-    confidence: float = 0.95,
     method: str = "parametric",
     shared_E: bool = False,
     fits: tuple[PowerLaw, PowerLaw] | None = None,
 ) -> tuple[float, float, int]:
-    """Percentile bootstrap interval of the multiplier at ``compute`` (module docstring: the
-    ``parametric`` and the joint ``seeds`` bootstrap), and the number of replicates whose fit
-    failed (left out of the quantiles). Reproducible: ``numpy.random.default_rng(seed)``."""
+    """Percentile 95% bootstrap interval of the multiplier at ``compute``, and how many fits failed."""
     if method not in METHODS:
         raise ValueError(f"method={method!r}: use one of {', '.join(METHODS)}")
     rng = np.random.default_rng(seed)
@@ -207,15 +172,13 @@ def bootstrap(
             values.append(value)
     if not values:
         return math.nan, math.nan, failed
-    tail = (1 - confidence) / 2
+    tail = (1 - 0.95) / 2  # the 95% interval's two tails
     low, high = np.quantile(np.array(values), [tail, 1 - tail], method="inverted_cdf")
     return float(low), float(high), failed
 
 
 def extrapolation(value: float, high: float, compute: float, baseline: Curve) -> str:
-    """Why the multiplier at ``compute`` rests on the baseline's law beyond the computes it was
-    measured at (``""`` when it does not): the baseline would need more (or less) compute than it
-    was trained with to reach the variant's loss, for the estimate or the interval's upper end."""
+    """Why the multiplier (or its interval) needs the baseline's law beyond its measured computes, or ``""``."""
     top, bottom = max(baseline.compute), min(baseline.compute)
     if compute > top * (1 + 1e-9):
         return f"C* = {compute:.3g} is beyond the baseline's largest measured compute {top:.3g}"
@@ -240,33 +203,20 @@ def compute_multiplier(
     baseline: Curve,
     n_boot: int = 1000,
     seed: int = 0,
-    confidence: float = 0.95,
     method: str = "parametric",
     shared_E: bool = False,
 ) -> Multiplier:
-    """The multiplier at the variant's largest measured compute, with its bootstrap interval and
-    its extrapolation flag."""
+    """The multiplier at the variant's largest measured compute, its interval and extrapolation flag."""
     variant_fit, baseline_fit = fit_pair(variant, baseline, shared_E)
     at = float(max(variant.compute))
     low, high, failed = (
-        bootstrap(variant, baseline, at, n_boot, seed, confidence, method, shared_E, (variant_fit, baseline_fit))
+        bootstrap(variant, baseline, at, n_boot, seed, method, shared_E, (variant_fit, baseline_fit))
         if n_boot
         else (math.nan, math.nan, 0)
     )
-    value = multiplier(variant_fit, baseline_fit, at)
+    value, loss = multiplier(variant_fit, baseline_fit, at), float(variant_fit.loss(at))
+    fits = (variant_fit, baseline_fit)
+    flag = extrapolation(value, high, at, baseline)
     return Multiplier(
-        variant.label,
-        baseline.label,
-        at,
-        float(variant_fit.loss(at)),
-        value,
-        low,
-        high,
-        n_boot,
-        failed,
-        variant_fit,
-        baseline_fit,
-        method,
-        shared_E,
-        extrapolation(value, high, at, baseline),
+        variant.label, baseline.label, at, loss, value, low, high, n_boot, failed, *fits, method, shared_E, flag
     )

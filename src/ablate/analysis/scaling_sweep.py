@@ -1,14 +1,6 @@
-"""The curves of a scaling sweep: each variant's final loss against its training compute, one
-point per completed (scale, seed) job, read from a sweep for :mod:`~ablate.analysis.scaling`
-(the effective compute multiplier; the power-law fit in :mod:`~ablate.analysis.power_law`).
-
-Compute per job (:func:`ablate.analysis.compute.job_compute`): training FLOPs per token times tokens seen, tokens =
-optimiser steps x ``data.batch_size`` (sequences per step, all devices) x ``data.seq_len`` for a
-language model; for translation ``data.batch_size`` x ``data.max_tokens`` (the padded token
-budget of a batch, an upper bound). FLOPs per token: ``6N+attn`` (default) is
-:func:`ablate.nn.flops.flops_per_token`, 6 N + 12 L d T (the same count as
-``train/mfu``), ``6N`` is Kaplan et al.'s C = 6 N D; N = ``params`` of ``status.json`` (all
-parameters, embeddings included).
+"""The curves of a scaling sweep for :mod:`~ablate.analysis.scaling`: each variant's final loss
+against its training compute (:func:`ablate.analysis.compute.job_compute`), one point per completed
+(scale, seed) job.
 """
 
 from __future__ import annotations
@@ -26,10 +18,7 @@ from ablate.analysis.specs import parse_baseline
 def scaling_curves(
     sweep: Sweep, scale_key: str, metric: str = "val/loss", flops: str = "6N+attn", per_point: Sequence[str] = ()
 ) -> list[Curve]:
-    """One :class:`Curve` per combination of the sweep's other axes (a variant), in run order, its
-    points the completed jobs' final ``metric`` against :func:`job_compute`. Axes in ``per_point``
-    belong to a point, not to a variant: a ``tune=lr`` sweep's ``optim.lr``, tuned at each scale,
-    so one variant's curve joins its best rate at every size."""
+    """One :class:`Curve` per combination of the other axes (``per_point`` axes belong to a point)."""
     if higher_is_better(metric):
         raise ValueError(
             f"--metric {metric}: the fit L = E + A C^-alpha is for a loss that falls with compute "

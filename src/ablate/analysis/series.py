@@ -1,8 +1,5 @@
-"""The numbers behind the comparison figures: one tidy table per figure, seeds aggregated.
-
-Every table has ``mean``, ``std`` (sample, n - 1), ``min``, ``max`` and ``n`` over the seeds that
-completed (a diverged seed's last value predates its divergence); the figures draw the mean as the
-line and ``min``..``max`` as the band, and ``scripts/plot.py`` writes each table beside its figure.
+"""The numbers behind the comparison figures: one tidy table per figure, with ``mean``, ``std``
+(n - 1), ``min``, ``max`` and ``n`` over the seeds that completed (the line and the band).
 """
 
 from __future__ import annotations
@@ -31,13 +28,7 @@ def seed_stats(values: list[float]) -> dict[str, float]:
     if not len(finite):
         return {"mean": math.nan, "std": math.nan, "min": math.nan, "max": math.nan, "n": 0}
     std = float(np.std(finite, ddof=1)) if len(finite) > 1 else math.nan
-    return {
-        "mean": float(finite.mean()),
-        "std": std,
-        "min": float(finite.min()),
-        "max": float(finite.max()),
-        "n": len(finite),
-    }
+    return dict(mean=float(finite.mean()), std=std, min=float(finite.min()), max=float(finite.max()), n=len(finite))
 
 
 def completed(jobs: list[Job]) -> list[Job]:
@@ -60,9 +51,7 @@ def training_length(sweep: Sweep) -> int | None:
 
 
 def length_series(sweep: Sweep) -> pd.DataFrame:
-    """One row per (variant, length) that some completed seed scored: ``variant``, ``length`` and
-    the seed statistics of ``test/ppl@<length>``. A length a variant skipped (``pos=learned``
-    beyond its position table) has no row, rather than a gap drawn as zero."""
+    """One row per (variant, length) some completed seed scored: the statistics of ``test/ppl@<length>``."""
     rows = []
     for key, jobs in sweep.variants().items():
         for length in eval_lengths(sweep):
@@ -90,19 +79,14 @@ def numeric_axes(sweep: Sweep) -> list[str]:
 
 
 def is_stuck(job: Job, tolerance: float = STUCK_TOLERANCE) -> bool:
-    """A completed job that did not learn: its ``val/loss`` fell by less than ``tolerance``
-    (relative) from its first validation to its last, e.g. a deep Post-LN model that sits at the
-    unigram loss for the whole run. Undecidable, hence False, with fewer than two validations."""
-    from ablate.analysis.convergence import is_stalled  # one definition: the summary's `stalled` outcome
+    """A completed job that did not learn (:func:`~ablate.analysis.convergence.is_stalled`)."""
+    from ablate.analysis.convergence import is_stalled
 
     return is_stalled(job, tolerance, STUCK_METRIC)
 
 
 def axis_series(sweep: Sweep, axis: str, metric: str) -> pd.DataFrame:
-    """One row per (line, axis value): ``line`` names the other axes' values (``norm=post``),
-    ``x`` is the axis value as a number, then the seed statistics of ``metric``'s final value over
-    the completed seeds, ``stuck`` (how many of those are :func:`is_stuck`), ``failed`` (seeds
-    that diverged, crashed or never finished: not in the statistics) and ``failed_status``."""
+    """One row per (line, axis value): the statistics of the final ``metric``, stuck and failed seeds."""
     if axis not in sweep.axes:
         raise ValueError(f"{axis} is not an axis of {sweep.source}; its axes are {', '.join(sweep.axes) or 'none'}")
     others = [a for a in sweep.axes if a != axis]
@@ -133,9 +117,7 @@ def axis_series(sweep: Sweep, axis: str, metric: str) -> pd.DataFrame:
 
 
 def spearman(x: list[float] | np.ndarray, y: list[float] | np.ndarray) -> float:
-    """Spearman's rank correlation: Pearson's correlation of the ranks, tied values sharing their
-    average rank (Spearman 1904; for untied data it equals 1 - 6 sum d^2 / (n (n^2 - 1))). NaN for
-    fewer than two pairs or a constant side. Written out because scipy is not a dependency."""
+    """Spearman's rank correlation (Spearman 1904); NaN for fewer than two pairs or a constant side."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if len(x) != len(y):
         raise ValueError(f"spearman: {len(x)} values against {len(y)}")
@@ -146,10 +128,7 @@ def spearman(x: list[float] | np.ndarray, y: list[float] | np.ndarray) -> float:
 
 
 def paper_series(sweep: Sweep, paper: PaperResults, metric: str, kind: str = "final") -> pd.DataFrame:
-    """One row per variant that a numeric paper row matches, best paper value first (so the same
-    order on our side means the ranking is reproduced): ``variant``, ``paper``, the seed
-    statistics of our ``kind`` (``final`` or ``best``) value of ``metric``, and ``seeds`` (the
-    completed seeds' values, for drawing them as dots)."""
+    """One row per variant a numeric paper row matches, best paper value first, with our statistics."""
     if kind not in ("final", "best"):
         raise ValueError(f"kind={kind!r}: use 'final' or 'best'")
     rows = []
@@ -190,8 +169,7 @@ _REFERENCE = re.compile(r"^\$\{([\w.]+)\}$")
 
 
 def config_value(job: Job, key: str) -> Any:
-    """The job's value of ``key`` as :meth:`Job.value` gives it, with a plain reference such as
-    ``${trainer.max_steps}`` (Hydra writes ``.hydra/config.yaml`` unresolved) followed."""
+    """:meth:`Job.value` of ``key``, a plain reference such as ``${trainer.max_steps}`` followed."""
     value = job.value(key)
     for _ in range(10):  # a chain of references, not a loop
         match = _REFERENCE.match(value) if isinstance(value, str) else None
@@ -214,8 +192,7 @@ LR_TOLERANCE = 1e-5  # relative: train/lr is logged as float32
 
 
 def trained_steps(job: Job) -> int:
-    """How many optimiser steps the job took: ``status.json``'s ``steps``, else one past the last
-    logged step (a job killed before it wrote its status)."""
+    """The optimiser steps the job took: ``status.json``'s ``steps``, else one past the last logged."""
     steps = _number(job.record.get("steps"))
     if steps is not None:
         return int(steps)
@@ -223,11 +200,8 @@ def trained_steps(job: Job) -> int:
 
 
 def lr_schedule(job: Job) -> pd.Series:
-    """The learning rate of every optimiser step 0 .. :func:`trained_steps` - 1, recomputed as
-    :func:`ablate.optim.build_schedule` computes it: ``optim.lr`` times
-    ``SCHEDULES[optim.schedule](step, optim.warmup_steps, optim.decay_steps or trainer.max_steps,
-    optim.min_lr_ratio)``. Indexed like ``metrics.csv``: its step ``s`` logs the rate that the
-    ``s``-th optimiser step (from 0) used. Raises ValueError naming the missing config value."""
+    """The learning rate of every step, recomputed from the config as :func:`ablate.optim.build_schedule`
+    does; ValueError naming a missing config value."""
     from ablate.optim import SCHEDULES  # imports torch: only when a figure needs it
 
     name = config_value(job, "optim.schedule")
@@ -252,8 +226,7 @@ def lr_schedule(job: Job) -> pd.Series:
 
 
 def lr_matches_log(job: Job, schedule: pd.Series, tolerance: float = LR_TOLERANCE) -> bool:
-    """Whether ``schedule`` equals the job's logged ``train/lr`` at every step both have (False
-    when the config no longer describes the run, e.g. ``trainer.max_steps`` raised on a resume)."""
+    """Whether ``schedule`` equals the logged ``train/lr`` at every step both have."""
     logged = job.series(LR_METRIC)
     common = logged.index.intersection(schedule.index)
     if len(common) < len(logged):  # logged steps beyond the recomputed range
@@ -270,10 +243,7 @@ TOKENS_METRIC, TIME_METRIC, RATE_METRIC = "train/tokens_seen", "train/time_s", "
 
 
 def tokens_per_step(job: Job) -> int | None:
-    """Training tokens per optimiser step fixed by the config: ``data.batch_size`` (the global
-    batch, in sequences) x ``data.seq_len`` for a language model (the task's ``batch_tokens_key``);
-    None where the task's batches hold a token budget, not a fixed count (translation), or when
-    either is missing."""
+    """Training tokens per step fixed by the config (LM: batch x length); None otherwise."""
     spec = TASKS.get(job.task)
     if spec is None or not spec.fixed_batch_tokens:
         return None
@@ -282,9 +252,7 @@ def tokens_per_step(job: Job) -> int | None:
 
 
 def _cumulative(job: Job, metric: str, steps: np.ndarray) -> np.ndarray:
-    """A cumulative quantity logged every few steps (``train/tokens_seen``, ``train/time_s``; its
-    value at step ``s`` counts steps 0..s) at ``steps``: linear between logged steps from 0 before
-    step 0, and at its mean rate per step beyond the last one."""
+    """A cumulative quantity at ``steps``: linear between logged steps, at its mean rate beyond."""
     values = job.series(metric).astype(float)
     xp, fp = np.concatenate([[-1.0], values.index.to_numpy(float)]), np.concatenate([[0.0], values.to_numpy()])
     out = np.interp(steps, xp, fp)
@@ -294,20 +262,8 @@ def _cumulative(job: Job, metric: str, steps: np.ndarray) -> np.ndarray:
 
 
 def job_x(job: Job, steps, x: str = "steps") -> tuple[np.ndarray, str]:
-    """The job's ``metrics.csv`` steps as the x of a curve, and where the numbers come from.
-
-    * ``steps``: optimiser steps done, ``s + 1`` (the console's and ``status.json``'s count: a
-      validation the console printed after step 2 is logged at ``s = 1``, Lightning's index of
-      the last step, and drawn at 2);
-    * ``tokens``: the training tokens seen by the end of step ``s`` (it is the ``s + 1``-th
-      optimiser step): ``(s + 1) x`` :func:`tokens_per_step` where the config fixes it, else the
-      logged ``train/tokens_seen`` (interpolated between the steps that logged it);
-    * ``time``: the training time in seconds by the end of step ``s`` (validation left out): the
-      logged ``train/time_s``, else summed from ``train/tokens_per_sec`` (each logged rate for the
-      steps since the previous one), else ``status.json``'s ``wall_time_s`` spread evenly over the
-      steps (which includes validation and start-up: approximate).
-
-    Raises ValueError when the job has none of these."""
+    """The job's ``metrics.csv`` steps as the x of a curve (``steps``: ``s + 1``, the console's count;
+    ``tokens``; ``time``, validation left out), and where the numbers come from; ValueError without."""
     steps = np.asarray(steps, dtype=float)
     if x == "steps":
         return steps + 1, "optimiser steps done"

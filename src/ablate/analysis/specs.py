@@ -1,7 +1,4 @@
-"""The ``axis=value[,axis=value...]`` specs of the command line (``--baseline``, ``--where``):
-parsed (:func:`parse_baseline`), and matched against a sweep's jobs (:func:`where`: a slice of
-the sweep) and configurations (:func:`find_baseline`: the one row a baseline names).
-"""
+"""The ``axis=value[,axis=value...]`` specs of ``--baseline`` and ``--where``, parsed and matched."""
 
 from __future__ import annotations
 
@@ -12,9 +9,7 @@ from ablate.analysis.runs import Sweep
 
 
 def parse_baseline(spec: str, flag: str = "--baseline") -> dict[str, str]:
-    """``"norm=pre,optim.lr=1e-3"`` -> ``{"norm": "pre", "optim.lr": "0.001"}`` (a comma splits
-    only before ``key=``, so a value may hold commas: ``model.layers=[1,2]``); a key named twice is
-    refused (``flag`` names the option in the message)."""
+    """``"norm=pre,optim.lr=1e-3"`` -> ``{"norm": "pre", "optim.lr": "0.001"}``; a key named twice refused."""
     items = [item for item in re.split(r",(?=\s*[\w.+~-]+=)", spec.strip()) if item.strip()]
     if not items or any("=" not in item for item in items):
         raise ValueError(f"{flag} {spec!r}: expected axis=value[,axis=value...], e.g. norm=pre")
@@ -26,8 +21,7 @@ def parse_baseline(spec: str, flag: str = "--baseline") -> dict[str, str]:
 
 
 def where(sweep: Sweep, spec: str) -> Sweep:
-    """The jobs of ``sweep`` with the values ``spec`` names (``"scale=m"``: one size of a ladder,
-    so that variants are compared within it), as a sweep of their own."""
+    """The jobs of ``sweep`` with the values ``spec`` names (``"scale=m"``), as a sweep of their own."""
     wanted = parse_baseline(spec, "--where")
     kept = [job for job in sweep.jobs if all(job.value(sweep.full_name(k)) == v for k, v in wanted.items())]
     if not kept:
@@ -40,8 +34,7 @@ def where(sweep: Sweep, spec: str) -> Sweep:
 
 
 def find_baseline(sweep: Sweep, spec: str) -> tuple:
-    """The variant key of the one configuration that ``spec`` names (axes by full or short name;
-    keys that are not axes are compared with the jobs' config values)."""
+    """The variant key of the one configuration ``spec`` names (axes by full or short name)."""
     wanted = parse_baseline(spec)
     variants = sweep.variants()
     axes = ", ".join(sweep.short_names().values()) or "none"

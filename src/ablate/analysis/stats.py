@@ -6,15 +6,8 @@ Paired t-test on shared seeds (same seed = same data order and initialisation), 
 (Holm 1979) with Shaffer's (1986) logical constraint over a write-up's difference *and*
 equivalence tests; the minimum detectable effect from the noncentral t (Cohen 1988, ch. 2), a
 *design* quantity that plans the next sweep and says nothing about this one's true effect (the
-post-hoc power fallacy, Hoenig & Heisey 2001; only TOST bounds it).
-
-Elsewhere: divergence kept as an outcome (the rates with Boschloo's test, and the worst-rank
-test of a row where a seed diverged) in :mod:`~ablate.analysis.divergence`; the interaction
-contrast of a 2 x 2 design and its verdict in :mod:`~ablate.analysis.interaction_stats`; the
-crossed seed x text interval in :mod:`~ablate.analysis.crossed`.
-
-The functions take plain values (one per seed); :mod:`~ablate.analysis.comparison` applies them to a
-sweep's final metric.
+post-hoc power fallacy, Hoenig & Heisey 2001; only TOST bounds it). The functions take plain
+values, one per seed.
 """
 
 from __future__ import annotations
@@ -36,12 +29,9 @@ NOT_TRAINED = "not trained"  # most seeds of an arm never left the starting plat
 
 
 def not_trained(stalled: int, completed: int, baseline_stalled: int = 0, baseline_completed: int = 0) -> str:
-    """``not trained (stalled k/n)`` when most completed seeds of the variant stalled (never left the
-    starting plateau, :func:`ablate.analysis.convergence.is_stalled`), ``not trained (baseline stalled
-    k/n)`` when most of the baseline's did, else ``""``. A majority, not any: one seed of ten stuck on
-    the plateau is an outcome of that seed (noted in the verdict); most of them say the recipe does not
-    train this arm, and a difference between plateaus measures the recipe, not the component (a row
-    "equivalent" between two untrained arms read as "this component does not matter")."""
+    """``not trained (stalled k/n)`` when most completed seeds of the variant (or the baseline) stalled,
+    else ``""``: a majority, not any, says the recipe does not train the arm, and a difference
+    between plateaus measures the recipe, not the component."""
     if completed and 2 * stalled > completed:
         return f"{NOT_TRAINED} (stalled {stalled}/{completed})"
     if baseline_completed and 2 * baseline_stalled > baseline_completed:
@@ -64,7 +54,7 @@ def finite(values: Sequence[float | None]) -> np.ndarray:
     return np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
 
 
-def interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+def interval(values: Sequence[float]) -> Interval:
     """Student t interval of the mean: mean ± t_{(1+c)/2, n-1} s / sqrt(n) (non-finite values left out)."""
     x = finite(values)
     n = len(x)
@@ -74,16 +64,14 @@ def interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interva
     if n < 2:
         return Interval(mean, math.nan, 1, math.nan, math.nan)
     std = float(x.std(ddof=1))
-    low, high = stats.t.interval(confidence, n - 1, loc=mean, scale=std / math.sqrt(n)) if std > 0 else (mean, mean)
+    low, high = stats.t.interval(CONFIDENCE, n - 1, loc=mean, scale=std / math.sqrt(n)) if std > 0 else (mean, mean)
     return Interval(mean, std, n, float(low), float(high))
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """Variant - baseline: the difference of the means (paired: the mean of the per-seed
-    differences), its confidence interval, the two-sided p-value (unadjusted), the test used
-    (``paired``, ``welch``, or ``""`` when there was none), its standard error and degrees of
-    freedom, the minimum detectable effect, and how many values entered it."""
+    """Variant - baseline: the difference of the means, its interval, the unadjusted two-sided p, the
+    test (``paired``, ``welch``, ``crossed``, ``worst-rank``; ``""``: none), SE, df and counts."""
 
     diff: float
     low: float = math.nan
@@ -92,7 +80,6 @@ class Comparison:
     test: str = ""
     se: float = math.nan
     df: float = math.nan
-    mde: float = math.nan
     n_variant: int = 0
     n_baseline: int = 0
     n_pairs: int = 0
@@ -106,45 +93,33 @@ class Comparison:
         return self.test != "" and math.isfinite(self.p)
 
 
-def shared_seeds(variant_seeds: Sequence[int | None], baseline_seeds: Sequence[int | None]) -> list[int]:
-    """Seeds that occur exactly once on each side (the pairs of a paired test), in order."""
-    once = [s for s in variant_seeds if s is not None and list(variant_seeds).count(s) == 1]
-    return [s for s in once if list(baseline_seeds).count(s) == 1]
-
-
 def compare(
     variant: Sequence[float],
     baseline: Sequence[float],
     variant_seeds: Sequence[int | None] | None = None,
     baseline_seeds: Sequence[int | None] | None = None,
-    confidence: float = CONFIDENCE,
-    power: float = POWER,
     margin: float | None = None,
 ) -> Comparison:
-    """Paired t-test on the shared seeds when there are at least two, else Welch's t-test on all
-    values (non-finite values, e.g. of a diverged seed, are left out before pairing). Untested
-    (``test=""``, NaN p) when a side has fewer than two values or the seeds show no spread.
-    ``margin`` (δ > 0): also the TOST p-value of equivalence within ±δ, with the same test."""
+    """Paired t-test on the shared seeds when there are at least two, else Welch's on all values
+    (non-finite values left out before pairing); untested (``test=""``) with fewer than two values a
+    side or no seed spread. ``margin`` (δ > 0): also the TOST p-value within ±δ, the same test."""
     if margin is not None and not (math.isfinite(margin) and margin > 0):
         raise ValueError(f"margin {margin!r}: the smallest difference of interest must be a positive number")
     pairs = _finite_pairs(variant, baseline, variant_seeds, baseline_seeds)
     if len(pairs) >= 2:
         v, b = np.array([p[1] for p in pairs]), np.array([p[2] for p in pairs])
         se = float(np.std(v - b, ddof=1) / math.sqrt(len(v)))
-        return _test(
-            "paired", v, b, se, confidence, power, n_pairs=len(v), margin=margin, seeds=tuple(p[0] for p in pairs)
-        )
+        return _test("paired", v, b, se, n_pairs=len(v), margin=margin, seeds=tuple(p[0] for p in pairs))
     v, b = finite(variant), finite(baseline)
     if len(v) < 2 or len(b) < 2:
         diff = float(v.mean() - b.mean()) if len(v) and len(b) else math.nan
         return Comparison(diff, n_variant=len(v), n_baseline=len(b), margin=math.nan if margin is None else margin)
     se = math.sqrt(v.var(ddof=1) / len(v) + b.var(ddof=1) / len(b))
-    return _test("welch", v, b, se, confidence, power, margin=margin)
+    return _test("welch", v, b, se, margin=margin)
 
 
 def t_test(variant: np.ndarray, baseline: np.ndarray, paired: bool, alternative: str = "two-sided"):
-    """scipy's paired (``ttest_rel``) or Welch (``ttest_ind(equal_var=False)``) t-test of
-    variant - baseline along the last axis (vectorised over the others)."""
+    """scipy's paired or Welch t-test of variant - baseline along the last axis."""
     if paired:
         return stats.ttest_rel(variant, baseline, axis=-1, alternative=alternative)
     return stats.ttest_ind(variant, baseline, equal_var=False, axis=-1, alternative=alternative)
@@ -155,20 +130,13 @@ def _finite_pairs(variant, baseline, variant_seeds, baseline_seeds) -> list[tupl
         return []
     v = {s: x for s, x in zip(variant_seeds, variant) if s is not None and x is not None and math.isfinite(x)}
     b = {s: x for s, x in zip(baseline_seeds, baseline) if s is not None and x is not None and math.isfinite(x)}
-    seeds = shared_seeds([s for s in variant_seeds if s in v], [s for s in baseline_seeds if s in b])
-    return [(s, v[s], b[s]) for s in seeds]
+    mine, theirs = [s for s in variant_seeds if s in v], [s for s in baseline_seeds if s in b]
+    # the pairs: seeds that occur exactly once on each side, in order
+    return [(s, v[s], b[s]) for s in mine if mine.count(s) == 1 and theirs.count(s) == 1]
 
 
 def _test(
-    name: str,
-    v: np.ndarray,
-    b: np.ndarray,
-    se: float,
-    confidence: float,
-    power: float,
-    n_pairs: int = 0,
-    margin: float | None = None,
-    seeds: tuple = (),
+    name: str, v: np.ndarray, b: np.ndarray, se: float, n_pairs: int = 0, margin: float | None = None, seeds: tuple = ()
 ) -> Comparison:
     diff = float(v.mean() - b.mean())
     delta = math.nan if margin is None else float(margin)
@@ -176,32 +144,15 @@ def _test(
         return Comparison(diff, se=0.0, n_variant=len(v), n_baseline=len(b), n_pairs=n_pairs, margin=delta, seeds=seeds)
     paired = name == "paired"
     result = t_test(v, b, paired=paired)
-    ci = result.confidence_interval(confidence)
+    ci = result.confidence_interval(CONFIDENCE)
     df = float(result.df)
     p_tost = float(tost(v, b, delta, paired)) if margin is not None else math.nan
-    return Comparison(
-        diff,
-        float(ci.low),
-        float(ci.high),
-        float(result.pvalue),
-        name,
-        se,
-        df,
-        mde(se, df, 1 - confidence, power),
-        len(v),
-        len(b),
-        n_pairs,
-        delta,
-        p_tost,
-        seeds,
-    )
+    low, high, p = float(ci.low), float(ci.high), float(result.pvalue)
+    return Comparison(diff, low, high, p, name, se, df, len(v), len(b), n_pairs, delta, p_tost, seeds)
 
 
 def tost(variant: np.ndarray, baseline: np.ndarray, margin: float, paired: bool) -> np.ndarray | float:
-    """The TOST p-value of equivalence within ±``margin`` (Schuirmann 1987) along the last axis:
-    the larger of the one-sided p-values of H0: Δ <= -δ (scipy's test of variant + δ against the
-    baseline, alternative ``greater``) and H0: Δ >= +δ (variant - δ, alternative ``less``), with
-    the paired or Welch t-test. Small p: |Δ| < δ."""
+    """The TOST p-value of equivalence within ±``margin`` (Schuirmann 1987) along the last axis."""
     lower = t_test(variant + margin, baseline, paired, "greater").pvalue
     upper = t_test(variant - margin, baseline, paired, "less").pvalue
     p = np.maximum(lower, upper)
@@ -209,16 +160,14 @@ def tost(variant: np.ndarray, baseline: np.ndarray, margin: float, paired: bool)
 
 
 def power_t(effect_se: float, df: float, alpha: float = ALPHA) -> float:
-    """Power of the two-sided t-test at level ``alpha`` when the true difference is
-    ``effect_se`` standard errors: P(|T| > t_{1-alpha/2}) for T ~ noncentral t(df, effect_se)."""
+    """Power of the two-sided t-test when the true difference is ``effect_se`` SEs (noncentral t)."""
     crit = stats.t.ppf(1 - alpha / 2, df)
     # P(T < -crit) as P(T' > crit) with T' ~ nct(df, -effect): scipy's nct.cdf far in the lower tail is NaN
     return float(stats.nct.sf(crit, df, effect_se) + stats.nct.sf(crit, df, -effect_se))
 
 
 def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
-    """Minimum detectable effect (in the metric's units): ``se`` times the noncentrality at which
-    :func:`power_t` reaches ``power``."""
+    """Minimum detectable effect: ``se`` times the noncentrality at which :func:`power_t` is ``power``."""
     if not (se > 0 and df > 0):
         return math.nan
     high = 4.0
@@ -235,23 +184,18 @@ def seeds_for(
     n_seeds: int,
     n_blocks: int = 1,
     alpha: float = ALPHA,
-    power: float = POWER,
-    least: int = 3,
-    most: int = 1000,
 ) -> int | None:
-    """The planner of a fixed design: the fewest seeds (at least ``least``, the declared minimum)
-    whose test detects a true |Δ| = ``delta`` with ``power`` at ``alpha`` (:func:`mde`), from a
-    pilot's standard error at ``n_seeds`` seeds. The seed part of the SE shrinks as 1/sqrt(n); the
-    text part (``text_se``, another passage: the crossed analysis' text SE, 0 for a paired test)
-    is held fixed (a little conservative: it carries a share of the seed x text interaction that
-    more seeds would shrink), and the df combine the two by Satterthwaite (n - 1 and ``n_blocks`` - 1). None when
-    even ``most`` seeds leave the MDE above δ (the text alone is too noisy: hold out more blocks)."""
+    """The planner of a fixed design: the fewest seeds (at least 3) whose test detects |Δ| = ``delta``
+    with 80% power at ``alpha``, from a pilot's SEs at ``n_seeds`` seeds: the seed SE shrinks as
+    1/sqrt(n), the text SE is held fixed (a little conservative), df by Satterthwaite. None when even
+    1000 seeds leave the MDE above δ (the text alone is too noisy: hold out more blocks)."""
+    least, most = 3, 1000
 
     def detects(n: int) -> bool:
         seed_var, text_var = seed_se**2 * n_seeds / n, text_se**2
         text_df = text_var**2 / (n_blocks - 1) if text_var > 0 and n_blocks > 1 else 0.0
         df = (seed_var + text_var) ** 2 / (seed_var**2 / (n - 1) + text_df)
-        return bool(mde(math.sqrt(seed_var + text_var), df, alpha, power) <= delta)
+        return bool(mde(math.sqrt(seed_var + text_var), df, alpha) <= delta)
 
     if not (delta > 0 and seed_se > 0 and n_seeds >= 2) or not detects(most):
         return None
@@ -263,9 +207,8 @@ def seeds_for(
 
 
 def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Holm's step-down adjusted p-values (Holm 1979): with the m finite p-values sorted
-    ascending, p_adj(i) = max_{j <= i} min(1, (m - j + 1) p(j)). NaN entries (untested
-    comparisons) stay NaN and do not count in m. Along the last axis (one family per row)."""
+    """Holm's step-down adjusted p-values (Holm 1979), p_adj(i) = max_{j <= i} min(1, (m - j + 1) p(j)),
+    along the last axis; NaN entries (untested) stay NaN and do not count in m."""
     p = np.asarray(p_values, dtype=float)
     tested = np.isfinite(p)
     m = tested.sum(axis=-1, keepdims=True)
@@ -282,24 +225,17 @@ def family_adjusted(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Adjusted p-values of the difference tests ``p`` and equivalence tests ``p_tost`` of m rows
     (along the last axis; NaN: not tested), one family: Holm's step-down (Holm 1979) where step j
-    divides alpha by t_j, the number of *rows* with a hypothesis not yet rejected, instead of the
-    hypotheses left (Shaffer 1986, procedure S1). Valid because a row's two nulls, Δ = 0 and
-    |Δ| >= δ, exclude each other: at most one per row is true, so at most t_j true nulls remain
-    at step j. A hypothesis is rejected at level alpha when its adjusted p-value is below alpha;
-    the family-wise error rate, over every false ``better``, ``worse`` and ``equivalent`` of the
-    family, is at most alpha (strong control). A row with both rejected is ``equivalent (±δ), and
-    different``: a real difference smaller than δ."""
+    divides alpha by t_j, the number of *rows* with a hypothesis not yet rejected (Shaffer 1986,
+    procedure S1). Valid because a row's two nulls, Δ = 0 and |Δ| >= δ, exclude each other: at most
+    t_j true nulls remain at step j, so the chance of any false ``better``, ``worse`` or
+    ``equivalent`` is at most alpha (strong control)."""
     p0, pe = np.asarray(p, dtype=float), np.asarray(p_tost, dtype=float)
     m = p0.shape[-1]
     both = np.concatenate([p0, pe], axis=-1)
-    row = np.concatenate([np.arange(m), np.arange(m)])
     tested = np.isfinite(both)
     order = np.argsort(np.where(tested, both, np.inf), axis=-1, kind="stable")
-    position = np.argsort(order, axis=-1, kind="stable")  # each hypothesis' place in the sorted order
-    last = np.full(both.shape[:-1] + (m,), -1)  # the last place of each row's tested hypotheses
-    for r in range(m):
-        mine = np.where(tested[..., row == r], position[..., row == r], -1)
-        last[..., r] = mine.max(-1)
+    position = np.where(tested, np.argsort(order, axis=-1, kind="stable"), -1)  # each one's place in the order
+    last = np.maximum(position[..., :m], position[..., m:])  # the last place of each row's tested hypotheses
     steps = np.arange(2 * m)
     open_rows = (last[..., None, :] >= steps[:, None]).sum(-1)  # t_j: rows with a hypothesis at place >= j
     ranked = np.take_along_axis(np.where(tested, both, np.nan), order, axis=-1)
@@ -308,11 +244,6 @@ def family_adjusted(
     np.put_along_axis(adjusted, order, np.fmax.accumulate(scaled, axis=-1), axis=-1)
     adjusted = np.where(tested, adjusted, np.nan)
     return adjusted[..., :m], adjusted[..., m:]
-
-
-def direction(diff: float, higher_is_better: bool) -> str:
-    """``better`` when the difference goes the metric's good way, else ``worse``."""
-    return BETTER if (diff > 0) == higher_is_better else WORSE
 
 
 def verdict(
@@ -331,71 +262,35 @@ def verdict(
     """The verdict against the baseline, from the family-adjusted p-values (:func:`family_adjusted`):
 
     1. too few values for a test: ``not tested (...)`` (``inconclusive (...)`` when seeds diverged);
-    2. ``equivalent (±δ)`` when the TOST p-value is below alpha: |Δ| < δ, the smallest
-       difference of interest; ``equivalent (±δ), and different (better)`` when the difference
-       test passes too: a real difference, smaller than anything that matters. Never when a seed
-       diverged: a diverged run is not within δ of anything;
-    3. ``better`` / ``worse`` when the difference test's p-value is below alpha (the paired or
-       crossed t-test; with diverged seeds the worst-rank test,
-       :func:`~ablate.analysis.divergence.worst_rank_test`, whose direction is the rank shift;
-       a variant whose every seed diverged reads ``worse (diverged 3/3)`` when the test allows it,
-       else the note says how small a p-value its seeds could give);
-    4. with a margin: ``equivalence not shown`` (neither test passed: the difference is neither
-       shown nor bounded by δ); without one: ``inconclusive``. Never "no difference", never
-       "rejected".
+    2. ``equivalent (±δ)`` when the TOST p-value is below alpha; ``equivalent (±δ), and different
+       (better)`` when the difference test passes too (a real difference smaller than δ). Never
+       when a seed diverged: a diverged run is not within δ of anything;
+    3. ``better`` / ``worse`` when the difference test's p-value is below alpha (by the rank shift
+       for the worst-rank test); a variant whose every seed diverged and whose seeds cannot give a
+       p below alpha says how small a p they could give;
+    4. else ``equivalence not shown`` (with a margin) or ``inconclusive``: never "no difference".
 
-    Notes in brackets: diverged seeds (``diverged k/n``: ranked worst by the worst-rank test;
-    not in Δ's mean) and stalled ones (``stalled k/n``: completed without leaving the plateau;
-    their values are in the test). Divergence is judged by the row's one test."""
-    if not comparison.tested:
-        why = "no seed spread" if comparison.se == 0 else "n < 2"
-        notes = [why] + ([f"diverged {diverged}/{seeds}"] if diverged else [])
-        notes += [f"stalled {stalled}/{completed if completed is not None else seeds}"] if stalled else []
-        return (INCONCLUSIVE if diverged else "not tested") + f" ({'; '.join(notes)})"
-    equivalent = p_tost_adjusted < alpha and not (diverged or baseline_diverged)
-    different = p_adjusted < alpha
-    extra = ""
-    if diverged and diverged == seeds and not different and comparison.test == "worst-rank":
-        floor = min(1.0, 2 / math.comb(seeds + baseline_seeds, seeds))  # the rank test's smallest p (no ties)
-        extra = f"{seeds} vs {baseline_seeds} seeds: p >= {floor:.2g}" if floor >= alpha else ""
-    name = difference_direction(comparison, higher_is_better) if different else EQUIVALENT if equivalent else ""
-    margin = comparison.margin if math.isfinite(comparison.margin) else None
-    return words(name, margin, diverged, seeds, stalled, completed, both=equivalent and different, extra=extra)
-
-
-def difference_direction(comparison: Comparison, higher_is_better: bool) -> str:
-    """``better`` / ``worse`` of a rejected difference test, by the metric's direction (the rank
-    shift for the worst-rank test)."""
-    if comparison.test == "worst-rank":
-        return WORSE if (comparison.shift > 0) != higher_is_better else BETTER
-    return direction(comparison.diff, higher_is_better)
-
-
-def words(
-    name: str,
-    margin: float | None,
-    diverged: int = 0,
-    seeds: int = 0,
-    stalled: int = 0,
-    completed: int | None = None,
-    both: bool = False,
-    extra: str = "",
-) -> str:
-    """A verdict in the tool's words from its ``name`` (``better`` / ``worse`` / ``equivalent``, or
-    ``""`` when nothing was shown): ``equivalent (±δ)``, ``equivalent (±δ), and different (better)``
-    (both tests hold: a real difference smaller than δ), ``equivalence not shown`` (a margin,
-    neither test) or ``inconclusive`` (no margin), with the notes in brackets (diverged, stalled,
-    ``extra``)."""
+    Notes in brackets: diverged seeds (ranked worst by the worst-rank test, not in Δ's mean) and
+    stalled ones (in the test)."""
     notes = [f"diverged {diverged}/{seeds}"] if diverged else []
     notes += [f"stalled {stalled}/{completed if completed is not None else seeds}"] if stalled else []
-    notes += [extra] if extra else []
+    if not comparison.tested:
+        why = "no seed spread" if comparison.se == 0 else "n < 2"
+        return (INCONCLUSIVE if diverged else "not tested") + f" ({'; '.join([why, *notes])})"
+    equivalent = p_tost_adjusted < alpha and not (diverged or baseline_diverged)
+    different = p_adjusted < alpha
+    if diverged and diverged == seeds and not different and comparison.test == "worst-rank":
+        floor = min(1.0, 2 / math.comb(seeds + baseline_seeds, seeds))  # the rank test's smallest p (no ties)
+        notes += [f"{seeds} vs {baseline_seeds} seeds: p >= {floor:.2g}"] if floor >= alpha else []
     note = f" ({'; '.join(notes)})" if notes else ""
-    if name == EQUIVALENT or (both and name in (BETTER, WORSE)):
-        head = f"{EQUIVALENT} (±{margin:g})"
-        return (f"{head}, and different ({name})" if both else head) + note
-    if name in (BETTER, WORSE):
-        return name + note
-    return (NOT_EQUIVALENT if margin is not None and math.isfinite(margin) else INCONCLUSIVE) + note
+    head = f"{EQUIVALENT} (±{comparison.margin:g})" if equivalent else ""
+    if different:
+        up = comparison.shift > 0 if comparison.test == "worst-rank" else comparison.diff > 0
+        name = BETTER if up == higher_is_better else WORSE
+        return (f"{head}, and different ({name})" if equivalent else name) + note
+    if equivalent:
+        return head + note
+    return (NOT_EQUIVALENT if math.isfinite(comparison.margin) else INCONCLUSIVE) + note
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:

@@ -1,12 +1,6 @@
-"""The summary table of a sweep: one row per configuration (variant), seeds aggregated.
-
-Per variant: its axis values; the number of seeds and how many completed, diverged and crashed;
-the final and best validation metric and the matching test metric as mean ± sample std over the
-seeds that *completed* (a diverged seed's last validation predates its divergence, a crashed one
-has none: they are counted instead); the paper's number; the late slope of ``val/loss``
-(:mod:`~ablate.analysis.convergence`); wall time and median throughput. With a baseline, the
-statistics of :mod:`ablate.analysis.comparison`; always, each variant's cost and its metric at
-matched steps, FLOPs and time (:mod:`ablate.analysis.budget`).
+"""The summary table of a sweep: one row per variant, its metrics as mean ± std over the seeds that
+*completed* (diverged and crashed ones are counted instead), the paper's number, the late slope,
+wall time, throughput and cost; with a baseline, the statistics of :mod:`~ablate.analysis.comparison`.
 """
 
 from __future__ import annotations
@@ -95,13 +89,8 @@ def summarize(
     margin: float | None = None,
     equivalence: tuple[str, ...] = (),
 ) -> pd.DataFrame:
-    """The summary table as numbers: one row per variant (see the module docstring), with its
-    cost and metric at equal cost; with ``baseline`` (``"axis=value,..."``) the statistics
-    against that row as well, on the final metric (``basis="steps"``) or the metric at the
-    matched FLOPs (``"flops"``) or training time (``"time"``); ``margin``: the smallest difference of
-    interest δ for the equivalence test, asked of the rows ``equivalence`` names (default: all;
-    :func:`~ablate.analysis.comparison.compare_to_baseline`) (default δ: the jobs' ``analysis.margin``,
-    :func:`~ablate.analysis.comparison.margin_for`)."""
+    """The summary table as numbers; with ``baseline`` (``"axis=value,..."``) the statistics against
+    that row, the TOST within ``margin`` asked of the rows ``equivalence`` names (default: all)."""
     budget.check_basis(basis)
     metric = pick_metric(sweep, metric)
     test = test_metric(sweep, metric)

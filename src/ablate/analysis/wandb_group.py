@@ -1,14 +1,7 @@
-"""Read a sweep back from W&B: every run of a group (``train.py -m`` puts a sweep's jobs in one
-group, named after its sweep directory; see :func:`ablate.tracking.naming.multirun_group`).
-
-Runs become the same :class:`~ablate.analysis.job.Job` records as local job directories: the
-overrides from the run name (the job's sorted overrides, :func:`ablate.tracking.naming.run_name_from_overrides`),
-the resolved config (which carries the ``axes`` summary), the outcome from the run summary
-(``status``, ``steps``, ``wall_time_s``, written by ``train.py``) and the metric history.
-
-Reading needs the network: before ``wandb.Api`` is touched, the mode is decided the way training
-decides it (:func:`ablate.tracking.wandb_mode.decide_wandb_mode`: ``WANDB_MODE``, credentials, a 3 s TCP
-probe), so an offline machine gets an error within seconds instead of a hang.
+"""Read a sweep back from W&B: every run of a group becomes a :class:`~ablate.analysis.job.Job`
+(overrides from the run name, the resolved config, the outcome from the run summary, the metric
+history). The mode is decided first as training decides it, so an offline machine gets an error
+within seconds instead of a hang.
 """
 
 from __future__ import annotations
@@ -78,16 +71,8 @@ def job_from_run(run: Any) -> Job:
         "metrics": {k: v for k, v in summary.items() if isinstance(v, (int, float)) and "/" in k},
     }
     started = pd.Timestamp(run.created_at).timestamp() if getattr(run, "created_at", None) else 0.0
-    return Job(
-        name=run.name,
-        source="/".join(run.path),
-        overrides=overrides_from_name(run.name),
-        status=status,
-        record=record,
-        config=config,
-        metrics=history_frame(run),
-        started=started,
-    )
+    source, overrides = "/".join(run.path), overrides_from_name(run.name)
+    return Job(run.name, source, overrides, status, record, config, metrics=history_frame(run), started=started)
 
 
 def load_wandb_group(project_path: str, group: str) -> Sweep:

@@ -1,11 +1,7 @@
-"""A saved W&B workspace for a sweep: the panels that compare its variants, ready when it opens.
-
-The workspace is first a plain JSON *spec* (:func:`workspace_spec`, ``<sweep dir>/wandb_workspace.json``),
-then saved to W&B when it is reachable (:mod:`ablate.analysis.wandb_workspace`; the optional
-``wandb-views`` extra): one ``Compare by <axis>`` section per ablation axis (runs grouped by the
-flat ``axis_<name>`` key, seeds averaged), the warmup, per-layer gradient norms, residual RMS,
-throughput, and an ``Analysis`` section with the summary table and figures
-(:func:`log_analysis_run`).
+"""A saved W&B workspace for a sweep as a plain JSON *spec* (:func:`workspace_spec`): a ``Compare by
+<axis>`` section per axis (runs grouped by ``axis_<name>``, seeds averaged), warmup, gradient norms,
+residual RMS, throughput, and the analysis run's table and figures. Saving it:
+:mod:`ablate.analysis.wandb_workspace`.
 """
 
 from __future__ import annotations
@@ -60,16 +56,10 @@ class SweepFacts:
     figures: list[Path] = field(default_factory=list)
 
 
-# ------------------------------------------------------------------------- facts
-
-
 def facts_from_sweep_dir(
     sweep_dir: Path, group: str | None = None, project: str | None = None, entity: str | None = None
 ) -> SweepFacts:
-    """Read a multirun directory: its axes (:func:`ablate.analysis.runs.load_sweep`), task,
-    warmup, logged metrics, W&B group/project (a job's W&B run, else its config, else the
-    directory's name, as :func:`ablate.tracking.naming.multirun_group` names it) and the
-    ``summary.csv`` / ``figures/*.png`` of the analysis scripts."""
+    """A multirun directory's facts: axes, task, warmup, metrics, W&B group, the analysis outputs."""
     from ablate.analysis.runs import load_sweep
 
     sweep_dir = Path(sweep_dir)
@@ -120,8 +110,7 @@ def _group_from_path(sweep_dir: Path) -> str:
 
 
 def facts_from_wandb(project_path: str, group: str) -> SweepFacts:
-    """The same facts from the W&B runs of ``group`` (online): the axes are the ``axis_*`` config
-    keys whose value differs between runs; the metrics are the keys of their summaries."""
+    """The same facts from the W&B runs of ``group`` (online)."""
     from ablate.analysis.wandb_group import API_TIMEOUT_S, require_online
 
     require_online()
@@ -139,7 +128,7 @@ def facts_from_wandb(project_path: str, group: str) -> SweepFacts:
 def facts_from_runs(
     group: str, project: str, entity: str | None, runs: list[tuple[dict[str, Any], set[str]]]
 ) -> SweepFacts:
-    """Facts from ``(config, metric names)`` of a group's runs (see :func:`facts_from_wandb`)."""
+    """Facts from ``(config, metric names)`` of a group's runs: the axes are the ``axis_*`` keys that vary."""
     values: dict[str, set[str]] = {}
     metrics: set[str] = set()
     for config, names in runs:
@@ -150,20 +139,7 @@ def facts_from_runs(
     axes = {key.removeprefix("axis_"): key for key, seen in sorted(values.items()) if len(seen) > 1}
     warmups = [((c.get("optim") or {}).get("warmup_steps")) for c, _ in runs]
     warmup = next((w for w in warmups if isinstance(w, int)), None)
-    task = task_of_metrics(metrics)
-    return SweepFacts(
-        group=group,
-        project=project,
-        entity=entity or None,
-        axes=axes,
-        task=task,
-        warmup_steps=warmup,
-        metrics=metrics,
-        n_runs=len(runs),
-    )
-
-
-# -------------------------------------------------------------------------- spec
+    return SweepFacts(group, project, entity or None, axes, task_of_metrics(metrics), warmup, metrics, len(runs))
 
 
 def line(
@@ -191,8 +167,7 @@ def line(
 def workspace_spec(
     facts: SweepFacts, name: str | None = None, table: str | None = None, images: Iterable[str] = ()
 ) -> dict[str, Any]:
-    """The workspace of a sweep as plain JSON-able data (see the module docstring for the
-    sections); ``table``/``images``: the keys of the analysis run's summary table and figures."""
+    """The workspace as JSON-able data; ``table``/``images``: the analysis run's keys."""
     val_metrics = list(TASKS[facts.task].panel_metrics if facts.task in TASKS else TASKS["lm"].panel_metrics)
     sections = _comparison_sections(facts, val_metrics)
     warmup_range = (0, 3 * facts.warmup_steps) if facts.warmup_steps else None
@@ -273,9 +248,7 @@ def _resid_panels(metrics: Iterable[str]) -> list[dict[str, Any]]:
 
 
 def layer_parts(metrics: Iterable[str], task: str = "lm") -> list[tuple[str, str]]:
-    """``(stack, part)`` of the per-layer gradient norms logged (``("", "attn")`` for
-    ``grad_norm/layer_03/attn``, ``("dec_", "cross_attn")``), in block order; the standard
-    parts of the task when no metric names are known."""
+    """``(stack, part)`` of the per-layer gradient norms logged, in block order (default: the task's)."""
     found = {(m.group(1), m.group(2)) for m in map(_GRAD_LAYER.match, metrics) if m}
     if not found:
         return list((TASKS.get(task) or TASKS["lm"]).grad_norm_parts)
@@ -295,9 +268,3 @@ def read_spec(path: Path) -> dict[str, Any]:
     if spec.get("version") != SPEC_VERSION:
         raise ValueError(f"{path}: workspace spec version {spec.get('version')!r}, expected {SPEC_VERSION}")
     return spec
-
-
-# ------------------------------------------------------------- wandb-workspaces
-
-
-# ------------------------------------------------------------------ analysis run

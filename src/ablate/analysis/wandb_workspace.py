@@ -1,10 +1,6 @@
-"""A sweep's W&B workspace saved to W&B, and the command line that builds it
-(``scripts/wandb_workspace.py``): gather the sweep's facts (:mod:`ablate.analysis.wandb_views`),
-log its summary table and figures to a ``job_type=analysis`` run in its group, write the spec, and
-save the workspace when W&B is reachable (``wandb-workspaces``: pip install -c
-requirements/constraints.txt -e '.[wandb-views]'); offline (decided like training,
-:func:`ablate.tracking.wandb_mode.decide_wandb_mode`, never a prompt), print the commands that
-upload the runs and save the workspace later."""
+"""``scripts/wandb_workspace.py``: log a sweep's summary and figures to a ``job_type=analysis`` run,
+write the workspace spec (:mod:`ablate.analysis.wandb_views`) and save it when W&B is reachable;
+offline, print the commands that do it later."""
 
 from __future__ import annotations
 
@@ -100,13 +96,7 @@ def analysis_run_id(project: str, group: str) -> str:
 
 
 def log_analysis_run(facts: SweepFacts, mode: str, reason: str) -> tuple[Any, str, str, str | None, list[str]]:
-    """Log ``summary.csv`` as a ``wandb.Table`` and ``figures/*.png`` as images to a
-    ``job_type=analysis`` run in the sweep's group, in ``<sweep dir>/analysis/wandb/``.
-
-    Returns:
-        ``(run directory, mode, reason, table key or None, image keys)``; mode ``offline`` when
-        an online start failed (:func:`ablate.tracking.wandb_run.init_run`).
-    """
+    """Log ``summary.csv`` and the figures to the sweep's analysis run; returns what was logged."""
     import pandas as pd
     import wandb
 

@@ -111,10 +111,7 @@ def _check_what_is_declared(parser: argparse.ArgumentParser, args: argparse.Name
 
 
 def _check_declarable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse (exit 2) a comparison that could never give a declared verdict: summarize.py labels a
-    row declared only on the plan's split, with >= MIN_SEEDS seed pairs and >= MIN_BLOCKS held-out
-    text blocks of per-window test losses (:func:`ablate.analysis.plan.check_rows`), so a plan
-    that misses one of these would be recorded, and every verdict it governs be exploratory."""
+    """Refuse (exit 2) a comparison that could never give a declared verdict."""
     from ablate.analysis.engine import MIN_BLOCKS, MIN_SEEDS, has_units
 
     for metric in args.metric:

@@ -84,8 +84,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def default_scale_key(sweep) -> str:
-    """``scale`` when the sweep varies it (``python train.py -m scale=xs,s,m ...``), else an error
-    asking for ``--scale-key``."""
+    """``scale`` when the sweep varies it, else an error asking for ``--scale-key``."""
     if "scale" in sweep.axes:
         return "scale"
     raise ValueError(
@@ -195,45 +194,33 @@ def notes(args: argparse.Namespace, results: list[Multiplier]) -> str:
 
 
 def plan_standing(args: argparse.Namespace) -> str:
-    """Whether this multiplier is the one the sweep's analysis plan declared (``scripts/declare.py
-    --multiplier-scale-key``): the same baseline, metric, size axis, interval and asymptote, the
-    plan intact; else it is exploratory, and the line says why."""
-    from ablate.analysis.plan import PlanError, read_plan
+    """Whether this multiplier is the one the sweep's analysis plan declared."""
+    from ablate.analysis.plan import Declaration, standing
     from ablate.analysis.specs import parse_baseline
 
-    try:
-        declaration = read_plan(args.sweep_dir[0])
-    except PlanError as err:
-        return f"Analysis plan: exploratory ({err})."
-    if declaration is None:
-        return "Analysis plan: none declared (scripts/declare.py): this multiplier is exploratory."
-    declared = declaration.plan.extra.get("multiplier")
     asked = {
         "metric": args.metric,
         "scale_key": args.scale_key,
         "ci": args.ci,
         "shared_asymptote": bool(args.shared_asymptote),
     }
-    why = None
-    if not declaration.intact:
-        why = str(declaration.problem)
-    elif not declared:
-        why = "the plan declares no compute multiplier"
-    elif parse_baseline(str(declaration.plan.baseline)) != parse_baseline(args.baseline):
-        why = f"the baseline is not the plan's ({declaration.plan.baseline})"
-    else:
-        why = next(
+
+    def problem(declaration: Declaration) -> str | None:
+        declared = declaration.plan.extra.get("multiplier")
+        if not declared:
+            return "the plan declares no compute multiplier"
+        if parse_baseline(str(declaration.plan.baseline)) != parse_baseline(args.baseline):
+            return f"the baseline is not the plan's ({declaration.plan.baseline})"
+        return next(
             (f"{k}={asked[k]} is not the plan's {declared.get(k)}" for k in asked if declared.get(k) != asked[k]), None
         )
-    stamp = f"{declaration.path.name}, sha256 {declaration.sha256[:12]}, {declaration.declared_at}"
-    return f"Analysis plan ({stamp}): " + ("declared." if why is None else f"exploratory ({why}).")
+
+    none = "Analysis plan: none declared (scripts/declare.py): this multiplier is exploratory."
+    return standing(args.sweep_dir[0], none, "exploratory", problem)
 
 
 def pooled_sweep(sweep_dirs: list[str]) -> tuple[Sweep, list[str], list[str]]:
-    """The jobs of one or more sweep directories as one sweep, each directory's ``tune=lr`` jobs at
-    their tuned rates only (:func:`at_tuned_rates`; the other grid rates and the selection seed
-    left out); with its notes and the keys that belong to a point rather than a variant (a tuned
-    rate: each size's own)."""
+    """The jobs of one or more sweep directories as one sweep (``tune=lr`` ones at their tuned rates)."""
     jobs, notes, per_point, skipped = [], [], [], []
     for sweep_dir in sweep_dirs:
         sweep, note = at_tuned_rates(load_sweep(sweep_dir), sweep_dir)

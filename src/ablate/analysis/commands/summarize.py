@@ -21,15 +21,16 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+import pandas as pd
+
 from ablate.analysis.budget import BASES, DEFAULT_BASIS
 from ablate.analysis.comparison import adjust_family
 from ablate.analysis.interaction import DesignError, interaction_markdown, interaction_table
 from ablate.analysis.markdown import markdown_table, write_summary
 from ablate.analysis.paper import load_paper
-from ablate.analysis.plan import PlanError, read_plan
-from ablate.analysis.protocol import label_plan
-from ablate.analysis.runs import at_tuned_rates, load_sweep, tuned_choices
-from ablate.analysis.specs import where
+from ablate.analysis.plan import Call, Declaration, PlanError, Row, check_rows, first_start, read_plan, standing
+from ablate.analysis.runs import Sweep, at_tuned_rates, load_sweep, tuned_choices
+from ablate.analysis.specs import parse_baseline, where
 from ablate.analysis.tables import summarize
 from ablate.config.locations import folder_problem
 from ablate.writes import LinkOutsideError, disk_full_message, inside, is_disk_full
@@ -183,8 +184,7 @@ def _check_combinations(parser: argparse.ArgumentParser, args: argparse.Namespac
 
 
 def from_plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``--plan``: the declared metrics, baseline, margin, slices and basis (a clash with an
-    option also given is an error: the plan is the analysis)."""
+    """``--plan``: the declared metrics, baseline, margin, slices and basis (an option that clashes: an error)."""
     if not args.sweep_dir:
         parser.error("--plan reads the sweep directory's analysis_plan.json: give the sweep directory")
     try:
@@ -212,33 +212,23 @@ def from_plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     args.equivalence = list(plan.equivalence) or None
 
 
-def load_wandb_sweep(project_path: str, group: str):
-    # imported only here: reading W&B pulls in wandb and Lightning, which a local summary does not need
-    from ablate.analysis.wandb_group import load_wandb_group
-
-    return load_wandb_group(project_path, group)
-
-
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "=.-" else "_" for c in text)
 
 
 def load(args: argparse.Namespace):
     """The sweep (local or W&B); on a tune=lr sweep each variant at its tuned rate, and a note saying so."""
-    full = load_wandb_sweep(args.wandb, args.group) if args.wandb else load_sweep(args.sweep_dir)
-    if args.sweep_dir and not args.all_lrs:
-        return at_tuned_rates(full, args.sweep_dir)
-    return full, None
+    if args.wandb:  # imported only here: reading W&B pulls in wandb and Lightning
+        from ablate.analysis.wandb_group import load_wandb_group
 
-
-def out_dir(args: argparse.Namespace) -> Path:
-    return Path(args.out or (args.sweep_dir if args.sweep_dir else Path("logs") / "summaries" / args.group))
+        return load_wandb_group(args.wandb, args.group), None
+    full = load_sweep(args.sweep_dir)
+    return (full, None) if args.all_lrs else at_tuned_rates(full, args.sweep_dir)
 
 
 def writable_out(args: argparse.Namespace) -> Path:
-    """The folder the tables go to, once it is known to take files (a read-only sweep folder is
-    named with the option that sends them elsewhere, not met as an OSError traceback)."""
-    out = out_dir(args)
+    """The folder the tables go to, once it is known to take files (else named with --out)."""
+    out = Path(args.out or (args.sweep_dir if args.sweep_dir else Path("logs") / "summaries" / args.group))
     problem = folder_problem(out)
     if problem:
         argument_error(f"the tables go to {out}, but {problem}: write them elsewhere with --out DIR")
@@ -262,9 +252,7 @@ def write_tables(frame: Any, table: str, out: Path, name: str = "summary") -> tu
 
 
 def argument_error(message: str) -> NoReturn:
-    """Exit 2 with the message, as argparse does for a bad argument: here one that only the sweep
-    can check (a --metric no job logged, a --baseline or --where that matches no row, an
-    --interaction axis it does not vary, a sweep directory that does not exist)."""
+    """Exit 2 with the message, as argparse does, for an argument only the sweep can check."""
     print(f"summarize.py: error: {message}", file=sys.stderr)
     sys.exit(2)
 
@@ -283,8 +271,7 @@ def report_skipped(notes: list[str]) -> None:
 
 
 def run_notes(sweep: Any, metrics: list[str | None]) -> list[str]:
-    """What the jobs' records say of every table: a variant whose scale probe warned at
-    initialisation (:mod:`ablate.nn.probe`), and a test metric read on the validation text."""
+    """What the jobs' records say of every table: scale probe warnings, test text that is validation."""
     notes = []
     for key, jobs in sweep.variants().items():
         warned = sorted({w for job in jobs for w in (job.record.get("scale_at_init") or {}).get("warnings") or []})
@@ -297,33 +284,28 @@ def run_notes(sweep: Any, metrics: list[str | None]) -> list[str]:
 
 
 def with_note(table: str, note: str | None) -> str:
-    """The table and, under it, the note on which jobs it rests on (a tune=lr sweep's tuned rates
-    and held-out selection seed): in summary.md too, where a reader of the table looks."""
+    """The table and, under it, the note on which jobs it rests on (in summary.md too)."""
     return f"{table}\n\n{note}" if note else table
 
 
 def interaction_standing(args: argparse.Namespace) -> str:
-    """Whether this interaction analysis is the one the sweep's plan declared (declare.py
-    --interaction): the same two axes, metrics, margin and slices, the plan intact; else exploratory."""
+    """Whether this interaction analysis is the one the sweep's plan declared."""
     if not args.sweep_dir:
         return ""
-    try:
-        declaration = read_plan(args.sweep_dir)
-    except PlanError as err:
-        return f"Analysis plan: exploratory ({err})."
-    if declaration is None:
-        return "No analysis plan is declared for this sweep (scripts/declare.py): every verdict here is exploratory."
-    plan, metrics = declaration.plan, args.metric or []
-    checks = [
-        (declaration.intact, str(declaration.problem)),
-        (plan.extra.get("interaction") == list(args.interaction), "the plan declares another (or no) interaction"),
-        (set(metrics) == set(plan.metrics), "the metrics are not the plan's"),
-        (all(args.margin == plan.margin_for(m) for m in metrics), "the margin is not the plan's"),
-        (list(args.where or []) == list(plan.where), "the slices are not the plan's"),
-    ]
-    why = next((reason for ok, reason in checks if not ok), None)
-    stamp = f"{declaration.path.name}, sha256 {declaration.sha256[:12]}, {declaration.declared_at}"
-    return f"Analysis plan ({stamp}): " + ("declared." if why is None else f"every verdict exploratory ({why}).")
+    metrics = args.metric or []
+
+    def problem(declaration: Declaration) -> str | None:
+        plan = declaration.plan
+        checks = [
+            (plan.extra.get("interaction") == list(args.interaction), "the plan declares another (or no) interaction"),
+            (set(metrics) == set(plan.metrics), "the metrics are not the plan's"),
+            (all(args.margin == plan.margin_for(m) for m in metrics), "the margin is not the plan's"),
+            (list(args.where or []) == list(plan.where), "the slices are not the plan's"),
+        ]
+        return next((reason for ok, reason in checks if not ok), None)
+
+    none = "No analysis plan is declared for this sweep (scripts/declare.py): every verdict here is exploratory."
+    return standing(args.sweep_dir, none, "every verdict exploratory", problem)
 
 
 def write_interaction(args: argparse.Namespace) -> None:
@@ -342,16 +324,6 @@ def write_interaction(args: argparse.Namespace) -> None:
     csv_path, md_path = write_tables(frame, table, writable_out(args), name="interaction")
     print(table)
     print(f"wrote {csv_path} and {md_path}")
-
-
-def verdict_notes(args: argparse.Namespace, tables: list) -> list[str]:
-    """With --baseline: each row labelled declared or exploratory against the sweep's analysis
-    plan; the notes saying so."""
-    if not args.baseline:
-        return []
-    return label_plan(
-        args.sweep_dir, tables, args.baseline, args.basis, args.family == "call", tuple(args.equivalence or ())
-    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -376,7 +348,12 @@ def main(argv: list[str] | None = None) -> None:
         if args.baseline and args.family == "call" and len(tables) > 1:
             frames = adjust_family([frame for _, _, frame, _ in tables])
             tables = [(s, m, frame, sweep) for (s, m, _, sweep), frame in zip(tables, frames, strict=True)]
-        notes = verdict_notes(args, tables) + run_notes(full, metrics)
+        notes = run_notes(full, metrics)
+        if args.baseline:  # each row labelled declared or exploratory against the sweep's plan
+            equivalence = tuple(args.equivalence or ())
+            notes[:0] = label_plan(
+                args.sweep_dir, tables, args.baseline, args.basis, args.family == "call", equivalence
+            )
     except (OSError, ValueError) as err:  # missing files, bad input, W&B unreachable (ConnectionError)
         fail(err)
     report_skipped(full.notes)
@@ -392,3 +369,91 @@ def main(argv: list[str] | None = None) -> None:
         csv_path, md_path = write_tables(frame, table, out.joinpath(*parts) if several else out)
         print(table)
         print(f"wrote {csv_path} and {md_path}")
+
+
+# ----------------------------------------------------------------------------- the declared plan
+# each row of the tables labelled ``declared`` or ``exploratory (why)`` by plan.check_rows: the plan
+# of record against the jobs the tables read (their seeds, variants, split layout, start times)
+
+
+def compared_labels(frame: pd.DataFrame, sweep: Sweep) -> list[str]:
+    """The row labels of ``frame`` other than its baseline (``norm=post, lr=0.006``)."""
+    labels = [sweep.label(key) for key in sweep.variants()]
+    return [label for label, verdict in zip(labels, frame["verdict"], strict=True) if verdict != "baseline"]
+
+
+def _seeds(jobs: list) -> tuple[int, ...]:
+    return tuple(sorted({job.seed for job in jobs if job.seed is not None}))
+
+
+def _declared_as(sweep: Sweep, jobs: list, specs: tuple[str, ...]) -> str | None:
+    """The plan's variant spec (``norm=post``) this row's jobs match, or None."""
+    for spec in specs:
+        try:
+            wanted = parse_baseline(spec)
+        except ValueError:
+            continue
+        if all(jobs[0].value(sweep.full_name(k)) == v for k, v in wanted.items()):
+            return spec
+    return None
+
+
+def _rows(tables, declaration) -> tuple[dict, tuple[str, ...]]:
+    """What the plan check needs of each compared row, and the plan's variants that match no row."""
+    specs = declaration.plan.variants if declaration is not None else ()
+    rows, matched = {}, set()
+    for spec, metric, frame, sweep in tables:
+        variants = sweep.variants()
+        base_key = next(
+            (key for key, verdict in zip(variants, frame["verdict"], strict=True) if verdict == "baseline"), None
+        )
+        base_seeds = _seeds(variants[base_key]) if base_key is not None else ()
+        for (key, jobs), (_, row) in zip(variants.items(), frame.iterrows(), strict=True):
+            if key == base_key:
+                continue
+            declared_as = _declared_as(sweep, jobs, specs)
+            matched.add(declared_as)
+            pairs = int(row["pairs"]) if pd.notna(row.get("pairs")) else 0
+            blocks = int(row["text_blocks"]) if pd.notna(row.get("text_blocks")) else 0
+            row_key = (spec, metric, sweep.label(key))
+            rows[row_key] = Row(_seeds(jobs), base_seeds, pairs, blocks, str(row["test"]), declared_as)
+    return rows, tuple(s for s in specs if s not in matched)
+
+
+def label_plan(
+    root: str | Path | None,
+    tables: list[tuple[str | None, str, pd.DataFrame, Sweep]],
+    baseline: str | None,
+    basis: str,
+    family_is_call: bool,
+    equivalence: tuple[str, ...] = (),
+) -> list[str]:
+    """Fill each table's ``plan`` column from the plan of record of ``root``; return the notes."""
+    declaration = read_plan(root) if root is not None else None
+    rows, missing = _rows(tables, declaration)
+    finished = [job for _, _, _, sweep in tables for job in sweep.jobs if job.status in ("completed", "diverged")]
+    start, unstarted = first_start([(job.name, job.record) for job in finished])
+    layouts = {str(job.value("data.splits")) for job in finished if job.value("data.splits") is not None}
+    call = Call(
+        baseline=baseline,
+        basis=basis,
+        margins={metric: frame.attrs.get("margin") for _, metric, frame, _ in tables},
+        tables=[(spec, metric, compared_labels(frame, sweep)) for spec, metric, frame, sweep in tables],
+        family_is_call=family_is_call,
+        rows=rows,
+        layouts=frozenset(layouts),
+        first_start=start,
+        unstarted=unstarted,
+        job_plans=tuple((job.name, job.record.get("plan_sha256")) for job in finished),
+        missing_variants=missing,
+        equivalence=tuple(equivalence),
+    )
+    labels, notes = check_rows(declaration, call)
+    for spec, metric, frame, sweep in tables:
+        labels_of_rows = dict(zip([sweep.label(k) for k in sweep.variants()], frame.index, strict=True))
+        frame.attrs["plan_declared"] = declaration is not None
+        frame["plan"] = ""
+        for label, index in labels_of_rows.items():
+            if frame.at[index, "verdict"] != "baseline":
+                frame.at[index, "plan"] = labels.get((spec, metric, label), "exploratory")
+    return notes

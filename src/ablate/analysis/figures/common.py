@@ -41,8 +41,7 @@ def variants(sweep: Sweep) -> list[Variant]:
 
 
 def seed_mean(jobs: list[Job], metric: str) -> pd.DataFrame:
-    """``mean``, ``std`` and ``n`` of ``metric`` over the jobs at every step any of them logged
-    (non-finite values, e.g. after a divergence, left out)."""
+    """``mean``, ``std`` and ``n`` of ``metric`` over the jobs at every logged step (non-finite left out)."""
     series = [j.series(metric).replace([np.inf, -np.inf], np.nan).dropna() for j in jobs]
     series = [s for s in series if len(s)]
     if not series:
@@ -71,8 +70,7 @@ class TableFigure(Figure):
 
 
 def save_png(fig: Figure, path: Path) -> Path:
-    """PNG with a 256-colour palette: a third of the size of matplotlib's RGBA file and, for line
-    plots and viridis heat maps (256 colours themselves), indistinguishable from it."""
+    """PNG with a 256-colour palette: a third of the size, indistinguishable for these plots."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
     image = Image.open(buffer).convert("RGB")
@@ -81,8 +79,7 @@ def save_png(fig: Figure, path: Path) -> Path:
 
 
 def variant_x(jobs: list[Job], steps, x: str) -> tuple[np.ndarray, set[str]]:
-    """``steps`` as the x of a variant's curve: :func:`~ablate.analysis.series.job_x` averaged
-    over its seeds (identical for steps and tokens; the seeds' times differ), and its sources."""
+    """``steps`` as a variant's x: :func:`~ablate.analysis.series.job_x` averaged over its seeds."""
     pairs = [job_x(job, steps, x) for job in jobs]
     return np.nanmean(np.stack([values for values, _ in pairs]), axis=0), {source for _, source in pairs}
 

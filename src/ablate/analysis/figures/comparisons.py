@@ -39,6 +39,8 @@ from ablate.analysis.series import (
 )
 from ablate.metrics import axis_label
 
+CROSS = {"marker": "x", "linestyle": "none", "markersize": 10, "markeredgewidth": 2}  # a point with no value
+
 
 def _band(ax, x, rows: pd.DataFrame, color: str) -> None:
     """The seed range (min..max) behind a mean line, where some point has several seeds."""
@@ -76,8 +78,7 @@ def ppl_vs_length_figure(sweep: Sweep) -> TableFigure | None:
 
 
 def _set_numeric_xaxis(ax, values: list[float], max_ticks: int = 8) -> None:
-    """Log scale for values spanning 10x or more (base 2 for integers: layers, heads; base 10
-    otherwise: learning rates), ticks at the values (``1e-4``, ``3e-4``, not only the decades)."""
+    """Log scale for values spanning 10x or more (base 2 for integers), ticks at the values."""
     values = sorted({v for v in values if math.isfinite(v)})
     if not values:
         return
@@ -92,29 +93,17 @@ def _set_numeric_xaxis(ax, values: list[float], max_ticks: int = 8) -> None:
 
 
 def _mark_failed(ax, rows: pd.DataFrame, color: str, marked: set[str], line: int = 0) -> None:
-    """Crosses along the top edge at the x of the points with a diverged or crashed seed (the
-    ``line``-th line's a little lower, so that lines failing at the same x are all seen)."""
+    """Crosses along the top edge at the points with a failed seed, each line's a little lower."""
     failed = rows[rows["failed"] > 0]
     if len(failed):
         label = None if "failed" in marked else "diverged / crashed (no final value)"
-        ax.plot(
-            failed["x"],
-            [0.96 - 0.045 * (line % 6)] * len(failed),
-            "x",
-            markersize=10,
-            markeredgewidth=2,
-            color=color,
-            transform=ax.get_xaxis_transform(),
-            label=label,
-            clip_on=False,
-        )
+        y = [0.96 - 0.045 * (line % 6)] * len(failed)
+        ax.plot(failed["x"], y, color=color, transform=ax.get_xaxis_transform(), label=label, clip_on=False, **CROSS)
         marked.add("failed")
 
 
 def _axis_lines(table: pd.DataFrame, figsize: tuple[float, float], yerr, mark) -> tuple[TableFigure, Any]:
-    """One error-bar line per ``line`` of an :func:`axis_series` table (a bar, not a band: a line may
-    be a single point), ``mark(ax, ok, color, marked)`` adding each line's own markers, failed
-    points as crosses along the top; log y where the values ask for it, the x axis at the values."""
+    """One error-bar line per ``line`` of an :func:`axis_series` table, ``mark`` adding its markers."""
     fig = TableFigure(figsize=figsize, layout="constrained", table=table)
     ax = fig.subplots()
     marked: set[str] = set()
@@ -131,9 +120,7 @@ def _axis_lines(table: pd.DataFrame, figsize: tuple[float, float], yerr, mark) -
 
 
 def metric_vs_axis_figure(sweep: Sweep, axis: str, metric: str) -> TableFigure | None:
-    """The final ``metric`` against the numeric ``axis``, one line per value of the other axes.
-    Stuck jobs (:func:`~ablate.analysis.series.is_stuck`) are circled at their value; diverged or
-    crashed ones have no final value and are drawn as crosses along the top edge."""
+    """The final ``metric`` against the numeric ``axis``, stuck jobs circled, failed ones crossed."""
     table = axis_series(sweep, axis, metric)
     if table["x"].nunique() < 2:
         return None
@@ -164,10 +151,7 @@ def lr_axis(sweep: Sweep) -> str | None:
 
 
 def loss_vs_lr_figure(sweep: Sweep, axis: str | None = None, metric: str = "val/loss") -> TableFigure | None:
-    """The learning-rate tuning curve: final ``metric`` (``val/loss``) against the learning rate
-    ``axis`` (default: :func:`lr_axis`), log x, one line per value of the other axes (variants
-    of the architecture), mean ± 1 std over the completed seeds, diverged points as crosses along
-    the top, each line's best rate starred."""
+    """The learning-rate tuning curve: final ``metric`` against the rate, each line's best starred."""
     axis = axis or lr_axis(sweep)
     if axis is None or not any(
         metric in job.metrics or metric in (job.record.get("metrics") or {}) for job in sweep.jobs
@@ -194,37 +178,22 @@ def loss_vs_lr_figure(sweep: Sweep, axis: str | None = None, metric: str = "val/
 
 
 def paper_figure(sweep: Sweep, paper: PaperResults, metric: str, kind: str = "final") -> TableFigure:
-    """Ours (left) and the paper's numbers (right) per variant, best paper value first, so the
-    same order on both sides means the ranking is reproduced; Spearman's rho in the title."""
+    """Ours (left) and the paper's numbers (right) per variant, best paper value first; Spearman's rho."""
     table = paper_series(sweep, paper, metric, kind)
     rho = paper_rank_correlation(table)
     x = np.arange(len(table))
     names = [label.replace(", ", "\n") for label in table["variant"]]
     fig = TableFigure(figsize=(min(16.0, max(8.0, 1.6 * len(table))), 4.4), layout="constrained", table=table)
     ours, theirs = fig.subplots(1, 2)
-    low, high = table["mean"] - table["min"], table["max"] - table["mean"]
-    ours.errorbar(
-        x,
-        table["mean"],
-        yerr=[low.fillna(0), high.fillna(0)],
-        fmt="o",
-        color="C0",
-        capsize=4,
-        label="mean (bar: seed range)",
-    )
+    seed_range = [(table["mean"] - table["min"]).fillna(0), (table["max"] - table["mean"]).fillna(0)]
+    ours.errorbar(x, table["mean"], yerr=seed_range, fmt="o", color="C0", capsize=4, label="mean (bar: seed range)")
     for i, seeds in enumerate(table["seeds"]):
         ours.plot([i] * len(seeds), seeds, ".", color="black", markersize=4, label="seeds" if i == 0 else None)
     missing = x[table["n"].to_numpy() == 0]
     if len(missing):  # diverged or crashed everywhere: no value, but the paper's row is not silently dropped
+        label = "no completed seed (diverged / crashed)"
         ours.plot(
-            missing,
-            [0.96] * len(missing),
-            "x",
-            color="C3",
-            markersize=10,
-            markeredgewidth=2,
-            transform=ours.get_xaxis_transform(),
-            label="no completed seed (diverged / crashed)",
+            missing, [0.96] * len(missing), color="C3", transform=ours.get_xaxis_transform(), label=label, **CROSS
         )
     ours.set_title(f"ours: {kind} {metric}")
     ours.set_ylabel(axis_label(metric))
@@ -253,10 +222,8 @@ def compute_multiplier_figure(
     compute_note: str,
     path: Path,
 ) -> Path:
-    """Final ``metric`` against training compute (log x): each seed as a dot, the fit of each
-    curve as a line (dashed beyond the measured range) with its asymptote E dotted, and for each
-    :class:`~ablate.analysis.scaling.Multiplier` a horizontal arrow from the variant's fitted loss
-    at its largest compute to the compute the baseline needs for it."""
+    """Final ``metric`` against training compute: seeds as dots, each fit with its asymptote, and each
+    multiplier as an arrow to the compute the baseline needs for the variant's loss."""
     fig = Figure(figsize=(7.2, 4.8), layout="constrained")
     ax = fig.subplots()
     colors = {c.label: f"C{i % 10}" for i, c in enumerate(curves)}
@@ -269,31 +236,16 @@ def compute_multiplier_figure(
         if fit is None:
             continue
         inside = (grid >= min(curve.compute)) & (grid <= max(curve.compute))
-        ax.plot(
-            grid[inside],
-            fit.loss(grid[inside]),
-            color=color,
-            label=f"{curve.label}: E={fit.E:.3g}, A={fit.A:.3g}, α={fit.alpha:.3g}",
-        )
+        label = f"{curve.label}: E={fit.E:.3g}, A={fit.A:.3g}, α={fit.alpha:.3g}"
+        ax.plot(grid[inside], fit.loss(grid[inside]), color=color, label=label)
         ax.plot(grid, fit.loss(grid), color=color, linestyle="--", linewidth=0.8)
         ax.axhline(fit.E, color=color, linestyle=":", linewidth=0.8)
     for r in results:
         end = r.compute * r.value if math.isfinite(r.value) else grid[-1]
         text = f"×{r.value:.3g}" if math.isfinite(r.value) else "×∞ (below the baseline's E)"
-        ax.annotate(
-            "",
-            xy=(end, r.loss),
-            xytext=(r.compute, r.loss),
-            arrowprops={"arrowstyle": "->", "color": colors.get(r.variant, "black")},
-        )
-        ax.text(
-            max(end, r.compute),
-            r.loss,
-            f" {r.variant}: {text}",
-            fontsize="small",
-            va="center",
-            color=colors.get(r.variant, "black"),
-        )
+        color = colors.get(r.variant, "black")
+        ax.annotate("", xy=(end, r.loss), xytext=(r.compute, r.loss), arrowprops={"arrowstyle": "->", "color": color})
+        ax.text(max(end, r.compute), r.loss, f" {r.variant}: {text}", fontsize="small", va="center", color=color)
     ax.set_xscale("log")
     ax.set_xlabel(f"training compute (FLOPs: {compute_note})")
     ax.set_ylabel(f"final {axis_label(metric)}")

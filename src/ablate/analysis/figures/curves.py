@@ -25,8 +25,7 @@ from ablate.metrics import axis_label, find
 
 
 def plot_curves(ax, group: list[Variant], metric: str, x: str = "steps") -> set[str]:
-    """Mean over seeds against the step (or ``x``: tokens, time), with a ± 1 std band where
-    there are several seeds. Returns where the x values come from (for the axis label)."""
+    """Mean over seeds against ``x`` with a ± 1 std band; returns where the x values come from."""
     everything, sources = [], set()
     for variant in group:
         stats = seed_mean(variant.jobs, metric)
@@ -34,23 +33,12 @@ def plot_curves(ax, group: list[Variant], metric: str, x: str = "steps") -> set[
             continue
         xs, found = variant_x(variant.jobs, stats.index.to_numpy(), x)
         sources |= found
-        ax.plot(
-            xs,
-            stats["mean"],
-            color=variant.color,
-            marker="o" if len(xs) < 30 else None,
-            markersize=3,
-            label=f"{variant.label} ({variant.seeds_note})",
-        )
+        marker = "o" if len(xs) < 30 else None
+        label = f"{variant.label} ({variant.seeds_note})"
+        ax.plot(xs, stats["mean"], color=variant.color, marker=marker, markersize=3, label=label)
         if (stats["n"] > 1).any():
-            ax.fill_between(
-                xs,
-                stats["mean"] - stats["std"].fillna(0),
-                stats["mean"] + stats["std"].fillna(0),
-                color=variant.color,
-                alpha=0.2,
-                linewidth=0,
-            )
+            low, high = stats["mean"] - stats["std"].fillna(0), stats["mean"] + stats["std"].fillna(0)
+            ax.fill_between(xs, low, high, color=variant.color, alpha=0.2, linewidth=0)
         everything.append(stats["mean"].to_numpy())
     if everything and wants_log(np.concatenate(everything)):
         ax.set_yscale("log")
@@ -81,8 +69,7 @@ def warmup_steps(jobs: list[Job]) -> int | None:
 
 @dataclass
 class LRCurve:
-    """One variant's learning rate for the LR panel: the schedule its config gives (``x``, ``lr``;
-    empty when it cannot be recomputed, with ``note`` saying why) and the logged points."""
+    """One variant's learning rate: the schedule its config gives (or why not) and the logged points."""
 
     variant: Variant
     logged: list[tuple[np.ndarray, np.ndarray]]  # (x, train/lr) of each seed that logged it
@@ -92,11 +79,10 @@ class LRCurve:
 
 
 def lr_curves(group: list[Variant], x: str = "steps") -> tuple[list[LRCurve], set[str]]:
-    """Per variant: the learning rate at every step (:func:`~ablate.analysis.series.lr_schedule`
-    of its longest-running seed; the seeds share the schedule) and the logged ``train/lr``
-    points, both against ``x``. A variant whose config cannot be recomputed, or whose recomputed
-    rate disagrees with what it logged, gets its logged points only, with the reason. Also
-    returns where the x values come from."""
+    """Per variant: the learning rate at every step (:func:`~ablate.analysis.series.lr_schedule` of
+    its longest-running seed) and the logged ``train/lr`` points, against ``x``; the logged points
+    only, with the reason, where the config cannot be recomputed or disagrees with the log. Also
+    where the x values come from."""
     curves, sources = [], set()
     for variant in group:
         logged = [j for j in variant.jobs if len(j.series(LR_METRIC))]
@@ -122,6 +108,7 @@ def lr_curves(group: list[Variant], x: str = "steps") -> tuple[list[LRCurve], se
 
 
 def _plot_lr(ax, group: list[Variant], x: str) -> None:
+    dot = {"markersize": 3.5, "markeredgecolor": "black", "markeredgewidth": 0.4}
     notes = []
     peaks: list[float] = []
     curves, sources = lr_curves(group, x)
@@ -135,16 +122,7 @@ def _plot_lr(ax, group: list[Variant], x: str) -> None:
         else:
             notes.append(f"{variant.label}: {curve.note}")
         for xs, values in curve.logged:  # the logged values on the recomputed line
-            ax.plot(
-                xs,
-                values,
-                "o",
-                color=variant.color,
-                markersize=3.5,
-                markeredgecolor="black",
-                markeredgewidth=0.4,
-                label=label,
-            )
+            ax.plot(xs, values, "o", color=variant.color, label=label, **dot)
             label = None
             peaks.append(values.max())
     ax.plot([], [], "o", color="white", markeredgecolor="black", markersize=3.5, label=f"dots: logged {LR_METRIC}")
@@ -154,23 +132,15 @@ def _plot_lr(ax, group: list[Variant], x: str) -> None:
     else:
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
     if notes:
-        ax.text(
-            0.01,
-            0.01,
-            "logged points only:\n" + "\n".join(notes),
-            transform=ax.transAxes,
-            fontsize="x-small",
-            va="bottom",
-            color="dimgrey",
-        )
+        text = "logged points only:\n" + "\n".join(notes)
+        ax.text(0.01, 0.01, text, transform=ax.transAxes, fontsize="x-small", va="bottom", color="dimgrey")
     ax.set_xlabel(x_label(x, sources))
     ax.set_ylabel(axis_label(LR_METRIC))
     ax.grid(alpha=0.3)
 
 
 def warmup_figure(sweep: Sweep, x: str = "steps") -> Figure | None:
-    """Learning rate (every step, recomputed from the config, the logged points on it) and
-    training loss against ``x``, the warmup shaded."""
+    """Learning rate (recomputed, the logged points on it) and training loss, the warmup shaded."""
     group = variants(sweep)
     metrics = [m for m in (LR_METRIC, "train/loss") if any(m in j.metrics for j in sweep.jobs)]
     if not metrics:
@@ -187,20 +157,18 @@ def warmup_figure(sweep: Sweep, x: str = "steps") -> Figure | None:
             end = min(warmup, last_step + 1)
             left, right = (0.0, float(end)) if x == "steps" else (0.0, float(variant_x(sweep.jobs, [end - 1], x)[0][0]))
             ax.axvspan(left, right, color="grey", alpha=0.12, label=f"warmup ({warmup} steps)")
-        ax.set_title(
-            {LR_METRIC: "Learning rate schedule (line: every step, from the config)", "train/loss": "Training loss"}[
-                metric
-            ],
-            fontsize="medium",
-        )
+        titles = {
+            LR_METRIC: "Learning rate schedule (line: every step, from the config)",
+            "train/loss": "Training loss",
+        }
+        ax.set_title(titles[metric], fontsize="medium")
         add_legend(ax)
     fig.suptitle("Learning rate and training loss through warmup")
     return fig
 
 
 def train_loss_by_axis_figure(sweep: Sweep, axis: str, x: str = "steps") -> Figure | None:
-    """Training loss against the step, one panel per value of ``axis``, one line per value of the
-    other axes (the colours of ``metric_vs_<axis>.png``), stuck and diverged jobs named."""
+    """Training loss, one panel per value of ``axis``, a line per value of the other axes."""
     if not any("train/loss" in job.metrics for job in sweep.jobs):
         return None
     others, names = [a for a in sweep.axes if a != axis], sweep.short_names()
@@ -210,14 +178,7 @@ def train_loss_by_axis_figure(sweep: Sweep, axis: str, x: str = "steps") -> Figu
         values = dict(zip(sweep.axes, key))
         line = ", ".join(f"{names[a]}={values[a]}" for a in others) or "all jobs"
         colors.setdefault(line, f"C{len(colors) % 10}")
-        notes = [
-            s
-            for s, hit in (
-                ("stuck", any(is_stuck(j) for j in jobs)),
-                ("diverged", any(j.status == "diverged" for j in jobs)),
-            )
-            if hit
-        ]
+        notes = ["stuck"] * any(is_stuck(j) for j in jobs) + ["diverged"] * any(j.status == "diverged" for j in jobs)
         label = line + (f": {', '.join(notes)}" if notes else "")
         # a numeric axis: every job has a value
         panels.setdefault(float(str(values[axis])), []).append(Variant(label, jobs, colors[line]))

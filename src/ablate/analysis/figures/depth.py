@@ -35,8 +35,7 @@ def layer_columns(columns: list[str], prefix: str) -> dict[tuple[str, str | None
 
 
 def root_sum_square(frame: pd.DataFrame) -> pd.Series:
-    """The norm of a layer's whole gradient from its sub-layers' norms (disjoint parameter sets),
-    NaN where none was logged."""
+    """A layer's whole gradient norm from its sub-layers' (disjoint parameters); NaN where none."""
     return np.sqrt((frame**2).sum(axis=1, min_count=1))
 
 
@@ -114,10 +113,7 @@ def resid_rms_depth_figure(sweep: Sweep) -> Figure | None:
 
 
 def uniform_steps(steps: np.ndarray) -> np.ndarray:
-    """Evenly spaced steps from the first logged one to the last, ``g`` apart, ``g`` the gap
-    between consecutive logged steps that covers most of the run (``grad_norm`` is logged at
-    every step of the warmup, then every ``log.grad_norm_every_n_steps``: ``g`` is the latter
-    once the run is longer than the warmup)."""
+    """Evenly spaced steps over the logged range, the gap that covers most of the run apart."""
     steps = np.unique(np.asarray(steps, dtype=int))
     if len(steps) < 2:
         return steps
@@ -128,16 +124,13 @@ def uniform_steps(steps: np.ndarray) -> np.ndarray:
 
 
 def resample_steps(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` (steps x layers) on :func:`uniform_steps`: each row is the value logged at that
-    step, or the last one logged before it (with every-N logging the grid steps are logged steps)."""
+    """``table`` on :func:`uniform_steps`, each row the value logged there or last before it."""
     grid = uniform_steps(table.index.to_numpy())
     return table.sort_index().reindex(grid, method="ffill")
 
 
 def grad_norm_heatmap(sweep: Sweep) -> Figure | None:
-    """Layer gradient norm over steps x layers, one panel per variant and stack (mean over
-    seeds), on evenly spaced steps (:func:`resample_steps`): every column is as wide as the
-    others and shows a measured value."""
+    """Layer gradient norm over evenly spaced steps x layers, a panel per variant and stack."""
     columns = sorted({c for j in sweep.jobs for c in j.metrics.columns})
     groups = layer_columns(columns, "grad_norm")
     if not groups:
@@ -188,15 +181,8 @@ def _heatmap_panel(ax: Any, table: pd.DataFrame, x_edges: np.ndarray, norm: LogN
     ax.set_facecolor("#e6e6e6")
     end = x_edges[-1]
     if (right - end) > 0.15 * (right - left):
-        ax.text(
-            (end + right) / 2,
-            layers.mean(),
-            f"no steps\nafter {int(steps[-1]) + 1}",
-            ha="center",
-            va="center",
-            fontsize="small",
-            color="dimgrey",
-        )
+        note = f"no steps\nafter {int(steps[-1]) + 1}"
+        ax.text((end + right) / 2, layers.mean(), note, ha="center", va="center", fontsize="small", color="dimgrey")
     gap = int(steps[1] - steps[0]) if len(steps) > 1 else 1
     ax.set_xlabel(STEP_LABEL + (f" (a column every {gap} steps)" if gap > 1 else ""))
     ax.xaxis.get_major_locator().set_params(integer=True)

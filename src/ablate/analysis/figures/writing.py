@@ -1,5 +1,4 @@
-"""Which figures a sweep gets (:func:`sweep_plots`) and writing them (:func:`write_plots`,
-:func:`plot_sweep`): each figure on its own, so one that fails is reported and the others are
+"""Which figures a sweep gets, and writing each on its own: one that fails is reported, the others
 still written."""
 
 from __future__ import annotations
@@ -38,11 +37,7 @@ class Written:
 
 
 def sweep_plots(sweep: Sweep, metric: str | None = None, x: str = "steps", grid: Sweep | None = None) -> list[Plot]:
-    """Every figure of a sweep, not yet drawn. ``metric``: the one ``metric_vs_<axis>.png`` shows
-    (default: ``val/ppl`` for LMs, ``val/bleu`` for translation); ``x``: the x of the curves
-    (``steps``, ``tokens``, ``time``; :func:`~ablate.analysis.series.job_x`). ``grid``: a
-    ``tune=lr`` sweep's every job, when ``sweep`` holds each variant at its tuned rate only: the
-    tuning curve is drawn from it, and the tuned rate is not an axis of its own."""
+    """Every figure of a sweep, not yet drawn (``grid``: a ``tune=lr`` sweep's every job)."""
     if x not in X_AXES:
         raise ValueError(f"x={x!r}: use one of {', '.join(X_AXES)}")
     by = "" if x == "steps" else f"_by_{x}"  # curves against tokens or time get files of their own
@@ -81,9 +76,7 @@ def _reason(err: Exception) -> str:
 
 
 def write_plots(plots: list[Plot], out: str | Path, report: Callable[[str, str], None] | None = None) -> Written:
-    """Draw and write each plot on its own: one that raises is recorded (and passed to
-    ``report(filename, reason)``) and the next one is still drawn. A :class:`TableFigure` also
-    writes its numbers as ``<name>.csv``."""
+    """Draw and write each plot on its own (a failure recorded and reported); tables as ``<name>.csv``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = Written()
@@ -113,8 +106,5 @@ def plot_sweep(
     report: Callable[[str, str], None] | None = None,
     grid: Sweep | None = None,
 ) -> Written:
-    """Write every figure that the sweep's logged metrics allow (and ``extra`` plots, e.g. the
-    paper comparison), each independently (:func:`write_plots`); returns the files written (PNGs
-    and the CSVs of the comparison figures) and the figures that failed. ``grid``: see
-    :func:`sweep_plots`."""
+    """Write every figure the sweep's metrics allow, and ``extra`` plots, each independently."""
     return write_plots([*(extra or []), *sweep_plots(sweep, metric, x, grid)], out, report)
