@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import lightning as L
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ablate.data.cache import CacheCorruptError, ensure_cache, read_meta, split_fingerprints
 from ablate.data.samplers import ResumableSampler
@@ -37,6 +37,10 @@ class CachedCorpus(L.LightningDataModule):
     """Base of the LM and translation data modules (see the module docstring)."""
 
     seed: int = 0
+    num_workers: int = 0
+    datasets: dict[str, Any]
+    batched = True  # False: an item is a whole batch (translation's token batches), dealt one per rank and step
+    _eval_batch_size: int | None = None
     _train_sampler: ResumableSampler | None = None
     _resume_state: dict[str, int] | None = None
 
@@ -70,6 +74,44 @@ class CachedCorpus(L.LightningDataModule):
     def content_fingerprint(self) -> dict[str, str]:
         """Split -> the SHA-256 of its tokens as the cache records them (:func:`ablate.data.cache.split_fingerprints`)."""
         return split_fingerprints(self.cache_meta()["files"])
+
+    # --- the loaders -------------------------------------------------------------------
+
+    def device_batch_size(self) -> int:
+        """Items per training DataLoader batch on one device."""
+        raise NotImplementedError
+
+    @property
+    def eval_batch_size(self) -> int:
+        return self._eval_batch_size or self.device_batch_size()
+
+    def loader_options(self) -> dict[str, Any]:
+        """This corpus's further DataLoader arguments."""
+        return {}
+
+    def _dataset(self, split: str) -> Dataset[Any]:
+        return self.datasets[split]
+
+    def _loader(self, split: str, batch_size: int, sampler: Sampler[int] | None) -> DataLoader:
+        # training: the resumable order (a partial batch dropped); evaluation: in order, each item on one rank
+        return DataLoader(
+            self._dataset(split),
+            batch_size=batch_size if self.batched else None,
+            sampler=sampler,
+            drop_last=self.batched and isinstance(sampler, ResumableSampler),
+            num_workers=self.num_workers,
+            **self.loader_options(),
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        size = self.device_batch_size()
+        return self._loader("train", size, self.training_sampler(self._dataset("train"), size))
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", self.eval_batch_size, self.evaluation_sampler(self._dataset("val"), "val"))
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", self.eval_batch_size, self.evaluation_sampler(self._dataset("test"), "test"))
 
     # --- the training order --------------------------------------------------------------
 

@@ -19,7 +19,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Sampler
 
 from ablate.data.cache import CacheCorruptError, read_meta, sha256_file
 from ablate.data.corpus import CachedCorpus
@@ -157,10 +156,6 @@ class LMDataModule(CachedCorpus):
             )
         return size
 
-    @property
-    def eval_batch_size(self) -> int:
-        return self._eval_batch_size or self.device_batch_size()
-
     def use_eval_length(self, seq_len: int) -> None:
         """Evaluate at ``seq_len`` from now on (length extrapolation; ``train.py`` does this for
         ``eval.seq_lens``): validation and test become non-overlapping windows of ``seq_len``
@@ -256,24 +251,15 @@ class LMDataModule(CachedCorpus):
             self.setup({"train": "fit", "val": "validate", "test": "test"}[split])
         return self.datasets[split]
 
-    def _loader(self, split: str, batch_size: int, sampler: Sampler[int] | None = None) -> DataLoader:
-        return DataLoader(
-            self._dataset(split),
-            batch_size=batch_size,
-            sampler=sampler,  # training: ResumableSampler; evaluation: in order, each window on one rank
-            drop_last=isinstance(sampler, ResumableSampler),
-            collate_fn=collate_windows,  # batches come gathered in one go (TokenWindows.__getitems__)
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.num_workers > 0,
+    def loader_options(self) -> dict[str, Any]:
+        return {
+            "collate_fn": collate_windows,  # batches come gathered in one go (TokenWindows.__getitems__)
+            "pin_memory": self.pin_memory,
+            "persistent_workers": self.num_workers > 0,
             # its own generator: starting an iteration (it draws the workers' base seed) then
             # leaves the global RNG alone, which a resumed run restores exactly
-            generator=torch.Generator().manual_seed(self.seed),
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        size = self.device_batch_size()
-        return self._loader("train", size, self.training_sampler(self._dataset("train"), size))
+            "generator": torch.Generator().manual_seed(self.seed),
+        }
 
     def position(self, sampler: ResumableSampler, steps_done: int) -> dict[str, int]:
         """The samples (all ranks together) this epoch has consumed."""
@@ -288,9 +274,3 @@ class LMDataModule(CachedCorpus):
                 f"{sampler.batch_size}. Resume with the global batch size the checkpoint was trained with."
             )
         sampler.resume_at(state["epoch"], state["samples_done"] // per_round)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", self.eval_batch_size, self.evaluation_sampler(self._dataset("val"), "val"))
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", self.eval_batch_size, self.evaluation_sampler(self._dataset("test"), "test"))

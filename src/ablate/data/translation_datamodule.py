@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ablate.data.cache import read_meta
 from ablate.data.corpus import CachedCorpus
@@ -244,26 +243,13 @@ class TranslationDataModule(CachedCorpus):
             self.setup()
         return self.datasets[split]
 
-    def _loader(self, dataset: Dataset, sampler: Sampler[int] | None = None) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_size=None,
-            sampler=sampler,
-            shuffle=False,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.num_workers > 0,
-        )
+    batched = False  # an item is a whole token batch: the sampler deals one item per rank and step
 
-    def train_dataloader(self) -> DataLoader:
-        # an item is a whole token batch, so the sampler deals one item per rank and step
-        return self._loader(self._dataset("train"), self.training_sampler(self._dataset("train"), 1))
+    def device_batch_size(self) -> int:
+        return 1
 
-    def val_dataloader(self) -> DataLoader:  # each batch on one rank (evaluation_sampler)
-        return self._loader(self._dataset("val"), self.evaluation_sampler(self._dataset("val"), "val"))
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self._dataset("test"), self.evaluation_sampler(self._dataset("test"), "test"))
+    def loader_options(self) -> dict[str, Any]:
+        return {"pin_memory": self.pin_memory, "persistent_workers": self.num_workers > 0}
 
     def position(self, sampler: ResumableSampler, steps_done: int) -> dict[str, int]:
         """The rounds (one token batch per rank each) this epoch has consumed."""
