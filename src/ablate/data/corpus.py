@@ -1,12 +1,8 @@
 """What every corpus shares, whatever it holds (LM text, parallel sentences): a verified token
-cache built once, and a training order that a resumed run continues exactly.
-
-The training order's position is saved in every checkpoint and restored before the next training
-loader is made, each subclass counting it in its own units (``position``/``resume_sampler``).
-Evaluation is dealt over the ranks without repeating any item (Lightning's distributed sampler
-pads the ranks by repeating items, which then count twice in ``val/loss``). The content
-fingerprint saved beside the position lets a resume or an evaluation tell that the text changed
-(:mod:`ablate.tasks.trained_data`).
+cache built once, its loaders, and a training order that a resumed run continues exactly (its
+position saved in every checkpoint, each subclass counting it in its own units:
+``position``/``resume_sampler``), beside a content fingerprint that tells a resume or an
+evaluation that the text changed (:mod:`ablate.tasks.trained_data`).
 """
 
 from __future__ import annotations
@@ -128,15 +124,11 @@ class CachedCorpus(L.LightningDataModule):
         return sampler
 
     def evaluation_sampler(self, dataset: Dataset[Any], split: str) -> Sampler[int] | None:
-        """The evaluation order: in one process none (the loader's own, in order); over several
-        ranks each item on exactly one rank, none repeated (Lightning's ``UnrepeatedDistributedSampler``:
-        rank ``r`` of ``w`` takes items ``r, r + w, ...``, so the ranks' counts differ by one at most).
-
-        The evaluation metrics are sums over items synchronised by torchmetrics (token-weighted
-        means), so every item counts once and the result is the single process's, up to float
-        rounding. A rank may then run one batch fewer than another: nothing in an evaluation step
-        waits for the other ranks (DDP syncs buffers on the first forward only, which every rank
-        runs: each has an item, checked here)."""
+        """The evaluation order: in one process none (in order); over several ranks each item on
+        exactly one rank (``UnrepeatedDistributedSampler``; Lightning's own repeats items to pad
+        the ranks, which would count twice), so the synchronised token-weighted metrics are the
+        single process's. A rank may run one batch fewer: nothing in an evaluation step waits for
+        the others, once every rank has an item (checked here)."""
         from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 
         trainer = self.trainer
@@ -161,12 +153,9 @@ class CachedCorpus(L.LightningDataModule):
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
-        """The position in the training order, saved in every checkpoint by Lightning: the order's
-        seed, its epoch and how far into the epoch the run is.
-
-        How far is Lightning's own progress counter (batches that finished their training step),
-        not what the DataLoader has fetched: Lightning prefetches a batch ahead. Beside it, ``content``:
-        each split's :meth:`content_fingerprint`."""
+        """The position in the training order, saved in every checkpoint: seed, epoch and how far
+        (Lightning's count of finished training steps, not what the prefetching DataLoader fetched),
+        with each split's :meth:`content_fingerprint`."""
         sampler, trainer = self._train_sampler, self.trainer
         if sampler is None or trainer is None:
             return {}
@@ -177,10 +166,8 @@ class CachedCorpus(L.LightningDataModule):
         return {"seed": sampler.seed, "epoch": sampler.epoch, "order": ORDER_VERSION, **position, "content": content}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Remember the position; the next training loader starts there. A checkpoint written in
-        another data order (:data:`ablate.seeds.ORDER_VERSION`; none recorded: version 1,
-        ``seed + epoch``) is refused: its remaining epochs would be drawn in an order it was not
-        trained in, and the run would no longer be the run it claims to be."""
+        """Remember the position; the next training loader starts there. A checkpoint of another data
+        order (:data:`ablate.seeds.ORDER_VERSION`; none recorded: version 1) is refused."""
         state = dict(state_dict)
         if state and state.get("order", 1) != ORDER_VERSION:
             raise DataOrderMismatch(

@@ -3,9 +3,8 @@ served as fixed-length windows in a resumable order.
 
 Each corpus subclass (:mod:`ablate.data.lm_data`) only says where its text comes from
 (:meth:`LMDataModule.source_key`, :meth:`LMDataModule.split_texts`). The cache is one folder per
-corpus/tokenizer/source version, ``{cache_dir}/{corpus}-{tokenizer}[-{vocab_size}]-{hash}/``,
-holding flat token ids per split (``train.bin``: uint16, or uint32 for vocabularies > 65536), the
-tokenizer and ``meta.json`` (:mod:`ablate.data.token_files`, :mod:`ablate.data.cache`).
+corpus/tokenizer/source version, ``{cache_dir}/{corpus}-{tokenizer}[-{vocab_size}]-{hash}/``
+(:mod:`ablate.data.token_files`, :mod:`ablate.data.cache`).
 """
 
 from __future__ import annotations
@@ -38,15 +37,8 @@ class SplitTooShortError(UserError, ValueError):
 
 class LMDataModule(CachedCorpus):
     """Base class: tokenise a corpus once, cache it, serve fixed-length windows. Its arguments are
-    the ``data`` keys, each documented in ``conf/data/*.yaml``; ``batch_size`` is the global batch
-    (sequences per optimiser step, all devices and accumulation steps together), divided by the
-    Trainer's world size x ``accumulate_grad_batches`` for each DataLoader batch (an error when that
-    does not divide); ``eval_seq_len`` may be longer than ``seq_len`` (length extrapolation;
-    :meth:`use_eval_length` changes it after training).
-
-    The position in the training order (:class:`ResumableSampler`) is part of the checkpoint
-    (:meth:`state_dict`), so a resumed run continues with the next unseen batch instead of
-    restarting the epoch. After ``prepare_data(); setup("fit")``: :attr:`tokenizer`,
+    the ``data`` keys (``conf/data/*.yaml``); ``batch_size`` is the global batch (all devices and
+    accumulation steps together). After ``prepare_data(); setup("fit")``: :attr:`tokenizer`,
     :attr:`vocab_size` and :attr:`datasets` (split name -> :class:`TokenWindows`)."""
 
     name: str | None = "corpus"
@@ -118,10 +110,8 @@ class LMDataModule(CachedCorpus):
         raise NotImplementedError
 
     def split_blocks(self) -> dict[str, list[SplitText]]:
-        """Splits made of several disjoint blocks of the corpus (Tiny Shakespeare's
-        ``splits=blocks``): split -> its blocks in order, tokenised one after the other into the
-        split's token file, their token boundaries recorded in ``meta.json`` (``blocks``) so that
-        a test window knows its block (:mod:`ablate.eval_units`). Default: none."""
+        """Splits made of several disjoint blocks of the corpus (``splits=blocks``): split -> its blocks,
+        tokenised one after the other, their boundaries recorded in ``meta.json``. Default: none."""
         return {}
 
     @classmethod
@@ -157,10 +147,8 @@ class LMDataModule(CachedCorpus):
         return size
 
     def use_eval_length(self, seq_len: int) -> None:
-        """Evaluate at ``seq_len`` from now on (length extrapolation; ``train.py`` does this for
-        ``eval.seq_lens``): validation and test become non-overlapping windows of ``seq_len``
-        tokens, and the per-device eval batch changes so that a batch holds about as many tokens
-        as at the first eval length (at least one window), which keeps memory flat."""
+        """Evaluate at ``seq_len`` from now on (``eval.seq_lens``), in non-overlapping windows, the eval
+        batch holding about as many tokens as at the first eval length (memory stays flat)."""
         if self._eval_tokens_per_batch is None:
             self._eval_tokens_per_batch = self.eval_batch_size * self.eval_seq_len
         self.eval_seq_len = seq_len
@@ -228,11 +216,9 @@ class LMDataModule(CachedCorpus):
         return windows
 
     def unit_text(self, split: str) -> dict[str, Any]:
-        """What a per-window record of ``split`` needs (:mod:`ablate.eval_units`): ``text``, the
-        key of the exact text and windowing (the token file's SHA-256 and the window length: two
-        runs' windows pair only under equal keys), ``stride`` (tokens from one window's start to
-        the next), ``bounds`` (the token boundaries of the split's held-out blocks, or None) and
-        ``layout`` (the split scheme, when the corpus has several)."""
+        """What a per-window record of ``split`` needs (:mod:`ablate.eval_units`): ``text`` (the key of
+        the exact text and windowing), ``stride``, ``bounds`` (of the held-out blocks, or None) and
+        ``layout`` (the split scheme)."""
         windows = self._dataset(split)
         try:
             bounds = read_meta(windows.path.parent).get("blocks", {}).get(split)

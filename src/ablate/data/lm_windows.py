@@ -22,15 +22,9 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 class TokenWindows(Dataset):
-    """Windows over a flat token file: item i is ``(x, y)`` with ``x = tokens[i*S : i*S + L]``
-    and ``y = tokens[i*S + 1 : i*S + L + 1]`` (int64 tensors), for stride S (default L:
-    non-overlapping windows). Stride 1 makes every offset a window, so a shuffled epoch samples
-    random windows as nanoGPT does.
-
-    A trailing piece shorter than a full window is dropped. The file is memory-mapped
-    lazily and the map is not pickled, so DataLoader workers each open their own instead of
-    receiving a copy of the whole array.
-    """
+    """Windows over a flat token file: item i is ``(x, y)`` with ``x = tokens[i*S : i*S + L]`` and
+    ``y = tokens[i*S + 1 : i*S + L + 1]`` for stride S (default L; 1: every offset, as nanoGPT). A
+    trailing partial window is dropped; the lazy memory map is not pickled (each worker maps its own)."""
 
     def __init__(self, path: Path, dtype: np.dtype, seq_len: int, stride: int | None = None) -> None:
         self.path, self.dtype, self.seq_len = Path(path), np.dtype(dtype), seq_len

@@ -1,15 +1,10 @@
 """A synthetic sequence-classification corpus: which of two symbols occurs more often.
 
-Each sequence holds between ``seq_len / 2`` and ``seq_len`` tokens drawn uniformly from
-``symbols`` symbols (ids ``1..symbols``; id 0 pads the rest of the row). Its label is 1 when
-symbol 1 occurs more often than symbol 2, else 0; a tie is broken by rewriting random positions
-with one of the two until they differ. The answer depends on every position, in no particular
-order, so a bidirectional encoder that pools its outputs (:mod:`ablate.tasks.classify`) learns
-it in a few hundred steps: the test-sized task of the encoder-only classifier.
-
-The splits are generated from the run's seed (each split from its own stream), so a run needs
-no file and no download; the training order is :class:`~ablate.data.corpus.CachedCorpus`'s,
-which a resumed run continues exactly.
+Each sequence holds ``seq_len / 2`` to ``seq_len`` tokens drawn uniformly from ``symbols``
+symbols (ids ``1..symbols``; id 0 pads the row); its label is 1 when symbol 1 occurs more often
+than symbol 2, else 0 (a tie is broken by rewriting random positions). The answer depends on
+every position, so a bidirectional encoder that pools its outputs (:mod:`ablate.tasks.classify`)
+learns it in a few hundred steps. The splits are generated from the run's seed: no file, no download.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """A parallel corpus's cache, written once: the joint BPE, each split's id and offsets files per
-side, the raw validation/test text BLEU is scored against, and ``meta.json`` last.
-
-Millions of pairs are prepared in bounded memory: the files are streamed ``ENCODE_LINES`` pairs at
-a time, both sides in step (:mod:`ablate.data.translation_text`), the BPE learns from a stream of
-lines, and each side of a split is one flat file of token ids plus an offsets file
-(:mod:`ablate.data.translation_tokens`). Used by
-:class:`ablate.data.translation_datamodule.TranslationDataModule` (through
-:func:`ablate.data.cache.ensure_cache`, which builds the folder under a temporary name).
+side, the raw validation/test text BLEU is scored against, and ``meta.json`` last; in bounded
+memory, the files streamed ``ENCODE_LINES`` pairs at a time, both sides in step
+(:mod:`ablate.data.translation_text`, :mod:`ablate.data.translation_tokens`).
 """
 
 from __future__ import annotations

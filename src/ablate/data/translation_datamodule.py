@@ -2,17 +2,11 @@
 and token-based batching (the corpora: :mod:`ablate.data.translation_data`; the cache:
 :mod:`ablate.data.translation_cache`). Either direction of a pair uses the same cache.
 
-Vocabulary: one byte-level BPE learned on the source *and* target sides of the training split (a
-joint vocabulary, so the embeddings can be tied three ways), ``<pad>`` = 0, ``<s>`` = 1,
-``</s>`` = 2; byte-level, so decoding gives the text back exactly and sacreBLEU scores
-detokenised output. Corpora of millions of pairs (WMT14 En-De: 4.5 M) are prepared in bounded
-memory and memory-mapped: no Python object is made per sentence until a batch is collated.
-
-Batching as fairseq's ``--max-tokens`` (:mod:`ablate.data.translation_batches`): pairs sorted by
-length and cut into batches whose padded size stays within ``max_tokens``, fixed once and visited
-in a new order every epoch; the padding left is logged as ``data/padding_fraction``.
-``batch_size`` is the number of such batches per optimiser step over all devices (fairseq's
-``update_freq`` x world size).
+One byte-level BPE is learned on both sides of the training split (a joint vocabulary, so the
+embeddings can be tied three ways), ``<pad>`` = 0, ``<s>`` = 1, ``</s>`` = 2. Batching as fairseq's
+``--max-tokens`` (:mod:`ablate.data.translation_batches`): pairs sorted by length, cut into
+batches of at most ``max_tokens`` padded tokens, visited in a new order every epoch;
+``batch_size`` is the number of such batches per optimiser step over all devices.
 """
 
 from __future__ import annotations
@@ -43,11 +37,8 @@ STAGE_SPLITS = {"validate": ("val",), "test": ("test",)}
 
 class TranslationDataModule(CachedCorpus):
     """Base class: tokenise a parallel corpus once with a joint BPE, cache it, serve token batches.
-    Its arguments are the ``data`` keys of ``conf/data/parallel.yaml`` and the corpora's files:
-    ``seq_len`` drops longer training pairs and truncates longer evaluation sentences;
-    ``max_tokens`` bounds a training batch's padded tokens (sentences x longest side), as fairseq;
-    ``batch_size`` counts token batches per optimiser step over all devices, ``micro_batch_size``
-    must be 1."""
+    Its arguments are the ``data`` keys of ``conf/data/parallel.yaml``: ``seq_len`` drops longer
+    training pairs and truncates longer evaluation sentences; ``micro_batch_size`` must be 1."""
 
     name: str | None = "parallel"
     languages: tuple[str, ...] = ()
@@ -224,10 +215,8 @@ class TranslationDataModule(CachedCorpus):
         return self.raw[split]["tgt"]
 
     def unit_text(self, split: str) -> dict[str, Any]:
-        """What a per-sentence record of ``split`` needs (:mod:`ablate.eval_units`): ``text``, the
-        key of the exact sentences scored (the cached token files' SHA-256, the length limit and
-        the number of pairs), no block boundaries (the units are the split's sentences in file
-        order; the analysis cuts them into contiguous blocks)."""
+        """What a per-sentence record of ``split`` needs (:mod:`ablate.eval_units`): ``text``, the key
+        of the exact sentences scored; no block boundaries (the analysis cuts contiguous blocks)."""
         files = read_meta(self.cache_path())["files"]
         digest = hashlib.sha256(
             "".join(files[f"{split}.{lang}.ids"]["sha256"] for lang in (self.src_lang, self.tgt_lang)).encode()

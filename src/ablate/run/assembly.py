@@ -194,9 +194,8 @@ def build_callbacks(
 
 
 def trainer_arguments(trainer: Mapping[str, Any], accumulate: int) -> dict[str, Any]:
-    """Trainer arguments derived from the config: accumulation from the global batch, the
-    validation interval kept in optimiser steps (Lightning counts it in batches), and the
-    atomic checkpoint writer."""
+    """Trainer arguments derived from the config: accumulation, the validation interval in optimiser
+    steps (Lightning counts batches), and the atomic checkpoint writer."""
     extra: dict[str, Any] = {"accumulate_grad_batches": accumulate, "plugins": [AtomicCheckpointIO()]}
     interval = trainer.get("val_check_interval")
     if accumulate > 1 and isinstance(interval, int) and trainer.get("check_val_every_n_epoch") is None:

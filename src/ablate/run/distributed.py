@@ -419,9 +419,8 @@ def uses_one_gpu(trainer_cfg: Mapping[str, Any]) -> bool:
 
 @contextmanager
 def exclusive_gpu(n_gpus: int, lock_dir: str | os.PathLike[str] | None = None, poll_s: float = 2.0) -> Iterator[int]:
-    """Hold one of this node's ``n_gpus`` GPUs for a job, so that parallel jobs (joblib launcher) get
-    one each: the first whose lock file (``flock``, released even when the job is killed) is free;
-    waits while all are taken."""
+    """Hold the first free one of this node's ``n_gpus`` GPUs (a ``flock``, released even when the job
+    is killed) for a job, so that parallel jobs get one each; waits while all are taken."""
     folder = Path(lock_dir or Path(tempfile.gettempdir()) / f"ablate-gpu-locks-{os.getuid()}")
     folder.mkdir(parents=True, exist_ok=True)
     while True:

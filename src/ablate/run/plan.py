@@ -411,9 +411,8 @@ class Plan:
 
 
 def decide(job: Job, identity: dict[str, Any], trainer: Mapping[str, Any] | None = None) -> Plan:
-    """What this job does with its directory (module docstring); ``identity`` must equal a resumed
-    checkpoint's; ``trainer`` must load it (:func:`require_sharded_loader`). A refusal changes nothing;
-    a job that trains takes the directory (:func:`take`)."""
+    """What this job does with its directory (module docstring); a refusal changes nothing, a job
+    that trains takes the directory (:func:`take`)."""
     control, output_dir = job.control, job.output_dir
     status = read_status(output_dir)
     if job.stop_file is not None and job.stop_file.exists():  # the sweep was asked to stop
@@ -505,9 +504,8 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], traine
 
 
 def read_resumable(ckpt_path: str) -> dict[str, Any]:
-    """The checkpoint a job resumes: readable, finite, of its stored spec
-    (:func:`ablate.tasks.checkpoints.inspect_checked`), with the training state, of a model this
-    version builds alike (:func:`require_same_scales`)."""
+    """The checkpoint a job resumes: checked (:func:`ablate.tasks.checkpoints.inspect_checked`), with
+    the training state, of a model this version builds alike (:func:`require_same_scales`)."""
     from ablate.tasks.checkpoints import inspect_checked  # torch, Lightning: only once a checkpoint is read
 
     checkpoint = inspect_checked(ckpt_path)

@@ -135,9 +135,8 @@ def outcome_of(record: Record) -> Outcome:
 
 @dataclass(frozen=True)
 class Handling:
-    """What :func:`finish` does for one outcome. ``writes``: when ``status.json`` is written
-    (``taken``: by a job that took its directory; ``trained``: by one that wrote a checkpoint,
-    :func:`trained_here`); ``summary``: the summary is printed; ``exit_code``: a single run's."""
+    """What :func:`finish` does for one outcome: when ``status.json`` is written (``taken``: by a job
+    that took its directory; ``trained``: by one that wrote a checkpoint), the summary, the exit code."""
 
     writes: Literal["always", "taken", "trained", "never"]
     summary: bool

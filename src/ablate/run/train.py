@@ -105,9 +105,8 @@ def plan_in_force(output_dir: Path) -> str | None:
 
 
 def fit(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
-    """Train one configuration in this process (one rank, under DDP) and return its status record
-    (with the task's evaluation after training); in a sweep of worker processes on a node of
-    several GPUs, a one-GPU job takes the first free one."""
+    """Train one configuration in this process (one rank, under DDP) and return its status record; in
+    a sweep of worker processes on a node of several GPUs, a one-GPU job takes the first free one."""
     one_gpu = job.worker_processes and checked.one_gpu and torch.cuda.device_count() > 1
     with distributed.exclusive_gpu(torch.cuda.device_count()) if one_gpu else contextlib.nullcontext() as gpu:
         if gpu is not None:

@@ -29,9 +29,8 @@ log = logging.getLogger(__name__)
 
 
 class TaskModule(L.LightningModule, TaskChecks):
-    """Base of the task modules. A subclass's constructor calls :meth:`build_model` (which sets
-    ``self.model``, the network, and ``self.optim_cfg``, the ``optim`` config as a dict);
-    ``train.py`` sets :attr:`tokenizer`."""
+    """Base of the task modules: a subclass's constructor calls :meth:`build_model`; ``train.py`` sets
+    :attr:`tokenizer`."""
 
     tokenizer: Tokenizer | None = None
     # set by each subclass's __init__; declared here so that they are not nn.Module's untyped attributes

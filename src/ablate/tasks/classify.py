@@ -1,16 +1,14 @@
 """Sequence classification with an encoder-only Transformer (``task=classify``).
 
 The model (:class:`EncoderClassifier`) is one bidirectional :class:`~ablate.nn.stack.Stack`, as
-BERT's encoder (Devlin et al. 2019, without its pre-training): every position attends to every
-real token of its row, padding is masked out of every key set, and a linear layer classifies the
-mean of the hidden states over the real tokens. Every architecture option applies to it as to
-the LM (DeepNorm takes DeepNet's encoder-only constants).
+BERT's encoder (Devlin et al. 2019, without its pre-training): padding is masked out of every key
+set, and a linear layer classifies the mean of the hidden states over the real tokens. Every
+architecture option applies as to the LM (DeepNorm takes DeepNet's encoder-only constants).
 
-Metric names: ``train/loss`` (cross-entropy per sequence, label-smoothed per
-``optim.label_smoothing``), ``train/ppl`` (exp of the plain cross-entropy: the classes the model
-hesitates between), ``train/acc``, ``train/lr``; ``val/loss``, ``val/acc``, ``test/loss``,
-``test/acc`` over the whole split. Its data module gives ``(tokens, labels)`` batches, padding
-id 0, and says ``num_classes`` (:class:`ablate.data.majority.MajorityData`, ``data=majority``).
+Metric names: ``train/loss`` (label-smoothed cross-entropy per sequence), ``train/ppl`` (exp of
+the plain cross-entropy), ``train/acc``, ``train/lr``; ``val/loss``, ``val/acc``, ``test/loss``,
+``test/acc``. Its data module gives ``(tokens, labels)`` batches, padding id 0, and says
+``num_classes`` (:class:`ablate.data.majority.MajorityData`).
 """
 
 from __future__ import annotations

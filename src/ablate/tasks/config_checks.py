@@ -1,9 +1,6 @@
-"""What each task declares about its config, without torch: its ``task`` keys, the ``model`` keys
-its model has not, and its checks of a composed config before any data is read.
-
-The command line is typed before torch is imported (:meth:`ablate.run.config.RunConfig.from_hydra`),
-so these declarations live here, light, and each task's LightningModule (:mod:`ablate.tasks.lm`,
-...) inherits them from its class here (:attr:`ablate.tasks.TaskSpec.checks` names it).
+"""What each task declares about its config, without torch (the command line is typed before torch
+is imported): its ``task`` keys, the ``model`` keys its model has not, and its checks of a composed
+config; each task's LightningModule inherits them (:attr:`ablate.tasks.TaskSpec.checks`).
 """
 
 from __future__ import annotations

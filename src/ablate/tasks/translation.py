@@ -2,23 +2,18 @@
 
 Metric names (part of the interface):
 
-* ``train/loss`` (label-smoothed cross-entropy, mean over the batch's real target tokens),
-  ``train/ppl`` (exp of the unsmoothed NLL), ``train/lr``, ``train/padding_fraction``;
-  ``data/padding_fraction`` once at the start (the whole training epoch's batches);
-* ``val/loss``, ``val/ppl``: the NLL without smoothing, averaged over every real target token of
-  the validation split (exp of the token mean, not a mean of per-batch values);
-* ``val/bleu``: sacreBLEU of the decoded (detokenised) output against the raw references, on a
-  fixed sample of ``task.val_bleu_samples`` validation sentences (all of them when ``null``),
-  decoded with ``task.val_beam_size`` (greedy by default, to keep validation cheap);
-* ``test/loss``, ``test/ppl``, ``test/bleu`` on the whole test split with the ``decode`` settings
-  (beam search); the hypotheses go to ``<output_dir>/translations/test.hyp``.
+* ``train/loss`` (label-smoothed cross-entropy over the real target tokens), ``train/ppl`` (exp
+  of the unsmoothed NLL), ``train/lr``, ``train/padding_fraction``; ``data/padding_fraction``
+  once at the start;
+* ``val/loss``, ``val/ppl``: the unsmoothed NLL over every real target token of the split;
+* ``val/bleu``: sacreBLEU of the detokenised output on a fixed sample of ``task.val_bleu_samples``
+  validation sentences (all when ``null``), decoded with ``task.val_beam_size`` (greedy default);
+* ``test/loss``, ``test/ppl``, ``test/bleu`` on the whole test split with the ``decode`` settings;
+  the hypotheses go to ``<output_dir>/translations/test.hyp``.
 
-The sacreBLEU signature is printed and logged as the hyper-parameter ``bleu_signature``. With W&B
-on, each validation logs a table ``val/examples`` of a few source / reference / hypothesis rows.
-
-Label smoothing (Szegedy et al. 2016; 0.1 in Vaswani et al. 2017) is PyTorch's: the target
-distribution is ``(1 - eps)`` on the reference plus ``eps / V`` on every token; padded positions
-are ignored (``ignore_index``), so they change neither the loss nor its normalisation.
+The sacreBLEU signature is logged as the hyper-parameter ``bleu_signature``; with W&B, each
+validation logs a table ``val/examples``. Label smoothing (Szegedy et al. 2016; 0.1 in Vaswani et
+al. 2017) is PyTorch's; padded positions are ignored (``ignore_index``).
 """
 
 from __future__ import annotations
