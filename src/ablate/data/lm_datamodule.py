@@ -31,8 +31,7 @@ from ablate.errors import UserError
 
 
 class SplitTooShortError(UserError, ValueError):
-    """A split has fewer tokens than one window (or one batch of windows) needs; found once the corpus
-    is tokenised. The message names the split, its size and the setting to lower."""
+    """A split has fewer tokens than one window (or batch of windows) needs; the message says which."""
 
 
 class LMDataModule(CachedCorpus):
@@ -101,8 +100,7 @@ class LMDataModule(CachedCorpus):
     # --- what a corpus provides ------------------------------------------------------
 
     def source_key(self) -> Any:
-        """JSON-able identity of the raw sources, hashed into the cache folder name (cheap: no
-        reading of the text; may download a missing file first)."""
+        """JSON-able identity of the raw sources, hashed into the cache folder name (reads no text)."""
         raise NotImplementedError
 
     def split_texts(self) -> dict[str, SplitText]:
@@ -129,8 +127,7 @@ class LMDataModule(CachedCorpus):
         return self.batch_size * self.seq_len
 
     def device_batch_size(self) -> int:
-        """Sequences per training DataLoader batch: the global batch over the Trainer's world
-        size and gradient accumulation steps."""
+        """Sequences per training DataLoader batch: the global batch over world size x accumulation."""
         trainer = self.trainer
         world, accumulate = (trainer.world_size, trainer.accumulate_grad_batches) if trainer is not None else (1, 1)
         if self.batch_size % (world * accumulate):

@@ -1,8 +1,6 @@
-"""Fixed-length windows over a flat token file: the samples of language modelling.
-
-A split's token file (what :mod:`ablate.data.lm_data` caches) is memory-mapped and cut into
-windows of ``seq_len + 1`` tokens (input and shifted target); a DataLoader batch is gathered from
-the map in one go (:meth:`TokenWindows.__getitems__`, :func:`collate_windows`).
+"""Fixed-length windows over a flat, memory-mapped token file: the samples of language modelling,
+``seq_len + 1`` tokens each (input and shifted target), a batch gathered in one go
+(:meth:`TokenWindows.__getitems__`, :func:`collate_windows`).
 """
 
 from __future__ import annotations
@@ -65,11 +63,8 @@ class TokenWindows(Dataset):
 
 
 class WindowBatch(Sequence):
-    """The windows of one batch, already stacked: ``x``, ``y`` of shape (B, L).
-
-    It is also the sequence of its ``(x[i], y[i])`` samples, so ``default_collate`` (a
-    DataLoader without :func:`collate_windows`) still builds the same batch, only slower.
-    """
+    """The windows of one batch, already stacked: ``x``, ``y`` of shape (B, L); also the sequence of
+    its ``(x[i], y[i])`` samples, so ``default_collate`` still builds the same batch, only slower."""
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
         self.x, self.y = x, y

@@ -116,8 +116,7 @@ def missing_file_message(name: str, expected: Path, url: str | None = None, reas
 
 
 def download_url(url: str, dest: str | os.PathLike[str], timeout: float = 10) -> Path:
-    """Download ``url`` to ``dest`` through a temporary file renamed into place once complete, and
-    return ``dest``; network errors become :class:`DataNotFoundError` (``timeout``: per socket operation)."""
+    """Download ``url`` to ``dest`` atomically; network errors become :class:`DataNotFoundError`."""
     dest = Path(dest)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -81,8 +81,7 @@ def build_token_files(
     bpe_train_mb: float | None,
     sources: Any,
 ) -> None:
-    """Fit the tokenizer, write ``{train,val,test}.bin`` (a split in ``blocks`` block after block,
-    its token boundaries recorded as ``blocks`` in ``meta.json``) and, last, ``meta.json``."""
+    """Fit the tokenizer, write ``{train,val,test}.bin`` (``blocks`` block after block) and ``meta.json``."""
     cls = tokenizer_class(kind)
     what = "characters of every split" if kind == "char" else "the train split"
     log.info("Fitting the %s tokenizer of %s on %s", kind, corpus, what)

@@ -1,8 +1,6 @@
-"""Tokenizers for language modelling behind one small interface.
-
-``char``: one id per character, vocabulary = sorted set of the corpus characters (as in
-nanoGPT's shakespeare_char). ``bpe``: byte-level BPE trained with Hugging Face
-``tokenizers``; byte-level means every string is representable and decodes back exactly.
+"""Tokenizers for language modelling behind one small interface: ``char`` (one id per character of
+the corpus, as nanoGPT's shakespeare_char) and ``bpe`` (byte-level BPE with Hugging Face
+``tokenizers``: every string is representable and decodes back exactly).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ memory, the files streamed ``ENCODE_LINES`` pairs at a time, both sides in step
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from contextlib import ExitStack
 from itertools import islice
 from pathlib import Path
@@ -52,7 +52,10 @@ def build_translation_cache(
     sizes = {split: check_aligned(f"{corpus}: the {split} split", sides) for split, sides in splits.items()}
     train = splits["train"]
     pairs_for_bpe = bpe_pairs(train, max_train_pairs, bpe_train_mb, corpus)
-    tokenizer = train_joint_bpe(bpe_text(train, pairs_for_bpe), vocab_size)
+    # the source side's first pairs_for_bpe training lines, then the target side's, streamed
+    tokenizer = train_joint_bpe(
+        (line for side in train.values() for line in islice(side.lines(), pairs_for_bpe)), vocab_size
+    )
     tokenizer.save(folder / BPETokenizer.FILENAME)
     dtype = ids_dtype(tokenizer.vocab_size)
     check_free_space(folder, estimate_bytes(tokenizer, train, sizes, dtype, max_train_pairs))
@@ -89,13 +92,6 @@ def bpe_pairs(train: Sides, max_train_pairs: int | None, bpe_train_mb: float | N
             break
     log.info("Learning the BPE of %s on the first %d training pairs (%.1f MB)", corpus, pairs, used / 1e6)
     return pairs
-
-
-def bpe_text(train: Sides, pairs: int | None) -> Iterator[str]:
-    """What the joint BPE learns from, streamed: the source side's first ``pairs`` training
-    lines, then the target side's (None: all)."""
-    for side in train.values():
-        yield from islice(side.lines(), pairs)
 
 
 def estimate_bytes(

@@ -140,8 +140,7 @@ class TranslationDataModule(CachedCorpus):
     # --- Lightning hooks --------------------------------------------------------------
 
     def setup(self, stage: str | None = None) -> None:
-        """The tokenizer and the splits ``stage`` needs: Lightning's ``validate`` the validation pairs,
-        ``test`` the test pairs (``eval.py`` reads no training pair), anything else every split."""
+        """The tokenizer and the splits ``stage`` needs (``validate``: val, ``test``: test, else all)."""
         folder = self.cache_path()
         meta = self.cache_meta()
         self.tokenizer = BPETokenizer.load(folder / BPETokenizer.FILENAME)

@@ -114,8 +114,7 @@ def misaligned(what: str, sides: Mapping[str, LineSource], counts: Sequence[int]
 
 
 def hub_source(rows: Any, lang: str, name: str) -> LineSource:
-    """One language of a Hub split (``datasets.Dataset``), read ``ENCODE_LINES`` rows at a time
-    rather than as a whole column; runs of whitespace become one space."""
+    """One language of a Hub split, read ``ENCODE_LINES`` rows at a time, whitespace runs as one space."""
 
     def lines() -> Iterator[str]:
         nested = "translation" in rows.column_names

@@ -1,11 +1,6 @@
 """One assembly path: a checked config -> data module -> model spec -> task -> callbacks -> loggers
--> Trainer.
-
-:func:`build` is what a training job trains with; the benchmark (:mod:`benchmarks`) and the
-scripts build from the same parts (:func:`build_datamodule`, :func:`build_model`,
-:func:`build_callbacks`, :func:`trainer_arguments`), so that what they measure is what ``train.py``
-runs. Nothing here is specific to a task: the task (``task.name``, :mod:`ablate.tasks`) builds its
-own module from the spec.
+-> Trainer. :func:`build` is what a job trains with; the benchmark and the scripts build from the
+same parts, so that what they measure is what ``train.py`` runs. Nothing here names a task.
 """
 
 from __future__ import annotations
@@ -144,8 +139,7 @@ def _print_header(
     estimate: int,
     scale: ScaleReport | None,
 ) -> None:
-    """The run header (:func:`~ablate.cli.console.format_run_header`), after the whole config tree
-    when asked, and the scale probe's line when a scale is far off."""
+    """The run header, after the config tree when asked, and the scale probe's warnings."""
     if job.control.print_config:  # print_config=true, the debug=* presets: the whole tree, then the header
         print_config_tree(cfg.resolved)
     header = format_run_header(job.experiment, cfg.task_name, data, spec, axes, n_params, estimate, job.output_dir)
@@ -175,8 +169,7 @@ def build_datamodule(cfg: RunConfig) -> Any:
 
 
 def build_model(cfg: RunConfig, datamodule: Any, max_len: int) -> TaskModule:
-    """The task module (``task.name``) with its model, for this data (``max_len``: the longest
-    sequence the model sees); it carries the data's tokenizer into its checkpoints."""
+    """The task module (``task.name``) with its model and the data's tokenizer."""
     task = build_task(cfg, datamodule, cfg.model_spec(vocab_size=datamodule.vocab_size, max_len=max_len))
     task.tokenizer = datamodule.tokenizer
     return task

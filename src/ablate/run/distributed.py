@@ -1,15 +1,12 @@
 """How many processes a job trains with, how the global batch is split over them, and how a job's
 processes are started: one process group per job, started by PyTorch's elastic launcher.
 
-Why not Lightning's default DDP launcher: it starts ranks 1..N-1 by re-running ``sys.argv``,
-which under a Hydra multirun is the whole sweep, and rank 0 keeps ``LOCAL_RANK``/``WORLD_SIZE``
-in its environment, so its later jobs pair up with a child's copy of the sweep. Instead, a job
-that needs N > 1 processes on this node (and was not started by torchrun or SLURM) hands its
-resolved config to ``elastic_launch`` (what ``torchrun --standalone`` runs), which starts N
-processes (spawned with CUDA, forked on CPU) with ``RANK``/``WORLD_SIZE``/... in *their*
-environment only; Lightning recognises them (``TorchElasticEnvironment``). The Hydra process
-never joins a process group, so each job runs once, with one output directory and one W&B run;
-a failed rank is raised there and recorded as a crash, and the sweep goes on.
+Why not Lightning's default DDP launcher: it starts ranks 1..N-1 by re-running ``sys.argv``, which
+under a Hydra multirun is the whole sweep, and rank 0 keeps ``LOCAL_RANK``/``WORLD_SIZE``, so its
+later jobs pair up with a child's copy of the sweep. Instead the job hands its resolved config to
+``elastic_launch`` (``torchrun --standalone``), whose N processes alone get ``RANK``/``WORLD_SIZE``
+(Lightning's ``TorchElasticEnvironment``); the Hydra process never joins a process group, so each
+job runs once, with one output directory and one W&B run, and a failed rank is recorded as a crash.
 
 Stop signals belong to the job, not to the elastic agent (which would SIGKILL the ranks, losing
 the step and the checkpoint): while the ranks run, :class:`StopRelay` passes the first one on to
@@ -115,8 +112,7 @@ def needs_launch(trainer_cfg: Mapping[str, Any]) -> bool:
 
 
 def start_method() -> str:
-    """``spawn`` (CUDA-safe) where CUDA is present; ``fork`` on CPU-only machines, which saves each
-    rank re-importing torch and Lightning (about 10 s per job on 2 CPU cores)."""
+    """``spawn`` (CUDA-safe) with CUDA; ``fork`` on CPU, which saves re-importing torch (~10 s a job)."""
     return "spawn" if _cuda_available() else "fork"
 
 
@@ -185,11 +181,8 @@ RUN_ID_PREFIX = "ablate-"  # the elastic run id of the ranks launch() starts (TO
 class StopRelay:
     """While a job's ranks run, in the process that launched them: the first SIGINT, SIGTERM or
     SIGHUP is passed on to every rank; the second (or one before any rank exists) ends the ranks
-    at once (SIGKILL) and raises ``KeyboardInterrupt`` here.
-
-    SLURM's requeue signal (``sbatch --signal=USR1@<s>``) is passed on as a requeue request (the
-    ranks save, rank 0 asks SLURM to requeue: :class:`~ablate.callbacks.interrupt.GracefulInterrupt`);
-    the SIGTERM with which SLURM then ends the job is ignored, not taken for a second stop."""
+    at once (SIGKILL) and raises ``KeyboardInterrupt`` here. SLURM's requeue signal is passed on
+    as a requeue request, and the SIGTERM with which SLURM then ends the job is ignored."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -341,10 +334,9 @@ def note_crash(err: BaseException) -> None:
 
 
 def rank_failure(err: BaseException, notes: Path | None = None) -> BaseException:
-    """A failed launch (``ChildFailedError``) as the first failed rank's own error, with the exit code
-    it chose (:func:`end_rank`): a user error (2), an interrupt (130) or a crash (1: the first line
-    of each failed rank's error, also those the agent stopped, from their ``notes``). A rank that
-    failed only because a peer went away (:data:`PEER_GONE`) is named after the others."""
+    """A failed launch as the first failed rank's own error, with its exit code (:func:`end_rank`):
+    a user error, an interrupt, or a crash (each failed rank's first line, also from ``notes``; one
+    that failed only because a peer went away, :data:`PEER_GONE`, after the others)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     if not isinstance(err, ChildFailedError):
@@ -381,8 +373,7 @@ def _peer_went_away(message: str) -> bool:
 
 
 def _rank_error(failure: Any) -> tuple[int | None, str, str, bool]:
-    """``(exit code the rank chose, message, traceback, recorded)`` of one rank's failure, from its
-    error file (``recorded``: the rank's exception is in it)."""
+    """``(exit code the rank chose, message, traceback, recorded)`` of one rank's failure."""
     recorded: Any = failure.message  # the error file's JSON (torchelastic's stub says str)
     info: dict[str, Any] = recorded if isinstance(recorded, dict) else {"message": str(recorded or "")}
     extra: dict[str, Any] = info.get("extraInfo") or {}

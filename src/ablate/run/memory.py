@@ -203,8 +203,7 @@ def cgroup_room(
 
 
 def slurm_room(environ: Mapping[str, str] | None = None) -> tuple[float, str] | None:
-    """The SLURM allocation's memory (``--mem``, or ``--mem-per-cpu`` times the job's CPUs on this
-    node) less this process's resident set."""
+    """The SLURM allocation's memory (``--mem`` or ``--mem-per-cpu``) less this process's resident set."""
     env = os.environ if environ is None else environ
     try:
         if env.get("SLURM_MEM_PER_NODE"):

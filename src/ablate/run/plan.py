@@ -13,16 +13,10 @@ training step: a :class:`Preflight`), then :func:`decide` (what the job does wit
 * a single run without ``ckpt_path`` into a directory holding another run: refused, unless
   ``overwrite=true``.
 
-A resumed checkpoint is read once (:func:`read_resumable`) and must have the same run-defining
-settings (:func:`ablate.config.identity.check_same_run`). :class:`Job` is what Hydra knows of the
-job, read once where Hydra runs it and handed as it is to the ranks. A single run in a new
-directory with ``ckpt_path=last`` continues the latest unfinished run of the same overrides
-(:func:`earlier_run`); ``hydra.run.dir=<run dir> ckpt_path=last`` reads in that run's own
-overrides (:func:`with_stored_overrides`). A failed job takes back what it changed:
-:func:`note`/:func:`take_back` for a new run's folder, :func:`keep`/:func:`settle` for a resume.
-
-Light on purpose (no torch, no Lightning at import): the command line's check and a sweep's check
-of every job use it before the training stack loads.
+A resumed checkpoint is read once and must be the same run (:func:`read_resumable`, :func:`same_run`).
+:class:`Job` is what Hydra knows of the job, read once where Hydra runs it. A failed job takes
+back what it changed (:func:`note`/:func:`take_back`, :func:`keep`/:func:`settle`). No torch and no
+Lightning at import: the command-line and sweep checks use it before the training stack loads.
 """
 
 from __future__ import annotations
@@ -78,10 +72,6 @@ def is_rank_zero() -> bool:
     from lightning.pytorch.utilities import rank_zero_only  # here: a sweep's jobs are checked before Lightning
 
     return rank_zero_only.rank == 0  # type: ignore[attr-defined]
-
-
-def is_multirun() -> bool:
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def job_overrides() -> list[str]:
@@ -148,7 +138,7 @@ class Job:
             overrides=overrides,
             name=labels.name,
             group=multirun_group(),
-            multirun=is_multirun(),
+            multirun=HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN,
             labels=labels,
             experiment=experiment_name(),
             worker_processes=jobs_in_worker_processes(),
@@ -196,8 +186,7 @@ class Job:
         return replace(self, control=RunControl.from_config(cfg, earlier), new_directory=False)
 
     def resume_command(self, run_dir: Path | None = None) -> str:
-        """The command that continues this job's run (in ``run_dir``, default its own): its overrides,
-        then ``ckpt_path=last hydra.run.dir=<dir>``, quoted for the shell and for Hydra."""
+        """The command that continues this job's run (in ``run_dir``), quoted for the shell and Hydra."""
         keep = [o for o in self.overrides if override_key(o) not in ("ckpt_path", "hydra.run.dir", "overwrite")]
         directory = str(run_dir or self.output_dir)
         if not _PLAIN_VALUE.fullmatch(directory):
@@ -343,8 +332,7 @@ def check(cfg: RunConfig) -> Preflight:
 
 
 def preflight(cfg: RunConfig) -> Preflight:
-    """What a config implies on any machine: the batch layout (:func:`training_layout`), the
-    processes to start, the memory of a training step, and what the entry derived."""
+    """What a config implies on any machine: batch layout, processes, memory of a training step."""
     trainer = cfg.trainer
     world, micro, accumulate = training_layout(cfg)
     processes = distributed.devices_per_node(trainer) if distributed.needs_launch(trainer) else 1
@@ -374,8 +362,7 @@ def check_config(cfg: DictConfig) -> Preflight:
 
 
 def training_layout(cfg: RunConfig) -> tuple[int, int, int]:
-    """``(world size, per-device batch, gradient accumulation)`` from the global batch
-    ``data.batch_size``, ``data.micro_batch_size`` and ``trainer.devices x trainer.num_nodes``."""
+    """``(world size, per-device batch, gradient accumulation)`` of the global batch ``data.batch_size``."""
     trainer, data = cfg.trainer, cfg.data
     world = distributed.world_size(trainer)
     try:
@@ -411,8 +398,7 @@ class Plan:
 
 
 def decide(job: Job, identity: dict[str, Any], trainer: Mapping[str, Any] | None = None) -> Plan:
-    """What this job does with its directory (module docstring); a refusal changes nothing, a job
-    that trains takes the directory (:func:`take`)."""
+    """What this job does with its directory (module docstring); a refusal changes nothing."""
     control, output_dir = job.control, job.output_dir
     status = read_status(output_dir)
     if job.stop_file is not None and job.stop_file.exists():  # the sweep was asked to stop
@@ -458,8 +444,7 @@ def take(job: Job, plan: Plan, replaced: list[Path]) -> None:
 
 
 def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], trainer: Mapping[str, Any] | None) -> Plan:
-    """The checkpoint a job resumes, read once (:func:`read_resumable`, :func:`same_run`); a finished
-    single run it would not train further is reported instead (``finished``)."""
+    """The checkpoint a job resumes, read once; a finished run it would not train further is reported."""
     control = job.control
     last = find_last_checkpoint(control.checkpoint_dirs)
     announced = False  # the console's one line that says the run resumes (Lightning's own are dropped)
@@ -470,11 +455,12 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], traine
     else:
         ckpt_path = resolve_ckpt_path(control.ckpt_path, control.checkpoint_dirs)
     if ckpt_path is None and control.ckpt_path == "last":
-        if stopped_before_its_first_checkpoint(job):
+        # a named directory whose run took it (its config is written) and stopped before its first checkpoint
+        if job.directory_given and (job.output_dir / CONFIG_DIR / "config.yaml").is_file():
             log.info(
                 f"ckpt_path=last: {job.output_dir} stopped before its first checkpoint; it starts again from step 0"
             )
-        elif first_run_may_resume(job):
+        elif job.multirun or "SLURM_JOB_ID" in os.environ:  # a sweep's job, or a SLURM job's every (re)submission
             log.info(
                 f"ckpt_path=last: no checkpoint in {job.output_dir} yet; this first run of the job starts from step 0"
             )
@@ -532,8 +518,7 @@ def _rank_zero_info(message: str) -> None:
 
 
 def refuse_another_runs_checkpoint(job: Job, ckpt_path: Path) -> None:
-    """Refuse to resume another run folder's checkpoint here (one run in two folders), naming the
-    command that continues it where it is."""
+    """Refuse to resume another run folder's checkpoint here, naming the command that continues it."""
     run = ckpt_path.resolve().parent.parent
     if ckpt_path.resolve().parent.name != "checkpoints" or not (run / CONFIG_DIR).is_dir():
         return  # not a run's checkpoint: a file of the user's, loaded as asked
@@ -571,18 +556,6 @@ def require_sharded_loader(ckpt_path: str | None, trainer: Mapping[str, Any]) ->
         f"{name.rsplit('.', 1)[-1] or 'auto'}. Resume it with trainer=fsdp (on GPUs); eval.py, generate.py and the "
         "exports read it as it is"
     )
-
-
-def first_run_may_resume(job: Job) -> bool:
-    """``ckpt_path=last`` may start from step 0: a sweep's job, or a run inside a SLURM job (the same
-    command is the first submission and every requeue); typed at a terminal it names a run."""
-    return job.multirun or "SLURM_JOB_ID" in os.environ
-
-
-def stopped_before_its_first_checkpoint(job: Job) -> bool:
-    """The named directory holds a run stopped before its first checkpoint (its config was written):
-    ``ckpt_path=last`` continues it from step 0; a mistyped or empty folder is refused."""
-    return job.directory_given and (job.output_dir / CONFIG_DIR / "config.yaml").is_file()
 
 
 def nothing_to_resume(job: Job) -> str:
@@ -639,8 +612,7 @@ def found(folder: str | os.PathLike[str], made: bool) -> Found | None:
 
 
 def take_back(found: Found, job_log: str | None) -> None:
-    """Remove what the command added to ``found.folder``: the folder and parents made for it, or the
-    entries that were not there and the job log's new lines."""
+    """Remove what the command added to ``found.folder`` (and the job log's new lines)."""
     folder = found.folder
     if found.entries is None:
         if folder.is_dir() and not folder.is_symlink():

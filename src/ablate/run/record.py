@@ -64,8 +64,7 @@ class Record:
 
 @contextlib.contextmanager
 def recording(job: Job) -> Iterator[Record]:
-    """Hold the job's directory for the block (rank 0; a second process on it is refused) and keep
-    whatever ends the block for :func:`finish`."""
+    """Hold the job's directory (rank 0) and keep whatever ends the block for :func:`finish`."""
     record, held = Record(), False
     try:
         with (
@@ -254,8 +253,7 @@ def failed_resume(job: Job, record: Record, outcome: Outcome) -> bool:
 
 
 def _sweeper_value(job: Job, status: RunStatus) -> tuple[float, MetricNotLoggedError | None]:
-    """The best value the job logged (diverged and crashed jobs rank last), and a metric the sweeper
-    optimises that was never logged (an interrupted job has no value)."""
+    """The best value the job logged, and a metric the sweeper optimises that was never logged."""
     if status.status == "interrupted":
         return math.nan, None
     try:
@@ -291,8 +289,7 @@ def report_finished(job: Job, status: RunStatus) -> None:
 
 
 def report_interrupted(job: Job, status: RunStatus, recorded: bool) -> float:
-    """Where an interrupted job stopped and the command that resumes it; exit 130 (a worker of a
-    parallel sweep returns: the sweep's main process ends with 130)."""
+    """Where an interrupted job stopped and the command that resumes it; exit 130 (a sweep's worker returns)."""
     if not recorded:
         print("interrupted before training started: nothing was recorded", file=sys.stderr, flush=True)
     else:
@@ -308,8 +305,7 @@ def report_interrupted(job: Job, status: RunStatus, recorded: bool) -> float:
 
 
 def leave_nothing(job: Job) -> None:
-    """A single run that recorded nothing takes back what the command added
-    (:func:`ablate.run.plan.take_back`); without a note of what was there, only a new directory goes."""
+    """A single run that recorded nothing takes back what the command added (:func:`ablate.run.plan.take_back`)."""
     before = found(job.output_dir, made=job.new_directory)
     if before is not None:
         take_back(before, job_log_name())

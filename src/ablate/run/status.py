@@ -1,14 +1,11 @@
 """A run's record as the files in its directory hold it: ``status.json`` (what happened), the logged
-metrics of ``csv/metrics.csv``, and the value a sweeper optimises, read from the two. The sweep
-report, a sweep's re-run, the analysis and the job read it back, so it stands on the standard
-library and the metric registry alone (no torch, no pandas).
+metrics of ``csv/metrics.csv``, and the value a sweeper optimises, read from the two; on the
+standard library and the metric registry alone (no torch, no pandas).
 
-``status.json`` is written atomically, and a finished run's record is final (a failed attempt to
-resume it goes elsewhere). :class:`RunStatus` is its one schema: every key in every record (null
-where it does not apply), a task's own entries beside them. ``csv/metrics.csv`` is Lightning's
-``CSVLogger``'s; a resumed run writes the steps since its checkpoint again, so a metric's value at
-a step is the last one written for it. The analysis reads it with its own reader
-(:func:`ablate.analysis.job.read_metrics_csv`).
+``status.json`` is written atomically, and a finished run's record is final. :class:`RunStatus` is
+its one schema: every key in every record (null where it does not apply). In ``csv/metrics.csv``
+(Lightning's ``CSVLogger``'s) a resumed run writes the steps since its checkpoint again: a
+metric's value at a step is the last one written.
 
 :func:`best_metric_value` is what a job returns to an optimising sweeper: the best value of
 ``optimized_metric`` over the run (:func:`ablate.metrics.higher_is_better`); a diverged or crashed

@@ -1,13 +1,10 @@
 """One training job: check -> decide -> build -> fit -> record.
 
-``train.py`` (the ``@hydra.main`` entry) reads what Hydra knows of the job
-(:meth:`ablate.run.plan.Job.current`), types the composed config once
-(:meth:`ablate.run.config.RunConfig.from_hydra`) and hands both to :func:`run`, which reads top
-to bottom: hold the run directory and check the devices, batch layout and memory of a step
-(:func:`ablate.run.plan.check`); decide what the job does with its directory
-(:func:`ablate.run.plan.decide`); build and fit (:func:`ablate.run.assembly.build`, :func:`fit`),
-here or in the N processes it starts (:mod:`ablate.run.distributed`; under SLURM tasks or
-torchrun every process runs :func:`run`); record what happened (:func:`ablate.run.record.finish`).
+``train.py`` hands the job (:meth:`ablate.run.plan.Job.current`) and its typed config
+(:meth:`ablate.run.config.RunConfig.from_hydra`) to :func:`run`, which reads top to bottom: hold
+the run directory and check (:func:`ablate.run.plan.check`), decide (:func:`ablate.run.plan.decide`),
+build and fit here or in the N processes it starts (:mod:`ablate.run.distributed`), record
+(:func:`ablate.run.record.finish`).
 
 Resuming restores what Lightning restores plus the RNG states, the position in the training data
 and the W&B run (:mod:`ablate.callbacks.checkpointing`; the data modules' ``state_dict``).
@@ -94,8 +91,7 @@ def _rank_main(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunS
 
 
 def plan_in_force(output_dir: Path) -> str | None:
-    """The hash of the analysis plan of this run's sweep folder (:mod:`ablate.analysis.plan`) as the
-    run starts, or None: in status.json, it shows that the plan came first."""
+    """The hash of the analysis plan of this run's sweep folder (:mod:`ablate.analysis.plan`), or None."""
     try:
         record = json.loads((Path(output_dir).parent / "analysis_plan.json").read_text())
     except (OSError, ValueError):

@@ -99,8 +99,7 @@ class TaskModule(L.LightningModule, TaskChecks):
     def evaluate_after_fit(
         self, trainer: L.Trainer, datamodule: Any, evaluation: Mapping[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """``(metrics, extra status entries)`` of the evaluation after training (``evaluation``: the
-        run's ``eval`` group); default: the test split when ``eval.test_at_end``."""
+        """``(metrics, extra status entries)`` of the evaluation after training (default: the test split)."""
         if not evaluation.get("test_at_end", True):
             return {}, {}
         self.test_units = {}
@@ -113,8 +112,7 @@ class TaskModule(L.LightningModule, TaskChecks):
         return int(batch[0].numel())
 
     def train_loss(self, batch: Any) -> tuple[Tensor, Tensor]:
-        """``(loss, nll)`` of one training batch: the loss to minimise (label-smoothed) and the plain
-        NLL, detached, for ``train/ppl``."""
+        """``(loss, nll)`` of one training batch: the (label-smoothed) loss and the plain NLL, detached."""
         raise NotImplementedError
 
     def log_training_step(self, loss: Tensor, nll: Tensor, **extra: Tensor) -> None:
@@ -216,8 +214,7 @@ class UnitRecorder:
         self.rows.append((index.cpu(), nats.detach().cpu(), tokens.cpu(), nbytes.cpu()))
 
     def gathered(self) -> dict[str, Any]:
-        """All ranks' units (each once), with their blocks and the text key: the ``fields`` of
-        :func:`ablate.eval_units.write_units`."""
+        """All ranks' units (each once), their blocks and the text key (:func:`ablate.eval_units.write_units`)."""
         parts = [[torch.cat(col).tolist() for col in zip(*self.rows)] if self.rows else [[], [], [], []]]
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             gathered: list[Any] = [None] * torch.distributed.get_world_size()

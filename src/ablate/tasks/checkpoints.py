@@ -61,8 +61,7 @@ def expected_state(task: str, params: Mapping[str, Any], path: str | os.PathLike
 
 
 def check_checkpoint_content(checkpoint: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
-    """Refuse a checkpoint whose weights are not those of the model its stored configuration
-    builds, or are not finite, naming the file and the first mismatch (see the module)."""
+    """Refuse a checkpoint whose weights are not those of its stored model, or not finite (module docstring)."""
     check_stored_config(checkpoint, path)
     task = str(checkpoint.get("task") or _task_of_older(checkpoint))
     expected = expected_state(task, checkpoint.get("hyper_parameters") or {}, path)
@@ -132,8 +131,7 @@ def checkpoint_task(path: str | Path) -> str:
 
 
 def require_checkpoint_task(path: str | Path, expected: str, script: str) -> None:
-    """Stop with a message naming the checkpoint's task and the script that takes it when
-    ``path`` holds a checkpoint of another task than ``expected`` (or is not a readable checkpoint)."""
+    """Stop, naming the script that takes it, when ``path`` holds a checkpoint of another task than ``expected``."""
     try:
         require_file(path)
         found = checkpoint_task(path)

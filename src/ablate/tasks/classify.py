@@ -78,8 +78,7 @@ class ClassificationTask(ClassificationChecks, TaskModule):
         return self.forward_fn(tokens)
 
     def _losses(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-        """The logits, the loss to minimise (label-smoothed per ``optim.label_smoothing``) and
-        the plain cross-entropy, detached (``train/ppl``)."""
+        """The logits, the (label-smoothed) loss and the plain cross-entropy, detached (``train/ppl``)."""
         tokens, labels = batch
         logits = self(tokens)
         smoothing = self.optim_cfg.get("label_smoothing", 0.0) or 0.0
@@ -121,8 +120,7 @@ class ClassificationTask(ClassificationChecks, TaskModule):
 
 
 def build_classify(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> ClassificationTask:
-    """The ``classify`` task of a run (:class:`ablate.tasks.TaskSpec` ``build``): a data module
-    of labelled sequences (it says its ``num_classes``)."""
+    """The ``classify`` task of a run: a data module of labelled sequences (with ``num_classes``)."""
     num_classes = getattr(datamodule, "num_classes", None)
     if not isinstance(num_classes, int):
         raise ConfigError(

@@ -83,8 +83,7 @@ class LanguageModelTask(LanguageModelChecks, TaskModule):
     def evaluate_after_fit(
         self, trainer: L.Trainer, datamodule: Any, evaluation: Mapping[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The test split (``eval.test_at_end``), then ``test/loss@L``, ``test/ppl@L`` at each
-        length of ``eval.seq_lens`` (:func:`evaluate_lengths`)."""
+        """The test split, then each length of ``eval.seq_lens`` (:func:`evaluate_lengths`)."""
         metrics, extra = super().evaluate_after_fit(trainer, datamodule, evaluation)
         if evaluation.get("seq_lens"):
             length_metrics, extra["eval_lengths"] = evaluate_lengths(
@@ -217,7 +216,7 @@ def evaluate_lengths(
 
 
 def build_lm(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> LanguageModelTask:
-    """The ``lm`` task of a run (:class:`ablate.tasks.TaskSpec` ``build``): any corpus but a parallel one."""
+    """The ``lm`` task of a run: any corpus but a parallel one."""
     from ablate.data.translation_datamodule import TranslationDataModule
 
     if isinstance(datamodule, TranslationDataModule):

@@ -92,8 +92,7 @@ def load_lm_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", 
 
 
 def random_logits(model: Any, batch: int = 2, length: int = 64, seed: int = 0) -> tuple[Any, Any]:
-    """Random tokens (seeded; at most the model's context) and ``model``'s logits on them, in eval
-    mode: the probe of a model's numbers (here, and against its export: ``ablate.export.hf``)."""
+    """Random tokens (seeded) and ``model``'s logits on them, in eval mode: the probe of its numbers."""
     import torch
 
     spec = model.spec
@@ -155,8 +154,8 @@ def eval_lengths(cfg: DictConfig) -> list[int] | None:
 
 
 def lm_data_config(cfg: DictConfig, task: LanguageModelTask) -> dict[str, Any]:
-    """The checkpoint's data config (task=lm checkpoints carry it), or ``conf/data/<default_data>``
-    for older checkpoints, with the current data/cache folders and the ``data`` overrides applied."""
+    """The checkpoint's data config (older ones: ``conf/data/<default_data>``), with the current
+    folders and the ``data`` overrides."""
     data_cfg = dict(task.hparams.get("data") or {})
     if not data_cfg:
         path = (checkout_root() or project_root()) / "conf" / "data" / f"{cfg.default_data}.yaml"

@@ -31,8 +31,7 @@ class DataChangedError(UserError, ValueError):
 
 
 def stored_content(checkpoint: Mapping[str, Any], datamodule: Any) -> dict[str, str]:
-    """Split -> the fingerprint the checkpoint recorded for ``datamodule``'s class (``{}``: a
-    checkpoint from before the record, or of a data module without a cache)."""
+    """Split -> the fingerprint the checkpoint recorded for ``datamodule``'s class (``{}``: none)."""
     state = checkpoint.get(type(datamodule).__qualname__)
     content = state.get("content") if isinstance(state, Mapping) else None
     if not isinstance(content, Mapping):

@@ -278,8 +278,7 @@ class TranslationTask(TranslationChecks, TaskModule):
 
 
 def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TranslationTask:
-    """The ``translation`` task of a run (:class:`ablate.tasks.TaskSpec` ``build``): a parallel
-    corpus and a model with an encoder."""
+    """The ``translation`` task of a run: a parallel corpus and a model with an encoder."""
     from ablate.data.translation_datamodule import TranslationDataModule
 
     if not isinstance(datamodule, TranslationDataModule):
@@ -307,8 +306,7 @@ def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> Tran
 
 
 def load_translation_checkpoint(path: str | Path, device: str = "auto", script: str = "eval.py") -> TranslationTask:
-    """A trained :class:`TranslationTask` with its tokenizer, in eval mode on ``device``; a
-    checkpoint of another task stops naming ``script`` and the scripts that take that task's."""
+    """A trained :class:`TranslationTask` with its tokenizer, in eval mode on ``device``."""
     from ablate.tasks.checkpoints import load_task_checkpoint
 
     dev = pick_device(device)
