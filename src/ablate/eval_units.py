@@ -1,11 +1,9 @@
 """Per-unit losses of a test evaluation: what lets a verdict generalise to new text, not only new seeds.
 
-Every test evaluation records, for each *unit* of the text it scored (a language model's
-window, a translation's sentence), the summed NLL in nats, the tokens and the UTF-8 bytes, in
-``test_units.npz`` (per evaluation tag: ``<tag>.index``, ``.nats``, ``.tokens``, ``.bytes``,
-``.block``, and a JSON ``meta`` whose per-tag ``text`` key hashes the exact text and windowing:
-units pair across runs only under equal keys). :mod:`ablate.analysis.crossed` turns the pairs
-into an interval over seeds *and* held-out text.
+Every test evaluation records, for each *unit* of the text it scored (a window, a sentence), the
+summed NLL in nats, the tokens and the UTF-8 bytes in ``test_units.npz`` (per evaluation tag, with
+a ``meta`` key of the exact text: units pair across runs only under equal keys), which
+:mod:`ablate.analysis.crossed` turns into an interval over seeds *and* held-out text.
 
 **The text unit of a verdict** (:func:`text_groups`): neighbouring windows of one passage are not
 independent draws, so the unit is the **held-out block** when the split has several (finer units

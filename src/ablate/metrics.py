@@ -1,10 +1,8 @@
 """What a logged metric means, declared once: its direction, words, unit and precision.
 
-A task declares the quantities it logs (:class:`ablate.tasks.TaskSpec`'s ``metrics``), the run
-those every run logs (:data:`RUN_METRICS`). Everything that shows or compares a metric asks this
-registry, and a metric nobody declared is refused by name where a direction is needed, never
-guessed. A logged name is ``<split>/<quantity>[@<length>]`` (``test/ppl@512``); the registry is
-keyed by the quantity.
+Tasks declare the quantities they log, the run those every run logs (:data:`RUN_METRICS`); all that
+shows or compares a metric asks this registry, and an undeclared one is refused by name, never
+guessed. Keyed by the quantity of ``<split>/<quantity>[@<length>]`` (``test/ppl@512``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Optimiser and learning-rate schedules (the ``optim`` config group).
 
-``optim.name`` picks the optimiser from :data:`OPTIMIZERS`: ``adamw`` (Loshchilov & Hutter 2019,
-the default), ``adam`` (Kingma & Ba 2015; ``weight_decay`` as an L2 term) or ``sgd`` (with
-``optim.momentum``). Each declares the ``optim`` keys it reads (:func:`used_optim_config` drops
-the others from what a run records; one given explicitly for the wrong optimiser is refused).
+``optim.name`` picks the optimiser from :data:`OPTIMIZERS`: ``adamw`` (Loshchilov & Hutter 2019),
+``adam`` (Kingma & Ba 2015; ``weight_decay`` as an L2 term) or ``sgd``, each with the ``optim``
+keys it reads (:func:`used_optim_config`).
 
 Weight decay on matrices only, embeddings included (as nanoGPT): biases, norm gains and other
 vectors are not decayed (decaying a LayerNorm gain towards zero fights the normalisation).

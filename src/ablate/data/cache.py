@@ -1,10 +1,8 @@
 """Token caches that are complete and intact, or rebuilt: shared by the LM and translation data.
 
-A cache folder is built under a temporary name and renamed into place, so a folder with the final
-name is complete; ``meta.json``, written last, lists every other file with its size and SHA-256,
-checked before use, so a damaged cache is named and rebuilt. Parallel jobs that need the same
-corpus wait on an ``flock`` for the first one's cache; a build that would not fit on the disk is
-refused before it writes.
+A cache folder is built under a temporary name and renamed into place; ``meta.json``, written
+last, lists every other file's size and SHA-256, checked before use (a damaged cache is rebuilt).
+Parallel jobs wait on an ``flock`` for the first one's build; one that would not fit is refused.
 """
 
 from __future__ import annotations

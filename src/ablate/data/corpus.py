@@ -1,8 +1,6 @@
-"""What every corpus shares, whatever it holds (LM text, parallel sentences): a verified token
-cache built once, its loaders, and a training order that a resumed run continues exactly (its
-position saved in every checkpoint, each subclass counting it in its own units:
-``position``/``resume_sampler``), beside a content fingerprint that tells a resume or an
-evaluation that the text changed (:mod:`ablate.tasks.trained_data`).
+"""What every corpus shares: a verified token cache built once, its loaders, and a training order
+that a resumed run continues exactly (each subclass counts its position in its own units), beside
+a content fingerprint that tells that the text changed (:mod:`ablate.tasks.trained_data`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The language-modelling data module: a corpus tokenised once into memory-mapped token files,
 served as fixed-length windows in a resumable order.
 
-Each corpus subclass (:mod:`ablate.data.lm_data`) only says where its text comes from
-(:meth:`LMDataModule.source_key`, :meth:`LMDataModule.split_texts`). The cache is one folder per
-corpus/tokenizer/source version, ``{cache_dir}/{corpus}-{tokenizer}[-{vocab_size}]-{hash}/``
-(:mod:`ablate.data.token_files`, :mod:`ablate.data.cache`).
+Each corpus subclass (:mod:`ablate.data.lm_data`) only says where its text comes from; the cache
+is ``{cache_dir}/{corpus}-{tokenizer}[-{vocab_size}]-{hash}/`` (:mod:`ablate.data.token_files`).
 """
 
 from __future__ import annotations

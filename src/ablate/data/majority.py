@@ -2,9 +2,8 @@
 
 Each sequence holds ``seq_len / 2`` to ``seq_len`` tokens drawn uniformly from ``symbols``
 symbols (ids ``1..symbols``; id 0 pads the row); its label is 1 when symbol 1 occurs more often
-than symbol 2, else 0 (a tie is broken by rewriting random positions). The answer depends on
-every position, so a bidirectional encoder that pools its outputs (:mod:`ablate.tasks.classify`)
-learns it in a few hundred steps. The splits are generated from the run's seed: no file, no download.
+than symbol 2, else 0 (ties broken). The splits are generated from the run's seed; an encoder that
+pools its outputs (:mod:`ablate.tasks.classify`) learns it in a few hundred steps.
 """
 
 from __future__ import annotations

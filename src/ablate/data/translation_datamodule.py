@@ -2,11 +2,9 @@
 and token-based batching (the corpora: :mod:`ablate.data.translation_data`; the cache:
 :mod:`ablate.data.translation_cache`). Either direction of a pair uses the same cache.
 
-One byte-level BPE is learned on both sides of the training split (a joint vocabulary, so the
-embeddings can be tied three ways), ``<pad>`` = 0, ``<s>`` = 1, ``</s>`` = 2. Batching as fairseq's
-``--max-tokens`` (:mod:`ablate.data.translation_batches`): pairs sorted by length, cut into
-batches of at most ``max_tokens`` padded tokens, visited in a new order every epoch;
-``batch_size`` is the number of such batches per optimiser step over all devices.
+A joint byte-level BPE of both sides (the embeddings can be tied three ways); batches of at most
+``max_tokens`` padded tokens, as fairseq's ``--max-tokens`` (:mod:`ablate.data.translation_batches`);
+``batch_size``: such batches per optimiser step over all devices.
 """
 
 from __future__ import annotations
@@ -168,16 +166,10 @@ class TranslationDataModule(CachedCorpus):
             self.datasets[split] = PairBatches(src, tgt, batches)
         if "train" not in needed:
             return
-        train = self.datasets["train"]
+        train, padding = self.datasets["train"], 100 * self.padding_fraction["train"]
         log.info(
-            "%s %s->%s: %d training pairs in %d batches of <= %d tokens, padding %.1f%%",
-            self.name,
-            self.src_lang,
-            self.tgt_lang,
-            len(train.src),
-            len(train),
-            self.max_tokens,
-            100 * self.padding_fraction["train"],
+            f"{self.name} {self.src_lang}->{self.tgt_lang}: {len(train.src)} training pairs in {len(train)} batches "
+            f"of <= {self.max_tokens} tokens, padding {padding:.1f}%"
         )
 
     def _trainable(self, src: TokenSide, tgt: TokenSide, limit: int) -> tuple[TokenSide, TokenSide]:
@@ -187,11 +179,8 @@ class TranslationDataModule(CachedCorpus):
         dropped = len(src) - len(keep)
         if dropped:
             log.info(
-                "%s: dropped %d of %d training pairs (empty, or longer than seq_len=%d)",
-                self.name,
-                dropped,
-                len(src),
-                self.seq_len,
+                f"{self.name}: dropped {dropped} of {len(src)} training pairs (empty, or longer than "
+                f"seq_len={self.seq_len})"
             )
         if not len(keep):
             both = (src.lengths > 0) & (tgt.lengths > 0)

@@ -1,10 +1,8 @@
 """Parallel text read as lines, both sides in step, one batch at a time.
 
-A :class:`LineSource` is one language of one split (a file, plain or gzipped, or a Hub dataset's
-column), read afresh on every pass (the joint BPE learns in one, the ids are written in a
-second), so a corpus of millions of pairs is never held whole. Before anything is trained,
-:func:`check_aligned` counts every file's lines and refuses a split whose files differ;
-:func:`paired_lines` refuses sides that end at different lines.
+A :class:`LineSource` is one language of one split, read afresh on every pass, so a corpus of
+millions of pairs is never held whole; :func:`check_aligned` (before anything is trained) and
+:func:`paired_lines` refuse sides of different lengths.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ the job is recorded ``interrupted``, exit 130); a second one ends the ranks at o
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -184,8 +185,6 @@ class StopRelay:
     at once (SIGKILL) and raises ``KeyboardInterrupt`` here. SLURM's requeue signal is passed on
     as a requeue request, and the SIGTERM with which SLURM then ends the job is ignored."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
     def __init__(self, stop_file: Path | None = None) -> None:
         self.received: int | None = None
         self.requeue = False  # SLURM's requeue signal came
@@ -220,13 +219,11 @@ class StopRelay:
         self.received = signum
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         self._stop_sweep(name)
-        print(
-            f"\n{name}: every rank stops after the same step and saves it (press Ctrl-C again to stop at once)",
-            file=sys.stderr,
-            flush=True,
+        self._relay(
+            ranks,
+            signum,
+            f"{name}: every rank stops after the same step and saves it (press Ctrl-C again to stop at once)",
         )
-        for rank in ranks:
-            _send(rank.pid, signum)
 
     def _requeue(self, signum: int) -> None:
         """SLURM's requeue signal: passed on once; SIGTERM ignored from now on (see the class)."""
@@ -242,12 +239,16 @@ class StopRelay:
         if not ranks:  # before any rank exists: nothing to save; the job is requeued as it is
             requeue_slurm_job()
             raise KeyboardInterrupt
-        print(
-            f"\n{name} (SLURM's requeue signal): every rank stops after the same step and saves it, then the job "
+        self._relay(
+            ranks,
+            signum,
+            f"{name} (SLURM's requeue signal): every rank stops after the same step and saves it, then the job "
             "is requeued",
-            file=sys.stderr,
-            flush=True,
         )
+
+    @staticmethod
+    def _relay(ranks: list[Any], signum: int, message: str) -> None:
+        print(f"\n{message}", file=sys.stderr, flush=True)
         for rank in ranks:
             _send(rank.pid, signum)
 
@@ -259,12 +260,9 @@ class StopRelay:
 
 
 def _send(pid: int | None, signum: int) -> None:
-    if pid is None:
-        return
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:  # it ended meanwhile
-        pass
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.kill(pid, signum)
 
 
 # ------------------------------------------------------- how a rank ends, told to the launching process

@@ -1,6 +1,5 @@
-"""Will a training step fit in memory? An estimate made before any data is read, so that
-``data.batch_size=100000`` is refused with the numbers and the largest micro-batch that fits,
-instead of the machine swapping until the kernel kills the job without a word.
+"""Will a training step fit in memory? Estimated before any data is read, so that an oversized batch
+is refused with the numbers and the largest micro-batch that fits, not killed without a word.
 
 The estimate (bytes), for ``P`` parameters, micro-batch ``b``, sequence length ``s``, width ``h``,
 FFN width ``f``, ``a`` heads, ``L`` layers, vocabulary ``V``, ``e`` bytes per activation element:

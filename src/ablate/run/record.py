@@ -4,9 +4,8 @@
 and keeps whatever ends the block (:class:`Record`); :func:`finish` then decides, by one table
 (:data:`HANDLING`) of the job's :class:`Outcome`, whether ``status.json`` is written, the summary
 printed, and the exit code (0; 130 interrupted; 2 a user error; 1 a crash) or the value a sweeper
-optimises. ``crashed`` records faults of the program or the machine; a single run's user error
-records nothing and what the command added goes (:func:`leave_nothing`), unless it came after the
-run trained; a failed resume leaves the run's files as they were (:func:`ablate.run.plan.settle`).
+optimises. A single run's user error records nothing (:func:`leave_nothing`) unless it came after
+the run trained; a failed resume leaves the run's files as they were.
 """
 
 from __future__ import annotations
@@ -155,9 +154,7 @@ HANDLING: dict[tuple[Outcome, bool], Handling] = {
     (Outcome.INTERRUPTED, False): Handling("taken", True, cli.EXIT_INTERRUPTED),
     (Outcome.INTERRUPTED, True): Handling("taken", True, cli.EXIT_INTERRUPTED),
     (Outcome.REFUSED, False): Handling("trained", False, cli.EXIT_USER_ERROR),  # its message; recorded if it trained
-    (Outcome.REFUSED, True): Handling(
-        "always", True, cli.EXIT_USER_ERROR
-    ),  # `refused`, its message; a re-run retries it
+    (Outcome.REFUSED, True): Handling("always", True, cli.EXIT_USER_ERROR),  # `refused`; a re-run retries it
     (Outcome.CRASHED, False): Handling("taken", False, cli.EXIT_CRASHED),  # the traceback instead
     (Outcome.CRASHED, True): Handling("always", True, cli.EXIT_CRASHED),  # the sweep goes on
 }

@@ -66,7 +66,7 @@ def run(cfg: RunConfig, job: Job) -> float:
 @record  # a failing rank's traceback reaches the launching process
 def _rank_main(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus | None:
     """One rank of a job started by :func:`ablate.run.distributed.launch`; rank 0 returns the status.
-    A user error or an interrupt ends the rank with its exit code and message (:func:`ablate.run.distributed.end_rank`)."""
+    A user error or an interrupt ends the rank with its exit code (:func:`ablate.run.distributed.end_rank`)."""
     hold_stop_signals()  # the launching process relays stop signals: here they are requests, held until training
     quiet_known_noise()  # a spawned rank is a fresh interpreter: the filters the launching process set are not in it
     rank = distributed.global_rank()

@@ -1,11 +1,9 @@
 """The tasks, one :class:`TaskSpec` each, and the registry everything else asks.
 
-A task is declared once, here (``lm``, ``translation``, ``classify``) or by :func:`register_task`
-from anywhere (a plug-in, a test). ``train.py``, ``eval.py``, the console, the loggers, the W&B
-workspace and the analysis iterate :data:`TASKS`; none of them names a task. Adding a task: a
-LightningModule, a ``TaskSpec`` passed to :func:`register_task`, and ``conf/task/<name>.yaml``
-(``tests/tasks/test_task_interface.py`` adds one from a test file). This module is light (no
-torch, no Lightning): the classes and functions a spec names are imported when used.
+A task is declared once, here or by :func:`register_task` from anywhere; everything else iterates
+:data:`TASKS` and names no task. Adding one: a LightningModule, a ``TaskSpec`` passed to
+:func:`register_task`, and ``conf/task/<name>.yaml``. No torch, no Lightning here: what a spec
+names is imported when used.
 """
 
 from __future__ import annotations

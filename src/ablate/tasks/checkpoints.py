@@ -2,9 +2,8 @@
 every script loads it (:func:`load_task_checkpoint`).
 
 A damaged or altered file is refused naming the file and the first mismatch (exit 2), never a raw
-torch error or code run from it: the stored configuration holds values only and names one of
-ablate's data modules, and :func:`check_checkpoint_content` builds the stored spec's model on the
-``meta`` device and checks every weight is there with its shape, none extra, all finite.
+torch error or code run from it (:func:`check_checkpoint_content` builds the stored spec's model on
+the ``meta`` device and checks every weight's presence, shape and finiteness).
 """
 
 from __future__ import annotations

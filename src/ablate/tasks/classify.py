@@ -5,10 +5,8 @@ BERT's encoder (Devlin et al. 2019, without its pre-training): padding is masked
 set, and a linear layer classifies the mean of the hidden states over the real tokens. Every
 architecture option applies as to the LM (DeepNorm takes DeepNet's encoder-only constants).
 
-Metric names: ``train/loss`` (label-smoothed cross-entropy per sequence), ``train/ppl`` (exp of
-the plain cross-entropy), ``train/acc``, ``train/lr``; ``val/loss``, ``val/acc``, ``test/loss``,
-``test/acc``. Its data module gives ``(tokens, labels)`` batches, padding id 0, and says
-``num_classes`` (:class:`ablate.data.majority.MajorityData`).
+Metric names: ``train/loss`` (label-smoothed), ``train/ppl``, ``train/acc``, ``train/lr``,
+``val/loss``, ``val/acc``, ``test/loss``, ``test/acc``; its data gives ``(tokens, labels)`` batches.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Greedy and beam-search decoding for :class:`ablate.nn.seq2seq.EncoderDecoder`, with a KV cache.
 
-The encoder runs once; the decoder runs one position per step with its self-attention keys/values
-cached; a sentence leaves the batch when it is done. Output length is at most ``max_len_a *
-source_length + max_len_b`` tokens (fairseq's ``--max-len-a/--max-len-b``). Beam search looks at
+The encoder runs once, the decoder one cached position per step; a sentence leaves the batch when
+done. At most ``max_len_a * source_length + max_len_b`` tokens (fairseq's). Beam search looks at
 the ``2 * beam_size`` best extensions at every step, as fairseq's ``SequenceGenerator``; closed
 hypotheses are ranked by log P(Y|X) / lp(Y) with GNMT's length penalty
 ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14; Vaswani et al. 2017 use 0.6),

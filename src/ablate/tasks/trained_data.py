@@ -1,12 +1,8 @@
 """What a checkpoint was trained on: a resume, or an evaluation of the checkpoint's own corpus, on
-other data is refused.
-
-A checkpoint records each split's content fingerprint beside its position in the training order
-(:meth:`ablate.data.corpus.CachedCorpus.content_fingerprint`) and its tokenizer; once a resume's
-data module is built, both are compared with the current data's, so a text edited since or a
-tokenizer that maps characters to other ids is refused with both fingerprints before anything is
-trained. A deliberate change is allowed by name: ``resume_allow_changes=[data.content]`` (the
-text), ``[data.vocabulary]`` (the tokenizer).
+other data is refused. A checkpoint records each split's content fingerprint
+(:meth:`ablate.data.corpus.CachedCorpus.content_fingerprint`) and its tokenizer, compared with the
+current data's before anything is trained; a deliberate change is allowed by name:
+``resume_allow_changes=[data.content]`` (the text), ``[data.vocabulary]`` (the tokenizer).
 """
 
 from __future__ import annotations
