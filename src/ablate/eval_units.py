@@ -82,8 +82,7 @@ def metric_tag(metric: str) -> str:
 
 
 def write_units(path: str | os.PathLike[str], evaluations: dict[str, dict[str, Any]], meta: dict[str, Any]) -> Path:
-    """Write ``evaluations`` (tag -> the fields of :data:`FIELDS` and ``text``) and ``meta`` to
-    ``path`` atomically (a temporary file renamed into place)."""
+    """Write ``evaluations`` (tag -> the fields of :data:`FIELDS` and ``text``) and ``meta`` atomically."""
     path = Path(path)
     arrays: dict[str, np.ndarray] = {}
     texts = {}
@@ -109,8 +108,7 @@ def write_units(path: str | os.PathLike[str], evaluations: dict[str, dict[str, A
 
 
 def read_units(path: str | os.PathLike[str]) -> tuple[dict[str, Units], dict[str, Any]]:
-    """The evaluations of a units file (tag -> :class:`Units`) and its meta; a damaged or foreign
-    file raises ValueError naming it."""
+    """The evaluations of a units file (tag -> :class:`Units`) and its meta (else a ValueError)."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as data:

@@ -140,8 +140,7 @@ def find(name: str) -> Metric | None:
 
 
 def lookup(name: str) -> Metric:
-    """The declaration of a logged name; :class:`UndeclaredMetricError` naming the declared
-    quantities when there is none (a typo, or a new metric its task did not declare)."""
+    """The declaration of a logged name (none: :class:`UndeclaredMetricError` names the declared ones)."""
     found = find(name)
     if found is None:
         known = ", ".join(sorted(_REGISTRY))

@@ -46,8 +46,7 @@ class CacheSpaceError(UserError, OSError):
 
 
 def check_free_space(folder: Path, needed: int | None) -> None:
-    """Refuse to start writing ``needed`` bytes into ``folder`` when its disk has less free space
-    (None: the size is not known beforehand)."""
+    """Refuse to start writing ``needed`` bytes (None: unknown) into ``folder`` without the free space."""
     if needed is None:
         return
     _NEEDED[Path(folder)] = needed  # named again if the disk fills up anyway (another writer)
@@ -68,8 +67,7 @@ class CacheFolderError(UserError, OSError):
 
 
 def _folder_error(final: Path, err: OSError, needed: int | None = None) -> UserError:
-    """A failed write into the cache folder, named with the path and the setting that chose the
-    folder: a size limit, a full disk (with the bytes needed, when estimated), or an unwritable folder."""
+    """A failed write into the cache folder (size limit, full disk, unwritable), named with the path."""
     where = err.filename or final.parent
     if limit := size_limit(err):
         return CacheFolderError(
@@ -105,8 +103,7 @@ def _stat_identity(path: Path) -> list[int]:
 
 
 def content_sha256(path: Path, memo_dir: Path | None = None) -> str:
-    """SHA-256 of a source file's bytes; with ``memo_dir``, remembered there (best effort) by the
-    file's :func:`_stat_identity`, so an unchanged file is not read again."""
+    """SHA-256 of a source file's bytes, remembered in ``memo_dir`` by its :func:`_stat_identity`."""
     path = path.absolute()
     identity = _stat_identity(path)
     memo_file = memo_dir / HASH_MEMO if memo_dir is not None else None
@@ -165,8 +162,7 @@ DATA_SPLITS = ("train", "val", "test")
 
 
 def split_fingerprints(files: Mapping[str, Any]) -> dict[str, str]:
-    """Per split of a cache, the SHA-256 of its files' names and checksums (``meta.json``'s ``files``):
-    equal fingerprints, the same tokens."""
+    """Per split of a cache, the SHA-256 of its files' names and checksums: equal, the same tokens."""
     by_split: dict[str, list[str]] = {}
     for name, entry in sorted(files.items()):
         split = name.split(".", 1)[0]
@@ -176,8 +172,7 @@ def split_fingerprints(files: Mapping[str, Any]) -> dict[str, str]:
 
 
 def read_meta(folder: Path, checksums: bool = False) -> dict[str, Any]:
-    """``meta.json`` of a complete cache, every listed file checked for its size (and, with
-    ``checksums``, its SHA-256); :class:`CacheCorruptError` names the first bad file."""
+    """``meta.json`` of a complete cache, every listed file's size (and SHA-256) checked."""
     meta_path = folder / META
     try:
         meta = json.loads(meta_path.read_text())
@@ -198,8 +193,7 @@ def read_meta(folder: Path, checksums: bool = False) -> dict[str, Any]:
 
 
 def ensure_cache(final: Path, build: Callable[[Path], None]) -> Path:
-    """A complete, intact cache at ``final``: verified when it exists, else (or when damaged) built by
-    ``build(folder)``, which ends with :func:`write_meta`, by one process at a time."""
+    """A complete, intact cache at ``final``, verified, or built by ``build(folder)`` (one process at a time)."""
     if _intact(final):
         return final
     try:

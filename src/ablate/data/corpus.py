@@ -19,8 +19,7 @@ from ablate.seeds import ORDER_VERSION
 
 
 class DataOrderMismatch(UserError, RuntimeError):
-    """A checkpoint trained in another version's data order: resuming it would change the order
-    mid-run, so it is refused (the message says what to do)."""
+    """A checkpoint trained in another version's data order: resuming it would change the order mid-run."""
 
 
 class SplitTooSmallForRanks(UserError, ValueError):
@@ -45,13 +44,11 @@ class CachedCorpus(L.LightningDataModule):
         raise NotImplementedError
 
     def _build_cache(self, folder: Path) -> None:
-        """Write the tokenised corpus into ``folder`` (a fresh temporary folder, renamed into
-        place by :func:`~ablate.data.cache.ensure_cache` once complete)."""
+        """Write the tokenised corpus into ``folder``, a temporary folder renamed into place once complete."""
         raise NotImplementedError
 
     def prepare_data(self) -> None:
-        """Tokenise the corpus into the cache folder unless an intact cache exists (a damaged one
-        is rebuilt: :func:`ablate.data.cache.ensure_cache`)."""
+        """Tokenise the corpus into the cache folder unless an intact cache exists."""
         ensure_cache(self.cache_path(), self._build_cache)
 
     def cache_meta(self) -> dict[str, Any]:

@@ -106,8 +106,7 @@ class LMDataModule(CachedCorpus):
         raise NotImplementedError
 
     def split_blocks(self) -> dict[str, list[SplitText]]:
-        """Splits made of several disjoint blocks of the corpus (``splits=blocks``): split -> its blocks,
-        tokenised one after the other, their boundaries recorded in ``meta.json``. Default: none."""
+        """Split -> its disjoint blocks of the corpus (``splits=blocks``), boundaries in ``meta.json``."""
         return {}
 
     @classmethod
@@ -142,8 +141,7 @@ class LMDataModule(CachedCorpus):
         return size
 
     def use_eval_length(self, seq_len: int) -> None:
-        """Evaluate at ``seq_len`` from now on (``eval.seq_lens``), in non-overlapping windows, the eval
-        batch holding about as many tokens as at the first eval length (memory stays flat)."""
+        """Evaluate at ``seq_len`` from now on, the eval batch holding about as many tokens as before."""
         if self._eval_tokens_per_batch is None:
             self._eval_tokens_per_batch = self.eval_batch_size * self.eval_seq_len
         self.eval_seq_len = seq_len

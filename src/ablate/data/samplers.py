@@ -54,8 +54,7 @@ class ResumableSampler(DistributedSampler):
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
-    """The permutation of ``n`` training samples of epoch ``epoch`` of seed ``seed``, from its own
-    independent stream (:data:`ablate.seeds.DATA_ORDER`)."""
+    """The permutation of ``n`` samples of epoch ``epoch`` of seed ``seed`` (its own stream: :data:`DATA_ORDER`)."""
     g = torch.Generator()
     g.manual_seed(stream_seed(DATA_ORDER, seed, epoch))
     return torch.randperm(n, generator=g)

@@ -177,8 +177,7 @@ def _network_errors() -> tuple[type[BaseException], ...]:
 
 
 def load_hub_dataset(path: str, name: str | None = None, *, local_alternative: str, **kwargs: Any) -> Any:
-    """``datasets.load_dataset(path, name, **kwargs)``, failing fast and clearly when offline
-    (every message names ``local_alternative``, the local files used instead of the Hub)."""
+    """``datasets.load_dataset(path, name, **kwargs)``, failing fast offline, naming ``local_alternative``."""
     reason = hub_offline_reason()
     if reason is not None:
         raise DataNotFoundError(hub_error_message(path, name, local_alternative, reason))

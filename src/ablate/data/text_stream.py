@@ -36,8 +36,7 @@ def utf8_error(path: Path, block: bytes, err: UnicodeDecodeError, offset: int) -
 
 
 def read_file_chunks(path: str | Path, size: int = CHUNK_BYTES) -> Iterator[str]:
-    """The UTF-8 text of ``path`` (plain or ``.gz``) in chunks of at least ``size`` bytes that end
-    after a newline; bytes that are not UTF-8 raise :class:`DataFormatError` naming the offset."""
+    """The UTF-8 text of ``path`` (plain or ``.gz``) in chunks of at least ``size`` bytes ending a line."""
     path = Path(path)
     offset = 0
     with open_binary(path) as f:
@@ -52,8 +51,7 @@ def read_file_chunks(path: str | Path, size: int = CHUNK_BYTES) -> Iterator[str]
 
 
 def join_rows(rows: Iterable[str], size: int = CHUNK_BYTES) -> Iterator[str]:
-    """Rows of a dataset (one line each, newline added where missing) joined into chunks of at
-    least ``size`` characters: a Hub stream becomes the same kind of chunks as a file."""
+    """Rows of a dataset, one line each, joined into chunks of at least ``size`` characters, as a file's."""
     parts: list[str] = []
     length = 0
     for row in rows:

@@ -11,6 +11,7 @@ import os
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -82,8 +83,7 @@ class Tokenizer(ABC):
         return np.asarray(self.encode(text), dtype=np.int64)
 
     def encode_stream(self, chunks: Iterable[str]) -> Iterator[tuple[np.ndarray, int]]:
-        """Token ids of a stream of text chunks (each ending after a newline), in order, as ``(ids,
-        bytes of text they encode)``."""
+        """Token ids of a stream of text chunks, in order, as ``(ids, bytes of text they encode)``."""
         for chunk in chunks:
             yield self.encode_array(chunk), len(chunk.encode("utf-8"))
 
@@ -115,10 +115,7 @@ class CharTokenizer(Tokenizer):
     @classmethod
     def fit(cls, texts: Iterable[str], vocab_size: int) -> CharTokenizer:
         """The sorted set of the characters of all pieces (``vocab_size`` is not used)."""
-        chars: set[str] = set()
-        for text in texts:
-            chars.update(text)
-        return cls(sorted(chars))
+        return cls(sorted(set(chain.from_iterable(texts))))
 
     @property
     def vocab_size(self) -> int:
@@ -168,8 +165,7 @@ class BPETokenizer(Tokenizer):
 
     @classmethod
     def train(cls, text: str | Iterable[str], vocab_size: int = 2048) -> BPETokenizer:
-        """Learn merges on ``text`` (one string, or a stream of pieces that each end after a newline)
-        until the vocabulary has ``vocab_size`` entries (or no pair is left)."""
+        """Learn merges on ``text`` (a string, or a stream of pieces) up to ``vocab_size`` entries."""
         if vocab_size < cls.MIN_VOCAB_SIZE:
             raise ValueError(
                 f"BPE vocab_size must be at least {cls.MIN_VOCAB_SIZE} (the byte alphabet), got {vocab_size}"
@@ -280,8 +276,7 @@ def tokenizer_to_dict(tokenizer: Tokenizer) -> dict[str, str]:
 
 
 def tokenizer_from_dict(state: Any, where: str = "the tokenizer") -> Tokenizer:
-    """The tokenizer :func:`tokenizer_to_dict` stored; anything else raises :class:`TokenizerStateError`,
-    naming ``where`` and what is wrong."""
+    """The tokenizer :func:`tokenizer_to_dict` stored; anything else: :class:`TokenizerStateError`."""
     if not isinstance(state, Mapping):
         raise TokenizerStateError(f"{where} is a {type(state).__name__}, not a mapping of its kind and content")
     kind, content = state.get("kind"), state.get("content")

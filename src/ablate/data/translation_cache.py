@@ -101,8 +101,7 @@ def estimate_bytes(
     dtype: np.dtype,
     max_train_pairs: int | None,
 ) -> int | None:
-    """About the bytes the token files will take, from the files' sizes and the tokens per byte
-    of the first training lines; None when a split's size is not known beforehand (the Hub)."""
+    """About the bytes the token files will take (None: a split's size is not known beforehand)."""
     known = {split: size for split, size in sizes.items() if size is not None}
     if len(known) < len(sizes):
         return None

@@ -203,8 +203,7 @@ class TranslationDataModule(CachedCorpus):
         return self.raw[split]["tgt"]
 
     def unit_text(self, split: str) -> dict[str, Any]:
-        """What a per-sentence record of ``split`` needs (:mod:`ablate.eval_units`): ``text``, the key
-        of the exact sentences scored; no block boundaries (the analysis cuts contiguous blocks)."""
+        """What a per-sentence record of ``split`` needs (:mod:`ablate.eval_units`): the text's key."""
         files = read_meta(self.cache_path())["files"]
         digest = hashlib.sha256(
             "".join(files[f"{split}.{lang}.ids"]["sha256"] for lang in (self.src_lang, self.tgt_lang)).encode()

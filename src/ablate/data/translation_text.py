@@ -44,8 +44,7 @@ class LineSource(NamedTuple):
 
 
 def iter_lines(path: Path) -> Iterator[str]:
-    """One sentence per line, plain or gzipped UTF-8, surrounding whitespace removed, streamed; a file
-    that is not UTF-8 raises :class:`DataFormatError` naming it."""
+    """One sentence per line, plain or gzipped UTF-8, stripped, streamed (not UTF-8: :class:`DataFormatError`)."""
     opener: Callable[..., IO[str]] = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8") as f:
@@ -88,8 +87,7 @@ def count_lines(path: Path) -> TextSize:
 
 
 def check_aligned(what: str, sides: Mapping[str, LineSource]) -> dict[str, TextSize] | None:
-    """Each side's :class:`TextSize`, the sides checked to have as many lines; None when a side cannot
-    be counted beforehand (a Hub dataset: aligned by construction)."""
+    """Each side's :class:`TextSize`, checked to have as many lines (None: a side not countable)."""
     counters = [side.size for side in sides.values()]
     if any(count is None for count in counters):
         return None
@@ -124,8 +122,7 @@ def hub_source(rows: Any, lang: str, name: str) -> LineSource:
 
 
 def paired_lines(what: str, sides: Mapping[str, LineSource]) -> Iterator[tuple[str, ...]]:
-    """The sides' lines in step; a side that ends before the other raises
-    :class:`MisalignedFilesError` with every file's full line count."""
+    """The sides' lines in step; sides of different lengths raise :class:`MisalignedFilesError`."""
     rows = zip_longest(*(side.lines() for side in sides.values()))
     for n, row in enumerate(rows):  # n: the rows before this one
         if None in row:  # a side has ended: count the others' remaining lines

@@ -27,8 +27,7 @@ PAD, BOS, EOS = 0, 1, 2
 
 
 def train_joint_bpe(lines: Iterable[str], vocab_size: int) -> BPETokenizer:
-    """Byte-level BPE with the three special tokens at ids 0, 1, 2, learned on ``lines``; a space
-    before every sentence makes a word one token wherever it is (:func:`detokenize` removes it)."""
+    """Byte-level BPE with the special tokens at ids 0, 1, 2, a space before every sentence."""
     if vocab_size < 256 + len(SPECIALS):
         raise ValueError(f"data.vocab_size={vocab_size} is below the byte alphabet + specials ({256 + len(SPECIALS)})")
     tok = HFTokenizer(models.BPE())
@@ -142,8 +141,7 @@ class TokenSide:
 
 
 def tokens_per_byte(tokenizer: Tokenizer, lines: Sequence[str]) -> float:
-    """Tokens the BPE makes per byte of text (line ends counted), measured on ``lines``; 1.0 (a
-    byte-level BPE's most) when there is nothing to measure."""
+    """Tokens the BPE makes per byte of text, measured on ``lines`` (nothing to measure: 1.0, the most)."""
     size = sum(len(line.encode("utf-8")) + 1 for line in lines)
     return sum(map(len, encode_lines(tokenizer, lines))) / size if lines and size else 1.0
 

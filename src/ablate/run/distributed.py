@@ -66,8 +66,7 @@ def world_size(trainer_cfg: Mapping[str, Any]) -> int:
 
 
 def batch_layout(global_batch: int, micro_batch: int | None, world: int) -> tuple[int, int]:
-    """``(per-device batch, gradient accumulation steps)`` of a global batch over ``world``
-    processes; ``micro_batch`` caps the per-device batch (``None``: no accumulation)."""
+    """``(per-device batch, accumulation steps)`` of a global batch over ``world``; ``micro_batch`` caps it."""
     if global_batch % world:
         raise ValueError(
             f"data.batch_size={global_batch} (the global batch) is not divisible by the world size {world} "
@@ -309,8 +308,7 @@ def end_rank(err: BaseException, code: int) -> NoReturn:
 
 @contextmanager
 def crash_notes() -> Iterator[Path]:
-    """A folder where each rank notes its crash as it happens (:func:`note_crash`): the agent reports
-    the first rank to exit and stops the others before their own errors are reported."""
+    """A folder where each rank notes its crash as it happens (the agent stops the others unreported)."""
     previous = os.environ.get(CRASH_NOTES)
     with tempfile.TemporaryDirectory(prefix="ablate-crashes-") as folder:
         os.environ["ABLATE_CRASH_NOTES"] = folder  # the ranks inherit it (a literal: tests/test_process_state.py)

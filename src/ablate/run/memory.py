@@ -12,8 +12,7 @@ FFN width ``f``, ``a`` heads, ``L`` layers, vocabulary ``V``, ``e`` bytes per ac
 - the output layer: logits, their log-softmax and its gradient, ``3 e s b V``;
 - a margin of 25% for the allocator, temporary buffers and the framework.
 
-A planning number: the threshold is the memory available (free GPU memory; on the CPU the
-tightest of :func:`host_limits`), so only a configuration far beyond it is refused.
+A planning number, against the memory available (free GPU memory, or :func:`host_limits`).
 """
 
 from __future__ import annotations
@@ -164,8 +163,7 @@ def _read_number(path: Path) -> float | None:
 def cgroup_room(
     proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
 ) -> tuple[float, str] | None:
-    """Room left under this process's cgroup memory limit (v2 ``memory.max``, v1
-    ``memory.limit_in_bytes``, less the usage), the tightest of the cgroup and its parents."""
+    """Room left under the tightest memory limit of this process's cgroup and its parents (v1 or v2)."""
     try:
         lines = proc_cgroup.read_text().splitlines()
     except OSError:
@@ -226,8 +224,7 @@ def gib(n: float) -> str:
 
 
 def check_fits(est: MemoryEstimate, available: tuple[float, str] | None, batch_key: str, per_unit: int = 1) -> None:
-    """Refuse a step whose estimate exceeds the memory available, with the numbers and the fix
-    (``batch_key`` counts sequences, or tokens of ``per_unit`` a sequence: ``data.max_tokens``)."""
+    """Refuse a step whose estimate exceeds the memory available, with the numbers and the fix."""
     if available is None or est.total <= available[0]:
         return
     room, where = available

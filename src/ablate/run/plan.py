@@ -1,8 +1,6 @@
 """What a job will do, from its typed config and its run folder, decided before any data is read.
 
-:func:`ablate.run.train.run` asks it twice: :func:`check` (devices, batch layout, memory of a
-training step: a :class:`Preflight`), then :func:`decide` (what the job does with its directory, a
-:class:`Plan`):
+:func:`ablate.run.train.run` asks :func:`check` (a :class:`Preflight`), then :func:`decide` (a :class:`Plan`):
 
 * a job of a sweep: completed or diverged (``status.json``): skipped with its stored result
   (``skip_completed``); a ``last.ckpt`` without such a status: resumed; ``skip_completed=false``:
@@ -10,8 +8,7 @@ training step: a :class:`Preflight`), then :func:`decide` (what the job does wit
 * a single run with ``ckpt_path``: resumed (a finished run a resume would not train further is
   reported, not retrained); ``ckpt_path=last`` without a checkpoint is refused, except for a
   sweep's job and inside a SLURM job, where the same command is also the job's first run;
-* a single run without ``ckpt_path`` into a directory holding another run: refused, unless
-  ``overwrite=true``.
+* a single run without ``ckpt_path`` into another run's directory: refused, unless ``overwrite=true``.
 
 A resumed checkpoint is read once and must be the same run (:func:`read_resumable`, :func:`same_run`).
 :class:`Job` is what Hydra knows of the job, read once where Hydra runs it. A failed job takes
@@ -421,8 +418,7 @@ def decide(job: Job, identity: dict[str, Any], trainer: Mapping[str, Any] | None
 
 
 def take(job: Job, plan: Plan, replaced: list[Path]) -> None:
-    """Take the directory: a resume keeps the run's files first (:func:`keep`); ``replaced`` and a
-    killed writer's temporary files go; the run's config is written."""
+    """Take the directory: keep a resumed run's files, remove ``replaced`` ones, write the config."""
     output_dir, dirs = job.output_dir, job.control.checkpoint_dirs
     abandoned = abandoned_writes(dirs)  # of processes killed while writing a checkpoint
     check_run_folder(output_dir, dirs)  # no link out of it: nothing elsewhere is deleted
@@ -503,8 +499,7 @@ def read_resumable(ckpt_path: str) -> dict[str, Any]:
 def same_run(
     checkpoint: Mapping[str, Any], ckpt_path: str, identity: Mapping[str, Any], allowed: Sequence[str]
 ) -> tuple[str | None, list[str] | None]:
-    """The W&B run a resumed checkpoint logs to, and the changes ``resume_allow_changes`` allows
-    (None: it predates the resume check); any other change is refused."""
+    """The W&B run a resumed checkpoint logs to, and the allowed changes (None: it predates the check)."""
     state = resume_state(dict(checkpoint))
     stored = state.get("run_identity")
     changes = None if stored is None else check_same_run(stored, dict(identity), list(allowed), ckpt_path)
@@ -601,8 +596,7 @@ def note(run_dir: str | os.PathLike[str] | None) -> None:
 
 
 def found(folder: str | os.PathLike[str], made: bool) -> Found | None:
-    """What :func:`note` saw of ``folder``; for a sibling (``logs/runs/<time>`` named a second later),
-    a new folder when ``made`` says so."""
+    """What :func:`note` saw of ``folder`` (of a sibling named a second later: new when ``made``)."""
     folder = Path(folder).absolute()
     if _found is None or _found.folder.parent != folder.parent:
         return None
@@ -721,8 +715,7 @@ def stored_overrides(run_dir: Path) -> list[str] | None:
 
 
 def with_stored_overrides(argv: Sequence[str]) -> list[str]:
-    """``argv`` with the resumed run's overrides whose key is not typed (run control aside) before
-    the typed ones; anything else (a sweep, a new run) as it is."""
+    """``argv`` with the resumed run's own overrides (those not typed, run control aside) before the typed ones."""
     argv = list(argv)
     if any(a in MULTIRUN_FLAGS for a in argv):
         return argv

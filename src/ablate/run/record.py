@@ -241,8 +241,7 @@ def trained_here(job: Job, record: Record) -> bool:
 
 
 def failed_resume(job: Job, record: Record, outcome: Outcome) -> bool:
-    """A failed resume whose files go back (:func:`ablate.run.plan.settle`): one that trained nothing,
-    or an attempt to train a finished run longer; an unfinished run that trained on keeps it."""
+    """A failed resume whose files go back: one that trained nothing, or of a finished run."""
     if outcome not in (Outcome.REFUSED, Outcome.CRASHED):
         return False
     previous = read_status(job.output_dir)

@@ -108,9 +108,9 @@ def unknown_outcome(path: Path, value: Any) -> str:
     )
 
 
-def write_status(output_dir: Path, status: RunStatus) -> None:
-    """``status.json``, atomically (a full disk: :class:`ablate.writes.DiskFullError`, the old record kept)."""
-    write_text_atomically(output_dir / "status.json", json.dumps(status.to_json(), indent=2, default=str))
+def write_status(output_dir: Path, status: RunStatus, name: str = "status.json") -> None:
+    """``status.json`` (or ``name``), atomically (a full disk: :class:`ablate.writes.DiskFullError`, the old kept)."""
+    write_text_atomically(output_dir / name, json.dumps(status.to_json(), indent=2, default=str))
 
 
 def read_status(output_dir: Path) -> RunStatus | None:
@@ -126,8 +126,7 @@ def record_status(output_dir: Path, status: RunStatus) -> None:
     """Write ``status.json``; a failed attempt to resume a finished run goes to ``status.failed.json``."""
     previous = read_status(output_dir)
     failed = not status.finished and previous is not None and previous.finished
-    record = json.dumps(status.to_json(), indent=2, default=str)
-    write_text_atomically(output_dir / (FAILED_RECORD if failed else "status.json"), record)
+    write_status(output_dir, status, FAILED_RECORD if failed else "status.json")
     if failed and previous is not None:
         print(
             f"{output_dir / 'status.json'} still records the finished run ({previous.status}); this attempt's "

@@ -29,8 +29,7 @@ log = logging.getLogger(__name__)
 
 
 class TaskModule(L.LightningModule, TaskChecks):
-    """Base of the task modules: a subclass's constructor calls :meth:`build_model`; ``train.py`` sets
-    :attr:`tokenizer`."""
+    """Base of the task modules: a subclass's constructor calls :meth:`build_model`."""
 
     tokenizer: Tokenizer | None = None
     # set by each subclass's __init__; declared here so that they are not nn.Module's untyped attributes
@@ -42,8 +41,7 @@ class TaskModule(L.LightningModule, TaskChecks):
     def build_model(
         self, spec: Mapping[str, Any], optim: Mapping[str, Any], model: Callable[[ModelSpec], nn.Module], compile: bool
     ) -> None:
-        """Save the subclass's arguments as the checkpoint's hyper-parameters (not to the loggers,
-        which hold the run config), and set :attr:`spec`, :attr:`optim_cfg`, :attr:`model` and its forward."""
+        """Save the subclass's arguments as the checkpoint's hyper-parameters; set the spec and model."""
         caller = inspect.currentframe()
         self.save_hyperparameters(logger=False, frame=caller.f_back if caller else None)  # the subclass's arguments
         self.spec = ModelSpec.from_dict(spec)
@@ -76,8 +74,7 @@ class TaskModule(L.LightningModule, TaskChecks):
     test_units: dict[str, dict[str, Any]]  # eval tag -> the last test evaluation's units (UnitRecorder.gathered)
 
     def write_test_units(self, trainer: L.Trainer, datamodule: Any, path: str | Path | None = None) -> Path | None:
-        """Write the test evaluations' per-unit losses to ``path`` (default ``<run dir>/test_units.npz``)
-        on rank 0; an unwritable folder loses the file with a warning, not the run."""
+        """Write the per-unit test losses to ``path`` (default ``<run dir>/test_units.npz``), warning if unwritable."""
         units = getattr(self, "test_units", None)
         if not units or trainer.global_rank != 0:
             return None

@@ -146,8 +146,7 @@ def require_checkpoint_task(path: str | Path, expected: str, script: str) -> Non
 def load_task_checkpoint(
     path: str | Path, expected: str | None = None, script: str = "this script", map_location: Any = "cpu", **kwargs: Any
 ) -> L.LightningModule:
-    """The task module a checkpoint holds, rebuilt by its own class; with ``expected``, a checkpoint
-    of another task stops naming the script that takes it."""
+    """The task module a checkpoint holds, rebuilt by its own class (of task ``expected``, if given)."""
     if expected is not None:
         require_checkpoint_task(path, expected, script)
     try:

@@ -32,8 +32,7 @@ PAD = 0
 
 
 class EncoderClassifier(Stack):
-    """Token embedding, one bidirectional stack, mean pooling over the real tokens, a linear
-    classifier: ``forward(tokens (B, T)) -> logits (B, num_classes)``."""
+    """Embedding, one bidirectional stack, mean pooling, a linear classifier: tokens -> logits."""
 
     tok_emb: TokenEmbedding
 

@@ -99,8 +99,7 @@ def greedy_search(
     max_len_b: int = 10,
     use_cache: bool = True,
 ) -> list[list[int]]:
-    """The most probable token at every step; returns each sentence's tokens without BOS/EOS.
-    A sentence leaves the batch when it ends: the steps after it decode only the others."""
+    """The most probable token at every step; returns each sentence's tokens without BOS/EOS."""
     n = src.size(0)
     memory = model.encode(src, src_mask)
     limits = max_lengths(src_mask, max_len_a, max_len_b, model.spec.max_len - 1).tolist()
@@ -145,8 +144,7 @@ def beam_search(
     max_len_b: int = 10,
     use_cache: bool = True,
 ) -> list[list[int]]:
-    """Batched beam search (module docstring); returns the best hypothesis per sentence. A step
-    reads the device twice whatever the number of hypotheses it closes."""
+    """Batched beam search (module docstring); returns the best hypothesis per sentence."""
     b, k = src.size(0), beam_size
     device = src.device
     memory = model.encode(src, src_mask)

@@ -1,8 +1,7 @@
 """Decoder-only language modelling as a LightningModule.
 
-Metric names are part of the interface: ``train/loss``, ``train/ppl``, ``val/loss``, ``val/ppl``,
-``test/loss``, ``test/ppl`` (perplexity: exp of the mean NLL over all tokens of the split), and
-with ``eval.seq_lens`` ``test/loss@<len>``, ``test/ppl@<len>`` (:attr:`LanguageModelTask.eval_tag`).
+Metric names (the interface): ``train/loss``, ``train/ppl``, ``val/loss``, ``val/ppl``, ``test/loss``,
+``test/ppl`` (exp of the split's mean NLL per token), and ``test/loss@<len>``, ``test/ppl@<len>``.
 ``val/bpb``, ``test/bpb`` (and ``@<len>``): bits per byte of the UTF-8 text, comparable across
 tokenizers: the summed NLL over ln 2 times the bytes the predicted tokens cover
 (:func:`token_byte_lengths`); logged when the task knows its tokenizer.

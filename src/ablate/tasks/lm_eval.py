@@ -32,8 +32,7 @@ from ablate.writes import inside
 
 class TextFileData(LMDataModule):
     """One UTF-8 text file as the validation and test split, tokenised with a checkpoint's tokenizer
-    into ``work_dir/text_file.bin`` (``eval.py text_file=...``); the rest is :class:`LMDataModule`'s.
-    A character the tokenizer does not know raises a ValueError that names the file."""
+    into ``work_dir/text_file.bin`` (``eval.py text_file=...``); the rest is :class:`LMDataModule`'s."""
 
     name = "text_file"
 
@@ -154,8 +153,7 @@ def eval_lengths(cfg: DictConfig) -> list[int] | None:
 
 
 def lm_data_config(cfg: DictConfig, task: LanguageModelTask) -> dict[str, Any]:
-    """The checkpoint's data config (older ones: ``conf/data/<default_data>``), with the current
-    folders and the ``data`` overrides."""
+    """The checkpoint's data config (older ones: ``conf/data/<default_data>``), with the overrides."""
     data_cfg = dict(task.hparams.get("data") or {})
     if not data_cfg:
         path = (checkout_root() or project_root()) / "conf" / "data" / f"{cfg.default_data}.yaml"
@@ -213,8 +211,7 @@ def lm_datamodule(cfg: DictConfig, task: LanguageModelTask, work_dir: str) -> tu
 
 
 def units_path(cfg: DictConfig) -> Path:
-    """Where ``eval.py`` writes the per-window test losses (:mod:`ablate.eval_units`):
-    ``<ckpt dir>/<ckpt name>.test_units@<file or test>.npz``, never through a link out of the folder."""
+    """Where ``eval.py`` writes the per-window test losses: ``<ckpt>.test_units@<file or test>.npz``."""
     name = Path(str(cfg.text_file)).name if cfg.text_file else "test"
     ckpt = Path(str(cfg.ckpt_path)).absolute()
     return inside(ckpt.parent / f"{ckpt.stem}.test_units@{name}.npz", ckpt.parent)

@@ -38,8 +38,7 @@ def stored_content(checkpoint: Mapping[str, Any], datamodule: Any) -> dict[str, 
 def differences(
     checkpoint: Mapping[str, Any], datamodule: Any, path: str | os.PathLike[str], splits: Iterable[str] | None = None
 ) -> dict[str, tuple[str, str]]:
-    """``key -> (checkpoint, now)`` for each split (of ``splits``; default: every recorded one) whose
-    content differs (``data.content.<split>``), and for the tokenizer (``data.vocabulary``)."""
+    """``key -> (checkpoint, now)`` of each split (``data.content.<split>``) and tokenizer that differs."""
     found: dict[str, tuple[str, str]] = {}
     stored = stored_content(checkpoint, datamodule)
     describe = getattr(datamodule, "content_fingerprint", None)
@@ -64,8 +63,7 @@ def _describe(size: int, state: Mapping[str, Any]) -> str:
 
 
 def check_resumed_data(ckpt_path: str | os.PathLike[str], datamodule: Any, allow: Iterable[str]) -> list[str]:
-    """Refuse to resume ``ckpt_path`` on data other than its own, unless each difference is named in
-    ``allow`` (``resume_allow_changes``); returns the allowed differences."""
+    """Refuse to resume ``ckpt_path`` on other data, unless ``allow``ed; returns the allowed differences."""
     checkpoint = inspect_checkpoint(ckpt_path, weights=False)
     diffs = differences(checkpoint, datamodule, ckpt_path)
     refused = {k: v for k, v in diffs.items() if not change_allowed(k, allow)}

@@ -2,18 +2,15 @@
 
 Metric names (part of the interface):
 
-* ``train/loss`` (label-smoothed cross-entropy over the real target tokens), ``train/ppl`` (exp
-  of the unsmoothed NLL), ``train/lr``, ``train/padding_fraction``; ``data/padding_fraction``
-  once at the start;
-* ``val/loss``, ``val/ppl``: the unsmoothed NLL over every real target token of the split;
+* ``train/loss`` (label-smoothed), ``train/ppl``, ``train/lr``, ``train/padding_fraction``;
+  ``data/padding_fraction`` once at the start; ``val/loss``, ``val/ppl`` (unsmoothed, per token);
 * ``val/bleu``: sacreBLEU of the detokenised output on a fixed sample of ``task.val_bleu_samples``
   validation sentences (all when ``null``), decoded with ``task.val_beam_size`` (greedy default);
 * ``test/loss``, ``test/ppl``, ``test/bleu`` on the whole test split with the ``decode`` settings;
   the hypotheses go to ``<output_dir>/translations/test.hyp``.
 
-The sacreBLEU signature is logged as the hyper-parameter ``bleu_signature``; with W&B, each
-validation logs a table ``val/examples``. Label smoothing (Szegedy et al. 2016; 0.1 in Vaswani et
-al. 2017) is PyTorch's; padded positions are ignored (``ignore_index``).
+The hyper-parameter ``bleu_signature`` and, with W&B, a table ``val/examples`` per validation.
+Label smoothing (Szegedy et al. 2016; 0.1 in Vaswani et al. 2017) is PyTorch's, padding ignored.
 """
 
 from __future__ import annotations
@@ -57,10 +54,7 @@ def _all_gather_dict(local: dict[int, str]) -> dict[int, str]:
         return local
     parts: list[dict[int, str] | None] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(parts, local)
-    merged: dict[int, str] = {}
-    for part in parts:
-        merged.update(part or {})
-    return merged
+    return {index: hyp for part in parts for index, hyp in (part or {}).items()}
 
 
 class TranslationTask(TranslationChecks, TaskModule):
