@@ -1,17 +1,10 @@
 """Every private Hydra or Lightning name this package relies on, in one place (issue 19).
 
-A library may rename or remove a private name in any release. Keeping them here, each with why no
-public API does the job, means an upgrade breaks one module, and ``tests/test_compat.py`` fails
-first, naming the name that moved (it is pinned to the versions in ``requirements/constraints.txt``).
-Where a public API does the job, it is used instead (``fsspec`` for local paths, our own
-``flatten_params``).
-
-Private names used elsewhere, and why they cannot move here:
-
-- ``StepsRichProgressBar._get_train_description`` (``callbacks/progress.py``) overrides Lightning's
-  method of that name: an override must sit on the subclass. The test checks it still exists.
-- ``AppendingCSVLogger`` reads ``CSVLogger._experiment`` (``tracking/csv_logger.py``) inside its override of
-  the ``experiment`` property, as Lightning's own property does. The test checks it.
+A library may rename a private name in any release: kept here, each with why no public API does
+the job, an upgrade breaks one module and ``tests/test_compat.py`` names the name that moved.
+Private names used elsewhere, as overrides must sit on their subclass (the test checks them too):
+``StepsRichProgressBar._get_train_description`` (``callbacks/progress.py``) and
+``CSVLogger._experiment`` (``AppendingCSVLogger.experiment``, ``tracking/csv_logger.py``).
 """
 
 from __future__ import annotations
@@ -44,10 +37,8 @@ def __getattr__(name: str) -> Any:
 
 
 def hydra_args_parser() -> Any:
-    """The ``argparse`` parser of a ``@hydra.main`` app's command line (``-m``, ``--cfg``, the
-    overrides): private in Hydra 1.3 (``hydra._internal.utils.get_args_parser``). The command-line
-    check reads a command exactly as Hydra will (:func:`ablate.cli.check_command_line`), before
-    Hydra runs, so that a refusal prints ablate's message first."""
+    """The ``argparse`` parser of a ``@hydra.main`` app's command line, private in Hydra 1.3: the
+    command-line check reads a command exactly as Hydra will, before Hydra runs."""
     from hydra._internal.utils import get_args_parser
 
     return get_args_parser()
@@ -65,9 +56,8 @@ def is_local_path(path: Any) -> bool:
 
 
 def flatten_params(params: Mapping[Any, Any], separator: str = "/", prefix: str = "") -> dict[str, Any]:
-    """Nested mappings (and dataclasses, and lists made only of mappings, by index) as one level,
-    keys joined by ``separator``: ``{"a": {"b": 1}, "l": [{"c": 2}]}`` -> ``{"a/b": 1, "l/0/c": 2}``.
-    What Lightning's private ``_flatten_dict`` does for its loggers' hyperparameters."""
+    """Nested mappings (dataclasses, lists of mappings by index) as one level, as Lightning's private
+    ``_flatten_dict``: ``{"a": {"b": 1}, "l": [{"c": 2}]}`` -> ``{"a/b": 1, "l/0/c": 2}``."""
     flat: dict[str, Any] = {}
     for key, value in params.items():
         name = f"{prefix}{separator}{key}" if prefix else str(key)

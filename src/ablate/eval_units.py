@@ -1,21 +1,15 @@
 """Per-unit losses of a test evaluation: what lets a verdict generalise to new text, not only new seeds.
 
-Every test-split evaluation records, for each *unit* of the text it scored (a language model's
-non-overlapping window, a translation's sentence), the summed NLL in nats, the tokens predicted
-and the UTF-8 bytes they cover, in ``test_units.npz`` (per evaluation tag, ``""`` for ``test/*``,
-``"@512"`` for ``test/*@512``: ``<tag>.index``, ``.nats``, ``.tokens``, ``.bytes``, ``.block``,
-and a JSON ``meta`` whose per-tag ``text`` key hashes the exact text and windowing scored: units
-pair across two runs only when these keys are equal). :mod:`ablate.analysis.crossed` turns the
-pairs into an interval over seeds *and* held-out text.
+Every test evaluation records, for each *unit* of the text it scored (a window, a sentence), the
+summed NLL in nats, the tokens and the UTF-8 bytes in ``test_units.npz`` (per evaluation tag, with
+a ``meta`` key of the exact text: units pair across runs only under equal keys), which
+:mod:`ablate.analysis.crossed` turns into an interval over seeds *and* held-out text.
 
 **The text unit of a verdict** (:func:`text_groups`): neighbouring windows of one passage are not
-independent draws of the corpus (they share its topic, speakers and style), so the unit is the
-**held-out block** when the split has several (finer units would be pseudo-replicates, and the
-interval would cover far less than it says, issue 43); finer units only where the test split is
-made of independent passages (:data:`INDEPENDENT_PASSAGES`: Multi30k's captions, WikiText's
-articles), cut into :data:`PASSAGE_GROUPS` groups; otherwise the split is one unit.
-
-Pure numpy: read by the analysis without torch.
+independent draws, so the unit is the **held-out block** when the split has several (finer units
+would be pseudo-replicates, issue 43); finer units only where the test split is made of
+independent passages (:data:`INDEPENDENT_PASSAGES`), cut into :data:`PASSAGE_GROUPS` groups;
+otherwise the split is one unit. Pure numpy: read by the analysis without torch.
 """
 
 from __future__ import annotations
@@ -88,8 +82,7 @@ def metric_tag(metric: str) -> str:
 
 
 def write_units(path: str | os.PathLike[str], evaluations: dict[str, dict[str, Any]], meta: dict[str, Any]) -> Path:
-    """Write ``evaluations`` (tag -> the fields of :data:`FIELDS` and ``text``) and ``meta`` to
-    ``path`` atomically (a temporary file renamed into place)."""
+    """Write ``evaluations`` (tag -> the fields of :data:`FIELDS` and ``text``) and ``meta`` atomically."""
     path = Path(path)
     arrays: dict[str, np.ndarray] = {}
     texts = {}
@@ -115,8 +108,7 @@ def write_units(path: str | os.PathLike[str], evaluations: dict[str, dict[str, A
 
 
 def read_units(path: str | os.PathLike[str]) -> tuple[dict[str, Units], dict[str, Any]]:
-    """The evaluations of a units file (tag -> :class:`Units`) and its meta; a damaged or foreign
-    file raises ValueError naming it."""
+    """The evaluations of a units file (tag -> :class:`Units`) and its meta (else a ValueError)."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as data:

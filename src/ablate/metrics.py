@@ -1,14 +1,8 @@
 """What a logged metric means, declared once: its direction, words, unit and precision.
 
-A task declares the quantities it logs (:class:`ablate.tasks.TaskSpec`'s ``metrics``); the run
-itself declares the few every run logs (:data:`RUN_METRICS`). Everything that shows or compares a
-metric (progress lines, summaries, W&B goals and panels, analysis, the best-value rule of
-optimising sweeps) asks this registry instead of keeping its own table, and a metric nobody
-declared is refused by name where a direction is needed, never guessed. This module imports no
-task; asking an empty registry is an error (:func:`registered`).
-
-A logged name is ``<split>/<quantity>[@<length>]`` (``val/ppl``, ``test/ppl@512``); the registry
-is keyed by the quantity, so one declaration covers every split and evaluation length.
+Tasks declare the quantities they log, the run those every run logs (:data:`RUN_METRICS`); all that
+shows or compares a metric asks this registry, and an undeclared one is refused by name, never
+guessed. Keyed by the quantity of ``<split>/<quantity>[@<length>]`` (``test/ppl@512``).
 """
 
 from __future__ import annotations
@@ -28,16 +22,11 @@ SPLIT_WORDS = {"train": "training", "test": "test"}  # validation is the default
 
 @dataclass(frozen=True)
 class Metric:
-    """One logged quantity.
-
-    ``name``: the quantity, the last part of the logged name (``ppl`` of ``val/ppl@512``);
-    ``goal``: ``min`` or ``max``, what a better run has (None: neither, e.g. the learning rate);
-    ``label`` and ``unit``: words for axes and tables; ``format``: the format spec of summaries and tables; ``progress_format``: the
-    fixed-width spec of the plain progress lines; ``sci_above``: values this large (a perplexity
-    that blew up) are shown in scientific notation instead; ``shown``: whether run summaries and
-    progress lines show it (``bpb`` is logged for comparisons across tokenizers, not watched);
-    ``per_split``: False for a quantity of the run, not of a data split (the learning rate), whose
-    labels name no split."""
+    """One logged quantity: ``name`` (``ppl`` of ``val/ppl@512``), ``goal`` (``min``, ``max``, or None),
+    ``label`` and ``unit`` (words for axes and tables), ``format`` (summaries and tables),
+    ``progress_format`` (the plain progress lines), ``sci_above`` (values this large in scientific
+    notation), ``shown`` (in summaries and progress lines) and ``per_split`` (False for a quantity
+    of the run, such as the learning rate)."""
 
     name: str
     goal: Literal["min", "max"] | None
@@ -112,9 +101,8 @@ class NoTaskRegisteredError(RuntimeError):
 
 
 def register(metrics: Iterable[Metric]) -> None:
-    """Declare metrics (a task's, :func:`ablate.tasks.register_task`). Declaring a quantity again is
-    allowed only with the same meaning: two tasks that log ``loss`` must agree on what it is, or
-    every table would be ambiguous."""
+    """Declare metrics (a task's, :func:`ablate.tasks.register_task`); a quantity declared again must
+    have the same meaning, or every table would be ambiguous."""
     for metric in metrics:
         known = _REGISTRY.get(metric.name)
         if known is not None and known != metric:
@@ -152,8 +140,7 @@ def find(name: str) -> Metric | None:
 
 
 def lookup(name: str) -> Metric:
-    """The declaration of a logged name; :class:`UndeclaredMetricError` naming the declared
-    quantities when there is none (a typo, or a new metric its task did not declare)."""
+    """The declaration of a logged name (none: :class:`UndeclaredMetricError` names the declared ones)."""
     found = find(name)
     if found is None:
         known = ", ".join(sorted(_REGISTRY))

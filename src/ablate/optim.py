@@ -1,17 +1,13 @@
 """Optimiser and learning-rate schedules (the ``optim`` config group).
 
-``optim.name`` picks the optimiser from :data:`OPTIMIZERS`: ``adamw`` (Loshchilov & Hutter 2019,
-the default), ``adam`` (Kingma & Ba 2015; its ``weight_decay`` is an L2 term in the gradient) or
-``sgd`` (with ``optim.momentum``). Each declares the ``optim`` keys it reads; the others do not
-apply to it (:func:`used_optim_config` drops them from what a run records, and one given
-explicitly for the wrong optimiser, ``optim.momentum`` with Adam, is refused).
+``optim.name`` picks the optimiser from :data:`OPTIMIZERS`: ``adamw`` (Loshchilov & Hutter 2019),
+``adam`` (Kingma & Ba 2015; ``weight_decay`` as an L2 term) or ``sgd``, each with the ``optim``
+keys it reads (:func:`used_optim_config`).
 
-Weight decay on matrices only: biases, norm gains and
-other vectors are not decayed (as in GPT-2/nanoGPT; decaying a LayerNorm gain towards zero
-fights the normalisation). Embedding matrices are matrices and are decayed, as nanoGPT does.
-
-Schedules return a multiplier of the peak ``lr`` for an optimiser step, with a linear warmup
-of ``warmup_steps`` (0 allowed) in front of every one of them.
+Weight decay on matrices only, embeddings included (as nanoGPT): biases, norm gains and other
+vectors are not decayed (decaying a LayerNorm gain towards zero fights the normalisation).
+Schedules return a multiplier of the peak ``lr`` for an optimiser step, after a linear warmup of
+``warmup_steps`` (0 allowed).
 """
 
 from __future__ import annotations
@@ -177,14 +173,10 @@ def unscales_in_step(optimizer: torch.optim.Optimizer) -> bool:
 def unscale_once(scaler: torch.amp.GradScaler | None, optimizer: torch.optim.Optimizer) -> None:
     """Unscale fp16 gradients before they are read or clipped, where nobody else does.
 
-    With a GradScaler (``trainer.precision=16-mixed``) Lightning unscales before clipping, except for an
-    optimiser that unscales inside its step (:func:`unscales_in_step`, e.g. fused AdamW): there the
-    gradients stay multiplied by the loss scale, and a norm clipped or logged from them would be the
-    scale times too large. Unscaling here is what PyTorch's AMP recipe does before clipping; the
-    scaler then tells the fused step that the gradients are unscaled already (and still skips a step
-    with inf/NaN gradients). Called at most once per step whatever reads the gradients first (the
-    grad-norm logging, the clipping): the scaler records the stage per optimiser. bf16 and fp32
-    (no scaler) and every other optimiser: nothing to do. No host synchronisation."""
+    With a GradScaler Lightning unscales before clipping, except for an optimiser that unscales in
+    its step (:func:`unscales_in_step`, e.g. fused AdamW), whose gradients a clipped or logged norm
+    would read the loss scale times too large. As PyTorch's AMP recipe does; the scaler records the
+    stage, so this runs once per step whatever reads the gradients first. No host synchronisation."""
     if scaler is None or not scaler.is_enabled() or not unscales_in_step(optimizer):
         return
     from torch.amp.grad_scaler import OptState
@@ -197,13 +189,9 @@ def unscale_once(scaler: torch.amp.GradScaler | None, optimizer: torch.optim.Opt
 def clip_gradients(
     parameters: list[torch.Tensor], max_value: float, algorithm: str = "norm", sharded_root: nn.Module | None = None
 ) -> None:
-    """Clip gradients to a global L2 norm of ``max_value`` (``algorithm="norm"``, what
-    ``optim.grad_clip`` sets) or each element to ``[-max_value, max_value]`` (``"value"``).
-
-    ``torch.nn.utils.clip_grad_norm_`` over ``parameters`` in the optimiser's order: the same call
-    as Lightning's own clipping, so a run's numbers do not change. An FSDP model's gradients are
-    sharded over the ranks, and only the root module can compute their global norm
-    (``sharded_root.clip_grad_norm_``, a collective every rank calls)."""
+    """Clip gradients to a global L2 norm of ``max_value`` (``algorithm="norm"``) or each element to
+    ``[-max_value, max_value]`` (``"value"``), by the same call as Lightning's own clipping; an FSDP
+    model's sharded gradients through its root module (a collective every rank calls)."""
     import torch
 
     if algorithm == "value":

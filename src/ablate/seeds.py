@@ -1,18 +1,12 @@
 """Independent random streams by role: what makes two seeds two independent replicates.
 
-A run's ``seed`` drives several random choices. Each is drawn from its own stream,
-``numpy.random.SeedSequence(entropy=ROOT, spawn_key=(role, sign, |seed|, *more))``: NumPy's
-seed sequence hashes the whole key, so streams that differ in any part of it (the role, the seed,
-the epoch) are statistically independent, and no stream is a shifted copy of another.
-
-Why not ``seed + epoch``: that order makes seed ``s`` at epoch ``e + 1`` the same permutation as
-seed ``s + 1`` at epoch ``e``, so neighbouring seeds share most of their epoch orders (issue 34:
-in a 6-epoch run, seeds 11 and 13 shared 4 of 6), the seed-to-seed variance of a verdict is
-understated, and the selection seed 0 shares data orders with the verdict seeds 1, 2, ....
-
-Roles (:data:`DATA_ORDER`, ...) are fixed numbers: changing one changes every run's order, so a
-checkpoint records :data:`ORDER_VERSION` and a resume under another version is refused
-(:mod:`ablate.data.corpus`).
+Each random choice of a run is drawn from its own stream,
+``numpy.random.SeedSequence(entropy=ROOT, spawn_key=(role, sign, |seed|, *more))``, which hashes
+the whole key: streams that differ in any part are independent, none a shifted copy of another.
+Not ``seed + epoch``: seed ``s`` at epoch ``e + 1`` would be seed ``s + 1`` at epoch ``e``, so
+neighbouring seeds shared most of their epoch orders (issue 34) and a verdict's seed-to-seed
+variance was understated. Roles are fixed numbers; a checkpoint records :data:`ORDER_VERSION`
+and a resume under another version is refused (:mod:`ablate.data.corpus`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """How the project writes into a run's (or a sweep's) folder: never through a link that leaves it,
 and a full disk named with the path and the bytes.
 
-* :func:`inside` -- a path written or deleted under ``root`` is reached through no symbolic link
-  that leads out of it: ``<run>/checkpoints`` linked elsewhere would make ``overwrite=true``
-  delete that folder's checkpoints (:class:`LinkOutsideError`). Links that stay inside (W&B's
-  ``latest-run``) and folders configured elsewhere on purpose are fine.
-* :func:`check_run_folder` -- before a job trains, every entry of its folder passes
-  :func:`inside`, and the folders a run writes are folders, not files.
+* :func:`inside` -- no symbolic link under ``root`` leads a write or delete out of it
+  (``<run>/checkpoints`` linked elsewhere would make ``overwrite=true`` delete that folder's
+  checkpoints); :func:`check_run_folder` checks a job's folder before it trains.
 * :class:`DiskFullError` / :func:`named_disk_full` -- ``ENOSPC``/``EDQUOT`` names the file, the
-  bytes it needed and the space left (exit 2) and leaves no partial file; ``EFBIG`` (``ulimit -f``)
-  is named as a size limit (:func:`size_limit`).
+  bytes it needed and the space left (exit 2) and leaves no partial file; ``EFBIG`` is named as a
+  size limit (:func:`size_limit`).
 """
 
 from __future__ import annotations
@@ -48,8 +45,7 @@ class FileTooLargeError(UserError, OSError):
 
 def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
     """``path``, after checking that no symbolic link at or above it, below ``root``, leads out of
-    ``root`` (:class:`LinkOutsideError` names the first one). A ``path`` not under ``root`` by name
-    is returned unchecked."""
+    ``root`` (:class:`LinkOutsideError`); a ``path`` not under ``root`` is returned unchecked."""
     path, root = Path(path).absolute(), Path(root).absolute()
     try:
         parts = path.relative_to(root).parts
@@ -69,9 +65,8 @@ def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
 
 
 def check_run_folder(folder: str | os.PathLike[str], checkpoint_dirs: Iterable[str | os.PathLike[str]] = ()) -> None:
-    """Before a job writes into ``folder``: no entry of it, or of its checkpoint folders, is a link
-    leading out of it, and the folders a run writes into are folders (a file named ``wandb`` is
-    named as such, not met as W&B's traceback). Reads only."""
+    """Before a job writes into ``folder``: no entry of it or of its checkpoint folders is a link out
+    of it, and the folders a run writes into are folders. Reads only."""
     folder = Path(folder)
     if not folder.is_dir():
         return
@@ -119,8 +114,7 @@ def _short_write(err: OSError) -> bool:
 
 def size_limit(err: BaseException) -> tuple[str, str] | None:
     """What refused a write for the file's size and the remedy, or None: ``EFBIG`` or (numpy's
-    errno-less short write) a file size limit in force. A full disk and a limit need different
-    remedies, so the message must not say "the disk filled up" with gigabytes free."""
+    errno-less short write) a file size limit in force, not to be called a full disk."""
     if not isinstance(err, OSError):
         return None
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]

@@ -1,11 +1,8 @@
 """Token caches that are complete and intact, or rebuilt: shared by the LM and translation data.
 
-A cache folder is built under a temporary name and renamed into place, so a folder with the final
-name is always complete; ``meta.json`` is written last and lists every other file with its size
-and SHA-256, checked before use, so a damaged cache is named and rebuilt instead of training on a
-fraction of the corpus or failing later with a pathless error. The jobs of a parallel sweep that
-need the same corpus wait on an ``flock`` for the first one's cache instead of each tokenising it
-again; a build that would not fit on the disk is refused before it writes.
+A cache folder is built under a temporary name and renamed into place; ``meta.json``, written
+last, lists every other file's size and SHA-256, checked before use (a damaged cache is rebuilt).
+Parallel jobs wait on an ``flock`` for the first one's build; one that would not fit is refused.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import UserError
-from ablate.writes import human_bytes, is_disk_full, size_limit
+from ablate.writes import human_bytes, is_disk_full, size_limit, write_text_atomically
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +46,7 @@ class CacheSpaceError(UserError, OSError):
 
 
 def check_free_space(folder: Path, needed: int | None) -> None:
-    """Refuse to start writing ``needed`` bytes into ``folder`` when its disk has less free space
-    (None: the size is not known beforehand, e.g. a streamed Hub dataset; nothing is checked)."""
+    """Refuse to start writing ``needed`` bytes (None: unknown) into ``folder`` without the free space."""
     if needed is None:
         return
     _NEEDED[Path(folder)] = needed  # named again if the disk fills up anyway (another writer)
@@ -71,10 +67,7 @@ class CacheFolderError(UserError, OSError):
 
 
 def _folder_error(final: Path, err: OSError, needed: int | None = None) -> UserError:
-    """A write into the cache folder failed: a full disk (with the bytes the cache needs, when they
-    were estimated), or a folder that cannot be written, named with the path (Errno 28 alone names
-    none; numpy's short write, ``65546 requested and 1907 written``, no errno either) and the
-    setting that chose the folder."""
+    """A failed write into the cache folder (size limit, full disk, unwritable), named with the path."""
     where = err.filename or final.parent
     if limit := size_limit(err):
         return CacheFolderError(
@@ -96,27 +89,21 @@ def _folder_error(final: Path, err: OSError, needed: int | None = None) -> UserE
     )
 
 
-HASH_MEMO = ".source-sha256.json"
-"""In a cache folder: the SHA-256 of each source file hashed there, with the file's stat identity."""
+HASH_MEMO = ".source-sha256.json"  # in a cache folder: each source file's SHA-256, by its stat identity
+# a file changed less than this long ago is hashed but not remembered: ctime comes from a coarse
+# clock, so a rewrite within the same tick would show the same identity (git's "racily clean")
 RACY_NS = 2_000_000_000
-"""A file changed less than this long ago is hashed but not remembered: the kernel stamps ctime from
-a coarse clock (a few ms), so a rewrite within the same tick as the hashed version would show the
-same identity (git's "racily clean" entries, handled the same way)."""
 
 
 def _stat_identity(path: Path) -> list[int]:
-    """What changes whenever a file's bytes can have changed: size, mtime, inode and device, and
-    the ctime, which the kernel sets on every write *and* on every ``touch``/``utime``: a file
-    rewritten and given back its old mtime still shows a new ctime."""
+    """What changes whenever a file's bytes can have changed: size, mtime, inode, device and ctime
+    (set on every write and ``utime``: a rewrite given back its old mtime still shows)."""
     st = path.stat()
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
 def content_sha256(path: Path, memo_dir: Path | None = None) -> str:
-    """SHA-256 of a source file's bytes (streamed). With ``memo_dir`` (the cache folder), remembered
-    in :data:`HASH_MEMO` by the file's :func:`_stat_identity`, so that an unchanged file is not read
-    again (1 MB: ~1 ms; 100 MB: ~0.2 s, read once); the memo is best effort (an unwritable folder
-    only costs the hashing)."""
+    """SHA-256 of a source file's bytes, remembered in ``memo_dir`` by its :func:`_stat_identity`."""
     path = path.absolute()
     identity = _stat_identity(path)
     memo_file = memo_dir / HASH_MEMO if memo_dir is not None else None
@@ -135,10 +122,8 @@ def content_sha256(path: Path, memo_dir: Path | None = None) -> str:
     if memo_file is not None and settled and _stat_identity(path) == identity:  # not changed while it was read
         memo[str(path)] = {"stat": identity, "sha256": digest}
         try:
-            memo_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-            tmp = memo_file.with_name(f"{HASH_MEMO}.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(memo))
-            os.replace(tmp, memo_file)  # atomic: a concurrent reader sees the old memo or the new
+            memo_file.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomically(memo_file, json.dumps(memo))  # a concurrent reader sees the old or the new
         except OSError:
             pass
     return digest
@@ -147,11 +132,8 @@ def content_sha256(path: Path, memo_dir: Path | None = None) -> str:
 def file_fingerprint(
     paths: Mapping[str, Path], full_paths: bool = False, memo_dir: Path | None = None
 ) -> list[list[Any]]:
-    """Identity of source files (name or path, size, SHA-256 of the content), hashed into a cache
-    folder's name: it changes whenever a file's content does, also when a replacement has the same
-    size and modification time (which a key of size and mtime alone missed: the old tokens were
-    used). ``full_paths``: two user files may share name and content; ``memo_dir``: see
-    :func:`content_sha256`."""
+    """Identity of source files (name or path, size, content SHA-256), hashed into a cache folder's
+    name: it changes whenever a file's content does, even with the same size and mtime."""
     return [
         [key, str(p.absolute()) if full_paths else p.name, p.stat().st_size, content_sha256(p, memo_dir)]
         for key, p in sorted(paths.items())
@@ -167,8 +149,7 @@ def sha256_file(path: Path) -> str:
 
 
 def write_meta(folder: Path, meta: dict[str, Any]) -> None:
-    """Write ``meta.json`` (last: it marks the folder complete) with the size and checksum of
-    every other file in ``folder``."""
+    """Write ``meta.json`` (last: it marks the folder complete) with every other file's size and checksum."""
     files = {
         p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
         for p in sorted(folder.iterdir())
@@ -181,9 +162,7 @@ DATA_SPLITS = ("train", "val", "test")
 
 
 def split_fingerprints(files: Mapping[str, Any]) -> dict[str, str]:
-    """The content of each split of a cache, from its ``meta.json`` ``files`` (name -> size and
-    SHA-256): the SHA-256 of its files' names and checksums (``train.bin``; a parallel corpus's
-    ``train.de.ids``, ``train.de.offsets``, ...). Equal fingerprints: the same tokens, split by split."""
+    """Per split of a cache, the SHA-256 of its files' names and checksums: equal, the same tokens."""
     by_split: dict[str, list[str]] = {}
     for name, entry in sorted(files.items()):
         split = name.split(".", 1)[0]
@@ -193,8 +172,7 @@ def split_fingerprints(files: Mapping[str, Any]) -> dict[str, str]:
 
 
 def read_meta(folder: Path, checksums: bool = False) -> dict[str, Any]:
-    """``meta.json`` of a complete cache, after checking that every listed file has its recorded
-    size (and, with ``checksums``, its SHA-256). :class:`CacheCorruptError` names the first bad file."""
+    """``meta.json`` of a complete cache, every listed file's size (and SHA-256) checked."""
     meta_path = folder / META
     try:
         meta = json.loads(meta_path.read_text())
@@ -215,9 +193,7 @@ def read_meta(folder: Path, checksums: bool = False) -> dict[str, Any]:
 
 
 def ensure_cache(final: Path, build: Callable[[Path], None]) -> Path:
-    """A complete, intact cache at ``final``: verified (sizes and checksums) when it exists,
-    else (or when damaged, saying so) built by ``build(folder)`` in a temporary folder beside it
-    and renamed into place, by one process at a time. ``build`` must end with :func:`write_meta`."""
+    """A complete, intact cache at ``final``, verified, or built by ``build(folder)`` (one process at a time)."""
     if _intact(final):
         return final
     try:
@@ -227,7 +203,9 @@ def ensure_cache(final: Path, build: Callable[[Path], None]) -> Path:
     except OSError as err:
         raise _folder_error(final, err) from None
     try:
-        if not _try_lock(lock):
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             log.info("Another process is building %s: waiting for it", final)
             fcntl.flock(lock, fcntl.LOCK_EX)
         if _intact(final):  # built by the process we waited for
@@ -241,17 +219,8 @@ def ensure_cache(final: Path, build: Callable[[Path], None]) -> Path:
         os.close(lock)  # releases the lock
 
 
-def _try_lock(lock: int) -> bool:
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-
-
 def _intact(final: Path) -> bool:
-    """Whether ``final`` holds a complete cache whose files match its ``meta.json`` (a damaged one
-    is removed, saying why)."""
+    """Whether ``final`` holds a complete cache matching its ``meta.json`` (a damaged one is removed)."""
     if (final / META).exists():
         try:
             # the checksums once per process (fit, test and eval each call prepare_data); sizes every time

@@ -1,12 +1,6 @@
-"""What every corpus shares, whatever it holds (LM text, parallel sentences): a verified token
-cache built once, and a training order that a resumed run continues exactly.
-
-The training order's position is saved in every checkpoint and restored before the next training
-loader is made, each subclass counting it in its own units (``position``/``resume_sampler``).
-Evaluation is dealt over the ranks without repeating any item (Lightning's distributed sampler
-pads the ranks by repeating items, which then count twice in ``val/loss``). The content
-fingerprint saved beside the position lets a resume or an evaluation tell that the text changed
-(:mod:`ablate.tasks.trained_data`).
+"""What every corpus shares: a verified token cache built once, its loaders, and a training order
+that a resumed run continues exactly (each subclass counts its position in its own units), beside
+a content fingerprint that tells that the text changed (:mod:`ablate.tasks.trained_data`).
 """
 
 from __future__ import annotations
@@ -16,7 +10,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import lightning as L
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ablate.data.cache import CacheCorruptError, ensure_cache, read_meta, split_fingerprints
 from ablate.data.samplers import ResumableSampler
@@ -25,8 +19,7 @@ from ablate.seeds import ORDER_VERSION
 
 
 class DataOrderMismatch(UserError, RuntimeError):
-    """A checkpoint trained in another version's data order: resuming it would change the order
-    mid-run, so it is refused (the message says what to do)."""
+    """A checkpoint trained in another version's data order: resuming it would change the order mid-run."""
 
 
 class SplitTooSmallForRanks(UserError, ValueError):
@@ -37,6 +30,10 @@ class CachedCorpus(L.LightningDataModule):
     """Base of the LM and translation data modules (see the module docstring)."""
 
     seed: int = 0
+    num_workers: int = 0
+    datasets: dict[str, Any]
+    batched = True  # False: an item is a whole batch (translation's token batches), dealt one per rank and step
+    _eval_batch_size: int | None = None
     _train_sampler: ResumableSampler | None = None
     _resume_state: dict[str, int] | None = None
 
@@ -47,13 +44,11 @@ class CachedCorpus(L.LightningDataModule):
         raise NotImplementedError
 
     def _build_cache(self, folder: Path) -> None:
-        """Write the tokenised corpus into ``folder`` (a fresh temporary folder, renamed into
-        place by :func:`~ablate.data.cache.ensure_cache` once complete)."""
+        """Write the tokenised corpus into ``folder``, a temporary folder renamed into place once complete."""
         raise NotImplementedError
 
     def prepare_data(self) -> None:
-        """Tokenise the corpus into the cache folder unless an intact cache exists (a damaged one
-        is rebuilt: :func:`ablate.data.cache.ensure_cache`)."""
+        """Tokenise the corpus into the cache folder unless an intact cache exists."""
         ensure_cache(self.cache_path(), self._build_cache)
 
     def cache_meta(self) -> dict[str, Any]:
@@ -71,6 +66,44 @@ class CachedCorpus(L.LightningDataModule):
         """Split -> the SHA-256 of its tokens as the cache records them (:func:`ablate.data.cache.split_fingerprints`)."""
         return split_fingerprints(self.cache_meta()["files"])
 
+    # --- the loaders -------------------------------------------------------------------
+
+    def device_batch_size(self) -> int:
+        """Items per training DataLoader batch on one device."""
+        raise NotImplementedError
+
+    @property
+    def eval_batch_size(self) -> int:
+        return self._eval_batch_size or self.device_batch_size()
+
+    def loader_options(self) -> dict[str, Any]:
+        """This corpus's further DataLoader arguments."""
+        return {}
+
+    def _dataset(self, split: str) -> Dataset[Any]:
+        return self.datasets[split]
+
+    def _loader(self, split: str, batch_size: int, sampler: Sampler[int] | None) -> DataLoader:
+        # training: the resumable order (a partial batch dropped); evaluation: in order, each item on one rank
+        return DataLoader(
+            self._dataset(split),
+            batch_size=batch_size if self.batched else None,
+            sampler=sampler,
+            drop_last=self.batched and isinstance(sampler, ResumableSampler),
+            num_workers=self.num_workers,
+            **self.loader_options(),
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        size = self.device_batch_size()
+        return self._loader("train", size, self.training_sampler(self._dataset("train"), size))
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", self.eval_batch_size, self.evaluation_sampler(self._dataset("val"), "val"))
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", self.eval_batch_size, self.evaluation_sampler(self._dataset("test"), "test"))
+
     # --- the training order --------------------------------------------------------------
 
     def training_sampler(self, dataset: Dataset[Any], batch_size: int) -> ResumableSampler:
@@ -86,15 +119,11 @@ class CachedCorpus(L.LightningDataModule):
         return sampler
 
     def evaluation_sampler(self, dataset: Dataset[Any], split: str) -> Sampler[int] | None:
-        """The evaluation order: in one process none (the loader's own, in order); over several
-        ranks each item on exactly one rank, none repeated (Lightning's ``UnrepeatedDistributedSampler``:
-        rank ``r`` of ``w`` takes items ``r, r + w, ...``, so the ranks' counts differ by one at most).
-
-        The evaluation metrics are sums over items synchronised by torchmetrics (token-weighted
-        means), so every item counts once and the result is the single process's, up to float
-        rounding. A rank may then run one batch fewer than another: nothing in an evaluation step
-        waits for the other ranks (DDP syncs buffers on the first forward only, which every rank
-        runs: each has an item, checked here)."""
+        """The evaluation order: in one process none (in order); over several ranks each item on
+        exactly one rank (``UnrepeatedDistributedSampler``; Lightning's own repeats items to pad
+        the ranks, which would count twice), so the synchronised token-weighted metrics are the
+        single process's. A rank may run one batch fewer: nothing in an evaluation step waits for
+        the others, once every rank has an item (checked here)."""
         from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 
         trainer = self.trainer
@@ -119,12 +148,9 @@ class CachedCorpus(L.LightningDataModule):
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
-        """The position in the training order, saved in every checkpoint by Lightning: the order's
-        seed, its epoch and how far into the epoch the run is.
-
-        How far is Lightning's own progress counter (batches that finished their training step),
-        not what the DataLoader has fetched: Lightning prefetches a batch ahead. Beside it, ``content``:
-        each split's :meth:`content_fingerprint`."""
+        """The position in the training order, saved in every checkpoint: seed, epoch and how far
+        (Lightning's count of finished training steps, not what the prefetching DataLoader fetched),
+        with each split's :meth:`content_fingerprint`."""
         sampler, trainer = self._train_sampler, self.trainer
         if sampler is None or trainer is None:
             return {}
@@ -135,10 +161,8 @@ class CachedCorpus(L.LightningDataModule):
         return {"seed": sampler.seed, "epoch": sampler.epoch, "order": ORDER_VERSION, **position, "content": content}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Remember the position; the next training loader starts there. A checkpoint written in
-        another data order (:data:`ablate.seeds.ORDER_VERSION`; none recorded: version 1,
-        ``seed + epoch``) is refused: its remaining epochs would be drawn in an order it was not
-        trained in, and the run would no longer be the run it claims to be."""
+        """Remember the position; the next training loader starts there. A checkpoint of another data
+        order (:data:`ablate.seeds.ORDER_VERSION`; none recorded: version 1) is refused."""
         state = dict(state_dict)
         if state and state.get("order", 1) != ORDER_VERSION:
             raise DataOrderMismatch(

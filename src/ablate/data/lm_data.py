@@ -1,12 +1,7 @@
-"""Language-modelling corpora: where each one's text comes from, split into train, validation and
-test. The tokenising, caching and loading they share is :class:`ablate.data.lm_datamodule.LMDataModule`.
-
-* :class:`TinyShakespeare` -- Karpathy's 1 MB of Shakespeare, nanoGPT's split, a disjoint test
-  tail, or 4 held-out blocks per split spread through the text (``splits=``).
-* :class:`WikiText2`, :class:`WikiText103` -- Merity et al. 2016, from local files or the Hub.
-* :class:`TextFiles` -- any UTF-8 text files, one per split.
-
-The ``_target_`` of ``conf/data/*.yaml`` (and of every stored checkpoint) names these classes here.
+"""Language-modelling corpora: where each one's text comes from (the rest is
+:class:`ablate.data.lm_datamodule.LMDataModule`'s): :class:`TinyShakespeare`, :class:`WikiText2`
+and :class:`WikiText103` (Merity et al. 2016), :class:`TextFiles` (any UTF-8 files, one per split).
+``conf/data/*.yaml`` and every stored checkpoint name these classes here (``_target_``).
 """
 
 from __future__ import annotations
@@ -42,14 +37,10 @@ def _rows(dataset: Any, column: str) -> Iterator[str]:
 
 
 class TinyShakespeare(LMDataModule):
-    """Tiny Shakespeare (Karpathy's char-rnn corpus, 1.1 MB), cut at character offsets by ``splits``
-    (``conf/data/tinyshakespeare.yaml``): ``nanogpt`` as nanoGPT (test = validation), ``disjoint``
-    (a test text no selection on validation saw, but one passage) or ``blocks``: 8 equal segments,
-    the last 10% of each held out, test in segments 0, 2, 4, 6 and validation in 1, 3, 5, 7, so a
-    verdict is not about one passage (issue 34: Δ changed sign between quarters of the ``disjoint``
-    test text); ``heldout_blocks`` per split (null: 4), the text unit of a verdict
-    (:func:`ablate.eval_units.text_groups`). Read from ``{data_dir}/tinyshakespeare/input.txt``;
-    downloaded from :attr:`URL` if missing."""
+    """Tiny Shakespeare (Karpathy's char-rnn corpus, 1.1 MB), cut at character offsets by ``splits``:
+    ``nanogpt`` (test = validation), ``disjoint`` (a held-out test passage) or ``blocks``: segments
+    with their last 10% held out, test and validation alternating, so a verdict is not about one
+    passage (issue 34); ``heldout_blocks`` per split (null: 4). Downloaded from :attr:`URL` if missing."""
 
     name = "tinyshakespeare"
     URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -144,11 +135,8 @@ class TinyShakespeare(LMDataModule):
 
 
 class WikiText(LMDataModule):
-    """WikiText (Merity et al. 2016): Wikipedia articles with given train/valid/test splits.
-
-    Local files win: ``{data_dir}/{LOCAL_DIR}/`` holding one of the file sets in
-    :attr:`LOCAL_NAMES`. Otherwise the raw version is loaded from the Hugging Face Hub.
-    """
+    """WikiText (Merity et al. 2016): from one of the file sets :attr:`LOCAL_NAMES` in
+    ``{data_dir}/{LOCAL_DIR}/`` when there, else the raw version from the Hugging Face Hub."""
 
     LOCAL_DIR: ClassVar[str]
     HUB_PATH: ClassVar[str] = "Salesforce/wikitext"

@@ -1,11 +1,8 @@
 """The language-modelling data module: a corpus tokenised once into memory-mapped token files,
 served as fixed-length windows in a resumable order.
 
-Each corpus subclass (:mod:`ablate.data.lm_data`) only says where its text comes from
-(:meth:`LMDataModule.source_key`, :meth:`LMDataModule.split_texts`). The cache is one folder per
-corpus/tokenizer/source version, ``{cache_dir}/{corpus}-{tokenizer}[-{vocab_size}]-{hash}/``,
-holding flat token ids per split (``train.bin``: uint16, or uint32 for vocabularies > 65536), the
-tokenizer and ``meta.json`` (:mod:`ablate.data.token_files`, :mod:`ablate.data.cache`).
+Each corpus subclass (:mod:`ablate.data.lm_data`) only says where its text comes from; the cache
+is ``{cache_dir}/{corpus}-{tokenizer}[-{vocab_size}]-{hash}/`` (:mod:`ablate.data.token_files`).
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Sampler
 
 from ablate.data.cache import CacheCorruptError, read_meta, sha256_file
 from ablate.data.corpus import CachedCorpus
@@ -33,21 +29,13 @@ from ablate.errors import UserError
 
 
 class SplitTooShortError(UserError, ValueError):
-    """A split has fewer tokens than one window (or one batch of windows) needs; found once the corpus
-    is tokenised. The message names the split, its size and the setting to lower."""
+    """A split has fewer tokens than one window (or batch of windows) needs; the message says which."""
 
 
 class LMDataModule(CachedCorpus):
     """Base class: tokenise a corpus once, cache it, serve fixed-length windows. Its arguments are
-    the ``data`` keys, each documented in ``conf/data/*.yaml``; ``batch_size`` is the global batch
-    (sequences per optimiser step, all devices and accumulation steps together), divided by the
-    Trainer's world size x ``accumulate_grad_batches`` for each DataLoader batch (an error when that
-    does not divide); ``eval_seq_len`` may be longer than ``seq_len`` (length extrapolation;
-    :meth:`use_eval_length` changes it after training).
-
-    The position in the training order (:class:`ResumableSampler`) is part of the checkpoint
-    (:meth:`state_dict`), so a resumed run continues with the next unseen batch instead of
-    restarting the epoch. After ``prepare_data(); setup("fit")``: :attr:`tokenizer`,
+    the ``data`` keys (``conf/data/*.yaml``); ``batch_size`` is the global batch (all devices and
+    accumulation steps together). After ``prepare_data(); setup("fit")``: :attr:`tokenizer`,
     :attr:`vocab_size` and :attr:`datasets` (split name -> :class:`TokenWindows`)."""
 
     name: str | None = "corpus"
@@ -110,8 +98,7 @@ class LMDataModule(CachedCorpus):
     # --- what a corpus provides ------------------------------------------------------
 
     def source_key(self) -> Any:
-        """JSON-able identity of the raw sources, hashed into the cache folder name (cheap: no
-        reading of the text; may download a missing file first)."""
+        """JSON-able identity of the raw sources, hashed into the cache folder name (reads no text)."""
         raise NotImplementedError
 
     def split_texts(self) -> dict[str, SplitText]:
@@ -119,10 +106,7 @@ class LMDataModule(CachedCorpus):
         raise NotImplementedError
 
     def split_blocks(self) -> dict[str, list[SplitText]]:
-        """Splits made of several disjoint blocks of the corpus (Tiny Shakespeare's
-        ``splits=blocks``): split -> its blocks in order, tokenised one after the other into the
-        split's token file, their token boundaries recorded in ``meta.json`` (``blocks``) so that
-        a test window knows its block (:mod:`ablate.eval_units`). Default: none."""
+        """Split -> its disjoint blocks of the corpus (``splits=blocks``), boundaries in ``meta.json``."""
         return {}
 
     @classmethod
@@ -140,8 +124,7 @@ class LMDataModule(CachedCorpus):
         return self.batch_size * self.seq_len
 
     def device_batch_size(self) -> int:
-        """Sequences per training DataLoader batch: the global batch over the Trainer's world
-        size and gradient accumulation steps."""
+        """Sequences per training DataLoader batch: the global batch over world size x accumulation."""
         trainer = self.trainer
         world, accumulate = (trainer.world_size, trainer.accumulate_grad_batches) if trainer is not None else (1, 1)
         if self.batch_size % (world * accumulate):
@@ -157,15 +140,8 @@ class LMDataModule(CachedCorpus):
             )
         return size
 
-    @property
-    def eval_batch_size(self) -> int:
-        return self._eval_batch_size or self.device_batch_size()
-
     def use_eval_length(self, seq_len: int) -> None:
-        """Evaluate at ``seq_len`` from now on (length extrapolation; ``train.py`` does this for
-        ``eval.seq_lens``): validation and test become non-overlapping windows of ``seq_len``
-        tokens, and the per-device eval batch changes so that a batch holds about as many tokens
-        as at the first eval length (at least one window), which keeps memory flat."""
+        """Evaluate at ``seq_len`` from now on, the eval batch holding about as many tokens as before."""
         if self._eval_tokens_per_batch is None:
             self._eval_tokens_per_batch = self.eval_batch_size * self.eval_seq_len
         self.eval_seq_len = seq_len
@@ -233,11 +209,9 @@ class LMDataModule(CachedCorpus):
         return windows
 
     def unit_text(self, split: str) -> dict[str, Any]:
-        """What a per-window record of ``split`` needs (:mod:`ablate.eval_units`): ``text``, the
-        key of the exact text and windowing (the token file's SHA-256 and the window length: two
-        runs' windows pair only under equal keys), ``stride`` (tokens from one window's start to
-        the next), ``bounds`` (the token boundaries of the split's held-out blocks, or None) and
-        ``layout`` (the split scheme, when the corpus has several)."""
+        """What a per-window record of ``split`` needs (:mod:`ablate.eval_units`): ``text`` (the key of
+        the exact text and windowing), ``stride``, ``bounds`` (of the held-out blocks, or None) and
+        ``layout`` (the split scheme)."""
         windows = self._dataset(split)
         try:
             bounds = read_meta(windows.path.parent).get("blocks", {}).get(split)
@@ -256,24 +230,15 @@ class LMDataModule(CachedCorpus):
             self.setup({"train": "fit", "val": "validate", "test": "test"}[split])
         return self.datasets[split]
 
-    def _loader(self, split: str, batch_size: int, sampler: Sampler[int] | None = None) -> DataLoader:
-        return DataLoader(
-            self._dataset(split),
-            batch_size=batch_size,
-            sampler=sampler,  # training: ResumableSampler; evaluation: in order, each window on one rank
-            drop_last=isinstance(sampler, ResumableSampler),
-            collate_fn=collate_windows,  # batches come gathered in one go (TokenWindows.__getitems__)
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.num_workers > 0,
+    def loader_options(self) -> dict[str, Any]:
+        return {
+            "collate_fn": collate_windows,  # batches come gathered in one go (TokenWindows.__getitems__)
+            "pin_memory": self.pin_memory,
+            "persistent_workers": self.num_workers > 0,
             # its own generator: starting an iteration (it draws the workers' base seed) then
             # leaves the global RNG alone, which a resumed run restores exactly
-            generator=torch.Generator().manual_seed(self.seed),
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        size = self.device_batch_size()
-        return self._loader("train", size, self.training_sampler(self._dataset("train"), size))
+            "generator": torch.Generator().manual_seed(self.seed),
+        }
 
     def position(self, sampler: ResumableSampler, steps_done: int) -> dict[str, int]:
         """The samples (all ranks together) this epoch has consumed."""
@@ -288,9 +253,3 @@ class LMDataModule(CachedCorpus):
                 f"{sampler.batch_size}. Resume with the global batch size the checkpoint was trained with."
             )
         sampler.resume_at(state["epoch"], state["samples_done"] // per_round)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", self.eval_batch_size, self.evaluation_sampler(self._dataset("val"), "val"))
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", self.eval_batch_size, self.evaluation_sampler(self._dataset("test"), "test"))

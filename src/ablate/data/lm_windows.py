@@ -1,8 +1,6 @@
-"""Fixed-length windows over a flat token file: the samples of language modelling.
-
-A split's token file (what :mod:`ablate.data.lm_data` caches) is memory-mapped and cut into
-windows of ``seq_len + 1`` tokens (input and shifted target); a DataLoader batch is gathered from
-the map in one go (:meth:`TokenWindows.__getitems__`, :func:`collate_windows`).
+"""Fixed-length windows over a flat, memory-mapped token file: the samples of language modelling,
+``seq_len + 1`` tokens each (input and shifted target), a batch gathered in one go
+(:meth:`TokenWindows.__getitems__`, :func:`collate_windows`).
 """
 
 from __future__ import annotations
@@ -22,15 +20,9 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 class TokenWindows(Dataset):
-    """Windows over a flat token file: item i is ``(x, y)`` with ``x = tokens[i*S : i*S + L]``
-    and ``y = tokens[i*S + 1 : i*S + L + 1]`` (int64 tensors), for stride S (default L:
-    non-overlapping windows). Stride 1 makes every offset a window, so a shuffled epoch samples
-    random windows as nanoGPT does.
-
-    A trailing piece shorter than a full window is dropped. The file is memory-mapped
-    lazily and the map is not pickled, so DataLoader workers each open their own instead of
-    receiving a copy of the whole array.
-    """
+    """Windows over a flat token file: item i is ``(x, y)`` with ``x = tokens[i*S : i*S + L]`` and
+    ``y = tokens[i*S + 1 : i*S + L + 1]`` for stride S (default L; 1: every offset, as nanoGPT). A
+    trailing partial window is dropped; the lazy memory map is not pickled (each worker maps its own)."""
 
     def __init__(self, path: Path, dtype: np.dtype, seq_len: int, stride: int | None = None) -> None:
         self.path, self.dtype, self.seq_len = Path(path), np.dtype(dtype), seq_len
@@ -56,8 +48,7 @@ class TokenWindows(Dataset):
         return chunk[:-1], chunk[1:]
 
     def __getitems__(self, indices: list[int]) -> WindowBatch:
-        """A whole batch with one gather from the memory map (what a DataLoader asks for): about
-        6x faster than ``len(indices)`` calls of ``__getitem__`` plus stacking them."""
+        """A whole batch with one gather from the memory map: about 6x faster than item by item."""
         idx = np.asarray(indices, dtype=np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
             bad = idx[(idx < 0) | (idx >= len(self))][0]
@@ -71,11 +62,8 @@ class TokenWindows(Dataset):
 
 
 class WindowBatch(Sequence):
-    """The windows of one batch, already stacked: ``x``, ``y`` of shape (B, L).
-
-    It is also the sequence of its ``(x[i], y[i])`` samples, so ``default_collate`` (a
-    DataLoader without :func:`collate_windows`) still builds the same batch, only slower.
-    """
+    """The windows of one batch, already stacked: ``x``, ``y`` of shape (B, L); also the sequence of
+    its ``(x[i], y[i])`` samples, so ``default_collate`` still builds the same batch, only slower."""
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
         self.x, self.y = x, y
@@ -88,8 +76,7 @@ class WindowBatch(Sequence):
 
 
 def collate_windows(batch: Any) -> Any:
-    """Collate for :class:`TokenWindows` loaders: a :class:`WindowBatch` is returned as
-    ``[x, y]`` without copying; anything else goes through ``default_collate``."""
+    """A :class:`WindowBatch` as ``[x, y]`` without copying; anything else through ``default_collate``."""
     if isinstance(batch, WindowBatch):
         return [batch.x, batch.y]
     return default_collate(batch)

@@ -1,22 +1,18 @@
 """A synthetic sequence-classification corpus: which of two symbols occurs more often.
 
-Each sequence holds between ``seq_len / 2`` and ``seq_len`` tokens drawn uniformly from
-``symbols`` symbols (ids ``1..symbols``; id 0 pads the rest of the row). Its label is 1 when
-symbol 1 occurs more often than symbol 2, else 0; a tie is broken by rewriting random positions
-with one of the two until they differ. The answer depends on every position, in no particular
-order, so a bidirectional encoder that pools its outputs (:mod:`ablate.tasks.classify`) learns
-it in a few hundred steps: the test-sized task of the encoder-only classifier.
-
-The splits are generated from the run's seed (each split from its own stream), so a run needs
-no file and no download; the training order is :class:`~ablate.data.corpus.CachedCorpus`'s,
-which a resumed run continues exactly.
+Each sequence holds ``seq_len / 2`` to ``seq_len`` tokens drawn uniformly from ``symbols``
+symbols (ids ``1..symbols``; id 0 pads the row); its label is 1 when symbol 1 occurs more often
+than symbol 2, else 0 (ties broken). The splits are generated from the run's seed; an encoder that
+pools its outputs (:mod:`ablate.tasks.classify`) learns it in a few hundred steps.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Sampler, TensorDataset
+from torch.utils.data import TensorDataset
 
 from ablate.data.corpus import CachedCorpus
 from ablate.data.samplers import ResumableSampler
@@ -96,27 +92,8 @@ class MajorityData(CachedCorpus):
             raise ValueError(f"data.batch_size={self.batch_size} is not divisible by {parts} devices x accumulation")
         return self.batch_size // parts
 
-    def _loader(self, split: str, batch_size: int, sampler: Sampler[int] | None = None) -> DataLoader:
-        return DataLoader(
-            self.datasets[split],
-            batch_size=batch_size,
-            sampler=sampler,  # training: the resumable order; evaluation: in order, each item on one rank
-            drop_last=isinstance(sampler, ResumableSampler),
-            num_workers=self.num_workers,
-            generator=torch.Generator().manual_seed(self.seed),  # leaves the global RNG alone
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        size = self.device_batch_size()
-        return self._loader("train", size, self.training_sampler(self.datasets["train"], size))
-
-    def val_dataloader(self) -> DataLoader:
-        size = self._eval_batch_size or self.device_batch_size()
-        return self._loader("val", size, self.evaluation_sampler(self.datasets["val"], "val"))
-
-    def test_dataloader(self) -> DataLoader:
-        size = self._eval_batch_size or self.device_batch_size()
-        return self._loader("test", size, self.evaluation_sampler(self.datasets["test"], "test"))
+    def loader_options(self) -> dict[str, Any]:
+        return {"generator": torch.Generator().manual_seed(self.seed)}  # leaves the global RNG alone
 
     def position(self, sampler: ResumableSampler, steps_done: int) -> dict[str, int]:
         return {"batches_done": steps_done}

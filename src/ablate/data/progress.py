@@ -1,9 +1,6 @@
-"""Progress of a long data preparation: a bar in a terminal, plain lines in a log file.
-
-Tokenising WikiText-103 or a C4 shard takes minutes to hours; a job whose log shows nothing for
-that long looks hung. In a terminal tqdm draws a bar (MB done, MB/s, ETA); when stderr is a file
-(a batch job, SLURM) a bar would be one endless line of carriage returns, so a plain line is
-logged every :data:`LOG_EVERY_S` seconds instead, and one at the end.
+"""Progress of a long data preparation: a tqdm bar in a terminal; when stderr is a file (a batch
+job) a plain line every :data:`LOG_EVERY_S` seconds and one at the end, so a long tokenisation
+never looks hung.
 """
 
 from __future__ import annotations

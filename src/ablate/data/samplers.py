@@ -1,8 +1,6 @@
-"""The training order of both tasks: a seeded, resumable, rank-aware permutation per epoch.
-
-The LM samples fixed-length windows (``batch_size`` windows per micro-batch); translation samples
-whole pre-built token batches (one item = one batch, ``batch_size=1``). Both use the same sampler
-so that a mid-epoch checkpoint resumes either task at the exact next batch.
+"""The training order of both tasks: a seeded, resumable, rank-aware permutation per epoch, over
+LM windows or translation's pre-built token batches, so that a mid-epoch checkpoint resumes either
+task at the exact next batch.
 """
 
 from __future__ import annotations
@@ -17,24 +15,15 @@ from ablate.seeds import DATA_ORDER, stream_seed
 
 
 class ResumableSampler(DistributedSampler):
-    """The training order: a seeded permutation per epoch, split into global batches, each
-    global batch split into one contiguous slice per rank; it can start mid-epoch.
+    """The training order: a seeded permutation per epoch (:func:`epoch_order`, its own generator:
+    the global RNG is left alone), each global batch split into one contiguous slice per rank.
 
-    Epoch ``e`` shuffles with ``torch.randperm(n, generator=g)``, ``g`` seeded from the run's
-    data-order stream for ``(seed, e)`` (:func:`ablate.seeds.stream_seed`: every (seed, epoch) its
-    own independent order, where ``seed + e`` made seed s's epoch e + 1 seed s + 1's epoch e); its
-    own generator, so the global RNG is neither used nor disturbed. Micro-batch ``m`` of rank ``r`` (``world``
-    ranks, ``batch_size`` each) is ``perm[(m * world + r) * batch_size :][:batch_size]``, so an
-    optimiser step sees the same samples whatever the split into ranks and accumulation steps:
-    one process with batch 8, two ranks with 4 each, or one process with 4 and two
-    accumulation steps all train on ``perm[0:8]``, then ``perm[8:16]``, ... The tail of the
-    permutation that does not fill a global micro-batch round is dropped.
-
-    :meth:`resume_at` makes the next iteration of ``epoch`` skip its first ``start_batch``
-    micro-batches (what a checkpoint taken mid-epoch had consumed). It subclasses
-    ``DistributedSampler`` so that Lightning, seeing a distributed sampler, keeps it instead
-    of wrapping it in its own; Lightning calls :meth:`set_epoch` at every epoch start.
-    """
+    Micro-batch ``m`` of rank ``r`` is ``perm[(m * world + r) * batch_size :][:batch_size]``, so an
+    optimiser step sees the same samples whatever the split into ranks and accumulation steps (one
+    process with batch 8, or two ranks with 4 each: ``perm[0:8]``, then ``perm[8:16]``, ...); the
+    tail that does not fill a round is dropped. :meth:`resume_at` makes the next iteration of
+    ``epoch`` skip its first ``start_batch`` micro-batches. A ``DistributedSampler``, so that
+    Lightning keeps it instead of wrapping it in its own (and calls :meth:`set_epoch`)."""
 
     def __init__(self, dataset: Dataset, batch_size: int, num_replicas: int = 1, rank: int = 0, seed: int = 0) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=True)
@@ -65,8 +54,7 @@ class ResumableSampler(DistributedSampler):
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
-    """The permutation of ``n`` training samples that epoch ``epoch`` of seed ``seed`` trains in
-    (:data:`ablate.seeds.DATA_ORDER`'s stream for ``(seed, epoch)``)."""
+    """The permutation of ``n`` samples of epoch ``epoch`` of seed ``seed`` (its own stream: :data:`DATA_ORDER`)."""
     g = torch.Generator()
     g.manual_seed(stream_seed(DATA_ORDER, seed, epoch))
     return torch.randperm(n, generator=g)

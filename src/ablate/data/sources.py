@@ -1,9 +1,8 @@
 """Where raw corpus files come from: a local folder, a plain URL, or the Hugging Face Hub.
 
-Every failure to obtain data raises :class:`DataNotFoundError` with a message that says
-which file is needed, where it was looked for, where to get it and how to point the
-project at another folder, so that an offline machine fails in seconds with a fix in hand
-instead of hanging on a network timeout.
+Every failure to obtain data raises :class:`DataNotFoundError` saying which file is needed, where
+it was looked for, where to get it and how to point the project at another folder: an offline
+machine fails in seconds with a fix in hand instead of hanging on a network timeout.
 """
 
 from __future__ import annotations
@@ -19,12 +18,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ablate.config import locations
+from ablate.config.locations import ENV_DATA_DIR
 from ablate.errors import UserError
-
-ENV_DATA_DIR = "ABLATE_DATA_DIR"
-"""Environment variable naming the data folder (the default of ``paths.data_dir``)."""
-ENV_CACHE_DIR = "ABLATE_CACHE_DIR"
-"""Environment variable naming the cache folder (the default of ``paths.cache_dir``)."""
 
 HUB_PROBE_TIMEOUT_S = 3.0
 _TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
@@ -44,9 +40,8 @@ class DataFormatError(UserError, ValueError):
 
 
 def read_utf8_lines(path: str | os.PathLike[str]) -> list[str]:
-    """The lines of a plain or gzipped (``.gz``) UTF-8 file, line ends kept; a file that is not
-    UTF-8 raises :class:`DataFormatError` naming it and the first bad byte (not a pathless
-    ``UnicodeDecodeError``)."""
+    """The lines of a plain or gzipped (``.gz``) UTF-8 file, line ends kept; a file that is not UTF-8
+    raises :class:`DataFormatError` naming it and the first bad byte."""
     import gzip
 
     path = Path(path)
@@ -69,35 +64,27 @@ def read_utf8(path: str | os.PathLike[str]) -> str:
 
 def default_data_dir() -> Path:
     """The data folder used when none is configured (:func:`ablate.config.locations.data_dir`)."""
-    from ablate.config import locations
-
     return locations.data_dir()
 
 
 def default_cache_dir() -> Path:
     """The cache folder used when none is configured (:func:`ablate.config.locations.cache_dir`)."""
-    from ablate.config import locations
-
     return locations.cache_dir()
 
 
 def resolve_local(
     data_dir: str | os.PathLike[str] | None, relpath: str | os.PathLike[str], what: str = "data file"
 ) -> Path | None:
-    """Return ``data_dir/relpath`` if that file exists, else ``None``; something else in its place
-    (a directory, a device, a pipe) raises :class:`DataFormatError` (:func:`regular_file`).
-
-    An absolute ``relpath`` is used as is, so callers can take user-given paths too.
-    """
+    """``data_dir/relpath`` (an absolute ``relpath`` as is) if that file exists, else ``None``;
+    something else in its place raises :class:`DataFormatError` (:func:`regular_file`)."""
     base = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     return regular_file(base / Path(relpath).expanduser(), what)
 
 
 def regular_file(path: Path, what: str) -> Path | None:
-    """``path`` when it is a regular file (or a link to one), ``None`` when nothing is there. A
-    directory, a device (``/dev/zero``), a named pipe or a socket is named as what it is
-    (:class:`DataFormatError`), from its metadata alone: it is never opened (a pipe would block until
-    a writer came, ``/dev/zero`` never ends)."""
+    """``path`` when it is a regular file (or a link to one), ``None`` when nothing is there; a
+    directory, device, pipe or socket is named as what it is (:class:`DataFormatError`) from its
+    metadata alone, never opened (a pipe would block, ``/dev/zero`` never ends)."""
     try:
         mode = path.stat().st_mode
     except OSError:  # missing, or a path through a file
@@ -129,13 +116,7 @@ def missing_file_message(name: str, expected: Path, url: str | None = None, reas
 
 
 def download_url(url: str, dest: str | os.PathLike[str], timeout: float = 10) -> Path:
-    """Download ``url`` to ``dest`` atomically and return ``dest``.
-
-    The bytes go to a temporary file in the destination folder that is renamed into place
-    only once complete, so an interrupted download never looks like a finished one.
-    Network errors become :class:`DataNotFoundError`; ``timeout`` bounds each socket
-    operation so an offline machine fails quickly.
-    """
+    """Download ``url`` to ``dest`` atomically; network errors become :class:`DataNotFoundError`."""
     dest = Path(dest)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -159,11 +140,8 @@ def download_url(url: str, dest: str | os.PathLike[str], timeout: float = 10) ->
 
 
 def hub_offline_reason() -> str | None:
-    """Why the Hub cannot be used right now, or ``None`` if it looks reachable.
-
-    Checked before ``datasets.load_dataset`` because that call can otherwise spend minutes
-    in retries before giving up on a machine without network access.
-    """
+    """Why the Hub cannot be used right now, or ``None`` if it looks reachable (checked first:
+    ``datasets.load_dataset`` can spend minutes in retries offline)."""
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         if os.environ.get(var, "").upper() in _TRUE_VALUES:
             return f"{var}={os.environ[var]} is set"
@@ -199,11 +177,7 @@ def _network_errors() -> tuple[type[BaseException], ...]:
 
 
 def load_hub_dataset(path: str, name: str | None = None, *, local_alternative: str, **kwargs: Any) -> Any:
-    """``datasets.load_dataset(path, name, **kwargs)``, failing fast and clearly when offline.
-
-    ``local_alternative`` tells the user which folder and file names would be used instead
-    of the Hub; it is part of every error message.
-    """
+    """``datasets.load_dataset(path, name, **kwargs)``, failing fast offline, naming ``local_alternative``."""
     reason = hub_offline_reason()
     if reason is not None:
         raise DataNotFoundError(hub_error_message(path, name, local_alternative, reason))

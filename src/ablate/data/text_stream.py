@@ -1,13 +1,9 @@
 """A corpus split as a stream of text chunks: what lets a corpus far larger than memory be tokenised.
 
-A :class:`SplitText` says where one split's text comes from and can be read any number of times
-(the character vocabulary, the BPE merges and the token file each take a pass), each pass a fresh
-iterator of chunks of about :data:`CHUNK_BYTES` that end after a newline. Only one chunk (and
-what the tokenizer makes of a batch of them) is in memory at a time, so preparing a 40 GB corpus
-needs about as much memory as preparing a 40 MB one.
-
-Chunks end after a newline so that the pieces look like what the BPE pre-tokenizer would see in
-the whole text (a cut inside a word would split it into two tokens).
+A :class:`SplitText` can be read any number of times (the character vocabulary, the BPE merges
+and the token file each take a pass), each pass a fresh iterator of chunks of about
+:data:`CHUNK_BYTES` that end after a newline (as the BPE pre-tokenizer would cut the whole text),
+so preparing a 40 GB corpus needs about as much memory as a 40 MB one.
 """
 
 from __future__ import annotations
@@ -21,9 +17,9 @@ from typing import BinaryIO
 from ablate.data.sources import DataFormatError
 from ablate.data.tokenizers import iter_chunks
 
+# big enough that the tokenizer's per-call overhead vanishes, small enough that a batch of chunks
+# keeps every core busy (Tokenizer.encode_stream)
 CHUNK_BYTES = 1 << 16
-"""About this many bytes per chunk: big enough that the tokenizer's per-call overhead vanishes,
-small enough that a batch of them keeps every core busy (:meth:`Tokenizer.encode_stream`)."""
 
 
 def open_binary(path: Path) -> BinaryIO:
@@ -32,8 +28,7 @@ def open_binary(path: Path) -> BinaryIO:
 
 
 def utf8_error(path: Path, block: bytes, err: UnicodeDecodeError, offset: int) -> DataFormatError:
-    """The error for bytes of ``path`` that are not UTF-8 (``block`` starts at byte ``offset``):
-    it names the file, the bytes and where they are, and how to convert the file."""
+    """The error for bytes of ``path`` that are not UTF-8 (``block`` starts at byte ``offset``)."""
     return DataFormatError(
         f"{path} is not valid UTF-8 (byte {block[err.start : err.start + 4]!r} at offset {offset + err.start:,}): "
         f"convert it, e.g. `iconv -f latin1 -t utf-8 {path} > fixed.txt`"
@@ -41,12 +36,7 @@ def utf8_error(path: Path, block: bytes, err: UnicodeDecodeError, offset: int) -
 
 
 def read_file_chunks(path: str | Path, size: int = CHUNK_BYTES) -> Iterator[str]:
-    """The UTF-8 text of ``path`` (plain or ``.gz``) in chunks of at least ``size`` bytes that end
-    after a newline (the last one where the file ends); ``"".join`` of them is the file's text.
-
-    A byte sequence that is not UTF-8 raises :class:`DataFormatError` naming the file and the
-    byte offset, at the chunk where it occurs.
-    """
+    """The UTF-8 text of ``path`` (plain or ``.gz``) in chunks of at least ``size`` bytes ending a line."""
     path = Path(path)
     offset = 0
     with open_binary(path) as f:
@@ -61,8 +51,7 @@ def read_file_chunks(path: str | Path, size: int = CHUNK_BYTES) -> Iterator[str]
 
 
 def join_rows(rows: Iterable[str], size: int = CHUNK_BYTES) -> Iterator[str]:
-    """Rows of a dataset (one line each, newline added where missing) joined into chunks of at
-    least ``size`` characters: a Hub stream becomes the same kind of chunks as a file."""
+    """Rows of a dataset, one line each, joined into chunks of at least ``size`` characters, as a file's."""
     parts: list[str] = []
     length = 0
     for row in rows:
@@ -78,18 +67,11 @@ def join_rows(rows: Iterable[str], size: int = CHUNK_BYTES) -> Iterator[str]:
 
 @dataclass(frozen=True)
 class SplitText:
-    """One split's text, readable as chunks any number of times.
+    """One split's text, readable as chunks any number of times."""
 
-    Attributes:
-        open: a fresh pass over the text, as chunks ending after a newline.
-        num_bytes: the size of the text in UTF-8 bytes when known beforehand (files; for progress,
-            ETA and the disk-space estimate), None for a stream of unknown length (a Hub dataset).
-        name: where the text comes from, for messages.
-    """
-
-    open: Callable[[], Iterator[str]]
-    num_bytes: int | None
-    name: str
+    open: Callable[[], Iterator[str]]  # a fresh pass over the text
+    num_bytes: int | None  # UTF-8 bytes when known beforehand (files), None for a stream (a Hub dataset)
+    name: str  # where the text comes from, for messages
 
     @classmethod
     def from_file(cls, path: str | Path) -> SplitText:
@@ -109,8 +91,7 @@ class SplitText:
         return cls(lambda: join_rows(rows()), None, name)
 
     def limited(self, max_bytes: int) -> Iterator[str]:
-        """A pass over the first chunks, up to about ``max_bytes`` (whole chunks: the sample that
-        a BPE is trained on when the corpus is too big to count every word of)."""
+        """A pass over the first whole chunks, up to about ``max_bytes`` (a BPE's training sample)."""
         done = 0
         for chunk in self.open():
             if done >= max_bytes:

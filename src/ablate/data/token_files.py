@@ -1,11 +1,9 @@
 """A language-modelling corpus's token files, written once into its cache folder.
 
-The text is never held whole: each split is streamed from disk (or the Hub) in chunks
-(:class:`~ablate.data.text_stream.SplitText`), the tokenizer is fitted on that stream (or on a
-sample of its first ``bpe_train_mb`` MB) and the ids are appended to the token file batch by
-batch, so memory stays flat in the corpus's size; the BPE encodes each batch with all cores.
-Used by :class:`ablate.data.lm_datamodule.LMDataModule` (through
-:func:`ablate.data.cache.ensure_cache`, which builds the folder under a temporary name).
+The text is never held whole: each split is streamed in chunks
+(:class:`~ablate.data.text_stream.SplitText`), the tokenizer is fitted on that stream (or on its
+first ``bpe_train_mb`` MB) and the ids are appended to the token file batch by batch, so memory
+stays flat in the corpus's size.
 """
 
 from __future__ import annotations
@@ -83,8 +81,7 @@ def build_token_files(
     bpe_train_mb: float | None,
     sources: Any,
 ) -> None:
-    """Fit the tokenizer, write ``{train,val,test}.bin`` (a split in ``blocks`` block after block,
-    its token boundaries recorded as ``blocks`` in ``meta.json``) and, last, ``meta.json``."""
+    """Fit the tokenizer, write ``{train,val,test}.bin`` (``blocks`` block after block) and ``meta.json``."""
     cls = tokenizer_class(kind)
     what = "characters of every split" if kind == "char" else "the train split"
     log.info("Fitting the %s tokenizer of %s on %s", kind, corpus, what)

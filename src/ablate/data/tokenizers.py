@@ -1,8 +1,6 @@
-"""Tokenizers for language modelling behind one small interface.
-
-``char``: one id per character, vocabulary = sorted set of the corpus characters (as in
-nanoGPT's shakespeare_char). ``bpe``: byte-level BPE trained with Hugging Face
-``tokenizers``; byte-level means every string is representable and decodes back exactly.
+"""Tokenizers for language modelling behind one small interface: ``char`` (one id per character of
+the corpus, as nanoGPT's shakespeare_char) and ``bpe`` (byte-level BPE with Hugging Face
+``tokenizers``: every string is representable and decodes back exactly).
 """
 
 from __future__ import annotations
@@ -13,6 +11,7 @@ import os
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,21 +23,17 @@ from ablate.errors import UserError
 
 log = logging.getLogger(__name__)
 
+# text goes to HF tokenizers in chunks of about this size: its Rust code works on several in
+# parallel, and a large corpus is never one giant string inside Rust
 _CHUNK_CHARS = 1 << 16
-"""Text is fed to HF tokenizers in chunks of about this size so its Rust code can work on
-several chunks in parallel and a large corpus is never one giant string inside Rust."""
-
+# chunks are encoded in batches of about this many characters: 64 chunks keep every core busy,
+# while the batch's encodings stay around 100 MB
 _BATCH_CHARS = 1 << 22
-"""Chunks are encoded in batches of about this many characters: 64 chunks keep every core of a
-node busy, while the batch's encodings (some tens of bytes per token) stay around 100 MB."""
 
 
 def iter_chunks(text: str, size: int = _CHUNK_CHARS) -> Iterator[str]:
-    """Split ``text`` into consecutive pieces of about ``size`` characters, cut after a newline.
-
-    Cutting at line ends keeps the pieces close to what the BPE pre-tokenizer would see in
-    the whole text; ``"".join(iter_chunks(t)) == t`` always holds.
-    """
+    """Split ``text`` into consecutive pieces of about ``size`` characters, cut after a newline (close
+    to what the BPE pre-tokenizer sees in the whole text); ``"".join(iter_chunks(t)) == t``."""
     start = 0
     while start < len(text):
         cut = text.find("\n", start + size)
@@ -48,15 +43,13 @@ def iter_chunks(text: str, size: int = _CHUNK_CHARS) -> Iterator[str]:
 
 
 class TokenizerStateError(UserError, ValueError):
-    """A stored tokenizer (a checkpoint's) that is not one: an unknown kind, content that does not
-    parse, duplicate characters; the message names what is wrong."""
+    """A stored tokenizer (a checkpoint's) that is not one; the message names what is wrong."""
 
 
 class Tokenizer(ABC):
     """Interface shared by all tokenizers."""
 
-    FILENAME: ClassVar[str]
-    """File name used when the tokenizer is stored in a cache folder."""
+    FILENAME: ClassVar[str]  # its file name in a cache folder
 
     @property
     @abstractmethod
@@ -83,16 +76,14 @@ class Tokenizer(ABC):
     @classmethod
     @abstractmethod
     def fit(cls, texts: Iterable[str], vocab_size: int) -> Tokenizer:
-        """Build the vocabulary from the pieces of text ``texts`` (a stream: each piece is seen once
-        and not kept); ``vocab_size`` is a target where it applies."""
+        """Build the vocabulary from a stream of pieces of text; ``vocab_size`` is a target where it applies."""
 
     def encode_array(self, text: str) -> np.ndarray:
         """Token ids of ``text`` as an int64 array; subclasses make this fast for big corpora."""
         return np.asarray(self.encode(text), dtype=np.int64)
 
     def encode_stream(self, chunks: Iterable[str]) -> Iterator[tuple[np.ndarray, int]]:
-        """Token ids of a stream of text chunks, in order, as ``(ids, bytes of text they encode)``;
-        each chunk is encoded on its own (chunks end after a newline, see :mod:`ablate.data.text_stream`)."""
+        """Token ids of a stream of text chunks, in order, as ``(ids, bytes of text they encode)``."""
         for chunk in chunks:
             yield self.encode_array(chunk), len(chunk.encode("utf-8"))
 
@@ -123,12 +114,8 @@ class CharTokenizer(Tokenizer):
 
     @classmethod
     def fit(cls, texts: Iterable[str], vocab_size: int) -> CharTokenizer:
-        """The sorted set of the characters of all pieces; the vocabulary size is set by the text,
-        not a target."""
-        chars: set[str] = set()
-        for text in texts:
-            chars.update(text)
-        return cls(sorted(chars))
+        """The sorted set of the characters of all pieces (``vocab_size`` is not used)."""
+        return cls(sorted(set(chain.from_iterable(texts))))
 
     @property
     def vocab_size(self) -> int:
@@ -178,8 +165,7 @@ class BPETokenizer(Tokenizer):
 
     @classmethod
     def train(cls, text: str | Iterable[str], vocab_size: int = 2048) -> BPETokenizer:
-        """Learn merges on ``text`` (one string, or a stream of pieces that each end after a newline)
-        until the vocabulary has ``vocab_size`` entries (or no pair is left)."""
+        """Learn merges on ``text`` (a string, or a stream of pieces) up to ``vocab_size`` entries."""
         if vocab_size < cls.MIN_VOCAB_SIZE:
             raise ValueError(
                 f"BPE vocab_size must be at least {cls.MIN_VOCAB_SIZE} (the byte alphabet), got {vocab_size}"
@@ -211,9 +197,8 @@ class BPETokenizer(Tokenizer):
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def encode_stream(self, chunks: Iterable[str]) -> Iterator[tuple[np.ndarray, int]]:
-        """Batches of about :data:`_BATCH_CHARS` characters, each encoded by the library's batch
-        encoding (its Rust threads use every core; ``encode_batch_fast`` skips the character
-        offsets we do not need, which otherwise cost memory and time per token)."""
+        """Batches of about :data:`_BATCH_CHARS` characters, each encoded on every core by
+        ``encode_batch_fast`` (which skips the character offsets, costly per token)."""
         batch: list[str] = []
         length = 0
         for chunk in chunks:
@@ -258,13 +243,8 @@ def tokenizer_class(kind: str) -> type[Tokenizer]:
 def build_tokenizer(
     kind: str, train_text: str | Iterable[str], vocab_size: int, cache_path: str | os.PathLike[str]
 ) -> Tokenizer:
-    """Load the tokenizer stored at ``cache_path``, or fit it on ``train_text`` and store it there.
-
-    ``train_text`` is the text the vocabulary is fitted on, one string or a stream of pieces
-    (``LMDataModule`` passes the whole corpus for ``char``, as nanoGPT does, and only the train
-    split for ``bpe``, so no validation text leaks into the merges). ``vocab_size`` is ignored
-    for ``char``.
-    """
+    """Load the tokenizer stored at ``cache_path``, or fit it on ``train_text`` (a string or a stream
+    of pieces) and store it there; ``vocab_size`` is ignored for ``char``."""
     cls = tokenizer_class(kind)
     cache_path = Path(cache_path)
     if cache_path.is_file():
@@ -296,9 +276,7 @@ def tokenizer_to_dict(tokenizer: Tokenizer) -> dict[str, str]:
 
 
 def tokenizer_from_dict(state: Any, where: str = "the tokenizer") -> Tokenizer:
-    """The tokenizer :func:`tokenizer_to_dict` stored; anything else (a checkpoint's tokenizer that
-    was altered: not a mapping, an unknown kind, content that is not that kind's file, duplicate
-    characters) raises :class:`TokenizerStateError`, naming ``where`` and what is wrong."""
+    """The tokenizer :func:`tokenizer_to_dict` stored; anything else: :class:`TokenizerStateError`."""
     if not isinstance(state, Mapping):
         raise TokenizerStateError(f"{where} is a {type(state).__name__}, not a mapping of its kind and content")
     kind, content = state.get("kind"), state.get("content")

@@ -1,8 +1,6 @@
-"""Token batches of translation pairs, sized in tokens as fairseq's ``--max-tokens``.
-
-Pairs are sorted by length (target, then source) and cut into batches whose padded size
-``n_sentences x longest side`` stays within ``max_tokens`` (:func:`make_batches`); a batch is
-collated from the memory-mapped token files only when it is served (:class:`PairBatches`).
+"""Token batches of translation pairs, sized in tokens as fairseq's ``--max-tokens``
+(:func:`make_batches`), each collated from the memory-mapped token files when served
+(:class:`PairBatches`).
 """
 
 from __future__ import annotations
@@ -59,8 +57,7 @@ def padding_fraction(src_lens: np.ndarray, tgt_lens: np.ndarray, batches: Sequen
 
 
 class PairBatches(Dataset):
-    """Item ``i`` is the collated :class:`PairBatch` of batch ``i`` (a DataLoader with
-    ``batch_size=None`` serves them as they are); only that batch's sentences are read."""
+    """Item ``i`` is the collated :class:`PairBatch` of batch ``i``, read from its sentences alone."""
 
     def __init__(self, src: TokenSide, tgt: TokenSide, batches: Sequence[np.ndarray]) -> None:
         self.src, self.tgt, self.batches = src, tgt, list(batches)

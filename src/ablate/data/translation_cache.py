@@ -1,18 +1,13 @@
 """A parallel corpus's cache, written once: the joint BPE, each split's id and offsets files per
-side, the raw validation/test text BLEU is scored against, and ``meta.json`` last.
-
-Millions of pairs are prepared in bounded memory: the files are streamed ``ENCODE_LINES`` pairs at
-a time, both sides in step (:mod:`ablate.data.translation_text`), the BPE learns from a stream of
-lines, and each side of a split is one flat file of token ids plus an offsets file
-(:mod:`ablate.data.translation_tokens`). Used by
-:class:`ablate.data.translation_datamodule.TranslationDataModule` (through
-:func:`ablate.data.cache.ensure_cache`, which builds the folder under a temporary name).
+side, the raw validation/test text BLEU is scored against, and ``meta.json`` last; in bounded
+memory, the files streamed ``ENCODE_LINES`` pairs at a time, both sides in step
+(:mod:`ablate.data.translation_text`, :mod:`ablate.data.translation_tokens`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from contextlib import ExitStack
 from itertools import islice
 from pathlib import Path
@@ -57,7 +52,10 @@ def build_translation_cache(
     sizes = {split: check_aligned(f"{corpus}: the {split} split", sides) for split, sides in splits.items()}
     train = splits["train"]
     pairs_for_bpe = bpe_pairs(train, max_train_pairs, bpe_train_mb, corpus)
-    tokenizer = train_joint_bpe(bpe_text(train, pairs_for_bpe), vocab_size)
+    # the source side's first pairs_for_bpe training lines, then the target side's, streamed
+    tokenizer = train_joint_bpe(
+        (line for side in train.values() for line in islice(side.lines(), pairs_for_bpe)), vocab_size
+    )
     tokenizer.save(folder / BPETokenizer.FILENAME)
     dtype = ids_dtype(tokenizer.vocab_size)
     check_free_space(folder, estimate_bytes(tokenizer, train, sizes, dtype, max_train_pairs))
@@ -96,13 +94,6 @@ def bpe_pairs(train: Sides, max_train_pairs: int | None, bpe_train_mb: float | N
     return pairs
 
 
-def bpe_text(train: Sides, pairs: int | None) -> Iterator[str]:
-    """What the joint BPE learns from, streamed: the source side's first ``pairs`` training
-    lines, then the target side's (None: all)."""
-    for side in train.values():
-        yield from islice(side.lines(), pairs)
-
-
 def estimate_bytes(
     tokenizer: Tokenizer,
     train: Sides,
@@ -110,8 +101,7 @@ def estimate_bytes(
     dtype: np.dtype,
     max_train_pairs: int | None,
 ) -> int | None:
-    """About the bytes the token files will take, from the files' sizes and the tokens per byte
-    of the first training lines; None when a split's size is not known beforehand (the Hub)."""
+    """About the bytes the token files will take (None: a split's size is not known beforehand)."""
     known = {split: size for split, size in sizes.items() if size is not None}
     if len(known) < len(sizes):
         return None

@@ -1,15 +1,12 @@
-"""Parallel corpora for translation (``data=`` options, ``conf/data/*.yaml``): where each one's
-text comes from. The vocabulary, cache and batching they share are
-:class:`ablate.data.translation_datamodule.TranslationDataModule`.
+"""Parallel corpora for translation (``data=`` options): where each one's text comes from; the
+rest is :class:`ablate.data.translation_datamodule.TranslationDataModule`'s.
 
-* :class:`ParallelCorpus`: a corpus with named splits, read from local files
-  ``{data_dir}/{local_dir}/{split_file}.{lang}`` (plain or ``.gz``) when they are there, else from
-  the Hugging Face Hub (``hub_path``/``hub_config``). ``multi30k``, ``iwslt14``, ``iwslt2017`` and
-  ``wmt14`` are configurations of it. Offline, a missing corpus fails within seconds with a
-  message that names the local files that would replace the download (:mod:`ablate.data.sources`).
+* :class:`ParallelCorpus`: named splits read from ``{data_dir}/{local_dir}/{split_file}.{lang}``
+  (plain or ``.gz``) when there, else from the Hub (``hub_path``/``hub_config``): ``multi30k``,
+  ``iwslt14``, ``iwslt2017``, ``wmt14``. Offline, a missing corpus names the local files instead.
 * :class:`ParallelFiles` (``data=parallel``): any pair of local files per split.
 
-The ``_target_`` of ``conf/data/*.yaml`` (and of every stored checkpoint) names these classes here.
+``conf/data/*.yaml`` and every stored checkpoint name these classes here (``_target_``).
 """
 
 from __future__ import annotations

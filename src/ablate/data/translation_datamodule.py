@@ -2,17 +2,9 @@
 and token-based batching (the corpora: :mod:`ablate.data.translation_data`; the cache:
 :mod:`ablate.data.translation_cache`). Either direction of a pair uses the same cache.
 
-Vocabulary: one byte-level BPE learned on the source *and* target sides of the training split (a
-joint vocabulary, so the embeddings can be tied three ways), ``<pad>`` = 0, ``<s>`` = 1,
-``</s>`` = 2; byte-level, so decoding gives the text back exactly and sacreBLEU scores
-detokenised output. Corpora of millions of pairs (WMT14 En-De: 4.5 M) are prepared in bounded
-memory and memory-mapped: no Python object is made per sentence until a batch is collated.
-
-Batching as fairseq's ``--max-tokens`` (:mod:`ablate.data.translation_batches`): pairs sorted by
-length and cut into batches whose padded size stays within ``max_tokens``, fixed once and visited
-in a new order every epoch; the padding left is logged as ``data/padding_fraction``.
-``batch_size`` is the number of such batches per optimiser step over all devices (fairseq's
-``update_freq`` x world size).
+A joint byte-level BPE of both sides (the embeddings can be tied three ways); batches of at most
+``max_tokens`` padded tokens, as fairseq's ``--max-tokens`` (:mod:`ablate.data.translation_batches`);
+``batch_size``: such batches per optimiser step over all devices.
 """
 
 from __future__ import annotations
@@ -25,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ablate.data.cache import read_meta
 from ablate.data.corpus import CachedCorpus
@@ -44,11 +35,8 @@ STAGE_SPLITS = {"validate": ("val",), "test": ("test",)}
 
 class TranslationDataModule(CachedCorpus):
     """Base class: tokenise a parallel corpus once with a joint BPE, cache it, serve token batches.
-    Its arguments are the ``data`` keys of ``conf/data/parallel.yaml`` and the corpora's files:
-    ``seq_len`` drops longer training pairs and truncates longer evaluation sentences;
-    ``max_tokens`` bounds a training batch's padded tokens (sentences x longest side), as fairseq;
-    ``batch_size`` counts token batches per optimiser step over all devices, ``micro_batch_size``
-    must be 1."""
+    Its arguments are the ``data`` keys of ``conf/data/parallel.yaml``: ``seq_len`` drops longer
+    training pairs and truncates longer evaluation sentences; ``micro_batch_size`` must be 1."""
 
     name: str | None = "parallel"
     languages: tuple[str, ...] = ()
@@ -150,8 +138,7 @@ class TranslationDataModule(CachedCorpus):
     # --- Lightning hooks --------------------------------------------------------------
 
     def setup(self, stage: str | None = None) -> None:
-        """The tokenizer and the splits ``stage`` needs: Lightning's ``validate`` the validation pairs,
-        ``test`` the test pairs (``eval.py`` reads no training pair), anything else every split."""
+        """The tokenizer and the splits ``stage`` needs (``validate``: val, ``test``: test, else all)."""
         folder = self.cache_path()
         meta = self.cache_meta()
         self.tokenizer = BPETokenizer.load(folder / BPETokenizer.FILENAME)
@@ -179,16 +166,10 @@ class TranslationDataModule(CachedCorpus):
             self.datasets[split] = PairBatches(src, tgt, batches)
         if "train" not in needed:
             return
-        train = self.datasets["train"]
+        train, padding = self.datasets["train"], 100 * self.padding_fraction["train"]
         log.info(
-            "%s %s->%s: %d training pairs in %d batches of <= %d tokens, padding %.1f%%",
-            self.name,
-            self.src_lang,
-            self.tgt_lang,
-            len(train.src),
-            len(train),
-            self.max_tokens,
-            100 * self.padding_fraction["train"],
+            f"{self.name} {self.src_lang}->{self.tgt_lang}: {len(train.src)} training pairs in {len(train)} batches "
+            f"of <= {self.max_tokens} tokens, padding {padding:.1f}%"
         )
 
     def _trainable(self, src: TokenSide, tgt: TokenSide, limit: int) -> tuple[TokenSide, TokenSide]:
@@ -198,11 +179,8 @@ class TranslationDataModule(CachedCorpus):
         dropped = len(src) - len(keep)
         if dropped:
             log.info(
-                "%s: dropped %d of %d training pairs (empty, or longer than seq_len=%d)",
-                self.name,
-                dropped,
-                len(src),
-                self.seq_len,
+                f"{self.name}: dropped {dropped} of {len(src)} training pairs (empty, or longer than "
+                f"seq_len={self.seq_len})"
             )
         if not len(keep):
             both = (src.lengths > 0) & (tgt.lengths > 0)
@@ -225,10 +203,7 @@ class TranslationDataModule(CachedCorpus):
         return self.raw[split]["tgt"]
 
     def unit_text(self, split: str) -> dict[str, Any]:
-        """What a per-sentence record of ``split`` needs (:mod:`ablate.eval_units`): ``text``, the
-        key of the exact sentences scored (the cached token files' SHA-256, the length limit and
-        the number of pairs), no block boundaries (the units are the split's sentences in file
-        order; the analysis cuts them into contiguous blocks)."""
+        """What a per-sentence record of ``split`` needs (:mod:`ablate.eval_units`): the text's key."""
         files = read_meta(self.cache_path())["files"]
         digest = hashlib.sha256(
             "".join(files[f"{split}.{lang}.ids"]["sha256"] for lang in (self.src_lang, self.tgt_lang)).encode()
@@ -244,26 +219,13 @@ class TranslationDataModule(CachedCorpus):
             self.setup()
         return self.datasets[split]
 
-    def _loader(self, dataset: Dataset, sampler: Sampler[int] | None = None) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_size=None,
-            sampler=sampler,
-            shuffle=False,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.num_workers > 0,
-        )
+    batched = False  # an item is a whole token batch: the sampler deals one item per rank and step
 
-    def train_dataloader(self) -> DataLoader:
-        # an item is a whole token batch, so the sampler deals one item per rank and step
-        return self._loader(self._dataset("train"), self.training_sampler(self._dataset("train"), 1))
+    def device_batch_size(self) -> int:
+        return 1
 
-    def val_dataloader(self) -> DataLoader:  # each batch on one rank (evaluation_sampler)
-        return self._loader(self._dataset("val"), self.evaluation_sampler(self._dataset("val"), "val"))
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self._dataset("test"), self.evaluation_sampler(self._dataset("test"), "test"))
+    def loader_options(self) -> dict[str, Any]:
+        return {"pin_memory": self.pin_memory, "persistent_workers": self.num_workers > 0}
 
     def position(self, sampler: ResumableSampler, steps_done: int) -> dict[str, int]:
         """The rounds (one token batch per rank each) this epoch has consumed."""

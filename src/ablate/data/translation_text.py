@@ -1,14 +1,8 @@
 """Parallel text read as lines, both sides in step, one batch at a time.
 
-A :class:`LineSource` is one language of one split (a local file, plain or gzipped, or a column of
-a Hugging Face dataset), read afresh on every pass: the joint BPE learns in one pass over the
-training text and the ids are written in a second, so a corpus of millions of pairs is never held
-whole. :func:`paired_lines` reads the two sides of a split in step and refuses sides that end at
-different lines.
-
-Before anything is trained, :func:`check_aligned` counts the lines of every file (binary blocks,
-no per-line Python objects: seconds for a WMT-size corpus) and refuses a split whose files differ,
-naming both files and both counts; the sizes it finds also give the cache's disk-space estimate.
+A :class:`LineSource` is one language of one split, read afresh on every pass, so a corpus of
+millions of pairs is never held whole; :func:`check_aligned` (before anything is trained) and
+:func:`paired_lines` refuse sides of different lengths.
 """
 
 from __future__ import annotations
@@ -23,32 +17,26 @@ from typing import IO, Any, NamedTuple
 from ablate.data.sources import DataFormatError
 from ablate.data.text_stream import open_binary, utf8_error
 
+# lines per side encoded and written at a time: bounds the few KB per line HF's batch encoding
+# keeps (~40 MB), while keeping all of its Rust threads busy
 ENCODE_LINES = 10_000
-"""Lines per side read, encoded and written at a time. HF's batch encoding keeps a few KB per line
-(its Encoding objects) until the batch is written, so this bounds that memory (~40 MB); a few
-thousand lines per call already keep all of its Rust threads busy."""
-COUNT_BYTES = 1 << 20
-"""Bytes read at a time when counting lines: large enough that the per-block work is negligible."""
+COUNT_BYTES = 1 << 20  # bytes read at a time when counting lines
 
 
 class TextSize(NamedTuple):
-    """What :func:`count_lines` finds in a file: its lines (as :func:`iter_lines` splits them) and
-    its bytes (decompressed, for a ``.gz`` file)."""
+    """What :func:`count_lines` finds in a file: its lines and its (decompressed) bytes."""
 
     lines: int
     num_bytes: int
 
 
 class MisalignedFilesError(DataFormatError):
-    """The sides of a split have different numbers of lines, so line ``i`` of one is not the
-    translation of line ``i`` of the other; the message names every file and its line count."""
+    """The sides of a split have different numbers of lines; the message names every file and count."""
 
 
 class LineSource(NamedTuple):
-    """One language of one split: ``name`` (a path, for messages) and ``lines()``, which reads the
-    sentences afresh each time (the BPE learns in one pass over the training text, the ids are
-    written in a second), one at a time. ``size()``: its :class:`TextSize` without reading it as
-    text (None: not known beforehand, a Hub dataset)."""
+    """One language of one split: ``name`` (for messages), ``lines()`` (a fresh pass over its
+    sentences) and ``size()`` (its :class:`TextSize`; None: not known beforehand, a Hub dataset)."""
 
     name: str
     lines: Callable[[], Iterator[str]]
@@ -56,9 +44,7 @@ class LineSource(NamedTuple):
 
 
 def iter_lines(path: Path) -> Iterator[str]:
-    """One sentence per line, plain or gzipped UTF-8, surrounding whitespace removed; streamed, so a
-    file of millions of lines is never held whole. A file that is not UTF-8 raises
-    :class:`DataFormatError` naming it (not a pathless ``UnicodeDecodeError``)."""
+    """One sentence per line, plain or gzipped UTF-8, stripped, streamed (not UTF-8: :class:`DataFormatError`)."""
     opener: Callable[..., IO[str]] = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8") as f:
@@ -71,8 +57,7 @@ def iter_lines(path: Path) -> Iterator[str]:
 
 
 def read_lines(path: Path) -> list[str]:
-    """All the lines of a small file, as :func:`iter_lines` reads them (``eval.py``'s source and
-    reference files)."""
+    """All the lines of a small file, as :func:`iter_lines` reads them."""
     return list(iter_lines(path))
 
 
@@ -81,13 +66,8 @@ def file_source(path: Path) -> LineSource:
 
 
 def count_lines(path: Path) -> TextSize:
-    """The lines and bytes of a file, plain or gzipped, read in binary blocks of whole lines.
-
-    Lines end as in :func:`iter_lines` (Python's universal newlines: ``\n``, ``\r\n`` or a lone
-    ``\r``; a last line without an end counts), so the counts are the sentences a pass would read.
-    Each block is also checked to be UTF-8: a file that is not fails here, naming it, before a BPE
-    is trained on the others.
-    """
+    """The lines (universal newlines, as :func:`iter_lines` reads them) and bytes of a file, plain or
+    gzipped, read in binary blocks, each checked to be UTF-8 before a BPE is trained on the others."""
     lines = size = 0
     last = b""
     with open_binary(path) as f:
@@ -107,9 +87,7 @@ def count_lines(path: Path) -> TextSize:
 
 
 def check_aligned(what: str, sides: Mapping[str, LineSource]) -> dict[str, TextSize] | None:
-    """Each side's :class:`TextSize`, after checking that the sides have as many lines as each
-    other (:class:`MisalignedFilesError` otherwise); None when a side cannot be counted beforehand
-    (a Hub dataset, whose languages are columns of one table: aligned by construction)."""
+    """Each side's :class:`TextSize`, checked to have as many lines (None: a side not countable)."""
     counters = [side.size for side in sides.values()]
     if any(count is None for count in counters):
         return None
@@ -132,8 +110,7 @@ def misaligned(what: str, sides: Mapping[str, LineSource], counts: Sequence[int]
 
 
 def hub_source(rows: Any, lang: str, name: str) -> LineSource:
-    """One language of a Hub split (``datasets.Dataset``), read ``ENCODE_LINES`` rows at a time
-    rather than as a whole column; runs of whitespace become one space."""
+    """One language of a Hub split, read ``ENCODE_LINES`` rows at a time, whitespace runs as one space."""
 
     def lines() -> Iterator[str]:
         nested = "translation" in rows.column_names
@@ -145,10 +122,7 @@ def hub_source(rows: Any, lang: str, name: str) -> LineSource:
 
 
 def paired_lines(what: str, sides: Mapping[str, LineSource]) -> Iterator[tuple[str, ...]]:
-    """The sides' lines in step. A side that ends before the other raises
-    :class:`MisalignedFilesError` naming every file and its line count (counted to the end: a
-    misaligned corpus is an error, not a shorter one). Files are counted before anything is read
-    (:func:`check_aligned`); this catches what cannot be counted beforehand, or changed since."""
+    """The sides' lines in step; sides of different lengths raise :class:`MisalignedFilesError`."""
     rows = zip_longest(*(side.lines() for side in sides.values()))
     for n, row in enumerate(rows):  # n: the rows before this one
         if None in row:  # a side has ended: count the others' remaining lines

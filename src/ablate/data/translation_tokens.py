@@ -1,14 +1,10 @@
 """The joint BPE of a translation corpus and its token cache format.
 
-Vocabulary: one byte-level BPE (Hugging Face ``tokenizers``) learned on the source *and* target
-sides of the training split, with ``<pad>`` = 0, ``<s>`` = 1, ``</s>`` = 2 (:data:`SPECIALS`).
-
-Token files: each side of a split is one flat file of token ids end to end (``{stem}.ids``,
-``uint16`` while the vocabulary fits, else ``int32``: :func:`ids_dtype`) plus an ``int64`` offsets
-file (``{stem}.offsets``: sentence ``i`` is ``ids[offsets[i]:offsets[i + 1]]``). They are written
-batch by batch (:class:`TokenWriter`) and read back as memory-mapped views (:class:`TokenSide`),
-so no Python object is made per sentence until a batch is collated. :func:`cache_bytes` estimates
-their size before they are written, so a disk that cannot hold them is found first.
+Vocabulary: one byte-level BPE learned on the source *and* target sides of the training split,
+with ``<pad>`` = 0, ``<s>`` = 1, ``</s>`` = 2 (:data:`SPECIALS`). Each side of a split is one flat
+file of token ids (``{stem}.ids``, :func:`ids_dtype`) plus an ``int64`` offsets file (sentence
+``i`` is ``ids[offsets[i]:offsets[i + 1]]``), written batch by batch (:class:`TokenWriter`) and
+read back memory-mapped (:class:`TokenSide`); :func:`cache_bytes` estimates their size first.
 """
 
 from __future__ import annotations
@@ -31,11 +27,7 @@ PAD, BOS, EOS = 0, 1, 2
 
 
 def train_joint_bpe(lines: Iterable[str], vocab_size: int) -> BPETokenizer:
-    """Byte-level BPE with the three special tokens at ids 0, 1, 2, learned on ``lines``.
-
-    A space is put before every sentence (``add_prefix_space``), so a word is one token whether
-    or not it starts the sentence; :func:`detokenize` removes it again.
-    """
+    """Byte-level BPE with the special tokens at ids 0, 1, 2, a space before every sentence."""
     if vocab_size < 256 + len(SPECIALS):
         raise ValueError(f"data.vocab_size={vocab_size} is below the byte alphabet + specials ({256 + len(SPECIALS)})")
     tok = HFTokenizer(models.BPE())
@@ -70,14 +62,12 @@ def encode_lines(tokenizer: Tokenizer, lines: Sequence[str]) -> list[list[int]]:
 
 
 def ids_dtype(vocab_size: int) -> np.dtype:
-    """The narrowest dtype of the cached ids: ``uint16`` halves a WMT-size cache (and the pages a
-    batch touches) while every id fits."""
+    """The narrowest dtype of the cached ids (``uint16`` halves a WMT-size cache while every id fits)."""
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.int32)
 
 
 def encode_flat(tokenizer: Tokenizer, lines: Sequence[str], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """The ids of ``lines`` end to end, and each line's length: the lists of one batch become two
-    arrays at once, so a corpus never exists as a list of lists."""
+    """The ids of ``lines`` end to end, and each line's length, as two arrays."""
     seqs = encode_lines(tokenizer, lines)
     lengths = np.fromiter(map(len, seqs), np.int64, count=len(seqs))
     return np.fromiter(chain.from_iterable(seqs), dtype, count=int(lengths.sum())), lengths
@@ -92,8 +82,7 @@ def detokenize(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
 
 
 class TokenWriter:
-    """Appends sentences to an ids file (their ids end to end) and an offsets file (``int64``: 0,
-    then where each sentence ends), so a split is written batch by batch, never held whole."""
+    """Appends sentences to an ids file and an offsets file (``int64``: 0, then each sentence's end)."""
 
     def __init__(self, ids: IO[bytes], offsets: IO[bytes], dtype: np.dtype) -> None:
         self.ids, self.offsets, self.dtype, self.tokens = ids, offsets, dtype, 0
@@ -111,9 +100,8 @@ def map_ids(path: Path, dtype: np.dtype) -> np.ndarray:
 
 
 class TokenSide:
-    """The sentences of one side of a split as views into its memory-mapped id file: item ``i`` is
-    ``ids[starts[i] : starts[i] + lengths[i]]``. Millions of sentences cost two integer arrays
-    instead of millions of Python objects, and a batch reads only its own sentences' pages."""
+    """The sentences of one side of a split as views into its memory-mapped id file (two integer
+    arrays, not a Python object per sentence): item ``i`` is ``ids[starts[i] : starts[i] + lengths[i]]``."""
 
     def __init__(self, path: Path, dtype: np.dtype, starts: np.ndarray, lengths: np.ndarray) -> None:
         self.path, self.dtype, self.starts, self.lengths = path, dtype, starts, lengths
@@ -141,8 +129,7 @@ class TokenSide:
         return self.ids[start : start + int(self.lengths[i])]
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled (DataLoader workers started by spawn or forkserver) without the ids: each worker
-        maps the file again instead of receiving a copy of the corpus."""
+        """Pickled without the ids: each spawned DataLoader worker maps the file again."""
         return {k: v for k, v in self.__dict__.items() if k != "ids"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -154,8 +141,7 @@ class TokenSide:
 
 
 def tokens_per_byte(tokenizer: Tokenizer, lines: Sequence[str]) -> float:
-    """Tokens the BPE makes per byte of text (line ends counted), measured on ``lines``; 1.0 (a
-    byte-level BPE's most, bar the prefix space) when there is nothing to measure."""
+    """Tokens the BPE makes per byte of text, measured on ``lines`` (nothing to measure: 1.0, the most)."""
     size = sum(len(line.encode("utf-8")) + 1 for line in lines)
     return sum(map(len, encode_lines(tokenizer, lines))) / size if lines and size else 1.0
 
@@ -163,10 +149,8 @@ def tokens_per_byte(tokenizer: Tokenizer, lines: Sequence[str]) -> float:
 def cache_bytes(
     sizes: Mapping[str, Mapping[str, TextSize]], per_byte: float, dtype: np.dtype, train_share: float = 1.0
 ) -> int:
-    """About how many bytes the cache of splits of these ``sizes`` takes (split -> language -> the
-    file's :class:`TextSize`): the ids (``per_byte`` tokens of ``dtype`` per byte of text), the
-    offsets (8 bytes a line) and, for validation/test, the raw text BLEU is scored against, with 10%
-    to spare. ``train_share``: the part of the training split that is kept (``max_train_pairs``)."""
+    """About how many bytes the cache of splits of these ``sizes`` takes: the ids, the offsets and the
+    raw validation/test text, with 10% to spare (``train_share``: the training split's part kept)."""
     total = 0.0
     for split, sides in sizes.items():
         share = train_share if split == "train" else 1.0

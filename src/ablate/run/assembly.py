@@ -1,17 +1,11 @@
 """One assembly path: a checked config -> data module -> model spec -> task -> callbacks -> loggers
--> Trainer.
-
-:func:`build` is what a training job trains with; the benchmark (:mod:`benchmarks`) and the
-scripts build from the same parts (:func:`build_datamodule`, :func:`build_model`,
-:func:`build_callbacks`, :func:`trainer_arguments`), so that what they measure is what ``train.py``
-runs. Nothing here is specific to a task: the task (``task.name``, :mod:`ablate.tasks`) builds its
-own module from the spec.
+-> Trainer. :func:`build` is what a job trains with; the benchmark and the scripts build from the
+same parts, so that what they measure is what ``train.py`` runs. Nothing here names a task.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +17,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
+from lightning_utilities.core.apply_func import apply_to_collection
 
 from ablate.callbacks.checkpointing import AtomicCheckpointIO, ResumeState
 from ablate.callbacks.interrupt import GracefulInterrupt
@@ -61,9 +56,7 @@ class Assembly:
 
 
 def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
-    """Seed, then build the job's data module, callbacks, task (and its model), loggers and Trainer
-    (``checked``: :func:`ablate.run.plan.check` of ``cfg``; ``plan``: the checkpoint it resumes and
-    its W&B run, :func:`ablate.run.plan.decide`)."""
+    """Seed, then build the job's data module, callbacks, task (and its model), loggers and Trainer."""
     arguments = trainer_arguments(cfg.trainer, checked.accumulate)
     seed_and_runtime(cfg, checked.matmul_precision)
     datamodule = build_datamodule(cfg)
@@ -128,29 +121,12 @@ def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
 
 
 def probe_scales(task: TaskModule, datamodule: Any, rows: int = 4) -> ScaleReport:
-    """The scale probe (:func:`ablate.nn.probe.measure`) of the freshly built model on the first
-    ``rows`` sequences of the first validation batch: the model, the RNG and the data order are
-    left as they were (a DataLoader's iterator draws its seed from the global RNG: restored too)."""
+    """The scale probe (:func:`ablate.nn.probe.measure`) of the new model on the first ``rows``
+    sequences of the first validation batch; the model, the RNG and the data order are left as they were."""
     with torch.random.fork_rng(devices=[]):
-        batch = first_rows(next(iter(datamodule.val_dataloader())), rows)
+        # a batch's first rows: of every tensor in a list, tuple, NamedTuple, dict or dataclass
+        batch = apply_to_collection(next(iter(datamodule.val_dataloader())), torch.Tensor, lambda t: t[:rows])
         return measure(task.model, lambda: task.train_loss(batch)[0], datamodule.vocab_size)
-
-
-def first_rows(batch: Any, rows: int) -> Any:
-    """A batch's first ``rows`` rows: of every tensor in a tuple, list, dict or dataclass."""
-    if isinstance(batch, torch.Tensor):
-        return batch[:rows]
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a NamedTuple (the translation's PairBatch)
-        return type(batch)(*(first_rows(b, rows) for b in batch))
-    if isinstance(batch, tuple | list):
-        return type(batch)(first_rows(b, rows) for b in batch)
-    if isinstance(batch, dict):
-        return {k: first_rows(v, rows) for k, v in batch.items()}
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        return dataclasses.replace(
-            batch, **{f.name: first_rows(getattr(batch, f.name), rows) for f in dataclasses.fields(batch)}
-        )
-    return batch
 
 
 def _print_header(
@@ -163,8 +139,7 @@ def _print_header(
     estimate: int,
     scale: ScaleReport | None,
 ) -> None:
-    """The run header (:func:`~ablate.cli.console.format_run_header`), after the whole config tree
-    when asked, and the scale probe's line when a scale is far off."""
+    """The run header, after the config tree when asked, and the scale probe's warnings."""
     if job.control.print_config:  # print_config=true, the debug=* presets: the whole tree, then the header
         print_config_tree(cfg.resolved)
     header = format_run_header(job.experiment, cfg.task_name, data, spec, axes, n_params, estimate, job.output_dir)
@@ -174,8 +149,7 @@ def _print_header(
 
 
 def seed_and_runtime(cfg: RunConfig, matmul_precision: str) -> None:
-    """The run's seed (every RNG, data loader workers included) and its floating-point settings
-    (``matmul_precision``: ``runtime.matmul_precision`` resolved, :func:`ablate.config.checks.matmul_precision`)."""
+    """The run's seed (every RNG, data loader workers included) and its floating-point settings."""
     L.seed_everything(cfg.seed, workers=True)
     if cfg.runtime.flush_denormal:
         # Post-LN's normalised outputs feed tiny gradients that go denormal on CPU and run
@@ -195,9 +169,7 @@ def build_datamodule(cfg: RunConfig) -> Any:
 
 
 def build_model(cfg: RunConfig, datamodule: Any, max_len: int) -> TaskModule:
-    """The task module (``task.name``) with its model, built from the model spec for this data
-    (``max_len``: the longest sequence the model sees, :attr:`ablate.run.config.RunConfig.eval_max_len`;
-    the spec is the task's ``spec``); the task carries the data's tokenizer into its checkpoints."""
+    """The task module (``task.name``) with its model and the data's tokenizer."""
     task = build_task(cfg, datamodule, cfg.model_spec(vocab_size=datamodule.vocab_size, max_len=max_len))
     task.tokenizer = datamodule.tokenizer
     return task
@@ -206,10 +178,8 @@ def build_model(cfg: RunConfig, datamodule: Any, max_len: int) -> TaskModule:
 def build_callbacks(
     configured: Mapping[str, Any] | None, stop_file: Path | None = None, identity: dict[str, Any] | None = None
 ) -> list[Callback]:
-    """The configured callbacks (``callbacks.*``), the graceful Ctrl-C handler (polling the sweep's
-    ``stop_file``, if any) and the resume state every checkpoint carries (the run's ``identity``;
-    :func:`build` adds the model's FLOPs per token to the throughput monitor and the W&B run id
-    once the loggers exist)."""
+    """The configured callbacks, the graceful Ctrl-C handler (polling the sweep's ``stop_file``) and
+    the resume state every checkpoint carries (the run's ``identity``)."""
     callbacks = [instantiate(c) for c in (configured or {}).values() if c is not None]
     callbacks.append(GracefulInterrupt(stop_file))  # Ctrl-C: stop after the step, save last.ckpt
     callbacks.append(ResumeState(run_identity=identity))
@@ -217,9 +187,8 @@ def build_callbacks(
 
 
 def trainer_arguments(trainer: Mapping[str, Any], accumulate: int) -> dict[str, Any]:
-    """Trainer arguments derived from the config: accumulation from the global batch, the
-    validation interval kept in optimiser steps (Lightning counts it in batches), and the
-    atomic checkpoint writer."""
+    """Trainer arguments derived from the config: accumulation, the validation interval in optimiser
+    steps (Lightning counts batches), and the atomic checkpoint writer."""
     extra: dict[str, Any] = {"accumulate_grad_batches": accumulate, "plugins": [AtomicCheckpointIO()]}
     interval = trainer.get("val_check_interval")
     if accumulate > 1 and isinstance(interval, int) and trainer.get("check_val_every_n_epoch") is None:

@@ -1,37 +1,22 @@
 """How many processes a job trains with, how the global batch is split over them, and how a job's
 processes are started: one process group per job, started by PyTorch's elastic launcher.
 
-Why not Lightning's default DDP launcher: it starts ranks 1..N-1 by re-running the command line
-(``sys.argv``). Under a Hydra multirun that command is the whole sweep (``-m lr=0.1,0.01``), so
-each child runs the sweep itself; and rank 0 keeps ``LOCAL_RANK``/``WORLD_SIZE``/``MASTER_PORT``
-in its environment, so its later jobs start no children and pair up with a child's copy of the
-sweep, in another output directory and, with a non-deterministic sweeper, with other parameters.
+Why not Lightning's default DDP launcher: it starts ranks 1..N-1 by re-running ``sys.argv``, which
+under a Hydra multirun is the whole sweep, and rank 0 keeps ``LOCAL_RANK``/``WORLD_SIZE``, so its
+later jobs pair up with a child's copy of the sweep. Instead the job hands its resolved config to
+``elastic_launch`` (``torchrun --standalone``), whose N processes alone get ``RANK``/``WORLD_SIZE``
+(Lightning's ``TorchElasticEnvironment``); the Hydra process never joins a process group, so each
+job runs once, with one output directory and one W&B run, and a failed rank is recorded as a crash.
 
-What happens instead, for a job that needs N > 1 processes on this node and was not already
-started by a launcher (torchrun, SLURM tasks): the Hydra job process resolves the job's config
-and hands it to ``torch.distributed.launcher.elastic_launch`` (what ``torchrun --standalone``
-runs), which starts N new processes (spawned where CUDA is present, forked on CPU-only
-machines) with ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/... set only in *their* environment. Lightning recognises them (``TorchElasticEnvironment``) and starts
-nothing itself. Each rank trains the resolved config it was given, so no rank re-parses a
-command line or re-runs a sweeper. When the job ends, its processes and process group are gone;
-the Hydra process, which never joined a process group, goes on with the next job, so each job
-runs exactly once, with N ranks, one output directory and one W&B run (rank 0's). A rank that
-fails makes the elastic agent stop the others and raise in the Hydra process, where the job is
-recorded as crashed and the sweep goes on.
-
-Stop signals (Ctrl-C, SIGTERM, SIGHUP) belong to the job, not to the elastic agent: left to it, the
-agent would kill the ranks at once (SIGINT, then SIGKILL) and raise a ``SignalException``, so a
-Ctrl-C lost the step, the checkpoint and the record. While the ranks run, the launching process
-holds those signals itself (:class:`StopRelay`): the first one is passed on to every rank, which
-stop together after an agreed step, save it and return (:mod:`ablate.callbacks.interrupt`); the
-job is then recorded as ``interrupted`` (exit 130). A second one ends the ranks at once (SIGKILL:
-the last periodic checkpoint is then the one to resume). The ranks themselves take a stop signal
-as a request only (the terminal sends Ctrl-C to them too, and the relay sends it again), so
-however many copies arrive, one request is one stop.
+Stop signals belong to the job, not to the elastic agent (which would SIGKILL the ranks, losing
+the step and the checkpoint): while the ranks run, :class:`StopRelay` passes the first one on to
+every rank, which stop after an agreed step, save it and return (:mod:`ablate.callbacks.interrupt`;
+the job is recorded ``interrupted``, exit 130); a second one ends the ranks at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -57,8 +42,8 @@ _SELF_SPAWNING = ("ddp_spawn", "ddp_fork", "ddp_notebook", "spawn", "fork")
 
 
 def devices_per_node(trainer_cfg: Mapping[str, Any]) -> int:
-    """The number of processes per node the Trainer will run, from ``trainer.devices`` and
-    ``trainer.accelerator`` as Lightning reads them (an int, ``"0,1"``, a list, ``-1``/``"auto"``)."""
+    """The processes per node the Trainer runs, from ``trainer.devices`` (an int, ``"0,1"``, a list,
+    ``-1``/``"auto"``) and ``trainer.accelerator``, as Lightning reads them."""
     devices = trainer_cfg.get("devices", "auto")
     accelerator = str(trainer_cfg.get("accelerator", "auto")).lower()
     if isinstance(devices, str):
@@ -70,7 +55,9 @@ def devices_per_node(trainer_cfg: Mapping[str, Any]) -> int:
         return len(devices)
     if devices in ("auto", -1):
         gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and _cuda_available())
-        return max(1, _cuda_devices()) if gpu else 1
+        import torch
+
+        return max(1, torch.cuda.device_count()) if gpu else 1
     return int(devices)
 
 
@@ -79,9 +66,7 @@ def world_size(trainer_cfg: Mapping[str, Any]) -> int:
 
 
 def batch_layout(global_batch: int, micro_batch: int | None, world: int) -> tuple[int, int]:
-    """``(per-device batch, gradient accumulation steps)`` for a global batch of ``global_batch``
-    sequences per optimiser step over ``world`` processes. ``micro_batch`` caps the per-device
-    batch (``None``: the whole share of each device, no accumulation)."""
+    """``(per-device batch, accumulation steps)`` of a global batch over ``world``; ``micro_batch`` caps it."""
     if global_batch % world:
         raise ValueError(
             f"data.batch_size={global_batch} (the global batch) is not divisible by the world size {world} "
@@ -107,8 +92,7 @@ def global_rank() -> int:
 
 
 def launched_externally() -> bool:
-    """True when a launcher already started this process as one of several ranks: torchrun (or
-    our own launch), SLURM with several tasks, or Lightning's own launcher."""
+    """A launcher (torchrun, our own launch, SLURM tasks, Lightning's) started this process as a rank."""
     from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
     if TorchElasticEnvironment.detect() or "LOCAL_RANK" in os.environ:
@@ -128,9 +112,7 @@ def needs_launch(trainer_cfg: Mapping[str, Any]) -> bool:
 
 
 def start_method() -> str:
-    """``spawn`` (fresh interpreters, the CUDA-safe way) where CUDA is present; ``fork`` on
-    CPU-only machines, where nothing in this process makes forking unsafe and it saves each
-    rank re-importing torch and Lightning (about 10 s per job on 2 CPU cores)."""
+    """``spawn`` (CUDA-safe) with CUDA; ``fork`` on CPU, which saves re-importing torch (~10 s a job)."""
     return "spawn" if _cuda_available() else "fork"
 
 
@@ -140,12 +122,6 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def _cuda_devices() -> int:
-    import torch
-
-    return torch.cuda.device_count()
-
-
 def launch(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -153,10 +129,9 @@ def launch(
     method: str | None = None,
     stop_file: Path | None = None,
 ) -> Any:
-    """Run ``fn(*args)`` in ``nprocs`` new processes forming one process group on this node
-    (``torchrun --standalone --nproc-per-node=nprocs``); returns rank 0's return value.
-    ``fn`` must be importable (spawned processes unpickle it). ``stop_file``: the stop request of
-    the sweep the job belongs to (worker-process sweeps), written by the first stop signal."""
+    """Run ``fn(*args)`` (importable) in ``nprocs`` new processes forming one process group on this
+    node, as ``torchrun --standalone``; returns rank 0's value. ``stop_file``: the sweep's stop
+    request, written by the first stop signal."""
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     options: dict[str, Any] = {}
@@ -189,8 +164,7 @@ def launch(
 
 @contextmanager
 def quiet_agent_failures() -> Iterator[None]:
-    """The elastic agent logs a failed rank as a 40-line traceback of its own process pool (and the
-    rank's, for a crash); :func:`launch` reports the rank's error itself (:func:`rank_failure`)."""
+    """Silence the agent's 40-line traceback of a failed rank: :func:`launch` reports the rank's own."""
     agent = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
     level = agent.level
     agent.setLevel(logging.CRITICAL)
@@ -200,25 +174,15 @@ def quiet_agent_failures() -> Iterator[None]:
         agent.setLevel(level)
 
 
+CRASH_NOTES = "ABLATE_CRASH_NOTES"
 RUN_ID_PREFIX = "ablate-"  # the elastic run id of the ranks launch() starts (TORCHELASTIC_RUN_ID)
 
 
 class StopRelay:
-    """In the process that launched a job's ranks, while they run: the first SIGINT, SIGTERM or
-    SIGHUP is said once and passed on to every rank (a signal sent to this process alone, as
-    ``kill`` or a container runtime sends it, reaches them too); the second ends the ranks at once
-    (SIGKILL) and raises ``KeyboardInterrupt`` here, which the job records as interrupted. One that
-    comes before the agent has started any rank (nothing trained yet) raises at once too: a rank
-    started after it would never hear of it.
-
-    Inside a SLURM job, SLURM's requeue signal (``sbatch --signal=USR1@<s>``, which ended a single
-    task that starts its own ranks) is passed on to the ranks as a requeue request: they stop after
-    the same step and save it, and rank 0 asks SLURM to requeue the job
-    (:class:`~ablate.callbacks.interrupt.GracefulInterrupt`); the SIGTERM with which SLURM then ends
-    the job is expected, so it is ignored here from the requeue signal on (not taken for a second
-    stop, which would end the ranks before they saved)."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    """While a job's ranks run, in the process that launched them: the first SIGINT, SIGTERM or
+    SIGHUP is passed on to every rank; the second (or one before any rank exists) ends the ranks
+    at once (SIGKILL) and raises ``KeyboardInterrupt`` here. SLURM's requeue signal is passed on
+    as a requeue request, and the SIGTERM with which SLURM then ends the job is ignored."""
 
     def __init__(self, stop_file: Path | None = None) -> None:
         self.received: int | None = None
@@ -254,13 +218,11 @@ class StopRelay:
         self.received = signum
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         self._stop_sweep(name)
-        print(
-            f"\n{name}: every rank stops after the same step and saves it (press Ctrl-C again to stop at once)",
-            file=sys.stderr,
-            flush=True,
+        self._relay(
+            ranks,
+            signum,
+            f"{name}: every rank stops after the same step and saves it (press Ctrl-C again to stop at once)",
         )
-        for rank in ranks:
-            _send(rank.pid, signum)
 
     def _requeue(self, signum: int) -> None:
         """SLURM's requeue signal: passed on once; SIGTERM ignored from now on (see the class)."""
@@ -276,12 +238,16 @@ class StopRelay:
         if not ranks:  # before any rank exists: nothing to save; the job is requeued as it is
             requeue_slurm_job()
             raise KeyboardInterrupt
-        print(
-            f"\n{name} (SLURM's requeue signal): every rank stops after the same step and saves it, then the job "
+        self._relay(
+            ranks,
+            signum,
+            f"{name} (SLURM's requeue signal): every rank stops after the same step and saves it, then the job "
             "is requeued",
-            file=sys.stderr,
-            flush=True,
         )
+
+    @staticmethod
+    def _relay(ranks: list[Any], signum: int, message: str) -> None:
+        print(f"\n{message}", file=sys.stderr, flush=True)
         for rank in ranks:
             _send(rank.pid, signum)
 
@@ -293,12 +259,9 @@ class StopRelay:
 
 
 def _send(pid: int | None, signum: int) -> None:
-    if pid is None:
-        return
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:  # it ended meanwhile
-        pass
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.kill(pid, signum)
 
 
 # ------------------------------------------------------- how a rank ends, told to the launching process
@@ -315,8 +278,7 @@ class RankInterrupted(KeyboardInterrupt):
 
 
 class RankCrashed(RuntimeError):
-    """A rank crashed (a fault of the program or the machine): the first line of its error, its
-    traceback kept in :attr:`rank_traceback` for the job's record; exit 1."""
+    """A rank crashed: the first line of its error, its traceback in :attr:`rank_traceback`; exit 1."""
 
     def __init__(self, message: str, rank_traceback: str = "") -> None:
         super().__init__(message)
@@ -324,9 +286,8 @@ class RankCrashed(RuntimeError):
 
 
 def end_rank(err: BaseException, code: int) -> NoReturn:
-    """End this rank (one :func:`launch` started) with exit code ``code`` after writing ``err``'s
-    message where the launching process reads it (torchelastic's error file), so that the launching
-    process reports it as the rank's own (:func:`rank_failure`) instead of a ``ChildFailedError``."""
+    """End this rank with exit ``code``, ``err``'s message in torchelastic's error file, where the
+    launching process reads it (:func:`rank_failure`) instead of a bare ``ChildFailedError``."""
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if error_file:
         message = str(err) if isinstance(err, UserError) else f"{type(err).__name__} in rank {global_rank()}"
@@ -347,12 +308,10 @@ def end_rank(err: BaseException, code: int) -> NoReturn:
 
 @contextmanager
 def crash_notes() -> Iterator[Path]:
-    """A folder where each rank :func:`note_crash` es its error as it happens, for the launching
-    process: the agent reports the first rank to exit, and stops the others (a rank that crashed
-    while another failed on the collective it left is stopped before its own error is reported)."""
+    """A folder where each rank notes its crash as it happens (the agent stops the others unreported)."""
     previous = os.environ.get(CRASH_NOTES)
     with tempfile.TemporaryDirectory(prefix="ablate-crashes-") as folder:
-        os.environ["ABLATE_CRASH_NOTES"] = folder  # the ranks inherit it (Lightning starts them with the environment)
+        os.environ["ABLATE_CRASH_NOTES"] = folder  # the ranks inherit it (a literal: tests/test_process_state.py)
         try:
             yield Path(folder)
         finally:
@@ -362,12 +321,8 @@ def crash_notes() -> Iterator[Path]:
                 os.environ["ABLATE_CRASH_NOTES"] = previous
 
 
-CRASH_NOTES = "ABLATE_CRASH_NOTES"
-
-
 def note_crash(err: BaseException) -> None:
-    """In a rank that :func:`launch` started, as its crash reaches the rank's entry: its error and
-    traceback, for :func:`rank_failure`."""
+    """In a rank :func:`launch` started: its crash's error and traceback, for :func:`rank_failure`."""
     folder = os.environ.get(CRASH_NOTES)
     if folder and Path(folder).is_dir():
         note = {"message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
@@ -375,13 +330,9 @@ def note_crash(err: BaseException) -> None:
 
 
 def rank_failure(err: BaseException, notes: Path | None = None) -> BaseException:
-    """What a failed launch (a ``ChildFailedError``) becomes in the launching process: the first
-    failed rank's own error, with the exit code it chose (:func:`end_rank`): a user error (exit 2,
-    its message), an interrupt (exit 130) or a crash (exit 1, the first line of its error, then
-    every other failed rank's, also those the agent stopped, from their ``notes``). A rank's crash
-    makes the others fail on their next collective, with a "Connection closed by peer" that says
-    nothing of the cause, often before the crashed rank exits: such a failure (:data:`PEER_GONE`)
-    is named after the others."""
+    """A failed launch as the first failed rank's own error, with its exit code (:func:`end_rank`):
+    a user error, an interrupt, or a crash (each failed rank's first line, also from ``notes``; one
+    that failed only because a peer went away, :data:`PEER_GONE`, after the others)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     if not isinstance(err, ChildFailedError):
@@ -418,8 +369,7 @@ def _peer_went_away(message: str) -> bool:
 
 
 def _rank_error(failure: Any) -> tuple[int | None, str, str, bool]:
-    """``(exit code the rank chose, message, traceback, recorded)`` of one rank's failure, from its
-    error file (``recorded``: the rank's exception is in it, by ``@record`` or :func:`end_rank`)."""
+    """``(exit code the rank chose, message, traceback, recorded)`` of one rank's failure."""
     recorded: Any = failure.message  # the error file's JSON (torchelastic's stub says str)
     info: dict[str, Any] = recorded if isinstance(recorded, dict) else {"message": str(recorded or "")}
     extra: dict[str, Any] = info.get("extraInfo") or {}
@@ -438,8 +388,7 @@ def _first_line(failure: Any) -> str:
 
 
 def failure_message(err: BaseException) -> tuple[str, str]:
-    """``(message, traceback)`` of a failed job's error for its record: a rank's crash with the
-    rank's traceback; the error's own text otherwise."""
+    """``(message, traceback)`` of a failed job's error for its record."""
     if isinstance(err, RankCrashed):
         return str(err), err.rank_traceback
     return f"{type(err).__name__}: {err}", ""
@@ -457,10 +406,8 @@ def uses_one_gpu(trainer_cfg: Mapping[str, Any]) -> bool:
 
 @contextmanager
 def exclusive_gpu(n_gpus: int, lock_dir: str | os.PathLike[str] | None = None, poll_s: float = 2.0) -> Iterator[int]:
-    """Hold one of this node's ``n_gpus`` GPUs for the duration of a job: the first whose lock
-    file (``flock``, released by the kernel even when the job is killed) nobody holds; waits
-    while all are taken. Jobs run in parallel on one node (joblib launcher) so get one GPU each
-    instead of all landing on GPU 0."""
+    """Hold the first free one of this node's ``n_gpus`` GPUs (a ``flock``, released even when the job
+    is killed) for a job, so that parallel jobs get one each; waits while all are taken."""
     folder = Path(lock_dir or Path(tempfile.gettempdir()) / f"ablate-gpu-locks-{os.getuid()}")
     folder.mkdir(parents=True, exist_ok=True)
     while True:

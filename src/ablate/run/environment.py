@@ -1,21 +1,14 @@
 """What the machine must have for a config: checked before any run record exists.
 
-A config can be valid and still impossible *here*: ``trainer=gpu`` on a machine without a GPU,
-``hydra/launcher=slurm`` where SLURM's ``sbatch`` is not installed. Lightning and submitit find out
-late (a ``MisconfigurationException`` after the W&B run and the status were created, a
-``FileNotFoundError`` 30 lines deep); these checks say it first, in one line, exit 2. They are apart from the config's own checks
-(:func:`ablate.run.plan.preflight`), which hold on any machine: a paper-scale experiment
-with ``trainer=gpu`` is a valid config on a laptop too (``tests/config/test_experiments.py``).
+A valid config can be impossible *here* (``trainer=gpu`` without a GPU, ``hydra/launcher=slurm``
+without ``sbatch``); Lightning and submitit find out late and deep, these checks say it first, in
+one line, exit 2. The config's own checks, which hold on any machine, are
+:func:`ablate.run.plan.preflight`.
 
-Whether this machine has a CUDA GPU is decided without importing torch where the answer is certain
-(:func:`no_gpu_for_sure`), so that ``trainer=gpu``, and ``trainer=ddp`` or ``trainer.devices=2`` not
-asked for on the CPU, are refused on a CPU machine in a second, before torch and Lightning load and
-before Hydra makes a run folder (``train.py``'s command-line check, :func:`refuse_missing_gpu`):
-torch answers only once imported (``torch.cuda.device_count()``, seconds to tens of seconds on a
-busy machine). The answer "none" is certain when the NVIDIA driver exposes no device node on Linux
-(``/dev/nvidia0``, ...; containers get them from the NVIDIA runtime) or ``CUDA_VISIBLE_DEVICES``
-hides every device. Anything else (device nodes present, WSL's ``/dev/dxg``, another operating
-system) is left to :func:`check_accelerator`, which asks torch once the job runs.
+Where the answer is certain, "no CUDA GPU" is decided without importing torch
+(:func:`no_gpu_for_sure`: no ``/dev/nvidia*`` device node on Linux, or ``CUDA_VISIBLE_DEVICES``
+hiding every device), so ``train.py``'s command-line check refuses such a config in a second
+(:func:`refuse_missing_gpu`); anything else is left to :func:`check_accelerator`, which asks torch.
 """
 
 from __future__ import annotations
@@ -33,10 +26,8 @@ GPU_ACCELERATORS = ("gpu", "cuda")
 
 
 def check_accelerator(trainer: Mapping[str, Any], hydra_cfg: Mapping[str, Any] | None = None) -> None:
-    """``trainer.accelerator=gpu|cuda`` needs as many visible CUDA devices as ``trainer.devices``
-    asks for; several processes on a machine without a GPU must be asked for (:func:`check_processes`).
-    Skipped where the jobs run on other machines (a SLURM launcher's submitting node),
-    :func:`jobs_run_elsewhere`."""
+    """``trainer.accelerator=gpu|cuda`` needs the CUDA devices ``trainer.devices`` asks for, and
+    :func:`check_processes`; skipped where the jobs run on other machines (:func:`jobs_run_elsewhere`)."""
     if jobs_run_elsewhere(hydra_cfg):
         return
     check_processes(trainer, hydra_cfg)
@@ -47,10 +38,7 @@ def check_accelerator(trainer: Mapping[str, Any], hydra_cfg: Mapping[str, Any] |
 
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if visible == 0:
-        raise ConfigError(
-            f"trainer.accelerator={accelerator} needs a CUDA GPU, and none is visible here "
-            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): use trainer=cpu, or run on a GPU machine"
-        )
+        raise _no_gpu(accelerator)
     devices = trainer.get("devices", 1)
     wanted = len(devices) if isinstance(devices, (list, tuple)) else devices
     if isinstance(wanted, int) and not isinstance(wanted, bool) and wanted > visible:
@@ -82,16 +70,10 @@ def typed_on_command_line(hydra_cfg: Mapping[str, Any] | None, key: str, value: 
 def check_processes(
     trainer: Mapping[str, Any], hydra_cfg: Mapping[str, Any] | None, no_gpu_for_sure: bool = False
 ) -> None:
-    """Several training processes on a machine without a GPU only when the command line asks for them.
-
-    ``trainer=ddp`` or ``trainer.devices=4`` where no CUDA GPU is visible would train in CPU
-    processes (gloo) sharing the machine's cores: a command written for a GPU node, rarely meant
-    here, and slower than one process. Refused, naming the explicit way: ``trainer.accelerator=cpu``
-    on the command line (a config file's ``accelerator: cpu``, as ``trainer=cpu``'s, is the default,
-    not a request). Not checked outside a Hydra job (``hydra_cfg`` None). ``no_gpu_for_sure``: the
-    caller knows without torch that there is none (:func:`no_gpu_for_sure`);
-    otherwise torch is asked, and imported only for a config that asks for a distributed strategy or
-    several devices."""
+    """Several training processes on a machine without a GPU only when the command line asks for them
+    (``trainer.accelerator=cpu`` typed; a config file's is the default, not a request): ``trainer=ddp``
+    or ``trainer.devices=4`` there is a command written for a GPU node. Not checked outside a Hydra
+    job; ``no_gpu_for_sure``: the caller knows there is no GPU, else torch is asked."""
     accelerator = str(trainer.get("accelerator", "auto")).lower()
     if hydra_cfg is None or accelerator in GPU_ACCELERATORS:
         return  # gpu/cuda: check_accelerator
@@ -131,8 +113,7 @@ def launcher_target(hydra_cfg: Mapping[str, Any] | None) -> str:
 
 
 def jobs_run_elsewhere(hydra_cfg: Mapping[str, Any] | None) -> bool:
-    """The sweep's launcher submits its jobs to other machines (SLURM, through submitit), and this
-    process is not one of them."""
+    """The sweep's launcher submits its jobs to other machines (SLURM), and this is not one of them."""
     return "SlurmLauncher" in launcher_target(hydra_cfg) and "SLURM_JOB_ID" not in os.environ
 
 
@@ -163,17 +144,18 @@ def no_gpu_for_sure(environ: Mapping[str, str] | None = None, dev: Path = DEV, p
 
 
 def refuse_missing_gpu(trainer: Mapping[str, Any], hydra_cfg: Mapping[str, Any] | None = None) -> None:
-    """``trainer.accelerator=gpu|cuda``, or several processes not asked for on the CPU
-    (:func:`check_processes`), on a machine that surely has no CUDA GPU: the
-    refusals of :func:`check_accelerator`, without torch. Skipped where the
-    jobs run on other machines (a SLURM launcher's submitting node)."""
+    """The refusals of :func:`check_accelerator` without torch, on a machine that surely has no CUDA GPU."""
     if jobs_run_elsewhere(hydra_cfg) or not no_gpu_for_sure():
         return
     check_processes(trainer, hydra_cfg, no_gpu_for_sure=True)
     accelerator = str(trainer.get("accelerator", "auto")).lower()
     if accelerator not in GPU_ACCELERATORS:
         return
-    raise ConfigError(
+    raise _no_gpu(accelerator)
+
+
+def _no_gpu(accelerator: str) -> ConfigError:
+    return ConfigError(
         f"trainer.accelerator={accelerator} needs a CUDA GPU, and none is visible here "
         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): use trainer=cpu, or run on a GPU machine"
     )

@@ -1,14 +1,10 @@
-"""One run per directory: two processes writing one run directory (the same ``hydra.run.dir`` typed
-twice, a sweep started twice) would interleave their metrics, checkpoints and status.
+"""One run per directory: two processes writing one run directory would interleave their metrics,
+checkpoints and status.
 
 :class:`RunDirectoryLock` holds an exclusive ``flock`` on ``<run dir>/.lock`` for the life of the
-job; a second process is refused, naming the holder (pid, host, start time). The kernel releases
-the lock when its process ends, however it ends, so a lock file left by a killed process is stale
-by construction: the next run takes it over and says so.
-
-The lock file is opened without following a link (``O_NOFOLLOW``) and must be the run's own regular
-file: a ``.lock`` replaced by a link (or a hard link) to a file elsewhere would otherwise have that
-file truncated when the lock is taken and released.
+job; a second process is refused, naming the holder. The kernel releases the lock however its
+process ends, so a killed process's lock is taken over. The lock file must be the run's own
+regular file (``O_NOFOLLOW``, one link): a link elsewhere would have its target truncated.
 """
 
 from __future__ import annotations
@@ -72,8 +68,7 @@ class RunDirectoryLock:
 
 
 def _open_own(path: Path) -> IO[str]:
-    """``path`` opened for reading and writing (created if missing), refused when it is a link or
-    not the run's own regular file: the lock is truncated on every take and release."""
+    """``path`` opened for reading and writing, refused when it is a link or not a regular file."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as err:

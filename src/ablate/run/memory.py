@@ -1,24 +1,18 @@
-"""Will a training step fit in memory? An estimate made before any data is read or tensor allocated,
-so that ``data.batch_size=100000`` is refused with the numbers and the largest micro-batch that fits,
-instead of the machine swapping until the kernel kills the job without a word.
+"""Will a training step fit in memory? Estimated before any data is read, so that an oversized batch
+is refused with the numbers and the largest micro-batch that fits, not killed without a word.
 
 The estimate (bytes), for ``P`` parameters, micro-batch ``b``, sequence length ``s``, width ``h``,
 FFN width ``f``, ``a`` heads, ``L`` layers, vocabulary ``V``, ``e`` bytes per activation element:
 
-- weights ``4P`` + gradients ``4P`` (fp32 master copies) + optimiser state (AdamW/Adam ``8P``, SGD with
-  momentum ``4P``);
-- activations kept for the backward pass, per layer (Korthikanti et al. 2022, "Reducing Activation
-  Recomputation in Large Transformer Models", Sec. 4.1, eq. 1, there for 16-bit elements:
-  ``s b h (34 + 5 a s / h)``), generalised to an FFN of width ``f`` and ``e`` bytes an element:
-  ``e/2 * s b (18 h + 4 f)``, plus ``e/2 * 5 a s^2 b`` for the attention matrices when they are
-  materialised (``attn=math``; PyTorch's fused SDPA kernels keep no ``s x s`` matrix);
+- weights ``4P`` + gradients ``4P`` (fp32) + optimiser state (Adam(W) ``8P``, SGD ``4P``);
+- activations per layer (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+  Transformer Models", Sec. 4.1, eq. 1, for 16-bit elements: ``s b h (34 + 5 a s / h)``),
+  generalised to an FFN of width ``f`` and ``e`` bytes: ``e/2 * s b (18 h + 4 f)``, plus
+  ``e/2 * 5 a s^2 b`` when attention matrices are materialised (``attn=math``; fused SDPA keeps none);
 - the output layer: logits, their log-softmax and its gradient, ``3 e s b V``;
 - a margin of 25% for the allocator, temporary buffers and the framework.
 
-It is a planning number, not a measurement: the refusal threshold is the memory available (free device
-memory on a GPU; on the CPU the smallest of the available RAM, the process's address-space limit, its
-cgroup's memory limit and a SLURM job's memory: :func:`host_limits`), so only a configuration far
-beyond what the job may use is refused.
+A planning number, against the memory available (free GPU memory, or :func:`host_limits`).
 """
 
 from __future__ import annotations
@@ -95,9 +89,7 @@ def estimate(
 
 def available_bytes(accelerator: str) -> tuple[float, str] | None:
     """Memory a training step may use, and where: free memory of the first CUDA device, else the
-    smallest of what this process may still use on the host (:func:`host_limits`: the RAM the
-    kernel reports available, the process's address-space limit, its cgroup's memory limit, the
-    SLURM job's memory); None when nothing can be read, or for a GPU run on a machine without a GPU."""
+    tightest of :func:`host_limits`; None when nothing can be read, or for a GPU run without a GPU."""
     if accelerator in ("gpu", "cuda", "auto"):
         import torch
 
@@ -114,32 +106,27 @@ UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a number near 2**63
 
 
 def host_limits() -> list[tuple[float, str]]:
-    """``(bytes this process may still use, what limits it)`` for each limit that applies here.
-    /proc/meminfo alone passed jobs that a ``prlimit --as``, a container's cgroup or a SLURM
-    allocation then killed (``DefaultCPUAllocator``, or the OOM killer without a word)."""
+    """``(bytes this process may still use, what limits it)`` for each limit that applies here:
+    /proc/meminfo alone passed jobs that ``prlimit --as``, a cgroup or SLURM then killed."""
     readers = (meminfo_available, address_space_room, cgroup_room, slurm_room)
     return [found for reader in readers if (found := reader()) is not None]
 
 
 def meminfo_available() -> tuple[float, str] | None:
     """The RAM the kernel reports available (``MemAvailable`` of ``/proc/meminfo``)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024, "available RAM"
-    except OSError:
-        pass
+    available = _proc_bytes("/proc/meminfo", "MemAvailable")
+    if available is not None:
+        return available, "available RAM"
     try:
         return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")), "available RAM"
     except (ValueError, OSError, AttributeError):
         return None
 
 
-def _status_bytes(field: str) -> float | None:
-    """``VmSize``/``VmRSS`` of this process (``/proc/self/status``), in bytes."""
+def _proc_bytes(path: str, field: str) -> float | None:
+    """A field in kB of a ``/proc`` file (``/proc/meminfo``, ``/proc/self/status``), in bytes."""
     try:
-        with open("/proc/self/status") as f:
+        with open(path) as f:
             for line in f:
                 if line.startswith(f"{field}:"):
                     return float(line.split()[1]) * 1024
@@ -155,7 +142,7 @@ def address_space_room() -> tuple[float, str] | None:
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft in (resource.RLIM_INFINITY, -1) or soft >= UNLIMITED:
         return None
-    used = _status_bytes("VmSize") or 0.0
+    used = _proc_bytes("/proc/self/status", "VmSize") or 0.0
     return max(0.0, soft - used), f"room under the process's address-space limit of {gib(soft)} (ulimit -v)"
 
 
@@ -176,9 +163,7 @@ def _read_number(path: Path) -> float | None:
 def cgroup_room(
     proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
 ) -> tuple[float, str] | None:
-    """Room left under this process's cgroup memory limit: v2 ``memory.max`` - ``memory.current``,
-    v1 ``memory.limit_in_bytes`` - ``memory.usage_in_bytes``, the tightest of the cgroup and its
-    parents (a container, a systemd slice, SLURM's task cgroup)."""
+    """Room left under the tightest memory limit of this process's cgroup and its parents (v1 or v2)."""
     try:
         lines = proc_cgroup.read_text().splitlines()
     except OSError:
@@ -215,9 +200,7 @@ def cgroup_room(
 
 
 def slurm_room(environ: Mapping[str, str] | None = None) -> tuple[float, str] | None:
-    """The memory of the SLURM allocation (``--mem``: ``SLURM_MEM_PER_NODE``; ``--mem-per-cpu``:
-    ``SLURM_MEM_PER_CPU`` times the CPUs of the job on this node), in MB, less what this process
-    already holds (its resident set)."""
+    """The SLURM allocation's memory (``--mem`` or ``--mem-per-cpu``) less this process's resident set."""
     env = os.environ if environ is None else environ
     try:
         if env.get("SLURM_MEM_PER_NODE"):
@@ -232,7 +215,7 @@ def slurm_room(environ: Mapping[str, str] | None = None) -> tuple[float, str] | 
             return None
     except ValueError:
         return None
-    used = _status_bytes("VmRSS") or 0.0
+    used = _proc_bytes("/proc/self/status", "VmRSS") or 0.0
     return max(0.0, limit - used), f"room in the SLURM job's memory of {gib(limit)} ({what})"
 
 
@@ -241,8 +224,7 @@ def gib(n: float) -> str:
 
 
 def check_fits(est: MemoryEstimate, available: tuple[float, str] | None, batch_key: str, per_unit: int = 1) -> None:
-    """Refuse a step whose estimate exceeds the memory available, with the numbers and the fix
-    (``batch_key`` counts sequences, or tokens of ``per_unit`` a sequence: ``data.max_tokens``)."""
+    """Refuse a step whose estimate exceeds the memory available, with the numbers and the fix."""
     if available is None or est.total <= available[0]:
         return
     room, where = available
@@ -259,10 +241,8 @@ def check_fits(est: MemoryEstimate, available: tuple[float, str] | None, batch_k
 def check_training_step(
     data: Mapping[str, Any], optimizer: str, trainer: Mapping[str, Any], spec: ModelSpec, micro_batch: int
 ) -> None:
-    """Refuse a training step of this config (its ``data``, ``optim.name`` and ``trainer``) that
-    cannot fit in the machine's memory, before any data is read (``micro_batch``: the per-device
-    batch of the batch layout): the vocabulary is the configured one for BPE, at most 256 characters
-    otherwise."""
+    """Refuse a training step of this config that cannot fit in memory (``micro_batch``: the
+    per-device batch; the vocabulary: the configured one, at most 256 characters for ``char``)."""
     vocab = int(data.get("vocab_size") or 256) if data.get("tokenizer", "bpe") != "char" else 256
     layers = spec.n_layers + spec.encoder_layers
     n_params = layers * (4 * spec.d_model**2 + 3 * spec.d_model * spec.d_ff) + 2 * vocab * spec.d_model

@@ -1,45 +1,19 @@
 """What a job will do, from its typed config and its run folder, decided before any data is read.
 
-:func:`ablate.run.train.run` asks it twice: :func:`check` (the devices the config asks for are
-here, the global batch splits over them, a training step fits in memory: a :class:`Preflight` with
-the run's identity, its batch layout and its start warnings), then :func:`decide` (what the job does
-with its directory, a :class:`Plan`):
+:func:`ablate.run.train.run` asks :func:`check` (a :class:`Preflight`), then :func:`decide` (a :class:`Plan`):
 
-* a job of a sweep (re-running the same command finds the same directories): ``status.json`` says
-  completed or diverged: skipped, with its stored result (``skip_completed``, default); a
-  ``last.ckpt`` without such a status (killed, crashed): resumed from it; ``skip_completed=false``:
-  trained from scratch, its previous status and checkpoints removed; a sweep run by worker
-  processes that was asked to stop: not started (a re-run runs it);
-* a single run with ``ckpt_path`` (``last`` or a path): resumed; a finished run that a resume would
-  not train further (``trainer.max_steps`` not raised) is reported, not retrained;
-  ``ckpt_path=last`` where there is no checkpoint is refused (it names a run to continue), except
-  for a sweep's job and inside a SLURM job, where the same command is also the job's first run;
-* a single run without ``ckpt_path`` into a directory that holds another run: refused, unless
-  ``overwrite=true`` (which removes the old record first).
+* a job of a sweep: completed or diverged (``status.json``): skipped with its stored result
+  (``skip_completed``); a ``last.ckpt`` without such a status: resumed; ``skip_completed=false``:
+  trained from scratch; a worker-process sweep asked to stop: not started;
+* a single run with ``ckpt_path``: resumed (a finished run a resume would not train further is
+  reported, not retrained); ``ckpt_path=last`` without a checkpoint is refused, except for a
+  sweep's job and inside a SLURM job, where the same command is also the job's first run;
+* a single run without ``ckpt_path`` into another run's directory: refused, unless ``overwrite=true``.
 
-A resumed checkpoint is read once (:func:`read_resumable`): readable, and trained with the same
-run-defining settings (:func:`ablate.config.identity.check_same_run`).
-
-It decides from :class:`Job`: what Hydra knows of the job, read once in the process Hydra runs it in
-(nothing else in the package asks Hydra's runtime) and handed as it is to the ranks: its
-run-control keys (:class:`RunControl`), overrides, labels, sweep, the config files of ``.hydra/``
-(written once the job is decided: a refused command rewrites nothing) and whether its directory was
-made for this command. A single run in a new directory (``logs/runs/<time>``) is the command typed
-again: with ``ckpt_path=last`` it continues the latest unfinished run of the same overrides, in that
-run's directory; without, it says which one it could have resumed (:func:`earlier_run`).
-``python train.py hydra.run.dir=<run dir> ckpt_path=last`` reads in that run's own overrides before
-Hydra composes the config (:func:`with_stored_overrides`).
-
-And from the run folder as it was, so that a job that fails takes back what it changed and nothing
-else: :func:`note` looks at a single run's folder before Hydra makes it or opens its log there (the
-job alone could not tell a folder Hydra made from an empty one of the user's), :func:`take_back`
-removes what was not there; :func:`keep` keeps a run's files before a resume writes (hard links to
-the checkpoints, which are replaced by a rename, and copies of ``.hydra/*.yaml`` and ``csv/``) and
-:func:`settle` puts them back if the attempt fails, so that a failed attempt to train a finished
-run longer leaves nothing of its own beside the finished run's record.
-
-Light on purpose (no torch, no Lightning at import): the command line's own check and a sweep's
-check of every job use it before the training stack loads.
+A resumed checkpoint is read once and must be the same run (:func:`read_resumable`, :func:`same_run`).
+:class:`Job` is what Hydra knows of the job, read once where Hydra runs it. A failed job takes
+back what it changed (:func:`note`/:func:`take_back`, :func:`keep`/:func:`settle`). No torch and no
+Lightning at import: the command-line and sweep checks use it before the training stack loads.
 """
 
 from __future__ import annotations
@@ -97,10 +71,6 @@ def is_rank_zero() -> bool:
     return rank_zero_only.rank == 0  # type: ignore[attr-defined]
 
 
-def is_multirun() -> bool:
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
 def job_overrides() -> list[str]:
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
@@ -113,8 +83,7 @@ def experiment_name() -> str | None:
 
 
 def sweeper_optimises() -> bool:
-    """The sweep's sweeper chooses jobs by their return value (Optuna, the tuned-LR sweeper), as
-    opposed to Hydra's basic grid sweeper, which ignores it."""
+    """The sweeper chooses jobs by their return value (Optuna, the tuned-LR sweeper; not the grid)."""
     target = str(HydraConfig.get().sweeper.get("_target_", "")) if HydraConfig.initialized() else ""
     return bool(target) and not target.endswith("BasicSweeper")
 
@@ -130,8 +99,7 @@ def jobs_in_worker_processes() -> bool:
 
 
 def stop_file() -> Path | None:
-    """The sweep's stop-request file (:mod:`ablate.callbacks.interrupt`), when this process is part of
-    a sweep run by worker processes."""
+    """The stop-request file of this process's worker-process sweep (:mod:`ablate.callbacks.interrupt`)."""
     if not jobs_in_worker_processes():
         return None
     return Path(str(HydraConfig.get().sweep.dir)) / STOP_FILE
@@ -159,8 +127,7 @@ class Job:
 
     @classmethod
     def current(cls, cfg: DictConfig) -> Job:
-        """The running Hydra job of ``cfg`` (its ``paths.output_dir`` resolved here, where Hydra runs);
-        a single run's new directory may give way to the unfinished run it continues."""
+        """The running Hydra job of ``cfg``; a single run's new directory may give way to the run it continues."""
         overrides = job_overrides()
         labels = RunLabels.current(overrides)
         job = cls(
@@ -168,7 +135,7 @@ class Job:
             overrides=overrides,
             name=labels.name,
             group=multirun_group(),
-            multirun=is_multirun(),
+            multirun=HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN,
             labels=labels,
             experiment=experiment_name(),
             worker_processes=jobs_in_worker_processes(),
@@ -189,12 +156,10 @@ class Job:
         return self.control.output_dir
 
     def retyped(self, cfg: DictConfig) -> Job:
-        """A single run in a new directory, typed again after a run of the same overrides: with
-        ``ckpt_path=last`` it goes on in that run's directory (the latest unfinished one, else the
-        latest finished one, which is then reported rather than retrained; this command's new
-        directory is removed, its log moved there); a new run says which unfinished run it could
-        have continued. Starting a new run is what the command says; the note keeps the other run
-        one paste away."""
+        """A single run in a new directory after a run of the same overrides: with ``ckpt_path=last``
+        it goes on in that run's directory (the latest unfinished one, else the latest finished one;
+        this command's directory is removed, its log moved there); a new run names the unfinished
+        run it could have continued."""
         runs_dir = self.control.log_dir / "runs"
         if self.output_dir.parent.resolve() != runs_dir.resolve():
             return self  # another run directory pattern (a preset's): not the timestamped runs of this command
@@ -218,10 +183,7 @@ class Job:
         return replace(self, control=RunControl.from_config(cfg, earlier), new_directory=False)
 
     def resume_command(self, run_dir: Path | None = None) -> str:
-        """The one command that continues this job's run (in ``run_dir``, default its own directory):
-        its overrides, less those naming a checkpoint, a directory or a replacement, then
-        ``ckpt_path=last hydra.run.dir=<dir>``, quoted for the shell (pasted, it runs no code) and
-        for Hydra (a directory with quotes or spaces stays one value)."""
+        """The command that continues this job's run (in ``run_dir``), quoted for the shell and Hydra."""
         keep = [o for o in self.overrides if override_key(o) not in ("ckpt_path", "hydra.run.dir", "overwrite")]
         directory = str(run_dir or self.output_dir)
         if not _PLAIN_VALUE.fullmatch(directory):
@@ -242,8 +204,7 @@ def run_dir_given() -> bool:
 
 
 def config_files(cfg: DictConfig) -> tuple[tuple[str, str], ...]:
-    """What Hydra would have written to ``<run dir>/.hydra/`` (``hydra.output_subdir`` is null: the job
-    writes them itself, once it is decided): the composed config, Hydra's config and the overrides."""
+    """What Hydra would have written to ``<run dir>/.hydra/`` (the job writes it once decided)."""
     if not HydraConfig.initialized():
         return ()
     hydra: Any = HydraConfig.instance().cfg  # {"hydra": ...}, as Hydra saves it
@@ -267,8 +228,7 @@ def made_for_this_command(run_dir: Path) -> bool:
 
 
 def move_job_log(old_dir: Path, new_dir: Path) -> None:
-    """Hydra's log of this job goes on in ``new_dir`` (appended); ``old_dir``, made for this command
-    and now empty, is removed."""
+    """Hydra's log of this job goes on in ``new_dir``; ``old_dir``, now empty, is removed."""
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == old_dir.resolve():
             target = new_dir / Path(handler.baseFilename).name
@@ -287,11 +247,9 @@ def move_job_log(old_dir: Path, new_dir: Path) -> None:
 
 
 def earlier_run(runs_dir: Path, overrides: list[str], this_run: Path, unfinished_only: bool = True) -> Path | None:
-    """The newest run directory under ``runs_dir`` (other than ``this_run``) made by the same
-    overrides (its ``.hydra/overrides.yaml``; ``ckpt_path``, ``hydra.*``, ``overwrite`` and
-    ``resume_allow_changes`` aside) that holds a ``last`` checkpoint and is not finished
-    (interrupted, killed or crashed: ``status.json`` not completed or diverged); with
-    ``unfinished_only=False``, the newest finished one when none is unfinished."""
+    """The newest run under ``runs_dir`` (not ``this_run``) of the same overrides (run control aside)
+    that holds a ``last`` checkpoint and is not finished; with ``unfinished_only=False``, the newest
+    finished one when none is unfinished."""
 
     def key(items: list[str]) -> list[str]:
         return sorted(o for o in items if not override_key(o).startswith(RUN_CONTROL))
@@ -365,17 +323,13 @@ class Preflight:
 
 
 def check(cfg: RunConfig) -> Preflight:
-    """What this job derives from its typed config before any data is read, on this machine: the
-    devices it asks for are here (a GPU, several processes), then :func:`preflight`."""
+    """The devices the config asks for are on this machine, then :func:`preflight`."""
     environment.check_accelerator(cfg.trainer, environment.running_hydra())  # trainer=gpu with no GPU here
     return preflight(cfg)
 
 
 def preflight(cfg: RunConfig) -> Preflight:
-    """What a config implies on any machine, before any data is read: the batch layout over the
-    devices (:func:`training_layout`), the processes to start and the memory of a training step;
-    with what the entry derived (the run's identity, its start warnings, the matmul precision for
-    its device)."""
+    """What a config implies on any machine: batch layout, processes, memory of a training step."""
     trainer = cfg.trainer
     world, micro, accumulate = training_layout(cfg)
     processes = distributed.devices_per_node(trainer) if distributed.needs_launch(trainer) else 1
@@ -400,14 +354,12 @@ def preflight(cfg: RunConfig) -> Preflight:
 
 
 def check_config(cfg: DictConfig) -> Preflight:
-    """:func:`preflight` of a composed config, typed first as the entry types it (the scripts and
-    benchmarks start from a composition)."""
+    """:func:`preflight` of a composed config (the scripts and benchmarks start from one)."""
     return preflight(RunConfig.from_hydra(cfg))
 
 
 def training_layout(cfg: RunConfig) -> tuple[int, int, int]:
-    """``(world size, per-device batch, gradient accumulation)`` from the global batch
-    ``data.batch_size``, ``data.micro_batch_size`` and ``trainer.devices x trainer.num_nodes``."""
+    """``(world size, per-device batch, gradient accumulation)`` of the global batch ``data.batch_size``."""
     trainer, data = cfg.trainer, cfg.data
     world = distributed.world_size(trainer)
     try:
@@ -428,10 +380,8 @@ def training_layout(cfg: RunConfig) -> tuple[int, int, int]:
 
 @dataclass(frozen=True)
 class Plan:
-    """What a job does, decided once (in the process that launches its ranks, so every rank gets
-    the same): train, resuming from ``ckpt_path`` (None: from scratch) and logging into the W&B run
-    ``wandb_run_id`` (the checkpoint's); or not train: the job is the ``finished`` run it found, or
-    its sweep was ``stopped`` before it started."""
+    """What a job does, decided once for every rank: train from ``ckpt_path`` (None: from scratch)
+    into the W&B run ``wandb_run_id``; or not: it is the ``finished`` run it found, or ``stopped``."""
 
     ckpt_path: str | None = None
     wandb_run_id: str | None = None
@@ -445,11 +395,7 @@ class Plan:
 
 
 def decide(job: Job, identity: dict[str, Any], trainer: Mapping[str, Any] | None = None) -> Plan:
-    """What this job does with its directory (see the module docstring); ``identity``: the checked
-    config's run identity, which a resumed checkpoint's must equal; ``trainer``: its ``trainer``
-    config, which must be able to load the checkpoint (:func:`require_sharded_loader`). A refusal raises a
-    :class:`~ablate.errors.UserError` and changes nothing; a job that trains then takes the directory
-    (:func:`take`)."""
+    """What this job does with its directory (module docstring); a refusal changes nothing."""
     control, output_dir = job.control, job.output_dir
     status = read_status(output_dir)
     if job.stop_file is not None and job.stop_file.exists():  # the sweep was asked to stop
@@ -472,9 +418,7 @@ def decide(job: Job, identity: dict[str, Any], trainer: Mapping[str, Any] | None
 
 
 def take(job: Job, plan: Plan, replaced: list[Path]) -> None:
-    """The job takes its directory: a resume keeps the run's files first (a failed one puts them
-    back, :func:`keep`); a replaced run's files (``replaced``) and a killed writer's temporary files
-    go; the run's config is written."""
+    """Take the directory: keep a resumed run's files, remove ``replaced`` ones, write the config."""
     output_dir, dirs = job.output_dir, job.control.checkpoint_dirs
     abandoned = abandoned_writes(dirs)  # of processes killed while writing a checkpoint
     check_run_folder(output_dir, dirs)  # no link out of it: nothing elsewhere is deleted
@@ -496,9 +440,7 @@ def take(job: Job, plan: Plan, replaced: list[Path]) -> None:
 
 
 def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], trainer: Mapping[str, Any] | None) -> Plan:
-    """The checkpoint a job resumes (a sweep's job: its ``last.ckpt`` when it was killed or crashed),
-    read once before any data is read (:func:`read_resumable`, :func:`same_run`). A single run resuming a finished run
-    that it would not train further reports it instead (``finished``)."""
+    """The checkpoint a job resumes, read once; a finished run it would not train further is reported."""
     control = job.control
     last = find_last_checkpoint(control.checkpoint_dirs)
     announced = False  # the console's one line that says the run resumes (Lightning's own are dropped)
@@ -509,11 +451,12 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], traine
     else:
         ckpt_path = resolve_ckpt_path(control.ckpt_path, control.checkpoint_dirs)
     if ckpt_path is None and control.ckpt_path == "last":
-        if stopped_before_its_first_checkpoint(job):
+        # a named directory whose run took it (its config is written) and stopped before its first checkpoint
+        if job.directory_given and (job.output_dir / CONFIG_DIR / "config.yaml").is_file():
             log.info(
                 f"ckpt_path=last: {job.output_dir} stopped before its first checkpoint; it starts again from step 0"
             )
-        elif first_run_may_resume(job):
+        elif job.multirun or "SLURM_JOB_ID" in os.environ:  # a sweep's job, or a SLURM job's every (re)submission
             log.info(
                 f"ckpt_path=last: no checkpoint in {job.output_dir} yet; this first run of the job starts from step 0"
             )
@@ -543,9 +486,8 @@ def _resume(job: Job, status: RunStatus | None, identity: dict[str, Any], traine
 
 
 def read_resumable(ckpt_path: str) -> dict[str, Any]:
-    """The checkpoint a job resumes, read once: readable, its weights those of the spec it stores,
-    finite (:func:`ablate.tasks.checkpoints.inspect_checked`), with the training state (not
-    ``best.ckpt``'s weights alone), of a model this version builds alike (:func:`require_same_scales`)."""
+    """The checkpoint a job resumes: checked (:func:`ablate.tasks.checkpoints.inspect_checked`), with
+    the training state, of a model this version builds alike (:func:`require_same_scales`)."""
     from ablate.tasks.checkpoints import inspect_checked  # torch, Lightning: only once a checkpoint is read
 
     checkpoint = inspect_checked(ckpt_path)
@@ -557,9 +499,7 @@ def read_resumable(ckpt_path: str) -> dict[str, Any]:
 def same_run(
     checkpoint: Mapping[str, Any], ckpt_path: str, identity: Mapping[str, Any], allowed: Sequence[str]
 ) -> tuple[str | None, list[str] | None]:
-    """The W&B run a resumed checkpoint logs to, and the changes from the run it was trained as that
-    ``resume_allow_changes`` allows (:func:`ablate.config.identity.check_same_run`; None: it predates
-    the resume check); any other change is refused."""
+    """The W&B run a resumed checkpoint logs to, and the allowed changes (None: it predates the check)."""
     state = resume_state(dict(checkpoint))
     stored = state.get("run_identity")
     changes = None if stored is None else check_same_run(stored, dict(identity), list(allowed), ckpt_path)
@@ -573,10 +513,7 @@ def _rank_zero_info(message: str) -> None:
 
 
 def refuse_another_runs_checkpoint(job: Job, ckpt_path: Path) -> None:
-    """A single run given ``ckpt_path=<run>/checkpoints/<file>`` of another run folder would resume
-    that run in this command's folder: one run in two folders, the new one recorded ``completed``
-    (with Lightning's "dirpath has changed" warning only). Refused, naming the command that
-    continues it where it is."""
+    """Refuse to resume another run folder's checkpoint here, naming the command that continues it."""
     run = ckpt_path.resolve().parent.parent
     if ckpt_path.resolve().parent.name != "checkpoints" or not (run / CONFIG_DIR).is_dir():
         return  # not a run's checkpoint: a file of the user's, loaded as asked
@@ -589,9 +526,7 @@ def refuse_another_runs_checkpoint(job: Job, ckpt_path: Path) -> None:
 
 
 def require_same_scales(checkpoint: Mapping[str, Any], ckpt_path: str) -> None:
-    """A run trained before the scale contract with a model the contract changes (a unit sinusoid)
-    would go on as another model: refused, naming what changed (eval.py, generate.py and the
-    exports build it from its stored spec, as it was trained)."""
+    """Refuse to resume a run trained before the scale contract with a model the contract changes."""
     stored = (checkpoint.get("hyper_parameters") or {}).get("spec")
     if isinstance(stored, Mapping) and ModelSpec.from_dict(stored).contract_changes_model():
         raise ConfigError(
@@ -603,9 +538,7 @@ def require_same_scales(checkpoint: Mapping[str, Any], ckpt_path: str) -> None:
 
 
 def require_sharded_loader(ckpt_path: str | None, trainer: Mapping[str, Any]) -> None:
-    """A sharded FSDP checkpoint (a folder of shards) is resumed by Lightning's FSDP strategy only:
-    under another strategy Lightning would try to read the folder as one file. Refused by name
-    before anything is read, with the two ways on."""
+    """A sharded FSDP checkpoint (a folder) is resumed by the FSDP strategy only: refused otherwise."""
     if ckpt_path is None or not Path(ckpt_path).is_dir():
         return
     strategy = trainer.get("strategy", "auto")
@@ -618,22 +551,6 @@ def require_sharded_loader(ckpt_path: str | None, trainer: Mapping[str, Any]) ->
         f"{name.rsplit('.', 1)[-1] or 'auto'}. Resume it with trainer=fsdp (on GPUs); eval.py, generate.py and the "
         "exports read it as it is"
     )
-
-
-def first_run_may_resume(job: Job) -> bool:
-    """Whether ``ckpt_path=last`` may find no checkpoint and start the job from step 0: a sweep's job
-    (the sweep names its directory; a requeued sweep resumes the jobs that have one) and a run inside a
-    SLURM job (the same command is the first submission and every requeue). Typed at a terminal,
-    ``ckpt_path=last`` means a run to continue, never a new one."""
-    return job.multirun or "SLURM_JOB_ID" in os.environ
-
-
-def stopped_before_its_first_checkpoint(job: Job) -> bool:
-    """The named directory holds a run that started (its config was written when it took the
-    directory) and was stopped before it saved a checkpoint (killed, or interrupted in its first
-    steps): ``ckpt_path=last`` continues it from step 0, having lost nothing. A mistyped or empty
-    folder holds no such run, and is refused (:func:`nothing_to_resume`)."""
-    return job.directory_given and (job.output_dir / CONFIG_DIR / "config.yaml").is_file()
 
 
 def nothing_to_resume(job: Job) -> str:
@@ -679,9 +596,7 @@ def note(run_dir: str | os.PathLike[str] | None) -> None:
 
 
 def found(folder: str | os.PathLike[str], made: bool) -> Found | None:
-    """What :func:`note` saw, if the job's folder is the one it looked at; for a sibling of it (the
-    default ``logs/runs/<time>`` may be named a second later than when it was checked), that the
-    folder is new when ``made`` (the caller's guess) says so, and which parents were there."""
+    """What :func:`note` saw of ``folder`` (of a sibling named a second later: new when ``made``)."""
     folder = Path(folder).absolute()
     if _found is None or _found.folder.parent != folder.parent:
         return None
@@ -691,8 +606,7 @@ def found(folder: str | os.PathLike[str], made: bool) -> Found | None:
 
 
 def take_back(found: Found, job_log: str | None) -> None:
-    """Remove what the command added to ``found.folder``: the folder and the parents made for it, or,
-    in a folder that was there, the entries that were not, and the job log's new lines."""
+    """Remove what the command added to ``found.folder`` (and the job log's new lines)."""
     folder = found.folder
     if found.entries is None:
         if folder.is_dir() and not folder.is_symlink():
@@ -720,8 +634,7 @@ _MANIFEST = "kept.json"
 
 
 def _restorable(run_dir: Path, checkpoint_dirs: Sequence[Path]) -> list[Path]:
-    """What an attempt may change: the checkpoints, the run's config, its metrics log and the
-    logger's copy of its config (``csv/hparams.yaml``)."""
+    """What an attempt may change: checkpoints, the run's config, its metrics log (``csv/``)."""
     logged = (run_dir / METRICS_FILE).parent
     return [
         *checkpoint_files(checkpoint_dirs),
@@ -753,8 +666,7 @@ def keep(run_dir: Path, checkpoint_dirs: Sequence[Path]) -> Path:
 
 
 def settle(run_dir: Path, checkpoint_dirs: Sequence[Path], failed: bool) -> None:
-    """End the attempt: ``failed``, the run's files as :func:`keep` found them; either way the
-    kept copies go."""
+    """End the attempt: ``failed``, the run's files put back as :func:`keep` found them."""
     folder = run_dir / KEPT
     if failed:
         kept: dict[str, str | None] = json.loads((folder / _MANIFEST).read_text())
@@ -778,8 +690,7 @@ MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
 def resumed_run_dir(overrides: Sequence[str]) -> Path | None:
-    """The directory a single-run command line resumes (``hydra.run.dir=<dir>`` with
-    ``ckpt_path=last``), or None."""
+    """The directory of ``hydra.run.dir=<dir> ckpt_path=last`` on a single-run command line, or None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -804,9 +715,7 @@ def stored_overrides(run_dir: Path) -> list[str] | None:
 
 
 def with_stored_overrides(argv: Sequence[str]) -> list[str]:
-    """``argv`` (``sys.argv[1:]``) with the resumed run's overrides before the typed ones: those whose
-    key is not typed, run control aside. Anything else (a sweep, a new run, a run without a record of
-    its overrides) is returned as it is."""
+    """``argv`` with the resumed run's own overrides (those not typed, run control aside) before the typed ones."""
     argv = list(argv)
     if any(a in MULTIRUN_FLAGS for a in argv):
         return argv

@@ -1,21 +1,11 @@
 """What a job leaves: the record of how it ended, whatever ended it.
 
-:func:`ablate.run.train.run` holds the job's directory for the whole job in :func:`recording` (one
-process per run, :class:`~ablate.run.lock.RunDirectoryLock`), which keeps whatever ends the block
-(:class:`Record`), and ends with :func:`finish`: by one table (:data:`HANDLING`) of the job's
-:class:`Outcome` (trained, found finished, not started, interrupted, refused, crashed) for a single
-run and for a sweep's job, whether ``status.json`` is written (:mod:`ablate.run.status`), the summary
-printed, the exit code (0; 130 interrupted, with the command that resumes the run; 2 a user error,
-its message; 1 a crash, its traceback) or the value a sweeper optimises
-(:func:`ablate.run.status.best_metric_value`).
-
-``crashed`` records faults of the program or the machine. A user error of a single run -- a bad
-config, no GPU, missing data, a directory that holds another run, a checkpoint of another run --
-records nothing, and what the command added goes (:func:`leave_nothing`), unless it came after the
-run trained (a full disk at step 30): then the run stays, recorded as refused. A command that fails
-before it took its directory changes no run's record, and a failed resume (refused before it
-trained, or an attempt to train a finished run longer) leaves the run's files as they were
-(:func:`ablate.run.plan.settle`).
+:func:`recording` holds the job's directory for the whole job (:class:`~ablate.run.lock.RunDirectoryLock`)
+and keeps whatever ends the block (:class:`Record`); :func:`finish` then decides, by one table
+(:data:`HANDLING`) of the job's :class:`Outcome`, whether ``status.json`` is written, the summary
+printed, and the exit code (0; 130 interrupted; 2 a user error; 1 a crash) or the value a sweeper
+optimises. A single run's user error records nothing (:func:`leave_nothing`) unless it came after
+the run trained; a failed resume leaves the run's files as they were.
 """
 
 from __future__ import annotations
@@ -62,8 +52,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Record:
-    """What a job leaves: its plan, and the status its training returned or what stopped it (an
-    exception with its traceback; a refusal: a user error before it trained)."""
+    """What a job leaves: its plan, and the status its training returned or what stopped it."""
 
     plan: Plan | None = None
     status: RunStatus | None = None
@@ -74,10 +63,7 @@ class Record:
 
 @contextlib.contextmanager
 def recording(job: Job) -> Iterator[Record]:
-    """Hold the job's directory for the block (a second process on it is refused, exit 2; in a
-    worker-process sweep the first Ctrl-C outside training becomes the sweep's stop request), and
-    keep whatever ends the block for :func:`finish`. Rank 0 writes; under SLURM tasks / torchrun
-    every rank runs the job."""
+    """Hold the job's directory (rank 0) and keep whatever ends the block for :func:`finish`."""
     record, held = Record(), False
     try:
         with (
@@ -93,14 +79,10 @@ def recording(job: Job) -> Iterator[Record]:
 
 
 class WorkerStopHandler:
-    """In a worker process, outside training (set-up, evaluation): the first SIGINT/SIGTERM writes
-    the sweep's stop file instead of raising ``KeyboardInterrupt`` somewhere in the job, which would
-    take the worker down; training's own handler (:class:`~ablate.callbacks.interrupt.GracefulInterrupt`)
-    replaces this one while it runs.
-
-    After the job SIGINT stays handled so: a Ctrl-C reaching an idle worker (the terminal sends it to
-    every process of the sweep) would otherwise end it, and joblib would report a broken pool.
-    SIGTERM (which loky uses to end workers) and SIGHUP go back to what they were."""
+    """In a worker process outside training: a stop signal writes the sweep's stop file instead of
+    raising ``KeyboardInterrupt``, which would take the worker down. SIGINT stays handled after the
+    job (a Ctrl-C reaching an idle worker would break joblib's pool); SIGTERM (loky's) and SIGHUP
+    go back to what they were."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
 
@@ -151,14 +133,8 @@ def outcome_of(record: Record) -> Outcome:
 
 @dataclass(frozen=True)
 class Handling:
-    """What :func:`finish` does for one outcome of a single run or of a sweep's job.
-
-    ``writes``: when the job's record (``status.json``) is written: ``always``; ``taken``: only by a
-    job that took its directory (its plan trains: :func:`decide` wrote the run's config there), so a
-    command that fails before that changes no run's record; ``trained``: only by a job that wrote a
-    checkpoint (a full disk at step 30 keeps the run it trained, :func:`trained_here`); ``never``. ``summary``: the run's
-    summary block is printed. ``exit_code``: how a single run ends (a sweep's job returns the value
-    for its sweeper instead)."""
+    """What :func:`finish` does for one outcome: when ``status.json`` is written (``taken``: by a job
+    that took its directory; ``trained``: by one that wrote a checkpoint), the summary, the exit code."""
 
     writes: Literal["always", "taken", "trained", "never"]
     summary: bool
@@ -178,9 +154,7 @@ HANDLING: dict[tuple[Outcome, bool], Handling] = {
     (Outcome.INTERRUPTED, False): Handling("taken", True, cli.EXIT_INTERRUPTED),
     (Outcome.INTERRUPTED, True): Handling("taken", True, cli.EXIT_INTERRUPTED),
     (Outcome.REFUSED, False): Handling("trained", False, cli.EXIT_USER_ERROR),  # its message; recorded if it trained
-    (Outcome.REFUSED, True): Handling(
-        "always", True, cli.EXIT_USER_ERROR
-    ),  # `refused`, its message; a re-run retries it
+    (Outcome.REFUSED, True): Handling("always", True, cli.EXIT_USER_ERROR),  # `refused`; a re-run retries it
     (Outcome.CRASHED, False): Handling("taken", False, cli.EXIT_CRASHED),  # the traceback instead
     (Outcome.CRASHED, True): Handling("always", True, cli.EXIT_CRASHED),  # the sweep goes on
 }
@@ -204,9 +178,7 @@ def outcome_status(job: Job, record: Record, outcome: Outcome) -> RunStatus | No
 
 
 def finish(job: Job, record: Record) -> float:
-    """The end of the job (see the module docstring): the outcome (:func:`outcome_of`) decides, by
-    :data:`HANDLING`, what is recorded and printed and how the command ends. Returns the value for a
-    sweeper."""
+    """The end of the job (module docstring); returns the value for a sweeper."""
     outcome = outcome_of(record)
     handling, plan, err, writer = HANDLING[outcome, job.multirun], record.plan, record.stopped_by, is_rank_zero()
     taken = plan is not None and plan.trains
@@ -223,8 +195,9 @@ def finish(job: Job, record: Record) -> float:
     if writer and writes:
         record_status(job.output_dir, status)  # a finished run's record stays (a failed attempt: status.failed.json)
     if taken:  # the W&B run ends with the outcome in its summary (a crash: none)
+        trained = cli.EXIT_INTERRUPTED if status.status == "interrupted" else cli.EXIT_OK
         finish_wandb(
-            handling.exit_code if outcome is not Outcome.TRAINED else _trained_exit(status), _summary(status, err)
+            trained if outcome is Outcome.TRAINED else handling.exit_code, status.outcome() if err is None else None
         )
     if writer and not job.multirun and not writes and outcome is not Outcome.FOUND_FINISHED:
         leave_nothing(job)  # a command that recorded nothing leaves no run folder behind
@@ -255,8 +228,7 @@ def finish(job: Job, record: Record) -> float:
 
 
 def to_job_log(message: str) -> None:
-    """``message`` into the job's log files (Hydra's ``train.log``) only: the console has it already
-    (the traceback a crash prints), the log file had nothing of the crash."""
+    """``message`` into the job's log files only (the console printed it already)."""
     entry = logging.LogRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
@@ -269,26 +241,15 @@ def trained_here(job: Job, record: Record) -> bool:
 
 
 def failed_resume(job: Job, record: Record, outcome: Outcome) -> bool:
-    """A resume that failed (a user error or a crash) and whose files go back (:func:`ablate.run.plan.settle`):
-    one that trained nothing yet (refused on changed data), or an attempt to train a finished run longer,
-    whose record stays that of the finished run. An unfinished run that trained on keeps its progress."""
+    """A failed resume whose files go back: one that trained nothing, or of a finished run."""
     if outcome not in (Outcome.REFUSED, Outcome.CRASHED):
         return False
     previous = read_status(job.output_dir)
     return not trained_here(job, record) or (previous is not None and previous.finished)
 
 
-def _trained_exit(status: RunStatus) -> int:
-    return cli.EXIT_INTERRUPTED if status.status == "interrupted" else cli.EXIT_OK
-
-
-def _summary(status: RunStatus, err: BaseException | None) -> dict[str, Any] | None:
-    return status.outcome() if err is None else None
-
-
 def _sweeper_value(job: Job, status: RunStatus) -> tuple[float, MetricNotLoggedError | None]:
-    """The best value the job logged (diverged and crashed jobs rank last), and a metric the sweeper
-    optimises that was never logged (an interrupted job has no value)."""
+    """The best value the job logged, and a metric the sweeper optimises that was never logged."""
     if status.status == "interrupted":
         return math.nan, None
     try:
@@ -299,7 +260,17 @@ def _sweeper_value(job: Job, status: RunStatus) -> tuple[float, MetricNotLoggedE
 
 def report_finished(job: Job, status: RunStatus) -> None:
     """A finished run found again: new tags relabel it (:mod:`ablate.tracking.relabel`), nothing else changes."""
-    relabel_finished(job, status)
+    if is_rank_zero():
+        wandb = WandbOptions.from_logger({"wandb": job.wandb_options})
+        relabelled = relabel(job.tags, wandb, job.output_dir, status.tags, status.axes, job.labels)
+        if relabelled is not None:
+            tags, where = relabelled
+            write_status(job.output_dir, replace(status, tags=tags))
+            print(
+                f"relabelled {job.output_dir.name} (already {status.status}): tags {tags} on its "
+                f"{where or 'record (no W&B run)'}; nothing was trained",
+                flush=True,
+            )
     if job.multirun:
         log.info(
             f"skipped: {job.output_dir} is already {status.status} (its status.json); skip_completed=false retrains it"
@@ -314,9 +285,7 @@ def report_finished(job: Job, status: RunStatus) -> None:
 
 
 def report_interrupted(job: Job, status: RunStatus, recorded: bool) -> float:
-    """Where an interrupted job stopped and the command that resumes it (one stopped before it took
-    its directory: that nothing was recorded); exit 130 (a worker of a parallel sweep returns: the
-    sweep's main process ends the sweep with its table and 130)."""
+    """Where an interrupted job stopped and the command that resumes it; exit 130 (a sweep's worker returns)."""
     if not recorded:
         print("interrupted before training started: nothing was recorded", file=sys.stderr, flush=True)
     else:
@@ -332,31 +301,9 @@ def report_interrupted(job: Job, status: RunStatus, recorded: bool) -> float:
 
 
 def leave_nothing(job: Job) -> None:
-    """A single run that recorded nothing takes back what the command added
-    (:func:`ablate.run.plan.take_back`): the directory Hydra made for it (its log, lock and the
-    config :func:`decide` wrote) and the parents made with it; in a directory that was there, only
-    the entries that were not, and the job log's new lines. Without a note of what was there, a
-    directory made for this command goes, and any other is left as it is."""
+    """A single run that recorded nothing takes back what the command added (:func:`ablate.run.plan.take_back`)."""
     before = found(job.output_dir, made=job.new_directory)
     if before is not None:
         take_back(before, job_log_name())
     elif job.new_directory:
         shutil.rmtree(job.output_dir, ignore_errors=True)
-
-
-def relabel_finished(job: Job, done: RunStatus) -> None:
-    """A finished run re-run with other ``tags``: its W&B run and ``status.json`` get them, and
-    nothing is trained (:mod:`ablate.tracking.relabel`)."""
-    if not is_rank_zero():
-        return
-    wandb = WandbOptions.from_logger({"wandb": job.wandb_options})
-    relabelled = relabel(job.tags, wandb, job.output_dir, done.tags, done.axes, job.labels)
-    if relabelled is None:
-        return
-    tags, where = relabelled
-    write_status(job.output_dir, replace(done, tags=tags))
-    print(
-        f"relabelled {job.output_dir.name} (already {done.status}): tags {tags} on its "
-        f"{where or 'record (no W&B run)'}; nothing was trained",
-        flush=True,
-    )

@@ -1,31 +1,16 @@
 """A run's record as the files in its directory hold it: ``status.json`` (what happened), the logged
-metrics of ``csv/metrics.csv``, and the value a sweeper optimises, read from the two. It is what the
-sweep report, the re-run of a sweep (finished jobs are skipped), the analysis and the job itself read
-back, so it stands on the standard library and the metric registry alone (no torch, no pandas).
+metrics of ``csv/metrics.csv``, and the value a sweeper optimises, read from the two; on the
+standard library and the metric registry alone (no torch, no pandas).
 
-``status.json`` is written atomically (a temporary file renamed), and a finished run's record is
-final: a failed attempt to resume it goes elsewhere. :class:`RunStatus` is the record's one schema:
-every writer builds one, every reader in the package gets one from :func:`read_status`, and
-:meth:`RunStatus.to_json` / :meth:`RunStatus.from_json` are its only way to and from the file. Every
-key is in every record (null where it does not apply: a crash has no steps, a completed run no
-divergence step); a task's own entries (``evaluate_after_fit``: ``eval_lengths``, ...) sit beside the
-standard ones.
+``status.json`` is written atomically, and a finished run's record is final. :class:`RunStatus` is
+its one schema: every key in every record (null where it does not apply). In ``csv/metrics.csv``
+(Lightning's ``CSVLogger``'s) a resumed run writes the steps since its checkpoint again: a
+metric's value at a step is the last one written.
 
-``csv/metrics.csv`` is Lightning's ``CSVLogger``'s: one row per group of metrics logged at a step (an
-empty cell for the metrics of the other groups), and a resumed run writes again the steps since the
-checkpoint it resumed from: each metric's value at a step is the last one written for that step (a
-NaN only where the step has no other value). The analysis reads the same file with its own reader
-(:func:`ablate.analysis.job.read_metrics_csv`): the file is the interface between the two.
-
-:func:`best_metric_value` is the value a job returns to a sweeper that optimises (Optuna,
-``hparams_search=...``): the best value of ``optimized_metric`` over the whole run (the minimum of a
-loss or perplexity, the maximum of BLEU-like metrics: :func:`ablate.metrics.higher_is_better`), from
-``csv/metrics.csv`` and the final metrics in ``status.json``. A diverged or crashed job returns the
-worst value (``+inf`` when lower is better, ``-inf`` when higher is), so a sweeper ranks it last
-instead of failing the trial. A metric that the job never logged at all is a configuration error (a
-typo in ``optimized_metric``, or no validation): :class:`MetricNotLoggedError` names the metric and
-those that were logged, instead of returning NaN to a search that would then run all its trials for
-nothing.
+:func:`best_metric_value` is what a job returns to an optimising sweeper: the best value of
+``optimized_metric`` over the run (:func:`ablate.metrics.higher_is_better`); a diverged or crashed
+job returns the worst value so it ranks last; a metric never logged at all (a typo, no validation)
+raises :class:`MetricNotLoggedError` instead of a NaN that would waste the whole search.
 """
 
 from __future__ import annotations
@@ -49,23 +34,13 @@ FAILED_RECORD = "status.failed.json"  # a failed attempt to resume a finished ru
 
 @dataclass
 class RunStatus:
-    """What one run (or one attempt to resume it) ended with.
-
-    ``status``: one of :data:`OUTCOMES`; ``steps``: optimiser steps done (a killed job: those of
-    its last checkpoint); ``metrics``: the last logged value of each metric (None where it was not
-    finite) and the evaluation after training; ``error``: what stopped it (refused: a user error's
-    message, what to change; crashed, interrupted, killed), with the ``traceback`` of a crash; ``diverged_at_step``/``divergence_reason``: a
-    divergence; ``params``, ``axes`` (the architecture options), ``world_size``,
-    ``accumulate_grad_batches``, ``resumed_from`` (the checkpoint it continued), ``wall_time_s``
-    (the whole run's, over its resumed segments, up to the checkpoint each resumed from) and
-    ``segment_wall_time_s`` (a resumed run's last segment alone): the run's settings and cost; ``signal``/``pid``: the worker process of a killed job;
-    ``tags``: the user's ``tags`` the run is labelled with (a re-run with others relabels it,
-    :mod:`ablate.tracking.relabel`); ``started_at``: when the run's first segment started (UTC,
-    ISO 8601; what an analysis plan's "declared before the first result" is checked against,
-    :mod:`ablate.analysis.plan`, instead of file times); ``plan_sha256``: the hash of the analysis
-    plan in force in the sweep folder when the run started (its ``analysis_plan.json``; None: none
-    was), the content proof that the plan predates the run; ``extra``: the task's own entries,
-    written beside these."""
+    """What one run (or one attempt to resume it) ended with: ``status`` (one of :data:`OUTCOMES`),
+    ``steps`` (a killed job: those of its last checkpoint), ``metrics`` (the last logged value of
+    each, None where not finite), ``error``/``traceback`` (what stopped it), its settings and cost
+    (``wall_time_s`` over all resumed segments, ``segment_wall_time_s`` the last one's),
+    ``signal``/``pid`` (a killed job's worker), ``tags`` (:mod:`ablate.tracking.relabel`),
+    ``started_at`` (UTC, ISO 8601) and ``plan_sha256`` (the analysis plan in force when it started:
+    :mod:`ablate.analysis.plan`), and ``extra``, the task's own entries."""
 
     status: str
     overrides: list[str] = field(default_factory=list)
@@ -109,8 +84,7 @@ class RunStatus:
         }
 
     def to_json(self) -> dict[str, Any]:
-        """The record as ``status.json`` holds it: every field (null where it does not apply, so a
-        reader can rely on each key), then the task's entries."""
+        """The record as ``status.json`` holds it: every field, then the task's entries."""
         record = {spec.name: getattr(self, spec.name) for spec in fields(self) if spec.name != "extra"}
         clash = set(self.extra) & {spec.name for spec in fields(self)}
         if clash:
@@ -128,21 +102,19 @@ class RunStatus:
 
 
 def unknown_outcome(path: Path, value: Any) -> str:
-    """What a reader says of a ``status.json`` whose status is not an outcome of this version: named
-    as such, never taken for a missing record ("still running, or killed")."""
+    """What a reader says of a ``status.json`` whose status is not an outcome of this version (not a missing record)."""
     return (
         f"{path} says status={value!r}, which is not an outcome ({', '.join(OUTCOMES)}): edited, or another version's"
     )
 
 
-def write_status(output_dir: Path, status: RunStatus) -> None:
-    """``status.json``, atomically (a full disk: :class:`ablate.writes.DiskFullError`, the old record kept)."""
-    write_text_atomically(output_dir / "status.json", json.dumps(status.to_json(), indent=2, default=str))
+def write_status(output_dir: Path, status: RunStatus, name: str = "status.json") -> None:
+    """``status.json`` (or ``name``), atomically (a full disk: :class:`ablate.writes.DiskFullError`, the old kept)."""
+    write_text_atomically(output_dir / name, json.dumps(status.to_json(), indent=2, default=str))
 
 
 def read_status(output_dir: Path) -> RunStatus | None:
-    """The record in ``output_dir``, or None when there is none or it is not one (unreadable,
-    not JSON, or an outcome this version does not know)."""
+    """The record in ``output_dir``, or None when there is none or it is not one."""
     path = output_dir / "status.json"
     try:
         return RunStatus.from_json(json.loads(path.read_text()))
@@ -151,12 +123,10 @@ def read_status(output_dir: Path) -> RunStatus | None:
 
 
 def record_status(output_dir: Path, status: RunStatus) -> None:
-    """Write ``status.json``, unless it records a finished run and ``status`` is a failed or
-    interrupted attempt to resume it: that record stays, the attempt goes to ``status.failed.json``."""
+    """Write ``status.json``; a failed attempt to resume a finished run goes to ``status.failed.json``."""
     previous = read_status(output_dir)
     failed = not status.finished and previous is not None and previous.finished
-    record = json.dumps(status.to_json(), indent=2, default=str)
-    write_text_atomically(output_dir / (FAILED_RECORD if failed else "status.json"), record)
+    write_status(output_dir, status, FAILED_RECORD if failed else "status.json")
     if failed and previous is not None:
         print(
             f"{output_dir / 'status.json'} still records the finished run ({previous.status}); this attempt's "
@@ -171,8 +141,7 @@ _NOT_METRICS = ("step", "epoch")  # the columns that say where a row stands, not
 
 @dataclass(frozen=True)
 class LoggedMetrics:
-    """``columns``: every metric that has a column in the log (logged at least once, its values
-    finite or not); ``by_step``: per metric, its value at each step it was logged at."""
+    """``columns``: every metric with a column in the log; ``by_step``: per metric, its value at each step."""
 
     columns: frozenset[str] = frozenset()
     by_step: dict[str, dict[float, float]] = field(default_factory=dict)
@@ -184,8 +153,7 @@ class LoggedMetrics:
 
 
 def read_logged_metrics(output_dir: Path) -> LoggedMetrics:
-    """The metrics in ``output_dir``'s ``csv/metrics.csv`` (none when the file does not exist: a
-    job stopped before its first log)."""
+    """The metrics in ``output_dir``'s ``csv/metrics.csv`` (none without the file)."""
     path = Path(output_dir) / METRICS_FILE
     if not path.is_file():
         return LoggedMetrics()
@@ -216,12 +184,8 @@ class MetricNotLoggedError(ValueError):
 
 
 def best_metric_value(output_dir: Path, status: RunStatus, metric: str) -> float:
-    """The best value of ``metric`` over the job's run in ``output_dir`` (min, or max for BLEU-like
-    metrics), from ``csv/metrics.csv`` and the final metrics of ``status``.
-
-    Diverged or crashed (``status.status``): the worst value, ``+inf``/``-inf``. A metric logged
-    only as non-finite values: the worst value too. A metric logged nowhere:
-    :class:`MetricNotLoggedError`."""
+    """The best value of ``metric`` over the run in ``output_dir`` (``csv/metrics.csv`` and ``status``'s
+    final metrics); the worst (``+inf``/``-inf``) for a diverged or crashed run or one never finite."""
     if status.status in WORST_STATUSES:  # its log is not read: a crash may have cut it short
         return _worst(metric)
     logged = read_logged_metrics(Path(output_dir))  # csv/metrics.csv
@@ -244,7 +208,7 @@ def best_metric_value(output_dir: Path, status: RunStatus, metric: str) -> float
 
 
 def _worst(metric: str) -> float:
-    """What ranks last: ``-inf`` for a metric whose higher values are better, ``+inf`` otherwise."""
+    """What ranks last."""
     return -math.inf if higher_is_better(metric) else math.inf
 
 

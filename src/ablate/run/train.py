@@ -1,28 +1,13 @@
 """One training job: check -> decide -> build -> fit -> record.
 
-``train.py`` at the repository root is the ``@hydra.main`` entry point: it reads what Hydra knows of
-the job (:meth:`ablate.run.plan.Job.current`, which may continue an earlier run's directory), types
-the composed config once (:meth:`ablate.run.config.RunConfig.from_hydra`) and hands both to
-:func:`run`, which reads top to bottom:
+``train.py`` hands the job (:meth:`ablate.run.plan.Job.current`) and its typed config
+(:meth:`ablate.run.config.RunConfig.from_hydra`) to :func:`run`, which reads top to bottom: hold
+the run directory and check (:func:`ablate.run.plan.check`), decide (:func:`ablate.run.plan.decide`),
+build and fit here or in the N processes it starts (:mod:`ablate.run.distributed`), record
+(:func:`ablate.run.record.finish`).
 
-1. hold the run directory (one process per run; :func:`ablate.run.record.recording` keeps whatever
-   ends the job) and check what the machine and the config allow before anything is read: the
-   devices, the batch layout, the memory of a step (:func:`ablate.run.plan.check`);
-2. decide what the job does with its directory: skip a finished sweep job, resume (the checkpoint
-   read once and checked to be the same run), start fresh, or refuse (:func:`ablate.run.plan.decide`);
-3. build the data, model, task, callbacks, loggers and Trainer (:func:`ablate.run.assembly.build`)
-   and fit, in this process (:func:`fit`) or in the N processes it starts;
-4. record what happened in ``status.json`` and return the value a sweeper optimises
-   (:func:`ablate.run.record.finish`).
-
-A job that trains on N > 1 devices of one node starts its own N processes
-(:mod:`ablate.run.distributed`): the Hydra process hands the job's typed config, its checks and
-its plan to PyTorch's elastic launcher and waits; each rank runs :func:`fit`. Under SLURM with one
-task per device (or torchrun) the processes already exist and every one of them runs :func:`run`.
-
-Resuming (``ckpt_path=last`` or a path) restores what Lightning restores (model, optimiser, LR
-scheduler, loop progress, callbacks) plus the RNG states, the position in the training data and the
-W&B run (:mod:`ablate.callbacks.checkpointing`; the data modules' own ``state_dict``).
+Resuming restores what Lightning restores plus the RNG states, the position in the training data
+and the W&B run (:mod:`ablate.callbacks.checkpointing`; the data modules' ``state_dict``).
 """
 
 from __future__ import annotations
@@ -63,8 +48,7 @@ log = logging.getLogger(__name__)
 
 
 def run(cfg: RunConfig, job: Job) -> float:
-    """Run one job and always leave a record of it (see the module docstring); returns the value
-    for sweepers to optimise."""
+    """Run one job and always leave a record of it; returns the value for sweepers to optimise."""
     quiet_known_noise()
     with recording(job) as record:  # hold the run directory; keep whatever ends this block
         checked = check(cfg)  # the devices, the batch layout, the memory of a step: before anything is read
@@ -82,8 +66,7 @@ def run(cfg: RunConfig, job: Job) -> float:
 @record  # a failing rank's traceback reaches the launching process
 def _rank_main(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus | None:
     """One rank of a job started by :func:`ablate.run.distributed.launch`; rank 0 returns the status.
-    A user error or an interrupt ends the rank with its exit code (2, 130) and its message, which the
-    launching process reports as the job's own (:func:`ablate.run.distributed.rank_failure`)."""
+    A user error or an interrupt ends the rank with its exit code (:func:`ablate.run.distributed.end_rank`)."""
     hold_stop_signals()  # the launching process relays stop signals: here they are requests, held until training
     quiet_known_noise()  # a spawned rank is a fresh interpreter: the filters the launching process set are not in it
     rank = distributed.global_rank()
@@ -108,9 +91,7 @@ def _rank_main(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunS
 
 
 def plan_in_force(output_dir: Path) -> str | None:
-    """The hash of the analysis plan declared for this run's sweep folder (``<sweep dir>/analysis_plan.json``,
-    :mod:`ablate.analysis.plan`) as the run starts, or None: recorded in status.json, it shows in the
-    run's own record that the plan came first."""
+    """The hash of the analysis plan of this run's sweep folder (:mod:`ablate.analysis.plan`), or None."""
     try:
         record = json.loads((Path(output_dir).parent / "analysis_plan.json").read_text())
     except (OSError, ValueError):
@@ -120,11 +101,8 @@ def plan_in_force(output_dir: Path) -> str | None:
 
 
 def fit(cfg: RunConfig, job: Job, checked: Preflight, plan: Plan) -> RunStatus:
-    """Train one configuration in this process (one rank of it, under DDP) and return its status
-    record: diverged, interrupted, or completed (with the task's own evaluation after training:
-    the test split, ...). ``checked`` is :func:`ablate.run.plan.check` of ``cfg`` and ``plan`` the
-    job's :func:`ablate.run.plan.decide`, both done by the caller. In a sweep of
-    worker processes on a node of several GPUs, a one-GPU job takes the first free one."""
+    """Train one configuration in this process (one rank, under DDP) and return its status record; in
+    a sweep of worker processes on a node of several GPUs, a one-GPU job takes the first free one."""
     one_gpu = job.worker_processes and checked.one_gpu and torch.cuda.device_count() > 1
     with distributed.exclusive_gpu(torch.cuda.device_count()) if one_gpu else contextlib.nullcontext() as gpu:
         if gpu is not None:

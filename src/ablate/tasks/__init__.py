@@ -1,11 +1,9 @@
 """The tasks, one :class:`TaskSpec` each, and the registry everything else asks.
 
-A task is declared once, here (``lm``, ``translation``, ``classify``) or by :func:`register_task`
-from anywhere (a plug-in, a test). ``train.py``, ``eval.py``, the console, the loggers, the W&B
-workspace and the analysis iterate :data:`TASKS`; none of them names a task. Adding a task: a
-LightningModule, a ``TaskSpec`` passed to :func:`register_task`, and ``conf/task/<name>.yaml``
-(``tests/tasks/test_task_interface.py`` adds one from a test file). This module is light (no
-torch, no Lightning): the classes and functions a spec names are imported when used.
+A task is declared once, here or by :func:`register_task` from anywhere; everything else iterates
+:data:`TASKS` and names no task. Adding one: a LightningModule, a ``TaskSpec`` passed to
+:func:`register_task`, and ``conf/task/<name>.yaml``. No torch, no Lightning here: what a spec
+names is imported when used.
 """
 
 from __future__ import annotations
@@ -42,26 +40,15 @@ def resolve(ref: Ref) -> Any:
 class TaskSpec:
     """Everything the framework knows about one task.
 
-    ``module``: its :class:`~ablate.tasks.base.TaskModule` subclass (config keys and checks,
-    training, evaluation after fit, checkpoints); ``build``: ``(cfg, datamodule, model_spec) ->
-    module`` for a run; ``metrics``: the quantities it logs; ``headline_metric``: what analysis
-    tables and verdicts compare by default; ``console_metric``: the column of a sweep's end-of-run
-    table; ``evaluate_checkpoint``: ``(eval_cfg) -> None``, what ``eval.py`` does with one of its
-    checkpoints, and ``eval_options``: the ``eval.py`` options only its checkpoints take (refused,
-    by name, for another task's); ``checkpoint_scripts``: the scripts that take its checkpoints
-    (named when a checkpoint reaches the wrong one); ``panel_metrics``: the metrics the W&B
-    workspace compares runs on (one panel per metric and axis); ``grad_norm_parts``:
-    ``(stack prefix, part)`` of the per-layer gradient norms it charts before any is logged;
-    ``checks``: its :class:`~ablate.tasks.config_checks.TaskChecks` (``task`` keys, the ``model`` keys
-    its model has not, the checks of a composed config), which its module inherits: read to type a
-    command line without importing torch (without it, the module's own are read);
-    ``batch_tokens_key``: the data key that, times ``data.batch_size``, gives the tokens of an
-    optimiser step (the compute the analysis counts), and ``fixed_batch_tokens``: whether that is
-    exact (a language model's windows) or an upper bound (translation's token budget, padding
-    included), which the analysis then reads from the logged ``train/tokens_seen`` instead.
-
-    What the analysis does with a task's runs and checkpoints is the analysis' own (e.g. the
-    attention maps of :data:`ablate.analysis.attention.ATTENTION_MAPS`): nothing here names it."""
+    ``module``: its :class:`~ablate.tasks.base.TaskModule` subclass; ``build``: ``(cfg, datamodule,
+    model_spec) -> module``; ``metrics``: what it logs; ``headline_metric``: what the analysis
+    compares by default; ``console_metric``: a sweep table's column; ``evaluate_checkpoint``:
+    ``(eval_cfg) -> None``, what ``eval.py`` does, with ``eval_options`` only its checkpoints take;
+    ``checkpoint_scripts``: named when a checkpoint reaches the wrong script; ``panel_metrics``: the
+    W&B workspace's panels; ``grad_norm_parts``: ``(stack prefix, part)`` of its per-layer gradient
+    norms; ``checks``: its light :class:`~ablate.tasks.config_checks.TaskChecks` (read without
+    torch); ``batch_tokens_key``: the data key that times ``data.batch_size`` gives an optimiser
+    step's tokens, exact when ``fixed_batch_tokens`` (else the analysis reads ``train/tokens_seen``)."""
 
     name: str
     module: Ref
@@ -82,8 +69,7 @@ class TaskSpec:
         return cast("type[TaskModule]", resolve(self.module))
 
     def checks_class(self) -> type[TaskChecks]:
-        """Its config declarations and checks (:class:`~ablate.tasks.config_checks.TaskChecks`): the
-        light class ``checks`` names, or else the module itself (which imports torch)."""
+        """The light class ``checks`` names, or else the module itself (which imports torch)."""
         return cast("type[TaskChecks]", resolve(self.checks) if self.checks is not None else self.module_class())
 
     def logs(self, name: str) -> bool:
@@ -199,24 +185,20 @@ def task_checks(cfg: DictConfig) -> type[TaskChecks]:
 
 
 def ranked_metrics(cfg: DictConfig | Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The quantities runs of the chosen task can be ranked by (its own metrics with a goal), or
-    None when no task is registered under its name (refused elsewhere), for
-    :func:`ablate.config.checks.optimized_metric_problem`."""
+    """The quantities runs of the chosen task can be ranked by, or None for an unknown task."""
     spec = TASKS.get(str((cfg.get("task") or {}).get("name", "lm")))
     return None if spec is None else spec.ranked_metrics
 
 
 def build_task(cfg: Any, datamodule: Any, spec: ModelSpec) -> TaskModule:
-    """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec (``cfg``: the
-    typed :class:`~ablate.run.config.RunConfig`, or a composed config)."""
+    """The LightningModule of ``cfg.task.name`` (default ``lm``) for this data and model spec."""
     build: Callable[[Any, Any, ModelSpec], TaskModule] = resolve(TASKS[task_name(cfg)].build)
     return build(cfg, datamodule, spec)
 
 
 def task_of_metrics(names: set[str] | frozenset[str]) -> str:
-    """The task that logged these metric names (a run or sweep that does not say): the first
-    registered task that logs every validation and test quantity among them, else the one that
-    logs most of them. ``lm`` logs loss/ppl/bpb, ``translation`` loss/ppl/bleu."""
+    """The task that logged these metric names: the first that logs every validation and test
+    quantity among them, else the one that logs most of them."""
     evaluated = {n for n in names if metrics.parse(n).split in ("val", "test")}
 
     def logged(spec: TaskSpec) -> int:

@@ -29,9 +29,7 @@ log = logging.getLogger(__name__)
 
 
 class TaskModule(L.LightningModule, TaskChecks):
-    """Base of the task modules. A subclass's constructor calls :meth:`build_model` (which sets
-    ``self.model``, the network, and ``self.optim_cfg``, the ``optim`` config as a dict);
-    ``train.py`` sets :attr:`tokenizer`."""
+    """Base of the task modules: a subclass's constructor calls :meth:`build_model`."""
 
     tokenizer: Tokenizer | None = None
     # set by each subclass's __init__; declared here so that they are not nn.Module's untyped attributes
@@ -43,10 +41,7 @@ class TaskModule(L.LightningModule, TaskChecks):
     def build_model(
         self, spec: Mapping[str, Any], optim: Mapping[str, Any], model: Callable[[ModelSpec], nn.Module], compile: bool
     ) -> None:
-        """What every task's constructor does with its arguments: saves them as the checkpoint's
-        hyper-parameters (all of them, which rebuild the task: ``load_from_checkpoint``; not to
-        the loggers, whose run config holds every one already), and sets :attr:`spec`,
-        :attr:`optim_cfg`, :attr:`model` (``model(spec)``) and its forward (:meth:`set_forward`)."""
+        """Save the subclass's arguments as the checkpoint's hyper-parameters; set the spec and model."""
         caller = inspect.currentframe()
         self.save_hyperparameters(logger=False, frame=caller.f_back if caller else None)  # the subclass's arguments
         self.spec = ModelSpec.from_dict(spec)
@@ -56,9 +51,8 @@ class TaskModule(L.LightningModule, TaskChecks):
         self.tokenizer = None  # set by train.py; saved in checkpoints
 
     def set_forward(self, compile: bool) -> None:
-        """``forward_fn``: the model, or ``torch.compile`` of it. Not a registered submodule, so the
-        weights are saved once, as ``model.*``, compiled or not: a checkpoint never carries
-        ``_orig_mod`` keys, and a run resumes, evaluates and exports with compile on or off."""
+        """``forward_fn``: the model, or ``torch.compile`` of it; not a registered submodule, so the
+        weights are saved once, as ``model.*``, and a run resumes with compile on or off."""
         object.__setattr__(self, "forward_fn", torch.compile(self.model) if compile else self.model)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -80,9 +74,7 @@ class TaskModule(L.LightningModule, TaskChecks):
     test_units: dict[str, dict[str, Any]]  # eval tag -> the last test evaluation's units (UnitRecorder.gathered)
 
     def write_test_units(self, trainer: L.Trainer, datamodule: Any, path: str | Path | None = None) -> Path | None:
-        """Write the test evaluations' per-unit losses (:attr:`test_units`) to ``path`` (default:
-        ``<run dir>/test_units.npz``), on rank 0; a folder that cannot be written loses the file,
-        not the run: a warning says so. Returns the path written, or None."""
+        """Write the per-unit test losses to ``path`` (default ``<run dir>/test_units.npz``), warning if unwritable."""
         units = getattr(self, "test_units", None)
         if not units or trainer.global_rank != 0:
             return None
@@ -104,9 +96,7 @@ class TaskModule(L.LightningModule, TaskChecks):
     def evaluate_after_fit(
         self, trainer: L.Trainer, datamodule: Any, evaluation: Mapping[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """What a finished run evaluates after training: ``(metrics, extra status entries)``.
-        ``evaluation`` is the run's ``eval`` group, all of the config it needs.
-        Default: the test split when ``eval.test_at_end`` (its ``test/*`` metrics)."""
+        """``(metrics, extra status entries)`` of the evaluation after training (default: the test split)."""
         if not evaluation.get("test_at_end", True):
             return {}, {}
         self.test_units = {}
@@ -115,28 +105,21 @@ class TaskModule(L.LightningModule, TaskChecks):
         return {k: finite_or_none(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}, {}
 
     def tokens_in_batch(self, batch: Any) -> int:
-        """Tokens a training batch puts through the model (padding included), for
-        ``train/tokens_per_sec`` and ``train/tokens_seen``. Default: the input ids' size."""
+        """Tokens a training batch puts through the model (padding included); default: the input ids'."""
         return int(batch[0].numel())
 
     def train_loss(self, batch: Any) -> tuple[Tensor, Tensor]:
-        """``(loss, nll)`` of one training batch: the loss to minimise (label-smoothed per
-        ``optim.label_smoothing``) and the plain NLL, detached, for ``train/ppl``.
-        ``training_step`` and ``experiments/xiong2020_prenorm/grad_norm_at_init.py`` both use it."""
+        """``(loss, nll)`` of one training batch: the (label-smoothed) loss and the plain NLL, detached."""
         raise NotImplementedError
 
     def log_training_step(self, loss: Tensor, nll: Tensor, **extra: Tensor) -> None:
-        """Log a training step's ``train/loss``, ``train/ppl``, ``train/lr`` and ``extra`` (named
-        ``train/<key>``). Under DDP: the global batch's values (the mean over ranks, which hold equal
-        token counts), not rank 0's share; one all-reduce of a few scalars, nothing on one device.
+        """Log a training step's ``train/loss``, ``train/ppl``, ``train/lr`` and ``extra``
+        (``train/<key>``): under DDP the mean over ranks, in one all-reduce.
 
-        Without a host synchronisation: on a GPU the CPU can then queue the next step while this one
-        runs. The values stay on the device until Lightning writes its logs (every
-        ``trainer.log_every_n_steps``). Two things Lightning would otherwise do every step: copy the
-        learning rate, a Python number, to the device (a blocking copy), so it is logged as a CPU
-        tensor (the same float32 value); and turn every ``prog_bar=True`` value into a Python number
-        after each batch (a sync), so none is set here: the progress displays read ``train/loss`` at
-        their own, rarer cadence (:mod:`ablate.callbacks.progress`)."""
+        Without a host synchronisation, so the CPU can queue the next step: the learning rate is
+        logged as a CPU tensor (not copied to the device each step), and no value is ``prog_bar``
+        (Lightning would turn it into a Python number after each batch; the progress displays read
+        ``train/loss`` at their own cadence, :mod:`ablate.callbacks.progress`)."""
         values = self.trainer.strategy.reduce(torch.stack([loss.detach(), nll, *extra.values()]), reduce_op="mean")
         self.log("train/loss", values[0])
         self.log("train/ppl", values[1].exp())
@@ -151,15 +134,13 @@ class TaskModule(L.LightningModule, TaskChecks):
         gradient_clip_val: int | float | None = None,
         gradient_clip_algorithm: str | None = None,
     ) -> None:
-        """Clip the gradients (``optim.grad_clip``, handed to the Trainer as ``gradient_clip_val``)
-        the way the precision and the strategy need.
+        """Clip the gradients (``optim.grad_clip``) the way the precision and the strategy need.
 
         Lightning's own clipping refuses, under any mixed precision, an optimiser that unscales inside
-        its step (fused AdamW, which ``optim.fused: null`` picks on CUDA), although bf16 has no
-        scaler and nothing to unscale: every ``trainer=gpu`` run crashed on its first step (issue
-        31). Here bf16 and fp32 clip directly; fp16 with a GradScaler unscales first
-        (:func:`ablate.optim.unscale_once`); FSDP clips through its root module (Lightning refuses norm
-        clipping there too). Otherwise the same call as Lightning's: the numbers do not change."""
+        its step (fused AdamW), although bf16 has nothing to unscale: every ``trainer=gpu`` run crashed
+        on its first step (issue 31). Here bf16 and fp32 clip directly, fp16 unscales first
+        (:func:`ablate.optim.unscale_once`), FSDP clips through its root module; the numbers are
+        Lightning's."""
         if not gradient_clip_val:
             return
         trainer = self.trainer
@@ -196,13 +177,9 @@ def config_dict(node: Any) -> dict[str, Any]:
 
 
 class UnitRecorder:
-    """Collects one test evaluation's per-unit losses (:mod:`ablate.eval_units`): each unit's
-    summed NLL, tokens and bytes under its number in the split.
-
-    A language model's windows carry no number in the batch: :meth:`for_test` reads the index
-    order of each batch from the test loader's batch sampler (sequential, or Lightning's
-    distributed sampler under DDP: deterministic either way), so batch ``k`` holds the windows
-    listed ``k``-th. A translation batch carries its sentences' numbers (:meth:`add`)."""
+    """Collects one test evaluation's per-unit losses (:mod:`ablate.eval_units`): each unit's summed
+    NLL, tokens and bytes under its number in the split. A language model's windows are numbered
+    from the test loader's (deterministic) batch sampler; a translation batch carries its own."""
 
     def __init__(self, batches: list[list[int]] | None, text: Mapping[str, Any]) -> None:
         self.batches, self.text = batches, dict(text)
@@ -210,8 +187,7 @@ class UnitRecorder:
 
     @classmethod
     def for_test(cls, trainer: L.Trainer) -> UnitRecorder | None:
-        """A recorder for the test evaluation ``trainer`` is about to run, or None when its data
-        module cannot describe the text (no ``unit_text``)."""
+        """A recorder for the test evaluation ``trainer`` is about to run (None: no ``unit_text``)."""
         describe = getattr(getattr(trainer, "datamodule", None), "unit_text", None)
         if describe is None:
             return None
@@ -235,8 +211,7 @@ class UnitRecorder:
         self.rows.append((index.cpu(), nats.detach().cpu(), tokens.cpu(), nbytes.cpu()))
 
     def gathered(self) -> dict[str, Any]:
-        """All ranks' units (a unit seen twice, as a distributed sampler's padding, once), with
-        their blocks and the text key: the ``fields`` of :func:`ablate.eval_units.write_units`."""
+        """All ranks' units (each once), their blocks and the text key (:func:`ablate.eval_units.write_units`)."""
         parts = [[torch.cat(col).tolist() for col in zip(*self.rows)] if self.rows else [[], [], [], []]]
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             gathered: list[Any] = [None] * torch.distributed.get_world_size()

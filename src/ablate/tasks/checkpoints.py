@@ -2,11 +2,8 @@
 every script loads it (:func:`load_task_checkpoint`).
 
 A damaged or altered file is refused naming the file and the first mismatch (exit 2), never a raw
-torch error ("size mismatch for ...", "probability tensor contains inf/nan") or code run from it:
-the stored configuration holds values only and names one of ablate's data modules, and
-:func:`check_checkpoint_content` builds the model the stored spec describes on PyTorch's ``meta``
-device (shapes only) and checks every weight is there with its shape, none is extra and every
-floating-point weight is finite (the other parts: :mod:`ablate.checkpoints.parts`).
+torch error or code run from it (:func:`check_checkpoint_content` builds the stored spec's model on
+the ``meta`` device and checks every weight's presence, shape and finiteness).
 """
 
 from __future__ import annotations
@@ -63,8 +60,7 @@ def expected_state(task: str, params: Mapping[str, Any], path: str | os.PathLike
 
 
 def check_checkpoint_content(checkpoint: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
-    """Refuse a checkpoint whose weights are not those of the model its stored configuration
-    builds, or are not finite, naming the file and the first mismatch (see the module)."""
+    """Refuse a checkpoint whose weights are not those of its stored model, or not finite (module docstring)."""
     check_stored_config(checkpoint, path)
     task = str(checkpoint.get("task") or _task_of_older(checkpoint))
     expected = expected_state(task, checkpoint.get("hyper_parameters") or {}, path)
@@ -110,10 +106,9 @@ def _task_of_older(checkpoint: Mapping[str, Any]) -> str:
 
 
 def inspect_checked(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A checkpoint read safely (:func:`ablate.checkpoints.files.inspect_checkpoint`), its data
-    module one of ablate's and its weights those of the model its configuration builds, finite
-    (:func:`check_checkpoint_content`: reads every tensor once); :class:`CheckpointError` naming the
-    file and the first mismatch otherwise. What a resume and every script that loads weights read."""
+    """A checkpoint read safely, its data module one of ablate's and its weights those of the model
+    its configuration builds, finite (:func:`check_checkpoint_content`); :class:`CheckpointError`
+    naming the file and the first mismatch otherwise."""
     checkpoint = inspect_checkpoint(path)
     try:
         data = (checkpoint.get("hyper_parameters") or {}).get("data")
@@ -126,9 +121,8 @@ def inspect_checked(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def checkpoint_task(path: str | Path) -> str:
-    """The task a checkpoint was trained for: stored by :class:`~ablate.tasks.base.TaskModule`,
-    or (older checkpoints) ``translation`` when its model has an encoder, else ``lm``. A file
-    that is not a readable checkpoint raises :class:`ablate.checkpoints.files.CheckpointError`."""
+    """The task a checkpoint was trained for: stored, or (older checkpoints) ``translation`` when its
+    model has an encoder, else ``lm``; :class:`ablate.checkpoints.files.CheckpointError` if unreadable."""
     checkpoint = inspect_checkpoint(path, weights=False)
     if checkpoint.get("task"):
         return str(checkpoint["task"])
@@ -136,8 +130,7 @@ def checkpoint_task(path: str | Path) -> str:
 
 
 def require_checkpoint_task(path: str | Path, expected: str, script: str) -> None:
-    """Stop with a message naming the checkpoint's task and the script that takes it when
-    ``path`` holds a checkpoint of another task than ``expected`` (or is not a readable checkpoint)."""
+    """Stop, naming the script that takes it, when ``path`` holds a checkpoint of another task than ``expected``."""
     try:
         require_file(path)
         found = checkpoint_task(path)
@@ -153,10 +146,7 @@ def require_checkpoint_task(path: str | Path, expected: str, script: str) -> Non
 def load_task_checkpoint(
     path: str | Path, expected: str | None = None, script: str = "this script", map_location: Any = "cpu", **kwargs: Any
 ) -> L.LightningModule:
-    """The task module a checkpoint holds, rebuilt by its own class (by :func:`checkpoint_task`):
-    the one way every script loads a checkpoint. With ``expected``, a checkpoint of another task
-    stops with a message naming the script that takes it; a file that is not a readable checkpoint
-    stops naming the file."""
+    """The task module a checkpoint holds, rebuilt by its own class (of task ``expected``, if given)."""
     if expected is not None:
         require_checkpoint_task(path, expected, script)
     try:

@@ -1,16 +1,12 @@
 """Sequence classification with an encoder-only Transformer (``task=classify``).
 
 The model (:class:`EncoderClassifier`) is one bidirectional :class:`~ablate.nn.stack.Stack`, as
-BERT's encoder (Devlin et al. 2019, without its pre-training): every position attends to every
-real token of its row, padding is masked out of every key set, and a linear layer classifies the
-mean of the hidden states over the real tokens. Every architecture option applies to it as to
-the LM (DeepNorm takes DeepNet's encoder-only constants).
+BERT's encoder (Devlin et al. 2019, without its pre-training): padding is masked out of every key
+set, and a linear layer classifies the mean of the hidden states over the real tokens. Every
+architecture option applies as to the LM (DeepNorm takes DeepNet's encoder-only constants).
 
-Metric names: ``train/loss`` (cross-entropy per sequence, label-smoothed per
-``optim.label_smoothing``), ``train/ppl`` (exp of the plain cross-entropy: the classes the model
-hesitates between), ``train/acc``, ``train/lr``; ``val/loss``, ``val/acc``, ``test/loss``,
-``test/acc`` over the whole split. Its data module gives ``(tokens, labels)`` batches, padding
-id 0, and says ``num_classes`` (:class:`ablate.data.majority.MajorityData`, ``data=majority``).
+Metric names: ``train/loss`` (label-smoothed), ``train/ppl``, ``train/acc``, ``train/lr``,
+``val/loss``, ``val/acc``, ``test/loss``, ``test/acc``; its data gives ``(tokens, labels)`` batches.
 """
 
 from __future__ import annotations
@@ -36,8 +32,7 @@ PAD = 0
 
 
 class EncoderClassifier(Stack):
-    """Token embedding, one bidirectional stack, mean pooling over the real tokens, a linear
-    classifier: ``forward(tokens (B, T)) -> logits (B, num_classes)``."""
+    """Embedding, one bidirectional stack, mean pooling, a linear classifier: tokens -> logits."""
 
     tok_emb: TokenEmbedding
 
@@ -80,8 +75,7 @@ class ClassificationTask(ClassificationChecks, TaskModule):
         return self.forward_fn(tokens)
 
     def _losses(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-        """The logits, the loss to minimise (label-smoothed per ``optim.label_smoothing``) and
-        the plain cross-entropy, detached (``train/ppl``)."""
+        """The logits, the (label-smoothed) loss and the plain cross-entropy, detached (``train/ppl``)."""
         tokens, labels = batch
         logits = self(tokens)
         smoothing = self.optim_cfg.get("label_smoothing", 0.0) or 0.0
@@ -123,8 +117,7 @@ class ClassificationTask(ClassificationChecks, TaskModule):
 
 
 def build_classify(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> ClassificationTask:
-    """The ``classify`` task of a run (:class:`ablate.tasks.TaskSpec` ``build``): a data module
-    of labelled sequences (it says its ``num_classes``)."""
+    """The ``classify`` task of a run: a data module of labelled sequences (with ``num_classes``)."""
     num_classes = getattr(datamodule, "num_classes", None)
     if not isinstance(num_classes, int):
         raise ConfigError(

@@ -1,9 +1,6 @@
-"""What each task declares about its config, without torch: its ``task`` keys, the ``model`` keys
-its model has not, and its checks of a composed config before any data is read.
-
-The command line is typed before torch is imported (:meth:`ablate.run.config.RunConfig.from_hydra`),
-so these declarations live here, light, and each task's LightningModule (:mod:`ablate.tasks.lm`,
-...) inherits them from its class here (:attr:`ablate.tasks.TaskSpec.checks` names it).
+"""What each task declares about its config, without torch (the command line is typed before torch
+is imported): its ``task`` keys, the ``model`` keys its model has not, and its checks of a composed
+config; each task's LightningModule inherits them (:attr:`ablate.tasks.TaskSpec.checks`).
 """
 
 from __future__ import annotations
@@ -24,8 +21,7 @@ TRANSLATION_TASK_DEFAULTS = {  # the task keys of task=translation and their def
 
 
 def check_bpe_train_mb(data: Any) -> None:
-    """``data.bpe_train_mb`` (both tasks' BPE training sample) is null or a positive number of MB:
-    checked with the config, before any data is read, so a typo does not fail after the download."""
+    """``data.bpe_train_mb`` is null or a positive number of MB, checked before any data is read."""
     sample = data.get("bpe_train_mb")
     if sample is not None and (isinstance(sample, bool) or not isinstance(sample, (int, float)) or sample <= 0):
         raise ConfigError(f"data.bpe_train_mb={sample}: give a positive number of MB, or null for all of train")
@@ -45,8 +41,7 @@ class TaskChecks:
 
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
-        """Task-specific checks of a composed config before any data is read (may fill derived
-        keys, e.g. the LM's ``data.eval_seq_len`` from ``eval.seq_len``). Default: none."""
+        """Task-specific checks of a composed config before any data is read (may fill derived keys)."""
         evaluation = cfg.get("eval") or {}
         if evaluation.get("seq_len") or evaluation.get("seq_lens"):
             raise ConfigError(f"eval.seq_len / eval.seq_lens apply to task=lm; remove them for task={cls.task_name}")

@@ -1,7 +1,5 @@
-"""The ``decode`` config group: how a translation model searches (:mod:`ablate.tasks.decoding`).
-
-Here, without torch, so that the command line is typed before torch is imported
-(:meth:`ablate.run.config.RunConfig.from_hydra`).
+"""The ``decode`` config group: how a translation model searches (:mod:`ablate.tasks.decoding`);
+here, without torch, so that the command line is typed before torch is imported.
 """
 
 from __future__ import annotations

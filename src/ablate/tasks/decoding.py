@@ -1,10 +1,8 @@
 """Greedy and beam-search decoding for :class:`ablate.nn.seq2seq.EncoderDecoder`, with a KV cache.
 
-The encoder runs once; the decoder runs one position per step with its self-attention keys/values
-cached; a sentence leaves the batch when it is done, and a step reads the device a fixed number
-of times, not once per closed hypothesis. Output length is at most ``max_len_a * source_length +
-max_len_b`` tokens (fairseq's ``--max-len-a/--max-len-b``). Beam search looks at the
-``2 * beam_size`` best extensions at every step, as fairseq's ``SequenceGenerator``; closed
+The encoder runs once, the decoder one cached position per step; a sentence leaves the batch when
+done. At most ``max_len_a * source_length + max_len_b`` tokens (fairseq's). Beam search looks at
+the ``2 * beam_size`` best extensions at every step, as fairseq's ``SequenceGenerator``; closed
 hypotheses are ranked by log P(Y|X) / lp(Y) with GNMT's length penalty
 ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14; Vaswani et al. 2017 use 0.6),
 |Y| counting the end token. ``beam_size=1`` is exactly greedy decoding (tested).
@@ -58,11 +56,8 @@ class _IncrementalDecoder:
         return logits[:, -1].float().log_softmax(dim=-1)
 
     def select(self, rows: Tensor, sentence_rows: Tensor | None = None) -> None:
-        """Keep the decoder states of ``rows`` (beam search: the surviving hypotheses' parents, of
-        the sentences still decoded). What depends on the source alone (the encoder output, its
-        mask, the cross-attention keys and values) is the same for every row of a sentence, so it
-        is gathered only when sentences leave (``sentence_rows``: a row of each kept sentence's,
-        any of them, in the new order), not at every step."""
+        """Keep the decoder states of ``rows``; what depends on the source alone is gathered only
+        when sentences leave (``sentence_rows``: a row of each kept sentence, in the new order)."""
         for cache in self.caches or []:
             if cache.self_attn.k is not None:
                 assert cache.self_attn.v is not None  # KVCache.append sets both
@@ -104,8 +99,7 @@ def greedy_search(
     max_len_b: int = 10,
     use_cache: bool = True,
 ) -> list[list[int]]:
-    """The most probable token at every step; returns each sentence's tokens without BOS/EOS.
-    A sentence leaves the batch when it ends: the steps after it decode only the others."""
+    """The most probable token at every step; returns each sentence's tokens without BOS/EOS."""
     n = src.size(0)
     memory = model.encode(src, src_mask)
     limits = max_lengths(src_mask, max_len_a, max_len_b, model.spec.max_len - 1).tolist()
@@ -150,11 +144,7 @@ def beam_search(
     max_len_b: int = 10,
     use_cache: bool = True,
 ) -> list[list[int]]:
-    """Batched beam search (see the module docstring); returns the best hypothesis per sentence.
-
-    A sentence leaves the batch as soon as it is done, so the steps after it decode only the
-    sentences still open (with a trained model most end long before the longest), and a step
-    reads the device twice whatever the number of hypotheses it closes."""
+    """Batched beam search (module docstring); returns the best hypothesis per sentence."""
     b, k = src.size(0), beam_size
     device = src.device
     memory = model.encode(src, src_mask)

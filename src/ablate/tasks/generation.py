@@ -1,9 +1,6 @@
-"""Sampling from a trained language model, with a KV cache.
-
-With the cache each new token costs one position of compute instead of the whole prefix. Once
-the sequence reaches the model's context length (``spec.max_len``) the cache cannot grow further
-for learned positions, so decoding continues nanoGPT-style on the last ``max_len`` tokens,
-recomputed each step.
+"""Sampling from a trained language model, with a KV cache (one position of compute per token).
+Past the context length (``spec.max_len``) of learned positions, decoding continues nanoGPT-style
+on the last ``max_len`` tokens, recomputed each step.
 """
 
 from __future__ import annotations

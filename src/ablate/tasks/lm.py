@@ -1,16 +1,10 @@
 """Decoder-only language modelling as a LightningModule.
 
-Metric names are part of the interface (dashboards and ``scripts/`` read them):
-``train/loss``, ``train/ppl``, ``val/loss``, ``val/ppl``, ``test/loss``, ``test/ppl``.
-Validation perplexity is exp of the mean NLL over all tokens of the split, not a mean of
-per-batch perplexities. Length extrapolation (``eval.seq_lens``) logs ``test/loss@<len>`` and
-``test/ppl@<len>``: the test metrics with :attr:`LanguageModelTask.eval_tag` appended.
-
-``val/bpb``, ``test/bpb`` (and ``test/bpb@<len>``): bits per byte of the underlying UTF-8 text,
-comparable across tokenizers (a loss per token is not: a BPE token covers several characters):
-the sum of the NLL (nats) over the predicted tokens divided by ln 2 times the UTF-8 bytes those
-tokens' text covers (:func:`token_byte_lengths`; the char tokenizer on ASCII: 1 byte per token,
-so bpb = loss / ln 2). Logged when the task knows its tokenizer (train.py and eval.py set it).
+Metric names (the interface): ``train/loss``, ``train/ppl``, ``val/loss``, ``val/ppl``, ``test/loss``,
+``test/ppl`` (exp of the split's mean NLL per token), and ``test/loss@<len>``, ``test/ppl@<len>``.
+``val/bpb``, ``test/bpb`` (and ``@<len>``): bits per byte of the UTF-8 text, comparable across
+tokenizers: the summed NLL over ln 2 times the bytes the predicted tokens cover
+(:func:`token_byte_lengths`); logged when the task knows its tokenizer.
 """
 
 from __future__ import annotations
@@ -39,14 +33,9 @@ from ablate.tasks.config_checks import LanguageModelChecks
 
 
 def token_byte_lengths(tokenizer: Tokenizer) -> np.ndarray:
-    """UTF-8 bytes of the text each token id stands for (an int array over the vocabulary).
-
-    Char tokenizer: the bytes of the character. Byte-level BPE: a token's string spells its bytes
-    in the 256-character byte alphabet (one character per byte, GPT-2's ``bytes_to_unicode``), so
-    its length is its byte count, also for a token that is only part of a multi-byte character
-    (whose decoded text alone would be a replacement character); a token outside that alphabet
-    (an added special token) counts the bytes of its decoded text. Other tokenizers: the bytes of
-    each token decoded alone."""
+    """UTF-8 bytes of the text each token id stands for (an int array over the vocabulary). A
+    byte-level BPE token spells its bytes one character each (GPT-2's ``bytes_to_unicode``), so its
+    length counts them, also for part of a multi-byte character; anything else: its decoded text's."""
     from ablate.data.tokenizers import BPETokenizer, CharTokenizer
 
     if isinstance(tokenizer, CharTokenizer):
@@ -93,8 +82,7 @@ class LanguageModelTask(LanguageModelChecks, TaskModule):
     def evaluate_after_fit(
         self, trainer: L.Trainer, datamodule: Any, evaluation: Mapping[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The test split (``eval.test_at_end``), then ``test/loss@L``, ``test/ppl@L`` at each
-        length of ``eval.seq_lens`` (:func:`evaluate_lengths`)."""
+        """The test split, then each length of ``eval.seq_lens`` (:func:`evaluate_lengths`)."""
         metrics, extra = super().evaluate_after_fit(trainer, datamodule, evaluation)
         if evaluation.get("seq_lens"):
             length_metrics, extra["eval_lengths"] = evaluate_lengths(
@@ -190,18 +178,11 @@ EVAL_SPLITS = ("val", "test")
 def evaluate_lengths(
     trainer: L.Trainer, task: LanguageModelTask, datamodule: Any, lengths: list[int], split: str = "test"
 ) -> tuple[dict[str, float | None], dict[str, Any]]:
-    """``<split>/loss@L``, ``<split>/ppl@L`` (and ``<split>/bpb@L`` when the task knows its
-    tokenizer: bits per UTF-8 byte) for each length L: the split (``test``, or ``val``)
-    cut into non-overlapping windows of L tokens (Press et al. 2022's "nonoverlapping inference";
-    no sliding window, so every token is predicted from the tokens of its own window only).
-
-    Every length covers the same split (up to its last partial window); the tokens per eval
-    batch stay constant (:meth:`ablate.data.lm_datamodule.LMDataModule.use_eval_length`). With
-    ``pos=learned`` a length beyond the position table (``model.max_len``, by default the
-    training/eval length) is skipped with a note: the table has no rows there, and rows added
-    only for evaluation would be untrained. Returns the metrics and, per length, the tokens
-    evaluated or why it was skipped.
-    """
+    """``<split>/loss@L``, ``<split>/ppl@L`` (and ``bpb@L``) for each length L: the split cut into
+    non-overlapping windows of L tokens (Press et al. 2022's "nonoverlapping inference"), the tokens
+    per eval batch constant. With ``pos=learned`` a length beyond the position table is skipped
+    with a note (its rows would be untrained). Returns the metrics and, per length, the tokens
+    evaluated or why it was skipped."""
     if split not in EVAL_SPLITS:
         raise ValueError(f"split={split!r}; valid options: {', '.join(EVAL_SPLITS)}")
     run = trainer.test if split == "test" else trainer.validate
@@ -234,7 +215,7 @@ def evaluate_lengths(
 
 
 def build_lm(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> LanguageModelTask:
-    """The ``lm`` task of a run (:class:`ablate.tasks.TaskSpec` ``build``): any corpus but a parallel one."""
+    """The ``lm`` task of a run: any corpus but a parallel one."""
     from ablate.data.translation_datamodule import TranslationDataModule
 
     if isinstance(datamodule, TranslationDataModule):

@@ -1,12 +1,7 @@
 """Language-model evaluation at one or more lengths, shared by ``train.py`` (after training,
-``eval.seq_lens``) and ``eval.py`` (from a checkpoint, on its corpus or on any text file).
-
-The maths is :class:`ablate.tasks.lm.LanguageModelTask`'s own validation/test step (token-weighted
-mean NLL over the split, perplexity = exp of it); the windows are
-:class:`ablate.data.lm_datamodule.LMDataModule`'s (non-overlapping,
-:meth:`~ablate.data.lm_datamodule.LMDataModule.use_eval_length`).
-:class:`TextFileData` serves a text file, tokenised with a checkpoint's tokenizer, through the
-same data module code.
+``eval.seq_lens``) and ``eval.py`` (from a checkpoint, on its corpus or on any text file): the
+maths of :class:`ablate.tasks.lm.LanguageModelTask`'s test step over the non-overlapping windows
+of :class:`ablate.data.lm_datamodule.LMDataModule` (:class:`TextFileData` for a text file).
 """
 
 from __future__ import annotations
@@ -36,13 +31,8 @@ from ablate.writes import inside
 
 
 class TextFileData(LMDataModule):
-    """One UTF-8 text file as the validation and test split, tokenised with a given tokenizer (a
-    checkpoint's: the ids must mean what the model learned), for ``eval.py text_file=...``.
-
-    The token ids are written once to ``work_dir/text_file.bin`` (a temporary folder of the
-    caller); everything else (windows, batches, :meth:`use_eval_length`) is :class:`LMDataModule`'s.
-    A character the tokenizer does not know raises a ValueError that names the file.
-    """
+    """One UTF-8 text file as the validation and test split, tokenised with a checkpoint's tokenizer
+    into ``work_dir/text_file.bin`` (``eval.py text_file=...``); the rest is :class:`LMDataModule`'s."""
 
     name = "text_file"
 
@@ -92,8 +82,7 @@ class TextFileData(LMDataModule):
 
 def load_lm_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", script: str = "eval.py") -> Any:
     """The :class:`~ablate.tasks.lm.LanguageModelTask` of a ``task=lm`` checkpoint, in eval mode and
-    never compiled (``model.compile`` is a training setting); a checkpoint of another task stops
-    with a message naming the script that takes it."""
+    never compiled; a checkpoint of another task stops naming the script that takes it."""
     from ablate.tasks.checkpoints import load_task_checkpoint
 
     task = load_task_checkpoint(Path(path), "lm", script, map_location=map_location, compile=False).eval()
@@ -102,8 +91,7 @@ def load_lm_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", 
 
 
 def random_logits(model: Any, batch: int = 2, length: int = 64, seed: int = 0) -> tuple[Any, Any]:
-    """Random tokens (seeded; at most the model's context) and ``model``'s logits on them, in eval
-    mode: the probe of a model's numbers (here, and against its export: ``ablate.export.hf``)."""
+    """Random tokens (seeded) and ``model``'s logits on them, in eval mode: the probe of its numbers."""
     import torch
 
     spec = model.spec
@@ -120,9 +108,8 @@ def random_logits(model: Any, batch: int = 2, length: int = 64, seed: int = 0) -
 
 
 def check_finite_logits(model: Any, path: str | os.PathLike[str]) -> None:
-    """Refuse (exit 2) a model whose weights are finite but whose logits are not (weights scaled
-    far out of range, e.g. x1e30: float32 overflows in the first matmul), before it generates or
-    evaluates: else torch's "probability tensor contains inf/nan" or a perplexity of NaN."""
+    """Refuse (exit 2) a model whose weights are finite but whose logits are not (weights scaled x1e30
+    overflow float32), before torch's "probability tensor contains inf/nan" or a NaN perplexity."""
     _, logits = random_logits(model, batch=1, length=16)
     if not bool(logits.isfinite().all()):
         largest = max(float(p.detach().abs().max()) for p in model.parameters())
@@ -133,9 +120,8 @@ def check_finite_logits(model: Any, path: str | os.PathLike[str]) -> None:
 
 
 def tokenizer_mismatch(model_tokenizer: Tokenizer | None, data_tokenizer: Tokenizer, vocab_size: int) -> str | None:
-    """Why the data's token ids would not mean what the model learned, or None: a checkpoint that
-    carries its tokenizer must have the data's exactly; an older one (none stored) at least a
-    vocabulary of the data's size."""
+    """Why the data's token ids would not mean what the model learned, or None: the stored tokenizer
+    must be the data's (an older checkpoint, without one: the vocabulary size)."""
     from ablate.data.tokenizers import tokenizer_to_dict
 
     data = tokenizer_to_dict(data_tokenizer)
@@ -167,8 +153,7 @@ def eval_lengths(cfg: DictConfig) -> list[int] | None:
 
 
 def lm_data_config(cfg: DictConfig, task: LanguageModelTask) -> dict[str, Any]:
-    """The checkpoint's data config (task=lm checkpoints carry it), or ``conf/data/<default_data>``
-    for older checkpoints, with the current data/cache folders and the ``data`` overrides applied."""
+    """The checkpoint's data config (older ones: ``conf/data/<default_data>``), with the overrides."""
     data_cfg = dict(task.hparams.get("data") or {})
     if not data_cfg:
         path = (checkout_root() or project_root()) / "conf" / "data" / f"{cfg.default_data}.yaml"
@@ -226,19 +211,15 @@ def lm_datamodule(cfg: DictConfig, task: LanguageModelTask, work_dir: str) -> tu
 
 
 def units_path(cfg: DictConfig) -> Path:
-    """Where ``eval.py`` writes the per-window test losses (:mod:`ablate.eval_units`): beside the
-    checkpoint, named after it and the text, ``<ckpt dir>/<ckpt name>.test_units@<file or test>.npz``
-    (each checkpoint of a folder its own file, never the run's ``test_units.npz``); a link there
-    that leads out of the checkpoint's folder is refused (:func:`ablate.writes.inside`)."""
+    """Where ``eval.py`` writes the per-window test losses: ``<ckpt>.test_units@<file or test>.npz``."""
     name = Path(str(cfg.text_file)).name if cfg.text_file else "test"
     ckpt = Path(str(cfg.ckpt_path)).absolute()
     return inside(ckpt.parent / f"{ckpt.stem}.test_units@{name}.npz", ckpt.parent)
 
 
 def evaluate_checkpoint(cfg: DictConfig) -> None:
-    """What ``eval.py`` does with a ``task=lm`` checkpoint (:class:`ablate.tasks.TaskSpec`
-    ``evaluate_checkpoint``): loss and perplexity at each of ``seq_lens`` on the checkpoint's
-    corpus (``split``) or on ``text_file``, printed and as one JSON line."""
+    """What ``eval.py`` does with a ``task=lm`` checkpoint: loss and perplexity at each of ``seq_lens``
+    on the checkpoint's corpus (``split``) or on ``text_file``, printed and as one JSON line."""
     if cfg.split not in ("val", "test"):
         raise SystemExit(f"split={cfg.split}; valid options: val, test")
     lengths = eval_lengths(cfg)

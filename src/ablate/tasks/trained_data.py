@@ -1,15 +1,7 @@
 """What a checkpoint was trained on: a resume, or an evaluation of the checkpoint's own corpus, on
-other data is refused.
-
-A run's settings (:mod:`ablate.config.identity`) name its data (``data.train_path=T``); they do not
-say what ``T`` holds. A checkpoint records that too: each split's content fingerprint beside its
-position in the training order (the SHA-256 the token cache records of each split's tokens,
-:meth:`ablate.data.corpus.CachedCorpus.content_fingerprint`) and its tokenizer (the task stores it
-whole, :meth:`ablate.tasks.base.TaskModule.on_save_checkpoint`). Once the data module of a resume is
-built (the cache is built or verified for the current text), both are compared with the current
-data's: a text edited since, or a tokenizer that maps characters to other ids (``e`` replaced by
-``#``: the same vocabulary size, another map), is refused with both fingerprints, before anything is
-trained. A deliberate change is allowed by name, as any other change of a resumed run:
+other data is refused. A checkpoint records each split's content fingerprint
+(:meth:`ablate.data.corpus.CachedCorpus.content_fingerprint`) and its tokenizer, compared with the
+current data's before anything is trained; a deliberate change is allowed by name:
 ``resume_allow_changes=[data.content]`` (the text), ``[data.vocabulary]`` (the tokenizer).
 """
 
@@ -35,8 +27,7 @@ class DataChangedError(UserError, ValueError):
 
 
 def stored_content(checkpoint: Mapping[str, Any], datamodule: Any) -> dict[str, str]:
-    """Split -> the fingerprint the checkpoint recorded for ``datamodule``'s class (``{}``: a
-    checkpoint from before the record, or of a data module without a cache)."""
+    """Split -> the fingerprint the checkpoint recorded for ``datamodule``'s class (``{}``: none)."""
     state = checkpoint.get(type(datamodule).__qualname__)
     content = state.get("content") if isinstance(state, Mapping) else None
     if not isinstance(content, Mapping):
@@ -47,8 +38,7 @@ def stored_content(checkpoint: Mapping[str, Any], datamodule: Any) -> dict[str, 
 def differences(
     checkpoint: Mapping[str, Any], datamodule: Any, path: str | os.PathLike[str], splits: Iterable[str] | None = None
 ) -> dict[str, tuple[str, str]]:
-    """``key -> (checkpoint, now)`` for each split (of ``splits``; default: every recorded one) whose
-    content differs (``data.content.<split>``), and for the tokenizer (``data.vocabulary``)."""
+    """``key -> (checkpoint, now)`` of each split (``data.content.<split>``) and tokenizer that differs."""
     found: dict[str, tuple[str, str]] = {}
     stored = stored_content(checkpoint, datamodule)
     describe = getattr(datamodule, "content_fingerprint", None)
@@ -73,9 +63,7 @@ def _describe(size: int, state: Mapping[str, Any]) -> str:
 
 
 def check_resumed_data(ckpt_path: str | os.PathLike[str], datamodule: Any, allow: Iterable[str]) -> list[str]:
-    """Refuse to resume ``ckpt_path`` on data (``datamodule``, prepared and set up) other than its
-    own, unless each difference is named in ``allow`` (``resume_allow_changes``); returns the allowed
-    differences, to be reported."""
+    """Refuse to resume ``ckpt_path`` on other data, unless ``allow``ed; returns the allowed differences."""
     checkpoint = inspect_checkpoint(ckpt_path, weights=False)
     diffs = differences(checkpoint, datamodule, ckpt_path)
     refused = {k: v for k, v in diffs.items() if not change_allowed(k, allow)}
@@ -121,10 +109,8 @@ def check_evaluated_data(
     ckpt_path: str | os.PathLike[str], datamodule: Any, split: str, overrides: Iterable[str] = ()
 ) -> None:
     """``eval.py`` on the checkpoint's own corpus: refuse a ``split`` whose text changed since the
-    checkpoint recorded it (its numbers would not be those of the run's test), naming the way to
-    evaluate other text on purpose (``text_file=`` / ``src_file=``). ``overrides``: the ``data``
-    keys given to eval.py; one that chooses other text (a file, a split layout) is the user's choice,
-    not checked."""
+    checkpoint recorded it, naming ``text_file=`` / ``src_file=``; ``overrides`` (the ``data`` keys
+    given to eval.py) that choose other text are the user's choice, not checked."""
     if set(overrides) - NEUTRAL_DATA_KEYS:
         return
     diffs = differences(inspect_checkpoint(ckpt_path, weights=False), datamodule, ckpt_path, splits=[split])

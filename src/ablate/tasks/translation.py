@@ -2,23 +2,15 @@
 
 Metric names (part of the interface):
 
-* ``train/loss`` (label-smoothed cross-entropy, mean over the batch's real target tokens),
-  ``train/ppl`` (exp of the unsmoothed NLL), ``train/lr``, ``train/padding_fraction``;
-  ``data/padding_fraction`` once at the start (the whole training epoch's batches);
-* ``val/loss``, ``val/ppl``: the NLL without smoothing, averaged over every real target token of
-  the validation split (exp of the token mean, not a mean of per-batch values);
-* ``val/bleu``: sacreBLEU of the decoded (detokenised) output against the raw references, on a
-  fixed sample of ``task.val_bleu_samples`` validation sentences (all of them when ``null``),
-  decoded with ``task.val_beam_size`` (greedy by default, to keep validation cheap);
-* ``test/loss``, ``test/ppl``, ``test/bleu`` on the whole test split with the ``decode`` settings
-  (beam search); the hypotheses go to ``<output_dir>/translations/test.hyp``.
+* ``train/loss`` (label-smoothed), ``train/ppl``, ``train/lr``, ``train/padding_fraction``;
+  ``data/padding_fraction`` once at the start; ``val/loss``, ``val/ppl`` (unsmoothed, per token);
+* ``val/bleu``: sacreBLEU of the detokenised output on a fixed sample of ``task.val_bleu_samples``
+  validation sentences (all when ``null``), decoded with ``task.val_beam_size`` (greedy default);
+* ``test/loss``, ``test/ppl``, ``test/bleu`` on the whole test split with the ``decode`` settings;
+  the hypotheses go to ``<output_dir>/translations/test.hyp``.
 
-The sacreBLEU signature is printed and logged as the hyper-parameter ``bleu_signature``. With W&B
-on, each validation logs a table ``val/examples`` of a few source / reference / hypothesis rows.
-
-Label smoothing (Szegedy et al. 2016; 0.1 in Vaswani et al. 2017) is PyTorch's: the target
-distribution is ``(1 - eps)`` on the reference plus ``eps / V`` on every token; padded positions
-are ignored (``ignore_index``), so they change neither the loss nor its normalisation.
+The hyper-parameter ``bleu_signature`` and, with W&B, a table ``val/examples`` per validation.
+Label smoothing (Szegedy et al. 2016; 0.1 in Vaswani et al. 2017) is PyTorch's, padding ignored.
 """
 
 from __future__ import annotations
@@ -62,10 +54,7 @@ def _all_gather_dict(local: dict[int, str]) -> dict[int, str]:
         return local
     parts: list[dict[int, str] | None] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(parts, local)
-    merged: dict[int, str] = {}
-    for part in parts:
-        merged.update(part or {})
-    return merged
+    return {index: hyp for part in parts for index, hyp in (part or {}).items()}
 
 
 class TranslationTask(TranslationChecks, TaskModule):
@@ -283,8 +272,7 @@ class TranslationTask(TranslationChecks, TaskModule):
 
 
 def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> TranslationTask:
-    """The ``translation`` task of a run (:class:`ablate.tasks.TaskSpec` ``build``): a parallel
-    corpus and a model with an encoder."""
+    """The ``translation`` task of a run: a parallel corpus and a model with an encoder."""
     from ablate.data.translation_datamodule import TranslationDataModule
 
     if not isinstance(datamodule, TranslationDataModule):
@@ -312,8 +300,7 @@ def build_translation(cfg: DictConfig, datamodule: Any, spec: ModelSpec) -> Tran
 
 
 def load_translation_checkpoint(path: str | Path, device: str = "auto", script: str = "eval.py") -> TranslationTask:
-    """A trained :class:`TranslationTask` with its tokenizer, in eval mode on ``device``; a
-    checkpoint of another task stops naming ``script`` and the scripts that take that task's."""
+    """A trained :class:`TranslationTask` with its tokenizer, in eval mode on ``device``."""
     from ablate.tasks.checkpoints import load_task_checkpoint
 
     dev = pick_device(device)

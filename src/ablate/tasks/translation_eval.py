@@ -45,9 +45,8 @@ def sentences(cfg: DictConfig, task: TranslationTask) -> tuple[list[str], list[s
 
 
 def evaluate_checkpoint(cfg: DictConfig) -> None:
-    """What ``eval.py`` does with a ``task=translation`` checkpoint (:class:`ablate.tasks.TaskSpec`
-    ``evaluate_checkpoint``): translate the corpus' ``split`` (or ``src_file``), write the
-    hypotheses, and score them with sacreBLEU when there are references."""
+    """What ``eval.py`` does with a ``task=translation`` checkpoint: translate the corpus' ``split``
+    (or ``src_file``), write the hypotheses, and score them with sacreBLEU when there are references."""
     task = load_translation_checkpoint(cfg.ckpt_path, cfg.device)
     decode = decode_config(task, cfg)
     src, refs, default_out = sentences(cfg, task)
