@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from ablate.config.dotted import override_key
 from ablate.config.dotted import select as select_key
 from ablate.eval_units import FILENAME as UNITS_FILE
 from ablate.eval_units import Units, read_units
@@ -23,11 +24,6 @@ from ablate.run.status import OUTCOMES, unknown_outcome
 from ablate.tasks import task_of_metrics
 
 STATUSES = ("completed", "diverged", "crashed", "incomplete")
-
-
-def override_key(override: str) -> str:
-    """``+optim.lr=1e-3`` -> ``optim.lr`` (Hydra's ``+``/``++``/``~`` prefixes dropped)."""
-    return override.split("=", 1)[0].lstrip("+~").strip()
 
 
 def canonical(value: Any) -> str:

@@ -43,6 +43,7 @@ from ablate.checkpoints.files import (
     resolve_ckpt_path,
     resume_state,
 )
+from ablate.config.dotted import override_key
 from ablate.config.identity import check_same_run
 from ablate.errors import ConfigError
 from ablate.nn.spec import ModelSpec
@@ -189,11 +190,6 @@ class Job:
         if not _PLAIN_VALUE.fullmatch(directory):
             directory = '"' + directory.replace("\\", "\\\\").replace('"', '\\"') + '"'
         return shlex.join(["python", "train.py", *keep, "ckpt_path=last", f"hydra.run.dir={directory}"])
-
-
-def override_key(override: str) -> str:
-    """``+a.b=1`` -> ``a.b``; ``~a`` -> ``a``."""
-    return override.split("=", 1)[0].lstrip("+~").strip()
 
 
 def run_dir_given() -> bool:
