@@ -102,11 +102,9 @@ def compare_to_baseline(
     margin: float | None = None,
     equivalence: tuple[str, ...] = (),
 ) -> pd.DataFrame:
-    """``frame`` with the statistics (``_COLUMNS``) of the final metric (``basis="steps"``) or of
-    the metric at the matched budget, per row against the baseline row, adjusted within this frame
-    (:func:`adjust_family` re-adjusts several as one family). ``equivalence``: with a margin, only
-    the rows these ``axis=value`` specs name get the TOST, so that rows where equivalence is
-    hopeless do not dilute the others' (issue 43)."""
+    """``frame`` with the statistics (``_COLUMNS``) of each row against the baseline row, adjusted
+    within this frame. ``equivalence``: only the rows these specs name get the TOST, so that rows
+    where equivalence is hopeless do not dilute the others' (issue 43)."""
     metric = frame.attrs["metric"]
     name, matched = budget.basis_column(metric, basis), frame.attrs.get("matched", {}).get(basis)
     value = _basis_value(metric, basis, matched)
@@ -218,10 +216,8 @@ def _named(sweep: Sweep, jobs: list[Job], specs: tuple[str, ...]) -> bool:
 
 
 def adjust_family(frames: list[pd.DataFrame], alpha: float = stats.ALPHA) -> list[pd.DataFrame]:
-    """One family over every comparison of ``frames`` (the ``--where`` slices and metrics of one
-    write-up): difference and equivalence tests together (:func:`ablate.analysis.stats.family_adjusted`),
-    then the MDE at alpha/m (m: the rows with a difference test) and each row's verdict; a row
-    whose arms did not train gets ``not trained (...)`` and stays out of the family."""
+    """One family over every comparison of ``frames`` (:func:`ablate.analysis.stats.family_adjusted`),
+    then the MDE at alpha/m and each row's verdict; a row whose arms did not train stays out."""
     untrained = [_untrained(f) for f in frames]
     compared = [f["verdict"].ne("baseline").to_numpy() & (u == "") for f, u in zip(frames, untrained, strict=True)]
     flat = {

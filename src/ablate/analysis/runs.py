@@ -172,9 +172,7 @@ def tuned_key(root: str | Path) -> str | None:
 
 def at_tuned_rates(sweep: Sweep, root: str | Path) -> tuple[Sweep, str | None]:
     """The jobs of a ``tune=lr`` sweep at each variant's chosen rate, without the grid's other rates
-    and the held-out selection seed's jobs, and a note saying so; the sweep unchanged (and None)
-    without ``lr_tuning.json``. A selection from before the selection seed existed is kept, and the
-    note says its first seed won the selection."""
+    and the held-out selection seed's jobs, and a note saying so (no ``lr_tuning.json``: unchanged)."""
     path = Path(root) / TUNING_FILE
     if not path.is_file():
         return sweep, None

@@ -79,10 +79,8 @@ class LRCurve:
 
 
 def lr_curves(group: list[Variant], x: str = "steps") -> tuple[list[LRCurve], set[str]]:
-    """Per variant: the learning rate at every step (:func:`~ablate.analysis.series.lr_schedule` of
-    its longest-running seed) and the logged ``train/lr`` points, against ``x``; the logged points
-    only, with the reason, where the config cannot be recomputed or disagrees with the log. Also
-    where the x values come from."""
+    """Per variant: the learning rate at every step (its longest seed's schedule) and the logged points
+    (only those, with why, where the config disagrees with the log); and where x comes from."""
     curves, sources = [], set()
     for variant in group:
         logged = [j for j in variant.jobs if len(j.series(LR_METRIC))]
