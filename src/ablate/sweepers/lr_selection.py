@@ -24,8 +24,6 @@ from ablate.writes import write_text_atomically
 log = logging.getLogger(__name__)
 
 LR_KEY = "optim.lr"
-FAILED_STATUSES = ("diverged", "refused", "crashed")
-
 
 # --------------------------------------------------------------------------- selection (pure)
 
