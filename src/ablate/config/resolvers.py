@@ -192,10 +192,15 @@ def legacy_job_dirname(override_dirname: str) -> str:
     """A job directory's name as an earlier version gave it (``model.n_layers=2,norm=pre``; Hydra's
     ``override_dirname``), to find and resume a sweep's jobs named so."""
     name = override_dirname.replace("/", "_") or "default"
+    return hashed_if_long(name, sorted(name.split(","), key=_legacy_priority))
+
+
+def hashed_if_long(name: str, items: Iterable[str]) -> str:
+    """``name`` up to :data:`MAX_DIRNAME` characters; a longer one as the first ``items`` that fit,
+    joined by ``,``, then ``..`` and a hash of the whole (the legacy job and run names)."""
     if len(name) <= MAX_DIRNAME:
         return name
     digest = hashlib.sha1(name.encode()).hexdigest()[:10]
-    items = sorted(name.split(","), key=_legacy_priority)
     kept = ""
     for item in items:
         if len(kept) + len(item) + 1 > MAX_DIRNAME - 12:
