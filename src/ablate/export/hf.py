@@ -35,6 +35,7 @@ from ablate.nn.transformer import TransformerLM
 
 TARGETS = {"learned": "gpt2", "rope": "llama"}  # decided by the position scheme
 NAMES = {"gpt2": "GPT-2", "llama": "Llama"}
+TOLERANCE = 1e-5  # export_model's verification: the largest logit difference, as a fraction of the largest logit
 
 
 class ExportError(UserError, ValueError):
@@ -269,11 +270,9 @@ def to_hf(model: TransformerLM) -> Any:
     return hf
 
 
-def export_model(
-    model: TransformerLM, out: str | os.PathLike[str], verify: bool = True, tolerance: float = 1e-5
-) -> dict[str, Any]:
+def export_model(model: TransformerLM, out: str | os.PathLike[str], verify: bool = True) -> dict[str, Any]:
     """Write ``model`` as a Hugging Face model directory; with ``verify``, refused first when its logits
-    on random tokens differ from ours by more than ``tolerance`` x the largest |logit| (at least 1;
+    on random tokens differ from ours by more than :data:`TOLERANCE` x the largest |logit| (at least 1;
     float rounding stays ~1e-7 of it). Returns what was written."""
     hf = to_hf(model)
     info: dict[str, Any] = {"architecture": type(hf).__name__, "out": str(out)}
@@ -283,10 +282,10 @@ def export_model(
         idx, ours = random_logits(model)
         with torch.no_grad():
             diff, scale = (hf(idx).logits - ours).abs().max().item(), ours.abs().max().item()
-        if not diff <= tolerance * max(1.0, scale):
+        if not diff <= TOLERANCE * max(1.0, scale):
             raise ExportError(
                 f"the exported {type(hf).__name__} differs from the model: max |logit difference| "
-                f"{diff:.3g} with logits up to {scale:.3g} (tolerance {tolerance:g} of that)"
+                f"{diff:.3g} with logits up to {scale:.3g} (tolerance {TOLERANCE:g} of that)"
             )
         info["max_logit_difference"] = diff
     # transformers' generate() stops at the model's context by default (its own default is 20 tokens), which
