@@ -59,8 +59,7 @@ PRECISIONS = (
 
 
 def _devices(value: Any) -> bool:
-    """``trainer.devices`` as Lightning reads it: ``"auto"``, ``-1``, a positive count, a list of
-    indices, or a string of them (``"0,1"``, ``"3"``)."""
+    """``trainer.devices``: ``"auto"``, ``-1``, a positive count, a list of indices or their string ``"0,1"``."""
     if value == "auto" or value == -1:
         return True
     if integer(value):
@@ -201,8 +200,7 @@ def warmup_problem(cfg: Mapping[str, Any]) -> str | None:
 
 
 def start_warnings(cfg: Mapping[str, Any], ranked: Collection[str] | None) -> list[str]:
-    """What a run warns about at its start: settings that are valid but probably not meant.
-    ``ranked``: what :func:`optimized_metric_problem` needs of the run's task."""
+    """What a run warns about at its start: settings that are valid but probably not meant."""
     problem = optimized_metric_problem(cfg, ranked)
     found = [f"{problem}: a sweeper optimising it would get NaN from every job"] if problem else []
     return found + [w for w in (warmup_problem(cfg),) if w]

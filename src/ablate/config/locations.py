@@ -37,9 +37,8 @@ def project_root() -> Path:
 
 
 def conf_dir() -> Path:
-    """The ``conf/`` folder the entry points' ``@hydra.main`` read (``config_path``): this package's
-    checkout's, else the one beside the running script (``train.py``, ``scripts/*.py`` of a checkout
-    run with an installed copy), else ``<root>/conf``."""
+    """The ``conf/`` folder the entry points' ``@hydra.main`` read: this package's checkout's, else the
+    one beside the running script, else ``<root>/conf``."""
     script = Path(sys.argv[0]).resolve().parent
     beside = [d / "conf" for d in (script, script.parent) if (d / "conf" / "train.yaml").is_file()]
     return (checkout_root() or project_root()) / "conf" if checkout_root() or not beside else beside[0]
@@ -93,8 +92,7 @@ def folder_problem(folder: str | Path, must_exist_writable: bool = True) -> str 
 
 
 def _name_too_long(folder: Path) -> str | None:
-    """Why the file system cannot hold ``folder`` by its name (a part longer than its longest file
-    name, 255 bytes on most), or None."""
+    """Why the file system cannot hold ``folder`` (a part longer than its longest file name), or None."""
     parts = folder.absolute().parts
     longest = max(parts, key=lambda part: len(os.fsencode(part)))
     try:

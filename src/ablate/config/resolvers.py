@@ -27,8 +27,7 @@ KV_SEP, ITEM_SEP = "-", "."
 
 
 def name_order(override: str) -> tuple[int, str]:
-    """The order of overrides in a job's name (folders and logger run names alike): the architecture
-    first (:data:`ARCHITECTURE_FIRST`), the seed last."""
+    """The order of overrides in a job's name (folders and run names): :data:`ARCHITECTURE_FIRST`, the seed last."""
     key = override.lstrip("+~").split("=", 1)[0]
     if key == "seed":
         return len(ARCHITECTURE_FIRST) + 1, override
@@ -46,9 +45,8 @@ def name_part(override: str) -> str:
 
 
 def joined_name(parts: list[str], exact: list[str]) -> str:
-    """``parts`` joined by ``.`` (``default`` when none). A name whose parts lost characters to
-    :func:`name_part`, or longer than :data:`MAX_DIRNAME` (the first parts kept), ends with a hash of
-    the ``exact`` overrides, so two jobs never share a name."""
+    """``parts`` joined by ``.`` (``default`` when none); a lossy or too long name (the first parts kept)
+    ends with a hash of the ``exact`` overrides, so two jobs never share a name."""
     name = ITEM_SEP.join(parts) or "default"
     lossy = any(_UNSAFE.search(part) for o in exact for part in o.lstrip("+~").split("=", 1))
     if len(name) <= MAX_DIRNAME and not lossy:
@@ -65,9 +63,8 @@ def joined_name(parts: list[str], exact: list[str]) -> str:
 
 
 def job_name(overrides: Iterable[str]) -> str:
-    """A sweep job's directory name (and its run name in every logger) from its overrides: readable
-    (``norm-pre.pos-rope.seed-1``), stable across re-runs of the same sweep, in :func:`name_order`,
-    short enough for a file system and safe to paste unquoted (see :data:`_UNSAFE`)."""
+    """A sweep job's directory and run name from its overrides: readable (``norm-pre.pos-rope.seed-1``),
+    stable across re-runs, short enough for a file system and safe to paste unquoted."""
     items = sorted((str(o) for o in overrides), key=name_order)
     return joined_name([name_part(o) for o in items], [o.lstrip("+") for o in items])
 
@@ -79,8 +76,8 @@ def split_override_dirname(override_dirname: str) -> list[str]:
 
 
 def job_dirname(override_dirname: str) -> str:
-    """:func:`job_name` of Hydra's ``override_dirname`` (the resolver of ``hydra.sweep.subdir``, for a
-    sweeper that does not name its jobs: :mod:`ablate.sweepers.job_dirs` names every job of ours)."""
+    """:func:`job_name` of Hydra's ``override_dirname`` (``hydra.sweep.subdir`` of a sweeper that does not
+    name its jobs)."""
     return job_name(split_override_dirname(override_dirname))
 
 
@@ -149,8 +146,7 @@ def sweep_dirname(
 
 
 def _constants_label(constants: list[Any]) -> str:
-    """``n_layers-2.max_steps-100``: the constant overrides as in job names (:func:`job_name`), each
-    key by its last part where no other constant shares it."""
+    """``n_layers-2.max_steps-100``: the constant overrides as in job names, keys shortened where unique."""
     return ITEM_SEP.join(name_part(item) for item in _short_keys(constants, name_order))
 
 
@@ -189,8 +185,7 @@ def _legacy_safe(text: str) -> str:
 
 
 def legacy_job_dirname(override_dirname: str) -> str:
-    """A job directory's name as an earlier version gave it (``model.n_layers=2,norm=pre``; Hydra's
-    ``override_dirname``), to find and resume a sweep's jobs named so."""
+    """A job directory's name as an earlier version gave it (``model.n_layers=2,norm=pre``), to resume it."""
     name = override_dirname.replace("/", "_") or "default"
     return hashed_if_long(name, sorted(name.split(","), key=_legacy_priority))
 
