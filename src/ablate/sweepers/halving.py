@@ -67,24 +67,25 @@ def rung_steps(
     val_check_interval: Any = None,
     decay_steps: Any = None,
     label: str = "",
+    key: str = RUNGS_KEY,
 ) -> tuple[int, ...]:
     """The steps at which the grid is cut (``fraction x max_steps``, each a whole validation step, so
     that every rung's value was measured), then ``max_steps``; the schedule's horizon must be
-    ``max_steps``. ValueError naming the key and what is valid; ``label`` names the variant."""
+    ``max_steps``. ValueError naming ``key`` and what is valid; ``label`` names the variant."""
     where = f" ({label})" if label else ""
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
         raise ValueError(
-            f"{RUNGS_KEY}: trainer.max_steps={max_steps!r}{where}: halving cuts the run at fractions of "
+            f"{key}: trainer.max_steps={max_steps!r}{where}: halving cuts the run at fractions of "
             "trainer.max_steps; give a positive number of steps"
         )
     if decay_steps is not None and decay_steps != max_steps:
         raise ValueError(
-            f"{RUNGS_KEY}: optim.decay_steps={decay_steps}{where} is not trainer.max_steps={max_steps}: halving needs "
+            f"{key}: optim.decay_steps={decay_steps}{where} is not trainer.max_steps={max_steps}: halving needs "
             "the schedule's horizon to be the full run; use optim.decay_steps=null"
         )
     if isinstance(val_check_interval, bool) or not isinstance(val_check_interval, int) or val_check_interval <= 0:
         raise ValueError(
-            f"{RUNGS_KEY}: trainer.val_check_interval={val_check_interval!r}{where}: halving ranks the rates at "
+            f"{key}: trainer.val_check_interval={val_check_interval!r}{where}: halving ranks the rates at "
             "validation steps; give a whole number of optimiser steps"
         )
     valid = [s / max_steps for s in range(val_check_interval, max_steps, val_check_interval)]
@@ -95,12 +96,12 @@ def rung_steps(
         step = round(exact)
         if abs(exact - step) > max(STEP_TOLERANCE, RELATIVE_STEP_TOLERANCE * max_steps) or step <= 0:
             raise ValueError(
-                f"{RUNGS_KEY}: {fraction:g} x trainer.max_steps={max_steps} = {exact:g}{where} is not a whole number "
+                f"{key}: {fraction:g} x trainer.max_steps={max_steps} = {exact:g}{where} is not a whole number "
                 f"of steps; validation steps are at {shown or 'none'}"
             )
         if step % val_check_interval:
             raise ValueError(
-                f"{RUNGS_KEY}: step {step} ({fraction:g} x {max_steps}){where} is not a validation step (every "
+                f"{key}: step {step} ({fraction:g} x {max_steps}){where} is not a validation step (every "
                 f"trainer.val_check_interval={val_check_interval}): no value is measured there; valid: {shown or 'none'}"
             )
         steps.append(step)
