@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
@@ -99,16 +100,12 @@ def keep_previous(path: Path) -> None:
 
 def _fsync_dir(folder: Path) -> None:
     """Make the rename itself durable (a crash right after it keeps the new name)."""
-    try:
+    with contextlib.suppress(OSError):  # some file systems do not support fsync on a directory
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems do not support fsync on a directory
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 class LastCheckpoint(Checkpoint):
@@ -253,16 +250,9 @@ def collect_rng_states() -> dict[str, Any]:
 
 def set_rng_states(states: dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
-    np_state = states["numpy"]
-    np.random.set_state(
-        (
-            np_state["kind"],
-            np_state["keys"].numpy().astype(np.uint32),
-            np_state["pos"],
-            np_state["has_gauss"],
-            np_state["cached_gaussian"],
-        )
-    )
+    numpy = states["numpy"]
+    keys = numpy["keys"].numpy().astype(np.uint32)
+    np.random.set_state((numpy["kind"], keys, numpy["pos"], numpy["has_gauss"], numpy["cached_gaussian"]))
     random.setstate(states["python"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state(states["cuda"])

@@ -61,10 +61,15 @@ class DeferredMetrics:
 
 
 class DeferredLogging(Callback):
-    """A callback logging through :class:`DeferredMetrics`: flushed after each batch, wholly before validation."""
+    """A callback logging through :class:`DeferredMetrics` every ``every_n_steps`` steps and at each of the
+    first ``dense_steps`` (warmup): flushed after each batch, wholly before validation."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_n_steps: int = 10, dense_steps: int = 0) -> None:
         self.deferred = DeferredMetrics()
+        self.every_n_steps, self.dense_steps = max(1, every_n_steps), dense_steps
+
+    def should_log(self, step: int) -> bool:
+        return step < self.dense_steps or step % self.every_n_steps == 0
 
     def compute_tensor(self) -> tuple[list[str], torch.Tensor] | None:
         """``(names, values)`` on the device (no host sync), or None when there is nothing to log."""

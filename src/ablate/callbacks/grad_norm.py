@@ -55,8 +55,7 @@ class GradNormMonitor(DeferredLogging):
     """Logs gradient norms every ``every_n_steps`` steps, and at each of the first ``dense_steps`` (warmup)."""
 
     def __init__(self, every_n_steps: int = 10, dense_steps: int = 0) -> None:
-        super().__init__()
-        self.every_n_steps, self.dense_steps = max(1, every_n_steps), dense_steps
+        super().__init__(every_n_steps, dense_steps)
         self.names: list[str] = []
         self.params: list[torch.nn.Parameter] = []
         self.group_index: torch.Tensor | None = None  # group of each parameter (CPU)
@@ -73,9 +72,6 @@ class GradNormMonitor(DeferredLogging):
         index = {n: i for i, n in enumerate(self.names)}
         self.group_index = torch.tensor([index[seen[id(p)]] for p in self.params])
         self._device_index = {}
-
-    def should_log(self, step: int) -> bool:
-        return step < self.dense_steps or step % self.every_n_steps == 0
 
     def compute_tensor(self) -> tuple[list[str], torch.Tensor] | None:
         """``(names, values)``: the group norms and the total on the device (no host sync), or None."""

@@ -39,16 +39,12 @@ class ResidualRMSMonitor(DeferredLogging):
     """Logs ``resid_rms/<layer>`` at the steps :class:`ablate.callbacks.grad_norm.GradNormMonitor` logs at."""
 
     def __init__(self, every_n_steps: int = 10, dense_steps: int = 0) -> None:
-        super().__init__()
-        self.every_n_steps, self.dense_steps = max(1, every_n_steps), dense_steps
+        super().__init__(every_n_steps, dense_steps)
         self.handles: list[RemovableHandle] = []
         self._sums: dict[str, Tensor] = {}  # layer -> sum of squares (on the device)
         self._counts: dict[str, Tensor] = {}  # layer -> number of summed elements
         self._target_mask: Tensor | None = None
         self._disabled = False
-
-    def should_log(self, step: int) -> bool:
-        return step < self.dense_steps or step % self.every_n_steps == 0
 
     # ------------------------------------------------------------------ measuring
 

@@ -50,20 +50,13 @@ def nominal_peak_flops(device_name: str) -> float | None:
     return None
 
 
-def measure_matmul_flops(
-    device: torch.device | str = "cpu", size: int = MATMUL_SIZE, repeats: int = 5, dtype: torch.dtype = torch.float32
-) -> float:
-    """FLOP/s of the fastest of ``repeats`` timed ``size``-square matmuls (after one untimed), right now."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    out = torch.empty(size, size, device=device, dtype=dtype)
-    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+def measure_matmul_flops(size: int = MATMUL_SIZE, repeats: int = 5) -> float:
+    """FLOP/s of the fastest of ``repeats`` timed ``size``-square fp32 CPU matmuls (after one untimed), right now."""
+    a, b, out = torch.randn(size, size), torch.randn(size, size), torch.empty(size, size)
     best = float("inf")
     for i in range(repeats + 1):
-        sync()
         start = time.perf_counter()
         torch.mm(a, b, out=out)
-        sync()
         if i:
             best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best
@@ -75,12 +68,12 @@ def measure_cpu_peak(size: int = MATMUL_SIZE, repeats: int = 5) -> tuple[float, 
     probe far more (an OpenMP team waits for its slowest thread): without the second term a loaded
     machine would report half its peak and twice the MFU."""
     threads = torch.get_num_threads()
-    at_n = measure_matmul_flops("cpu", size, repeats)
+    at_n = measure_matmul_flops(size, repeats)
     if threads == 1:
         return at_n, at_n
     torch.set_num_threads(1)
     try:
-        at_1 = measure_matmul_flops("cpu", size, repeats)
+        at_1 = measure_matmul_flops(size, repeats)
     finally:
         torch.set_num_threads(threads)
     return max(at_n, threads * at_1), at_n

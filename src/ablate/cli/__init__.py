@@ -15,9 +15,9 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ablate.config.locations import conf_dir  # the conf/ folder the entry points' @hydra.main read
 from ablate.errors import UserError
 
 if TYPE_CHECKING:
@@ -73,13 +73,6 @@ def task(fn: F) -> F:
             raise
 
     return wrapper  # type: ignore[return-value]
-
-
-def conf_dir() -> Path:
-    """The ``conf/`` folder the entry points' ``@hydra.main`` read (``config_path``)."""
-    from ablate.config.locations import conf_dir
-
-    return conf_dir()
 
 
 def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:

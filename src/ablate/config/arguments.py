@@ -1,11 +1,6 @@
-"""The arguments of the checkpoint scripts (``eval.py``, ``generate.py``, ``translate.py``): each
-with its type and its valid values, checked on the composed command line before Hydra runs and
-before any checkpoint is read (:func:`ablate.cli.check_command_line`). A bad value exits 2
-naming the key and what it takes, instead of an IndexError in sampling (``top_k=0``), a prompt
-printed back as if it were the output (``max_new_tokens=-5``) or a traceback after minutes of
-decoding. The keys are those of ``conf/<script>.yaml``; a key the file does not have is refused
-by Hydra's composition (and ``+key`` by :mod:`ablate.cli`).
-"""
+"""The arguments of the checkpoint scripts (``eval.py``, ``generate.py``, ...) with their types and
+valid values, checked before any checkpoint is read: a bad value exits 2 naming the key and what it
+takes, instead of an IndexError in sampling (``top_k=0``) or a traceback after minutes of decoding."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""The rules of the numbers ablate reads from nodes whose keys belong to a class it does not own
-(Lightning's ``Trainer``) or shares among classes (the data modules' batch keys), the combinations
-of precision, strategy and device Lightning refuses late, and the warnings a run gives at its start.
-
-A bad value raises :class:`~ablate.errors.ConfigError` naming the key, the value and the
-valid range (:func:`ablate.config.types.check_rules`, applied where the config is typed:
-:mod:`ablate.run.config`), instead of a ``ZeroDivisionError`` inside Lightning, a torch error after
-the data load, or -- worst -- a run that "completes" having done something else
-(``trainer.max_steps=0`` training nothing, ``trainer.max_time=garbage`` failing every job of a sweep).
-"""
+"""The rules of the ``trainer`` and data keys ablate does not own, the precision/strategy/device
+combinations Lightning refuses late, and the warnings a run gives at its start: a bad value raises
+:class:`~ablate.errors.ConfigError` naming key, value and valid range, not an error deep in Lightning."""
 
 from __future__ import annotations
 
@@ -66,8 +59,7 @@ PRECISIONS = (
 
 
 def _devices(value: Any) -> bool:
-    """``trainer.devices`` as Lightning reads it: ``"auto"``, ``-1``, a positive count, a list of
-    indices, or a string of them (``"0,1"``, ``"3"``)."""
+    """``trainer.devices``: ``"auto"``, ``-1``, a positive count, a list of indices or their string ``"0,1"``."""
     if value == "auto" or value == -1:
         return True
     if integer(value):
@@ -124,11 +116,9 @@ DATA_RULES: dict[str, Rule] = {
 
 
 def clip_validation_interval(trainer: Any) -> str | None:
-    """Shortening a run takes one override: a validation interval longer than the run
-    (``python train.py trainer.max_steps=100`` with the default interval of 500) becomes the run's
-    length, so the run still validates once, at its end. Changes ``trainer.val_check_interval``
-    in place (so the config recorded everywhere is the one used) and returns what it did, or None.
-    Nothing to do when validation is off (``trainer.limit_val_batches=0``)."""
+    """A validation interval longer than the run becomes the run's length, so a shortened run still
+    validates at its end. Changes ``trainer`` in place (the config recorded is the one used); returns
+    what it did, or None."""
     interval, max_steps = trainer.get("val_check_interval"), trainer.get("max_steps", -1)
     if not (integer(interval) and integer(max_steps)) or max_steps <= 0 or interval <= max_steps:
         return None
@@ -163,10 +153,8 @@ def _strategy_name(strategy: Any) -> str:
 
 
 def matmul_precision(cfg: Mapping[str, Any]) -> str:
-    """The fp32 matmul precision a run sets before its Trainer exists (``runtime.matmul_precision``):
-    ``auto`` is ``high`` (TF32 on Ampere and later GPUs, what nanoGPT's ``allow_tf32`` does) when the
-    trainer runs on CUDA, ``highest`` (exact fp32) on the CPU, where the numbers must not change.
-    Set on a GPU, it also keeps Lightning from printing its tip to set it."""
+    """``runtime.matmul_precision``: ``auto`` is ``high`` (TF32, as nanoGPT's ``allow_tf32``) on CUDA,
+    ``highest`` (exact fp32) on the CPU, where the numbers must not change."""
     runtime, trainer = cfg.get("runtime") or {}, cfg.get("trainer") or {}
     value = runtime.get("matmul_precision", "auto")
     if value != "auto":
@@ -177,18 +165,9 @@ def matmul_precision(cfg: Mapping[str, Any]) -> str:
 
 
 def check_precision_and_strategy(cfg: Mapping[str, Any]) -> None:
-    """Combinations of precision, optimiser, clipping, strategy and device that Lightning refuses or
-    silently changes only once the Trainer is built or the first step runs, after the data is read.
-
-    What works (a :class:`~ablate.tasks.base.TaskModule` clips in ``configure_gradient_clipping``):
-    every precision with every optimiser and ``optim.grad_clip``, fused AdamW included (bf16 has
-    nothing to unscale; fp16 unscales first), under the single-device, DDP and FSDP strategies,
-    with or without ``model.compile``. Refused here, naming the key to change:
-
-    * a ``trainer.precision`` Lightning does not know;
-    * ``16-mixed`` on the CPU (Lightning would train bf16 instead, while the run records 16-mixed);
-    * FSDP without ``trainer.accelerator=gpu`` (Lightning accepts FSDP on explicit GPUs only).
-    """
+    """Refuse what Lightning refuses or silently changes only after the data is read: an unknown
+    ``trainer.precision``, ``16-mixed`` on the CPU (Lightning would train bf16 while the run records
+    16-mixed), FSDP without ``trainer.accelerator=gpu``."""
     trainer = cfg.get("trainer") or {}
     check_rules(trainer, "trainer", {"precision": TRAINER_RULES["precision"]})
     precision = trainer.get("precision", "32-true")
@@ -221,19 +200,15 @@ def warmup_problem(cfg: Mapping[str, Any]) -> str | None:
 
 
 def start_warnings(cfg: Mapping[str, Any], ranked: Collection[str] | None) -> list[str]:
-    """What a run warns about at its start: settings that are valid but probably not meant.
-    ``ranked``: what :func:`optimized_metric_problem` needs of the run's task."""
+    """What a run warns about at its start: settings that are valid but probably not meant."""
     problem = optimized_metric_problem(cfg, ranked)
     found = [f"{problem}: a sweeper optimising it would get NaN from every job"] if problem else []
     return found + [w for w in (warmup_problem(cfg),) if w]
 
 
 def optimized_metric_problem(cfg: Mapping[str, Any], ranked: Collection[str] | None) -> str | None:
-    """Why ``optimized_metric`` (what ``train.py`` returns to a sweeper such as Optuna) can never
-    be logged by this run, or None: it must be a training, validation or test metric that the
-    task declares with a direction. ``ranked``: the quantities the run's task logs with a direction
-    (:func:`ablate.tasks.ranked_metrics`; None: a task not registered, not checked). A warning at
-    start, not an error: a plain run or grid sweep does not use the value."""
+    """Why ``optimized_metric`` (what ``train.py`` returns to a sweeper) can never be logged by this run,
+    or None. ``ranked``: the quantities the task logs with a direction (None: not checked)."""
     metric = cfg.get("optimized_metric")
     if not metric:
         return None

@@ -1,15 +1,7 @@
-"""A run's identity: the settings that define what is trained, so that a resumed run is the run it
-claims to be.
-
-:func:`run_identity` -- the settings that define a run (architecture, task, data and tokenizer,
-global batch, optimiser and schedule, seed, and the training length where the LR schedule depends
-on it), flattened to dotted keys. Every checkpoint carries it
-(:class:`ablate.callbacks.checkpointing.ResumeState`); :func:`check_same_run` refuses to resume under
-a config whose identity differs, listing the differing keys, unless each is named in
-``resume_allow_changes`` (e.g. ``[trainer.max_steps]`` to train longer). Settings that do not
-change what is trained (where data and logs live, loader workers, the per-device micro-batch at the
-same global batch, ``model.compile``, logging, evaluation after training) are not part of it.
-"""
+"""A run's identity: the settings that define what is trained (architecture, task, data, global
+batch, optimiser, seed, the length where the LR schedule depends on it), carried by every checkpoint,
+so that :func:`check_same_run` refuses a resume under other settings unless ``resume_allow_changes``
+names them. Where data and logs live, workers, the micro-batch, ``model.compile`` are not part of it."""
 
 from __future__ import annotations
 
@@ -94,10 +86,8 @@ def change_allowed(key: str, allow: Iterable[str]) -> bool:
 
 def identity_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
     """``key -> (checkpoint value, current value)`` for every key that differs or exists on one side
-    only; but an architecture key one side does not have is no difference at null on the other
-    (the option's default: a key every option of a group carries now, or no longer), nor, for an
-    axis' selector the checkpoint does not have, at the axis' default (an axis added since, whose
-    default is what the model did before it)."""
+    only; an architecture key missing on one side is no difference at null on the other, nor an axis
+    selector the checkpoint lacks at the axis' default (an axis added since)."""
     missing = object()
     added = {axis.key: axis.default for axis in AXES}
     diffs = {}
@@ -116,8 +106,7 @@ def check_same_run(
     saved: Mapping[str, Any] | None, current: Mapping[str, Any], allow: Iterable[str], ckpt_path: str
 ) -> list[str]:
     """Refuse to resume ``ckpt_path`` when its identity differs from ``current`` in a key not in
-    ``allow``; returns the allowed differences (to be reported). A checkpoint without an identity
-    (written before this check existed) is accepted with a warning by the caller (returns ``["?"]``)."""
+    ``allow``; returns the allowed differences, or ``["?"]`` for a checkpoint without an identity."""
     if saved is None:
         return ["?"]
     allow = list(allow)

@@ -1,9 +1,6 @@
-"""Which config group holds a key a user gave elsewhere: the hints of the unknown-key messages
-(``lr=1e-3`` -> ``optim.lr``; ``pos.fraction`` is a key of ``pos=rope`` only), read from
-``conf/<group>/*.yaml`` with OmegaConf's YAML loader (no code runs; with the schema a file extends)
-and from the architecture
-groups' options (:func:`ablate.nn.axes.group_node`). Here, in the config layer, so the config's
-own messages (:mod:`ablate.config.types`) and the console's (:mod:`ablate.cli.unknown_key`) share it."""
+"""Which config group holds a key a user gave elsewhere (``lr=1e-3`` -> ``optim.lr``), the hints of the
+unknown-key messages, read from ``conf/<group>/*.yaml`` (YAML only, no code runs) and the
+architecture groups' options."""
 
 from __future__ import annotations
 

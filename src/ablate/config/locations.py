@@ -1,21 +1,7 @@
-"""Where the project's folders are: one rule, used by the configs (``conf/paths``) and the code.
-
-``python train.py`` inside the activated environment, ``bash scripts/run.sh python train.py`` and
-``python /elsewhere/ablate/run/train.py`` run from another directory all find the same folders:
-
-- the project root: ``$ABLATE_ROOT``, else the checkout this package was installed from (the folder
-  holding ``conf/train.yaml`` above ``src/ablate``), else the current directory;
-- data: ``$ABLATE_DATA_DIR``, else ``../shared/data`` beside the checkout when it exists (the shared
-  corpora of a development machine), else ``<root>/data`` (corpora are downloaded there);
-- caches: ``$ABLATE_CACHE_DIR``, else ``<root>/cache``; logs: ``$ABLATE_LOG_DIR``, else ``<root>/logs``.
-
-None of this reads Hydra's runtime config, so a sweeper can resolve ``hydra.sweep.dir`` before Hydra
-has set it (Hydra's basic sweeper does exactly that: ``${hydra:runtime.cwd}`` failed there).
-
-:func:`folder_problem` says why a folder cannot take the files a command will write (a file in its
-place, a read-only or unwritable disk), so the entry points refuse at start, naming the folder and
-the variable that chose it, instead of a raw ``OSError`` halfway through.
-"""
+"""Where the project's folders are: one rule (``$ABLATE_*`` variables, else the checkout's or the
+current directory), used by the configs (``conf/paths``) and the code, from any working directory.
+None of it reads Hydra's runtime config, so a sweeper can resolve ``hydra.sweep.dir`` before Hydra
+has set it (``${hydra:runtime.cwd}`` failed there)."""
 
 from __future__ import annotations
 
@@ -51,9 +37,8 @@ def project_root() -> Path:
 
 
 def conf_dir() -> Path:
-    """The ``conf/`` folder the entry points' ``@hydra.main`` read (``config_path``): this package's
-    checkout's, else the one beside the running script (``train.py``, ``scripts/*.py`` of a checkout
-    run with an installed copy), else ``<root>/conf``."""
+    """The ``conf/`` folder the entry points' ``@hydra.main`` read: this package's checkout's, else the
+    one beside the running script, else ``<root>/conf``."""
     script = Path(sys.argv[0]).resolve().parent
     beside = [d / "conf" for d in (script, script.parent) if (d / "conf" / "train.yaml").is_file()]
     return (checkout_root() or project_root()) / "conf" if checkout_root() or not beside else beside[0]
@@ -80,10 +65,9 @@ def log_dir(root: str | Path | None = None) -> Path:
 
 
 def folder_problem(folder: str | Path, must_exist_writable: bool = True) -> str | None:
-    """Why files cannot be written into ``folder`` (made when missing), or None. A write is tried
-    (a temporary file, removed): permissions alone do not tell (a read-only mount, root).
-    ``must_exist_writable=False``: an existing folder may be read-only (a shared, prebuilt cache
-    is read there); only a file in its place, or a missing folder that cannot be made, is a problem."""
+    """Why files cannot be written into ``folder`` (made when missing), or None; a write is tried,
+    as permissions alone do not tell (a read-only mount, root). ``must_exist_writable=False``: an
+    existing folder may be read-only (a shared, prebuilt cache)."""
     folder = Path(folder)
     too_long = _name_too_long(folder)  # first: any other look at such a path raises Errno 36
     if too_long:
@@ -108,8 +92,7 @@ def folder_problem(folder: str | Path, must_exist_writable: bool = True) -> str 
 
 
 def _name_too_long(folder: Path) -> str | None:
-    """Why the file system cannot hold ``folder`` by its name (a part longer than its longest file
-    name, 255 bytes on most), or None."""
+    """Why the file system cannot hold ``folder`` (a part longer than its longest file name), or None."""
     parts = folder.absolute().parts
     longest = max(parts, key=lambda part: len(os.fsencode(part)))
     try:
@@ -129,10 +112,8 @@ def env_name(key: str) -> str | None:
 
 
 def check_writable_folders(paths: Any, run_dir: str | Path | None = None) -> None:
-    """Refuse, before anything runs, a log folder that cannot be written, a cache folder that is a
-    file or cannot be made (an existing read-only cache may hold what the run needs: it is read, and
-    :func:`ablate.data.cache.ensure_cache` names the folder if it must build there), and an existing
-    run folder (``hydra.run.dir``: a resume, or the report of a finished run) that cannot be written."""
+    """Refuse, before anything runs, a log folder that cannot be written, a cache folder that is a file
+    or cannot be made (an existing read-only cache may be read), and a run folder that cannot be written."""
     from ablate.errors import ConfigError
 
     for key, strict in (("log_dir", True), ("cache_dir", False)):

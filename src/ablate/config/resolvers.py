@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,8 +27,7 @@ KV_SEP, ITEM_SEP = "-", "."
 
 
 def name_order(override: str) -> tuple[int, str]:
-    """The order of overrides in a job's name (folders and logger run names alike): the architecture
-    first (:data:`ARCHITECTURE_FIRST`), the seed last."""
+    """The order of overrides in a job's name (folders and run names): :data:`ARCHITECTURE_FIRST`, the seed last."""
     key = override.lstrip("+~").split("=", 1)[0]
     if key == "seed":
         return len(ARCHITECTURE_FIRST) + 1, override
@@ -46,9 +45,8 @@ def name_part(override: str) -> str:
 
 
 def joined_name(parts: list[str], exact: list[str]) -> str:
-    """``parts`` joined by ``.`` (``default`` when none). A name whose parts lost characters to
-    :func:`name_part`, or longer than :data:`MAX_DIRNAME` (the first parts kept), ends with a hash of
-    the ``exact`` overrides, so two jobs never share a name."""
+    """``parts`` joined by ``.`` (``default`` when none); a lossy or too long name (the first parts kept)
+    ends with a hash of the ``exact`` overrides, so two jobs never share a name."""
     name = ITEM_SEP.join(parts) or "default"
     lossy = any(_UNSAFE.search(part) for o in exact for part in o.lstrip("+~").split("=", 1))
     if len(name) <= MAX_DIRNAME and not lossy:
@@ -65,9 +63,8 @@ def joined_name(parts: list[str], exact: list[str]) -> str:
 
 
 def job_name(overrides: Iterable[str]) -> str:
-    """A sweep job's directory name (and its run name in every logger) from its overrides: readable
-    (``norm-pre.pos-rope.seed-1``), stable across re-runs of the same sweep, in :func:`name_order`,
-    short enough for a file system and safe to paste unquoted (see :data:`_UNSAFE`)."""
+    """A sweep job's directory and run name from its overrides: readable (``norm-pre.pos-rope.seed-1``),
+    stable across re-runs, short enough for a file system and safe to paste unquoted."""
     items = sorted((str(o) for o in overrides), key=name_order)
     return joined_name([name_part(o) for o in items], [o.lstrip("+") for o in items])
 
@@ -79,8 +76,8 @@ def split_override_dirname(override_dirname: str) -> list[str]:
 
 
 def job_dirname(override_dirname: str) -> str:
-    """:func:`job_name` of Hydra's ``override_dirname`` (the resolver of ``hydra.sweep.subdir``, for a
-    sweeper that does not name its jobs: :mod:`ablate.sweepers.job_dirs` names every job of ours)."""
+    """:func:`job_name` of Hydra's ``override_dirname`` (``hydra.sweep.subdir`` of a sweeper that does not
+    name its jobs)."""
     return job_name(split_override_dirname(override_dirname))
 
 
@@ -106,22 +103,13 @@ def sweep_dirname(
 ) -> str:
     """The name of a sweep's directory, the same whenever the same command is run again.
 
-    ``sweep_name`` wins when set. Otherwise ``<experiment>-<constants>-<hash>`` (``<swept
-    keys>-<constants>-<hash>`` without an ``experiment=`` override, the keys joined by ``+``): the
-    constants are the command's single-valued overrides as in job names, keys shortened to their last
-    part (``-m norm=pre,post pos=rope,learned model.n_layers=2`` gives ``norm+pos-n_layers-2-<hash>``),
-    so that two sweeps of the same keys with other constants are told apart at a glance; the jobs'
-    directories then name only what varies (:mod:`ablate.sweepers.job_dirs`). The hash covers the
-    command-line overrides, sweep values included, independent of their order. Run-control overrides
-    (``exclude_keys``, i.e. ``hydra.job.config.override_dirname.exclude_keys``, plus
-    :data:`RUN_CONTROL_KEYS`) are left out. A directory of the same command named in an earlier
-    way (without its constants, or with ``=`` and ``,``) keeps its name when it exists under
-    ``log_dir/multirun``, so that sweep resumes where it is.
+    ``sweep_name`` wins when set. Otherwise ``<experiment or swept keys>-<constants>-<hash>``
+    (``-m norm=pre,post pos=rope,learned model.n_layers=2`` gives ``norm+pos-n_layers-2-<hash>``); the
+    hash covers the overrides in any order, run-control ones (``exclude_keys``, :data:`RUN_CONTROL_KEYS`)
+    left out. A directory named by an earlier version under ``log_dir/multirun`` keeps its name.
 
-    Hydra resolves ``hydra.sweep.dir`` once on the sweep's config, where ``hydra.overrides.task``
-    holds the overrides as typed (``norm=pre,post``), and then copies the resolver cache into
-    every job's config (``ConfigLoader.load_sweep_config``): the resolver is registered with
-    ``use_cache=True`` so each job sees that value, not one computed from its own overrides.
+    Hydra resolves ``hydra.sweep.dir`` once on the sweep's config and copies the resolver cache into
+    every job's config: registered with ``use_cache=True``, each job sees that value, not its own.
     """
     if sweep_name:
         name = str(sweep_name)
@@ -158,13 +146,16 @@ def sweep_dirname(
 
 
 def _constants_label(constants: list[Any]) -> str:
-    """``n_layers-2.max_steps-100``: the constant overrides as in job names (:func:`job_name`), each
-    key by its last part where no other constant shares it."""
-    items = sorted((_canonical_override(o).lstrip("+") for o in constants), key=name_order)
+    """``n_layers-2.max_steps-100``: the constant overrides as in job names, keys shortened where unique."""
+    return ITEM_SEP.join(name_part(item) for item in _short_keys(constants, name_order))
+
+
+def _short_keys(constants: list[Any], order: Callable[[str], Any]) -> list[str]:
+    """The constant overrides as ``key=value`` in ``order``, each key by its last part where unique."""
+    items = sorted((_canonical_override(o).lstrip("+") for o in constants), key=order)
     keys = [item.split("=", 1)[0] for item in items]
     last = [k.rsplit(".", 1)[-1] for k in keys]
-    short = [item.replace(k, s, 1) if last.count(s) == 1 else item for item, k, s in zip(items, keys, last)]
-    return ITEM_SEP.join(name_part(item) for item in short)
+    return [item.replace(k, s, 1) if last.count(s) == 1 else item for item, k, s in zip(items, keys, last)]
 
 
 def _safe_dirname(text: str) -> str:
@@ -177,11 +168,9 @@ def _earlier_names(
     """The names an earlier version gave the same command's sweep: without its constants, and with
     ``=`` and ``,`` (``norm,pos-n_layers=2,max_steps=100-<hash>``)."""
     old_prefix = prefix if experiments else _legacy_safe(",".join(swept) or "default")[:MAX_SWEEP_PREFIX] or "sweep"
-    items = sorted((_canonical_override(o).lstrip("+") for o in constants), key=_legacy_priority)
-    keys = [item.split("=", 1)[0] for item in items]
-    last = [k.rsplit(".", 1)[-1] for k in keys]
-    short = [item.replace(k, s, 1) if last.count(s) == 1 else item for item, k, s in zip(items, keys, last)]
-    label = _legacy_safe(",".join(short))[: max(0, MAX_SWEEP_NAME - len(old_prefix))].rstrip(",._=")
+    label = _legacy_safe(",".join(_short_keys(constants, _legacy_priority)))[
+        : max(0, MAX_SWEEP_NAME - len(old_prefix))
+    ].rstrip(",._=")
     names = [f"{old_prefix}-{digest}", f"{prefix}-{digest}"]
     return names + ([f"{old_prefix}-{label}-{digest}"] if label else [])
 
@@ -196,13 +185,17 @@ def _legacy_safe(text: str) -> str:
 
 
 def legacy_job_dirname(override_dirname: str) -> str:
-    """A job directory's name as an earlier version gave it (``model.n_layers=2,norm=pre``; Hydra's
-    ``override_dirname``), to find and resume a sweep's jobs named so."""
+    """A job directory's name as an earlier version gave it (``model.n_layers=2,norm=pre``), to resume it."""
     name = override_dirname.replace("/", "_") or "default"
+    return hashed_if_long(name, sorted(name.split(","), key=_legacy_priority))
+
+
+def hashed_if_long(name: str, items: Iterable[str]) -> str:
+    """``name`` up to :data:`MAX_DIRNAME` characters; a longer one as the first ``items`` that fit,
+    joined by ``,``, then ``..`` and a hash of the whole (the legacy job and run names)."""
     if len(name) <= MAX_DIRNAME:
         return name
     digest = hashlib.sha1(name.encode()).hexdigest()[:10]
-    items = sorted(name.split(","), key=_legacy_priority)
     kept = ""
     for item in items:
         if len(kept) + len(item) + 1 > MAX_DIRNAME - 12:
@@ -212,10 +205,8 @@ def legacy_job_dirname(override_dirname: str) -> str:
 
 
 def data_parallel_precision(accelerator: str) -> str:
-    """``trainer.precision`` of ``conf/trainer/ddp.yaml`` for its ``trainer.accelerator``: fp32
-    (``32-true``) on the CPU, where bf16 autocast is about 3x slower without bf16 units; bf16 autocast
-    (``bf16-mixed``) on GPUs (``auto`` is a GPU: several CPU processes need ``trainer.accelerator=cpu``,
-    :func:`ablate.run.environment.check_processes`)."""
+    """``trainer.precision`` of ``conf/trainer/ddp.yaml``: ``32-true`` on the CPU (bf16 autocast is about
+    3x slower without bf16 units), ``bf16-mixed`` on GPUs (``auto`` is a GPU)."""
     return "32-true" if str(accelerator).lower() == "cpu" else "bf16-mixed"
 
 

@@ -35,6 +35,7 @@ from ablate.nn.transformer import TransformerLM
 
 TARGETS = {"learned": "gpt2", "rope": "llama"}  # decided by the position scheme
 NAMES = {"gpt2": "GPT-2", "llama": "Llama"}
+TOLERANCE = 1e-5  # export_model's verification: the largest logit difference, as a fraction of the largest logit
 
 
 class ExportError(UserError, ValueError):
@@ -164,8 +165,9 @@ def _repeat_kv(rows: Tensor, n_kv: int, groups: int) -> Tensor:
     return rows.reshape(n_kv, -1, *rows.shape[1:]).repeat_interleave(groups, dim=0).flatten(0, 1)
 
 
-def _gpt2_tensors(model: TransformerLM) -> dict[str, Tensor]:
-    """Our state dict in GPT-2's layout: zero biases where we have none, full K/V heads."""
+def gpt2_state_dict(model: TransformerLM) -> dict[str, Tensor]:
+    """``GPT2LMHeadModel``'s state dict of our ``model`` (see :func:`hf_architecture`): zero biases
+    where we have none, full K/V heads."""
     spec = model.spec
     sd = {k: v.detach() for k, v in model.state_dict().items()}
     n_kv = spec.n_kv_heads or spec.n_heads
@@ -187,15 +189,9 @@ def _gpt2_tensors(model: TransformerLM) -> dict[str, Tensor]:
                 groups = spec.n_heads // n_kv
                 sd[key] = torch.cat((q, _repeat_kv(k, n_kv, groups), _repeat_kv(v, n_kv, groups)))
     sd.setdefault("final_norm.bias", torch.zeros(spec.d_model))
-    return sd
-
-
-def gpt2_state_dict(model: TransformerLM) -> dict[str, Tensor]:
-    """``GPT2LMHeadModel``'s state dict of our ``model`` (see :func:`hf_architecture`)."""
-    sd = _gpt2_tensors(model)
     return {
         theirs: (sd[ours].T if transposed else sd[ours]).contiguous()
-        for ours, theirs, transposed in gpt2_key_pairs(model.spec.n_layers)
+        for ours, theirs, transposed in gpt2_key_pairs(spec.n_layers)
     }
 
 
@@ -274,32 +270,22 @@ def to_hf(model: TransformerLM) -> Any:
     return hf
 
 
-@torch.no_grad()
-def max_logit_difference(
-    model: TransformerLM, hf: Any, batch: int = 2, length: int = 64, seed: int = 0
-) -> tuple[float, float]:
-    """Largest |logit difference| between ``model`` and ``hf`` on random tokens, and the largest
-    |logit| of ``model`` (the scale the difference is judged against)."""
-    from ablate.tasks.lm_eval import random_logits
-
-    idx, ours = random_logits(model, batch, length, seed)
-    return (hf(idx).logits - ours).abs().max().item(), ours.abs().max().item()
-
-
-def export_model(
-    model: TransformerLM, out: str | os.PathLike[str], verify: bool = True, tolerance: float = 1e-5
-) -> dict[str, Any]:
+def export_model(model: TransformerLM, out: str | os.PathLike[str], verify: bool = True) -> dict[str, Any]:
     """Write ``model`` as a Hugging Face model directory; with ``verify``, refused first when its logits
-    on random tokens differ from ours by more than ``tolerance`` x the largest |logit| (at least 1;
+    on random tokens differ from ours by more than :data:`TOLERANCE` x the largest |logit| (at least 1;
     float rounding stays ~1e-7 of it). Returns what was written."""
     hf = to_hf(model)
     info: dict[str, Any] = {"architecture": type(hf).__name__, "out": str(out)}
-    if verify:
-        diff, scale = max_logit_difference(model, hf)
-        if not diff <= tolerance * max(1.0, scale):
+    if verify:  # the largest |logit difference| on random tokens, against the largest |logit| of ours
+        from ablate.tasks.lm_eval import random_logits
+
+        idx, ours = random_logits(model)
+        with torch.no_grad():
+            diff, scale = (hf(idx).logits - ours).abs().max().item(), ours.abs().max().item()
+        if not diff <= TOLERANCE * max(1.0, scale):
             raise ExportError(
                 f"the exported {type(hf).__name__} differs from the model: max |logit difference| "
-                f"{diff:.3g} with logits up to {scale:.3g} (tolerance {tolerance:g} of that)"
+                f"{diff:.3g} with logits up to {scale:.3g} (tolerance {TOLERANCE:g} of that)"
             )
         info["max_logit_difference"] = diff
     # transformers' generate() stops at the model's context by default (its own default is 20 tokens), which

@@ -20,7 +20,7 @@ from typing import Any
 
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from ablate.callbacks.stop_file import STOP_FILE, request_stop
 from ablate.run.lock import LOCK_FILE
@@ -38,13 +38,12 @@ def exit_signals(error: BaseException) -> list[str]:
 
 
 def _released(lock: Path) -> bool:
-    """No process holds ``lock``: taking it succeeds (and is given back at once)."""
+    """No process holds ``lock``: taking it succeeds (and is given back at once, as the file closes)."""
     with open(lock, "a+") as handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
         return True
 
 
@@ -132,8 +131,3 @@ class KilledWorkerGuard(Launcher):
                 flush=True,
             )
             return []  # the jobs' records say what happened; the sweepers stop on the stop file
-
-
-def guard(launcher: Launcher, config: DictConfig) -> Launcher:
-    """The sweep's launcher behind :class:`KilledWorkerGuard`."""
-    return KilledWorkerGuard(launcher, Path(str(config.hydra.sweep.dir)))

@@ -24,8 +24,6 @@ from ablate.writes import write_text_atomically
 log = logging.getLogger(__name__)
 
 LR_KEY = "optim.lr"
-FAILED_STATUSES = ("diverged", "refused", "crashed")
-
 
 # --------------------------------------------------------------------------- selection (pure)
 
@@ -102,10 +100,8 @@ def select_lr(
             note=f"no learning rate finished with a finite value ({outcomes}; see the jobs' "
             "status.json): no stage 2 for this variant",
         )
-    pick = max if higher_is_better else min
-    best = pick(
-        usable, key=lambda r: cast(float, r.value)
-    )  # usable: finite values; the first of equal values: the smaller learning rate
+    # usable: finite values; of equal values the first, the smaller learning rate
+    best = (max if higher_is_better else min)(usable, key=lambda r: cast(float, r.value))
     texts = [r.text for r in ordered]
     low, high = ordered[0], ordered[-1]
     if len(ordered) == 1:
@@ -176,13 +172,11 @@ def save_selection(path: Path, out: dict[str, Any]) -> None:
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on ``<path>.lock``: two tune=lr commands may share a sweep directory."""
+    """An exclusive lock on ``<path>.lock`` (released when the file closes): two tune=lr commands may
+    share a sweep directory."""
     with open(path.with_name(path.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield
 
 
 def _earlier_variants(path: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:

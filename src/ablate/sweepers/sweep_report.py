@@ -12,7 +12,7 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,6 @@ from ablate.sweepers.job_dirs import Signature, job_signature
 from ablate.sweepers.killed_jobs import KILLED, KILLED_REASON
 from ablate.sweepers.sweep_stop import SweepStopHandler
 
-EXIT_CRASHED = cli.EXIT_CRASHED
 FAILED = ("refused", "crashed", KILLED)  # the sweep exits with 2 (all refused) or 1; a re-run retries these jobs
 
 
@@ -67,11 +66,6 @@ def job_records(
         else:
             records[job_dir] = ("ran", record)
     return records
-
-
-def failed_sweep_exit_code(failed: Iterable[RunStatus]) -> int:
-    """2 (a refused run's) when every failed job was refused, else 1."""
-    return cli.EXIT_USER_ERROR if all(record.status == "refused" for record in failed) else EXIT_CRASHED
 
 
 class SweepReport(Callback):
@@ -123,7 +117,9 @@ class SweepReport(Callback):
             )
             raise SystemExit(cli.EXIT_INTERRUPTED)
         if failed:
-            code = failed_sweep_exit_code(failed.values())
+            # 2 (a refused run's) when every failed job was refused, else 1
+            refused = all(record.status == "refused" for record in failed.values())
+            code = cli.EXIT_USER_ERROR if refused else cli.EXIT_CRASHED
             print(
                 f"{len(failed)} job(s) refused, crashed or were killed (exit code {code}); fix the cause (a refused "
                 "job: its message says what to change; a killed job: often memory; fewer parallel jobs, "

@@ -18,7 +18,7 @@ selection goes to ``<sweep dir>/lr_tuning.json`` (the rule: :mod:`ablate.sweeper
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,10 +76,6 @@ def _record_outcomes(batch: list[tuple[Variant, str]], returns: list[JobReturn],
         v.results.append(LRResult(float(text), text, status, value, job_dir.name if job_dir else None))
 
 
-def _dedupe(values: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(values))
-
-
 class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
     """Stage 1: each variant over a learning-rate grid; stage 2: each at its best rate with every seed."""
 
@@ -123,7 +119,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                 )
             self.extend_edges = extend_edges
             self.num_lrs, self.lr_factor = num_lrs, float(lr_factor)
-            self.default_seeds = _dedupe(str(s) for s in seeds)
+            self.default_seeds = list(dict.fromkeys(str(s) for s in seeds))  # in order, no duplicates
             self.metric = metric
             if selection_seed is None or isinstance(selection_seed, bool) or not str(selection_seed).strip():
                 raise ValueError(
@@ -163,7 +159,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
                     f"tuned_lr: {lr.input_line}: give the grid as a list of learning rates, "
                     "e.g. optim.lr=1e-4,3e-4,1e-3"
                 )
-            texts = _dedupe(lr.sweep_string_iterator())
+            texts = list(dict.fromkeys(lr.sweep_string_iterator()))
             try:
                 return sorted(texts, key=float)
             except ValueError:
@@ -255,7 +251,7 @@ class TunedLRSweeper(ValidatingSweeperMixin, BasicSweeper):
         if seed.is_sweep_override():
             if not seed.is_discrete_sweep():
                 raise HydraException(f"tuned_lr: {seed.input_line}: give the seeds as a list, e.g. seed=1,2,3")
-            return _dedupe(seed.sweep_string_iterator())
+            return list(dict.fromkeys(seed.sweep_string_iterator()))
         return [seed.get_value_element_as_str()]
 
     def _rung_steps(self, v: Variant) -> tuple[int, ...]:

@@ -39,16 +39,6 @@ def held_out_metric(metric: str, given: str | None = None) -> str:
     return "test/" + metric.split("/", 1)[1] if metric.startswith("val/") else metric
 
 
-def read_plan_quietly(sweep_dir: Path, log_dir: str | None = None) -> Any:
-    """The sweep directory's declared plan (:func:`ablate.analysis.plan.read_plan`), or None."""
-    from ablate.analysis.plan import PlanError, read_plan
-
-    try:
-        return read_plan(sweep_dir, log_dir)
-    except PlanError:
-        return None
-
-
 def declare_plan(
     sweep_dir: Path,
     *,
@@ -65,7 +55,7 @@ def declare_plan(
     """Declare the verdict's rule (:mod:`ablate.analysis.plan`, a copy in ``<sweep dir>/analysis_plan.json``)
     before stage 2: metric, baseline, margin, compared ``variants``, split ``layout`` and seeds. A plan
     declared before (``scripts/declare.py``) is kept, and a message says so."""
-    from ablate.analysis.plan import Plan, PlanError, declare
+    from ablate.analysis.plan import Plan, PlanError, declare, read_plan
 
     basis = margin_basis or (
         f"hydra.sweeper.margin={margin:g}, given with the command before stage 2 (its reason was not "
@@ -89,7 +79,10 @@ def declare_plan(
         )
         declared = declare(sweep_dir, plan, log_dir=log_dir)
     except PlanError as err:  # one declared before the sweep (scripts/declare.py) is the plan of record
-        existing = read_plan_quietly(sweep_dir, log_dir)
+        try:
+            existing = read_plan(sweep_dir, log_dir)
+        except PlanError:
+            existing = None
         if existing is None:
             log.warning("tuned_lr: %s", err)
         else:

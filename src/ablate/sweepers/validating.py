@@ -9,6 +9,7 @@ is Hydra's basic grid sweeper with it (the default); the tuned-LR sweeper uses i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -21,8 +22,8 @@ from ablate.cli.unknown_key import composition_error_message
 from ablate.compat import BasicSweeper, sweeper_params_overrides
 from ablate.errors import ConfigError
 from ablate.run import environment
-from ablate.sweepers import killed_jobs
 from ablate.sweepers.job_dirs import NamedJobs
+from ablate.sweepers.killed_jobs import KilledWorkerGuard
 
 
 class ValidatingSweeperMixin(BasicSweeper):
@@ -38,7 +39,8 @@ class ValidatingSweeperMixin(BasicSweeper):
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
         self.validated = set()
         assert self.launcher is not None
-        self.named_jobs = NamedJobs(killed_jobs.guard(self.launcher, config), config, self)
+        guarded = KilledWorkerGuard(self.launcher, Path(str(config.hydra.sweep.dir)))
+        self.named_jobs = NamedJobs(guarded, config, self)
         self.launcher = self.named_jobs
 
     def check_before_sweep(self) -> None:

@@ -3,7 +3,6 @@ group, its ablation axes as flat ``axis_<name>`` config keys, and its tags."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from collections.abc import Collection, Iterable, Mapping
@@ -15,7 +14,7 @@ from omegaconf import OmegaConf
 
 from ablate.config.dotted import override_key
 from ablate.config.dotted import select as select_key
-from ablate.config.resolvers import RUN_CONTROL_KEYS, name_order
+from ablate.config.resolvers import RUN_CONTROL_KEYS, hashed_if_long, name_order
 from ablate.nn.axes import AXES
 
 # Flat config keys of the ablation axes (``axis_act``, ``axis_lr``): the resolved config already
@@ -31,7 +30,6 @@ _NON_VARIANT_KEYS = re.compile(
 _SPEC_AXIS_OF_KEY = {axis.key: axis.name for axis in AXES}
 _WANDB_GROUP_MAX = 128
 _TAG_MAX = 64  # W&B's limit on the length of a tag
-RUN_NAME_MAX = 120
 
 
 @dataclass(frozen=True)
@@ -101,17 +99,8 @@ def run_name_from_overrides(overrides: list[str], swept: Collection[str] | None 
 
 
 def _run_name(items: list[str]) -> str:
-    """``items`` joined by ``,``; past :data:`RUN_NAME_MAX` characters, the first items and a hash of the whole."""
-    name = ",".join(items).replace("/", "_")
-    if len(name) <= RUN_NAME_MAX:
-        return name
-    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
-    kept = ""
-    for item in items:
-        if len(kept) + len(item) + 1 > RUN_NAME_MAX - 12:
-            break
-        kept = f"{kept},{item}" if kept else item
-    return f"{kept}..{digest}"
+    """``items`` joined by ``,``; past 120 characters, the first items and a hash of the whole."""
+    return hashed_if_long(",".join(items).replace("/", "_"), items)
 
 
 def _short_names(keys: list[str]) -> dict[str, str]:
