@@ -39,9 +39,12 @@ def project_root() -> Path:
 def conf_dir() -> Path:
     """The ``conf/`` folder the entry points' ``@hydra.main`` read: this package's checkout's, else the
     one beside the running script, else ``<root>/conf``."""
-    script = Path(sys.argv[0]).resolve().parent
-    beside = [d / "conf" for d in (script, script.parent) if (d / "conf" / "train.yaml").is_file()]
-    return (checkout_root() or project_root()) / "conf" if checkout_root() or not beside else beside[0]
+    if checkout_root() is None:  # an installed copy, run through a checkout's train.py or scripts/*.py
+        script = Path(sys.argv[0]).resolve().parent
+        for folder in (script, script.parent):
+            if (folder / "conf" / "train.yaml").is_file():
+                return folder / "conf"
+    return (checkout_root() or project_root()) / "conf"
 
 
 def data_dir(root: str | Path | None = None) -> Path:
