@@ -1,15 +1,9 @@
-"""What ablate declares in Hydra's ConfigStore: the architecture groups (``pos``, ``norm``, ``act``,
-``init``, ``attn``), each option a structured config made from the table of axes
-(:func:`ablate.nn.axes.group_node`: its keys with their types and defaults, no YAML), and the config
-``architecture`` that chooses every group's default (``conf/train.yaml``'s defaults list names it);
-and the schema of a run config section (:func:`store_section`: ``schema/optim``, the keys of
-:class:`ablate.run.config.OptimConfig` with their defaults), which a group's YAML extends, so that it
-holds only what differs (``conf/optim/noam.yaml``): the defaults live once, in the section.
+"""What ablate declares in Hydra's ConfigStore: the architecture groups (each option a structured
+config made from the table of axes, :func:`ablate.nn.axes.group_node`), the config ``architecture``
+choosing every group's default, and the schemas of run config sections (:func:`store_section`).
 
-Registered when this module is imported: by :mod:`ablate.cli` (every entry point) and by the
-search-path plugin ``hydra_plugins.ablate_sweepers.architecture`` when the primary config folder is
-ablate's (it holds ``train.yaml``), so the groups are there for an installed copy too (``structured://`` is always on
-Hydra's search path). Light on purpose (no torch): a refusal costs the composition only.
+Registered on import: by :mod:`ablate.cli` and by the search-path plugin
+``hydra_plugins.ablate_sweepers.architecture``. Light on purpose (no torch).
 """
 
 from __future__ import annotations
@@ -34,9 +28,8 @@ def register(store: ConfigStore | None = None) -> None:
 
 
 def store_section(section: Any) -> None:
-    """Store ``schema/<PATH>``: the keys of a run config section (a dataclass of
-    :mod:`ablate.run.config`) with its defaults, each of type ``Any``: the section itself checks
-    types and ranges, with its own messages, after Hydra composes. A group's YAML extends it
+    """Store ``schema/<PATH>``: a run config section's keys with its defaults, each of type ``Any``
+    (the section checks them, with its own messages), so that a group's YAML holds only what differs
     (``defaults: [/schema/optim@_here_, _self_]``)."""
     fields = [(f.name, Any, dataclasses.field(default=f.default)) for f in dataclasses.fields(section) if f.init]
     node = dataclasses.make_dataclass(f"{section.PATH}_schema", fields)

@@ -1,9 +1,7 @@
-"""The keyword arguments, with their type hints, of the classes Hydra builds from the groups the run
-config types (``trainer``, ``data``, each ``callbacks.*``; :data:`ablate.run.config.SCHEMAS` maps each
-``_target_`` to its dataclass here): declared, so that a command line is checked without importing
-them (torch, Lightning), with the rules of ablate's (``CONFIG_RULES``, ``CONFIG_CHOICES``: the classes
-refer to them). ``tests/config/test_target_schemas.py`` holds each declaration against :mod:`inspect`
-of the imported class, so a change there (a Lightning upgrade) fails a test instead of drifting."""
+"""The keyword arguments, with their type hints, of the classes Hydra builds from the typed groups
+(by ``_target_`` in :data:`ablate.run.config.SCHEMAS`): declared, so that a command line is checked
+without importing torch. ``tests/config/test_target_schemas.py`` holds each against :mod:`inspect`
+of the real class, so a change there (a Lightning upgrade) fails a test instead of drifting."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ from ablate.config.types import Rule
 
 
 class Lightning:
-    """Lightning's classes that a hint names, by name only (the message says "a string or
-    Accelerator"): no config value is an instance of one, as none is of the real class."""
+    """Lightning's classes a hint names, by name only (the message says "a string or Accelerator")."""
 
     class Accelerator: ...
 
@@ -156,8 +153,7 @@ class LastCheckpoint:
 class DivergenceMonitor:
     max_ratio: float | None
     check_every_n_steps: int | None
-    # what each argument takes, checked where the config is typed (ablate.run.config), before the
-    # run, and by the callback itself
+    # checked where the config is typed (ablate.run.config) and by the callback itself
     CONFIG_RULES: ClassVar[dict[str, Rule]] = {
         "max_ratio": (
             lambda v: v is None or (number(v) and v >= 0),
