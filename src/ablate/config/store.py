@@ -15,16 +15,14 @@ from hydra.core.config_store import ConfigStore
 
 from ablate.nn.axes import ARCHITECTURE_GROUPS, group_axes, group_node
 
-DEFAULTS = "architecture"  # the config that chooses every group's default option
 
-
-def register(store: ConfigStore | None = None) -> None:
+def register() -> None:
     """Store every architecture group's options and the config ``architecture`` (idempotent)."""
-    store = store or ConfigStore.instance()
+    store = ConfigStore.instance()
     for group in ARCHITECTURE_GROUPS:
         for option in group_axes(group)[0].options():
             store.store(group=group, name=option, node=group_node(group, option))
-    store.store(name=DEFAULTS, node={"defaults": [{g: group_axes(g)[0].default} for g in ARCHITECTURE_GROUPS]})
+    store.store(name="architecture", node={"defaults": [{g: group_axes(g)[0].default} for g in ARCHITECTURE_GROUPS]})
 
 
 def store_section(section: Any) -> None:

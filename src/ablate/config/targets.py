@@ -37,6 +37,8 @@ class Lightning:
 
     class LayerSync: ...
 
+    Plugin = Precision | ClusterEnvironment | CheckpointIO | LayerSync
+
 
 @dataclass
 class Trainer:
@@ -89,14 +91,7 @@ class Trainer:
     profiler: Lightning.Profiler | str | None
     detect_anomaly: bool
     barebones: bool
-    plugins: (
-        Lightning.Precision
-        | Lightning.ClusterEnvironment
-        | Lightning.CheckpointIO
-        | Lightning.LayerSync
-        | list[Lightning.Precision | Lightning.ClusterEnvironment | Lightning.CheckpointIO | Lightning.LayerSync]
-        | None
-    )
+    plugins: Lightning.Plugin | list[Lightning.Plugin] | None
     sync_batchnorm: bool
     reload_dataloaders_every_n_epochs: int
     default_root_dir: str | Path | None
@@ -190,21 +185,25 @@ class ThroughputMonitor:
 
 
 @dataclass
-class LMDataModule:  # and WikiText2, WikiText103: the same keys
+class Corpus:  # the keys both kinds of corpus below take
     data_dir: str | os.PathLike[str] | None
     cache_dir: str | os.PathLike[str] | None
-    tokenizer: str
     vocab_size: int
     seq_len: int
-    eval_seq_len: int | None
     batch_size: int
     micro_batch_size: int | None
-    eval_batch_size: int | None
     num_workers: int
     pin_memory: bool
-    train_stride: int | None
     seed: int
     bpe_train_mb: float | None
+
+
+@dataclass
+class LMDataModule(Corpus):  # and WikiText2, WikiText103: the same keys
+    tokenizer: str
+    eval_seq_len: int | None
+    eval_batch_size: int | None
+    train_stride: int | None
 
 
 @dataclass
@@ -235,24 +234,14 @@ class MajorityData:
 
 
 @dataclass
-class TranslationDataModule:
-    data_dir: str | os.PathLike[str] | None
-    cache_dir: str | os.PathLike[str] | None
+class TranslationDataModule(Corpus):
     src_lang: str
     tgt_lang: str
-    vocab_size: int
-    seq_len: int
     max_tokens: int
     max_sentences: int | None
     eval_max_tokens: int | None
-    batch_size: int
-    micro_batch_size: int | None
     max_train_pairs: int | None
     max_eval_pairs: int | None
-    num_workers: int
-    pin_memory: bool
-    seed: int
-    bpe_train_mb: float | None
 
 
 @dataclass

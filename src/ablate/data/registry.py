@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from ablate.checkpoints.stored_config import StoredConfigError, instantiation_keys
 
@@ -35,8 +35,7 @@ def data_module_class(target: Any, source: str) -> type:
             f"({', '.join(sorted(DATA_MODULES))}): refused (nothing a file names is imported or called)"
         )
     module, _, name = target.rpartition(".")
-    cls: type = getattr(importlib.import_module(module), name)
-    return cls
+    return cast(type, getattr(importlib.import_module(module), name))
 
 
 def build_data_module(config: Mapping[str, Any], source: str, **overrides: Any) -> Any:

@@ -109,9 +109,8 @@ class OptimConfig(Section):
 
     PATH = "optim"
     name: str = rule("adamw", lambda v: v in OPTIMIZERS, "one of adamw, adam, sgd")
-    # at most LR_MAX: far past any rate that trains (a divergence test's 1e4 included), and below the
-    # rates whose first update float32 cannot hold (1e300: torch's "cannot be converted ... without
-    # overflow" in the optimiser step, a crash, not a divergence)
+    # at most LR_MAX: far past any rate that trains (a divergence test's 1e4), below those whose first
+    # update float32 cannot hold (1e300: torch's "cannot be converted ... without overflow", a crash)
     lr: float = rule(2e-3, lambda v: number(v) and 0 < v <= LR_MAX, f"a positive learning rate, at most {LR_MAX:g}")
     betas: Any = rule(  # noqa: RUF009  (a rule, not a call per instance)
         (0.9, 0.99),
@@ -229,19 +228,10 @@ class TargetConfig(dict[str, Any]):
         return cls((k, v) for k, v in plain_items(node) if v is not UNRESOLVED)
 
 
-def check_trainer(trainer: Mapping[str, Any]) -> None:
-    """The Trainer's arguments together: training ends, and no combination Lightning refuses late."""
-    if trainer.get("max_steps", -1) == -1 and trainer.get("max_epochs") in (None, -1):
-        raise ConfigError(
-            "trainer.max_steps=-1 and trainer.max_epochs unset: training would never end; set one of them"
-        )
-    check_precision_and_strategy({"trainer": trainer})
-
-
 def _callbacks(node: Any) -> dict[str, TargetConfig | None]:
     """``callbacks.<name>``: each a node with ``_target_`` or null (dropped); ``+callbacks.foo.bar=1``
     names no class, and Lightning would fail on the plain dict it becomes."""
-    items = dict(plain_items(node)) if node is not None else {}
+    items = dict(plain_items(node))
     for name, value in items.items():
         if value is not None and not (isinstance(value, Mapping) and value.get("_target_")):
             listed = ", ".join(sorted(str(n) for n in items if n != name))
@@ -260,7 +250,7 @@ def _loggers(node: Any) -> dict[str, Any]:
     from ablate.tracking.options import LOGGER_OPTIONS, logger_options
 
     found: dict[str, Any] = {}
-    for name, value in plain_items(node) if node is not None else []:
+    for name, value in plain_items(node):
         if name not in LOGGER_OPTIONS:
             raise ConfigError(unknown_key_message("logger", name, LOGGER_OPTIONS))
         hints = dataclass_hints(LOGGER_OPTIONS[name])
@@ -378,7 +368,11 @@ class RunConfig(Section):
         hints = dataclass_hints(cls)
         own = typed_values({k: v for k, v in items.items() if k in top}, {k: hints[k] for k in top}, "")
         trainer = TargetConfig.from_node("trainer", items["trainer"], TRAINER_RULES)
-        check_trainer(trainer)
+        if trainer.get("max_steps", -1) == -1 and trainer.get("max_epochs") in (None, -1):
+            raise ConfigError(
+                "trainer.max_steps=-1 and trainer.max_epochs unset: training would never end; set one of them"
+            )
+        check_precision_and_strategy({"trainer": trainer})  # the combinations Lightning refuses late
         config = cls(
             **own,
             model=ModelConfig.from_node(items.get("model") or {}, exclude=task.other_model_keys),
