@@ -45,6 +45,7 @@ from ablate.optim import OPTIMIZERS, SCHEDULES, optimizer_kind
 
 S = TypeVar("S", bound="Section")
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and so Lightning's seed_everything's)
+LR_MAX = 1e6  # optim.lr's bound (OptimConfig.lr says why)
 _BUILD_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_"})  # Hydra's instantiate keys
 
 
@@ -97,9 +98,6 @@ class ModelConfig(Section):
     tie_embeddings: bool | str = True  # an encoder-decoder also takes "decoder" (ablate.nn.seq2seq.TIE_MODES)
     scale_embeddings: bool = False
     compile: bool = False
-
-
-LR_MAX = 1e6
 
 
 @dataclass(frozen=True)
@@ -222,8 +220,7 @@ class TargetConfig(dict[str, Any]):
         schema = SCHEMAS.get(target)  # else the target is imported and inspected
         hints, closed = (dataclass_hints(schema), True) if schema else signature(target)
         build = dict.fromkeys(_BUILD_KEYS, Any) if closed else {k: Any for k, _ in plain_items(node)}
-        hints = {**build, **hints}
-        values = typed_values(node, hints, path)
+        values = typed_values(node, {**build, **hints}, path)
         check_rules(values, path, declared_rules(schema or target, rules))
         return cls((k, v) for k, v in plain_items(node) if v is not UNRESOLVED)
 
