@@ -1,10 +1,7 @@
-"""What ablate declares in Hydra's ConfigStore: the architecture groups (each option a structured
-config made from the table of axes, :func:`ablate.nn.axes.group_node`), the config ``architecture``
-choosing every group's default, and the schemas of run config sections (:func:`store_section`).
-
-Registered on import: by :mod:`ablate.cli` and by the search-path plugin
-``hydra_plugins.ablate_sweepers.architecture``. Light on purpose (no torch).
-"""
+"""What ablate declares in Hydra's ConfigStore, on import (by :mod:`ablate.cli` and the search-path
+plugin ``hydra_plugins.ablate_sweepers.architecture``; no torch): the architecture groups, each option
+a structured config (:func:`ablate.nn.axes.group_node`), the config ``architecture`` choosing every
+group's default, and the schemas of run config sections (:func:`store_section`)."""
 
 from __future__ import annotations
 
