@@ -1,9 +1,7 @@
-"""The keyword arguments, with their type hints, of the classes Hydra builds from the groups the run
-config types (``trainer``, ``data``, each ``callbacks.*``; :data:`ablate.run.config.SCHEMAS` maps each
-``_target_`` to its dataclass here): declared, so that a command line is checked without importing
-them (torch, Lightning), with the rules of ablate's (``CONFIG_RULES``, ``CONFIG_CHOICES``: the classes
-refer to them). ``tests/config/test_target_schemas.py`` holds each declaration against :mod:`inspect`
-of the imported class, so a change there (a Lightning upgrade) fails a test instead of drifting."""
+"""The keyword arguments, with their type hints, of the classes Hydra builds from the typed groups
+(by ``_target_`` in :data:`ablate.run.config.SCHEMAS`): declared, so that a command line is checked
+without importing torch. ``tests/config/test_target_schemas.py`` holds each against :mod:`inspect`
+of the real class, so a change there (a Lightning upgrade) fails a test instead of drifting."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ from ablate.config.types import Rule
 
 
 class Lightning:
-    """Lightning's classes that a hint names, by name only (the message says "a string or
-    Accelerator"): no config value is an instance of one, as none is of the real class."""
+    """Lightning's classes a hint names, by name only (the message says "a string or Accelerator")."""
 
     class Accelerator: ...
 
@@ -39,6 +36,8 @@ class Lightning:
     class CheckpointIO: ...
 
     class LayerSync: ...
+
+    Plugin = Precision | ClusterEnvironment | CheckpointIO | LayerSync
 
 
 @dataclass
@@ -92,14 +91,7 @@ class Trainer:
     profiler: Lightning.Profiler | str | None
     detect_anomaly: bool
     barebones: bool
-    plugins: (
-        Lightning.Precision
-        | Lightning.ClusterEnvironment
-        | Lightning.CheckpointIO
-        | Lightning.LayerSync
-        | list[Lightning.Precision | Lightning.ClusterEnvironment | Lightning.CheckpointIO | Lightning.LayerSync]
-        | None
-    )
+    plugins: Lightning.Plugin | list[Lightning.Plugin] | None
     sync_batchnorm: bool
     reload_dataloaders_every_n_epochs: int
     default_root_dir: str | Path | None
@@ -156,8 +148,7 @@ class LastCheckpoint:
 class DivergenceMonitor:
     max_ratio: float | None
     check_every_n_steps: int | None
-    # what each argument takes, checked where the config is typed (ablate.run.config), before the
-    # run, and by the callback itself
+    # checked where the config is typed (ablate.run.config) and by the callback itself
     CONFIG_RULES: ClassVar[dict[str, Rule]] = {
         "max_ratio": (
             lambda v: v is None or (number(v) and v >= 0),
@@ -194,21 +185,25 @@ class ThroughputMonitor:
 
 
 @dataclass
-class LMDataModule:  # and WikiText2, WikiText103: the same keys
+class Corpus:  # the keys both kinds of corpus below take
     data_dir: str | os.PathLike[str] | None
     cache_dir: str | os.PathLike[str] | None
-    tokenizer: str
     vocab_size: int
     seq_len: int
-    eval_seq_len: int | None
     batch_size: int
     micro_batch_size: int | None
-    eval_batch_size: int | None
     num_workers: int
     pin_memory: bool
-    train_stride: int | None
     seed: int
     bpe_train_mb: float | None
+
+
+@dataclass
+class LMDataModule(Corpus):  # and WikiText2, WikiText103: the same keys
+    tokenizer: str
+    eval_seq_len: int | None
+    eval_batch_size: int | None
+    train_stride: int | None
 
 
 @dataclass
@@ -239,24 +234,14 @@ class MajorityData:
 
 
 @dataclass
-class TranslationDataModule:
-    data_dir: str | os.PathLike[str] | None
-    cache_dir: str | os.PathLike[str] | None
+class TranslationDataModule(Corpus):
     src_lang: str
     tgt_lang: str
-    vocab_size: int
-    seq_len: int
     max_tokens: int
     max_sentences: int | None
     eval_max_tokens: int | None
-    batch_size: int
-    micro_batch_size: int | None
     max_train_pairs: int | None
     max_eval_pairs: int | None
-    num_workers: int
-    pin_memory: bool
-    seed: int
-    bpe_train_mb: float | None
 
 
 @dataclass

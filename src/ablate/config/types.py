@@ -1,12 +1,9 @@
 """Keys, types and rules of config values: the machinery of the typed config (:mod:`ablate.run.config`).
 
-Without a type check a wrong type either crashes deep inside (``model.n_layers=abc``: a TypeError in
-``range``; ``trainer.precision=7``: Lightning's error after the run header) or, worse, is taken as
-another value (``model.d_model=true`` built a model of width 1: ``True == 1`` in Python). The types
-are those of the code that reads the values: a section's dataclass fields, a target's type hints.
-Rules: ``bool`` is not an ``int``; a ``float`` accepts an ``int``; null only where the hint allows
-``None``; a node with ``_target_`` stands for the object Hydra builds from it. An annotation this
-module cannot judge accepts any value: a missing check, never a false refusal.
+Without a type check a wrong type crashes deep inside or, worse, is taken as another value
+(``model.d_model=true`` built a model of width 1). ``bool`` is not an ``int``; a ``float`` accepts
+an ``int``; a node with ``_target_`` stands for the object Hydra builds. An annotation this module
+cannot judge accepts any value: a missing check, never a false refusal.
 """
 
 from __future__ import annotations
@@ -48,14 +45,9 @@ def type_ok(value: Any, hint: Any) -> bool:
         return False
     if isinstance(value, Mapping) and "_target_" in value:
         return True  # Hydra builds the object; its keys are checked with its target's
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
+    if hint in (bool, int, float, str):
+        kinds = (int, float) if hint is float else hint
+        return isinstance(value, kinds) and (hint is bool or not isinstance(value, bool))
     if origin in _SEQUENCES or hint in _SEQUENCES:
         if not isinstance(value, (list, tuple)):
             return False
@@ -98,15 +90,20 @@ def describe(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-def signature(target: Any) -> tuple[dict[str, Any], bool]:
-    """``(keyword -> type hint, closed)`` of a function or class (``module.Name`` or the object;
-    a class: its ``__init__`` and, through ``**kwargs``, its bases'), each hint resolved on its own
-    (one naming what only ``TYPE_CHECKING`` imports is ``Any``: not checked); ``closed`` is False
-    when ``**kwargs`` goes all the way up (any keyword is taken: nothing to refuse)."""
+def _imported(target: Any) -> Any:
+    """``target`` itself, or the object its name (``module.Name``) names."""
     if isinstance(target, str):
         from hydra.utils import get_object
 
-        target = get_object(target)
+        return get_object(target)
+    return target
+
+
+def signature(target: Any) -> tuple[dict[str, Any], bool]:
+    """``(keyword -> type hint, closed)`` of a function or class (a class: its ``__init__`` and,
+    through ``**kwargs``, its bases'); a hint that does not resolve (``TYPE_CHECKING``) is ``Any``;
+    ``closed`` is False when ``**kwargs`` goes all the way up (any keyword is taken)."""
+    target = _imported(target)
     functions = (
         [vars(c)["__init__"] for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else [target]
     )
@@ -127,13 +124,9 @@ def signature(target: Any) -> tuple[dict[str, Any], bool]:
 
 
 def declared_rules(target: Any, added: Mapping[str, Rule] | None = None) -> dict[str, Rule]:
-    """The rules a target class (``module.Name`` or the class) declares for its keyword arguments
-    (``CONFIG_RULES``: key -> (predicate, valid values), then ``added``; ``CONFIG_CHOICES``: key ->
-    the valid values), through its bases."""
-    if isinstance(target, str):
-        from hydra.utils import get_object
-
-        target = get_object(target)
+    """The rules a target class declares for its keyword arguments (``CONFIG_RULES``: key ->
+    (predicate, valid values), then ``added``; ``CONFIG_CHOICES``: key -> the valid values)."""
+    target = _imported(target)
     rules, choices = dict(getattr(target, "CONFIG_RULES", {})), dict(getattr(target, "CONFIG_CHOICES", {}))
     rules.update(added or {})  # those ablate adds (``added``) replace the class's own
     for key, valid in choices.items():
@@ -177,9 +170,8 @@ def unknown_key_message(path: str, key: str, valid: Iterable[str]) -> str:
 
 
 def plain_items(node: Any) -> list[tuple[str, Any]]:
-    """``(key, value)`` of a config node, each value resolved and plain; :data:`UNRESOLVED` where it
-    does not resolve here, and a sub-node that does not resolve whole stays a node (its keys are
-    judged one by one)."""
+    """``(key, value)`` of a config node, each value resolved and plain, else :data:`UNRESOLVED` (a
+    sub-node that does not resolve whole stays a node: its keys are judged one by one)."""
     if not isinstance(node, DictConfig):
         return [(str(k), v) for k, v in (node or {}).items()]
     items: list[tuple[str, Any]] = []
@@ -198,9 +190,8 @@ def plain_items(node: Any) -> list[tuple[str, Any]]:
 
 
 def typed_values(node: Any, hints: Mapping[str, Any], path: str) -> dict[str, Any]:
-    """The values of ``node`` by key, refusing the first key that is not in ``hints`` (naming the
-    valid ones) and the first value whose type does not fit its key's hint; values that do not
-    resolve here are left out."""
+    """The values of ``node`` by key, refusing the first key not in ``hints`` and the first value
+    whose type does not fit; values that do not resolve here are left out."""
     prefix = f"{path}." if path else ""
     values: dict[str, Any] = {}
     for key, value in plain_items(node):
@@ -229,8 +220,8 @@ def check_rules(values: Mapping[str, Any], path: str, rules: Mapping[str, Rule])
 
 
 def top_level_key_message(key: str, valid: list[str]) -> str:
-    """``foo is not a key of the top level (did you mean ...?); valid keys: ...``, and for the name of
-    a config group without a node of its own (``debug``), how to choose one of its options."""
+    """:func:`unknown_key_message` at the top level and, for a config group without a node of its
+    own (``debug``), how to choose one of its options."""
     from ablate.config.locations import conf_dir  # here: the light modules need no locations
 
     message = unknown_key_message("", key, valid)

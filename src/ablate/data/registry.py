@@ -1,34 +1,30 @@
 """The project's data modules by name: the only classes a data config stored in a checkpoint may name.
 
-A checkpoint carries its data config (``hyper_parameters.data``, with Hydra's ``_target_``), so that
-``eval.py`` finds the corpus again. Passed to ``hydra.utils.instantiate``, that stored config would
-call whatever a crafted file names (``pathlib.Path.write_text``, ``torch.load`` without restriction,
-nested ``_target_`` anywhere in it) the moment ``eval.py`` opens the file. Instead the stored
-``_target_`` is looked up here, among ablate's own data modules (the ``_target_`` of each
-``conf/data/*.yaml``), and the class is built with the stored values as plain keyword arguments:
-nothing from a file is imported or called by name (:func:`build_data_module`). The user's own
-config (``train.py``'s ``data=``) is still instantiated by Hydra: it is not read from a file.
+Passed to ``hydra.utils.instantiate``, a stored config would call whatever a crafted file names
+(``pathlib.Path.write_text``, nested ``_target_`` anywhere) the moment ``eval.py`` opens it. Instead
+the stored ``_target_`` is looked up among ablate's own data modules and the class is built with the
+stored values as plain keyword arguments (:func:`build_data_module`).
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from ablate.checkpoints.stored_config import StoredConfigError, instantiation_keys
 
 __all__ = ["DATA_MODULES", "StoredConfigError", "build_data_module", "data_module_class", "instantiation_keys"]
 
-# Hydra's ``_target_`` string -> "module:Class"; one entry per data module of conf/data/*.yaml
-DATA_MODULES: dict[str, str] = {
-    "ablate.data.lm_data.TinyShakespeare": "ablate.data.lm_data:TinyShakespeare",
-    "ablate.data.lm_data.WikiText2": "ablate.data.lm_data:WikiText2",
-    "ablate.data.lm_data.WikiText103": "ablate.data.lm_data:WikiText103",
-    "ablate.data.lm_data.TextFiles": "ablate.data.lm_data:TextFiles",
-    "ablate.data.translation_data.ParallelCorpus": "ablate.data.translation_data:ParallelCorpus",
-    "ablate.data.translation_data.ParallelFiles": "ablate.data.translation_data:ParallelFiles",
-}
+# Hydra's ``_target_`` (module.Class) of each data module of conf/data/*.yaml
+DATA_MODULES = (
+    "ablate.data.lm_data.TinyShakespeare",
+    "ablate.data.lm_data.WikiText2",
+    "ablate.data.lm_data.WikiText103",
+    "ablate.data.lm_data.TextFiles",
+    "ablate.data.translation_data.ParallelCorpus",
+    "ablate.data.translation_data.ParallelFiles",
+)
 
 
 def data_module_class(target: Any, source: str) -> type:
@@ -38,16 +34,14 @@ def data_module_class(target: Any, source: str) -> type:
             f"{source}: its data config names the data module {target!r}, which is not one of ablate's "
             f"({', '.join(sorted(DATA_MODULES))}): refused (nothing a file names is imported or called)"
         )
-    module, _, name = DATA_MODULES[target].partition(":")
-    cls: type = getattr(importlib.import_module(module), name)
-    return cls
+    module, _, name = target.rpartition(".")
+    return cast(type, getattr(importlib.import_module(module), name))
 
 
 def build_data_module(config: Mapping[str, Any], source: str, **overrides: Any) -> Any:
-    """The data module a stored data config describes: its ``_target_`` looked up in
-    :data:`DATA_MODULES`, its other keys passed as keyword arguments (with ``overrides``, e.g. the
-    current ``data_dir``). A key the class does not take, or any nested instantiation key, is
-    refused naming ``source`` and the key."""
+    """The data module a stored data config describes, its other keys (with ``overrides``, e.g. the
+    current ``data_dir``) as keyword arguments; a key the class does not take, or any nested
+    instantiation key, is refused naming ``source``."""
     from ablate.config.types import target_keys
 
     values = {**config, **overrides}

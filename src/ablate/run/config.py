@@ -1,22 +1,10 @@
 """The composed config, typed once at the entry: :meth:`RunConfig.from_hydra`.
 
-``train.py`` composes a Hydra config; the entry turns it, once, into a frozen :class:`RunConfig`,
-and every part of a job receives the typed piece it needs (``cfg.trainer``, ``cfg.model``, ...),
-never the raw config. The conversion is the check: each section is a dataclass whose fields are
-its group's keys, with their types (the annotations) and their valid values (the field's rule),
-so a key, its type and its range are declared in one place, beside each other. Groups whose keys
-belong to a class Hydra builds (``trainer``, ``data``, each ``callbacks.*``) are typed from that
-class's keyword arguments, declared without torch (:data:`SCHEMAS`, :class:`TargetConfig`); the
-rules of the numbers ablate reads there are declared with the class's keys where it is ours
-(``CONFIG_RULES``, ``CONFIG_CHOICES``), here for Lightning's ``Trainer``. The architecture groups
-are Hydra's structured configs of their options (:mod:`ablate.nn.axes`), typed as the options'
-configs (:func:`ablate.nn.axes.typed_options`) and checked together with the model's sizes
-(:meth:`RunConfig.model_spec`).
-
-A refusal names the key, the value and what it takes, as :class:`ConfigError` (exit 2). It happens
-where the command line is first composed, before Hydra makes a run folder (:func:`ablate.cli.entry_point`),
-for every job of a sweep before the first one starts (:mod:`ablate.sweepers.validating`), and so
-before any data is read or tensor allocated.
+Each section is a frozen dataclass whose fields are its group's keys: type (the annotation) and
+valid values (the field's :func:`rule`) declared side by side. Groups Hydra builds (``trainer``,
+``data``, ``callbacks.*``) are typed from their class's keyword arguments, declared without torch
+(:data:`SCHEMAS`); the architecture groups as their options' configs (:mod:`ablate.nn.axes`). A
+refusal is a :class:`ConfigError` (exit 2), before Hydra makes a run folder or any data is read.
 """
 
 from __future__ import annotations
@@ -53,9 +41,11 @@ from ablate.config.types import (
 from ablate.errors import ConfigError
 from ablate.nn.axes import ARCHITECTURE_GROUPS, AXES, typed_options
 from ablate.nn.spec import ModelSpec
+from ablate.optim import OPTIMIZERS, SCHEDULES, optimizer_kind
 
 S = TypeVar("S", bound="Section")
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and so Lightning's seed_everything's)
+LR_MAX = 1e6  # optim.lr's bound (OptimConfig.lr says why)
 _BUILD_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_"})  # Hydra's instantiate keys
 
 
@@ -65,10 +55,8 @@ def rule(default: Any, predicate: Callable[[Any], bool], valid: str) -> Any:
 
 
 class Section:
-    """Base of the typed config sections: a frozen dataclass whose fields are the keys of the
-    config node ``PATH``, each with its type (the annotation) and, where a field is made by
-    :func:`rule`, its valid values. :meth:`from_node` refuses a key that is not a field and a
-    value of another type; the rules run in ``__post_init__``, so a section is valid however made."""
+    """Base of the typed sections: the keys of the config node ``PATH``. The rules run in
+    ``__post_init__``, so a section is valid however made."""
 
     PATH: ClassVar[str]
 
@@ -78,8 +66,7 @@ class Section:
 
     @classmethod
     def from_node(cls: type[S], node: Any, exclude: frozenset[str] = frozenset()) -> S:
-        """The section of a composed config node (a mapping; ``exclude``: fields this run has not,
-        e.g. the other task's model keys)."""
+        """The section of a config node (``exclude``: fields this run has not, e.g. the other task's)."""
         hints = {k: v for k, v in dataclass_hints(cls).items() if k not in exclude}
         return cls(**typed_values(node, hints, cls.PATH))
 
@@ -113,32 +100,15 @@ class ModelConfig(Section):
     compile: bool = False
 
 
-def _optim_name(value: Any) -> bool:
-    from ablate.optim import OPTIMIZERS
-
-    return value in OPTIMIZERS
-
-
-def _schedule(value: Any) -> bool:
-    from ablate.optim import SCHEDULES
-
-    return value in SCHEDULES
-
-
-LR_MAX = 1e6
-
-
 @dataclass(frozen=True)
 class OptimConfig(Section):
-    """The ``optim`` group (:mod:`ablate.optim`): the optimiser, its schedule and clipping. Its
-    defaults are the group's (``optim=adamw``); stored in Hydra's ConfigStore as ``schema/optim``
-    (:func:`ablate.config.store.store_section`), which ``conf/optim/*.yaml`` extend."""
+    """The ``optim`` group (:mod:`ablate.optim`); its defaults are ``schema/optim``'s, which
+    ``conf/optim/*.yaml`` extend."""
 
     PATH = "optim"
-    name: str = rule("adamw", _optim_name, "one of adamw, adam, sgd")
-    # at most LR_MAX: far past any rate that trains (a divergence test's 1e4 included), and below the
-    # rates whose first update float32 cannot hold (1e300: torch's "cannot be converted ... without
-    # overflow" in the optimiser step, a crash, not a divergence)
+    name: str = rule("adamw", lambda v: v in OPTIMIZERS, "one of adamw, adam, sgd")
+    # at most LR_MAX: far past any rate that trains (a divergence test's 1e4), below those whose first
+    # update float32 cannot hold (1e300: torch's "cannot be converted ... without overflow", a crash)
     lr: float = rule(2e-3, lambda v: number(v) and 0 < v <= LR_MAX, f"a positive learning rate, at most {LR_MAX:g}")
     betas: Any = rule(  # noqa: RUF009  (a rule, not a call per instance)
         (0.9, 0.99),
@@ -147,7 +117,7 @@ class OptimConfig(Section):
     )
     eps: float = rule(1e-8, lambda v: number(v) and v > 0, "a positive epsilon")
     weight_decay: float = rule(0.1, lambda v: number(v) and v >= 0, "a weight decay >= 0")
-    schedule: str = rule("cosine", _schedule, "one of cosine, linear, inverse_sqrt, constant")
+    schedule: str = rule("cosine", lambda v: v in SCHEDULES, "one of cosine, linear, inverse_sqrt, constant")
     warmup_steps: int = rule(100, lambda v: integer(v) and v >= 0, "a number of steps >= 0")  # linear warmup
     decay_steps: int | None = rule(
         None, optional(positive_int), "null (= trainer.max_steps) or a positive number of steps"
@@ -163,8 +133,6 @@ class OptimConfig(Section):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from ablate.optim import optimizer_kind
-
         try:
             optimizer_kind(self.as_dict())  # optim.momentum with an optimiser that has none
         except ValueError as err:
@@ -218,8 +186,8 @@ class PathsConfig(Section):
 # ------------------------------------------------------------------------ built by Hydra
 
 
-# the classes Hydra builds from the typed groups, by ``_target_``: their keyword arguments (every one:
-# none takes any other) declared in ablate.config.targets, so that the check imports no torch
+# the classes Hydra builds from the typed groups, by ``_target_``: their keyword arguments declared
+# in ablate.config.targets, so that the check imports no torch
 SCHEMAS: dict[str, type] = {
     "lightning.pytorch.Trainer": targets.Trainer,
     "lightning.pytorch.callbacks.ModelCheckpoint": targets.ModelCheckpoint,
@@ -242,11 +210,8 @@ SCHEMAS: dict[str, type] = {
 
 
 class TargetConfig(dict[str, Any]):
-    """A config node that Hydra builds into an object (``_target_``): its keys are the target's
-    keyword arguments (its signature, following ``**kwargs`` up the class hierarchy), their types
-    its type hints, and the numbers the target declares rules for (``CONFIG_RULES``: key ->
-    (predicate, valid values); ``CONFIG_CHOICES``: key -> the valid values) are checked. It is the
-    node itself, as plain data: what ``hydra.utils.instantiate`` builds."""
+    """A config node Hydra builds into an object (``_target_``), as plain data, checked against the
+    target's keyword arguments, their type hints and its declared rules."""
 
     @classmethod
     def from_node(cls, path: str, node: Any, rules: Mapping[str, Rule] | None = None) -> TargetConfig:
@@ -255,26 +220,15 @@ class TargetConfig(dict[str, Any]):
         schema = SCHEMAS.get(target)  # else the target is imported and inspected
         hints, closed = (dataclass_hints(schema), True) if schema else signature(target)
         build = dict.fromkeys(_BUILD_KEYS, Any) if closed else {k: Any for k, _ in plain_items(node)}
-        hints = {**build, **hints}
-        values = typed_values(node, hints, path)
+        values = typed_values(node, {**build, **hints}, path)
         check_rules(values, path, declared_rules(schema or target, rules))
         return cls((k, v) for k, v in plain_items(node) if v is not UNRESOLVED)
 
 
-def check_trainer(trainer: Mapping[str, Any]) -> None:
-    """The Trainer's arguments together: training ends, and the combinations of precision, strategy
-    and device Lightning refuses late (:func:`ablate.config.checks.check_precision_and_strategy`)."""
-    if trainer.get("max_steps", -1) == -1 and trainer.get("max_epochs") in (None, -1):
-        raise ConfigError(
-            "trainer.max_steps=-1 and trainer.max_epochs unset: training would never end; set one of them"
-        )
-    check_precision_and_strategy({"trainer": trainer})
-
-
 def _callbacks(node: Any) -> dict[str, TargetConfig | None]:
-    """``callbacks.<name>``: each a callback to build (a node with ``_target_``) or null (dropped);
-    ``+callbacks.foo.bar=1`` names no class, and Lightning would fail on the plain dict it becomes."""
-    items = dict(plain_items(node)) if node is not None else {}
+    """``callbacks.<name>``: each a node with ``_target_`` or null (dropped); ``+callbacks.foo.bar=1``
+    names no class, and Lightning would fail on the plain dict it becomes."""
+    items = dict(plain_items(node))
     for name, value in items.items():
         if value is not None and not (isinstance(value, Mapping) and value.get("_target_")):
             listed = ", ".join(sorted(str(n) for n in items if n != name))
@@ -293,7 +247,7 @@ def _loggers(node: Any) -> dict[str, Any]:
     from ablate.tracking.options import LOGGER_OPTIONS, logger_options
 
     found: dict[str, Any] = {}
-    for name, value in plain_items(node) if node is not None else []:
+    for name, value in plain_items(node):
         if name not in LOGGER_OPTIONS:
             raise ConfigError(unknown_key_message("logger", name, LOGGER_OPTIONS))
         hints = dataclass_hints(LOGGER_OPTIONS[name])
@@ -309,9 +263,8 @@ GROUPS += ("log", "runtime", "paths")
 
 @dataclass(frozen=True)
 class Derived:
-    """What the entry derives from a run's config, once: its identity (what a resume must match,
-    :func:`ablate.config.identity.run_identity`), the warnings its start gives (valid settings that
-    are probably not meant) and the fp32 matmul precision for its device."""
+    """What the entry derives from a run's config, once: its identity (what a resume must match),
+    its start warnings and the fp32 matmul precision for its device."""
 
     identity: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -328,10 +281,9 @@ class Derived:
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    """A training run's config, typed and checked (:meth:`from_hydra`). ``resolved`` is the composed
-    config as plain data, after the entry's derivations: what the run records (W&B, ``hparams.yaml``)
-    and what its identity is read from (``derived``)."""
+class RunConfig(Section):
+    """A training run's config, typed and checked (:meth:`from_hydra`). ``resolved``: the composed
+    config as plain data, what the run records and its identity is read from."""
 
     seed: int = rule(1337, lambda v: SEED_RANGE[0] <= v <= SEED_RANGE[1], f"an integer in [0, {SEED_RANGE[1]}]")
     tags: list[str] | str = field(default_factory=list)
@@ -360,22 +312,15 @@ class RunConfig:
     resolved: Mapping[str, Any] = field(default_factory=dict, repr=False)
     derived: Derived = field(default_factory=Derived, repr=False)
 
-    PATH: ClassVar[str] = ""
-
-    def __post_init__(self) -> None:
-        check_rules({"seed": self.seed}, "", {"seed": dataclasses.fields(self)[0].metadata["rule"]})
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """A group or key, as a config node's ``get``."""
-        return getattr(self, key, default)
+    PATH = ""
 
     @property
     def task_name(self) -> str:
         return str(self.task.get("name", "lm"))
 
     def model_spec(self, vocab_size: int, max_len: int | None = None) -> ModelSpec:
-        """The checked :class:`~ablate.nn.spec.ModelSpec` of this run for a vocabulary (``max_len``:
-        the longest sequence of the data, where ``model.max_len`` is null)."""
+        """The checked :class:`~ablate.nn.spec.ModelSpec` of this run (``max_len``: the data's, where
+        ``model.max_len`` is null)."""
         model = self.model
         return ModelSpec(
             vocab_size=vocab_size,
@@ -399,15 +344,11 @@ class RunConfig:
 
     @classmethod
     def from_hydra(cls, cfg: Any, overrides: Sequence[str] = ()) -> RunConfig:
-        """Type and check a composed ``train.yaml`` config (a ``DictConfig``), after the entry's
-        derivations, which change ``cfg`` in place so that what is recorded is what is used: the
-        task's own (``task=lm``: ``eval.seq_len`` into ``data.eval_seq_len``) and a validation
-        interval longer than the run fitted to it (``trainer.max_steps=100`` alone runs).
+        """Type and check a composed ``train.yaml`` config, after the derivations that change ``cfg``
+        in place so that what is recorded is what is used (the task's, the validation interval).
 
-        A top-level key that is neither a key nor a group of the run is refused when the command
-        line (``overrides``) appended it (``+foo=1``, ``+debug.foo=1``: no code reads it); one that a
-        config file declares is that file's table for its interpolations (an experiment's
-        ``init_by_norm``), kept in what the run records and read by nothing else."""
+        An unknown top-level key is refused when the command line (``overrides``) appended it
+        (``+foo=1``); one a config file declares is its table for interpolations, kept as is."""
 
         from ablate.tasks import task_checks
 
@@ -421,9 +362,14 @@ class RunConfig:
         for key in items:
             if key not in top and key not in GROUPS and key in appended:
                 raise ConfigError(top_level_key_message(key, [*top, *(g for g in GROUPS if g in items)]))
-        own = typed_values({k: v for k, v in items.items() if k in top}, _top_hints(cls, top), "")
+        hints = dataclass_hints(cls)
+        own = typed_values({k: v for k, v in items.items() if k in top}, {k: hints[k] for k in top}, "")
         trainer = TargetConfig.from_node("trainer", items["trainer"], TRAINER_RULES)
-        check_trainer(trainer)
+        if trainer.get("max_steps", -1) == -1 and trainer.get("max_epochs") in (None, -1):
+            raise ConfigError(
+                "trainer.max_steps=-1 and trainer.max_epochs unset: training would never end; set one of them"
+            )
+        check_precision_and_strategy({"trainer": trainer})  # the combinations Lightning refuses late
         config = cls(
             **own,
             model=ModelConfig.from_node(items.get("model") or {}, exclude=task.other_model_keys),
@@ -447,26 +393,19 @@ class RunConfig:
 
     @property
     def eval_max_len(self) -> int:
-        """The longest sequence the model will see: training length or the (longer) eval length.
-        ``eval.seq_lens`` does not count: evaluating more lengths must not change the trained model
-        (a learned position table's size changes its parameters and its initialisation)."""
+        """The longest sequence the model will see: training or (longer) eval length. Not
+        ``eval.seq_lens``: evaluating more lengths must not change the trained model."""
         data = self.data
         return max(int(data.get("seq_len") or 0), int(data.get("eval_seq_len") or 0))
 
 
 def _architecture(items: Mapping[str, Any]) -> dict[str, Any]:
-    """The architecture groups typed (:func:`ablate.nn.axes.typed_options`), each value of its
-    key's type (Hydra types a key of the chosen option's node; ``+`` appends an untyped one)."""
+    """The architecture groups typed, each value of its key's type (``+`` appends an untyped one)."""
     typed = typed_options({g: dict(plain_items(items[g])) for g in ARCHITECTURE_GROUPS if g in items})
     for axis in AXES:
         option = typed["options"][axis.name]
         typed_values(option.options(), {f.name: f.type for f in dataclasses.fields(option)}, axis.group)
     return typed
-
-
-def _top_hints(cls: type, keys: set[str]) -> dict[str, Any]:
-    hints = dataclass_hints(cls)
-    return {k: hints[k] for k in keys}
 
 
 def _task_node(task: Any, node: Any) -> dict[str, Any]:
@@ -487,8 +426,7 @@ def _decode_node(node: Any) -> dict[str, Any] | None:
 
 
 def _resolved(node: Any) -> dict[str, Any]:
-    """The composed config as plain data, each value resolved where it resolves (``${hydra:...}``
-    outside a job does not; such a value stays as written)."""
+    """The composed config as plain data, each value resolved where it resolves (else as written)."""
     from omegaconf import DictConfig, OmegaConf
 
     raw: Any = OmegaConf.to_container(node, resolve=False)
