@@ -39,12 +39,13 @@ def project_root() -> Path:
 def conf_dir() -> Path:
     """The ``conf/`` folder the entry points' ``@hydra.main`` read: this package's checkout's, else the
     one beside the running script, else ``<root>/conf``."""
-    if checkout_root() is None:  # an installed copy, run through a checkout's train.py or scripts/*.py
+    checkout = checkout_root()
+    if checkout is None:  # an installed copy, run through a checkout's train.py or scripts/*.py
         script = Path(sys.argv[0]).resolve().parent
         for folder in (script, script.parent):
             if (folder / "conf" / "train.yaml").is_file():
                 return folder / "conf"
-    return (checkout_root() or project_root()) / "conf"
+    return (checkout or project_root()) / "conf"
 
 
 def data_dir(root: str | Path | None = None) -> Path:

@@ -45,9 +45,14 @@ def type_ok(value: Any, hint: Any) -> bool:
         return False
     if isinstance(value, Mapping) and "_target_" in value:
         return True  # Hydra builds the object; its keys are checked with its target's
-    if hint in (bool, int, float, str):
-        kinds = (int, float) if hint is float else hint
-        return isinstance(value, kinds) and (hint is bool or not isinstance(value, bool))
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
     if origin in _SEQUENCES or hint in _SEQUENCES:
         if not isinstance(value, (list, tuple)):
             return False
