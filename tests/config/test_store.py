@@ -60,6 +60,19 @@ def test_an_installed_copy_runs_pos_rope_from_another_directory(tmp_path: Path, 
     assert "name: rope" in config.read_text()
 
 
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _schema_defaults(name: str) -> dict:
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    import ablate.run.config  # noqa: F401  (stores the schemas)
+
+    return OmegaConf.to_container(OmegaConf.structured(ConfigStore.instance().load(f"schema/{name}.yaml").node))
+
+
 def test_the_optim_defaults_live_once_in_its_section() -> None:
     """conf/optim/*.yaml extend schema/optim (OptimConfig's keys and defaults): optim=adamw is the
     section's defaults, and every file sets only what differs from them."""
@@ -72,11 +85,37 @@ def test_the_optim_defaults_live_once_in_its_section() -> None:
     defaults = dataclasses.asdict(OptimConfig())
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         composed = OmegaConf.to_container(compose("train").optim)
-    assert composed == {k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}
+    assert composed == {k: _plain(v) for k, v in defaults.items()}
     for path in sorted((REPO / "conf" / "optim").glob("*.yaml")):
         node = OmegaConf.to_container(OmegaConf.load(path))
         assert node.pop("defaults") == ["/schema/optim@_here_", "_self_"], path.name
-        same = [
-            k for k, v in node.items() if v == (list(defaults[k]) if isinstance(defaults[k], tuple) else defaults[k])
-        ]
+        same = [k for k, v in node.items() if v == _plain(defaults[k])]
         assert not same, f"{path.name} repeats the defaults of {same}"
+
+
+# (file, the node of the file that extends the schema, schema, where the schema is merged)
+EXTENDED = [
+    *((f"model/{p.stem}.yaml", "", "model", "_here_") for p in (REPO / "conf" / "model").glob("*.yaml")),
+    ("train.yaml", "", "run", "_here_"),
+    *(("train.yaml", s, s, s) for s in ("eval", "log", "runtime")),
+    ("task/translation.yaml", "task", "task_translation", "task"),
+    ("task/translation.yaml", "decode", "decode", "decode"),
+]
+
+
+@pytest.mark.parametrize(("path", "key", "schema", "package"), EXTENDED)
+def test_every_default_lives_once_in_its_dataclass(path: str, key: str, schema: str, package: str) -> None:
+    """The model files, train.yaml's own keys and sections, and task=translation's task and decode
+    keys extend their schema (ablate.run.config's dataclasses in ConfigStore) and set only what
+    differs."""
+    from omegaconf import OmegaConf
+
+    text = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / path))
+    entries = [e for e in text.get("defaults", []) if isinstance(e, str) and e.startswith("/schema/")]
+    if schema == "model":  # a decoder (n_layers) or an encoder-decoder (encoder_layers, decoder_layers)
+        schema = "model_seq2seq" if "encoder_layers" in text else "model"
+    assert f"/schema/{schema}@{package}" in entries, (path, entries)
+    defaults = _schema_defaults(schema)
+    node = text.get(key, {}) if key else text
+    same = [k for k, v in node.items() if k in defaults and v == _plain(defaults[k])]
+    assert not same, f"{path} repeats the defaults of {same}"

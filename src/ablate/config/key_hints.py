@@ -4,6 +4,7 @@ architecture groups' options."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -22,19 +23,21 @@ def _has_key(path: Path, full_key: str, group: str) -> bool:
         return False
     is_global = any("@package _global_" in line for line in text.split("\n", 3)[:3])
     key = full_key if is_global else full_key[len(group) + 1 :]
-    if key not in node and f"/schema/{group}@_here_" in (node.get("defaults") or []):
-        node = _schema(group)  # a key the file leaves to the schema it extends (ablate.config.store)
+    node = _with_schemas(node)  # the keys the file leaves to the schemas it extends (ablate.config.store)
     return OmegaConf.select(node, key, default=None, throw_on_missing=False) is not None
 
 
-def _schema(group: str) -> Any:
-    """``schema/<group>`` of Hydra's ConfigStore (:func:`ablate.config.store.store_section`), or an empty node."""
+def _with_schemas(node: Any) -> Any:
+    """An option file's node over the schemas its defaults list extends (``/schema/<name>@<package>``)."""
     from hydra.core.config_store import ConfigStore
 
-    try:
-        return OmegaConf.structured(ConfigStore.instance().load(f"schema/{group}.yaml").node)
-    except Exception:  # not stored: no keys of its own
-        return OmegaConf.create()
+    layers: list[Any] = []
+    for entry in [e for e in node.pop("defaults", None) or [] if str(e).startswith("/schema/")]:
+        name, _, package = entry.removeprefix("/schema/").partition("@")
+        with contextlib.suppress(Exception):  # not stored (ablate.run.config not imported): no keys of its own
+            schema = OmegaConf.to_container(ConfigStore.instance().load(f"schema/{name}.yaml").node)
+            layers.append(schema if package == "_here_" else {package: schema})
+    return OmegaConf.merge(*layers, node)
 
 
 def options_with_key(full_key: str, conf_dir: Path) -> tuple[str, list[str]]:

@@ -22,13 +22,19 @@ def register() -> None:
     store.store(name="architecture", node={"defaults": [{g: group_axes(g)[0].default} for g in ARCHITECTURE_GROUPS]})
 
 
-def store_section(section: Any) -> None:
-    """Store ``schema/<PATH>``: a run config section's keys with its defaults, each of type ``Any``
-    (the section checks them, with its own messages), so that a group's YAML holds only what differs
-    (``defaults: [/schema/optim@_here_, _self_]``)."""
-    fields = [(f.name, Any, dataclasses.field(default=f.default)) for f in dataclasses.fields(section) if f.init]
-    node = dataclasses.make_dataclass(f"{section.PATH}_schema", fields)
-    ConfigStore.instance().store(group="schema", name=section.PATH, node=node)
+def store_section(section: Any, name: str = "", exclude: frozenset[str] = frozenset()) -> None:
+    """Store ``schema/<name>`` (default: the section's ``PATH``): a run config section's keys but
+    ``exclude`` with its defaults, each of type ``Any`` (the section checks them, with its own messages),
+    so that the YAML holds only what differs (``defaults: [/schema/optim@_here_, _self_]``)."""
+    fields = [
+        (f.name, Any, dataclasses.field(default=f.default, default_factory=f.default_factory))
+        for f in dataclasses.fields(section)
+        if f.init and f.name not in exclude
+    ]
+    node: Any = dataclasses.make_dataclass(f"{name or section.PATH}_schema", fields)
+    if not section.PATH:  # the root as a plain mapping: a structured one would close the whole config
+        node = dataclasses.asdict(node())  # to the keys experiments add for their interpolations
+    ConfigStore.instance().store(group="schema", name=name or section.PATH, node=node)
 
 
 register()

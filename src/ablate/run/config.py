@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
+from hydra.core.config_store import ConfigStore
+
 from ablate.config import targets
 from ablate.config.checks import (
     DATA_RULES,
@@ -42,6 +44,8 @@ from ablate.errors import ConfigError
 from ablate.nn.axes import ARCHITECTURE_GROUPS, AXES, typed_options
 from ablate.nn.spec import ModelSpec
 from ablate.optim import OPTIMIZERS, SCHEDULES, optimizer_kind
+from ablate.tasks.config_checks import TRANSLATION_TASK_DEFAULTS, LanguageModelChecks, TranslationChecks
+from ablate.tasks.decode_config import DecodeConfig
 
 S = TypeVar("S", bound="Section")
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and so Lightning's seed_everything's)
@@ -102,8 +106,7 @@ class ModelConfig(Section):
 
 @dataclass(frozen=True)
 class OptimConfig(Section):
-    """The ``optim`` group (:mod:`ablate.optim`); its defaults are ``schema/optim``'s, which
-    ``conf/optim/*.yaml`` extend."""
+    """The ``optim`` group (:mod:`ablate.optim`); its defaults are ``schema/optim``'s."""
 
     PATH = "optim"
     name: str = rule("adamw", lambda v: v in OPTIMIZERS, "one of adamw, adam, sgd")
@@ -137,9 +140,6 @@ class OptimConfig(Section):
             optimizer_kind(self.as_dict())  # optim.momentum with an optimiser that has none
         except ValueError as err:
             raise ConfigError(str(err)) from None
-
-
-store_section(OptimConfig)  # schema/optim: what conf/optim/*.yaml extend (their keys' defaults are these)
 
 
 @dataclass(frozen=True)
@@ -399,6 +399,17 @@ class RunConfig(Section):
         return max(int(data.get("seq_len") or 0), int(data.get("eval_seq_len") or 0))
 
 
+# The defaults the YAML extends, which holds only what differs: schema/optim, schema/model (a decoder or
+# an encoder: model.n_layers) and schema/model_seq2seq (encoder_layers, decoder_layers) by conf/optim and
+# conf/model; run, eval, log, runtime by conf/train.yaml; decode, task_translation by task=translation
+for _section in (OptimConfig, EvalConfig, LogConfig, RuntimeConfig, DecodeConfig):
+    store_section(_section)
+store_section(ModelConfig, exclude=LanguageModelChecks.other_model_keys)
+store_section(ModelConfig, "model_seq2seq", exclude=TranslationChecks.other_model_keys)
+store_section(RunConfig, "run", exclude=frozenset({*GROUPS, "architecture", "resolved", "derived"}))
+ConfigStore.instance().store(group="schema", name="task_translation", node=TRANSLATION_TASK_DEFAULTS)
+
+
 def _architecture(items: Mapping[str, Any]) -> dict[str, Any]:
     """The architecture groups typed, each value of its key's type (``+`` appends an untyped one)."""
     typed = typed_options({g: dict(plain_items(items[g])) for g in ARCHITECTURE_GROUPS if g in items})
@@ -420,8 +431,6 @@ def _task_node(task: Any, node: Any) -> dict[str, Any]:
 def _decode_node(node: Any) -> dict[str, Any] | None:
     if node is None:
         return None
-    from ablate.tasks.decode_config import DecodeConfig
-
     return typed_values(node, dataclass_hints(DecodeConfig), "decode")
 
 

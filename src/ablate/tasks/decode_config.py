@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
+    PATH: ClassVar[str] = "decode"  # schema/decode (ablate.config.store), what task=translation extends
     beam_size: int = 4
     length_penalty: float = 0.6
     max_len_a: float = 1.2
