@@ -69,7 +69,7 @@ def test_the_typed_config_is_what_the_run_reads() -> None:
     cfg = RunConfig.from_hydra(composed("model=tiny", "optim.lr=0.01", "trainer.max_steps=100"))
     assert (cfg.model.n_layers, cfg.optim.lr, cfg.trainer["max_steps"]) == (2, 0.01, 100)
     assert cfg.trainer["val_check_interval"] == 100 and cfg.derived.warnings  # fitted to the run's length, and said
-    assert cfg.resolved["trainer"]["val_check_interval"] == 100  # what the run records is what it uses
+    assert cfg.derived.record["trainer"]["val_check_interval"] == 100  # what the run records is what it uses
     spec = cfg.model_spec(vocab_size=65, max_len=cfg.eval_max_len)
     assert (spec.n_layers, spec.d_ff, spec.max_len) == (2, 128, 128)
 

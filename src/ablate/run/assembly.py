@@ -83,7 +83,7 @@ def build(cfg: RunConfig, checked: Preflight, job: Job, plan: Plan) -> Assembly:
         scale = probe_scales(task, datamodule)
         _print_header(cfg, job, datamodule.name, spec, axes, n_params, estimate, scale)
     config = {
-        **cast(dict[str, Any], copy.deepcopy(cfg.resolved)),
+        **cast(dict[str, Any], copy.deepcopy(cfg.derived.record)),
         "optim": optim,
         "axes": axes,
         "params": n_params,
@@ -141,7 +141,7 @@ def _print_header(
 ) -> None:
     """The run header, after the config tree when asked, and the scale probe's warnings."""
     if job.control.print_config:  # print_config=true, the debug=* presets: the whole tree, then the header
-        print_config_tree(cfg.resolved)
+        print_config_tree(cfg.derived.record)
     header = format_run_header(job.experiment, cfg.task_name, data, spec, axes, n_params, estimate, job.output_dir)
     if scale is not None and scale.warnings():
         header += f"\nscale   {'; '.join(scale.warnings())}  ({scale.line()}; docs/architecture.md#the-scale-contract)"

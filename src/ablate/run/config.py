@@ -263,10 +263,12 @@ GROUPS += ("log", "runtime", "paths")
 
 @dataclass(frozen=True)
 class Derived:
-    """What the entry derives from a run's config, once: its identity (what a resume must match),
-    its start warnings and the fp32 matmul precision for its device."""
+    """What the entry derives from a run's composed config, once: its identity (what a resume must
+    match), its record (the composed config as plain data: the W&B config, ``print_config``), its
+    start warnings and the fp32 matmul precision for its device."""
 
     identity: Mapping[str, Any] = field(default_factory=dict)
+    record: Mapping[str, Any] = field(default_factory=dict, repr=False)
     warnings: tuple[str, ...] = ()
     matmul_precision: str = "highest"
 
@@ -277,13 +279,12 @@ class Derived:
         from ablate.tasks import ranked_metrics
 
         warnings = (*notes, *start_warnings(resolved, ranked_metrics(resolved)))
-        return cls(run_identity(resolved), warnings, matmul_precision(resolved))
+        return cls(run_identity(resolved), resolved, warnings, matmul_precision(resolved))
 
 
 @dataclass(frozen=True)
 class RunConfig(Section):
-    """A training run's config, typed and checked (:meth:`from_hydra`). ``resolved``: the composed
-    config as plain data, what the run records and its identity is read from."""
+    """A training run's config, typed and checked (:meth:`from_hydra`)."""
 
     seed: int = rule(1337, lambda v: SEED_RANGE[0] <= v <= SEED_RANGE[1], f"an integer in [0, {SEED_RANGE[1]}]")
     tags: list[str] | str = field(default_factory=list)
@@ -309,7 +310,6 @@ class RunConfig(Section):
     log: LogConfig = field(default_factory=LogConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
-    resolved: Mapping[str, Any] = field(default_factory=dict, repr=False)
     derived: Derived = field(default_factory=Derived, repr=False)
 
     PATH = ""
@@ -357,7 +357,7 @@ class RunConfig(Section):
         note = clip_validation_interval(cfg.trainer)
         items = {k: v for k, v in plain_items(cfg) if k != "hydra"}  # a sweeper's job config carries Hydra's
         top = {f.name for f in dataclasses.fields(cls) if f.name not in GROUPS and f.init}
-        top -= {"architecture", "resolved", "derived"}
+        top -= {"architecture", "derived"}
         appended = {o.lstrip("+").split("=", 1)[0].split(".", 1)[0] for o in overrides if o.startswith("+")}
         for key in items:
             if key not in top and key not in GROUPS and key in appended:
@@ -385,8 +385,7 @@ class RunConfig(Section):
             log=LogConfig.from_node(items.get("log") or {}),
             runtime=RuntimeConfig.from_node(items.get("runtime") or {}),
             paths=PathsConfig.from_node(items.get("paths") or {}),
-            resolved=(resolved := _resolved(cfg)),
-            derived=Derived.of(resolved, (note,) if note else ()),
+            derived=Derived.of(_resolved(cfg), (note,) if note else ()),
         )
         config.model_spec(vocab_size=1, max_len=config.eval_max_len)  # the architecture's combinations
         return config
@@ -406,7 +405,7 @@ for _section in (OptimConfig, EvalConfig, LogConfig, RuntimeConfig, DecodeConfig
     store_section(_section)
 store_section(ModelConfig, exclude=LanguageModelChecks.other_model_keys)
 store_section(ModelConfig, "model_seq2seq", exclude=TranslationChecks.other_model_keys)
-store_section(RunConfig, "run", exclude=frozenset({*GROUPS, "architecture", "resolved", "derived"}))
+store_section(RunConfig, "run", exclude=frozenset({*GROUPS, "architecture", "derived"}))
 ConfigStore.instance().store(group="schema", name="task_translation", node=TRANSLATION_TASK_DEFAULTS)
 
 
