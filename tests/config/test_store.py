@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-import ablate.config.store  # noqa: F401  (what the entry points import before they compose)
+import ablate.run.config  # noqa: F401  (what the entry points import before they compose)
 from helpers.runs import REPO, SHARED_DATA, TINY, run_python
 
 
@@ -68,8 +68,6 @@ def _schema_defaults(name: str) -> dict:
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
-    import ablate.run.config  # noqa: F401  (stores the schemas)
-
     return OmegaConf.to_container(OmegaConf.structured(ConfigStore.instance().load(f"schema/{name}.yaml").node))
 
 
@@ -100,13 +98,15 @@ EXTENDED = [
     *(("train.yaml", s, s, s) for s in ("eval", "log", "runtime")),
     ("task/translation.yaml", "task", "task_translation", "task"),
     ("task/translation.yaml", "decode", "decode", "decode"),
+    *((f"logger/{name}.yaml", name, f"logger_{name}", name) for name in ("wandb", "tensorboard", "mlflow")),
+    ("logger/csv.yaml", "wandb", "logger_wandb", "wandb"),
 ]
 
 
 @pytest.mark.parametrize(("path", "key", "schema", "package"), EXTENDED)
 def test_every_default_lives_once_in_its_dataclass(path: str, key: str, schema: str, package: str) -> None:
-    """The model files, train.yaml's own keys and sections, and task=translation's task and decode
-    keys extend their schema (ablate.run.config's dataclasses in ConfigStore) and set only what
+    """The model and logger files, train.yaml's own keys and sections, and task=translation's task and
+    decode keys extend their schema (dataclasses in ConfigStore: ablate.run.config) and set only what
     differs."""
     from omegaconf import OmegaConf
 

@@ -105,7 +105,9 @@ def _compose_with_hydra(config_name: str, overrides: list[str]) -> DictConfig:
     """Hydra's compose API on ``conf/``, the ``hydra`` node included."""
     from hydra import compose, initialize_config_dir
 
-    import ablate.config.store  # noqa: F401  (the architecture groups, in Hydra's ConfigStore)
+    from ablate.config.store import register
+
+    register()  # the architecture groups (the schemas: the search-path plugin imports ablate.run.config)
 
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name=config_name):
         return compose(config_name, overrides, return_hydra_config=True)

@@ -1,7 +1,7 @@
-"""What ablate declares in Hydra's ConfigStore, on import (by :mod:`ablate.cli` and the search-path
-plugin ``hydra_plugins.ablate_sweepers.architecture``; no torch): the architecture groups, each option
-a structured config (:func:`ablate.nn.axes.group_node`), the config ``architecture`` choosing every
-group's default, and the schemas of run config sections (:func:`store_section`)."""
+"""What ablate declares in Hydra's ConfigStore (no torch): the architecture groups, each option a
+structured config (:func:`ablate.nn.axes.group_node`), and the config ``architecture`` choosing every
+group's default (:func:`register`, called by :mod:`ablate.run.config` on import), and the schemas of
+config sections (:func:`store_section`, called where each dataclass is declared)."""
 
 from __future__ import annotations
 
@@ -23,18 +23,16 @@ def register() -> None:
 
 
 def store_section(section: Any, name: str = "", exclude: frozenset[str] = frozenset()) -> None:
-    """Store ``schema/<name>`` (default: the section's ``PATH``): a run config section's keys but
-    ``exclude`` with its defaults, each of type ``Any`` (the section checks them, with its own messages),
-    so that the YAML holds only what differs (``defaults: [/schema/optim@_here_, _self_]``)."""
+    """Store ``schema/<name>`` (default: the section's ``PATH``, ``""`` for the root): a config
+    dataclass' keys but ``exclude`` with its defaults, each of type ``Any`` (the dataclass checks them,
+    with its own messages), so that the YAML holds only what differs (``defaults: [/schema/optim@_here_, _self_]``)."""
+    path = getattr(section, "PATH", name)
     fields = [
         (f.name, Any, dataclasses.field(default=f.default, default_factory=f.default_factory))
         for f in dataclasses.fields(section)
         if f.init and f.name not in exclude
     ]
-    node: Any = dataclasses.make_dataclass(f"{name or section.PATH}_schema", fields)
-    if not section.PATH:  # the root as a plain mapping: a structured one would close the whole config
+    node: Any = dataclasses.make_dataclass(f"{name or path}_schema", fields)
+    if not path:  # the root as a plain mapping: a structured one would close the whole config
         node = dataclasses.asdict(node())  # to the keys experiments add for their interpolations
-    ConfigStore.instance().store(group="schema", name=name or section.PATH, node=node)
-
-
-register()
+    ConfigStore.instance().store(group="schema", name=name or path, node=node)

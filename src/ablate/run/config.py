@@ -27,7 +27,7 @@ from ablate.config.checks import (
     optional,
     positive_int,
 )
-from ablate.config.store import store_section
+from ablate.config.store import register, store_section
 from ablate.config.types import (
     UNRESOLVED,
     Rule,
@@ -46,6 +46,7 @@ from ablate.nn.spec import ModelSpec
 from ablate.optim import OPTIMIZERS, SCHEDULES, optimizer_kind
 from ablate.tasks.config_checks import TRANSLATION_TASK_DEFAULTS, LanguageModelChecks, TranslationChecks
 from ablate.tasks.decode_config import DecodeConfig
+from ablate.tracking.options import LOGGER_OPTIONS, logger_options
 
 S = TypeVar("S", bound="Section")
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and so Lightning's seed_everything's)
@@ -244,8 +245,6 @@ def _callbacks(node: Any) -> dict[str, TargetConfig | None]:
 
 def _loggers(node: Any) -> dict[str, Any]:
     """``logger.<name>``, each its options dataclass (:mod:`ablate.tracking.options`)."""
-    from ablate.tracking.options import LOGGER_OPTIONS, logger_options
-
     found: dict[str, Any] = {}
     for name, value in plain_items(node):
         if name not in LOGGER_OPTIONS:
@@ -401,6 +400,8 @@ class RunConfig(Section):
 # The defaults the YAML extends, which holds only what differs: schema/optim, schema/model (a decoder or
 # an encoder: model.n_layers) and schema/model_seq2seq (encoder_layers, decoder_layers) by conf/optim and
 # conf/model; run, eval, log, runtime by conf/train.yaml; decode, task_translation by task=translation
+# (logger_<name>: ablate.tracking.options); and the architecture groups
+register()
 for _section in (OptimConfig, EvalConfig, LogConfig, RuntimeConfig, DecodeConfig):
     store_section(_section)
 store_section(ModelConfig, exclude=LanguageModelChecks.other_model_keys)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from ablate.config.store import store_section
 from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ LOGGER_OPTIONS: dict[str, type[WandbOptions] | type[TensorBoardOptions] | type[M
     "mlflow": MLflowOptions,
 }
 """The ``logger.<name>`` nodes and their options dataclasses (``csv`` has none: always on)."""
+for _name, _options in LOGGER_OPTIONS.items():  # schema/logger_<name>: what conf/logger/*.yaml extend
+    store_section(_options, f"logger_{_name}")
 
 
 def configured(logger: Any) -> dict[str, Any]:

@@ -17,5 +17,4 @@ class ArchitectureGroups(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
         folders = [Path(e.path.removeprefix("file://")) for e in search_path.get_path() if e.provider == "main"]
         if any((folder / "train.yaml").is_file() for folder in folders):
-            import ablate.config.store
-            import ablate.run.config  # noqa: F401  (schema/optim)
+            import ablate.run.config  # noqa: F401  (ablate.config.store: the groups and the schemas)
