@@ -1,7 +1,8 @@
 """What ablate declares in Hydra's ConfigStore (no torch): the architecture groups, each option a
 structured config (:func:`ablate.nn.axes.group_node`), and the config ``architecture`` choosing every
 group's default (:func:`register`, called by :mod:`ablate.run.config` on import), and the schemas of
-config sections (:func:`store_section`, called where each dataclass is declared)."""
+config sections (:func:`store_section`, called by :mod:`ablate.run.config` and, for the loggers,
+:mod:`ablate.tracking.options`)."""
 
 from __future__ import annotations
 
@@ -27,12 +28,13 @@ def store_section(section: Any, name: str = "", exclude: frozenset[str] = frozen
     dataclass' keys but ``exclude`` with its defaults, each of type ``Any`` (the dataclass checks them,
     with its own messages), so that the YAML holds only what differs (``defaults: [/schema/optim@_here_, _self_]``)."""
     path = getattr(section, "PATH", name)
+    name = name or path
     fields = [
         (f.name, Any, dataclasses.field(default=f.default, default_factory=f.default_factory))
         for f in dataclasses.fields(section)
         if f.init and f.name not in exclude
     ]
-    node: Any = dataclasses.make_dataclass(f"{name or path}_schema", fields)
+    node: Any = dataclasses.make_dataclass(f"{name}_schema", fields)
     if not path:  # the root as a plain mapping: a structured one would close the whole config
         node = dataclasses.asdict(node())  # to the keys experiments add for their interpolations
-    ConfigStore.instance().store(group="schema", name=name or path, node=node)
+    ConfigStore.instance().store(group="schema", name=name, node=node)
